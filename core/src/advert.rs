@@ -1,0 +1,215 @@
+//! Job adverts, and the messages nodes exchange while scheduling a job.
+//!
+//! The home node of a job floods an [`Advert`] through the overlay. A node
+//! that can run workers answers the home directly with an
+//! [`Message::Offer`] (holding the offered resources meanwhile); the home
+//! answers with [`Message::Grant`] (start these ranks) or
+//! [`Message::Refuse`] (release the hold). A node that cannot run workers
+//! says why once per job with [`Message::Decline`], which is what lets the
+//! home explain to its user why a job is still pending.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::resources::Resources;
+
+/// A job's identity, unique in the grid (the home picks it at random).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct JobId(pub u64);
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// How many workers a job wants. `min == max` for a rigid job, which gets
+/// all its workers or none; a malleable job starts with `min` and grows up to
+/// `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCount {
+    /// The workers a job needs before it can start.
+    pub min: u32,
+    /// The most workers a job can use.
+    pub max: u32,
+}
+
+impl WorkerCount {
+    /// A rigid job of exactly `n` workers.
+    pub const fn rigid(n: u32) -> Self {
+        WorkerCount { min: n, max: n }
+    }
+
+    /// Whether the job starts only with all its workers.
+    pub fn is_rigid(&self) -> bool {
+        self.min == self.max
+    }
+}
+
+/// How the home maps a job's workers onto the nodes that offered them, from
+/// the P2P-MPI paper. Both take the nearest nodes first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// One worker per node first (round robin over the nearest nodes), so
+    /// that each worker has a node's memory to itself.
+    Spread,
+    /// Fill each nearest node's offered cores first, so that workers are as
+    /// close to each other as possible.
+    #[default]
+    Concentrate,
+}
+
+/// The limits carried by one flood of an advert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FloodHeader {
+    /// Which flood of the job this is (0, 1, 2, ...). Each flood is new to
+    /// every node; copies of the same flood are duplicates.
+    pub seq: u32,
+    /// Hops this copy may still travel, including the hop that delivered it.
+    pub ttl: u8,
+    /// Latency-bounded floods: a node farther than this from the home
+    /// neither joins nor forwards. `None` for a plain hop-limited flood.
+    pub latency_budget: Option<Duration>,
+    /// Sum of the RTTs of the overlay links this copy travelled: an upper
+    /// bound of the receiver's distance to the home.
+    pub path_rtt: Duration,
+}
+
+/// A job advert as flooded through the overlay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advert<P> {
+    /// The job.
+    pub job: JobId,
+    /// The node the job was submitted to, which schedules it.
+    pub home: P,
+    /// What each worker needs.
+    pub per_worker: Resources,
+    /// How many workers the job wants.
+    pub workers: WorkerCount,
+    /// How the home will map workers onto nodes.
+    pub strategy: Strategy,
+    /// How long the advert stays valid, counted from when this copy was
+    /// sent. A duration, not a time, so that no clocks need to agree.
+    pub expires_in: Duration,
+    /// The flood this copy belongs to.
+    pub flood: FloodHeader,
+}
+
+/// Why a node does not offer workers to a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum DeclineReason {
+    /// Not enough free cores, memory or disk now (the advert waits in the
+    /// node's pending queue).
+    Busy,
+    /// The node could never run a worker of this size.
+    TooLarge,
+    /// The owner's limit on concurrent jobs (J) is reached.
+    TooManyJobs,
+    /// The owner allows no workers for jobs (P is zero).
+    NoWorkersAllowed,
+    /// The owner denies jobs from this home.
+    Denied,
+}
+
+impl std::fmt::Display for DeclineReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeclineReason::Busy => "busy (not enough free cores, memory or disk)",
+            DeclineReason::TooLarge => "a worker needs more than the node has in all",
+            DeclineReason::TooManyJobs => "owner's limit on concurrent jobs reached",
+            DeclineReason::NoWorkersAllowed => "owner allows no workers",
+            DeclineReason::Denied => "owner denies jobs from this node",
+        })
+    }
+}
+
+/// Why the home refuses an offer (or takes back a hold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum RefuseReason {
+    /// The job has all the workers it can use.
+    JobFull,
+    /// The job was cancelled.
+    Cancelled,
+    /// The job expired before it got its workers.
+    Expired,
+    /// The home chose nearer nodes.
+    NotChosen,
+    /// The home does not know the job (it finished or never existed).
+    UnknownJob,
+}
+
+impl std::fmt::Display for RefuseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RefuseReason::JobFull => "job already has its workers",
+            RefuseReason::Cancelled => "job was cancelled",
+            RefuseReason::Expired => "job expired",
+            RefuseReason::NotChosen => "nearer nodes were chosen",
+            RefuseReason::UnknownJob => "job unknown at its home",
+        })
+    }
+}
+
+/// A message of the scheduling protocol. Adverts travel by flooding; every
+/// other message goes directly between a node and a job's home.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message<P> {
+    /// A flooded job advert.
+    Advert(Advert<P>),
+    /// Node to home: "I hold `workers` workers for you". The node keeps the
+    /// resources until granted, refused, or its hold times out.
+    Offer {
+        /// The job.
+        job: JobId,
+        /// How many workers the node holds for the job.
+        workers: u32,
+        /// The node's estimate of its RTT to the home (the home prefers its
+        /// own measurement when it has one).
+        distance: Duration,
+        /// What the node has left after this offer.
+        residue: Resources,
+    },
+    /// Node to home, once per job: why the node offers nothing.
+    Decline {
+        /// The job.
+        job: JobId,
+        /// Why.
+        reason: DeclineReason,
+    },
+    /// Node to home: the hold timed out, or the node is leaving.
+    Withdraw {
+        /// The job.
+        job: JobId,
+    },
+    /// Home to node: start workers with these ranks (possibly fewer than
+    /// offered; the rest of the hold is released).
+    Grant {
+        /// The job.
+        job: JobId,
+        /// The ranks to start on this node.
+        ranks: Vec<u32>,
+    },
+    /// Home to node: nothing to start; release the hold.
+    Refuse {
+        /// The job.
+        job: JobId,
+        /// Why.
+        reason: RefuseReason,
+    },
+}
+
+impl<P> Message<P> {
+    /// The job the message is about.
+    pub fn job(&self) -> JobId {
+        match self {
+            Message::Advert(advert) => advert.job,
+            Message::Offer { job, .. }
+            | Message::Decline { job, .. }
+            | Message::Withdraw { job }
+            | Message::Grant { job, .. }
+            | Message::Refuse { job, .. } => *job,
+        }
+    }
+}

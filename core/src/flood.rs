@@ -1,0 +1,496 @@
+//! Forwarding of flooded adverts: the pure "forward or not, to whom" logic.
+//!
+//! Rules, in the order they are applied to a copy arriving from a peer:
+//! 1. **Rate limit**: each peer may send at most `adverts_per_peer_per_sec`
+//!    adverts per second (a token bucket with a burst of as many); excess
+//!    copies are dropped.
+//! 2. **Latency budget**: a node whose distance to the home (its own
+//!    measurement if it has one, else the RTT summed along the path the copy
+//!    took) exceeds the advert's budget neither joins nor forwards.
+//! 3. **Duplicates**: every flood `(job, seq)` is delivered to the local node
+//!    once. A later copy is forwarded again only if it may travel farther
+//!    (more TTL left) or came by a clearly shorter path; otherwise it is
+//!    dropped. Without that rule, a copy that first arrived the long way round
+//!    with little TTL left would stop the flood short of nodes within its
+//!    radius.
+//! 4. **Forwarding**: to every neighbour but the sender, with the TTL less
+//!    one (capped by the node's own `max_forward_ttl`) and the link's RTT
+//!    added to the path; nothing when no TTL is left.
+//!
+//! The seen-cache holds at most `seen_capacity` floods (oldest forgotten
+//! first) and the rate limiter tracks at most `rate_peers_capacity` peers.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::advert::{FloodHeader, JobId};
+use crate::{PeerKey, Time};
+
+/// Node-side limits on flooding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FloodConfig {
+    /// The largest TTL this node forwards with: a cap on the radius a
+    /// far-away home can make this node spend bandwidth on.
+    pub max_forward_ttl: u8,
+    /// How many floods the duplicate cache remembers.
+    pub seen_capacity: usize,
+    /// How many adverts one peer may send per second (and in a burst).
+    pub adverts_per_peer_per_sec: u32,
+    /// How many peers the rate limiter tracks.
+    pub rate_peers_capacity: usize,
+}
+
+impl Default for FloodConfig {
+    fn default() -> Self {
+        FloodConfig {
+            max_forward_ttl: 15,
+            seen_capacity: 8192,
+            adverts_per_peer_per_sec: 200,
+            rate_peers_capacity: 1024,
+        }
+    }
+}
+
+/// The identity of one flood: a job and the flood's sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FloodId {
+    /// The job advertised.
+    pub job: JobId,
+    /// Which flood of the job.
+    pub seq: u32,
+}
+
+/// Why a copy of an advert was not delivered nor forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DropReason {
+    /// The sender exceeded its advert rate.
+    RateLimited,
+    /// This node is farther from the home than the advert's latency budget.
+    OutsideBudget,
+    /// A copy that went at least as far was seen before.
+    Duplicate,
+    /// The copy arrived with no TTL at all (a malformed advert).
+    NoTtl,
+}
+
+/// What to do with a copy of an advert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict<P> {
+    /// First copy of this flood: forward it, then let the local node decide
+    /// whether to join. `distance` is the node's estimate of its RTT to the
+    /// home.
+    Deliver {
+        /// Copies to send: neighbour and the header to send it with.
+        forward: Vec<(P, FloodHeader)>,
+        /// The estimated distance to the home.
+        distance: Duration,
+    },
+    /// A better copy of a flood already delivered: forward it again, do not
+    /// deliver it again.
+    Reforward {
+        /// Copies to send.
+        forward: Vec<(P, FloodHeader)>,
+    },
+    /// Drop the copy.
+    Drop(DropReason),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    best_ttl: u8,
+    best_path: Duration,
+    delivered: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    updated: Time,
+}
+
+/// Counters of what the router did, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FloodStats {
+    /// Floods this node started.
+    pub originated: u64,
+    /// Copies delivered to the local node.
+    pub delivered: u64,
+    /// Copies sent on to neighbours.
+    pub forwarded: u64,
+    /// Copies dropped as duplicates.
+    pub duplicates: u64,
+    /// Copies dropped by the rate limit.
+    pub rate_limited: u64,
+    /// Copies dropped as outside the latency budget.
+    pub outside_budget: u64,
+}
+
+/// The flood router of one node. See the [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct FloodRouter<P> {
+    config: FloodConfig,
+    seen: BTreeMap<FloodId, Seen>,
+    seen_order: VecDeque<FloodId>,
+    buckets: BTreeMap<P, Bucket>,
+    stats: FloodStats,
+}
+
+/// A path shorter by less than this fraction is not worth a re-forward.
+const PATH_IMPROVEMENT: f64 = 0.8;
+
+impl<P: PeerKey> FloodRouter<P> {
+    /// A router with empty caches.
+    pub fn new(config: FloodConfig) -> Self {
+        FloodRouter {
+            config,
+            seen: BTreeMap::new(),
+            seen_order: VecDeque::new(),
+            buckets: BTreeMap::new(),
+            stats: FloodStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FloodConfig {
+        &self.config
+    }
+
+    /// What the router did so far.
+    pub fn stats(&self) -> FloodStats {
+        self.stats
+    }
+
+    /// Starts a flood from this node: the copies to send to `neighbours`
+    /// (each with its RTT). `header.ttl` is the radius; `header.path_rtt` is
+    /// ignored and starts at zero.
+    pub fn originate(
+        &mut self,
+        id: FloodId,
+        header: FloodHeader,
+        neighbours: &[(P, Duration)],
+    ) -> Vec<(P, FloodHeader)> {
+        self.remember(
+            id,
+            Seen {
+                best_ttl: u8::MAX,
+                best_path: Duration::ZERO,
+                delivered: true,
+            },
+        );
+        self.stats.originated += 1;
+        if header.ttl == 0 {
+            return Vec::new();
+        }
+        let header = FloodHeader {
+            path_rtt: Duration::ZERO,
+            ..header
+        };
+        self.copies(None, header, header.ttl, neighbours)
+    }
+
+    /// Decides what to do with a copy of flood `id` that arrived from `from`.
+    /// `direct_distance` is this node's own measured RTT to the home, if any;
+    /// `neighbours` are the current neighbours with their RTTs.
+    pub fn receive(
+        &mut self,
+        from: &P,
+        id: FloodId,
+        header: FloodHeader,
+        direct_distance: Option<Duration>,
+        neighbours: &[(P, Duration)],
+        now: Time,
+    ) -> Verdict<P> {
+        if !self.take_token(from, now) {
+            self.stats.rate_limited += 1;
+            return Verdict::Drop(DropReason::RateLimited);
+        }
+        if header.ttl == 0 {
+            return Verdict::Drop(DropReason::NoTtl);
+        }
+        let distance = direct_distance.map_or(header.path_rtt, |d| d.min(header.path_rtt));
+        if header.latency_budget.is_some_and(|budget| distance > budget) {
+            self.stats.outside_budget += 1;
+            return Verdict::Drop(DropReason::OutsideBudget);
+        }
+        let forward_ttl = (header.ttl - 1).min(self.config.max_forward_ttl);
+        match self.seen.get_mut(&id) {
+            Some(seen) => {
+                let farther = forward_ttl > seen.best_ttl;
+                let shorter = header.latency_budget.is_some()
+                    && header.path_rtt.as_secs_f64()
+                        < seen.best_path.as_secs_f64() * PATH_IMPROVEMENT;
+                if !(farther || shorter) {
+                    self.stats.duplicates += 1;
+                    return Verdict::Drop(DropReason::Duplicate);
+                }
+                seen.best_ttl = seen.best_ttl.max(forward_ttl);
+                seen.best_path = seen.best_path.min(header.path_rtt);
+                let forward = self.copies(Some(from), header, forward_ttl, neighbours);
+                Verdict::Reforward { forward }
+            }
+            None => {
+                self.remember(
+                    id,
+                    Seen {
+                        best_ttl: forward_ttl,
+                        best_path: header.path_rtt,
+                        delivered: true,
+                    },
+                );
+                self.stats.delivered += 1;
+                let forward = self.copies(Some(from), header, forward_ttl, neighbours);
+                Verdict::Deliver { forward, distance }
+            }
+        }
+    }
+
+    /// Whether flood `id` was delivered here (or started here).
+    pub fn has_seen(&self, id: &FloodId) -> bool {
+        self.seen.get(id).is_some_and(|seen| seen.delivered)
+    }
+
+    /// Forgets the rate-limit state of a peer that left.
+    pub fn peer_lost(&mut self, peer: &P) {
+        self.buckets.remove(peer);
+    }
+
+    fn copies(
+        &mut self,
+        from: Option<&P>,
+        header: FloodHeader,
+        ttl: u8,
+        neighbours: &[(P, Duration)],
+    ) -> Vec<(P, FloodHeader)> {
+        if ttl == 0 {
+            return Vec::new();
+        }
+        let forward: Vec<(P, FloodHeader)> = neighbours
+            .iter()
+            .filter(|(peer, _)| Some(peer) != from)
+            .map(|(peer, rtt)| {
+                let copy = FloodHeader {
+                    ttl,
+                    path_rtt: header.path_rtt.saturating_add(*rtt),
+                    ..header
+                };
+                (peer.clone(), copy)
+            })
+            .collect();
+        self.stats.forwarded += forward.len() as u64;
+        forward
+    }
+
+    fn remember(&mut self, id: FloodId, seen: Seen) {
+        if self.seen.insert(id, seen).is_none() {
+            self.seen_order.push_back(id);
+        }
+        while self.seen_order.len() > self.config.seen_capacity {
+            if let Some(old) = self.seen_order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+    }
+
+    fn take_token(&mut self, from: &P, now: Time) -> bool {
+        let rate = f64::from(self.config.adverts_per_peer_per_sec.max(1));
+        if !self.buckets.contains_key(from) && self.buckets.len() >= self.config.rate_peers_capacity
+        {
+            // Forget the peer idle longest: it has the fullest bucket anyway.
+            let idle = self
+                .buckets
+                .iter()
+                .min_by_key(|(_, bucket)| bucket.updated)
+                .map(|(peer, _)| peer.clone());
+            if let Some(idle) = idle {
+                self.buckets.remove(&idle);
+            }
+        }
+        let bucket = self.buckets.entry(from.clone()).or_insert(Bucket {
+            tokens: rate,
+            updated: now,
+        });
+        let elapsed = now.saturating_sub(bucket.updated).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * rate).min(rate);
+        bucket.updated = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(x: u64) -> Duration {
+        Duration::from_millis(x)
+    }
+
+    fn header(ttl: u8) -> FloodHeader {
+        FloodHeader {
+            seq: 0,
+            ttl,
+            latency_budget: None,
+            path_rtt: Duration::ZERO,
+        }
+    }
+
+    const ID: FloodId = FloodId {
+        job: JobId(1),
+        seq: 0,
+    };
+
+    #[test]
+    fn forwards_to_all_but_the_sender_with_one_less_ttl_and_the_path_grown() {
+        let mut router = FloodRouter::new(FloodConfig::default());
+        let neighbours = [(1u32, ms(1)), (2, ms(2)), (3, ms(3))];
+        let verdict = router.receive(&1, ID, header(3), None, &neighbours, ms(0));
+        let Verdict::Deliver { forward, distance } = verdict else {
+            panic!("expected delivery, got {verdict:?}");
+        };
+        assert_eq!(distance, Duration::ZERO);
+        assert_eq!(
+            forward,
+            vec![
+                (
+                    2,
+                    FloodHeader {
+                        ttl: 2,
+                        path_rtt: ms(2),
+                        ..header(3)
+                    }
+                ),
+                (
+                    3,
+                    FloodHeader {
+                        ttl: 2,
+                        path_rtt: ms(3),
+                        ..header(3)
+                    }
+                ),
+            ]
+        );
+        // The same copy again is a duplicate.
+        assert_eq!(
+            router.receive(&2, ID, header(3), None, &neighbours, ms(1)),
+            Verdict::Drop(DropReason::Duplicate)
+        );
+    }
+
+    #[test]
+    fn last_hop_delivers_without_forwarding() {
+        let mut router = FloodRouter::new(FloodConfig::default());
+        let verdict = router.receive(&1u32, ID, header(1), None, &[(2, ms(1))], ms(0));
+        assert_eq!(
+            verdict,
+            Verdict::Deliver {
+                forward: vec![],
+                distance: Duration::ZERO
+            }
+        );
+    }
+
+    #[test]
+    fn a_copy_with_more_ttl_is_forwarded_again_but_not_delivered_again() {
+        let mut router = FloodRouter::new(FloodConfig::default());
+        let neighbours = [(1u32, ms(1)), (2, ms(1)), (3, ms(1))];
+        assert!(matches!(
+            router.receive(&1, ID, header(1), None, &neighbours, ms(0)),
+            Verdict::Deliver { .. }
+        ));
+        let verdict = router.receive(&2, ID, header(3), None, &neighbours, ms(1));
+        let Verdict::Reforward { forward } = verdict else {
+            panic!("expected a re-forward, got {verdict:?}");
+        };
+        assert_eq!(forward.len(), 2);
+        assert!(forward.iter().all(|(_, h)| h.ttl == 2));
+    }
+
+    #[test]
+    fn node_cap_limits_the_forwarded_ttl() {
+        let mut router = FloodRouter::new(FloodConfig {
+            max_forward_ttl: 2,
+            ..FloodConfig::default()
+        });
+        let verdict = router.receive(&1u32, ID, header(200), None, &[(2, ms(1))], ms(0));
+        let Verdict::Deliver { forward, .. } = verdict else {
+            panic!("{verdict:?}")
+        };
+        assert_eq!(forward[0].1.ttl, 2);
+    }
+
+    #[test]
+    fn outside_the_latency_budget_neither_delivers_nor_forwards() {
+        let mut router = FloodRouter::new(FloodConfig::default());
+        let copy = FloodHeader {
+            latency_budget: Some(ms(5)),
+            path_rtt: ms(8),
+            ..header(5)
+        };
+        assert_eq!(
+            router.receive(&1u32, ID, copy, None, &[(2, ms(1))], ms(0)),
+            Verdict::Drop(DropReason::OutsideBudget)
+        );
+        // A direct measurement below the budget wins over the long path.
+        let verdict = router.receive(&1u32, ID, copy, Some(ms(4)), &[(2, ms(1))], ms(0));
+        assert!(
+            matches!(verdict, Verdict::Deliver { distance, .. } if distance == ms(4)),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn rate_limit_per_peer_refills_over_time() {
+        let mut router = FloodRouter::new(FloodConfig {
+            adverts_per_peer_per_sec: 2,
+            ..FloodConfig::default()
+        });
+        let mut id = ID;
+        let mut verdicts = Vec::new();
+        for seq in 0..3 {
+            id.seq = seq;
+            verdicts.push(router.receive(&1u32, id, header(1), None, &[], ms(0)));
+        }
+        assert!(matches!(verdicts[0], Verdict::Deliver { .. }));
+        assert!(matches!(verdicts[1], Verdict::Deliver { .. }));
+        assert_eq!(verdicts[2], Verdict::Drop(DropReason::RateLimited));
+        // Another peer is not affected, and after a second peer 1 may send.
+        id.seq = 10;
+        assert!(matches!(
+            router.receive(&2u32, id, header(1), None, &[], ms(0)),
+            Verdict::Deliver { .. }
+        ));
+        id.seq = 11;
+        assert!(matches!(
+            router.receive(&1u32, id, header(1), None, &[], ms(1000)),
+            Verdict::Deliver { .. }
+        ));
+    }
+
+    #[test]
+    fn seen_cache_is_bounded() {
+        let mut router = FloodRouter::new(FloodConfig {
+            seen_capacity: 4,
+            adverts_per_peer_per_sec: 1000,
+            ..FloodConfig::default()
+        });
+        for seq in 0..10 {
+            let id = FloodId { job: JobId(1), seq };
+            router.receive(&1u32, id, header(1), None, &[], ms(0));
+        }
+        assert_eq!(router.seen.len(), 4);
+        assert!(router.has_seen(&FloodId {
+            job: JobId(1),
+            seq: 9
+        }));
+        assert!(!router.has_seen(&FloodId {
+            job: JobId(1),
+            seq: 0
+        }));
+    }
+}

@@ -1,0 +1,41 @@
+//! The sans-IO core of Zorilla: every scheduling and flooding decision, as
+//! pure, deterministic state machines.
+//!
+//! Nothing in this crate touches a socket, a clock, a thread or a global random
+//! number generator. A driver feeds events in together with the current time
+//! and executes the actions that come out. Two drivers exist: the real node
+//! (`zorilla-node`, over libp2p) and the grid simulator (`zorilla-sim` in the
+//! `tests` crate), which runs thousands of these state machines over a
+//! simulated network. Because both run the very same code, what the simulator
+//! shows about locality and scale holds for the real grid.
+//!
+//! The parts:
+//! - [`resources`]: cores, memory and disk, and how many workers fit.
+//! - [`advert`]: job adverts and the messages nodes exchange about jobs.
+//! - [`flood`]: forwarding of flooded adverts (TTL, latency budget, duplicate
+//!   cache, per-peer rate limit).
+//! - [`neighbours`]: choice of overlay neighbours from measured RTTs.
+//! - [`schedule`]: when the home floods again, and how far.
+//! - [`allocation`]: the P2P-MPI `spread` and `concentrate` strategies.
+//! - [`node`]: the per-node state machine that ties the above together, both
+//!   as the home of jobs and as a candidate worker node.
+//!
+//! Time is a [`Time`]: the duration since an epoch chosen by the driver (the
+//! node's start, or the simulation's). Times never cross the wire: adverts
+//! carry durations ("expires in"), so no two nodes need synchronised clocks.
+
+pub mod advert;
+pub mod allocation;
+pub mod flood;
+pub mod neighbours;
+pub mod node;
+pub mod resources;
+pub mod schedule;
+
+/// A point in time: the duration since an epoch chosen by the driver.
+pub type Time = std::time::Duration;
+
+/// What the core needs of a peer identifier: libp2p's `PeerId` in the real
+/// node, a small integer in the simulator.
+pub trait PeerKey: Clone + Ord + std::fmt::Debug {}
+impl<T: Clone + Ord + std::fmt::Debug> PeerKey for T {}

@@ -1,0 +1,384 @@
+//! Choice of overlay neighbours from measured round-trip times.
+//!
+//! A flood reaches the nodes that are near in the *overlay*; for that to mean
+//! near in the *network*, each node keeps as neighbours the peers it measured
+//! to be nearest, plus a few random far links. The far links are what keep
+//! the overlay connected when the grid consists of sites joined by slow links:
+//! with near links only, every site would be an island.
+//!
+//! [`NeighbourTable`] is pure data: the driver reports measurements
+//! ([`NeighbourTable::observe_rtt`]), peers it heard of
+//! ([`NeighbourTable::add_candidate`]) and peers it lost
+//! ([`NeighbourTable::remove`]); [`NeighbourTable::refresh`] recomputes the
+//! neighbour set and says which links to open and which to close.
+//!
+//! RTT samples are smoothed by taking the minimum of the most recent samples:
+//! queueing only ever adds delay, so the minimum is the best estimate of the
+//! path's propagation delay.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use rand::seq::IteratorRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::{PeerKey, Time};
+
+/// How many neighbours to keep, and how much to remember.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NeighbourConfig {
+    /// The number of nearest peers kept as neighbours (`k`).
+    pub near: usize,
+    /// The number of random far links kept besides the near ones.
+    pub far: usize,
+    /// How many recent RTT samples per peer are kept; the smoothed RTT is
+    /// their minimum.
+    pub samples: usize,
+    /// The most peers remembered at all (measured or not). When full, the
+    /// farthest peer that is not a neighbour is forgotten.
+    pub max_known: usize,
+}
+
+impl Default for NeighbourConfig {
+    fn default() -> Self {
+        NeighbourConfig {
+            near: 8,
+            far: 2,
+            samples: 8,
+            max_known: 512,
+        }
+    }
+}
+
+/// Whether a neighbour is one of the nearest or a random far link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub enum LinkKind {
+    /// One of the `near` peers with the smallest RTT.
+    Near,
+    /// A random far link that keeps the overlay connected.
+    Far,
+}
+
+#[derive(Debug, Clone)]
+struct PeerInfo {
+    /// Most recent samples, newest at the back; at most `config.samples`.
+    samples: VecDeque<Duration>,
+    last_measured: Option<Time>,
+}
+
+impl PeerInfo {
+    fn smoothed(&self) -> Option<Duration> {
+        self.samples.iter().min().copied()
+    }
+}
+
+/// The links to open and to close after a [`NeighbourTable::refresh`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NeighbourChanges<P> {
+    /// Peers that became neighbours.
+    pub added: Vec<P>,
+    /// Peers that are no longer neighbours.
+    pub removed: Vec<P>,
+}
+
+/// Known peers with their measured RTTs, and the neighbour set chosen from
+/// them. See the [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct NeighbourTable<P> {
+    config: NeighbourConfig,
+    known: BTreeMap<P, PeerInfo>,
+    near: BTreeSet<P>,
+    far: BTreeSet<P>,
+    rng: ChaCha8Rng,
+}
+
+impl<P: PeerKey> NeighbourTable<P> {
+    /// An empty table; `seed` makes the choice of far links reproducible.
+    pub fn new(config: NeighbourConfig, seed: u64) -> Self {
+        NeighbourTable {
+            config,
+            known: BTreeMap::new(),
+            near: BTreeSet::new(),
+            far: BTreeSet::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    /// The configuration this table was made with.
+    pub fn config(&self) -> &NeighbourConfig {
+        &self.config
+    }
+
+    /// Records a peer we heard of (peer exchange, mDNS, bootstrap) but have
+    /// not measured yet. Returns whether it was new. Ignored when the table is
+    /// full, so that gossip cannot push measured peers out.
+    pub fn add_candidate(&mut self, peer: P) -> bool {
+        if self.known.contains_key(&peer) || self.known.len() >= self.config.max_known {
+            return false;
+        }
+        self.known.insert(
+            peer,
+            PeerInfo {
+                samples: VecDeque::new(),
+                last_measured: None,
+            },
+        );
+        true
+    }
+
+    /// Records one RTT sample to `peer`, measured at `now`.
+    pub fn observe_rtt(&mut self, peer: P, rtt: Duration, now: Time) {
+        if !self.known.contains_key(&peer) && self.known.len() >= self.config.max_known {
+            self.forget_one_non_neighbour();
+        }
+        let limit = self.config.samples.max(1);
+        let info = self.known.entry(peer).or_insert_with(|| PeerInfo {
+            samples: VecDeque::with_capacity(limit),
+            last_measured: None,
+        });
+        if info.samples.len() == limit {
+            info.samples.pop_front();
+        }
+        info.samples.push_back(rtt);
+        info.last_measured = Some(now);
+    }
+
+    /// Forgets a peer (it failed, left, or was refused). It stops being a
+    /// neighbour at the next [`refresh`](Self::refresh).
+    pub fn remove(&mut self, peer: &P) {
+        self.known.remove(peer);
+    }
+
+    /// The smoothed RTT to `peer`, if it was measured.
+    pub fn rtt(&self, peer: &P) -> Option<Duration> {
+        self.known.get(peer).and_then(PeerInfo::smoothed)
+    }
+
+    /// When `peer` was last measured.
+    pub fn last_measured(&self, peer: &P) -> Option<Time> {
+        self.known.get(peer).and_then(|info| info.last_measured)
+    }
+
+    /// Known peers not measured yet: the driver should connect to them so that
+    /// their RTT can be measured.
+    pub fn unmeasured(&self) -> impl Iterator<Item = &P> {
+        self.known
+            .iter()
+            .filter(|(_, info)| info.samples.is_empty())
+            .map(|(peer, _)| peer)
+    }
+
+    /// Every known peer with its smoothed RTT (`None` if not measured).
+    pub fn known(&self) -> impl Iterator<Item = (&P, Option<Duration>)> {
+        self.known.iter().map(|(peer, info)| (peer, info.smoothed()))
+    }
+
+    /// The number of known peers.
+    pub fn known_len(&self) -> usize {
+        self.known.len()
+    }
+
+    /// What kind of neighbour `peer` is, if it is one.
+    pub fn kind(&self, peer: &P) -> Option<LinkKind> {
+        if self.near.contains(peer) {
+            Some(LinkKind::Near)
+        } else if self.far.contains(peer) {
+            Some(LinkKind::Far)
+        } else {
+            None
+        }
+    }
+
+    /// The current neighbours with their kind and smoothed RTT, near ones
+    /// first, each group in peer order.
+    pub fn neighbours(&self) -> impl Iterator<Item = (&P, LinkKind, Duration)> {
+        let rtt = |peer: &P| self.rtt(peer).unwrap_or(Duration::MAX);
+        self.near
+            .iter()
+            .map(move |p| (p, LinkKind::Near, rtt(p)))
+            .chain(self.far.iter().map(move |p| (p, LinkKind::Far, rtt(p))))
+    }
+
+    /// The current neighbours with their smoothed RTT, as the flood router
+    /// takes them.
+    pub fn neighbour_rtts(&self) -> Vec<(P, Duration)> {
+        self.neighbours()
+            .map(|(peer, _, rtt)| (peer.clone(), rtt))
+            .collect()
+    }
+
+    /// The number of current neighbours.
+    pub fn len(&self) -> usize {
+        self.near.len() + self.far.len()
+    }
+
+    /// Whether there are no neighbours.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Recomputes the neighbour set from the current measurements: the `near`
+    /// measured peers with the smallest RTT, plus `far` random far links.
+    /// Existing far links are kept while they remain known and measured, so
+    /// that the overlay does not churn on every refresh.
+    pub fn refresh(&mut self) -> NeighbourChanges<P> {
+        let before: BTreeSet<P> = self.near.union(&self.far).cloned().collect();
+
+        let mut measured: Vec<(Duration, &P)> = self
+            .known
+            .iter()
+            .filter_map(|(peer, info)| info.smoothed().map(|rtt| (rtt, peer)))
+            .collect();
+        measured.sort();
+        let near: BTreeSet<P> = measured
+            .iter()
+            .take(self.config.near)
+            .map(|(_, peer)| (*peer).clone())
+            .collect();
+
+        let mut far: BTreeSet<P> = self
+            .far
+            .iter()
+            .filter(|peer| !near.contains(*peer) && self.rtt(peer).is_some())
+            .cloned()
+            .collect();
+        while far.len() > self.config.far {
+            let drop = far.iter().next_back().cloned();
+            if let Some(drop) = drop {
+                far.remove(&drop);
+            }
+        }
+        let wanted = self.config.far - far.len();
+        let pool = measured
+            .iter()
+            .skip(self.config.near)
+            .map(|(_, peer)| *peer)
+            .filter(|peer| !far.contains(*peer));
+        let picks = pool.choose_multiple(&mut self.rng, wanted);
+        far.extend(picks.into_iter().cloned());
+
+        self.near = near;
+        self.far = far;
+        let after: BTreeSet<P> = self.near.union(&self.far).cloned().collect();
+        NeighbourChanges {
+            added: after.difference(&before).cloned().collect(),
+            removed: before.difference(&after).cloned().collect(),
+        }
+    }
+
+    fn forget_one_non_neighbour(&mut self) {
+        // Forget an unmeasured peer first, else the farthest measured one.
+        let victim = self
+            .known
+            .iter()
+            .filter(|(peer, _)| !self.near.contains(*peer) && !self.far.contains(*peer))
+            .max_by_key(|(_, info)| info.smoothed().map_or((1, Duration::ZERO), |d| (0, d)))
+            .map(|(peer, _)| peer.clone());
+        if let Some(victim) = victim {
+            self.known.remove(&victim);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(x: u64) -> Duration {
+        Duration::from_millis(x)
+    }
+
+    #[test]
+    fn keeps_the_nearest_and_a_far_link() {
+        let config = NeighbourConfig {
+            near: 2,
+            far: 1,
+            samples: 4,
+            max_known: 16,
+        };
+        let mut table = NeighbourTable::new(config, 7);
+        for (peer, rtt) in [(1u32, 30), (2, 1), (3, 2), (4, 50), (5, 3)] {
+            table.observe_rtt(peer, ms(rtt), ms(0));
+        }
+        let changes = table.refresh();
+        assert_eq!(table.kind(&2), Some(LinkKind::Near));
+        assert_eq!(table.kind(&3), Some(LinkKind::Near));
+        let far: Vec<_> = table
+            .neighbours()
+            .filter(|(_, kind, _)| *kind == LinkKind::Far)
+            .map(|(p, _, _)| *p)
+            .collect();
+        assert_eq!(far.len(), 1);
+        assert!([1, 4, 5].contains(&far[0]));
+        assert_eq!(changes.added.len(), 3);
+        assert!(changes.removed.is_empty());
+    }
+
+    #[test]
+    fn smoothing_takes_the_minimum_of_recent_samples() {
+        let mut table = NeighbourTable::new(
+            NeighbourConfig {
+                samples: 2,
+                ..NeighbourConfig::default()
+            },
+            0,
+        );
+        table.observe_rtt(1u32, ms(1), ms(0));
+        table.observe_rtt(1, ms(9), ms(1));
+        assert_eq!(table.rtt(&1), Some(ms(1)));
+        // The 1 ms sample falls out of the window of two.
+        table.observe_rtt(1, ms(5), ms(2));
+        assert_eq!(table.rtt(&1), Some(ms(5)));
+    }
+
+    #[test]
+    fn lost_peers_are_replaced_and_far_links_are_stable() {
+        let config = NeighbourConfig {
+            near: 2,
+            far: 2,
+            samples: 1,
+            max_known: 64,
+        };
+        let mut table = NeighbourTable::new(config, 1);
+        for peer in 0u32..20 {
+            table.observe_rtt(peer, ms(u64::from(peer) + 1), ms(0));
+        }
+        table.refresh();
+        let far_before: Vec<u32> = table
+            .neighbours()
+            .filter(|(_, k, _)| *k == LinkKind::Far)
+            .map(|(p, _, _)| *p)
+            .collect();
+        assert_eq!(table.refresh(), NeighbourChanges::default());
+
+        table.remove(&0);
+        let changes = table.refresh();
+        assert_eq!(changes.removed, vec![0]);
+        assert_eq!(table.kind(&1), Some(LinkKind::Near));
+        assert_eq!(table.kind(&2), Some(LinkKind::Near));
+        for peer in far_before.iter().filter(|p| **p != 2) {
+            assert_eq!(table.kind(peer), Some(LinkKind::Far), "far link {peer} kept");
+        }
+        assert_eq!(table.len(), 4);
+    }
+
+    #[test]
+    fn a_full_table_forgets_far_non_neighbours_not_neighbours() {
+        let config = NeighbourConfig {
+            near: 1,
+            far: 0,
+            samples: 1,
+            max_known: 2,
+        };
+        let mut table = NeighbourTable::new(config, 1);
+        table.observe_rtt(1u32, ms(1), ms(0));
+        table.observe_rtt(2, ms(9), ms(0));
+        table.refresh();
+        table.observe_rtt(3, ms(5), ms(0));
+        assert_eq!(table.known_len(), 2);
+        assert!(table.rtt(&1).is_some());
+        assert!(table.rtt(&2).is_none(), "the farthest non-neighbour went");
+        assert!(!table.add_candidate(4), "gossip cannot push out measured peers");
+    }
+}

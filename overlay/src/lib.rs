@@ -1,0 +1,1 @@
+//! The libp2p overlay of Zorilla.

@@ -1,0 +1,2 @@
+//! zorilla-sim
+fn main() {}

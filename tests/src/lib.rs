@@ -1,0 +1,1 @@
+//! Zorilla grid simulator.

@@ -1,0 +1,1 @@
+//! Status page of a Zorilla node.
