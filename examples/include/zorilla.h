@@ -1,0 +1,117 @@
+/*
+ * zorilla.h — the Zorilla host API for parallel WebAssembly workers.
+ *
+ * Every worker of a Zorilla job runs the same WebAssembly module (a WASI
+ * preview 1 "command": it has a `main`). The workers of one job are numbered
+ * by *rank* from 0 to size-1 and exchange byte messages through the functions
+ * below, which the sandbox provides as imports of the module "zorilla".
+ *
+ * Guarantees:
+ *   - Messages between one pair of ranks arrive in the order they were sent
+ *     and are never duplicated. Nothing is guaranteed about the interleaving
+ *     of messages from different senders.
+ *   - Every queue is bounded: zorilla_send() waits (without burning CPU time)
+ *     while the receiver's queue is full, so a receiver that never reads will
+ *     eventually stall its senders.
+ *   - Blocking calls (send, recv, barrier) do not consume the worker's CPU
+ *     budget, but they do count towards its wall-clock limit.
+ *   - A worker started without a job transport behaves as rank 0 of a job of
+ *     size 1 (it can send messages to itself).
+ *
+ * Every call returns a status: 0 or a positive count on success, or one of
+ * the negative ZORILLA_E* codes below.
+ *
+ * Build a guest with:
+ *   clang --target=wasm32-wasi --sysroot=/usr -O2 -I examples/include -o x.wasm x.c
+ */
+#ifndef ZORILLA_H
+#define ZORILLA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZORILLA_IMPORT(name) __attribute__((import_module("zorilla"), import_name(name)))
+
+/* Status codes (negative values are errors). */
+#define ZORILLA_OK 0
+/* A blocking call gave up after its timeout. */
+#define ZORILLA_ETIMEDOUT (-1)
+/* The destination rank is outside 0..size-1. */
+#define ZORILLA_EBADRANK (-2)
+/* A pointer/length argument points outside the worker's linear memory. */
+#define ZORILLA_EFAULT (-3)
+/* The message is larger than the transport accepts (see ZORILLA_MAX_MESSAGE). */
+#define ZORILLA_ETOOBIG (-4)
+/* The job's transport is closed (the job is ending, or the peer is gone for good). */
+#define ZORILLA_ECLOSED (-5)
+/* zorilla_recv() was interrupted because the job's membership changed and the
+ * worker asked to be told (see zorilla_watch_membership()). */
+#define ZORILLA_EMEMBERSHIP (-6)
+/* An argument is invalid (e.g. a negative length). */
+#define ZORILLA_EINVAL (-7)
+
+/* The largest message the sandbox accepts: 16 MiB. */
+#define ZORILLA_MAX_MESSAGE (16 * 1024 * 1024)
+
+/* Kinds of membership change reported by zorilla_membership_next(). */
+/* A new worker joined the job; `rank` is its rank and `size` the new size. */
+#define ZORILLA_JOINED 1
+/* The worker of `rank` was lost and a fresh worker replaced it: messages in
+ * flight to or from the old one may be lost, and the new one starts from the
+ * beginning of the program. `size` is unchanged. */
+#define ZORILLA_REPLACED 2
+
+/* One membership change (12 bytes, as written by the host). */
+struct zorilla_membership {
+    int32_t kind; /* ZORILLA_JOINED or ZORILLA_REPLACED */
+    int32_t rank; /* the rank that joined or was replaced */
+    int32_t size; /* the number of workers after the change */
+};
+
+/* This worker's rank, 0 <= rank < size. Never changes during a run. */
+ZORILLA_IMPORT("rank") int32_t zorilla_rank(void);
+
+/* The current number of workers in the job. Grows when workers join. */
+ZORILLA_IMPORT("size") int32_t zorilla_size(void);
+
+/* Sends `len` bytes at `data` to worker `dest` (which may be this worker).
+ * Returns ZORILLA_OK once the message is queued for delivery; waits while
+ * the destination's queue is full. Errors: EBADRANK, EFAULT, ETOOBIG, EINVAL,
+ * ECLOSED. */
+ZORILLA_IMPORT("send") int32_t zorilla_send(int32_t dest, const void *data, uint32_t len);
+
+/* Receives the next message from any rank.
+ *
+ * `timeout_ms` < 0 waits for ever, 0 only checks whether a message is
+ * already waiting, and > 0 waits at most that many milliseconds.
+ *
+ * On success returns the message's full length n >= 0 and stores the sender's
+ * rank in *source. If n <= cap the message is copied to `buf` and consumed.
+ * If n > cap nothing is copied and the message stays at the head of the
+ * queue: call again with a buffer of at least n bytes to receive it.
+ * Errors: ETIMEDOUT, EFAULT, EINVAL, ECLOSED, EMEMBERSHIP. */
+ZORILLA_IMPORT("recv") int32_t zorilla_recv(int32_t *source, void *buf, uint32_t cap, int64_t timeout_ms);
+
+/* Waits until every worker of the job has entered the barrier.
+ * Returns ZORILLA_OK, or ECLOSED. */
+ZORILLA_IMPORT("barrier") int32_t zorilla_barrier(void);
+
+/* Takes the oldest unread membership change, if any. Returns 1 and fills
+ * *event if there was one, 0 if there was none. The host keeps the 64 most
+ * recent changes; older unread ones are dropped. */
+ZORILLA_IMPORT("membership_next") int32_t zorilla_membership_next(struct zorilla_membership *event);
+
+/* With `enable` != 0, a blocking zorilla_recv() returns ZORILLA_EMEMBERSHIP
+ * as soon as a membership change is waiting (read it with
+ * zorilla_membership_next()). Off by default. Returns the previous setting. */
+ZORILLA_IMPORT("watch_membership") int32_t zorilla_watch_membership(int32_t enable);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZORILLA_H */
