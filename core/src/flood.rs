@@ -210,7 +210,10 @@ impl<P: PeerKey> FloodRouter<P> {
             return Verdict::Drop(DropReason::NoTtl);
         }
         let distance = direct_distance.map_or(header.path_rtt, |d| d.min(header.path_rtt));
-        if header.latency_budget.is_some_and(|budget| distance > budget) {
+        if header
+            .latency_budget
+            .is_some_and(|budget| distance > budget)
+        {
             self.stats.outside_budget += 1;
             return Verdict::Drop(DropReason::OutsideBudget);
         }

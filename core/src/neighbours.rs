@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use rand::seq::IteratorRandom;
 use rand::SeedableRng;
+use rand::seq::IteratorRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::{PeerKey, Time};
@@ -52,7 +52,9 @@ impl Default for NeighbourConfig {
 }
 
 /// Whether a neighbour is one of the nearest or a random far link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum LinkKind {
     /// One of the `near` peers with the smallest RTT.
     Near,
@@ -171,7 +173,9 @@ impl<P: PeerKey> NeighbourTable<P> {
 
     /// Every known peer with its smoothed RTT (`None` if not measured).
     pub fn known(&self) -> impl Iterator<Item = (&P, Option<Duration>)> {
-        self.known.iter().map(|(peer, info)| (peer, info.smoothed()))
+        self.known
+            .iter()
+            .map(|(peer, info)| (peer, info.smoothed()))
     }
 
     /// The number of known peers.
@@ -358,7 +362,11 @@ mod tests {
         assert_eq!(table.kind(&1), Some(LinkKind::Near));
         assert_eq!(table.kind(&2), Some(LinkKind::Near));
         for peer in far_before.iter().filter(|p| **p != 2) {
-            assert_eq!(table.kind(peer), Some(LinkKind::Far), "far link {peer} kept");
+            assert_eq!(
+                table.kind(peer),
+                Some(LinkKind::Far),
+                "far link {peer} kept"
+            );
         }
         assert_eq!(table.len(), 4);
     }
@@ -379,6 +387,9 @@ mod tests {
         assert_eq!(table.known_len(), 2);
         assert!(table.rtt(&1).is_some());
         assert!(table.rtt(&2).is_none(), "the farthest non-neighbour went");
-        assert!(!table.add_candidate(4), "gossip cannot push out measured peers");
+        assert!(
+            !table.add_candidate(4),
+            "gossip cannot push out measured peers"
+        );
     }
 }

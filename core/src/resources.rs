@@ -4,7 +4,9 @@ use serde::{Deserialize, Serialize};
 
 /// An amount of cores, memory and disk: what a node has free, or what one
 /// worker of a job needs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Resources {
     /// Whole cores.
     pub cores: u32,

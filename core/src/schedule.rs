@@ -1,1 +1,297 @@
-//! TODO
+//! When the home of a job floods its advert again, and how far.
+//!
+//! Zorilla's schedule (the paper, section 3.2): the first flood has radius
+//! `round(log10(workers))`, clamped to `[1, max_radius]`; every further flood
+//! has radius one more; between floods the home waits, starting at one
+//! second and doubling up to a cap. That is [`WaitMode::Doubling`] with
+//! [`FloodMode::Hops`], kept as the paper-faithful baseline.
+//!
+//! Two improvements, both measured in the simulator (`BENCHMARKS.md`):
+//! - [`FloodMode::LatencyBounded`]: the advert also carries a latency budget
+//!   that doubles per flood; nodes farther from the home than the budget
+//!   neither join nor forward. Each flood then reaches a ball in network
+//!   distance rather than in overlay hops.
+//! - [`WaitMode::Adaptive`]: instead of a fixed one-second start, the home
+//!   floods again as soon as the current flood has gone quiet: a floor, or
+//!   twice the delay of the slowest answer to it so far, whichever is larger.
+//!   A flood that brings no new answer at all doubles the wait (up to the
+//!   cap), so a full grid is not flooded at a high rate.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Time;
+use crate::advert::FloodHeader;
+
+/// How far a flood travels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FloodMode {
+    /// Limited by overlay hops only (the original Zorilla).
+    Hops,
+    /// Limited by a latency budget that doubles per flood; the hop limit is
+    /// only the safety cap `max_radius`.
+    #[default]
+    LatencyBounded,
+}
+
+/// How long the home waits between floods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WaitMode {
+    /// Start at `first_wait`, double after every flood, up to `max_wait`.
+    Doubling,
+    /// Flood again once the current flood has gone quiet.
+    #[default]
+    Adaptive,
+}
+
+/// The home's flooding schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleConfig {
+    /// Hop-limited or latency-bounded floods.
+    pub flood_mode: FloodMode,
+    /// Doubling or adaptive waits.
+    pub wait_mode: WaitMode,
+    /// The first wait (doubling), or the first back-off (adaptive).
+    pub first_wait: Duration,
+    /// The longest wait between two floods.
+    pub max_wait: Duration,
+    /// The shortest wait between two floods in adaptive mode.
+    pub adaptive_floor: Duration,
+    /// The largest radius a home floods with (also the hop cap of
+    /// latency-bounded floods).
+    pub max_radius: u8,
+    /// The latency budget of the first latency-bounded flood.
+    pub initial_budget: Duration,
+    /// The largest latency budget.
+    pub max_budget: Duration,
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        ScheduleConfig {
+            flood_mode: FloodMode::LatencyBounded,
+            wait_mode: WaitMode::Adaptive,
+            first_wait: Duration::from_secs(1),
+            max_wait: Duration::from_secs(60),
+            adaptive_floor: Duration::from_millis(10),
+            max_radius: 15,
+            initial_budget: Duration::from_millis(1),
+            max_budget: Duration::from_secs(2),
+        }
+    }
+}
+
+impl ScheduleConfig {
+    /// The original Zorilla schedule: hop floods, one second doubling.
+    pub fn paper() -> Self {
+        ScheduleConfig {
+            flood_mode: FloodMode::Hops,
+            wait_mode: WaitMode::Doubling,
+            ..ScheduleConfig::default()
+        }
+    }
+}
+
+/// The radius of the first flood for a job of `workers` workers:
+/// `round(log10(workers))` clamped to `[1, max_radius]`.
+pub fn initial_radius(workers: u32, max_radius: u8) -> u8 {
+    let radius = f64::from(workers.max(1)).log10().round();
+    // `radius` is at most 10 (log10 of u32::MAX), so the cast is exact.
+    (radius as u8).clamp(1, max_radius.max(1))
+}
+
+/// The flooding state of one job at its home.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FloodSchedule {
+    config: ScheduleConfig,
+    /// Floods sent so far.
+    floods: u32,
+    /// Radius of the next flood.
+    radius: u8,
+    /// Budget of the next flood (latency-bounded mode).
+    budget: Duration,
+    /// The wait used after the previous flood (for doubling).
+    wait: Duration,
+    /// When the last flood went out.
+    last_flood_at: Option<Time>,
+    /// Answers to the last flood, and the delay of the slowest one.
+    answers: u32,
+    slowest_answer: Duration,
+}
+
+impl FloodSchedule {
+    /// The schedule of a job wanting `workers` workers.
+    pub fn new(config: ScheduleConfig, workers: u32) -> Self {
+        FloodSchedule {
+            radius: initial_radius(workers, config.max_radius),
+            budget: config.initial_budget,
+            wait: config.first_wait,
+            config,
+            floods: 0,
+            last_flood_at: None,
+            answers: 0,
+            slowest_answer: Duration::ZERO,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ScheduleConfig {
+        &self.config
+    }
+
+    /// Floods sent so far.
+    pub fn floods(&self) -> u32 {
+        self.floods
+    }
+
+    /// The radius of the last flood sent (0 before the first).
+    pub fn radius_reached(&self) -> u8 {
+        match self.floods {
+            0 => 0,
+            _ => self
+                .radius
+                .saturating_sub(1)
+                .max(1)
+                .min(self.config.max_radius),
+        }
+    }
+
+    /// The latency budget of the last flood sent, in latency-bounded mode.
+    pub fn budget_reached(&self) -> Option<Duration> {
+        match (self.config.flood_mode, self.floods) {
+            (FloodMode::LatencyBounded, n) if n > 0 => Some(self.budget / 2),
+            _ => None,
+        }
+    }
+
+    /// When the last flood went out.
+    pub fn last_flood_at(&self) -> Option<Time> {
+        self.last_flood_at
+    }
+
+    /// The header of the flood to send now; advances the schedule.
+    pub fn next_flood(&mut self, now: Time) -> FloodHeader {
+        let (ttl, latency_budget) = match self.config.flood_mode {
+            FloodMode::Hops => (self.radius, None),
+            FloodMode::LatencyBounded => (self.config.max_radius, Some(self.budget)),
+        };
+        let header = FloodHeader {
+            seq: self.floods,
+            ttl,
+            latency_budget,
+            path_rtt: Duration::ZERO,
+        };
+        if let Some(previous) = self.last_flood_at {
+            // The wait that ended now becomes the base of the next one.
+            self.wait = now.saturating_sub(previous);
+        }
+        if self.floods > 0 && self.config.wait_mode == WaitMode::Doubling {
+            self.wait = self.wait.max(self.config.first_wait);
+        }
+        self.floods += 1;
+        self.radius = self.radius.saturating_add(1).min(self.config.max_radius);
+        self.budget = (self.budget * 2).min(self.config.max_budget);
+        self.last_flood_at = Some(now);
+        self.answers = 0;
+        self.slowest_answer = Duration::ZERO;
+        header
+    }
+
+    /// Records an answer (offer or decline) that arrived at `now`.
+    pub fn answer(&mut self, now: Time) {
+        if let Some(sent) = self.last_flood_at {
+            self.answers += 1;
+            self.slowest_answer = self.slowest_answer.max(now.saturating_sub(sent));
+        }
+    }
+
+    /// When the next flood is due.
+    pub fn next_flood_at(&self) -> Time {
+        let Some(sent) = self.last_flood_at else {
+            return Time::ZERO;
+        };
+        let wait = match self.config.wait_mode {
+            WaitMode::Doubling if self.floods == 1 => self.config.first_wait,
+            WaitMode::Doubling => self.wait.saturating_mul(2),
+            WaitMode::Adaptive if self.answers == 0 && self.floods > 1 => {
+                self.wait.saturating_mul(2).max(self.config.adaptive_floor)
+            }
+            WaitMode::Adaptive => self
+                .slowest_answer
+                .saturating_mul(2)
+                .max(self.config.adaptive_floor),
+        };
+        sent + wait.min(self.config.max_wait)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(x: u64) -> Duration {
+        Duration::from_secs(x)
+    }
+
+    #[test]
+    fn initial_radius_is_log10_of_workers_clamped() {
+        assert_eq!(initial_radius(1, 15), 1);
+        assert_eq!(initial_radius(8, 15), 1);
+        assert_eq!(initial_radius(40, 15), 2);
+        assert_eq!(initial_radius(671, 15), 3);
+        assert_eq!(initial_radius(u32::MAX, 15), 10);
+        assert_eq!(initial_radius(u32::MAX, 4), 4);
+    }
+
+    #[test]
+    fn paper_schedule_grows_radius_by_one_and_doubles_the_wait_to_the_cap() {
+        let mut schedule = FloodSchedule::new(ScheduleConfig::paper(), 100);
+        let mut now = Time::ZERO;
+        let mut radii = Vec::new();
+        let mut waits = Vec::new();
+        for _ in 0..9 {
+            let header = schedule.next_flood(now);
+            assert_eq!(header.latency_budget, None);
+            radii.push(header.ttl);
+            let next = schedule.next_flood_at();
+            waits.push((next - now).as_secs());
+            now = next;
+        }
+        assert_eq!(radii, vec![2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(waits, vec![1, 2, 4, 8, 16, 32, 60, 60, 60]);
+    }
+
+    #[test]
+    fn latency_bounded_budget_doubles_up_to_its_cap() {
+        let config = ScheduleConfig {
+            max_budget: Duration::from_millis(6),
+            ..ScheduleConfig::default()
+        };
+        let mut schedule = FloodSchedule::new(config, 8);
+        let budgets: Vec<_> = (0..5)
+            .map(|i| schedule.next_flood(secs(i)).latency_budget.unwrap())
+            .collect();
+        let ms = Duration::from_millis;
+        assert_eq!(budgets, vec![ms(1), ms(2), ms(4), ms(6), ms(6)]);
+        assert_eq!(schedule.budget_reached(), Some(ms(3)));
+    }
+
+    #[test]
+    fn adaptive_wait_follows_the_slowest_answer_then_backs_off_when_silent() {
+        let mut schedule = FloodSchedule::new(ScheduleConfig::default(), 8);
+        let ms = Duration::from_millis;
+        schedule.next_flood(ms(0));
+        assert_eq!(schedule.next_flood_at(), ms(10), "floor before any answer");
+        schedule.answer(ms(3));
+        schedule.answer(ms(40));
+        assert_eq!(schedule.next_flood_at(), ms(80), "twice the slowest answer");
+        schedule.next_flood(ms(80));
+        // No answer to this flood: the wait (80 ms) doubles.
+        assert_eq!(schedule.next_flood_at(), ms(80 + 160));
+        schedule.next_flood(ms(240));
+        assert_eq!(schedule.next_flood_at(), ms(240 + 320));
+    }
+}

@@ -1,0 +1,582 @@
+//! One scheduler at a time, fed inputs by hand: the exact outputs it gives.
+
+use std::time::Duration;
+
+use zorilla_core::advert::{
+    Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
+};
+use zorilla_core::node::{
+    Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
+};
+use zorilla_core::resources::Resources;
+use zorilla_core::schedule::ScheduleConfig;
+
+const HOME: u32 = 0;
+const JOB: JobId = JobId(7);
+
+fn ms(x: u64) -> Duration {
+    Duration::from_millis(x)
+}
+
+fn member(cores: u32) -> Scheduler<u32> {
+    Scheduler::new(
+        1,
+        SchedulerConfig {
+            resources: Resources::new(cores, 4096, 4096),
+            ..SchedulerConfig::default()
+        },
+    )
+}
+
+fn advert(workers: WorkerCount) -> Advert<u32> {
+    Advert {
+        job: JOB,
+        home: HOME,
+        per_worker: Resources::new(1, 100, 0),
+        workers,
+        strategy: Strategy::Concentrate,
+        expires_in: Duration::from_secs(60),
+        flood: FloodHeader {
+            seq: 0,
+            ttl: 1,
+            latency_budget: None,
+            path_rtt: ms(1),
+        },
+    }
+}
+
+fn spec(workers: WorkerCount) -> JobSpec {
+    JobSpec {
+        per_worker: Resources::new(1, 100, 0),
+        workers,
+        strategy: Strategy::Concentrate,
+        lifetime: Duration::from_secs(60),
+        on_worker_lost: LostPolicy::Fail,
+    }
+}
+
+fn offer(workers: u32) -> Message<u32> {
+    Message::Offer {
+        job: JOB,
+        workers,
+        distance: ms(1),
+        residue: Resources::ZERO,
+    }
+}
+
+fn deliver(node: &mut Scheduler<u32>, now: Duration, workers: WorkerCount) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::AdvertDelivered {
+            advert: advert(workers),
+            distance: ms(1),
+        },
+    )
+}
+
+fn from_home(node: &mut Scheduler<u32>, now: Duration, msg: Message<u32>) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::Message {
+            from: HOME,
+            msg,
+            rtt: None,
+        },
+    )
+}
+
+#[test]
+fn member_offers_what_fits_holds_it_and_starts_granted_ranks() {
+    let mut node = member(4);
+    let out = deliver(&mut node, ms(0), WorkerCount::rigid(3));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Offer {
+                job: JOB,
+                workers: 3,
+                distance: ms(1),
+                residue: Resources::new(1, 4096 - 300, 4096),
+            }
+        }]
+    );
+    assert_eq!(node.free().cores, 1, "offered workers are held");
+    // A later flood of the same job is not answered twice.
+    assert_eq!(deliver(&mut node, ms(1), WorkerCount::rigid(3)), vec![]);
+
+    let out = from_home(
+        &mut node,
+        ms(2),
+        Message::Grant {
+            job: JOB,
+            ranks: vec![4, 5],
+        },
+    );
+    assert_eq!(
+        out,
+        vec![Output::StartWorkers {
+            job: JOB,
+            home: HOME,
+            ranks: vec![4, 5]
+        }]
+    );
+    assert_eq!(
+        node.free().cores,
+        2,
+        "the ungranted part of the hold is released"
+    );
+}
+
+#[test]
+fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
+    let mut node = member(1);
+    let other = Advert {
+        job: JobId(99),
+        ..advert(WorkerCount::rigid(1))
+    };
+    node.handle(
+        ms(0),
+        Input::AdvertDelivered {
+            advert: other,
+            distance: ms(1),
+        },
+    );
+    from_home(
+        &mut node,
+        ms(1),
+        Message::Grant {
+            job: JobId(99),
+            ranks: vec![0],
+        },
+    );
+    let out = deliver(&mut node, ms(2), WorkerCount::rigid(1));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Busy
+            }
+        }]
+    );
+    assert_eq!(node.pending().count(), 1);
+    assert_eq!(
+        deliver(&mut node, ms(3), WorkerCount::rigid(1)),
+        vec![],
+        "declined once"
+    );
+
+    let out = node.handle(
+        ms(4),
+        Input::WorkersEnded {
+            job: JobId(99),
+            ranks: vec![0],
+        },
+    );
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                to: HOME,
+                msg: Message::Offer {
+                    job: JOB,
+                    workers: 1,
+                    ..
+                }
+            }]
+        ),
+        "{out:?}"
+    );
+    assert_eq!(node.pending().count(), 0);
+}
+
+#[test]
+fn owner_limits_deny_list_jobs_and_workers_per_job() {
+    let mut denied = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(8, 4096, 0),
+            limits: OwnerLimits {
+                deny: [HOME].into(),
+                ..OwnerLimits::default()
+            },
+            ..SchedulerConfig::default()
+        },
+    );
+    let out = deliver(&mut denied, ms(0), WorkerCount::rigid(2));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Denied
+            }
+        }]
+    );
+    assert_eq!(denied.pending().count(), 0, "denied adverts are not queued");
+
+    let mut limited = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(8, 4096, 0),
+            limits: OwnerLimits {
+                max_jobs: 1,
+                max_workers_per_job: 2,
+                deny: Default::default(),
+            },
+            ..SchedulerConfig::default()
+        },
+    );
+    let out = deliver(&mut limited, ms(0), WorkerCount::rigid(8));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer { workers: 2, .. },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    let second = Advert {
+        job: JobId(8),
+        ..advert(WorkerCount::rigid(1))
+    };
+    let out = limited.handle(
+        ms(1),
+        Input::AdvertDelivered {
+            advert: second,
+            distance: ms(1),
+        },
+    );
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Decline {
+                    reason: DeclineReason::TooManyJobs,
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
+    let mut node = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(2, 4096, 0),
+            hold_timeout: ms(500),
+            ..SchedulerConfig::default()
+        },
+    );
+    deliver(&mut node, ms(0), WorkerCount::rigid(2));
+    assert_eq!(node.next_timeout(), Some(ms(500)));
+    let out = node.handle_timeout(ms(500));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Withdraw { job: JOB }
+        }]
+    );
+    assert_eq!(node.free().cores, 2);
+    let out = from_home(
+        &mut node,
+        ms(600),
+        Message::Grant {
+            job: JOB,
+            ranks: vec![0, 1],
+        },
+    );
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Withdraw { job: JOB }
+        }]
+    );
+}
+
+fn home(schedule: ScheduleConfig) -> Scheduler<u32> {
+    Scheduler::new(
+        HOME,
+        SchedulerConfig {
+            schedule,
+            ..SchedulerConfig::default()
+        },
+    )
+}
+
+fn offer_from(
+    node: &mut Scheduler<u32>,
+    now: Duration,
+    from: u32,
+    workers: u32,
+    rtt: u64,
+) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::Message {
+            from,
+            msg: offer(workers),
+            rtt: Some(ms(rtt)),
+        },
+    )
+}
+
+#[test]
+fn home_floods_then_grants_a_rigid_job_all_at_once_to_the_nearest_offers() {
+    let mut node = home(ScheduleConfig::paper());
+    let out = node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(4)),
+        },
+    );
+    let [Output::Flood(flood)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(flood.flood.ttl, 1, "round(log10(4)) = 1");
+    assert_eq!(flood.workers, WorkerCount::rigid(4));
+    assert_eq!(node.next_timeout(), Some(ms(1000)));
+
+    // Offers of 3 cannot start a rigid job of 4: nothing is granted.
+    assert_eq!(offer_from(&mut node, ms(5), 10, 3, 9), vec![]);
+    assert_eq!(node.phase(JOB), Some(Phase::Scheduling));
+    let out = offer_from(&mut node, ms(6), 11, 2, 2);
+    // Concentrate: nearest node (11, 2 workers) first, then 2 of node 10's.
+    let grants: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                to,
+                msg: Message::Grant { ranks, .. },
+            } => Some((*to, ranks.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(grants, vec![(11, vec![0, 1]), (10, vec![2, 3])]);
+    assert!(out.contains(&Output::Job(JobEvent::Started {
+        job: JOB,
+        workers: 4
+    })));
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    // Flooding stopped; a late offer is refused as the job is full.
+    assert_eq!(node.next_timeout(), None);
+    assert_eq!(
+        offer_from(&mut node, ms(7), 12, 1, 1),
+        vec![Output::Send {
+            to: 12,
+            msg: Message::Refuse {
+                job: JOB,
+                reason: RefuseReason::JobFull
+            }
+        }]
+    );
+}
+
+#[test]
+fn adaptive_home_lets_the_flood_settle_before_granting() {
+    let mut node = home(ScheduleConfig::default());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(2)),
+        },
+    );
+    // A far offer arrives after the 10 ms floor: the home floods again
+    // (budget 2 ms) and lets that flood settle for about twice the offer's
+    // RTT before granting.
+    let out = offer_from(&mut node, ms(21), 10, 2, 20);
+    assert!(
+        matches!(&out[..], [Output::Flood(advert)] if advert.flood.seq == 1),
+        "{out:?}"
+    );
+    let settle = node.next_timeout().unwrap();
+    assert!(
+        settle >= ms(40),
+        "waits about twice the 20 ms RTT: {settle:?}"
+    );
+    // A nearer node answers meanwhile and is chosen instead.
+    assert_eq!(offer_from(&mut node, ms(25), 11, 2, 1), vec![]);
+    let settle = node.next_timeout().unwrap();
+    let out = node.handle_timeout(settle);
+    assert!(out.contains(&Output::Send {
+        to: 11,
+        msg: Message::Grant {
+            job: JOB,
+            ranks: vec![0, 1]
+        }
+    }));
+    assert!(out.contains(&Output::Send {
+        to: 10,
+        msg: Message::Refuse {
+            job: JOB,
+            reason: RefuseReason::NotChosen
+        }
+    }));
+}
+
+#[test]
+fn malleable_job_starts_at_min_and_grows_to_max() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount { min: 2, max: 4 }),
+        },
+    );
+    let out = offer_from(&mut node, ms(1), 10, 2, 1);
+    assert!(out.contains(&Output::Job(JobEvent::Started {
+        job: JOB,
+        workers: 2
+    })));
+    assert!(node.next_timeout().is_some(), "still flooding for more");
+    let out = offer_from(&mut node, ms(2), 11, 5, 1);
+    assert!(out.contains(&Output::Send {
+        to: 11,
+        msg: Message::Grant {
+            job: JOB,
+            ranks: vec![2, 3]
+        }
+    }));
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+}
+
+#[test]
+fn lost_worker_of_a_malleable_job_is_replaced_and_rank_reused() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount { min: 1, max: 2 }),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    offer_from(&mut node, ms(2), 11, 1, 1);
+    let out = node.handle(ms(3), Input::PeerLost(10));
+    assert!(out.contains(&Output::Job(JobEvent::WorkersLost {
+        job: JOB,
+        node: 10,
+        ranks: vec![0]
+    })));
+    assert!(
+        out.iter().any(|o| matches!(o, Output::Flood(_))),
+        "floods for a replacement at once"
+    );
+    let out = offer_from(&mut node, ms(4), 12, 1, 1);
+    assert!(out.contains(&Output::Send {
+        to: 12,
+        msg: Message::Grant {
+            job: JOB,
+            ranks: vec![0]
+        }
+    }));
+}
+
+#[test]
+fn lost_worker_of_a_rigid_job_fails_it_by_default() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle(ms(3), Input::PeerLost(10));
+    assert_eq!(node.phase(JOB), Some(Phase::Failed));
+}
+
+#[test]
+fn a_job_that_cannot_get_workers_expires_explaining_why() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: JobSpec {
+                lifetime: Duration::from_secs(5),
+                ..spec(WorkerCount::rigid(4))
+            },
+        },
+    );
+    node.handle(
+        ms(2),
+        Input::Message {
+            from: 10,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Busy,
+            },
+            rtt: None,
+        },
+    );
+    offer_from(&mut node, ms(3), 11, 1, 1);
+    let report = node.report(JOB).unwrap();
+    assert_eq!(report.nodes_answered, 2);
+    assert_eq!(report.offers, 1);
+    assert_eq!(report.declines.get(&DeclineReason::Busy), Some(&1));
+    let why = report.explain();
+    assert!(why.contains("0 of 4 workers granted"), "{why}");
+    assert!(why.contains("1 busy"), "{why}");
+
+    let mut now = ms(3);
+    let mut ended = None;
+    while let Some(at) = node.next_timeout() {
+        now = at;
+        for o in node.handle_timeout(now) {
+            if let Output::Job(JobEvent::Ended { phase, reason, .. }) = o {
+                ended = Some((phase, reason));
+            }
+        }
+        if ended.is_some() {
+            break;
+        }
+    }
+    assert_eq!(now, Duration::from_secs(5));
+    let (phase, reason) = ended.unwrap();
+    assert_eq!(phase, Phase::Failed);
+    assert!(
+        reason.starts_with("expired before it got its workers"),
+        "{reason}"
+    );
+    assert_eq!(
+        node.report(JOB).unwrap().floods,
+        3,
+        "floods at 0, 1 and 3 s"
+    );
+}
+
+#[test]
+fn invalid_specs_are_rejected_with_a_reason() {
+    let mut node = home(ScheduleConfig::paper());
+    let out = node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount { min: 3, max: 2 }),
+        },
+    );
+    let [Output::Job(JobEvent::Rejected { error, .. })] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        error.to_string(),
+        "min workers (3) is more than max workers (2)"
+    );
+}
