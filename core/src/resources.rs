@@ -39,16 +39,15 @@ impl Resources {
     pub fn workers_that_fit(&self, per_worker: &Resources) -> u32 {
         let cores = per_worker.cores.max(1);
         let by_cores = self.cores / cores;
-        let by_memory = if per_worker.memory_mib == 0 {
-            u64::MAX
-        } else {
-            self.memory_mib / per_worker.memory_mib
-        };
-        let by_disk = if per_worker.disk_mib == 0 {
-            u64::MAX
-        } else {
-            self.disk_mib / per_worker.disk_mib
-        };
+        // A worker needing no memory (or disk) is not limited by it.
+        let by_memory = self
+            .memory_mib
+            .checked_div(per_worker.memory_mib)
+            .unwrap_or(u64::MAX);
+        let by_disk = self
+            .disk_mib
+            .checked_div(per_worker.disk_mib)
+            .unwrap_or(u64::MAX);
         let fit = u64::from(by_cores).min(by_memory).min(by_disk);
         u32::try_from(fit).unwrap_or(u32::MAX)
     }
