@@ -1,1 +1,39 @@
-//! The libp2p overlay of Zorilla.
+//! The libp2p overlay of Zorilla: transport, discovery, RTT measurement,
+//! locality-aware neighbours and the flood and rpc protocols.
+//!
+//! Every decision is the core's ([`zorilla_core`]): which peers are
+//! neighbours ([`NeighbourTable`](zorilla_core::neighbours::NeighbourTable))
+//! and whether and where a flood copy goes
+//! ([`FloodRouter`](zorilla_core::flood::FloodRouter)). This crate does the
+//! IO around them: it measures RTTs with libp2p ping and feeds them to the
+//! table, opens and closes connections as the table's neighbour set changes,
+//! and runs every flood copy it receives through the router.
+//!
+//! The parts:
+//! - [`overlay`]: [`Overlay::start`] and the [`OverlayHandle`] / [`Event`]
+//!   API the node uses; the event loop behind it.
+//! - [`config`]: the [`OverlayConfig`] with its defaults.
+//! - [`identity`]: the persistent ed25519 identity.
+//! - [`latency`]: emulated latency between sites on one machine.
+//! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
+//!   `/zorilla/<network>/rpc/1` and their size-capped codec.
+//!
+//! Transport: TCP, noise, yamux. Joining: bootstrap addresses, mDNS (on by
+//! default), and peer exchange over the rpc protocol. Separate grids never
+//! mix: the network name is part of every protocol name and of identify's
+//! protocol version, and peers announcing another one are disconnected and
+//! refused.
+
+pub mod config;
+pub mod identity;
+pub mod latency;
+pub mod overlay;
+mod wire;
+
+pub use config::OverlayConfig;
+pub use latency::{LatencyEmulation, SharedTopology, Topology};
+pub use libp2p::{Multiaddr, PeerId};
+pub use overlay::{
+    Event, KnownPeer, Neighbour, Overlay, OverlayError, OverlayHandle, OverlayStats, RequestError,
+    Responder,
+};

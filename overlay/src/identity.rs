@@ -1,0 +1,121 @@
+//! The node's ed25519 identity, kept in its state directory so that the
+//! node keeps its peer id across restarts (other nodes remember it as a
+//! job's home or as a neighbour).
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use libp2p::identity::Keypair;
+
+/// The file in the state directory that holds the secret key.
+pub const IDENTITY_FILE: &str = "identity.ed25519";
+
+/// Why the identity could not be loaded or created.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// Reading or writing the key file failed.
+    #[error("identity file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+    /// The key file exists but does not hold a key.
+    #[error("identity file {path} does not hold an ed25519 key: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Loads the identity from `dir`, or creates one there (mode 0600) if there is
+/// none. `dir` is created if missing.
+pub fn load_or_create(dir: &Path) -> Result<Keypair, IdentityError> {
+    let path = dir.join(IDENTITY_FILE);
+    let io = |source| IdentityError::Io {
+        path: path.clone(),
+        source,
+    };
+    match fs::read(&path) {
+        Ok(bytes) => {
+            let key =
+                Keypair::from_protobuf_encoding(&bytes).map_err(|e| IdentityError::Corrupt {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            if key.key_type() != libp2p::identity::KeyType::Ed25519 {
+                return Err(IdentityError::Corrupt {
+                    path,
+                    reason: format!("key type is {:?}", key.key_type()),
+                });
+            }
+            // A secret readable by others is a leak waiting to happen: tighten
+            // it rather than refuse to start.
+            let mode = fs::metadata(&path).map_err(io)?.permissions().mode();
+            if mode & 0o077 != 0 {
+                tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "identity file was readable by others; setting mode 0600");
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).map_err(io)?;
+            }
+            Ok(key)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::create_dir_all(dir).map_err(io)?;
+            let key = Keypair::generate_ed25519();
+            let bytes = key
+                .to_protobuf_encoding()
+                .map_err(|e| IdentityError::Corrupt {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            // Write to a temporary file and rename, so that a crash never
+            // leaves a half-written key behind.
+            let tmp = dir.join(format!("{IDENTITY_FILE}.tmp"));
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(io)?;
+            file.write_all(&bytes).map_err(io)?;
+            file.sync_all().map_err(io)?;
+            fs::rename(&tmp, &path).map_err(io)?;
+            Ok(key)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_identity_survives_a_restart_and_is_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let first = load_or_create(&state).unwrap();
+        let second = load_or_create(&state).unwrap();
+        assert_eq!(first.public().to_peer_id(), second.public().to_peer_id());
+        let mode = fs::metadata(state.join(IDENTITY_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_corrupt_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(IDENTITY_FILE), b"not a key").unwrap();
+        assert!(matches!(
+            load_or_create(dir.path()),
+            Err(IdentityError::Corrupt { .. })
+        ));
+    }
+}

@@ -1,0 +1,1455 @@
+//! The overlay node: [`Overlay::start`] builds the libp2p swarm and spawns
+//! its event loop; the node drives it through the cloneable
+//! [`OverlayHandle`] and receives [`Event`]s from a bounded channel (the
+//! client-handle / event-loop split of rust-libp2p's file-sharing example).
+//!
+//! # How the event loop keeps the overlay
+//!
+//! - **Measuring**: libp2p ping runs on every connection (interval and
+//!   timeout from the config); each RTT sample of a peer whose identify said
+//!   it is on our network goes to the core's
+//!   [`NeighbourTable`](zorilla_core::neighbours::NeighbourTable). A failed
+//!   ping closes the connection.
+//! - **Learning peers**: bootstrap addresses, mDNS, identify (every peer that
+//!   connects), and peer exchange (an rpc request answered with some known
+//!   peers and their addresses, sent to each new peer and periodically to a
+//!   random neighbour). New peers are table candidates.
+//! - **Probing**: unmeasured candidates are dialed (a few at a time) so ping
+//!   can measure them; the probe ends after a few samples.
+//! - **Neighbours**: on a timer, and at once when a neighbour is lost,
+//!   `refresh()` recomputes the set; new neighbours are dialed. A connection
+//!   is closed by the side that **dialed** it when that side no longer needs
+//!   it (not a neighbour, not probing): the side that wants a link owns it,
+//!   so a peer that chose us as neighbour keeps the connection it made.
+//! - **Failures**: a neighbour whose connection closes is redialed; if the
+//!   dial fails it is removed from the table (and not tried again for a
+//!   while) and the set is refreshed, so the overlay repairs itself within a
+//!   ping timeout of a failure.
+//! - **Misbehaviour**: malformed or oversized frames, and floods without
+//!   TTL, are dropped with a log line and count against the sender; at the
+//!   limit the peer is disconnected and refused for a while. So is a peer of
+//!   another network, at once.
+//!
+//! Events are sent with back-pressure: the node must keep draining the event
+//! receiver, or the overlay stalls (it never drops a delivered flood).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use libp2p::core::transport::Transport;
+use libp2p::core::{ConnectedPoint, upgrade};
+use libp2p::identity::Keypair;
+use libp2p::multiaddr::Protocol;
+use libp2p::request_response::{
+    self, InboundFailure, OutboundRequestId, ProtocolSupport, ResponseChannel,
+};
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::{ConnectionId, DialError, NetworkBehaviour, SwarmEvent};
+use libp2p::{
+    Multiaddr, PeerId, StreamProtocol, Swarm, allow_block_list, connection_limits, identify, mdns,
+    noise, ping, yamux,
+};
+use rand::SeedableRng;
+use rand::seq::IteratorRandom;
+use rand_chacha::ChaCha8Rng as StdRng;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use zorilla_core::Time;
+use zorilla_core::advert::FloodHeader;
+use zorilla_core::flood::{DropReason, FloodId, FloodRouter, FloodStats, Verdict};
+use zorilla_core::neighbours::{LinkKind, NeighbourTable};
+
+use crate::config::OverlayConfig;
+use crate::identity::{self, IdentityError};
+use crate::latency::MaybeDelayed;
+use crate::wire::{self, CborCodec, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse};
+
+/// Most addresses remembered per peer.
+const MAX_ADDRS_PER_PEER: usize = 8;
+/// Most peers in one peer-exchange answer.
+const MAX_PEER_RECORDS: usize = 32;
+/// A connection whose peer has not identified itself after this long is
+/// closed.
+const IDENTIFY_GRACE: Duration = Duration::from_secs(10);
+/// How often the bootstrap peers are dialed again while we have no
+/// connection at all.
+const BOOTSTRAP_RETRY: Duration = Duration::from_secs(5);
+/// How long the transport's handshake (noise, yamux) may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Connections nobody uses close after this long; the overlay closes the
+/// ones it does not need itself, so this is only a safety net.
+const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// A neighbour of this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Neighbour {
+    /// The peer.
+    pub peer: PeerId,
+    /// Near (one of the nearest) or far (a random long link).
+    pub kind: LinkKind,
+    /// The smoothed RTT.
+    pub rtt: Duration,
+}
+
+/// A peer this node knows of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownPeer {
+    /// The peer.
+    pub peer: PeerId,
+    /// The smoothed RTT, if measured.
+    pub rtt: Option<Duration>,
+    /// Whether it is a neighbour, and which kind.
+    pub kind: Option<LinkKind>,
+    /// Whether a connection to it is open now.
+    pub connected: bool,
+    /// Where it listens, as far as we know.
+    pub addrs: Vec<Multiaddr>,
+}
+
+/// Counters of what the overlay did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OverlayStats {
+    /// Flood frames sent (originated and forwarded copies).
+    pub flood_frames_sent: u64,
+    /// Bytes of those frames (CBOR, without transport overhead).
+    pub flood_bytes_sent: u64,
+    /// Flood frames received.
+    pub flood_frames_received: u64,
+    /// What the core's flood router did.
+    pub router: FloodStats,
+    /// Rpc requests this node sent (application and peer exchange).
+    pub requests_sent: u64,
+    /// Rpc requests this node received.
+    pub requests_received: u64,
+    /// Offences counted against peers (bad frames, floods without TTL).
+    pub misbehaviour: u64,
+    /// Peers disconnected and refused (misbehaviour or another network).
+    pub bans: u64,
+    /// Connections established.
+    pub connections: u64,
+    /// Incoming connections that failed before they were established
+    /// (garbage, failed handshakes, refused peers).
+    pub failed_incoming: u64,
+}
+
+/// What the overlay tells the node.
+#[derive(Debug)]
+pub enum Event {
+    /// A flood reached this node for the first time.
+    Flood {
+        /// Which flood.
+        id: FloodId,
+        /// The node that started it.
+        origin: PeerId,
+        /// The header of the copy that arrived.
+        header: FloodHeader,
+        /// The application's payload.
+        payload: Vec<u8>,
+        /// The neighbour that sent the copy.
+        from: PeerId,
+        /// This node's estimated RTT to the origin (own measurement, or the
+        /// RTT summed along the path).
+        distance: Duration,
+    },
+    /// A peer sent an application request; answer it with
+    /// [`OverlayHandle::respond`] (dropping the responder fails the request
+    /// at the sender).
+    Request {
+        /// The sender.
+        peer: PeerId,
+        /// The request.
+        payload: Vec<u8>,
+        /// Where the answer goes.
+        responder: Responder,
+    },
+    /// A peer of our network connected (and identified itself).
+    PeerConnected {
+        /// The peer.
+        peer: PeerId,
+    },
+    /// The last connection to a peer closed.
+    PeerLost {
+        /// The peer.
+        peer: PeerId,
+    },
+    /// The neighbour set changed.
+    NeighboursChanged {
+        /// New neighbours.
+        added: Vec<PeerId>,
+        /// Former neighbours.
+        removed: Vec<PeerId>,
+    },
+    /// The node listens on a new address.
+    Listening {
+        /// The address.
+        addr: Multiaddr,
+    },
+}
+
+/// The answer slot of a received request.
+#[derive(Debug)]
+pub struct Responder {
+    channel: ResponseChannel<RpcResponse>,
+}
+
+/// Errors of the overlay and of its handle.
+#[derive(Debug, thiserror::Error)]
+pub enum OverlayError {
+    /// The configuration is invalid.
+    #[error("invalid overlay configuration: {0}")]
+    InvalidConfig(String),
+    /// The identity could not be loaded or created.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The transport or a behaviour could not be set up.
+    #[error("cannot set up the network: {0}")]
+    Setup(String),
+    /// Listening failed.
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen {
+        /// The address.
+        addr: Multiaddr,
+        /// Why.
+        reason: String,
+    },
+    /// A dial could not be started.
+    #[error("cannot dial {addr}: {reason}")]
+    Dial {
+        /// The address.
+        addr: Multiaddr,
+        /// Why.
+        reason: String,
+    },
+    /// A message is larger than the configured cap.
+    #[error("message of {size} bytes exceeds the cap of {max} bytes")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// The response could not be sent (the request timed out or the
+    /// connection closed).
+    #[error("response could not be sent; the requester is gone")]
+    ResponseFailed,
+    /// The overlay stopped.
+    #[error("the overlay has stopped")]
+    Stopped,
+}
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The request is larger than the configured cap.
+    #[error("request of {size} bytes exceeds the cap of {max} bytes")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// Dialing, timeout, closed connection, refused or unsupported protocol.
+    #[error("request to {peer} failed: {reason}")]
+    Failed {
+        /// The peer.
+        peer: PeerId,
+        /// Why.
+        reason: String,
+    },
+    /// The peer answered with something other than an application answer.
+    #[error("unexpected response from {0}")]
+    UnexpectedResponse(PeerId),
+    /// The overlay stopped.
+    #[error("the overlay has stopped")]
+    Stopped,
+}
+
+enum Command {
+    Flood {
+        id: FloodId,
+        header: FloodHeader,
+        payload: Vec<u8>,
+        reply: oneshot::Sender<Result<usize, OverlayError>>,
+    },
+    Request {
+        peer: PeerId,
+        payload: Vec<u8>,
+        reply: oneshot::Sender<Result<Vec<u8>, RequestError>>,
+    },
+    Respond {
+        responder: Responder,
+        payload: Vec<u8>,
+        reply: oneshot::Sender<Result<(), OverlayError>>,
+    },
+    Dial {
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<(), OverlayError>>,
+    },
+    Neighbours(oneshot::Sender<Vec<Neighbour>>),
+    KnownPeers(oneshot::Sender<Vec<KnownPeer>>),
+    ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
+    Stats(oneshot::Sender<OverlayStats>),
+    Shutdown,
+}
+
+/// The node's handle on its overlay. Cheap to clone; the overlay stops when
+/// [`shutdown`](Self::shutdown) is called or every handle is dropped.
+#[derive(Debug, Clone)]
+pub struct OverlayHandle {
+    commands: mpsc::Sender<Command>,
+    local_peer_id: PeerId,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Command")
+    }
+}
+
+impl OverlayHandle {
+    /// This node's peer id.
+    pub fn local_peer_id(&self) -> PeerId {
+        self.local_peer_id
+    }
+
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, OverlayError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(make(tx))
+            .await
+            .map_err(|_| OverlayError::Stopped)?;
+        rx.await.map_err(|_| OverlayError::Stopped)
+    }
+
+    /// Starts flood `id` with `header` (its TTL is the radius; a latency
+    /// budget bounds it further) carrying `payload` to the neighbours.
+    /// Returns the number of copies sent.
+    pub async fn flood(
+        &self,
+        id: FloodId,
+        header: FloodHeader,
+        payload: Vec<u8>,
+    ) -> Result<usize, OverlayError> {
+        self.call(|reply| Command::Flood {
+            id,
+            header,
+            payload,
+            reply,
+        })
+        .await?
+    }
+
+    /// Sends `payload` to `peer` (dialing it if needed) and waits for its
+    /// answer.
+    pub async fn request(&self, peer: PeerId, payload: Vec<u8>) -> Result<Vec<u8>, RequestError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Request {
+                peer,
+                payload,
+                reply: tx,
+            })
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        rx.await.map_err(|_| RequestError::Stopped)?
+    }
+
+    /// Answers a request received as [`Event::Request`].
+    pub async fn respond(
+        &self,
+        responder: Responder,
+        payload: Vec<u8>,
+    ) -> Result<(), OverlayError> {
+        self.call(|reply| Command::Respond {
+            responder,
+            payload,
+            reply,
+        })
+        .await?
+    }
+
+    /// Dials `addr` (e.g. a peer given on the command line); it joins the
+    /// overlay's candidates once it identifies itself.
+    pub async fn dial(&self, addr: Multiaddr) -> Result<(), OverlayError> {
+        self.call(|reply| Command::Dial { addr, reply }).await?
+    }
+
+    /// The current neighbours, near ones first.
+    pub async fn neighbours(&self) -> Result<Vec<Neighbour>, OverlayError> {
+        self.call(Command::Neighbours).await
+    }
+
+    /// Every known peer with its RTT and state.
+    pub async fn known_peers(&self) -> Result<Vec<KnownPeer>, OverlayError> {
+        self.call(Command::KnownPeers).await
+    }
+
+    /// The addresses this node listens on.
+    pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, OverlayError> {
+        self.call(Command::ListenAddrs).await
+    }
+
+    /// Counters of what the overlay did.
+    pub async fn stats(&self) -> Result<OverlayStats, OverlayError> {
+        self.call(Command::Stats).await
+    }
+
+    /// Stops the overlay: every connection closes.
+    pub async fn shutdown(&self) {
+        let _ = self.commands.send(Command::Shutdown).await;
+    }
+}
+
+#[derive(NetworkBehaviour)]
+struct Behaviour {
+    limits: connection_limits::Behaviour,
+    blocked: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
+    identify: identify::Behaviour,
+    ping: ping::Behaviour,
+    mdns: Toggle<mdns::tokio::Behaviour>,
+    flood: request_response::Behaviour<CborCodec<FloodFrame, FloodAck>>,
+    rpc: request_response::Behaviour<CborCodec<RpcRequest, RpcResponse>>,
+}
+
+/// Starts overlay nodes.
+#[derive(Debug)]
+pub struct Overlay {
+    _private: (),
+}
+
+impl Overlay {
+    /// Builds the node's swarm, starts listening, dials the bootstrap peers
+    /// and spawns the event loop on the current tokio runtime. Returns once
+    /// every listener has an address.
+    pub async fn start(
+        config: OverlayConfig,
+    ) -> Result<(OverlayHandle, mpsc::Receiver<Event>), OverlayError> {
+        config.validate().map_err(OverlayError::InvalidConfig)?;
+        let key = match &config.state_dir {
+            Some(dir) => identity::load_or_create(dir)?,
+            None => Keypair::generate_ed25519(),
+        };
+        let local = key.public().to_peer_id();
+        let mut swarm = build_swarm(&config, &key)?;
+
+        let mut listen_addrs = Vec::new();
+        let mut pending = HashSet::new();
+        for addr in &config.listen {
+            let id = swarm
+                .listen_on(addr.clone())
+                .map_err(|e| OverlayError::Listen {
+                    addr: addr.clone(),
+                    reason: e.to_string(),
+                })?;
+            pending.insert(id);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pending.is_empty() {
+            let event = tokio::time::timeout_at(deadline, swarm.select_next_some())
+                .await
+                .map_err(|_| OverlayError::Setup("listeners did not start within 10 s".into()))?;
+            match event {
+                SwarmEvent::NewListenAddr {
+                    listener_id,
+                    address,
+                } => {
+                    pending.remove(&listener_id);
+                    listen_addrs.push(address);
+                }
+                SwarmEvent::ListenerClosed { reason: Err(e), .. }
+                | SwarmEvent::ListenerError { error: e, .. } => {
+                    return Err(OverlayError::Setup(format!("listener failed: {e}")));
+                }
+                _ => {}
+            }
+        }
+        if let Some(latency) = &config.latency {
+            for addr in &listen_addrs {
+                if let Some(port) = tcp_port(addr) {
+                    latency.topology.assign_port(port, &latency.site);
+                }
+            }
+        }
+        for addr in &config.bootstrap {
+            if let Err(e) = swarm.dial(addr.clone()) {
+                tracing::warn!(%addr, error = %e, "cannot dial bootstrap peer");
+            }
+        }
+
+        let (command_tx, command_rx) = mpsc::channel(config.channel_capacity);
+        let (event_tx, event_rx) = mpsc::channel(config.channel_capacity);
+        let seed = config.seed.unwrap_or_else(|| {
+            let bytes = local.to_bytes();
+            bytes
+                .iter()
+                .rev()
+                .take(8)
+                .fold(0u64, |acc, b| acc << 8 | u64::from(*b))
+        });
+        let now = Instant::now();
+        let driver = Driver {
+            table: NeighbourTable::new(config.neighbours.clone(), seed),
+            router: FloodRouter::new(config.flood.clone()),
+            rng: StdRng::seed_from_u64(seed),
+            identify_version: wire::identify_version(&config.network),
+            local,
+            swarm,
+            commands: command_rx,
+            events: event_tx,
+            start: now,
+            listen_addrs,
+            addrs: HashMap::new(),
+            connections: HashMap::new(),
+            verified: HashSet::new(),
+            samples: HashMap::new(),
+            probing: HashMap::new(),
+            dead: HashMap::new(),
+            banned: HashMap::new(),
+            strikes: HashMap::new(),
+            pending_requests: HashMap::new(),
+            peer_exchanges: HashSet::new(),
+            next_peer_exchange: now + config.peer_exchange_interval,
+            next_bootstrap: now + BOOTSTRAP_RETRY,
+            stats: OverlayStats::default(),
+            config,
+        };
+        tokio::spawn(driver.run());
+        Ok((
+            OverlayHandle {
+                commands: command_tx,
+                local_peer_id: local,
+            },
+            event_rx,
+        ))
+    }
+}
+
+fn build_swarm(config: &OverlayConfig, key: &Keypair) -> Result<Swarm<Behaviour>, OverlayError> {
+    let setup = |e: &dyn std::fmt::Display| OverlayError::Setup(e.to_string());
+    let local = key.public().to_peer_id();
+    let latency = config.latency.clone();
+    let transport =
+        libp2p::tcp::tokio::Transport::new(libp2p::tcp::Config::default().nodelay(true))
+            .map(move |stream, endpoint| {
+                // Only the dialer delays (see the latency module): it knows the
+                // remote's listen port, hence its site.
+                let one_way = match (&latency, &endpoint) {
+                    (Some(l), ConnectedPoint::Dialer { address, .. }) => l
+                        .topology
+                        .rtt_to(&l.site, address)
+                        .map_or(Duration::ZERO, |rtt| rtt / 2),
+                    _ => Duration::ZERO,
+                };
+                MaybeDelayed::new(stream, one_way)
+            })
+            .upgrade(upgrade::Version::V1Lazy)
+            .authenticate(noise::Config::new(key).map_err(|e| setup(&e))?)
+            .multiplex(yamux::Config::default())
+            .timeout(HANDSHAKE_TIMEOUT)
+            .boxed();
+
+    let network = &config.network;
+    let protocol = |name: String| StreamProtocol::try_from_owned(name).map_err(|e| setup(&e));
+    let rr_config =
+        request_response::Config::default().with_request_timeout(config.request_timeout);
+    let mdns = if config.mdns {
+        Some(mdns::tokio::Behaviour::new(mdns::Config::default(), local).map_err(|e| setup(&e))?)
+    } else {
+        None
+    };
+    let per_peer = 2;
+    let behaviour = Behaviour {
+        limits: connection_limits::Behaviour::new(
+            connection_limits::ConnectionLimits::default()
+                .with_max_established(Some(config.max_connections))
+                .with_max_established_per_peer(Some(per_peer))
+                .with_max_pending_incoming(Some(config.max_connections / 2 + 1)),
+        ),
+        blocked: allow_block_list::Behaviour::default(),
+        identify: identify::Behaviour::new(
+            identify::Config::new(wire::identify_version(network), key.public())
+                .with_agent_version(format!("zorilla/{}", env!("CARGO_PKG_VERSION"))),
+        ),
+        ping: ping::Behaviour::new(
+            ping::Config::new()
+                .with_interval(config.ping_interval)
+                .with_timeout(config.ping_timeout),
+        ),
+        mdns: Toggle::from(mdns),
+        flood: request_response::Behaviour::with_codec(
+            CborCodec::new(config.max_message_size),
+            [(
+                protocol(wire::flood_protocol(network))?,
+                ProtocolSupport::Full,
+            )],
+            rr_config.clone(),
+        ),
+        rpc: request_response::Behaviour::with_codec(
+            CborCodec::new(config.max_message_size),
+            [(
+                protocol(wire::rpc_protocol(network))?,
+                ProtocolSupport::Full,
+            )],
+            rr_config,
+        ),
+    };
+    Ok(Swarm::new(
+        transport,
+        behaviour,
+        local,
+        libp2p::swarm::Config::with_tokio_executor()
+            .with_idle_connection_timeout(IDLE_CONNECTION_TIMEOUT),
+    ))
+}
+
+fn tcp_port(addr: &Multiaddr) -> Option<u16> {
+    addr.iter().find_map(|p| match p {
+        Protocol::Tcp(port) => Some(port),
+        _ => None,
+    })
+}
+
+/// Whether `addr` is worth remembering as a peer's listen address: TCP on a
+/// concrete IP address.
+fn dialable(addr: &Multiaddr) -> bool {
+    let mut iter = addr.iter();
+    let ip_ok = match iter.next() {
+        Some(Protocol::Ip4(ip)) => !ip.is_unspecified(),
+        Some(Protocol::Ip6(ip)) => !ip.is_unspecified(),
+        Some(Protocol::Dns(_) | Protocol::Dns4(_) | Protocol::Dns6(_)) => true,
+        _ => false,
+    };
+    ip_ok && matches!(iter.next(), Some(Protocol::Tcp(port)) if port != 0)
+}
+
+/// Where the answer to one of the node's requests goes.
+type ReplySlot = oneshot::Sender<Result<Vec<u8>, RequestError>>;
+
+struct Conn {
+    id: ConnectionId,
+    dialer: bool,
+    since: Instant,
+}
+
+struct Driver {
+    config: OverlayConfig,
+    local: PeerId,
+    identify_version: String,
+    swarm: Swarm<Behaviour>,
+    commands: mpsc::Receiver<Command>,
+    events: mpsc::Sender<Event>,
+    table: NeighbourTable<PeerId>,
+    router: FloodRouter<PeerId>,
+    rng: StdRng,
+    start: Instant,
+    listen_addrs: Vec<Multiaddr>,
+    /// Listen addresses of peers, for dialing; pruned to known peers.
+    addrs: HashMap<PeerId, Vec<Multiaddr>>,
+    connections: HashMap<PeerId, Vec<Conn>>,
+    /// Connected peers that identified themselves as of our network.
+    verified: HashSet<PeerId>,
+    /// RTT samples since the peer's connection opened (for probes).
+    samples: HashMap<PeerId, usize>,
+    /// Peers dialed to measure them, with when.
+    probing: HashMap<PeerId, Instant>,
+    /// Peers that could not be reached, with when.
+    dead: HashMap<PeerId, Instant>,
+    /// Refused peers, with since when.
+    banned: HashMap<PeerId, Instant>,
+    /// Offences per peer, with the time of the last one.
+    strikes: HashMap<PeerId, (u32, Instant)>,
+    pending_requests: HashMap<OutboundRequestId, (PeerId, ReplySlot)>,
+    /// Our outstanding peer-exchange requests.
+    peer_exchanges: HashSet<OutboundRequestId>,
+    next_peer_exchange: Instant,
+    next_bootstrap: Instant,
+    stats: OverlayStats,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        let mut tick = tokio::time::interval(self.config.refresh_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                command = self.commands.recv() => match command {
+                    None | Some(Command::Shutdown) => break,
+                    Some(command) => self.on_command(command),
+                },
+                event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
+                _ = tick.tick() => self.maintain().await,
+            }
+        }
+        tracing::debug!(peer = %self.local, "overlay stopped");
+    }
+
+    /// The core's notion of now.
+    fn now(&self) -> Time {
+        self.start.elapsed()
+    }
+
+    async fn emit(&mut self, event: Event) {
+        // Back-pressure rather than loss; a node that dropped its receiver
+        // simply gets nothing.
+        let _ = self.events.send(event).await;
+    }
+
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Flood {
+                id,
+                header,
+                payload,
+                reply,
+            } => {
+                let result = self.originate(id, header, payload);
+                let _ = reply.send(result);
+            }
+            Command::Request {
+                peer,
+                payload,
+                reply,
+            } => {
+                let size = payload.len();
+                let max = self.config.max_message_size;
+                // The frame adds a few bytes of CBOR around the payload.
+                if size + 16 > max {
+                    let _ = reply.send(Err(RequestError::TooLarge { size, max }));
+                    return;
+                }
+                let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
+                let id = self.swarm.behaviour_mut().rpc.send_request_with_addresses(
+                    &peer,
+                    RpcRequest::App(payload),
+                    addrs,
+                );
+                self.stats.requests_sent += 1;
+                self.pending_requests.insert(id, (peer, reply));
+            }
+            Command::Respond {
+                responder,
+                payload,
+                reply,
+            } => {
+                let size = payload.len();
+                let max = self.config.max_message_size;
+                let result = if size + 16 > max {
+                    Err(OverlayError::TooLarge { size, max })
+                } else {
+                    self.swarm
+                        .behaviour_mut()
+                        .rpc
+                        .send_response(responder.channel, RpcResponse::App(payload))
+                        .map_err(|_| OverlayError::ResponseFailed)
+                };
+                let _ = reply.send(result);
+            }
+            Command::Dial { addr, reply } => {
+                let result = self
+                    .swarm
+                    .dial(addr.clone())
+                    .map_err(|e| OverlayError::Dial {
+                        addr,
+                        reason: e.to_string(),
+                    });
+                let _ = reply.send(result);
+            }
+            Command::Neighbours(reply) => {
+                let neighbours = self
+                    .table
+                    .neighbours()
+                    .map(|(peer, kind, rtt)| Neighbour {
+                        peer: *peer,
+                        kind,
+                        rtt,
+                    })
+                    .collect();
+                let _ = reply.send(neighbours);
+            }
+            Command::KnownPeers(reply) => {
+                let known = self
+                    .table
+                    .known()
+                    .map(|(peer, rtt)| KnownPeer {
+                        peer: *peer,
+                        rtt,
+                        kind: self.table.kind(peer),
+                        connected: self.swarm.is_connected(peer),
+                        addrs: self.addrs.get(peer).cloned().unwrap_or_default(),
+                    })
+                    .collect();
+                let _ = reply.send(known);
+            }
+            Command::ListenAddrs(reply) => {
+                let _ = reply.send(self.listen_addrs.clone());
+            }
+            Command::Stats(reply) => {
+                let stats = OverlayStats {
+                    router: self.router.stats(),
+                    ..self.stats
+                };
+                let _ = reply.send(stats);
+            }
+            Command::Shutdown => {}
+        }
+    }
+
+    fn originate(
+        &mut self,
+        id: FloodId,
+        header: FloodHeader,
+        payload: Vec<u8>,
+    ) -> Result<usize, OverlayError> {
+        let probe = FloodFrame {
+            id,
+            origin: self.local,
+            header,
+            payload,
+        };
+        let size = wire::encode(&probe).map_or(usize::MAX, |b| b.len());
+        let max = self.config.max_message_size;
+        if size > max {
+            return Err(OverlayError::TooLarge { size, max });
+        }
+        let neighbours = self.table.neighbour_rtts();
+        let forward = self.router.originate(id, header, &neighbours);
+        let copies = forward.len();
+        self.send_copies(id, self.local, &probe.payload, forward);
+        Ok(copies)
+    }
+
+    fn send_copies(
+        &mut self,
+        id: FloodId,
+        origin: PeerId,
+        payload: &[u8],
+        forward: Vec<(PeerId, FloodHeader)>,
+    ) {
+        for (peer, header) in forward {
+            let frame = FloodFrame {
+                id,
+                origin,
+                header,
+                payload: payload.to_vec(),
+            };
+            self.stats.flood_frames_sent += 1;
+            self.stats.flood_bytes_sent += wire::encode(&frame).map_or(0, |b| b.len() as u64);
+            let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
+            self.swarm
+                .behaviour_mut()
+                .flood
+                .send_request_with_addresses(&peer, frame, addrs);
+        }
+    }
+
+    async fn on_flood(&mut self, from: PeerId, frame: FloodFrame) {
+        self.stats.flood_frames_received += 1;
+        if !self.verified.contains(&from) {
+            tracing::debug!(%from, "flood from a peer not identified yet; dropped");
+            return;
+        }
+        let direct = self.table.rtt(&frame.origin);
+        let neighbours = self.table.neighbour_rtts();
+        let now = self.now();
+        match self
+            .router
+            .receive(&from, frame.id, frame.header, direct, &neighbours, now)
+        {
+            Verdict::Deliver { forward, distance } => {
+                self.send_copies(frame.id, frame.origin, &frame.payload, forward);
+                self.emit(Event::Flood {
+                    id: frame.id,
+                    origin: frame.origin,
+                    header: frame.header,
+                    payload: frame.payload,
+                    from,
+                    distance,
+                })
+                .await;
+            }
+            Verdict::Reforward { forward } => {
+                self.send_copies(frame.id, frame.origin, &frame.payload, forward);
+            }
+            Verdict::Drop(DropReason::NoTtl) => self.strike(from, "flood copy without TTL").await,
+            Verdict::Drop(reason) => {
+                tracing::trace!(%from, ?reason, id = ?frame.id, "flood copy dropped");
+            }
+        }
+    }
+
+    async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::NewListenAddr { address, .. } => {
+                if let (Some(latency), Some(port)) = (&self.config.latency, tcp_port(&address)) {
+                    latency.topology.assign_port(port, &latency.site);
+                }
+                if !self.listen_addrs.contains(&address) {
+                    self.listen_addrs.push(address.clone());
+                }
+                self.emit(Event::Listening { addr: address }).await;
+            }
+            SwarmEvent::ExpiredListenAddr { address, .. } => {
+                self.listen_addrs.retain(|a| *a != address);
+            }
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                connection_id,
+                endpoint,
+                ..
+            } => {
+                self.stats.connections += 1;
+                if let ConnectedPoint::Dialer { address, .. } = &endpoint {
+                    self.remember_addrs(peer_id, [address.clone()]);
+                }
+                self.connections.entry(peer_id).or_default().push(Conn {
+                    id: connection_id,
+                    dialer: endpoint.is_dialer(),
+                    since: Instant::now(),
+                });
+            }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                connection_id,
+                num_established,
+                ..
+            } => {
+                if let Some(conns) = self.connections.get_mut(&peer_id) {
+                    conns.retain(|c| c.id != connection_id);
+                }
+                if num_established == 0 {
+                    self.connections.remove(&peer_id);
+                    self.samples.remove(&peer_id);
+                    if self.verified.remove(&peer_id) {
+                        self.emit(Event::PeerLost { peer: peer_id }).await;
+                    }
+                    // A neighbour's link broke: redial at once; if that
+                    // fails the peer is gone and is replaced.
+                    if self.table.kind(&peer_id).is_some() && !self.dial_peer(peer_id) {
+                        self.unreachable(peer_id).await;
+                    }
+                }
+            }
+            SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => match error {
+                DialError::DialPeerConditionFalse(_) | DialError::Aborted => {}
+                DialError::Denied { cause } => {
+                    tracing::debug!(?peer_id, %cause, "dial denied locally");
+                    if let Some(peer) = peer_id {
+                        self.probing.remove(&peer);
+                    }
+                }
+                error => {
+                    tracing::debug!(?peer_id, %error, "dial failed");
+                    if let Some(peer) = peer_id
+                        && !self.swarm.is_connected(&peer)
+                    {
+                        self.unreachable(peer).await;
+                    }
+                }
+            },
+            SwarmEvent::IncomingConnectionError {
+                send_back_addr,
+                error,
+                ..
+            } => {
+                self.stats.failed_incoming += 1;
+                tracing::debug!(%send_back_addr, %error, "incoming connection failed");
+            }
+            SwarmEvent::Behaviour(event) => self.on_behaviour_event(event).await,
+            _ => {}
+        }
+    }
+
+    async fn on_behaviour_event(&mut self, event: BehaviourEvent) {
+        match event {
+            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
+                self.on_identified(peer_id, info).await;
+            }
+            BehaviourEvent::Identify(_) => {}
+            BehaviourEvent::Ping(ping::Event {
+                peer,
+                connection,
+                result,
+            }) => match result {
+                Ok(rtt) => {
+                    if self.verified.contains(&peer) {
+                        let now = self.now();
+                        self.table.observe_rtt(peer, rtt, now);
+                        *self.samples.entry(peer).or_default() += 1;
+                    }
+                }
+                Err(error) => {
+                    tracing::info!(%peer, %error, "ping failed; closing the connection");
+                    self.swarm.close_connection(connection);
+                }
+            },
+            BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
+                for (peer, addr) in found {
+                    if peer == self.local || self.refused(&peer) {
+                        continue;
+                    }
+                    self.remember_addrs(peer, [addr]);
+                    self.table.add_candidate(peer);
+                }
+                self.start_probes();
+            }
+            BehaviourEvent::Mdns(mdns::Event::Expired(_)) => {}
+            BehaviourEvent::Flood(event) => self.on_flood_event(event).await,
+            BehaviourEvent::Rpc(event) => self.on_rpc_event(event).await,
+            BehaviourEvent::Limits(never) => match never {},
+            BehaviourEvent::Blocked(never) => match never {},
+        }
+    }
+
+    async fn on_identified(&mut self, peer: PeerId, info: identify::Info) {
+        if info.protocol_version != self.identify_version {
+            tracing::warn!(
+                %peer,
+                theirs = %info.protocol_version,
+                ours = %self.identify_version,
+                "peer belongs to another network; refusing it"
+            );
+            self.ban(peer).await;
+            return;
+        }
+        self.dead.remove(&peer);
+        let addrs: Vec<Multiaddr> = info.listen_addrs.into_iter().filter(dialable).collect();
+        if !addrs.is_empty() {
+            self.addrs.insert(peer, Vec::new());
+            self.remember_addrs(peer, addrs);
+        }
+        if self.verified.insert(peer) {
+            self.table.add_candidate(peer);
+            self.emit(Event::PeerConnected { peer }).await;
+            self.request_peers(peer);
+        }
+    }
+
+    async fn on_flood_event(&mut self, event: request_response::Event<FloodFrame, FloodAck>) {
+        match event {
+            request_response::Event::Message {
+                peer,
+                message:
+                    request_response::Message::Request {
+                        request, channel, ..
+                    },
+                ..
+            } => {
+                let _ = self
+                    .swarm
+                    .behaviour_mut()
+                    .flood
+                    .send_response(channel, FloodAck);
+                self.on_flood(peer, request).await;
+            }
+            request_response::Event::Message { .. }
+            | request_response::Event::ResponseSent { .. } => {}
+            request_response::Event::OutboundFailure { peer, error, .. } => {
+                tracing::debug!(%peer, %error, "flood copy not delivered");
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                self.on_inbound_failure(peer, error).await;
+            }
+        }
+    }
+
+    async fn on_rpc_event(&mut self, event: request_response::Event<RpcRequest, RpcResponse>) {
+        match event {
+            request_response::Event::Message { peer, message, .. } => match message {
+                request_response::Message::Request {
+                    request, channel, ..
+                } => {
+                    self.stats.requests_received += 1;
+                    match request {
+                        RpcRequest::Peers => {
+                            let records = self.peer_records(&peer);
+                            let _ = self
+                                .swarm
+                                .behaviour_mut()
+                                .rpc
+                                .send_response(channel, RpcResponse::Peers(records));
+                        }
+                        RpcRequest::App(payload) => {
+                            self.emit(Event::Request {
+                                peer,
+                                payload,
+                                responder: Responder { channel },
+                            })
+                            .await;
+                        }
+                    }
+                }
+                request_response::Message::Response {
+                    request_id,
+                    response,
+                } => {
+                    if let Some((peer, reply)) = self.pending_requests.remove(&request_id) {
+                        let result = match response {
+                            RpcResponse::App(payload) => Ok(payload),
+                            RpcResponse::Peers(_) => Err(RequestError::UnexpectedResponse(peer)),
+                        };
+                        let _ = reply.send(result);
+                    } else if self.peer_exchanges.remove(&request_id)
+                        && let RpcResponse::Peers(records) = response
+                    {
+                        self.on_peer_records(peer, records);
+                    }
+                }
+            },
+            request_response::Event::OutboundFailure {
+                peer,
+                request_id,
+                error,
+                ..
+            } => {
+                self.peer_exchanges.remove(&request_id);
+                if let Some((_, reply)) = self.pending_requests.remove(&request_id) {
+                    let _ = reply.send(Err(RequestError::Failed {
+                        peer,
+                        reason: error.to_string(),
+                    }));
+                }
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                self.on_inbound_failure(peer, error).await;
+            }
+            request_response::Event::ResponseSent { .. } => {}
+        }
+    }
+
+    async fn on_inbound_failure(&mut self, peer: PeerId, error: InboundFailure) {
+        match error {
+            // Only a frame that does not decode or is too large is the
+            // peer's fault; timeouts and closed connections are not.
+            InboundFailure::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                self.strike(peer, &e.to_string()).await;
+            }
+            error => tracing::debug!(%peer, %error, "inbound request failed"),
+        }
+    }
+
+    fn request_peers(&mut self, peer: PeerId) {
+        let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
+        let id = self.swarm.behaviour_mut().rpc.send_request_with_addresses(
+            &peer,
+            RpcRequest::Peers,
+            addrs,
+        );
+        self.stats.requests_sent += 1;
+        self.peer_exchanges.insert(id);
+    }
+
+    /// Some peers for a peer exchange: neighbours first, then other
+    /// connected peers, then other measured ones.
+    fn peer_records(&self, asker: &PeerId) -> Vec<PeerRecord> {
+        let mut chosen: Vec<PeerId> = self.table.neighbours().map(|(p, _, _)| *p).collect();
+        chosen.extend(self.verified.iter().copied());
+        chosen.extend(
+            self.table
+                .known()
+                .filter(|(_, rtt)| rtt.is_some())
+                .map(|(p, _)| *p),
+        );
+        let mut seen = HashSet::new();
+        chosen
+            .into_iter()
+            .filter(|p| p != asker && seen.insert(*p))
+            .filter_map(|peer| {
+                let addrs = self.addrs.get(&peer)?.clone();
+                Some(PeerRecord { peer, addrs })
+            })
+            .take(MAX_PEER_RECORDS)
+            .collect()
+    }
+
+    fn on_peer_records(&mut self, from: PeerId, records: Vec<PeerRecord>) {
+        if !self.verified.contains(&from) {
+            return;
+        }
+        for record in records.into_iter().take(MAX_PEER_RECORDS) {
+            if record.peer == self.local || self.refused(&record.peer) {
+                continue;
+            }
+            let addrs: Vec<Multiaddr> = record.addrs.into_iter().filter(dialable).collect();
+            if addrs.is_empty() {
+                continue;
+            }
+            if !self.addrs.contains_key(&record.peer) {
+                self.remember_addrs(record.peer, addrs);
+            }
+            self.table.add_candidate(record.peer);
+        }
+        self.start_probes();
+    }
+
+    fn remember_addrs(&mut self, peer: PeerId, addrs: impl IntoIterator<Item = Multiaddr>) {
+        let known = self.addrs.entry(peer).or_default();
+        for addr in addrs {
+            if dialable(&addr) && !known.contains(&addr) && known.len() < MAX_ADDRS_PER_PEER {
+                known.push(addr);
+            }
+        }
+    }
+
+    /// Whether `peer` is not to be talked to now.
+    fn refused(&self, peer: &PeerId) -> bool {
+        self.banned.contains_key(peer) || self.dead.contains_key(peer)
+    }
+
+    /// Dials `peer` at its known addresses unless connected or dialing.
+    /// Returns false if there is no address to dial.
+    fn dial_peer(&mut self, peer: PeerId) -> bool {
+        let Some(addrs) = self.addrs.get(&peer).filter(|a| !a.is_empty()).cloned() else {
+            return false;
+        };
+        let opts = DialOpts::peer_id(peer)
+            .addresses(addrs)
+            .condition(PeerCondition::DisconnectedAndNotDialing)
+            .build();
+        match self.swarm.dial(opts) {
+            Ok(()) => true,
+            Err(DialError::DialPeerConditionFalse(_)) => true,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "cannot dial");
+                false
+            }
+        }
+    }
+
+    /// `peer` could not be reached: forget it, and replace it if it was a
+    /// neighbour.
+    async fn unreachable(&mut self, peer: PeerId) {
+        self.probing.remove(&peer);
+        let was_neighbour = self.table.kind(&peer).is_some();
+        self.table.remove(&peer);
+        self.router.peer_lost(&peer);
+        self.dead.insert(peer, Instant::now());
+        if was_neighbour {
+            tracing::info!(%peer, "neighbour unreachable; replacing it");
+            self.refresh().await;
+        }
+    }
+
+    /// Counts an offence against `peer`; at the limit it is banned.
+    async fn strike(&mut self, peer: PeerId, reason: &str) {
+        self.stats.misbehaviour += 1;
+        let now = Instant::now();
+        let window = self.config.ban_duration;
+        let entry = self.strikes.entry(peer).or_insert((0, now));
+        if now.duration_since(entry.1) > window {
+            *entry = (0, now);
+        }
+        entry.0 += 1;
+        entry.1 = now;
+        let count = entry.0;
+        tracing::warn!(%peer, reason, offences = count, "dropped a bad message");
+        if count >= self.config.misbehaviour_limit {
+            tracing::warn!(%peer, "too many bad messages; disconnecting and refusing the peer");
+            self.ban(peer).await;
+        }
+    }
+
+    /// Disconnects `peer` and refuses it for the ban duration.
+    async fn ban(&mut self, peer: PeerId) {
+        self.stats.bans += 1;
+        self.banned.insert(peer, Instant::now());
+        self.strikes.remove(&peer);
+        self.swarm.behaviour_mut().blocked.block_peer(peer);
+        self.probing.remove(&peer);
+        self.addrs.remove(&peer);
+        let was_neighbour = self.table.kind(&peer).is_some();
+        self.table.remove(&peer);
+        self.router.peer_lost(&peer);
+        if was_neighbour {
+            self.refresh().await;
+        }
+    }
+
+    /// Recomputes the neighbour set and opens links to new neighbours.
+    async fn refresh(&mut self) {
+        let changes = self.table.refresh();
+        if changes.added.is_empty() && changes.removed.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            added = changes.added.len(),
+            removed = changes.removed.len(),
+            "neighbour set changed"
+        );
+        for peer in &changes.added {
+            if !self.swarm.is_connected(peer) {
+                self.dial_peer(*peer);
+            }
+        }
+        for peer in &changes.removed {
+            self.close_if_unneeded(*peer);
+        }
+        self.emit(Event::NeighboursChanged {
+            added: changes.added,
+            removed: changes.removed,
+        })
+        .await;
+    }
+
+    /// Closes the connections we dialed to `peer` if we need it neither as
+    /// a neighbour nor for a probe. Connections it dialed are its business.
+    fn close_if_unneeded(&mut self, peer: PeerId) {
+        if self.table.kind(&peer).is_some() || self.probing.contains_key(&peer) {
+            return;
+        }
+        let ours: Vec<ConnectionId> = self
+            .connections
+            .get(&peer)
+            .map(|conns| conns.iter().filter(|c| c.dialer).map(|c| c.id).collect())
+            .unwrap_or_default();
+        for id in ours {
+            self.swarm.close_connection(id);
+        }
+    }
+
+    /// Dials unmeasured candidates, a few at a time, so ping can measure
+    /// them.
+    fn start_probes(&mut self) {
+        let budget = self.config.max_probes.saturating_sub(self.probing.len());
+        if budget == 0 {
+            return;
+        }
+        let candidates: Vec<PeerId> = self
+            .table
+            .unmeasured()
+            .filter(|p| {
+                !self.probing.contains_key(*p)
+                    && !self.swarm.is_connected(p)
+                    && !self.refused(p)
+                    && self.addrs.contains_key(*p)
+            })
+            .copied()
+            .collect();
+        let candidates = candidates
+            .into_iter()
+            .choose_multiple(&mut self.rng, budget);
+        for peer in candidates {
+            if self.dial_peer(peer) {
+                self.probing.insert(peer, Instant::now());
+            }
+        }
+    }
+
+    /// The periodic work: expiries, probes, refresh, closing unneeded
+    /// connections, peer exchange, bootstrap.
+    async fn maintain(&mut self) {
+        let now = Instant::now();
+        let ban = self.config.ban_duration;
+        let expired: Vec<PeerId> = self
+            .banned
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) >= ban)
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in expired {
+            self.banned.remove(&peer);
+            self.swarm.behaviour_mut().blocked.unblock_peer(peer);
+        }
+        let retry = self.config.dead_retry_after;
+        self.dead
+            .retain(|_, since| now.duration_since(*since) < retry);
+
+        // End probes that measured enough, or that took too long.
+        let probe_deadline = self.config.ping_interval * (self.config.probe_samples as u32 + 1)
+            + self.config.ping_timeout
+            + HANDSHAKE_TIMEOUT / 4;
+        let ended: Vec<PeerId> = self
+            .probing
+            .iter()
+            .filter(|(peer, since)| {
+                self.samples.get(*peer).copied().unwrap_or(0) >= self.config.probe_samples
+                    || now.duration_since(**since) > probe_deadline
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in ended {
+            self.probing.remove(&peer);
+            if self.table.rtt(&peer).is_none() {
+                self.unreachable(peer).await;
+            }
+        }
+
+        self.refresh().await;
+
+        // Close what nobody needs: links we dialed to non-neighbours, and
+        // connections of peers that never identified themselves.
+        let connected: Vec<PeerId> = self.connections.keys().copied().collect();
+        for peer in connected {
+            let stale = !self.verified.contains(&peer)
+                && self.connections.get(&peer).is_some_and(|conns| {
+                    conns
+                        .iter()
+                        .all(|c| now.duration_since(c.since) > IDENTIFY_GRACE)
+                });
+            if stale {
+                let _ = self.swarm.disconnect_peer_id(peer);
+            } else {
+                self.close_if_unneeded(peer);
+            }
+        }
+
+        self.start_probes();
+        // Measure again a known peer whose measurement is old, so that the
+        // table does not live on stale RTTs.
+        if self.probing.len() < self.config.max_probes {
+            let core_now = self.now();
+            let stale = self
+                .table
+                .known()
+                .filter(|(peer, rtt)| {
+                    rtt.is_some()
+                        && self.table.kind(peer).is_none()
+                        && !self.swarm.is_connected(peer)
+                        && self.table.last_measured(peer).is_some_and(|t| {
+                            core_now.saturating_sub(t) > self.config.remeasure_after
+                        })
+                })
+                .map(|(p, _)| *p)
+                .next();
+            if let Some(peer) = stale
+                && self.dial_peer(peer)
+            {
+                self.probing.insert(peer, now);
+                self.samples.remove(&peer);
+            }
+        }
+
+        if now >= self.next_peer_exchange {
+            self.next_peer_exchange = now + self.config.peer_exchange_interval;
+            let partner = self
+                .table
+                .neighbours()
+                .map(|(p, _, _)| *p)
+                .filter(|p| self.verified.contains(p))
+                .choose(&mut self.rng)
+                .or_else(|| self.verified.iter().copied().choose(&mut self.rng));
+            if let Some(peer) = partner {
+                self.request_peers(peer);
+            }
+        }
+
+        if self.connections.is_empty() && now >= self.next_bootstrap {
+            self.next_bootstrap = now + BOOTSTRAP_RETRY;
+            for addr in self.config.bootstrap.clone() {
+                if let Err(e) = self.swarm.dial(addr.clone()) {
+                    tracing::debug!(%addr, error = %e, "cannot dial bootstrap peer");
+                }
+            }
+        }
+
+        // Keep the address book to peers we still know or are connected to.
+        let known: HashSet<PeerId> = self.table.known().map(|(p, _)| *p).collect();
+        let connections = &self.connections;
+        self.addrs
+            .retain(|peer, _| known.contains(peer) || connections.contains_key(peer));
+    }
+}
