@@ -51,8 +51,6 @@ extern "C" {
 /* zorilla_recv() was interrupted because the job's membership changed and the
  * worker asked to be told (see zorilla_watch_membership()). */
 #define ZORILLA_EMEMBERSHIP (-6)
-/* An argument is invalid (e.g. a negative length). */
-#define ZORILLA_EINVAL (-7)
 
 /* The largest message the sandbox accepts: 16 MiB. */
 #define ZORILLA_MAX_MESSAGE (16 * 1024 * 1024)
@@ -80,7 +78,7 @@ ZORILLA_IMPORT("size") int32_t zorilla_size(void);
 
 /* Sends `len` bytes at `data` to worker `dest` (which may be this worker).
  * Returns ZORILLA_OK once the message is queued for delivery; waits while
- * the destination's queue is full. Errors: EBADRANK, EFAULT, ETOOBIG, EINVAL,
+ * the destination's queue is full. Errors: EBADRANK, EFAULT, ETOOBIG,
  * ECLOSED. */
 ZORILLA_IMPORT("send") int32_t zorilla_send(int32_t dest, const void *data, uint32_t len);
 
@@ -93,7 +91,7 @@ ZORILLA_IMPORT("send") int32_t zorilla_send(int32_t dest, const void *data, uint
  * rank in *source. If n <= cap the message is copied to `buf` and consumed.
  * If n > cap nothing is copied and the message stays at the head of the
  * queue: call again with a buffer of at least n bytes to receive it.
- * Errors: ETIMEDOUT, EFAULT, EINVAL, ECLOSED, EMEMBERSHIP. */
+ * Errors: ETIMEDOUT, EFAULT, ECLOSED, EMEMBERSHIP. */
 ZORILLA_IMPORT("recv") int32_t zorilla_recv(int32_t *source, void *buf, uint32_t cap, int64_t timeout_ms);
 
 /* Waits until every worker of the job has entered the barrier.

@@ -1,0 +1,271 @@
+//! The `zorilla` import module: the host API of parallel programs.
+//!
+//! Guests import these functions (declared for C in
+//! `examples/include/zorilla.h`, which documents them for guest authors):
+//!
+//! | import | signature | does |
+//! |---|---|---|
+//! | `rank` | `() -> i32` | this worker's rank |
+//! | `size` | `() -> i32` | current number of workers |
+//! | `send` | `(dest: i32, ptr: i32, len: i32) -> i32` | send `len` bytes at `ptr` to `dest` |
+//! | `recv` | `(src_ptr: i32, buf_ptr: i32, cap: i32, timeout_ms: i64) -> i32` | next message: full length, sender stored at `src_ptr`, copied if it fits in `cap` |
+//! | `barrier` | `() -> i32` | wait for every worker |
+//! | `membership_next` | `(event_ptr: i32) -> i32` | take the oldest membership change: 1 and a 12-byte event, or 0 |
+//! | `watch_membership` | `(enable: i32) -> i32` | make blocking `recv` return `EMEMBERSHIP` on a change |
+//!
+//! Pointers and lengths are unsigned 32-bit offsets into the guest's exported
+//! `memory`; every access is bounds-checked (`EFAULT`), never trusted.
+//! Functions that wait are async host functions: while they wait, the
+//! worker's task yields to the executor, costs no fuel, and can still be
+//! cancelled or stopped by its wall-clock limit.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use wasmtime::{Caller, Linker, Memory};
+
+use crate::transport::{
+    Delivery, MAX_MESSAGE_BYTES, MembershipChange, Rank, Transport, TransportError,
+};
+use crate::worker::WorkerState;
+
+/// The import module name.
+pub(crate) const MODULE: &str = "zorilla";
+
+// Status codes, as in zorilla.h.
+const OK: i32 = 0;
+const ETIMEDOUT: i32 = -1;
+const EBADRANK: i32 = -2;
+const EFAULT: i32 = -3;
+const ETOOBIG: i32 = -4;
+const ECLOSED: i32 = -5;
+const EMEMBERSHIP: i32 = -6;
+
+/// Unread membership changes kept per worker; older ones are dropped (a
+/// guest that never reads them must not make the host grow without bound).
+const MEMBERSHIP_QUEUE: usize = 64;
+
+/// Size of `struct zorilla_membership` in guest memory.
+const MEMBERSHIP_EVENT_BYTES: usize = 12;
+
+/// A worker's side of the host API: its transport plus what the host holds
+/// between calls.
+pub(crate) struct HostNet {
+    transport: Box<dyn Transport>,
+    /// A message too large for the guest's last buffer, kept for the retry.
+    pending: Option<(Rank, Vec<u8>)>,
+    membership: VecDeque<MembershipChange>,
+    watch_membership: bool,
+}
+
+fn status(error: TransportError) -> i32 {
+    match error {
+        TransportError::BadRank { .. } => EBADRANK,
+        TransportError::TooLarge { .. } => ETOOBIG,
+        TransportError::Closed => ECLOSED,
+    }
+}
+
+impl HostNet {
+    pub(crate) fn new(transport: Box<dyn Transport>) -> Self {
+        HostNet {
+            transport,
+            pending: None,
+            membership: VecDeque::new(),
+            watch_membership: false,
+        }
+    }
+
+    fn note_membership(&mut self, change: MembershipChange) {
+        if self.membership.len() == MEMBERSHIP_QUEUE {
+            self.membership.pop_front();
+        }
+        self.membership.push_back(change);
+    }
+
+    /// The next message, waiting at most `timeout` (`None`: for ever).
+    /// Membership changes met on the way are queued for `membership_next`.
+    async fn next_message(&mut self, timeout: Option<Duration>) -> Result<(Rank, Vec<u8>), i32> {
+        if let Some(pending) = self.pending.take() {
+            return Ok(pending);
+        }
+        if self.watch_membership && !self.membership.is_empty() {
+            return Err(EMEMBERSHIP);
+        }
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        loop {
+            let delivery = match deadline {
+                None => self.transport.recv().await,
+                // `timeout_at` polls the receive once before looking at the
+                // clock, so a zero timeout still picks up a waiting message;
+                // `recv` is cancel-safe, so a timeout loses nothing.
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline, self.transport.recv()).await {
+                        Ok(delivery) => delivery,
+                        Err(_) => return Err(ETIMEDOUT),
+                    }
+                }
+            };
+            match delivery.map_err(status)? {
+                Delivery::Message { from, payload } => return Ok((from, payload)),
+                Delivery::Membership(change) => {
+                    self.note_membership(change);
+                    if self.watch_membership {
+                        return Err(EMEMBERSHIP);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn memory(caller: &mut Caller<'_, WorkerState>) -> Option<Memory> {
+    caller
+        .get_export("memory")
+        .and_then(|export| export.into_memory())
+}
+
+/// The guest range `ptr..ptr+len` as host indices, if it lies inside `memory`.
+fn guest_range(
+    caller: &Caller<'_, WorkerState>,
+    memory: Memory,
+    ptr: i32,
+    len: usize,
+) -> Option<std::ops::Range<usize>> {
+    let start = ptr as u32 as usize;
+    let end = start.checked_add(len)?;
+    (end <= memory.data_size(caller)).then_some(start..end)
+}
+
+/// Adds the `zorilla` module to `linker`.
+pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Result<()> {
+    linker.func_wrap(MODULE, "rank", |caller: Caller<'_, WorkerState>| -> i32 {
+        caller.data().net.transport.rank() as i32
+    })?;
+
+    linker.func_wrap(MODULE, "size", |caller: Caller<'_, WorkerState>| -> i32 {
+        i32::try_from(caller.data().net.transport.size()).unwrap_or(i32::MAX)
+    })?;
+
+    linker.func_wrap_async(
+        MODULE,
+        "send",
+        |mut caller: Caller<'_, WorkerState>, (dest, ptr, len): (i32, i32, i32)| {
+            Box::new(async move {
+                let len = len as u32 as usize;
+                if len > MAX_MESSAGE_BYTES {
+                    return ETOOBIG;
+                }
+                if dest < 0 {
+                    return EBADRANK;
+                }
+                let Some(mem) = memory(&mut caller) else {
+                    return EFAULT;
+                };
+                let Some(range) = guest_range(&caller, mem, ptr, len) else {
+                    return EFAULT;
+                };
+                let payload = mem.data(&caller)[range].to_vec();
+                match caller
+                    .data_mut()
+                    .net
+                    .transport
+                    .send(dest as Rank, payload)
+                    .await
+                {
+                    Ok(()) => OK,
+                    Err(e) => status(e),
+                }
+            })
+        },
+    )?;
+
+    linker.func_wrap_async(
+        MODULE,
+        "recv",
+        |mut caller: Caller<'_, WorkerState>,
+         (src_ptr, buf_ptr, cap, timeout_ms): (i32, i32, i32, i64)| {
+            Box::new(async move {
+                let cap = cap as u32 as usize;
+                let Some(mem) = memory(&mut caller) else {
+                    return EFAULT;
+                };
+                // Check both ranges before taking a message, so a bad
+                // pointer never consumes one. Memory only grows, so the
+                // ranges stay valid across the wait.
+                let (Some(src), Some(buf)) = (
+                    guest_range(&caller, mem, src_ptr, 4),
+                    guest_range(&caller, mem, buf_ptr, cap),
+                ) else {
+                    return EFAULT;
+                };
+                let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+                let (from, payload) = match caller.data_mut().net.next_message(timeout).await {
+                    Ok(message) => message,
+                    Err(code) => return code,
+                };
+                let len = i32::try_from(payload.len()).unwrap_or(i32::MAX);
+                let data = mem.data_mut(&mut caller);
+                data[src].copy_from_slice(&(from as i32).to_le_bytes());
+                if payload.len() <= cap {
+                    data[buf.start..buf.start + payload.len()].copy_from_slice(&payload);
+                } else {
+                    caller.data_mut().net.pending = Some((from, payload));
+                }
+                len
+            })
+        },
+    )?;
+
+    linker.func_wrap_async(
+        MODULE,
+        "barrier",
+        |mut caller: Caller<'_, WorkerState>, (): ()| {
+            Box::new(async move {
+                match caller.data_mut().net.transport.barrier().await {
+                    Ok(()) => OK,
+                    Err(e) => status(e),
+                }
+            })
+        },
+    )?;
+
+    linker.func_wrap(
+        MODULE,
+        "membership_next",
+        |mut caller: Caller<'_, WorkerState>, event_ptr: i32| -> i32 {
+            if caller.data().net.membership.is_empty() {
+                return 0;
+            }
+            let Some(mem) = memory(&mut caller) else {
+                return EFAULT;
+            };
+            let Some(range) = guest_range(&caller, mem, event_ptr, MEMBERSHIP_EVENT_BYTES) else {
+                return EFAULT;
+            };
+            let Some(change) = caller.data_mut().net.membership.pop_front() else {
+                return 0;
+            };
+            let mut event = [0u8; MEMBERSHIP_EVENT_BYTES];
+            event[0..4].copy_from_slice(&change.kind.code().to_le_bytes());
+            event[4..8].copy_from_slice(&(change.rank as i32).to_le_bytes());
+            event[8..12]
+                .copy_from_slice(&i32::try_from(change.size).unwrap_or(i32::MAX).to_le_bytes());
+            mem.data_mut(&mut caller)[range].copy_from_slice(&event);
+            1
+        },
+    )?;
+
+    linker.func_wrap(
+        MODULE,
+        "watch_membership",
+        |mut caller: Caller<'_, WorkerState>, enable: i32| -> i32 {
+            let net = &mut caller.data_mut().net;
+            let previous = net.watch_membership;
+            net.watch_membership = enable != 0;
+            i32::from(previous)
+        },
+    )?;
+
+    Ok(())
+}

@@ -1,0 +1,494 @@
+//! Sandboxed WebAssembly workers for Zorilla, and the host API that lets the
+//! workers of one job talk to each other.
+//!
+//! Every job worker is a WebAssembly module (a WASI preview 1 command) run by
+//! wasmtime. This crate owns everything between "here are the module's
+//! bytes" and "the worker ended like this":
+//!
+//! - [`Sandbox`]: one per node. Holds the shared [`wasmtime::Engine`]
+//!   (epoch interruption driven by a ticker thread, fuel metering, the
+//!   pooling instance allocator), the linker that defines what guests may
+//!   import, and the module cache.
+//! - [`Sandbox::load`] turns module bytes into a [`Program`]: validated,
+//!   compiled once and cached on disk by content hash ([`cache`]), imports
+//!   checked against what we provide, so a bad module is refused before any
+//!   worker starts.
+//! - [`Sandbox::start`] runs one worker of a program as a tokio task with a
+//!   [`WorkerSpec`] (arguments, environment, job directory, [`Limits`],
+//!   output channel, transport) and returns a [`WorkerHandle`] to cancel it
+//!   or wait for its [`WorkerReport`] and [`Outcome`].
+//! - [`hostapi`]: the `zorilla` import module (rank, size, send, recv,
+//!   barrier, membership changes), written against the [`Transport`] trait
+//!   ([`transport`]); the node implements that over the overlay, and
+//!   [`local::LocalGroup`] implements it in-process.
+//!
+//! The guest side of the host API is `examples/include/zorilla.h`; example
+//! and misbehaving guests are in `examples/`.
+//!
+//! # Threads and runtime
+//!
+//! Workers are async: [`Sandbox::start`] must be called inside a tokio
+//! runtime, and a worker never blocks an executor thread for longer than one
+//! epoch tick ([`SandboxConfig::epoch_tick`]). [`Sandbox::load`] compiles on
+//! the calling thread (tens of milliseconds for a new module); call it from
+//! `spawn_blocking` in async code.
+
+pub mod cache;
+mod error;
+pub mod hostapi;
+mod limits;
+pub mod local;
+pub mod output;
+pub mod transport;
+mod worker;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use wasmtime::{
+    Config, Engine, ExternType, InstanceAllocationStrategy, InstancePre, Linker,
+    PoolingAllocationConfig, Store,
+};
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+pub use cache::CacheStats;
+pub use error::SandboxError;
+pub use limits::{FUEL_PER_CPU_SECOND, Limits};
+pub use output::{OutputChunk, OutputKind};
+pub use transport::{ChangeKind, Delivery, MembershipChange, Rank, Transport, TransportError};
+pub use worker::{CancelHandle, Outcome, PreparedWorker, WorkerHandle, WorkerReport, WorkerSpec};
+
+use cache::{Digest32, DiskCache, sha256};
+use local::LocalGroup;
+use output::{Capture, OutputShared};
+use worker::{LimitFlag, LimitHit, MemoryLimiter, WorkerState, fuel_budget};
+
+/// The node owner's configuration of the sandbox.
+#[derive(Clone, Debug)]
+pub struct SandboxConfig {
+    /// Directory of the compiled-module cache (created if missing).
+    pub cache_dir: PathBuf,
+    /// The most any job may use; a job's [`WorkerSpec::limits`] are capped
+    /// by these.
+    pub caps: Limits,
+    /// Workers that may exist at once. With the pooling allocator (used when
+    /// this is non-zero) this many instance slots are reserved up front,
+    /// which makes instantiation a matter of microseconds; a worker started
+    /// while all are busy fails with [`Outcome::Failed`]. 0 selects
+    /// on-demand allocation with no fixed maximum.
+    pub max_workers: u32,
+    /// Interval of the epoch ticker: a running guest yields to the executor
+    /// at least this often, which bounds how late cancellation and the
+    /// wall-clock limit can take effect.
+    pub epoch_tick: Duration,
+    /// Compiled programs kept in memory (beyond that, the oldest is
+    /// dropped and reloaded from disk when needed).
+    pub loaded_programs: usize,
+}
+
+impl SandboxConfig {
+    /// Defaults for a cache in `cache_dir`: [`Limits::default`] as caps, 64
+    /// worker slots, a 5 ms epoch tick, 64 programs in memory.
+    pub fn new(cache_dir: impl Into<PathBuf>) -> Self {
+        SandboxConfig {
+            cache_dir: cache_dir.into(),
+            caps: Limits::default(),
+            max_workers: 64,
+            epoch_tick: Duration::from_millis(5),
+            loaded_programs: 64,
+        }
+    }
+}
+
+/// The per-node WebAssembly runtime. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<SandboxInner>,
+}
+
+pub(crate) struct SandboxInner {
+    engine: Engine,
+    linker: Linker<WorkerState>,
+    /// Every `(module, name)` the linker defines, to name a missing import.
+    provided: HashSet<(String, String)>,
+    cache: DiskCache,
+    loaded: Mutex<LoadedPrograms>,
+    config: SandboxConfig,
+    pooling: bool,
+    _ticker: Ticker,
+}
+
+/// Programs already in memory, with their insertion order for eviction.
+#[derive(Default)]
+struct LoadedPrograms {
+    by_hash: HashMap<Digest32, Program>,
+    order: VecDeque<Digest32>,
+}
+
+/// A module ready to run as workers: validated, compiled, imports resolved.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Program {
+    hash: Digest32,
+    pre: InstancePre<WorkerState>,
+}
+
+impl Program {
+    /// SHA-256 of the module's bytes, in hex: the key of the module cache.
+    pub fn hash_hex(&self) -> String {
+        hex::encode(self.hash)
+    }
+}
+
+/// Bumps the engine's epoch every tick until dropped.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(engine: Engine, tick: Duration) -> std::io::Result<Ticker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("zorilla-epoch".to_owned())
+            .spawn(move || {
+                while !stopped.load(Ordering::Relaxed) {
+                    // An early (spurious) wake-up only makes a tick short.
+                    std::thread::park_timeout(tick);
+                    engine.increment_epoch();
+                }
+            })?;
+        Ok(Ticker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The largest linear memory a 32-bit guest can have.
+const MAX_WASM32_MEMORY: u64 = 4 << 30;
+
+fn engine_config(config: &SandboxConfig, pooling: bool) -> Config {
+    let mut wasm = Config::new();
+    wasm.epoch_interruption(true);
+    wasm.consume_fuel(true);
+    if pooling {
+        let slots = config.max_workers;
+        let max_memory = config.caps.memory_bytes.min(MAX_WASM32_MEMORY);
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_core_instances(slots)
+            .total_memories(slots)
+            .total_tables(slots)
+            .total_stacks(slots)
+            .max_memories_per_module(1)
+            .max_tables_per_module(1)
+            .max_memory_size(usize::try_from(max_memory).unwrap_or(usize::MAX));
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    wasm
+}
+
+impl Sandbox {
+    /// Creates the engine, the linker, the cache and the epoch ticker.
+    pub fn new(config: SandboxConfig) -> Result<Sandbox, SandboxError> {
+        let engine_error = |e: wasmtime::Error| SandboxError::Engine(format!("{e:#}"));
+        let mut pooling = config.max_workers > 0;
+        let engine = match Engine::new(&engine_config(&config, pooling)) {
+            Ok(engine) => engine,
+            // The pool reserves address space up front, which a restricted
+            // environment (ulimit -v) may refuse: fall back to on-demand.
+            Err(e) if pooling => {
+                tracing::warn!(error = %e, "pooling allocator unavailable; allocating instances on demand");
+                pooling = false;
+                Engine::new(&engine_config(&config, false)).map_err(engine_error)?
+            }
+            Err(e) => return Err(engine_error(e)),
+        };
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |state: &mut WorkerState| {
+            &mut state.wasi
+        })
+        .map_err(engine_error)?;
+        hostapi::add_to_linker(&mut linker).map_err(engine_error)?;
+        let provided = {
+            let mut store = Store::new(&engine, placeholder_state());
+            linker
+                .iter(&mut store)
+                .map(|(module, name, _)| (module.to_owned(), name.to_owned()))
+                .collect()
+        };
+
+        let cache = DiskCache::open(&config.cache_dir, &engine)?;
+        let ticker = Ticker::start(engine.clone(), config.epoch_tick)
+            .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        Ok(Sandbox {
+            inner: Arc::new(SandboxInner {
+                engine,
+                linker,
+                provided,
+                cache,
+                loaded: Mutex::new(LoadedPrograms::default()),
+                config,
+                pooling,
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.inner.config
+    }
+
+    /// Whether the pooling allocator is in use (see
+    /// [`SandboxConfig::max_workers`]).
+    pub fn uses_pooling(&self) -> bool {
+        self.inner.pooling
+    }
+
+    /// What the module cache has done so far.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.cache.counters.snapshot()
+    }
+
+    /// Where the cache keeps the artifact of a module with these bytes
+    /// (whether or not it exists yet).
+    pub fn cache_path(&self, wasm: &[u8]) -> PathBuf {
+        self.inner.cache.path_for(&sha256(wasm))
+    }
+
+    /// Makes a [`Program`] of a module: from memory, from the disk cache, or
+    /// by compiling it. Refuses bytes that are not valid WebAssembly, modules
+    /// that import anything the sandbox does not provide (naming the import),
+    /// and modules without a `_start` function.
+    pub fn load(&self, wasm: &[u8]) -> Result<Program, SandboxError> {
+        if !wasm.starts_with(b"\0asm") {
+            return Err(SandboxError::InvalidModule(
+                "the bytes do not start with the `\\0asm` magic number of a WebAssembly binary"
+                    .to_owned(),
+            ));
+        }
+        let hash = sha256(wasm);
+        if let Some(program) = self.lock_loaded().by_hash.get(&hash) {
+            self.inner
+                .cache
+                .counters
+                .memory_hits
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(program.clone());
+        }
+
+        let module = self
+            .inner
+            .cache
+            .get_or_compile(&self.inner.engine, wasm, &hash)?;
+        for import in module.imports() {
+            if !self
+                .inner
+                .provided
+                .contains(&(import.module().to_owned(), import.name().to_owned()))
+            {
+                return Err(SandboxError::UnknownImport {
+                    module: import.module().to_owned(),
+                    name: import.name().to_owned(),
+                });
+            }
+        }
+        match module.get_export("_start") {
+            Some(ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0 => {}
+            _ => return Err(SandboxError::NoEntryPoint),
+        }
+        let pre = self
+            .inner
+            .linker
+            .instantiate_pre(&module)
+            .map_err(|e| SandboxError::IncompatibleImport(format!("{e:#}")))?;
+        let program = Program { hash, pre };
+
+        let mut loaded = self.lock_loaded();
+        if !loaded.by_hash.contains_key(&hash) {
+            while loaded.order.len() >= self.inner.config.loaded_programs.max(1) {
+                if let Some(oldest) = loaded.order.pop_front() {
+                    loaded.by_hash.remove(&oldest);
+                }
+            }
+            loaded.order.push_back(hash);
+            loaded.by_hash.insert(hash, program.clone());
+        }
+        Ok(program)
+    }
+
+    fn lock_loaded(&self) -> std::sync::MutexGuard<'_, LoadedPrograms> {
+        // The map is only ever updated by complete inserts and removes.
+        self.inner
+            .loaded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Instantiates a worker without running it (see [`PreparedWorker`]).
+    pub async fn prepare(
+        &self,
+        program: &Program,
+        spec: WorkerSpec,
+    ) -> Result<PreparedWorker, SandboxError> {
+        let (cancel, cancelled) = CancelHandle::new();
+        self.prepare_with(program, spec, cancel, cancelled)
+            .await
+            .map_err(|(error, _)| error)
+    }
+
+    /// Starts a worker of `program` as a tokio task.
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a tokio runtime (like `tokio::spawn`).
+    pub fn start(&self, program: &Program, spec: WorkerSpec) -> WorkerHandle {
+        let (cancel, cancelled) = CancelHandle::new();
+        let sandbox = self.clone();
+        let program = program.clone();
+        let handle_cancel = cancel.clone();
+        let task = tokio::spawn(async move {
+            match sandbox
+                .prepare_with(&program, spec, cancel, cancelled)
+                .await
+            {
+                Ok(worker) => worker.run().await,
+                Err((error, hit)) => WorkerReport {
+                    outcome: match hit {
+                        Some(LimitHit::Memory) => Outcome::OutOfMemory,
+                        _ => Outcome::Failed(error.to_string()),
+                    },
+                    fuel_used: 0,
+                    output_bytes: 0,
+                    wall_time: Duration::ZERO,
+                },
+            }
+        });
+        WorkerHandle {
+            cancel: handle_cancel,
+            task,
+        }
+    }
+
+    async fn prepare_with(
+        &self,
+        program: &Program,
+        spec: WorkerSpec,
+        cancel: CancelHandle,
+        cancelled: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<PreparedWorker, (SandboxError, Option<LimitHit>)> {
+        if !Engine::same(program.pre.module().engine(), &self.inner.engine) {
+            return Err((
+                SandboxError::Instantiate("the program was loaded by another sandbox".to_owned()),
+                None,
+            ));
+        }
+        let limits = spec.limits.capped_by(&self.inner.config.caps);
+        let flag = Arc::new(LimitFlag::default());
+        let output = OutputShared::new(spec.output, limits.output_bytes, flag.clone());
+
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(Capture {
+            shared: output.clone(),
+            kind: OutputKind::Stdout,
+        })
+        .stderr(Capture {
+            shared: output.clone(),
+            kind: OutputKind::Stderr,
+        })
+        .arg(&spec.program_name)
+        .args(&spec.args)
+        .envs(&spec.env);
+        if let Some(dir) = &spec.job_dir {
+            for (sub, guest, perms) in [
+                ("inputs", "/inputs", FsPerms::ReadOnly),
+                ("outputs", "/outputs", FsPerms::ReadWrite),
+            ] {
+                let host = dir.join(sub);
+                let job_dir_error = |source| {
+                    (
+                        SandboxError::JobDir {
+                            path: host.clone(),
+                            source,
+                        },
+                        None,
+                    )
+                };
+                std::fs::create_dir_all(&host).map_err(job_dir_error)?;
+                wasi.preopened_dir(&host, guest, perms)
+                    .map_err(|e| job_dir_error(std::io::Error::other(format!("{e:#}"))))?;
+            }
+        }
+        let transport = spec.transport.unwrap_or_else(single_rank_transport);
+        let state = WorkerState {
+            wasi: wasi.build_p1(),
+            limiter: MemoryLimiter {
+                memory_bytes: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
+                flag: flag.clone(),
+            },
+            net: hostapi::HostNet::new(transport),
+        };
+
+        let mut store = Store::new(&self.inner.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        let instantiate_error =
+            |e: wasmtime::Error| (SandboxError::Instantiate(format!("{e:#}")), flag.get());
+        store
+            .set_fuel(fuel_budget(&limits))
+            .map_err(instantiate_error)?;
+        // Yield to the executor at every epoch tick, then carry on.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+        let instance = program
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(instantiate_error)?;
+        let start = instance
+            .get_typed_func::<(), ()>(&mut store, "_start")
+            .map_err(instantiate_error)?;
+        Ok(PreparedWorker {
+            store,
+            start,
+            limits,
+            flag,
+            output,
+            cancel,
+            cancelled,
+            _sandbox: self.inner.clone(),
+        })
+    }
+}
+
+/// The transport of a worker started without one: rank 0 of a job of one.
+fn single_rank_transport() -> Box<dyn Transport> {
+    Box::new(LocalGroup::solo(16))
+}
+
+/// Store data for the throwaway store used to list the linker's names.
+fn placeholder_state() -> WorkerState {
+    WorkerState {
+        wasi: WasiCtxBuilder::new().build_p1(),
+        limiter: MemoryLimiter {
+            memory_bytes: 0,
+            flag: Arc::default(),
+        },
+        net: hostapi::HostNet::new(single_rank_transport()),
+    }
+}

@@ -1,0 +1,304 @@
+//! Workers end at each limit with the exact reason, misbehaving guests are
+//! contained, and the host stays healthy.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use zorilla_sandbox::local::LocalGroup;
+use zorilla_sandbox::{Limits, Outcome, SandboxConfig, WorkerSpec};
+
+fn limits(f: impl FnOnce(&mut Limits)) -> Limits {
+    let mut limits = Limits::UNLIMITED;
+    f(&mut limits);
+    limits
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_reads_inputs_writes_outputs_and_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let job = job_dir(dir.path(), "job");
+    std::fs::write(job.join("inputs/name.txt"), "Zorilla\n").unwrap();
+    let spec = WorkerSpec {
+        args: args(&["one", "two"]),
+        env: vec![("GREETING".to_owned(), "Howdy".to_owned())],
+        job_dir: Some(job.clone()),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "hello"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
+    assert_eq!(done.stdout, "Howdy, Zorilla!\narg 1: one\narg 2: two\n");
+    assert_eq!(
+        std::fs::read_to_string(job.join("outputs/greeting.txt")).unwrap(),
+        "Howdy, Zorilla!\n"
+    );
+    assert_eq!(done.report.output_bytes, done.stdout.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_code_and_stderr_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    // No job directory at all: the input cannot be opened.
+    let done = run(&sandbox, &load(&sandbox, "hello"), WorkerSpec::default()).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(2));
+    assert_eq!(done.stderr, "hello: cannot open /inputs/name.txt\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_bomb_ends_with_out_of_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let spec = WorkerSpec {
+        limits: limits(|l| l.memory_bytes = 16 << 20),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "bomb"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::OutOfMemory, "{done:?}");
+    // It never got to print that malloc failed: the growth itself ended it.
+    assert_eq!(done.stdout, "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_caps_override_what_the_job_asks_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.caps.memory_bytes = 8 << 20;
+    let sandbox = zorilla_sandbox::Sandbox::new(config).unwrap();
+    let spec = WorkerSpec {
+        limits: limits(|l| l.memory_bytes = 1 << 30),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "bomb"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::OutOfMemory);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_needing_more_memory_than_allowed_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    // hello's initial memory is a few pages; allow less than that.
+    let spec = WorkerSpec {
+        limits: limits(|l| l.memory_bytes = 64 * 1024),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "hello"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::OutOfMemory);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infinite_loop_ends_at_cpu_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let fuel = 20_000_000;
+    let spec = WorkerSpec {
+        limits: limits(|l| l.cpu_fuel = fuel),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "spin"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::CpuLimit);
+    assert_eq!(done.report.fuel_used, fuel);
+    assert_eq!(done.stdout, "spinning\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infinite_loop_ends_at_wall_clock_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let wall = Duration::from_millis(200);
+    let spec = WorkerSpec {
+        limits: limits(|l| l.wall_time = wall),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "spin"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::TimeLimit);
+    assert!(done.report.wall_time >= wall, "{:?}", done.report.wall_time);
+    // Stopped within a few epoch ticks, not whenever the guest felt like it.
+    assert!(
+        done.report.wall_time < wall + Duration::from_secs(2),
+        "{:?}",
+        done.report.wall_time
+    );
+    assert!(done.report.fuel_used > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_blocked_in_recv_ends_at_wall_clock_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    // Rank 1 of a job whose rank 0 never runs: it waits for work for ever.
+    let (_group, mut endpoints) = LocalGroup::new(2, 4);
+    let spec = WorkerSpec {
+        args: args(&["8"]),
+        limits: limits(|l| l.wall_time = Duration::from_millis(100)),
+        transport: Some(Box::new(endpoints.pop().unwrap())),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "nqueens"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::TimeLimit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_printing_ends_at_output_limit_with_exactly_the_limit_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let limit = 100_000;
+    let spec = WorkerSpec {
+        limits: limits(|l| l.output_bytes = limit),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "flood"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::OutputLimit);
+    assert_eq!(done.stdout.len() as u64, limit);
+    assert_eq!(done.report.output_bytes, limit);
+    assert!(
+        done.stdout
+            .starts_with("All work and no play makes Jack a dull boy.\n")
+    );
+    assert!(done.chunks > 1, "output is streamed in chunks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trap_is_reported_as_a_trap() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let done = run(&sandbox, &load(&sandbox, "trap"), WorkerSpec::default()).await;
+    match &done.report.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("unreachable"), "{message}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    assert_eq!(done.stdout, "about to trap\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_worker_is_cancelled_from_outside() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let (printed, has_printed) = tokio::sync::oneshot::channel();
+    let running = start_collecting(
+        &sandbox,
+        &load(&sandbox, "spin"),
+        WorkerSpec::default(),
+        Some(("spinning", printed)),
+    );
+    // Wait until the guest is demonstrably running its loop.
+    has_printed.await.unwrap();
+    let cancel = running.handle.cancel_handle();
+    cancel.cancel();
+    let done = running.finish().await;
+    assert_eq!(done.report.outcome, Outcome::Cancelled);
+    assert_eq!(done.stdout, "spinning\n");
+    cancel.cancel(); // cancelling again after the end is harmless
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_worker_is_cancelled_from_outside() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let (_group, mut endpoints) = LocalGroup::new(2, 4);
+    let spec = WorkerSpec {
+        args: args(&["8"]),
+        transport: Some(Box::new(endpoints.pop().unwrap())),
+        ..WorkerSpec::default()
+    };
+    let handle = sandbox.start(&load(&sandbox, "nqueens"), spec);
+    handle.cancel();
+    assert_eq!(handle.wait().await.outcome, Outcome::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_cannot_escape_its_job_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let job = job_dir(dir.path(), "jobs/escape");
+    let token = format!("zorilla-escape-{}", std::process::id());
+    let spec = WorkerSpec {
+        args: vec![token.clone()],
+        job_dir: Some(job.clone()),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "escape"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{}", done.stdout);
+    assert_eq!(
+        done.stdout.matches(": refused\n").count(),
+        9,
+        "{}",
+        done.stdout
+    );
+    assert!(!done.stdout.contains("ESCAPED"));
+    for outside in [
+        std::env::temp_dir().join(&token),
+        job.join(&token),
+        job.join("inputs").join(&token),
+        dir.path().join("jobs").join(&token),
+        dir.path().join(&token),
+    ] {
+        assert!(!outside.exists(), "{} was created", outside.display());
+    }
+    // Writing inside /outputs works.
+    assert_eq!(
+        std::fs::read_to_string(job.join("outputs/ok.txt")).unwrap(),
+        "inside\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misbehaving_guests_together_leave_the_host_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::new(dir.path().join("cache"));
+    config.max_workers = 16;
+    let sandbox = zorilla_sandbox::Sandbox::new(config).unwrap();
+    let tight = limits(|l| {
+        l.memory_bytes = 16 << 20;
+        l.cpu_fuel = 50_000_000;
+        l.wall_time = Duration::from_secs(20);
+        l.output_bytes = 10_000;
+    });
+    let mut running = Vec::new();
+    for name in [
+        "bomb", "spin", "flood", "trap", "bomb", "spin", "flood", "trap",
+    ] {
+        let spec = WorkerSpec {
+            limits: tight,
+            ..WorkerSpec::default()
+        };
+        running.push((
+            name,
+            start_collecting(&sandbox, &load(&sandbox, name), spec, None),
+        ));
+    }
+    for (name, worker) in running {
+        let outcome = worker.finish().await.report.outcome;
+        let expected = match name {
+            "bomb" => outcome == Outcome::OutOfMemory,
+            "spin" => outcome == Outcome::CpuLimit,
+            "flood" => outcome == Outcome::OutputLimit,
+            _ => matches!(outcome, Outcome::Trapped(_)),
+        };
+        assert!(expected, "{name}: {outcome:?}");
+    }
+    // The same sandbox still runs a well-behaved worker, and every slot of
+    // the pool came back (16 more workers fit).
+    let mut hellos = Vec::new();
+    for i in 0..16 {
+        let job = job_dir(dir.path(), &format!("hello{i}"));
+        std::fs::write(job.join("inputs/name.txt"), "again").unwrap();
+        let spec = WorkerSpec {
+            job_dir: Some(job),
+            ..WorkerSpec::default()
+        };
+        hellos.push(start_collecting(
+            &sandbox,
+            &load(&sandbox, "hello"),
+            spec,
+            None,
+        ));
+    }
+    for hello in hellos {
+        let done = hello.finish().await;
+        assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
+        assert_eq!(done.stdout, "Hello, again!\n");
+    }
+}

@@ -1,0 +1,153 @@
+//! Parallel guests over the in-process transport: N-Queens and pi give the
+//! right answers on any number of ranks, and the host API behaves as
+//! documented, including membership changes.
+
+mod common;
+
+use common::*;
+use zorilla_sandbox::local::LocalGroup;
+use zorilla_sandbox::{Outcome, Program, Sandbox, Transport, WorkerSpec};
+
+/// Runs `program` on `ranks` workers of one in-process job; returns each
+/// rank's stdout after checking that every rank exited 0.
+async fn run_job(sandbox: &Sandbox, program: &Program, ranks: u32, argv: &[&str]) -> Vec<String> {
+    let (_group, endpoints) = LocalGroup::new(ranks, 16);
+    let running: Vec<_> = endpoints
+        .into_iter()
+        .map(|endpoint| {
+            let spec = WorkerSpec {
+                args: args(argv),
+                transport: Some(Box::new(endpoint)),
+                ..WorkerSpec::default()
+            };
+            start_collecting(sandbox, program, spec, None)
+        })
+        .collect();
+    let mut stdouts = Vec::new();
+    for (rank, worker) in running.into_iter().enumerate() {
+        let done = worker.finish().await;
+        assert_eq!(
+            done.report.outcome,
+            Outcome::Exited(0),
+            "rank {rank}: {done:?}"
+        );
+        stdouts.push(done.stdout);
+    }
+    stdouts
+}
+
+async fn nqueens(sandbox: &Sandbox, ranks: u32, n: u32) -> String {
+    let program = load(sandbox, "nqueens");
+    let stdouts = run_job(sandbox, &program, ranks, &[&n.to_string()]).await;
+    // Only rank 0 reports.
+    assert!(stdouts[1..].iter().all(String::is_empty), "{stdouts:?}");
+    stdouts[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nqueens_on_1_4_and_16_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    for ranks in [1, 4, 16] {
+        assert_eq!(
+            nqueens(&sandbox, ranks, 8).await,
+            format!("nqueens N=8 ranks={ranks} solutions=92\n")
+        );
+        assert_eq!(
+            nqueens(&sandbox, ranks, 10).await,
+            format!("nqueens N=10 ranks={ranks} solutions=724\n")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nqueens_12_on_16_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    assert_eq!(
+        nqueens(&sandbox, 16, 12).await,
+        "nqueens N=12 ranks=16 solutions=14200\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_reduces_over_all_ranks_reproducibly() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let program = load(&sandbox, "pi");
+    let first = run_job(&sandbox, &program, 5, &["20000"]).await;
+    let again = run_job(&sandbox, &program, 5, &["20000"]).await;
+    assert_eq!(first, again, "seeded per rank, so runs agree");
+    let line = first[0].trim_end();
+    assert!(
+        line.starts_with("pi ranks=5 samples=100000 hits="),
+        "{line}"
+    );
+    let estimate: f64 = line.rsplit('=').next().unwrap().parse().unwrap();
+    assert!((3.10..3.18).contains(&estimate), "{estimate}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pingpong_between_two_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let stdouts = run_job(&sandbox, &load(&sandbox, "pingpong"), 2, &["50"]).await;
+    assert!(
+        stdouts[0].starts_with("pingpong iterations=50 roundtrip_ns="),
+        "{stdouts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_api_calls_behave_as_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let done = run(&sandbox, &load(&sandbox, "api"), WorkerSpec::default()).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{}", done.stdout);
+    assert!(!done.stdout.contains("FAIL"), "{}", done.stdout);
+    assert!(
+        done.stdout.ends_with("api: 0 failures\n"),
+        "{}",
+        done.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_reach_the_guest() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let (group, mut endpoints) = LocalGroup::new(1, 4);
+    let spec = WorkerSpec {
+        args: args(&["watch"]),
+        transport: Some(Box::new(endpoints.pop().unwrap())),
+        ..WorkerSpec::default()
+    };
+    let (waiting, is_waiting) = tokio::sync::oneshot::channel();
+    let running = start_collecting(
+        &sandbox,
+        &load(&sandbox, "api"),
+        spec,
+        Some(("waiting\n", waiting)),
+    );
+    // The guest prints "waiting" once it has done its own checks and asked
+    // to be told of membership changes.
+    is_waiting.await.unwrap();
+    let mut newcomer = group.join().await;
+    newcomer
+        .send(0, b"hello from the newcomer".to_vec())
+        .await
+        .unwrap();
+    let done = running.finish().await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{}", done.stdout);
+    assert!(
+        done.stdout.contains("membership kind=1 rank=1 size=2\n"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout
+            .contains("message from 1: hello from the newcomer\n"),
+        "{}",
+        done.stdout
+    );
+}
