@@ -45,6 +45,8 @@ int main(int argc, char **argv) {
     expect("message intact", memcmp(buf, "hello world", 11), 0);
     expect("source is self", src, rank);
     expect("message consumed", zorilla_recv(&src, buf, sizeof buf, 0), ZORILLA_ETIMEDOUT);
+    expect("send a byte to self", zorilla_send(rank, "x", 1), ZORILLA_OK);
+    expect("recv with the longest timeout", zorilla_recv(&src, buf, sizeof buf, INT64_MAX), 1);
     expect("barrier", zorilla_barrier(), ZORILLA_OK);
     struct zorilla_membership ev;
     expect("no membership change yet", zorilla_membership_next(&ev), 0);

@@ -2,7 +2,8 @@
  *
  * Reads a name from /inputs/name.txt (the job's read-only inputs), writes a
  * greeting to /outputs/greeting.txt (the job's writable outputs) and prints
- * it, with this worker's arguments and its GREETING environment variable.
+ * it, with this worker's arguments and its GREETING environment variable,
+ * then notes on stderr what it wrote.
  * Exits 2 if the input is missing, 3 if the output cannot be written. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,5 +33,7 @@ int main(int argc, char **argv) {
 
     printf("%s, %s!\n", greeting, name);
     for (int i = 1; i < argc; i++) printf("arg %d: %s\n", i, argv[i]);
+    fflush(stdout);
+    fprintf(stderr, "hello: wrote /outputs/greeting.txt\n");
     return 0;
 }

@@ -92,7 +92,8 @@ impl HostNet {
         if self.watch_membership && !self.membership.is_empty() {
             return Err(EMEMBERSHIP);
         }
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        // A timeout too far away to represent is the same as none.
+        let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
         loop {
             let delivery = match deadline {
                 None => self.transport.recv().await,

@@ -127,7 +127,7 @@ impl StdoutStream for Capture {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
         Box::new(CaptureStream {
             capture: self.clone(),
-            permit: None,
+            backlog: None,
         })
     }
 
@@ -139,31 +139,30 @@ impl StdoutStream for Capture {
     }
 }
 
-/// The WASI stream (used by preview 1's `fd_write`). Holds at most one
-/// channel permit: `check_write` grants room only once a slot in the channel
-/// is reserved, so `write` never blocks and never buffers.
+/// The WASI stream (used by preview 1's `fd_write`).
+///
+/// It never holds a channel slot between calls (a reserved but unused slot
+/// would block the other stream of the same worker when the channel is
+/// small). Instead, a chunk that finds the channel full waits in `backlog`,
+/// at most one per stream; `check_write` grants no more room until it has
+/// gone out, and `ready` waits for the channel to take it.
 struct CaptureStream {
     capture: Capture,
-    permit: Option<OwnedPermit<OutputChunk>>,
+    backlog: Option<OutputChunk>,
 }
 
 impl CaptureStream {
-    /// True when a chunk may be written now (a permit is held, or there is
-    /// nobody to deliver to).
-    fn try_reserve(&mut self) -> bool {
-        if self.permit.is_some() {
-            return true;
-        }
-        let Some(sink) = &self.capture.shared.sink else {
+    /// Tries to send the waiting chunk; true when nothing waits any more.
+    fn flush_backlog(&mut self) -> bool {
+        let (Some(chunk), Some(sink)) = (self.backlog.take(), &self.capture.shared.sink) else {
             return true;
         };
-        match sink.clone().try_reserve_owned() {
-            Ok(permit) => {
-                self.permit = Some(permit);
-                true
+        match sink.try_send(chunk) {
+            Ok(()) | Err(TrySendError::Closed(_)) => true,
+            Err(TrySendError::Full(chunk)) => {
+                self.backlog = Some(chunk);
+                false
             }
-            Err(TrySendError::Full(_)) => false,
-            Err(TrySendError::Closed(_)) => true,
         }
     }
 }
@@ -171,12 +170,20 @@ impl CaptureStream {
 #[wasmtime_wasi::async_trait]
 impl Pollable for CaptureStream {
     async fn ready(&mut self) {
-        if self.permit.is_some() {
+        if self.backlog.is_none() {
             return;
         }
         if let Some(sink) = &self.capture.shared.sink {
-            // A closed channel means output is discarded: ready at once.
-            self.permit = sink.clone().reserve_owned().await.ok();
+            // Reserve first and only then take the chunk, so a cancelled
+            // wait loses nothing. A closed channel discards the output.
+            match sink.reserve().await {
+                Ok(permit) => {
+                    if let Some(chunk) = self.backlog.take() {
+                        permit.send(chunk);
+                    }
+                }
+                Err(_) => self.backlog = None,
+            }
         }
     }
 }
@@ -185,7 +192,19 @@ impl OutputStream for CaptureStream {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
         let shared = &self.capture.shared;
         let allowed = shared.account(bytes.len());
-        shared.deliver(self.permit.take(), self.capture.kind, &bytes[..allowed]);
+        if allowed > 0
+            && let Some(sink) = &shared.sink
+        {
+            let chunk = OutputChunk {
+                kind: self.capture.kind,
+                data: bytes[..allowed].to_vec(),
+            };
+            match sink.try_send(chunk) {
+                // Without a receiver the output is discarded (but counted).
+                Ok(()) | Err(TrySendError::Closed(_)) => {}
+                Err(TrySendError::Full(chunk)) => self.backlog = Some(chunk),
+            }
+        }
         if allowed < bytes.len() {
             return Err(shared.over_limit());
         }
@@ -197,10 +216,11 @@ impl OutputStream for CaptureStream {
     }
 
     fn check_write(&mut self) -> StreamResult<usize> {
-        if self.capture.shared.written.load(Ordering::Relaxed) > self.capture.shared.limit {
-            return Err(self.capture.shared.over_limit());
+        let shared = &self.capture.shared;
+        if shared.written.load(Ordering::Relaxed) > shared.limit {
+            return Err(shared.over_limit());
         }
-        Ok(if self.try_reserve() {
+        Ok(if self.flush_backlog() {
             MAX_CHUNK_BYTES
         } else {
             0

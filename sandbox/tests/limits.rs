@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use zorilla_sandbox::local::LocalGroup;
-use zorilla_sandbox::{Limits, Outcome, SandboxConfig, WorkerSpec};
+use zorilla_sandbox::{Limits, Outcome, OutputKind, SandboxConfig, WorkerSpec};
 
 fn limits(f: impl FnOnce(&mut Limits)) -> Limits {
     let mut limits = Limits::UNLIMITED;
@@ -34,7 +34,48 @@ async fn hello_reads_inputs_writes_outputs_and_prints() {
         std::fs::read_to_string(job.join("outputs/greeting.txt")).unwrap(),
         "Howdy, Zorilla!\n"
     );
-    assert_eq!(done.report.output_bytes, done.stdout.len() as u64);
+    assert_eq!(done.stderr, "hello: wrote /outputs/greeting.txt\n");
+    assert_eq!(
+        done.report.output_bytes,
+        (done.stdout.len() + done.stderr.len()) as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdout_and_stderr_share_a_one_slot_output_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let job = job_dir(dir.path(), "job");
+    std::fs::write(job.join("inputs/name.txt"), "Zorilla").unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let spec = WorkerSpec {
+        job_dir: Some(job),
+        output: Some(tx),
+        // A stall would show as a time limit instead of an exit.
+        limits: limits(|l| l.wall_time = Duration::from_secs(5)),
+        ..WorkerSpec::default()
+    };
+    let handle = sandbox.start(&load(&sandbox, "hello"), spec);
+    let mut chunks = Vec::new();
+    while let Some(chunk) = rx.recv().await {
+        chunks.push(chunk);
+    }
+    assert_eq!(handle.wait().await.outcome, Outcome::Exited(0));
+    let text = |kind| -> String {
+        let bytes: Vec<u8> = chunks
+            .iter()
+            .filter(|c| c.kind == kind)
+            .flat_map(|c| c.data.clone())
+            .collect();
+        String::from_utf8(bytes).unwrap()
+    };
+    assert_eq!(text(OutputKind::Stdout), "Hello, Zorilla!\n");
+    assert_eq!(
+        text(OutputKind::Stderr),
+        "hello: wrote /outputs/greeting.txt\n"
+    );
+    // In the order written: stderr comes last.
+    assert_eq!(chunks.last().map(|c| c.kind), Some(OutputKind::Stderr));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
