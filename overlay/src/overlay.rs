@@ -17,10 +17,17 @@
 //! - **Probing**: unmeasured candidates are dialed (a few at a time) so ping
 //!   can measure them; the probe ends after a few samples.
 //! - **Neighbours**: on a timer, and at once when a neighbour is lost,
-//!   `refresh()` recomputes the set; new neighbours are dialed. A connection
-//!   is closed by the side that **dialed** it when that side no longer needs
-//!   it (not a neighbour, not probing): the side that wants a link owns it,
-//!   so a peer that chose us as neighbour keeps the connection it made.
+//!   `refresh()` recomputes the set; new neighbours are dialed and told so
+//!   (`Link(true)` on the rpc protocol; `Link(false)` when dropped).
+//! - **Links work both ways**: floods go to our neighbours *and* to the
+//!   connected peers that chose us ([`OverlayHandle::links`]). The table's
+//!   choice is one-sided (a node far from everyone may be nobody's
+//!   neighbour), so a one-way flood graph need not be strongly connected;
+//!   the two-way one is connected whenever the neighbour choices connect.
+//! - **Closing**: a connection is closed by the side that **dialed** it when
+//!   it needs it no more (not a neighbour, not probing, not chosen by the
+//!   peer); connections the peer dialed are the peer's to close, so that we
+//!   never cut short a peer's probe of us.
 //! - **Failures**: a neighbour whose connection closes is redialed; if the
 //!   dial fails it is removed from the table (and not tried again for a
 //!   while) and the set is refreshed, so the overlay repairs itself within a
@@ -64,7 +71,9 @@ use zorilla_core::neighbours::{LinkKind, NeighbourTable};
 use crate::config::OverlayConfig;
 use crate::identity::{self, IdentityError};
 use crate::latency::MaybeDelayed;
-use crate::wire::{self, CborCodec, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse};
+use crate::wire::{
+    self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
+};
 
 /// Most addresses remembered per peer.
 const MAX_ADDRS_PER_PEER: usize = 8;
@@ -288,6 +297,7 @@ enum Command {
         reply: oneshot::Sender<Result<(), OverlayError>>,
     },
     Neighbours(oneshot::Sender<Vec<Neighbour>>),
+    Links(oneshot::Sender<Vec<(PeerId, Duration)>>),
     KnownPeers(oneshot::Sender<Vec<KnownPeer>>),
     ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
     Stats(oneshot::Sender<OverlayStats>),
@@ -382,6 +392,14 @@ impl OverlayHandle {
     /// The current neighbours, near ones first.
     pub async fn neighbours(&self) -> Result<Vec<Neighbour>, OverlayError> {
         self.call(Command::Neighbours).await
+    }
+
+    /// The peers floods are forwarded to, with their RTTs: our neighbours
+    /// and the connected peers that chose us as their neighbour (links work
+    /// both ways, which keeps the flood graph connected even when nobody
+    /// chose some node as a neighbour).
+    pub async fn links(&self) -> Result<Vec<(PeerId, Duration)>, OverlayError> {
+        self.call(Command::Links).await
     }
 
     /// Every known peer with its RTT and state.
@@ -506,6 +524,7 @@ impl Overlay {
             addrs: HashMap::new(),
             connections: HashMap::new(),
             verified: HashSet::new(),
+            chosen_by: HashSet::new(),
             samples: HashMap::new(),
             probing: HashMap::new(),
             dead: HashMap::new(),
@@ -653,6 +672,8 @@ struct Driver {
     connections: HashMap<PeerId, Vec<Conn>>,
     /// Connected peers that identified themselves as of our network.
     verified: HashSet<PeerId>,
+    /// Connected peers that chose us as their neighbour.
+    chosen_by: HashSet<PeerId>,
     /// RTT samples since the peer's connection opened (for probes).
     samples: HashMap<PeerId, usize>,
     /// Peers dialed to measure them, with when.
@@ -725,7 +746,7 @@ impl Driver {
                 let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
                 let id = self.swarm.behaviour_mut().rpc.send_request_with_addresses(
                     &peer,
-                    RpcRequest::App(payload),
+                    Checked::Valid(RpcRequest::App(payload)),
                     addrs,
                 );
                 self.stats.requests_sent += 1;
@@ -770,6 +791,9 @@ impl Driver {
                     })
                     .collect();
                 let _ = reply.send(neighbours);
+            }
+            Command::Links(reply) => {
+                let _ = reply.send(self.flood_links());
             }
             Command::KnownPeers(reply) => {
                 let known = self
@@ -816,11 +840,38 @@ impl Driver {
         if size > max {
             return Err(OverlayError::TooLarge { size, max });
         }
-        let neighbours = self.table.neighbour_rtts();
+        let neighbours = self.flood_links();
         let forward = self.router.originate(id, header, &neighbours);
         let copies = forward.len();
         self.send_copies(id, self.local, &probe.payload, forward);
         Ok(copies)
+    }
+
+    /// Our neighbours and the connected peers that chose us, with RTTs: the
+    /// links floods travel.
+    fn flood_links(&self) -> Vec<(PeerId, Duration)> {
+        let mut links = self.table.neighbour_rtts();
+        let mut chosen: Vec<(PeerId, Duration)> = self
+            .chosen_by
+            .iter()
+            .filter(|p| self.table.kind(p).is_none())
+            .filter_map(|p| self.table.rtt(p).map(|rtt| (*p, rtt)))
+            .collect();
+        // Peer order, so that the same state always gives the same copies.
+        chosen.sort();
+        links.extend(chosen);
+        links
+    }
+
+    /// Tells `peer` whether it is our neighbour.
+    fn send_link(&mut self, peer: PeerId, on: bool) {
+        let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
+        self.swarm.behaviour_mut().rpc.send_request_with_addresses(
+            &peer,
+            Checked::Valid(RpcRequest::Link(on)),
+            addrs,
+        );
+        self.stats.requests_sent += 1;
     }
 
     fn send_copies(
@@ -843,7 +894,7 @@ impl Driver {
             self.swarm
                 .behaviour_mut()
                 .flood
-                .send_request_with_addresses(&peer, frame, addrs);
+                .send_request_with_addresses(&peer, Checked::Valid(frame), addrs);
         }
     }
 
@@ -854,7 +905,7 @@ impl Driver {
             return;
         }
         let direct = self.table.rtt(&frame.origin);
-        let neighbours = self.table.neighbour_rtts();
+        let neighbours = self.flood_links();
         let now = self.now();
         match self
             .router
@@ -924,6 +975,7 @@ impl Driver {
                 if num_established == 0 {
                     self.connections.remove(&peer_id);
                     self.samples.remove(&peer_id);
+                    self.chosen_by.remove(&peer_id);
                     if self.verified.remove(&peer_id) {
                         self.emit(Event::PeerLost { peer: peer_id }).await;
                     }
@@ -1024,12 +1076,18 @@ impl Driver {
         }
         if self.verified.insert(peer) {
             self.table.add_candidate(peer);
+            if self.table.kind(&peer).is_some() {
+                self.send_link(peer, true);
+            }
             self.emit(Event::PeerConnected { peer }).await;
             self.request_peers(peer);
         }
     }
 
-    async fn on_flood_event(&mut self, event: request_response::Event<FloodFrame, FloodAck>) {
+    async fn on_flood_event(
+        &mut self,
+        event: request_response::Event<Checked<FloodFrame>, FloodAck>,
+    ) {
         match event {
             request_response::Event::Message {
                 peer,
@@ -1044,7 +1102,10 @@ impl Driver {
                     .behaviour_mut()
                     .flood
                     .send_response(channel, FloodAck);
-                self.on_flood(peer, request).await;
+                match request {
+                    Checked::Valid(frame) => self.on_flood(peer, frame).await,
+                    Checked::Invalid(reason) => self.strike(peer, &reason).await,
+                }
             }
             request_response::Event::Message { .. }
             | request_response::Event::ResponseSent { .. } => {}
@@ -1057,7 +1118,10 @@ impl Driver {
         }
     }
 
-    async fn on_rpc_event(&mut self, event: request_response::Event<RpcRequest, RpcResponse>) {
+    async fn on_rpc_event(
+        &mut self,
+        event: request_response::Event<Checked<RpcRequest>, RpcResponse>,
+    ) {
         match event {
             request_response::Event::Message { peer, message, .. } => match message {
                 request_response::Message::Request {
@@ -1065,7 +1129,23 @@ impl Driver {
                 } => {
                     self.stats.requests_received += 1;
                     match request {
-                        RpcRequest::Peers => {
+                        // Dropping the channel tells the sender it failed.
+                        Checked::Invalid(reason) => self.strike(peer, &reason).await,
+                        Checked::Valid(RpcRequest::Link(on)) => {
+                            // Not waiting for identify: only a peer of our
+                            // network can speak this protocol at all.
+                            if on && self.swarm.is_connected(&peer) {
+                                self.chosen_by.insert(peer);
+                            } else {
+                                self.chosen_by.remove(&peer);
+                            }
+                            let _ = self
+                                .swarm
+                                .behaviour_mut()
+                                .rpc
+                                .send_response(channel, RpcResponse::Done);
+                        }
+                        Checked::Valid(RpcRequest::Peers) => {
                             let records = self.peer_records(&peer);
                             let _ = self
                                 .swarm
@@ -1073,7 +1153,7 @@ impl Driver {
                                 .rpc
                                 .send_response(channel, RpcResponse::Peers(records));
                         }
-                        RpcRequest::App(payload) => {
+                        Checked::Valid(RpcRequest::App(payload)) => {
                             self.emit(Event::Request {
                                 peer,
                                 payload,
@@ -1090,7 +1170,9 @@ impl Driver {
                     if let Some((peer, reply)) = self.pending_requests.remove(&request_id) {
                         let result = match response {
                             RpcResponse::App(payload) => Ok(payload),
-                            RpcResponse::Peers(_) => Err(RequestError::UnexpectedResponse(peer)),
+                            RpcResponse::Peers(_) | RpcResponse::Done => {
+                                Err(RequestError::UnexpectedResponse(peer))
+                            }
                         };
                         let _ = reply.send(result);
                     } else if self.peer_exchanges.remove(&request_id)
@@ -1107,6 +1189,12 @@ impl Driver {
                 ..
             } => {
                 self.peer_exchanges.remove(&request_id);
+                // A response that does not decode is the responder's fault.
+                if let request_response::OutboundFailure::Io(e) = &error
+                    && e.kind() == std::io::ErrorKind::InvalidData
+                {
+                    self.strike(peer, &e.to_string()).await;
+                }
                 if let Some((_, reply)) = self.pending_requests.remove(&request_id) {
                     let _ = reply.send(Err(RequestError::Failed {
                         peer,
@@ -1122,21 +1210,17 @@ impl Driver {
     }
 
     async fn on_inbound_failure(&mut self, peer: PeerId, error: InboundFailure) {
-        match error {
-            // Only a frame that does not decode or is too large is the
-            // peer's fault; timeouts and closed connections are not.
-            InboundFailure::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                self.strike(peer, &e.to_string()).await;
-            }
-            error => tracing::debug!(%peer, %error, "inbound request failed"),
-        }
+        // Bad frames arrive as `Checked::Invalid`; what is left here
+        // (timeouts, closed connections, omitted responses) is nobody's
+        // misbehaviour.
+        tracing::debug!(%peer, %error, "inbound request failed");
     }
 
     fn request_peers(&mut self, peer: PeerId) {
         let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
         let id = self.swarm.behaviour_mut().rpc.send_request_with_addresses(
             &peer,
-            RpcRequest::Peers,
+            Checked::Valid(RpcRequest::Peers),
             addrs,
         );
         self.stats.requests_sent += 1;
@@ -1224,6 +1308,7 @@ impl Driver {
     /// neighbour.
     async fn unreachable(&mut self, peer: PeerId) {
         self.probing.remove(&peer);
+        self.chosen_by.remove(&peer);
         let was_neighbour = self.table.kind(&peer).is_some();
         self.table.remove(&peer);
         self.router.peer_lost(&peer);
@@ -1260,6 +1345,7 @@ impl Driver {
         self.strikes.remove(&peer);
         self.swarm.behaviour_mut().blocked.block_peer(peer);
         self.probing.remove(&peer);
+        self.chosen_by.remove(&peer);
         self.addrs.remove(&peer);
         let was_neighbour = self.table.kind(&peer).is_some();
         self.table.remove(&peer);
@@ -1281,11 +1367,17 @@ impl Driver {
             "neighbour set changed"
         );
         for peer in &changes.added {
-            if !self.swarm.is_connected(peer) {
+            if self.verified.contains(peer) {
+                self.send_link(*peer, true);
+            } else if !self.swarm.is_connected(peer) {
+                // The link is announced once the peer has identified itself.
                 self.dial_peer(*peer);
             }
         }
         for peer in &changes.removed {
+            if self.verified.contains(peer) {
+                self.send_link(*peer, false);
+            }
             self.close_if_unneeded(*peer);
         }
         self.emit(Event::NeighboursChanged {
@@ -1298,7 +1390,10 @@ impl Driver {
     /// Closes the connections we dialed to `peer` if we need it neither as
     /// a neighbour nor for a probe. Connections it dialed are its business.
     fn close_if_unneeded(&mut self, peer: PeerId) {
-        if self.table.kind(&peer).is_some() || self.probing.contains_key(&peer) {
+        if self.table.kind(&peer).is_some()
+            || self.probing.contains_key(&peer)
+            || self.chosen_by.contains(&peer)
+        {
             return;
         }
         let ours: Vec<ConnectionId> = self
@@ -1434,6 +1529,17 @@ impl Driver {
                 .or_else(|| self.verified.iter().copied().choose(&mut self.rng));
             if let Some(peer) = partner {
                 self.request_peers(peer);
+            }
+            // Announce our links again, in case an announcement was lost
+            // with a connection that closed while it was under way.
+            let neighbours: Vec<PeerId> = self
+                .table
+                .neighbours()
+                .map(|(p, _, _)| *p)
+                .filter(|p| self.verified.contains(p))
+                .collect();
+            for peer in neighbours {
+                self.send_link(peer, true);
             }
         }
 

@@ -74,6 +74,10 @@ pub(crate) struct PeerRecord {
 pub(crate) enum RpcRequest {
     /// Peer exchange: "which peers do you know?"
     Peers,
+    /// "You are (`true`) or are no longer (`false`) my neighbour": links
+    /// are used in both directions, so the chosen side forwards floods to
+    /// the chooser too and keeps the connection open.
+    Link(bool),
     /// An opaque request of the application (the node).
     App(#[serde(with = "bytes")] Vec<u8>),
 }
@@ -85,6 +89,8 @@ pub(crate) enum RpcResponse {
     Peers(Vec<PeerRecord>),
     /// The application's opaque answer.
     App(#[serde(with = "bytes")] Vec<u8>),
+    /// Acknowledges a [`RpcRequest::Link`].
+    Done,
 }
 
 /// Encodes `value` as CBOR.
@@ -139,6 +145,19 @@ async fn write_capped<T: AsyncWrite + Unpin + Send>(
     io.flush().await
 }
 
+/// An inbound request as the codec hands it on: decoded, or why not.
+///
+/// libp2p's request-response only logs a request that fails to read and
+/// does not say from whom, so the codec turns a bad frame into a request of
+/// its own kind: the event loop then knows the sender and counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Checked<T> {
+    /// A well-formed request.
+    Valid(T),
+    /// A malformed or oversized frame, and what was wrong with it.
+    Invalid(String),
+}
+
 /// A request-response codec for CBOR frames with a size cap.
 pub(crate) struct CborCodec<Req, Resp> {
     max: usize,
@@ -168,14 +187,23 @@ where
     Resp: Serialize + DeserializeOwned + Send,
 {
     type Protocol = StreamProtocol;
-    type Request = Req;
+    type Request = Checked<Req>;
     type Response = Resp;
 
-    async fn read_request<T>(&mut self, _: &StreamProtocol, io: &mut T) -> io::Result<Req>
+    async fn read_request<T>(&mut self, _: &StreamProtocol, io: &mut T) -> io::Result<Checked<Req>>
     where
         T: AsyncRead + Unpin + Send,
     {
-        decode(&read_capped(io, self.max).await?)
+        let checked = match read_capped(io, self.max).await {
+            Ok(buf) => decode(&buf),
+            Err(e) => Err(e),
+        };
+        match checked {
+            Ok(request) => Ok(Checked::Valid(request)),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(Checked::Invalid(e.to_string())),
+            // Transport errors are nobody's misbehaviour.
+            Err(e) => Err(e),
+        }
     }
 
     async fn read_response<T>(&mut self, _: &StreamProtocol, io: &mut T) -> io::Result<Resp>
@@ -185,12 +213,20 @@ where
         decode(&read_capped(io, self.max).await?)
     }
 
-    async fn write_request<T>(&mut self, _: &StreamProtocol, io: &mut T, req: Req) -> io::Result<()>
+    async fn write_request<T>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+        req: Checked<Req>,
+    ) -> io::Result<()>
     where
         T: AsyncWrite + Unpin + Send,
     {
         // Encoded before the await: the message need not be Sync.
-        let buf = encode(&req);
+        let buf = match req {
+            Checked::Valid(req) => encode(&req),
+            Checked::Invalid(reason) => Err(io::Error::new(io::ErrorKind::InvalidInput, reason)),
+        };
         write_capped(io, buf, self.max).await
     }
 
@@ -297,8 +333,13 @@ mod tests {
             let mut out = futures::io::Cursor::new(Vec::new());
             let big = RpcRequest::App(vec![1; 100]);
             use libp2p::request_response::Codec;
-            assert!(codec.write_request(&proto, &mut out, big).await.is_err());
-            let small = RpcRequest::App(vec![1; 10]);
+            assert!(
+                codec
+                    .write_request(&proto, &mut out, Checked::Valid(big))
+                    .await
+                    .is_err()
+            );
+            let small = Checked::Valid(RpcRequest::App(vec![1; 10]));
             codec
                 .write_request(&proto, &mut out, small.clone())
                 .await
@@ -308,8 +349,11 @@ mod tests {
 
             let oversized = encode(&RpcRequest::App(vec![1; 100])).unwrap();
             let mut input = futures::io::Cursor::new(oversized);
-            let err = codec.read_request(&proto, &mut input).await.unwrap_err();
-            assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+            let read = codec.read_request(&proto, &mut input).await.unwrap();
+            assert!(matches!(read, Checked::Invalid(reason) if reason.contains("oversized")));
+            let mut input = futures::io::Cursor::new(b"\xff\x00junk".to_vec());
+            let read = codec.read_request(&proto, &mut input).await.unwrap();
+            assert!(matches!(read, Checked::Invalid(reason) if reason.contains("malformed")));
         });
     }
 }

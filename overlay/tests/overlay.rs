@@ -1,0 +1,785 @@
+//! Integration tests of the overlay: real nodes on 127.0.0.1 (port 0),
+//! waiting for conditions with a deadline rather than sleeping.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use libp2p::{Multiaddr, PeerId};
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+use zorilla_core::advert::{FloodHeader, JobId};
+use zorilla_core::flood::FloodId;
+use zorilla_core::neighbours::{LinkKind, NeighbourConfig};
+use zorilla_overlay::latency::{Site, SiteLink};
+use zorilla_overlay::{
+    Event, LatencyEmulation, Overlay, OverlayConfig, OverlayHandle, SharedTopology, Topology,
+};
+
+type Graph = HashMap<PeerId, Vec<(PeerId, LinkKind)>>;
+
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// (flood, from, distance) of every delivery.
+    floods: Vec<(FloodId, PeerId, Duration)>,
+    connected: HashSet<PeerId>,
+}
+
+struct Node {
+    handle: OverlayHandle,
+    peer: PeerId,
+    addr: Multiaddr,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Node {
+    async fn start(config: OverlayConfig) -> Node {
+        let (handle, mut events) = Overlay::start(config).await.expect("overlay starts");
+        let addr = handle.listen_addrs().await.unwrap()[0].clone();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (seen2, handle2) = (seen.clone(), handle.clone());
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                match event {
+                    Event::Flood {
+                        id, from, distance, ..
+                    } => seen2.lock().unwrap().floods.push((id, from, distance)),
+                    Event::PeerConnected { peer } => {
+                        seen2.lock().unwrap().connected.insert(peer);
+                    }
+                    Event::Request {
+                        payload, responder, ..
+                    } => {
+                        // Echo, reversed, so the test sees it went through us.
+                        let answer = payload.into_iter().rev().collect();
+                        let _ = handle2.respond(responder, answer).await;
+                    }
+                    _ => {}
+                }
+            }
+        });
+        Node {
+            peer: handle.local_peer_id(),
+            handle,
+            addr,
+            seen,
+        }
+    }
+
+    fn deliveries(&self, id: FloodId) -> Vec<(PeerId, Duration)> {
+        let seen = self.seen.lock().unwrap();
+        seen.floods
+            .iter()
+            .filter(|(f, _, _)| *f == id)
+            .map(|(_, from, d)| (*from, *d))
+            .collect()
+    }
+}
+
+fn network(test: &str) -> String {
+    format!("test-{test}-{}", std::process::id())
+}
+
+fn config(network: &str, near: usize, far: usize) -> OverlayConfig {
+    OverlayConfig {
+        neighbours: NeighbourConfig {
+            near,
+            far,
+            ..NeighbourConfig::default()
+        },
+        ..OverlayConfig::local(network)
+    }
+}
+
+/// Starts `n` nodes; all but the first know only the first.
+async fn start_grid(n: usize, make: impl Fn(usize) -> OverlayConfig) -> Vec<Node> {
+    let first = Node::start(make(0)).await;
+    let mut nodes = vec![first];
+    for i in 1..n {
+        let mut config = make(i);
+        config.bootstrap = vec![nodes[0].addr.clone()];
+        nodes.push(Node::start(config).await);
+    }
+    nodes
+}
+
+/// Polls `check` until it succeeds, failing the test with its last reason
+/// after `timeout`.
+async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let start = Instant::now();
+    loop {
+        match check().await {
+            Ok(()) => return start.elapsed(),
+            Err(why) if start.elapsed() > timeout => {
+                panic!("{what}: not within {timeout:?}: {why}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+async fn graph(nodes: &[&Node]) -> Graph {
+    let mut graph = Graph::new();
+    for node in nodes {
+        let neighbours = node.handle.neighbours().await.unwrap();
+        graph.insert(
+            node.peer,
+            neighbours.into_iter().map(|n| (n.peer, n.kind)).collect(),
+        );
+    }
+    graph
+}
+
+/// Nodes reachable from `origin` in at most `radius` hops, without origin.
+fn within(
+    graph: &Graph,
+    origin: PeerId,
+    radius: usize,
+    allowed: &dyn Fn(&PeerId) -> bool,
+) -> HashSet<PeerId> {
+    let mut dist = HashMap::from([(origin, 0usize)]);
+    let mut queue = VecDeque::from([origin]);
+    while let Some(u) = queue.pop_front() {
+        let d = dist[&u];
+        if d == radius {
+            continue;
+        }
+        for (v, _) in graph.get(&u).into_iter().flatten() {
+            if allowed(v) && !dist.contains_key(v) {
+                dist.insert(*v, d + 1);
+                queue.push_back(*v);
+            }
+        }
+    }
+    dist.remove(&origin);
+    dist.into_keys().collect()
+}
+
+/// Whether every node reaches every other along neighbour links.
+fn strongly_connected(graph: &Graph) -> Result<(), String> {
+    let all = |_: &PeerId| true;
+    for origin in graph.keys() {
+        let reached = within(graph, *origin, usize::MAX, &all);
+        if reached.len() + 1 < graph.len() {
+            return Err(format!(
+                "{origin} reaches {} of {}",
+                reached.len(),
+                graph.len() - 1
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The links floods travel (neighbours both ways), as the nodes report
+/// them.
+async fn links(nodes: &[&Node]) -> Graph {
+    let mut graph = Graph::new();
+    for node in nodes {
+        let links = node.handle.links().await.unwrap();
+        graph.insert(
+            node.peer,
+            links
+                .into_iter()
+                .map(|(p, _)| (p, LinkKind::Near))
+                .collect(),
+        );
+    }
+    graph
+}
+
+/// Every node has `size` neighbours in the grid, every neighbour knows it
+/// was chosen, and the flood graph is connected.
+async fn full_and_connected(nodes: &[&Node], size: usize) -> Result<Graph, String> {
+    let graph = graph(nodes).await;
+    for (peer, neighbours) in &graph {
+        if neighbours.len() != size {
+            return Err(format!("{peer} has {} neighbours", neighbours.len()));
+        }
+        if let Some((n, _)) = neighbours.iter().find(|(n, _)| !graph.contains_key(n)) {
+            return Err(format!("{peer} has neighbour {n} outside the grid"));
+        }
+    }
+    let links = links(nodes).await;
+    for (peer, neighbours) in &graph {
+        for (n, _) in neighbours {
+            if !links[n].iter().any(|(p, _)| p == peer) {
+                return Err(format!("{n} does not know that {peer} chose it"));
+            }
+        }
+    }
+    strongly_connected(&links)?;
+    Ok(graph)
+}
+
+/// Waits until every flood frame sent has been received somewhere: the
+/// flood is over.
+async fn quiescent(nodes: &[&Node]) -> Result<(), String> {
+    let (mut sent, mut received) = (0, 0);
+    for node in nodes {
+        let stats = node.handle.stats().await.unwrap();
+        sent += stats.flood_frames_sent;
+        received += stats.flood_frames_received;
+    }
+    if sent == received {
+        Ok(())
+    } else {
+        Err(format!("{sent} frames sent, {received} received"))
+    }
+}
+
+fn header(seq: u32, ttl: u8, budget: Option<Duration>) -> FloodHeader {
+    FloodHeader {
+        seq,
+        ttl,
+        latency_budget: budget,
+        path_rtt: Duration::ZERO,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seventeen_nodes_that_know_one_bootstrap_node_form_one_overlay() {
+    let net = network("join");
+    let nodes = start_grid(17, |_| config(&net, 4, 2)).await;
+    let refs: Vec<&Node> = nodes.iter().collect();
+    let took = eventually(
+        "every node has 6 neighbours and the overlay is connected",
+        Duration::from_secs(40),
+        || async { full_and_connected(&refs, 6).await.map(|_| ()) },
+    )
+    .await;
+    eprintln!("17 nodes converged in {took:?}");
+    // Peer exchange taught each node about far more than its bootstrap node.
+    for node in &nodes {
+        let known = node.handle.known_peers().await.unwrap();
+        assert!(
+            known.len() >= 8,
+            "{} knows only {} peers",
+            node.peer,
+            known.len()
+        );
+        assert!(known.iter().filter(|k| k.rtt.is_some()).count() >= 6);
+    }
+    // A request goes to any peer, answered by the node (here: reversed).
+    let answer = nodes[3]
+        .handle
+        .request(nodes[9].peer, b"abc".to_vec())
+        .await
+        .expect("request answered");
+    assert_eq!(answer, b"cba");
+}
+
+/// 18 nodes in three regions of six. Each node is its own site, so that
+/// every pair has its own RTT (no ties: stable neighbour sets): 4 to 32 ms
+/// within a region, 60 ms and more between regions.
+fn regional_topology() -> (Topology, impl Fn(usize) -> usize) {
+    let region = |i: usize| i / 6;
+    let mut topology = Topology {
+        default_rtt_ms: 200,
+        ..Topology::default()
+    };
+    for i in 0..18 {
+        topology.sites.push(Site {
+            name: format!("n{i}"),
+            rtt_within_ms: 1,
+        });
+    }
+    let mut intra = [0u64; 3];
+    let mut cross = 0u64;
+    for i in 0..18 {
+        for j in i + 1..18 {
+            let rtt_ms = if region(i) == region(j) {
+                let k = &mut intra[region(i)];
+                *k += 1;
+                2 + 2 * *k
+            } else {
+                cross += 1;
+                let base = match (region(i), region(j)) {
+                    (0, 1) => 60,
+                    (1, 2) => 70,
+                    _ => 90,
+                };
+                base + cross % 20
+            };
+            topology.links.push(SiteLink {
+                a: format!("n{i}"),
+                b: format!("n{j}"),
+                rtt_ms,
+            });
+        }
+    }
+    (topology, region)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_emulated_latency_neighbours_are_local_and_floods_are_bounded() {
+    let net = network("regions");
+    let (topology, region) = regional_topology();
+    let shared = SharedTopology::new(topology.clone());
+    let nodes = start_grid(18, |i| OverlayConfig {
+        latency: Some(LatencyEmulation {
+            topology: shared.clone(),
+            site: format!("n{i}"),
+        }),
+        ..config(&net, 3, 2)
+    })
+    .await;
+    let refs: Vec<&Node> = nodes.iter().collect();
+    let index: HashMap<PeerId, usize> =
+        nodes.iter().enumerate().map(|(i, n)| (n.peer, i)).collect();
+
+    // Near neighbours are in the node's region; far links cross regions
+    // and keep the overlay connected.
+    eventually(
+        "local near neighbours and a connected overlay",
+        Duration::from_secs(60),
+        || async {
+            let graph = full_and_connected(&refs, 5).await?;
+            for (peer, neighbours) in &graph {
+                for (n, kind) in neighbours {
+                    if *kind == LinkKind::Near && region(index[n]) != region(index[peer]) {
+                        return Err(format!(
+                            "node {} has a near neighbour in another region",
+                            index[peer]
+                        ));
+                    }
+                }
+            }
+            let cross = graph
+                .iter()
+                .flat_map(|(p, ns)| ns.iter().map(move |(n, _)| (p, n)))
+                .filter(|(p, n)| region(index[p]) != region(index[n]))
+                .count();
+            if cross == 0 {
+                return Err("no link between regions".into());
+            }
+            Ok(())
+        },
+    )
+    .await;
+
+    // The measured RTTs reflect the topology.
+    let neighbours = nodes[0].handle.neighbours().await.unwrap();
+    for n in &neighbours {
+        let emulated = topology
+            .rtt("n0", &format!("n{}", index[&n.peer]))
+            .unwrap();
+        assert!(
+            n.rtt >= emulated && n.rtt < emulated + Duration::from_millis(30),
+            "measured {:?} for an emulated {emulated:?}",
+            n.rtt
+        );
+    }
+
+    // A flood of radius r reaches exactly the nodes within r hops, once.
+    // Links work both ways, so a radius of 2 may already cover the grid
+    // from a well-connected node: start from the node with the fewest links
+    // and take the largest radius that leaves some nodes out. The links must
+    // not change during the flood; retry if they did.
+    let all = |_: &PeerId| true;
+    let mut exact = false;
+    for seq in 0..5 {
+        let before = links(&refs).await;
+        let origin = *before
+            .iter()
+            .min_by_key(|(p, ls)| (ls.len(), **p))
+            .map(|(p, _)| p)
+            .unwrap();
+        let radius = (1..=4)
+            .take_while(|r| within(&before, origin, *r, &all).len() < 17)
+            .last()
+            .unwrap_or(1);
+        let expected = within(&before, origin, radius, &all);
+        let id = FloodId { job: JobId(1), seq };
+        let source = &nodes[index[&origin]];
+        source
+            .handle
+            .flood(id, header(seq, radius as u8, None), b"advert".to_vec())
+            .await
+            .unwrap();
+        eventually(
+            "the radius-r flood is over",
+            Duration::from_secs(20),
+            || async {
+                let reached = nodes
+                    .iter()
+                    .filter(|n| !n.deliveries(id).is_empty())
+                    .count();
+                if reached < expected.len() {
+                    return Err(format!("{reached} of {} reached", expected.len()));
+                }
+                quiescent(&refs).await
+            },
+        )
+        .await;
+        if links(&refs).await != before {
+            eprintln!("links changed during flood {seq}; again");
+            continue;
+        }
+        let reached: HashSet<PeerId> = nodes
+            .iter()
+            .filter(|n| !n.deliveries(id).is_empty())
+            .map(|n| n.peer)
+            .collect();
+        assert_eq!(
+            reached, expected,
+            "radius-{radius} flood reached other nodes than those within {radius} hops"
+        );
+        for node in &nodes {
+            assert!(node.deliveries(id).len() <= 1, "delivered twice");
+        }
+        eprintln!("radius {radius} reached exactly {} of 17", expected.len());
+        exact = expected.len() < 17;
+        break;
+    }
+    assert!(
+        exact,
+        "links never held still for a flood, or no radius left nodes out"
+    );
+
+    // A latency-bounded flood (45 ms from a node of region 0) reaches
+    // nodes of region 0 only (regions are 60 ms or more apart), at least
+    // the origin's near neighbours, each with a distance within budget.
+    let budget = Duration::from_millis(45);
+    let id = FloodId {
+        job: JobId(2),
+        seq: 0,
+    };
+    nodes[0]
+        .handle
+        .flood(id, header(0, 10, Some(budget)), b"advert".to_vec())
+        .await
+        .unwrap();
+    let near: Vec<PeerId> = neighbours
+        .iter()
+        .filter(|n| n.kind == LinkKind::Near)
+        .map(|n| n.peer)
+        .collect();
+    eventually(
+        "the bounded flood is over",
+        Duration::from_secs(20),
+        || async {
+            if near
+                .iter()
+                .any(|p| nodes[index[p]].deliveries(id).is_empty())
+            {
+                return Err("near neighbours not reached yet".into());
+            }
+            quiescent(&refs).await
+        },
+    )
+    .await;
+    for (i, node) in nodes.iter().enumerate() {
+        for (_, distance) in node.deliveries(id) {
+            assert_eq!(region(i), 0, "node {i} outside the budget got the flood");
+            assert!(distance <= budget);
+        }
+    }
+
+    // An unbounded flood with a large radius reaches everyone, once.
+    let id = FloodId {
+        job: JobId(3),
+        seq: 0,
+    };
+    nodes[5]
+        .handle
+        .flood(id, header(0, 15, None), vec![7; 100])
+        .await
+        .unwrap();
+    eventually(
+        "the big flood reaches all",
+        Duration::from_secs(20),
+        || async {
+            let missing = nodes
+                .iter()
+                .skip(1)
+                .filter(|n| n.peer != nodes[5].peer && n.deliveries(id).is_empty())
+                .count()
+                + usize::from(nodes[0].deliveries(id).is_empty());
+            if missing > 0 {
+                return Err(format!("{missing} not reached"));
+            }
+            quiescent(&refs).await
+        },
+    )
+    .await;
+    for node in &nodes {
+        assert!(node.deliveries(id).len() <= 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_third_of_the_nodes_is_repaired_within_seconds() {
+    let net = network("repair");
+    let mut nodes = start_grid(15, |_| config(&net, 3, 1)).await;
+    let refs: Vec<&Node> = nodes.iter().collect();
+    eventually("the overlay forms", Duration::from_secs(40), || async {
+        full_and_connected(&refs, 4).await.map(|_| ())
+    })
+    .await;
+
+    // Kill every third node, the bootstrap node included.
+    let mut killed = HashSet::new();
+    let mut survivors = Vec::new();
+    for (i, node) in nodes.drain(..).enumerate() {
+        if i % 3 == 0 {
+            node.handle.shutdown().await;
+            killed.insert(node.peer);
+        } else {
+            survivors.push(node);
+        }
+    }
+    let refs: Vec<&Node> = survivors.iter().collect();
+    let noticed = eventually(
+        "no survivor keeps a dead neighbour",
+        Duration::from_secs(10),
+        || async {
+            for (peer, neighbours) in graph(&refs).await {
+                if neighbours.iter().any(|(n, _)| killed.contains(n)) {
+                    return Err(format!("{peer} still has a dead neighbour"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    let repaired = eventually(
+        "survivors have full neighbour sets and stay connected",
+        Duration::from_secs(30),
+        || async { full_and_connected(&refs, 4).await.map(|_| ()) },
+    )
+    .await;
+    eprintln!(
+        "dead neighbours dropped after {noticed:?}, overlay repaired after a further {repaired:?}"
+    );
+    // And floods still cover the survivors.
+    let id = FloodId {
+        job: JobId(9),
+        seq: 0,
+    };
+    survivors[0]
+        .handle
+        .flood(id, header(0, 15, None), vec![1])
+        .await
+        .unwrap();
+    eventually(
+        "a flood reaches every survivor",
+        Duration::from_secs(10),
+        || async {
+            let missing = survivors[1..]
+                .iter()
+                .filter(|n| n.deliveries(id).is_empty())
+                .count();
+            if missing == 0 {
+                Ok(())
+            } else {
+                Err(format!("{missing} missing"))
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grids_with_different_network_names_never_connect() {
+    let (net_a, net_b) = (network("grid-a"), network("grid-b"));
+    let grid_a = start_grid(4, |_| config(&net_a, 2, 1)).await;
+    // Grid B's nodes are also told about grid A's bootstrap node.
+    let a0 = grid_a[0].addr.clone();
+    let grid_b = start_grid(4, |_| OverlayConfig {
+        bootstrap: vec![a0.clone()],
+        ..config(&net_b, 2, 1)
+    })
+    .await;
+    // And a node of A dials B's first node directly.
+    grid_a[1].handle.dial(grid_b[0].addr.clone()).await.unwrap();
+
+    let a: Vec<&Node> = grid_a.iter().collect();
+    let b: Vec<&Node> = grid_b.iter().collect();
+    eventually("both grids form", Duration::from_secs(30), || async {
+        full_and_connected(&a, 3).await?;
+        full_and_connected(&b, 3).await.map(|_| ())
+    })
+    .await;
+    eventually(
+        "the foreign peers were refused",
+        Duration::from_secs(10),
+        || async {
+            // Each of the two cross connections is refused by at least
+            // one side (the other may lose the connection before it hears
+            // why).
+            let mut bans = 0;
+            for node in grid_a.iter().chain(&grid_b) {
+                bans += node.handle.stats().await.unwrap().bans;
+            }
+            if bans >= 2 {
+                Ok(())
+            } else {
+                Err(format!("{bans} bans"))
+            }
+        },
+    )
+    .await;
+    let ids_a: HashSet<PeerId> = grid_a.iter().map(|n| n.peer).collect();
+    let ids_b: HashSet<PeerId> = grid_b.iter().map(|n| n.peer).collect();
+    for (nodes, foreign) in [(&grid_a, &ids_b), (&grid_b, &ids_a)] {
+        for node in nodes.iter() {
+            let known = node.handle.known_peers().await.unwrap();
+            assert!(
+                known.iter().all(|k| !foreign.contains(&k.peer)),
+                "a foreign peer is known"
+            );
+            let seen = node.seen.lock().unwrap();
+            assert!(
+                seen.connected.iter().all(|p| !foreign.contains(p)),
+                "a foreign peer connected"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_oversized_frames_and_misbehaving_peers_do_not_hurt_a_node() {
+    let net = network("garbage");
+    let target = Node::start(OverlayConfig {
+        max_message_size: 64 * 1024,
+        misbehaviour_limit: 3,
+        ..config(&net, 2, 1)
+    })
+    .await;
+    let port = target
+        .addr
+        .iter()
+        .find_map(|p| match p {
+            libp2p::multiaddr::Protocol::Tcp(port) => Some(port),
+            _ => None,
+        })
+        .unwrap();
+
+    // Raw garbage, a plausible multistream header followed by junk, and
+    // 8 MiB of junk.
+    let junk: Vec<u8> = (0..8 << 20)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let frames: [&[u8]; 3] = [
+        b"\x00\xff garbage \r\n\r\n",
+        b"\x13/multistream/1.0.0\n\xff\xff\xff\xff\x0f",
+        &junk,
+    ];
+    for frame in frames {
+        let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        // The node may close on us half-way: that is the point.
+        let _ = socket.write_all(frame).await;
+        let _ = socket.shutdown().await;
+    }
+    eventually(
+        "the junk connections were rejected",
+        Duration::from_secs(30),
+        || async {
+            let failed = target.handle.stats().await.unwrap().failed_incoming;
+            if failed >= 3 {
+                Ok(())
+            } else {
+                Err(format!("{failed} rejected"))
+            }
+        },
+    )
+    .await;
+
+    // A peer of the same network whose frames are too large is counted
+    // against and, at the limit, disconnected and refused.
+    let bully = Node::start(OverlayConfig {
+        bootstrap: vec![target.addr.clone()],
+        max_message_size: 4 << 20,
+        ..config(&net, 2, 1)
+    })
+    .await;
+    eventually("the bully connects", Duration::from_secs(10), || async {
+        if bully.seen.lock().unwrap().connected.contains(&target.peer) {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    })
+    .await;
+    for _ in 0..3 {
+        let result = bully.handle.request(target.peer, vec![0; 100 * 1024]).await;
+        assert!(result.is_err(), "an oversized request must fail");
+    }
+    eventually("the bully is banned", Duration::from_secs(10), || async {
+        let stats = target.handle.stats().await.unwrap();
+        if stats.misbehaviour >= 3 && stats.bans >= 1 {
+            Ok(())
+        } else {
+            Err(format!("{stats:?}"))
+        }
+    })
+    .await;
+    let known = target.handle.known_peers().await.unwrap();
+    assert!(
+        known.iter().all(|k| k.peer != bully.peer),
+        "the bully is forgotten"
+    );
+    assert!(
+        bully
+            .handle
+            .request(target.peer, b"hi".to_vec())
+            .await
+            .is_err(),
+        "the bully is refused"
+    );
+
+    // The node still works for everyone else.
+    let friend = Node::start(OverlayConfig {
+        bootstrap: vec![target.addr.clone()],
+        ..config(&net, 2, 1)
+    })
+    .await;
+    eventually(
+        "a well-behaved peer connects",
+        Duration::from_secs(10),
+        || async {
+            if friend.seen.lock().unwrap().connected.contains(&target.peer) {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        },
+    )
+    .await;
+    let answer = friend
+        .handle
+        .request(target.peer, b"ping".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(answer, b"gnip");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_id_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = || OverlayConfig {
+        state_dir: Some(dir.path().to_path_buf()),
+        ..config(&network("restart"), 2, 1)
+    };
+    let (first, _events) = Overlay::start(make()).await.unwrap();
+    let id = first.local_peer_id();
+    first.shutdown().await;
+    let (second, _events) = Overlay::start(make()).await.unwrap();
+    assert_eq!(second.local_peer_id(), id);
+    assert!(
+        Overlay::start(OverlayConfig {
+            network: "bad name".into(),
+            ..make()
+        })
+        .await
+        .is_err()
+    );
+}
