@@ -314,3 +314,62 @@ impl WorkerHandle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_limit_hit_wins() {
+        let flag = LimitFlag::default();
+        assert_eq!(flag.get(), None);
+        flag.set(LimitHit::Output);
+        flag.set(LimitHit::Memory);
+        assert_eq!(flag.get(), Some(LimitHit::Output));
+    }
+
+    #[test]
+    fn results_are_classified() {
+        let clean = LimitFlag::default();
+        assert_eq!(classify(Ok(()), &clean), Outcome::Exited(0));
+        assert_eq!(
+            classify(Err(wasmtime::Error::new(I32Exit(7))), &clean),
+            Outcome::Exited(7)
+        );
+        assert_eq!(
+            classify(Err(wasmtime::Error::new(Trap::OutOfFuel)), &clean),
+            Outcome::CpuLimit
+        );
+        assert_eq!(
+            classify(
+                Err(wasmtime::Error::new(Trap::UnreachableCodeReached)),
+                &clean
+            ),
+            Outcome::Trapped(Trap::UnreachableCodeReached.to_string())
+        );
+        // Whatever trap follows a crossed limit, the limit is the reason.
+        let hit = LimitFlag::default();
+        hit.set(LimitHit::Memory);
+        assert_eq!(
+            classify(Err(wasmtime::format_err!("grow failed")), &hit),
+            Outcome::OutOfMemory
+        );
+    }
+
+    #[test]
+    fn memory_growth_past_the_cap_traps_and_is_recorded() {
+        let flag = Arc::new(LimitFlag::default());
+        let mut limiter = MemoryLimiter {
+            memory_bytes: 1 << 20,
+            flag: flag.clone(),
+        };
+        assert!(limiter.memory_growing(0, 1 << 20, None).unwrap());
+        assert!(!limiter.memory_growing(0, 1 << 19, Some(1 << 18)).unwrap());
+        assert!(
+            limiter
+                .memory_growing(1 << 20, (1 << 20) + 1, None)
+                .is_err()
+        );
+        assert_eq!(flag.get(), Some(LimitHit::Memory));
+    }
+}

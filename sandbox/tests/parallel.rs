@@ -71,6 +71,16 @@ async fn nqueens_12_on_16_ranks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nqueens_14_on_4_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    assert_eq!(
+        nqueens(&sandbox, 4, 14).await,
+        "nqueens N=14 ranks=4 solutions=365596\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_reduces_over_all_ranks_reproducibly() {
     let dir = tempfile::tempdir().unwrap();
     let sandbox = sandbox(dir.path());
