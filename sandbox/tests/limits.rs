@@ -343,3 +343,45 @@ async fn misbehaving_guests_together_leave_the_host_healthy() {
         assert_eq!(done.stdout, "Hello, again!\n");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_beyond_the_pool_fails_cleanly_and_the_slot_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.max_workers = 2;
+    let sandbox = zorilla_sandbox::Sandbox::new(config).unwrap();
+    assert!(sandbox.uses_pooling());
+    let spin = load(&sandbox, "spin");
+    let mut spinning = Vec::new();
+    for _ in 0..2 {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        spinning.push(start_collecting(
+            &sandbox,
+            &spin,
+            WorkerSpec::default(),
+            Some(("spinning", tx)),
+        ));
+        rx.await.unwrap();
+    }
+    // Both slots are taken by running workers.
+    let third = run(&sandbox, &spin, WorkerSpec::default()).await;
+    match &third.report.outcome {
+        Outcome::Failed(message) => assert!(message.contains("instantiate"), "{message}"),
+        other => panic!("expected a failure to start, got {other:?}"),
+    }
+    let first = spinning.remove(0);
+    first.handle.cancel();
+    assert_eq!(first.finish().await.report.outcome, Outcome::Cancelled);
+    // The freed slot is usable again.
+    let spec = WorkerSpec {
+        limits: limits(|l| l.cpu_fuel = 1_000_000),
+        ..WorkerSpec::default()
+    };
+    assert_eq!(
+        run(&sandbox, &spin, spec).await.report.outcome,
+        Outcome::CpuLimit
+    );
+    let second = spinning.remove(0);
+    second.handle.cancel();
+    assert_eq!(second.finish().await.report.outcome, Outcome::Cancelled);
+}
