@@ -15,7 +15,9 @@
 //!    radius.
 //! 4. **Forwarding**: to every neighbour but the sender, with the TTL less
 //!    one (capped by the node's own `max_forward_ttl`) and the link's RTT
-//!    added to the path; nothing when no TTL is left.
+//!    added to the path; nothing when no TTL is left, and nothing over a
+//!    link whose RTT alone takes the copy past its latency budget (the
+//!    receiver would only drop it).
 //!
 //! The seen-cache holds at most `seen_capacity` floods (oldest forgotten
 //! first) and the rate limiter tracks at most `rate_peers_capacity` peers.
@@ -269,9 +271,14 @@ impl<P: PeerKey> FloodRouter<P> {
         if ttl == 0 {
             return Vec::new();
         }
+        let within_budget = |rtt: &Duration| {
+            header
+                .latency_budget
+                .is_none_or(|budget| header.path_rtt.saturating_add(*rtt) <= budget)
+        };
         let forward: Vec<(P, FloodHeader)> = neighbours
             .iter()
-            .filter(|(peer, _)| Some(peer) != from)
+            .filter(|(peer, rtt)| Some(peer) != from && within_budget(rtt))
             .map(|(peer, rtt)| {
                 let copy = FloodHeader {
                     ttl,

@@ -12,6 +12,12 @@
 //! ([`NeighbourTable::remove`]); [`NeighbourTable::refresh`] recomputes the
 //! neighbour set and says which links to open and which to close.
 //!
+//! A link is a connection and works both ways: floods go over the links a
+//! node chose and over the links other nodes chose to it. That matters:
+//! choices by RTT are lopsided (a node that measures well is chosen by many,
+//! another by almost none), and a node nobody chose would never hear a
+//! flood if links were one-way.
+//!
 //! RTT samples are smoothed by taking the minimum of the most recent samples:
 //! queueing only ever adds delay, so the minimum is the best estimate of the
 //! path's propagation delay.
@@ -42,8 +48,12 @@ pub struct NeighbourConfig {
 
 impl Default for NeighbourConfig {
     fn default() -> Self {
+        // Links are connections and floods use them both ways, so a node
+        // floods over about twice this many links. Four near and two far
+        // gave oracle-level locality in the simulator at fewer messages per
+        // job than the paper's overlay (BENCHMARKS.md).
         NeighbourConfig {
-            near: 8,
+            near: 4,
             far: 2,
             samples: 8,
             max_known: 512,

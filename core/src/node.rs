@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use crate::advert::{Advert, DeclineReason, JobId, Message, RefuseReason, Strategy, WorkerCount};
 use crate::allocation::{Candidate, allocate};
 use crate::resources::Resources;
-use crate::schedule::{FloodSchedule, ScheduleConfig, WaitMode};
+use crate::schedule::{FloodSchedule, Reach, ScheduleConfig, WaitMode};
 use crate::{PeerKey, Time};
 
 /// What the owner of a node allows (the P2P-MPI paper's owner limits).
@@ -404,6 +404,8 @@ struct HomeJob<P> {
     next_rank: u32,
     /// When the tentative allocation may be granted (settling).
     settle_at: Option<Time>,
+    /// Offers in hand suffice; the home only waits for nearer answers.
+    settling: bool,
     report: PendingReport,
 }
 
@@ -429,10 +431,6 @@ struct Engagement<P> {
     held_until: Time,
     /// Ranks running here.
     running: BTreeSet<u32>,
-    /// Copy of the advert, to requeue it if the hold is released without a
-    /// grant while the job may still want workers.
-    advert: Advert<P>,
-    expires_at: Time,
 }
 
 impl<P> Engagement<P> {
@@ -457,6 +455,8 @@ pub struct Scheduler<P: Ord> {
     engaged: BTreeMap<JobId, Engagement<P>>,
     pending: VecDeque<Pending<P>>,
     declined: VecDeque<JobId>,
+    /// How far the floods of the last job that got all its workers went.
+    last_reach: Option<Reach>,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -469,6 +469,7 @@ impl<P: PeerKey> Scheduler<P> {
             engaged: BTreeMap::new(),
             pending: VecDeque::new(),
             declined: VecDeque::new(),
+            last_reach: None,
         }
     }
 
@@ -533,7 +534,9 @@ impl<P: PeerKey> Scheduler<P> {
     pub fn next_timeout(&self) -> Option<Time> {
         let home = self.home.values().flat_map(|j| {
             let expiry = (j.phase == Phase::Scheduling).then_some(j.expires_at);
-            [j.next_flood_at, j.settle_at, expiry]
+            // A settling job floods no more until it has settled.
+            let flood = j.next_flood_at.filter(|_| !j.settling);
+            [flood, j.settle_at, expiry]
         });
         let holds = self
             .engaged
@@ -546,6 +549,36 @@ impl<P: PeerKey> Scheduler<P> {
 
     /// Handles one input at time `now`.
     pub fn handle(&mut self, now: Time, input: Input<P>) -> Vec<Output<P>> {
+        let out = self.handle_one(now, input);
+        self.loopback(now, out)
+    }
+
+    /// The home is a node like any other and may run workers of its own
+    /// jobs: messages it addresses to itself are handled at once instead of
+    /// going out.
+    fn loopback(&mut self, now: Time, mut out: Vec<Output<P>>) -> Vec<Output<P>> {
+        let mut done = Vec::with_capacity(out.len());
+        while !out.is_empty() {
+            let mut next = Vec::new();
+            for output in out {
+                match output {
+                    Output::Send { to, msg } if to == self.id => {
+                        let input = Input::Message {
+                            from: self.id.clone(),
+                            msg,
+                            rtt: Some(Duration::ZERO),
+                        };
+                        next.extend(self.handle_one(now, input));
+                    }
+                    other => done.push(other),
+                }
+            }
+            out = next;
+        }
+        done
+    }
+
+    fn handle_one(&mut self, now: Time, input: Input<P>) -> Vec<Output<P>> {
         let mut out = Vec::new();
         match input {
             Input::Submit { job, spec } => self.submit(now, job, spec, &mut out),
@@ -619,7 +652,7 @@ impl<P: PeerKey> Scheduler<P> {
             self.rescan(now, &mut out);
         }
         self.step_home_jobs(now, &mut out);
-        out
+        self.loopback(now, out)
     }
 
     fn submit(&mut self, now: Time, job: JobId, spec: JobSpec, out: &mut Vec<Output<P>>) {
@@ -632,7 +665,11 @@ impl<P: PeerKey> Scheduler<P> {
             out.push(Output::Job(JobEvent::Rejected { job, error }));
             return;
         }
-        let schedule = FloodSchedule::new(self.config.schedule.clone(), spec.workers.max);
+        let schedule = FloodSchedule::resume(
+            self.config.schedule.clone(),
+            spec.workers.max,
+            self.last_reach,
+        );
         let report = PendingReport {
             needed: spec.workers.min,
             ..PendingReport::default()
@@ -650,6 +687,7 @@ impl<P: PeerKey> Scheduler<P> {
                 free_ranks: BTreeSet::new(),
                 next_rank: 0,
                 settle_at: None,
+                settling: false,
                 report,
             },
         );
@@ -663,7 +701,9 @@ impl<P: PeerKey> Scheduler<P> {
             let Some(job) = self.home.get_mut(&job_id) else {
                 continue;
             };
-            if job.next_flood_at.is_some_and(|at| at <= now) {
+            // While offers enough to start are settling, another flood
+            // would only reach farther nodes that will not be chosen.
+            if job.next_flood_at.is_some_and(|at| at <= now) && !job.settling {
                 let header = job.schedule.next_flood(now);
                 job.report.floods = job.schedule.floods();
                 job.report.radius = header.ttl;
@@ -678,6 +718,11 @@ impl<P: PeerKey> Scheduler<P> {
                     expires_in: job.expires_at.saturating_sub(now),
                     flood: header,
                 };
+                // The home considers its own machine first: it is the
+                // nearest there is.
+                if header.seq == 0 {
+                    self.advert(now, advert.clone(), Duration::ZERO, out);
+                }
                 out.push(Output::Flood(advert));
             }
         }
@@ -689,8 +734,10 @@ impl<P: PeerKey> Scheduler<P> {
         let Some(job) = self.home.get_mut(&job_id) else {
             return;
         };
+        // Recomputed from scratch at every step.
+        job.settle_at = None;
+        job.settling = false;
         if job.phase > Phase::Running || job.offers.is_empty() {
-            job.settle_at = None;
             return;
         }
         let granted = job.granted_workers();
@@ -715,16 +762,23 @@ impl<P: PeerKey> Scheduler<P> {
             _ => 1,
         };
         if offered < needed_now {
-            job.settle_at = None;
             return;
         }
         let n = offered.min(wanted);
-        // Spread wants one node per worker: while the flood still grows, wait
-        // for more nodes rather than doubling up early.
-        let enough_nodes = candidates.len() as u32 >= n || job.next_flood_at.is_none();
         let Some(assignments) = allocate(job.spec.strategy, &candidates, n) else {
             return;
         };
+        // Spread wants one node per worker: while floods still find new
+        // nodes, wait for them rather than doubling up early, until floods
+        // stop finding any.
+        let flood_due = job.next_flood_at.is_some_and(|at| at <= now);
+        let spread_waits = job.spec.strategy == Strategy::Spread
+            && (candidates.len() as u32) < n
+            && job.next_flood_at.is_some()
+            && !(flood_due && job.schedule.exhausted());
+        if spread_waits {
+            return;
+        }
         let farthest = assignments
             .iter()
             .filter_map(|a| job.offers.get(&a.node).map(|o| o.rtt))
@@ -737,18 +791,11 @@ impl<P: PeerKey> Scheduler<P> {
                 sent + farthest * 2 + job.schedule.config().adaptive_floor / 4
             }
         };
-        let spread_waits = job.spec.strategy == Strategy::Spread
-            && !enough_nodes
-            && job.next_flood_at.is_some_and(|at| at > now);
-        if settle_at > now || spread_waits {
-            job.settle_at = Some(if spread_waits {
-                job.next_flood_at.unwrap_or(settle_at).max(settle_at)
-            } else {
-                settle_at
-            });
+        if settle_at > now {
+            job.settle_at = Some(settle_at);
+            job.settling = true;
             return;
         }
-        job.settle_at = None;
 
         // Grant: ranks in slist order, reusing lost ranks first.
         for assignment in &assignments {
@@ -792,6 +839,7 @@ impl<P: PeerKey> Scheduler<P> {
         }
         if total >= job.spec.workers.max {
             job.next_flood_at = None;
+            self.last_reach = job.schedule.reach();
             out.push(Output::Job(JobEvent::Full { job: job_id }));
             // Offers not used are released.
             for (node, _) in std::mem::take(&mut job.offers) {
@@ -861,9 +909,6 @@ impl<P: PeerKey> Scheduler<P> {
         distance: Duration,
         out: &mut Vec<Output<P>>,
     ) {
-        if advert.home == self.id {
-            return;
-        }
         let job = advert.job;
         let expires_at = now + advert.expires_in;
         if self.engaged.contains_key(&job) {
@@ -947,8 +992,6 @@ impl<P: PeerKey> Scheduler<P> {
                 held: workers,
                 held_until,
                 running: BTreeSet::new(),
-                advert: advert.clone(),
-                expires_at,
             },
         );
         Ok(vec![Output::Send {
@@ -1064,16 +1107,7 @@ impl<P: PeerKey> Scheduler<P> {
                     out.push(Output::StopWorkers { job, reason });
                 }
                 if e.running.is_empty() {
-                    let e = self.engaged.remove(&job);
-                    // A job that may still want workers (we were not chosen
-                    // this time) goes back to the queue until it expires.
-                    if let Some(e) = e.filter(|_| reason == RefuseReason::NotChosen) {
-                        self.enqueue(Pending {
-                            advert: e.advert,
-                            distance: Duration::ZERO,
-                            expires_at: e.expires_at,
-                        });
-                    }
+                    self.engaged.remove(&job);
                 }
                 self.rescan(now, out);
             }

@@ -30,8 +30,8 @@ use crate::advert::FloodHeader;
 pub enum FloodMode {
     /// Limited by overlay hops only (the original Zorilla).
     Hops,
-    /// Limited by a latency budget that doubles per flood; the hop limit is
-    /// only the safety cap `max_radius`.
+    /// Limited by a latency budget that doubles per flood, as well as by
+    /// the radius schedule.
     #[default]
     LatencyBounded,
 }
@@ -60,8 +60,7 @@ pub struct ScheduleConfig {
     pub max_wait: Duration,
     /// The shortest wait between two floods in adaptive mode.
     pub adaptive_floor: Duration,
-    /// The largest radius a home floods with (also the hop cap of
-    /// latency-bounded floods).
+    /// The largest radius a home floods with.
     pub max_radius: u8,
     /// The latency budget of the first latency-bounded flood.
     pub initial_budget: Duration,
@@ -103,6 +102,15 @@ pub fn initial_radius(workers: u32, max_radius: u8) -> u8 {
     (radius as u8).clamp(1, max_radius.max(1))
 }
 
+/// How far a flood went: its radius and latency budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reach {
+    /// Hops.
+    pub radius: u8,
+    /// Latency budget (unused by hop floods).
+    pub budget: Duration,
+}
+
 /// The flooding state of one job at its home.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FloodSchedule {
@@ -120,6 +128,8 @@ pub struct FloodSchedule {
     /// Answers to the last flood, and the delay of the slowest one.
     answers: u32,
     slowest_answer: Duration,
+    /// Consecutive floods before the last that had no answer.
+    silent_floods: u32,
 }
 
 impl FloodSchedule {
@@ -134,7 +144,48 @@ impl FloodSchedule {
             last_flood_at: None,
             answers: 0,
             slowest_answer: Duration::ZERO,
+            silent_floods: 0,
         }
+    }
+
+    /// The schedule of a job wanting `workers` workers, in adaptive mode
+    /// starting near `previous`: the reach (radius, budget) at which the
+    /// home's previous job got its workers. It starts one hop and half the
+    /// budget short of that, so it still covers every nearer node (the home
+    /// picks the nearest offers in any case) without re-flooding the small
+    /// balls that were exhausted a moment ago. Doubling mode ignores
+    /// `previous` (the paper had no such memory).
+    pub fn resume(config: ScheduleConfig, workers: u32, previous: Option<Reach>) -> Self {
+        let mut schedule = FloodSchedule::new(config, workers);
+        if let (WaitMode::Adaptive, Some(previous)) = (schedule.config.wait_mode, previous) {
+            schedule.radius = schedule
+                .radius
+                .max(previous.radius.saturating_sub(1))
+                .max(1);
+            schedule.budget = schedule.budget.max(previous.budget / 2);
+        }
+        schedule
+    }
+
+    /// Whether the last flood has had no answer so far.
+    pub fn quiet(&self) -> bool {
+        self.floods > 0 && self.answers == 0
+    }
+
+    /// Whether the last three floods, each reaching farther than the one
+    /// before, brought no answer at all: there is probably nothing more to
+    /// find. One silent flood proves little (a doubled budget may still fall
+    /// short of the next site).
+    pub fn exhausted(&self) -> bool {
+        self.quiet() && self.silent_floods >= 2
+    }
+
+    /// How far the last flood went.
+    pub fn reach(&self) -> Option<Reach> {
+        (self.floods > 0).then(|| Reach {
+            radius: self.radius.saturating_sub(1).max(1),
+            budget: self.budget / 2,
+        })
     }
 
     /// The configuration.
@@ -174,10 +225,11 @@ impl FloodSchedule {
 
     /// The header of the flood to send now; advances the schedule.
     pub fn next_flood(&mut self, now: Time) -> FloodHeader {
-        let (ttl, latency_budget) = match self.config.flood_mode {
-            FloodMode::Hops => (self.radius, None),
-            FloodMode::LatencyBounded => (self.config.max_radius, Some(self.budget)),
+        let latency_budget = match self.config.flood_mode {
+            FloodMode::Hops => None,
+            FloodMode::LatencyBounded => Some(self.budget),
         };
+        let ttl = self.radius;
         let header = FloodHeader {
             seq: self.floods,
             ttl,
@@ -190,6 +242,13 @@ impl FloodSchedule {
         }
         if self.floods > 0 && self.config.wait_mode == WaitMode::Doubling {
             self.wait = self.wait.max(self.config.first_wait);
+        }
+        if self.floods > 0 {
+            self.silent_floods = if self.answers == 0 {
+                self.silent_floods + 1
+            } else {
+                0
+            };
         }
         self.floods += 1;
         self.radius = self.radius.saturating_add(1).min(self.config.max_radius);
@@ -277,6 +336,20 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(budgets, vec![ms(1), ms(2), ms(4), ms(6), ms(6)]);
         assert_eq!(schedule.budget_reached(), Some(ms(3)));
+    }
+
+    #[test]
+    fn adaptive_schedule_resumes_near_the_previous_reach_but_paper_does_not() {
+        let ms = Duration::from_millis;
+        let previous = Some(Reach {
+            radius: 4,
+            budget: ms(16),
+        });
+        let mut adaptive = FloodSchedule::resume(ScheduleConfig::default(), 8, previous);
+        let header = adaptive.next_flood(Time::ZERO);
+        assert_eq!((header.ttl, header.latency_budget), (3, Some(ms(8))));
+        let mut paper = FloodSchedule::resume(ScheduleConfig::paper(), 8, previous);
+        assert_eq!(paper.next_flood(Time::ZERO).ttl, 1);
     }
 
     #[test]

@@ -305,11 +305,14 @@ fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
     );
 }
 
+/// A home whose own machine offers no workers (so that every worker comes
+/// from the offers the test makes up).
 fn home(schedule: ScheduleConfig) -> Scheduler<u32> {
     Scheduler::new(
         HOME,
         SchedulerConfig {
             schedule,
+            resources: Resources::ZERO,
             ..SchedulerConfig::default()
         },
     )
@@ -395,23 +398,18 @@ fn adaptive_home_lets_the_flood_settle_before_granting() {
             spec: spec(WorkerCount::rigid(2)),
         },
     );
-    // A far offer arrives after the 10 ms floor: the home floods again
-    // (budget 2 ms) and lets that flood settle for about twice the offer's
-    // RTT before granting.
-    let out = offer_from(&mut node, ms(21), 10, 2, 20);
-    assert!(
-        matches!(&out[..], [Output::Flood(advert)] if advert.flood.seq == 1),
-        "{out:?}"
-    );
+    // A far offer that would do arrives after the 10 ms floor: the home
+    // does not flood again (that would reach only farther nodes) but lets
+    // the flood settle for about twice the offer's RTT before granting.
+    assert_eq!(offer_from(&mut node, ms(21), 10, 2, 20), vec![]);
     let settle = node.next_timeout().unwrap();
     assert!(
         settle >= ms(40),
         "waits about twice the 20 ms RTT: {settle:?}"
     );
-    // A nearer node answers meanwhile and is chosen instead.
-    assert_eq!(offer_from(&mut node, ms(25), 11, 2, 1), vec![]);
-    let settle = node.next_timeout().unwrap();
-    let out = node.handle_timeout(settle);
+    // A nearer node answers meanwhile: its own settle time (twice 1 ms) has
+    // passed, so it is granted at once and the far one refused.
+    let out = offer_from(&mut node, ms(25), 11, 2, 1);
     assert!(out.contains(&Output::Send {
         to: 11,
         msg: Message::Grant {
@@ -528,12 +526,17 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
     );
     offer_from(&mut node, ms(3), 11, 1, 1);
     let report = node.report(JOB).unwrap();
-    assert_eq!(report.nodes_answered, 2);
+    // The home's own machine (too small) and the two others.
+    assert_eq!(report.nodes_answered, 3);
     assert_eq!(report.offers, 1);
     assert_eq!(report.declines.get(&DeclineReason::Busy), Some(&1));
     let why = report.explain();
     assert!(why.contains("0 of 4 workers granted"), "{why}");
     assert!(why.contains("1 busy"), "{why}");
+    assert!(
+        why.contains("1 a worker needs more than the node has in all"),
+        "{why}"
+    );
 
     let mut now = ms(3);
     let mut ended = None;
@@ -559,6 +562,38 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
         node.report(JOB).unwrap().floods,
         3,
         "floods at 0, 1 and 3 s"
+    );
+}
+
+#[test]
+fn the_home_runs_workers_of_its_own_job_first() {
+    let mut node = Scheduler::new(
+        HOME,
+        SchedulerConfig {
+            resources: Resources::new(2, 4096, 0),
+            schedule: ScheduleConfig::paper(),
+            ..SchedulerConfig::default()
+        },
+    );
+    let out = node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(2)),
+        },
+    );
+    assert!(
+        out.contains(&Output::StartWorkers {
+            job: JOB,
+            home: HOME,
+            ranks: vec![0, 1]
+        }),
+        "{out:?}"
+    );
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Send { .. })),
+        "nothing goes out for a job the home runs itself: {out:?}"
     );
 }
 

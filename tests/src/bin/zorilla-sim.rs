@@ -1,2 +1,166 @@
-//! zorilla-sim
-fn main() {}
+//! `zorilla-sim`: runs a scenario file with thousands of simulated nodes,
+//! each running the real Zorilla core, and reports locality against an
+//! oracle, messages per job and allocation times, side by side for our
+//! schedule and the paper's baseline.
+//!
+//! ```text
+//! zorilla-sim tests/scenarios/zorilla-4.2.toml --mode both --out out/sim
+//! ```
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use zorilla_tests::report::{plot_sites, summary_line};
+use zorilla_tests::scenario::Scenario;
+use zorilla_tests::sim::{Mode, RunReport, Sim, plan_jobs};
+use zorilla_tests::sweep::run_case;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Modes {
+    Ours,
+    Paper,
+    Both,
+}
+
+/// Runs a Zorilla grid simulation scenario.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// The scenario file (TOML), e.g. tests/scenarios/zorilla-4.2.toml.
+    scenario: PathBuf,
+    /// Which scheduler to run: ours, the paper's baseline, or both on the
+    /// same seeds.
+    #[arg(long, value_enum, default_value = "both")]
+    mode: Modes,
+    /// Seeds to run, overriding the scenario's (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    seeds: Option<Vec<u64>>,
+    /// Directory for the CSV files and the SVG plot.
+    #[arg(long, default_value = "out/sim")]
+    out: PathBuf,
+    /// Number of jobs, overriding the scenario's (for quick runs).
+    #[arg(long)]
+    jobs: Option<u32>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut scenario = Scenario::load(&args.scenario)?;
+    if let Some(jobs) = args.jobs {
+        scenario.workload.jobs = jobs;
+    }
+    let seeds = args.seeds.clone().unwrap_or_else(|| scenario.seeds.clone());
+    let modes: Vec<Mode> = match args.mode {
+        Modes::Ours => vec![Mode::Ours],
+        Modes::Paper => vec![Mode::Paper],
+        Modes::Both => vec![Mode::Ours, Mode::Paper],
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
+    let grid = scenario.grid(seeds.first().copied().unwrap_or(1))?;
+    println!(
+        "scenario {}: {} machines, {} worker slots, {} sites; {}",
+        scenario.name,
+        grid.len(),
+        grid.cores.iter().map(|c| u64::from(*c)).sum::<u64>(),
+        grid.sites.len(),
+        scenario.description.trim()
+    );
+    if scenario.workload.sweep.is_some() {
+        return sweep(&scenario, &modes, &seeds);
+    }
+    let started = Instant::now();
+    let mut reports: Vec<RunReport> = Vec::new();
+    for &seed in &seeds {
+        for &mode in &modes {
+            let grid = scenario.grid(seed)?;
+            let plans = plan_jobs(&scenario, &grid, seed);
+            let report = Sim::new(&scenario, mode, seed, plans)?.run();
+            println!("{}", summary_line(&report));
+            println!(
+                "         {} floods; messages by kind: {:?}",
+                report.floods, report.by_kind
+            );
+            let csv = args
+                .out
+                .join(format!("{}-{}-{seed}.csv", scenario.name, mode.name()));
+            std::fs::write(&csv, report.csv(&grid.site_of))
+                .with_context(|| format!("cannot write {}", csv.display()))?;
+            for v in report.violations.iter().take(5) {
+                println!("  violation: {v}");
+            }
+            reports.push(report);
+        }
+    }
+    // Side by side, averaged over the seeds.
+    println!("\nmean over {} seed(s):", seeds.len());
+    for &mode in &modes {
+        let runs: Vec<_> = reports
+            .iter()
+            .filter(|r| r.mode == mode)
+            .map(RunReport::summary)
+            .collect();
+        let k = runs.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&zorilla_tests::report::Summary) -> f64| {
+            runs.iter().map(f).sum::<f64>() / k
+        };
+        println!(
+            "  {:<6} extra RTT {:.4} ms/worker | out of order {:.2}% | {:.0} msgs/job | allocation mean {:.3} s, max {:.3} s | jobs allocated {:.1}",
+            mode.name(),
+            mean(&|s| s.extra_rtt_ms),
+            mean(&|s| s.out_of_order * 100.0),
+            mean(&|s| s.messages_per_job),
+            mean(&|s| s.mean_allocation.as_secs_f64()),
+            mean(&|s| s.max_allocation.as_secs_f64()),
+            mean(&|s| s.allocated as f64),
+        );
+    }
+    let first: Vec<&RunReport> = reports.iter().filter(|r| r.seed == seeds[0]).collect();
+    let svg = args.out.join(format!("{}.svg", scenario.name));
+    plot_sites(&svg, &scenario.name, &first)?;
+    println!(
+        "\nwrote CSVs and {} in {:.1} s",
+        svg.display(),
+        started.elapsed().as_secs_f64()
+    );
+    let violations: usize = reports.iter().map(|r| r.violations.len()).sum();
+    anyhow::ensure!(violations == 0, "{violations} invariant violations");
+    Ok(())
+}
+
+fn sweep(scenario: &Scenario, modes: &[Mode], seeds: &[u64]) -> anyhow::Result<()> {
+    let sweep = scenario.workload.sweep.as_ref().context("no sweep")?;
+    let grid = scenario.grid(seeds[0])?;
+    let mut mismatches = 0;
+    for &mode in modes {
+        for &strategy in &sweep.strategies {
+            println!(
+                "\n{} / {strategy:?}: hosts/workers per site (reference from the paper's algorithm in brackets)",
+                mode.name()
+            );
+            print!("{:>5} ", "n");
+            for site in &grid.sites {
+                print!("{site:>16} ");
+            }
+            println!("  time      match");
+            for &n in &sweep.sizes {
+                let case = run_case(scenario, mode, seeds[0], strategy, n)?;
+                print!("{n:>5} ");
+                for ((h, w), (rh, rw)) in case.simulated.iter().zip(&case.reference) {
+                    print!("{:>16} ", format!("{h}/{w} [{rh}/{rw}]"));
+                }
+                let time = case
+                    .allocated_after
+                    .map_or("never".to_string(), |t| format!("{:.3}s", t.as_secs_f64()));
+                println!("  {time:>8}  {}", if case.matches() { "yes" } else { "NO" });
+                if !case.matches() {
+                    mismatches += 1;
+                }
+            }
+        }
+    }
+    println!("\n{mismatches} case(s) differ from the reference");
+    Ok(())
+}

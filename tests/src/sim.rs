@@ -1,0 +1,1186 @@
+//! The discrete-event grid simulator: thousands of nodes, each running the
+//! real core ([`Scheduler`], [`FloodRouter`], [`NeighbourTable`]), over a
+//! simulated network.
+//!
+//! What a simulated node knows is only what a real node could know: the RTTs
+//! it measured itself (true RTT plus jitter), and the messages it received.
+//! The latency matrix, the free resources of every machine and the oracle
+//! are seen only by the simulator's bookkeeping ([`JobRecord`], the oracle in
+//! [`Sim::locality`]), never by a node.
+//!
+//! The event loop follows iroh-gossip's simulator: a heap of events ordered
+//! by time with a sequence number as tie-breaker (so that runs are exactly
+//! reproducible from a seed), and every output of a node turned into a
+//! future input of another after the link's one-way delay.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::time::{Duration, Instant};
+
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use zorilla_core::Time;
+use zorilla_core::advert::{Advert, JobId, Message, Strategy, WorkerCount};
+use zorilla_core::flood::{FloodConfig, FloodId, FloodRouter, Verdict};
+use zorilla_core::neighbours::{NeighbourConfig, NeighbourTable};
+use zorilla_core::node::{
+    Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
+};
+use zorilla_core::resources::Resources;
+use zorilla_core::schedule::ScheduleConfig;
+
+use crate::scenario::{Grid, Scenario};
+
+/// Which Zorilla runs: ours, or the paper's as the baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    /// Latency-bounded floods, adaptive waits, nearest-k-plus-far overlay.
+    Ours,
+    /// The original: hop floods, doubling waits from 1 s, Bamboo-like
+    /// overlay (random leaf set plus proximity-chosen routing entries).
+    Paper,
+}
+
+impl Mode {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Ours => "ours",
+            Mode::Paper => "paper",
+        }
+    }
+}
+
+/// Processing time a node spends per message, added to every hop.
+const PROCESSING: Duration = Duration::from_micros(10);
+
+/// A job the workload submits.
+#[derive(Debug, Clone)]
+pub struct JobPlan {
+    /// When.
+    pub at: Time,
+    /// Submitted to which machine.
+    pub home: u32,
+    /// The job.
+    pub spec: JobSpec,
+    /// How long its workers run (`None`: for ever).
+    pub duration: Option<Duration>,
+}
+
+/// What happened to one job.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    /// The job.
+    pub id: JobId,
+    /// Its home machine.
+    pub home: u32,
+    /// Workers wanted.
+    pub workers: u32,
+    /// Submission time.
+    pub submitted: Time,
+    /// When it got all its workers.
+    pub full_at: Option<Time>,
+    /// Workers per machine.
+    pub placement: BTreeMap<u32, u32>,
+    /// Mean extra RTT per worker over the oracle, in microseconds (set when
+    /// the job got its workers).
+    pub extra_rtt_us: Option<f64>,
+    /// Workers placed while a free worker nearer by more than the
+    /// within-site RTT existed.
+    pub out_of_order: u32,
+    /// Messages sent about this job (flood copies and direct messages).
+    pub messages: u64,
+    /// How it ended, if it did.
+    pub ended: Option<(Phase, String)>,
+    /// Workers still running.
+    running: u32,
+    duration: Option<Duration>,
+}
+
+/// The result of one run.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// Scenario name.
+    pub scenario: String,
+    /// Mode.
+    pub mode: Mode,
+    /// Seed.
+    pub seed: u64,
+    /// Site names.
+    pub sites: Vec<String>,
+    /// Every job.
+    pub jobs: Vec<JobRecord>,
+    /// Messages sent in all.
+    pub messages: u64,
+    /// Messages sent, by kind.
+    pub by_kind: BTreeMap<&'static str, u64>,
+    /// Floods started by homes.
+    pub floods: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Wall-clock time the run took.
+    pub wall: Duration,
+    /// Simulated time at the end.
+    pub end: Time,
+    /// Workers running per site over time: `(time, site, change)`.
+    pub timeline: Vec<(Time, usize, i64)>,
+    /// Every check of invariants that failed (empty when all held).
+    pub violations: Vec<String>,
+}
+
+#[derive(Debug)]
+enum Event {
+    Flood {
+        to: u32,
+        from: u32,
+        advert: Advert<u32>,
+    },
+    Direct {
+        to: u32,
+        from: u32,
+        msg: Message<u32>,
+    },
+    Wake {
+        node: u32,
+    },
+    Submit {
+        job: usize,
+    },
+    WorkersEnd {
+        node: u32,
+        job: JobId,
+    },
+    Fail {
+        node: u32,
+    },
+    Detect {
+        node: u32,
+    },
+    Rejoin {
+        node: u32,
+    },
+}
+
+struct Scheduled {
+    at: Time,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+struct SimNode {
+    alive: bool,
+    scheduler: Scheduler<u32>,
+    router: FloodRouter<u32>,
+    table: NeighbourTable<u32>,
+    /// The links floods go to, with their measured RTT: the neighbours
+    /// this node chose and the nodes that chose it (a link is a connection,
+    /// and works both ways).
+    neighbours: Vec<(u32, Duration)>,
+    /// Nodes that chose this one as a neighbour.
+    inbound: BTreeSet<u32>,
+    wake_at: Option<Time>,
+}
+
+/// One simulation run. Build it with [`Sim::new`], then [`Sim::run`] (or
+/// [`Sim::step`] to check invariants after every event).
+pub struct Sim {
+    grid: Grid,
+    mode: Mode,
+    seed: u64,
+    scenario: Scenario,
+    rng: ChaCha8Rng,
+    nodes: Vec<SimNode>,
+    heap: BinaryHeap<Reverse<Scheduled>>,
+    seq: u64,
+    now: Time,
+    plans: Vec<JobPlan>,
+    jobs: BTreeMap<JobId, JobRecord>,
+    /// Ranks running on each machine, per job (omniscient bookkeeping).
+    running: BTreeMap<(u32, JobId), Vec<u32>>,
+    used: Vec<u32>,
+    messages: u64,
+    by_kind: BTreeMap<&'static str, u64>,
+    floods: u64,
+    events: u64,
+    timeline: Vec<(Time, usize, i64)>,
+    violations: Vec<String>,
+    until: Time,
+}
+
+fn kind<P>(msg: &Message<P>) -> &'static str {
+    match msg {
+        Message::Advert(_) => "advert",
+        Message::Offer { .. } => "offer",
+        Message::Decline { .. } => "decline",
+        Message::Withdraw { .. } => "withdraw",
+        Message::Grant { .. } => "grant",
+        Message::Refuse { .. } => "refuse",
+    }
+}
+
+impl Sim {
+    /// Sets up the grid and overlay of `scenario` for `mode` and `seed`, with
+    /// the given job plans (see [`plan_jobs`]).
+    pub fn new(
+        scenario: &Scenario,
+        mode: Mode,
+        seed: u64,
+        plans: Vec<JobPlan>,
+    ) -> anyhow::Result<Self> {
+        Self::with_limit(scenario, mode, seed, plans, None)
+    }
+
+    /// Like [`Sim::new`], with the owner limit P (workers per job per
+    /// machine) set on every node.
+    pub fn with_limit(
+        scenario: &Scenario,
+        mode: Mode,
+        seed: u64,
+        plans: Vec<JobPlan>,
+        max_workers_per_job: Option<u32>,
+    ) -> anyhow::Result<Self> {
+        let grid = scenario.grid(seed)?;
+        let mut sim = Sim {
+            mode,
+            seed,
+            scenario: scenario.clone(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            nodes: Vec::with_capacity(grid.len()),
+            heap: BinaryHeap::new(),
+            seq: 0,
+            now: Time::ZERO,
+            plans,
+            jobs: BTreeMap::new(),
+            running: BTreeMap::new(),
+            used: vec![0; grid.len()],
+            messages: 0,
+            by_kind: BTreeMap::new(),
+            floods: 0,
+            events: 0,
+            timeline: Vec::new(),
+            violations: Vec::new(),
+            until: Duration::from_secs_f64(scenario.until_s),
+            grid,
+        };
+        for node in 0..sim.grid.len() as u32 {
+            let fresh = sim.fresh_node(node, max_workers_per_job);
+            sim.nodes.push(fresh);
+        }
+        match mode {
+            Mode::Ours => sim.build_overlay_ours(),
+            Mode::Paper => sim.build_overlay_bamboo(),
+        }
+        for job in 0..sim.plans.len() {
+            let at = sim.plans[job].at;
+            sim.push(at, Event::Submit { job });
+        }
+        if let Some(churn) = sim.scenario.churn.clone()
+            && churn.failures_per_s > 0.0
+        {
+            let mut t = 0.0;
+            loop {
+                let u: f64 = sim.rng.random_range(f64::EPSILON..1.0);
+                t += -u.ln() / churn.failures_per_s;
+                if t >= scenario.until_s {
+                    break;
+                }
+                let node = sim.rng.random_range(0..sim.grid.len() as u32);
+                sim.push(Duration::from_secs_f64(t), Event::Fail { node });
+            }
+        }
+        Ok(sim)
+    }
+
+    fn fresh_node(&mut self, node: u32, max_workers_per_job: Option<u32>) -> SimNode {
+        let schedule = match self.mode {
+            Mode::Ours => ScheduleConfig::default(),
+            Mode::Paper => ScheduleConfig::paper(),
+        };
+        let limits = OwnerLimits {
+            max_workers_per_job: max_workers_per_job.unwrap_or(u32::MAX),
+            ..OwnerLimits::default()
+        };
+        let config = SchedulerConfig {
+            resources: Resources::new(
+                self.grid.cores[node as usize],
+                self.grid.memory_mib[node as usize],
+                0,
+            ),
+            limits,
+            schedule,
+            ..SchedulerConfig::default()
+        };
+        let setup = &self.scenario.overlay;
+        SimNode {
+            alive: true,
+            scheduler: Scheduler::new(node, config),
+            router: FloodRouter::new(FloodConfig::default()),
+            table: NeighbourTable::new(
+                NeighbourConfig {
+                    near: setup.near,
+                    far: setup.far,
+                    ..NeighbourConfig::default()
+                },
+                self.seed ^ u64::from(node).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
+            neighbours: Vec::new(),
+            inbound: BTreeSet::new(),
+            wake_at: None,
+        }
+    }
+
+    /// One RTT sample between two machines, as a node would measure it.
+    fn sample(&mut self, a: u32, b: u32) -> Duration {
+        let rtt = self.grid.rtt_us(a, b) as f64;
+        let noise = 1.0 + self.scenario.latency.jitter * self.rng.random::<f64>();
+        Duration::from_nanos((rtt * noise * 1000.0) as u64)
+    }
+
+    fn measure(&mut self, node: u32, peer: u32) {
+        for _ in 0..self.scenario.overlay.samples.max(1) {
+            let rtt = self.sample(node, peer);
+            self.nodes[node as usize]
+                .table
+                .observe_rtt(peer, rtt, self.now);
+        }
+    }
+
+    /// Our overlay: each node starts from a few random peers, then learns
+    /// its neighbours' neighbours and measures them, a few rounds; a peer
+    /// that connects to a node is measured by it too (as libp2p's ping does
+    /// on every connection).
+    fn build_overlay_ours(&mut self) {
+        let n = self.grid.len() as u32;
+        let alive: Vec<u32> = (0..n).collect();
+        for node in 0..n {
+            self.bootstrap(node, &alive);
+        }
+        for _ in 0..self.scenario.overlay.exchange_rounds {
+            for node in 0..n {
+                self.exchange(node);
+            }
+        }
+    }
+
+    fn bootstrap(&mut self, node: u32, alive: &[u32]) {
+        let count = self
+            .scenario
+            .overlay
+            .bootstrap
+            .min(alive.len().saturating_sub(1));
+        let picks: Vec<u32> = alive
+            .choose_multiple(&mut self.rng, count + 1)
+            .copied()
+            .filter(|p| *p != node)
+            .take(count)
+            .collect();
+        for peer in picks {
+            self.measure(node, peer);
+        }
+        self.refresh(node);
+    }
+
+    /// One round of peer exchange for `node`.
+    fn exchange(&mut self, node: u32) {
+        let neighbours: Vec<u32> = self.nodes[node as usize]
+            .neighbours
+            .iter()
+            .map(|(p, _)| *p)
+            .collect();
+        let mut learned = Vec::new();
+        for peer in &neighbours {
+            learned.extend(
+                self.nodes[*peer as usize]
+                    .neighbours
+                    .iter()
+                    .map(|(p, _)| *p)
+                    .filter(|p| *p != node && self.nodes[*p as usize].alive),
+            );
+        }
+        learned.sort_unstable();
+        learned.dedup();
+        for peer in learned {
+            if self.nodes[node as usize].table.rtt(&peer).is_none() {
+                self.measure(node, peer);
+            }
+        }
+        self.refresh(node);
+    }
+
+    /// Recomputes a node's neighbours; the peers it links to measure it too
+    /// (ping on the new connection) and may take it as a neighbour.
+    fn refresh(&mut self, node: u32) {
+        let changes = self.nodes[node as usize].table.refresh();
+        for peer in &changes.removed {
+            self.nodes[*peer as usize].inbound.remove(&node);
+            self.relink(*peer);
+        }
+        for peer in changes.added {
+            self.nodes[peer as usize].inbound.insert(node);
+            if self.nodes[peer as usize].table.rtt(&node).is_none() {
+                let rtt = self.sample(peer, node);
+                let other = &mut self.nodes[peer as usize];
+                other.table.observe_rtt(node, rtt, self.now);
+                let their = other.table.refresh();
+                for gone in their.removed {
+                    self.nodes[gone as usize].inbound.remove(&peer);
+                    self.relink(gone);
+                }
+                for new in their.added {
+                    self.nodes[new as usize].inbound.insert(peer);
+                    self.relink(new);
+                }
+            }
+            self.relink(peer);
+        }
+        self.relink(node);
+    }
+
+    /// Recomputes the links a node floods over: chosen plus inbound.
+    fn relink(&mut self, node: u32) {
+        let n = &mut self.nodes[node as usize];
+        let mut links = n.table.neighbour_rtts();
+        for peer in &n.inbound {
+            if n.table.kind(peer).is_none() {
+                links.push((*peer, n.table.rtt(peer).unwrap_or(Duration::MAX)));
+            }
+        }
+        n.neighbours = links;
+    }
+
+    /// The paper's overlay, after Bamboo: random 64-bit ids; a leaf set of
+    /// the id-adjacent nodes (random with respect to location), and a
+    /// routing table whose every entry is the nearest of a few measured
+    /// candidates with the right id prefix (proximity neighbour selection).
+    fn build_overlay_bamboo(&mut self) {
+        let n = self.grid.len();
+        let ids: Vec<u64> = (0..n).map(|_| self.rng.random()).collect();
+        let mut ring: Vec<u32> = (0..n as u32).collect();
+        ring.sort_by_key(|i| ids[*i as usize]);
+        let position: BTreeMap<u32, usize> =
+            ring.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let leaves = self.scenario.overlay.baseline_leaves / 2;
+        let candidates = self.scenario.overlay.baseline_candidates;
+        // Buckets by the first two hex digits: row 0 and row 1.
+        let mut by_prefix: BTreeMap<(u8, u64), Vec<u32>> = BTreeMap::new();
+        for node in 0..n as u32 {
+            let id = ids[node as usize];
+            by_prefix.entry((1, id >> 60)).or_default().push(node);
+            by_prefix.entry((2, id >> 56)).or_default().push(node);
+            by_prefix.entry((3, id >> 52)).or_default().push(node);
+        }
+        for node in 0..n as u32 {
+            let id = ids[node as usize];
+            let mut chosen: Vec<u32> = Vec::new();
+            let at = position[&node];
+            for k in 1..=leaves {
+                chosen.push(ring[(at + k) % n]);
+                chosen.push(ring[(at + n - k % n) % n]);
+            }
+            for row in 0u8..3 {
+                let own_prefix = if row == 0 {
+                    0
+                } else {
+                    id >> (64 - 4 * u32::from(row))
+                };
+                for digit in 0..16u64 {
+                    let prefix = (own_prefix << 4) | digit;
+                    if prefix == id >> (60 - 4 * u32::from(row)) {
+                        continue;
+                    }
+                    let Some(bucket) = by_prefix.get(&(row + 1, prefix)) else {
+                        continue;
+                    };
+                    let sample: Vec<u32> = bucket
+                        .choose_multiple(&mut self.rng, candidates)
+                        .copied()
+                        .collect();
+                    let mut best: Option<(Duration, u32)> = None;
+                    for peer in sample {
+                        self.measure(node, peer);
+                        let rtt = self.nodes[node as usize]
+                            .table
+                            .rtt(&peer)
+                            .unwrap_or(Duration::MAX);
+                        if best.is_none_or(|(b, _)| rtt < b) {
+                            best = Some((rtt, peer));
+                        }
+                    }
+                    if let Some((_, peer)) = best {
+                        chosen.push(peer);
+                    }
+                }
+            }
+            chosen.sort_unstable();
+            chosen.dedup();
+            chosen.retain(|p| *p != node);
+            let mut neighbours = Vec::with_capacity(chosen.len());
+            for peer in chosen {
+                if self.nodes[node as usize].table.rtt(&peer).is_none() {
+                    self.measure(node, peer);
+                }
+                let rtt = self.nodes[node as usize]
+                    .table
+                    .rtt(&peer)
+                    .unwrap_or(Duration::MAX);
+                neighbours.push((peer, rtt));
+            }
+            self.nodes[node as usize].neighbours = neighbours;
+        }
+    }
+
+    fn push(&mut self, at: Time, event: Event) {
+        self.seq += 1;
+        self.heap.push(Reverse(Scheduled {
+            at,
+            seq: self.seq,
+            event,
+        }));
+    }
+
+    fn one_way(&self, a: u32, b: u32) -> Duration {
+        Duration::from_micros(self.grid.rtt_us(a, b) / 2) + PROCESSING
+    }
+
+    fn count(&mut self, job: JobId, kind: &'static str) {
+        self.messages += 1;
+        *self.by_kind.entry(kind).or_default() += 1;
+        if let Some(record) = self.jobs.get_mut(&job) {
+            record.messages += 1;
+        }
+    }
+
+    /// Runs until the event heap is empty or the scenario's end time.
+    pub fn run(mut self) -> RunReport {
+        let started = Instant::now();
+        while self.step() {}
+        self.report(started.elapsed())
+    }
+
+    /// Processes one event; returns false when the run is over.
+    pub fn step(&mut self) -> bool {
+        let Some(Reverse(next)) = self.heap.pop() else {
+            return false;
+        };
+        if next.at > self.until {
+            return false;
+        }
+        self.now = next.at;
+        self.events += 1;
+        match next.event {
+            Event::Flood { to, from, advert } => self.on_flood(to, from, advert),
+            Event::Direct { to, from, msg } => {
+                if self.nodes[to as usize].alive && self.nodes[from as usize].alive {
+                    let rtt = self.sample(to, from);
+                    self.feed(
+                        to,
+                        Input::Message {
+                            from,
+                            msg,
+                            rtt: Some(rtt),
+                        },
+                    );
+                }
+            }
+            Event::Wake { node } => {
+                let n = &mut self.nodes[node as usize];
+                if n.alive && n.wake_at == Some(self.now) {
+                    n.wake_at = None;
+                    let out = n.scheduler.handle_timeout(self.now);
+                    self.execute(node, out);
+                }
+            }
+            Event::Submit { job } => self.submit(job),
+            Event::WorkersEnd { node, job } => {
+                if let Some(ranks) = self.running.remove(&(node, job)) {
+                    self.workers_gone(node, job, ranks.len() as u32);
+                    self.feed(node, Input::WorkersEnded { job, ranks });
+                    self.maybe_finish(job);
+                }
+            }
+            Event::Fail { node } => self.fail(node),
+            Event::Detect { node } => self.detect(node),
+            Event::Rejoin { node } => self.rejoin(node),
+        }
+        true
+    }
+
+    fn submit(&mut self, index: usize) {
+        let plan = self.plans[index].clone();
+        let id = JobId(index as u64 + 1);
+        self.jobs.insert(
+            id,
+            JobRecord {
+                id,
+                home: plan.home,
+                workers: plan.spec.workers.max,
+                submitted: self.now,
+                full_at: None,
+                placement: BTreeMap::new(),
+                extra_rtt_us: None,
+                out_of_order: 0,
+                messages: 0,
+                ended: None,
+                running: 0,
+                duration: plan.duration,
+            },
+        );
+        if !self.nodes[plan.home as usize].alive {
+            if let Some(r) = self.jobs.get_mut(&id) {
+                r.ended = Some((Phase::Failed, "home node was down at submission".into()));
+            }
+            return;
+        }
+        self.feed(
+            plan.home,
+            Input::Submit {
+                job: id,
+                spec: plan.spec,
+            },
+        );
+    }
+
+    fn on_flood(&mut self, to: u32, from: u32, advert: Advert<u32>) {
+        if !self.nodes[to as usize].alive {
+            return;
+        }
+        let id = FloodId {
+            job: advert.job,
+            seq: advert.flood.seq,
+        };
+        let node = &mut self.nodes[to as usize];
+        let direct = node.table.rtt(&advert.home);
+        let verdict =
+            node.router
+                .receive(&from, id, advert.flood, direct, &node.neighbours, self.now);
+        match verdict {
+            Verdict::Deliver { forward, distance } => {
+                self.send_copies(to, &advert, forward);
+                self.feed(to, Input::AdvertDelivered { advert, distance });
+            }
+            Verdict::Reforward { forward } => self.send_copies(to, &advert, forward),
+            Verdict::Drop(_) => {}
+        }
+    }
+
+    fn send_copies(
+        &mut self,
+        from: u32,
+        advert: &Advert<u32>,
+        copies: Vec<(u32, zorilla_core::advert::FloodHeader)>,
+    ) {
+        for (to, header) in copies {
+            self.count(advert.job, "advert");
+            let at = self.now + self.one_way(from, to);
+            let copy = Advert {
+                flood: header,
+                ..advert.clone()
+            };
+            self.push(
+                at,
+                Event::Flood {
+                    to,
+                    from,
+                    advert: copy,
+                },
+            );
+        }
+    }
+
+    /// Hands an input to a node's scheduler and executes what comes out.
+    fn feed(&mut self, node: u32, input: Input<u32>) {
+        let out = self.nodes[node as usize].scheduler.handle(self.now, input);
+        self.execute(node, out);
+    }
+
+    fn execute(&mut self, node: u32, outputs: Vec<Output<u32>>) {
+        for output in outputs {
+            match output {
+                Output::Send { to, msg } => {
+                    self.count(msg.job(), kind(&msg));
+                    let at = self.now + self.one_way(node, to);
+                    self.push(
+                        at,
+                        Event::Direct {
+                            to,
+                            from: node,
+                            msg,
+                        },
+                    );
+                }
+                Output::Flood(advert) => {
+                    self.floods += 1;
+                    let id = FloodId {
+                        job: advert.job,
+                        seq: advert.flood.seq,
+                    };
+                    let n = &mut self.nodes[node as usize];
+                    let copies = n.router.originate(id, advert.flood, &n.neighbours);
+                    self.send_copies(node, &advert, copies);
+                }
+                Output::StartWorkers { job, ranks, .. } => {
+                    let count = ranks.len() as u32;
+                    self.running.entry((node, job)).or_default().extend(ranks);
+                    self.used[node as usize] += count;
+                    if self.used[node as usize] > self.grid.cores[node as usize] {
+                        self.violations.push(format!(
+                            "{:?}: node {node} runs {} workers on {} cores",
+                            self.now, self.used[node as usize], self.grid.cores[node as usize]
+                        ));
+                    }
+                    self.timeline.push((
+                        self.now,
+                        self.grid.site_of[node as usize],
+                        i64::from(count),
+                    ));
+                    if let Some(record) = self.jobs.get_mut(&job) {
+                        record.running += count;
+                        if let Some(duration) = record.duration {
+                            let at = self.now + duration;
+                            self.push(at, Event::WorkersEnd { node, job });
+                        }
+                    }
+                }
+                Output::StopWorkers { job, .. } => {
+                    if let Some(ranks) = self.running.remove(&(node, job)) {
+                        self.workers_gone(node, job, ranks.len() as u32);
+                    }
+                }
+                Output::Job(event) => self.job_event(event),
+            }
+        }
+        let n = &mut self.nodes[node as usize];
+        if let Some(at) = n.scheduler.next_timeout() {
+            let at = at.max(self.now);
+            if n.wake_at.is_none_or(|w| at < w || w < self.now) {
+                n.wake_at = Some(at);
+                self.push(at, Event::Wake { node });
+            }
+        }
+    }
+
+    fn workers_gone(&mut self, node: u32, job: JobId, count: u32) {
+        self.used[node as usize] -= count;
+        self.timeline.push((
+            self.now,
+            self.grid.site_of[node as usize],
+            -i64::from(count),
+        ));
+        if let Some(record) = self.jobs.get_mut(&job) {
+            record.running = record.running.saturating_sub(count);
+        }
+    }
+
+    fn maybe_finish(&mut self, job: JobId) {
+        let Some(record) = self.jobs.get(&job) else {
+            return;
+        };
+        if record.running == 0 && record.full_at.is_some() && record.ended.is_none() {
+            let home = record.home;
+            if self.nodes[home as usize].alive {
+                self.feed(home, Input::Finish(job));
+            }
+        }
+    }
+
+    fn job_event(&mut self, event: JobEvent<u32>) {
+        match event {
+            JobEvent::Granted {
+                job, node, ranks, ..
+            } => {
+                let max = self.jobs.get(&job).map_or(0, |r| r.workers);
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    *record.placement.entry(node).or_default() += ranks.len() as u32;
+                    let granted: u32 = record.placement.values().sum();
+                    if granted > max {
+                        self.violations
+                            .push(format!("{job}: {granted} workers granted, max {max}"));
+                    }
+                }
+            }
+            JobEvent::Full { job } => {
+                let now = self.now;
+                let locality = self.locality(job);
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    record.full_at = Some(now);
+                    if let Some((extra, ooo)) = locality {
+                        record.extra_rtt_us = Some(extra);
+                        record.out_of_order = ooo;
+                    }
+                }
+            }
+            JobEvent::Ended { job, phase, reason } => {
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    record.ended = Some((phase, reason));
+                }
+            }
+            JobEvent::WorkersLost { job, node, ranks } => {
+                if let Some(record) = self.jobs.get_mut(&job)
+                    && let Some(count) = record.placement.get_mut(&node)
+                {
+                    *count = count.saturating_sub(ranks.len() as u32);
+                    if *count == 0 {
+                        record.placement.remove(&node);
+                    }
+                }
+            }
+            JobEvent::Started { .. } | JobEvent::Rejected { .. } => {}
+        }
+    }
+
+    /// The oracle: the free workers nearest to the job's home right now
+    /// (before this job's workers start), against where its workers went.
+    /// Returns the mean extra RTT per worker (µs) and the count of workers
+    /// placed while a free one nearer by more than the within-site RTT
+    /// existed.
+    pub fn locality(&self, job: JobId) -> Option<(f64, u32)> {
+        let record = self.jobs.get(&job)?;
+        let home = record.home;
+        let n = record.placement.values().sum::<u32>() as usize;
+        if n == 0 {
+            return None;
+        }
+        let mut chosen: Vec<u64> = Vec::with_capacity(n);
+        for (node, count) in &record.placement {
+            for _ in 0..*count {
+                chosen.push(self.grid.rtt_us(home, *node));
+            }
+        }
+        chosen.sort_unstable();
+        // Free workers per site (and the home's own machine), from the
+        // omniscient bookkeeping; workers of this job have not started yet
+        // at its home's Full event, except on the home itself.
+        let home_site = self.grid.site_of[home as usize];
+        let mut free_by_site = vec![0u64; self.grid.sites.len()];
+        let mut free_home = 0u64;
+        for (m, alive) in self.nodes.iter().map(|n| n.alive).enumerate() {
+            if !alive {
+                continue;
+            }
+            let mine = self
+                .running
+                .get(&(m as u32, job))
+                .map_or(0, |r| r.len() as u32);
+            let free = u64::from(self.grid.cores[m] - self.used[m] + mine);
+            if m as u32 == home {
+                free_home = free;
+            } else {
+                free_by_site[self.grid.site_of[m]] += free;
+            }
+        }
+        let mut oracle: Vec<u64> = Vec::with_capacity(n);
+        oracle.extend(std::iter::repeat_n(0, (free_home as usize).min(n)));
+        let mut sites: Vec<usize> = (0..self.grid.sites.len()).collect();
+        sites.sort_by_key(|s| self.grid.rtt_us[home_site][*s]);
+        for site in sites {
+            if oracle.len() >= n {
+                break;
+            }
+            let take = (free_by_site[site] as usize).min(n - oracle.len());
+            oracle.extend(std::iter::repeat_n(self.grid.rtt_us[home_site][site], take));
+        }
+        let within = self.grid.rtt_us[home_site][home_site];
+        let extra: f64 = chosen.iter().sum::<u64>() as f64 - oracle.iter().sum::<u64>() as f64;
+        let out_of_order = chosen
+            .iter()
+            .zip(&oracle)
+            .filter(|(c, o)| **c > **o + within)
+            .count() as u32;
+        Some(((extra / n as f64).max(0.0), out_of_order))
+    }
+
+    fn fail(&mut self, node: u32) {
+        if !self.nodes[node as usize].alive {
+            return;
+        }
+        self.nodes[node as usize].alive = false;
+        let jobs: Vec<(JobId, u32)> = self
+            .running
+            .range((node, JobId(0))..=(node, JobId(u64::MAX)))
+            .map(|((_, job), ranks)| (*job, ranks.len() as u32))
+            .collect();
+        for (job, count) in jobs {
+            self.running.remove(&(node, job));
+            self.workers_gone(node, job, count);
+        }
+        if let Some(churn) = &self.scenario.churn {
+            let detect = self.now + Duration::from_secs_f64(churn.detect_after_s);
+            let rejoin = self.now + Duration::from_secs_f64(churn.rejoin_after_s);
+            self.push(detect, Event::Detect { node });
+            self.push(rejoin.max(detect), Event::Rejoin { node });
+        }
+    }
+
+    /// Peers notice a failure: those linked to the node (overlay) and those
+    /// sharing a job with it (direct connections).
+    fn detect(&mut self, failed: u32) {
+        // Nodes with a direct connection to the failed one through a job:
+        // homes of jobs it ran workers for, and nodes running workers of
+        // jobs it was home to.
+        let mut partners = BTreeSet::new();
+        for r in self.jobs.values() {
+            if r.placement.contains_key(&failed) {
+                partners.insert(r.home);
+            }
+        }
+        for (node, job) in self.running.keys() {
+            if self.jobs.get(job).is_some_and(|r| r.home == failed) {
+                partners.insert(*node);
+            }
+        }
+        for node in 0..self.nodes.len() as u32 {
+            if node == failed || !self.nodes[node as usize].alive {
+                continue;
+            }
+            let knows = self.nodes[node as usize].table.rtt(&failed).is_some()
+                || self.nodes[node as usize].inbound.contains(&failed);
+            if knows {
+                self.nodes[node as usize].table.remove(&failed);
+                self.nodes[node as usize].inbound.remove(&failed);
+                self.nodes[node as usize].router.peer_lost(&failed);
+                self.refresh(node);
+            }
+            if knows || partners.contains(&node) {
+                self.feed(node, Input::PeerLost(failed));
+            }
+        }
+        let lost: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|r| r.placement.contains_key(&failed))
+            .map(|r| r.id)
+            .collect();
+        for job in lost {
+            if let Some(r) = self.jobs.get_mut(&job) {
+                r.placement.remove(&failed);
+            }
+        }
+    }
+
+    fn rejoin(&mut self, node: u32) {
+        if self.nodes[node as usize].alive {
+            return;
+        }
+        let fresh = self.fresh_node(node, None);
+        self.nodes[node as usize] = fresh;
+        let alive: Vec<u32> = (0..self.nodes.len() as u32)
+            .filter(|n| self.nodes[*n as usize].alive)
+            .collect();
+        match self.mode {
+            Mode::Ours => {
+                self.bootstrap(node, &alive);
+                for _ in 0..self.scenario.overlay.exchange_rounds {
+                    self.exchange(node);
+                }
+            }
+            Mode::Paper => {
+                // A Bamboo node joins with a random set of measured peers.
+                let count = self.scenario.overlay.baseline_leaves + 16;
+                let picks: Vec<u32> = alive
+                    .choose_multiple(&mut self.rng, count)
+                    .copied()
+                    .collect();
+                let mut neighbours = Vec::new();
+                for peer in picks.into_iter().filter(|p| *p != node) {
+                    self.measure(node, peer);
+                    let rtt = self.nodes[node as usize]
+                        .table
+                        .rtt(&peer)
+                        .unwrap_or(Duration::MAX);
+                    neighbours.push((peer, rtt));
+                    let back = self.sample(peer, node);
+                    self.nodes[peer as usize].neighbours.push((node, back));
+                }
+                self.nodes[node as usize].neighbours = neighbours;
+            }
+        }
+    }
+
+    fn report(self, wall: Duration) -> RunReport {
+        let mut violations = self.violations;
+        for record in self.jobs.values() {
+            let granted: u32 = record.placement.values().sum();
+            if record.full_at.is_some() && record.ended.is_none() && granted > record.workers {
+                violations.push(format!("{}: over its max", record.id));
+            }
+        }
+        RunReport {
+            scenario: self.scenario.name.clone(),
+            mode: self.mode,
+            seed: self.seed,
+            sites: self.grid.sites.clone(),
+            jobs: self.jobs.into_values().collect(),
+            messages: self.messages,
+            by_kind: self.by_kind,
+            floods: self.floods,
+            events: self.events,
+            wall,
+            end: self.now,
+            timeline: self.timeline,
+            violations,
+        }
+    }
+
+    /// Checks the invariants that must hold after every event: no node runs
+    /// or holds more than it has, no job has more workers than its max, a
+    /// rigid job's workers are all granted or none, and expired adverts are
+    /// gone from pending queues.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if let Some(v) = self.violations.first() {
+            return Err(v.clone());
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !node.alive {
+                continue;
+            }
+            let s = &node.scheduler;
+            let running: u32 = s.running().map(|(_, ranks)| ranks.len() as u32).sum();
+            if running + s.held_workers() > self.grid.cores[i] {
+                return Err(format!(
+                    "node {i} runs {running} and holds {} workers on {} cores",
+                    s.held_workers(),
+                    self.grid.cores[i]
+                ));
+            }
+            if let Some((advert, _)) = s.pending().find(|(_, at)| *at < self.now) {
+                return Err(format!("node {i} keeps expired advert of {}", advert.job));
+            }
+            for (job, phase) in s.home_jobs() {
+                let placement = s.placement(job).expect("home job has a placement");
+                let granted: usize = placement.values().map(Vec::len).sum();
+                let record = &self.jobs[&job];
+                if granted > record.workers as usize {
+                    return Err(format!("{job}: {granted} granted, max {}", record.workers));
+                }
+                let mut ranks: Vec<u32> = placement.values().flatten().copied().collect();
+                let before = ranks.len();
+                ranks.sort_unstable();
+                ranks.dedup();
+                if ranks.len() != before {
+                    return Err(format!("{job}: a rank was granted twice"));
+                }
+                if phase == Phase::Scheduling && granted != 0 {
+                    return Err(format!(
+                        "{job}: rigid job has {granted} workers before it started"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The current simulated time.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// The neighbours of every node (for overlay checks).
+    pub fn overlay(&self) -> Vec<Vec<u32>> {
+        self.nodes
+            .iter()
+            .map(|n| n.neighbours.iter().map(|(p, _)| *p).collect())
+            .collect()
+    }
+
+    /// The grid.
+    pub fn grid(&self) -> &Grid {
+        &self.grid
+    }
+}
+
+/// The jobs of a scenario's workload (not a sweep), drawn from `seed`.
+pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0b5e_55ed);
+    let w = &scenario.workload;
+    let homes: Vec<u32> = match &w.home_site {
+        Some(site) => {
+            let site = grid.site(site).unwrap_or(0);
+            (0..grid.len() as u32)
+                .filter(|m| grid.site_of[*m as usize] == site)
+                .collect()
+        }
+        None => (0..grid.len() as u32).collect(),
+    };
+    // A fixed home for a home site: its first machine.
+    let fixed_home = w.home_site.as_ref().map(|_| homes[0]);
+    let mut at = 0.0;
+    (0..w.jobs)
+        .map(|i| {
+            if i > 0 {
+                at += if w.poisson {
+                    let u: f64 = rng.random_range(f64::EPSILON..1.0);
+                    -u.ln() * w.interval_s
+                } else {
+                    w.interval_s
+                };
+            }
+            let workers = rng.random_range(w.workers.0..=w.workers.1.max(w.workers.0));
+            let duration = w
+                .duration_s
+                .map(|(lo, hi)| Duration::from_secs_f64(rng.random_range(lo..=hi.max(lo))));
+            let home = fixed_home.unwrap_or_else(|| *homes.choose(&mut rng).unwrap_or(&0));
+            JobPlan {
+                at: Duration::from_secs_f64(at),
+                home,
+                spec: JobSpec {
+                    per_worker: Resources::new(1, 0, 0),
+                    workers: WorkerCount::rigid(workers),
+                    strategy: w.strategy,
+                    lifetime: Duration::from_secs_f64(w.lifetime_s),
+                    on_worker_lost: LostPolicy::Replace,
+                },
+                duration,
+            }
+        })
+        .collect()
+}
+
+/// One job of `n` workers with `strategy` at the workload's home, as in the
+/// P2P-MPI sweep.
+pub fn sweep_job(scenario: &Scenario, grid: &Grid, n: u32, strategy: Strategy) -> JobPlan {
+    let site = scenario
+        .workload
+        .home_site
+        .as_ref()
+        .and_then(|s| grid.site(s))
+        .unwrap_or(0);
+    let home = (0..grid.len() as u32)
+        .find(|m| grid.site_of[*m as usize] == site)
+        .unwrap_or(0);
+    JobPlan {
+        at: Time::ZERO,
+        home,
+        spec: JobSpec {
+            per_worker: Resources::new(1, 0, 0),
+            workers: WorkerCount::rigid(n),
+            strategy,
+            lifetime: Duration::from_secs_f64(scenario.workload.lifetime_s),
+            on_worker_lost: LostPolicy::Fail,
+        },
+        duration: None,
+    }
+}
+
+/// Shuffles for tests that want a random order.
+pub fn shuffled<T>(mut items: Vec<T>, seed: u64) -> Vec<T> {
+    items.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    items
+}

@@ -1,0 +1,423 @@
+//! The simulator running the real core: invariants checked after every
+//! event on small grids, aggregate bounds on scaled-down versions of the
+//! papers' scenarios, and the P2P-MPI placements against the paper's
+//! algorithms.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::path::Path;
+
+use proptest::prelude::{ProptestConfig, prop_assert, proptest};
+use zorilla_core::advert::Strategy;
+use zorilla_tests::scenario::Scenario;
+use zorilla_tests::sim::{Mode, Sim, plan_jobs};
+use zorilla_tests::sweep::run_case;
+
+fn scenario(toml: &str) -> Scenario {
+    toml::from_str(toml).expect("test scenario parses")
+}
+
+fn shipped(name: &str) -> Scenario {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(name);
+    Scenario::load(&path).expect("shipped scenario loads")
+}
+
+/// Three sites, jobs that finish, and nodes that fail and come back.
+fn small_grid(seed_jobs: u32, churn: bool) -> Scenario {
+    let churn = if churn {
+        "[churn]\nfailures_per_s = 0.2\nrejoin_after_s = 5.0\ndetect_after_s = 1.0\n"
+    } else {
+        ""
+    };
+    scenario(&format!(
+        r#"
+name = "small"
+until_s = 120.0
+[[clusters]]
+site = "a"
+machines = 12
+cores = 2
+[[clusters]]
+site = "b"
+machines = 12
+cores = 4
+[[clusters]]
+site = "c"
+machines = 8
+cores = 1
+[latency]
+within_site_ms = 0.2
+default_between_ms = 10.0
+between = [{{ a = "a", b = "c", rtt_ms = 25.0 }}]
+[workload]
+jobs = {seed_jobs}
+interval_s = 1.0
+poisson = true
+workers = [1, 12]
+duration_s = [2.0, 20.0]
+lifetime_s = 30.0
+{churn}
+"#
+    ))
+}
+
+fn run_checked(scenario: &Scenario, mode: Mode, seed: u64) -> usize {
+    let grid = scenario.grid(seed).unwrap();
+    let plans = plan_jobs(scenario, &grid, seed);
+    let mut sim = Sim::new(scenario, mode, seed, plans).unwrap();
+    let mut steps = 0;
+    while sim.step() {
+        steps += 1;
+        if let Err(violation) = sim.check_invariants() {
+            panic!("after {steps} events at {:?}: {violation}", sim.now());
+        }
+    }
+    steps
+}
+
+#[test]
+fn invariants_hold_after_every_event_in_both_modes() {
+    let scenario = small_grid(40, false);
+    for mode in [Mode::Ours, Mode::Paper] {
+        for seed in 1..=3 {
+            assert!(run_checked(&scenario, mode, seed) > 1000);
+        }
+    }
+}
+
+#[test]
+fn invariants_hold_under_churn() {
+    let scenario = small_grid(40, true);
+    for seed in 1..=3 {
+        run_checked(&scenario, Mode::Ours, seed);
+    }
+}
+
+#[test]
+fn runs_are_reproducible_from_the_seed() {
+    let scenario = small_grid(30, true);
+    let run = |seed| {
+        let grid = scenario.grid(seed).unwrap();
+        let report = Sim::new(
+            &scenario,
+            Mode::Ours,
+            seed,
+            plan_jobs(&scenario, &grid, seed),
+        )
+        .unwrap()
+        .run();
+        (report.events, report.messages, report.csv(&grid.site_of))
+    };
+    assert_eq!(run(7), run(7));
+    assert_ne!(run(7).2, run(8).2);
+}
+
+#[test]
+fn jobs_that_fit_all_finish_and_every_worker_is_released() {
+    let mut scenario = small_grid(40, false);
+    // About 22 workers busy on average, on 80 slots; time for the last
+    // jobs to finish.
+    scenario.workload.interval_s = 3.0;
+    scenario.until_s = 250.0;
+    let grid = scenario.grid(1).unwrap();
+    let report = Sim::new(&scenario, Mode::Ours, 1, plan_jobs(&scenario, &grid, 1))
+        .unwrap()
+        .run();
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    for job in &report.jobs {
+        // 12 workers fit the grid (80 slots); lifetimes are long enough.
+        assert!(job.full_at.is_some(), "{} never got its workers", job.id);
+        let (phase, _) = job.ended.as_ref().expect("finished");
+        assert_eq!(format!("{phase:?}"), "Completed");
+    }
+    let running: i64 = report.timeline.iter().map(|(_, _, d)| d).sum();
+    assert_eq!(running, 0, "every started worker ended");
+}
+
+/// The Zorilla 4.2 scenario itself on two of its seeds (BENCHMARKS.md has
+/// all five): continuous jobs of 8 at one Sophia node until the grid is
+/// full.
+#[test]
+fn zorilla_scenario_meets_the_locality_and_message_targets() {
+    let scenario = shipped("zorilla-4.2.toml");
+    for seed in 1..=2 {
+        let grid = scenario.grid(seed).unwrap();
+        let ours = Sim::new(
+            &scenario,
+            Mode::Ours,
+            seed,
+            plan_jobs(&scenario, &grid, seed),
+        )
+        .unwrap()
+        .run();
+        let paper = Sim::new(
+            &scenario,
+            Mode::Paper,
+            seed,
+            plan_jobs(&scenario, &grid, seed),
+        )
+        .unwrap()
+        .run();
+        let (o, p) = (ours.summary(), paper.summary());
+        assert!(
+            o.allocated >= 107,
+            "seed {seed}: {} jobs allocated",
+            o.allocated
+        );
+        assert!(
+            o.extra_rtt_ms <= 0.1,
+            "seed {seed}: extra RTT {} ms",
+            o.extra_rtt_ms
+        );
+        assert!(
+            o.out_of_order <= 0.02,
+            "seed {seed}: out of order {}",
+            o.out_of_order
+        );
+        assert!(
+            o.messages_per_job <= p.messages_per_job,
+            "seed {seed}: {} messages per job, paper {}",
+            o.messages_per_job,
+            p.messages_per_job
+        );
+        // The sites fill in order of distance: Sophia's 138 slots take the
+        // first 17 jobs (136 workers) entirely.
+        let sophia = grid.site("sophia").unwrap();
+        for job in &ours.jobs[..17] {
+            assert!(
+                job.placement
+                    .keys()
+                    .all(|m| grid.site_of[*m as usize] == sophia)
+            );
+        }
+    }
+}
+
+/// A small grid with three sites: the home site fills first.
+#[test]
+fn small_grid_fills_nearest_site_first() {
+    let scenario = scenario(
+        r#"
+name = "zorilla-small"
+until_s = 300.0
+[[clusters]]
+site = "home"
+machines = 16
+cores = 2
+[[clusters]]
+site = "near"
+machines = 40
+cores = 2
+[[clusters]]
+site = "far"
+machines = 24
+cores = 2
+[latency]
+within_site_ms = 0.2
+jitter = 0.2
+between = [
+  { a = "home", b = "near", rtt_ms = 5.0 },
+  { a = "home", b = "far", rtt_ms = 15.0 },
+  { a = "near", b = "far", rtt_ms = 8.0 },
+]
+[workload]
+home_site = "home"
+jobs = 40
+interval_s = 5.0
+workers = [4, 4]
+lifetime_s = 100.0
+"#,
+    );
+    for seed in 1..=3 {
+        let grid = scenario.grid(seed).unwrap();
+        let ours = Sim::new(
+            &scenario,
+            Mode::Ours,
+            seed,
+            plan_jobs(&scenario, &grid, seed),
+        )
+        .unwrap()
+        .run();
+        let o = ours.summary();
+        assert_eq!(o.allocated, 40, "the grid holds all 40 jobs");
+        assert!(
+            o.extra_rtt_ms <= 0.1,
+            "seed {seed}: extra RTT {} ms",
+            o.extra_rtt_ms
+        );
+        assert!(
+            o.out_of_order <= 0.02,
+            "seed {seed}: out of order {}",
+            o.out_of_order
+        );
+        let site_of_job = |i: usize| {
+            let sites: BTreeSet<usize> = ours.jobs[i]
+                .placement
+                .keys()
+                .map(|m| grid.site_of[*m as usize])
+                .collect();
+            sites
+        };
+        // 32 home slots: jobs 0-7 at home, 8-27 near (80 slots), then far.
+        assert_eq!(site_of_job(7), BTreeSet::from([0]));
+        assert_eq!(site_of_job(8), BTreeSet::from([1]));
+        assert_eq!(site_of_job(27), BTreeSet::from([1]));
+        assert_eq!(site_of_job(28), BTreeSet::from([2]));
+    }
+}
+
+#[test]
+fn big_job_on_the_zorilla_grid_is_allocated_in_under_ten_simulated_seconds() {
+    let scenario = shipped("zorilla-671.toml");
+    let grid = scenario.grid(1).unwrap();
+    let report = Sim::new(&scenario, Mode::Ours, 1, plan_jobs(&scenario, &grid, 1))
+        .unwrap()
+        .run();
+    let job = &report.jobs[0];
+    let took = job.full_at.expect("allocated") - job.submitted;
+    assert!(took.as_secs_f64() < 10.0, "took {took:?}");
+    assert_eq!(job.placement.values().sum::<u32>(), 671);
+    assert!(job.extra_rtt_us.unwrap() <= 100.0);
+}
+
+#[test]
+fn p2pmpi_placements_match_the_papers_algorithms() {
+    let scenario = shipped("p2pmpi-table1.toml");
+    let sites = scenario.grid(1).unwrap().sites;
+    let at = |name: &str| sites.iter().position(|s| s == name).unwrap();
+    for (strategy, n) in [
+        (Strategy::Concentrate, 200),
+        (Strategy::Concentrate, 250),
+        (Strategy::Concentrate, 600),
+        (Strategy::Spread, 100),
+        (Strategy::Spread, 400),
+    ] {
+        let case = run_case(&scenario, Mode::Ours, 1, strategy, n).unwrap();
+        assert!(
+            case.matches(),
+            "{strategy:?} n={n}: {:?} vs reference {:?}",
+            case.simulated,
+            case.reference
+        );
+        if (strategy, n) == (Strategy::Concentrate, 250) {
+            // The paper's example: all 60 nancy hosts and 5 lyon hosts.
+            assert_eq!(case.simulated[at("nancy")], (60, 240));
+            assert_eq!(case.simulated[at("lyon")], (5, 10));
+        }
+        if (strategy, n) == (Strategy::Spread, 400) {
+            // More workers than hosts (350): nancy's hosts take a second.
+            assert_eq!(case.simulated[at("nancy")], (60, 110));
+        }
+    }
+}
+
+#[test]
+fn our_overlay_is_connected_prefers_its_site_and_has_far_links() {
+    let scenario = small_grid(0, false);
+    let grid = scenario.grid(1).unwrap();
+    let sim = Sim::new(&scenario, Mode::Ours, 1, Vec::new()).unwrap();
+    let links = sim.overlay();
+    // Connected, following links in the direction floods travel.
+    let mut seen = BTreeSet::from([0u32]);
+    let mut queue = VecDeque::from([0u32]);
+    while let Some(node) = queue.pop_front() {
+        for peer in &links[node as usize] {
+            if seen.insert(*peer) {
+                queue.push_back(*peer);
+            }
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        grid.len(),
+        "every node hears a flood from node 0"
+    );
+    let same_site = links
+        .iter()
+        .enumerate()
+        .flat_map(|(n, ls)| ls.iter().map(move |p| (n, *p as usize)))
+        .filter(|(n, p)| grid.site_of[*n] == grid.site_of[*p])
+        .count();
+    let total: usize = links.iter().map(Vec::len).sum();
+    assert!(
+        same_site * 10 >= total * 6,
+        "{same_site} of {total} links within a site"
+    );
+    assert!(same_site < total, "far links exist");
+}
+
+#[test]
+fn ten_thousand_nodes_scaled_down_with_churn_keep_locality() {
+    let mut scenario = shipped("synthetic-10k.toml");
+    // A tenth of it: 20 sites of 50 machines, 100 jobs.
+    for cluster in &mut scenario.clusters {
+        cluster.machines = 50;
+    }
+    scenario.workload.jobs = 100;
+    scenario.workload.workers = (1, 16);
+    scenario.until_s = 200.0;
+    let grid = scenario.grid(1).unwrap();
+    let report = Sim::new(&scenario, Mode::Ours, 1, plan_jobs(&scenario, &grid, 1))
+        .unwrap()
+        .run();
+    let s = report.summary();
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert!(s.allocated >= 95, "{} of 100 allocated", s.allocated);
+    assert!(s.out_of_order <= 0.05, "out of order {}", s.out_of_order);
+}
+
+#[test]
+fn every_shipped_scenario_loads_and_bad_ones_say_what_is_wrong() {
+    for name in [
+        "zorilla-4.2.toml",
+        "zorilla-671.toml",
+        "p2pmpi-table1.toml",
+        "synthetic-10k.toml",
+    ] {
+        shipped(name);
+    }
+    let missing = toml::from_str::<Scenario>("name = 'x'\nuntil_s = 1.0\nclusters = []\n")
+        .unwrap_err()
+        .to_string();
+    assert!(missing.contains("missing field `latency`"), "{missing}");
+    let mut bad_site = small_grid(1, false);
+    bad_site.latency.between[0].b = "nowhere".into();
+    let err = bad_site.grid(1).unwrap_err().to_string();
+    assert!(err.contains("unknown site"), "{err}");
+    let mut no_rtt = small_grid(1, false);
+    no_rtt.latency.default_between_ms = None;
+    let err = no_rtt.grid(1).unwrap_err().to_string();
+    assert!(err.contains("no RTT between sites"), "{err}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Random small grids and workloads: invariants after every event.
+    #[test]
+    fn random_small_grids_keep_the_invariants(
+        seed in 0u64..1000,
+        machines in (1u32..10, 1u32..10),
+        cores in (1u32..4, 1u32..4),
+        workers in (1u32..6, 6u32..14),
+        spread in proptest::bool::ANY,
+        paper in proptest::bool::ANY,
+    ) {
+        let mut scenario = small_grid(15, seed % 2 == 0);
+        scenario.clusters[0].machines = machines.0;
+        scenario.clusters[1].machines = machines.1;
+        scenario.clusters[0].cores = cores.0;
+        scenario.clusters[1].cores = cores.1;
+        scenario.workload.workers = workers;
+        scenario.workload.strategy = if spread { Strategy::Spread } else { Strategy::Concentrate };
+        scenario.until_s = 60.0;
+        let mode = if paper { Mode::Paper } else { Mode::Ours };
+        let grid = scenario.grid(seed).unwrap();
+        let mut sim = Sim::new(&scenario, mode, seed, plan_jobs(&scenario, &grid, seed)).unwrap();
+        while sim.step() {
+            let check = sim.check_invariants();
+            prop_assert!(check.is_ok(), "at {:?}: {:?}", sim.now(), check);
+        }
+    }
+}
