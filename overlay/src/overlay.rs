@@ -87,6 +87,10 @@ const IDENTIFY_GRACE: Duration = Duration::from_secs(10);
 const BOOTSTRAP_RETRY: Duration = Duration::from_secs(5);
 /// How long the transport's handshake (noise, yamux) may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+/// A former neighbour's connection is kept this long after it stopped being
+/// one, so that flood copies already sent on it arrive and a neighbour that
+/// flaps in and out of the set (equal RTTs) is not redialed each time.
+const LINGER: Duration = Duration::from_secs(10);
 /// Connections nobody uses close after this long; the overlay closes the
 /// ones it does not need itself, so this is only a safety net.
 const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -126,6 +130,9 @@ pub struct OverlayStats {
     pub flood_bytes_sent: u64,
     /// Flood frames received.
     pub flood_frames_received: u64,
+    /// Flood frames that could not be delivered to the neighbour (the
+    /// connection closed, the dial failed, no acknowledgement in time).
+    pub flood_send_failures: u64,
     /// What the core's flood router did.
     pub router: FloodStats,
     /// Rpc requests this node sent (application and peer exchange).
@@ -525,6 +532,7 @@ impl Overlay {
             connections: HashMap::new(),
             verified: HashSet::new(),
             chosen_by: HashSet::new(),
+            former: HashMap::new(),
             samples: HashMap::new(),
             probing: HashMap::new(),
             dead: HashMap::new(),
@@ -674,6 +682,8 @@ struct Driver {
     verified: HashSet<PeerId>,
     /// Connected peers that chose us as their neighbour.
     chosen_by: HashSet<PeerId>,
+    /// Former neighbours, with when they stopped being one (see [`LINGER`]).
+    former: HashMap<PeerId, Instant>,
     /// RTT samples since the peer's connection opened (for probes).
     samples: HashMap<PeerId, usize>,
     /// Peers dialed to measure them, with when.
@@ -1110,6 +1120,7 @@ impl Driver {
             request_response::Event::Message { .. }
             | request_response::Event::ResponseSent { .. } => {}
             request_response::Event::OutboundFailure { peer, error, .. } => {
+                self.stats.flood_send_failures += 1;
                 tracing::debug!(%peer, %error, "flood copy not delivered");
             }
             request_response::Event::InboundFailure { peer, error, .. } => {
@@ -1309,6 +1320,7 @@ impl Driver {
     async fn unreachable(&mut self, peer: PeerId) {
         self.probing.remove(&peer);
         self.chosen_by.remove(&peer);
+        self.former.remove(&peer);
         let was_neighbour = self.table.kind(&peer).is_some();
         self.table.remove(&peer);
         self.router.peer_lost(&peer);
@@ -1374,11 +1386,16 @@ impl Driver {
                 self.dial_peer(*peer);
             }
         }
+        let now = Instant::now();
+        for peer in &changes.added {
+            self.former.remove(peer);
+        }
         for peer in &changes.removed {
             if self.verified.contains(peer) {
                 self.send_link(*peer, false);
             }
-            self.close_if_unneeded(*peer);
+            // Closed by `maintain` once the linger time is over.
+            self.former.insert(*peer, now);
         }
         self.emit(Event::NeighboursChanged {
             added: changes.added,
@@ -1390,9 +1407,14 @@ impl Driver {
     /// Closes the connections we dialed to `peer` if we need it neither as
     /// a neighbour nor for a probe. Connections it dialed are its business.
     fn close_if_unneeded(&mut self, peer: PeerId) {
+        let lingering = self
+            .former
+            .get(&peer)
+            .is_some_and(|since| since.elapsed() < LINGER);
         if self.table.kind(&peer).is_some()
             || self.probing.contains_key(&peer)
             || self.chosen_by.contains(&peer)
+            || lingering
         {
             return;
         }
@@ -1449,6 +1471,8 @@ impl Driver {
             self.banned.remove(&peer);
             self.swarm.behaviour_mut().blocked.unblock_peer(peer);
         }
+        self.former
+            .retain(|_, since| now.duration_since(*since) < LINGER);
         let retry = self.config.dead_retry_after;
         self.dead
             .retain(|_, since| now.duration_since(*since) < retry);
@@ -1468,7 +1492,8 @@ impl Driver {
             .collect();
         for peer in ended {
             self.probing.remove(&peer);
-            if self.table.rtt(&peer).is_none() {
+            // Connected but not measured yet (a slow identify) is not dead.
+            if self.table.rtt(&peer).is_none() && !self.swarm.is_connected(&peer) {
                 self.unreachable(peer).await;
             }
         }
