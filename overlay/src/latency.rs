@@ -19,7 +19,7 @@
 //! which works for all nodes of one process. A port the topology does not
 //! know is not delayed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
@@ -166,39 +166,99 @@ impl Topology {
 }
 
 /// A [`Topology`] shared by the nodes of one process, to which each node
-/// adds its own listen ports (see the [module documentation](self)).
+/// adds its own listen ports (see the [module documentation](self)). Sites
+/// can also be cut off ([`isolate`](Self::isolate)): their connections stall
+/// without closing, like a machine that froze or a cable pulled, which is
+/// what ping timeouts are for.
 #[derive(Debug, Clone, Default)]
-pub struct SharedTopology(Arc<RwLock<Topology>>);
+pub struct SharedTopology {
+    topology: Arc<RwLock<Topology>>,
+    isolated: Arc<RwLock<BTreeSet<String>>>,
+}
 
 impl SharedTopology {
     /// Shares `topology`.
     pub fn new(topology: Topology) -> Self {
-        SharedTopology(Arc::new(RwLock::new(topology)))
+        SharedTopology {
+            topology: Arc::new(RwLock::new(topology)),
+            isolated: Arc::default(),
+        }
     }
 
     /// Records that `port` is in `site`.
     pub fn assign_port(&self, port: u16, site: &str) {
-        let mut topology = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut topology = self.topology.write().unwrap_or_else(|e| e.into_inner());
         topology.ports.insert(port.to_string(), site.to_string());
     }
 
     /// A copy of the current topology.
     pub fn snapshot(&self) -> Topology {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.topology
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Cuts `site` off: traffic between it and other sites stalls (on
+    /// connections made with emulation) until [`heal`](Self::heal).
+    pub fn isolate(&self, site: &str) {
+        let mut isolated = self.isolated.write().unwrap_or_else(|e| e.into_inner());
+        isolated.insert(site.to_string());
+    }
+
+    /// Ends an [`isolate`](Self::isolate).
+    pub fn heal(&self, site: &str) {
+        let mut isolated = self.isolated.write().unwrap_or_else(|e| e.into_inner());
+        isolated.remove(site);
+    }
+
+    /// Whether traffic between sites `a` and `b` is cut.
+    pub fn is_cut(&self, a: &str, b: &str) -> bool {
+        let isolated = self.isolated.read().unwrap_or_else(|e| e.into_inner());
+        a != b && (isolated.contains(a) || isolated.contains(b))
     }
 
     /// The emulated RTT from a node of `site` to the node listening at
     /// `addr`, if the topology knows the address's port.
     pub fn rtt_to(&self, site: &str, addr: &Multiaddr) -> Option<Duration> {
+        self.route_to(site, addr).map(|(_, rtt)| rtt)
+    }
+
+    /// The site of the node listening at `addr` and the RTT to it from a
+    /// node of `site`.
+    pub(crate) fn route_to(&self, site: &str, addr: &Multiaddr) -> Option<(String, Duration)> {
         let port = addr.iter().find_map(|p| match p {
             Protocol::Tcp(port) => Some(port),
             _ => None,
         })?;
-        let topology = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let topology = self.topology.read().unwrap_or_else(|e| e.into_inner());
         let remote = topology.site_of_port(port)?;
-        topology.rtt(site, remote)
+        Some((remote.to_string(), topology.rtt(site, remote)?))
     }
 }
+
+/// The two ends of an emulated connection, to check for cuts.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    /// The topology.
+    pub(crate) topology: SharedTopology,
+    /// The dialer's site.
+    pub(crate) local: String,
+    /// The listener's site.
+    pub(crate) remote: String,
+}
+
+/// Waits while `route` is cut.
+async fn wait_open(route: &Option<Route>) {
+    if let Some(route) = route {
+        while route.topology.is_cut(&route.local, &route.remote) {
+            tokio::time::sleep(CUT_POLL).await;
+        }
+    }
+}
+
+/// How often a stalled connection looks whether its cut has healed.
+const CUT_POLL: Duration = Duration::from_millis(50);
 
 /// Latency emulation for one node: the shared topology and the node's site.
 #[derive(Debug, Clone)]
@@ -226,11 +286,14 @@ impl<S> MaybeDelayed<S>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    /// Wraps `stream`, delaying each direction by `one_way` if it is not zero.
-    pub(crate) fn new(stream: S, one_way: Duration) -> Self {
-        if one_way.is_zero() {
+    /// Wraps `stream`, delaying each direction by `one_way` and stalling
+    /// it while `route` is cut; without a route, a zero delay leaves the
+    /// stream as it is.
+    pub(crate) fn new(stream: S, one_way: Duration, route: Option<Route>) -> Self {
+        if route.is_none() && one_way.is_zero() {
             return MaybeDelayed::Direct(stream);
         }
+        let write_route = route.clone();
         let (mut read_half, mut write_half) = stream.split();
         let (in_tx, in_rx) = mpsc::channel::<(Instant, io::Result<Vec<u8>>)>(CHUNKS_IN_FLIGHT);
         let (out_tx, mut out_rx) = fmpsc::channel::<Outgoing>(CHUNKS_IN_FLIGHT);
@@ -244,6 +307,10 @@ where
                     // The connection was dropped: stop reading.
                     () = in_tx.closed() => break,
                 };
+                tokio::select! {
+                    () = wait_open(&route) => {}
+                    () = in_tx.closed() => break,
+                }
                 let due = Instant::now() + one_way;
                 let (chunk, last) = match read {
                     Ok(0) => (Ok(Vec::new()), true),
@@ -262,6 +329,7 @@ where
                 match item {
                     Outgoing::Data(due, bytes) => {
                         tokio::time::sleep_until(due).await;
+                        wait_open(&write_route).await;
                         if write_half.write_all(&bytes).await.is_err()
                             || write_half.flush().await.is_err()
                         {
@@ -460,7 +528,7 @@ mod tests {
         });
         let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
         let compat = TokioCompat(socket);
-        let mut stream = MaybeDelayed::new(compat, Duration::from_millis(50));
+        let mut stream = MaybeDelayed::new(compat, Duration::from_millis(50), None);
         let start = std::time::Instant::now();
         stream.write_all(b"hello").await.unwrap();
         let mut buf = [0u8; 5];

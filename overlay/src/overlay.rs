@@ -8,8 +8,9 @@
 //! - **Measuring**: libp2p ping runs on every connection (interval and
 //!   timeout from the config); each RTT sample of a peer whose identify said
 //!   it is on our network goes to the core's
-//!   [`NeighbourTable`](zorilla_core::neighbours::NeighbourTable). A failed
-//!   ping closes the connection.
+//!   [`NeighbourTable`]. A failed
+//!   ping closes the connection, and a neighbour that fails one is dropped
+//!   and replaced at once.
 //! - **Learning peers**: bootstrap addresses, mDNS, identify (every peer that
 //!   connects), and peer exchange (an rpc request answered with some known
 //!   peers and their addresses, sent to each new peer and periodically to a
@@ -70,7 +71,7 @@ use zorilla_core::neighbours::{LinkKind, NeighbourTable};
 
 use crate::config::OverlayConfig;
 use crate::identity::{self, IdentityError};
-use crate::latency::MaybeDelayed;
+use crate::latency::{MaybeDelayed, Route};
 use crate::wire::{
     self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
 };
@@ -534,6 +535,7 @@ impl Overlay {
             chosen_by: HashSet::new(),
             former: HashMap::new(),
             samples: HashMap::new(),
+            last_pong: HashMap::new(),
             probing: HashMap::new(),
             dead: HashMap::new(),
             banned: HashMap::new(),
@@ -565,14 +567,22 @@ fn build_swarm(config: &OverlayConfig, key: &Keypair) -> Result<Swarm<Behaviour>
             .map(move |stream, endpoint| {
                 // Only the dialer delays (see the latency module): it knows the
                 // remote's listen port, hence its site.
-                let one_way = match (&latency, &endpoint) {
-                    (Some(l), ConnectedPoint::Dialer { address, .. }) => l
-                        .topology
-                        .rtt_to(&l.site, address)
-                        .map_or(Duration::ZERO, |rtt| rtt / 2),
-                    _ => Duration::ZERO,
+                let route = match (&latency, &endpoint) {
+                    (Some(l), ConnectedPoint::Dialer { address, .. }) => {
+                        l.topology.route_to(&l.site, address)
+                    }
+                    _ => None,
                 };
-                MaybeDelayed::new(stream, one_way)
+                let one_way = route.as_ref().map_or(Duration::ZERO, |(_, rtt)| *rtt / 2);
+                let route = route.and_then(|(remote, _)| {
+                    let l = latency.as_ref()?;
+                    Some(Route {
+                        topology: l.topology.clone(),
+                        local: l.site.clone(),
+                        remote,
+                    })
+                });
+                MaybeDelayed::new(stream, one_way, route)
             })
             .upgrade(upgrade::Version::V1Lazy)
             .authenticate(noise::Config::new(key).map_err(|e| setup(&e))?)
@@ -686,6 +696,8 @@ struct Driver {
     former: HashMap<PeerId, Instant>,
     /// RTT samples since the peer's connection opened (for probes).
     samples: HashMap<PeerId, usize>,
+    /// When each connected peer last answered a ping (or connected).
+    last_pong: HashMap<PeerId, Instant>,
     /// Peers dialed to measure them, with when.
     probing: HashMap<PeerId, Instant>,
     /// Peers that could not be reached, with when.
@@ -967,6 +979,7 @@ impl Driver {
                 if let ConnectedPoint::Dialer { address, .. } = &endpoint {
                     self.remember_addrs(peer_id, [address.clone()]);
                 }
+                self.last_pong.insert(peer_id, Instant::now());
                 self.connections.entry(peer_id).or_default().push(Conn {
                     id: connection_id,
                     dialer: endpoint.is_dialer(),
@@ -985,6 +998,7 @@ impl Driver {
                 if num_established == 0 {
                     self.connections.remove(&peer_id);
                     self.samples.remove(&peer_id);
+                    self.last_pong.remove(&peer_id);
                     self.chosen_by.remove(&peer_id);
                     if self.verified.remove(&peer_id) {
                         self.emit(Event::PeerLost { peer: peer_id }).await;
@@ -1042,11 +1056,18 @@ impl Driver {
                         let now = self.now();
                         self.table.observe_rtt(peer, rtt, now);
                         *self.samples.entry(peer).or_default() += 1;
+                        self.last_pong.insert(peer, Instant::now());
                     }
                 }
                 Err(error) => {
-                    tracing::info!(%peer, %error, "ping failed; closing the connection");
+                    // A peer that does not answer pings is as good as dead
+                    // (frozen, or cut off): replace it now rather than wait
+                    // for TCP to notice.
+                    tracing::info!(%peer, %error, "ping failed; dropping the peer");
                     self.swarm.close_connection(connection);
+                    if self.table.kind(&peer).is_some() {
+                        self.unreachable(peer).await;
+                    }
                 }
             },
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
@@ -1499,6 +1520,26 @@ impl Driver {
         }
 
         self.refresh().await;
+
+        // A peer that has not answered a ping for an interval and a timeout
+        // is dead or cut off. libp2p ping reports only the second failure in
+        // a row, and opening the stream for it waits for a substream timeout
+        // (10 s), so this is what notices a silent peer within seconds.
+        let silent_after = self.config.ping_interval + self.config.ping_timeout;
+        let silent: Vec<PeerId> = self
+            .last_pong
+            .iter()
+            .filter(|(_, at)| now.duration_since(**at) > silent_after)
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in silent {
+            tracing::info!(%peer, "no ping answered for {silent_after:?}; dropping the peer");
+            self.last_pong.remove(&peer);
+            let _ = self.swarm.disconnect_peer_id(peer);
+            if self.table.kind(&peer).is_some() {
+                self.unreachable(peer).await;
+            }
+        }
 
         // Close what nobody needs: links we dialed to non-neighbours, and
         // connections of peers that never identified themselves.
