@@ -24,6 +24,46 @@
 //! protocol version, and peers announcing another one are disconnected and
 //! refused.
 
+//!
+//! # Use
+//!
+//! ```no_run
+//! use zorilla_core::advert::{FloodHeader, JobId};
+//! use zorilla_core::flood::FloodId;
+//! use zorilla_overlay::{Event, Overlay, OverlayConfig};
+//!
+//! # async fn node() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = OverlayConfig {
+//!     network: "physics-lab".into(),
+//!     state_dir: Some("/var/lib/zorilla".into()),
+//!     bootstrap: vec!["/ip4/192.0.2.7/tcp/4001".parse()?],
+//!     ..OverlayConfig::default()
+//! };
+//! let (overlay, mut events) = Overlay::start(config).await?;
+//!
+//! // Flood an advert (the node's own CBOR) over 3 hops.
+//! let id = FloodId { job: JobId(42), seq: 0 };
+//! let header = FloodHeader { seq: 0, ttl: 3, latency_budget: None, path_rtt: Default::default() };
+//! overlay.flood(id, header, b"advert".to_vec()).await?;
+//!
+//! // The node must keep draining its events.
+//! while let Some(event) = events.recv().await {
+//!     match event {
+//!         Event::Flood { origin, payload, distance, .. } => {
+//!             // Decode the advert; answer its home `origin` directly:
+//!             let _answer = overlay.request(origin, payload).await;
+//!             let _ = distance;
+//!         }
+//!         Event::Request { payload, responder, .. } => {
+//!             overlay.respond(responder, payload).await?;
+//!         }
+//!         _ => {}
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
 pub mod config;
 pub mod identity;
 pub mod latency;

@@ -858,3 +858,32 @@ async fn a_peer_that_goes_silent_is_dropped_after_a_ping_timeout() {
     .await;
     eprintln!("{chosen_by} nodes dropped the silent neighbour after {noticed:?}");
 }
+
+/// mDNS announces only addresses on non-loopback interfaces, so this test
+/// listens on 0.0.0.0 and multicasts on the LAN, which the house rules keep
+/// out of the default run: `cargo test -p zorilla-overlay -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "multicasts on the LAN interface; run with --ignored"]
+async fn mdns_finds_peers_on_the_local_network_without_bootstrap() {
+    let net = network("mdns");
+    let make = || OverlayConfig {
+        mdns: true,
+        listen: vec!["/ip4/0.0.0.0/tcp/0".parse().unwrap()],
+        ..config(&net, 2, 1)
+    };
+    let a = Node::start(make()).await;
+    let b = Node::start(make()).await;
+    eventually(
+        "mDNS introduces the two nodes",
+        Duration::from_secs(20),
+        || async {
+            let known = a.handle.known_peers().await.unwrap();
+            if known.iter().any(|k| k.peer == b.peer && k.rtt.is_some()) {
+                Ok(())
+            } else {
+                Err(format!("a knows {} peers", known.len()))
+            }
+        },
+    )
+    .await;
+}
