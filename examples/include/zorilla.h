@@ -18,6 +18,10 @@
  *   - A worker started without a job transport behaves as rank 0 of a job of
  *     size 1 (it can send messages to itself).
  *
+ * Files: a worker sees exactly two directories of its job, `/inputs`
+ * (read-only) and `/outputs` (read-write); nothing else of the host's
+ * filesystem exists for it. stdout and stderr are captured by the node.
+ *
  * Every call returns a status: 0 or a positive count on success, or one of
  * the negative ZORILLA_E* codes below.
  *
