@@ -1,5 +1,6 @@
 //! Integration tests of the overlay: real nodes on 127.0.0.1 (port 0),
-//! waiting for conditions with a deadline rather than sleeping.
+//! waiting for conditions with a deadline rather than sleeping. The mDNS
+//! test, which cannot use loopback, runs in a private network namespace.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -859,31 +860,176 @@ async fn a_peer_that_goes_silent_is_dropped_after_a_ping_timeout() {
     eprintln!("{chosen_by} nodes dropped the silent neighbour after {noticed:?}");
 }
 
-/// mDNS announces only addresses on non-loopback interfaces, so this test
-/// listens on 0.0.0.0 and multicasts on the LAN, which the house rules keep
-/// out of the default run: `cargo test -p zorilla-overlay -- --ignored`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "multicasts on the LAN interface; run with --ignored"]
-async fn mdns_finds_peers_on_the_local_network_without_bootstrap() {
+/// Name of the mDNS test, as libtest knows it (`--exact`).
+const MDNS_TEST: &str = "mdns_finds_peers_on_the_local_network_without_bootstrap";
+/// Set (to the parent's network namespace, as `/proc/self/ns/net` reads)
+/// when the mDNS test runs re-executed inside its own network namespace.
+const MDNS_NETNS_ENV: &str = "ZORILLA_OVERLAY_MDNS_NETNS";
+/// Printed by the re-executed test once its scenario passed, so that the
+/// parent never mistakes "no test ran" for success.
+const MDNS_PASSED: &str = "mdns-netns: scenario passed";
+
+/// mDNS announces only addresses on non-loopback interfaces (libp2p-mdns
+/// skips loopback), so this test cannot use 127.0.0.1 like the others. To
+/// stay off the real network it re-executes its own test binary under
+/// `unshare --net` (util-linux; needs root or CAP_SYS_ADMIN), in a private
+/// network namespace where it brings `lo` up and adds a veth pair with an
+/// address from 192.0.2.0/24 (TEST-NET-1) and a route for 224.0.0.0/4
+/// (iproute2). Nodes listening on 0.0.0.0 there see only that namespace's
+/// interfaces, and their multicast loops back between the sockets
+/// (IP_MULTICAST_LOOP) without leaving the namespace. If the namespace
+/// cannot be made, the test fails and says why; it never skips.
+#[test]
+fn mdns_finds_peers_on_the_local_network_without_bootstrap() {
+    match std::env::var(MDNS_NETNS_ENV) {
+        Ok(parent) => mdns_inside_namespace(&parent),
+        Err(_) => mdns_in_private_namespace(),
+    }
+}
+
+/// Runs this very test again in a fresh network namespace and checks that
+/// it ran there and passed.
+fn mdns_in_private_namespace() {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let netns = std::fs::read_link("/proc/self/ns/net").expect("read /proc/self/ns/net");
+    let needs = "this test needs `unshare` (util-linux) and the right to create a network \
+                 namespace (root or CAP_SYS_ADMIN), and `ip` (iproute2) inside it";
+    let output = std::process::Command::new("unshare")
+        .arg("--net")
+        .arg("--")
+        .arg(&exe)
+        .args(["--exact", MDNS_TEST, "--nocapture", "--test-threads=1"])
+        .env(MDNS_NETNS_ENV, &netns)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `unshare`: {e}; {needs}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report = format!(
+        "{}\n--- stdout of the re-executed test ---\n{stdout}\n--- stderr ---\n{stderr}",
+        output.status
+    );
+    if stderr.starts_with("unshare:") {
+        panic!("`unshare --net` failed; {needs}\n{report}");
+    }
+    assert!(
+        output.status.success(),
+        "the mDNS test failed in its network namespace: {report}"
+    );
+    assert!(
+        stdout.contains(MDNS_PASSED) || stderr.contains(MDNS_PASSED),
+        "the re-executed test binary did not run the mDNS scenario: {report}"
+    );
+    eprint!("{stderr}");
+}
+
+/// Runs `ip` with `args`, failing the test if it does not succeed.
+fn ip(args: &str) {
+    let output = std::process::Command::new("ip")
+        .args(args.split_whitespace())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `ip {args}` (is iproute2 installed?): {e}"));
+    assert!(
+        output.status.success(),
+        "`ip {args}` failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Inside the private namespace: set up its interfaces, then the scenario.
+fn mdns_inside_namespace(parent: &str) {
+    // Never configure interfaces anywhere but in a namespace of our own.
+    let here = std::fs::read_link("/proc/self/ns/net").expect("read /proc/self/ns/net");
+    assert_ne!(
+        here.to_string_lossy(),
+        parent,
+        "{MDNS_NETNS_ENV} is set but this is not a new network namespace"
+    );
+    let links = std::process::Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .expect("run `ip` (iproute2)");
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert_eq!(
+        links.lines().count(),
+        1,
+        "expected a fresh namespace with only `lo`:\n{links}"
+    );
+    // The kernel may lack the dummy driver; a veth pair with both ends
+    // here works everywhere. Only one end gets an address, so each node's
+    // mDNS has exactly one interface to multicast on.
+    ip("link set lo up");
+    ip("link add zmdns0 type veth peer name zmdns1");
+    ip("addr add 192.0.2.1/24 dev zmdns0");
+    ip("link set zmdns0 multicast on up");
+    ip("link set zmdns1 multicast on up");
+    ip("route add 224.0.0.0/4 dev zmdns0");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(mdns_scenario());
+    println!("{MDNS_PASSED}");
+}
+
+async fn mdns_scenario() {
     let net = network("mdns");
-    let make = || OverlayConfig {
-        mdns: true,
+    let make = |mdns| OverlayConfig {
+        mdns,
         listen: vec!["/ip4/0.0.0.0/tcp/0".parse().unwrap()],
         ..config(&net, 2, 1)
     };
-    let a = Node::start(make()).await;
-    let b = Node::start(make()).await;
-    eventually(
+    // The silent node first, so it is up for the whole window.
+    let started = Instant::now();
+    let silent = Node::start(make(false)).await;
+    let a = Node::start(make(true)).await;
+    let b = Node::start(make(true)).await;
+    let found = eventually(
         "mDNS introduces the two nodes",
         Duration::from_secs(20),
         || async {
-            let known = a.handle.known_peers().await.unwrap();
-            if known.iter().any(|k| k.peer == b.peer && k.rtt.is_some()) {
-                Ok(())
-            } else {
-                Err(format!("a knows {} peers", known.len()))
+            for (x, y, name) in [(&a, &b, "a"), (&b, &a, "b")] {
+                let known = x.handle.known_peers().await.unwrap();
+                if !known.iter().any(|k| k.peer == y.peer && k.rtt.is_some()) {
+                    return Err(format!("{name} knows {} peers", known.len()));
+                }
             }
+            Ok(())
         },
     )
     .await;
+    let rtt = a
+        .handle
+        .known_peers()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|k| k.peer == b.peer)
+        .and_then(|k| k.rtt)
+        .unwrap();
+    // Negative check: in that window (at least two seconds from the silent
+    // node's start), nobody found the node without mDNS, though it answers
+    // on 0.0.0.0 like the others, nor did it find anyone.
+    loop {
+        for (node, name) in [(&a, "a"), (&b, "b")] {
+            let known = node.handle.known_peers().await.unwrap();
+            assert!(
+                known.iter().all(|k| k.peer != silent.peer),
+                "{name} discovered the node with mDNS off"
+            );
+        }
+        let known = silent.handle.known_peers().await.unwrap();
+        assert!(
+            known.is_empty(),
+            "the node with mDNS off learned of {} peers",
+            known.len()
+        );
+        if started.elapsed() >= Duration::from_secs(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "mDNS pair found each other after {found:?} (RTT {rtt:?}); the node without mDNS stayed unknown"
+    );
 }
