@@ -1,0 +1,278 @@
+//! The data the pages show: plain serde structs that the node fills in.
+//!
+//! Every page, every `/api/...` route and `/metrics` is rendered from these
+//! structs only, so the node decides what it shows by what it puts in them,
+//! and the JSON API is exactly these structs serialised. Durations are plain
+//! numbers with the unit in the field name (`_secs`, `_ms`) so the JSON reads
+//! well. Identifiers are strings (a libp2p peer id in its base58 text form, a
+//! job id as the node prints it): this crate does not depend on libp2p or on
+//! the core.
+//!
+//! Every string in here may have come from the network or from a job (names,
+//! log lines, reasons): the pages escape all of them.
+
+use serde::{Deserialize, Serialize};
+
+/// Resources as the node counts them: offered to the grid, or in use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    /// CPU cores.
+    pub cores: u32,
+    /// Memory, in bytes.
+    pub memory_bytes: u64,
+    /// Disk, in bytes.
+    pub disk_bytes: u64,
+}
+
+/// The overview page: who this node is and what it does.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeOverview {
+    /// The node's peer id.
+    pub node_id: String,
+    /// The node's name, as its operator configured it.
+    pub name: String,
+    /// The `zorilla-node` version.
+    pub version: String,
+    /// Seconds since the node started.
+    pub uptime_secs: u64,
+    /// The name of the grid (network) the node belongs to.
+    pub network: String,
+    /// The addresses the node listens on (multiaddrs as text).
+    pub listen_addresses: Vec<String>,
+    /// What the node offers to the grid.
+    pub offered: Resources,
+    /// What of that is in use by workers now.
+    pub in_use: Resources,
+    /// Workers running on this node now, for any job.
+    pub workers_running: u32,
+    /// Jobs this node is the home of (their ids), newest first.
+    pub home_jobs: Vec<String>,
+}
+
+/// Which kind of overlay link a peer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    /// A near neighbour (chosen for low RTT).
+    Near,
+    /// A far (random, long-range) neighbour.
+    Far,
+    /// Known, but not a neighbour.
+    None,
+}
+
+impl LinkKind {
+    /// The word the pages and metrics use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Near => "near",
+            Self::Far => "far",
+            Self::None => "none",
+        }
+    }
+}
+
+/// One peer this node knows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    /// The peer's id.
+    pub peer_id: String,
+    /// The peer's name, if it told us.
+    pub name: Option<String>,
+    /// Measured round-trip time, in milliseconds, if measured.
+    pub rtt_ms: Option<f64>,
+    /// Near, far or no link.
+    pub link: LinkKind,
+    /// Whether a connection is open now.
+    pub connected: bool,
+    /// Network coordinates, if the node uses them.
+    pub coordinates: Option<Vec<f64>>,
+}
+
+/// The scheduling phase of a job (the core's `Phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobPhase {
+    /// Looking for workers.
+    Scheduling,
+    /// Workers are running.
+    Running,
+    /// Done.
+    Completed,
+    /// Cancelled by the user.
+    Cancelled,
+    /// Failed.
+    Failed,
+}
+
+impl JobPhase {
+    /// All phases, in order (for metrics: every phase gets a line, even at 0).
+    pub const ALL: [JobPhase; 5] = [
+        Self::Scheduling,
+        Self::Running,
+        Self::Completed,
+        Self::Cancelled,
+        Self::Failed,
+    ];
+
+    /// The word the pages and metrics use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Scheduling => "scheduling",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Cancelled => "cancelled",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// This node's part in a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobRole {
+    /// The job was submitted here; this node schedules it.
+    Home,
+    /// This node runs (or ran) workers of the job.
+    Participant,
+}
+
+/// One job this node knows, as home or as participant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSummary {
+    /// The job's id.
+    pub id: String,
+    /// The job's name, as its submitter gave it.
+    pub name: String,
+    /// Home or participant.
+    pub role: JobRole,
+    /// Scheduling phase.
+    pub phase: JobPhase,
+    /// Workers that joined so far.
+    pub workers_joined: u32,
+    /// Workers the job needs.
+    pub workers_needed: u32,
+    /// The id of the job's home node.
+    pub home: String,
+    /// The scheduling strategy, in words (for example `flood` or `latency 20 ms`).
+    pub strategy: String,
+    /// Radius (TTL, in hops) of the job's last flood.
+    pub flood_radius: u8,
+    /// Seconds since the job was submitted.
+    pub age_secs: u64,
+    /// For a job that waits: why, in one sentence.
+    pub pending_reason: Option<String>,
+}
+
+/// The state of one worker of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerState {
+    /// Granted, not yet started.
+    Starting,
+    /// Running.
+    Running,
+    /// Exited with status 0.
+    Exited,
+    /// Exited with a non-zero status, trapped or was killed.
+    Failed,
+    /// Its node is unreachable.
+    Lost,
+}
+
+impl WorkerState {
+    /// The word the pages use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Exited => "exited",
+            Self::Failed => "failed",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+/// One worker of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// The node the worker runs on.
+    pub node: String,
+    /// The worker's index within the job.
+    pub index: u32,
+    /// Its state.
+    pub state: WorkerState,
+    /// Its exit status, once it ended.
+    pub exit_code: Option<i32>,
+}
+
+/// One line of a job's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogLine {
+    /// Seconds since the job was submitted.
+    pub at_secs: f64,
+    /// The worker index, or `None` for the home's own messages.
+    pub worker: Option<u32>,
+    /// The text (one line, without its newline).
+    pub text: String,
+}
+
+/// The job page: a job, its workers per node, and the tail of its log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobDetail {
+    /// The job.
+    pub summary: JobSummary,
+    /// Its workers, on whichever nodes they run.
+    pub workers: Vec<WorkerInfo>,
+    /// The last lines of its log, oldest first. The web interface shows at
+    /// most [`crate::MAX_LOG_LINES`] of them, each cut to
+    /// [`crate::MAX_LOG_LINE_BYTES`].
+    pub log_tail: Vec<LogLine>,
+}
+
+/// An advert this node holds: a job looking for workers that this node may
+/// still join.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingAdvert {
+    /// The job's id.
+    pub job_id: String,
+    /// The job's name.
+    pub job_name: String,
+    /// The job's home node.
+    pub home: String,
+    /// Workers the advert still asks for.
+    pub workers_wanted: u32,
+    /// Seconds until the advert expires here.
+    pub expires_in_secs: u64,
+}
+
+/// Counters the node keeps, exported at `/metrics` (all monotonic since start).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Floods this node sent as a home.
+    pub floods_sent: u64,
+    /// Floods this node forwarded for others.
+    pub floods_forwarded: u64,
+    /// Overlay messages sent.
+    pub messages_sent: u64,
+    /// Overlay messages received.
+    pub messages_received: u64,
+    /// Workers started on this node.
+    pub workers_started: u64,
+}
+
+/// Everything one node shows at once: what a remote view fetches from a peer,
+/// and what `/api/snapshot` returns. Job details are fetched one at a time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSnapshot {
+    /// The overview.
+    pub overview: NodeOverview,
+    /// The peers.
+    pub peers: Vec<PeerInfo>,
+    /// The jobs.
+    pub jobs: Vec<JobSummary>,
+    /// The pending adverts.
+    pub pending: Vec<PendingAdvert>,
+    /// The counters.
+    pub counters: Counters,
+}

@@ -1,0 +1,409 @@
+//! Shared by the tests: a fake [`StatusSource`] with hostile strings in it,
+//! and a tiny HTTP/1.0 client (loopback only).
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::broadcast;
+use zorilla_webui::model::*;
+use zorilla_webui::{Change, RemoteError, StatusSource, WebConfig, snapshot};
+
+pub const ME: &str = "12D3KooWMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMe";
+pub const NEAR: &str = "12D3KooWNearNearNearNearNearNearNearNearNearNearNe";
+pub const FAR: &str = "12D3KooWFarFarFarFarFarFarFarFarFarFarFarFarFarFarF";
+pub const GONE: &str = "12D3KooWGoneGoneGoneGoneGoneGoneGoneGoneGoneGoneGo";
+pub const XSS1: &str = "<script>alert(1)</script>";
+pub const XSS2: &str = "\"><img src=x onerror=alert(2)>";
+pub const XSS3: &str = "'><svg onload=alert(3)>";
+
+/// The fake node's state, and what its peers answer.
+pub struct Fake {
+    pub state: Mutex<State>,
+    pub tx: broadcast::Sender<Change>,
+}
+
+pub struct State {
+    pub snap: NodeSnapshot,
+    pub details: HashMap<String, JobDetail>,
+    /// Peers that answer a remote view.
+    pub remotes: HashMap<String, (NodeSnapshot, HashMap<String, JobDetail>)>,
+}
+
+pub fn job(id: &str, name: &str, phase: JobPhase, home: &str) -> JobSummary {
+    JobSummary {
+        id: id.into(),
+        name: name.into(),
+        role: if home == ME {
+            JobRole::Home
+        } else {
+            JobRole::Participant
+        },
+        phase,
+        workers_joined: 2,
+        workers_needed: 4,
+        home: home.into(),
+        strategy: "flood".into(),
+        flood_radius: 3,
+        age_secs: 125,
+        pending_reason: (phase == JobPhase::Scheduling)
+            .then(|| format!("2 floods so far, radius 3 {XSS3}")),
+    }
+}
+
+fn peer(
+    id: &str,
+    name: Option<&str>,
+    rtt: Option<f64>,
+    link: LinkKind,
+    connected: bool,
+) -> PeerInfo {
+    PeerInfo {
+        peer_id: id.into(),
+        name: name.map(Into::into),
+        rtt_ms: rtt,
+        link,
+        connected,
+        coordinates: None,
+    }
+}
+
+pub fn node_snapshot(id: &str, name: &str, jobs: Vec<JobSummary>) -> NodeSnapshot {
+    NodeSnapshot {
+        overview: NodeOverview {
+            node_id: id.into(),
+            name: name.into(),
+            version: "0.1.0".into(),
+            uptime_secs: 3725,
+            network: format!("testgrid{XSS2}"),
+            listen_addresses: vec!["/ip4/127.0.0.1/tcp/4001".into(), format!("/dns/{XSS1}")],
+            offered: Resources {
+                cores: 8,
+                memory_bytes: 16 << 30,
+                disk_bytes: 100 << 30,
+            },
+            in_use: Resources {
+                cores: 2,
+                memory_bytes: 512 << 20,
+                disk_bytes: 1 << 30,
+            },
+            workers_running: 2,
+            home_jobs: jobs
+                .iter()
+                .filter(|j| j.home == id)
+                .map(|j| j.id.clone())
+                .collect(),
+        },
+        peers: vec![
+            peer(NEAR, Some(XSS1), Some(4.5), LinkKind::Near, true),
+            peer(FAR, Some("far-node"), Some(80.0), LinkKind::Far, true),
+            peer(GONE, Some(XSS2), None, LinkKind::None, false),
+        ],
+        jobs,
+        pending: vec![PendingAdvert {
+            job_id: "adv-1".into(),
+            job_name: XSS2.into(),
+            home: FAR.into(),
+            workers_wanted: 3,
+            expires_in_secs: 42,
+        }],
+        counters: Counters {
+            floods_sent: 7,
+            floods_forwarded: 31,
+            messages_sent: 1000,
+            messages_received: 1200,
+            workers_started: 5,
+        },
+    }
+}
+
+pub fn detail(summary: JobSummary, lines: usize) -> JobDetail {
+    JobDetail {
+        workers: vec![
+            WorkerInfo {
+                node: ME.into(),
+                index: 0,
+                state: WorkerState::Running,
+                exit_code: None,
+            },
+            WorkerInfo {
+                node: NEAR.into(),
+                index: 1,
+                state: WorkerState::Failed,
+                exit_code: Some(3),
+            },
+        ],
+        log_tail: (0..lines)
+            .map(|i| LogLine {
+                at_secs: i as f64 * 0.5,
+                worker: (i % 3 != 0).then_some((i % 2) as u32),
+                text: if i == lines - 1 {
+                    format!("last line {XSS1}\r\n{XSS2}")
+                } else {
+                    format!("line {i}")
+                },
+            })
+            .collect(),
+        summary,
+    }
+}
+
+impl Fake {
+    pub fn new() -> Arc<Self> {
+        let jobs = vec![
+            job("job-1", XSS1, JobPhase::Running, ME),
+            job("job-2", XSS2, JobPhase::Scheduling, ME),
+            job("job/3?x", "participant job", JobPhase::Running, FAR),
+        ];
+        let mut details = HashMap::new();
+        details.insert("job-1".to_string(), detail(jobs[0].clone(), 500));
+        details.insert("job-2".to_string(), detail(jobs[1].clone(), 0));
+        details.insert("job/3?x".to_string(), detail(jobs[2].clone(), 3));
+        let far_jobs = vec![job("far-job", "far's own job", JobPhase::Running, FAR)];
+        let mut far_details = HashMap::new();
+        far_details.insert("far-job".to_string(), detail(far_jobs[0].clone(), 5));
+        let mut remotes = HashMap::new();
+        remotes.insert(
+            FAR.to_string(),
+            (node_snapshot(FAR, "far-node", far_jobs), far_details),
+        );
+        let (tx, _) = broadcast::channel(16);
+        Arc::new(Self {
+            state: Mutex::new(State {
+                snap: node_snapshot(ME, "alpha", jobs),
+                details,
+                remotes,
+            }),
+            tx,
+        })
+    }
+
+    /// A job submitted here: it appears and the change is announced.
+    pub fn submit(&self, summary: JobSummary) {
+        {
+            let mut s = self.state.lock().unwrap();
+            s.snap.overview.home_jobs.insert(0, summary.id.clone());
+            s.details
+                .insert(summary.id.clone(), detail(summary.clone(), 1));
+            s.snap.jobs.insert(0, summary);
+        }
+        let _ = self.tx.send(Change::Jobs);
+    }
+}
+
+impl StatusSource for Fake {
+    fn overview(&self) -> NodeOverview {
+        self.state.lock().unwrap().snap.overview.clone()
+    }
+    fn peers(&self) -> Vec<PeerInfo> {
+        self.state.lock().unwrap().snap.peers.clone()
+    }
+    fn jobs(&self) -> Vec<JobSummary> {
+        self.state.lock().unwrap().snap.jobs.clone()
+    }
+    fn job(&self, id: &str) -> Option<JobDetail> {
+        self.state.lock().unwrap().details.get(id).cloned()
+    }
+    fn pending(&self) -> Vec<PendingAdvert> {
+        self.state.lock().unwrap().snap.pending.clone()
+    }
+    fn counters(&self) -> Counters {
+        self.state.lock().unwrap().snap.counters
+    }
+    fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.tx.subscribe()
+    }
+    fn remote(&self, peer: &str) -> BoxFuture<'static, Result<NodeSnapshot, RemoteError>> {
+        let s = self.state.lock().unwrap();
+        let answer = if peer == ME {
+            Ok(snapshot(self))
+        } else if peer == GONE {
+            Err(RemoteError::Unreachable("no route".into()))
+        } else {
+            s.remotes
+                .get(peer)
+                .map(|(snap, _)| snap.clone())
+                .ok_or(RemoteError::UnknownPeer)
+        };
+        async move { answer }.boxed()
+    }
+    fn remote_job(
+        &self,
+        peer: &str,
+        job: &str,
+    ) -> BoxFuture<'static, Result<Option<JobDetail>, RemoteError>> {
+        let s = self.state.lock().unwrap();
+        let answer = if peer == GONE {
+            Err(RemoteError::Unreachable("no route".into()))
+        } else {
+            s.remotes
+                .get(peer)
+                .map(|(_, jobs)| jobs.get(job).cloned())
+                .ok_or(RemoteError::UnknownPeer)
+        };
+        async move { answer }.boxed()
+    }
+}
+
+/// Serves the fake on an ephemeral loopback port.
+pub async fn start(fake: Arc<Fake>) -> SocketAddr {
+    let config = WebConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..WebConfig::default()
+    };
+    zorilla_webui::serve(config, fake).await.expect("serve")
+}
+
+/// A response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn content_type(&self) -> &str {
+        self.header("content-type").unwrap_or("")
+    }
+}
+
+fn request_text(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> String {
+    let mut req = format!("GET {path} HTTP/1.0\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req
+}
+
+/// GET with extra headers, to the end of the response (HTTP/1.0: no chunking).
+pub async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
+    let fut = async {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(request_text(addr, path, headers).as_bytes())
+            .await
+            .unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.unwrap();
+        parse(&raw)
+    };
+    tokio::time::timeout(Duration::from_secs(20), fut)
+        .await
+        .unwrap_or_else(|_| panic!("GET {path} timed out"))
+}
+
+/// GET.
+pub async fn get(addr: SocketAddr, path: &str) -> Response {
+    get_with(addr, path, &[]).await
+}
+
+fn parse(raw: &[u8]) -> Response {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Response {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+/// An open event stream.
+pub struct EventStream {
+    pub status: u16,
+    pub head: String,
+    stream: TcpStream,
+    buf: String,
+}
+
+impl EventStream {
+    pub async fn open(addr: SocketAddr, path: &str) -> Self {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(request_text(addr, path, &[]).as_bytes())
+            .await
+            .unwrap();
+        let mut buf = String::new();
+        let mut chunk = [0u8; 4096];
+        while !buf.contains("\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+                .await
+                .expect("response head in time")
+                .unwrap();
+            assert!(n > 0, "connection closed before the head: {buf}");
+            buf.push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+        let (head, rest) = buf.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        Self {
+            status,
+            head: head.to_string(),
+            buf: rest.to_string(),
+            stream,
+        }
+    }
+
+    /// The data of the next `update` event (data lines joined by newlines).
+    pub async fn next_update(&mut self) -> String {
+        let mut chunk = [0u8; 8192];
+        loop {
+            while let Some((event, rest)) = self.buf.split_once("\n\n") {
+                let event = event.to_string();
+                self.buf = rest.to_string();
+                if event.lines().any(|l| l == "event: update") {
+                    return event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data: ").or(l.strip_prefix("data:")))
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                }
+            }
+            let n = tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut chunk))
+                .await
+                .expect("an update in time")
+                .unwrap();
+            assert!(n > 0, "event stream closed");
+            self.buf.push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    }
+}
+
+/// Asserts that no hostile string appears unescaped.
+pub fn assert_escaped(what: &str, body: &str) {
+    for bad in [
+        "<script>alert",
+        "<img src=x",
+        "<svg onload",
+        "\"><img",
+        "'><svg",
+    ] {
+        assert!(!body.contains(bad), "{what}: unescaped {bad:?} in:\n{body}");
+    }
+}

@@ -1,0 +1,461 @@
+//! HTTP tests of every page and API route over a fake node: status codes,
+//! content types, content, escaping of hostile strings, 404s, access rules,
+//! live updates over server-sent events.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use zorilla_webui::model::{
+    JobDetail, JobPhase, JobSummary, NodeOverview, PeerInfo, PendingAdvert,
+};
+use zorilla_webui::{MAX_LOG_LINES, NodeSnapshot, ServeError, WebConfig};
+
+fn html_ok(what: &str, r: &Response) {
+    assert_eq!(r.status, 200, "{what}: {}", r.body);
+    assert_eq!(r.content_type(), "text/html; charset=utf-8", "{what}");
+    assert!(r.body.starts_with("<!DOCTYPE html>"), "{what}");
+    assert!(
+        r.header("content-security-policy")
+            .is_some_and(|c| c.contains("script-src 'self'")),
+        "{what}: no CSP"
+    );
+    assert_eq!(
+        r.header("x-content-type-options"),
+        Some("nosniff"),
+        "{what}"
+    );
+    assert_escaped(what, &r.body);
+}
+
+fn json_ok<T: serde::de::DeserializeOwned>(what: &str, r: &Response) -> T {
+    assert_eq!(r.status, 200, "{what}: {}", r.body);
+    assert_eq!(r.content_type(), "application/json", "{what}");
+    serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("{what}: {e}: {}", r.body))
+}
+
+#[tokio::test]
+async fn overview_page() {
+    let addr = start(Fake::new()).await;
+    let r = get(addr, "/").await;
+    html_ok("/", &r);
+    let b = &r.body;
+    for want in [
+        "<h1>alpha</h1>",
+        ME,
+        "1h 2m",
+        "testgrid&quot;&gt;&lt;img src=x onerror=alert(2)&gt;",
+        "/ip4/127.0.0.1/tcp/4001",
+        "16.0 GiB",
+        "512.0 MiB",
+        "Jobs this node is home to (2)",
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+        "href=\"/jobs/job-1\"",
+        "data-live=\"/events/overview\"",
+        "<script src=\"/static/live.js\" defer></script>",
+    ] {
+        assert!(b.contains(want), "overview lacks {want:?}:\n{b}");
+    }
+    assert!(b.contains("id=\"workers-running\">2<"), "{b}");
+}
+
+#[tokio::test]
+async fn peers_page_with_neighbourhood_picture() {
+    let addr = start(Fake::new()).await;
+    let r = get(addr, "/peers").await;
+    html_ok("/peers", &r);
+    let b = &r.body;
+    assert!(b.contains("<h1>Peers (3)</h1>"), "{b}");
+    assert!(b.contains("<svg id=\"neighbourhood\""), "{b}");
+    // One line per linked peer, near and far drawn differently; no line to
+    // the peer without a link.
+    assert_eq!(b.matches("<line class=\"near\"").count(), 1, "{b}");
+    assert_eq!(b.matches("<line class=\"far\"").count(), 1, "{b}");
+    assert_eq!(b.matches("<circle class=\"peer ").count(), 3, "{b}");
+    assert!(b.contains("4.5 ms") && b.contains("80.0 ms"), "{b}");
+    assert!(b.contains(&format!("href=\"/peers/{FAR}\"")), "{b}");
+    assert!(b.contains("not connected"), "{b}");
+}
+
+#[tokio::test]
+async fn jobs_page() {
+    let addr = start(Fake::new()).await;
+    let r = get(addr, "/jobs").await;
+    html_ok("/jobs", &r);
+    let b = &r.body;
+    assert!(b.contains("<h1>Jobs (3)</h1>"), "{b}");
+    assert!(b.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{b}");
+    assert!(
+        b.contains("&quot;&gt;&lt;img src=x onerror=alert(2)&gt;"),
+        "{b}"
+    );
+    assert!(b.contains("2 floods so far, radius 3"), "{b}");
+    assert!(b.contains("2/4"), "{b}");
+    // An id with '/' and '?' is percent-encoded in links.
+    assert!(b.contains("href=\"/jobs/job%2F3%3Fx\""), "{b}");
+    assert!(b.contains("(participant)"), "{b}");
+}
+
+#[tokio::test]
+async fn job_page_workers_and_bounded_log_tail() {
+    let addr = start(Fake::new()).await;
+    let r = get(addr, "/jobs/job-1").await;
+    html_ok("/jobs/job-1", &r);
+    let b = &r.body;
+    assert!(b.contains("id=\"workers\""), "{b}");
+    assert!(
+        b.contains("this node") && b.contains("worker failed"),
+        "{b}"
+    );
+    assert!(
+        b.contains(&format!("Log (last {MAX_LOG_LINES} lines)")),
+        "{b}"
+    );
+    assert!(b.contains("line 499") || b.contains("last line"), "{b}");
+    assert!(
+        b.contains("line 300") && !b.contains("line 299\n"),
+        "only the tail: {b}"
+    );
+    assert!(b.contains("last line &lt;script&gt;"), "{b}");
+    assert!(b.contains("data-live=\"/events/jobs/job-1\""), "{b}");
+
+    let r = get(addr, "/jobs/job%2F3%3Fx").await;
+    html_ok("/jobs/job%2F3%3Fx", &r);
+    assert!(r.body.contains("participant job"), "{}", r.body);
+
+    let r = get(addr, "/jobs/nope").await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.content_type(), "text/html; charset=utf-8");
+    let r = get(addr, "/jobs/%3Cscript%3E").await;
+    assert_eq!(r.status, 404);
+    assert_escaped("404 of a hostile id", &r.body);
+}
+
+#[tokio::test]
+async fn pending_page() {
+    let addr = start(Fake::new()).await;
+    let r = get(addr, "/pending").await;
+    html_ok("/pending", &r);
+    let b = &r.body;
+    assert!(b.contains("Pending queue (1)"), "{b}");
+    assert!(b.contains("42s"), "{b}");
+    assert!(b.contains("href=\"/jobs/adv-1\""), "{b}");
+}
+
+#[tokio::test]
+async fn remote_views() {
+    let addr = start(Fake::new()).await;
+    let base = format!("/peers/{FAR}");
+    for (path, want) in [
+        (base.clone(), "<h1>far-node</h1>"),
+        (format!("{base}/peers"), "Peers (3)"),
+        (format!("{base}/jobs"), "far's own job"),
+        (format!("{base}/jobs/far-job"), "id=\"workers\""),
+        (format!("{base}/pending"), "Pending queue (1)"),
+    ] {
+        let r = get(addr, &path).await;
+        html_ok(&path, &r);
+        assert!(r.body.contains(want), "{path} lacks {want}:\n{}", r.body);
+        assert!(r.body.contains("Remote view of"), "{path}");
+        // Links stay inside the remote view; no live stream for it.
+        assert!(r.body.contains(&format!("href=\"{base}/jobs\"")), "{path}");
+        assert!(!r.body.contains("data-live"), "{path}");
+    }
+    assert_eq!(get(addr, "/peers/12D3KooWUnknown").await.status, 404);
+    assert_eq!(get(addr, "/peers/12D3KooWUnknown/jobs").await.status, 404);
+    assert_eq!(get(addr, &format!("{base}/jobs/nope")).await.status, 404);
+    let r = get(addr, &format!("/peers/{GONE}")).await;
+    assert_eq!(r.status, 502);
+    assert!(r.body.contains("unreachable"), "{}", r.body);
+    let r = get(addr, "/peers/%3Cscript%3Ealert(1)%3C%2Fscript%3E").await;
+    assert_eq!(r.status, 404);
+    assert_escaped("remote 404", &r.body);
+}
+
+#[tokio::test]
+async fn json_api_mirrors_the_pages() {
+    let fake = Fake::new();
+    let addr = start(fake.clone()).await;
+    let o: NodeOverview = json_ok("/api/overview", &get(addr, "/api/overview").await);
+    assert_eq!(o.node_id, ME);
+    let p: Vec<PeerInfo> = json_ok("/api/peers", &get(addr, "/api/peers").await);
+    assert_eq!(p.len(), 3);
+    let j: Vec<JobSummary> = json_ok("/api/jobs", &get(addr, "/api/jobs").await);
+    assert_eq!(j[0].name, XSS1);
+    let d: JobDetail = json_ok("/api/jobs/job-1", &get(addr, "/api/jobs/job-1").await);
+    assert_eq!(d.log_tail.len(), MAX_LOG_LINES);
+    assert_eq!(d.workers.len(), 2);
+    let d: JobDetail = json_ok(
+        "/api/jobs/job%2F3%3Fx",
+        &get(addr, "/api/jobs/job%2F3%3Fx").await,
+    );
+    assert_eq!(d.summary.id, "job/3?x");
+    let q: Vec<PendingAdvert> = json_ok("/api/pending", &get(addr, "/api/pending").await);
+    assert_eq!(q[0].expires_in_secs, 42);
+    let c: zorilla_webui::model::Counters =
+        json_ok("/api/counters", &get(addr, "/api/counters").await);
+    assert_eq!(c.floods_forwarded, 31);
+    let s: NodeSnapshot = json_ok("/api/snapshot", &get(addr, "/api/snapshot").await);
+    assert_eq!(s, zorilla_webui::snapshot(fake.as_ref()));
+
+    let r = get(addr, "/api/jobs/nope").await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.content_type(), "application/json");
+    assert!(r.body.contains("\"error\""), "{}", r.body);
+
+    // Remote.
+    let s: NodeSnapshot = json_ok("remote", &get(addr, &format!("/api/peers/{FAR}")).await);
+    assert_eq!(s.overview.name, "far-node");
+    let o: NodeOverview = json_ok(
+        "remote overview",
+        &get(addr, &format!("/api/peers/{FAR}/overview")).await,
+    );
+    assert_eq!(o.node_id, FAR);
+    let p: Vec<PeerInfo> = json_ok(
+        "remote peers",
+        &get(addr, &format!("/api/peers/{FAR}/peers")).await,
+    );
+    assert_eq!(p.len(), 3);
+    let j: Vec<JobSummary> = json_ok(
+        "remote jobs",
+        &get(addr, &format!("/api/peers/{FAR}/jobs")).await,
+    );
+    assert_eq!(j[0].id, "far-job");
+    let d: JobDetail = json_ok(
+        "remote job",
+        &get(addr, &format!("/api/peers/{FAR}/jobs/far-job")).await,
+    );
+    assert_eq!(d.summary.phase, JobPhase::Running);
+    let q: Vec<PendingAdvert> = json_ok(
+        "remote pending",
+        &get(addr, &format!("/api/peers/{FAR}/pending")).await,
+    );
+    assert_eq!(q.len(), 1);
+    assert_eq!(get(addr, "/api/peers/nobody").await.status, 404);
+    assert_eq!(get(addr, "/api/peers/nobody/jobs").await.status, 404);
+    assert_eq!(
+        get(addr, &format!("/api/peers/{FAR}/jobs/nope"))
+            .await
+            .status,
+        404
+    );
+    let r = get(addr, &format!("/api/peers/{GONE}/overview")).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.content_type(), "application/json");
+}
+
+#[tokio::test]
+async fn prometheus_metrics() {
+    let addr = start(Fake::new()).await;
+    let r = get(addr, "/metrics").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.content_type(), "text/plain; version=0.0.4; charset=utf-8");
+    let b = &r.body;
+    for want in [
+        "# TYPE zorilla_jobs gauge",
+        "zorilla_jobs{phase=\"running\"} 2",
+        "zorilla_jobs{phase=\"scheduling\"} 1",
+        "zorilla_jobs{phase=\"failed\"} 0",
+        "zorilla_workers_running 2",
+        "zorilla_floods_sent_total 7",
+        "zorilla_floods_forwarded_total 31",
+        "zorilla_messages_total{direction=\"sent\"} 1000",
+        "zorilla_messages_total{direction=\"received\"} 1200",
+        "zorilla_peers{link=\"near\"} 1",
+        "# TYPE zorilla_peer_rtt_seconds summary",
+        "zorilla_peer_rtt_seconds{quantile=\"0.5\"} 0.0045",
+        "zorilla_peer_rtt_seconds{quantile=\"0.99\"} 0.08",
+        "zorilla_peer_rtt_seconds_count 2",
+        // A hostile network name stays inside its label.
+        "network=\"testgrid\\\"><img src=x onerror=alert(2)>\"} 1",
+    ] {
+        assert!(b.contains(want), "metrics lack {want:?}:\n{b}");
+    }
+    // Every sample line is `name{labels} value`, value a number.
+    for line in b.lines().filter(|l| !l.starts_with('#')) {
+        let value = line.rsplit(' ').next().unwrap();
+        assert!(value.parse::<f64>().is_ok(), "bad sample line {line:?}");
+    }
+}
+
+#[tokio::test]
+async fn static_assets_and_unknown_routes() {
+    let addr = start(Fake::new()).await;
+    let r = get(addr, "/static/style.css").await;
+    assert_eq!(
+        (r.status, r.content_type()),
+        (200, "text/css; charset=utf-8")
+    );
+    assert!(r.body.contains("@media"));
+    let r = get(addr, "/static/live.js").await;
+    assert_eq!(
+        (r.status, r.content_type()),
+        (200, "text/javascript; charset=utf-8")
+    );
+    assert!(r.body.contains("EventSource"));
+    for path in ["/nope", "/api/nope", "/jobs/a/b", "/static/x.js"] {
+        let r = get(addr, path).await;
+        assert_eq!(r.status, 404, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn read_only() {
+    let addr = start(Fake::new()).await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for method in ["POST", "PUT", "DELETE"] {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("{method} /jobs HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.contains(" 405 "), "{method}: {out}");
+    }
+}
+
+#[tokio::test]
+async fn loopback_refuses_foreign_host_names() {
+    let addr = start(Fake::new()).await;
+    let r = get_with(addr, "/", &[("Host", "evil.example:7474")]).await;
+    assert_eq!(r.status, 421, "DNS rebinding guard: {}", r.body);
+    let r = get_with(addr, "/api/overview", &[("Host", "localhost:7474")]).await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn token_required_off_loopback() {
+    let fake = Fake::new();
+    // No token: refuses to start.
+    let config = WebConfig {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        token: None,
+        ..WebConfig::default()
+    };
+    assert!(matches!(
+        zorilla_webui::serve(config, fake.clone()).await,
+        Err(ServeError::TokenRequired(_))
+    ));
+    let config = WebConfig {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        token: Some("s3cret".into()),
+        ..WebConfig::default()
+    };
+    let bound = zorilla_webui::serve(config, fake).await.unwrap();
+    // Talk to it over loopback only.
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], bound.port()));
+    for path in [
+        "/",
+        "/api/overview",
+        "/metrics",
+        "/events/jobs",
+        "/static/style.css",
+    ] {
+        let r = get(addr, path).await;
+        assert_eq!(r.status, 401, "{path} without a token");
+        assert!(
+            r.headers
+                .iter()
+                .any(|(n, v)| n == "www-authenticate" && v.starts_with("Basic")),
+            "{path}: {:?}",
+            r.headers
+        );
+        let r = get_with(addr, path, &[("Authorization", "Bearer wrong")]).await;
+        assert_eq!(r.status, 401, "{path} with a wrong token");
+    }
+    let r = get_with(addr, "/", &[("Authorization", "Bearer s3cret")]).await;
+    html_ok("/ with bearer", &r);
+    // "browser:s3cret", as a browser sends it after the Basic prompt.
+    let r = get_with(
+        addr,
+        "/api/overview",
+        &[("Authorization", "Basic YnJvd3NlcjpzM2NyZXQ=")],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    // Off loopback the Host header is not restricted (the token is the guard).
+    let r = get_with(
+        addr,
+        "/metrics",
+        &[
+            ("Authorization", "Bearer s3cret"),
+            ("Host", "node7.example:7474"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn live_updates_over_server_sent_events() {
+    let fake = Fake::new();
+    let addr = start(fake.clone()).await;
+    let mut jobs = EventStream::open(addr, "/events/jobs").await;
+    assert_eq!(jobs.status, 200);
+    assert!(
+        jobs.head
+            .to_ascii_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{}",
+        jobs.head
+    );
+    let mut job1 = EventStream::open(addr, "/events/jobs/job-1").await;
+    let mut overview = EventStream::open(addr, "/events/overview").await;
+    // The current state straight away.
+    let first = jobs.next_update().await;
+    assert!(first.contains("<h1>Jobs (3)</h1>"), "{first}");
+    assert_escaped("first update", &first);
+    let first = job1.next_update().await;
+    // The hostile log line with a carriage return arrives whole and escaped.
+    assert!(
+        first.contains("last line &lt;script&gt;alert(1)&lt;/script&gt;&#13;\n&quot;&gt;&lt;img"),
+        "{first}"
+    );
+    overview.next_update().await;
+
+    fake.submit(job("job-new", "fresh <b>job</b>", JobPhase::Scheduling, ME));
+    let update = jobs.next_update().await;
+    assert!(update.contains("<h1>Jobs (4)</h1>"), "{update}");
+    assert!(update.contains("fresh &lt;b&gt;job&lt;/b&gt;"), "{update}");
+    let update = overview.next_update().await;
+    assert!(update.contains("Jobs this node is home to (3)"), "{update}");
+
+    // A change of one job reaches that job's page.
+    fake.tx
+        .send(zorilla_webui::Change::Job("job-1".into()))
+        .unwrap();
+    let update = job1.next_update().await;
+    assert!(update.contains("id=\"workers\""), "{update}");
+}
+
+#[tokio::test]
+async fn live_streams_are_bounded() {
+    let config = WebConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_live_streams: 2,
+        ..WebConfig::default()
+    };
+    let fake = Fake::new();
+    let addr = zorilla_webui::serve(config, fake.clone()).await.unwrap();
+    let mut a = EventStream::open(addr, "/events/jobs").await;
+    let mut b = EventStream::open(addr, "/events/peers").await;
+    a.next_update().await;
+    b.next_update().await;
+    let c = get(addr, "/events/pending").await;
+    assert_eq!(c.status, 503);
+    // Closing one frees its slot.
+    drop(a);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        // The server notices the closed stream when it next writes to it.
+        let _ = fake.tx.send(zorilla_webui::Change::Jobs);
+        let mut c = EventStream::open(addr, "/events/pending").await;
+        if c.status == 200 {
+            c.next_update().await;
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "slot never freed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let _ = Arc::strong_count(&fake);
+}
