@@ -44,7 +44,8 @@ pub(crate) fn neighbourhood(node: &NodeOverview, peers: &[PeerInfo]) -> Markup {
                 Some(ms) if ms.is_finite() && ms >= 0.0 => R_MIN + (R_MAX - R_MIN) * ms / max_rtt,
                 _ => R_UNKNOWN,
             };
-            let angle = std::f64::consts::TAU * i as f64 / n - std::f64::consts::FRAC_PI_2;
+            // Half a step off the vertical, to keep clear of the ring labels.
+            let angle = std::f64::consts::TAU * (i as f64 + 0.5) / n - std::f64::consts::FRAC_PI_2;
             (*p, CENTRE + r * angle.cos(), CENTRE + r * angle.sin())
         })
         .collect();
