@@ -37,6 +37,7 @@ mod svg;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use model::NodeSnapshot;
 pub use source::{Change, RemoteError, StatusSource, snapshot};
@@ -57,6 +58,8 @@ pub struct WebConfig {
     pub token: Option<String>,
     /// The most live-update streams open at once; more get 503.
     pub max_live_streams: usize,
+    /// How often a live remote view asks its peer again.
+    pub remote_refresh: Duration,
 }
 
 impl WebConfig {
@@ -64,6 +67,8 @@ impl WebConfig {
     pub const DEFAULT_PORT: u16 = 7474;
     /// The default bound on live streams.
     pub const DEFAULT_MAX_LIVE_STREAMS: usize = 32;
+    /// The default refresh of live remote views.
+    pub const DEFAULT_REMOTE_REFRESH: Duration = Duration::from_secs(5);
 }
 
 impl Default for WebConfig {
@@ -72,6 +77,7 @@ impl Default for WebConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, Self::DEFAULT_PORT)),
             token: None,
             max_live_streams: Self::DEFAULT_MAX_LIVE_STREAMS,
+            remote_refresh: Self::DEFAULT_REMOTE_REFRESH,
         }
     }
 }
@@ -117,8 +123,13 @@ pub async fn serve(
         addr: config.listen,
         source,
     })?;
-    let app = server::router(source, access, config.max_live_streams.max(1))
-        .into_make_service_with_connect_info::<SocketAddr>();
+    let app = server::router(
+        source,
+        access,
+        config.max_live_streams.max(1),
+        config.remote_refresh.max(Duration::from_millis(10)),
+    )
+    .into_make_service_with_connect_info::<SocketAddr>();
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(%addr, "web interface stopped: {e}");

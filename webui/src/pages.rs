@@ -199,7 +199,7 @@ pub(crate) fn layout(
                     @if let Some(peer) = &scope.remote {
                         p.remote {
                             "Remote view of " span.id title=(peer) { (short(peer)) }
-                            " through the overlay (not live). "
+                            " through the overlay. "
                             a href="/" { "Back to this node" }
                         }
                     }
@@ -596,8 +596,14 @@ pub(crate) const SCRIPT: &str = r#"(function () {
   var state = document.getElementById("live");
   if (!url || !window.EventSource) { return; }
   var source = new EventSource(url);
+  function toEnd() {
+    var log = document.getElementById("log");
+    if (log) { log.scrollTop = log.scrollHeight; }
+  }
+  toEnd();
   source.addEventListener("update", function (e) {
     main.innerHTML = e.data;
+    toEnd();
     if (state) { state.textContent = "live · updated " + new Date().toLocaleTimeString(); }
   });
   source.onopen = function () { if (state) { state.textContent = "live"; } };

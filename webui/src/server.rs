@@ -12,7 +12,8 @@
 //! | `/pending` | `/api/pending` | adverts held |
 //! | | `/api/counters`, `/api/snapshot` | counters; everything at once |
 //! | `/peers/{peer}`, `/peers/{peer}/{peers,jobs,pending}`, `/peers/{peer}/jobs/{id}` | `/api/peers/{peer}/{overview,peers,jobs,pending}`, `/api/peers/{peer}/jobs/{id}`, `/api/peers/{peer}` | the same pages of a peer, fetched through the overlay |
-//! | `/events/{overview,peers,jobs,pending}`, `/events/jobs/{id}` | | server-sent events: `update` events carrying the page body |
+//! | `/events/{overview,peers,jobs,pending}`, `/events/jobs/{id}` | | server-sent events: `update` events carrying the page body, after each [`Change`] that affects it |
+//! | `/events/peers/{peer}`, `/events/peers/{peer}/...` | | the same for remote views, polling the peer every [`crate::WebConfig::remote_refresh`] |
 //! | `/metrics` | | Prometheus text |
 //! | `/static/style.css`, `/static/live.js` | | served from the binary |
 //!
@@ -67,15 +68,23 @@ struct AppState {
     source: Arc<dyn StatusSource>,
     access: Access,
     streams: Arc<Semaphore>,
+    remote_refresh: Duration,
 }
 
-/// The router over a source, with the given access rule and at most
-/// `max_streams` live event streams at once.
-pub(crate) fn router(source: Arc<dyn StatusSource>, access: Access, max_streams: usize) -> Router {
+/// The router over a source, with the given access rule, at most
+/// `max_streams` live event streams at once, and remote views refreshed
+/// every `remote_refresh`.
+pub(crate) fn router(
+    source: Arc<dyn StatusSource>,
+    access: Access,
+    max_streams: usize,
+    remote_refresh: Duration,
+) -> Router {
     let state = AppState {
         source,
         access,
         streams: Arc::new(Semaphore::new(max_streams)),
+        remote_refresh,
     };
     Router::new()
         .route("/", get(|s: State<AppState>| local_page(s, View::Overview)))
@@ -181,6 +190,30 @@ pub(crate) fn router(source: Arc<dyn StatusSource>, access: Access, max_streams:
         .route(
             "/events/pending",
             get(|s: State<AppState>| events(s, View::Pending)),
+        )
+        .route(
+            "/events/peers/{peer}",
+            get(|s: State<AppState>, Path(p): Path<String>| remote_events(s, p, View::Overview)),
+        )
+        .route(
+            "/events/peers/{peer}/peers",
+            get(|s: State<AppState>, Path(p): Path<String>| remote_events(s, p, View::Peers)),
+        )
+        .route(
+            "/events/peers/{peer}/jobs",
+            get(|s: State<AppState>, Path(p): Path<String>| remote_events(s, p, View::Jobs)),
+        )
+        .route(
+            "/events/peers/{peer}/jobs/{id}",
+            get(
+                |s: State<AppState>, Path((p, id)): Path<(String, String)>| {
+                    remote_events(s, p, View::Job(id))
+                },
+            ),
+        )
+        .route(
+            "/events/peers/{peer}/pending",
+            get(|s: State<AppState>, Path(p): Path<String>| remote_events(s, p, View::Pending)),
         )
         .route("/metrics", get(metrics_text))
         .route(
@@ -436,29 +469,44 @@ async fn local_page(State(state): State<AppState>, view: View) -> Response {
     )
 }
 
-async fn remote_page(State(state): State<AppState>, peer: String, view: View) -> Response {
-    let source = state.source.as_ref();
-    let (snap, job) = match &view {
+/// What a remote view shows, fetched from the peer.
+async fn load_remote(
+    source: &dyn StatusSource,
+    peer: &str,
+    view: &View,
+) -> Result<(NodeSnapshot, Option<JobDetail>), Failure> {
+    match view {
         View::Job(id) => {
             let (snap, job) = tokio::join!(
-                fetch_remote(source, &peer),
-                fetch_remote_job(source, &peer, id)
+                fetch_remote(source, peer),
+                fetch_remote_job(source, peer, id)
             );
-            match (snap, job) {
-                (Ok(snap), Ok(job)) => (snap, Some(job)),
-                (Err(e), _) | (_, Err(e)) => return e.page(),
-            }
+            Ok((snap?, Some(job?)))
         }
-        _ => match fetch_remote(source, &peer).await {
-            Ok(snap) => (snap, None),
-            Err(e) => return e.page(),
-        },
+        _ => Ok((fetch_remote(source, peer).await?, None)),
+    }
+}
+
+/// The live stream of a remote view.
+fn remote_live_url(peer: &str, view: &View) -> String {
+    let page = match view {
+        View::Overview => String::new(),
+        other => other.path(),
     };
+    format!("/events/peers/{}{page}", pages::enc(peer))
+}
+
+async fn remote_page(State(state): State<AppState>, peer: String, view: View) -> Response {
+    let (snap, job) = match load_remote(state.source.as_ref(), &peer, &view).await {
+        Ok(loaded) => loaded,
+        Err(e) => return e.page(),
+    };
+    let live = remote_live_url(&peer, &view);
     let scope = Scope { remote: Some(peer) };
     let body = pages::body(&scope, &view, &snap, job.as_ref());
     html(
         StatusCode::OK,
-        pages::layout(&scope, &view, &snap.overview, None, body),
+        pages::layout(&scope, &view, &snap.overview, Some(&live), body),
     )
 }
 
@@ -554,11 +602,62 @@ fn render_event(source: &dyn StatusSource, view: &View) -> Event {
         _ => None,
     };
     let body = pages::body(&Scope::local(), view, &snap, job.as_ref()).into_string();
+    update_event(&body)
+}
+
+/// An SSE `update` event carrying a rendered body.
+fn update_event(body: &str) -> Event {
     // Carriage returns would split the data field; as a character reference
     // they render the same.
     Event::default()
         .event("update")
         .data(body.replace('\r', "&#13;"))
+}
+
+/// A live stream of a remote view: the peer is asked again every
+/// `remote_refresh`, and an update is sent when what it shows changed (or it
+/// stopped answering).
+async fn remote_events(State(state): State<AppState>, peer: String, view: View) -> Response {
+    let Ok(permit) = state.streams.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many live streams open\n",
+        )
+            .into_response();
+    };
+    let every = state.remote_refresh;
+    let start = (state.source, peer, view, permit, None::<String>);
+    let updates = stream::unfold(
+        start,
+        move |(source, peer, view, permit, last)| async move {
+            let mut wait = last.is_some();
+            loop {
+                if wait {
+                    tokio::time::sleep(every).await;
+                }
+                wait = true;
+                let body = match load_remote(source.as_ref(), &peer, &view).await {
+                    Ok((snap, job)) => {
+                        let scope = Scope {
+                            remote: Some(peer.clone()),
+                        };
+                        pages::body(&scope, &view, &snap, job.as_ref()).into_string()
+                    }
+                    Err(e) => pages::not_found_body(&e.message()).into_string(),
+                };
+                if last.as_deref() != Some(body.as_str()) {
+                    let event = update_event(&body);
+                    return Some((
+                        Ok::<Event, Infallible>(event),
+                        (source, peer, view, permit, Some(body)),
+                    ));
+                }
+            }
+        },
+    );
+    Sse::new(updates)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// A live stream of one view: one `update` now, then one after each batch

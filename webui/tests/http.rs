@@ -158,9 +158,10 @@ async fn remote_views() {
         html_ok(&path, &r);
         assert!(r.body.contains(want), "{path} lacks {want}:\n{}", r.body);
         assert!(r.body.contains("Remote view of"), "{path}");
-        // Links stay inside the remote view; no live stream for it.
+        // Links stay inside the remote view; its live stream polls the peer.
         assert!(r.body.contains(&format!("href=\"{base}/jobs\"")), "{path}");
-        assert!(!r.body.contains("data-live"), "{path}");
+        let live = format!("data-live=\"/events{path}\"");
+        assert!(r.body.contains(&live), "{path} lacks {live}");
     }
     assert_eq!(get(addr, "/peers/12D3KooWUnknown").await.status, 404);
     assert_eq!(get(addr, "/peers/12D3KooWUnknown/jobs").await.status, 404);
@@ -323,8 +324,30 @@ async fn loopback_refuses_foreign_host_names() {
     assert_eq!(r.status, 200);
 }
 
+/// Collects what the server logs (the test runtime is single-threaded, so
+/// the thread's default subscriber sees the server's tasks).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[tokio::test]
 async fn token_required_off_loopback() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _log_guard = tracing::subscriber::set_default(subscriber);
     let fake = Fake::new();
     // No token: refuses to start.
     let config = WebConfig {
@@ -363,6 +386,16 @@ async fn token_required_off_loopback() {
         let r = get_with(addr, path, &[("Authorization", "Bearer wrong")]).await;
         assert_eq!(r.status, 401, "{path} with a wrong token");
     }
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logged.contains("refused an unauthorised request") && logged.contains("missing token"),
+        "{logged}"
+    );
+    assert!(logged.contains("wrong token"), "{logged}");
+    assert!(
+        !logged.contains("Bearer wrong"),
+        "the token itself is never logged: {logged}"
+    );
     let r = get_with(addr, "/", &[("Authorization", "Bearer s3cret")]).await;
     html_ok("/ with bearer", &r);
     // "browser:s3cret", as a browser sends it after the Basic prompt.
@@ -458,4 +491,38 @@ async fn live_streams_are_bounded() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let _ = Arc::strong_count(&fake);
+}
+
+#[tokio::test]
+async fn live_remote_views_poll_the_peer() {
+    let config = WebConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        remote_refresh: std::time::Duration::from_millis(20),
+        ..WebConfig::default()
+    };
+    let fake = Fake::new();
+    let addr = zorilla_webui::serve(config, fake.clone()).await.unwrap();
+    let mut far = EventStream::open(addr, &format!("/events/peers/{FAR}/jobs")).await;
+    assert_eq!(far.status, 200);
+    let first = far.next_update().await;
+    assert!(first.contains("far's own job"), "{first}");
+    assert!(
+        first.contains(&format!("href=\"/peers/{FAR}/jobs/far-job\"")),
+        "{first}"
+    );
+    {
+        let mut s = fake.state.lock().unwrap();
+        let (snap, _) = s.remotes.get_mut(FAR).unwrap();
+        snap.jobs
+            .push(job("far-2", XSS1, JobPhase::Scheduling, FAR));
+    }
+    let update = far.next_update().await;
+    assert!(update.contains("<h1>Jobs (2)</h1>"), "{update}");
+    assert_escaped("remote update", &update);
+
+    let mut gone = EventStream::open(addr, &format!("/events/peers/{GONE}")).await;
+    let update = gone.next_update().await;
+    assert!(update.contains("unreachable"), "{update}");
+    let mut job = EventStream::open(addr, &format!("/events/peers/{FAR}/jobs/far-job")).await;
+    assert!(job.next_update().await.contains("id=\"workers\""));
 }
