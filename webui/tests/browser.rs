@@ -4,7 +4,9 @@
 //! node announce a newly submitted job (with a hostile name), and checks that
 //! the job appears without a reload and that its name did not run as markup.
 //! Screenshots of the overview, the peers page and a job page (phone width)
-//! are saved in a temp directory whose path the test prints.
+//! are saved in `$ZORILLA_SCREENSHOT_DIR`, else in
+//! `$TMPDIR/zorilla-webui-screenshots` (overwritten each run); the test
+//! prints their paths.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (or `ZORILLA_CHROMIUM` and
 //! `ZORILLA_CHROMEDRIVER` naming the binaries). Without them the test FAILS:
@@ -206,6 +208,15 @@ async fn scenario(client: &Client, fake: &Fake, base: &str, shots: &Path) -> any
             .display()
     );
 
+    // A remote view of a peer, through the (fake) overlay.
+    client.set_window_size(1000, 900).await?;
+    client.goto(&format!("{base}/peers/{FAR}")).await?;
+    anyhow::ensure!(
+        client.title().await?.contains("far-node"),
+        "remote view title"
+    );
+    client.find(Locator::Css("p.remote")).await?;
+
     // The peers page with its picture.
     client.set_window_size(1000, 1000).await?;
     client.goto(&format!("{base}/peers")).await?;
@@ -225,8 +236,9 @@ async fn live_overview_in_headless_chromium() {
     let chromium = find_binary("ZORILLA_CHROMIUM", &["chromium", "chromium-browser"]);
     let chromedriver = find_binary("ZORILLA_CHROMEDRIVER", &["chromedriver"]);
     let work = tempfile::tempdir().unwrap();
-    let shots =
-        std::env::temp_dir().join(format!("zorilla-webui-screenshots-{}", std::process::id()));
+    let shots = std::env::var_os("ZORILLA_SCREENSHOT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("zorilla-webui-screenshots"));
     std::fs::create_dir_all(&shots).unwrap();
     let driver_log = work.path().join("chromedriver.log");
     let (driver, driver_url) = start_driver(&chromedriver, &driver_log).await;
