@@ -1,1 +1,27 @@
-//! The Zorilla node.
+//! The Zorilla node: the `zorilla-node` daemon that every machine of a grid
+//! runs, and the client library that talks to it.
+//!
+//! The parts:
+//! - [`config`]: the TOML configuration, flags and environment overrides,
+//!   and detection of the machine's cores, memory and disk.
+//! - [`protocol`]: the client protocol (length-prefixed CBOR over TCP) and
+//!   [`client`]: an async client of it.
+//! - [`run`] / [`Daemon`]: start-up (state directory, database, sandbox,
+//!   overlay, client listener) and the event loop (`node`), which drives
+//!   the core's scheduler and executes its actions.
+//! - Private: `store` (redb: jobs, files, logs, outputs), `wire` (what
+//!   nodes say to each other over the overlay's rpc), `net` (calls between
+//!   nodes and the sandbox transport over them), `server` (the client
+//!   listener).
+
+pub mod client;
+pub mod config;
+mod daemon;
+mod net;
+mod node;
+pub mod protocol;
+mod server;
+mod store;
+mod wire;
+
+pub use daemon::{Daemon, run};

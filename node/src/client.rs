@@ -1,0 +1,162 @@
+//! An async client of a node's client protocol (see [`crate::protocol`]),
+//! used by the tests and meant for the `zorilla` command-line tool.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), zorilla_node::client::ClientError> {
+//! use zorilla_node::client::Client;
+//! use zorilla_node::protocol::JobRequest;
+//! let mut client = Client::connect("127.0.0.1:4100").await?;
+//! let module = std::fs::read("examples/wasm/hello.wasm").unwrap();
+//! let job = client.submit(JobRequest::default(), module, vec![]).await?;
+//! let status = client.status(job).await?;
+//! println!("{:?}: {}", status.phase, status.reason);
+//! # Ok(()) }
+//! ```
+
+use tokio::net::{TcpStream, ToSocketAddrs};
+
+use crate::protocol::frame::DEFAULT_MAX_FRAME;
+use crate::protocol::{
+    Connection, ConnectionError, ErrorKind, Hello, JobRequest, JobStatus, LogChunk, NamedFile,
+    NodeInfo, PROTOCOL_VERSION, Request, Response, Welcome,
+};
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The connection failed.
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    /// The node closed the connection.
+    #[error("the node closed the connection")]
+    Closed,
+    /// The node answered with an error.
+    #[error("{kind:?}: {message}")]
+    Node {
+        /// What kind of error.
+        kind: ErrorKind,
+        /// What the node said.
+        message: String,
+    },
+    /// The node answered with something else than expected.
+    #[error("unexpected answer: {0}")]
+    Unexpected(String),
+}
+
+/// A connection to a node, after the handshake.
+#[derive(Debug)]
+pub struct Client {
+    conn: Connection,
+    welcome: Welcome,
+}
+
+impl Client {
+    /// Connects to a node's client address and shakes hands.
+    pub async fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(ConnectionError::from)?;
+        stream.set_nodelay(true).map_err(ConnectionError::from)?;
+        let mut conn = Connection::new(stream, DEFAULT_MAX_FRAME);
+        conn.write(&Hello {
+            version: PROTOCOL_VERSION,
+            client: format!("zorilla-node client {}", env!("CARGO_PKG_VERSION")),
+        })
+        .await?;
+        match conn.read::<Response>().await? {
+            Some(Response::Welcome(welcome)) => Ok(Client { conn, welcome }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// What the node said in the handshake.
+    pub fn welcome(&self) -> &Welcome {
+        &self.welcome
+    }
+
+    /// Sends one request and waits for its answer (errors become `Err`).
+    pub async fn call(&mut self, request: &Request) -> Result<Response, ClientError> {
+        self.conn.write(request).await?;
+        match self.conn.read::<Response>().await? {
+            Some(Response::Error { kind, message }) => Err(ClientError::Node { kind, message }),
+            Some(response) => Ok(response),
+            None => Err(ClientError::Closed),
+        }
+    }
+
+    /// Submits a job; returns its id.
+    pub async fn submit(
+        &mut self,
+        job: JobRequest,
+        module: Vec<u8>,
+        inputs: Vec<NamedFile>,
+    ) -> Result<u64, ClientError> {
+        match self
+            .call(&Request::Submit {
+                job,
+                module,
+                inputs,
+            })
+            .await?
+        {
+            Response::Submitted { job } => Ok(job),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+
+    /// The status of a job.
+    pub async fn status(&mut self, job: u64) -> Result<JobStatus, ClientError> {
+        match self.call(&Request::Status { job }).await? {
+            Response::Status(status) => Ok(status),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+
+    /// Every job the node is home to.
+    pub async fn list(&mut self) -> Result<Vec<JobStatus>, ClientError> {
+        match self.call(&Request::List).await? {
+            Response::Jobs(jobs) => Ok(jobs),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+
+    /// Cancels a job; returns its status after the cancel.
+    pub async fn cancel(&mut self, job: u64) -> Result<JobStatus, ClientError> {
+        match self.call(&Request::Cancel { job }).await? {
+            Response::Status(status) => Ok(status),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+
+    /// The stdout and stderr collected so far.
+    pub async fn logs(&mut self, job: u64) -> Result<Vec<LogChunk>, ClientError> {
+        match self.call(&Request::Logs { job }).await? {
+            Response::Logs(logs) => Ok(logs),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+
+    /// The output files collected so far, named `rank/filename`.
+    pub async fn outputs(&mut self, job: u64) -> Result<Vec<NamedFile>, ClientError> {
+        match self.call(&Request::Outputs { job }).await? {
+            Response::Outputs(files) => Ok(files),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+
+    /// What the node is and has.
+    pub async fn node_info(&mut self) -> Result<NodeInfo, ClientError> {
+        match self.call(&Request::NodeInfo).await? {
+            Response::NodeInfo(info) => Ok(info),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+}
+
+fn unexpected(response: Option<Response>) -> ClientError {
+    match response {
+        None => ClientError::Closed,
+        Some(Response::Error { kind, message }) => ClientError::Node { kind, message },
+        Some(other) => ClientError::Unexpected(format!("{other:?}")),
+    }
+}

@@ -1,0 +1,259 @@
+//! The node's configuration: a TOML file whose every field is optional and
+//! documented here, with named defaults, overridden by command-line flags
+//! and `ZORILLA_*` environment variables (see `zorilla-node --help`).
+//!
+//! ```toml
+//! state_dir = "/var/lib/zorilla"      # default: $STATE_DIRECTORY or the user's data dir
+//! network = "physics-lab"            # nodes only talk to nodes of the same network
+//! listen = ["/ip4/0.0.0.0/tcp/4001"] # overlay addresses (default: port chosen by the OS)
+//! client = "127.0.0.1:4100"          # client protocol (default: 127.0.0.1, port chosen)
+//! peers = ["/ip4/192.0.2.7/tcp/4001"]
+//! mdns = true
+//! cores = 4                          # offered to jobs (default: detected)
+//! memory_mib = 8192                  # offered to jobs (default: detected)
+//! disk_mib = 10000                   # offered to jobs (default: free disk of state_dir)
+//! max_jobs = 16                      # J: jobs with workers here at once
+//! max_workers_per_job = 8            # P: workers of one job here
+//! deny = ["12D3Koo..."]              # homes whose jobs never run here
+//! topology = "sites.toml"            # emulated latency (tests, demos)
+//! site = "amsterdam"
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Default overlay listen address: every interface, port chosen by the OS.
+pub const DEFAULT_LISTEN: &str = "/ip4/0.0.0.0/tcp/0";
+/// Default client address: loopback only, port chosen by the OS (printed,
+/// and written to `client.addr` in the state directory).
+pub const DEFAULT_CLIENT: &str = "127.0.0.1:0";
+/// Default network name.
+pub const DEFAULT_NETWORK: &str = "default";
+/// Default J: jobs with workers on this node at once.
+pub const DEFAULT_MAX_JOBS: u32 = 16;
+/// Default P: workers of one job on this node.
+pub const DEFAULT_MAX_WORKERS_PER_JOB: u32 = 64;
+/// Fraction of the detected memory offered when `memory_mib` is not set.
+pub const DEFAULT_MEMORY_SHARE: f64 = 0.5;
+/// Fraction of the free disk offered when `disk_mib` is not set.
+pub const DEFAULT_DISK_SHARE: f64 = 0.5;
+
+/// The node's configuration. Every field may be left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the identity, the database and the module cache live. Default:
+    /// `$STATE_DIRECTORY` (systemd), else `<data dir>/zorilla`.
+    pub state_dir: Option<PathBuf>,
+    /// The grid's name. Default [`DEFAULT_NETWORK`].
+    pub network: Option<String>,
+    /// Overlay listen multiaddresses. Default [`DEFAULT_LISTEN`].
+    pub listen: Option<Vec<String>>,
+    /// Client protocol address. Default [`DEFAULT_CLIENT`].
+    pub client: Option<SocketAddr>,
+    /// Multiaddresses of peers to join through.
+    pub peers: Option<Vec<String>>,
+    /// Discover peers on the local network with mDNS. Default true.
+    pub mdns: Option<bool>,
+    /// Cores offered to jobs. Default: all detected.
+    pub cores: Option<u32>,
+    /// Memory offered to jobs, MiB. Default: [`DEFAULT_MEMORY_SHARE`] of
+    /// the machine's.
+    pub memory_mib: Option<u64>,
+    /// Disk offered to jobs, MiB. Default: [`DEFAULT_DISK_SHARE`] of the
+    /// state directory's free space.
+    pub disk_mib: Option<u64>,
+    /// J: jobs with workers on this node at once. Default
+    /// [`DEFAULT_MAX_JOBS`].
+    pub max_jobs: Option<u32>,
+    /// P: workers of one job on this node. Default
+    /// [`DEFAULT_MAX_WORKERS_PER_JOB`].
+    pub max_workers_per_job: Option<u32>,
+    /// Peer ids of homes whose jobs never run here.
+    pub deny: Option<Vec<String>>,
+    /// Emulated-latency topology file (see `zorilla_overlay::latency`).
+    pub topology: Option<PathBuf>,
+    /// This node's site in the topology.
+    pub site: Option<String>,
+}
+
+/// Why the configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {error}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The file is not valid.
+    #[error("invalid configuration in {path}: {error}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: String,
+    },
+    /// A value makes no sense.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Parses a configuration file's contents.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            error: e.to_string(),
+        })
+    }
+
+    /// Reads and parses a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        Config::from_toml(&text, path)
+    }
+
+    /// Fields set in `other` replace those of `self`.
+    pub fn overridden_by(mut self, other: Config) -> Config {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        take!(
+            state_dir,
+            network,
+            listen,
+            client,
+            peers,
+            mdns,
+            cores,
+            memory_mib,
+            disk_mib,
+            max_jobs,
+            max_workers_per_job,
+            deny,
+            topology,
+            site
+        );
+        self
+    }
+
+    /// The state directory to use.
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.state_dir {
+            return dir.clone();
+        }
+        // systemd's StateDirectory= may list several, separated by ':'.
+        if let Some(dir) = std::env::var_os("STATE_DIRECTORY")
+            .and_then(|v| {
+                v.to_str()
+                    .and_then(|s| s.split(':').next().map(PathBuf::from))
+            })
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            return dir;
+        }
+        let data = std::env::var_os("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+            .unwrap_or_else(|| PathBuf::from("."));
+        data.join("zorilla")
+    }
+}
+
+/// What the machine has, as detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Detected {
+    /// Cores.
+    pub cores: u32,
+    /// Total memory, MiB.
+    pub memory_mib: u64,
+    /// Free disk where the state lives, MiB.
+    pub disk_free_mib: u64,
+}
+
+/// Detects cores, memory (`/proc/meminfo`) and free disk under `dir`.
+pub fn detect(dir: &Path) -> Detected {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    let memory_mib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<u64>().ok())
+        })
+        .map(|kib| kib / 1024)
+        .unwrap_or(1024);
+    let disk_free_mib = rustix::fs::statvfs(dir)
+        .map(|s| s.f_bavail.saturating_mul(s.f_frsize) / (1024 * 1024))
+        .unwrap_or(0);
+    Detected {
+        cores,
+        memory_mib,
+        disk_free_mib,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let doc = include_str!("config.rs");
+        let example: String = doc
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start()))
+            .collect();
+        let config = Config::from_toml(&example, Path::new("example")).unwrap();
+        assert_eq!(config.network.as_deref(), Some("physics-lab"));
+        assert_eq!(config.max_workers_per_job, Some(8));
+        assert_eq!(config.client, Some("127.0.0.1:4100".parse().unwrap()));
+        assert_eq!(
+            Config::from_toml("", Path::new("empty")).unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_refused() {
+        let err = Config::from_toml("corez = 3", Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("corez"), "{err}");
+        assert!(Config::from_toml("cores = \"many\"", Path::new("x")).is_err());
+    }
+
+    #[test]
+    fn overrides_replace_only_what_they_set() {
+        let file = Config {
+            cores: Some(4),
+            network: Some("a".into()),
+            ..Config::default()
+        };
+        let flags = Config {
+            cores: Some(2),
+            ..Config::default()
+        };
+        let merged = file.overridden_by(flags);
+        assert_eq!(merged.cores, Some(2));
+        assert_eq!(merged.network.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn detection_finds_something() {
+        let d = detect(Path::new("."));
+        assert!(d.cores >= 1 && d.memory_mib > 0);
+    }
+}

@@ -1,0 +1,187 @@
+//! Staged start-up of a node (state directory, database, sandbox, overlay,
+//! client listener, event loop) and its orderly shutdown.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use zorilla_core::node::{OwnerLimits, SchedulerConfig};
+use zorilla_core::resources::Resources;
+use zorilla_overlay::{
+    LatencyEmulation, Multiaddr, Overlay, OverlayConfig, PeerId, SharedTopology, Topology,
+};
+use zorilla_sandbox::{Limits, Sandbox, SandboxConfig};
+
+use crate::config::{self, Config};
+use crate::node::{Node, Parts};
+use crate::store::Store;
+
+/// A node's configuration with every default resolved.
+#[derive(Debug, Clone)]
+pub struct Daemon {
+    /// The state directory.
+    pub state_dir: PathBuf,
+    /// What the node offers to jobs.
+    pub resources: Resources,
+    /// The scheduler's configuration (owner limits included).
+    pub scheduler: SchedulerConfig<PeerId>,
+    /// The overlay's configuration.
+    pub overlay: OverlayConfig,
+    /// The client protocol's address.
+    pub client: SocketAddr,
+}
+
+impl Daemon {
+    /// Resolves `config`: defaults, detection, owner limits, topology.
+    pub fn from_config(config: &Config) -> anyhow::Result<Daemon> {
+        let state_dir = config.state_dir();
+        std::fs::create_dir_all(&state_dir)
+            .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
+        let detected = config::detect(&state_dir);
+        let resources = Resources::new(
+            config.cores.unwrap_or(detected.cores),
+            config
+                .memory_mib
+                .unwrap_or((detected.memory_mib as f64 * config::DEFAULT_MEMORY_SHARE) as u64),
+            config
+                .disk_mib
+                .unwrap_or((detected.disk_free_mib as f64 * config::DEFAULT_DISK_SHARE) as u64),
+        );
+        let mut deny = BTreeSet::new();
+        for peer in config.deny.iter().flatten() {
+            deny.insert(
+                peer.parse::<PeerId>()
+                    .map_err(|e| anyhow::anyhow!("deny: {peer:?} is not a peer id: {e}"))?,
+            );
+        }
+        let scheduler = SchedulerConfig {
+            resources,
+            limits: OwnerLimits {
+                max_jobs: config.max_jobs.unwrap_or(config::DEFAULT_MAX_JOBS),
+                max_workers_per_job: config
+                    .max_workers_per_job
+                    .unwrap_or(config::DEFAULT_MAX_WORKERS_PER_JOB),
+                deny,
+            },
+            ..SchedulerConfig::default()
+        };
+        let parse_addrs = |what: &str, addrs: &[String]| -> anyhow::Result<Vec<Multiaddr>> {
+            addrs
+                .iter()
+                .map(|a| {
+                    a.parse::<Multiaddr>()
+                        .map_err(|e| anyhow::anyhow!("{what}: {a:?} is not a multiaddress: {e}"))
+                })
+                .collect()
+        };
+        let listen = parse_addrs(
+            "listen",
+            config
+                .listen
+                .as_deref()
+                .unwrap_or(&[config::DEFAULT_LISTEN.to_string()]),
+        )?;
+        let bootstrap = parse_addrs("peers", config.peers.as_deref().unwrap_or(&[]))?;
+        let latency = match &config.topology {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read topology {}", path.display()))?;
+                let topology = Topology::from_toml_str(&text)?;
+                let site = config
+                    .site
+                    .clone()
+                    .ok_or_else(|| anyhow::anyhow!("a topology needs this node's site"))?;
+                Some(LatencyEmulation {
+                    topology: SharedTopology::new(topology),
+                    site,
+                })
+            }
+        };
+        let overlay = OverlayConfig {
+            network: config
+                .network
+                .clone()
+                .unwrap_or_else(|| config::DEFAULT_NETWORK.into()),
+            listen,
+            bootstrap,
+            mdns: config.mdns.unwrap_or(true),
+            state_dir: Some(state_dir.clone()),
+            latency,
+            ..OverlayConfig::default()
+        };
+        overlay.validate().map_err(|e| anyhow::anyhow!(e))?;
+        let client = config
+            .client
+            .unwrap_or_else(|| config::DEFAULT_CLIENT.parse().expect("valid default"));
+        Ok(Daemon {
+            state_dir,
+            resources,
+            scheduler,
+            overlay,
+            client,
+        })
+    }
+}
+
+/// Runs a node until `shutdown` resolves. Prints one line to stdout once
+/// it is ready: `zorilla-node ready peer=<id> client=<addr> listen=<addrs>`.
+pub async fn run(
+    daemon: Daemon,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let store = Store::open(&daemon.state_dir.join("state.redb"))?;
+    let resources = daemon.resources;
+    let sandbox = {
+        let mut config = SandboxConfig::new(daemon.state_dir.join("cache"));
+        config.caps = Limits {
+            memory_bytes: resources.memory_mib.saturating_mul(1024 * 1024),
+            ..Limits::default()
+        };
+        // Slots are reserved up front: a few more than the cores, since
+        // workers blocked on messages use no core.
+        config.max_workers = resources.cores.max(1) * 2 + 2;
+        Sandbox::new(config)?
+    };
+    let (overlay, events) = Overlay::start(daemon.overlay.clone()).await?;
+    let peer = overlay.local_peer_id();
+    let listener = TcpListener::bind(daemon.client)
+        .await
+        .with_context(|| format!("cannot listen for clients on {}", daemon.client))?;
+    let client_addr = listener.local_addr()?;
+    let _ = std::fs::write(
+        daemon.state_dir.join("client.addr"),
+        client_addr.to_string(),
+    );
+    let listen = overlay.listen_addrs().await?;
+    let (commands_tx, commands) = mpsc::channel(64);
+    let server = tokio::spawn(crate::server::serve(
+        listener,
+        commands_tx,
+        sandbox.clone(),
+        peer.to_string(),
+    ));
+    tracing::info!(%peer, %client_addr, ?listen, %resources, "node ready");
+    let listen: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
+    println!(
+        "zorilla-node ready peer={peer} client={client_addr} listen={}",
+        listen.join(",")
+    );
+    let parts = Parts {
+        overlay: overlay.clone(),
+        events,
+        commands,
+        sched: daemon.scheduler,
+        store,
+        sandbox,
+        dir: daemon.state_dir,
+    };
+    Node::run(parts, shutdown).await;
+    server.abort();
+    overlay.shutdown().await;
+    tracing::info!("node stopped");
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! `zorilla-node`: the daemon every machine of a Zorilla grid runs.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+use zorilla_node::config::Config;
+use zorilla_node::{Daemon, run};
+
+/// Runs a Zorilla node. Every option can also be given in the TOML config
+/// file or as a ZORILLA_* environment variable; flags win over the
+/// environment, which wins over the file.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// TOML configuration file.
+    #[arg(long, env = "ZORILLA_CONFIG")]
+    config: Option<PathBuf>,
+    /// State directory (identity, database, caches).
+    #[arg(long, env = "ZORILLA_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Network name.
+    #[arg(long, env = "ZORILLA_NETWORK")]
+    network: Option<String>,
+    /// Overlay listen multiaddress (repeatable).
+    #[arg(long, env = "ZORILLA_LISTEN", value_delimiter = ',')]
+    listen: Vec<String>,
+    /// Client protocol address.
+    #[arg(long, env = "ZORILLA_CLIENT")]
+    client: Option<SocketAddr>,
+    /// Peer multiaddress to join through (repeatable).
+    #[arg(long = "peer", env = "ZORILLA_PEERS", value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Discover peers with mDNS.
+    #[arg(long, env = "ZORILLA_MDNS")]
+    mdns: Option<bool>,
+    /// Cores offered to jobs.
+    #[arg(long, env = "ZORILLA_CORES")]
+    cores: Option<u32>,
+    /// Memory offered to jobs, MiB.
+    #[arg(long, env = "ZORILLA_MEMORY_MIB")]
+    memory_mib: Option<u64>,
+    /// Disk offered to jobs, MiB.
+    #[arg(long, env = "ZORILLA_DISK_MIB")]
+    disk_mib: Option<u64>,
+    /// J: jobs with workers here at once.
+    #[arg(long, env = "ZORILLA_MAX_JOBS")]
+    max_jobs: Option<u32>,
+    /// P: workers of one job here.
+    #[arg(long, env = "ZORILLA_MAX_WORKERS_PER_JOB")]
+    max_workers_per_job: Option<u32>,
+    /// Peer id of a home whose jobs never run here (repeatable).
+    #[arg(long, env = "ZORILLA_DENY", value_delimiter = ',')]
+    deny: Vec<String>,
+    /// Emulated-latency topology file.
+    #[arg(long, env = "ZORILLA_TOPOLOGY")]
+    topology: Option<PathBuf>,
+    /// This node's site in the topology.
+    #[arg(long, env = "ZORILLA_SITE")]
+    site: Option<String>,
+    /// Log filter (tracing's env-filter syntax); RUST_LOG wins if set.
+    #[arg(long, env = "ZORILLA_LOG", default_value = "info")]
+    log: String,
+}
+
+impl Cli {
+    fn overrides(&self) -> Config {
+        let list = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+        Config {
+            state_dir: self.state_dir.clone(),
+            network: self.network.clone(),
+            listen: list(&self.listen),
+            client: self.client,
+            peers: list(&self.peers),
+            mdns: self.mdns,
+            cores: self.cores,
+            memory_mib: self.memory_mib,
+            disk_mib: self.disk_mib,
+            max_jobs: self.max_jobs,
+            max_workers_per_job: self.max_workers_per_job,
+            deny: list(&self.deny),
+            topology: self.topology.clone(),
+            site: self.site.clone(),
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
+    // Under systemd (journald) the journal adds its own timestamps.
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(!journald);
+    if journald {
+        builder.without_time().init();
+    } else {
+        builder.init();
+    }
+    let file = match &cli.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let config = file.overridden_by(cli.overrides());
+    let daemon = Daemon::from_config(&config)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(daemon, shutdown_signal()))
+}

@@ -1,0 +1,97 @@
+//! Framing of the client protocol: a 4-byte big-endian length, then that many
+//! bytes of CBOR. A pure parser over a byte buffer (no IO), so malformed input
+//! can be tested byte by byte.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The largest frame accepted or sent by default: 64 MiB, enough for a
+/// module and its inputs in one submit.
+pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
+
+/// Why a frame could not be parsed or built.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The announced length is over the cap; the connection cannot resync.
+    #[error("frame of {len} bytes exceeds the cap of {max} bytes")]
+    TooLarge {
+        /// Announced length.
+        len: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// The frame's bytes are not CBOR of the expected shape.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+}
+
+/// Tries to take one frame off the front of `buf`. Returns `Ok(None)` when
+/// more bytes are needed, and the decoded value with the number of bytes it
+/// used otherwise.
+pub fn parse<T: DeserializeOwned>(
+    buf: &[u8],
+    max: usize,
+) -> Result<Option<(T, usize)>, FrameError> {
+    let Some(head) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    let Some(body) = buf.get(4..4 + len) else {
+        return Ok(None);
+    };
+    let value = ciborium::from_reader(body).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    Ok(Some((value, 4 + len)))
+}
+
+/// Encodes `value` as one frame.
+pub fn encode<T: Serialize>(value: &T, max: usize) -> Result<Vec<u8>, FrameError> {
+    let mut out = vec![0u8; 4];
+    ciborium::into_writer(value, &mut out).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    let len = out.len() - 4;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    out[..4].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Request, Response};
+
+    #[test]
+    fn round_trip_and_partial_input() {
+        let frame = encode(&Request::List, 1024).unwrap();
+        for cut in 0..frame.len() {
+            assert!(parse::<Request>(&frame[..cut], 1024).unwrap().is_none());
+        }
+        let (req, used) = parse::<Request>(&frame, 1024).unwrap().unwrap();
+        assert_eq!(req, Request::List);
+        assert_eq!(used, frame.len());
+    }
+
+    #[test]
+    fn oversized_and_malformed_frames_are_errors() {
+        let huge = [0xff, 0xff, 0xff, 0xff];
+        assert!(matches!(
+            parse::<Request>(&huge, 1024),
+            Err(FrameError::TooLarge { .. })
+        ));
+        let garbage = [0, 0, 0, 3, 0xff, 0x00, 0x13];
+        assert!(matches!(
+            parse::<Request>(&garbage, 1024),
+            Err(FrameError::Malformed(_))
+        ));
+        // Valid CBOR of the wrong shape.
+        let wrong = encode(&Response::Ok, 1024).unwrap();
+        assert!(parse::<Request>(&wrong, 1024).is_err());
+        assert!(matches!(
+            encode(&Request::Logs { job: 1 }, 2),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,108 @@
+//! What nodes say to each other over the overlay's rpc protocol (CBOR): the
+//! core's scheduling messages, job copies and placement pushes, file blocks,
+//! rank-to-rank messages, and worker output streaming to the home.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use zorilla_core::advert::Message;
+use zorilla_overlay::PeerId;
+
+use crate::protocol::{JobPhase, JobRequest, LogChunk, bytes_serde};
+use crate::store::FileRef;
+
+/// Largest block of a file (or of output) sent in one rpc. The overlay caps
+/// frames at 1 MiB, but its codec decodes application payloads with
+/// ciborium's `deserialize_bytes`, which fails above ciborium's 4 KiB
+/// scratch buffer; until the overlay uses `deserialize_byte_buf`, every
+/// payload we send stays well under that.
+pub(crate) const BLOCK_BYTES: usize = 3 * 1024;
+
+/// A job's copy, as the home hands it to nodes running its workers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct JobInfo {
+    pub(crate) id: u64,
+    pub(crate) home: PeerId,
+    pub(crate) phase: JobPhase,
+    pub(crate) request: JobRequest,
+    pub(crate) module: FileRef,
+    pub(crate) inputs: Vec<FileRef>,
+    pub(crate) ranks: BTreeMap<u32, PeerId>,
+}
+
+/// A request from one node to another.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum PeerRpc {
+    /// A scheduling message of the core.
+    Sched(Message<PeerId>),
+    /// Worker node to home: the job's copy.
+    GetJob { job: u64 },
+    /// A block of a content-addressed file.
+    GetBlock {
+        sha256: String,
+        offset: u64,
+        len: u32,
+    },
+    /// Home to worker nodes: the job's placement and phase changed;
+    /// `replaced` ranks got a fresh worker.
+    Placement {
+        job: u64,
+        phase: JobPhase,
+        ranks: BTreeMap<u32, PeerId>,
+        replaced: Vec<u32>,
+    },
+    /// A message between two ranks of a job.
+    Rank {
+        job: u64,
+        from: u32,
+        to: u32,
+        #[serde(with = "bytes_serde")]
+        payload: Vec<u8>,
+    },
+    /// Barrier traffic: ranks enter at rank 0, rank 0 releases them.
+    Barrier {
+        job: u64,
+        to: u32,
+        from: u32,
+        release: bool,
+    },
+    /// Worker node to home: output of a rank.
+    Log { job: u64, chunk: LogChunk },
+    /// Worker node to home: a piece of an output file.
+    Output {
+        job: u64,
+        name: String,
+        offset: u64,
+        #[serde(with = "bytes_serde")]
+        data: Vec<u8>,
+    },
+    /// Worker node to home: a rank ended (after all its output was sent).
+    WorkerEnded {
+        job: u64,
+        rank: u32,
+        success: bool,
+        outcome: String,
+    },
+    /// Liveness probe.
+    Ping,
+}
+
+/// The answer to a [`PeerRpc`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum PeerReply {
+    Ack,
+    Job(Box<JobInfo>),
+    Block(#[serde(with = "bytes_serde")] Vec<u8>),
+    Error(String),
+}
+
+pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail for these plain types.
+    ciborium::into_writer(value, &mut out).expect("CBOR encoding into memory");
+    out
+}
+
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    ciborium::from_reader(bytes).map_err(|e| e.to_string())
+}

@@ -1,0 +1,311 @@
+//! End-to-end tests: real `zorilla-node` processes on 127.0.0.1 (ports
+//! chosen by the OS, temp state directories), driven through the client
+//! library. Every wait has a deadline; nothing sleeps a fixed time to let
+//! things happen.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zorilla_node::client::Client;
+use zorilla_node::protocol::{JobPhase, JobRequest, JobStatus};
+
+struct TestNode {
+    child: Child,
+    dir: PathBuf,
+    client: String,
+    listen: String,
+    peer: String,
+    args: Vec<String>,
+}
+
+impl TestNode {
+    fn start(dir: &Path, network: &str, peer: Option<&str>, cores: u32) -> TestNode {
+        let mut args = vec![
+            "--state-dir".to_string(),
+            dir.display().to_string(),
+            "--network".into(),
+            network.into(),
+            "--client".into(),
+            "127.0.0.1:0".into(),
+            "--listen".into(),
+            "/ip4/127.0.0.1/tcp/0".into(),
+            "--mdns".into(),
+            "false".into(),
+            "--cores".into(),
+            cores.to_string(),
+            "--memory-mib".into(),
+            "1024".into(),
+            "--disk-mib".into(),
+            "1000".into(),
+        ];
+        if let Some(peer) = peer {
+            args.push("--peer".into());
+            args.push(peer.into());
+        }
+        Self::spawn(dir, args)
+    }
+
+    fn spawn(dir: &Path, args: Vec<String>) -> TestNode {
+        std::fs::create_dir_all(dir).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("node.log"))
+            .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_zorilla-node"))
+            .args(&args)
+            .env("RUST_LOG", "info,zorilla_overlay=warn,libp2p=warn")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("start zorilla-node");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.starts_with("zorilla-node ready") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("node in {} did not get ready", dir.display()));
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap()
+                .to_string()
+        };
+        let listen = field("listen").split(',').next().unwrap().to_string();
+        TestNode {
+            child,
+            dir: dir.to_owned(),
+            client: field("client"),
+            listen,
+            peer: field("peer"),
+            args,
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn restart(&mut self) {
+        self.kill();
+        // The old value's drop kills the already dead process again: harmless.
+        *self = TestNode::spawn(&self.dir, self.args.clone());
+    }
+
+    async fn client(&self) -> Client {
+        Client::connect(self.client.as_str()).await.unwrap()
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Grid {
+    _dir: tempfile::TempDir,
+    nodes: Vec<TestNode>,
+}
+
+fn grid(n: usize, cores: u32) -> Grid {
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-{}", std::process::id());
+    let first = TestNode::start(&dir.path().join("n0"), &network, None, cores);
+    let bootstrap = first.listen.clone();
+    let mut nodes = vec![first];
+    for i in 1..n {
+        let node = TestNode::start(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            Some(&bootstrap),
+            cores,
+        );
+        nodes.push(node);
+    }
+    Grid { _dir: dir, nodes }
+}
+
+fn wasm(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/wasm/{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+async fn wait_for(
+    client: &mut Client,
+    job: u64,
+    deadline: Duration,
+    what: &str,
+    done: impl Fn(&JobStatus) -> bool,
+) -> JobStatus {
+    let start = Instant::now();
+    loop {
+        let status = client.status(job).await.unwrap();
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out waiting for {what}; last status {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn stdout_of(logs: &[zorilla_node::protocol::LogChunk]) -> String {
+    logs.iter()
+        .filter(|c| !c.stderr)
+        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+        .collect()
+}
+
+fn nqueens(workers: u32, n: u32) -> JobRequest {
+    JobRequest {
+        min_workers: workers,
+        max_workers: workers,
+        cores: 1,
+        memory_mib: 64,
+        lifetime_secs: 30,
+        args: vec![n.to_string()],
+        ..JobRequest::default()
+    }
+}
+
+/// 8 nodes of one core each: nqueens with 8 workers lands on all of them,
+/// the answer and every log arrive at the home; then the home is killed
+/// (-9) and restarted and still has the job and its outputs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nqueens_on_eight_nodes_then_home_restart() {
+    let mut grid = grid(8, 1);
+    let mut client = grid.nodes[0].client().await;
+    let job = client
+        .submit(nqueens(8, 12), wasm("nqueens"), vec![])
+        .await
+        .unwrap();
+    let status = wait_for(
+        &mut client,
+        job,
+        Duration::from_secs(60),
+        "completion",
+        |s| s.phase.is_terminal(),
+    )
+    .await;
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    assert_eq!(status.ranks.len(), 8);
+    let nodes: std::collections::BTreeSet<&String> =
+        status.ranks.values().map(|r| &r.node).collect();
+    assert_eq!(nodes.len(), 8, "one worker per one-core node: {status:?}");
+    let logs = client.logs(job).await.unwrap();
+    let out = stdout_of(&logs);
+    assert!(
+        out.contains("nqueens N=12 ranks=8 solutions=14200"),
+        "{out:?}"
+    );
+
+    // kill -9 and restart the home: the job and its logs are still there.
+    grid.nodes[0].restart();
+    let mut client = grid.nodes[0].client().await;
+    let again = client.status(job).await.unwrap();
+    assert_eq!(again.phase, JobPhase::Completed);
+    assert_eq!(again.ranks, status.ranks);
+    let out = stdout_of(&client.logs(job).await.unwrap());
+    assert!(out.contains("solutions=14200"), "{out:?}");
+}
+
+/// A job needing more workers than the grid has waits with a reason, then
+/// expires with one; a bad module is refused at submit with a clear error
+/// and the node keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_large_job_pends_then_expires_and_bad_input_is_refused() {
+    let grid = grid(2, 1);
+    let mut client = grid.nodes[0].client().await;
+    let mut request = nqueens(5, 8);
+    request.lifetime_secs = 3;
+    let job = client
+        .submit(request, wasm("nqueens"), vec![])
+        .await
+        .unwrap();
+    let pending = wait_for(
+        &mut client,
+        job,
+        Duration::from_secs(10),
+        "a pending reason",
+        |s| s.phase == JobPhase::Scheduling && s.reason.contains("of 5 workers granted"),
+    )
+    .await;
+    assert!(pending.reason.starts_with("pending"), "{pending:?}");
+    let ended = wait_for(&mut client, job, Duration::from_secs(15), "expiry", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
+    assert_eq!(ended.phase, JobPhase::Failed, "{ended:?}");
+    assert!(ended.reason.contains("expired"), "{ended:?}");
+
+    let err = client
+        .submit(nqueens(1, 8), b"not wasm at all".to_vec(), vec![])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("module refused"), "{err}");
+    let mut bad = nqueens(1, 8);
+    bad.min_workers = 0;
+    let err = client
+        .submit(bad, wasm("nqueens"), vec![])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("at least one worker"), "{err}");
+    assert!(client.status(12345).await.is_err());
+    // Still serving.
+    assert_eq!(client.list().await.unwrap().len(), 1);
+}
+
+/// Cancelling a running job stops every worker on every node within a
+/// couple of seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_every_worker_quickly() {
+    let grid = grid(4, 1);
+    let mut client = grid.nodes[0].client().await;
+    // `spin` loops for ever: only a cancel ends it.
+    let mut request = nqueens(4, 0);
+    request.args.clear();
+    let job = client.submit(request, wasm("spin"), vec![]).await.unwrap();
+    wait_for(&mut client, job, Duration::from_secs(30), "running", |s| {
+        s.phase == JobPhase::Running && s.ranks.len() == 4
+    })
+    .await;
+    // Every node reports its worker running.
+    for node in &grid.nodes {
+        let mut c = node.client().await;
+        let start = Instant::now();
+        while c.node_info().await.unwrap().running.get(&job).is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "worker never ran on {}",
+                node.peer
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let cancelled_at = Instant::now();
+    let status = client.cancel(job).await.unwrap();
+    assert_eq!(status.phase, JobPhase::Cancelled);
+    for node in &grid.nodes {
+        let mut c = node.client().await;
+        while c.node_info().await.unwrap().running.contains_key(&job) {
+            assert!(
+                cancelled_at.elapsed() < Duration::from_secs(2),
+                "a worker still runs on {} after 2 s",
+                node.peer
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
