@@ -32,7 +32,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::{PeerKey, Time};
 
 /// How many neighbours to keep, and how much to remember.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NeighbourConfig {
     /// The number of nearest peers kept as neighbours (`k`).
     pub near: usize,
@@ -44,6 +44,10 @@ pub struct NeighbourConfig {
     /// The most peers remembered at all (measured or not). When full, the
     /// farthest peer that is not a neighbour is forgotten.
     pub max_known: usize,
+    /// How much nearer (as a fraction of its RTT) a peer must be to displace
+    /// a current near neighbour, so that near sets do not flap between
+    /// peers whose RTTs differ only by noise.
+    pub hysteresis: f64,
 }
 
 impl Default for NeighbourConfig {
@@ -57,6 +61,7 @@ impl Default for NeighbourConfig {
             far: 2,
             samples: 8,
             max_known: 512,
+            hysteresis: 0.1,
         }
     }
 }
@@ -162,6 +167,11 @@ impl<P: PeerKey> NeighbourTable<P> {
         self.known.remove(peer);
     }
 
+    /// Whether `peer` is known (measured or not).
+    pub fn contains(&self, peer: &P) -> bool {
+        self.known.contains_key(peer)
+    }
+
     /// The smoothed RTT to `peer`, if it was measured.
     pub fn rtt(&self, peer: &P) -> Option<Duration> {
         self.known.get(peer).and_then(PeerInfo::smoothed)
@@ -239,10 +249,20 @@ impl<P: PeerKey> NeighbourTable<P> {
     pub fn refresh(&mut self) -> NeighbourChanges<P> {
         let before: BTreeSet<P> = self.near.union(&self.far).cloned().collect();
 
+        // Current near neighbours rank as if they were a little nearer.
+        let keep = 1.0 - self.config.hysteresis.clamp(0.0, 1.0);
         let mut measured: Vec<(Duration, &P)> = self
             .known
             .iter()
-            .filter_map(|(peer, info)| info.smoothed().map(|rtt| (rtt, peer)))
+            .filter_map(|(peer, info)| {
+                let rtt = info.smoothed()?;
+                let rank = if self.near.contains(peer) {
+                    rtt.mul_f64(keep)
+                } else {
+                    rtt
+                };
+                Some((rank, peer))
+            })
             .collect();
         measured.sort();
         let near: BTreeSet<P> = measured
@@ -310,6 +330,7 @@ mod tests {
             far: 1,
             samples: 4,
             max_known: 16,
+            hysteresis: 0.1,
         };
         let mut table = NeighbourTable::new(config, 7);
         for (peer, rtt) in [(1u32, 30), (2, 1), (3, 2), (4, 50), (5, 3)] {
@@ -353,6 +374,7 @@ mod tests {
             far: 2,
             samples: 1,
             max_known: 64,
+            hysteresis: 0.1,
         };
         let mut table = NeighbourTable::new(config, 1);
         for peer in 0u32..20 {
@@ -382,12 +404,39 @@ mod tests {
     }
 
     #[test]
+    fn a_slightly_nearer_peer_does_not_displace_a_near_neighbour() {
+        let config = NeighbourConfig {
+            near: 1,
+            far: 0,
+            samples: 1,
+            max_known: 8,
+            hysteresis: 0.1,
+        };
+        let mut table = NeighbourTable::new(config, 1);
+        let us = Duration::from_micros;
+        table.observe_rtt(1u32, us(1000), ms(0));
+        table.refresh();
+        table.observe_rtt(2, us(950), ms(0));
+        assert_eq!(
+            table.refresh(),
+            NeighbourChanges::default(),
+            "5% nearer is noise"
+        );
+        assert!(table.contains(&2));
+        table.observe_rtt(3, us(800), ms(0));
+        let changes = table.refresh();
+        assert_eq!(changes.added, vec![3], "20% nearer wins");
+        assert_eq!(changes.removed, vec![1]);
+    }
+
+    #[test]
     fn a_full_table_forgets_far_non_neighbours_not_neighbours() {
         let config = NeighbourConfig {
             near: 1,
             far: 0,
             samples: 1,
             max_known: 2,
+            hysteresis: 0.1,
         };
         let mut table = NeighbourTable::new(config, 1);
         table.observe_rtt(1u32, ms(1), ms(0));

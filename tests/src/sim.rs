@@ -23,7 +23,7 @@ use rand_chacha::ChaCha8Rng;
 use zorilla_core::Time;
 use zorilla_core::advert::{Advert, JobId, Message, Strategy, WorkerCount};
 use zorilla_core::flood::{FloodConfig, FloodId, FloodRouter, Verdict};
-use zorilla_core::neighbours::{NeighbourConfig, NeighbourTable};
+use zorilla_core::neighbours::{LinkKind, NeighbourConfig, NeighbourTable};
 use zorilla_core::node::{
     Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
 };
@@ -51,6 +51,9 @@ impl Mode {
         }
     }
 }
+
+/// How many of its nearest known peers a node tells in a peer exchange.
+const EXCHANGED_PEERS: usize = 8;
 
 /// Processing time a node spends per message, added to every hop.
 const PROCESSING: Duration = Duration::from_micros(10);
@@ -405,13 +408,23 @@ impl Sim {
             .iter()
             .map(|(p, _)| *p)
             .collect();
+        // Like the overlay's peer exchange: each neighbour tells its links
+        // and the peers it knows nearest to itself.
         let mut learned = Vec::new();
         for peer in &neighbours {
+            let other = &self.nodes[*peer as usize];
+            let mut nearest: Vec<(std::time::Duration, u32)> = other
+                .table
+                .known()
+                .filter_map(|(p, rtt)| rtt.map(|rtt| (rtt, *p)))
+                .collect();
+            nearest.sort_unstable();
             learned.extend(
-                self.nodes[*peer as usize]
+                other
                     .neighbours
                     .iter()
                     .map(|(p, _)| *p)
+                    .chain(nearest.iter().take(EXCHANGED_PEERS).map(|(_, p)| *p))
                     .filter(|p| *p != node && self.nodes[*p as usize].alive),
             );
         }
@@ -1087,6 +1100,17 @@ impl Sim {
         Ok(())
     }
 
+    /// Workers held (offered, neither granted nor released) across the
+    /// grid: zero once every job has been allocated, ended or expired and
+    /// every hold has been answered or timed out.
+    pub fn held_workers(&self) -> u32 {
+        self.nodes
+            .iter()
+            .filter(|n| n.alive)
+            .map(|n| n.scheduler.held_workers())
+            .sum()
+    }
+
     /// The current simulated time.
     pub fn now(&self) -> Time {
         self.now
@@ -1097,6 +1121,20 @@ impl Sim {
         self.nodes
             .iter()
             .map(|n| n.neighbours.iter().map(|(p, _)| *p).collect())
+            .collect()
+    }
+
+    /// The neighbours each node chose as its nearest (the `near` links).
+    pub fn near_links(&self) -> Vec<Vec<u32>> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                n.table
+                    .neighbours()
+                    .filter(|(_, kind, _)| *kind == LinkKind::Near)
+                    .map(|(p, _, _)| *p)
+                    .collect()
+            })
             .collect()
     }
 

@@ -73,6 +73,9 @@ fn run_checked(scenario: &Scenario, mode: Mode, seed: u64) -> usize {
             panic!("after {steps} events at {:?}: {violation}", sim.now());
         }
     }
+    // Jobs stop arriving at about 40 s and live at most 30 s; by the end
+    // every reservation was used or released.
+    assert_eq!(sim.held_workers(), 0, "holds left at the end of the run");
     steps
 }
 
@@ -333,6 +336,17 @@ fn our_overlay_is_connected_prefers_its_site_and_has_far_links() {
         grid.len(),
         "every node hears a flood from node 0"
     );
+    // Every site has more machines than a node keeps near links, so every
+    // near link stays within the site; far links cross sites.
+    for (node, near) in sim.near_links().iter().enumerate() {
+        assert_eq!(near.len(), 4, "node {node} has 4 near links");
+        for peer in near {
+            assert_eq!(
+                grid.site_of[*peer as usize], grid.site_of[node],
+                "near link {node}-{peer} leaves the site"
+            );
+        }
+    }
     let same_site = links
         .iter()
         .enumerate()
@@ -340,10 +354,6 @@ fn our_overlay_is_connected_prefers_its_site_and_has_far_links() {
         .filter(|(n, p)| grid.site_of[*n] == grid.site_of[*p])
         .count();
     let total: usize = links.iter().map(Vec::len).sum();
-    assert!(
-        same_site * 10 >= total * 6,
-        "{same_site} of {total} links within a site"
-    );
     assert!(same_site < total, "far links exist");
 }
 
