@@ -1,8 +1,25 @@
 #!/usr/bin/env bash
-# Runs every check CI runs: formatting, lints, and the whole test suite.
+# Runs every check CI runs: installs the Debian packages the tests need (if
+# missing), checks that the committed guest modules rebuild identically from
+# their C sources, then formatting, lints and the whole test suite.
 # Usage: scripts/test.sh        (from anywhere inside the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+scripts/install-test-deps.sh
+
+echo "== examples/wasm rebuild identically from examples/src"
+check_dir=$(mktemp -d)
+trap 'rm -rf "$check_dir"' EXIT
+cp -r examples "$check_dir/"
+"$check_dir/examples/build.sh" >/dev/null
+for built in "$check_dir"/examples/wasm/*.wasm; do
+  name=$(basename "$built")
+  if ! cmp -s "$built" "examples/wasm/$name"; then
+    echo "examples/wasm/$name differs from what examples/src builds to: run examples/build.sh and commit" >&2
+    exit 1
+  fi
+done
 
 echo "== cargo fmt --check"
 cargo fmt --all --check

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the test suite needs, if any are missing:
+# clang and wasi-libc (to check that the committed guest modules rebuild
+# identically), chromium and chromedriver (the status page's browser test),
+# iproute2 and util-linux (tests that create their own network namespace).
+set -euo pipefail
+
+packages=(
+  clang lld wasi-libc libclang-rt-14-dev-wasm32
+  chromium chromium-driver
+  iproute2 util-linux
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+[ "${#missing[@]}" -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=sudo
+  else
+    echo "missing packages: ${missing[*]}; install them as root (apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+echo "installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
