@@ -49,7 +49,7 @@ enum Done {
     Prepared {
         job: u64,
         ranks: Vec<u32>,
-        result: Result<(JobInfo, Program, PathBuf), String>,
+        result: Box<Result<(JobInfo, Program, PathBuf), String>>,
     },
     /// A worker here ended and its output went to the home.
     WorkerEnded { job: u64, rank: u32 },
@@ -858,7 +858,7 @@ impl Node {
             Done::Prepared {
                 job,
                 ranks: ranks_started,
-                result,
+                result: Box::new(result),
             }
         });
     }
@@ -910,7 +910,7 @@ impl Node {
                 );
                 self.execute(out);
             }
-            Done::Prepared { job, ranks, result } => self.prepared(job, ranks, result),
+            Done::Prepared { job, ranks, result } => self.prepared(job, ranks, *result),
         }
     }
 

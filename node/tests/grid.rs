@@ -62,11 +62,11 @@ impl TestNode {
             .spawn()
             .expect("start zorilla-node");
         let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if line.starts_with("zorilla-node ready") {
-                    let _ = tx.send(line);
+                    let _ = tx.try_send(line);
                 }
             }
         });
@@ -285,7 +285,7 @@ async fn cancel_stops_every_worker_quickly() {
     for node in &grid.nodes {
         let mut c = node.client().await;
         let start = Instant::now();
-        while c.node_info().await.unwrap().running.get(&job).is_none() {
+        while !c.node_info().await.unwrap().running.contains_key(&job) {
             assert!(
                 start.elapsed() < Duration::from_secs(20),
                 "worker never ran on {}",
