@@ -357,6 +357,18 @@ impl Sim {
         Duration::from_nanos((rtt * noise * 1000.0) as u64)
     }
 
+    /// The node's smoothed RTT to `peer`, measuring it first if it never
+    /// did.
+    fn measured_rtt(&mut self, node: u32, peer: u32) -> Duration {
+        if self.nodes[node as usize].table.rtt(&peer).is_none() {
+            self.measure(node, peer);
+        }
+        self.nodes[node as usize]
+            .table
+            .rtt(&peer)
+            .unwrap_or(Duration::MAX)
+    }
+
     fn measure(&mut self, node: u32, peer: u32) {
         for _ in 0..self.scenario.overlay.samples.max(1) {
             let rtt = self.sample(node, peer);
@@ -547,13 +559,7 @@ impl Sim {
             chosen.retain(|p| *p != node);
             let mut neighbours = Vec::with_capacity(chosen.len());
             for peer in chosen {
-                if self.nodes[node as usize].table.rtt(&peer).is_none() {
-                    self.measure(node, peer);
-                }
-                let rtt = self.nodes[node as usize]
-                    .table
-                    .rtt(&peer)
-                    .unwrap_or(Duration::MAX);
+                let rtt = self.measured_rtt(node, peer);
                 neighbours.push((peer, rtt));
             }
             self.nodes[node as usize].neighbours = neighbours;
@@ -1013,11 +1019,7 @@ impl Sim {
                     .collect();
                 let mut neighbours = Vec::new();
                 for peer in picks.into_iter().filter(|p| *p != node) {
-                    self.measure(node, peer);
-                    let rtt = self.nodes[node as usize]
-                        .table
-                        .rtt(&peer)
-                        .unwrap_or(Duration::MAX);
+                    let rtt = self.measured_rtt(node, peer);
                     neighbours.push((peer, rtt));
                     let back = self.sample(peer, node);
                     self.nodes[peer as usize].neighbours.push((node, back));
@@ -1142,6 +1144,13 @@ impl Sim {
     pub fn grid(&self) -> &Grid {
         &self.grid
     }
+}
+
+/// Runs a scenario's workload (not a sweep) once, with `mode` and `seed`.
+pub fn run_scenario(scenario: &Scenario, mode: Mode, seed: u64) -> anyhow::Result<RunReport> {
+    let grid = scenario.grid(seed)?;
+    let plans = plan_jobs(scenario, &grid, seed);
+    Ok(Sim::new(scenario, mode, seed, plans)?.run())
 }
 
 /// The jobs of a scenario's workload (not a sweep), drawn from `seed`.

@@ -9,7 +9,7 @@ use std::path::Path;
 use proptest::prelude::{ProptestConfig, prop_assert, proptest};
 use zorilla_core::advert::Strategy;
 use zorilla_tests::scenario::Scenario;
-use zorilla_tests::sim::{Mode, Sim, plan_jobs};
+use zorilla_tests::sim::{Mode, Sim, plan_jobs, run_scenario};
 use zorilla_tests::sweep::run_case;
 
 fn scenario(toml: &str) -> Scenario {
@@ -102,14 +102,7 @@ fn runs_are_reproducible_from_the_seed() {
     let scenario = small_grid(30, true);
     let run = |seed| {
         let grid = scenario.grid(seed).unwrap();
-        let report = Sim::new(
-            &scenario,
-            Mode::Ours,
-            seed,
-            plan_jobs(&scenario, &grid, seed),
-        )
-        .unwrap()
-        .run();
+        let report = run_scenario(&scenario, Mode::Ours, seed).unwrap();
         (report.events, report.messages, report.csv(&grid.site_of))
     };
     assert_eq!(run(7), run(7));
@@ -123,10 +116,7 @@ fn jobs_that_fit_all_finish_and_every_worker_is_released() {
     // jobs to finish.
     scenario.workload.interval_s = 3.0;
     scenario.until_s = 250.0;
-    let grid = scenario.grid(1).unwrap();
-    let report = Sim::new(&scenario, Mode::Ours, 1, plan_jobs(&scenario, &grid, 1))
-        .unwrap()
-        .run();
+    let report = run_scenario(&scenario, Mode::Ours, 1).unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     for job in &report.jobs {
         // 12 workers fit the grid (80 slots); lifetimes are long enough.
@@ -146,22 +136,8 @@ fn zorilla_scenario_meets_the_locality_and_message_targets() {
     let scenario = shipped("zorilla-4.2.toml");
     for seed in 1..=2 {
         let grid = scenario.grid(seed).unwrap();
-        let ours = Sim::new(
-            &scenario,
-            Mode::Ours,
-            seed,
-            plan_jobs(&scenario, &grid, seed),
-        )
-        .unwrap()
-        .run();
-        let paper = Sim::new(
-            &scenario,
-            Mode::Paper,
-            seed,
-            plan_jobs(&scenario, &grid, seed),
-        )
-        .unwrap()
-        .run();
+        let ours = run_scenario(&scenario, Mode::Ours, seed).unwrap();
+        let paper = run_scenario(&scenario, Mode::Paper, seed).unwrap();
         let (o, p) = (ours.summary(), paper.summary());
         assert!(
             o.allocated >= 107,
@@ -234,14 +210,7 @@ lifetime_s = 100.0
     );
     for seed in 1..=3 {
         let grid = scenario.grid(seed).unwrap();
-        let ours = Sim::new(
-            &scenario,
-            Mode::Ours,
-            seed,
-            plan_jobs(&scenario, &grid, seed),
-        )
-        .unwrap()
-        .run();
+        let ours = run_scenario(&scenario, Mode::Ours, seed).unwrap();
         let o = ours.summary();
         assert_eq!(o.allocated, 40, "the grid holds all 40 jobs");
         assert!(
@@ -273,10 +242,7 @@ lifetime_s = 100.0
 #[test]
 fn big_job_on_the_zorilla_grid_is_allocated_in_under_ten_simulated_seconds() {
     let scenario = shipped("zorilla-671.toml");
-    let grid = scenario.grid(1).unwrap();
-    let report = Sim::new(&scenario, Mode::Ours, 1, plan_jobs(&scenario, &grid, 1))
-        .unwrap()
-        .run();
+    let report = run_scenario(&scenario, Mode::Ours, 1).unwrap();
     let job = &report.jobs[0];
     let took = job.full_at.expect("allocated") - job.submitted;
     assert!(took.as_secs_f64() < 10.0, "took {took:?}");
@@ -367,10 +333,7 @@ fn ten_thousand_nodes_scaled_down_with_churn_keep_locality() {
     scenario.workload.jobs = 100;
     scenario.workload.workers = (1, 16);
     scenario.until_s = 200.0;
-    let grid = scenario.grid(1).unwrap();
-    let report = Sim::new(&scenario, Mode::Ours, 1, plan_jobs(&scenario, &grid, 1))
-        .unwrap()
-        .run();
+    let report = run_scenario(&scenario, Mode::Ours, 1).unwrap();
     let s = report.summary();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert!(s.allocated >= 95, "{} of 100 allocated", s.allocated);

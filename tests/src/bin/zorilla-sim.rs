@@ -14,7 +14,7 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use zorilla_tests::report::{plot_sites, summary_line};
 use zorilla_tests::scenario::Scenario;
-use zorilla_tests::sim::{Mode, RunReport, Sim, plan_jobs};
+use zorilla_tests::sim::{Mode, RunReport, run_scenario};
 use zorilla_tests::sweep::run_case;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -76,8 +76,7 @@ fn main() -> anyhow::Result<()> {
     for &seed in &seeds {
         for &mode in &modes {
             let grid = scenario.grid(seed)?;
-            let plans = plan_jobs(&scenario, &grid, seed);
-            let report = Sim::new(&scenario, mode, seed, plans)?.run();
+            let report = run_scenario(&scenario, mode, seed)?;
             println!("{}", summary_line(&report));
             println!(
                 "         {} floods; messages by kind: {:?}",
