@@ -134,6 +134,8 @@ pub enum RefuseReason {
     Cancelled,
     /// The job expired before it got its workers.
     Expired,
+    /// The job failed (a worker failed or was lost); its workers stop.
+    Failed,
     /// The home chose nearer nodes.
     NotChosen,
     /// The home does not know the job (it finished or never existed).
@@ -146,6 +148,7 @@ impl std::fmt::Display for RefuseReason {
             RefuseReason::JobFull => "job already has its workers",
             RefuseReason::Cancelled => "job was cancelled",
             RefuseReason::Expired => "job expired",
+            RefuseReason::Failed => "job failed",
             RefuseReason::NotChosen => "nearer nodes were chosen",
             RefuseReason::UnknownJob => "job unknown at its home",
         })

@@ -199,6 +199,15 @@ pub enum Input<P> {
     Cancel(JobId),
     /// A job this node is home to is done (its workers finished).
     Finish(JobId),
+    /// A job this node is home to failed for a reason the driver saw (a
+    /// worker exited with an error, a module could not start): its workers
+    /// everywhere are stopped and its holds released.
+    Fail {
+        /// The job.
+        job: JobId,
+        /// Why, in words.
+        reason: String,
+    },
     /// The flood router delivered an advert (first copy of a flood).
     AdvertDelivered {
         /// The advert.
@@ -582,10 +591,23 @@ impl<P: PeerKey> Scheduler<P> {
         let mut out = Vec::new();
         match input {
             Input::Submit { job, spec } => self.submit(now, job, spec, &mut out),
-            Input::Cancel(job) => {
-                self.end_job(job, Phase::Cancelled, "cancelled by user", &mut out)
+            Input::Cancel(job) => self.end_job(
+                job,
+                Phase::Cancelled,
+                RefuseReason::Cancelled,
+                "cancelled by user",
+                &mut out,
+            ),
+            Input::Finish(job) => self.end_job(
+                job,
+                Phase::Completed,
+                RefuseReason::JobFull,
+                "completed",
+                &mut out,
+            ),
+            Input::Fail { job, reason } => {
+                self.end_job(job, Phase::Failed, RefuseReason::Failed, &reason, &mut out)
             }
-            Input::Finish(job) => self.end_job(job, Phase::Completed, "completed", &mut out),
             Input::AdvertDelivered { advert, distance } => {
                 self.advert(now, advert, distance, &mut out);
             }
@@ -644,6 +666,7 @@ impl<P: PeerKey> Scheduler<P> {
             self.end_job(
                 job,
                 Phase::Failed,
+                RefuseReason::Expired,
                 &format!("expired before it got its workers: {why}"),
                 &mut out,
             );
@@ -859,7 +882,16 @@ impl<P: PeerKey> Scheduler<P> {
         }
     }
 
-    fn end_job(&mut self, job_id: JobId, phase: Phase, reason: &str, out: &mut Vec<Output<P>>) {
+    /// Ends a job at its home: held offers are refused with `refuse`, and
+    /// unless it completed, nodes running its workers are told to stop.
+    fn end_job(
+        &mut self,
+        job_id: JobId,
+        phase: Phase,
+        refuse: RefuseReason,
+        reason: &str,
+        out: &mut Vec<Output<P>>,
+    ) {
         let Some(job) = self.home.get_mut(&job_id) else {
             return;
         };
@@ -869,11 +901,6 @@ impl<P: PeerKey> Scheduler<P> {
         job.phase = phase;
         job.next_flood_at = None;
         job.settle_at = None;
-        let refuse = match phase {
-            Phase::Cancelled => RefuseReason::Cancelled,
-            Phase::Failed => RefuseReason::Expired,
-            _ => RefuseReason::JobFull,
-        };
         for (node, _) in std::mem::take(&mut job.offers) {
             out.push(Output::Send {
                 to: node,
@@ -1101,7 +1128,10 @@ impl<P: PeerKey> Scheduler<P> {
                 }
                 e.held = 0;
                 if !e.running.is_empty()
-                    && matches!(reason, RefuseReason::Cancelled | RefuseReason::Expired)
+                    && matches!(
+                        reason,
+                        RefuseReason::Cancelled | RefuseReason::Expired | RefuseReason::Failed
+                    )
                 {
                     e.running.clear();
                     out.push(Output::StopWorkers { job, reason });
@@ -1226,6 +1256,7 @@ impl<P: PeerKey> Scheduler<P> {
             self.end_job(
                 job_id,
                 Phase::Failed,
+                RefuseReason::Failed,
                 "a worker was lost and the job is rigid",
                 out,
             );

@@ -598,6 +598,43 @@ fn the_home_runs_workers_of_its_own_job_first() {
 }
 
 #[test]
+fn a_failed_job_stops_its_workers_everywhere_with_the_drivers_reason() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(2)),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    offer_from(&mut node, ms(2), 11, 1, 1);
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    let out = node.handle(
+        ms(3),
+        Input::Fail {
+            job: JOB,
+            reason: "rank 1 exited with 3".into(),
+        },
+    );
+    for to in [10, 11] {
+        assert!(out.contains(&Output::Send {
+            to,
+            msg: Message::Refuse {
+                job: JOB,
+                reason: RefuseReason::Failed
+            }
+        }));
+    }
+    assert!(out.contains(&Output::Job(JobEvent::Ended {
+        job: JOB,
+        phase: Phase::Failed,
+        reason: "rank 1 exited with 3".into()
+    })));
+    assert_eq!(node.phase(JOB), Some(Phase::Failed));
+}
+
+#[test]
 fn invalid_specs_are_rejected_with_a_reason() {
     let mut node = home(ScheduleConfig::paper());
     let out = node.handle(

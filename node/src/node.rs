@@ -1226,12 +1226,15 @@ impl Node {
             if outcome == "Cancelled" {
                 return;
             }
-            self.end_home_job(
-                job,
-                JobPhase::Failed,
-                format!("rank {rank} on {from}: {outcome}"),
+            let reason = format!("rank {rank} on {from}: {outcome}");
+            self.end_home_job(job, JobPhase::Failed, reason.clone());
+            let out = self.sched.handle(
+                self.now(),
+                Input::Fail {
+                    job: JobId(job),
+                    reason,
+                },
             );
-            let out = self.sched.handle(self.now(), Input::Cancel(JobId(job)));
             self.execute(out);
             self.push_placement(job, Vec::new());
             return;

@@ -8,15 +8,13 @@ use serde::{Deserialize, Serialize};
 use zorilla_core::advert::Message;
 use zorilla_overlay::PeerId;
 
-use crate::protocol::{JobPhase, JobRequest, LogChunk, bytes_serde};
+use crate::protocol::{JobPhase, JobRequest, LogChunk};
 use crate::store::FileRef;
 
-/// Largest block of a file (or of output) sent in one rpc. The overlay caps
-/// frames at 1 MiB, but its codec decodes application payloads with
-/// ciborium's `deserialize_bytes`, which fails above ciborium's 4 KiB
-/// scratch buffer; until the overlay uses `deserialize_byte_buf`, every
-/// payload we send stays well under that.
-pub(crate) const BLOCK_BYTES: usize = 3 * 1024;
+/// Largest block of a file (or of output) sent in one rpc: well under the
+/// overlay's 1 MiB frame cap, large enough that a module of a few hundred
+/// KiB moves in a handful of round trips.
+pub(crate) const BLOCK_BYTES: usize = 256 * 1024;
 
 /// A job's copy, as the home hands it to nodes running its workers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -56,7 +54,7 @@ pub(crate) enum PeerRpc {
         job: u64,
         from: u32,
         to: u32,
-        #[serde(with = "bytes_serde")]
+        #[serde(with = "serde_bytes")]
         payload: Vec<u8>,
     },
     /// Barrier traffic: ranks enter at rank 0, rank 0 releases them.
@@ -73,7 +71,7 @@ pub(crate) enum PeerRpc {
         job: u64,
         name: String,
         offset: u64,
-        #[serde(with = "bytes_serde")]
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
     /// Worker node to home: a rank ended (after all its output was sent).
@@ -92,7 +90,7 @@ pub(crate) enum PeerRpc {
 pub(crate) enum PeerReply {
     Ack,
     Job(Box<JobInfo>),
-    Block(#[serde(with = "bytes_serde")] Vec<u8>),
+    Block(#[serde(with = "serde_bytes")] Vec<u8>),
     Error(String),
 }
 

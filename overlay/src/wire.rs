@@ -50,7 +50,7 @@ pub(crate) struct FloodFrame {
     /// TTL, latency budget and path RTT of this copy.
     pub(crate) header: FloodHeader,
     /// The application's payload (the node's CBOR-encoded advert).
-    #[serde(with = "bytes")]
+    #[serde(with = "serde_bytes")]
     pub(crate) payload: Vec<u8>,
 }
 
@@ -79,7 +79,7 @@ pub(crate) enum RpcRequest {
     /// the chooser too and keeps the connection open.
     Link(bool),
     /// An opaque request of the application (the node).
-    App(#[serde(with = "bytes")] Vec<u8>),
+    App(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// A response on the rpc protocol.
@@ -88,7 +88,7 @@ pub(crate) enum RpcResponse {
     /// Peer exchange: some peers the responder knows.
     Peers(Vec<PeerRecord>),
     /// The application's opaque answer.
-    App(#[serde(with = "bytes")] Vec<u8>),
+    App(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Acknowledges a [`RpcRequest::Link`].
     Done,
 }
@@ -244,48 +244,23 @@ where
     }
 }
 
-/// Serde helpers that put a `Vec<u8>` on the wire as one CBOR byte string
-/// rather than an array of small integers (which would nearly double it).
-mod bytes {
-    use serde::de::{Error, SeqAccess, Visitor};
-    use serde::{Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(bytes)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct BytesVisitor;
-        impl<'de> Visitor<'de> for BytesVisitor {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E: Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-            // Tolerate an array of integers too: other CBOR encoders may
-            // produce one for the same Rust type.
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
-                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
-                while let Some(b) = seq.next_element::<u8>()? {
-                    out.push(b);
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_bytes(BytesVisitor)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
     use zorilla_core::advert::JobId;
+
+    #[test]
+    fn payloads_larger_than_ciboriums_scratch_buffer_round_trip() {
+        for len in [0, 4095, 4096, 4097, 64 * 1024, 900 * 1024] {
+            let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let buf = encode(&RpcRequest::App(payload.clone())).unwrap();
+            match decode::<RpcRequest>(&buf).unwrap() {
+                RpcRequest::App(back) => assert_eq!(back, payload, "{len} bytes"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn flood_frames_round_trip_and_payload_is_a_byte_string() {

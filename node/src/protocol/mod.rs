@@ -88,7 +88,7 @@ pub struct NamedFile {
     /// The file's name (no directories).
     pub name: String,
     /// Its bytes.
-    #[serde(with = "serde_bytes_compat")]
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 
@@ -100,7 +100,7 @@ pub enum Request {
         /// The job.
         job: JobRequest,
         /// The WebAssembly module.
-        #[serde(with = "serde_bytes_compat")]
+        #[serde(with = "serde_bytes")]
         module: Vec<u8>,
         /// Input files, visible to workers under `/inputs`.
         inputs: Vec<NamedFile>,
@@ -188,7 +188,7 @@ pub struct LogChunk {
     /// `true` for stderr.
     pub stderr: bool,
     /// The bytes.
-    #[serde(with = "serde_bytes_compat")]
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 
@@ -266,42 +266,3 @@ impl Response {
         }
     }
 }
-
-/// Byte vectors as CBOR byte strings (not arrays of integers), without an
-/// extra dependency.
-pub(crate) mod serde_bytes_compat {
-    use serde::{Deserializer, Serializer};
-
-    pub(crate) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(bytes)
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut a: A,
-            ) -> Result<Vec<u8>, A::Error> {
-                let mut out = Vec::new();
-                while let Some(b) = a.next_element::<u8>()? {
-                    out.push(b);
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_byte_buf(Visitor)
-    }
-}
-
-pub(crate) use self::serde_bytes_compat as bytes_serde;
