@@ -89,6 +89,9 @@ pub struct SchedulerConfig<P: Ord> {
     pub declined_capacity: usize,
     /// The most workers a job may ask for.
     pub max_job_workers: u32,
+    /// How many ended jobs the home remembers (phase and report) before it
+    /// forgets the oldest; the driver keeps its own durable record.
+    pub ended_capacity: usize,
 }
 
 impl<P: Ord> Default for SchedulerConfig<P> {
@@ -101,6 +104,7 @@ impl<P: Ord> Default for SchedulerConfig<P> {
             hold_timeout: Duration::from_secs(30),
             declined_capacity: 1024,
             max_job_workers: 100_000,
+            ended_capacity: 1024,
         }
     }
 }
@@ -466,6 +470,8 @@ pub struct Scheduler<P: Ord> {
     declined: VecDeque<JobId>,
     /// How far the floods of the last job that got all its workers went.
     last_reach: Option<Reach>,
+    /// Ended home jobs, oldest first, forgotten beyond `ended_capacity`.
+    ended: VecDeque<JobId>,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -479,6 +485,7 @@ impl<P: PeerKey> Scheduler<P> {
             pending: VecDeque::new(),
             declined: VecDeque::new(),
             last_reach: None,
+            ended: VecDeque::new(),
         }
     }
 
@@ -926,6 +933,12 @@ impl<P: PeerKey> Scheduler<P> {
             phase,
             reason: reason.to_string(),
         }));
+        self.ended.push_back(job_id);
+        while self.ended.len() > self.config.ended_capacity {
+            if let Some(old) = self.ended.pop_front() {
+                self.home.remove(&old);
+            }
+        }
     }
 
     /// A member's view of a delivered advert.

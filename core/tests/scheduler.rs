@@ -635,6 +635,41 @@ fn a_failed_job_stops_its_workers_everywhere_with_the_drivers_reason() {
 }
 
 #[test]
+fn the_home_forgets_the_oldest_ended_jobs_beyond_its_capacity() {
+    let mut node = Scheduler::new(
+        HOME,
+        SchedulerConfig {
+            resources: Resources::ZERO,
+            schedule: ScheduleConfig::paper(),
+            ended_capacity: 2,
+            ..SchedulerConfig::default()
+        },
+    );
+    for id in 1..=3 {
+        node.handle(
+            ms(0),
+            Input::Submit {
+                job: JobId(id),
+                spec: spec(WorkerCount::rigid(1)),
+            },
+        );
+        node.handle(ms(1), Input::Cancel(JobId(id)));
+    }
+    assert_eq!(node.phase(JobId(1)), None, "oldest ended job forgotten");
+    assert_eq!(node.phase(JobId(2)), Some(Phase::Cancelled));
+    assert_eq!(node.phase(JobId(3)), Some(Phase::Cancelled));
+    // A job still scheduling is never forgotten.
+    node.handle(
+        ms(2),
+        Input::Submit {
+            job: JobId(4),
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    assert_eq!(node.phase(JobId(4)), Some(Phase::Scheduling));
+}
+
+#[test]
 fn invalid_specs_are_rejected_with_a_reason() {
     let mut node = home(ScheduleConfig::paper());
     let out = node.handle(
