@@ -86,6 +86,8 @@ pub(crate) struct Node {
     members: HashMap<u64, MemberJob>,
     tasks: JoinSet<Done>,
     probing: BTreeSet<PeerId>,
+    /// The overlay's current neighbours (from its change events).
+    neighbours: BTreeSet<PeerId>,
     messages_sent: u64,
 }
 
@@ -137,6 +139,7 @@ impl Node {
             members: HashMap::new(),
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),
+            neighbours: BTreeSet::new(),
             messages_sent: 0,
         };
         node.recover();
@@ -299,7 +302,7 @@ impl Node {
                             (*job, ranks)
                         })
                         .collect(),
-                    neighbours: 0,
+                    neighbours: self.neighbours.len(),
                     messages_sent: self.messages_sent,
                 })
             }
@@ -436,9 +439,13 @@ impl Node {
                 ),
             },
             Event::PeerLost { peer } => self.maybe_probe(peer),
-            Event::PeerConnected { .. }
-            | Event::NeighboursChanged { .. }
-            | Event::Listening { .. } => {}
+            Event::NeighboursChanged { added, removed } => {
+                for peer in removed {
+                    self.neighbours.remove(&peer);
+                }
+                self.neighbours.extend(added);
+            }
+            Event::PeerConnected { .. } | Event::Listening { .. } => {}
         }
     }
 

@@ -22,6 +22,19 @@ struct TestNode {
 
 impl TestNode {
     fn start(dir: &Path, network: &str, peer: Option<&str>, cores: u32) -> TestNode {
+        Self::start_with(dir, network, peer, cores, 0, &[])
+    }
+
+    /// Starts a node listening on `port` (0: chosen by the OS) with `extra`
+    /// arguments.
+    fn start_with(
+        dir: &Path,
+        network: &str,
+        peer: Option<&str>,
+        cores: u32,
+        port: u16,
+        extra: &[String],
+    ) -> TestNode {
         let mut args = vec![
             "--state-dir".to_string(),
             dir.display().to_string(),
@@ -30,7 +43,7 @@ impl TestNode {
             "--client".into(),
             "127.0.0.1:0".into(),
             "--listen".into(),
-            "/ip4/127.0.0.1/tcp/0".into(),
+            format!("/ip4/127.0.0.1/tcp/{port}"),
             "--mdns".into(),
             "false".into(),
             "--cores".into(),
@@ -44,6 +57,7 @@ impl TestNode {
             args.push("--peer".into());
             args.push(peer.into());
         }
+        args.extend_from_slice(extra);
         Self::spawn(dir, args)
     }
 
@@ -308,4 +322,133 @@ async fn cancel_stops_every_worker_quickly() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// A port that was free a moment ago (the OS chose it; the listener is
+/// dropped so that a node can take it as its fixed listen port).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until every node has at least `min` overlay neighbours.
+async fn wait_for_neighbours(nodes: &[TestNode], min: usize, deadline: Duration) {
+    let start = Instant::now();
+    for node in nodes {
+        let mut c = node.client().await;
+        loop {
+            let info = c.node_info().await.unwrap();
+            if info.neighbours >= min {
+                break;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "{} has {} neighbours after {deadline:?}, wanted {min}",
+                node.peer,
+                info.neighbours
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Three emulated sites of 4 two-core nodes (1 ms RTT within a site, 20 ms
+/// from a to b, 40 ms from c to either): a job that fits in the submitter's
+/// site runs there only; a larger one spills to the nearest other site
+/// before the farthest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sites_workers_land_on_the_submitters_site_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("sites-{}", std::process::id());
+    let sites = ["a", "b", "c"];
+    let ports: Vec<u16> = (0..12).map(|_| free_port()).collect();
+    let mut topology = String::from(
+        "default_rtt_ms = 40\n\
+         [[sites]]\nname = \"a\"\nrtt_within_ms = 1\n\
+         [[sites]]\nname = \"b\"\nrtt_within_ms = 1\n\
+         [[sites]]\nname = \"c\"\nrtt_within_ms = 1\n\
+         [[links]]\na = \"a\"\nb = \"b\"\nrtt_ms = 20\n\
+         [ports]\n",
+    );
+    for (i, port) in ports.iter().enumerate() {
+        topology.push_str(&format!("{port} = \"{}\"\n", sites[i / 4]));
+    }
+    let topology_file = dir.path().join("sites.toml");
+    std::fs::write(&topology_file, topology).unwrap();
+    let mut nodes: Vec<TestNode> = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let extra = [
+            "--topology".to_string(),
+            topology_file.display().to_string(),
+            "--site".into(),
+            sites[i / 4].into(),
+        ];
+        let bootstrap = nodes.first().map(|n| n.listen.clone());
+        nodes.push(TestNode::start_with(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            bootstrap.as_deref(),
+            2,
+            *port,
+            &extra,
+        ));
+    }
+    let site_of = |peer: &str| -> &str {
+        let i = nodes.iter().position(|n| n.peer == peer).unwrap();
+        sites[i / 4]
+    };
+    wait_for_neighbours(&nodes, 3, Duration::from_secs(30)).await;
+
+    // 8 workers: exactly site a's cores.
+    let mut client = nodes[0].client().await;
+    let job = client
+        .submit(nqueens(8, 12), wasm("nqueens"), vec![])
+        .await
+        .unwrap();
+    let status = wait_for(
+        &mut client,
+        job,
+        Duration::from_secs(60),
+        "completion",
+        |s| s.phase.is_terminal(),
+    )
+    .await;
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let placed: Vec<&str> = status.ranks.values().map(|r| site_of(&r.node)).collect();
+    assert_eq!(placed.len(), 8);
+    assert!(
+        placed.iter().all(|s| *s == "a"),
+        "ranks on sites {placed:?}"
+    );
+    let out = stdout_of(&client.logs(job).await.unwrap());
+    assert!(out.contains("solutions=14200"), "{out:?}");
+
+    // 12 workers: site a's 8, then 4 on site b (20 ms), none on c (40 ms).
+    let job = client
+        .submit(nqueens(12, 12), wasm("nqueens"), vec![])
+        .await
+        .unwrap();
+    let status = wait_for(
+        &mut client,
+        job,
+        Duration::from_secs(60),
+        "completion",
+        |s| s.phase.is_terminal(),
+    )
+    .await;
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let mut count = std::collections::BTreeMap::new();
+    for rank in status.ranks.values() {
+        *count.entry(site_of(&rank.node)).or_insert(0) += 1;
+    }
+    assert_eq!(
+        count,
+        [("a", 8), ("b", 4)].into_iter().collect(),
+        "ranks per site"
+    );
+    let out = stdout_of(&client.logs(job).await.unwrap());
+    assert!(out.contains("solutions=14200"), "{out:?}");
 }
