@@ -1046,9 +1046,18 @@ async fn prepare(
     dir: PathBuf,
     files: PathBuf,
 ) -> Result<(JobInfo, Program, PathBuf), String> {
-    let info = match net.call_ok(home, PeerRpc::GetJob { job }).await? {
-        PeerReply::Job(info) => *info,
-        other => return Err(format!("unexpected answer from the home: {other:?}")),
+    // A connection the overlay closes under us (it prunes connections it
+    // does not need) fails one request, not the job: try three times, as
+    // for file blocks.
+    let mut attempt = 0;
+    let info = loop {
+        attempt += 1;
+        match net.call_ok(home, PeerRpc::GetJob { job }).await {
+            Ok(PeerReply::Job(info)) => break *info,
+            Ok(other) => return Err(format!("unexpected answer from the home: {other:?}")),
+            Err(e) if attempt >= 3 => return Err(e),
+            Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}; again"),
+        }
     };
     tokio::fs::create_dir_all(&files)
         .await

@@ -1,0 +1,247 @@
+//! Issue 5's benchmark, with real processes: 32 `zorilla-node`s on
+//! 127.0.0.1 (2 cores each, temp state directories, OS-chosen ports), then
+//! a 64-worker job (`spin`, one core per worker) submitted to one of them.
+//!
+//! Prints the time from submit to all 64 workers running (every node
+//! reporting its workers in `NodeInfo.running`), the overlay messages the
+//! nodes sent for it (sum of `NodeInfo.messages_sent`: flood frames and rpc
+//! requests), and the idle RSS and CPU of the nodes before the job.
+//!
+//! Run: `cargo bench -p zorilla-node --bench start64` (uses the bench
+//! profile, i.e. an optimised `zorilla-node`). `START64_ROUNDS` sets the
+//! number of jobs, one after another (default 1: see BENCHMARKS.md for why).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zorilla_node::client::Client;
+use zorilla_node::protocol::{JobPhase, JobRequest};
+
+const NODES: usize = 32;
+const CORES: u32 = 2;
+const WORKERS: u32 = 64;
+
+struct Node {
+    child: Child,
+    client: String,
+    listen: String,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &Path, network: &str, peer: Option<&str>) -> Node {
+    std::fs::create_dir_all(dir).unwrap();
+    let log = std::fs::File::create(dir.join("node.log")).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zorilla-node"));
+    cmd.arg("--state-dir")
+        .arg(dir)
+        .args(["--network", network, "--client", "127.0.0.1:0"])
+        .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--mdns", "false"])
+        .args(["--cores", &CORES.to_string(), "--memory-mib", "1024"])
+        .args(["--disk-mib", "1000"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(log);
+    if let Some(peer) = peer {
+        cmd.args(["--peer", peer]);
+    }
+    let mut child = cmd.spawn().expect("start zorilla-node");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("zorilla-node ready") {
+                let _ = tx.try_send(line);
+            }
+        }
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("node did not get ready within 30 s");
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .to_string()
+    };
+    Node {
+        client: field("client"),
+        listen: field("listen").split(',').next().unwrap().to_string(),
+        child,
+    }
+}
+
+/// (RSS in kB, CPU ticks) of a process, from /proc.
+fn proc_stats(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which is in parentheses); utime and
+    // stime are fields 14 and 15, i.e. 12 and 13 after it.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    (rss, ticks)
+}
+
+async fn messages(clients: &mut [Client]) -> u64 {
+    let mut sum = 0;
+    for c in clients {
+        sum += c.node_info().await.unwrap().messages_sent;
+    }
+    sum
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    // `cargo bench` passes `--bench`; there is nothing to filter.
+    let rounds: usize = std::env::var("START64_ROUNDS")
+        .ok()
+        .map(|v| v.parse().expect("START64_ROUNDS is a number"))
+        .unwrap_or(1);
+    let module =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/idle.wasm"))
+            .expect("examples/wasm/idle.wasm");
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("bench-{}", std::process::id());
+    let started = Instant::now();
+    let first = start(&dir.path().join("n0"), &network, None);
+    let bootstrap = first.listen.clone();
+    let mut nodes = vec![first];
+    for i in 1..NODES {
+        nodes.push(start(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            Some(&bootstrap),
+        ));
+    }
+    println!("{NODES} nodes ready in {:.2?}", started.elapsed());
+    let mut clients = Vec::new();
+    for n in &nodes {
+        clients.push(Client::connect(n.client.as_str()).await.unwrap());
+    }
+    // Let the overlay settle: every node with at least 3 neighbours.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for c in clients.iter_mut() {
+        while c.node_info().await.unwrap().neighbours < 3 {
+            assert!(Instant::now() < deadline, "overlay did not settle in 60 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    println!(
+        "overlay settled {:.2?} after the first start",
+        started.elapsed()
+    );
+
+    // Idle figures: RSS now, CPU over 10 s.
+    let before: Vec<(u64, u64)> = nodes.iter().map(|n| proc_stats(n.child.id())).collect();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after: Vec<(u64, u64)> = nodes.iter().map(|n| proc_stats(n.child.id())).collect();
+    let mut rss: Vec<u64> = after.iter().map(|a| a.0).collect();
+    rss.sort_unstable();
+    let ticks: Vec<u64> = before.iter().zip(&after).map(|(b, a)| a.1 - b.1).collect();
+    println!(
+        "idle RSS over {NODES} nodes: min {:.1} MB, median {:.1} MB, max {:.1} MB",
+        rss[0] as f64 / 1024.0,
+        rss[NODES / 2] as f64 / 1024.0,
+        rss[NODES - 1] as f64 / 1024.0
+    );
+    println!(
+        "idle CPU: {} ticks per node in 10 s on average (max {})",
+        ticks.iter().sum::<u64>() as f64 / NODES as f64,
+        ticks.iter().max().unwrap()
+    );
+
+    let request = JobRequest {
+        min_workers: WORKERS,
+        max_workers: WORKERS,
+        cores: 1,
+        memory_mib: 16,
+        lifetime_secs: 30,
+        ..JobRequest::default()
+    };
+    let mut times = Vec::new();
+    let mut msgs = Vec::new();
+    for round in 0..rounds {
+        let m0 = messages(&mut clients).await;
+        let t0 = Instant::now();
+        let job = clients[0]
+            .submit(request.clone(), module.clone(), vec![])
+            .await
+            .unwrap();
+        // Poll every node until all 64 workers run.
+        let deadline = t0 + Duration::from_secs(30);
+        loop {
+            let mut running = 0;
+            for c in clients.iter_mut() {
+                let info = c.node_info().await.unwrap();
+                running += info.running.get(&job).map_or(0, Vec::len);
+            }
+            if running == WORKERS as usize {
+                break;
+            }
+            if Instant::now() > deadline {
+                let status = clients[0].status(job).await.unwrap();
+                panic!(
+                    "round {round}: {running} of {WORKERS} workers running after 30 s: {status:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let elapsed = t0.elapsed();
+        let m1 = messages(&mut clients).await;
+        times.push(elapsed);
+        msgs.push(m1 - m0);
+        println!(
+            "round {round}: all {WORKERS} workers running {:.1?} after submit; {} messages",
+            elapsed,
+            m1 - m0
+        );
+        let status = clients[0].cancel(job).await.unwrap();
+        assert_eq!(status.phase, JobPhase::Cancelled);
+        // Wait until every worker has stopped before the next round; report
+        // (not hide) nodes whose workers outlive the cancel.
+        let cancelled = Instant::now();
+        let deadline = cancelled + Duration::from_secs(10);
+        let mut stragglers = 0;
+        for c in clients.iter_mut() {
+            while c.node_info().await.unwrap().running.contains_key(&job) {
+                if Instant::now() > deadline {
+                    stragglers += 1;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        if stragglers > 0 {
+            println!(
+                "round {round}: workers still running on {stragglers} nodes 10 s after cancel"
+            );
+            return;
+        }
+        println!(
+            "round {round}: every worker stopped {:.1?} after cancel",
+            cancelled.elapsed()
+        );
+    }
+    times.sort();
+    msgs.sort_unstable();
+    println!(
+        "submit to all {WORKERS} running over {rounds} jobs: min {:.1?}, median {:.1?}, max {:.1?}; messages per job: median {}",
+        times[0],
+        times[rounds / 2],
+        times[rounds - 1],
+        msgs[rounds / 2]
+    );
+}
