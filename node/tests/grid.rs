@@ -452,3 +452,73 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
     let out = stdout_of(&client.logs(job).await.unwrap());
     assert!(out.contains("solutions=14200"), "{out:?}");
 }
+
+/// A malleable nqueens job on 4 of 6 one-core nodes; the node of a non-zero
+/// rank is killed (-9) mid-run: the rank is replaced on another node, the
+/// master re-queues the task it held, and the count is still right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_worker_node_is_replaced_and_the_answer_is_right() {
+    let mut grid = grid(6, 1);
+    let mut client = grid.nodes[0].client().await;
+    let mut request = nqueens(4, 16);
+    request.min_workers = 3;
+    let job = client
+        .submit(request, wasm("nqueens"), vec![])
+        .await
+        .unwrap();
+    let running = wait_for(&mut client, job, Duration::from_secs(30), "4 ranks", |s| {
+        s.phase == JobPhase::Running && s.ranks.len() == 4
+    })
+    .await;
+    let home = grid.nodes[0].peer.clone();
+    let (&victim_rank, victim) = running
+        .ranks
+        .iter()
+        .find(|(rank, r)| **rank > 0 && r.node != home)
+        .expect("a non-zero rank away from the home");
+    let victim_node = grid
+        .nodes
+        .iter()
+        .position(|n| n.peer == victim.node)
+        .unwrap();
+    let victim_peer = victim.node.clone();
+    // Kill it while its worker is running.
+    let mut c = grid.nodes[victim_node].client().await;
+    let start = Instant::now();
+    while !c.node_info().await.unwrap().running.contains_key(&job) {
+        assert!(start.elapsed() < Duration::from_secs(20), "rank never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    grid.nodes[victim_node].kill();
+
+    let status = wait_for(
+        &mut client,
+        job,
+        Duration::from_secs(120),
+        "completion",
+        |s| s.phase.is_terminal(),
+    )
+    .await;
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let replacement = &status.ranks[&victim_rank].node;
+    assert_ne!(replacement, &victim_peer, "rank {victim_rank} not replaced");
+    assert!(
+        grid.nodes.iter().any(|n| &n.peer == replacement),
+        "{replacement} is not a grid node"
+    );
+    let logs = client.logs(job).await.unwrap();
+    let stderr: String = logs
+        .iter()
+        .filter(|c| c.stderr)
+        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+        .collect();
+    assert!(
+        stderr.contains(&format!("rank {victim_rank} was replaced")),
+        "the master was not told: {stderr:?}"
+    );
+    let out = stdout_of(&logs);
+    assert!(
+        out.contains("nqueens N=16 ranks=4 solutions=14772512"),
+        "{out:?}"
+    );
+}
