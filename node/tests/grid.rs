@@ -154,6 +154,16 @@ fn wasm(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Waits until the job ends and checks that it completed.
+async fn wait_completed(client: &mut Client, job: u64, deadline: Duration) -> JobStatus {
+    let status = wait_for(client, job, deadline, "completion", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    status
+}
+
 async fn wait_for(
     client: &mut Client,
     job: u64,
@@ -205,15 +215,7 @@ async fn nqueens_on_eight_nodes_then_home_restart() {
         .submit(nqueens(8, 12), wasm("nqueens"), vec![])
         .await
         .unwrap();
-    let status = wait_for(
-        &mut client,
-        job,
-        Duration::from_secs(60),
-        "completion",
-        |s| s.phase.is_terminal(),
-    )
-    .await;
-    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let status = wait_completed(&mut client, job, Duration::from_secs(60)).await;
     assert_eq!(status.ranks.len(), 8);
     let nodes: std::collections::BTreeSet<&String> =
         status.ranks.values().map(|r| &r.node).collect();
@@ -408,15 +410,7 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
         .submit(nqueens(8, 12), wasm("nqueens"), vec![])
         .await
         .unwrap();
-    let status = wait_for(
-        &mut client,
-        job,
-        Duration::from_secs(60),
-        "completion",
-        |s| s.phase.is_terminal(),
-    )
-    .await;
-    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let status = wait_completed(&mut client, job, Duration::from_secs(60)).await;
     let placed: Vec<&str> = status.ranks.values().map(|r| site_of(&r.node)).collect();
     assert_eq!(placed.len(), 8);
     assert!(
@@ -431,15 +425,7 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
         .submit(nqueens(12, 12), wasm("nqueens"), vec![])
         .await
         .unwrap();
-    let status = wait_for(
-        &mut client,
-        job,
-        Duration::from_secs(60),
-        "completion",
-        |s| s.phase.is_terminal(),
-    )
-    .await;
-    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let status = wait_completed(&mut client, job, Duration::from_secs(60)).await;
     let mut count = std::collections::BTreeMap::new();
     for rank in status.ranks.values() {
         *count.entry(site_of(&rank.node)).or_insert(0) += 1;
@@ -491,15 +477,7 @@ async fn killed_worker_node_is_replaced_and_the_answer_is_right() {
     }
     grid.nodes[victim_node].kill();
 
-    let status = wait_for(
-        &mut client,
-        job,
-        Duration::from_secs(120),
-        "completion",
-        |s| s.phase.is_terminal(),
-    )
-    .await;
-    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let status = wait_completed(&mut client, job, Duration::from_secs(120)).await;
     let replacement = &status.ranks[&victim_rank].node;
     assert_ne!(replacement, &victim_peer, "rank {victim_rank} not replaced");
     assert!(
