@@ -22,17 +22,17 @@ struct TestNode {
 
 impl TestNode {
     fn start(dir: &Path, network: &str, peer: Option<&str>, cores: u32) -> TestNode {
-        Self::start_with(dir, network, peer, cores, 0, &[])
+        Self::start_with(dir, network, peer, cores, "127.0.0.1", &[])
     }
 
-    /// Starts a node listening on `port` (0: chosen by the OS) with `extra`
-    /// arguments.
+    /// Starts a node listening on loopback address `ip`, port 0 (chosen by
+    /// the OS), with `extra` arguments.
     fn start_with(
         dir: &Path,
         network: &str,
         peer: Option<&str>,
         cores: u32,
-        port: u16,
+        ip: &str,
         extra: &[String],
     ) -> TestNode {
         let mut args = vec![
@@ -43,7 +43,7 @@ impl TestNode {
             "--client".into(),
             "127.0.0.1:0".into(),
             "--listen".into(),
-            format!("/ip4/127.0.0.1/tcp/{port}"),
+            format!("/ip4/{ip}/tcp/0"),
             "--mdns".into(),
             "false".into(),
             "--cores".into(),
@@ -86,7 +86,15 @@ impl TestNode {
         });
         let line = rx
             .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("node in {} did not get ready", dir.display()));
+            .unwrap_or_else(|_| {
+                let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                panic!(
+                    "node in {} did not get ready; its log ends:\n{}",
+                    dir.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            });
         let field = |name: &str| {
             line.split_whitespace()
                 .find_map(|w| w.strip_prefix(&format!("{name}=")))
@@ -328,14 +336,6 @@ async fn cancel_stops_every_worker_quickly() {
 
 /// A port that was free a moment ago (the OS chose it; the listener is
 /// dropped so that a node can take it as its fixed listen port).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Waits until every node has at least `min` overlay neighbours.
 async fn wait_for_neighbours(nodes: &[TestNode], min: usize, deadline: Duration) {
     let start = Instant::now();
@@ -366,22 +366,27 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
     let dir = tempfile::tempdir().unwrap();
     let network = format!("sites-{}", std::process::id());
     let sites = ["a", "b", "c"];
-    let ports: Vec<u16> = (0..12).map(|_| free_port()).collect();
+    // Each site its own loopback addresses (all of 127/8 is loopback), so
+    // the ports stay 0: a port picked in advance can be taken by another
+    // test before the node binds it.
+    let ips: Vec<String> = (0..12)
+        .map(|i| format!("127.0.{}.{}", i / 4 + 1, i % 4 + 1))
+        .collect();
     let mut topology = String::from(
         "default_rtt_ms = 40\n\
          [[sites]]\nname = \"a\"\nrtt_within_ms = 1\n\
          [[sites]]\nname = \"b\"\nrtt_within_ms = 1\n\
          [[sites]]\nname = \"c\"\nrtt_within_ms = 1\n\
          [[links]]\na = \"a\"\nb = \"b\"\nrtt_ms = 20\n\
-         [ports]\n",
+         [hosts]\n",
     );
-    for (i, port) in ports.iter().enumerate() {
-        topology.push_str(&format!("{port} = \"{}\"\n", sites[i / 4]));
+    for (i, ip) in ips.iter().enumerate() {
+        topology.push_str(&format!("\"{ip}\" = \"{}\"\n", sites[i / 4]));
     }
     let topology_file = dir.path().join("sites.toml");
     std::fs::write(&topology_file, topology).unwrap();
     let mut nodes: Vec<TestNode> = Vec::new();
-    for (i, port) in ports.iter().enumerate() {
+    for (i, ip) in ips.iter().enumerate() {
         let extra = [
             "--topology".to_string(),
             topology_file.display().to_string(),
@@ -394,7 +399,7 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
             &network,
             bootstrap.as_deref(),
             2,
-            *port,
+            ip,
             &extra,
         ));
     }

@@ -10,14 +10,17 @@
 //! (whichever side starts it: ping, noise handshake, flood, rpc) takes the
 //! emulated RTT extra, once, without the two sides having to agree.
 //!
-//! **How a node learns the remote's site**: from the port it dials. Peers
+//! **How a node learns the remote's site**: from the address it dials. Peers
 //! advertise their listen addresses (identify, peer exchange), so the dialed
-//! port is the remote's listen port, and the topology maps listen ports to
-//! sites. With a fixed port per node (the demo), the topology file lists the
-//! ports; with port 0 (the tests), each node registers its actual listen
-//! port under its own site in a [`SharedTopology`] when it starts listening,
-//! which works for all nodes of one process. A port the topology does not
-//! know is not delayed.
+//! address is the remote's listen address, and the topology maps listen
+//! addresses to sites, by IP address (`[hosts]`) or by port (`[ports]`).
+//! Hosts suit separate processes best: all of 127.0.0.0/8 is loopback, so
+//! each site can get its own addresses (127.0.1.x, 127.0.2.x, ...) and the
+//! nodes still listen on port 0, with no port chosen in advance that someone
+//! else could take first. With port 0 and one address, each node registers
+//! its actual listen port under its own site in a [`SharedTopology`] when it
+//! starts listening, which works for all nodes of one process. An address
+//! the topology does not know is not delayed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -54,7 +57,8 @@ pub struct SiteLink {
     pub rtt_ms: u64,
 }
 
-/// Sites, the RTTs between them, and which listen port is in which site.
+/// Sites, the RTTs between them, and which listen address or port is in
+/// which site (an address listed under `[hosts]` wins over its port).
 ///
 /// As a TOML file:
 /// ```toml
@@ -69,9 +73,11 @@ pub struct SiteLink {
 /// a = "amsterdam"
 /// b = "delft"
 /// rtt_ms = 10
+/// [hosts]
+/// "127.0.1.1" = "amsterdam"
+/// "127.0.2.1" = "delft"
 /// [ports]
 /// 4001 = "amsterdam"
-/// 4002 = "delft"
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Topology {
@@ -84,6 +90,9 @@ pub struct Topology {
     /// RTTs between pairs of sites.
     #[serde(default)]
     pub links: Vec<SiteLink>,
+    /// Listen IP address (as a string, as TOML keys are) to site name.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, String>,
     /// Listen port (as a string, as TOML keys are) to site name.
     #[serde(default)]
     pub ports: BTreeMap<String, String>,
@@ -104,6 +113,9 @@ pub enum TopologyError {
     /// A port key is not a port number.
     #[error("{0:?} is not a port number")]
     BadPort(String),
+    /// A host key is not an IP address.
+    #[error("{0:?} is not an IP address")]
+    BadHost(String),
 }
 
 impl Topology {
@@ -115,8 +127,8 @@ impl Topology {
         Ok(topology)
     }
 
-    /// Checks that every name refers to a defined site and every port key is
-    /// a port.
+    /// Checks that every name refers to a defined site, every host key is an
+    /// IP address and every port key is a port.
     pub fn validate(&self) -> Result<(), TopologyError> {
         let mut names = std::collections::BTreeSet::new();
         for site in &self.sites {
@@ -138,6 +150,11 @@ impl Topology {
         for (port, site) in &self.ports {
             port.parse::<u16>()
                 .map_err(|_| TopologyError::BadPort(port.clone()))?;
+            known(site)?;
+        }
+        for (host, site) in &self.hosts {
+            host.parse::<std::net::IpAddr>()
+                .map_err(|_| TopologyError::BadHost(host.clone()))?;
             known(site)?;
         }
         Ok(())
@@ -162,6 +179,34 @@ impl Topology {
     /// The site of the node listening on `port`.
     pub fn site_of_port(&self, port: u16) -> Option<&str> {
         self.ports.get(&port.to_string()).map(String::as_str)
+    }
+
+    /// The site of the node listening on `ip`.
+    pub fn site_of_host(&self, ip: std::net::IpAddr) -> Option<&str> {
+        self.hosts.get(&ip.to_string()).map(String::as_str)
+    }
+
+    /// The site of the node listening at `addr`: by its IP address, else by
+    /// its TCP port.
+    pub fn site_of_addr(&self, addr: &Multiaddr) -> Option<&str> {
+        let mut by_port = None;
+        for protocol in addr.iter() {
+            match protocol {
+                Protocol::Ip4(ip) => {
+                    if let Some(site) = self.site_of_host(ip.into()) {
+                        return Some(site);
+                    }
+                }
+                Protocol::Ip6(ip) => {
+                    if let Some(site) = self.site_of_host(ip.into()) {
+                        return Some(site);
+                    }
+                }
+                Protocol::Tcp(port) => by_port = self.site_of_port(port),
+                _ => {}
+            }
+        }
+        by_port
     }
 }
 
@@ -219,7 +264,7 @@ impl SharedTopology {
     }
 
     /// The emulated RTT from a node of `site` to the node listening at
-    /// `addr`, if the topology knows the address's port.
+    /// `addr`, if the topology knows the address or its port.
     pub fn rtt_to(&self, site: &str, addr: &Multiaddr) -> Option<Duration> {
         self.route_to(site, addr).map(|(_, rtt)| rtt)
     }
@@ -227,12 +272,8 @@ impl SharedTopology {
     /// The site of the node listening at `addr` and the RTT to it from a
     /// node of `site`.
     pub(crate) fn route_to(&self, site: &str, addr: &Multiaddr) -> Option<(String, Duration)> {
-        let port = addr.iter().find_map(|p| match p {
-            Protocol::Tcp(port) => Some(port),
-            _ => None,
-        })?;
         let topology = self.topology.read().unwrap_or_else(|e| e.into_inner());
-        let remote = topology.site_of_port(port)?;
+        let remote = topology.site_of_addr(addr)?;
         Some((remote.to_string(), topology.rtt(site, remote)?))
     }
 }
@@ -490,6 +531,8 @@ mod tests {
             a = "a"
             b = "b"
             rtt_ms = 40
+            [hosts]
+            "127.0.1.1" = "a"
             [ports]
             4001 = "a"
             4002 = "b"
@@ -501,6 +544,18 @@ mod tests {
         let shared = SharedTopology::new(topology);
         let addr: Multiaddr = "/ip4/127.0.0.1/tcp/4002".parse().unwrap();
         assert_eq!(shared.rtt_to("a", &addr), Some(Duration::from_millis(40)));
+        // The host wins over the port.
+        let addr: Multiaddr = "/ip4/127.0.1.1/tcp/4002".parse().unwrap();
+        assert_eq!(shared.rtt_to("b", &addr), Some(Duration::from_millis(40)));
+        assert_eq!(shared.rtt_to("a", &addr), Some(Duration::from_millis(2)));
+        let unknown: Multiaddr = "/ip4/127.0.3.1/tcp/9".parse().unwrap();
+        assert_eq!(shared.rtt_to("a", &unknown), None);
+        assert!(matches!(
+            Topology::from_toml_str(
+                "[[sites]]\nname = \"a\"\nrtt_within_ms = 1\n[hosts]\n\"localhost\" = \"a\""
+            ),
+            Err(TopologyError::BadHost(_))
+        ));
 
         assert!(matches!(
             Topology::from_toml_str("[ports]\n4001 = \"nowhere\""),
