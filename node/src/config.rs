@@ -17,6 +17,8 @@
 //! deny = ["12D3Koo..."]              # homes whose jobs never run here
 //! topology = "sites.toml"            # emulated latency (tests, demos)
 //! site = "amsterdam"
+//! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
+//! token = "long-random-secret"       # required when client or web is not on loopback
 //! ```
 
 use std::net::SocketAddr;
@@ -29,6 +31,9 @@ pub const DEFAULT_LISTEN: &str = "/ip4/0.0.0.0/tcp/0";
 /// Default client address: loopback only, port chosen by the OS (printed,
 /// and written to `client.addr` in the state directory).
 pub const DEFAULT_CLIENT: &str = "127.0.0.1:0";
+/// Default status page address: loopback only, port chosen by the OS
+/// (printed, and written to `web.addr` in the state directory).
+pub const DEFAULT_WEB: &str = "127.0.0.1:0";
 /// Default network name.
 pub const DEFAULT_NETWORK: &str = "default";
 /// Default J: jobs with workers on this node at once.
@@ -77,6 +82,12 @@ pub struct Config {
     pub topology: Option<PathBuf>,
     /// This node's site in the topology.
     pub site: Option<String>,
+    /// Status page address. Default [`DEFAULT_WEB`].
+    pub web: Option<SocketAddr>,
+    /// The secret a client (or browser) must present when the client or
+    /// web address is not a loopback address; required then, because an
+    /// open submit port runs anyone's code. Not needed on loopback.
+    pub token: Option<String>,
 }
 
 /// Why the configuration could not be used.
@@ -140,7 +151,9 @@ impl Config {
             max_workers_per_job,
             deny,
             topology,
-            site
+            site,
+            web,
+            token
         );
         self
     }
@@ -222,6 +235,7 @@ mod tests {
         assert_eq!(config.network.as_deref(), Some("physics-lab"));
         assert_eq!(config.max_workers_per_job, Some(8));
         assert_eq!(config.client, Some("127.0.0.1:4100".parse().unwrap()));
+        assert_eq!(config.web, Some("127.0.0.1:8080".parse().unwrap()));
         assert_eq!(
             Config::from_toml("", Path::new("empty")).unwrap(),
             Config::default()

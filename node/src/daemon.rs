@@ -32,6 +32,11 @@ pub struct Daemon {
     pub overlay: OverlayConfig,
     /// The client protocol's address.
     pub client: SocketAddr,
+    /// The status page's address.
+    pub web: SocketAddr,
+    /// The secret clients must present off loopback (see
+    /// [`Config::token`]).
+    pub token: Option<String>,
 }
 
 impl Daemon {
@@ -117,12 +122,27 @@ impl Daemon {
         let client = config
             .client
             .unwrap_or_else(|| config::DEFAULT_CLIENT.parse().expect("valid default"));
+        let web = config
+            .web
+            .unwrap_or_else(|| config::DEFAULT_WEB.parse().expect("valid default"));
+        let token = config.token.clone().filter(|t| !t.is_empty());
+        for (what, addr) in [("client", client), ("web", web)] {
+            if !addr.ip().is_loopback() && token.is_none() {
+                anyhow::bail!(
+                    "the {what} address {addr} is not on loopback, so it needs a token: \
+                     set `token` in the config file or ZORILLA_TOKEN (anyone who can reach \
+                     an open client port can run code on this machine)"
+                );
+            }
+        }
         Ok(Daemon {
             state_dir,
             resources,
             scheduler,
             overlay,
             client,
+            web,
+            token,
         })
     }
 }
@@ -184,4 +204,46 @@ pub async fn run(
     overlay.shutdown().await;
     tracing::info!("node stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path) -> Config {
+        Config {
+            state_dir: Some(dir.to_owned()),
+            mdns: Some(false),
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn off_loopback_addresses_need_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = Config {
+            client: Some("0.0.0.0:4100".parse().unwrap()),
+            ..config(dir.path())
+        };
+        let err = Daemon::from_config(&open).unwrap_err().to_string();
+        assert!(err.contains("needs a token"), "{err}");
+        let open_web = Config {
+            web: Some("0.0.0.0:8080".parse().unwrap()),
+            ..config(dir.path())
+        };
+        assert!(Daemon::from_config(&open_web).is_err());
+        let with_token = Config {
+            token: Some("s3cret".into()),
+            ..open
+        };
+        let daemon = Daemon::from_config(&with_token).unwrap();
+        assert_eq!(daemon.token.as_deref(), Some("s3cret"));
+        // Loopback needs none.
+        assert!(
+            Daemon::from_config(&config(dir.path()))
+                .unwrap()
+                .token
+                .is_none()
+        );
+    }
 }

@@ -58,6 +58,13 @@ struct Cli {
     /// This node's site in the topology.
     #[arg(long, env = "ZORILLA_SITE")]
     site: Option<String>,
+    /// Status page address.
+    #[arg(long, env = "ZORILLA_WEB")]
+    web: Option<SocketAddr>,
+    /// Secret that clients and browsers must present when the client or
+    /// web address is not on loopback.
+    #[arg(long, env = "ZORILLA_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Log filter (tracing's env-filter syntax); RUST_LOG wins if set.
     #[arg(long, env = "ZORILLA_LOG", default_value = "info")]
     log: String,
@@ -81,6 +88,8 @@ impl Cli {
             deny: list(&self.deny),
             topology: self.topology.clone(),
             site: self.site.clone(),
+            web: self.web,
+            token: self.token.clone(),
         }
     }
 }

@@ -73,33 +73,44 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Starts chromedriver on a free port. The port is picked before
+/// chromedriver binds it, so another process may take it first: then
+/// chromedriver exits and is started again on another port.
 async fn start_driver(chromedriver: &Path, log: &Path) -> (Driver, String) {
-    let port = free_port();
-    let log_file = std::fs::File::create(log).unwrap();
-    let child = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .arg("--allowed-ips=127.0.0.1")
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}; {INSTALL}", chromedriver.display()));
-    let driver = Driver(child);
-    let url = format!("http://127.0.0.1:{port}");
-    // Ready when its /status answers.
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if driver_ready(addr).await {
-            break;
+    for _attempt in 0..5 {
+        let port = free_port();
+        let log_file = std::fs::File::create(log).unwrap();
+        let child = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}; {INSTALL}", chromedriver.display()));
+        let mut driver = Driver(child);
+        let url = format!("http://127.0.0.1:{port}");
+        // Ready when its /status answers.
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if driver_ready(addr).await {
+                return (driver, url);
+            }
+            if driver.0.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not become ready; see {}",
+                log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(
-            Instant::now() < deadline,
-            "chromedriver did not become ready; see {}",
-            log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    (driver, url)
+    panic!(
+        "chromedriver exited five times at start; see {}",
+        log.display()
+    );
 }
 
 /// Whether chromedriver's `/status` says it is ready.
