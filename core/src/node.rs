@@ -189,6 +189,56 @@ impl JobSpec {
     }
 }
 
+/// Why a job's worker count could not be changed (see
+/// [`Scheduler::resize`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResizeError {
+    /// This node is not the job's home, or forgot it.
+    #[error("this node is not home to job {0}")]
+    UnknownJob(JobId),
+    /// The job is over.
+    #[error("job {0} is over")]
+    Ended(JobId),
+    /// A rigid job keeps its worker count.
+    #[error(
+        "job {job} is rigid ({workers} workers); only a malleable job (min < max) can change \
+         its worker count"
+    )]
+    Rigid {
+        /// The job.
+        job: JobId,
+        /// Its worker count.
+        workers: u32,
+    },
+    /// The new maximum is below the job's minimum.
+    #[error("max workers ({max}) cannot be below the job's min workers ({min})")]
+    BelowMin {
+        /// The asked maximum.
+        max: u32,
+        /// The job's minimum.
+        min: u32,
+    },
+    /// Workers already granted are not taken back.
+    #[error(
+        "{granted} workers of job {job} are already placed and a placed worker is not stopped \
+         to shrink a job: max must be at least {granted}"
+    )]
+    BelowGranted {
+        /// The job.
+        job: JobId,
+        /// Workers placed.
+        granted: u32,
+    },
+    /// More workers than the home schedules per job.
+    #[error("{asked} workers asked for, but this node schedules at most {limit} per job")]
+    TooManyWorkers {
+        /// What was asked.
+        asked: u32,
+        /// The limit.
+        limit: u32,
+    },
+}
+
 /// An event for the scheduler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input<P> {
@@ -634,6 +684,69 @@ impl<P: PeerKey> Scheduler<P> {
         }
         self.step_home_jobs(now, &mut out);
         out
+    }
+
+    /// Changes the most workers a malleable job this node is home to can
+    /// use. Growing a job that already has all its workers floods again,
+    /// with a fresh schedule, for the new ones; shrinking only lowers what
+    /// is still sought (workers already placed keep running). The outputs
+    /// are what the change sets off at once.
+    pub fn resize(
+        &mut self,
+        now: Time,
+        job_id: JobId,
+        max: u32,
+    ) -> Result<Vec<Output<P>>, ResizeError> {
+        let limit = self.config.max_job_workers;
+        let job = self
+            .home
+            .get_mut(&job_id)
+            .ok_or(ResizeError::UnknownJob(job_id))?;
+        if job.phase > Phase::Running {
+            return Err(ResizeError::Ended(job_id));
+        }
+        let WorkerCount { min, max: old } = job.spec.workers;
+        if min == old {
+            return Err(ResizeError::Rigid {
+                job: job_id,
+                workers: min,
+            });
+        }
+        if max < min {
+            return Err(ResizeError::BelowMin { max, min });
+        }
+        let granted = job.granted_workers();
+        if max < granted {
+            return Err(ResizeError::BelowGranted {
+                job: job_id,
+                granted,
+            });
+        }
+        if max > limit {
+            return Err(ResizeError::TooManyWorkers { asked: max, limit });
+        }
+        job.spec.workers.max = max;
+        let mut out = Vec::new();
+        if max > old && granted < max && job.next_flood_at.is_none() {
+            // Flooding had stopped (the job was full): start afresh.
+            job.schedule = FloodSchedule::new(job.schedule.config().clone(), max);
+            job.next_flood_at = Some(now);
+        } else if max == granted && job.next_flood_at.is_some() {
+            // Shrunk to what it has: it is full now.
+            job.next_flood_at = None;
+            out.push(Output::Job(JobEvent::Full { job: job_id }));
+            for (node, _) in std::mem::take(&mut job.offers) {
+                out.push(Output::Send {
+                    to: node,
+                    msg: Message::Refuse {
+                        job: job_id,
+                        reason: RefuseReason::NotChosen,
+                    },
+                });
+            }
+        }
+        self.step_home_jobs(now, &mut out);
+        Ok(self.loopback(now, out))
     }
 
     /// Handles everything due at `now`: floods, settled allocations, expiries

@@ -6,7 +6,8 @@ use zorilla_core::advert::{
     Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
 use zorilla_core::node::{
-    Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
+    Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, ResizeError, Scheduler,
+    SchedulerConfig,
 };
 use zorilla_core::resources::Resources;
 use zorilla_core::schedule::ScheduleConfig;
@@ -451,6 +452,82 @@ fn malleable_job_starts_at_min_and_grows_to_max() {
         }
     }));
     assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+}
+
+#[test]
+fn a_malleable_job_grows_by_flooding_again_and_shrinks_only_what_it_still_seeks() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount { min: 2, max: 2 + 2 }),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 4, 1);
+    assert_eq!(node.next_timeout(), None, "full: flooding stopped");
+
+    // Grow to 6: a new flood goes out at once, and an offer of 2 more is
+    // granted ranks 4 and 5.
+    let out = node.resize(ms(100), JOB, 6).unwrap();
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Flood(a) if a.job == JOB)),
+        "{out:?}"
+    );
+    let out = offer_from(&mut node, ms(101), 11, 2, 1);
+    assert!(out.contains(&Output::Send {
+        to: 11,
+        msg: Message::Grant {
+            job: JOB,
+            ranks: vec![4, 5]
+        }
+    }));
+
+    // Grow to 8, then shrink back to 6 = what is placed: full again.
+    node.resize(ms(200), JOB, 8).unwrap();
+    let out = node.resize(ms(201), JOB, 6).unwrap();
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+
+    // What cannot be done says why.
+    assert_eq!(
+        node.resize(ms(300), JOB, 5),
+        Err(ResizeError::BelowGranted {
+            job: JOB,
+            granted: 6
+        })
+    );
+    assert_eq!(
+        node.resize(ms(300), JOB, 1),
+        Err(ResizeError::BelowMin { max: 1, min: 2 })
+    );
+    assert!(matches!(
+        node.resize(ms(300), JOB, 1_000_000),
+        Err(ResizeError::TooManyWorkers { .. })
+    ));
+    assert_eq!(
+        node.resize(ms(300), JobId(99), 3),
+        Err(ResizeError::UnknownJob(JobId(99)))
+    );
+    node.handle(ms(400), Input::Cancel(JOB));
+    assert_eq!(node.resize(ms(401), JOB, 8), Err(ResizeError::Ended(JOB)));
+
+    // A rigid job keeps its count.
+    let rigid = JobId(8);
+    node.handle(
+        ms(500),
+        Input::Submit {
+            job: rigid,
+            spec: spec(WorkerCount::rigid(3)),
+        },
+    );
+    assert_eq!(
+        node.resize(ms(501), rigid, 4),
+        Err(ResizeError::Rigid {
+            job: rigid,
+            workers: 3
+        })
+    );
 }
 
 #[test]
