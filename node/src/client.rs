@@ -17,8 +17,8 @@ use tokio::net::{TcpStream, ToSocketAddrs};
 
 use crate::protocol::frame::DEFAULT_MAX_FRAME;
 use crate::protocol::{
-    Connection, ConnectionError, ErrorKind, Hello, JobRequest, JobStatus, LogChunk, NamedFile,
-    NodeInfo, PROTOCOL_VERSION, Request, Response, Welcome,
+    Connection, ConnectionError, ErrorKind, Hello, JobRequest, JobStatus, LogChunk, LogPage,
+    NamedFile, NodeInfo, PROTOCOL_VERSION, PeerEntry, Request, Response, Welcome,
 };
 
 /// Why a client call failed.
@@ -51,8 +51,19 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to a node's client address and shakes hands.
+    /// Connects to a node's client address and shakes hands (without a
+    /// token: enough for a node that has none).
     pub async fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
+        Self::connect_with(addr, None, "zorilla-node client").await
+    }
+
+    /// Connects presenting `token`, naming the client `name` in the node's
+    /// logs.
+    pub async fn connect_with(
+        addr: impl ToSocketAddrs,
+        token: Option<&str>,
+        name: &str,
+    ) -> Result<Client, ClientError> {
         let stream = TcpStream::connect(addr)
             .await
             .map_err(ConnectionError::from)?;
@@ -60,7 +71,8 @@ impl Client {
         let mut conn = Connection::new(stream, DEFAULT_MAX_FRAME);
         conn.write(&Hello {
             version: PROTOCOL_VERSION,
-            client: format!("zorilla-node client {}", env!("CARGO_PKG_VERSION")),
+            client: format!("{name} {}", env!("CARGO_PKG_VERSION")),
+            token: token.map(str::to_owned),
         })
         .await?;
         match conn.read::<Response>().await? {
@@ -128,10 +140,53 @@ impl Client {
         }
     }
 
-    /// The stdout and stderr collected so far.
+    /// All the stdout and stderr collected so far.
     pub async fn logs(&mut self, job: u64) -> Result<Vec<LogChunk>, ClientError> {
-        match self.call(&Request::Logs { job }).await? {
-            Response::Logs(logs) => Ok(logs),
+        let mut all = Vec::new();
+        let mut from = 0;
+        loop {
+            let page = self.logs_page(job, from, 0).await?;
+            if page.chunks.is_empty() {
+                return Ok(all);
+            }
+            all.extend(page.chunks);
+            from = page.next;
+        }
+    }
+
+    /// One page of logs from chunk `from` on, waiting up to `wait_secs`
+    /// for new ones if there are none yet.
+    pub async fn logs_page(
+        &mut self,
+        job: u64,
+        from: u64,
+        wait_secs: u32,
+    ) -> Result<LogPage, ClientError> {
+        match self
+            .call(&Request::Logs {
+                job,
+                from,
+                wait_secs,
+            })
+            .await?
+        {
+            Response::Logs(page) => Ok(page),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+
+    /// Changes the most workers a malleable job may use.
+    pub async fn resize(&mut self, job: u64, max_workers: u32) -> Result<JobStatus, ClientError> {
+        match self.call(&Request::Resize { job, max_workers }).await? {
+            Response::Status(status) => Ok(status),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+
+    /// The peers the node knows, nearest first.
+    pub async fn peers(&mut self) -> Result<Vec<PeerEntry>, ClientError> {
+        match self.call(&Request::Peers).await? {
+            Response::Peers(peers) => Ok(peers),
             other => Err(unexpected(Some(other))),
         }
     }

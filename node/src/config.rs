@@ -19,6 +19,7 @@
 //! site = "amsterdam"
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
 //! token = "long-random-secret"       # required when client or web is not on loopback
+//! max_clients = 128                  # client connections at once
 //! ```
 
 use std::net::SocketAddr;
@@ -88,6 +89,9 @@ pub struct Config {
     /// web address is not a loopback address; required then, because an
     /// open submit port runs anyone's code. Not needed on loopback.
     pub token: Option<String>,
+    /// The most client connections at once; more are refused as busy.
+    /// Default 128.
+    pub max_clients: Option<usize>,
 }
 
 /// Why the configuration could not be used.
@@ -153,7 +157,8 @@ impl Config {
             topology,
             site,
             web,
-            token
+            token,
+            max_clients
         );
         self
     }

@@ -6,8 +6,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use std::time::Instant;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+
+use tokio::sync::{mpsc, watch};
 use zorilla_core::node::{OwnerLimits, SchedulerConfig};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::{
@@ -17,6 +19,7 @@ use zorilla_sandbox::{Limits, Sandbox, SandboxConfig};
 
 use crate::config::{self, Config};
 use crate::node::{Node, Parts};
+use crate::server::ServerConfig;
 use crate::store::Store;
 
 /// A node's configuration with every default resolved.
@@ -37,6 +40,8 @@ pub struct Daemon {
     /// The secret clients must present off loopback (see
     /// [`Config::token`]).
     pub token: Option<String>,
+    /// The most clients connected at once.
+    pub max_clients: usize,
 }
 
 impl Daemon {
@@ -143,6 +148,10 @@ impl Daemon {
             client,
             web,
             token,
+            max_clients: config
+                .max_clients
+                .unwrap_or(crate::server::DEFAULT_MAX_CLIENTS)
+                .max(1),
         })
     }
 }
@@ -178,11 +187,19 @@ pub async fn run(
     );
     let listen = overlay.listen_addrs().await?;
     let (commands_tx, commands) = mpsc::channel(64);
+    let (activity, activity_rx) = watch::channel(0u64);
     let server = tokio::spawn(crate::server::serve(
         listener,
-        commands_tx,
-        sandbox.clone(),
-        peer.to_string(),
+        ServerConfig {
+            commands: commands_tx,
+            sandbox: sandbox.clone(),
+            overlay: overlay.clone(),
+            network: daemon.overlay.network.clone(),
+            token: daemon.token.clone(),
+            max_clients: daemon.max_clients,
+            started: Instant::now(),
+            activity: activity_rx,
+        },
     ));
     tracing::info!(%peer, %client_addr, ?listen, %resources, "node ready");
     let listen: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
@@ -198,6 +215,7 @@ pub async fn run(
         store,
         sandbox,
         dir: daemon.state_dir,
+        activity,
     };
     Node::run(parts, shutdown).await;
     server.abort();

@@ -17,6 +17,7 @@
 pub mod client;
 pub mod config;
 mod daemon;
+pub mod jobspec;
 mod net;
 mod node;
 pub mod protocol;

@@ -65,6 +65,9 @@ struct Cli {
     /// web address is not on loopback.
     #[arg(long, env = "ZORILLA_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// The most client connections at once.
+    #[arg(long, env = "ZORILLA_MAX_CLIENTS")]
+    max_clients: Option<usize>,
     /// Log filter (tracing's env-filter syntax); RUST_LOG wins if set.
     #[arg(long, env = "ZORILLA_LOG", default_value = "info")]
     log: String,
@@ -90,6 +93,7 @@ impl Cli {
             site: self.site.clone(),
             web: self.web,
             token: self.token.clone(),
+            max_clients: self.max_clients,
         }
     }
 }

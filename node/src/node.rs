@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use zorilla_core::advert::{Advert, JobId, WorkerCount};
 use zorilla_core::flood::FloodId;
@@ -25,8 +25,8 @@ use zorilla_sandbox::{
 
 use crate::net::{JobNet, LocalCall, Net, NetTransport};
 use crate::protocol::{
-    ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, NamedFile, NodeInfo, RankStatus, Request,
-    Response,
+    ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NamedFile,
+    NodeInfo, Pending, RankStatus, Request, Response,
 };
 use crate::store::{FileRef, JobRecord, Store};
 use crate::wire::{BLOCK_BYTES, JobInfo, PeerReply, PeerRpc, decode, encode};
@@ -89,6 +89,9 @@ pub(crate) struct Node {
     /// The overlay's current neighbours (from its change events).
     neighbours: BTreeSet<PeerId>,
     messages_sent: u64,
+    /// Bumped whenever a job of this home changes or gets log output, so
+    /// that clients following a job wake up (see `server`).
+    activity: watch::Sender<u64>,
 }
 
 /// What the loop is started with.
@@ -100,6 +103,7 @@ pub(crate) struct Parts {
     pub(crate) store: Store,
     pub(crate) sandbox: Sandbox,
     pub(crate) dir: PathBuf,
+    pub(crate) activity: watch::Sender<u64>,
 }
 
 fn cbor_advert(advert: &Advert<PeerId>) -> Vec<u8> {
@@ -117,6 +121,7 @@ impl Node {
             store,
             sandbox,
             dir,
+            activity,
         } = parts;
         let me = overlay.local_peer_id();
         let (local_tx, mut local_rx) = mpsc::channel::<LocalCall>(1024);
@@ -141,6 +146,7 @@ impl Node {
             probing: BTreeSet::new(),
             neighbours: BTreeSet::new(),
             messages_sent: 0,
+            activity,
         };
         node.recover();
         tokio::pin!(shutdown);
@@ -236,6 +242,7 @@ impl Node {
         if let Err(e) = self.store.put_job(job) {
             tracing::error!(job = %JobId(job.id), "cannot store job: {e}");
         }
+        self.activity.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     // ----- client commands -----
@@ -263,15 +270,25 @@ impl Node {
                 self.execute(out);
                 Response::Status(self.status(job).expect("job exists"))
             }
-            Request::Logs { job } => {
-                if !self.jobs.contains_key(&job) {
+            // Waiting for more (`wait_secs`) is the connection's business
+            // (see `server`): the loop answers at once.
+            Request::Logs { job, from, .. } => {
+                let Some(record) = self.jobs.get(&job) else {
                     return not_found(job);
-                }
-                match self.store.logs(job) {
-                    Ok(logs) => Response::Logs(logs),
+                };
+                let terminal = record.phase.is_terminal();
+                match self.store.logs_from(job, from, MAX_LOG_PAGE_BYTES) {
+                    Ok((chunks, next)) => Response::Logs(LogPage {
+                        ended: terminal && chunks.is_empty(),
+                        chunks,
+                        next,
+                    }),
                     Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
                 }
             }
+            Request::Resize { job, max_workers } => self.resize(job, max_workers),
+            // Answered by the connection from the overlay handle.
+            Request::Peers => Response::error(ErrorKind::Internal, "peers are not the loop's"),
             Request::Outputs { job } => {
                 if !self.jobs.contains_key(&job) {
                     return not_found(job);
@@ -304,6 +321,14 @@ impl Node {
                         .collect(),
                     neighbours: self.neighbours.len(),
                     messages_sent: self.messages_sent,
+                    jobs: self.jobs.values().fold(BTreeMap::new(), |mut by, job| {
+                        *by.entry(job.phase).or_insert(0) += 1;
+                        by
+                    }),
+                    // Filled in by the connection, which knows them.
+                    version: String::new(),
+                    network: String::new(),
+                    uptime_secs: 0,
                 })
             }
         }
@@ -369,6 +394,9 @@ impl Node {
             module: module_ref,
             inputs: input_refs,
             ranks: BTreeMap::new(),
+            submitted_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
         };
         // Stored before anything else happens: an accepted job is never lost.
         if let Err(e) = self.store.put_job(&record) {
@@ -389,6 +417,25 @@ impl Node {
         Response::Submitted { job: id }
     }
 
+    fn resize(&mut self, job: u64, max_workers: u32) -> Response {
+        if !self.jobs.contains_key(&job) {
+            return not_found(job);
+        }
+        match self.sched.resize(self.now(), JobId(job), max_workers) {
+            Ok(out) => {
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    record.request.max_workers = max_workers;
+                    let record = record.clone();
+                    self.persist(&record);
+                }
+                tracing::info!(job = %JobId(job), max_workers, "job resized");
+                self.execute(out);
+                Response::Status(self.status(job).expect("job exists"))
+            }
+            Err(e) => Response::error(ErrorKind::BadRequest, e.to_string()),
+        }
+    }
+
     fn status(&self, id: u64) -> Option<JobStatus> {
         let job = self.jobs.get(&id)?;
         let reason = if job.phase == JobPhase::Scheduling {
@@ -399,12 +446,39 @@ impl Node {
         } else {
             job.reason.clone()
         };
+        let seeking =
+            job.phase <= JobPhase::Running && (job.ranks.len() as u32) < job.request.max_workers;
+        let pending = seeking
+            .then(|| self.sched.report(JobId(id)))
+            .flatten()
+            .map(|r| Pending {
+                floods: r.floods,
+                radius: r.radius,
+                budget_ms: r.budget.map(|b| b.as_millis() as u64),
+                nodes_answered: r.nodes_answered,
+                offers: r.offers,
+                workers_offered: r.workers_offered,
+                declines: r
+                    .declines
+                    .iter()
+                    .map(|(k, n)| (k.to_string(), *n))
+                    .collect(),
+                refusals: r
+                    .refusals
+                    .iter()
+                    .map(|(k, n)| (k.to_string(), *n))
+                    .collect(),
+                granted: r.granted,
+                needed: r.needed,
+            });
         Some(JobStatus {
             job: id,
             phase: job.phase,
             reason,
             ranks: job.ranks.clone(),
             request: job.request.clone(),
+            pending,
+            submitted_unix: job.submitted_unix,
         })
     }
 
@@ -592,7 +666,9 @@ impl Node {
             PeerRpc::Log { job, chunk } => self.home_only(from, job, |node| {
                 node.store
                     .append_log(job, &chunk)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| e.to_string())?;
+                node.activity.send_modify(|n| *n = n.wrapping_add(1));
+                Ok(())
             }),
             PeerRpc::Output {
                 job,

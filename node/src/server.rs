@@ -1,25 +1,54 @@
-//! The client-protocol listener: one task per connection, handshake, then
-//! each request is checked and handed to the event loop, and its answer
-//! written back. A bad frame gets an error reply and closes that
+//! The client-protocol listener: one task per connection (at most
+//! [`ServerConfig::max_clients`] at once), handshake with version and token
+//! check, then each request is checked and handed to the event loop, and
+//! its answer written back. A bad frame gets an error reply and closes that
 //! connection only.
+//!
+//! Two requests are answered here rather than by the loop: `Peers` (from
+//! the overlay handle) and the waiting part of `Logs` (the loop answers at
+//! once; a connection that asked to wait watches the loop's activity
+//! counter and asks again when it moves, so the loop never holds a reply).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use zorilla_core::neighbours::LinkKind;
+use zorilla_overlay::OverlayHandle;
 use zorilla_sandbox::Sandbox;
 
 use crate::node::Command;
 use crate::protocol::frame::DEFAULT_MAX_FRAME;
 use crate::protocol::{
-    Connection, ConnectionError, ErrorKind, Hello, PROTOCOL_VERSION, Request, Response, Welcome,
+    Connection, ConnectionError, ErrorKind, Hello, MAX_WAIT_SECS, PROTOCOL_VERSION, PeerEntry,
+    Request, Response, Welcome,
 };
 
+/// The default bound on clients connected at once.
+pub(crate) const DEFAULT_MAX_CLIENTS: usize = 128;
+/// How long a new connection may take to say hello.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may sit idle between requests.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What the listener needs besides its socket.
+#[derive(Clone)]
+pub(crate) struct ServerConfig {
+    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) sandbox: Sandbox,
+    pub(crate) overlay: OverlayHandle,
+    pub(crate) network: String,
+    pub(crate) token: Option<String>,
+    pub(crate) max_clients: usize,
+    pub(crate) started: Instant,
+    pub(crate) activity: watch::Receiver<u64>,
+}
+
 /// Accepts clients until the listener fails or the node stops.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    commands: mpsc::Sender<Command>,
-    sandbox: Sandbox,
-    peer: String,
-) {
+pub(crate) async fn serve(listener: TcpListener, config: ServerConfig) {
+    let slots = Arc::new(Semaphore::new(config.max_clients));
     loop {
         let (stream, addr) = match listener.accept().await {
             Ok(conn) => conn,
@@ -29,12 +58,20 @@ pub(crate) async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let commands = commands.clone();
-        let sandbox = sandbox.clone();
-        let peer = peer.clone();
+        let config = config.clone();
+        let slot = slots.clone().try_acquire_owned();
         tokio::spawn(async move {
             let mut conn = Connection::new(stream, DEFAULT_MAX_FRAME);
-            if let Err(e) = handle(&mut conn, commands, sandbox, peer).await {
+            let Ok(_slot) = slot else {
+                tracing::warn!(%addr, "client refused: {} clients connected", config.max_clients);
+                let message = format!(
+                    "the node already serves {} clients, its limit; try again shortly",
+                    config.max_clients
+                );
+                let _ = conn.write(&Response::error(ErrorKind::Busy, message)).await;
+                return;
+            };
+            if let Err(e) = handle(&mut conn, addr, &config).await {
                 tracing::debug!(%addr, "client connection ended: {e}");
                 let _ = conn
                     .write(&Response::error(ErrorKind::BadRequest, e.to_string()))
@@ -44,13 +81,32 @@ pub(crate) async fn serve(
     }
 }
 
+/// Compares without an early exit, so the time taken does not tell how
+/// much of a guessed token was right.
+fn same_token(given: &str, expected: &str) -> bool {
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
 async fn handle(
     conn: &mut Connection,
-    commands: mpsc::Sender<Command>,
-    sandbox: Sandbox,
-    peer: String,
+    addr: SocketAddr,
+    config: &ServerConfig,
 ) -> Result<(), ConnectionError> {
-    let Some(hello) = conn.read::<Hello>().await? else {
+    let hello = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.read::<Hello>()).await {
+        Ok(hello) => hello?,
+        Err(_) => {
+            let message = "no hello within 10 s; closing";
+            conn.write(&Response::error(ErrorKind::BadRequest, message))
+                .await?;
+            return Ok(());
+        }
+    };
+    let Some(hello) = hello else {
         return Ok(());
     };
     if hello.version != PROTOCOL_VERSION {
@@ -62,35 +118,169 @@ async fn handle(
             .await?;
         return Ok(());
     }
+    if let Some(expected) = &config.token {
+        let given = hello.token.as_deref().unwrap_or("");
+        if !same_token(given, expected) {
+            let message = if given.is_empty() {
+                "this node needs a token: pass --token or set ZORILLA_TOKEN"
+            } else {
+                "wrong token"
+            };
+            tracing::warn!(%addr, client = %hello.client, "client refused: {message}");
+            conn.write(&Response::error(ErrorKind::Unauthorized, message))
+                .await?;
+            return Ok(());
+        }
+    }
     conn.write(&Response::Welcome(Welcome {
         version: PROTOCOL_VERSION,
-        peer,
+        peer: config.overlay.local_peer_id().to_string(),
     }))
     .await?;
-    while let Some(request) = conn.read::<Request>().await? {
-        // A broken module is refused here, before the job is accepted.
-        if let Request::Submit { module, .. } = &request {
-            let sandbox = sandbox.clone();
-            let module = module.clone();
-            let checked = tokio::task::spawn_blocking(move || sandbox.load(&module).map(|_| ()))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
-            if let Err(e) = checked {
-                let message = format!("module refused: {e}");
-                conn.write(&Response::error(ErrorKind::BadRequest, message))
-                    .await?;
-                continue;
-            }
-        }
-        let (reply, rx) = oneshot::channel();
-        let response = match commands.send(Command { request, reply }).await {
-            Ok(()) => rx
-                .await
-                .unwrap_or_else(|_| Response::error(ErrorKind::Internal, "node is shutting down")),
-            Err(_) => Response::error(ErrorKind::Internal, "node is shutting down"),
+    loop {
+        let request = match tokio::time::timeout(IDLE_TIMEOUT, conn.read::<Request>()).await {
+            Ok(request) => request?,
+            Err(_) => return Ok(()),
         };
+        let Some(request) = request else {
+            return Ok(());
+        };
+        let response = answer(request, config).await;
         conn.write(&response).await?;
     }
-    Ok(())
+}
+
+async fn answer(request: Request, config: &ServerConfig) -> Response {
+    match request {
+        Request::Peers => peers(&config.overlay).await,
+        Request::Logs {
+            job,
+            from,
+            wait_secs,
+        } => {
+            let wait = Duration::from_secs(u64::from(wait_secs.min(MAX_WAIT_SECS)));
+            let deadline = tokio::time::Instant::now() + wait;
+            let mut activity = config.activity.clone();
+            loop {
+                // Marked seen before asking, so a change while the loop
+                // answers is not missed.
+                activity.borrow_and_update();
+                let response = ask(
+                    Request::Logs {
+                        job,
+                        from,
+                        wait_secs: 0,
+                    },
+                    config,
+                )
+                .await;
+                let done = match &response {
+                    Response::Logs(page) => !page.chunks.is_empty() || page.ended,
+                    _ => true,
+                };
+                if done
+                    || tokio::time::timeout_at(deadline, activity.changed())
+                        .await
+                        .is_err()
+                {
+                    return response;
+                }
+            }
+        }
+        Request::NodeInfo => match ask(Request::NodeInfo, config).await {
+            Response::NodeInfo(mut info) => {
+                if let Ok(listen) = config.overlay.listen_addrs().await {
+                    info.listen = listen.iter().map(|a| a.to_string()).collect();
+                }
+                info.version = env!("CARGO_PKG_VERSION").to_string();
+                info.network.clone_from(&config.network);
+                info.uptime_secs = config.started.elapsed().as_secs();
+                Response::NodeInfo(info)
+            }
+            other => other,
+        },
+        Request::Submit {
+            job,
+            module,
+            inputs,
+        } => {
+            // A broken module is refused here, before the job is accepted.
+            let sandbox = config.sandbox.clone();
+            let checked = tokio::task::spawn_blocking(move || {
+                let checked = sandbox.load(&module).map(|_| ()).map_err(|e| e.to_string());
+                (checked, module)
+            })
+            .await;
+            let (checked, module) = match checked {
+                Ok(checked) => checked,
+                Err(e) => (Err(format!("the check failed: {e}")), Vec::new()),
+            };
+            if let Err(e) = checked {
+                let message = format!("module refused: {e}");
+                return Response::error(ErrorKind::BadRequest, message);
+            }
+            ask(
+                Request::Submit {
+                    job,
+                    module,
+                    inputs,
+                },
+                config,
+            )
+            .await
+        }
+        other => ask(other, config).await,
+    }
+}
+
+/// Hands a request to the event loop and waits for its answer.
+async fn ask(request: Request, config: &ServerConfig) -> Response {
+    let (reply, rx) = oneshot::channel();
+    match config.commands.send(Command { request, reply }).await {
+        Ok(()) => rx
+            .await
+            .unwrap_or_else(|_| Response::error(ErrorKind::Internal, "node is shutting down")),
+        Err(_) => Response::error(ErrorKind::Internal, "node is shutting down"),
+    }
+}
+
+async fn peers(overlay: &OverlayHandle) -> Response {
+    match overlay.known_peers().await {
+        Ok(mut known) => {
+            // Nearest first; unmeasured last.
+            known.sort_by_key(|p| (p.rtt.is_none(), p.rtt));
+            Response::Peers(
+                known
+                    .into_iter()
+                    .map(|p| PeerEntry {
+                        peer: p.peer.to_string(),
+                        rtt_us: p.rtt.map(|r| r.as_micros() as u64),
+                        link: p.kind.map(|k| {
+                            match k {
+                                LinkKind::Near => "near",
+                                LinkKind::Far => "far",
+                            }
+                            .to_string()
+                        }),
+                        connected: p.connected,
+                        addrs: p.addrs.iter().map(|a| a.to_string()).collect(),
+                    })
+                    .collect(),
+            )
+        }
+        Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_token;
+
+    #[test]
+    fn tokens_compare_exactly() {
+        assert!(same_token("abc", "abc"));
+        assert!(!same_token("abd", "abc"));
+        assert!(!same_token("ab", "abc"));
+        assert!(!same_token("", "abc"));
+    }
 }

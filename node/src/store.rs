@@ -34,6 +34,9 @@ pub(crate) struct JobRecord {
     pub(crate) module: FileRef,
     pub(crate) inputs: Vec<FileRef>,
     pub(crate) ranks: std::collections::BTreeMap<u32, RankStatus>,
+    /// When the job was accepted, seconds since the Unix epoch.
+    #[serde(default)]
+    pub(crate) submitted_unix: u64,
 }
 
 impl JobRecord {
@@ -147,16 +150,31 @@ impl Store {
         tx.commit().map_err(err)
     }
 
-    /// A job's log chunks in the order they arrived.
-    pub(crate) fn logs(&self, job: u64) -> Result<Vec<LogChunk>, StoreError> {
+    /// A job's log chunks from sequence number `from` on, as many as fit in
+    /// `max_bytes` of data (at least one, so a reader always moves on), and
+    /// the sequence number to ask for next.
+    pub(crate) fn logs_from(
+        &self,
+        job: u64,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<(Vec<LogChunk>, u64), StoreError> {
         let tx = self.db.begin_read().map_err(err)?;
         let table = tx.open_table(LOGS).map_err(err)?;
         let mut out = Vec::new();
-        for entry in table.range((job, 0)..=(job, u64::MAX)).map_err(err)? {
-            let (_, value) = entry.map_err(err)?;
-            out.push(ciborium::from_reader(value.value()).map_err(err)?);
+        let mut next = from;
+        let mut bytes = 0usize;
+        for entry in table.range((job, from)..=(job, u64::MAX)).map_err(err)? {
+            let (key, value) = entry.map_err(err)?;
+            let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(err)?;
+            if !out.is_empty() && bytes + chunk.data.len() > max_bytes {
+                break;
+            }
+            bytes += chunk.data.len();
+            next = key.value().1 + 1;
+            out.push(chunk);
         }
-        Ok(out)
+        Ok((out, next))
     }
 
     /// Appends `data` to output file `name` of a job (`offset` 0 starts it
@@ -227,6 +245,7 @@ mod tests {
             },
             inputs: vec![],
             ranks: Default::default(),
+            submitted_unix: 0,
         };
         {
             let store = Store::open(&path).unwrap();
@@ -251,8 +270,16 @@ mod tests {
         let store = Store::open(&path).unwrap();
         assert_eq!(store.jobs().unwrap(), vec![job]);
         assert_eq!(store.blob_block("ab", 1, 10).unwrap().unwrap(), b"yz");
-        let logs: Vec<Vec<u8>> = store.logs(7).unwrap().into_iter().map(|c| c.data).collect();
+        let (chunks, next) = store.logs_from(7, 0, usize::MAX).unwrap();
+        let logs: Vec<Vec<u8>> = chunks.into_iter().map(|c| c.data).collect();
         assert_eq!(logs, vec![b"one".to_vec(), b"two".to_vec()]);
+        assert_eq!(next, 2);
+        // Pages: at least one chunk each, then on from `next`.
+        let (page, next) = store.logs_from(7, 0, 1).unwrap();
+        assert_eq!((page.len(), next), (1, 1));
+        let (page, next) = store.logs_from(7, next, 1).unwrap();
+        assert_eq!((page[0].data.as_slice(), next), (b"two".as_slice(), 2));
+        assert!(store.logs_from(7, next, 1).unwrap().0.is_empty());
         let outputs = store.outputs(7).unwrap();
         assert_eq!(outputs.len(), 1);
         assert_eq!(outputs[0].data, b"hello");
@@ -272,6 +299,7 @@ mod tests {
             },
             inputs: vec![],
             ranks: Default::default(),
+            submitted_unix: 0,
         };
         assert!(!job.advance(JobPhase::Submitted, "back"));
         assert!(job.advance(JobPhase::Running, "go"));

@@ -90,7 +90,7 @@ mod tests {
         let wrong = encode(&Response::Ok, 1024).unwrap();
         assert!(parse::<Request>(&wrong, 1024).is_err());
         assert!(matches!(
-            encode(&Request::Logs { job: 1 }, 2),
+            encode(&Request::Cancel { job: 1 }, 2),
             Err(FrameError::TooLarge { .. })
         ));
     }

@@ -2,11 +2,14 @@
 //!
 //! TCP (127.0.0.1 by default), length-prefixed CBOR frames ([`frame`]) read
 //! and written by a [`Connection`]. The client opens with a [`Hello`]
-//! carrying [`PROTOCOL_VERSION`]; the node answers with a [`Welcome`] or an
-//! [`Response::Error`] and closes. After that every [`Request`] gets exactly
-//! one [`Response`]. Anything wrong with a request (bad spec, unknown job,
-//! malformed frame) is answered with [`Response::Error`] saying what was
-//! wrong; the node keeps running.
+//! carrying [`PROTOCOL_VERSION`] (and the node's token, if it has one); the
+//! node answers with a [`Welcome`] or an [`Response::Error`] and closes.
+//! After that every [`Request`] gets exactly one [`Response`]. Anything
+//! wrong with a request (bad spec, unknown job, malformed frame) is answered
+//! with [`Response::Error`] saying what was wrong; the node keeps running.
+//!
+//! `docs/protocol.md` describes the bytes on the wire for writing a client
+//! in another language; the types here are the reference.
 
 pub mod connection;
 pub mod frame;
@@ -29,6 +32,10 @@ pub struct Hello {
     pub version: u32,
     /// Free text naming the client, for the node's logs.
     pub client: String,
+    /// The node's token: needed when the node has one configured (always
+    /// the case off loopback), ignored otherwise.
+    #[serde(default)]
+    pub token: Option<String>,
 }
 
 /// The node's answer to a good [`Hello`].
@@ -117,10 +124,19 @@ pub enum Request {
         /// The job id.
         job: u64,
     },
-    /// The stdout and stderr collected for a job so far.
+    /// A job's stdout and stderr from chunk number `from` on (0: from
+    /// the start). With `wait_secs` > 0 and nothing new yet, the node waits
+    /// up to that long for more before it answers (how `logs -f` follows).
     Logs {
         /// The job id.
         job: u64,
+        /// The first chunk number wanted.
+        #[serde(default)]
+        from: u64,
+        /// How long to wait for new chunks, seconds (at most
+        /// [`MAX_WAIT_SECS`]).
+        #[serde(default)]
+        wait_secs: u32,
     },
     /// The output files collected for a job so far.
     Outputs {
@@ -129,7 +145,23 @@ pub enum Request {
     },
     /// What the node is and has.
     NodeInfo,
+    /// Change the most workers a malleable job may use (see
+    /// [`zorilla_core::node::Scheduler::resize`]).
+    Resize {
+        /// The job id.
+        job: u64,
+        /// The new maximum.
+        max_workers: u32,
+    },
+    /// The peers this node knows, nearest first.
+    Peers,
 }
+
+/// The longest a [`Request::Logs`] waits for new chunks.
+pub const MAX_WAIT_SECS: u32 = 60;
+
+/// The most log bytes in one [`LogPage`]: far below the frame cap.
+pub const MAX_LOG_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// The phase of a job. Phases only move forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -165,6 +197,31 @@ pub struct RankStatus {
     pub outcome: Option<String>,
 }
 
+/// What the home knows of a job's search for workers: why it waits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    /// Floods sent.
+    pub floods: u32,
+    /// Radius (hops) of the last flood.
+    pub radius: u8,
+    /// Latency budget of the last flood in milliseconds, if latency-bounded.
+    pub budget_ms: Option<u64>,
+    /// Nodes that answered (offers and declines).
+    pub nodes_answered: u64,
+    /// Offers received.
+    pub offers: u64,
+    /// Workers offered in all.
+    pub workers_offered: u64,
+    /// Declines by reason (as words: "busy", "too small", ...).
+    pub declines: BTreeMap<String, u64>,
+    /// Offers the home refused, by reason.
+    pub refusals: BTreeMap<String, u64>,
+    /// Workers granted so far.
+    pub granted: u32,
+    /// Workers the job needs to start.
+    pub needed: u32,
+}
+
 /// A job's status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobStatus {
@@ -176,8 +233,48 @@ pub struct JobStatus {
     pub reason: String,
     /// Workers per rank.
     pub ranks: BTreeMap<u32, RankStatus>,
-    /// What it asked for.
+    /// What it asked for (with the current worker maximum).
     pub request: JobRequest,
+    /// The search for workers, while the home still looks (scheduling, or
+    /// running and growing).
+    #[serde(default)]
+    pub pending: Option<Pending>,
+    /// When it was submitted, seconds since the Unix epoch.
+    #[serde(default)]
+    pub submitted_unix: u64,
+}
+
+impl JobStatus {
+    /// Workers running now (placed and not ended).
+    pub fn running_workers(&self) -> u32 {
+        self.ranks.values().filter(|r| r.outcome.is_none()).count() as u32
+    }
+}
+
+/// A page of a job's logs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogPage {
+    /// The chunks, in the order they arrived.
+    pub chunks: Vec<LogChunk>,
+    /// The chunk number to ask for next.
+    pub next: u64,
+    /// The job is over and every chunk the home has was sent.
+    pub ended: bool,
+}
+
+/// A peer a node knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerEntry {
+    /// Its peer id.
+    pub peer: String,
+    /// The smoothed RTT in microseconds, if measured.
+    pub rtt_us: Option<u64>,
+    /// `"near"` or `"far"` if it is a neighbour.
+    pub link: Option<String>,
+    /// Whether a connection is open now.
+    pub connected: bool,
+    /// Where it listens, as far as the node knows.
+    pub addrs: Vec<String>,
 }
 
 /// One piece of a worker's stdout or stderr.
@@ -211,6 +308,18 @@ pub struct NodeInfo {
     pub neighbours: usize,
     /// Overlay messages sent so far (flood frames and rpc requests).
     pub messages_sent: u64,
+    /// The node's version.
+    #[serde(default)]
+    pub version: String,
+    /// The network (grid) name.
+    #[serde(default)]
+    pub network: String,
+    /// Seconds since the node started.
+    #[serde(default)]
+    pub uptime_secs: u64,
+    /// Jobs this node is home to, by phase.
+    #[serde(default)]
+    pub jobs: BTreeMap<JobPhase, u64>,
 }
 
 /// Kinds of error replies.
@@ -222,6 +331,10 @@ pub enum ErrorKind {
     NotFound,
     /// Wrong protocol version.
     Version,
+    /// Missing or wrong token.
+    Unauthorized,
+    /// Too many clients at once; try again later.
+    Busy,
     /// The node failed to do it.
     Internal,
 }
@@ -240,12 +353,14 @@ pub enum Response {
     Status(JobStatus),
     /// Every job.
     Jobs(Vec<JobStatus>),
-    /// Logs of a job, in the order they arrived per rank and stream.
-    Logs(Vec<LogChunk>),
+    /// Logs of a job, in the order they arrived.
+    Logs(LogPage),
     /// Outputs of a job, named `rank/filename`.
     Outputs(Vec<NamedFile>),
     /// The node.
     NodeInfo(NodeInfo),
+    /// The peers a node knows.
+    Peers(Vec<PeerEntry>),
     /// The handshake succeeded.
     Welcome(Welcome),
     /// The request failed.

@@ -1,0 +1,338 @@
+//! Job spec files: what a user writes to describe a job for
+//! `zorilla submit job.toml`, and how it becomes a [`JobRequest`] with its
+//! module and input files.
+//!
+//! ```toml
+//! module = "../wasm/nqueens.wasm" # the worker program, relative to this file
+//! args = ["14"]                 # arguments of every worker (after argv[0])
+//! workers = 16                  # a rigid job: exactly 16 workers, all at once
+//! # min_workers = 4             # or a malleable job: start with 4 ...
+//! # max_workers = 16            # ... and grow up to 16
+//! strategy = "spread"           # "spread" (a node each first) or "concentrate" (fill nodes)
+//! cores = 1                     # per worker
+//! memory_mib = 64               # per worker (also its linear-memory cap)
+//! disk_mib = 0                  # per worker
+//! wall_time_secs = 600          # per worker; 0 = the node's cap
+//! lifetime_secs = 120           # how long the job may wait for workers
+//! on_worker_lost = "replace"    # rigid job losing a worker: "fail" or "replace"
+//! inputs = ["data/board.txt"]   # files workers read under /inputs, relative to this file
+//! outputs = "results"           # where `submit --wait` and `fetch` put outputs
+//! ```
+//!
+//! Every field but `module` may be left out (defaults: one worker,
+//! concentrate, 1 core, 64 MiB, a 60 s lifetime, fail on a lost worker).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use zorilla_core::advert::Strategy;
+use zorilla_core::node::LostPolicy;
+
+use crate::protocol::{JobRequest, NamedFile};
+
+/// A job spec file, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    /// The WebAssembly module, relative to the spec file.
+    pub module: Option<PathBuf>,
+    /// Arguments of every worker.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Exactly this many workers (a rigid job).
+    pub workers: Option<u32>,
+    /// Least workers to start with (a malleable job).
+    pub min_workers: Option<u32>,
+    /// Most workers (a malleable job).
+    pub max_workers: Option<u32>,
+    /// Spread or concentrate.
+    pub strategy: Option<Strategy>,
+    /// Cores per worker.
+    pub cores: Option<u32>,
+    /// Memory per worker, MiB.
+    pub memory_mib: Option<u64>,
+    /// Disk per worker, MiB.
+    pub disk_mib: Option<u64>,
+    /// Wall-clock limit per worker, seconds.
+    pub wall_time_secs: Option<u64>,
+    /// How long the job may wait for its workers, seconds.
+    pub lifetime_secs: Option<u64>,
+    /// What a rigid job does when it loses a worker.
+    pub on_worker_lost: Option<LostPolicy>,
+    /// Input files, relative to the spec file.
+    #[serde(default)]
+    pub inputs: Vec<PathBuf>,
+    /// Where outputs go when fetched, relative to the current directory.
+    pub outputs: Option<PathBuf>,
+}
+
+/// Why a job spec could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {error}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The spec is not valid TOML of the right shape.
+    #[error("{path} is not a valid job spec: {error}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        error: String,
+    },
+    /// The values do not fit together.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A job ready to submit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// What it asks for.
+    pub request: JobRequest,
+    /// The module's bytes.
+    pub module: Vec<u8>,
+    /// The input files.
+    pub inputs: Vec<NamedFile>,
+    /// Where outputs go, if the spec says.
+    pub outputs: Option<PathBuf>,
+}
+
+impl JobFile {
+    /// Reads a spec file; relative paths in it become relative to its
+    /// directory.
+    pub fn load(path: &Path) -> Result<JobFile, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|error| SpecError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        let mut file: JobFile = toml::from_str(&text).map_err(|e| SpecError::Parse {
+            path: path.to_owned(),
+            error: e.to_string(),
+        })?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        if let Some(module) = &mut file.module {
+            *module = base.join(&*module);
+        }
+        for input in &mut file.inputs {
+            *input = base.join(&*input);
+        }
+        Ok(file)
+    }
+
+    /// Fields set in `other` replace those of `self`; lists given in
+    /// `other` are added.
+    pub fn overridden_by(mut self, other: JobFile) -> JobFile {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        // A worker count given on the command line replaces the file's,
+        // whichever form either uses.
+        if other.workers.is_some() || other.min_workers.is_some() || other.max_workers.is_some() {
+            self.workers = None;
+            self.min_workers = None;
+            self.max_workers = None;
+        }
+        take!(
+            module,
+            workers,
+            min_workers,
+            max_workers,
+            strategy,
+            cores,
+            memory_mib,
+            disk_mib,
+            wall_time_secs,
+            lifetime_secs,
+            on_worker_lost,
+            outputs
+        );
+        if !other.args.is_empty() {
+            self.args = other.args;
+        }
+        self.inputs.extend(other.inputs);
+        self
+    }
+
+    /// The request this spec describes (without reading any file).
+    pub fn request(&self) -> Result<JobRequest, SpecError> {
+        let defaults = JobRequest::default();
+        let (min, max) = match (self.workers, self.min_workers, self.max_workers) {
+            (Some(n), None, None) => (n, n),
+            (Some(_), _, _) => {
+                return Err(SpecError::Invalid(
+                    "give either `workers` (a rigid job) or `min_workers`/`max_workers` \
+                     (a malleable one), not both"
+                        .into(),
+                ));
+            }
+            (None, Some(min), Some(max)) => (min, max),
+            (None, Some(min), None) => (min, min),
+            (None, None, Some(max)) => (1, max),
+            (None, None, None) => (1, 1),
+        };
+        if min == 0 {
+            return Err(SpecError::Invalid("a job needs at least one worker".into()));
+        }
+        if min > max {
+            return Err(SpecError::Invalid(format!(
+                "min_workers ({min}) is more than max_workers ({max})"
+            )));
+        }
+        Ok(JobRequest {
+            min_workers: min,
+            max_workers: max,
+            cores: self.cores.unwrap_or(defaults.cores),
+            memory_mib: self.memory_mib.unwrap_or(defaults.memory_mib),
+            disk_mib: self.disk_mib.unwrap_or(defaults.disk_mib),
+            strategy: self.strategy.unwrap_or(defaults.strategy),
+            lifetime_secs: self.lifetime_secs.unwrap_or(defaults.lifetime_secs),
+            on_worker_lost: self.on_worker_lost.unwrap_or(defaults.on_worker_lost),
+            args: self.args.clone(),
+            wall_time_secs: self.wall_time_secs.unwrap_or(defaults.wall_time_secs),
+        })
+    }
+
+    /// The request with the module and inputs read from disk.
+    pub fn job(&self) -> Result<Job, SpecError> {
+        let request = self.request()?;
+        let module_path = self.module.as_ref().ok_or_else(|| {
+            SpecError::Invalid(
+                "no module: give `module = \"program.wasm\"` in the spec or --module".into(),
+            )
+        })?;
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|error| SpecError::Read {
+                path: path.to_owned(),
+                error,
+            })
+        };
+        let module = read(module_path)?;
+        let mut inputs = Vec::with_capacity(self.inputs.len());
+        for path in &self.inputs {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| {
+                    SpecError::Invalid(format!("input {} has no usable file name", path.display()))
+                })?
+                .to_string();
+            if inputs.iter().any(|f: &NamedFile| f.name == name) {
+                return Err(SpecError::Invalid(format!(
+                    "two inputs are named {name:?}: workers see inputs by file name only"
+                )));
+            }
+            inputs.push(NamedFile {
+                name,
+                data: read(path)?,
+            });
+        }
+        Ok(Job {
+            request,
+            module,
+            inputs,
+            outputs: self.outputs.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example in the module documentation.
+    fn documented() -> String {
+        include_str!("jobspec.rs")
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start()))
+            .collect()
+    }
+
+    #[test]
+    fn the_documented_example_is_a_rigid_spread_job() {
+        let file: JobFile = toml::from_str(&documented()).unwrap();
+        let request = file.request().unwrap();
+        assert_eq!((request.min_workers, request.max_workers), (16, 16));
+        assert_eq!(request.strategy, Strategy::Spread);
+        assert_eq!(request.on_worker_lost, LostPolicy::Replace);
+        assert_eq!(request.args, vec!["14".to_string()]);
+    }
+
+    #[test]
+    fn paths_are_relative_to_the_spec_and_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::fs::write(dir.path().join("m.wasm"), b"\0asm").unwrap();
+        std::fs::write(dir.path().join("data/in.txt"), b"hi").unwrap();
+        let spec = dir.path().join("job.toml");
+        std::fs::write(
+            &spec,
+            "module = \"m.wasm\"\ninputs = [\"data/in.txt\"]\nmin_workers = 2\nmax_workers = 4\n",
+        )
+        .unwrap();
+        let job = JobFile::load(&spec).unwrap().job().unwrap();
+        assert_eq!(job.module, b"\0asm");
+        assert_eq!(job.inputs[0].name, "in.txt");
+        assert_eq!(job.inputs[0].data, b"hi");
+        assert_eq!((job.request.min_workers, job.request.max_workers), (2, 4));
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let file = JobFile {
+            workers: Some(4),
+            cores: Some(2),
+            args: vec!["a".into()],
+            ..JobFile::default()
+        };
+        let flags = JobFile {
+            min_workers: Some(1),
+            max_workers: Some(8),
+            args: vec!["b".into()],
+            ..JobFile::default()
+        };
+        let request = file.overridden_by(flags).request().unwrap();
+        assert_eq!((request.min_workers, request.max_workers), (1, 8));
+        assert_eq!(request.cores, 2);
+        assert_eq!(request.args, vec!["b".to_string()]);
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_wrong() {
+        let err = toml::from_str::<JobFile>("workerz = 3").unwrap_err();
+        assert!(err.to_string().contains("workerz"), "{err}");
+        let both = JobFile {
+            workers: Some(2),
+            max_workers: Some(3),
+            ..JobFile::default()
+        };
+        assert!(both.request().unwrap_err().to_string().contains("not both"));
+        let inverted = JobFile {
+            min_workers: Some(3),
+            max_workers: Some(2),
+            ..JobFile::default()
+        };
+        assert!(inverted.request().is_err());
+        let no_module = JobFile::default().job().unwrap_err().to_string();
+        assert!(no_module.contains("no module"), "{no_module}");
+        let missing = JobFile {
+            module: Some("/nonexistent/x.wasm".into()),
+            ..JobFile::default()
+        };
+        assert!(
+            missing
+                .job()
+                .unwrap_err()
+                .to_string()
+                .contains("cannot read")
+        );
+    }
+}
