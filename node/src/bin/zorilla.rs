@@ -382,7 +382,11 @@ async fn run(cli: Cli) -> Result<u8> {
             if *json {
                 print_json(&status);
             } else {
-                out(&format!("job {}: {}\n", JobId(id), phase_name(status.phase)));
+                out(&format!(
+                    "job {}: {}\n",
+                    JobId(id),
+                    phase_name(status.phase)
+                ));
             }
             Ok(0)
         }
@@ -561,8 +565,11 @@ async fn wait(
     } else {
         None
     };
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    // Registered now, before the first progress line, so that a Ctrl-C
+    // from then on is ours to answer.
+    let mut interrupt =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| Failure::new(EXIT_UNREACHABLE, format!("cannot watch for Ctrl-C: {e}")))?;
     let mut last_phase = None;
     let status = loop {
         let status = client.status(id).await?;
@@ -586,9 +593,9 @@ async fn wait(
             break status;
         }
         tokio::select! {
-            _ = &mut ctrl_c => {
+            _ = interrupt.recv() => {
                 bar.finish_and_clear();
-                return interrupted(&mut client, id).await;
+                return interrupted(&mut client, id, &mut interrupt).await;
             }
             () = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
@@ -634,17 +641,25 @@ async fn wait(
 
 /// Ctrl-C while waiting: ask whether to cancel (the answer is read from
 /// stdin, so a script can pipe it; no answer means no).
-async fn interrupted(client: &mut Client, id: u64) -> Result<u8> {
+async fn interrupted(
+    client: &mut Client,
+    id: u64,
+    interrupt: &mut tokio::signal::unix::Signal,
+) -> Result<u8> {
     eprint!("\ncancel job {}? [y/N] ", JobId(id));
     let _ = std::io::stderr().flush();
-    let answer = tokio::task::spawn_blocking(|| {
+    // A plain thread, not the runtime's blocking pool: the runtime would
+    // wait for a read that may never end when the process exits.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
         let mut line = String::new();
-        std::io::stdin().read_line(&mut line).map(|_| line)
+        let _ = std::io::stdin().read_line(&mut line);
+        let _ = tx.send(line);
     });
     let answer = tokio::select! {
-        answer = answer => answer.ok().and_then(|a| a.ok()).unwrap_or_default(),
+        answer = rx => answer.unwrap_or_default(),
         // A second Ctrl-C means no.
-        _ = tokio::signal::ctrl_c() => String::new(),
+        _ = interrupt.recv() => String::new(),
     };
     if matches!(answer.trim(), "y" | "Y" | "yes") {
         let status = client.cancel(id).await?;

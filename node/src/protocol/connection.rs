@@ -46,10 +46,17 @@ impl Connection {
         loop {
             if let Some((value, used)) = frame::parse(&self.buf, self.max_frame)? {
                 self.buf.drain(..used);
+                // A big frame (a submit) should not pin its buffer for the
+                // rest of the connection.
+                if self.buf.capacity() > 1 << 20 && self.buf.len() < 1 << 16 {
+                    self.buf.shrink_to(1 << 16);
+                }
                 return Ok(Some(value));
             }
-            let mut chunk = [0u8; 64 * 1024];
-            let n = self.stream.read(&mut chunk).await?;
+            // Straight into the buffer's spare capacity: no 64 KiB array in
+            // every future that reads a frame.
+            self.buf.reserve(64 * 1024);
+            let n = self.stream.read_buf(&mut self.buf).await?;
             if n == 0 {
                 return if self.buf.is_empty() {
                     Ok(None)
@@ -57,7 +64,6 @@ impl Connection {
                     Err(ConnectionError::Truncated)
                 };
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 

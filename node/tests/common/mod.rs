@@ -1,0 +1,236 @@
+//! What the multi-node tests share: real `zorilla-node` processes on
+//! loopback (ports chosen by the OS, temp state directories), and waits
+//! that poll with a deadline instead of sleeping a fixed time.
+
+// Each test crate uses only part of this.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zorilla_node::client::Client;
+use zorilla_node::protocol::{JobPhase, JobRequest, JobStatus};
+
+pub(crate) struct TestNode {
+    pub(crate) child: Child,
+    pub(crate) dir: PathBuf,
+    pub(crate) client: String,
+    pub(crate) listen: String,
+    pub(crate) peer: String,
+    pub(crate) args: Vec<String>,
+}
+
+impl TestNode {
+    pub(crate) fn start(dir: &Path, network: &str, peer: Option<&str>, cores: u32) -> TestNode {
+        Self::start_with(dir, network, peer, cores, "127.0.0.1", &[])
+    }
+
+    /// Starts a node listening on loopback address `ip`, port 0 (chosen by
+    /// the OS), with `extra` arguments.
+    pub(crate) fn start_with(
+        dir: &Path,
+        network: &str,
+        peer: Option<&str>,
+        cores: u32,
+        ip: &str,
+        extra: &[String],
+    ) -> TestNode {
+        let mut args = vec![
+            "--state-dir".to_string(),
+            dir.display().to_string(),
+            "--network".into(),
+            network.into(),
+            "--client".into(),
+            "127.0.0.1:0".into(),
+            "--listen".into(),
+            format!("/ip4/{ip}/tcp/0"),
+            "--mdns".into(),
+            "false".into(),
+            "--cores".into(),
+            cores.to_string(),
+            "--memory-mib".into(),
+            "1024".into(),
+            "--disk-mib".into(),
+            "1000".into(),
+        ];
+        if let Some(peer) = peer {
+            args.push("--peer".into());
+            args.push(peer.into());
+        }
+        args.extend_from_slice(extra);
+        Self::spawn(dir, args)
+    }
+
+    pub(crate) fn spawn(dir: &Path, args: Vec<String>) -> TestNode {
+        std::fs::create_dir_all(dir).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("node.log"))
+            .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_zorilla-node"))
+            .args(&args)
+            .env("RUST_LOG", "info,zorilla_overlay=warn,libp2p=warn")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("start zorilla-node");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.starts_with("zorilla-node ready") {
+                    let _ = tx.try_send(line);
+                }
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| {
+                let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                panic!(
+                    "node in {} did not get ready; its log ends:\n{}",
+                    dir.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            });
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap()
+                .to_string()
+        };
+        let listen = field("listen").split(',').next().unwrap().to_string();
+        TestNode {
+            child,
+            dir: dir.to_owned(),
+            client: field("client"),
+            listen,
+            peer: field("peer"),
+            args,
+        }
+    }
+
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        // The old value's drop kills the already dead process again: harmless.
+        *self = TestNode::spawn(&self.dir, self.args.clone());
+    }
+
+    pub(crate) async fn client(&self) -> Client {
+        Client::connect(self.client.as_str()).await.unwrap()
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub(crate) struct Grid {
+    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) nodes: Vec<TestNode>,
+}
+
+pub(crate) fn grid(n: usize, cores: u32) -> Grid {
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-{}", std::process::id());
+    let first = TestNode::start(&dir.path().join("n0"), &network, None, cores);
+    let bootstrap = first.listen.clone();
+    let mut nodes = vec![first];
+    for i in 1..n {
+        let node = TestNode::start(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            Some(&bootstrap),
+            cores,
+        );
+        nodes.push(node);
+    }
+    Grid { _dir: dir, nodes }
+}
+
+pub(crate) fn wasm(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/wasm/{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Waits until the job ends and checks that it completed.
+pub(crate) async fn wait_completed(client: &mut Client, job: u64, deadline: Duration) -> JobStatus {
+    let status = wait_for(client, job, deadline, "completion", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    status
+}
+
+pub(crate) async fn wait_for(
+    client: &mut Client,
+    job: u64,
+    deadline: Duration,
+    what: &str,
+    done: impl Fn(&JobStatus) -> bool,
+) -> JobStatus {
+    let start = Instant::now();
+    loop {
+        let status = client.status(job).await.unwrap();
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out waiting for {what}; last status {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub(crate) fn stdout_of(logs: &[zorilla_node::protocol::LogChunk]) -> String {
+    logs.iter()
+        .filter(|c| !c.stderr)
+        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+        .collect()
+}
+
+pub(crate) fn nqueens(workers: u32, n: u32) -> JobRequest {
+    JobRequest {
+        min_workers: workers,
+        max_workers: workers,
+        cores: 1,
+        memory_mib: 64,
+        lifetime_secs: 30,
+        args: vec![n.to_string()],
+        ..JobRequest::default()
+    }
+}
+
+/// Waits until every node has at least `min` overlay neighbours.
+pub(crate) async fn wait_for_neighbours(nodes: &[TestNode], min: usize, deadline: Duration) {
+    let start = Instant::now();
+    for node in nodes {
+        let mut c = node.client().await;
+        loop {
+            let info = c.node_info().await.unwrap();
+            if info.neighbours >= min {
+                break;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "{} has {} neighbours after {deadline:?}, wanted {min}",
+                node.peer,
+                info.neighbours
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
