@@ -11,72 +11,19 @@
 //! profile, i.e. an optimised `zorilla-node`). `START64_ROUNDS` sets the
 //! number of jobs, one after another (default 1: see BENCHMARKS.md for why).
 
-use std::io::{BufRead, BufReader};
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::TestNode;
 use zorilla_node::client::Client;
 use zorilla_node::protocol::{JobPhase, JobRequest};
 
 const NODES: usize = 32;
 const CORES: u32 = 2;
 const WORKERS: u32 = 64;
-
-struct Node {
-    child: Child,
-    client: String,
-    listen: String,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(dir: &Path, network: &str, peer: Option<&str>) -> Node {
-    std::fs::create_dir_all(dir).unwrap();
-    let log = std::fs::File::create(dir.join("node.log")).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zorilla-node"));
-    cmd.arg("--state-dir")
-        .arg(dir)
-        .args(["--network", network, "--client", "127.0.0.1:0"])
-        .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--mdns", "false"])
-        .args(["--cores", &CORES.to_string(), "--memory-mib", "1024"])
-        .args(["--disk-mib", "1000"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(log);
-    if let Some(peer) = peer {
-        cmd.args(["--peer", peer]);
-    }
-    let mut child = cmd.spawn().expect("start zorilla-node");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.starts_with("zorilla-node ready") {
-                let _ = tx.try_send(line);
-            }
-        }
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("node did not get ready within 30 s");
-    let field = |name: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{name}=")))
-            .unwrap()
-            .to_string()
-    };
-    Node {
-        client: field("client"),
-        listen: field("listen").split(',').next().unwrap().to_string(),
-        child,
-    }
-}
 
 /// (RSS in kB, CPU ticks) of a process, from /proc.
 fn proc_stats(pid: u32) -> (u64, u64) {
@@ -116,14 +63,15 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let network = format!("bench-{}", std::process::id());
     let started = Instant::now();
-    let first = start(&dir.path().join("n0"), &network, None);
+    let first = TestNode::start(&dir.path().join("n0"), &network, None, CORES);
     let bootstrap = first.listen.clone();
     let mut nodes = vec![first];
     for i in 1..NODES {
-        nodes.push(start(
+        nodes.push(TestNode::start(
             &dir.path().join(format!("n{i}")),
             &network,
             Some(&bootstrap),
+            CORES,
         ));
     }
     println!("{NODES} nodes ready in {:.2?}", started.elapsed());

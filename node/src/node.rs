@@ -364,46 +364,36 @@ impl Node {
                 break id;
             }
         };
-        let store_file = |name: &str, data: &[u8]| -> Result<FileRef, String> {
-            let sha256 = hex::encode(Sha256::digest(data));
-            self.store
-                .put_blob(&sha256, data)
-                .map_err(|e| e.to_string())?;
-            Ok(FileRef {
-                name: name.to_owned(),
-                sha256,
-                size: data.len() as u64,
-            })
+        let file_ref = |name: &str, data: &[u8]| FileRef {
+            name: name.to_owned(),
+            sha256: hex::encode(Sha256::digest(data)),
+            size: data.len() as u64,
         };
-        let module_ref = match store_file("module.wasm", &module) {
-            Ok(r) => r,
-            Err(e) => return Response::error(ErrorKind::Internal, e),
-        };
-        let mut input_refs = Vec::new();
-        for file in &inputs {
-            match store_file(&file.name, &file.data) {
-                Ok(r) => input_refs.push(r),
-                Err(e) => return Response::error(ErrorKind::Internal, e),
-            }
+        let module_ref = file_ref("module.wasm", &module);
+        let input_refs: Vec<FileRef> = inputs.iter().map(|f| file_ref(&f.name, &f.data)).collect();
+        let mut files: Vec<(&str, &[u8])> = vec![(&module_ref.sha256, &module)];
+        for (r, f) in input_refs.iter().zip(&inputs) {
+            files.push((&r.sha256, &f.data));
         }
-        let mut record = JobRecord {
+        let record = JobRecord {
             id,
-            phase: JobPhase::Submitted,
-            reason: "accepted".into(),
+            // Stored straight as scheduling: the scheduler gets the job in
+            // this same step, so a crash cannot fall between the two.
+            phase: JobPhase::Scheduling,
+            reason: "looking for workers".into(),
             request,
-            module: module_ref,
-            inputs: input_refs,
+            module: module_ref.clone(),
+            inputs: input_refs.clone(),
             ranks: BTreeMap::new(),
             submitted_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
         };
         // Stored before anything else happens: an accepted job is never lost.
-        if let Err(e) = self.store.put_job(&record) {
+        if let Err(e) = self.store.put_submission(&record, &files) {
             return Response::error(ErrorKind::Internal, e.to_string());
         }
-        record.advance(JobPhase::Scheduling, "looking for workers");
-        self.persist(&record);
+        self.activity.send_modify(|n| *n = n.wrapping_add(1));
         self.jobs.insert(id, record);
         tracing::info!(job = %JobId(id), "job submitted");
         let out = self.sched.handle(

@@ -92,6 +92,32 @@ impl Store {
         tx.commit().map_err(err)
     }
 
+    /// Stores a new job and its files (by hash) in one transaction: one
+    /// durable commit per submission, and a file already stored (the same
+    /// module submitted again) is not written again.
+    pub(crate) fn put_submission(
+        &self,
+        job: &JobRecord,
+        files: &[(&str, &[u8])],
+    ) -> Result<(), StoreError> {
+        let mut bytes = Vec::new();
+        ciborium::into_writer(job, &mut bytes).map_err(err)?;
+        let tx = self.db.begin_write().map_err(err)?;
+        {
+            let mut blobs = tx.open_table(BLOBS).map_err(err)?;
+            for (sha256, data) in files {
+                if blobs.get(*sha256).map_err(err)?.is_none() {
+                    blobs.insert(*sha256, *data).map_err(err)?;
+                }
+            }
+            tx.open_table(JOBS)
+                .map_err(err)?
+                .insert(job.id, bytes.as_slice())
+                .map_err(err)?;
+        }
+        tx.commit().map_err(err)
+    }
+
     /// Every stored job.
     pub(crate) fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         let tx = self.db.begin_read().map_err(err)?;
@@ -102,16 +128,6 @@ impl Store {
             out.push(ciborium::from_reader(value.value()).map_err(err)?);
         }
         Ok(out)
-    }
-
-    /// Stores a file under its hash.
-    pub(crate) fn put_blob(&self, sha256: &str, data: &[u8]) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(err)?;
-        tx.open_table(BLOBS)
-            .map_err(err)?
-            .insert(sha256, data)
-            .map_err(err)?;
-        tx.commit().map_err(err)
     }
 
     /// A block of a stored file: `len` bytes from `offset`.
@@ -249,8 +265,7 @@ mod tests {
         };
         {
             let store = Store::open(&path).unwrap();
-            store.put_job(&job).unwrap();
-            store.put_blob("ab", b"xyz").unwrap();
+            store.put_submission(&job, &[("ab", b"xyz")]).unwrap();
             for data in [b"one".to_vec(), b"two".to_vec()] {
                 store
                     .append_log(

@@ -74,6 +74,39 @@ mod tests {
         assert_eq!(used, frame.len());
     }
 
+    /// The example bytes in docs/protocol.md.
+    #[test]
+    fn the_documented_bytes_are_what_we_send() {
+        let hello = crate::protocol::Hello {
+            version: 1,
+            client: "python".into(),
+            token: None,
+        };
+        let mut expected = vec![0, 0, 0, 0x1f, 0xa3, 0x67];
+        expected.extend_from_slice(b"version");
+        expected.extend_from_slice(&[0x01, 0x66]);
+        expected.extend_from_slice(b"client");
+        expected.push(0x66);
+        expected.extend_from_slice(b"python");
+        expected.push(0x65);
+        expected.extend_from_slice(b"token");
+        expected.push(0xf6);
+        assert_eq!(encode(&hello, 1024).unwrap(), expected);
+        assert_eq!(
+            encode(&Request::List, 1024).unwrap(),
+            [0, 0, 0, 5, 0x64, b'L', b'i', b's', b't']
+        );
+        // A client that leaves the token out is understood.
+        let mut short = vec![0, 0, 0, 0x18, 0xa2, 0x67];
+        short.extend_from_slice(b"version");
+        short.extend_from_slice(&[0x01, 0x66]);
+        short.extend_from_slice(b"client");
+        short.push(0x66);
+        short.extend_from_slice(b"python");
+        let (parsed, _) = parse::<crate::protocol::Hello>(&short, 1024).unwrap().unwrap();
+        assert_eq!(parsed.token, None);
+    }
+
     #[test]
     fn oversized_and_malformed_frames_are_errors() {
         let huge = [0xff, 0xff, 0xff, 0xff];

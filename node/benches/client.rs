@@ -1,0 +1,98 @@
+//! Issue 6's benchmark: the client protocol of one real `zorilla-node`
+//! (release build, 127.0.0.1, temp state directory).
+//!
+//! - Submissions per second the node accepts from 8 concurrent clients, each
+//!   submitting `SUBMITS_PER_CLIENT` jobs one after another. A submission is
+//!   the whole path: the module checked by the sandbox, module and job
+//!   committed to redb (durably), the job handed to the scheduler. The jobs
+//!   ask for more cores than the node has, so they wait for workers and the
+//!   figure is acceptance, not execution.
+//! - Status round-trip latency: `STATUS_CALLS` status requests, one after
+//!   another on one connection; median and 99th percentile.
+//!
+//! Run: `cargo bench -p zorilla-node --bench client`.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestNode, wasm};
+use zorilla_node::client::Client;
+use zorilla_node::protocol::JobRequest;
+
+const CLIENTS: usize = 8;
+const SUBMITS_PER_CLIENT: usize = 50;
+const STATUS_CALLS: usize = 5000;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("bench-client-{}", std::process::id());
+    let node = TestNode::start(&dir.path().join("n0"), &network, None, 2);
+    let module = wasm("hello");
+    let request = JobRequest {
+        cores: 64,
+        lifetime_secs: 600,
+        ..JobRequest::default()
+    };
+
+    // Warm up: the first submit compiles the module into the cache.
+    let mut first = Client::connect(node.client.as_str()).await.unwrap();
+    first
+        .submit(request.clone(), module.clone(), vec![])
+        .await
+        .unwrap();
+
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let addr = node.client.clone();
+        let request = request.clone();
+        let module = module.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::connect(addr.as_str()).await.unwrap();
+            let mut latencies = Vec::with_capacity(SUBMITS_PER_CLIENT);
+            for _ in 0..SUBMITS_PER_CLIENT {
+                let t = Instant::now();
+                client
+                    .submit(request.clone(), module.clone(), vec![])
+                    .await
+                    .unwrap();
+                latencies.push(t.elapsed());
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap());
+    }
+    let elapsed = start.elapsed();
+    let total = CLIENTS * SUBMITS_PER_CLIENT;
+    latencies.sort();
+    println!(
+        "submit: {total} jobs from {CLIENTS} clients in {elapsed:.2?}: {:.0} submissions/s; \
+         latency median {:.2?}, p99 {:.2?} ({} byte module)",
+        total as f64 / elapsed.as_secs_f64(),
+        latencies[total / 2],
+        latencies[total * 99 / 100],
+        module.len()
+    );
+    assert_eq!(first.list().await.unwrap().len(), total + 1);
+
+    let job = first.list().await.unwrap()[0].job;
+    let mut rtts: Vec<Duration> = Vec::with_capacity(STATUS_CALLS);
+    for _ in 0..STATUS_CALLS {
+        let t = Instant::now();
+        first.status(job).await.unwrap();
+        rtts.push(t.elapsed());
+    }
+    rtts.sort();
+    println!(
+        "status: {STATUS_CALLS} round trips on one connection: median {:.1?}, p99 {:.1?}, max {:.1?}",
+        rtts[STATUS_CALLS / 2],
+        rtts[STATUS_CALLS * 99 / 100],
+        rtts[STATUS_CALLS - 1]
+    );
+}
