@@ -103,7 +103,9 @@ mod tests {
         short.extend_from_slice(b"client");
         short.push(0x66);
         short.extend_from_slice(b"python");
-        let (parsed, _) = parse::<crate::protocol::Hello>(&short, 1024).unwrap().unwrap();
+        let (parsed, _) = parse::<crate::protocol::Hello>(&short, 1024)
+            .unwrap()
+            .unwrap();
         assert_eq!(parsed.token, None);
     }
 

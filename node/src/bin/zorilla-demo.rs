@@ -1,0 +1,394 @@
+//! `zorilla-demo`: Zorilla's main job in one command. Starts a local grid of
+//! 12 real `zorilla-node` processes on loopback in three emulated sites
+//! (each site its own 127.0.x.y addresses; 1 ms within a site, 10 ms between
+//! the first two, 40 ms to the third), submits the bundled `nqueens` guest
+//! with 16 workers to a node of the first site through the real `zorilla`
+//! tool (progress bar, the answer), shows where the workers ran per site and
+//! the status page's address, and shuts the grid down cleanly.
+//!
+//! Needs `zorilla-node` and `zorilla` next to it (`cargo build --release -p
+//! zorilla-node` builds all three; `scripts/demo.sh` does both). No config
+//! file, no compiler: the guest is built in.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use zorilla_core::advert::JobId;
+use zorilla_node::client::Client;
+use zorilla_node::protocol::JobPhase;
+
+/// The nqueens guest, built in so that the demo needs no files.
+const NQUEENS: &[u8] = include_bytes!("../../../examples/wasm/nqueens.wasm");
+
+/// Known N-Queens solution counts, to check the answer.
+const SOLUTIONS: [(u32, u64); 6] = [
+    (8, 92),
+    (10, 724),
+    (12, 14_200),
+    (13, 73_712),
+    (14, 365_596),
+    (15, 2_279_184),
+];
+
+/// The sites: name, and the RTT from the first site.
+const SITES: [(&str, u64); 3] = [("amsterdam", 1), ("delft", 10), ("paris", 40)];
+const NODES_PER_SITE: usize = 4;
+const CORES: u32 = 2;
+
+/// Runs a 12-node Zorilla grid on this machine and a 16-worker nqueens job
+/// on it.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// N of N-Queens (8, 10, 12, 13, 14 or 15).
+    #[arg(long, default_value_t = 14)]
+    queens: u32,
+    /// Workers of the job.
+    #[arg(long, default_value_t = 16)]
+    workers: u32,
+    /// Keep the grid running after the job, until Ctrl-C (to look around
+    /// with the status page and `zorilla`).
+    #[arg(long)]
+    keep: bool,
+}
+
+struct DemoNode {
+    child: Child,
+    site: &'static str,
+    peer: String,
+    client: String,
+    listen: String,
+    web: Option<String>,
+}
+
+impl Drop for DemoNode {
+    fn drop(&mut self) {
+        // Only reached if the demo fails half-way: a clean run has already
+        // stopped every node with SIGTERM.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(demo(args)))
+    {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("zorilla-demo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn sibling(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
+    let path = exe.with_file_name(name);
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} is missing: build it with `cargo build --release -p zorilla-node` (or run \
+             scripts/demo.sh)",
+            path.display()
+        ))
+    }
+}
+
+fn topology() -> String {
+    let mut text = String::from("default_rtt_ms = 40\n");
+    for (name, _) in SITES {
+        text.push_str(&format!(
+            "[[sites]]\nname = \"{name}\"\nrtt_within_ms = 1\n"
+        ));
+    }
+    text.push_str(&format!(
+        "[[links]]\na = \"{}\"\nb = \"{}\"\nrtt_ms = {}\n[hosts]\n",
+        SITES[0].0, SITES[1].0, SITES[1].1
+    ));
+    for (s, (name, _)) in SITES.iter().enumerate() {
+        for k in 0..NODES_PER_SITE {
+            text.push_str(&format!("\"{}\" = \"{name}\"\n", host(s, k)));
+        }
+    }
+    text
+}
+
+/// The loopback address of node `k` of site `s`.
+fn host(s: usize, k: usize) -> String {
+    format!("127.0.{}.{}", s + 1, k + 1)
+}
+
+fn start_node(
+    exe: &Path,
+    dir: &Path,
+    network: &str,
+    s: usize,
+    k: usize,
+    bootstrap: Option<&str>,
+) -> Result<DemoNode, String> {
+    use std::os::unix::process::CommandExt as _;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let log = std::fs::File::create(dir.join("node.log")).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--state-dir")
+        .arg(dir)
+        .args(["--network", network, "--client", "127.0.0.1:0"])
+        .args(["--listen", &format!("/ip4/{}/tcp/0", host(s, k))])
+        .args(["--mdns", "false", "--cores", &CORES.to_string()])
+        .args(["--memory-mib", "1024", "--disk-mib", "1000"])
+        .arg("--topology")
+        .arg(dir.parent().unwrap_or(dir).join("sites.toml"))
+        .args(["--site", SITES[s].0])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        // Their own process group: a Ctrl-C at the terminal goes to the
+        // demo and the zorilla tool, not to the nodes, which the demo then
+        // stops in order.
+        .process_group(0);
+    if let Some(peer) = bootstrap {
+        cmd.args(["--peer", peer]);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("zorilla-node ready") {
+                let _ = tx.try_send(line);
+            }
+        }
+    });
+    let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
+        let _ = child.kill();
+        return Err(format!(
+            "a node did not start; see {}",
+            dir.join("node.log").display()
+        ));
+    };
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .map(str::to_string)
+    };
+    Ok(DemoNode {
+        site: SITES[s].0,
+        peer: field("peer").unwrap_or_default(),
+        client: field("client").unwrap_or_default(),
+        listen: field("listen")
+            .unwrap_or_default()
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        web: field("web"),
+        child,
+    })
+}
+
+async fn demo(args: Args) -> Result<ExitCode, String> {
+    let expected = SOLUTIONS
+        .iter()
+        .find(|(n, _)| *n == args.queens)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| format!("--queens {}: use 8, 10, 12, 13, 14 or 15", args.queens))?;
+    let node_exe = sibling("zorilla-node")?;
+    let cli_exe = sibling("zorilla")?;
+    // The demo's own Ctrl-C handling: it must outlive an interrupted job to
+    // shut the grid down.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| e.to_string())?;
+
+    let dir = std::env::temp_dir().join(format!("zorilla-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::write(dir.join("sites.toml"), topology()).map_err(|e| e.to_string())?;
+    let network = format!("demo-{}", std::process::id());
+
+    let started = Instant::now();
+    println!(
+        "Starting 12 zorilla-node processes in 3 emulated sites: {} (submitter's), {} ({} ms away), {} ({} ms away)",
+        SITES[0].0, SITES[1].0, SITES[1].1, SITES[2].0, SITES[2].1
+    );
+    let mut nodes: Vec<DemoNode> = Vec::new();
+    for s in 0..SITES.len() {
+        for k in 0..NODES_PER_SITE {
+            let bootstrap = nodes.first().map(|n| n.listen.clone());
+            let i = nodes.len();
+            nodes.push(start_node(
+                &node_exe,
+                &dir.join(format!("n{i}")),
+                &network,
+                s,
+                k,
+                bootstrap.as_deref(),
+            )?);
+        }
+    }
+    // Ready when every node has neighbours to flood to.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for node in &nodes {
+        let mut client = Client::connect(node.client.as_str())
+            .await
+            .map_err(|e| e.to_string())?;
+        while client
+            .node_info()
+            .await
+            .map_err(|e| e.to_string())?
+            .neighbours
+            < 3
+        {
+            if Instant::now() > deadline {
+                return Err("the overlay did not form within 60 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    println!(
+        "Grid ready in {:.1} s: {} nodes × {CORES} cores, state in {}",
+        started.elapsed().as_secs_f64(),
+        nodes.len(),
+        dir.display()
+    );
+    if let Some(web) = &nodes[0].web {
+        println!("Status page of the submitting node: {web}");
+    }
+
+    let spec = dir.join("nqueens.toml");
+    std::fs::write(dir.join("nqueens.wasm"), NQUEENS).map_err(|e| e.to_string())?;
+    std::fs::write(
+        &spec,
+        format!(
+            "module = \"nqueens.wasm\"\nargs = [\"{}\"]\nworkers = {}\nstrategy = \"concentrate\"\n\
+             lifetime_secs = 120\non_worker_lost = \"replace\"\n",
+            args.queens, args.workers
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    println!(
+        "\n$ zorilla --node {} submit nqueens.toml --follow    # N={}, {} workers\n",
+        nodes[0].client, args.queens, args.workers
+    );
+    let mut cli = Command::new(&cli_exe)
+        .args(["--node", &nodes[0].client, "submit"])
+        .arg(&spec)
+        .arg("--follow")
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", cli_exe.display()))?;
+    let cli_status = loop {
+        tokio::select! {
+            _ = interrupt.recv() => {} // the zorilla tool asks; we wait for it
+            () = tokio::time::sleep(Duration::from_millis(50)) => {
+                if let Some(status) = cli.try_wait().map_err(|e| e.to_string())? {
+                    break status;
+                }
+            }
+        }
+    };
+
+    // Where the workers ran, per site, from the home's record.
+    let mut client = Client::connect(nodes[0].client.as_str())
+        .await
+        .map_err(|e| e.to_string())?;
+    let jobs = client.list().await.map_err(|e| e.to_string())?;
+    let mut ok = cli_status.success();
+    if let Some(job) = jobs.first() {
+        let site_of: BTreeMap<&str, &str> =
+            nodes.iter().map(|n| (n.peer.as_str(), n.site)).collect();
+        let mut per_site: BTreeMap<&str, (usize, std::collections::BTreeSet<&str>)> =
+            BTreeMap::new();
+        for rank in job.ranks.values() {
+            let site = site_of.get(rank.node.as_str()).copied().unwrap_or("?");
+            let entry = per_site.entry(site).or_default();
+            entry.0 += 1;
+            entry.1.insert(rank.node.as_str());
+        }
+        println!(
+            "\nWhere the {} workers of job {} ran:",
+            job.ranks.len(),
+            JobId(job.job)
+        );
+        for (name, rtt) in SITES {
+            let (workers, hosts) = per_site.remove(name).unwrap_or_default();
+            println!(
+                "  {name:<10} ({rtt:>2} ms from the submitter): {workers:>2} workers on {} nodes",
+                hosts.len()
+            );
+        }
+        let logs = client.logs(job.job).await.map_err(|e| e.to_string())?;
+        let stdout: String = logs
+            .iter()
+            .filter(|c| !c.stderr)
+            .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+            .collect();
+        let right = stdout.contains(&format!("solutions={expected}"));
+        println!(
+            "Answer check: {}-Queens has {expected} solutions: {}",
+            args.queens,
+            if right {
+                "correct"
+            } else {
+                "NOT FOUND in the output"
+            }
+        );
+        ok &= right && job.phase == JobPhase::Completed;
+    }
+
+    if args.keep {
+        println!(
+            "\nThe grid keeps running; try `zorilla --node {} list`. Ctrl-C stops it.",
+            nodes[0].client
+        );
+        let _ = interrupt.recv().await;
+    }
+    print!("\nShutting the grid down... ");
+    let stopping = Instant::now();
+    for node in &nodes {
+        let pid = rustix::process::Pid::from_child(&node.child);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    let mut clean = 0;
+    for node in &mut nodes {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match node.child.try_wait() {
+                Ok(Some(status)) => {
+                    clean += usize::from(status.success());
+                    break;
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ => {
+                    let _ = node.child.kill();
+                    let _ = node.child.wait();
+                    break;
+                }
+            }
+        }
+    }
+    println!(
+        "{clean} of {} nodes stopped cleanly in {:.2} s.",
+        nodes.len(),
+        stopping.elapsed().as_secs_f64()
+    );
+    ok &= clean == nodes.len();
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
