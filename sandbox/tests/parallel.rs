@@ -80,6 +80,26 @@ async fn nqueens_14_on_4_ranks() {
     );
 }
 
+/// The worker shown in the README (kept identical to examples/src/sum.c)
+/// runs and reduces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_example_worker_sums_over_all_ranks() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let source = std::fs::read_to_string(root.join("examples/src/sum.c")).unwrap();
+    let start = readme.find("```c\n").expect("a C block in the README") + 5;
+    let end = start + readme[start..].find("```").unwrap();
+    assert!(
+        source.ends_with(&readme[start..end]),
+        "README's C example and examples/src/sum.c differ"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let program = load(&sandbox, "sum");
+    let out = run_job(&sandbox, &program, 4, &[]).await;
+    assert_eq!(out[0], "sum over 4 ranks = 10\n");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_reduces_over_all_ranks_reproducibly() {
     let dir = tempfile::tempdir().unwrap();
