@@ -29,3 +29,6 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+echo "== benchmarks, short run (scripts/bench.sh --short)"
+scripts/bench.sh --short

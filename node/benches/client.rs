@@ -2,13 +2,13 @@
 //! (release build, 127.0.0.1, temp state directory).
 //!
 //! - Submissions per second the node accepts from 8 concurrent clients, each
-//!   submitting `SUBMITS_PER_CLIENT` jobs one after another. A submission is
+//!   submitting 50 jobs one after another. A submission is
 //!   the whole path: the module checked by the sandbox, module and job
 //!   committed to redb (durably), the job handed to the scheduler. The jobs
 //!   ask for more cores than the node has, so they wait for workers and the
 //!   figure is acceptance, not execution.
-//! - Status round-trip latency: `STATUS_CALLS` status requests, one after
-//!   another on one connection; median and 99th percentile.
+//! - Status round-trip latency: 5,000 status requests, one after another
+//!   on one connection; median and 99th percentile.
 //!
 //! Run: `cargo bench -p zorilla-node --bench client`.
 
@@ -22,11 +22,15 @@ use zorilla_node::client::Client;
 use zorilla_node::protocol::JobRequest;
 
 const CLIENTS: usize = 8;
-const SUBMITS_PER_CLIENT: usize = 50;
-const STATUS_CALLS: usize = 5000;
+
+/// `ZORILLA_BENCH_SHORT=1` (CI): fewer of everything, same code.
+fn short() -> bool {
+    std::env::var_os("ZORILLA_BENCH_SHORT").is_some()
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    let (submits_per_client, status_calls) = if short() { (5, 200) } else { (50, 5000) };
     let dir = tempfile::tempdir().unwrap();
     let network = format!("bench-client-{}", std::process::id());
     let node = TestNode::start(&dir.path().join("n0"), &network, None, 2);
@@ -52,8 +56,8 @@ async fn main() {
         let module = module.clone();
         tasks.push(tokio::spawn(async move {
             let mut client = Client::connect(addr.as_str()).await.unwrap();
-            let mut latencies = Vec::with_capacity(SUBMITS_PER_CLIENT);
-            for _ in 0..SUBMITS_PER_CLIENT {
+            let mut latencies = Vec::with_capacity(submits_per_client);
+            for _ in 0..submits_per_client {
                 let t = Instant::now();
                 client
                     .submit(request.clone(), module.clone(), vec![])
@@ -69,7 +73,7 @@ async fn main() {
         latencies.extend(task.await.unwrap());
     }
     let elapsed = start.elapsed();
-    let total = CLIENTS * SUBMITS_PER_CLIENT;
+    let total = CLIENTS * submits_per_client;
     latencies.sort();
     println!(
         "submit: {total} jobs from {CLIENTS} clients in {elapsed:.2?}: {:.0} submissions/s; \
@@ -79,20 +83,28 @@ async fn main() {
         latencies[total * 99 / 100],
         module.len()
     );
+    println!(
+        "RESULT client.submits {:.0} submissions/s",
+        total as f64 / elapsed.as_secs_f64()
+    );
     assert_eq!(first.list().await.unwrap().len(), total + 1);
 
     let job = first.list().await.unwrap()[0].job;
-    let mut rtts: Vec<Duration> = Vec::with_capacity(STATUS_CALLS);
-    for _ in 0..STATUS_CALLS {
+    let mut rtts: Vec<Duration> = Vec::with_capacity(status_calls);
+    for _ in 0..status_calls {
         let t = Instant::now();
         first.status(job).await.unwrap();
         rtts.push(t.elapsed());
     }
     rtts.sort();
     println!(
-        "status: {STATUS_CALLS} round trips on one connection: median {:.1?}, p99 {:.1?}, max {:.1?}",
-        rtts[STATUS_CALLS / 2],
-        rtts[STATUS_CALLS * 99 / 100],
-        rtts[STATUS_CALLS - 1]
+        "status: {status_calls} round trips on one connection: median {:.1?}, p99 {:.1?}, max {:.1?}",
+        rtts[status_calls / 2],
+        rtts[status_calls * 99 / 100],
+        rtts[status_calls - 1]
+    );
+    println!(
+        "RESULT client.status_rtt_median {:.1} µs",
+        rtts[status_calls / 2].as_secs_f64() * 1e6
     );
 }

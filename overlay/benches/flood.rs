@@ -238,6 +238,17 @@ async fn run() -> anyhow::Result<()> {
         failures += node.handle.stats().await?.flood_send_failures;
     }
     println!("  flood frames not acknowledged: {failures}");
+    // For scripts/bench.sh (see tests/src/bin/bench-report.rs).
+    println!("RESULT overlay.nodes {n} nodes");
+    println!("RESULT overlay.formed {:.1} s", formed.as_secs_f64());
+    println!(
+        "RESULT overlay.frames_per_flood {:.0} frames",
+        frames_total as f64 / floods as f64
+    );
+    println!(
+        "RESULT overlay.cover_median {:.1} ms",
+        ms(cover_times[cover_times.len() / 2])
+    );
     for node in &nodes {
         node.handle.shutdown().await;
     }

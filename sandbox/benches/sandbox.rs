@@ -64,6 +64,17 @@ fn print(name: &str, s: &Summary) {
         s.p99.as_secs_f64() * 1e6,
         s.mean.as_secs_f64() * 1e6
     );
+    // For scripts/bench.sh (see tests/src/bin/bench-report.rs).
+    let slug: String = name
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join("_")
+        .to_lowercase();
+    println!(
+        "RESULT sandbox.{slug}_p50 {:.1} µs",
+        s.p50.as_secs_f64() * 1e6
+    );
 }
 
 fn guest(name: &str) -> Vec<u8> {

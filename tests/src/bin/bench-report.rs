@@ -1,0 +1,384 @@
+//! `bench-report`: turns the logs of `scripts/bench.sh` into the summary
+//! table of BENCHMARKS.md and two plots.
+//!
+//! It reads every `*.log` in the log directory:
+//! - `RESULT <name> <value> <unit...>` lines that the benchmarks print;
+//! - `CURVE <name> <x> <y>` lines (the node benchmark's workers running over
+//!   time since submit);
+//! - the simulator's `mean over N seed(s):` block (`ours` and `paper` lines)
+//!   in `sim-<scenario>.log`.
+//!
+//! It rewrites the part of the markdown file between
+//! `<!-- bench-summary:begin -->` and `<!-- bench-summary:end -->` and
+//! writes `locality.svg` (extra RTT per worker, ours against the paper's
+//! scheduler, per scenario) and `start-times.svg` (workers running against
+//! time since submit) into the SVG directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use plotters::prelude::*;
+
+/// Writes the benchmark summary and plots from scripts/bench.sh's logs.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Directory of the benchmark logs.
+    #[arg(long)]
+    logs: PathBuf,
+    /// The markdown file whose summary section is rewritten.
+    #[arg(long)]
+    markdown: PathBuf,
+    /// Where the SVG plots go.
+    #[arg(long)]
+    svg_dir: PathBuf,
+    /// How the figures were produced, for the heading (e.g. "full" or
+    /// "short, debug build").
+    #[arg(long, default_value = "full")]
+    kind: String,
+}
+
+const BEGIN: &str = "<!-- bench-summary:begin -->";
+const END: &str = "<!-- bench-summary:end -->";
+
+/// One scheduler's mean figures on one scenario.
+#[derive(Debug, Clone, Default)]
+struct SimMeans {
+    extra_rtt_ms: f64,
+    out_of_order_pct: f64,
+    msgs_per_job: f64,
+}
+
+#[derive(Debug, Default)]
+struct Results {
+    /// name -> (value, unit), from RESULT lines.
+    figures: BTreeMap<String, (String, String)>,
+    /// name -> points, from CURVE lines.
+    curves: BTreeMap<String, Vec<(f64, f64)>>,
+    /// scenario -> (ours, paper).
+    sim: BTreeMap<String, (Option<SimMeans>, Option<SimMeans>)>,
+}
+
+fn parse_sim_line(line: &str) -> Option<SimMeans> {
+    // "ours   extra RTT 0.0000 ms/worker | out of order 0.00% | 6483 msgs/job | ..."
+    let mut parts = line.split('|').map(str::trim);
+    let rtt = parts.next()?.split_whitespace().nth(2)?.parse().ok()?;
+    let order = parts
+        .next()?
+        .trim_start_matches("out of order")
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .ok()?;
+    let msgs = parts.next()?.split_whitespace().next()?.parse().ok()?;
+    Some(SimMeans {
+        extra_rtt_ms: rtt,
+        out_of_order_pct: order,
+        msgs_per_job: msgs,
+    })
+}
+
+fn read_logs(dir: &Path) -> anyhow::Result<Results> {
+    let mut results = Results::default();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    entries.sort();
+    for path in entries {
+        let text = std::fs::read_to_string(&path)?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let mut in_means = false;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("RESULT ") {
+                let mut words = rest.split_whitespace();
+                if let (Some(name), Some(value)) = (words.next(), words.next()) {
+                    let unit = words.collect::<Vec<_>>().join(" ");
+                    results
+                        .figures
+                        .insert(name.to_string(), (value.to_string(), unit));
+                }
+            } else if let Some(rest) = line.strip_prefix("CURVE ") {
+                let w: Vec<&str> = rest.split_whitespace().collect();
+                if let [name, x, y] = w.as_slice()
+                    && let (Ok(x), Ok(y)) = (x.parse(), y.parse())
+                {
+                    results
+                        .curves
+                        .entry(name.to_string())
+                        .or_default()
+                        .push((x, y));
+                }
+            } else if line.starts_with("mean over") {
+                in_means = true;
+            } else if in_means && let Some(scenario) = stem.strip_prefix("sim-") {
+                let trimmed = line.trim_start();
+                let entry = results.sim.entry(scenario.to_string()).or_default();
+                if let Some(rest) = trimmed.strip_prefix("ours") {
+                    entry.0 = parse_sim_line(rest.trim());
+                } else if let Some(rest) = trimmed.strip_prefix("paper") {
+                    entry.1 = parse_sim_line(rest.trim());
+                } else {
+                    in_means = false;
+                }
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// What each figure is, in the order of the table, and where it comes from.
+const FIGURES: &[(&str, &str, &str)] = &[
+    (
+        "client.submits",
+        "submissions accepted per second, 8 clients",
+        "cargo bench -p zorilla-node --bench client",
+    ),
+    (
+        "client.status_rtt_median",
+        "status round trip, median",
+        "cargo bench -p zorilla-node --bench client",
+    ),
+    (
+        "start.all_running_median",
+        "submit to all workers running",
+        "cargo bench -p zorilla-node --bench start64",
+    ),
+    (
+        "start.messages_per_job",
+        "overlay messages for that job",
+        "cargo bench -p zorilla-node --bench start64",
+    ),
+    (
+        "start.idle_rss_median",
+        "idle RSS per node (median)",
+        "cargo bench -p zorilla-node --bench start64",
+    ),
+    (
+        "overlay.formed",
+        "overlay formed",
+        "cargo bench -p zorilla-overlay --bench flood",
+    ),
+    (
+        "overlay.frames_per_flood",
+        "frames per flood",
+        "cargo bench -p zorilla-overlay --bench flood",
+    ),
+    (
+        "overlay.cover_median",
+        "time for a flood to cover every node (median)",
+        "cargo bench -p zorilla-overlay --bench flood",
+    ),
+    (
+        "sandbox.instantiate_worker_cached_module_p50",
+        "instantiate a worker from a cached module (p50)",
+        "cargo bench -p zorilla-sandbox --bench sandbox",
+    ),
+    (
+        "sandbox.start_guest_s_first_instruction_p50",
+        "start to the guest's first instruction (p50)",
+        "cargo bench -p zorilla-sandbox --bench sandbox",
+    ),
+];
+
+fn markdown(results: &Results, kind: &str) -> String {
+    let mut out = format!(
+        "{BEGIN}\n_Written by `scripts/bench.sh` ({kind}); the sections below explain each figure._\n\n"
+    );
+    out.push_str("| figure | measured | command |\n|---|---|---|\n");
+    let size = |prefix: &str| {
+        let get = |k: &str| {
+            results
+                .figures
+                .get(&format!("{prefix}.{k}"))
+                .map(|v| v.0.clone())
+        };
+        match prefix {
+            "start" => get("nodes")
+                .zip(get("workers"))
+                .map(|(n, w)| format!(" ({n} nodes, {w} workers)")),
+            "overlay" => get("nodes").map(|n| format!(" ({n} nodes)")),
+            _ => None,
+        }
+        .unwrap_or_default()
+    };
+    for (key, what, command) in FIGURES {
+        let prefix = key.split('.').next().unwrap_or("");
+        let measured = results
+            .figures
+            .get(*key)
+            .map_or("not run".to_string(), |(v, u)| format!("{v} {u}"));
+        out.push_str(&format!(
+            "| {what}{} | {measured} | `{command}` |\n",
+            size(prefix)
+        ));
+    }
+    for (scenario, (ours, paper)) in &results.sim {
+        let cell = |m: &Option<SimMeans>| {
+            m.as_ref().map_or("-".into(), |m| {
+                format!(
+                    "{:.3} ms extra RTT/worker, {:.2}% out of order, {:.0} msgs/job",
+                    m.extra_rtt_ms, m.out_of_order_pct, m.msgs_per_job
+                )
+            })
+        };
+        out.push_str(&format!(
+            "| simulator `{scenario}`: ours | {} | `zorilla-sim tests/scenarios/{scenario}.toml` |\n\
+             | simulator `{scenario}`: paper's scheduler | {} | same run |\n",
+            cell(ours),
+            cell(paper)
+        ));
+    }
+    out.push_str(
+        "\nPlots: [locality](docs/bench/locality.svg) (simulator, extra RTT per worker), \
+         [worker start](docs/bench/start-times.svg) (workers running after a submit).\n",
+    );
+    out.push_str(END);
+    out
+}
+
+fn rewrite(path: &Path, section: &str) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
+        bail!("{} has no {BEGIN} ... {END} section", path.display());
+    };
+    let new = format!("{}{section}{}", &text[..a], &text[b + END.len()..]);
+    std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn plot_locality(path: &Path, results: &Results) -> anyhow::Result<()> {
+    let rows: Vec<(&String, f64, f64)> = results
+        .sim
+        .iter()
+        .map(|(s, (o, p))| {
+            (
+                s,
+                o.as_ref().map_or(0.0, |m| m.extra_rtt_ms),
+                p.as_ref().map_or(0.0, |m| m.extra_rtt_ms),
+            )
+        })
+        .collect();
+    let root = SVGBackend::new(path, (800, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let y_max = rows.iter().map(|r| r.1.max(r.2)).fold(0.1_f64, f64::max) * 1.2;
+    let n = rows.len().max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Extra RTT per worker over the optimum (lower is better)",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..n as f64, 0.0..y_max)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let labels: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n + 1)
+        .x_label_formatter(&|x| {
+            let i = (*x - 0.5).round();
+            if (*x - 0.5 - i).abs() < 1e-6 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("ms per worker")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (series, color, label) in [(1usize, BLUE, "ours"), (2, RED, "paper's scheduler")] {
+        let bars = rows.iter().enumerate().map(move |(i, r)| {
+            let v = if series == 1 { r.1 } else { r.2 };
+            let x0 = i as f64 + if series == 1 { 0.15 } else { 0.5 };
+            Rectangle::new([(x0, 0.0), (x0 + 0.35, v)], color.filled())
+        });
+        chart
+            .draw_series(bars)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present()
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn plot_start(path: &Path, results: &Results) -> anyhow::Result<()> {
+    let points = results
+        .curves
+        .get("start.running")
+        .cloned()
+        .unwrap_or_default();
+    let x_max = points.iter().map(|p| p.0).fold(1.0_f64, f64::max) * 1.05;
+    let y_max = points.iter().map(|p| p.1).fold(1.0_f64, f64::max) * 1.1;
+    let root = SVGBackend::new(path, (800, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Workers running after a submit (real nodes)",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("ms since submit")
+        .y_desc("workers running")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut steps = Vec::with_capacity(points.len() * 2);
+    for pair in points.windows(2) {
+        steps.push(pair[0]);
+        steps.push((pair[1].0, pair[0].1));
+    }
+    steps.extend(points.last());
+    chart
+        .draw_series(LineSeries::new(steps, BLUE.stroke_width(2)))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present()
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let results = read_logs(&args.logs)?;
+    if results.figures.is_empty() && results.sim.is_empty() {
+        bail!(
+            "no RESULT lines or simulator means in {}",
+            args.logs.display()
+        );
+    }
+    rewrite(&args.markdown, &markdown(&results, &args.kind))?;
+    std::fs::create_dir_all(&args.svg_dir)?;
+    plot_locality(&args.svg_dir.join("locality.svg"), &results)?;
+    plot_start(&args.svg_dir.join("start-times.svg"), &results)?;
+    let missing: Vec<&str> = FIGURES
+        .iter()
+        .filter(|(k, _, _)| !results.figures.contains_key(*k))
+        .map(|(k, _, _)| *k)
+        .collect();
+    println!(
+        "bench-report: {} figures, {} simulator scenarios into {}; plots in {}",
+        results.figures.len(),
+        results.sim.len(),
+        args.markdown.display(),
+        args.svg_dir.display()
+    );
+    if !missing.is_empty() {
+        bail!("figures missing from the logs: {}", missing.join(", "));
+    }
+    Ok(())
+}
