@@ -168,6 +168,7 @@ pub async fn run(
         let mut config = SandboxConfig::new(daemon.state_dir.join("cache"));
         config.caps = Limits {
             memory_bytes: resources.memory_mib.saturating_mul(1024 * 1024),
+            disk_bytes: resources.disk_mib.saturating_mul(1024 * 1024),
             ..Limits::default()
         };
         // Slots are reserved up front: a few more than the cores, since

@@ -1040,6 +1040,11 @@ impl Node {
                 Duration::from_secs(info.request.wall_time_secs)
             },
             output_bytes: 64 * 1024 * 1024,
+            // The disk a job asks for per worker; 0 leaves the node's cap.
+            disk_bytes: match info.request.disk_mib {
+                0 => u64::MAX,
+                mib => mib.saturating_mul(1024 * 1024),
+            },
         };
         for (rank, (inbox, barrier_rx)) in ends {
             let job_dir = dir.join(rank.to_string());

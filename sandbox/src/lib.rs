@@ -54,6 +54,9 @@ use wasmtime::{
 };
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
+/// How often a worker's `/outputs` is measured against its disk limit.
+pub const DISK_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub use cache::CacheStats;
 pub use error::SandboxError;
 pub use limits::{FUEL_PER_CPU_SECOND, Limits};
@@ -471,6 +474,7 @@ impl Sandbox {
             output,
             cancel,
             cancelled,
+            outputs: spec.job_dir.as_ref().map(|d| d.join("outputs")),
             _sandbox: self.inner.clone(),
         })
     }

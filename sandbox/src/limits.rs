@@ -28,6 +28,11 @@ pub struct Limits {
     /// ([`crate::Outcome::OutputLimit`]). Files written to `/outputs` are not
     /// metered here.
     pub output_bytes: u64,
+    /// Bytes the worker may keep in its `/outputs` directory
+    /// ([`crate::Outcome::DiskLimit`]). WASI has no quotas, so the sandbox
+    /// measures the directory every [`crate::DISK_POLL`]: a worker can
+    /// overshoot by what it writes in that time, then it is stopped.
+    pub disk_bytes: u64,
 }
 
 impl Limits {
@@ -37,6 +42,7 @@ impl Limits {
         cpu_fuel: u64::MAX,
         wall_time: Duration::MAX,
         output_bytes: u64::MAX,
+        disk_bytes: u64::MAX,
     };
 
     /// These limits, each lowered to the owner's cap where it is higher.
@@ -46,6 +52,7 @@ impl Limits {
             cpu_fuel: self.cpu_fuel.min(caps.cpu_fuel),
             wall_time: self.wall_time.min(caps.wall_time),
             output_bytes: self.output_bytes.min(caps.output_bytes),
+            disk_bytes: self.disk_bytes.min(caps.disk_bytes),
         }
     }
 
@@ -59,13 +66,14 @@ impl Limits {
 
 impl Default for Limits {
     /// Conservative owner caps: 512 MiB of memory, 60 s of CPU, one hour of
-    /// wall-clock time, 64 MiB of output.
+    /// wall-clock time, 64 MiB of output, 1 GiB of files.
     fn default() -> Self {
         Limits {
             memory_bytes: 512 * 1024 * 1024,
             cpu_fuel: 60 * FUEL_PER_CPU_SECOND,
             wall_time: Duration::from_secs(3600),
             output_bytes: 64 * 1024 * 1024,
+            disk_bytes: 1024 * 1024 * 1024,
         }
     }
 }
@@ -86,6 +94,7 @@ mod tests {
         assert_eq!(effective.cpu_fuel, caps.cpu_fuel);
         assert_eq!(effective.wall_time, caps.wall_time);
         assert_eq!(effective.output_bytes, caps.output_bytes);
+        assert_eq!(effective.disk_bytes, caps.disk_bytes);
     }
 
     #[test]

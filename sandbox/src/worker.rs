@@ -79,6 +79,8 @@ pub enum Outcome {
     TimeLimit,
     /// The guest wrote more than its output limit to stdout and stderr.
     OutputLimit,
+    /// The guest kept more than its disk limit in `/outputs`.
+    DiskLimit,
     /// The worker was cancelled through its [`CancelHandle`].
     Cancelled,
     /// The worker could not start (e.g. no free worker slot, job directory
@@ -206,6 +208,8 @@ pub struct PreparedWorker {
     pub(crate) output: Arc<OutputShared>,
     pub(crate) cancel: CancelHandle,
     pub(crate) cancelled: watch::Receiver<bool>,
+    /// The host directory behind `/outputs`, if the worker has one.
+    pub(crate) outputs: Option<PathBuf>,
     /// Keeps the engine's epoch ticker alive while the worker exists: without
     /// ticks a spinning guest would never yield, and could not be stopped.
     pub(crate) _sandbox: Arc<crate::SandboxInner>,
@@ -235,6 +239,7 @@ impl PreparedWorker {
                     None => std::future::pending().await,
                 }
             };
+            let disk = watch_disk(self.outputs.clone(), self.limits.disk_bytes);
             let call = self.start.call_async(&mut self.store, ());
             // Dropping `call` abandons the guest mid-flight; wasmtime unwinds
             // its stack safely and the store is not run again.
@@ -242,6 +247,7 @@ impl PreparedWorker {
                 biased;
                 () = cancel => Outcome::Cancelled,
                 () = timeout => Outcome::TimeLimit,
+                () = disk => Outcome::DiskLimit,
                 result = call => classify(result, &self.flag),
             }
         };
@@ -253,6 +259,43 @@ impl PreparedWorker {
             wall_time: started.elapsed(),
         }
     }
+}
+
+/// Returns once the files under `dir` take more than `limit` bytes (never,
+/// without a directory or a limit).
+async fn watch_disk(dir: Option<PathBuf>, limit: u64) {
+    let Some(dir) = dir.filter(|_| limit != u64::MAX) else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(crate::DISK_POLL).await;
+        let measured = dir.clone();
+        let used = tokio::task::spawn_blocking(move || dir_bytes(&measured))
+            .await
+            .unwrap_or(0);
+        if used > limit {
+            return;
+        }
+    }
+}
+
+/// Bytes of the regular files under `dir` (symlinks are not followed).
+pub(crate) fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => stack.push(entry.path()),
+                Ok(m) if m.is_file() => total += m.len(),
+                _ => {}
+            }
+        }
+    }
+    total
 }
 
 /// The fuel a store is given: wasmtime keeps fuel as a signed 64-bit count.

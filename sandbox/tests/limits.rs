@@ -182,6 +182,28 @@ async fn worker_blocked_in_recv_ends_at_wall_clock_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_writing_to_outputs_ends_at_the_disk_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let job_dir = dir.path().join("job");
+    let limit = 4 << 20;
+    let spec = WorkerSpec {
+        job_dir: Some(job_dir.clone()),
+        limits: limits(|l| l.disk_bytes = limit),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "fill"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::DiskLimit);
+    let written = std::fs::metadata(job_dir.join("outputs/fill.bin"))
+        .unwrap()
+        .len();
+    assert!(
+        written > limit,
+        "stopped only once over the limit: {written}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endless_printing_ends_at_output_limit_with_exactly_the_limit_delivered() {
     let dir = tempfile::tempdir().unwrap();
     let sandbox = sandbox(dir.path());
