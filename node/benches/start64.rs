@@ -65,9 +65,10 @@ async fn main() {
         .ok()
         .map(|v| v.parse().expect("START64_ROUNDS is a number"))
         .unwrap_or(1);
-    let module =
-        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/idle.wasm"))
-            .expect("examples/wasm/idle.wasm");
+    // START64_GUEST=spin makes every worker burn its core (the starved
+    // machine case); idle workers block in recv.
+    let guest = std::env::var("START64_GUEST").unwrap_or_else(|_| "idle".into());
+    let module = common::wasm(&guest);
     let dir = tempfile::tempdir().unwrap();
     let network = format!("bench-{}", std::process::id());
     let started = Instant::now();

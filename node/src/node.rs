@@ -37,6 +37,10 @@ pub(crate) struct Command {
     pub(crate) reply: oneshot::Sender<Response>,
 }
 
+/// Pauses between the liveness probes of a peer whose connection was
+/// lost: three probes in all.
+const PROBE_PAUSES: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
+
 /// Where the answer to a peer call goes.
 enum Reply {
     Overlay(Responder),
@@ -527,7 +531,15 @@ impl Node {
         }
         let net = self.net.clone();
         self.tasks.spawn(async move {
-            for _ in 0..2 {
+            // Spaced out, so that a node that is only slow (its cores busy
+            // with workers, its event loop starved) gets seconds to answer
+            // rather than two quick tries; a dead one is declared after
+            // the pauses plus the timeouts.
+            if net.call(peer, PeerRpc::Ping).await.is_ok() {
+                return Done::Nothing;
+            }
+            for pause in PROBE_PAUSES {
+                tokio::time::sleep(pause).await;
                 if net.call(peer, PeerRpc::Ping).await.is_ok() {
                     return Done::Nothing;
                 }
