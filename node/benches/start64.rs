@@ -14,7 +14,6 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::TestNode;
