@@ -37,6 +37,11 @@ pub(crate) struct Command {
     pub(crate) reply: oneshot::Sender<Response>,
 }
 
+/// How often copies of jobs look whether their home has been quiet.
+const COPY_CHECK: Duration = Duration::from_secs(5);
+/// How long a copy waits for word from its home before it asks.
+const COPY_STALE: Duration = Duration::from_secs(15);
+
 /// Pauses between the liveness probes of a peer whose connection was
 /// lost: three probes in all.
 const PROBE_PAUSES: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
@@ -59,6 +64,11 @@ enum Done {
     WorkerEnded { job: u64, rank: u32 },
     /// A liveness probe of a peer failed.
     PeerDead(PeerId),
+    /// A copy asked its home for the job's state.
+    Refreshed {
+        job: u64,
+        info: Result<Box<JobInfo>, String>,
+    },
     /// Nothing to do.
     Nothing,
 }
@@ -71,6 +81,8 @@ struct MemberJob {
     /// Inbox ends of ranks whose workers are being prepared.
     pending: HashMap<u32, Ends>,
     stopped: bool,
+    /// When the home last told this copy anything (or it asked).
+    heard: Instant,
 }
 
 /// Everything the loop owns.
@@ -154,6 +166,8 @@ impl Node {
         };
         node.recover();
         tokio::pin!(shutdown);
+        let mut copies_check = tokio::time::interval(COPY_CHECK);
+        copies_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let deadline = node
                 .sched
@@ -179,6 +193,7 @@ impl Node {
                     Ok(done) => node.done(done),
                     Err(e) => tracing::error!("a node task failed: {e}"),
                 },
+                _ = copies_check.tick() => node.refresh_stale_copies(),
                 () = timer => {
                     let now = node.now();
                     let out = node.sched.handle_timeout(now);
@@ -548,6 +563,22 @@ impl Node {
         });
     }
 
+    /// A block of a file in this node's fetched-file cache.
+    fn cached_block(&self, sha256: &str, offset: u64, len: u32) -> Option<Vec<u8>> {
+        use std::io::{Read, Seek};
+        // Only a hash names a file: nothing else can reach the disk.
+        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let mut file = std::fs::File::open(self.dir.join("files").join(sha256)).ok()?;
+        file.seek(std::io::SeekFrom::Start(offset)).ok()?;
+        let mut block = Vec::with_capacity((len as usize).min(BLOCK_BYTES));
+        file.take(len.min(BLOCK_BYTES as u32) as u64)
+            .read_to_end(&mut block)
+            .ok()?;
+        Some(block)
+    }
+
     fn reply(&self, to: Reply, reply: PeerReply) {
         match to {
             Reply::Local(tx) => {
@@ -601,7 +632,12 @@ impl Node {
                 .blob_block(&sha256, offset, (len as usize).min(BLOCK_BYTES))
             {
                 Ok(Some(block)) => PeerReply::Block(block),
-                Ok(None) => PeerReply::Error(format!("no file {sha256} here")),
+                // Not a file of a job of ours: perhaps one this node fetched
+                // to run workers (then it is complete and hash-checked).
+                Ok(None) => match self.cached_block(&sha256, offset, len) {
+                    Some(block) => PeerReply::Block(block),
+                    None => PeerReply::Error(format!("no file {sha256} here")),
+                },
                 Err(e) => PeerReply::Error(e.to_string()),
             },
             PeerRpc::Placement {
@@ -890,9 +926,10 @@ impl Node {
         ranks: BTreeMap<u32, PeerId>,
         replaced: Vec<u32>,
     ) {
-        let Some(member) = self.members.get(&job) else {
+        let Some(member) = self.members.get_mut(&job) else {
             return;
         };
+        member.heard = Instant::now();
         member.net.set_ranks(ranks);
         let size = member.net.size.load(std::sync::atomic::Ordering::SeqCst);
         for rank in replaced {
@@ -921,6 +958,7 @@ impl Node {
             workers: HashMap::new(),
             pending: HashMap::new(),
             stopped: false,
+            heard: Instant::now(),
         });
         member.stopped = false;
         // Inboxes exist from now on, so messages for these ranks queue
@@ -958,9 +996,34 @@ impl Node {
         }
     }
 
+    /// Copies of jobs whose home has said nothing for [`COPY_STALE`] ask it
+    /// for the job's state: a lost push (a cancel, a replaced rank) is
+    /// found out within that time instead of never.
+    fn refresh_stale_copies(&mut self) {
+        for (job, member) in &mut self.members {
+            if member.heard.elapsed() < COPY_STALE || member.home == self.me {
+                continue;
+            }
+            member.heard = Instant::now();
+            let (net, home, job) = (self.net.clone(), member.home, *job);
+            self.tasks.spawn(async move {
+                let info = match net.call_ok(home, PeerRpc::GetJob { job }).await {
+                    Ok(PeerReply::Job(info)) => Ok(info),
+                    Ok(other) => Err(format!("{other:?}")),
+                    Err(e) => Err(e),
+                };
+                Done::Refreshed { job, info }
+            });
+        }
+    }
+
     fn done(&mut self, done: Done) {
         match done {
             Done::Nothing => {}
+            Done::Refreshed { job, info } => match info {
+                Ok(info) => self.placement_pushed(job, info.phase, info.ranks, Vec::new()),
+                Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}"),
+            },
             Done::PeerDead(peer) => {
                 self.probing.remove(&peer);
                 tracing::warn!(%peer, "peer does not answer; treating it as lost");
@@ -1145,13 +1208,27 @@ async fn prepare(
     tokio::fs::create_dir_all(&files)
         .await
         .map_err(|e| e.to_string())?;
-    let module = fetch(&net, home, &files, &info.module).await?;
+    // Files come from the home or from another node of the job that has
+    // them already, in random order, so that a job starting on many nodes
+    // does not have them all fetch from the home.
+    let mut sources: Vec<PeerId> = info
+        .ranks
+        .values()
+        .copied()
+        .filter(|p| *p != net.me && *p != home)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    sources.push(home);
+    let start = random_below(sources.len());
+    sources.rotate_left(start);
+    let module = fetch(&net, &sources, &files, &info.module).await?;
     let inputs = dir.join("inputs");
     tokio::fs::create_dir_all(&inputs)
         .await
         .map_err(|e| e.to_string())?;
     for input in &info.inputs {
-        let data = fetch(&net, home, &files, input).await?;
+        let data = fetch(&net, &sources, &files, input).await?;
         tokio::fs::write(inputs.join(&input.name), data)
             .await
             .map_err(|e| e.to_string())?;
@@ -1163,9 +1240,22 @@ async fn prepare(
     Ok((info, program, dir))
 }
 
+/// A random number below `n` (0 for `n` = 0), from std's per-instance
+/// random hasher keys, as for job ids.
+fn random_below(n: usize) -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let r = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    if n == 0 { 0 } else { (r % n as u64) as usize }
+}
+
+/// Gets a content-addressed file: from the local cache, else in blocks from
+/// `sources` in turn (the next one after a failure; a node of the job that
+/// has not got the file yet fails fast), hash-checked, then cached.
 async fn fetch(
     net: &Net,
-    from: PeerId,
+    sources: &[PeerId],
     files: &std::path::Path,
     file: &FileRef,
 ) -> Result<Vec<u8>, String> {
@@ -1183,11 +1273,12 @@ async fn fetch(
             offset: data.len() as u64,
             len: BLOCK_BYTES as u32,
         };
+        let from = sources[failures % sources.len().max(1)];
         match net.call_ok(from, rpc).await {
             Ok(PeerReply::Block(block)) if !block.is_empty() => data.extend_from_slice(&block),
             other => {
                 failures += 1;
-                if failures >= 3 {
+                if failures >= 3 * sources.len().max(1) {
                     return Err(format!("cannot fetch {}: {other:?}", file.name));
                 }
             }
