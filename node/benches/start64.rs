@@ -141,18 +141,26 @@ async fn main() {
         // of workers running over time goes to the report.
         let deadline = t0 + Duration::from_secs(30);
         let mut last = usize::MAX;
+        let mut last_placed = usize::MAX;
         loop {
             let mut running = 0;
             for c in clients.iter_mut() {
                 let info = c.node_info().await.unwrap();
                 running += info.running.get(&job).map_or(0, Vec::len);
             }
-            if round == 0 && running != last {
-                println!(
-                    "CURVE start.running {:.1} {running}",
-                    t0.elapsed().as_secs_f64() * 1e3
-                );
-                last = running;
+            if round == 0 {
+                // Placed: granted by the home (scheduling done); running:
+                // fetched, compiled and started on their nodes.
+                let placed = clients[0].status(job).await.unwrap().ranks.len();
+                let at = t0.elapsed().as_secs_f64() * 1e3;
+                if placed != last_placed {
+                    println!("CURVE start.placed {at:.1} {placed}");
+                    last_placed = placed;
+                }
+                if running != last {
+                    println!("CURVE start.running {at:.1} {running}");
+                    last = running;
+                }
             }
             if running == workers as usize {
                 break;

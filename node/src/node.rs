@@ -890,6 +890,13 @@ impl Node {
             && record.advance(phase, reason.clone())
         {
             tracing::info!(job = %JobId(job), ?phase, "job ended: {reason}");
+            // Ranks still running are stopped with the job; their nodes
+            // do not report back for a job that is over.
+            if phase != JobPhase::Completed {
+                for rank in record.ranks.values_mut() {
+                    rank.outcome.get_or_insert_with(|| "stopped with the job".into());
+                }
+            }
             let record = record.clone();
             self.persist(&record);
         }
@@ -1343,32 +1350,42 @@ async fn supervise(
             report = &mut wait => break report,
         }
     };
-    while let Ok(chunk) = output.try_recv() {
-        send_chunk(chunk).await;
-    }
     let cancelled = report.outcome == Outcome::Cancelled;
-    if !cancelled {
-        let outputs = job_dir.join("outputs");
-        if let Ok(entries) = std::fs::read_dir(&outputs) {
-            for entry in entries.flatten() {
-                let Ok(data) = std::fs::read(entry.path()) else {
-                    continue;
+    let drain = async {
+        while let Ok(chunk) = output.try_recv() {
+            send_chunk(chunk).await;
+        }
+    };
+    if cancelled {
+        // Cancelled: the job is over at its home (or this node is
+        // stopping). The last output goes if it can go quickly; the worker
+        // then counts as ended here at once, without reporting an end
+        // nobody waits for.
+        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+        let _ = std::fs::remove_dir_all(&job_dir);
+        return Done::WorkerEnded { job, rank };
+    }
+    drain.await;
+    let outputs = job_dir.join("outputs");
+    if let Ok(entries) = std::fs::read_dir(&outputs) {
+        for entry in entries.flatten() {
+            let Ok(data) = std::fs::read(entry.path()) else {
+                continue;
+            };
+            let name = format!("{rank}/{}", entry.file_name().to_string_lossy());
+            let mut offset = 0usize;
+            loop {
+                let end = (offset + BLOCK_BYTES).min(data.len());
+                let rpc = PeerRpc::Output {
+                    job,
+                    name: name.clone(),
+                    offset: offset as u64,
+                    data: data[offset..end].to_vec(),
                 };
-                let name = format!("{rank}/{}", entry.file_name().to_string_lossy());
-                let mut offset = 0usize;
-                loop {
-                    let end = (offset + BLOCK_BYTES).min(data.len());
-                    let rpc = PeerRpc::Output {
-                        job,
-                        name: name.clone(),
-                        offset: offset as u64,
-                        data: data[offset..end].to_vec(),
-                    };
-                    let _ = net.call(home, rpc).await;
-                    offset = end;
-                    if offset >= data.len() {
-                        break;
-                    }
+                let _ = net.call(home, rpc).await;
+                offset = end;
+                if offset >= data.len() {
+                    break;
                 }
             }
         }

@@ -314,13 +314,11 @@ fn plot_locality(path: &Path, results: &Results) -> anyhow::Result<()> {
 }
 
 fn plot_start(path: &Path, results: &Results) -> anyhow::Result<()> {
-    let points = results
-        .curves
-        .get("start.running")
-        .cloned()
-        .unwrap_or_default();
-    let x_max = points.iter().map(|p| p.0).fold(1.0_f64, f64::max) * 1.05;
-    let y_max = points.iter().map(|p| p.1).fold(1.0_f64, f64::max) * 1.1;
+    let curve = |name: &str| results.curves.get(name).cloned().unwrap_or_default();
+    let (placed, running) = (curve("start.placed"), curve("start.running"));
+    let all = placed.iter().chain(&running);
+    let x_max = all.clone().map(|p| p.0).fold(1.0_f64, f64::max) * 1.05;
+    let y_max = all.map(|p| p.1).fold(1.0_f64, f64::max) * 1.1;
     let root = SVGBackend::new(path, (800, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut chart = ChartBuilder::on(&root)
@@ -339,14 +337,30 @@ fn plot_start(path: &Path, results: &Results) -> anyhow::Result<()> {
         .y_desc("workers running")
         .draw()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut steps = Vec::with_capacity(points.len() * 2);
-    for pair in points.windows(2) {
-        steps.push(pair[0]);
-        steps.push((pair[1].0, pair[0].1));
+    for (points, color, label) in [
+        (placed, RED, "placed by the home"),
+        (running, BLUE, "running on their nodes"),
+    ] {
+        let mut steps = Vec::with_capacity(points.len() * 2);
+        for pair in points.windows(2) {
+            steps.push(pair[0]);
+            steps.push((pair[1].0, pair[0].1));
+        }
+        steps.extend(points.last());
+        chart
+            .draw_series(LineSeries::new(steps, color.stroke_width(2)))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
     }
-    steps.extend(points.last());
     chart
-        .draw_series(LineSeries::new(steps, BLUE.stroke_width(2)))
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     root.present()
         .with_context(|| format!("cannot write {}", path.display()))
