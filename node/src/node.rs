@@ -894,7 +894,8 @@ impl Node {
             // do not report back for a job that is over.
             if phase != JobPhase::Completed {
                 for rank in record.ranks.values_mut() {
-                    rank.outcome.get_or_insert_with(|| "stopped with the job".into());
+                    rank.outcome
+                        .get_or_insert_with(|| "stopped with the job".into());
                 }
             }
             let record = record.clone();

@@ -134,8 +134,10 @@ async fn cancel_stops_every_worker_quickly() {
     }
 }
 
-/// Three emulated sites of 4 two-core nodes (1 ms RTT within a site, 20 ms
-/// from a to b, 40 ms from c to either): a job that fits in the submitter's
+/// Three emulated sites of 4 two-core nodes (1 ms RTT within a site, 60 ms
+/// from a to b, 150 ms from c to either; gaps wide enough that a loaded
+/// machine's scheduling delays, tens of ms, cannot reorder the sites): a
+/// job that fits in the submitter's
 /// site runs there only; a larger one spills to the nearest other site
 /// before the farthest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,11 +152,11 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
         .map(|i| format!("127.0.{}.{}", i / 4 + 1, i % 4 + 1))
         .collect();
     let mut topology = String::from(
-        "default_rtt_ms = 40\n\
+        "default_rtt_ms = 150\n\
          [[sites]]\nname = \"a\"\nrtt_within_ms = 1\n\
          [[sites]]\nname = \"b\"\nrtt_within_ms = 1\n\
          [[sites]]\nname = \"c\"\nrtt_within_ms = 1\n\
-         [[links]]\na = \"a\"\nb = \"b\"\nrtt_ms = 20\n\
+         [[links]]\na = \"a\"\nb = \"b\"\nrtt_ms = 60\n\
          [hosts]\n",
     );
     for (i, ip) in ips.iter().enumerate() {
@@ -202,7 +204,7 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
     let out = stdout_of(&client.logs(job).await.unwrap());
     assert!(out.contains("solutions=14200"), "{out:?}");
 
-    // 12 workers: site a's 8, then 4 on site b (20 ms), none on c (40 ms).
+    // 12 workers: site a's 8, then 4 on site b (60 ms), none on c (150 ms).
     let job = client
         .submit(nqueens(12, 12), wasm("nqueens"), vec![])
         .await
