@@ -534,6 +534,7 @@ impl Overlay {
             verified: HashSet::new(),
             chosen_by: HashSet::new(),
             former: HashMap::new(),
+            app_traffic: HashMap::new(),
             samples: HashMap::new(),
             last_pong: HashMap::new(),
             probing: HashMap::new(),
@@ -694,6 +695,10 @@ struct Driver {
     chosen_by: HashSet<PeerId>,
     /// Former neighbours, with when they stopped being one (see [`LINGER`]).
     former: HashMap<PeerId, Instant>,
+    /// When the application last sent a request to a peer or got one from
+    /// it: such a connection is in use and is kept for [`LINGER`] (closing
+    /// it would fail requests in flight on it, or about to be).
+    app_traffic: HashMap<PeerId, Instant>,
     /// RTT samples since the peer's connection opened (for probes).
     samples: HashMap<PeerId, usize>,
     /// When each connected peer last answered a ping (or connected).
@@ -773,6 +778,7 @@ impl Driver {
                 );
                 self.stats.requests_sent += 1;
                 self.pending_requests.insert(id, (peer, reply));
+                self.app_traffic.insert(peer, Instant::now());
             }
             Command::Respond {
                 responder,
@@ -1186,6 +1192,7 @@ impl Driver {
                                 .send_response(channel, RpcResponse::Peers(records));
                         }
                         Checked::Valid(RpcRequest::App(payload)) => {
+                            self.app_traffic.insert(peer, Instant::now());
                             self.emit(Event::Request {
                                 peer,
                                 payload,
@@ -1431,7 +1438,12 @@ impl Driver {
         let lingering = self
             .former
             .get(&peer)
-            .is_some_and(|since| since.elapsed() < LINGER);
+            .is_some_and(|since| since.elapsed() < LINGER)
+            || self
+                .app_traffic
+                .get(&peer)
+                .is_some_and(|since| since.elapsed() < LINGER)
+            || self.pending_requests.values().any(|(p, _)| *p == peer);
         if self.table.kind(&peer).is_some()
             || self.probing.contains_key(&peer)
             || self.chosen_by.contains(&peer)
@@ -1493,6 +1505,8 @@ impl Driver {
             self.swarm.behaviour_mut().blocked.unblock_peer(peer);
         }
         self.former
+            .retain(|_, since| now.duration_since(*since) < LINGER);
+        self.app_traffic
             .retain(|_, since| now.duration_since(*since) < LINGER);
         let retry = self.config.dead_retry_after;
         self.dead

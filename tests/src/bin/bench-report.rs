@@ -142,8 +142,13 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench -p zorilla-node --bench client",
     ),
     (
-        "start.all_running_median",
-        "submit to all workers running",
+        "start.cold",
+        "submit to all workers running, first job",
+        "cargo bench -p zorilla-node --bench start64",
+    ),
+    (
+        "start.warm_median",
+        "submit to all workers running, later jobs",
         "cargo bench -p zorilla-node --bench start64",
     ),
     (
