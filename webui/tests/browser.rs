@@ -12,144 +12,17 @@
 //! `ZORILLA_CHROMEDRIVER` naming the binaries). Without them the test FAILS:
 //! it never passes silently.
 
+mod chrome;
 mod common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use chrome::*;
 use common::*;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::json;
 use zorilla_webui::model::JobPhase;
-
-const INSTALL: &str = "the browser test needs headless Chromium and chromedriver: \
-                       apt-get install -y chromium chromium-driver \
-                       (or set ZORILLA_CHROMIUM / ZORILLA_CHROMEDRIVER to the binaries)";
-
-/// A binary named by an environment variable, else the first of `names` on
-/// the `PATH` or in /usr/bin.
-fn find_binary(var: &str, names: &[&str]) -> PathBuf {
-    if let Some(p) = std::env::var_os(var) {
-        let p = PathBuf::from(p);
-        assert!(
-            p.is_file(),
-            "{var}={} is not a file; {INSTALL}",
-            p.display()
-        );
-        return p;
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    dirs.push("/usr/bin".into());
-    dirs.push("/usr/lib/chromium".into());
-    for name in names {
-        for dir in &dirs {
-            let p = dir.join(name);
-            if p.is_file() {
-                return p;
-            }
-        }
-    }
-    panic!("{} not found; {INSTALL}", names.join(" or "));
-}
-
-/// Kills chromedriver (and so the browser it started) when dropped.
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts chromedriver on a free port. The port is picked before
-/// chromedriver binds it, so another process may take it first: then
-/// chromedriver exits and is started again on another port.
-async fn start_driver(chromedriver: &Path, log: &Path) -> (Driver, String) {
-    for _attempt in 0..5 {
-        let port = free_port();
-        let log_file = std::fs::File::create(log).unwrap();
-        let child = Command::new(chromedriver)
-            .arg(format!("--port={port}"))
-            .arg("--allowed-ips=127.0.0.1")
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}; {INSTALL}", chromedriver.display()));
-        let mut driver = Driver(child);
-        let url = format!("http://127.0.0.1:{port}");
-        // Ready when its /status answers.
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if driver_ready(addr).await {
-                return (driver, url);
-            }
-            if driver.0.try_wait().unwrap().is_some() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not become ready; see {}",
-                log.display()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    panic!(
-        "chromedriver exited five times at start; see {}",
-        log.display()
-    );
-}
-
-/// Whether chromedriver's `/status` says it is ready.
-async fn driver_ready(addr: std::net::SocketAddr) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return false;
-    };
-    let req = format!("GET /status HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if s.write_all(req.as_bytes()).await.is_err() {
-        return false;
-    }
-    let mut out = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    read.is_ok() && String::from_utf8_lossy(&out).contains("\"ready\": true")
-        || String::from_utf8_lossy(&out).contains("\"ready\":true")
-}
-
-/// Polls a script until it returns `true`.
-async fn wait_until(client: &Client, what: &str, script: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if client.execute(script, vec![]).await? == json!(true) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            anyhow::bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn save_screenshot(client: &Client, dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    let png = client.screenshot().await?;
-    anyhow::ensure!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
-    let path = dir.join(name);
-    std::fs::write(&path, png)?;
-    Ok(path)
-}
 
 async fn scenario(client: &Client, fake: &Fake, base: &str, shots: &Path) -> anyhow::Result<()> {
     client.set_window_size(1000, 900).await?;
@@ -258,32 +131,13 @@ async fn live_overview_in_headless_chromium() {
     let addr = start(fake.clone()).await;
     let base = format!("http://{addr}");
 
-    let profile = work.path().join("profile");
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": chromium,
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--disable-extensions",
-                "--hide-scrollbars",
-                format!("--user-data-dir={}", profile.display()),
-            ],
-        }),
-    );
-    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&driver_url)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "no browser session: {e}; chromedriver log:\n{}",
-                std::fs::read_to_string(&driver_log).unwrap_or_default()
-            )
-        });
+    let client = session(
+        &chromium,
+        &driver_url,
+        &work.path().join("profile"),
+        &driver_log,
+    )
+    .await;
     let outcome = tokio::time::timeout(
         Duration::from_secs(90),
         scenario(&client, &fake, &base, &shots),
