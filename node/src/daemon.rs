@@ -1,9 +1,10 @@
 //! Staged start-up of a node (state directory, database, sandbox, overlay,
-//! client listener, event loop) and its orderly shutdown.
+//! client listener, status page, event loop) and its orderly shutdown.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use std::time::Instant;
@@ -20,6 +21,7 @@ use zorilla_sandbox::{Limits, Sandbox, SandboxConfig};
 use crate::config::{self, Config};
 use crate::node::{Node, Parts};
 use crate::server::ServerConfig;
+use crate::status::{NodeStatus, Publisher};
 use crate::store::Store;
 
 /// A node's configuration with every default resolved.
@@ -157,12 +159,13 @@ impl Daemon {
 }
 
 /// Runs a node until `shutdown` resolves. Prints one line to stdout once
-/// it is ready: `zorilla-node ready peer=<id> client=<addr> listen=<addrs>`.
+/// it is ready: `zorilla-node ready peer=<id> client=<addr> listen=<addrs>
+/// web=http://<addr>/`.
 pub async fn run(
     daemon: Daemon,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let store = Store::open(&daemon.state_dir.join("state.redb"))?;
+    let store = Arc::new(Store::open(&daemon.state_dir.join("state.redb"))?);
     let resources = daemon.resources;
     let sandbox = {
         let mut config = SandboxConfig::new(daemon.state_dir.join("cache"));
@@ -187,6 +190,22 @@ pub async fn run(
         client_addr.to_string(),
     );
     let listen = overlay.listen_addrs().await?;
+    let status = NodeStatus::new(
+        overlay.clone(),
+        daemon.overlay.network.clone(),
+        resources,
+        store.clone(),
+    );
+    let web_config = zorilla_webui::WebConfig {
+        listen: daemon.web,
+        token: daemon.token.clone(),
+        ..zorilla_webui::WebConfig::default()
+    };
+    let web_addr = zorilla_webui::serve(web_config, status.clone())
+        .await
+        .context("cannot start the status page")?;
+    let _ = std::fs::write(daemon.state_dir.join("web.addr"), web_addr.to_string());
+    let poller = tokio::spawn(crate::status::poll_overlay(status.clone()));
     let (commands_tx, commands) = mpsc::channel(64);
     let (activity, activity_rx) = watch::channel(0u64);
     let server = tokio::spawn(crate::server::serve(
@@ -202,10 +221,10 @@ pub async fn run(
             activity: activity_rx,
         },
     ));
-    tracing::info!(%peer, %client_addr, ?listen, %resources, "node ready");
+    tracing::info!(%peer, %client_addr, ?listen, %web_addr, %resources, "node ready");
     let listen: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
     println!(
-        "zorilla-node ready peer={peer} client={client_addr} listen={}",
+        "zorilla-node ready peer={peer} client={client_addr} listen={} web=http://{web_addr}/",
         listen.join(",")
     );
     let parts = Parts {
@@ -217,9 +236,11 @@ pub async fn run(
         sandbox,
         dir: daemon.state_dir,
         activity,
+        status: Publisher::new(status),
     };
     Node::run(parts, shutdown).await;
     server.abort();
+    poller.abort();
     overlay.shutdown().await;
     tracing::info!("node stopped");
     Ok(())

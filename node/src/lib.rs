@@ -12,7 +12,8 @@
 //! - Private: `store` (redb: jobs, files, logs, outputs), `wire` (what
 //!   nodes say to each other over the overlay's rpc), `net` (calls between
 //!   nodes and the sandbox transport over them), `server` (the client
-//!   listener).
+//!   listener), `status` (what the status page of `zorilla-webui` shows,
+//!   published by the event loop, and the remote views).
 
 pub mod client;
 pub mod config;
@@ -22,6 +23,7 @@ mod net;
 mod node;
 pub mod protocol;
 mod server;
+mod status;
 mod store;
 mod wire;
 

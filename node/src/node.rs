@@ -28,6 +28,7 @@ use crate::protocol::{
     ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NamedFile,
     NodeInfo, Pending, RankStatus, Request, Response,
 };
+use crate::status::{self, Publisher};
 use crate::store::{FileRef, JobRecord, Store};
 use crate::wire::{BLOCK_BYTES, JobInfo, PeerReply, PeerRpc, decode, encode};
 
@@ -92,7 +93,7 @@ pub(crate) struct Node {
     sched: Scheduler<PeerId>,
     overlay: OverlayHandle,
     net: Net,
-    store: Store,
+    store: Arc<Store>,
     sandbox: Sandbox,
     dir: PathBuf,
     /// Jobs this node is home to.
@@ -108,6 +109,8 @@ pub(crate) struct Node {
     /// Bumped whenever a job of this home changes or gets log output, so
     /// that clients following a job wake up (see `server`).
     activity: watch::Sender<u64>,
+    /// What the status page shows, published from here.
+    status: Publisher,
 }
 
 /// What the loop is started with.
@@ -116,10 +119,11 @@ pub(crate) struct Parts {
     pub(crate) events: mpsc::Receiver<Event>,
     pub(crate) commands: mpsc::Receiver<Command>,
     pub(crate) sched: SchedulerConfig<PeerId>,
-    pub(crate) store: Store,
+    pub(crate) store: Arc<Store>,
     pub(crate) sandbox: Sandbox,
     pub(crate) dir: PathBuf,
     pub(crate) activity: watch::Sender<u64>,
+    pub(crate) status: Publisher,
 }
 
 fn cbor_advert(advert: &Advert<PeerId>) -> Vec<u8> {
@@ -138,6 +142,7 @@ impl Node {
             sandbox,
             dir,
             activity,
+            status,
         } = parts;
         let me = overlay.local_peer_id();
         let (local_tx, mut local_rx) = mpsc::channel::<LocalCall>(1024);
@@ -163,6 +168,7 @@ impl Node {
             neighbours: BTreeSet::new(),
             messages_sent: 0,
             activity,
+            status,
         };
         node.recover();
         tokio::pin!(shutdown);
@@ -179,26 +185,42 @@ impl Node {
                     None => std::future::pending().await,
                 }
             };
+            let publish_at = node.status.due().map(tokio::time::Instant::from_std);
+            let publish = async {
+                match publish_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(cmd) = commands.recv() => {
                     let response = node.command(cmd.request);
                     let _ = cmd.reply.send(response);
+                    node.status.touch();
                 }
                 Some(event) = events.recv() => node.overlay_event(event),
                 Some(call) = local_rx.recv() => {
                     node.rpc(node.me, call.rpc, Reply::Local(call.reply));
                 }
-                Some(done) = node.tasks.join_next() => match done {
-                    Ok(done) => node.done(done),
-                    Err(e) => tracing::error!("a node task failed: {e}"),
-                },
+                Some(done) = node.tasks.join_next() => {
+                    match done {
+                        Ok(done) => node.done(done),
+                        Err(e) => tracing::error!("a node task failed: {e}"),
+                    }
+                    node.status.touch();
+                }
                 _ = copies_check.tick() => node.refresh_stale_copies(),
                 () = timer => {
                     let now = node.now();
                     let out = node.sched.handle_timeout(now);
                     node.execute(out);
+                    node.status.touch();
                 }
+                () = publish => {}
+            }
+            if node.status.is_due() {
+                node.publish_status();
             }
         }
         node.shutdown();
@@ -206,6 +228,27 @@ impl Node {
 
     fn now(&self) -> Duration {
         self.epoch.elapsed()
+    }
+
+    /// Hands the status page a fresh view of this loop's state.
+    fn publish_status(&mut self) {
+        let members = self
+            .members
+            .iter()
+            .map(|(job, m)| status::Member {
+                job: *job,
+                home: m.home,
+                running: m.workers.keys().copied().collect(),
+                starting: m.pending.keys().copied().collect(),
+                ranks: m.net.ranks.borrow().clone(),
+            })
+            .collect();
+        self.status.publish(status::LoopState {
+            epoch: self.epoch,
+            sched: &self.sched,
+            jobs: &self.jobs,
+            members,
+        });
     }
 
     /// After a restart: jobs that were under way cannot be resumed (the
@@ -502,6 +545,8 @@ impl Node {
                 ..
             } => match decode::<Advert<PeerId>>(&payload) {
                 Ok(mut advert) => {
+                    // Held or declined, the pending queue may change.
+                    self.status.touch();
                     advert.flood = header;
                     let out = self
                         .sched
@@ -605,8 +650,11 @@ impl Node {
     }
 
     fn rpc(&mut self, from: PeerId, rpc: PeerRpc, reply: Reply) {
+        self.status.note_rpc(&rpc);
         let answer = match rpc {
             PeerRpc::Ping => PeerReply::Ack,
+            PeerRpc::Status => return self.status_reply(reply, None),
+            PeerRpc::StatusJob { job } => return self.status_reply(reply, Some(job)),
             PeerRpc::Sched(msg) => {
                 let out = self.sched.handle(
                     self.now(),
@@ -729,6 +777,27 @@ impl Node {
             }
         };
         self.reply(reply, answer);
+    }
+
+    /// Answers a remote view off the loop: the answer reads the database
+    /// and is encoded and cut to size there.
+    fn status_reply(&self, to: Reply, job: Option<String>) {
+        let status = self.status.status();
+        let overlay = self.overlay.clone();
+        tokio::spawn(async move {
+            let answer =
+                tokio::task::spawn_blocking(move || status::answer(&status, job.as_deref()))
+                    .await
+                    .unwrap_or_else(|e| PeerReply::Error(format!("status: {e}")));
+            match to {
+                Reply::Local(tx) => {
+                    let _ = tx.send(answer);
+                }
+                Reply::Overlay(r) => {
+                    let _ = overlay.respond(r, encode(&answer)).await;
+                }
+            }
+        });
     }
 
     /// Accepts output for a job only from a node that runs (or ran) one of
@@ -934,6 +1003,7 @@ impl Node {
         ranks: BTreeMap<u32, PeerId>,
         replaced: Vec<u32>,
     ) {
+        self.status.job_phase(job, phase);
         let Some(member) = self.members.get_mut(&job) else {
             return;
         };
@@ -1086,6 +1156,9 @@ impl Node {
         let home = member.home;
         let stopped = member.stopped;
         let job_net = member.net.clone();
+        if let Ok((info, _, _)) = &result {
+            self.status.job_copy(job, home, &info.request, info.phase);
+        }
         let (info, program, dir) = match result {
             Ok(ok) if !stopped => ok,
             Ok(_) => {
@@ -1155,6 +1228,7 @@ impl Node {
                 transport: Some(Box::new(transport)),
             };
             let handle = self.sandbox.start(&program, spec);
+            self.status.worker_started();
             if let Some(member) = self.members.get_mut(&job) {
                 member.workers.insert(rank, handle.cancel_handle());
             }

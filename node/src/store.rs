@@ -3,6 +3,10 @@
 //! collected from their workers. Every change is committed before the node
 //! acts on it or acknowledges it, so a node killed at any point comes back
 //! with everything it accepted.
+//!
+//! Log chunks are kept as they arrived, with their arrival time beside them
+//! (its own table, so that databases written before it still read): the
+//! status page shows when each line came.
 
 use std::path::Path;
 
@@ -15,6 +19,9 @@ const JOBS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("jobs");
 const BLOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("blobs");
 const LOGS: TableDefinition<'_, (u64, u64), &[u8]> = TableDefinition::new("logs");
 const OUTPUTS: TableDefinition<'_, (u64, &str), &[u8]> = TableDefinition::new("outputs");
+/// When each log chunk arrived, in milliseconds since the Unix epoch; same
+/// keys as [`LOGS`].
+const LOG_TIMES: TableDefinition<'_, (u64, u64), u64> = TableDefinition::new("log_times");
 
 /// A content-addressed file of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +44,13 @@ pub(crate) struct JobRecord {
     /// When the job was accepted, seconds since the Unix epoch.
     #[serde(default)]
     pub(crate) submitted_unix: u64,
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl JobRecord {
@@ -75,6 +89,7 @@ impl Store {
             tx.open_table(BLOBS).map_err(err)?;
             tx.open_table(LOGS).map_err(err)?;
             tx.open_table(OUTPUTS).map_err(err)?;
+            tx.open_table(LOG_TIMES).map_err(err)?;
         }
         tx.commit().map_err(err)?;
         Ok(Store { db })
@@ -162,8 +177,44 @@ impl Store {
                 .map_err(err)?
                 .map_or(0, |(k, _)| k.value().1 + 1);
             table.insert((job, next), bytes.as_slice()).map_err(err)?;
+            tx.open_table(LOG_TIMES)
+                .map_err(err)?
+                .insert((job, next), unix_ms())
+                .map_err(err)?;
         }
         tx.commit().map_err(err)
+    }
+
+    /// The newest log chunks of a job, oldest first, with when each arrived
+    /// (milliseconds since the Unix epoch, 0 if not recorded): as many as
+    /// hold `max_newlines` line ends, but at most about `max_bytes`.
+    pub(crate) fn log_tail(
+        &self,
+        job: u64,
+        max_newlines: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, LogChunk)>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let table = tx.open_table(LOGS).map_err(err)?;
+        let times = tx.open_table(LOG_TIMES).map_err(err)?;
+        let mut out = Vec::new();
+        let (mut newlines, mut bytes) = (0, 0);
+        for entry in table.range((job, 0)..=(job, u64::MAX)).map_err(err)?.rev() {
+            let (key, value) = entry.map_err(err)?;
+            let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(err)?;
+            let at = times
+                .get(key.value())
+                .map_err(err)?
+                .map_or(0, |t| t.value());
+            newlines += chunk.data.iter().filter(|b| **b == b'\n').count();
+            bytes += chunk.data.len();
+            out.push((at, chunk));
+            if newlines > max_newlines || bytes >= max_bytes {
+                break;
+            }
+        }
+        out.reverse();
+        Ok(out)
     }
 
     /// A job's log chunks from sequence number `from` on, as many as fit in
@@ -298,6 +349,37 @@ mod tests {
         let outputs = store.outputs(7).unwrap();
         assert_eq!(outputs.len(), 1);
         assert_eq!(outputs[0].data, b"hello");
+    }
+
+    #[test]
+    fn log_tail_is_the_newest_chunks_with_their_arrival_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.redb")).unwrap();
+        let before = unix_ms();
+        for i in 0..10 {
+            let chunk = LogChunk {
+                rank: i % 2,
+                stderr: false,
+                data: format!("line {i}\n").into_bytes(),
+            };
+            store.append_log(1, &chunk).unwrap();
+        }
+        let other = LogChunk {
+            rank: 0,
+            stderr: true,
+            data: b"other job\n".to_vec(),
+        };
+        store.append_log(2, &other).unwrap();
+        // Enough chunks for more than 3 lines, oldest first.
+        let tail = store.log_tail(1, 3, 1 << 20).unwrap();
+        let texts: Vec<&[u8]> = tail.iter().map(|(_, c)| c.data.as_slice()).collect();
+        assert_eq!(texts, [b"line 6\n", b"line 7\n", b"line 8\n", b"line 9\n"]);
+        assert!(tail.iter().all(|(at, _)| *at >= before), "{tail:?}");
+        // The byte bound stops it too, after at least one chunk.
+        let tail = store.log_tail(1, 100, 1).unwrap();
+        assert_eq!(tail.len(), 1);
+        assert_eq!(tail[0].1.data, b"line 9\n");
+        assert!(store.log_tail(3, 100, 1 << 20).unwrap().is_empty());
     }
 
     #[test]

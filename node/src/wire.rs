@@ -1,12 +1,14 @@
 //! What nodes say to each other over the overlay's rpc protocol (CBOR): the
 //! core's scheduling messages, job copies and placement pushes, file blocks,
-//! rank-to-rank messages, and worker output streaming to the home.
+//! rank-to-rank messages, worker output streaming to the home, and the
+//! status page's remote views.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use zorilla_core::advert::Message;
 use zorilla_overlay::PeerId;
+use zorilla_webui::model::{JobDetail, NodeSnapshot};
 
 use crate::protocol::{JobPhase, JobRequest, LogChunk};
 use crate::store::FileRef;
@@ -83,6 +85,11 @@ pub(crate) enum PeerRpc {
     },
     /// Liveness probe.
     Ping,
+    /// The status page's remote view: everything this node shows.
+    Status,
+    /// The status page's remote view of one job (its id as the pages
+    /// print it).
+    StatusJob { job: String },
 }
 
 /// The answer to a [`PeerRpc`].
@@ -91,6 +98,10 @@ pub(crate) enum PeerReply {
     Ack,
     Job(Box<JobInfo>),
     Block(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Answer to [`PeerRpc::Status`].
+    Status(Box<NodeSnapshot>),
+    /// Answer to [`PeerRpc::StatusJob`]; `None` if the job is unknown here.
+    StatusJob(Option<Box<JobDetail>>),
     Error(String),
 }
 
