@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,6 +20,8 @@ pub(crate) struct TestNode {
     pub(crate) client: String,
     pub(crate) listen: String,
     pub(crate) peer: String,
+    /// The status page, from `web=http://ADDR/` on the ready line.
+    pub(crate) web: SocketAddr,
     pub(crate) args: Vec<String>,
 }
 
@@ -104,14 +107,28 @@ impl TestNode {
                 .to_string()
         };
         let listen = field("listen").split(',').next().unwrap().to_string();
+        let web = field("web");
+        let web = web
+            .strip_prefix("http://")
+            .and_then(|w| w.strip_suffix('/'))
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("web={web} is not http://ADDR/"));
         TestNode {
             child,
             dir: dir.to_owned(),
             client: field("client"),
             listen,
             peer: field("peer"),
+            web,
             args,
         }
+    }
+
+    /// The last lines of the node's log, for failure messages.
+    pub(crate) fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     }
 
     pub(crate) fn kill(&mut self) {
@@ -138,6 +155,7 @@ impl Drop for TestNode {
 
 pub(crate) struct Grid {
     pub(crate) _dir: tempfile::TempDir,
+    pub(crate) network: String,
     pub(crate) nodes: Vec<TestNode>,
 }
 
@@ -156,7 +174,11 @@ pub(crate) fn grid(n: usize, cores: u32) -> Grid {
         );
         nodes.push(node);
     }
-    Grid { _dir: dir, nodes }
+    Grid {
+        _dir: dir,
+        network,
+        nodes,
+    }
 }
 
 pub(crate) fn wasm(name: &str) -> Vec<u8> {

@@ -1,0 +1,336 @@
+//! The status page of real nodes: three `zorilla-node` processes on
+//! 127.0.0.1 (ports chosen by the OS), a job with hostile arguments and
+//! hostile output submitted through the client library, and the pages and
+//! JSON API read over HTTP: the overview, peers, jobs, the job's page with
+//! its workers and log tail, the participant's view, a remote view of the
+//! home through another node, live updates, metrics, and bad requests.
+//! Every wait polls with a deadline.
+
+#[path = "../../webui/tests/common/client.rs"]
+mod http;
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use http::{EventStream, assert_escaped, get};
+use serde::de::DeserializeOwned;
+use zorilla_node::protocol::{JobRequest, NamedFile};
+use zorilla_webui::model::{
+    JobDetail, JobPhase, JobRole, JobSummary, NodeOverview, NodeSnapshot, PeerInfo, WorkerState,
+};
+
+/// What the job's argument and input say: markup that must stay text.
+const HOSTILE_ARG: &str = "<script>alert('arg')</script>";
+const HOSTILE_NAME: &str = "<img src=x onerror=alert(1)>";
+
+async fn get_json<T: DeserializeOwned>(addr: SocketAddr, path: &str) -> T {
+    let r = get(addr, path).await;
+    assert_eq!(r.status, 200, "GET {path}: {}", r.body);
+    assert!(
+        r.content_type().starts_with("application/json"),
+        "GET {path}"
+    );
+    serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("GET {path}: {e}: {}", r.body))
+}
+
+/// GETs `path` until `done` holds for its JSON, for at most `within`.
+async fn poll_json<T: DeserializeOwned + std::fmt::Debug>(
+    addr: SocketAddr,
+    path: &str,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&T) -> bool,
+) -> T {
+    let start = Instant::now();
+    loop {
+        let value: T = get_json(addr, path).await;
+        if done(&value) {
+            return value;
+        }
+        assert!(
+            start.elapsed() < within,
+            "timed out waiting for {what}; last GET {path}: {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn hello(workers: u32) -> JobRequest {
+    JobRequest {
+        min_workers: workers,
+        max_workers: workers,
+        strategy: zorilla_core::advert::Strategy::Spread,
+        lifetime_secs: 30,
+        args: vec![HOSTILE_ARG.into()],
+        ..JobRequest::default()
+    }
+}
+
+fn name_file() -> Vec<NamedFile> {
+    vec![NamedFile {
+        name: "name.txt".into(),
+        data: HOSTILE_NAME.as_bytes().to_vec(),
+    }]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_pages_of_a_real_grid() {
+    let started = Instant::now();
+    let grid = grid(3, 1);
+    let (n0, n1) = (&grid.nodes[0], &grid.nodes[1]);
+    wait_for_neighbours(&grid.nodes, 2, Duration::from_secs(30)).await;
+
+    // The address is on the ready line (after the other fields, which the
+    // harness read too) and in the state directory.
+    let written = std::fs::read_to_string(n0.dir.join("web.addr")).unwrap();
+    assert_eq!(written, n0.web.to_string());
+
+    // The overview of the node itself.
+    let overview: NodeOverview = get_json(n0.web, "/api/overview").await;
+    assert_eq!(overview.node_id, n0.peer);
+    assert_eq!(overview.network, grid.network);
+    assert_eq!(overview.offered.cores, 1);
+    assert_eq!(overview.offered.memory_bytes, 1024 * 1024 * 1024);
+    assert!(!overview.version.is_empty());
+    assert!(
+        overview.listen_addresses.contains(&n0.listen),
+        "{overview:?} vs {}",
+        n0.listen
+    );
+
+    // Its peers, with measured RTTs, once the poller has seen them.
+    let others: Vec<&str> = grid.nodes[1..].iter().map(|n| n.peer.as_str()).collect();
+    let peers: Vec<PeerInfo> = poll_json(
+        n0.web,
+        "/api/peers",
+        Duration::from_secs(20),
+        "both peers with RTTs",
+        |peers: &Vec<PeerInfo>| {
+            others.iter().all(|o| {
+                peers
+                    .iter()
+                    .any(|p| p.peer_id == *o && p.rtt_ms.is_some_and(|r| r >= 0.0))
+            })
+        },
+    )
+    .await;
+    assert!(peers.iter().all(|p| p.peer_id != n0.peer), "{peers:?}");
+
+    // A live stream of the jobs page is open before the job is submitted.
+    let mut live = EventStream::open(n0.web, "/events/jobs").await;
+    assert_eq!(live.status, 200, "{}", live.head);
+
+    // A job of two workers, one per node (spread): one runs on the home, one
+    // elsewhere. Its argument and its input are markup.
+    let mut client = n0.client().await;
+    let job = client
+        .submit(hello(2), wasm("hello"), name_file())
+        .await
+        .unwrap();
+    let id = format!("{job:016x}");
+    let update_deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let body = tokio::time::timeout(
+            update_deadline.saturating_duration_since(Instant::now()),
+            live.next_update(),
+        )
+        .await
+        .expect("a live update naming the new job");
+        if body.contains(&id) {
+            assert_escaped("live update", &body);
+            break;
+        }
+    }
+    let status = wait_completed(&mut client, job, Duration::from_secs(60)).await;
+    let worker_nodes: Vec<String> = status.ranks.values().map(|r| r.node.clone()).collect();
+    assert_eq!(worker_nodes.len(), 2);
+    let participant = worker_nodes
+        .iter()
+        .find(|n| **n != n0.peer)
+        .expect("a worker off the home")
+        .clone();
+
+    // The jobs list: the job, completed, its name from its argument.
+    let jobs: Vec<JobSummary> = poll_json(
+        n0.web,
+        "/api/jobs",
+        Duration::from_secs(10),
+        "the job completed on the jobs list",
+        |jobs: &Vec<JobSummary>| {
+            jobs.iter()
+                .any(|j| j.id == id && j.phase == JobPhase::Completed)
+        },
+    )
+    .await;
+    let summary = jobs.iter().find(|j| j.id == id).unwrap();
+    assert_eq!(summary.role, JobRole::Home);
+    assert_eq!(summary.home, n0.peer);
+    assert_eq!(
+        (summary.workers_joined, summary.workers_needed),
+        (2, 2),
+        "{summary:?}"
+    );
+    assert_eq!(summary.strategy, "spread");
+    assert!(summary.name.contains(HOSTILE_ARG), "{summary:?}");
+    let overview: NodeOverview = get_json(n0.web, "/api/overview").await;
+    assert_eq!(overview.home_jobs, vec![id.clone()]);
+
+    // The job's JSON: both workers exited 0 on their nodes, and the log
+    // tail holds the greeting (raw: JSON is data).
+    let detail: JobDetail = get_json(n0.web, &format!("/api/jobs/{id}")).await;
+    let mut nodes: Vec<&str> = detail.workers.iter().map(|w| w.node.as_str()).collect();
+    nodes.sort_unstable();
+    let mut expected: Vec<&str> = worker_nodes.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(nodes, expected);
+    assert!(
+        detail
+            .workers
+            .iter()
+            .all(|w| w.state == WorkerState::Exited && w.exit_code == Some(0)),
+        "{detail:?}"
+    );
+    let greeting = format!("Hello, {HOSTILE_NAME}!");
+    let texts: Vec<&str> = detail.log_tail.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(
+        texts.iter().filter(|t| **t == greeting).count(),
+        2,
+        "{texts:?}"
+    );
+    assert!(texts.contains(&format!("arg 1: {HOSTILE_ARG}").as_str()));
+    assert!(
+        texts.contains(&"stderr: hello: wrote /outputs/greeting.txt"),
+        "{texts:?}"
+    );
+    assert!(
+        detail
+            .log_tail
+            .iter()
+            .all(|l| l.worker.is_some() && l.at_secs >= 0.0 && l.at_secs < 60.0),
+        "{detail:?}"
+    );
+
+    // The job's page: everything from the job is there, as text.
+    let page = get(n0.web, &format!("/jobs/{id}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.content_type().starts_with("text/html"));
+    assert_escaped("job page", &page.body);
+    assert!(
+        page.body
+            .contains("Hello, &lt;img src=x onerror=alert(1)&gt;!"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("&lt;script&gt;alert('arg')&lt;/script&gt;")
+    );
+    for path in ["/", "/jobs", "/peers", "/pending"] {
+        let r = get(n0.web, path).await;
+        assert_eq!(r.status, 200, "{path}");
+        assert_escaped(path, &r.body);
+    }
+
+    // The node that ran the other worker lists the job as a participant.
+    let other = grid.nodes.iter().find(|n| n.peer == participant).unwrap();
+    let jobs: Vec<JobSummary> = poll_json(
+        other.web,
+        "/api/jobs",
+        Duration::from_secs(10),
+        "the participant's view of the job ending",
+        |jobs: &Vec<JobSummary>| {
+            jobs.iter()
+                .any(|j| j.id == id && j.phase == JobPhase::Completed)
+        },
+    )
+    .await;
+    let seen = jobs.iter().find(|j| j.id == id).unwrap();
+    assert_eq!(
+        (seen.role, seen.home.as_str()),
+        (JobRole::Participant, n0.peer.as_str())
+    );
+    let detail: JobDetail = get_json(other.web, &format!("/api/jobs/{id}")).await;
+    assert!(
+        detail
+            .workers
+            .iter()
+            .any(|w| w.node == participant && w.state == WorkerState::Exited),
+        "{detail:?}"
+    );
+    let page = get(other.web, &format!("/jobs/{id}")).await;
+    assert_eq!(page.status, 200);
+    assert_escaped("participant's job page", &page.body);
+
+    // A remote view of the home through n1: the home's snapshot and job,
+    // fetched over the overlay.
+    let snap: NodeSnapshot = get_json(n1.web, &format!("/api/peers/{}", n0.peer)).await;
+    assert_eq!(snap.overview.node_id, n0.peer);
+    assert!(snap.jobs.iter().any(|j| j.id == id), "{snap:?}");
+    assert!(snap.peers.iter().any(|p| p.peer_id == n1.peer));
+    let remote: Option<JobDetail> =
+        get_json(n1.web, &format!("/api/peers/{}/jobs/{id}", n0.peer)).await;
+    let remote = remote.expect("the home knows the job");
+    assert!(
+        remote.log_tail.iter().any(|l| l.text == greeting),
+        "{remote:?}"
+    );
+    let page = get(n1.web, &format!("/peers/{}/jobs/{id}", n0.peer)).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Remote view of"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("Hello, &lt;img src=x onerror=alert(1)&gt;!")
+    );
+    assert_escaped("remote job page", &page.body);
+    let page = get(n1.web, &format!("/peers/{}", n0.peer)).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_escaped("remote overview", &page.body);
+
+    // Metrics.
+    let metrics = get(n0.web, "/metrics").await;
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics.body.contains("zorilla_jobs{phase=\"completed\"} 1"),
+        "{}",
+        metrics.body
+    );
+    let here = worker_nodes.iter().filter(|n| **n == n0.peer).count();
+    assert!(
+        metrics
+            .body
+            .contains(&format!("zorilla_workers_started_total {here}")),
+        "{}",
+        metrics.body
+    );
+    let floods: u64 = metrics
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("zorilla_floods_sent_total "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no flood counter in\n{}", metrics.body));
+    assert!(floods >= 1, "the home flooded its job's advert");
+
+    // Bad requests get clear errors, quickly, and the node keeps serving.
+    for (path, code) in [
+        ("/api/jobs/0000000000000000", 404),
+        ("/api/jobs/not-a-job", 404),
+        ("/api/peers/not-a-peer", 404),
+        ("/jobs/%3Cscript%3E", 404),
+    ] {
+        let r = get(n0.web, path).await;
+        assert_eq!(r.status, code, "{path}: {}", r.body);
+        assert_escaped(path, &r.body);
+    }
+    // A well-formed peer id nobody knows: not found, within the timeout.
+    let stranger = "12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo";
+    let asked = Instant::now();
+    let r = get(n0.web, &format!("/api/peers/{stranger}")).await;
+    assert!(matches!(r.status, 404 | 502), "{}: {}", r.status, r.body);
+    assert!(asked.elapsed() < Duration::from_secs(11));
+    let overview: NodeOverview = get_json(n0.web, "/api/overview").await;
+    assert_eq!(overview.node_id, n0.peer);
+    println!("status pages of a real grid: {:?}", started.elapsed());
+}
