@@ -3,7 +3,8 @@
 //! hostile output submitted through the client library, and the pages and
 //! JSON API read over HTTP: the overview, peers, jobs, the job's page with
 //! its workers and log tail, the participant's view, a remote view of the
-//! home through another node, live updates, metrics, and bad requests.
+//! home through another node, live updates, metrics, bad requests, and a
+//! job that waits for a full grid (why it waits, the adverts held).
 //! Every wait polls with a deadline.
 
 #[path = "../../webui/tests/common/client.rs"]
@@ -19,7 +20,8 @@ use http::{EventStream, assert_escaped, get};
 use serde::de::DeserializeOwned;
 use zorilla_node::protocol::{JobRequest, NamedFile};
 use zorilla_webui::model::{
-    JobDetail, JobPhase, JobRole, JobSummary, NodeOverview, NodeSnapshot, PeerInfo, WorkerState,
+    JobDetail, JobPhase, JobRole, JobSummary, NodeOverview, NodeSnapshot, PeerInfo, PendingAdvert,
+    WorkerState,
 };
 
 /// What the job's argument and input say: markup that must stay text.
@@ -332,5 +334,70 @@ async fn status_pages_of_a_real_grid() {
     assert!(asked.elapsed() < Duration::from_secs(11));
     let overview: NodeOverview = get_json(n0.web, "/api/overview").await;
     assert_eq!(overview.node_id, n0.peer);
+
+    // The pending queue, and why a job waits: idle workers fill the three
+    // one-core nodes, so the next job's advert waits at the others.
+    let blocker = JobRequest {
+        min_workers: 3,
+        max_workers: 3,
+        strategy: zorilla_core::advert::Strategy::Spread,
+        ..JobRequest::default()
+    };
+    let blocker = client.submit(blocker, wasm("idle"), vec![]).await.unwrap();
+    wait_for(
+        &mut client,
+        blocker,
+        Duration::from_secs(30),
+        "the grid full",
+        |s| s.phase == zorilla_node::protocol::JobPhase::Running && s.ranks.len() == 3,
+    )
+    .await;
+    let waiting = client
+        .submit(hello(1), wasm("hello"), name_file())
+        .await
+        .unwrap();
+    let wid = format!("{waiting:016x}");
+    poll_json(
+        n0.web,
+        "/api/jobs",
+        Duration::from_secs(10),
+        "why the job waits",
+        |jobs: &Vec<JobSummary>| {
+            jobs.iter().any(|j| {
+                j.id == wid
+                    && j.phase == JobPhase::Scheduling
+                    && j.pending_reason
+                        .as_deref()
+                        .is_some_and(|r| r.contains("0 of 1 workers granted"))
+            })
+        },
+    )
+    .await;
+    let held: Vec<PendingAdvert> = poll_json(
+        n1.web,
+        "/api/pending",
+        Duration::from_secs(10),
+        "the advert held by a busy node",
+        |held: &Vec<PendingAdvert>| held.iter().any(|a| a.job_id == wid),
+    )
+    .await;
+    let advert = held.iter().find(|a| a.job_id == wid).unwrap();
+    assert_eq!(advert.home, n0.peer);
+    assert_eq!(advert.workers_wanted, 1);
+    assert!(advert.expires_in_secs <= 30, "{advert:?}");
+    let page = get(n1.web, "/pending").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(&wid), "{}", page.body);
+    // Room again: the advert is taken and the job runs.
+    client.cancel(blocker).await.unwrap();
+    wait_completed(&mut client, waiting, Duration::from_secs(30)).await;
+    poll_json(
+        n1.web,
+        "/api/pending",
+        Duration::from_secs(10),
+        "the advert gone",
+        |held: &Vec<PendingAdvert>| held.iter().all(|a| a.job_id != wid),
+    )
+    .await;
     println!("status pages of a real grid: {:?}", started.elapsed());
 }
