@@ -7,8 +7,8 @@
 //! - [`protocol`]: the client protocol (length-prefixed CBOR over TCP) and
 //!   [`client`]: an async client of it.
 //! - [`run`] / [`Daemon`]: start-up (state directory, database, sandbox,
-//!   overlay, client listener) and the event loop (`node`), which drives
-//!   the core's scheduler and executes its actions.
+//!   overlay, client listener, status page) and the event loop (`node`),
+//!   which drives the core's scheduler and executes its actions.
 //! - Private: `store` (redb: jobs, files, logs, outputs), `wire` (what
 //!   nodes say to each other over the overlay's rpc), `net` (calls between
 //!   nodes and the sandbox transport over them), `server` (the client
