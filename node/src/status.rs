@@ -807,12 +807,16 @@ impl Publisher {
             jobs.push(p.entry(*id));
         }
         // Jobs under way first, then the newest.
-        jobs.sort_by_key(|j| {
+        let key = |j: &JobEntry| {
             (
                 j.summary.phase > JobPhase::Running,
                 std::cmp::Reverse(j.since_ms),
-                j.summary.id.clone(),
             )
+        };
+        jobs.sort_by(|a, b| {
+            key(a)
+                .cmp(&key(b))
+                .then_with(|| a.summary.id.cmp(&b.summary.id))
         });
         jobs.truncate(MAX_JOBS);
 
@@ -987,22 +991,19 @@ fn diff(old: &LoopView, new: &LoopView) -> BTreeSet<ChangeKey> {
     if old.in_use != new.in_use || old.workers_running != new.workers_running {
         out.insert(ChangeKey::Node);
     }
-    let summaries = |v: &LoopView| -> Vec<(JobSummary, u64)> {
+    // Compared in place, without copies: a view holds up to MAX_JOBS jobs.
+    fn listed(v: &LoopView) -> impl Iterator<Item = (&JobSummary, u64)> {
+        v.jobs.iter().map(|j| (&j.summary, j.since_ms))
+    }
+    fn home(v: &LoopView) -> impl Iterator<Item = &String> {
         v.jobs
             .iter()
-            .map(|j| (j.summary.clone(), j.since_ms))
-            .collect()
-    };
-    if summaries(old) != summaries(new) {
+            .filter(|j| j.summary.role == JobRole::Home)
+            .map(|j| &j.summary.id)
+    }
+    if !listed(old).eq(listed(new)) {
         out.insert(ChangeKey::Jobs);
-        let home = |v: &LoopView| -> Vec<String> {
-            v.jobs
-                .iter()
-                .filter(|j| j.summary.role == JobRole::Home)
-                .map(|j| j.summary.id.clone())
-                .collect()
-        };
-        if home(old) != home(new) {
+        if !home(old).eq(home(new)) {
             out.insert(ChangeKey::Node);
         }
     }
@@ -1011,15 +1012,23 @@ fn diff(old: &LoopView, new: &LoopView) -> BTreeSet<ChangeKey> {
         .iter()
         .map(|j| (j.summary.id.as_str(), j))
         .collect();
+    // A job new to the view has no page open yet (its page was a "not
+    // found"), so only jobs shown before are announced: the first view of
+    // a long history does not flood every subscriber.
     for job in &new.jobs {
-        if before.get(job.summary.id.as_str()) != Some(&job) {
+        if before
+            .get(job.summary.id.as_str())
+            .is_some_and(|old| *old != job)
+        {
             out.insert(ChangeKey::Job(job.summary.id.clone()));
         }
     }
-    let adverts = |v: &LoopView| -> Vec<PendingAdvert> {
-        v.pending.iter().map(|p| p.advert.clone()).collect()
-    };
-    if adverts(old) != adverts(new) {
+    if !old
+        .pending
+        .iter()
+        .map(|p| &p.advert)
+        .eq(new.pending.iter().map(|p| &p.advert))
+    {
         out.insert(ChangeKey::Pending);
     }
     out
@@ -1093,6 +1102,165 @@ mod tests {
             rank,
             stderr,
             data: text.as_bytes().to_vec(),
+        }
+    }
+
+    /// A node's status over a real (unconnected) overlay, a scheduler with
+    /// nothing going on, and `n` stored home jobs: every tenth running (two
+    /// ranks), the rest completed (four ranks).
+    async fn with_jobs(
+        n: u64,
+    ) -> (
+        Publisher,
+        Arc<NodeStatus>,
+        Scheduler<PeerId>,
+        BTreeMap<u64, JobRecord>,
+        tempfile::TempDir,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = zorilla_overlay::OverlayConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
+            mdns: false,
+            ..zorilla_overlay::OverlayConfig::default()
+        };
+        let (overlay, _events) = zorilla_overlay::Overlay::start(config).await.unwrap();
+        let me = overlay.local_peer_id();
+        let store = Arc::new(Store::open(&dir.path().join("state.redb")).unwrap());
+        let status = NodeStatus::new(
+            overlay,
+            "test".into(),
+            CoreResources::new(4, 1024, 1024),
+            store,
+        );
+        let sched = Scheduler::new(me, zorilla_core::node::SchedulerConfig::default());
+        let jobs = (1..=n)
+            .map(|id| {
+                let running = id % 10 == 0;
+                let ranks = (0..if running { 2 } else { 4 })
+                    .map(|r| {
+                        let status = protocol::RankStatus {
+                            node: me.to_string(),
+                            outcome: (!running).then(|| "exited with status 0".to_string()),
+                        };
+                        (r, status)
+                    })
+                    .collect();
+                let record = JobRecord {
+                    id,
+                    phase: if running {
+                        protocol::JobPhase::Running
+                    } else {
+                        protocol::JobPhase::Completed
+                    },
+                    reason: "r".into(),
+                    request: JobRequest {
+                        args: vec!["arg".into(); 3],
+                        ..JobRequest::default()
+                    },
+                    module: crate::store::FileRef {
+                        name: "module.wasm".into(),
+                        sha256: "00".into(),
+                        size: 1,
+                    },
+                    inputs: Vec::new(),
+                    ranks,
+                    submitted_unix: 1_700_000_000 + id,
+                };
+                (id, record)
+            })
+            .collect();
+        (Publisher::new(status.clone()), status, sched, jobs, dir)
+    }
+
+    fn state<'a>(
+        sched: &'a Scheduler<PeerId>,
+        jobs: &'a BTreeMap<u64, JobRecord>,
+    ) -> LoopState<'a> {
+        LoopState {
+            epoch: Instant::now(),
+            sched,
+            jobs,
+            members: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_long_history_shows_the_jobs_under_way_then_the_newest() {
+        let (mut publisher, status, sched, jobs, _dir) = with_jobs(1200).await;
+        let mut changes = status.subscribe();
+        assert!(publisher.is_due(), "the first view goes out at once");
+        publisher.publish(state(&sched, &jobs));
+        let shown = status.jobs();
+        assert_eq!(shown.len(), MAX_JOBS);
+        // 120 running, newest first, then the newest completed.
+        assert!(shown[..120].iter().all(|j| j.phase == JobPhase::Running));
+        assert_eq!(shown[0].id, JobId(1200).to_string());
+        assert_eq!(shown[120].id, JobId(1199).to_string());
+        assert!(shown[120..].iter().all(|j| j.phase == JobPhase::Completed));
+        assert_eq!(status.overview().home_jobs.len(), MAX_JOBS);
+        let job = status.job(&shown[0].id).unwrap();
+        assert_eq!(job.workers.len(), 2);
+        assert!(job.log_tail.is_empty());
+        let mut got = BTreeSet::new();
+        while let Ok(change) = changes.try_recv() {
+            got.insert(format!("{change:?}"));
+        }
+        assert_eq!(got, BTreeSet::from(["Jobs".into(), "Node".into()]));
+
+        // Nothing changed: nothing is announced, and nothing is due.
+        assert!(!publisher.is_due());
+        publisher.touch();
+        publisher.publish(state(&sched, &jobs));
+        assert!(changes.try_recv().is_err());
+        // A log chunk announces its job's page only.
+        publisher.note_rpc(&PeerRpc::Log {
+            job: 1200,
+            chunk: protocol::LogChunk {
+                rank: 0,
+                stderr: false,
+                data: b"x\n".to_vec(),
+            },
+        });
+        assert!(publisher.due().is_some());
+        publisher.publish(state(&sched, &jobs));
+        assert_eq!(
+            changes.try_recv().unwrap(),
+            Change::Job(JobId(1200).to_string())
+        );
+        assert!(changes.try_recv().is_err());
+        // The remote view's answer fits.
+        match answer(&status, None) {
+            PeerReply::Status(snap) => assert_eq!(snap.jobs.len(), MAX_JOBS),
+            other => panic!("{other:?}"),
+        }
+        match answer(&status, Some("nonsense")) {
+            PeerReply::StatusJob(None) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// What a publish costs a home with a long history:
+    /// `cargo test -p zorilla-node --lib publish_cost -- --ignored --nocapture`.
+    #[tokio::test]
+    #[ignore = "a measurement, not a test"]
+    async fn publish_cost() {
+        for n in [100, 1_000, 10_000] {
+            let (mut publisher, status, sched, jobs, _dir) = with_jobs(n).await;
+            let rounds = 50;
+            let start = Instant::now();
+            for _ in 0..rounds {
+                publisher.touch();
+                publisher.publish(state(&sched, &jobs));
+            }
+            let publish = start.elapsed() / rounds;
+            let start = Instant::now();
+            let bytes = encode(&answer(&status, None)).len();
+            let remote = start.elapsed();
+            println!(
+                "{n} stored jobs: publish {:.2} ms; remote-view answer {:.2} ms, {bytes} bytes",
+                publish.as_secs_f64() * 1e3,
+                remote.as_secs_f64() * 1e3
+            );
         }
     }
 
@@ -1282,12 +1450,7 @@ mod tests {
         new.workers_running = 1;
         assert_eq!(
             diff(&old, &new),
-            BTreeSet::from([
-                ChangeKey::Node,
-                ChangeKey::Jobs,
-                ChangeKey::Job("a".into()),
-                ChangeKey::Job("b".into())
-            ])
+            BTreeSet::from([ChangeKey::Node, ChangeKey::Jobs, ChangeKey::Job("a".into())])
         );
     }
 }
