@@ -675,6 +675,9 @@ impl Publisher {
         request: &JobRequest,
         job_phase: protocol::JobPhase,
     ) {
+        if home == self.status.me {
+            return; // A job of our own: its record says it all.
+        }
         let p = self.participation(job, home);
         p.request = Some(request.clone());
         p.phase = p.phase.max(phase(job_phase));
