@@ -40,7 +40,7 @@ fn the_demo_runs_nqueens_on_the_nearest_sites_and_shuts_down_cleanly() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("Status page") || !stdout.contains("web="),
+        stdout.contains("Status page of the submitting node: http://127.0.0.1:"),
         "{stdout}"
     );
 }
