@@ -227,6 +227,15 @@ pub async fn run(
         "zorilla-node ready peer={peer} client={client_addr} listen={} web=http://{web_addr}/",
         listen.join(",")
     );
+    // systemd (Type=notify): ready now; a no-op without $NOTIFY_SOCKET.
+    notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&format!("peer {peer}, client {client_addr}")),
+    ]);
+    let shutdown = async {
+        shutdown.await;
+        notify(&[sd_notify::NotifyState::Stopping]);
+    };
     let parts = Parts {
         overlay: overlay.clone(),
         events,
@@ -244,6 +253,15 @@ pub async fn run(
     overlay.shutdown().await;
     tracing::info!("node stopped");
     Ok(())
+}
+
+/// Tells the service manager (systemd, `Type=notify`) about a state
+/// change. A failure is logged, not fatal: at worst systemd times the start
+/// out, which says more than a node that refuses to run.
+fn notify(state: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(state) {
+        tracing::warn!("cannot notify the service manager: {e}");
+    }
 }
 
 #[cfg(test)]
