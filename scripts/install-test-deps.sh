@@ -2,13 +2,15 @@
 # Installs the Debian packages the test suite needs, if any are missing:
 # clang and wasi-libc (to check that the committed guest modules rebuild
 # identically), chromium and chromedriver (the status page's browser test),
-# iproute2 and util-linux (tests that create their own network namespace).
+# iproute2 and util-linux (tests that create their own network namespace),
+# systemd (systemd-analyze checks deploy/zorilla-node.service).
 set -euo pipefail
 
 packages=(
   clang lld wasi-libc libclang-rt-14-dev-wasm32
   chromium chromium-driver
   iproute2 util-linux
+  systemd
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,438 @@
+//! Tests of `deploy/`: the systemd unit passes `systemd-analyze verify` and
+//! stays hardened, the daemon speaks systemd's readiness protocol, the
+//! example config parses and documents every option, and `install.sh`
+//! installs into a root directory, twice without harm.
+//!
+//! `systemd-analyze` is required, not optional: these tests fail with an
+//! install hint when it is missing (scripts/install-test-deps.sh installs
+//! it), so that a broken unit cannot pass by being skipped.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use zorilla_node::Daemon;
+use zorilla_node::config::Config;
+
+const NODE: &str = env!("CARGO_BIN_EXE_zorilla-node");
+/// The path the shipped unit starts the daemon from.
+const UNIT_EXEC: &str = "ExecStart=/usr/local/bin/zorilla-node ";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+fn deploy(file: &str) -> PathBuf {
+    repo().join("deploy").join(file)
+}
+
+fn systemd_analyze(args: &[&str]) -> Output {
+    match Command::new("systemd-analyze").args(args).output() {
+        Ok(output) => output,
+        Err(e) => panic!(
+            "cannot run systemd-analyze ({e}): install it with `apt-get install systemd` \
+             (scripts/install-test-deps.sh does)"
+        ),
+    }
+}
+
+/// Writes `unit` to `dir/zorilla-node.service` with its ExecStart binary
+/// replaced by `binary` (verify refuses a unit whose binary is missing),
+/// and returns the copy's path.
+fn unit_copy(unit: &str, binary: &Path, dir: &Path) -> PathBuf {
+    assert!(
+        unit.contains(UNIT_EXEC),
+        "the unit no longer has {UNIT_EXEC}"
+    );
+    let text = unit.replace(
+        UNIT_EXEC,
+        &format!("ExecStart={} ", binary.to_str().unwrap()),
+    );
+    let path = dir.join("zorilla-node.service");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `systemd-analyze verify`: it exits 0 even for an unknown key or a
+/// setting in the wrong section (it only warns), so any message about the
+/// unit counts as a failure too.
+fn assert_verifies(unit: &Path) {
+    let out = systemd_analyze(&["verify", unit.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let about_unit: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("zorilla-node"))
+        .collect();
+    assert!(
+        out.status.success() && about_unit.is_empty(),
+        "systemd-analyze verify {}: {}\n{stderr}",
+        unit.display(),
+        out.status
+    );
+}
+
+#[test]
+fn the_unit_passes_systemd_analyze_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(deploy("zorilla-node.service")).unwrap();
+    assert_verifies(&unit_copy(&unit, Path::new(NODE), dir.path()));
+}
+
+/// The hardening cannot erode unnoticed: systemd's own exposure score
+/// (0 = fully locked down, 10 = none) must stay at most 2.0. Nor can it
+/// grow into what the node needs (none of which a test outside systemd
+/// would catch): W+X memory for wasmtime's compiler, netlink for the
+/// overlay's interface watching, /proc/meminfo for the memory it offers.
+#[test]
+fn the_unit_stays_hardened() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(deploy("zorilla-node.service")).unwrap();
+    let copy = unit_copy(&unit, Path::new(NODE), dir.path());
+    let out = systemd_analyze(&[
+        "security",
+        "--offline=true",
+        "--threshold=20",
+        copy.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let overall = stdout
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or("(no overall exposure line)");
+    assert!(
+        out.status.success(),
+        "exposure above 2.0: {overall}\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needed in [
+        "MemoryDenyWriteExecute=",
+        "RestrictAddressFamilies=~AF_NETLINK",
+        "ProcSubset=",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(&format!(" {needed} ")))
+            .unwrap_or_else(|| panic!("no {needed} line in\n{stdout}"));
+        assert!(
+            line.starts_with('✗'),
+            "the unit forbids what the node needs ({needed}):\n{line}"
+        );
+    }
+}
+
+/// Reads datagrams from the notify socket until one contains `field`, or
+/// panics at the deadline (or if the node exits first).
+fn wait_notify(sock: &UnixDatagram, child: &mut std::process::Child, field: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "no {field} from the node within 60 s"
+        );
+        match sock.recv(&mut buf) {
+            Ok(n) => {
+                let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+                if msg.lines().any(|l| l == field) {
+                    return msg;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("the node exited ({status}) before sending {field}");
+                }
+            }
+            Err(e) => panic!("notify socket: {e}"),
+        }
+    }
+}
+
+/// Kills the node when a test fails half-way, so that no daemon outlives
+/// its test.
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The real binary under a fake service manager: READY=1 once the client
+/// port answers, STOPPING=1 after SIGTERM, then exit 0.
+#[test]
+fn the_daemon_notifies_ready_and_stopping() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&socket_path).unwrap();
+    // Short, so that a node that dies before notifying is noticed at once.
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let state = dir.path().join("state");
+    let mut node = KillOnDrop(Some(
+        Command::new(NODE)
+            .args(["--state-dir", state.to_str().unwrap()])
+            .args(["--network", "deploy-test", "--mdns", "false"])
+            .args(["--listen", "/ip4/127.0.0.1/tcp/0"])
+            .args(["--client", "127.0.0.1:0", "--web", "127.0.0.1:0"])
+            .args(["--cores", "1", "--memory-mib", "256", "--disk-mib", "100"])
+            .env("NOTIFY_SOCKET", &socket_path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start zorilla-node"),
+    ));
+    let child = node.0.as_mut().unwrap();
+    // Drain stdout so the node never blocks writing to it.
+    let mut stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+
+    let ready = wait_notify(&sock, child, "READY=1");
+    // Ready means ready: the client address it reports accepts connections.
+    let client = ready
+        .lines()
+        .find_map(|l| l.strip_prefix("STATUS="))
+        .and_then(|s| s.split("client ").nth(1))
+        .unwrap_or_else(|| panic!("no client address in {ready:?}"));
+    std::net::TcpStream::connect(client.trim())
+        .unwrap_or_else(|e| panic!("client address {client} from {ready:?}: {e}"));
+
+    let pid = rustix::process::Pid::from_child(child);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    wait_notify(&sock, child, "STOPPING=1");
+    let mut child = node.0.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || tx.send(child.wait()));
+    let Ok(status) = rx.recv_timeout(Duration::from_secs(30)) else {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        panic!("the node did not exit within 30 s of SIGTERM");
+    };
+    let status = status.unwrap();
+    assert!(status.success(), "exit after SIGTERM: {status}");
+}
+
+/// The field names of [`Config`], from serde itself (the error for an
+/// unknown field lists the expected ones), so a new option cannot be left
+/// out of the example.
+fn config_fields() -> Vec<String> {
+    let err = Config::from_toml("no_such_option = 1", Path::new("probe"))
+        .unwrap_err()
+        .to_string();
+    let expected = err
+        .split("expected one of")
+        .nth(1)
+        .unwrap_or_else(|| panic!("unexpected error format: {err}"));
+    let fields: Vec<String> = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    assert!(fields.len() >= 16, "too few fields in {err}");
+    fields
+}
+
+/// A setting line, active (`key = ...`) or left at its default
+/// (`#key = ...`): its key.
+fn setting_key(line: &str) -> Option<&str> {
+    let line = line.strip_prefix('#').unwrap_or(line);
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim_end();
+    (!key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')).then_some(key)
+}
+
+#[test]
+fn the_example_config_parses_and_documents_every_option() {
+    let path = deploy("zorilla.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let shipped = Config::load(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+
+    for field in config_fields() {
+        let at: Vec<usize> = (0..lines.len())
+            .filter(|&i| setting_key(lines[i]) == Some(field.as_str()))
+            .collect();
+        assert_eq!(
+            at.len(),
+            1,
+            "deploy/zorilla.toml must show `{field}` exactly once (as `{field} = ...` or \
+             `#{field} = ...`), found at lines {at:?}"
+        );
+        // Explained: above it (past the settings it is grouped with) is
+        // prose, a `# ` comment.
+        let mut i = at[0];
+        while i > 0 && setting_key(lines[i - 1]).is_some() {
+            i -= 1;
+        }
+        assert!(
+            i > 0 && lines[i - 1].starts_with("# "),
+            "`{field}` in deploy/zorilla.toml has no explanation above it"
+        );
+    }
+
+    // The shipped file gives a node that starts: valid addresses, no open
+    // port without a token.
+    let dir = tempfile::tempdir().unwrap();
+    let with_state = |config: Config| Config {
+        state_dir: Some(dir.path().to_owned()),
+        ..config
+    };
+    Daemon::from_config(&with_state(shipped)).unwrap();
+
+    // And every commented example value is valid too once uncommented.
+    let all: String = lines
+        .iter()
+        .map(|l| match setting_key(l) {
+            Some(_) => format!("{}\n", l.trim_start_matches('#')),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    let every = Config::from_toml(&all, &path).unwrap();
+    assert!(
+        every.token.is_some() && every.peers.is_some() && every.deny.is_some(),
+        "{every:?}"
+    );
+    // (The topology file is the operator's; the rest must resolve.)
+    let every = Config {
+        topology: None,
+        site: None,
+        ..every
+    };
+    Daemon::from_config(&with_state(every)).unwrap();
+}
+
+fn install(args: &[&str]) -> Output {
+    let out = Command::new("bash")
+        .arg(deploy("install.sh"))
+        .args(args)
+        .output()
+        .expect("run bash deploy/install.sh");
+    eprintln!(
+        "install.sh {args:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[test]
+fn install_sh_installs_into_a_root_directory_and_again_without_harm() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A copy of the binary alone, so that no `zorilla` CLI is beside it,
+    // whatever the target directory holds.
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let binary = bin.join("zorilla-node");
+    std::fs::copy(NODE, &binary).unwrap();
+    let root = tmp.path().join("root");
+    let (b, r) = (binary.to_str().unwrap(), root.to_str().unwrap());
+
+    let out = install(&["--no-build", "--binary", b, "--dest", r]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no zorilla CLI"));
+    let node = root.join("usr/local/bin/zorilla-node");
+    let unit = root.join("etc/systemd/system/zorilla-node.service");
+    let config = root.join("etc/zorilla/zorilla.toml");
+    assert_eq!(std::fs::read(&node).unwrap(), std::fs::read(NODE).unwrap());
+    assert_eq!(mode(&node), 0o755);
+    assert!(!root.join("usr/local/bin/zorilla").exists());
+    assert_eq!(
+        std::fs::read_to_string(&unit).unwrap(),
+        std::fs::read_to_string(deploy("zorilla-node.service")).unwrap()
+    );
+    // The config may hold the token: not world-readable.
+    assert_eq!(mode(&config), 0o640);
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        std::fs::read_to_string(deploy("zorilla.toml")).unwrap()
+    );
+    let version = Command::new(&node).arg("--version").output().unwrap();
+    assert!(version.status.success(), "{version:?}");
+    // The installed unit verifies against the installed binary.
+    let check = tempfile::tempdir().unwrap();
+    assert_verifies(&unit_copy(
+        &std::fs::read_to_string(&unit).unwrap(),
+        &node,
+        check.path(),
+    ));
+
+    // Again, with the operator's config edited and a CLI built meanwhile:
+    // the config is kept, the CLI is installed.
+    let edited = format!(
+        "{}\nnetwork = \"mine\"\n",
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("network = \"default\"", "")
+    );
+    std::fs::write(&config, &edited).unwrap();
+    std::fs::write(bin.join("zorilla"), "#!/bin/sh\necho zorilla cli\n").unwrap();
+    std::fs::set_permissions(bin.join("zorilla"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = install(&["--no-build", "--binary", b, "--dest", r]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kept"));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), edited);
+    assert_eq!(mode(&root.join("usr/local/bin/zorilla")), 0o755);
+    assert_eq!(std::fs::read(&node).unwrap(), std::fs::read(NODE).unwrap());
+
+    // --prefix moves the binaries, and the unit follows them.
+    let out = install(&[
+        "--no-build",
+        "--binary",
+        b,
+        "--dest",
+        r,
+        "--prefix",
+        "/opt/zorilla",
+    ]);
+    assert!(out.status.success());
+    assert!(root.join("opt/zorilla/bin/zorilla-node").exists());
+    assert!(
+        std::fs::read_to_string(&unit)
+            .unwrap()
+            .contains("\nExecStart=/opt/zorilla/bin/zorilla-node --config ")
+    );
+}
+
+#[test]
+fn install_sh_refuses_what_it_cannot_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().to_str().unwrap();
+    let out = install(&["--no-build", "--dest", r]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-build needs --binary"));
+    let missing = tmp.path().join("nothing-here");
+    let out = install(&[
+        "--no-build",
+        "--binary",
+        missing.to_str().unwrap(),
+        "--dest",
+        r,
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no zorilla-node binary"));
+    let out = install(&["--frobnicate"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option: --frobnicate"));
+}
