@@ -230,7 +230,9 @@ pub async fn run(
     // systemd (Type=notify): ready now; a no-op without $NOTIFY_SOCKET.
     notify(&[
         sd_notify::NotifyState::Ready,
-        sd_notify::NotifyState::Status(&format!("peer {peer}, client {client_addr}")),
+        sd_notify::NotifyState::Status(&format!(
+            "peer {peer}, client {client_addr}, web http://{web_addr}/"
+        )),
     ]);
     let shutdown = async {
         shutdown.await;

@@ -201,14 +201,20 @@ fn the_daemon_notifies_ready_and_stopping() {
     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
 
     let ready = wait_notify(&sock, child, "READY=1");
-    // Ready means ready: the client address it reports accepts connections.
-    let client = ready
+    // Ready means ready: the client and status page addresses it reports
+    // accept connections.
+    let status = ready
         .lines()
         .find_map(|l| l.strip_prefix("STATUS="))
-        .and_then(|s| s.split("client ").nth(1))
-        .unwrap_or_else(|| panic!("no client address in {ready:?}"));
-    std::net::TcpStream::connect(client.trim())
-        .unwrap_or_else(|e| panic!("client address {client} from {ready:?}: {e}"));
+        .unwrap_or_else(|| panic!("no STATUS in {ready:?}"));
+    for (what, prefix, suffix) in [("client", "client ", ""), ("web", "web http://", "/")] {
+        let addr = status
+            .split(", ")
+            .find_map(|part| part.strip_prefix(prefix)?.strip_suffix(suffix))
+            .unwrap_or_else(|| panic!("no {what} address in {status:?}"));
+        std::net::TcpStream::connect(addr)
+            .unwrap_or_else(|e| panic!("{what} address {addr} from {status:?}: {e}"));
+    }
 
     let pid = rustix::process::Pid::from_child(child);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
