@@ -8,7 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    TestNode, grid, nqueens, stdout_of, wait_completed, wait_for, wait_for_neighbours, wasm,
+    TestNode, grid, nqueens, stdout_of, wait_completed, wait_for, wait_for_neighbours, wait_idle,
+    wasm,
 };
 use zorilla_node::protocol::JobPhase;
 
@@ -203,6 +204,11 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
     );
     let out = stdout_of(&client.logs(job).await.unwrap());
     assert!(out.contains("solutions=14200"), "{out:?}");
+
+    // The home calls a job completed when every rank has reported its end,
+    // which is just before the rank's node frees its core: wait until the
+    // grid is idle, or a node still busy offers less than it has.
+    wait_idle(&nodes, Duration::from_secs(10)).await;
 
     // 12 workers: site a's 8, then 4 on site b (60 ms), none on c (150 ms).
     let job = client

@@ -256,3 +256,24 @@ pub(crate) async fn wait_for_neighbours(nodes: &[TestNode], min: usize, deadline
         }
     }
 }
+
+/// Waits until no node runs a worker of any job.
+pub(crate) async fn wait_idle(nodes: &[TestNode], deadline: Duration) {
+    let start = Instant::now();
+    for node in nodes {
+        let mut c = node.client().await;
+        loop {
+            let info = c.node_info().await.unwrap();
+            if info.running.is_empty() {
+                break;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "{} still runs workers after {deadline:?}: {:?}",
+                node.peer,
+                info.running
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
