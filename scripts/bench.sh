@@ -40,7 +40,7 @@ sim_profile=()
 cargo build --locked "${sim_profile[@]}" -p zorilla-tests --bins
 for scenario in "${scenarios[@]}"; do
     echo "== simulator: $scenario"
-    "target/$sim_target/zorilla-sim" "tests/scenarios/$scenario.toml" "${sim_args[@]}" \
+    "${CARGO_TARGET_DIR:-target}/$sim_target/zorilla-sim" "tests/scenarios/$scenario.toml" "${sim_args[@]}" \
         --out out/sim | tee "$logs/sim-$scenario.log"
 done
 
@@ -53,5 +53,5 @@ run_bench zorilla-sandbox sandbox
 run_bench zorilla-node client
 run_bench zorilla-node start64
 
-"target/$sim_target/bench-report" --logs "$logs" --markdown "$markdown" \
+"${CARGO_TARGET_DIR:-target}/$sim_target/bench-report" --logs "$logs" --markdown "$markdown" \
     --svg-dir "$svg_dir" --kind "$kind"
