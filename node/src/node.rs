@@ -1099,7 +1099,16 @@ impl Node {
         match done {
             Done::Nothing => {}
             Done::Refreshed { job, info } => match info {
-                Ok(info) => self.placement_pushed(job, info.phase, info.ranks, Vec::new()),
+                Ok(info) => {
+                    if info.phase.is_terminal() {
+                        tracing::info!(
+                            job = %JobId(job),
+                            phase = ?info.phase,
+                            "asked the quiet home: the job is over"
+                        );
+                    }
+                    self.placement_pushed(job, info.phase, info.ranks, Vec::new());
+                }
                 Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}"),
             },
             Done::PeerDead(peer) => {

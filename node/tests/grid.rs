@@ -11,7 +11,7 @@ use common::{
     TestNode, grid, nqueens, stdout_of, wait_completed, wait_for, wait_for_neighbours, wait_idle,
     wasm,
 };
-use zorilla_node::protocol::JobPhase;
+use zorilla_node::protocol::{JobPhase, JobRequest};
 
 /// 8 nodes of one core each: nqueens with 8 workers lands on all of them,
 /// the answer and every log arrive at the home; then the home is killed
@@ -288,5 +288,63 @@ async fn killed_worker_node_is_replaced_and_the_answer_is_right() {
     assert!(
         out.contains("nqueens N=16 ranks=4 solutions=14772512"),
         "{out:?}"
+    );
+}
+
+/// The home of a running job is killed (-9) and restarted: it marks the
+/// job failed, but cannot tell the other node, whose worker keeps running.
+/// That node's copy of the job hears nothing from the home, asks it after
+/// a while, learns the job failed and stops its worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_hears_nothing_asks_its_home_and_stops_an_orphaned_worker() {
+    let mut grid = grid(2, 1);
+    let job = {
+        let mut home = grid.nodes[1].client().await;
+        let request = JobRequest {
+            min_workers: 2,
+            max_workers: 2,
+            lifetime_secs: 30,
+            ..JobRequest::default()
+        };
+        let job = home.submit(request, wasm("idle"), vec![]).await.unwrap();
+        wait_for(&mut home, job, Duration::from_secs(30), "2 workers", |s| {
+            s.running_workers() == 2
+        })
+        .await;
+        job
+    };
+    let mut member = grid.nodes[0].client().await;
+    let start = Instant::now();
+    while !member.node_info().await.unwrap().running.contains_key(&job) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no worker on node 0"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    grid.nodes[1].restart();
+    let mut home = grid.nodes[1].client().await;
+    let status = home.status(job).await.unwrap();
+    assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
+
+    // The copy asks within its 15 s of silence plus a check period.
+    let start = Instant::now();
+    while member.node_info().await.unwrap().running.contains_key(&job) {
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "the orphaned worker still runs {:?} after the home restarted",
+            start.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Which way it learnt: usually by asking (the restarted home answers
+    // its probes); if the home took long to come back, its probes failed
+    // and it was taken for lost, which stops the worker too.
+    let log = std::fs::read_to_string(grid.nodes[0].dir.join("node.log")).unwrap();
+    assert!(
+        log.contains("asked the quiet home: the job is over")
+            || log.contains("treating it as lost"),
+        "{log}"
     );
 }
