@@ -32,7 +32,7 @@ else
     sim_args=()
     markdown=BENCHMARKS.md
     svg_dir=docs/bench
-    kind="full run, release build, $(date -u +%Y-%m-%d), $(nproc) cores"
+    kind="full run, release build, $(date -u +%Y-%m-%d), $(nproc) cores${BENCH_NOTE:+; $BENCH_NOTE}"
 fi
 
 sim_profile=()
