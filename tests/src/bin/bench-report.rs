@@ -280,19 +280,10 @@ fn plot_locality(path: &Path, results: &Results) -> anyhow::Result<()> {
         .y_label_area_size(60)
         .build_cartesian_2d(0.0..n as f64, 0.0..y_max)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let labels: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(n + 1)
-        .x_label_formatter(&|x| {
-            let i = (*x - 0.5).round();
-            if (*x - 0.5 - i).abs() < 1e-6 && i >= 0.0 {
-                labels.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
+        .x_labels(0)
         .y_desc("ms per worker")
         .draw()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -308,6 +299,17 @@ fn plot_locality(path: &Path, results: &Results) -> anyhow::Result<()> {
             .label(label)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
+    // Each scenario's name above its pair of bars.
+    let names = rows.iter().enumerate().map(|(i, r)| {
+        Text::new(
+            r.0.clone(),
+            (i as f64 + 0.15, r.1.max(r.2) + y_max * 0.04),
+            ("sans-serif", 14),
+        )
+    });
+    chart
+        .draw_series(names)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     chart
         .configure_series_labels()
         .border_style(BLACK)
@@ -328,7 +330,7 @@ fn plot_start(path: &Path, results: &Results) -> anyhow::Result<()> {
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "Workers running after a submit (real nodes)",
+            "Workers placed and running after a submit (real nodes)",
             ("sans-serif", 18),
         )
         .margin(12)
