@@ -16,7 +16,8 @@ logs=out/bench/logs
 rm -rf "$logs" && mkdir -p "$logs"
 
 if $short; then
-    profile=(--profile dev)
+    # The test profile: the artifacts `cargo test --workspace` just built.
+    profile=(--profile test)
     export ZORILLA_BENCH_SHORT=1 ZORILLA_BENCH_NODES=12 ZORILLA_BENCH_FLOODS=5
     sim_target=debug
     scenarios=(zorilla-4.2)
@@ -46,7 +47,9 @@ done
 
 run_bench() { # package bench
     echo "== cargo bench -p $1 --bench $2"
-    cargo bench --locked "${profile[@]}" -p "$1" --bench "$2" | tee "$logs/$1-$2.log"
+    # --workspace, not -p: the same features as the test build, so no
+    # dependency is built a second time.
+    cargo bench --locked "${profile[@]}" --workspace --bench "$2" | tee "$logs/$1-$2.log"
 }
 run_bench zorilla-overlay flood
 run_bench zorilla-sandbox sandbox
