@@ -416,12 +416,7 @@ impl Node {
             }
         }
         let id = loop {
-            // std's per-instance random hasher keys are a good enough
-            // source of random job ids without an OS-rng dependency.
-            use std::hash::{BuildHasher, Hasher};
-            let id = std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish();
+            let id = random_u64();
             if !self.jobs.contains_key(&id) {
                 break id;
             }
@@ -1331,14 +1326,19 @@ async fn prepare(
     Ok((info, program, dir))
 }
 
-/// A random number below `n` (0 for `n` = 0), from std's per-instance
-/// random hasher keys, as for job ids.
-fn random_below(n: usize) -> usize {
+/// A random number: std's per-instance random hasher keys are a good
+/// enough source (job ids, a first file source) without an OS-rng
+/// dependency.
+fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
-    let r = std::collections::hash_map::RandomState::new()
+    std::collections::hash_map::RandomState::new()
         .build_hasher()
-        .finish();
-    if n == 0 { 0 } else { (r % n as u64) as usize }
+        .finish()
+}
+
+/// A random number below `n` (0 for `n` = 0).
+fn random_below(n: usize) -> usize {
+    if n == 0 { 0 } else { (random_u64() % n as u64) as usize }
 }
 
 /// Gets a content-addressed file: from the local cache, else in blocks from
