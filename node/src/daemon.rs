@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
 use tokio::sync::{mpsc, watch};
@@ -158,9 +158,78 @@ impl Daemon {
     }
 }
 
-/// Runs a node until `shutdown` resolves. Prints one line to stdout once
-/// it is ready: `zorilla-node ready peer=<id> client=<addr> listen=<addrs>
-/// web=http://<addr>/`.
+/// The one line a node prints to stdout once it is ready:
+/// `zorilla-node ready peer=<id> client=<addr> listen=<addrs> web=http://<addr>/`,
+/// and its parser, for programs that start nodes (the demo, the tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyLine {
+    /// The node's peer id.
+    pub peer: String,
+    /// Its client-protocol address.
+    pub client: String,
+    /// Its overlay listen addresses.
+    pub listen: Vec<String>,
+    /// Its status page's URL.
+    pub web: String,
+}
+
+impl std::fmt::Display for ReadyLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} peer={} client={} listen={} web={}",
+            Self::PREFIX,
+            self.peer,
+            self.client,
+            self.listen.join(","),
+            self.web
+        )
+    }
+}
+
+impl ReadyLine {
+    /// How the line starts.
+    pub const PREFIX: &str = "zorilla-node ready";
+
+    /// Parses a ready line; `None` for any other line.
+    pub fn parse(line: &str) -> Option<ReadyLine> {
+        let rest = line.strip_prefix(Self::PREFIX)?;
+        let field = |name: &str| {
+            rest.split_whitespace()
+                .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+                .map(str::to_string)
+        };
+        Some(ReadyLine {
+            peer: field("peer")?,
+            client: field("client")?,
+            listen: field("listen")?.split(',').map(str::to_string).collect(),
+            web: field("web")?,
+        })
+    }
+
+    /// Reads a starting node's stdout until its ready line, for at most
+    /// `timeout`; the rest of its output is drained (and dropped) by a
+    /// thread so that the node never blocks on a full pipe. `None` if the
+    /// node exited or took too long.
+    pub fn wait(stdout: std::process::ChildStdout, timeout: Duration) -> Option<ReadyLine> {
+        use std::io::BufRead;
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(ready) = ReadyLine::parse(&line) {
+                    let _ = tx.try_send(ready);
+                }
+            }
+        });
+        rx.recv_timeout(timeout).ok()
+    }
+}
+
+/// Runs a node until `shutdown` resolves. Prints its [`ReadyLine`] to
+/// stdout once it is ready.
 pub async fn run(
     daemon: Daemon,
     shutdown: impl std::future::Future<Output = ()>,
@@ -222,11 +291,13 @@ pub async fn run(
         },
     ));
     tracing::info!(%peer, %client_addr, ?listen, %web_addr, %resources, "node ready");
-    let listen: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
-    println!(
-        "zorilla-node ready peer={peer} client={client_addr} listen={} web=http://{web_addr}/",
-        listen.join(",")
-    );
+    let ready = ReadyLine {
+        peer: peer.to_string(),
+        client: client_addr.to_string(),
+        listen: listen.iter().map(|a| a.to_string()).collect(),
+        web: format!("http://{web_addr}/"),
+    };
+    println!("{ready}");
     // systemd (Type=notify): ready now; a no-op without $NOTIFY_SOCKET.
     notify(&[
         sd_notify::NotifyState::Ready,
@@ -276,6 +347,19 @@ mod tests {
             mdns: Some(false),
             ..Config::default()
         }
+    }
+
+    #[test]
+    fn the_ready_line_parses_what_it_prints() {
+        let ready = ReadyLine {
+            peer: "12D3Koo".into(),
+            client: "127.0.0.1:4100".into(),
+            listen: vec!["/ip4/127.0.0.1/tcp/1".into(), "/ip4/127.0.0.2/tcp/2".into()],
+            web: "http://127.0.0.1:4180/".into(),
+        };
+        assert_eq!(ReadyLine::parse(&ready.to_string()), Some(ready));
+        assert_eq!(ReadyLine::parse("zorilla-node starting"), None);
+        assert_eq!(ReadyLine::parse("zorilla-node ready peer=x"), None);
     }
 
     #[test]

@@ -1338,7 +1338,11 @@ fn random_u64() -> u64 {
 
 /// A random number below `n` (0 for `n` = 0).
 fn random_below(n: usize) -> usize {
-    if n == 0 { 0 } else { (random_u64() % n as u64) as usize }
+    if n == 0 {
+        0
+    } else {
+        (random_u64() % n as u64) as usize
+    }
 }
 
 /// Gets a content-addressed file: from the local cache, else in blocks from

@@ -11,13 +11,13 @@
 //! file, no compiler: the guest is built in.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use zorilla_core::advert::JobId;
+use zorilla_node::ReadyLine;
 use zorilla_node::client::Client;
 use zorilla_node::protocol::JobPhase;
 
@@ -62,7 +62,7 @@ struct DemoNode {
     peer: String,
     client: String,
     listen: String,
-    web: Option<String>,
+    web: String,
 }
 
 impl Drop for DemoNode {
@@ -163,37 +163,19 @@ fn start_node(
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.starts_with("zorilla-node ready") {
-                let _ = tx.try_send(line);
-            }
-        }
-    });
-    let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
+    let Some(ready) = ReadyLine::wait(stdout, Duration::from_secs(30)) else {
         let _ = child.kill();
         return Err(format!(
             "a node did not start; see {}",
             dir.join("node.log").display()
         ));
     };
-    let field = |name: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{name}=")))
-            .map(str::to_string)
-    };
     Ok(DemoNode {
         site: SITES[s].0,
-        peer: field("peer").unwrap_or_default(),
-        client: field("client").unwrap_or_default(),
-        listen: field("listen")
-            .unwrap_or_default()
-            .split(',')
-            .next()
-            .unwrap_or_default()
-            .to_string(),
-        web: field("web"),
+        peer: ready.peer,
+        client: ready.client,
+        listen: ready.listen.into_iter().next().unwrap_or_default(),
+        web: ready.web,
         child,
     })
 }
@@ -261,9 +243,7 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
         nodes.len(),
         dir.display()
     );
-    if let Some(web) = &nodes[0].web {
-        println!("Status page of the submitting node: {web}");
-    }
+    println!("Status page of the submitting node: {}", nodes[0].web);
 
     let spec = dir.join("nqueens.toml");
     std::fs::write(dir.join("nqueens.wasm"), NQUEENS).map_err(|e| e.to_string())?;

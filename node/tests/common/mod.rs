@@ -5,14 +5,21 @@
 // Each test crate uses only part of this.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use zorilla_node::ReadyLine;
 use zorilla_node::client::Client;
 use zorilla_node::protocol::{JobPhase, JobRequest, JobStatus};
+
+/// The last `lines` lines of the log of the node in `dir`.
+fn log_tail(dir: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
 
 pub(crate) struct TestNode {
     pub(crate) child: Child,
@@ -81,44 +88,26 @@ impl TestNode {
             .spawn()
             .expect("start zorilla-node");
         let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.starts_with("zorilla-node ready") {
-                    let _ = tx.try_send(line);
-                }
-            }
+        let ready = ReadyLine::wait(stdout, Duration::from_secs(30)).unwrap_or_else(|| {
+            panic!(
+                "node in {} did not get ready; its log ends:\n{}",
+                dir.display(),
+                log_tail(dir, 20)
+            )
         });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| {
-                let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(20).collect();
-                panic!(
-                    "node in {} did not get ready; its log ends:\n{}",
-                    dir.display(),
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                )
-            });
-        let field = |name: &str| {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
-                .unwrap()
-                .to_string()
-        };
-        let listen = field("listen").split(',').next().unwrap().to_string();
-        let web = field("web");
-        let web = web
+        let listen = ready.listen[0].clone();
+        let web = ready
+            .web
             .strip_prefix("http://")
             .and_then(|w| w.strip_suffix('/'))
             .and_then(|w| w.parse().ok())
-            .unwrap_or_else(|| panic!("web={web} is not http://ADDR/"));
+            .unwrap_or_else(|| panic!("web={} is not http://ADDR/", ready.web));
         TestNode {
             child,
             dir: dir.to_owned(),
-            client: field("client"),
+            client: ready.client,
             listen,
-            peer: field("peer"),
+            peer: ready.peer,
             web,
             args,
         }
@@ -126,9 +115,7 @@ impl TestNode {
 
     /// The last lines of the node's log, for failure messages.
     pub(crate) fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        log_tail(&self.dir, 30)
     }
 
     pub(crate) fn kill(&mut self) {
