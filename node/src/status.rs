@@ -1068,16 +1068,7 @@ pub(crate) async fn poll_overlay(status: Arc<NodeStatus>) {
             })
             .collect();
         // Neighbours first, nearest first.
-        peers.sort_by(|a, b| {
-            a.link
-                .cmp(&b.link)
-                .then(
-                    a.rtt_ms
-                        .unwrap_or(f64::MAX)
-                        .total_cmp(&b.rtt_ms.unwrap_or(f64::MAX)),
-                )
-                .then(a.peer_id.cmp(&b.peer_id))
-        });
+        peers.sort_by(PeerInfo::display_order);
         peers.truncate(MAX_PEERS);
         let view = NetView {
             peers,

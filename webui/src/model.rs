@@ -89,6 +89,21 @@ pub struct PeerInfo {
     pub coordinates: Option<Vec<f64>>,
 }
 
+impl PeerInfo {
+    /// The order peers are shown in: neighbours first (near, then far),
+    /// nearest first, then by id.
+    pub fn display_order(a: &PeerInfo, b: &PeerInfo) -> std::cmp::Ordering {
+        a.link
+            .cmp(&b.link)
+            .then(
+                a.rtt_ms
+                    .unwrap_or(f64::MAX)
+                    .total_cmp(&b.rtt_ms.unwrap_or(f64::MAX)),
+            )
+            .then(a.peer_id.cmp(&b.peer_id))
+    }
+}
+
 /// The scheduling phase of a job (the core's `Phase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -354,16 +354,7 @@ fn overview(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
 
 fn peers(node: &NodeOverview, peers: &[PeerInfo]) -> Markup {
     let mut sorted: Vec<&PeerInfo> = peers.iter().collect();
-    sorted.sort_by(|a, b| {
-        a.link
-            .cmp(&b.link)
-            .then(
-                a.rtt_ms
-                    .unwrap_or(f64::MAX)
-                    .total_cmp(&b.rtt_ms.unwrap_or(f64::MAX)),
-            )
-            .then(a.peer_id.cmp(&b.peer_id))
-    });
+    sorted.sort_by(|a, b| PeerInfo::display_order(a, b));
     let has_coords = peers.iter().any(|p| p.coordinates.is_some());
     html! {
         h1 { "Peers (" (peers.len()) ")" }
