@@ -168,6 +168,18 @@ pub fn summary_line(report: &RunReport) -> String {
     )
 }
 
+/// The points of a step line through `points`: each value held until the
+/// next change.
+pub fn step_line<Y: Copy>(points: &[(f64, Y)]) -> Vec<(f64, Y)> {
+    let mut steps = Vec::with_capacity(points.len() * 2);
+    for pair in points.windows(2) {
+        steps.push(pair[0]);
+        steps.push((pair[1].0, pair[0].1));
+    }
+    steps.extend(points.last());
+    steps
+}
+
 /// Plots workers running per site over time, one panel per run (the shape
 /// of Figure 5 of the Zorilla paper), into an SVG file.
 pub fn plot_sites(path: &Path, title: &str, runs: &[&RunReport]) -> anyhow::Result<()> {
@@ -200,15 +212,7 @@ pub fn plot_sites(path: &Path, title: &str, runs: &[&RunReport]) -> anyhow::Resu
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         for (site, points) in series.iter().enumerate() {
             let color = Palette99::pick(site).to_rgba();
-            // A step line: hold each value until the next change.
-            let mut steps = Vec::with_capacity(points.len() * 2);
-            for pair in points.windows(2) {
-                steps.push(pair[0]);
-                steps.push((pair[1].0, pair[0].1));
-            }
-            if let Some(last) = points.last() {
-                steps.push(*last);
-            }
+            let steps = step_line(points);
             chart
                 .draw_series(LineSeries::new(steps, color.stroke_width(2)))
                 .map_err(|e| anyhow::anyhow!("{e}"))?

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Parser;
 use plotters::prelude::*;
+use zorilla_tests::report::step_line;
 
 /// Writes the benchmark summary and plots from scripts/bench.sh's logs.
 #[derive(Debug, Parser)]
@@ -348,14 +349,8 @@ fn plot_start(path: &Path, results: &Results) -> anyhow::Result<()> {
         (placed, RED, "placed by the home"),
         (running, BLUE, "running on their nodes"),
     ] {
-        let mut steps = Vec::with_capacity(points.len() * 2);
-        for pair in points.windows(2) {
-            steps.push(pair[0]);
-            steps.push((pair[1].0, pair[0].1));
-        }
-        steps.extend(points.last());
         chart
-            .draw_series(LineSeries::new(steps, color.stroke_width(2)))
+            .draw_series(LineSeries::new(step_line(&points), color.stroke_width(2)))
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .label(label)
             .legend(move |(x, y)| {
