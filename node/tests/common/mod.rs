@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use zorilla_node::ReadyLine;
 use zorilla_node::client::Client;
-use zorilla_node::protocol::{JobPhase, JobRequest, JobStatus};
+use zorilla_node::protocol::{JobPhase, JobRequest, JobStatus, NodeInfo};
 
 /// The last `lines` lines of the log of the node in `dir`.
 fn log_tail(dir: &Path, lines: usize) -> String {
@@ -223,44 +223,38 @@ pub(crate) fn nqueens(workers: u32, n: u32) -> JobRequest {
     }
 }
 
-/// Waits until every node has at least `min` overlay neighbours.
-pub(crate) async fn wait_for_neighbours(nodes: &[TestNode], min: usize, deadline: Duration) {
+/// Waits until every node's `NodeInfo` satisfies `done`.
+pub(crate) async fn wait_nodes(
+    nodes: &[TestNode],
+    deadline: Duration,
+    what: &str,
+    done: impl Fn(&NodeInfo) -> bool,
+) {
     let start = Instant::now();
     for node in nodes {
         let mut c = node.client().await;
         loop {
             let info = c.node_info().await.unwrap();
-            if info.neighbours >= min {
+            if done(&info) {
                 break;
             }
             assert!(
                 start.elapsed() < deadline,
-                "{} has {} neighbours after {deadline:?}, wanted {min}",
-                node.peer,
-                info.neighbours
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// Waits until no node runs a worker of any job.
-pub(crate) async fn wait_idle(nodes: &[TestNode], deadline: Duration) {
-    let start = Instant::now();
-    for node in nodes {
-        let mut c = node.client().await;
-        loop {
-            let info = c.node_info().await.unwrap();
-            if info.running.is_empty() {
-                break;
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "{} still runs workers after {deadline:?}: {:?}",
-                node.peer,
-                info.running
+                "{}: no {what} after {deadline:?}; last {info:?}",
+                node.peer
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// Waits until every node has at least `min` overlay neighbours.
+pub(crate) async fn wait_for_neighbours(nodes: &[TestNode], min: usize, deadline: Duration) {
+    let what = format!("{min} neighbours");
+    wait_nodes(nodes, deadline, &what, |info| info.neighbours >= min).await;
+}
+
+/// Waits until no node runs a worker of any job.
+pub(crate) async fn wait_idle(nodes: &[TestNode], deadline: Duration) {
+    wait_nodes(nodes, deadline, "idle grid", |info| info.running.is_empty()).await;
 }
