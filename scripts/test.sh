@@ -7,6 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-test-deps.sh
+# rustfmt and clippy are rustup components that a minimal toolchain lacks.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  command -v rustup >/dev/null 2>&1 || { echo "cargo fmt and cargo clippy are needed (rustup component add rustfmt clippy)" >&2; exit 1; }
+  rustup component add rustfmt clippy
+fi
 
 echo "== examples/wasm rebuild identically from examples/src"
 check_dir=$(mktemp -d)

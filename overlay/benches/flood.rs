@@ -246,6 +246,11 @@ async fn run() -> anyhow::Result<()> {
         frames_total as f64 / floods as f64
     );
     println!(
+        "RESULT overlay.bytes_per_flood {:.0} bytes",
+        bytes_total as f64 / floods as f64
+    );
+    println!("RESULT overlay.unacknowledged {failures} frames");
+    println!(
         "RESULT overlay.cover_median {:.1} ms",
         ms(cover_times[cover_times.len() / 2])
     );

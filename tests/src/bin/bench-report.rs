@@ -173,6 +173,16 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench -p zorilla-overlay --bench flood",
     ),
     (
+        "overlay.bytes_per_flood",
+        "CBOR bytes per flood",
+        "cargo bench -p zorilla-overlay --bench flood",
+    ),
+    (
+        "overlay.unacknowledged",
+        "flood frames not acknowledged (all floods)",
+        "cargo bench -p zorilla-overlay --bench flood",
+    ),
+    (
         "overlay.cover_median",
         "time for a flood to cover every node (median)",
         "cargo bench -p zorilla-overlay --bench flood",
@@ -185,6 +195,11 @@ const FIGURES: &[(&str, &str, &str)] = &[
     (
         "sandbox.start_guest_s_first_instruction_p50",
         "start to the guest's first instruction (p50)",
+        "cargo bench -p zorilla-sandbox --bench sandbox",
+    ),
+    (
+        "sandbox.message_round_trip_two_workers_5_runs_p50",
+        "message round trip between two workers in one process (p50)",
         "cargo bench -p zorilla-sandbox --bench sandbox",
     ),
 ];
