@@ -1,5 +1,6 @@
 //! One scheduler at a time, fed inputs by hand: the exact outputs it gives.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use zorilla_core::advert::{
@@ -607,13 +608,17 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
     assert_eq!(report.nodes_answered, 3);
     assert_eq!(report.offers, 1);
     assert_eq!(report.declines.get(&DeclineReason::Busy), Some(&1));
+    assert_eq!((report.floods, report.radius, report.budget), (1, 1, None));
+    assert!(report.refusals.is_empty(), "{:?}", report.refusals);
     let why = report.explain();
     assert!(why.contains("0 of 4 workers granted"), "{why}");
+    assert!(why.contains("1 floods so far, radius 1"), "{why}");
     assert!(why.contains("1 busy"), "{why}");
     assert!(
         why.contains("1 a worker needs more than the node has in all"),
         "{why}"
     );
+    assert!(!why.contains("refused"), "{why}");
 
     let mut now = ms(3);
     let mut ended = None;
@@ -635,10 +640,62 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
         reason.starts_with("expired before it got its workers"),
         "{reason}"
     );
+    let report = node.report(JOB).unwrap();
+    assert_eq!(report.floods, 3, "floods at 0, 1 and 3 s");
+    assert_eq!(report.radius, 3, "radius 1, then one more per flood");
+    // The offer still held at expiry was refused, and that is counted.
     assert_eq!(
-        node.report(JOB).unwrap().floods,
-        3,
-        "floods at 0, 1 and 3 s"
+        report.refusals,
+        BTreeMap::from([(RefuseReason::Expired, 1)])
+    );
+    let why = report.explain();
+    assert!(why.contains("3 floods so far, radius 3"), "{why}");
+    assert!(why.contains("offers refused: 1 job expired"), "{why}");
+}
+
+#[test]
+fn why_pending_reports_the_latency_budget_and_the_offers_refused() {
+    let mut node = home(ScheduleConfig::default());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    let report = node.report(JOB).unwrap();
+    assert_eq!((report.floods, report.radius), (1, 1));
+    assert_eq!(report.budget, Some(ms(1)), "the first budget is 1 ms");
+    assert!(
+        report
+            .explain()
+            .contains("1 floods so far, up to 1.0 ms from home"),
+        "{}",
+        report.explain()
+    );
+    // Two offers for one worker: the far one is refused once the near one
+    // is granted (after the flood settled: twice 1 ms and a quarter of the
+    // 10 ms floor).
+    offer_from(&mut node, ms(1), 10, 1, 5);
+    let out = offer_from(&mut node, ms(5), 11, 1, 1);
+    assert!(out.contains(&Output::Send {
+        to: 10,
+        msg: Message::Refuse {
+            job: JOB,
+            reason: RefuseReason::NotChosen
+        }
+    }));
+    let report = node.report(JOB).unwrap();
+    assert_eq!(
+        report.refusals,
+        BTreeMap::from([(RefuseReason::NotChosen, 1)])
+    );
+    assert!(
+        report
+            .explain()
+            .contains("offers refused: 1 nearer nodes were chosen"),
+        "{}",
+        report.explain()
     );
 }
 
@@ -762,5 +819,148 @@ fn invalid_specs_are_rejected_with_a_reason() {
     assert_eq!(
         error.to_string(),
         "min workers (3) is more than max workers (2)"
+    );
+}
+
+fn refusal(to: u32, reason: RefuseReason) -> Output<u32> {
+    Output::Send {
+        to,
+        msg: Message::Refuse { job: JOB, reason },
+    }
+}
+
+#[test]
+fn cancel_refuses_held_offers_stops_all_timers_and_refuses_late_offers() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(3)),
+        },
+    );
+    assert_eq!(offer_from(&mut node, ms(1), 10, 1, 1), vec![]);
+    assert_eq!(node.held_offers(JOB).count(), 1);
+    let out = node.handle(ms(2), Input::Cancel(JOB));
+    assert_eq!(
+        out,
+        vec![
+            refusal(10, RefuseReason::Cancelled),
+            Output::Job(JobEvent::Ended {
+                job: JOB,
+                phase: Phase::Cancelled,
+                reason: "cancelled by user".into()
+            })
+        ]
+    );
+    assert_eq!(node.held_offers(JOB).count(), 0);
+    assert_eq!(node.next_timeout(), None, "no flood, no expiry left");
+    assert_eq!(
+        offer_from(&mut node, ms(3), 11, 2, 1),
+        vec![refusal(11, RefuseReason::Cancelled)]
+    );
+    assert_eq!(node.held_offers(JOB).count(), 0, "a late offer is not held");
+}
+
+#[test]
+fn expiry_refuses_held_offers_and_late_offers_as_expired() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: JobSpec {
+                lifetime: ms(500),
+                ..spec(WorkerCount::rigid(3))
+            },
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    offer_from(&mut node, ms(2), 11, 1, 1);
+    assert_eq!(
+        node.next_timeout(),
+        Some(ms(500)),
+        "expiry before the 1 s flood"
+    );
+    let out = node.handle_timeout(ms(500));
+    assert_eq!(
+        &out[..2],
+        &[
+            refusal(10, RefuseReason::Expired),
+            refusal(11, RefuseReason::Expired)
+        ]
+    );
+    assert!(
+        matches!(
+            &out[2..],
+            [Output::Job(JobEvent::Ended {
+                phase: Phase::Failed,
+                ..
+            })]
+        ),
+        "{out:?}"
+    );
+    assert_eq!(node.next_timeout(), None);
+    assert_eq!(
+        offer_from(&mut node, ms(600), 12, 3, 1),
+        vec![refusal(12, RefuseReason::Expired)]
+    );
+}
+
+#[test]
+fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
+    // Failed by the driver.
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle(
+        ms(2),
+        Input::Fail {
+            job: JOB,
+            reason: "rank 0 trapped".into(),
+        },
+    );
+    assert_eq!(
+        offer_from(&mut node, ms(3), 11, 1, 1),
+        vec![refusal(11, RefuseReason::Failed)]
+    );
+
+    // Failed by a lost worker of a rigid job.
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle(ms(2), Input::PeerLost(10));
+    assert_eq!(node.phase(JOB), Some(Phase::Failed));
+    assert_eq!(
+        offer_from(&mut node, ms(3), 11, 1, 1),
+        vec![refusal(11, RefuseReason::Failed)]
+    );
+
+    // A completed job has all it needed.
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle(ms(2), Input::Finish(JOB));
+    assert_eq!(
+        offer_from(&mut node, ms(3), 11, 1, 1),
+        vec![refusal(11, RefuseReason::JobFull)]
     );
 }
