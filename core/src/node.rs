@@ -86,7 +86,11 @@ pub struct SchedulerConfig<P: Ord> {
     pub limits: OwnerLimits<P>,
     /// How the home floods the adverts of its jobs.
     pub schedule: ScheduleConfig,
-    /// How many adverts the pending queue holds.
+    /// How many adverts the pending queue holds. When it is full, a new
+    /// advert takes the place of the queued one that expires soonest if it
+    /// expires later than that one, and is dropped otherwise (on a tie the
+    /// queued one stays): the adverts kept are those with the most time
+    /// left to be served. The home was told `Busy` either way.
     pub pending_capacity: usize,
     /// How long a member holds offered workers without an answer.
     pub hold_timeout: Duration,
@@ -1225,7 +1229,7 @@ impl<P: PeerKey> Scheduler<P> {
     fn enqueue(&mut self, entry: Pending<P>) {
         if self.pending.len() >= self.config.pending_capacity {
             // Full: the advert that expires soonest makes room, unless the
-            // new one expires sooner still.
+            // new one expires no later (see `pending_capacity`).
             let soonest = self
                 .pending
                 .iter()
