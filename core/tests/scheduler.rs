@@ -1150,3 +1150,204 @@ fn rescan_takes_queued_adverts_oldest_first_skipping_those_that_do_not_fit() {
     assert_eq!(offers(&refuse(&mut node, ms(31), 3)), vec![(1, 1)]);
     assert!(queued(&node).is_empty());
 }
+
+/// A few schedulers wired together with instant delivery; adverts are
+/// delivered by hand so that the test decides who hears which flood first.
+struct Net {
+    nodes: BTreeMap<u32, Scheduler<u32>>,
+    /// Every output other than a delivered message, and every message sent,
+    /// with the node it came from.
+    log: Vec<(u32, Output<u32>)>,
+}
+
+impl Net {
+    fn input(&mut self, now: Duration, node: u32, input: Input<u32>) {
+        let out = self.nodes.get_mut(&node).unwrap().handle(now, input);
+        self.route(now, node, out);
+    }
+
+    fn timeout(&mut self, now: Duration, node: u32) {
+        let out = self.nodes.get_mut(&node).unwrap().handle_timeout(now);
+        self.route(now, node, out);
+    }
+
+    fn route(&mut self, now: Duration, from: u32, out: Vec<Output<u32>>) {
+        for output in out {
+            self.log.push((from, output.clone()));
+            if let Output::Send { to, msg } = output {
+                let input = Input::Message {
+                    from,
+                    msg,
+                    rtt: Some(ms(u64::from(from % 10) + 1)),
+                };
+                self.input(now, to, input);
+            }
+        }
+    }
+
+    /// The advert of the last flood of `job`.
+    fn flood(&self, job: JobId) -> Advert<u32> {
+        self.log
+            .iter()
+            .rev()
+            .find_map(|(_, o)| match o {
+                Output::Flood(advert) if advert.job == job => Some(advert.clone()),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    fn deliver(&mut self, now: Duration, node: u32, advert: Advert<u32>) {
+        let input = Input::AdvertDelivered {
+            advert,
+            distance: ms(1),
+        };
+        self.input(now, node, input);
+    }
+
+    fn holds(&self, node: u32) -> Vec<(JobId, u32, Duration)> {
+        self.nodes[&node]
+            .holds()
+            .map(|h| (h.job, h.workers, h.until))
+            .collect()
+    }
+
+    fn started(&self, job: JobId) -> Vec<(u32, Vec<u32>)> {
+        self.log
+            .iter()
+            .filter_map(|(node, o)| match o {
+                Output::StartWorkers { job: j, ranks, .. } if *j == job => {
+                    Some((*node, ranks.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn sent(&self, from: u32, msg: &Message<u32>) -> bool {
+        self.log
+            .iter()
+            .any(|(node, o)| *node == from && matches!(o, Output::Send { msg: m, .. } if m == msg))
+    }
+}
+
+#[test]
+fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
+    const HX: u32 = 100;
+    const HY: u32 = 200;
+    const X: JobId = JobId(1);
+    const Y: JobId = JobId(2);
+    let mut nodes = BTreeMap::new();
+    for home in [HX, HY] {
+        nodes.insert(
+            home,
+            Scheduler::new(
+                home,
+                SchedulerConfig {
+                    resources: Resources::ZERO,
+                    schedule: ScheduleConfig::paper(),
+                    ..SchedulerConfig::default()
+                },
+            ),
+        );
+    }
+    for member in [1, 2] {
+        nodes.insert(
+            member,
+            Scheduler::new(
+                member,
+                SchedulerConfig {
+                    resources: Resources::new(2, 4096, 4096),
+                    hold_timeout: ms(500),
+                    ..SchedulerConfig::default()
+                },
+            ),
+        );
+    }
+    let mut net = Net {
+        nodes,
+        log: Vec::new(),
+    };
+    // Two rigid jobs of 3 workers on two 2-core nodes: each node hears a
+    // different job first and holds both its cores for it.
+    net.input(
+        ms(0),
+        HX,
+        Input::Submit {
+            job: X,
+            spec: spec(WorkerCount::rigid(3)),
+        },
+    );
+    net.input(
+        ms(0),
+        HY,
+        Input::Submit {
+            job: Y,
+            spec: spec(WorkerCount::rigid(3)),
+        },
+    );
+    net.deliver(ms(0), 1, net.flood(X));
+    net.deliver(ms(100), 2, net.flood(Y));
+    net.deliver(ms(100), 1, net.flood(Y));
+    net.deliver(ms(100), 2, net.flood(X));
+    assert_eq!(net.holds(1), vec![(X, 2, ms(500))]);
+    assert_eq!(net.holds(2), vec![(Y, 2, ms(600))]);
+    assert_eq!(net.nodes[&1].pending().count(), 1, "node 1 queued Y");
+    assert_eq!(net.nodes[&2].pending().count(), 1, "node 2 queued X");
+    // Neither gang can complete (2 of 3 each).
+    assert_eq!(net.nodes[&HX].phase(X), Some(Phase::Scheduling));
+    assert_eq!(net.nodes[&HY].phase(Y), Some(Phase::Scheduling));
+    assert_eq!(net.nodes[&1].next_timeout(), Some(ms(500)));
+
+    // Node 1's hold outlives nothing: at 500 ms it withdraws from X and
+    // offers its cores to the queued Y, which completes Y's gang.
+    net.timeout(ms(500), 1);
+    assert!(net.sent(1, &Message::Withdraw { job: X }));
+    assert_eq!(net.nodes[&HY].phase(Y), Some(Phase::Running));
+    assert_eq!(net.started(Y), vec![(1, vec![0, 1]), (2, vec![2])]);
+    // Node 2 runs one of Y and offered its last core to the queued X, which
+    // let node 1 go.
+    assert_eq!(net.holds(2), vec![(X, 1, ms(1000))]);
+    assert_eq!(
+        net.nodes[&HX].held_offers(X).collect::<Vec<_>>(),
+        vec![(&2, 1)]
+    );
+
+    // That hold, too, ends at its timeout.
+    net.timeout(ms(1000), 2);
+    assert!(net.sent(2, &Message::Withdraw { job: X }));
+    assert!(net.holds(2).is_empty());
+    assert_eq!(net.nodes[&HX].held_offers(X).count(), 0);
+
+    // Y finishes; the nodes are free and hold nothing: X's next flood gets
+    // its whole gang.
+    net.input(
+        ms(2000),
+        1,
+        Input::WorkersEnded {
+            job: Y,
+            ranks: vec![0, 1],
+        },
+    );
+    net.input(
+        ms(2000),
+        2,
+        Input::WorkersEnded {
+            job: Y,
+            ranks: vec![2],
+        },
+    );
+    net.input(ms(2000), HY, Input::Finish(Y));
+    for member in [1, 2] {
+        assert_eq!(net.nodes[&member].free().cores, 2);
+        assert!(net.holds(member).is_empty());
+    }
+    net.timeout(ms(3000), HX);
+    let flood = net.flood(X);
+    assert!(flood.flood.seq >= 1, "a later flood of X");
+    net.deliver(ms(3000), 1, flood.clone());
+    net.deliver(ms(3000), 2, flood);
+    assert_eq!(net.nodes[&HX].phase(X), Some(Phase::Running));
+    assert_eq!(net.started(X), vec![(1, vec![0, 1]), (2, vec![2])]);
+    assert!(net.holds(1).is_empty() && net.holds(2).is_empty());
+}
