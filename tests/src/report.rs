@@ -147,7 +147,7 @@ impl RunReport {
 pub fn summary_line(report: &RunReport) -> String {
     let s = report.summary();
     format!(
-        "{:<6} seed {:>3}: {}/{} jobs allocated, {} workers; extra RTT {:.4} ms/worker; out of order {:.2}%; {:.0} msgs/job; allocation mean {:.3} s, max {:.3} s; {} events in {:.2} s wall{}",
+        "{:<8} seed {:>3}: {}/{} jobs allocated, {} workers; extra RTT {:.4} ms/worker; out of order {:.2}%; {:.0} msgs/job; allocation mean {:.3} s, max {:.3} s; {} events in {:.2} s wall{}",
         report.mode.name(),
         report.seed,
         s.allocated,
@@ -238,5 +238,6 @@ fn mode_label(mode: Mode) -> &'static str {
     match mode {
         Mode::Ours => "latency-bounded floods, adaptive waits, nearest-k overlay",
         Mode::Paper => "paper baseline: hop floods, 1 s doubling, Bamboo-like overlay",
+        Mode::OursHop => "ours with hop floods only (no latency budget)",
     }
 }

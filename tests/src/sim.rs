@@ -28,11 +28,12 @@ use zorilla_core::node::{
     Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
 };
 use zorilla_core::resources::Resources;
-use zorilla_core::schedule::ScheduleConfig;
+use zorilla_core::schedule::{FloodMode, ScheduleConfig};
 
 use crate::scenario::{Grid, Scenario};
 
-/// Which Zorilla runs: ours, or the paper's as the baseline.
+/// Which Zorilla runs: ours, the paper's as the baseline, or an ablation
+/// of ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mode {
     /// Latency-bounded floods, adaptive waits, nearest-k-plus-far overlay.
@@ -40,6 +41,10 @@ pub enum Mode {
     /// The original: hop floods, doubling waits from 1 s, Bamboo-like
     /// overlay (random leaf set plus proximity-chosen routing entries).
     Paper,
+    /// Ours with hop-limited floods only (no latency budget): the same
+    /// overlay, adaptive waits and settling, so that a comparison with
+    /// [`Mode::Ours`] isolates what the latency budget does.
+    OursHop,
 }
 
 impl Mode {
@@ -48,7 +53,26 @@ impl Mode {
         match self {
             Mode::Ours => "ours",
             Mode::Paper => "paper",
+            Mode::OursHop => "ours-hop",
         }
+    }
+
+    /// The flooding schedule a home uses in this mode.
+    pub fn schedule(self) -> ScheduleConfig {
+        match self {
+            Mode::Ours => ScheduleConfig::default(),
+            Mode::Paper => ScheduleConfig::paper(),
+            Mode::OursHop => ScheduleConfig {
+                flood_mode: FloodMode::Hops,
+                ..ScheduleConfig::default()
+            },
+        }
+    }
+
+    /// Whether the overlay is ours (nearest `k` plus far links) rather than
+    /// the Bamboo-like baseline.
+    pub fn our_overlay(self) -> bool {
+        self != Mode::Paper
     }
 }
 
@@ -287,9 +311,10 @@ impl Sim {
             let fresh = sim.fresh_node(node, max_workers_per_job);
             sim.nodes.push(fresh);
         }
-        match mode {
-            Mode::Ours => sim.build_overlay_ours(),
-            Mode::Paper => sim.build_overlay_bamboo(),
+        if mode.our_overlay() {
+            sim.build_overlay_ours();
+        } else {
+            sim.build_overlay_bamboo();
         }
         for job in 0..sim.plans.len() {
             let at = sim.plans[job].at;
@@ -313,10 +338,7 @@ impl Sim {
     }
 
     fn fresh_node(&mut self, node: u32, max_workers_per_job: Option<u32>) -> SimNode {
-        let schedule = match self.mode {
-            Mode::Ours => ScheduleConfig::default(),
-            Mode::Paper => ScheduleConfig::paper(),
-        };
+        let schedule = self.mode.schedule();
         let limits = OwnerLimits {
             max_workers_per_job: max_workers_per_job.unwrap_or(u32::MAX),
             ..OwnerLimits::default()
@@ -1004,7 +1026,7 @@ impl Sim {
             .filter(|n| self.nodes[*n as usize].alive)
             .collect();
         match self.mode {
-            Mode::Ours => {
+            Mode::Ours | Mode::OursHop => {
                 self.bootstrap(node, &alive);
                 for _ in 0..self.scenario.overlay.exchange_rounds {
                     self.exchange(node);

@@ -80,13 +80,14 @@ fn run_checked(scenario: &Scenario, mode: Mode, seed: u64) -> usize {
 }
 
 #[test]
-fn invariants_hold_after_every_event_in_both_modes() {
+fn invariants_hold_after_every_event_in_every_mode() {
     let scenario = small_grid(40, false);
     for mode in [Mode::Ours, Mode::Paper] {
         for seed in 1..=3 {
             assert!(run_checked(&scenario, mode, seed) > 1000);
         }
     }
+    assert!(run_checked(&scenario, Mode::OursHop, 1) > 1000);
 }
 
 #[test]
