@@ -151,8 +151,16 @@ pub struct Workload {
     /// Exponential inter-arrival times instead of fixed ones.
     #[serde(default)]
     pub poisson: bool,
-    /// Workers per job: drawn uniformly from `[lo, hi]` (rigid jobs).
+    /// Workers per job (the job's `max`): drawn uniformly from `[lo, hi]`.
     pub workers: (u32, u32),
+    /// Share of jobs that are malleable, from 0 (all rigid, the default)
+    /// to 1.
+    #[serde(default)]
+    pub malleable: f64,
+    /// A malleable job's `min` as a fraction of its `max`, rounded up (at
+    /// least one worker).
+    #[serde(default = "default_malleable_min")]
+    pub malleable_min: f64,
     /// Allocation strategy.
     #[serde(default)]
     pub strategy: Strategy,
@@ -167,6 +175,10 @@ pub struct Workload {
     /// P2P-MPI experiment). `jobs`, `interval_s` and `workers` are ignored.
     #[serde(default)]
     pub sweep: Option<Sweep>,
+}
+
+fn default_malleable_min() -> f64 {
+    0.5
 }
 
 fn default_lifetime() -> f64 {
@@ -293,6 +305,16 @@ impl Scenario {
                     );
                 }
             }
+        }
+        let w = &self.workload;
+        let share_ok = (0.0..=1.0).contains(&w.malleable);
+        let min_ok = w.malleable_min > 0.0 && w.malleable_min <= 1.0;
+        if !(share_ok && min_ok) {
+            bail!(
+                "workload malleable ({}) must be within [0, 1] and malleable_min ({}) within (0, 1]",
+                w.malleable,
+                w.malleable_min
+            );
         }
         if let Some(home) = &self.workload.home_site
             && !index.contains_key(home.as_str())

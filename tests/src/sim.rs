@@ -1348,6 +1348,14 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
                 };
             }
             let workers = rng.random_range(w.workers.0..=w.workers.1.max(w.workers.0));
+            // Drawn only when some jobs are malleable, so that all-rigid
+            // workloads keep their random streams.
+            let malleable = w.malleable > 0.0 && rng.random::<f64>() < w.malleable;
+            let min = if malleable {
+                ((f64::from(workers) * w.malleable_min).ceil() as u32).clamp(1, workers)
+            } else {
+                workers
+            };
             let duration = w
                 .duration_s
                 .map(|(lo, hi)| Duration::from_secs_f64(rng.random_range(lo..=hi.max(lo))));
@@ -1357,7 +1365,7 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
                 home,
                 spec: JobSpec {
                     per_worker: Resources::new(1, 0, 0),
-                    workers: WorkerCount::rigid(workers),
+                    workers: WorkerCount { min, max: workers },
                     strategy: w.strategy,
                     lifetime: Duration::from_secs_f64(w.lifetime_s),
                     on_worker_lost: LostPolicy::Replace,

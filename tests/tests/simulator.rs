@@ -268,6 +268,50 @@ fn invariants_hold_under_churn() {
     }
 }
 
+/// Malleable jobs on a busy grid: checked after every event, they start
+/// with at least their min, some with fewer than their max, and some of
+/// those grow to their max later.
+#[test]
+fn malleable_jobs_start_with_their_min_and_grow() {
+    let mut scenario = small_grid(60, false);
+    scenario.workload.malleable = 1.0;
+    scenario.workload.malleable_min = 0.5;
+    scenario.workload.workers = (4, 16);
+    scenario.workload.interval_s = 0.5;
+    let (mut short, mut grown) = (0, 0);
+    for seed in 1..=2 {
+        let grid = scenario.grid(seed).unwrap();
+        let plans = plan_jobs(&scenario, &grid, seed);
+        assert!(
+            plans
+                .iter()
+                .all(|p| p.spec.workers.min * 2 >= p.spec.workers.max)
+        );
+        let mut sim = Sim::new(&scenario, Mode::Ours, seed, plans).unwrap();
+        while sim.step() {
+            if let Err(v) = sim.check_invariants() {
+                panic!("seed {seed} at {:?}: {v}", sim.now());
+            }
+        }
+        let report = sim.run();
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        for job in report.jobs.iter().filter(|j| j.started_at.is_some()) {
+            assert!(job.started_with >= job.min_workers && job.started_with <= job.workers);
+            if job.started_with < job.workers {
+                short += 1;
+                if job.full_at.is_some_and(|full| Some(full) > job.started_at) {
+                    grown += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        short >= 40,
+        "{short} jobs started with fewer than their max"
+    );
+    assert!(grown >= 20, "{grown} jobs grew to their max after starting");
+}
+
 #[test]
 fn runs_are_reproducible_from_the_seed() {
     let scenario = small_grid(30, true);
@@ -529,6 +573,13 @@ fn every_shipped_scenario_loads_and_bad_ones_say_what_is_wrong() {
     bad_site.latency.between[0].b = "nowhere".into();
     let err = bad_site.grid(1).unwrap_err().to_string();
     assert!(err.contains("unknown site"), "{err}");
+    let mut too_malleable = small_grid(1, false);
+    too_malleable.workload.malleable = 1.5;
+    let err = too_malleable.grid(1).unwrap_err().to_string();
+    assert!(
+        err.contains("malleable (1.5) must be within [0, 1]"),
+        "{err}"
+    );
     let mut no_rtt = small_grid(1, false);
     no_rtt.latency.default_between_ms = None;
     let err = no_rtt.grid(1).unwrap_err().to_string();
@@ -547,6 +598,7 @@ proptest! {
         workers in (1u32..6, 6u32..14),
         spread in proptest::bool::ANY,
         paper in proptest::bool::ANY,
+        malleable in proptest::option::of((0.2f64..=1.0, 0.1f64..=1.0)),
     ) {
         let mut scenario = small_grid(15, seed % 2 == 0);
         scenario.clusters[0].machines = machines.0;
@@ -555,6 +607,10 @@ proptest! {
         scenario.clusters[1].cores = cores.1;
         scenario.workload.workers = workers;
         scenario.workload.strategy = if spread { Strategy::Spread } else { Strategy::Concentrate };
+        if let Some((share, min)) = malleable {
+            scenario.workload.malleable = share;
+            scenario.workload.malleable_min = min;
+        }
         scenario.until_s = 60.0;
         let mode = if paper { Mode::Paper } else { Mode::Ours };
         let grid = scenario.grid(seed).unwrap();
