@@ -465,35 +465,155 @@ fn big_job_on_the_zorilla_grid_is_allocated_in_under_ten_simulated_seconds() {
     assert!(job.extra_rtt_us.unwrap() <= 100.0);
 }
 
+/// A site of Table 1: name, RTT from nancy (ms), clusters (hosts, cores
+/// per host).
+type Site = (&'static str, f64, &'static [(u32, u32)]);
+
+/// Table 1 of the P2P-MPI paper, in the paper's order.
+const TABLE_1: [Site; 6] = [
+    ("nancy", 0.0, &[(60, 4)]),
+    ("lyon", 10.5, &[(50, 2)]),
+    ("rennes", 11.6, &[(90, 2)]),
+    ("bordeaux", 12.6, &[(60, 4)]),
+    ("grenoble", 13.2, &[(8, 2), (12, 4)]),
+    ("sophia", 17.1, &[(32, 2), (38, 4)]),
+];
+
+/// The paper's section 4.2-4.3, written out naively from its pseudocode
+/// and independent of `zorilla_core::allocation`: every host of Table 1 in
+/// `rlist` by ascending latency (P = its cores, r = 1), `slist` the first
+/// `min(|rlist|, n)`, capacities `c_i = min(P_i, n)`, then `spread` or
+/// `concentrate` loop for loop. Returns (hosts, processes) per site.
+fn paper_allocation(strategy: Strategy, n: u32) -> Vec<(&'static str, (u32, u32))> {
+    let mut rlist: Vec<(f64, &str, u32)> = Vec::new();
+    for (site, rtt, clusters) in TABLE_1 {
+        for (hosts, cores) in clusters {
+            for _ in 0..*hosts {
+                rlist.push((rtt, site, *cores));
+            }
+        }
+    }
+    rlist.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let slist = &rlist[..rlist.len().min(n as usize)];
+    let c: Vec<u32> = slist.iter().map(|(_, _, p)| (*p).min(n)).collect();
+    assert!(c.iter().sum::<u32>() >= n, "the allocation is feasible");
+    let mut u = vec![0u32; slist.len()];
+    let mut d = 0;
+    let mut cont = true;
+    while cont {
+        let mut i = 0;
+        while i < slist.len() && cont {
+            match strategy {
+                Strategy::Spread => {
+                    if u[i] < c[i] {
+                        u[i] += 1;
+                        d += 1;
+                    }
+                }
+                Strategy::Concentrate => {
+                    u[i] = c[i].min(n - d);
+                    d += u[i];
+                }
+            }
+            if d == n {
+                cont = false;
+            }
+            i += 1;
+        }
+    }
+    TABLE_1
+        .iter()
+        .map(|(site, _, _)| {
+            let on_site = slist
+                .iter()
+                .zip(&u)
+                .filter(|((_, s, _), u)| s == site && **u > 0);
+            let hosts = on_site.clone().count() as u32;
+            (*site, (hosts, on_site.map(|(_, u)| *u).sum()))
+        })
+        .collect()
+}
+
+/// All 22 cases of the P2P-MPI experiment (n = 100..600 in steps of 50,
+/// spread and concentrate): the simulated grid places exactly what the
+/// paper's algorithms give on Table 1, site by site.
 #[test]
 fn p2pmpi_placements_match_the_papers_algorithms() {
     let scenario = shipped("p2pmpi-table1.toml");
-    let sites = scenario.grid(1).unwrap().sites;
-    let at = |name: &str| sites.iter().position(|s| s == name).unwrap();
-    for (strategy, n) in [
-        (Strategy::Concentrate, 200),
-        (Strategy::Concentrate, 250),
-        (Strategy::Concentrate, 600),
-        (Strategy::Spread, 100),
-        (Strategy::Spread, 400),
-    ] {
-        let case = run_case(&scenario, Mode::Ours, 1, strategy, n).unwrap();
-        assert!(
-            case.matches(),
-            "{strategy:?} n={n}: {:?} vs reference {:?}",
-            case.simulated,
-            case.reference
-        );
-        if (strategy, n) == (Strategy::Concentrate, 250) {
-            // The paper's example: all 60 nancy hosts and 5 lyon hosts.
-            assert_eq!(case.simulated[at("nancy")], (60, 240));
-            assert_eq!(case.simulated[at("lyon")], (5, 10));
+    let grid = scenario.grid(1).unwrap();
+    // The scenario is Table 1.
+    for (site, _, clusters) in TABLE_1 {
+        let s = grid.site(site).unwrap();
+        let mut hosts: Vec<(u32, u32)> = Vec::new();
+        for (m, cores) in grid.cores.iter().enumerate() {
+            if grid.site_of[m] == s {
+                match hosts.last_mut() {
+                    Some((n, c)) if c == cores => *n += 1,
+                    _ => hosts.push((1, *cores)),
+                }
+            }
         }
-        if (strategy, n) == (Strategy::Spread, 400) {
-            // More workers than hosts (350): nancy's hosts take a second.
-            assert_eq!(case.simulated[at("nancy")], (60, 110));
+        assert_eq!(hosts, clusters.to_vec(), "{site}");
+    }
+    let sizes: Vec<u32> = (100..=600).step_by(50).collect();
+    assert_eq!(scenario.workload.sweep.as_ref().unwrap().sizes, sizes);
+    let mut cases = 0;
+    for strategy in [Strategy::Spread, Strategy::Concentrate] {
+        for &n in &sizes {
+            let case = run_case(&scenario, Mode::Ours, 1, strategy, n).unwrap();
+            let paper = paper_allocation(strategy, n);
+            let simulated: Vec<(&str, (u32, u32))> = paper
+                .iter()
+                .map(|(site, _)| (*site, case.simulated[grid.site(site).unwrap()]))
+                .collect();
+            assert_eq!(simulated, paper, "{strategy:?} n={n}");
+            assert!(
+                case.matches(),
+                "{strategy:?} n={n}: the reference over true RTTs agrees"
+            );
+            cases += 1;
         }
     }
+    assert_eq!(cases, 22);
+
+    // What the paper's text says of Figures 2 and 3.
+    let site = |strategy, n, name: &str| {
+        paper_allocation(strategy, n)
+            .into_iter()
+            .find(|(s, _)| *s == name)
+            .unwrap()
+            .1
+    };
+    for n in [100, 150, 200] {
+        assert_eq!(
+            site(Strategy::Concentrate, n, "nancy").1,
+            n,
+            "nancy only up to 200"
+        );
+    }
+    assert_eq!(site(Strategy::Concentrate, 250, "nancy"), (60, 240));
+    assert_eq!(site(Strategy::Concentrate, 250, "lyon"), (5, 10));
+    for n in [100, 150, 200, 250] {
+        assert_eq!(
+            site(Strategy::Spread, n, "grenoble"),
+            (0, 0),
+            "four closest sites"
+        );
+        assert_eq!(
+            site(Strategy::Spread, n, "sophia"),
+            (0, 0),
+            "four closest sites"
+        );
+    }
+    for n in [300, 350] {
+        assert!(
+            site(Strategy::Spread, n, "sophia").0 > 0,
+            "from 300 all sites"
+        );
+    }
+    // A stair at 400: 350 hosts, so nancy's take a second process.
+    assert_eq!(site(Strategy::Spread, 350, "nancy"), (60, 60));
+    assert_eq!(site(Strategy::Spread, 400, "nancy"), (60, 110));
 }
 
 #[test]
