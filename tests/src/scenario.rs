@@ -120,6 +120,11 @@ pub struct OverlaySetup {
     pub baseline_leaves: usize,
     /// Bamboo-like baseline: candidates measured per routing-table entry.
     pub baseline_candidates: usize,
+    /// Bamboo-like baseline: bits per id digit (4: hexadecimal digits,
+    /// 15 entries per routing-table row; 1: binary, one entry per row).
+    pub baseline_digit_bits: u32,
+    /// Bamboo-like baseline: routing-table rows (id digits).
+    pub baseline_rows: u32,
 }
 
 impl Default for OverlaySetup {
@@ -132,6 +137,8 @@ impl Default for OverlaySetup {
             samples: 3,
             baseline_leaves: 4,
             baseline_candidates: 8,
+            baseline_digit_bits: 4,
+            baseline_rows: 3,
         }
     }
 }
@@ -305,6 +312,16 @@ impl Scenario {
                     );
                 }
             }
+        }
+        let o = &self.overlay;
+        if !(1..=8).contains(&o.baseline_digit_bits) || o.baseline_digit_bits * o.baseline_rows > 64
+        {
+            bail!(
+                "overlay baseline_digit_bits ({}) must be within 1..=8 and times baseline_rows ({}) \
+                 at most 64",
+                o.baseline_digit_bits,
+                o.baseline_rows
+            );
         }
         let w = &self.workload;
         let share_ok = (0.0..=1.0).contains(&w.malleable);

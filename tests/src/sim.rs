@@ -532,7 +532,8 @@ impl Sim {
     /// The paper's overlay, after Bamboo: random 64-bit ids; a leaf set of
     /// the id-adjacent nodes (random with respect to location), and a
     /// routing table whose every entry is the nearest of a few measured
-    /// candidates with the right id prefix (proximity neighbour selection).
+    /// candidates with the right id prefix (proximity neighbour selection):
+    /// `baseline_rows` rows of digits of `baseline_digit_bits` bits.
     fn build_overlay_bamboo(&mut self) {
         let n = self.grid.len();
         let ids: Vec<u64> = (0..n).map(|_| self.rng.random()).collect();
@@ -542,13 +543,19 @@ impl Sim {
             ring.iter().enumerate().map(|(i, n)| (*n, i)).collect();
         let leaves = self.scenario.overlay.baseline_leaves / 2;
         let candidates = self.scenario.overlay.baseline_candidates;
-        // Buckets by the first two hex digits: row 0 and row 1.
-        let mut by_prefix: BTreeMap<(u8, u64), Vec<u32>> = BTreeMap::new();
+        let bits = self.scenario.overlay.baseline_digit_bits;
+        let rows = self.scenario.overlay.baseline_rows;
+        // The first `rows` digits of an id, as a prefix per length.
+        let prefix = |id: u64, digits: u32| id.checked_shr(64 - bits * digits).unwrap_or(0);
+        let mut by_prefix: BTreeMap<(u32, u64), Vec<u32>> = BTreeMap::new();
         for node in 0..n as u32 {
             let id = ids[node as usize];
-            by_prefix.entry((1, id >> 60)).or_default().push(node);
-            by_prefix.entry((2, id >> 56)).or_default().push(node);
-            by_prefix.entry((3, id >> 52)).or_default().push(node);
+            for digits in 1..=rows {
+                by_prefix
+                    .entry((digits, prefix(id, digits)))
+                    .or_default()
+                    .push(node);
+            }
         }
         for node in 0..n as u32 {
             let id = ids[node as usize];
@@ -558,18 +565,14 @@ impl Sim {
                 chosen.push(ring[(at + k) % n]);
                 chosen.push(ring[(at + n - k % n) % n]);
             }
-            for row in 0u8..3 {
-                let own_prefix = if row == 0 {
-                    0
-                } else {
-                    id >> (64 - 4 * u32::from(row))
-                };
-                for digit in 0..16u64 {
-                    let prefix = (own_prefix << 4) | digit;
-                    if prefix == id >> (60 - 4 * u32::from(row)) {
+            for row in 0..rows {
+                let own_prefix = prefix(id, row);
+                for digit in 0..1u64 << bits {
+                    let entry = (own_prefix << bits) | digit;
+                    if entry == prefix(id, row + 1) {
                         continue;
                     }
-                    let Some(bucket) = by_prefix.get(&(row + 1, prefix)) else {
+                    let Some(bucket) = by_prefix.get(&(row + 1, entry)) else {
                         continue;
                     };
                     let sample: Vec<u32> = bucket

@@ -658,6 +658,42 @@ fn our_overlay_is_connected_prefers_its_site_and_has_far_links() {
     assert!(same_site < total, "far links exist");
 }
 
+/// The paper's overlay on the 338 machines of the 671-worker run: Bamboo
+/// with hexadecimal digits gives each node some 28 neighbours, and a flood
+/// of radius 3 (the first for 671 workers) covers every node; with binary
+/// digits each has about ten (the paper: "in the order of 10"), and radius
+/// 3 falls short of some.
+#[test]
+fn the_baseline_overlays_degree_follows_its_digit_size() {
+    let mut scenario = shipped("zorilla-671.toml");
+    let stats = |scenario: &Scenario| {
+        let links = Sim::new(scenario, Mode::Paper, 1, Vec::new())
+            .unwrap()
+            .overlay();
+        let degree = links.iter().map(Vec::len).sum::<usize>() as f64 / links.len() as f64;
+        let mut hops = vec![usize::MAX; links.len()];
+        hops[0] = 0;
+        let mut queue = VecDeque::from([0u32]);
+        while let Some(node) = queue.pop_front() {
+            for peer in &links[node as usize] {
+                if hops[*peer as usize] == usize::MAX {
+                    hops[*peer as usize] = hops[node as usize] + 1;
+                    queue.push_back(*peer);
+                }
+            }
+        }
+        (degree, hops.iter().filter(|h| **h <= 3).count())
+    };
+    let (degree, within_3) = stats(&scenario);
+    assert!((24.0..=32.0).contains(&degree), "{degree}");
+    assert_eq!(within_3, 338);
+    scenario.overlay.baseline_digit_bits = 1;
+    scenario.overlay.baseline_rows = 9;
+    let (degree, within_3) = stats(&scenario);
+    assert!((9.0..=12.0).contains(&degree), "{degree}");
+    assert!(within_3 < 338 * 9 / 10, "{within_3}");
+}
+
 #[test]
 fn ten_thousand_nodes_scaled_down_with_churn_keep_locality() {
     let mut scenario = shipped("synthetic-10k.toml");
@@ -847,6 +883,10 @@ fn every_shipped_scenario_loads_and_bad_ones_say_what_is_wrong() {
         err.contains("malleable (1.5) must be within [0, 1]"),
         "{err}"
     );
+    let mut long_ids = small_grid(1, false);
+    long_ids.overlay.baseline_rows = 17;
+    let err = long_ids.grid(1).unwrap_err().to_string();
+    assert!(err.contains("times baseline_rows (17) at most 64"), "{err}");
     let mut no_rtt = small_grid(1, false);
     no_rtt.latency.default_between_ms = None;
     let err = no_rtt.grid(1).unwrap_err().to_string();

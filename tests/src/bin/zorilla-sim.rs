@@ -50,6 +50,15 @@ struct Args {
     /// Number of jobs, overriding the scenario's (for quick runs).
     #[arg(long)]
     jobs: Option<u32>,
+    /// Bits per id digit of the paper's Bamboo-like overlay, overriding the
+    /// scenario's (4, hexadecimal, by default; 1 gives about ten
+    /// neighbours per node on a few hundred nodes, as the paper says).
+    #[arg(long)]
+    baseline_digit_bits: Option<u32>,
+    /// Routing-table rows of the Bamboo-like overlay, overriding the
+    /// scenario's (3 by default).
+    #[arg(long)]
+    baseline_rows: Option<u32>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +66,12 @@ fn main() -> anyhow::Result<()> {
     let mut scenario = Scenario::load(&args.scenario)?;
     if let Some(jobs) = args.jobs {
         scenario.workload.jobs = jobs;
+    }
+    if let Some(bits) = args.baseline_digit_bits {
+        scenario.overlay.baseline_digit_bits = bits;
+    }
+    if let Some(rows) = args.baseline_rows {
+        scenario.overlay.baseline_rows = rows;
     }
     let seeds = args.seeds.clone().unwrap_or_else(|| scenario.seeds.clone());
     let mut modes: Vec<Mode> = Vec::new();
