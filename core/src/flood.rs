@@ -503,4 +503,129 @@ mod tests {
             seq: 0
         }));
     }
+
+    mod properties {
+        use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+        use proptest::prelude::{any, prop_assert, prop_assert_eq, proptest};
+        use rand::{Rng, SeedableRng};
+        use rand_chacha::ChaCha8Rng;
+
+        use super::*;
+
+        /// Hop distances from node 0 over undirected `links`.
+        fn hops_from_origin(
+            n: usize,
+            links: &BTreeMap<u32, Vec<(u32, Duration)>>,
+        ) -> Vec<Option<u8>> {
+            let mut hops = vec![None; n];
+            hops[0] = Some(0u8);
+            let mut queue = VecDeque::from([0u32]);
+            while let Some(node) = queue.pop_front() {
+                let d = hops[node as usize].unwrap_or(0);
+                for (peer, _) in links.get(&node).into_iter().flatten() {
+                    if hops[*peer as usize].is_none() {
+                        hops[*peer as usize] = Some(d.saturating_add(1));
+                        queue.push_back(*peer);
+                    }
+                }
+            }
+            hops
+        }
+
+        proptest! {
+            /// Floods from node 0 over a random graph, copies handled in a
+            /// random order: each node delivers each flood at most once, a
+            /// copy never leaves a node with more TTL than it arrived with
+            /// (less one), paths only grow, no delivered node is outside
+            /// the budget, and a hop-limited flood reaches every node
+            /// within its radius, whatever the order.
+            #[test]
+            fn each_node_delivers_a_flood_once_and_ttl_never_grows(
+                n in 2usize..30,
+                edges in proptest::collection::vec((0u32..30, 0u32..30, 1u64..20), 1..90),
+                radius in 1u8..8,
+                budget in proptest::option::of(1u64..60),
+                floods in 1u32..3,
+                order_seed in any::<u64>(),
+            ) {
+                let ms = Duration::from_millis;
+                let mut links: BTreeMap<u32, Vec<(u32, Duration)>> = BTreeMap::new();
+                let mut seen_edges = BTreeSet::new();
+                for (a, b, rtt) in edges {
+                    let (a, b) = (a % n as u32, b % n as u32);
+                    if a != b && seen_edges.insert((a.min(b), a.max(b))) {
+                        links.entry(a).or_default().push((b, ms(rtt)));
+                        links.entry(b).or_default().push((a, ms(rtt)));
+                    }
+                }
+                let config = FloodConfig {
+                    adverts_per_peer_per_sec: 1_000_000,
+                    ..FloodConfig::default()
+                };
+                let mut routers: Vec<FloodRouter<u32>> =
+                    (0..n).map(|_| FloodRouter::new(config.clone())).collect();
+                let neighbours = |node: u32| links.get(&node).cloned().unwrap_or_default();
+                let mut rng = ChaCha8Rng::seed_from_u64(order_seed);
+                let mut in_flight: Vec<(u32, u32, FloodId, FloodHeader)> = Vec::new();
+                for seq in 0..floods {
+                    let id = FloodId { job: JobId(1), seq };
+                    let header = FloodHeader {
+                        seq,
+                        ttl: radius,
+                        latency_budget: budget.map(ms),
+                        path_rtt: Duration::ZERO,
+                    };
+                    for (to, copy) in routers[0].originate(id, header, &neighbours(0)) {
+                        prop_assert_eq!(copy.ttl, radius);
+                        in_flight.push((to, 0, id, copy));
+                    }
+                }
+                let mut delivered: BTreeMap<(u32, FloodId), u32> = BTreeMap::new();
+                while !in_flight.is_empty() {
+                    let (to, from, id, copy) = in_flight.swap_remove(rng.random_range(0..in_flight.len()));
+                    let verdict = routers[to as usize].receive(
+                        &from, id, copy, None, &neighbours(to), Time::ZERO,
+                    );
+                    let forward = match verdict {
+                        Verdict::Deliver { forward, distance } => {
+                            *delivered.entry((to, id)).or_default() += 1;
+                            prop_assert!(to != 0, "the origin delivered its own flood");
+                            if let Some(budget) = copy.latency_budget {
+                                prop_assert!(distance <= budget);
+                            }
+                            forward
+                        }
+                        Verdict::Reforward { forward } => forward,
+                        Verdict::Drop(_) => Vec::new(),
+                    };
+                    for (next, out) in forward {
+                        prop_assert!(out.ttl < copy.ttl, "TTL grew from {} to {}", copy.ttl, out.ttl);
+                        prop_assert!(out.ttl >= 1);
+                        prop_assert!(out.path_rtt > copy.path_rtt);
+                        prop_assert!(next != from);
+                        prop_assert_eq!((out.seq, out.latency_budget), (copy.seq, copy.latency_budget));
+                        in_flight.push((next, to, id, out));
+                    }
+                }
+                for ((node, id), count) in &delivered {
+                    prop_assert_eq!(*count, 1, "node {} delivered {:?} {} times", node, id, count);
+                }
+                if budget.is_none() {
+                    let hops = hops_from_origin(n, &links);
+                    for seq in 0..floods {
+                        let id = FloodId { job: JobId(1), seq };
+                        for node in 1..n as u32 {
+                            let within = hops[node as usize].is_some_and(|h| h <= radius);
+                            prop_assert_eq!(
+                                delivered.contains_key(&(node, id)),
+                                within,
+                                "node {} at {:?} hops, radius {}", node, hops[node as usize], radius
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -144,10 +144,16 @@ impl<P: PeerKey> NeighbourTable<P> {
         true
     }
 
-    /// Records one RTT sample to `peer`, measured at `now`.
+    /// Records one RTT sample to `peer`, measured at `now`. A new peer
+    /// when the table is full takes the place of the farthest
+    /// non-neighbour; if every known peer is a neighbour (`max_known` not
+    /// above `near + far`), the sample is ignored.
     pub fn observe_rtt(&mut self, peer: P, rtt: Duration, now: Time) {
         if !self.known.contains_key(&peer) && self.known.len() >= self.config.max_known {
             self.forget_one_non_neighbour();
+            if self.known.len() >= self.config.max_known {
+                return;
+            }
         }
         let limit = self.config.samples.max(1);
         let info = self.known.entry(peer).or_insert_with(|| PeerInfo {
@@ -450,5 +456,113 @@ mod tests {
             !table.add_candidate(4),
             "gossip cannot push out measured peers"
         );
+    }
+
+    mod properties {
+        use proptest::prelude::{prop_assert, prop_assert_eq, prop_oneof, proptest};
+        use proptest::strategy::{Just, Strategy};
+
+        use super::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Measure(u32, u64),
+            Candidate(u32),
+            Remove(u32),
+            Refresh,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0u32..40, 1u64..100_000).prop_map(|(p, us)| Op::Measure(p, us)),
+                1 => (0u32..40).prop_map(Op::Candidate),
+                1 => (0u32..40).prop_map(Op::Remove),
+                2 => Just(Op::Refresh),
+            ]
+        }
+
+        proptest! {
+            /// After every refresh: at most `near` near and `far` far links,
+            /// disjoint, all measured; exactly `near` near links when that
+            /// many peers are measured; every near link no farther (up to
+            /// the hysteresis) than any measured peer left out; and the far
+            /// links as many as the other measured peers allow.
+            #[test]
+            fn the_nearest_measured_peers_are_chosen_and_links_are_bounded(
+                near in 0usize..6,
+                far in 0usize..4,
+                samples in 1usize..4,
+                max_known in 1usize..50,
+                hysteresis in 0.0f64..0.5,
+                seed in 0u64..1000,
+                ops in proptest::collection::vec(op(), 1..120),
+            ) {
+                let config = NeighbourConfig { near, far, samples, max_known, hysteresis };
+                let mut table = NeighbourTable::new(config, seed);
+                for (i, op) in ops.into_iter().enumerate() {
+                    let now = Duration::from_millis(i as u64);
+                    match op {
+                        Op::Measure(peer, us) => {
+                            table.observe_rtt(peer, Duration::from_micros(us), now)
+                        }
+                        Op::Candidate(peer) => {
+                            table.add_candidate(peer);
+                        }
+                        Op::Remove(peer) => table.remove(&peer),
+                        Op::Refresh => {
+                            table.refresh();
+                            check(&table, near, far, hysteresis)?;
+                        }
+                    }
+                    prop_assert!(table.known_len() <= max_known);
+                }
+            }
+        }
+
+        fn check(
+            table: &NeighbourTable<u32>,
+            near: usize,
+            far: usize,
+            hysteresis: f64,
+        ) -> Result<(), proptest::test_runner::TestCaseError> {
+            let near_links: Vec<(u32, Duration)> = table
+                .neighbours()
+                .filter(|(_, kind, _)| *kind == LinkKind::Near)
+                .map(|(p, _, rtt)| (*p, rtt))
+                .collect();
+            let far_links = table.len() - near_links.len();
+            let measured: Vec<(u32, Duration)> = table
+                .known()
+                .filter_map(|(p, rtt)| rtt.map(|rtt| (*p, rtt)))
+                .collect();
+            prop_assert!(near_links.len() <= near && far_links <= far);
+            prop_assert_eq!(near_links.len(), near.min(measured.len()));
+            prop_assert_eq!(far_links, far.min(measured.len() - near_links.len()));
+            for (peer, kind, rtt) in table.neighbours() {
+                prop_assert_eq!(
+                    table.rtt(peer),
+                    Some(rtt),
+                    "{:?} link {} unmeasured",
+                    kind,
+                    peer
+                );
+            }
+            for (out, out_rtt) in measured
+                .iter()
+                .filter(|(p, _)| table.kind(p) != Some(LinkKind::Near))
+            {
+                for (chosen, rtt) in &near_links {
+                    prop_assert!(
+                        rtt.mul_f64(1.0 - hysteresis) <= *out_rtt,
+                        "near link {} ({:?}) while {} ({:?}) is left out",
+                        chosen,
+                        rtt,
+                        out,
+                        out_rtt
+                    );
+                }
+            }
+            Ok(())
+        }
     }
 }

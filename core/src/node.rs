@@ -36,11 +36,16 @@
 //! more as offers come, up to `max`. Before granting, the home lets the
 //! current flood settle for about twice the RTT of the farthest node it
 //! would choose, so that nearer nodes whose answers are still on their way
-//! are not passed over.
+//! are not passed over. When a job ends, the offers its home holds are
+//! refused with the reason it ended with ([`RefuseReason::Cancelled`],
+//! [`RefuseReason::Expired`], [`RefuseReason::Failed`], or
+//! [`RefuseReason::JobFull`] once completed), and so is every offer that
+//! arrives later.
 //!
 //! [`FloodRouter`]: crate::flood::FloodRouter
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -81,7 +86,11 @@ pub struct SchedulerConfig<P: Ord> {
     pub limits: OwnerLimits<P>,
     /// How the home floods the adverts of its jobs.
     pub schedule: ScheduleConfig,
-    /// How many adverts the pending queue holds.
+    /// How many adverts the pending queue holds. When it is full, a new
+    /// advert takes the place of the queued one that expires soonest if it
+    /// expires later than that one, and is dropped otherwise (on a tie the
+    /// queued one stays): the adverts kept are those with the most time
+    /// left to be served. The home was told `Busy` either way.
     pub pending_capacity: usize,
     /// How long a member holds offered workers without an answer.
     pub hold_timeout: Duration,
@@ -427,26 +436,46 @@ impl PendingReport {
             ),
             None => format!("{} floods so far, radius {}", self.floods, self.radius),
         };
-        let declines: Vec<String> = self
-            .declines
-            .iter()
-            .map(|(reason, n)| format!("{n} {reason}"))
-            .collect();
-        format!(
-            "{} of {} workers granted; {reach}; {} nodes answered, {} offered {} workers{}{}",
-            self.granted,
-            self.needed,
-            self.nodes_answered,
-            self.offers,
-            self.workers_offered,
-            if declines.is_empty() {
-                ""
-            } else {
-                "; declined: "
-            },
-            declines.join(", ")
-        )
+        let mut why = format!(
+            "{} of {} workers granted; {reach}; {} nodes answered, {} offered {} workers",
+            self.granted, self.needed, self.nodes_answered, self.offers, self.workers_offered,
+        );
+        let lists = [
+            ("declined", list(&self.declines)),
+            ("offers refused", list(&self.refusals)),
+        ];
+        for (what, list) in lists {
+            if !list.is_empty() {
+                write!(why, "; {what}: {list}").ok();
+            }
+        }
+        why
     }
+}
+
+/// "2 busy, 1 owner denies ...": counts by reason, in reason order.
+fn list<R: std::fmt::Display>(counts: &BTreeMap<R, u64>) -> String {
+    counts
+        .iter()
+        .map(|(reason, n)| format!("{n} {reason}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Workers a member holds for a job (see [`Scheduler::holds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold<'a, P> {
+    /// The job.
+    pub job: JobId,
+    /// Its home, which the offer went to.
+    pub home: &'a P,
+    /// Workers held.
+    pub workers: u32,
+    /// When the node offered them.
+    pub since: Time,
+    /// When the node gives the hold up by itself (and withdraws): at most
+    /// `hold_timeout` after `since`, sooner if the advert expires sooner.
+    pub until: Time,
 }
 
 /// A job this node is home to.
@@ -469,6 +498,10 @@ struct HomeJob<P> {
     settle_at: Option<Time>,
     /// Offers in hand suffice; the home only waits for nearer answers.
     settling: bool,
+    /// Once the job ended: the reason every offer is refused with (the one
+    /// its held offers got when it ended), so that a late offer hears the
+    /// same as an early one.
+    ended_with: Option<RefuseReason>,
     report: PendingReport,
 }
 
@@ -489,8 +522,10 @@ impl<P> HomeJob<P> {
 struct Engagement<P> {
     home: P,
     per_worker: Resources,
-    /// Offered, not yet granted or refused; `held_until` bounds the hold.
+    /// Offered, not yet granted or refused; the hold began at
+    /// `held_since` and lasts until `held_until` at the latest.
     held: u32,
+    held_since: Time,
     held_until: Time,
     /// Ranks running here.
     running: BTreeSet<u32>,
@@ -571,9 +606,35 @@ impl<P: PeerKey> Scheduler<P> {
         self.engaged.values().map(|e| e.held).sum()
     }
 
-    /// Adverts waiting in the pending queue, with when they expire.
+    /// Adverts waiting in the pending queue, oldest first, with when they
+    /// expire.
     pub fn pending(&self) -> impl Iterator<Item = (&Advert<P>, Time)> {
         self.pending.iter().map(|p| (&p.advert, p.expires_at))
+    }
+
+    /// The holds of this node as a member: workers offered to a job's home
+    /// and neither granted nor released yet, in job order.
+    pub fn holds(&self) -> impl Iterator<Item = Hold<'_, P>> {
+        self.engaged
+            .iter()
+            .filter(|(_, e)| e.held > 0)
+            .map(|(job, e)| Hold {
+                job: *job,
+                home: &e.home,
+                workers: e.held,
+                since: e.held_since,
+                until: e.held_until,
+            })
+    }
+
+    /// The offers a home holds for one of its jobs (offering node and
+    /// workers offered), neither granted nor refused yet; none for a job
+    /// this node is not home to.
+    pub fn held_offers(&self, job: JobId) -> impl Iterator<Item = (&P, u32)> {
+        self.home
+            .get(&job)
+            .into_iter()
+            .flat_map(|j| j.offers.iter().map(|(node, offer)| (node, offer.workers)))
     }
 
     /// The phase of a job this node is home to.
@@ -736,6 +797,10 @@ impl<P: PeerKey> Scheduler<P> {
             job.next_flood_at = None;
             out.push(Output::Job(JobEvent::Full { job: job_id }));
             for (node, _) in std::mem::take(&mut job.offers) {
+                *job.report
+                    .refusals
+                    .entry(RefuseReason::NotChosen)
+                    .or_default() += 1;
                 out.push(Output::Send {
                     to: node,
                     msg: Message::Refuse {
@@ -831,6 +896,7 @@ impl<P: PeerKey> Scheduler<P> {
                 next_rank: 0,
                 settle_at: None,
                 settling: false,
+                ended_with: None,
                 report,
             },
         );
@@ -986,11 +1052,10 @@ impl<P: PeerKey> Scheduler<P> {
             out.push(Output::Job(JobEvent::Full { job: job_id }));
             // Offers not used are released.
             for (node, _) in std::mem::take(&mut job.offers) {
-                job.report
+                *job.report
                     .refusals
                     .entry(RefuseReason::NotChosen)
-                    .and_modify(|n| *n += 1)
-                    .or_insert(1);
+                    .or_default() += 1;
                 out.push(Output::Send {
                     to: node,
                     msg: Message::Refuse {
@@ -1019,9 +1084,11 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         }
         job.phase = phase;
+        job.ended_with = Some(refuse);
         job.next_flood_at = None;
         job.settle_at = None;
         for (node, _) in std::mem::take(&mut job.offers) {
+            *job.report.refusals.entry(refuse).or_default() += 1;
             out.push(Output::Send {
                 to: node,
                 msg: Message::Refuse {
@@ -1143,6 +1210,7 @@ impl<P: PeerKey> Scheduler<P> {
                 home: advert.home.clone(),
                 per_worker: advert.per_worker,
                 held: workers,
+                held_since: now,
                 held_until,
                 running: BTreeSet::new(),
             },
@@ -1161,7 +1229,7 @@ impl<P: PeerKey> Scheduler<P> {
     fn enqueue(&mut self, entry: Pending<P>) {
         if self.pending.len() >= self.config.pending_capacity {
             // Full: the advert that expires soonest makes room, unless the
-            // new one expires sooner still.
+            // new one expires no later (see `pending_capacity`).
             let soonest = self
                 .pending
                 .iter()
@@ -1286,14 +1354,14 @@ impl<P: PeerKey> Scheduler<P> {
                 job.report.nodes_answered += 1;
                 job.report.offers += 1;
                 job.report.workers_offered += u64::from(workers);
-                let reason = match job.phase {
-                    Phase::Cancelled => Some(RefuseReason::Cancelled),
-                    Phase::Failed => Some(RefuseReason::Expired),
-                    Phase::Completed => Some(RefuseReason::JobFull),
-                    _ if job.granted_workers() >= job.spec.workers.max => {
+                let reason = match job.ended_with {
+                    // Ended: cancelled, expired, failed or completed, the
+                    // reason it ended with.
+                    Some(reason) => Some(reason),
+                    None if job.granted_workers() >= job.spec.workers.max => {
                         Some(RefuseReason::JobFull)
                     }
-                    _ => None,
+                    None => None,
                 };
                 match reason {
                     Some(reason) => {

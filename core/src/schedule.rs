@@ -125,6 +125,8 @@ pub struct FloodSchedule {
     wait: Duration,
     /// When the last flood went out.
     last_flood_at: Option<Time>,
+    /// How far the last flood went.
+    last: Option<Reach>,
     /// Answers to the last flood, and the delay of the slowest one.
     answers: u32,
     slowest_answer: Duration,
@@ -142,6 +144,7 @@ impl FloodSchedule {
             config,
             floods: 0,
             last_flood_at: None,
+            last: None,
             answers: 0,
             slowest_answer: Duration::ZERO,
             silent_floods: 0,
@@ -180,12 +183,9 @@ impl FloodSchedule {
         self.quiet() && self.silent_floods >= 2
     }
 
-    /// How far the last flood went.
+    /// How far the last flood went (`None` before the first).
     pub fn reach(&self) -> Option<Reach> {
-        (self.floods > 0).then(|| Reach {
-            radius: self.radius.saturating_sub(1).max(1),
-            budget: self.budget / 2,
-        })
+        self.last
     }
 
     /// The configuration.
@@ -200,21 +200,14 @@ impl FloodSchedule {
 
     /// The radius of the last flood sent (0 before the first).
     pub fn radius_reached(&self) -> u8 {
-        match self.floods {
-            0 => 0,
-            _ => self
-                .radius
-                .saturating_sub(1)
-                .max(1)
-                .min(self.config.max_radius),
-        }
+        self.last.map_or(0, |reach| reach.radius)
     }
 
     /// The latency budget of the last flood sent, in latency-bounded mode.
     pub fn budget_reached(&self) -> Option<Duration> {
-        match (self.config.flood_mode, self.floods) {
-            (FloodMode::LatencyBounded, n) if n > 0 => Some(self.budget / 2),
-            _ => None,
+        match self.config.flood_mode {
+            FloodMode::LatencyBounded => self.last.map(|reach| reach.budget),
+            FloodMode::Hops => None,
         }
     }
 
@@ -251,6 +244,10 @@ impl FloodSchedule {
             };
         }
         self.floods += 1;
+        self.last = Some(Reach {
+            radius: ttl,
+            budget: self.budget,
+        });
         self.radius = self.radius.saturating_add(1).min(self.config.max_radius);
         self.budget = (self.budget * 2).min(self.config.max_budget);
         self.last_flood_at = Some(now);
@@ -335,7 +332,8 @@ mod tests {
             .collect();
         let ms = Duration::from_millis;
         assert_eq!(budgets, vec![ms(1), ms(2), ms(4), ms(6), ms(6)]);
-        assert_eq!(schedule.budget_reached(), Some(ms(3)));
+        // What the last flood carried, also at the cap.
+        assert_eq!(schedule.budget_reached(), Some(ms(6)));
     }
 
     #[test]
@@ -366,5 +364,97 @@ mod tests {
         assert_eq!(schedule.next_flood_at(), ms(80 + 160));
         schedule.next_flood(ms(240));
         assert_eq!(schedule.next_flood_at(), ms(240 + 320));
+    }
+
+    mod properties {
+        use proptest::prelude::{any, prop_assert, prop_assert_eq, proptest};
+
+        use super::*;
+
+        /// A driver's step: answers arrive after the last flood, then the
+        /// next flood goes out when it is due or later.
+        #[derive(Debug, Clone)]
+        struct Step {
+            answers: Vec<u64>,
+            late_by: u64,
+        }
+
+        fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+            use proptest::strategy::Strategy as _;
+            (proptest::collection::vec(0u64..5_000, 0..4), 0u64..3_000)
+                .prop_map(|(answers, late_by)| Step { answers, late_by })
+        }
+
+        proptest! {
+            /// Whatever the configuration and however answers come: the
+            /// radius and the budget never shrink and stay within their
+            /// caps, the reach reported is what the last flood carried, and
+            /// every wait lies between the shortest wait and the cap.
+            #[test]
+            fn radius_and_budget_grow_and_waits_stay_within_bounds(
+                hops in any::<bool>(),
+                doubling in any::<bool>(),
+                first_wait in 1u64..3_000,
+                extra_wait in 0u64..120_000,
+                floor in 1u64..100,
+                max_radius in 1u8..16,
+                initial_budget in 1u64..20,
+                extra_budget in 0u64..5_000,
+                workers in 1u32..100_000,
+                steps in proptest::collection::vec(step(), 1..25),
+            ) {
+                let us = Duration::from_micros;
+                let config = ScheduleConfig {
+                    flood_mode: if hops { FloodMode::Hops } else { FloodMode::LatencyBounded },
+                    wait_mode: if doubling { WaitMode::Doubling } else { WaitMode::Adaptive },
+                    first_wait: Duration::from_millis(first_wait),
+                    max_wait: Duration::from_millis(first_wait + extra_wait),
+                    adaptive_floor: Duration::from_millis(floor),
+                    max_radius,
+                    initial_budget: Duration::from_millis(initial_budget),
+                    max_budget: Duration::from_millis(initial_budget + extra_budget),
+                };
+                let shortest = match config.wait_mode {
+                    WaitMode::Doubling => config.first_wait,
+                    WaitMode::Adaptive => config.adaptive_floor,
+                }
+                .min(config.max_wait);
+                let mut schedule = FloodSchedule::new(config.clone(), workers);
+                let mut now = Time::ZERO;
+                let mut previous: Option<FloodHeader> = None;
+                for step in steps {
+                    let header = schedule.next_flood(now);
+                    prop_assert!(header.ttl >= 1 && header.ttl <= max_radius);
+                    match previous {
+                        None => prop_assert_eq!(header.ttl, initial_radius(workers, max_radius)),
+                        Some(p) => {
+                            prop_assert!(header.ttl >= p.ttl, "radius shrank");
+                            prop_assert!(header.latency_budget >= p.latency_budget, "budget shrank");
+                        }
+                    }
+                    match header.latency_budget {
+                        None => prop_assert!(hops),
+                        Some(budget) => prop_assert!(
+                            !hops && budget >= config.initial_budget && budget <= config.max_budget
+                        ),
+                    }
+                    prop_assert_eq!(schedule.radius_reached(), header.ttl);
+                    prop_assert_eq!(schedule.budget_reached(), header.latency_budget);
+                    prop_assert_eq!(schedule.reach().map(|r| r.radius), Some(header.ttl));
+                    previous = Some(header);
+
+                    for delay in step.answers {
+                        schedule.answer(now + us(delay));
+                    }
+                    let due = schedule.next_flood_at();
+                    let wait = due - now;
+                    prop_assert!(
+                        wait >= shortest && wait <= config.max_wait,
+                        "wait {:?} outside [{:?}, {:?}]", wait, shortest, config.max_wait
+                    );
+                    now = due + us(step.late_by);
+                }
+            }
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! One scheduler at a time, fed inputs by hand: the exact outputs it gives.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use zorilla_core::advert::{
@@ -607,13 +608,17 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
     assert_eq!(report.nodes_answered, 3);
     assert_eq!(report.offers, 1);
     assert_eq!(report.declines.get(&DeclineReason::Busy), Some(&1));
+    assert_eq!((report.floods, report.radius, report.budget), (1, 1, None));
+    assert!(report.refusals.is_empty(), "{:?}", report.refusals);
     let why = report.explain();
     assert!(why.contains("0 of 4 workers granted"), "{why}");
+    assert!(why.contains("1 floods so far, radius 1"), "{why}");
     assert!(why.contains("1 busy"), "{why}");
     assert!(
         why.contains("1 a worker needs more than the node has in all"),
         "{why}"
     );
+    assert!(!why.contains("refused"), "{why}");
 
     let mut now = ms(3);
     let mut ended = None;
@@ -635,10 +640,62 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
         reason.starts_with("expired before it got its workers"),
         "{reason}"
     );
+    let report = node.report(JOB).unwrap();
+    assert_eq!(report.floods, 3, "floods at 0, 1 and 3 s");
+    assert_eq!(report.radius, 3, "radius 1, then one more per flood");
+    // The offer still held at expiry was refused, and that is counted.
     assert_eq!(
-        node.report(JOB).unwrap().floods,
-        3,
-        "floods at 0, 1 and 3 s"
+        report.refusals,
+        BTreeMap::from([(RefuseReason::Expired, 1)])
+    );
+    let why = report.explain();
+    assert!(why.contains("3 floods so far, radius 3"), "{why}");
+    assert!(why.contains("offers refused: 1 job expired"), "{why}");
+}
+
+#[test]
+fn why_pending_reports_the_latency_budget_and_the_offers_refused() {
+    let mut node = home(ScheduleConfig::default());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    let report = node.report(JOB).unwrap();
+    assert_eq!((report.floods, report.radius), (1, 1));
+    assert_eq!(report.budget, Some(ms(1)), "the first budget is 1 ms");
+    assert!(
+        report
+            .explain()
+            .contains("1 floods so far, up to 1.0 ms from home"),
+        "{}",
+        report.explain()
+    );
+    // Two offers for one worker: the far one is refused once the near one
+    // is granted (after the flood settled: twice 1 ms and a quarter of the
+    // 10 ms floor).
+    offer_from(&mut node, ms(1), 10, 1, 5);
+    let out = offer_from(&mut node, ms(5), 11, 1, 1);
+    assert!(out.contains(&Output::Send {
+        to: 10,
+        msg: Message::Refuse {
+            job: JOB,
+            reason: RefuseReason::NotChosen
+        }
+    }));
+    let report = node.report(JOB).unwrap();
+    assert_eq!(
+        report.refusals,
+        BTreeMap::from([(RefuseReason::NotChosen, 1)])
+    );
+    assert!(
+        report
+            .explain()
+            .contains("offers refused: 1 nearer nodes were chosen"),
+        "{}",
+        report.explain()
     );
 }
 
@@ -763,4 +820,534 @@ fn invalid_specs_are_rejected_with_a_reason() {
         error.to_string(),
         "min workers (3) is more than max workers (2)"
     );
+}
+
+fn refusal(to: u32, reason: RefuseReason) -> Output<u32> {
+    Output::Send {
+        to,
+        msg: Message::Refuse { job: JOB, reason },
+    }
+}
+
+#[test]
+fn cancel_refuses_held_offers_stops_all_timers_and_refuses_late_offers() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(3)),
+        },
+    );
+    assert_eq!(offer_from(&mut node, ms(1), 10, 1, 1), vec![]);
+    assert_eq!(node.held_offers(JOB).count(), 1);
+    let out = node.handle(ms(2), Input::Cancel(JOB));
+    assert_eq!(
+        out,
+        vec![
+            refusal(10, RefuseReason::Cancelled),
+            Output::Job(JobEvent::Ended {
+                job: JOB,
+                phase: Phase::Cancelled,
+                reason: "cancelled by user".into()
+            })
+        ]
+    );
+    assert_eq!(node.held_offers(JOB).count(), 0);
+    assert_eq!(node.next_timeout(), None, "no flood, no expiry left");
+    assert_eq!(
+        offer_from(&mut node, ms(3), 11, 2, 1),
+        vec![refusal(11, RefuseReason::Cancelled)]
+    );
+    assert_eq!(node.held_offers(JOB).count(), 0, "a late offer is not held");
+}
+
+#[test]
+fn expiry_refuses_held_offers_and_late_offers_as_expired() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: JobSpec {
+                lifetime: ms(500),
+                ..spec(WorkerCount::rigid(3))
+            },
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    offer_from(&mut node, ms(2), 11, 1, 1);
+    assert_eq!(
+        node.next_timeout(),
+        Some(ms(500)),
+        "expiry before the 1 s flood"
+    );
+    let out = node.handle_timeout(ms(500));
+    assert_eq!(
+        &out[..2],
+        &[
+            refusal(10, RefuseReason::Expired),
+            refusal(11, RefuseReason::Expired)
+        ]
+    );
+    assert!(
+        matches!(
+            &out[2..],
+            [Output::Job(JobEvent::Ended {
+                phase: Phase::Failed,
+                ..
+            })]
+        ),
+        "{out:?}"
+    );
+    assert_eq!(node.next_timeout(), None);
+    assert_eq!(
+        offer_from(&mut node, ms(600), 12, 3, 1),
+        vec![refusal(12, RefuseReason::Expired)]
+    );
+}
+
+#[test]
+fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
+    // Failed by the driver.
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle(
+        ms(2),
+        Input::Fail {
+            job: JOB,
+            reason: "rank 0 trapped".into(),
+        },
+    );
+    assert_eq!(
+        offer_from(&mut node, ms(3), 11, 1, 1),
+        vec![refusal(11, RefuseReason::Failed)]
+    );
+
+    // Failed by a lost worker of a rigid job.
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle(ms(2), Input::PeerLost(10));
+    assert_eq!(node.phase(JOB), Some(Phase::Failed));
+    assert_eq!(
+        offer_from(&mut node, ms(3), 11, 1, 1),
+        vec![refusal(11, RefuseReason::Failed)]
+    );
+
+    // A completed job has all it needed.
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle(ms(2), Input::Finish(JOB));
+    assert_eq!(
+        offer_from(&mut node, ms(3), 11, 1, 1),
+        vec![refusal(11, RefuseReason::JobFull)]
+    );
+}
+
+/// An advert of job `job` needing `cores` per worker, valid for
+/// `expires_in`.
+fn advert_of(job: u64, cores: u32, workers: u32, expires_in: Duration) -> Advert<u32> {
+    Advert {
+        job: JobId(job),
+        per_worker: Resources::new(cores, 100, 0),
+        expires_in,
+        ..advert(WorkerCount::rigid(workers))
+    }
+}
+
+/// A member with `cores` cores all running job 99.
+fn busy_member(cores: u32, pending_capacity: usize) -> Scheduler<u32> {
+    let mut node = Scheduler::new(
+        1,
+        SchedulerConfig {
+            resources: Resources::new(cores, 4096, 4096),
+            pending_capacity,
+            ..SchedulerConfig::default()
+        },
+    );
+    node.handle(
+        ms(0),
+        Input::AdvertDelivered {
+            advert: advert_of(99, 1, cores, Duration::from_secs(60)),
+            distance: ms(1),
+        },
+    );
+    from_home(
+        &mut node,
+        ms(0),
+        Message::Grant {
+            job: JobId(99),
+            ranks: (0..cores).collect(),
+        },
+    );
+    assert_eq!(node.free().cores, 0);
+    node
+}
+
+fn queue(node: &mut Scheduler<u32>, now: Duration, advert: Advert<u32>) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::AdvertDelivered {
+            advert,
+            distance: ms(1),
+        },
+    )
+}
+
+fn queued(node: &Scheduler<u32>) -> Vec<(u64, Duration)> {
+    node.pending().map(|(a, at)| (a.job.0, at)).collect()
+}
+
+#[test]
+fn a_full_pending_queue_keeps_the_adverts_with_the_most_time_left() {
+    let secs = Duration::from_secs;
+    let mut node = busy_member(1, 2);
+    for (job, expires_in) in [(1, 60), (2, 30)] {
+        let out = queue(&mut node, ms(0), advert_of(job, 1, 1, secs(expires_in)));
+        assert!(
+            matches!(
+                &out[..],
+                [Output::Send {
+                    msg: Message::Decline {
+                        reason: DeclineReason::Busy,
+                        ..
+                    },
+                    ..
+                }]
+            ),
+            "{out:?}"
+        );
+    }
+    assert_eq!(queued(&node), vec![(1, secs(60)), (2, secs(30))]);
+    // Full. Job 3 expires later than job 2, the soonest: job 2 goes.
+    queue(&mut node, ms(0), advert_of(3, 1, 1, secs(45)));
+    assert_eq!(queued(&node), vec![(1, secs(60)), (3, secs(45))]);
+    // Job 4 expires sooner than every queued advert: it is dropped, and
+    // so is job 5, which expires no later than job 3 (the queued one
+    // stays on a tie). The home hears "busy" all the same.
+    let out = queue(&mut node, ms(0), advert_of(4, 1, 1, secs(10)));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Decline {
+                job: JobId(4),
+                reason: DeclineReason::Busy
+            }
+        }]
+    );
+    queue(&mut node, ms(0), advert_of(5, 1, 1, secs(45)));
+    assert_eq!(queued(&node), vec![(1, secs(60)), (3, secs(45))]);
+}
+
+#[test]
+fn a_queued_advert_expires_through_the_timeout_and_is_never_taken() {
+    let mut node = busy_member(1, 8);
+    queue(&mut node, ms(0), advert_of(1, 1, 1, ms(100)));
+    assert_eq!(queued(&node), vec![(1, ms(100))]);
+    assert_eq!(node.next_timeout(), Some(ms(100)));
+    assert_eq!(node.handle_timeout(ms(100)), vec![]);
+    assert!(queued(&node).is_empty());
+    assert_eq!(node.next_timeout(), None);
+    // Resources free up: nothing is offered for the expired job.
+    let out = node.handle(
+        ms(200),
+        Input::WorkersEnded {
+            job: JobId(99),
+            ranks: vec![0],
+        },
+    );
+    assert_eq!(out, vec![]);
+    assert_eq!(node.free().cores, 1);
+}
+
+#[test]
+fn rescan_takes_queued_adverts_oldest_first_skipping_those_that_do_not_fit() {
+    let secs = Duration::from_secs;
+    let mut node = busy_member(4, 8);
+    // Queued in this order: a job of 3-core workers, then three jobs of
+    // one 1-core worker.
+    queue(&mut node, ms(1), advert_of(1, 3, 1, secs(60)));
+    for job in 2..=4 {
+        queue(&mut node, ms(job), advert_of(job, 1, 1, secs(60)));
+    }
+    assert_eq!(
+        queued(&node).iter().map(|(j, _)| *j).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    let offers = |out: &[Output<u32>]| -> Vec<(u64, u32)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Send {
+                    msg: Message::Offer { job, workers, .. },
+                    ..
+                } => Some((job.0, *workers)),
+                _ => None,
+            })
+            .collect()
+    };
+    // Two cores free: job 1 does not fit, jobs 2 and 3 do (oldest first),
+    // job 4 finds no core left.
+    let out = node.handle(
+        ms(10),
+        Input::WorkersEnded {
+            job: JobId(99),
+            ranks: vec![0, 1],
+        },
+    );
+    assert_eq!(offers(&out), vec![(2, 1), (3, 1)]);
+    assert_eq!(
+        queued(&node).iter().map(|(j, _)| *j).collect::<Vec<_>>(),
+        vec![1, 4]
+    );
+    // The last two cores free: job 1 still does not fit (three cores
+    // needed, two free) but job 4, behind it, does.
+    let out = node.handle(
+        ms(20),
+        Input::WorkersEnded {
+            job: JobId(99),
+            ranks: vec![2, 3],
+        },
+    );
+    assert_eq!(offers(&out), vec![(4, 1)]);
+    // The homes of jobs 2 and 3 refuse: with three cores free, job 1 is
+    // taken at last.
+    let refuse = |node: &mut Scheduler<u32>, now, job| {
+        node.handle(
+            now,
+            Input::Message {
+                from: HOME,
+                msg: Message::Refuse {
+                    job: JobId(job),
+                    reason: RefuseReason::NotChosen,
+                },
+                rtt: None,
+            },
+        )
+    };
+    assert_eq!(offers(&refuse(&mut node, ms(30), 2)), vec![]);
+    assert_eq!(offers(&refuse(&mut node, ms(31), 3)), vec![(1, 1)]);
+    assert!(queued(&node).is_empty());
+}
+
+/// A few schedulers wired together with instant delivery; adverts are
+/// delivered by hand so that the test decides who hears which flood first.
+struct Net {
+    nodes: BTreeMap<u32, Scheduler<u32>>,
+    /// Every output other than a delivered message, and every message sent,
+    /// with the node it came from.
+    log: Vec<(u32, Output<u32>)>,
+}
+
+impl Net {
+    fn input(&mut self, now: Duration, node: u32, input: Input<u32>) {
+        let out = self.nodes.get_mut(&node).unwrap().handle(now, input);
+        self.route(now, node, out);
+    }
+
+    fn timeout(&mut self, now: Duration, node: u32) {
+        let out = self.nodes.get_mut(&node).unwrap().handle_timeout(now);
+        self.route(now, node, out);
+    }
+
+    fn route(&mut self, now: Duration, from: u32, out: Vec<Output<u32>>) {
+        for output in out {
+            self.log.push((from, output.clone()));
+            if let Output::Send { to, msg } = output {
+                let input = Input::Message {
+                    from,
+                    msg,
+                    rtt: Some(ms(u64::from(from % 10) + 1)),
+                };
+                self.input(now, to, input);
+            }
+        }
+    }
+
+    /// The advert of the last flood of `job`.
+    fn flood(&self, job: JobId) -> Advert<u32> {
+        self.log
+            .iter()
+            .rev()
+            .find_map(|(_, o)| match o {
+                Output::Flood(advert) if advert.job == job => Some(advert.clone()),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    fn deliver(&mut self, now: Duration, node: u32, advert: Advert<u32>) {
+        let input = Input::AdvertDelivered {
+            advert,
+            distance: ms(1),
+        };
+        self.input(now, node, input);
+    }
+
+    fn holds(&self, node: u32) -> Vec<(JobId, u32, Duration)> {
+        self.nodes[&node]
+            .holds()
+            .map(|h| (h.job, h.workers, h.until))
+            .collect()
+    }
+
+    fn started(&self, job: JobId) -> Vec<(u32, Vec<u32>)> {
+        self.log
+            .iter()
+            .filter_map(|(node, o)| match o {
+                Output::StartWorkers { job: j, ranks, .. } if *j == job => {
+                    Some((*node, ranks.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn sent(&self, from: u32, msg: &Message<u32>) -> bool {
+        self.log
+            .iter()
+            .any(|(node, o)| *node == from && matches!(o, Output::Send { msg: m, .. } if m == msg))
+    }
+}
+
+#[test]
+fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
+    const HX: u32 = 100;
+    const HY: u32 = 200;
+    const X: JobId = JobId(1);
+    const Y: JobId = JobId(2);
+    let mut nodes = BTreeMap::new();
+    for home in [HX, HY] {
+        nodes.insert(
+            home,
+            Scheduler::new(
+                home,
+                SchedulerConfig {
+                    resources: Resources::ZERO,
+                    schedule: ScheduleConfig::paper(),
+                    ..SchedulerConfig::default()
+                },
+            ),
+        );
+    }
+    for member in [1, 2] {
+        nodes.insert(
+            member,
+            Scheduler::new(
+                member,
+                SchedulerConfig {
+                    resources: Resources::new(2, 4096, 4096),
+                    hold_timeout: ms(500),
+                    ..SchedulerConfig::default()
+                },
+            ),
+        );
+    }
+    let mut net = Net {
+        nodes,
+        log: Vec::new(),
+    };
+    // Two rigid jobs of 3 workers on two 2-core nodes: each node hears a
+    // different job first and holds both its cores for it.
+    net.input(
+        ms(0),
+        HX,
+        Input::Submit {
+            job: X,
+            spec: spec(WorkerCount::rigid(3)),
+        },
+    );
+    net.input(
+        ms(0),
+        HY,
+        Input::Submit {
+            job: Y,
+            spec: spec(WorkerCount::rigid(3)),
+        },
+    );
+    net.deliver(ms(0), 1, net.flood(X));
+    net.deliver(ms(100), 2, net.flood(Y));
+    net.deliver(ms(100), 1, net.flood(Y));
+    net.deliver(ms(100), 2, net.flood(X));
+    assert_eq!(net.holds(1), vec![(X, 2, ms(500))]);
+    assert_eq!(net.holds(2), vec![(Y, 2, ms(600))]);
+    assert_eq!(net.nodes[&1].pending().count(), 1, "node 1 queued Y");
+    assert_eq!(net.nodes[&2].pending().count(), 1, "node 2 queued X");
+    // Neither gang can complete (2 of 3 each).
+    assert_eq!(net.nodes[&HX].phase(X), Some(Phase::Scheduling));
+    assert_eq!(net.nodes[&HY].phase(Y), Some(Phase::Scheduling));
+    assert_eq!(net.nodes[&1].next_timeout(), Some(ms(500)));
+
+    // Node 1's hold outlives nothing: at 500 ms it withdraws from X and
+    // offers its cores to the queued Y, which completes Y's gang.
+    net.timeout(ms(500), 1);
+    assert!(net.sent(1, &Message::Withdraw { job: X }));
+    assert_eq!(net.nodes[&HY].phase(Y), Some(Phase::Running));
+    assert_eq!(net.started(Y), vec![(1, vec![0, 1]), (2, vec![2])]);
+    // Node 2 runs one of Y and offered its last core to the queued X, which
+    // let node 1 go.
+    assert_eq!(net.holds(2), vec![(X, 1, ms(1000))]);
+    assert_eq!(
+        net.nodes[&HX].held_offers(X).collect::<Vec<_>>(),
+        vec![(&2, 1)]
+    );
+
+    // That hold, too, ends at its timeout.
+    net.timeout(ms(1000), 2);
+    assert!(net.sent(2, &Message::Withdraw { job: X }));
+    assert!(net.holds(2).is_empty());
+    assert_eq!(net.nodes[&HX].held_offers(X).count(), 0);
+
+    // Y finishes; the nodes are free and hold nothing: X's next flood gets
+    // its whole gang.
+    net.input(
+        ms(2000),
+        1,
+        Input::WorkersEnded {
+            job: Y,
+            ranks: vec![0, 1],
+        },
+    );
+    net.input(
+        ms(2000),
+        2,
+        Input::WorkersEnded {
+            job: Y,
+            ranks: vec![2],
+        },
+    );
+    net.input(ms(2000), HY, Input::Finish(Y));
+    for member in [1, 2] {
+        assert_eq!(net.nodes[&member].free().cores, 2);
+        assert!(net.holds(member).is_empty());
+    }
+    net.timeout(ms(3000), HX);
+    let flood = net.flood(X);
+    assert!(flood.flood.seq >= 1, "a later flood of X");
+    net.deliver(ms(3000), 1, flood.clone());
+    net.deliver(ms(3000), 2, flood);
+    assert_eq!(net.nodes[&HX].phase(X), Some(Phase::Running));
+    assert_eq!(net.started(X), vec![(1, vec![0, 1]), (2, vec![2])]);
+    assert!(net.holds(1).is_empty() && net.holds(2).is_empty());
 }

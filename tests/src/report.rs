@@ -90,10 +90,13 @@ impl RunReport {
         sites
     }
 
-    /// The CSV of every job: one line per job.
+    /// The CSV of every job: a header, then one line per job with its id,
+    /// home site, workers (max and min), when it was submitted, started and
+    /// fully allocated (seconds), its locality, messages and how it ended,
+    /// and then its workers on each site, one column per site.
     pub fn csv(&self, site_of: &[usize]) -> String {
         let mut out = String::from(
-            "job,home_site,workers,submitted_s,allocated_s,extra_rtt_ms,out_of_order,messages,ended",
+            "job,home_site,workers,min_workers,submitted_s,started_s,allocated_s,extra_rtt_ms,out_of_order,messages,ended",
         );
         for site in &self.sites {
             write!(out, ",{site}").ok();
@@ -102,11 +105,14 @@ impl RunReport {
         for job in &self.jobs {
             write!(
                 out,
-                "{},{},{},{:.6},{},{},{},{},{}",
+                "{},{},{},{},{:.6},{},{},{},{},{},{}",
                 job.id,
                 self.sites[site_of[job.home as usize]],
                 job.workers,
+                job.min_workers,
                 job.submitted.as_secs_f64(),
+                job.started_at
+                    .map_or(String::new(), |t| format!("{:.6}", t.as_secs_f64())),
                 job.full_at
                     .map_or(String::new(), |t| format!("{:.6}", t.as_secs_f64())),
                 job.extra_rtt_us
@@ -147,7 +153,7 @@ impl RunReport {
 pub fn summary_line(report: &RunReport) -> String {
     let s = report.summary();
     format!(
-        "{:<6} seed {:>3}: {}/{} jobs allocated, {} workers; extra RTT {:.4} ms/worker; out of order {:.2}%; {:.0} msgs/job; allocation mean {:.3} s, max {:.3} s; {} events in {:.2} s wall{}",
+        "{:<8} seed {:>3}: {}/{} jobs allocated, {} workers; extra RTT {:.4} ms/worker; out of order {:.2}%; {:.0} msgs/job; allocation mean {:.3} s, max {:.3} s; {} events in {:.2} s wall{}",
         report.mode.name(),
         report.seed,
         s.allocated,
@@ -238,5 +244,6 @@ fn mode_label(mode: Mode) -> &'static str {
     match mode {
         Mode::Ours => "latency-bounded floods, adaptive waits, nearest-k overlay",
         Mode::Paper => "paper baseline: hop floods, 1 s doubling, Bamboo-like overlay",
+        Mode::OursHop => "ours with hop floods only (no latency budget)",
     }
 }

@@ -120,6 +120,11 @@ pub struct OverlaySetup {
     pub baseline_leaves: usize,
     /// Bamboo-like baseline: candidates measured per routing-table entry.
     pub baseline_candidates: usize,
+    /// Bamboo-like baseline: bits per id digit (4: hexadecimal digits,
+    /// 15 entries per routing-table row; 1: binary, one entry per row).
+    pub baseline_digit_bits: u32,
+    /// Bamboo-like baseline: routing-table rows (id digits).
+    pub baseline_rows: u32,
 }
 
 impl Default for OverlaySetup {
@@ -132,6 +137,8 @@ impl Default for OverlaySetup {
             samples: 3,
             baseline_leaves: 4,
             baseline_candidates: 8,
+            baseline_digit_bits: 4,
+            baseline_rows: 3,
         }
     }
 }
@@ -151,8 +158,16 @@ pub struct Workload {
     /// Exponential inter-arrival times instead of fixed ones.
     #[serde(default)]
     pub poisson: bool,
-    /// Workers per job: drawn uniformly from `[lo, hi]` (rigid jobs).
+    /// Workers per job (the job's `max`): drawn uniformly from `[lo, hi]`.
     pub workers: (u32, u32),
+    /// Share of jobs that are malleable, from 0 (all rigid, the default)
+    /// to 1.
+    #[serde(default)]
+    pub malleable: f64,
+    /// A malleable job's `min` as a fraction of its `max`, rounded up (at
+    /// least one worker).
+    #[serde(default = "default_malleable_min")]
+    pub malleable_min: f64,
     /// Allocation strategy.
     #[serde(default)]
     pub strategy: Strategy,
@@ -167,6 +182,10 @@ pub struct Workload {
     /// P2P-MPI experiment). `jobs`, `interval_s` and `workers` are ignored.
     #[serde(default)]
     pub sweep: Option<Sweep>,
+}
+
+fn default_malleable_min() -> f64 {
+    0.5
 }
 
 fn default_lifetime() -> f64 {
@@ -293,6 +312,26 @@ impl Scenario {
                     );
                 }
             }
+        }
+        let o = &self.overlay;
+        if !(1..=8).contains(&o.baseline_digit_bits) || o.baseline_digit_bits * o.baseline_rows > 64
+        {
+            bail!(
+                "overlay baseline_digit_bits ({}) must be within 1..=8 and times baseline_rows ({}) \
+                 at most 64",
+                o.baseline_digit_bits,
+                o.baseline_rows
+            );
+        }
+        let w = &self.workload;
+        let share_ok = (0.0..=1.0).contains(&w.malleable);
+        let min_ok = w.malleable_min > 0.0 && w.malleable_min <= 1.0;
+        if !(share_ok && min_ok) {
+            bail!(
+                "workload malleable ({}) must be within [0, 1] and malleable_min ({}) within (0, 1]",
+                w.malleable,
+                w.malleable_min
+            );
         }
         if let Some(home) = &self.workload.home_site
             && !index.contains_key(home.as_str())

@@ -28,11 +28,12 @@ use zorilla_core::node::{
     Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
 };
 use zorilla_core::resources::Resources;
-use zorilla_core::schedule::ScheduleConfig;
+use zorilla_core::schedule::{FloodMode, ScheduleConfig};
 
 use crate::scenario::{Grid, Scenario};
 
-/// Which Zorilla runs: ours, or the paper's as the baseline.
+/// Which Zorilla runs: ours, the paper's as the baseline, or an ablation
+/// of ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mode {
     /// Latency-bounded floods, adaptive waits, nearest-k-plus-far overlay.
@@ -40,6 +41,10 @@ pub enum Mode {
     /// The original: hop floods, doubling waits from 1 s, Bamboo-like
     /// overlay (random leaf set plus proximity-chosen routing entries).
     Paper,
+    /// Ours with hop-limited floods only (no latency budget): the same
+    /// overlay, adaptive waits and settling, so that a comparison with
+    /// [`Mode::Ours`] isolates what the latency budget does.
+    OursHop,
 }
 
 impl Mode {
@@ -48,7 +53,26 @@ impl Mode {
         match self {
             Mode::Ours => "ours",
             Mode::Paper => "paper",
+            Mode::OursHop => "ours-hop",
         }
+    }
+
+    /// The flooding schedule a home uses in this mode.
+    pub fn schedule(self) -> ScheduleConfig {
+        match self {
+            Mode::Ours => ScheduleConfig::default(),
+            Mode::Paper => ScheduleConfig::paper(),
+            Mode::OursHop => ScheduleConfig {
+                flood_mode: FloodMode::Hops,
+                ..ScheduleConfig::default()
+            },
+        }
+    }
+
+    /// Whether the overlay is ours (nearest `k` plus far links) rather than
+    /// the Bamboo-like baseline.
+    pub fn our_overlay(self) -> bool {
+        self != Mode::Paper
     }
 }
 
@@ -78,10 +102,16 @@ pub struct JobRecord {
     pub id: JobId,
     /// Its home machine.
     pub home: u32,
-    /// Workers wanted.
+    /// Workers wanted (the job's `max`).
     pub workers: u32,
+    /// Workers it needs to start (its `min`; `workers` for a rigid job).
+    pub min_workers: u32,
     /// Submission time.
     pub submitted: Time,
+    /// When it started (got its `min` workers).
+    pub started_at: Option<Time>,
+    /// Workers it started with (0 until it started).
+    pub started_with: u32,
     /// When it got all its workers.
     pub full_at: Option<Time>,
     /// Workers per machine.
@@ -99,6 +129,16 @@ pub struct JobRecord {
     /// Workers still running.
     running: u32,
     duration: Option<Duration>,
+    /// Ranks granted per machine, as the home announced them (less those
+    /// it reported lost).
+    ranks: BTreeMap<u32, BTreeSet<u32>>,
+}
+
+impl JobRecord {
+    /// Whether the job gets all its workers or none.
+    pub fn is_rigid(&self) -> bool {
+        self.min_workers == self.workers
+    }
 }
 
 /// The result of one run.
@@ -287,9 +327,10 @@ impl Sim {
             let fresh = sim.fresh_node(node, max_workers_per_job);
             sim.nodes.push(fresh);
         }
-        match mode {
-            Mode::Ours => sim.build_overlay_ours(),
-            Mode::Paper => sim.build_overlay_bamboo(),
+        if mode.our_overlay() {
+            sim.build_overlay_ours();
+        } else {
+            sim.build_overlay_bamboo();
         }
         for job in 0..sim.plans.len() {
             let at = sim.plans[job].at;
@@ -313,10 +354,7 @@ impl Sim {
     }
 
     fn fresh_node(&mut self, node: u32, max_workers_per_job: Option<u32>) -> SimNode {
-        let schedule = match self.mode {
-            Mode::Ours => ScheduleConfig::default(),
-            Mode::Paper => ScheduleConfig::paper(),
-        };
+        let schedule = self.mode.schedule();
         let limits = OwnerLimits {
             max_workers_per_job: max_workers_per_job.unwrap_or(u32::MAX),
             ..OwnerLimits::default()
@@ -494,7 +532,8 @@ impl Sim {
     /// The paper's overlay, after Bamboo: random 64-bit ids; a leaf set of
     /// the id-adjacent nodes (random with respect to location), and a
     /// routing table whose every entry is the nearest of a few measured
-    /// candidates with the right id prefix (proximity neighbour selection).
+    /// candidates with the right id prefix (proximity neighbour selection):
+    /// `baseline_rows` rows of digits of `baseline_digit_bits` bits.
     fn build_overlay_bamboo(&mut self) {
         let n = self.grid.len();
         let ids: Vec<u64> = (0..n).map(|_| self.rng.random()).collect();
@@ -504,13 +543,19 @@ impl Sim {
             ring.iter().enumerate().map(|(i, n)| (*n, i)).collect();
         let leaves = self.scenario.overlay.baseline_leaves / 2;
         let candidates = self.scenario.overlay.baseline_candidates;
-        // Buckets by the first two hex digits: row 0 and row 1.
-        let mut by_prefix: BTreeMap<(u8, u64), Vec<u32>> = BTreeMap::new();
+        let bits = self.scenario.overlay.baseline_digit_bits;
+        let rows = self.scenario.overlay.baseline_rows;
+        // The first `rows` digits of an id, as a prefix per length.
+        let prefix = |id: u64, digits: u32| id.checked_shr(64 - bits * digits).unwrap_or(0);
+        let mut by_prefix: BTreeMap<(u32, u64), Vec<u32>> = BTreeMap::new();
         for node in 0..n as u32 {
             let id = ids[node as usize];
-            by_prefix.entry((1, id >> 60)).or_default().push(node);
-            by_prefix.entry((2, id >> 56)).or_default().push(node);
-            by_prefix.entry((3, id >> 52)).or_default().push(node);
+            for digits in 1..=rows {
+                by_prefix
+                    .entry((digits, prefix(id, digits)))
+                    .or_default()
+                    .push(node);
+            }
         }
         for node in 0..n as u32 {
             let id = ids[node as usize];
@@ -520,18 +565,14 @@ impl Sim {
                 chosen.push(ring[(at + k) % n]);
                 chosen.push(ring[(at + n - k % n) % n]);
             }
-            for row in 0u8..3 {
-                let own_prefix = if row == 0 {
-                    0
-                } else {
-                    id >> (64 - 4 * u32::from(row))
-                };
-                for digit in 0..16u64 {
-                    let prefix = (own_prefix << 4) | digit;
-                    if prefix == id >> (60 - 4 * u32::from(row)) {
+            for row in 0..rows {
+                let own_prefix = prefix(id, row);
+                for digit in 0..1u64 << bits {
+                    let entry = (own_prefix << bits) | digit;
+                    if entry == prefix(id, row + 1) {
                         continue;
                     }
-                    let Some(bucket) = by_prefix.get(&(row + 1, prefix)) else {
+                    let Some(bucket) = by_prefix.get(&(row + 1, entry)) else {
                         continue;
                     };
                     let sample: Vec<u32> = bucket
@@ -651,7 +692,10 @@ impl Sim {
                 id,
                 home: plan.home,
                 workers: plan.spec.workers.max,
+                min_workers: plan.spec.workers.min,
                 submitted: self.now,
+                started_at: None,
+                started_with: 0,
                 full_at: None,
                 placement: BTreeMap::new(),
                 extra_rtt_us: None,
@@ -660,6 +704,7 @@ impl Sim {
                 ended: None,
                 running: 0,
                 duration: plan.duration,
+                ranks: BTreeMap::new(),
             },
         );
         if !self.nodes[plan.home as usize].alive {
@@ -756,6 +801,7 @@ impl Sim {
                     self.send_copies(node, &advert, copies);
                 }
                 Output::StartWorkers { job, ranks, .. } => {
+                    self.check_start(node, job, &ranks);
                     let count = ranks.len() as u32;
                     self.running.entry((node, job)).or_default().extend(ranks);
                     self.used[node as usize] += count;
@@ -812,7 +858,7 @@ impl Sim {
         let Some(record) = self.jobs.get(&job) else {
             return;
         };
-        if record.running == 0 && record.full_at.is_some() && record.ended.is_none() {
+        if record.running == 0 && record.started_at.is_some() && record.ended.is_none() {
             let home = record.home;
             if self.nodes[home as usize].alive {
                 self.feed(home, Input::Finish(job));
@@ -825,13 +871,34 @@ impl Sim {
             JobEvent::Granted {
                 job, node, ranks, ..
             } => {
-                let max = self.jobs.get(&job).map_or(0, |r| r.workers);
+                let now = self.now;
                 if let Some(record) = self.jobs.get_mut(&job) {
                     *record.placement.entry(node).or_default() += ranks.len() as u32;
                     let granted: u32 = record.placement.values().sum();
-                    if granted > max {
-                        self.violations
-                            .push(format!("{job}: {granted} workers granted, max {max}"));
+                    if granted > record.workers {
+                        self.violations.push(format!(
+                            "{now:?}: {job}: {granted} workers granted, max {}",
+                            record.workers
+                        ));
+                    }
+                    for rank in ranks {
+                        let twice = record.ranks.values().any(|r| r.contains(&rank));
+                        if twice || !record.ranks.entry(node).or_default().insert(rank) {
+                            self.violations.push(format!(
+                                "{now:?}: {job}: rank {rank} granted again to node {node} while \
+                                 still granted"
+                            ));
+                        }
+                    }
+                }
+            }
+            JobEvent::Started { job, workers } => {
+                let now = self.now;
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    record.started_at = Some(now);
+                    record.started_with = workers;
+                    if let Some(v) = start_violation(record, workers) {
+                        self.violations.push(format!("{now:?}: {job}: {v}"));
                     }
                 }
             }
@@ -852,16 +919,52 @@ impl Sim {
                 }
             }
             JobEvent::WorkersLost { job, node, ranks } => {
-                if let Some(record) = self.jobs.get_mut(&job)
-                    && let Some(count) = record.placement.get_mut(&node)
-                {
-                    *count = count.saturating_sub(ranks.len() as u32);
-                    if *count == 0 {
-                        record.placement.remove(&node);
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    if let Some(granted) = record.ranks.get_mut(&node) {
+                        for rank in &ranks {
+                            granted.remove(rank);
+                        }
+                    }
+                    if let Some(count) = record.placement.get_mut(&node) {
+                        *count = count.saturating_sub(ranks.len() as u32);
+                        if *count == 0 {
+                            record.placement.remove(&node);
+                        }
                     }
                 }
             }
-            JobEvent::Started { .. } | JobEvent::Rejected { .. } => {}
+            JobEvent::Rejected { .. } => {}
+        }
+    }
+
+    /// A node starts workers: the job must have started at its home (a
+    /// rigid job's whole gang, a malleable job's `min`, granted), and the
+    /// ranks must be ones the home granted to this node.
+    fn check_start(&mut self, node: u32, job: JobId, ranks: &[u32]) {
+        let Some(record) = self.jobs.get(&job) else {
+            return;
+        };
+        let violation = if record.started_at.is_none() {
+            let what = if record.is_rigid() {
+                "granted the whole gang"
+            } else {
+                "granted its min workers"
+            };
+            Some(format!(
+                "node {node} starts ranks {ranks:?} before the home {what}"
+            ))
+        } else {
+            let granted = record.ranks.get(&node);
+            let foreign: Vec<u32> = ranks
+                .iter()
+                .copied()
+                .filter(|r| !granted.is_some_and(|g| g.contains(r)))
+                .collect();
+            (!foreign.is_empty())
+                .then(|| format!("node {node} starts ranks {foreign:?} not granted to it"))
+        };
+        if let Some(v) = violation {
+            self.violations.push(format!("{:?}: {job}: {v}", self.now));
         }
     }
 
@@ -1004,7 +1107,7 @@ impl Sim {
             .filter(|n| self.nodes[*n as usize].alive)
             .collect();
         match self.mode {
-            Mode::Ours => {
+            Mode::Ours | Mode::OursHop => {
                 self.bootstrap(node, &alive);
                 for _ in 0..self.scenario.overlay.exchange_rounds {
                     self.exchange(node);
@@ -1054,10 +1157,17 @@ impl Sim {
         }
     }
 
-    /// Checks the invariants that must hold after every event: no node runs
-    /// or holds more than it has, no job has more workers than its max, a
-    /// rigid job's workers are all granted or none, and expired adverts are
-    /// gone from pending queues.
+    /// Checks the invariants that must hold after every event:
+    /// - no node runs or holds more workers than it has cores;
+    /// - no job has more workers than its max, and no rank is granted twice;
+    /// - a job is granted nothing before it starts; a rigid job starts with
+    ///   all its workers (ranks exactly `0..max`), a malleable one with
+    ///   `min..=max`, and no worker starts before its job started (these
+    ///   are recorded as the events happen and reported here);
+    /// - every reservation is released or used in time: no hold outlives
+    ///   its hold timeout (nor the advert), and no home keeps offers for a
+    ///   job that ended or has all its workers;
+    /// - expired adverts are gone from pending queues.
     pub fn check_invariants(&self) -> Result<(), String> {
         if let Some(v) = self.violations.first() {
             return Err(v.clone());
@@ -1078,6 +1188,30 @@ impl Sim {
             if let Some((advert, _)) = s.pending().find(|(_, at)| *at < self.now) {
                 return Err(format!("node {i} keeps expired advert of {}", advert.job));
             }
+            let hold_timeout = s.config().hold_timeout;
+            for hold in s.holds() {
+                // At `until` itself the wake-up may still be queued behind
+                // other events of the same instant.
+                if hold.until < self.now || hold.until > hold.since + hold_timeout {
+                    return Err(format!(
+                        "node {i} holds {} workers for {} since {:?} until {:?} at {:?} \
+                         (hold timeout {hold_timeout:?})",
+                        hold.workers, hold.job, hold.since, hold.until, self.now
+                    ));
+                }
+            }
+            for (job, phase) in s.home_jobs() {
+                let offers = s.held_offers(job).count();
+                let full = s.placement(job).is_some_and(|p| {
+                    p.values().map(Vec::len).sum::<usize>() >= self.jobs[&job].workers as usize
+                });
+                if offers > 0 && (phase > Phase::Running || full) {
+                    return Err(format!(
+                        "home {i} keeps {offers} offers for {job}, {phase:?}{}",
+                        if full { " with all its workers" } else { "" }
+                    ));
+                }
+            }
             for (job, phase) in s.home_jobs() {
                 let placement = s.placement(job).expect("home job has a placement");
                 let granted: usize = placement.values().map(Vec::len).sum();
@@ -1094,7 +1228,7 @@ impl Sim {
                 }
                 if phase == Phase::Scheduling && granted != 0 {
                     return Err(format!(
-                        "{job}: rigid job has {granted} workers before it started"
+                        "{job}: {granted} workers granted before the job started"
                     ));
                 }
             }
@@ -1116,6 +1250,20 @@ impl Sim {
     /// The current simulated time.
     pub fn now(&self) -> Time {
         self.now
+    }
+
+    /// Executes `outputs` as if `node`'s scheduler had just produced them.
+    /// For tests that the invariant checks catch a scheduler that
+    /// misbehaves; a correct run never needs it.
+    pub fn inject(&mut self, node: u32, outputs: Vec<Output<u32>>) {
+        self.execute(node, outputs);
+    }
+
+    /// A node's scheduler, to change behind the simulator's back: what it
+    /// outputs is not executed and no wake-up is scheduled for it. For tests
+    /// of the invariant checks, like [`inject`](Self::inject).
+    pub fn scheduler_mut(&mut self, node: u32) -> &mut Scheduler<u32> {
+        &mut self.nodes[node as usize].scheduler
     }
 
     /// The neighbours of every node (for overlay checks).
@@ -1144,6 +1292,29 @@ impl Sim {
     pub fn grid(&self) -> &Grid {
         &self.grid
     }
+}
+
+/// What is wrong with a job starting with `workers` workers, if anything:
+/// a rigid job starts with all its workers, a malleable one with at least
+/// `min` and at most `max`, and the ranks granted are exactly `0..workers`.
+fn start_violation(record: &JobRecord, workers: u32) -> Option<String> {
+    let (min, max) = (record.min_workers, record.workers);
+    if record.is_rigid() && workers != max {
+        return Some(format!("rigid job of {max} started with {workers} workers"));
+    }
+    if workers < min || workers > max {
+        return Some(format!(
+            "malleable job of {min}..={max} started with {workers} workers"
+        ));
+    }
+    let mut ranks: Vec<u32> = record.ranks.values().flatten().copied().collect();
+    ranks.sort_unstable();
+    if !ranks.iter().copied().eq(0..workers) {
+        return Some(format!(
+            "started with {workers} workers but ranks {ranks:?} granted, not 0..{workers}"
+        ));
+    }
+    None
 }
 
 /// Runs a scenario's workload (not a sweep) once, with `mode` and `seed`.
@@ -1180,6 +1351,14 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
                 };
             }
             let workers = rng.random_range(w.workers.0..=w.workers.1.max(w.workers.0));
+            // Drawn only when some jobs are malleable, so that all-rigid
+            // workloads keep their random streams.
+            let malleable = w.malleable > 0.0 && rng.random::<f64>() < w.malleable;
+            let min = if malleable {
+                ((f64::from(workers) * w.malleable_min).ceil() as u32).clamp(1, workers)
+            } else {
+                workers
+            };
             let duration = w
                 .duration_s
                 .map(|(lo, hi)| Duration::from_secs_f64(rng.random_range(lo..=hi.max(lo))));
@@ -1189,7 +1368,7 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
                 home,
                 spec: JobSpec {
                     per_worker: Resources::new(1, 0, 0),
-                    workers: WorkerCount::rigid(workers),
+                    workers: WorkerCount { min, max: workers },
                     strategy: w.strategy,
                     lifetime: Duration::from_secs_f64(w.lifetime_s),
                     on_worker_lost: LostPolicy::Replace,

@@ -38,8 +38,12 @@ impl SweepCase {
     }
 }
 
-/// The reference placement: the paper's algorithm over all hosts sorted by
-/// true RTT from `home`, each offering `min(P, cores)`.
+/// The reference placement: the allocation strategy (`zorilla_core`'s
+/// [`allocate`]) over all hosts sorted by true RTT from `home`, each offering
+/// `min(P, cores)`: what a home that knew the whole grid would choose. It
+/// checks discovery and RTT measurement in the simulated grid, not the
+/// strategies themselves; `tests/simulator.rs` checks those against a naive
+/// transcription of the paper's pseudocode.
 pub fn reference(grid: &Grid, home: u32, strategy: Strategy, n: u32, p: Option<u32>) -> PerSite {
     let candidates: Vec<Candidate<u32>> = (0..grid.len() as u32)
         .map(|m| Candidate {

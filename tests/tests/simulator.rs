@@ -6,10 +6,14 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
 
+use std::time::Duration;
+
 use proptest::prelude::{ProptestConfig, prop_assert, proptest};
-use zorilla_core::advert::Strategy;
+use zorilla_core::advert::{Advert, FloodHeader, JobId, Strategy, WorkerCount};
+use zorilla_core::node::{Input, JobEvent, JobSpec, LostPolicy, Output};
+use zorilla_core::resources::Resources;
 use zorilla_tests::scenario::Scenario;
-use zorilla_tests::sim::{Mode, Sim, plan_jobs, run_scenario};
+use zorilla_tests::sim::{JobPlan, Mode, Sim, plan_jobs, run_scenario};
 use zorilla_tests::sweep::run_case;
 
 fn scenario(toml: &str) -> Scenario {
@@ -80,11 +84,178 @@ fn run_checked(scenario: &Scenario, mode: Mode, seed: u64) -> usize {
 }
 
 #[test]
-fn invariants_hold_after_every_event_in_both_modes() {
+fn invariants_hold_after_every_event_in_every_mode() {
     let scenario = small_grid(40, false);
     for mode in [Mode::Ours, Mode::Paper] {
         for seed in 1..=3 {
             assert!(run_checked(&scenario, mode, seed) > 1000);
+        }
+    }
+    assert!(run_checked(&scenario, Mode::OursHop, 1) > 1000);
+}
+
+/// One job of `workers` submitted at node 0 at `at` on the small grid, with
+/// the simulator stepped through the submission when it is at 0.
+fn one_job(workers: WorkerCount, at: Duration) -> Sim {
+    let plan = JobPlan {
+        at,
+        home: 0,
+        spec: JobSpec {
+            per_worker: Resources::new(1, 0, 0),
+            workers,
+            strategy: Strategy::Concentrate,
+            lifetime: Duration::from_secs(60),
+            on_worker_lost: LostPolicy::Fail,
+        },
+        duration: None,
+    };
+    let mut sim = Sim::new(&small_grid(0, false), Mode::Paper, 1, vec![plan]).unwrap();
+    if at.is_zero() {
+        assert!(sim.step(), "the submission");
+        assert_eq!(sim.check_invariants(), Ok(()));
+    }
+    sim
+}
+
+const JOB: JobId = JobId(1);
+
+fn granted(node: u32, ranks: Vec<u32>) -> Output<u32> {
+    Output::Job(JobEvent::Granted {
+        job: JOB,
+        node,
+        ranks,
+        rtt: Duration::from_millis(1),
+    })
+}
+
+fn started(workers: u32) -> Output<u32> {
+    Output::Job(JobEvent::Started { job: JOB, workers })
+}
+
+fn violation(sim: &Sim) -> String {
+    sim.check_invariants().expect_err("a violation is reported")
+}
+
+/// The checks of co-allocation can fail: a scheduler that started a gang
+/// short, numbered it wrongly, or let a worker start early is caught.
+#[test]
+fn invariant_checks_catch_a_gang_started_short_misnumbered_or_early() {
+    let mut sim = one_job(WorkerCount::rigid(4), Duration::ZERO);
+    sim.inject(
+        5,
+        vec![Output::StartWorkers {
+            job: JOB,
+            home: 0,
+            ranks: vec![0],
+        }],
+    );
+    let v = violation(&sim);
+    assert!(
+        v.contains("node 5 starts ranks [0] before the home granted the whole gang"),
+        "{v}"
+    );
+
+    let mut sim = one_job(WorkerCount::rigid(4), Duration::ZERO);
+    sim.inject(0, vec![granted(3, vec![0, 1, 2]), started(3)]);
+    let v = violation(&sim);
+    assert!(v.contains("rigid job of 4 started with 3 workers"), "{v}");
+
+    let mut sim = one_job(WorkerCount::rigid(4), Duration::ZERO);
+    sim.inject(
+        0,
+        vec![granted(3, vec![0, 1]), granted(4, vec![2, 5]), started(4)],
+    );
+    let v = violation(&sim);
+    assert!(v.contains("ranks [0, 1, 2, 5] granted, not 0..4"), "{v}");
+
+    let mut sim = one_job(WorkerCount::rigid(4), Duration::ZERO);
+    sim.inject(0, vec![granted(3, vec![0, 1]), granted(4, vec![1, 2])]);
+    let v = violation(&sim);
+    assert!(v.contains("rank 1 granted again to node 4"), "{v}");
+
+    // A job of two starts at once on its home's own two cores (ranks 0
+    // and 1); another node starting rank 1 is caught.
+    let mut sim = one_job(WorkerCount::rigid(2), Duration::ZERO);
+    sim.inject(
+        4,
+        vec![Output::StartWorkers {
+            job: JOB,
+            home: 0,
+            ranks: vec![1],
+        }],
+    );
+    let v = violation(&sim);
+    assert!(
+        v.contains("node 4 starts ranks [1] not granted to it"),
+        "{v}"
+    );
+
+    // A malleable job of 2..4 starts on its home's two cores; a second
+    // start with fewer than its min is caught, a grant of rank 2 elsewhere
+    // and its start are fine.
+    let mut sim = one_job(WorkerCount { min: 2, max: 4 }, Duration::ZERO);
+    sim.inject(0, vec![started(1)]);
+    let v = violation(&sim);
+    assert!(
+        v.contains("malleable job of 2..=4 started with 1 workers"),
+        "{v}"
+    );
+    let mut sim = one_job(WorkerCount { min: 2, max: 4 }, Duration::ZERO);
+    sim.inject(0, vec![granted(3, vec![2])]);
+    sim.inject(
+        3,
+        vec![Output::StartWorkers {
+            job: JOB,
+            home: 0,
+            ranks: vec![2],
+        }],
+    );
+    assert_eq!(sim.check_invariants(), Ok(()));
+}
+
+/// The check of holds can fail: a hold whose wake-up the driver lost is
+/// caught once it outlives the hold timeout; the same hold with its
+/// wake-up scheduled is withdrawn in time.
+#[test]
+fn invariant_checks_catch_a_hold_that_outlives_its_timeout() {
+    for wake in [false, true] {
+        // Nothing happens before the submission at 40 s.
+        let mut sim = one_job(WorkerCount::rigid(1), Duration::from_secs(40));
+        let advert = Advert {
+            job: JobId(99),
+            home: 1,
+            per_worker: Resources::new(1, 0, 0),
+            workers: WorkerCount::rigid(1),
+            strategy: Strategy::Concentrate,
+            expires_in: Duration::from_secs(600),
+            flood: FloodHeader {
+                seq: 0,
+                ttl: 1,
+                latency_budget: None,
+                path_rtt: Duration::from_millis(1),
+            },
+        };
+        let input = Input::AdvertDelivered {
+            advert,
+            distance: Duration::from_millis(1),
+        };
+        let out = sim.scheduler_mut(7).handle(Duration::ZERO, input);
+        assert!(matches!(&out[..], [Output::Send { to: 1, .. }]), "{out:?}");
+        if wake {
+            // Executing the (now empty) outputs schedules the wake-up.
+            sim.inject(7, Vec::new());
+        }
+        while sim.now() < Duration::from_secs(40) && sim.step() {}
+        let check = sim.check_invariants();
+        if wake {
+            assert_eq!(check, Ok(()));
+            assert_eq!(sim.scheduler_mut(7).holds().count(), 0);
+        } else {
+            let v = check.expect_err("the hold outlived its timeout");
+            assert!(
+                v.contains("node 7 holds 1 workers for 0000000000000063 since 0ns until 30s"),
+                "{v}"
+            );
         }
     }
 }
@@ -95,6 +266,50 @@ fn invariants_hold_under_churn() {
     for seed in 1..=3 {
         run_checked(&scenario, Mode::Ours, seed);
     }
+}
+
+/// Malleable jobs on a busy grid: checked after every event, they start
+/// with at least their min, some with fewer than their max, and some of
+/// those grow to their max later.
+#[test]
+fn malleable_jobs_start_with_their_min_and_grow() {
+    let mut scenario = small_grid(60, false);
+    scenario.workload.malleable = 1.0;
+    scenario.workload.malleable_min = 0.5;
+    scenario.workload.workers = (4, 16);
+    scenario.workload.interval_s = 0.5;
+    let (mut short, mut grown) = (0, 0);
+    for seed in 1..=2 {
+        let grid = scenario.grid(seed).unwrap();
+        let plans = plan_jobs(&scenario, &grid, seed);
+        assert!(
+            plans
+                .iter()
+                .all(|p| p.spec.workers.min * 2 >= p.spec.workers.max)
+        );
+        let mut sim = Sim::new(&scenario, Mode::Ours, seed, plans).unwrap();
+        while sim.step() {
+            if let Err(v) = sim.check_invariants() {
+                panic!("seed {seed} at {:?}: {v}", sim.now());
+            }
+        }
+        let report = sim.run();
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        for job in report.jobs.iter().filter(|j| j.started_at.is_some()) {
+            assert!(job.started_with >= job.min_workers && job.started_with <= job.workers);
+            if job.started_with < job.workers {
+                short += 1;
+                if job.full_at.is_some_and(|full| Some(full) > job.started_at) {
+                    grown += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        short >= 40,
+        "{short} jobs started with fewer than their max"
+    );
+    assert!(grown >= 20, "{grown} jobs grew to their max after starting");
 }
 
 #[test]
@@ -250,35 +465,155 @@ fn big_job_on_the_zorilla_grid_is_allocated_in_under_ten_simulated_seconds() {
     assert!(job.extra_rtt_us.unwrap() <= 100.0);
 }
 
+/// A site of Table 1: name, RTT from nancy (ms), clusters (hosts, cores
+/// per host).
+type Site = (&'static str, f64, &'static [(u32, u32)]);
+
+/// Table 1 of the P2P-MPI paper, in the paper's order.
+const TABLE_1: [Site; 6] = [
+    ("nancy", 0.0, &[(60, 4)]),
+    ("lyon", 10.5, &[(50, 2)]),
+    ("rennes", 11.6, &[(90, 2)]),
+    ("bordeaux", 12.6, &[(60, 4)]),
+    ("grenoble", 13.2, &[(8, 2), (12, 4)]),
+    ("sophia", 17.1, &[(32, 2), (38, 4)]),
+];
+
+/// The paper's section 4.2-4.3, written out naively from its pseudocode
+/// and independent of `zorilla_core::allocation`: every host of Table 1 in
+/// `rlist` by ascending latency (P = its cores, r = 1), `slist` the first
+/// `min(|rlist|, n)`, capacities `c_i = min(P_i, n)`, then `spread` or
+/// `concentrate` loop for loop. Returns (hosts, processes) per site.
+fn paper_allocation(strategy: Strategy, n: u32) -> Vec<(&'static str, (u32, u32))> {
+    let mut rlist: Vec<(f64, &str, u32)> = Vec::new();
+    for (site, rtt, clusters) in TABLE_1 {
+        for (hosts, cores) in clusters {
+            for _ in 0..*hosts {
+                rlist.push((rtt, site, *cores));
+            }
+        }
+    }
+    rlist.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let slist = &rlist[..rlist.len().min(n as usize)];
+    let c: Vec<u32> = slist.iter().map(|(_, _, p)| (*p).min(n)).collect();
+    assert!(c.iter().sum::<u32>() >= n, "the allocation is feasible");
+    let mut u = vec![0u32; slist.len()];
+    let mut d = 0;
+    let mut cont = true;
+    while cont {
+        let mut i = 0;
+        while i < slist.len() && cont {
+            match strategy {
+                Strategy::Spread => {
+                    if u[i] < c[i] {
+                        u[i] += 1;
+                        d += 1;
+                    }
+                }
+                Strategy::Concentrate => {
+                    u[i] = c[i].min(n - d);
+                    d += u[i];
+                }
+            }
+            if d == n {
+                cont = false;
+            }
+            i += 1;
+        }
+    }
+    TABLE_1
+        .iter()
+        .map(|(site, _, _)| {
+            let on_site = slist
+                .iter()
+                .zip(&u)
+                .filter(|((_, s, _), u)| s == site && **u > 0);
+            let hosts = on_site.clone().count() as u32;
+            (*site, (hosts, on_site.map(|(_, u)| *u).sum()))
+        })
+        .collect()
+}
+
+/// All 22 cases of the P2P-MPI experiment (n = 100..600 in steps of 50,
+/// spread and concentrate): the simulated grid places exactly what the
+/// paper's algorithms give on Table 1, site by site.
 #[test]
 fn p2pmpi_placements_match_the_papers_algorithms() {
     let scenario = shipped("p2pmpi-table1.toml");
-    let sites = scenario.grid(1).unwrap().sites;
-    let at = |name: &str| sites.iter().position(|s| s == name).unwrap();
-    for (strategy, n) in [
-        (Strategy::Concentrate, 200),
-        (Strategy::Concentrate, 250),
-        (Strategy::Concentrate, 600),
-        (Strategy::Spread, 100),
-        (Strategy::Spread, 400),
-    ] {
-        let case = run_case(&scenario, Mode::Ours, 1, strategy, n).unwrap();
-        assert!(
-            case.matches(),
-            "{strategy:?} n={n}: {:?} vs reference {:?}",
-            case.simulated,
-            case.reference
-        );
-        if (strategy, n) == (Strategy::Concentrate, 250) {
-            // The paper's example: all 60 nancy hosts and 5 lyon hosts.
-            assert_eq!(case.simulated[at("nancy")], (60, 240));
-            assert_eq!(case.simulated[at("lyon")], (5, 10));
+    let grid = scenario.grid(1).unwrap();
+    // The scenario is Table 1.
+    for (site, _, clusters) in TABLE_1 {
+        let s = grid.site(site).unwrap();
+        let mut hosts: Vec<(u32, u32)> = Vec::new();
+        for (m, cores) in grid.cores.iter().enumerate() {
+            if grid.site_of[m] == s {
+                match hosts.last_mut() {
+                    Some((n, c)) if c == cores => *n += 1,
+                    _ => hosts.push((1, *cores)),
+                }
+            }
         }
-        if (strategy, n) == (Strategy::Spread, 400) {
-            // More workers than hosts (350): nancy's hosts take a second.
-            assert_eq!(case.simulated[at("nancy")], (60, 110));
+        assert_eq!(hosts, clusters.to_vec(), "{site}");
+    }
+    let sizes: Vec<u32> = (100..=600).step_by(50).collect();
+    assert_eq!(scenario.workload.sweep.as_ref().unwrap().sizes, sizes);
+    let mut cases = 0;
+    for strategy in [Strategy::Spread, Strategy::Concentrate] {
+        for &n in &sizes {
+            let case = run_case(&scenario, Mode::Ours, 1, strategy, n).unwrap();
+            let paper = paper_allocation(strategy, n);
+            let simulated: Vec<(&str, (u32, u32))> = paper
+                .iter()
+                .map(|(site, _)| (*site, case.simulated[grid.site(site).unwrap()]))
+                .collect();
+            assert_eq!(simulated, paper, "{strategy:?} n={n}");
+            assert!(
+                case.matches(),
+                "{strategy:?} n={n}: the reference over true RTTs agrees"
+            );
+            cases += 1;
         }
     }
+    assert_eq!(cases, 22);
+
+    // What the paper's text says of Figures 2 and 3.
+    let site = |strategy, n, name: &str| {
+        paper_allocation(strategy, n)
+            .into_iter()
+            .find(|(s, _)| *s == name)
+            .unwrap()
+            .1
+    };
+    for n in [100, 150, 200] {
+        assert_eq!(
+            site(Strategy::Concentrate, n, "nancy").1,
+            n,
+            "nancy only up to 200"
+        );
+    }
+    assert_eq!(site(Strategy::Concentrate, 250, "nancy"), (60, 240));
+    assert_eq!(site(Strategy::Concentrate, 250, "lyon"), (5, 10));
+    for n in [100, 150, 200, 250] {
+        assert_eq!(
+            site(Strategy::Spread, n, "grenoble"),
+            (0, 0),
+            "four closest sites"
+        );
+        assert_eq!(
+            site(Strategy::Spread, n, "sophia"),
+            (0, 0),
+            "four closest sites"
+        );
+    }
+    for n in [300, 350] {
+        assert!(
+            site(Strategy::Spread, n, "sophia").0 > 0,
+            "from 300 all sites"
+        );
+    }
+    // A stair at 400: 350 hosts, so nancy's take a second process.
+    assert_eq!(site(Strategy::Spread, 350, "nancy"), (60, 60));
+    assert_eq!(site(Strategy::Spread, 400, "nancy"), (60, 110));
 }
 
 #[test]
@@ -323,6 +658,42 @@ fn our_overlay_is_connected_prefers_its_site_and_has_far_links() {
     assert!(same_site < total, "far links exist");
 }
 
+/// The paper's overlay on the 338 machines of the 671-worker run: Bamboo
+/// with hexadecimal digits gives each node some 28 neighbours, and a flood
+/// of radius 3 (the first for 671 workers) covers every node; with binary
+/// digits each has about ten (the paper: "in the order of 10"), and radius
+/// 3 falls short of some.
+#[test]
+fn the_baseline_overlays_degree_follows_its_digit_size() {
+    let mut scenario = shipped("zorilla-671.toml");
+    let stats = |scenario: &Scenario| {
+        let links = Sim::new(scenario, Mode::Paper, 1, Vec::new())
+            .unwrap()
+            .overlay();
+        let degree = links.iter().map(Vec::len).sum::<usize>() as f64 / links.len() as f64;
+        let mut hops = vec![usize::MAX; links.len()];
+        hops[0] = 0;
+        let mut queue = VecDeque::from([0u32]);
+        while let Some(node) = queue.pop_front() {
+            for peer in &links[node as usize] {
+                if hops[*peer as usize] == usize::MAX {
+                    hops[*peer as usize] = hops[node as usize] + 1;
+                    queue.push_back(*peer);
+                }
+            }
+        }
+        (degree, hops.iter().filter(|h| **h <= 3).count())
+    };
+    let (degree, within_3) = stats(&scenario);
+    assert!((24.0..=32.0).contains(&degree), "{degree}");
+    assert_eq!(within_3, 338);
+    scenario.overlay.baseline_digit_bits = 1;
+    scenario.overlay.baseline_rows = 9;
+    let (degree, within_3) = stats(&scenario);
+    assert!((9.0..=12.0).contains(&degree), "{degree}");
+    assert!(within_3 < 338 * 9 / 10, "{within_3}");
+}
+
 #[test]
 fn ten_thousand_nodes_scaled_down_with_churn_keep_locality() {
     let mut scenario = shipped("synthetic-10k.toml");
@@ -337,7 +708,154 @@ fn ten_thousand_nodes_scaled_down_with_churn_keep_locality() {
     let s = report.summary();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert!(s.allocated >= 95, "{} of 100 allocated", s.allocated);
-    assert!(s.out_of_order <= 0.05, "out of order {}", s.out_of_order);
+    assert!(s.out_of_order <= 0.02, "out of order {}", s.out_of_order);
+    // Oracle-level locality at a fraction of the baseline's messages
+    // (measured: 0.019 ms and 33 messages per job; the baseline 0.376 ms
+    // and 58).
+    assert!(s.extra_rtt_ms <= 0.1, "extra RTT {} ms", s.extra_rtt_ms);
+    assert!(
+        s.messages_per_job <= 45.0,
+        "{} messages per job",
+        s.messages_per_job
+    );
+    let paper = run_scenario(&scenario, Mode::Paper, 1).unwrap().summary();
+    assert!(s.extra_rtt_ms < paper.extra_rtt_ms, "{s:?}\n{paper:?}");
+    assert!(
+        s.messages_per_job < paper.messages_per_job,
+        "{s:?}\n{paper:?}"
+    );
+}
+
+/// `zorilla-sim` itself, on a small scenario with two modes: it writes one
+/// CSV per run with every column, and an SVG plot with one panel per run
+/// and one series per site in each.
+#[test]
+fn zorilla_sim_writes_the_csv_columns_and_one_plot_series_per_site() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("three.toml");
+    std::fs::write(
+        &scenario,
+        r#"
+name = "three"
+until_s = 60.0
+[[clusters]]
+site = "amsterdam"
+machines = 8
+cores = 2
+[[clusters]]
+site = "delft"
+machines = 8
+cores = 2
+[[clusters]]
+site = "paris"
+machines = 4
+cores = 4
+[latency]
+within_site_ms = 0.2
+between = [
+  { a = "amsterdam", b = "delft", rtt_ms = 2.0 },
+  { a = "amsterdam", b = "paris", rtt_ms = 20.0 },
+  { a = "delft", b = "paris", rtt_ms = 18.0 },
+]
+[workload]
+home_site = "amsterdam"
+jobs = 8
+interval_s = 1.0
+workers = [3, 6]
+duration_s = [5.0, 10.0]
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_zorilla-sim"))
+        .arg(&scenario)
+        .args(["--mode", "ours,ours-hop", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("\n  ours     extra RTT"), "{stdout}");
+    assert!(stdout.contains("\n  ours-hop extra RTT"), "{stdout}");
+
+    let sites = ["amsterdam", "delft", "paris"];
+    for mode in ["ours", "ours-hop"] {
+        let csv = std::fs::read_to_string(out.join(format!("three-{mode}-1.csv"))).unwrap();
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let mut columns = vec![
+            "job",
+            "home_site",
+            "workers",
+            "min_workers",
+            "submitted_s",
+            "started_s",
+            "allocated_s",
+            "extra_rtt_ms",
+            "out_of_order",
+            "messages",
+            "ended",
+        ];
+        columns.extend(sites);
+        assert_eq!(header, columns);
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows.len(), 8, "one row per job");
+        for row in &rows {
+            assert_eq!(row.len(), columns.len(), "{row:?}");
+            assert_eq!(row[1], "amsterdam");
+            let workers: u32 = row[2].parse().unwrap();
+            assert_eq!(row[3], row[2], "rigid jobs");
+            let placed: u32 = row[11..].iter().map(|w| w.parse::<u32>().unwrap()).sum();
+            if !row[6].is_empty() {
+                assert_eq!(placed, workers, "{row:?}");
+            }
+        }
+    }
+
+    // Two panels (one per run), each with a line per site and a legend key
+    // per site (a two-point line) in that site's colour.
+    let svg = std::fs::read_to_string(out.join("three.svg")).unwrap();
+    let lines: Vec<&str> = svg
+        .split("<polyline")
+        .skip(1)
+        .filter(|l| l.contains(r#"stroke-width="2""#))
+        .collect();
+    let points = |l: &str| {
+        l.split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .count()
+    };
+    let series = lines.iter().filter(|l| points(l) > 2).count();
+    let keys = lines.iter().filter(|l| points(l) == 2).count();
+    assert_eq!((series, keys), (2 * sites.len(), 2 * sites.len()), "{svg}");
+    let colours: BTreeSet<&str> = lines
+        .iter()
+        .map(|l| {
+            l.split("stroke=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(colours.len(), sites.len());
+    for site in sites {
+        assert_eq!(
+            svg.matches(&format!("\n{site}\n")).count(),
+            2,
+            "{site} in each legend"
+        );
+    }
 }
 
 #[test]
@@ -358,6 +876,17 @@ fn every_shipped_scenario_loads_and_bad_ones_say_what_is_wrong() {
     bad_site.latency.between[0].b = "nowhere".into();
     let err = bad_site.grid(1).unwrap_err().to_string();
     assert!(err.contains("unknown site"), "{err}");
+    let mut too_malleable = small_grid(1, false);
+    too_malleable.workload.malleable = 1.5;
+    let err = too_malleable.grid(1).unwrap_err().to_string();
+    assert!(
+        err.contains("malleable (1.5) must be within [0, 1]"),
+        "{err}"
+    );
+    let mut long_ids = small_grid(1, false);
+    long_ids.overlay.baseline_rows = 17;
+    let err = long_ids.grid(1).unwrap_err().to_string();
+    assert!(err.contains("times baseline_rows (17) at most 64"), "{err}");
     let mut no_rtt = small_grid(1, false);
     no_rtt.latency.default_between_ms = None;
     let err = no_rtt.grid(1).unwrap_err().to_string();
@@ -376,6 +905,7 @@ proptest! {
         workers in (1u32..6, 6u32..14),
         spread in proptest::bool::ANY,
         paper in proptest::bool::ANY,
+        malleable in proptest::option::of((0.2f64..=1.0, 0.1f64..=1.0)),
     ) {
         let mut scenario = small_grid(15, seed % 2 == 0);
         scenario.clusters[0].machines = machines.0;
@@ -384,6 +914,10 @@ proptest! {
         scenario.clusters[1].cores = cores.1;
         scenario.workload.workers = workers;
         scenario.workload.strategy = if spread { Strategy::Spread } else { Strategy::Concentrate };
+        if let Some((share, min)) = malleable {
+            scenario.workload.malleable = share;
+            scenario.workload.malleable_min = min;
+        }
         scenario.until_s = 60.0;
         let mode = if paper { Mode::Paper } else { Mode::Ours };
         let grid = scenario.grid(seed).unwrap();

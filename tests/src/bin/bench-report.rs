@@ -115,14 +115,14 @@ fn read_logs(dir: &Path) -> anyhow::Result<Results> {
             } else if line.starts_with("mean over") {
                 in_means = true;
             } else if in_means && let Some(scenario) = stem.strip_prefix("sim-") {
-                let trimmed = line.trim_start();
+                let (mode, rest) = line.trim_start().split_once(' ').unwrap_or_default();
                 let entry = results.sim.entry(scenario.to_string()).or_default();
-                if let Some(rest) = trimmed.strip_prefix("ours") {
-                    entry.0 = parse_sim_line(rest.trim());
-                } else if let Some(rest) = trimmed.strip_prefix("paper") {
-                    entry.1 = parse_sim_line(rest.trim());
-                } else {
-                    in_means = false;
+                match mode {
+                    "ours" => entry.0 = parse_sim_line(rest.trim()),
+                    "paper" => entry.1 = parse_sim_line(rest.trim()),
+                    // Ablations (`--mode ours-hop`) are not in the summary.
+                    "ours-hop" => {}
+                    _ => in_means = false,
                 }
             }
         }

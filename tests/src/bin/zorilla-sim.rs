@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! zorilla-sim tests/scenarios/zorilla-4.2.toml --mode both --out out/sim
+//! zorilla-sim tests/scenarios/zorilla-4.2.toml --mode ours,ours-hop   # ablation
 //! ```
 
 use std::path::PathBuf;
@@ -19,8 +20,13 @@ use zorilla_tests::sweep::run_case;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Modes {
+    /// Latency-bounded floods, adaptive waits, nearest-k overlay.
     Ours,
+    /// The paper's baseline.
     Paper,
+    /// Ours with hop-limited floods only: isolates the latency budget.
+    OursHop,
+    /// Ours and the paper's baseline.
     Both,
 }
 
@@ -30,10 +36,11 @@ enum Modes {
 struct Args {
     /// The scenario file (TOML), e.g. tests/scenarios/zorilla-4.2.toml.
     scenario: PathBuf,
-    /// Which scheduler to run: ours, the paper's baseline, or both on the
-    /// same seeds.
-    #[arg(long, value_enum, default_value = "both")]
-    mode: Modes,
+    /// Which schedulers to run on the same seeds (comma-separated): ours,
+    /// the paper's baseline, ours with hop floods only, or both (ours and
+    /// paper).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "both")]
+    mode: Vec<Modes>,
     /// Seeds to run, overriding the scenario's (comma-separated).
     #[arg(long, value_delimiter = ',')]
     seeds: Option<Vec<u64>>,
@@ -43,6 +50,15 @@ struct Args {
     /// Number of jobs, overriding the scenario's (for quick runs).
     #[arg(long)]
     jobs: Option<u32>,
+    /// Bits per id digit of the paper's Bamboo-like overlay, overriding the
+    /// scenario's (4, hexadecimal, by default; 1 gives about ten
+    /// neighbours per node on a few hundred nodes, as the paper says).
+    #[arg(long)]
+    baseline_digit_bits: Option<u32>,
+    /// Routing-table rows of the Bamboo-like overlay, overriding the
+    /// scenario's (3 by default).
+    #[arg(long)]
+    baseline_rows: Option<u32>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,12 +67,27 @@ fn main() -> anyhow::Result<()> {
     if let Some(jobs) = args.jobs {
         scenario.workload.jobs = jobs;
     }
+    if let Some(bits) = args.baseline_digit_bits {
+        scenario.overlay.baseline_digit_bits = bits;
+    }
+    if let Some(rows) = args.baseline_rows {
+        scenario.overlay.baseline_rows = rows;
+    }
     let seeds = args.seeds.clone().unwrap_or_else(|| scenario.seeds.clone());
-    let modes: Vec<Mode> = match args.mode {
-        Modes::Ours => vec![Mode::Ours],
-        Modes::Paper => vec![Mode::Paper],
-        Modes::Both => vec![Mode::Ours, Mode::Paper],
-    };
+    let mut modes: Vec<Mode> = Vec::new();
+    for mode in &args.mode {
+        let add: &[Mode] = match mode {
+            Modes::Ours => &[Mode::Ours],
+            Modes::Paper => &[Mode::Paper],
+            Modes::OursHop => &[Mode::OursHop],
+            Modes::Both => &[Mode::Ours, Mode::Paper],
+        };
+        for m in add {
+            if !modes.contains(m) {
+                modes.push(*m);
+            }
+        }
+    }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
     let grid = scenario.grid(seeds.first().copied().unwrap_or(1))?;
@@ -106,7 +137,7 @@ fn main() -> anyhow::Result<()> {
             runs.iter().map(f).sum::<f64>() / k
         };
         println!(
-            "  {:<6} extra RTT {:.4} ms/worker | out of order {:.2}% | {:.0} msgs/job | allocation mean {:.3} s, max {:.3} s | jobs allocated {:.1}",
+            "  {:<8} extra RTT {:.4} ms/worker | out of order {:.2}% | {:.0} msgs/job | allocation mean {:.3} s, max {:.3} s | jobs allocated {:.1}",
             mode.name(),
             mean(&|s| s.extra_rtt_ms),
             mean(&|s| s.out_of_order * 100.0),
