@@ -120,11 +120,15 @@ pub struct OverlaySetup {
     pub baseline_leaves: usize,
     /// Bamboo-like baseline: candidates measured per routing-table entry.
     pub baseline_candidates: usize,
-    /// Bamboo-like baseline: bits per id digit (4: hexadecimal digits,
-    /// 15 entries per routing-table row; 1: binary, one entry per row).
+    /// Bamboo-like baseline: bits per id digit (1 by default: binary
+    /// digits, one entry per routing-table row, which gives the paper's
+    /// "in the order of 10 neighbors" per node on a few hundred nodes;
+    /// 4: hexadecimal digits, 15 entries per row, some 28 neighbours).
     pub baseline_digit_bits: u32,
-    /// Bamboo-like baseline: routing-table rows (id digits).
-    pub baseline_rows: u32,
+    /// Bamboo-like baseline: routing-table rows (id digits). `None` (the
+    /// default): every row of the 64-bit id, as Bamboo fills every row for
+    /// which some node exists, about log2(nodes) of them.
+    pub baseline_rows: Option<u32>,
 }
 
 impl Default for OverlaySetup {
@@ -137,8 +141,8 @@ impl Default for OverlaySetup {
             samples: 3,
             baseline_leaves: 4,
             baseline_candidates: 8,
-            baseline_digit_bits: 4,
-            baseline_rows: 3,
+            baseline_digit_bits: 1,
+            baseline_rows: None,
         }
     }
 }
@@ -314,10 +318,12 @@ impl Scenario {
             }
         }
         let o = &self.overlay;
-        if !(1..=8).contains(&o.baseline_digit_bits) || o.baseline_digit_bits * o.baseline_rows > 64
-        {
+        let rows_ok = o
+            .baseline_rows
+            .is_none_or(|rows| o.baseline_digit_bits * rows <= 64);
+        if !(1..=8).contains(&o.baseline_digit_bits) || !rows_ok {
             bail!(
-                "overlay baseline_digit_bits ({}) must be within 1..=8 and times baseline_rows ({}) \
+                "overlay baseline_digit_bits ({}) must be within 1..=8 and times baseline_rows ({:?}) \
                  at most 64",
                 o.baseline_digit_bits,
                 o.baseline_rows

@@ -533,7 +533,8 @@ impl Sim {
     /// the id-adjacent nodes (random with respect to location), and a
     /// routing table whose every entry is the nearest of a few measured
     /// candidates with the right id prefix (proximity neighbour selection):
-    /// `baseline_rows` rows of digits of `baseline_digit_bits` bits.
+    /// `baseline_rows` rows (by default all) of digits of
+    /// `baseline_digit_bits` bits (binary by default).
     fn build_overlay_bamboo(&mut self) {
         let n = self.grid.len();
         let ids: Vec<u64> = (0..n).map(|_| self.rng.random()).collect();
@@ -544,7 +545,7 @@ impl Sim {
         let leaves = self.scenario.overlay.baseline_leaves / 2;
         let candidates = self.scenario.overlay.baseline_candidates;
         let bits = self.scenario.overlay.baseline_digit_bits;
-        let rows = self.scenario.overlay.baseline_rows;
+        let rows = self.scenario.overlay.baseline_rows.unwrap_or(64 / bits);
         // The first `rows` digits of an id, as a prefix per length.
         let prefix = |id: u64, digits: u32| id.checked_shr(64 - bits * digits).unwrap_or(0);
         let mut by_prefix: BTreeMap<(u32, u64), Vec<u32>> = BTreeMap::new();

@@ -51,12 +51,12 @@ struct Args {
     #[arg(long)]
     jobs: Option<u32>,
     /// Bits per id digit of the paper's Bamboo-like overlay, overriding the
-    /// scenario's (4, hexadecimal, by default; 1 gives about ten
-    /// neighbours per node on a few hundred nodes, as the paper says).
+    /// scenario's (1, binary, by default: about ten neighbours per node on
+    /// a few hundred nodes, as the paper says; 4, hexadecimal, gives ~28).
     #[arg(long)]
     baseline_digit_bits: Option<u32>,
     /// Routing-table rows of the Bamboo-like overlay, overriding the
-    /// scenario's (3 by default).
+    /// scenario's (by default every row of the 64-bit id).
     #[arg(long)]
     baseline_rows: Option<u32>,
 }
@@ -71,7 +71,7 @@ fn main() -> anyhow::Result<()> {
         scenario.overlay.baseline_digit_bits = bits;
     }
     if let Some(rows) = args.baseline_rows {
-        scenario.overlay.baseline_rows = rows;
+        scenario.overlay.baseline_rows = Some(rows);
     }
     let seeds = args.seeds.clone().unwrap_or_else(|| scenario.seeds.clone());
     let mut modes: Vec<Mode> = Vec::new();
