@@ -13,14 +13,18 @@
 //!    dropped. Without that rule, a copy that first arrived the long way round
 //!    with little TTL left would stop the flood short of nodes within its
 //!    radius.
-//! 4. **Forwarding**: to every neighbour but the sender, with the TTL less
+//! 4. **Forwarding**: to every neighbour but the sender, the peers the
+//!    sender says it also sent the copy to, and the neighbours known to be
+//!    nearer the home than this copy's path (their own copies of an earlier
+//!    flood of the same job told their distance: they get a new flood before
+//!    this node does, by a shorter way), with the TTL less
 //!    one (capped by the node's own `max_forward_ttl`) and the link's RTT
 //!    added to the path; nothing when no TTL is left, and nothing over a
 //!    link whose RTT alone takes the copy past its latency budget (the
 //!    receiver would only drop it).
 //!
 //! The seen-cache holds at most `seen_capacity` floods (oldest forgotten
-//! first) and the rate limiter tracks at most `rate_peers_capacity` peers.
+//! first), the neighbours' distances at most `seen_capacity` jobs, and the rate limiter tracks at most `rate_peers_capacity` peers.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -42,6 +46,15 @@ pub struct FloodConfig {
     pub adverts_per_peer_per_sec: u32,
     /// How many peers the rate limiter tracks.
     pub rate_peers_capacity: usize,
+    /// Whether to send no copy to the peers the sender also served nor to
+    /// neighbours known nearer the home (rule 4); off, a node floods to all
+    /// its neighbours but the sender, as the original Zorilla did.
+    #[serde(default = "default_prune")]
+    pub prune: bool,
+}
+
+fn default_prune() -> bool {
+    true
 }
 
 impl Default for FloodConfig {
@@ -51,6 +64,7 @@ impl Default for FloodConfig {
             seen_capacity: 8192,
             adverts_per_peer_per_sec: 200,
             rate_peers_capacity: 1024,
+            prune: true,
         }
     }
 }
@@ -136,6 +150,10 @@ pub struct FloodRouter<P> {
     seen: BTreeMap<FloodId, Seen>,
     seen_order: VecDeque<FloodId>,
     buckets: BTreeMap<P, Bucket>,
+    /// Per job, the neighbours' distances to the home as their copies
+    /// told (path RTT less the link's RTT).
+    nearer: BTreeMap<JobId, BTreeMap<P, Duration>>,
+    nearer_order: VecDeque<JobId>,
     stats: FloodStats,
 }
 
@@ -150,6 +168,8 @@ impl<P: PeerKey> FloodRouter<P> {
             seen: BTreeMap::new(),
             seen_order: VecDeque::new(),
             buckets: BTreeMap::new(),
+            nearer: BTreeMap::new(),
+            nearer_order: VecDeque::new(),
             stats: FloodStats::default(),
         }
     }
@@ -189,17 +209,39 @@ impl<P: PeerKey> FloodRouter<P> {
             path_rtt: Duration::ZERO,
             ..header
         };
-        self.copies(None, header, header.ttl, neighbours)
+        self.copies(None, &[], header, header.ttl, neighbours)
     }
 
     /// Decides what to do with a copy of flood `id` that arrived from `from`.
     /// `direct_distance` is this node's own measured RTT to the home, if any;
-    /// `neighbours` are the current neighbours with their RTTs.
+    /// `neighbours` are the current neighbours with their RTTs. Same as
+    /// [`receive_from`](Self::receive_from) with no list of the sender's
+    /// other copies.
     pub fn receive(
         &mut self,
         from: &P,
         id: FloodId,
         header: FloodHeader,
+        direct_distance: Option<Duration>,
+        neighbours: &[(P, Duration)],
+        now: Time,
+    ) -> Verdict<P> {
+        self.receive_from(from, id, header, &[], direct_distance, neighbours, now)
+    }
+
+    /// Like [`receive`](Self::receive), where `also_sent` are the peers the
+    /// sender sent this flood to besides this node (the peers of its
+    /// `forward` list, carried in the copy): this node sends them no copy,
+    /// since theirs came straight from the sender, one hop earlier. In an
+    /// overlay where neighbours share neighbours, that saves most
+    /// duplicates.
+    #[allow(clippy::too_many_arguments)]
+    pub fn receive_from(
+        &mut self,
+        from: &P,
+        id: FloodId,
+        header: FloodHeader,
+        also_sent: &[P],
         direct_distance: Option<Duration>,
         neighbours: &[(P, Duration)],
         now: Time,
@@ -219,6 +261,28 @@ impl<P: PeerKey> FloodRouter<P> {
             self.stats.outside_budget += 1;
             return Verdict::Drop(DropReason::OutsideBudget);
         }
+        if self.config.prune {
+            let link = neighbours
+                .iter()
+                .find(|(peer, _)| peer == from)
+                .map_or(Duration::ZERO, |(_, rtt)| *rtt);
+            self.note_distance(id.job, from, header.path_rtt.saturating_sub(link));
+        }
+        let mut skip: Vec<P> = Vec::new();
+        if self.config.prune {
+            skip.extend_from_slice(also_sent);
+        }
+        if self.config.prune
+            && let Some(known) = self.nearer.get(&id.job)
+        {
+            skip.extend(
+                known
+                    .iter()
+                    .filter(|(_, d)| **d < header.path_rtt)
+                    .map(|(p, _)| p.clone()),
+            );
+        }
+        let also_sent = &skip[..];
         let forward_ttl = (header.ttl - 1).min(self.config.max_forward_ttl);
         match self.seen.get_mut(&id) {
             Some(seen) => {
@@ -232,7 +296,7 @@ impl<P: PeerKey> FloodRouter<P> {
                 }
                 seen.best_ttl = seen.best_ttl.max(forward_ttl);
                 seen.best_path = seen.best_path.min(header.path_rtt);
-                let forward = self.copies(Some(from), header, forward_ttl, neighbours);
+                let forward = self.copies(Some(from), also_sent, header, forward_ttl, neighbours);
                 Verdict::Reforward { forward }
             }
             None => {
@@ -245,7 +309,7 @@ impl<P: PeerKey> FloodRouter<P> {
                     },
                 );
                 self.stats.delivered += 1;
-                let forward = self.copies(Some(from), header, forward_ttl, neighbours);
+                let forward = self.copies(Some(from), also_sent, header, forward_ttl, neighbours);
                 Verdict::Deliver { forward, distance }
             }
         }
@@ -264,6 +328,7 @@ impl<P: PeerKey> FloodRouter<P> {
     fn copies(
         &mut self,
         from: Option<&P>,
+        also_sent: &[P],
         header: FloodHeader,
         ttl: u8,
         neighbours: &[(P, Duration)],
@@ -278,7 +343,9 @@ impl<P: PeerKey> FloodRouter<P> {
         };
         let forward: Vec<(P, FloodHeader)> = neighbours
             .iter()
-            .filter(|(peer, rtt)| Some(peer) != from && within_budget(rtt))
+            .filter(|(peer, rtt)| {
+                Some(peer) != from && !also_sent.contains(peer) && within_budget(rtt)
+            })
             .map(|(peer, rtt)| {
                 let copy = FloodHeader {
                     ttl,
@@ -290,6 +357,23 @@ impl<P: PeerKey> FloodRouter<P> {
             .collect();
         self.stats.forwarded += forward.len() as u64;
         forward
+    }
+
+    fn note_distance(&mut self, job: JobId, peer: &P, distance: Duration) {
+        let known = match self.nearer.get_mut(&job) {
+            Some(known) => known,
+            None => {
+                self.nearer_order.push_back(job);
+                while self.nearer_order.len() > self.config.seen_capacity {
+                    if let Some(old) = self.nearer_order.pop_front() {
+                        self.nearer.remove(&old);
+                    }
+                }
+                self.nearer.entry(job).or_default()
+            }
+        };
+        let entry = known.entry(peer.clone()).or_insert(distance);
+        *entry = (*entry).min(distance);
     }
 
     fn remember(&mut self, id: FloodId, seen: Seen) {
@@ -348,6 +432,56 @@ mod tests {
             latency_budget: None,
             path_rtt: Duration::ZERO,
         }
+    }
+
+    /// A copy is not sent back to the peers its sender also sent it to,
+    /// nor, on a later flood of the same job, to a neighbour whose own copy
+    /// of an earlier flood showed it nearer the home.
+    #[test]
+    fn no_copy_to_peers_the_sender_served_nor_to_nearer_neighbours() {
+        let mut router: FloodRouter<u32> = FloodRouter::new(FloodConfig::default());
+        let neighbours = [(1, ms(1)), (2, ms(1)), (3, ms(1)), (4, ms(1))];
+        let at = |path: u64, seq: u32| FloodHeader {
+            seq,
+            path_rtt: ms(path),
+            ..header(5)
+        };
+        let first = FloodId {
+            job: JobId(9),
+            seq: 0,
+        };
+        let verdict = router.receive_from(&1, first, at(3, 0), &[2], None, &neighbours, ms(0));
+        let Verdict::Deliver { forward, .. } = verdict else {
+            panic!("{verdict:?}");
+        };
+        let peers: Vec<u32> = forward.iter().map(|(p, _)| *p).collect();
+        assert_eq!(peers, vec![3, 4]);
+        // Peer 3's duplicate says it is 1 ms from the home (2 ms less its
+        // 1 ms link), nearer than this node's 3 ms.
+        let dup = router.receive_from(&3, first, at(2, 0), &[], None, &neighbours, ms(1));
+        assert_eq!(dup, Verdict::Drop(DropReason::Duplicate));
+        // The next flood of the job from peer 4: neither 4, nor 3, nor 1
+        // (whose first copy showed it 2 ms from the home) get it.
+        let second = FloodId {
+            job: JobId(9),
+            seq: 1,
+        };
+        let verdict = router.receive_from(&4, second, at(3, 1), &[], None, &neighbours, ms(2));
+        let Verdict::Deliver { forward, .. } = verdict else {
+            panic!("{verdict:?}");
+        };
+        let peers: Vec<u32> = forward.iter().map(|(p, _)| *p).collect();
+        assert_eq!(peers, vec![2]);
+        // Without pruning (the paper's plain flood): all but the sender.
+        let mut plain: FloodRouter<u32> = FloodRouter::new(FloodConfig {
+            prune: false,
+            ..FloodConfig::default()
+        });
+        let verdict = plain.receive_from(&1, first, at(3, 0), &[2], None, &neighbours, ms(0));
+        let Verdict::Deliver { forward, .. } = verdict else {
+            panic!("{verdict:?}");
+        };
+        assert_eq!(forward.len(), 3);
     }
 
     const ID: FloodId = FloodId {

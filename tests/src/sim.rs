@@ -15,6 +15,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use rand::seq::{IndexedRandom, SliceRandom};
@@ -178,6 +179,8 @@ enum Event {
         to: u32,
         from: u32,
         advert: Advert<u32>,
+        /// The other peers the sender sent this flood to.
+        also_sent: Rc<[u32]>,
     },
     Direct {
         to: u32,
@@ -373,7 +376,11 @@ impl Sim {
         SimNode {
             alive: true,
             scheduler: Scheduler::new(node, config),
-            router: FloodRouter::new(FloodConfig::default()),
+            router: FloodRouter::new(FloodConfig {
+                // The paper's nodes flood to every neighbour but the sender.
+                prune: self.mode.our_overlay(),
+                ..FloodConfig::default()
+            }),
             table: NeighbourTable::new(
                 NeighbourConfig {
                     near: setup.near,
@@ -647,7 +654,12 @@ impl Sim {
         self.now = next.at;
         self.events += 1;
         match next.event {
-            Event::Flood { to, from, advert } => self.on_flood(to, from, advert),
+            Event::Flood {
+                to,
+                from,
+                advert,
+                also_sent,
+            } => self.on_flood(to, from, advert, &also_sent),
             Event::Direct { to, from, msg } => {
                 if self.nodes[to as usize].alive && self.nodes[from as usize].alive {
                     let rtt = self.sample(to, from);
@@ -723,7 +735,7 @@ impl Sim {
         );
     }
 
-    fn on_flood(&mut self, to: u32, from: u32, advert: Advert<u32>) {
+    fn on_flood(&mut self, to: u32, from: u32, advert: Advert<u32>, also_sent: &[u32]) {
         if !self.nodes[to as usize].alive {
             return;
         }
@@ -733,9 +745,15 @@ impl Sim {
         };
         let node = &mut self.nodes[to as usize];
         let direct = node.table.rtt(&advert.home);
-        let verdict =
-            node.router
-                .receive(&from, id, advert.flood, direct, &node.neighbours, self.now);
+        let verdict = node.router.receive_from(
+            &from,
+            id,
+            advert.flood,
+            also_sent,
+            direct,
+            &node.neighbours,
+            self.now,
+        );
         match verdict {
             Verdict::Deliver { forward, distance } => {
                 self.send_copies(to, &advert, forward);
@@ -752,6 +770,8 @@ impl Sim {
         advert: &Advert<u32>,
         copies: Vec<(u32, zorilla_core::advert::FloodHeader)>,
     ) {
+        // Each copy tells its receiver the sender's other copies.
+        let sent: Rc<[u32]> = copies.iter().map(|(to, _)| *to).collect();
         for (to, header) in copies {
             self.count(advert.job, "advert");
             let at = self.now + self.one_way(from, to);
@@ -765,6 +785,7 @@ impl Sim {
                     to,
                     from,
                     advert: copy,
+                    also_sent: Rc::clone(&sent),
                 },
             );
         }
