@@ -22,8 +22,9 @@
 //! A file that is truncated, corrupted, tampered with, written by another
 //! engine or build, or filed under the wrong name fails one of these checks;
 //! it is counted as rejected, and the module is compiled again and the entry
-//! rewritten. Files are written to a temporary name and renamed into place,
-//! so a crash never leaves a half-written entry under a real name.
+//! rewritten. Files are written to a temporary name of their own (one per
+//! write, so concurrent loads of one module never share it) and renamed into
+//! place, so a crash never leaves a half-written entry under a real name.
 //!
 //! The checks are integrity checks, not authentication: the cache directory
 //! must be writable only by the node (it is created with mode 0700), as
@@ -250,7 +251,7 @@ impl DiskCache {
         header.extend_from_slice(wasm_hash);
         header.extend_from_slice(&(artifact.len() as u64).to_le_bytes());
         header.extend_from_slice(&sha256(artifact));
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let tmp = temp_path(path);
         let result = (|| {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(&header)?;
@@ -265,10 +266,46 @@ impl DiskCache {
     }
 }
 
+/// A name next to `path` to write its new content under before renaming it
+/// into place: unique to this write, so that two threads (or two sandboxes
+/// in one process, or two processes) writing the same entry at once never
+/// write into the same file.
+fn temp_path(path: &Path) -> PathBuf {
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, Ordering::Relaxed);
+    path.with_extension(format!("tmp{}-{write}", std::process::id()))
+}
+
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_write_gets_its_own_temporary_file() {
+        let entry = Path::new("/cache/ab.cwasm");
+        let names: Vec<PathBuf> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| [temp_path(entry), temp_path(entry)]))
+                .collect();
+            threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap())
+                .collect()
+        });
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        for name in &names {
+            // Beside the entry, and never mistaken for one.
+            assert_eq!(name.parent(), entry.parent());
+            assert_ne!(name.extension(), entry.extension());
+        }
+    }
 }

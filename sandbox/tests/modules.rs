@@ -11,6 +11,16 @@ fn wat(text: &str) -> Vec<u8> {
     wat::parse_str(text).unwrap()
 }
 
+/// The names of the files in the sandbox's cache directory under `dir`.
+fn cache_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("cache"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 #[test]
 fn bytes_that_are_not_wasm_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -201,4 +211,31 @@ async fn an_artifact_filed_under_another_module_is_rejected() {
     let second = sandbox(dir.path());
     second.load(&nqueens).unwrap();
     assert_eq!(second.cache_stats(), stats(1, 0, 0, 1));
+}
+
+#[test]
+fn threads_loading_one_new_module_at_once_leave_one_good_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    // A module of its own, so that it is new to the cache.
+    let module = wat(r#"(module
+        (memory (export "memory") 1)
+        (func (export "_start") (drop (i32.const 7))))"#);
+    let sandboxes: Vec<_> = (0..4).map(|_| sandbox(dir.path())).collect();
+    let start = std::sync::Barrier::new(sandboxes.len());
+    std::thread::scope(|scope| {
+        for sandbox in &sandboxes {
+            let (start, module) = (&start, &module);
+            scope.spawn(move || {
+                start.wait();
+                sandbox.load(module).unwrap();
+            });
+        }
+    });
+    // Every write went through a file of its own and was renamed away.
+    let entry = sandboxes[0].cache_path(&module);
+    let name = entry.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(cache_files(dir.path()), vec![name]);
+    let after = sandbox(dir.path());
+    after.load(&module).unwrap();
+    assert_eq!(after.cache_stats(), stats(0, 1, 0, 0));
 }
