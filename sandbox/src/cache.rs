@@ -26,6 +26,10 @@
 //! write, so concurrent loads of one module never share it) and renamed into
 //! place, so a crash never leaves a half-written entry under a real name.
 //!
+//! Only modules the sandbox accepts get an entry: the caller's check runs
+//! before an artifact is written, and an entry whose module is refused is
+//! removed.
+//!
 //! The checks are integrity checks, not authentication: the cache directory
 //! must be writable only by the node (it is created with mode 0700), as
 //! anyone who can write there could equally replace the node's binary.
@@ -149,14 +153,17 @@ impl DiskCache {
         self.dir.join(format!("{}.cwasm", hex::encode(wasm_hash)))
     }
 
-    /// Returns the compiled module for `wasm`, from disk if a verified entry
-    /// exists, otherwise by compiling it (and writing a new entry).
-    pub(crate) fn get_or_compile(
+    /// Compiles `wasm`, or loads it from a verified entry on disk, and
+    /// passes the module to `accept`, whose answer is returned. A new entry
+    /// is written only if `accept` took the module; an existing entry whose
+    /// module it refuses is removed, so refused modules leave nothing behind.
+    pub(crate) fn get_or_compile<T>(
         &self,
         engine: &Engine,
         wasm: &[u8],
         wasm_hash: &Digest32,
-    ) -> Result<Module, SandboxError> {
+        accept: impl FnOnce(&Module) -> Result<T, SandboxError>,
+    ) -> Result<T, SandboxError> {
         let path = self.path_for(wasm_hash);
         match std::fs::read(&path) {
             Ok(file) => match self.verify_and_load(engine, &file, wasm_hash) {
@@ -164,7 +171,13 @@ impl DiskCache {
                     self.counters
                         .loaded_from_disk
                         .fetch_add(1, Ordering::Relaxed);
-                    return Ok(module);
+                    let accepted = accept(&module);
+                    if accepted.is_err() {
+                        // Written by an older build, which cached modules
+                        // before checking them.
+                        self.remove_entry(&path);
+                    }
+                    return accepted;
                 }
                 Err(why) => {
                     self.counters.rejected.fetch_add(1, Ordering::Relaxed);
@@ -180,6 +193,14 @@ impl DiskCache {
         let module =
             Module::new(engine, wasm).map_err(|e| SandboxError::InvalidModule(format!("{e:#}")))?;
         self.counters.compiled.fetch_add(1, Ordering::Relaxed);
+        let accepted = match accept(&module) {
+            Ok(accepted) => accepted,
+            Err(refused) => {
+                // A rejected entry of this module may still be on disk.
+                self.remove_entry(&path);
+                return Err(refused);
+            }
+        };
         match module.serialize() {
             // A cache that cannot be written costs speed, not correctness.
             Ok(artifact) => {
@@ -189,7 +210,17 @@ impl DiskCache {
             }
             Err(e) => tracing::warn!(error = %e, "cannot serialize compiled module"),
         }
-        Ok(module)
+        Ok(accepted)
+    }
+
+    fn remove_entry(&self, path: &Path) {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove module cache entry")
+            }
+        }
     }
 
     fn verify_and_load(

@@ -21,6 +21,18 @@ fn cache_files(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
+/// Loads `module`, expects it refused, and checks that the refusal left no
+/// compiled artifact in the cache (it was compiled: the checks need that).
+fn refused_without_a_trace(module: &[u8]) -> SandboxError {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let err = sandbox.load(module).err().expect("refused");
+    assert_eq!(sandbox.cache_stats().compiled, 1, "{err}");
+    assert!(!sandbox.cache_path(module).exists(), "{err}");
+    assert_eq!(cache_files(dir.path()), Vec::<String>::new(), "{err}");
+    err
+}
+
 #[test]
 fn bytes_that_are_not_wasm_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -58,6 +70,41 @@ fn unknown_imports_are_refused_by_name() {
     let module = wat(r#"(module (import "env" "sock_open" (func)) (func (export "_start")))"#);
     let err = sandbox.load(&module).err().unwrap();
     assert!(err.to_string().contains("`env::sock_open`"), "{err}");
+}
+
+#[test]
+fn refused_modules_leave_no_cache_entry() {
+    let unknown_import = wat(r#"(module
+        (import "zorilla" "teleport" (func (param i32) (result i32)))
+        (func (export "_start")))"#);
+    assert!(matches!(
+        refused_without_a_trace(&unknown_import),
+        SandboxError::UnknownImport { .. }
+    ));
+    let wrong_type = wat(r#"(module
+        (import "zorilla" "rank" (func (param i64) (result i64)))
+        (func (export "_start")))"#);
+    assert!(matches!(
+        refused_without_a_trace(&wrong_type),
+        SandboxError::IncompatibleImport(_)
+    ));
+    let no_start = wat(r#"(module (func (export "main")))"#);
+    assert!(matches!(
+        refused_without_a_trace(&no_start),
+        SandboxError::NoEntryPoint
+    ));
+}
+
+#[test]
+fn a_refused_module_also_loses_a_damaged_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let module = wat(r#"(module (func (export "main")))"#);
+    std::fs::write(sandbox.cache_path(&module), b"left over").unwrap();
+    let err = sandbox.load(&module).err().unwrap();
+    assert!(matches!(err, SandboxError::NoEntryPoint), "{err}");
+    assert_eq!(sandbox.cache_stats(), stats(1, 0, 0, 1));
+    assert_eq!(cache_files(dir.path()), Vec::<String>::new());
 }
 
 #[test]
