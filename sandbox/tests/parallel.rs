@@ -1,6 +1,6 @@
 //! Parallel guests over the in-process transport: N-Queens and pi give the
-//! right answers on any number of ranks, and the host API behaves as
-//! documented, including membership changes.
+//! right answers on any number of ranks, barriers hold every rank, and the
+//! host API behaves as documented, including membership changes.
 
 mod common;
 
@@ -78,6 +78,17 @@ async fn nqueens_14_on_4_ranks() {
         nqueens(&sandbox, 4, 14).await,
         "nqueens N=14 ranks=4 solutions=365596\n"
     );
+}
+
+/// Barriers on 5 ranks, each rank late in turn: nobody gets through a
+/// barrier before the late rank has entered it (see examples/src/barrier.c).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn barrier_holds_every_rank_until_the_last_enters() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let stdouts = run_job(&sandbox, &load(&sandbox, "barrier"), 5, &["10", "20"]).await;
+    assert!(stdouts.iter().all(|s| !s.contains("FAIL")), "{stdouts:?}");
+    assert_eq!(stdouts[0], "barrier ranks=5 rounds=10 ok\n");
 }
 
 /// The worker shown in the README (kept identical to examples/src/sum.c)
