@@ -158,10 +158,14 @@ async fn nqueens_survives_a_replaced_worker() {
     }
     // Rank 0 has handed rank 1 work; rank 1 still holds a task.
     has_task.await.unwrap();
+    // The group replaces the rank, then the lost worker is stopped. (In this
+    // order, as in the node, where a message to a lost rank waits for its
+    // replacement: the other way round, rank 0 could answer rank 1 after
+    // its worker is gone and before the replacement, get ECLOSED, and exit.)
+    let fresh = group.replace(1).await.unwrap();
     let lost = running[1].take().unwrap();
     lost.handle.cancel();
     assert_eq!(lost.finish().await.report.outcome, Outcome::Cancelled);
-    let fresh = group.replace(1).await.unwrap();
     running[1] = Some(start_collecting(
         &sandbox,
         &program,
