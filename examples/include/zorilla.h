@@ -99,6 +99,9 @@ ZORILLA_IMPORT("send") int32_t zorilla_send(int32_t dest, const void *data, uint
 ZORILLA_IMPORT("recv") int32_t zorilla_recv(int32_t *source, void *buf, uint32_t cap, int64_t timeout_ms);
 
 /* Waits until every worker of the job has entered the barrier.
+ * A worker lost while waiting in it does not count: if its rank is replaced,
+ * the barrier waits for the fresh worker (which starts from the beginning of
+ * the program) to enter too.
  * Returns ZORILLA_OK, or ECLOSED. */
 ZORILLA_IMPORT("barrier") int32_t zorilla_barrier(void);
 

@@ -8,6 +8,13 @@
 //! Order per pair of ranks holds because a sender waits for the receiving
 //! node's acknowledgement before it sends the next message, and the
 //! receiving node queues messages per rank in arrival order.
+//!
+//! Barriers are coordinated by rank 0: the other ranks enter there and wait
+//! for its release. Rank 0 keeps the arrivals in a [`BarrierRound`], which
+//! keeps the sandbox's rule that a lost worker never releases a barrier
+//! early: a call dropped while waiting sends a withdrawal, and an arrival
+//! counts only while its rank is still placed on the node it came from (a
+//! lost rank's arrival stops counting, its replacement must arrive itself).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -19,7 +26,7 @@ use zorilla_overlay::{OverlayHandle, PeerId};
 use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Delivery, Rank, Transport, TransportError};
 
-use crate::wire::{PeerReply, PeerRpc, decode, encode};
+use crate::wire::{BarrierMsg, PeerReply, PeerRpc, decode, encode};
 
 /// Capacity of each rank's inbox.
 pub(crate) const INBOX: usize = 256;
@@ -74,7 +81,7 @@ pub(crate) struct JobNet {
     pub(crate) ranks: watch::Sender<BTreeMap<u32, PeerId>>,
     pub(crate) size: AtomicU32,
     pub(crate) inboxes: Mutex<HashMap<u32, mpsc::Sender<Delivery>>>,
-    pub(crate) barriers: Mutex<HashMap<u32, mpsc::Sender<(u32, bool)>>>,
+    pub(crate) barriers: Mutex<HashMap<u32, mpsc::Sender<BarrierItem>>>,
     pub(crate) closed: AtomicBool,
 }
 
@@ -95,7 +102,7 @@ impl JobNet {
     pub(crate) fn register(
         &self,
         rank: u32,
-    ) -> (mpsc::Receiver<Delivery>, mpsc::Receiver<(u32, bool)>) {
+    ) -> (mpsc::Receiver<Delivery>, mpsc::Receiver<BarrierItem>) {
         let (tx, rx) = mpsc::channel(INBOX);
         let (btx, brx) = mpsc::channel(INBOX);
         lock(&self.inboxes).insert(rank, tx);
@@ -107,7 +114,7 @@ impl JobNet {
         lock(&self.inboxes).get(&rank).cloned()
     }
 
-    pub(crate) fn barrier(&self, rank: u32) -> Option<mpsc::Sender<(u32, bool)>> {
+    pub(crate) fn barrier(&self, rank: u32) -> Option<mpsc::Sender<BarrierItem>> {
         lock(&self.barriers).get(&rank).cloned()
     }
 
@@ -133,41 +140,243 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Barrier traffic queued for a rank of this node: what rank `from`, on
+/// node `node`, said.
+#[derive(Debug)]
+pub(crate) struct BarrierItem {
+    pub(crate) from: u32,
+    pub(crate) node: PeerId,
+    pub(crate) msg: BarrierMsg,
+}
+
+/// Rank 0's record of the barrier in progress: which rank waits in which of
+/// its calls, and from which node. No IO; generic over the node id.
+#[derive(Debug)]
+pub(crate) struct BarrierRound<N> {
+    waiting: BTreeMap<u32, (u64, N)>,
+}
+
+impl<N> Default for BarrierRound<N> {
+    fn default() -> Self {
+        BarrierRound {
+            waiting: BTreeMap::new(),
+        }
+    }
+}
+
+impl<N: PartialEq> BarrierRound<N> {
+    /// Takes in what rank `from` on `node` said.
+    pub(crate) fn handle(&mut self, from: u32, node: N, msg: BarrierMsg) {
+        match msg {
+            // A later call of the rank (or of its replacement) supersedes
+            // whatever it left before.
+            BarrierMsg::Enter { token } => {
+                self.waiting.insert(from, (token, node));
+            }
+            BarrierMsg::Withdraw { token } => {
+                if self.waiting.get(&from).is_some_and(|(t, _)| *t == token) {
+                    self.waiting.remove(&from);
+                }
+            }
+            // Rank 0 is never released by anyone.
+            BarrierMsg::Release { .. } => {}
+        }
+    }
+
+    /// Whether ranks `1..size` all wait, each from the node that `placement`
+    /// has it on now: the arrival of a worker that was lost (its rank is no
+    /// longer placed, or placed elsewhere) does not count.
+    pub(crate) fn complete(&self, size: u32, placement: &BTreeMap<u32, N>) -> bool {
+        (1..size).all(
+            |rank| match (self.waiting.get(&rank), placement.get(&rank)) {
+                (Some((_, from)), Some(placed)) => from == placed,
+                _ => false,
+            },
+        )
+    }
+
+    /// Ends the round: the calls to release, as `(rank, token)`.
+    pub(crate) fn finish(&mut self) -> Vec<(u32, u64)> {
+        std::mem::take(&mut self.waiting)
+            .into_iter()
+            .map(|(rank, (token, _))| (rank, token))
+            .collect()
+    }
+}
+
 /// A worker's transport over the overlay.
 pub(crate) struct NetTransport {
-    pub(crate) rank: u32,
-    pub(crate) net: Net,
-    pub(crate) job: Arc<JobNet>,
-    pub(crate) inbox: mpsc::Receiver<Delivery>,
-    pub(crate) barrier_rx: mpsc::Receiver<(u32, bool)>,
+    rank: u32,
+    net: Net,
+    job: Arc<JobNet>,
+    inbox: mpsc::Receiver<Delivery>,
+    barrier_rx: mpsc::Receiver<BarrierItem>,
+    /// Rank 0 only: the arrivals at the barrier in progress.
+    round: BarrierRound<PeerId>,
+    /// The token of this worker's next barrier call (random start, so that
+    /// a replaced worker's calls are not mistaken for its successor's).
+    next_token: u64,
 }
 
 /// How long a sender waits before retrying a rank that is not reachable.
 const RETRY: Duration = Duration::from_millis(50);
 
+/// How long a withdrawn barrier arrival keeps trying to reach rank 0.
+const WITHDRAW_FOR: Duration = Duration::from_secs(30);
+
+/// Sends a rank-to-rank `rpc` to wherever rank `to` runs, retrying while
+/// it is not placed or not reachable, until acknowledged or the job closes.
+async fn deliver(net: &Net, job: &JobNet, to: u32, rpc: PeerRpc) -> Result<(), TransportError> {
+    let mut ranks = job.ranks.subscribe();
+    loop {
+        if job.closed.load(Ordering::SeqCst) {
+            return Err(TransportError::Closed);
+        }
+        let peer = ranks.borrow_and_update().get(&to).copied();
+        let Some(peer) = peer else {
+            // Not placed yet (or lost and not yet replaced).
+            let _ = tokio::time::timeout(RETRY * 10, ranks.changed()).await;
+            continue;
+        };
+        match net.call(peer, rpc.clone()).await {
+            Ok(PeerReply::Ack) => return Ok(()),
+            Ok(PeerReply::Error(e)) if e.starts_with("closed") => {
+                return Err(TransportError::Closed);
+            }
+            Ok(_) | Err(_) => {
+                let _ = tokio::time::timeout(RETRY, ranks.changed()).await;
+            }
+        }
+    }
+}
+
+/// Withdraws a barrier arrival at rank 0 if dropped while armed: the call
+/// that made it was abandoned before the barrier completed.
+struct Withdrawal {
+    net: Net,
+    job: Arc<JobNet>,
+    from: u32,
+    token: u64,
+    armed: bool,
+}
+
+impl Drop for Withdrawal {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Dropped outside a runtime only when the node is going away.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (net, job) = (self.net.clone(), self.job.clone());
+        let rpc = PeerRpc::Barrier {
+            job: job.job,
+            to: 0,
+            from: self.from,
+            msg: BarrierMsg::Withdraw { token: self.token },
+        };
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(WITHDRAW_FOR, deliver(&net, &job, 0, rpc)).await;
+        });
+    }
+}
+
 impl NetTransport {
+    /// The transport of `rank`, with the ends [`JobNet::register`] made;
+    /// `token_seed` (random) starts its barrier tokens.
+    pub(crate) fn new(
+        rank: u32,
+        net: Net,
+        job: Arc<JobNet>,
+        inbox: mpsc::Receiver<Delivery>,
+        barrier_rx: mpsc::Receiver<BarrierItem>,
+        token_seed: u64,
+    ) -> NetTransport {
+        NetTransport {
+            rank,
+            net,
+            job,
+            inbox,
+            barrier_rx,
+            round: BarrierRound::default(),
+            next_token: token_seed,
+        }
+    }
+
     async fn deliver(&self, to: u32, rpc: PeerRpc) -> Result<(), TransportError> {
-        let mut ranks = self.job.ranks.subscribe();
+        deliver(&self.net, &self.job, to, rpc).await
+    }
+
+    /// Rank 0's side of a barrier: collect arrivals until every rank waits,
+    /// then release them.
+    async fn coordinate_barrier(&mut self) -> Result<(), TransportError> {
+        let mut placement = self.job.ranks.subscribe();
         loop {
             if self.job.closed.load(Ordering::SeqCst) {
                 return Err(TransportError::Closed);
             }
-            let peer = ranks.borrow_and_update().get(&to).copied();
-            let Some(peer) = peer else {
-                // Not placed yet (or lost and not yet replaced).
-                let _ = tokio::time::timeout(RETRY * 10, ranks.changed()).await;
-                continue;
-            };
-            match self.net.call(peer, rpc.clone()).await {
-                Ok(PeerReply::Ack) => return Ok(()),
-                Ok(PeerReply::Error(e)) if e.starts_with("closed") => {
-                    return Err(TransportError::Closed);
-                }
-                Ok(_) | Err(_) => {
-                    let _ = tokio::time::timeout(RETRY, ranks.changed()).await;
-                }
+            let size = self.size();
+            if self.round.complete(size, &placement.borrow_and_update()) {
+                break;
+            }
+            tokio::select! {
+                item = self.barrier_rx.recv() => match item {
+                    Some(item) => self.round.handle(item.from, item.node, item.msg),
+                    None => return Err(TransportError::Closed),
+                },
+                // A new placement may void an arrival or make one count.
+                _ = placement.changed() => {}
             }
         }
+        for (to, token) in self.round.finish() {
+            let rpc = PeerRpc::Barrier {
+                job: self.job.job,
+                to,
+                from: 0,
+                msg: BarrierMsg::Release { token },
+            };
+            self.deliver(to, rpc).await?;
+        }
+        Ok(())
+    }
+
+    /// Another rank's side of a barrier: enter at rank 0, wait for the
+    /// release of this call.
+    async fn enter_barrier(&mut self) -> Result<(), TransportError> {
+        let token = self.next_token;
+        self.next_token = self.next_token.wrapping_add(1);
+        // Armed from before the arrival is sent until the call returns.
+        let mut withdrawal = Withdrawal {
+            net: self.net.clone(),
+            job: self.job.clone(),
+            from: self.rank,
+            token,
+            armed: true,
+        };
+        let rpc = PeerRpc::Barrier {
+            job: self.job.job,
+            to: 0,
+            from: self.rank,
+            msg: BarrierMsg::Enter { token },
+        };
+        let result = match self.deliver(0, rpc).await {
+            Err(e) => Err(e),
+            Ok(()) => loop {
+                match self.barrier_rx.recv().await {
+                    Some(BarrierItem {
+                        msg: BarrierMsg::Release { token: released },
+                        ..
+                    }) if released == token => break Ok(()),
+                    // A release meant for an abandoned call, or for the
+                    // worker this one replaced.
+                    Some(_) => {}
+                    None => break Err(TransportError::Closed),
+                }
+            },
+        };
+        withdrawal.armed = false;
+        result
     }
 }
 
@@ -202,43 +411,77 @@ impl Transport for NetTransport {
 
     fn barrier(&mut self) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async move {
-            let size = self.size();
-            let job = self.job.job;
             if self.rank == 0 {
-                let mut entered = 1;
-                while entered < size {
-                    match self.barrier_rx.recv().await {
-                        Some((_, false)) => entered += 1,
-                        Some((_, true)) => {}
-                        None => return Err(TransportError::Closed),
-                    }
-                }
-                for to in 1..size {
-                    let rpc = PeerRpc::Barrier {
-                        job,
-                        to,
-                        from: 0,
-                        release: true,
-                    };
-                    self.deliver(to, rpc).await?;
-                }
-                Ok(())
+                self.coordinate_barrier().await
             } else {
-                let rpc = PeerRpc::Barrier {
-                    job,
-                    to: 0,
-                    from: self.rank,
-                    release: false,
-                };
-                self.deliver(0, rpc).await?;
-                loop {
-                    match self.barrier_rx.recv().await {
-                        Some((_, true)) => return Ok(()),
-                        Some(_) => {}
-                        None => return Err(TransportError::Closed),
-                    }
-                }
+                self.enter_barrier().await
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placed(ranks: &[(u32, char)]) -> BTreeMap<u32, char> {
+        ranks.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_round_completes_when_every_other_rank_waits() {
+        let placement = placed(&[(0, 'a'), (1, 'a'), (2, 'b')]);
+        let mut round = BarrierRound::default();
+        assert!(!round.complete(3, &placement));
+        round.handle(2, 'b', BarrierMsg::Enter { token: 20 });
+        assert!(!round.complete(3, &placement));
+        round.handle(1, 'a', BarrierMsg::Enter { token: 10 });
+        assert!(round.complete(3, &placement));
+        assert_eq!(round.finish(), vec![(1, 10), (2, 20)]);
+        // The next round starts empty.
+        assert!(!round.complete(3, &placement));
+        // A job of one has nobody to wait for.
+        assert!(round.complete(1, &placement));
+    }
+
+    #[test]
+    fn an_abandoned_call_is_taken_back_and_a_stale_withdrawal_is_not() {
+        let placement = placed(&[(0, 'a'), (1, 'b')]);
+        let mut round = BarrierRound::default();
+        round.handle(1, 'b', BarrierMsg::Enter { token: 5 });
+        round.handle(1, 'b', BarrierMsg::Withdraw { token: 5 });
+        assert!(!round.complete(2, &placement), "withdrawn");
+        // The rank calls again; a late withdrawal of an older call must not
+        // take the new one back.
+        round.handle(1, 'b', BarrierMsg::Enter { token: 6 });
+        round.handle(1, 'b', BarrierMsg::Withdraw { token: 5 });
+        assert!(round.complete(2, &placement));
+    }
+
+    #[test]
+    fn a_lost_workers_arrival_stops_counting_and_its_replacement_must_arrive() {
+        let mut placement = placed(&[(0, 'a'), (1, 'b'), (2, 'c')]);
+        let mut round = BarrierRound::default();
+        round.handle(1, 'b', BarrierMsg::Enter { token: 1 });
+        // Node b is lost: rank 1 is unplaced, then placed on node d.
+        placement.remove(&1);
+        round.handle(2, 'c', BarrierMsg::Enter { token: 2 });
+        assert!(!round.complete(3, &placement));
+        placement.insert(1, 'd');
+        assert!(!round.complete(3, &placement), "released early");
+        round.handle(1, 'd', BarrierMsg::Enter { token: 77 });
+        assert!(round.complete(3, &placement));
+        assert_eq!(round.finish(), vec![(1, 77), (2, 2)]);
+    }
+
+    #[test]
+    fn a_replacement_that_arrives_before_its_placement_counts_once_placed() {
+        let mut placement = placed(&[(0, 'a'), (1, 'b')]);
+        let mut round = BarrierRound::default();
+        // Rank 0's node has not heard yet that rank 1 now runs on node c.
+        round.handle(1, 'c', BarrierMsg::Enter { token: 3 });
+        assert!(!round.complete(2, &placement));
+        placement.insert(1, 'c');
+        assert!(round.complete(2, &placement));
     }
 }

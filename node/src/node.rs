@@ -23,7 +23,7 @@ use zorilla_sandbox::{
     Sandbox, WorkerSpec,
 };
 
-use crate::net::{JobNet, LocalCall, Net, NetTransport};
+use crate::net::{BarrierItem, JobNet, LocalCall, Net, NetTransport};
 use crate::protocol::{
     ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NamedFile,
     NodeInfo, Pending, RankStatus, Request, Response,
@@ -736,9 +736,13 @@ impl Node {
                 job,
                 to,
                 from: src,
-                release,
+                msg,
             } => match self.members.get(&job).and_then(|m| m.net.barrier(to)) {
-                Some(tx) => match tx.try_send((src, release)) {
+                Some(tx) => match tx.try_send(BarrierItem {
+                    from: src,
+                    node: from,
+                    msg,
+                }) {
                     Ok(()) => PeerReply::Ack,
                     Err(_) => PeerReply::Error("barrier queue full or closed".into()),
                 },
@@ -1212,13 +1216,14 @@ impl Node {
                 tracing::warn!("cannot prepare the job directory: {e}");
             }
             let (out_tx, out_rx) = mpsc::channel(16);
-            let transport = NetTransport {
+            let transport = NetTransport::new(
                 rank,
-                net: self.net.clone(),
-                job: job_net.clone(),
+                self.net.clone(),
+                job_net.clone(),
                 inbox,
                 barrier_rx,
-            };
+                random_u64(),
+            );
             let spec = WorkerSpec {
                 program_name: "worker".into(),
                 args: info.request.args.clone(),
@@ -1244,7 +1249,7 @@ impl Node {
     }
 }
 
-type Ends = (mpsc::Receiver<Delivery>, mpsc::Receiver<(u32, bool)>);
+type Ends = (mpsc::Receiver<Delivery>, mpsc::Receiver<BarrierItem>);
 
 fn not_found(job: u64) -> Response {
     Response::error(

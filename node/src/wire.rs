@@ -64,7 +64,7 @@ pub(crate) enum PeerRpc {
         job: u64,
         to: u32,
         from: u32,
-        release: bool,
+        msg: BarrierMsg,
     },
     /// Worker node to home: output of a rank.
     Log { job: u64, chunk: LogChunk },
@@ -90,6 +90,21 @@ pub(crate) enum PeerRpc {
     /// The status page's remote view of one job (its id as the pages
     /// print it).
     StatusJob { job: String },
+}
+
+/// What a [`PeerRpc::Barrier`] says. Every barrier call of a worker has a
+/// token of its own, so that rank 0 can tell a call that was abandoned from
+/// a later one, and a worker can tell its release from one meant for an
+/// earlier call or an earlier worker of its rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum BarrierMsg {
+    /// To rank 0: the sender waits in its barrier call `token`.
+    Enter { token: u64 },
+    /// To rank 0: the sender's call `token` was dropped before the barrier
+    /// completed (its worker was cancelled or hit a limit while waiting).
+    Withdraw { token: u64 },
+    /// From rank 0: the call `token` of the receiver may return.
+    Release { token: u64 },
 }
 
 /// The answer to a [`PeerRpc`].

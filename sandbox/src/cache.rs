@@ -22,8 +22,13 @@
 //! A file that is truncated, corrupted, tampered with, written by another
 //! engine or build, or filed under the wrong name fails one of these checks;
 //! it is counted as rejected, and the module is compiled again and the entry
-//! rewritten. Files are written to a temporary name and renamed into place,
-//! so a crash never leaves a half-written entry under a real name.
+//! rewritten. Files are written to a temporary name of their own (one per
+//! write, so concurrent loads of one module never share it) and renamed into
+//! place, so a crash never leaves a half-written entry under a real name.
+//!
+//! Only modules the sandbox accepts get an entry: the caller's check runs
+//! before an artifact is written, and an entry whose module is refused is
+//! removed.
 //!
 //! The checks are integrity checks, not authentication: the cache directory
 //! must be writable only by the node (it is created with mode 0700), as
@@ -148,14 +153,17 @@ impl DiskCache {
         self.dir.join(format!("{}.cwasm", hex::encode(wasm_hash)))
     }
 
-    /// Returns the compiled module for `wasm`, from disk if a verified entry
-    /// exists, otherwise by compiling it (and writing a new entry).
-    pub(crate) fn get_or_compile(
+    /// Compiles `wasm`, or loads it from a verified entry on disk, and
+    /// passes the module to `accept`, whose answer is returned. A new entry
+    /// is written only if `accept` took the module; an existing entry whose
+    /// module it refuses is removed, so refused modules leave nothing behind.
+    pub(crate) fn get_or_compile<T>(
         &self,
         engine: &Engine,
         wasm: &[u8],
         wasm_hash: &Digest32,
-    ) -> Result<Module, SandboxError> {
+        accept: impl FnOnce(&Module) -> Result<T, SandboxError>,
+    ) -> Result<T, SandboxError> {
         let path = self.path_for(wasm_hash);
         match std::fs::read(&path) {
             Ok(file) => match self.verify_and_load(engine, &file, wasm_hash) {
@@ -163,7 +171,13 @@ impl DiskCache {
                     self.counters
                         .loaded_from_disk
                         .fetch_add(1, Ordering::Relaxed);
-                    return Ok(module);
+                    let accepted = accept(&module);
+                    if accepted.is_err() {
+                        // Written by an older build, which cached modules
+                        // before checking them.
+                        self.remove_entry(&path);
+                    }
+                    return accepted;
                 }
                 Err(why) => {
                     self.counters.rejected.fetch_add(1, Ordering::Relaxed);
@@ -179,6 +193,14 @@ impl DiskCache {
         let module =
             Module::new(engine, wasm).map_err(|e| SandboxError::InvalidModule(format!("{e:#}")))?;
         self.counters.compiled.fetch_add(1, Ordering::Relaxed);
+        let accepted = match accept(&module) {
+            Ok(accepted) => accepted,
+            Err(refused) => {
+                // A rejected entry of this module may still be on disk.
+                self.remove_entry(&path);
+                return Err(refused);
+            }
+        };
         match module.serialize() {
             // A cache that cannot be written costs speed, not correctness.
             Ok(artifact) => {
@@ -188,7 +210,17 @@ impl DiskCache {
             }
             Err(e) => tracing::warn!(error = %e, "cannot serialize compiled module"),
         }
-        Ok(module)
+        Ok(accepted)
+    }
+
+    fn remove_entry(&self, path: &Path) {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove module cache entry")
+            }
+        }
     }
 
     fn verify_and_load(
@@ -250,7 +282,7 @@ impl DiskCache {
         header.extend_from_slice(wasm_hash);
         header.extend_from_slice(&(artifact.len() as u64).to_le_bytes());
         header.extend_from_slice(&sha256(artifact));
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let tmp = temp_path(path);
         let result = (|| {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(&header)?;
@@ -265,10 +297,46 @@ impl DiskCache {
     }
 }
 
+/// A name next to `path` to write its new content under before renaming it
+/// into place: unique to this write, so that two threads (or two sandboxes
+/// in one process, or two processes) writing the same entry at once never
+/// write into the same file.
+fn temp_path(path: &Path) -> PathBuf {
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, Ordering::Relaxed);
+    path.with_extension(format!("tmp{}-{write}", std::process::id()))
+}
+
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_write_gets_its_own_temporary_file() {
+        let entry = Path::new("/cache/ab.cwasm");
+        let names: Vec<PathBuf> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| [temp_path(entry), temp_path(entry)]))
+                .collect();
+            threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap())
+                .collect()
+        });
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        for name in &names {
+            // Beside the entry, and never mistaken for one.
+            assert_eq!(name.parent(), entry.parent());
+            assert_ne!(name.extension(), entry.extension());
+        }
+    }
 }

@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wasmtime::{
-    Config, Engine, ExternType, InstanceAllocationStrategy, InstancePre, Linker,
+    Config, Engine, ExternType, InstanceAllocationStrategy, InstancePre, Linker, Module,
     PoolingAllocationConfig, Store,
 };
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -296,10 +296,30 @@ impl Sandbox {
             return Ok(program.clone());
         }
 
-        let module = self
+        // The checks run before the cache writes an entry: a refused module
+        // leaves no artifact behind.
+        let pre = self
             .inner
             .cache
-            .get_or_compile(&self.inner.engine, wasm, &hash)?;
+            .get_or_compile(&self.inner.engine, wasm, &hash, |module| self.check(module))?;
+        let program = Program { hash, pre };
+
+        let mut loaded = self.lock_loaded();
+        if !loaded.by_hash.contains_key(&hash) {
+            while loaded.order.len() >= self.inner.config.loaded_programs.max(1) {
+                if let Some(oldest) = loaded.order.pop_front() {
+                    loaded.by_hash.remove(&oldest);
+                }
+            }
+            loaded.order.push_back(hash);
+            loaded.by_hash.insert(hash, program.clone());
+        }
+        Ok(program)
+    }
+
+    /// Accepts a compiled module if it imports only what the sandbox
+    /// provides, with the right types, and exports a `_start` command.
+    fn check(&self, module: &Module) -> Result<InstancePre<WorkerState>, SandboxError> {
         for import in module.imports() {
             if !self
                 .inner
@@ -316,24 +336,10 @@ impl Sandbox {
             Some(ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0 => {}
             _ => return Err(SandboxError::NoEntryPoint),
         }
-        let pre = self
-            .inner
+        self.inner
             .linker
-            .instantiate_pre(&module)
-            .map_err(|e| SandboxError::IncompatibleImport(format!("{e:#}")))?;
-        let program = Program { hash, pre };
-
-        let mut loaded = self.lock_loaded();
-        if !loaded.by_hash.contains_key(&hash) {
-            while loaded.order.len() >= self.inner.config.loaded_programs.max(1) {
-                if let Some(oldest) = loaded.order.pop_front() {
-                    loaded.by_hash.remove(&oldest);
-                }
-            }
-            loaded.order.push_back(hash);
-            loaded.by_hash.insert(hash, program.clone());
-        }
-        Ok(program)
+            .instantiate_pre(module)
+            .map_err(|e| SandboxError::IncompatibleImport(format!("{e:#}")))
     }
 
     fn lock_loaded(&self) -> std::sync::MutexGuard<'_, LoadedPrograms> {

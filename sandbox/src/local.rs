@@ -8,6 +8,10 @@
 //! Membership changes can be simulated: [`LocalGroup::join`] adds a rank and
 //! [`LocalGroup::replace`] gives a rank a fresh inbox (as if its worker was
 //! lost and restarted elsewhere); both notify every other rank in-band.
+//!
+//! The barrier records which ranks wait in it, by endpoint: an arrival is
+//! taken back when its barrier call is dropped unfinished, and a replaced
+//! rank's old arrival no longer counts (see the [`Transport`] contract).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -28,16 +32,28 @@ struct GroupInner {
     /// Capacity of every rank's inbox.
     capacity: usize,
     state: Mutex<GroupState>,
-    /// Completed barrier generations; waiters watch it change.
-    barrier_done: watch::Sender<u64>,
+    /// Bumped (under the state lock) whenever a barrier completes or a rank
+    /// is replaced; barrier waiters then look at the state again.
+    barrier_changed: watch::Sender<u64>,
 }
 
 struct GroupState {
-    /// The sender into each rank's inbox, indexed by rank.
-    inboxes: Vec<mpsc::Sender<Delivery>>,
-    /// Ranks that have entered the current barrier generation.
-    barrier_arrived: u32,
+    /// Per rank: the sender into its inbox, the endpoint that owns it, and
+    /// whether that endpoint waits in the current barrier.
+    ranks: Vec<RankSlot>,
+    /// Endpoint ids handed out so far (the next one is this).
+    endpoints: u64,
+    /// Barriers completed so far.
     barrier_generation: u64,
+}
+
+struct RankSlot {
+    inbox: mpsc::Sender<Delivery>,
+    /// The id of the rank's current endpoint; an older endpoint of the rank
+    /// (from before [`LocalGroup::replace`]) no longer belongs to the job.
+    endpoint: u64,
+    /// The current endpoint waits in the barrier of this generation.
+    in_barrier: bool,
 }
 
 impl LocalGroup {
@@ -46,50 +62,40 @@ impl LocalGroup {
     ///
     /// A `capacity` of 0 is raised to 1 (a channel needs room for one item).
     pub fn new(size: u32, capacity: usize) -> (LocalGroup, Vec<LocalTransport>) {
-        let capacity = capacity.max(1);
-        let (barrier_done, _) = watch::channel(0);
+        let (barrier_changed, _) = watch::channel(0);
         let group = LocalGroup {
             inner: Arc::new(GroupInner {
-                capacity,
+                capacity: capacity.max(1),
                 state: Mutex::new(GroupState {
-                    inboxes: Vec::with_capacity(size as usize),
-                    barrier_arrived: 0,
+                    ranks: Vec::with_capacity(size as usize),
+                    endpoints: 0,
                     barrier_generation: 0,
                 }),
-                barrier_done,
+                barrier_changed,
             }),
         };
-        let mut endpoints = Vec::with_capacity(size as usize);
-        {
-            let mut state = group.inner.lock();
-            for rank in 0..size {
-                let (tx, rx) = mpsc::channel(capacity);
-                state.inboxes.push(tx);
-                endpoints.push(group.endpoint(rank, rx));
-            }
-        }
+        let endpoints = (0..size).map(|_| group.add_rank()).collect();
         (group, endpoints)
     }
 
     /// A job of one: the endpoint of rank 0, which can only message itself.
     pub fn solo(capacity: usize) -> LocalTransport {
-        let capacity = capacity.max(1);
-        let (tx, inbox) = mpsc::channel(capacity);
-        let (barrier_done, _) = watch::channel(0);
-        let group = Arc::new(GroupInner {
-            capacity,
-            state: Mutex::new(GroupState {
-                inboxes: vec![tx],
-                barrier_arrived: 0,
-                barrier_generation: 0,
-            }),
-            barrier_done,
-        });
-        LocalTransport {
-            rank: 0,
-            group,
+        let (_group, mut endpoints) = LocalGroup::new(1, capacity);
+        endpoints.pop().expect("a group of one has one endpoint")
+    }
+
+    /// Adds a rank at the end (telling nobody); returns its endpoint.
+    fn add_rank(&self) -> LocalTransport {
+        let mut state = self.inner.lock();
+        let rank = state.size();
+        let (inbox, rx) = mpsc::channel(self.inner.capacity);
+        let endpoint = state.new_endpoint();
+        state.ranks.push(RankSlot {
             inbox,
-        }
+            endpoint,
+            in_barrier: false,
+        });
+        self.endpoint(rank, endpoint, rx)
     }
 
     /// The current number of ranks.
@@ -99,57 +105,63 @@ impl LocalGroup {
 
     /// Adds a rank at the end and tells every existing rank
     /// ([`ChangeKind::Joined`]). Returns the new rank's endpoint.
+    ///
+    /// A barrier that is waiting when the rank joins waits for it too.
     pub async fn join(&self) -> LocalTransport {
-        let (endpoint, change, others) = {
-            let mut state = self.inner.lock();
-            let rank = state.size();
-            let (tx, rx) = mpsc::channel(self.inner.capacity);
-            let others = state.inboxes.clone();
-            state.inboxes.push(tx);
-            let change = MembershipChange {
-                kind: ChangeKind::Joined,
-                rank,
-                size: state.size(),
-            };
-            (self.endpoint(rank, rx), change, others)
+        let others = self.inner.lock().inboxes();
+        let endpoint = self.add_rank();
+        let change = MembershipChange {
+            kind: ChangeKind::Joined,
+            rank: endpoint.rank,
+            size: endpoint.size(),
         };
         notify(others, change).await;
         endpoint
     }
 
-    /// Gives `rank` a fresh, empty inbox (its old endpoint sees the transport
-    /// closed) and tells every other rank ([`ChangeKind::Replaced`]).
-    /// Returns the replacement's endpoint.
+    /// Gives `rank` a fresh endpoint with an empty inbox, and tells every
+    /// other rank ([`ChangeKind::Replaced`]). The old endpoint sees the
+    /// transport closed: its inbox once drained, its barrier at once; if it
+    /// was waiting in a barrier, that arrival no longer counts, and the
+    /// barrier waits for the new endpoint to arrive. Returns the new endpoint.
     pub async fn replace(&self, rank: Rank) -> Result<LocalTransport, TransportError> {
         let (endpoint, change, others) = {
             let mut state = self.inner.lock();
             let size = state.size();
-            let Some(slot) = state.inboxes.get_mut(rank as usize) else {
+            if rank >= size {
                 return Err(TransportError::BadRank { rank, size });
-            };
+            }
             let (tx, rx) = mpsc::channel(self.inner.capacity);
-            *slot = tx;
+            let id = state.new_endpoint();
+            state.ranks[rank as usize] = RankSlot {
+                inbox: tx,
+                endpoint: id,
+                in_barrier: false,
+            };
+            // Wake the old endpoint if it waits in a barrier.
+            self.inner.barrier_changed.send_modify(|n| *n += 1);
             let others: Vec<_> = state
-                .inboxes
+                .ranks
                 .iter()
                 .enumerate()
                 .filter(|(r, _)| *r != rank as usize)
-                .map(|(_, tx)| tx.clone())
+                .map(|(_, slot)| slot.inbox.clone())
                 .collect();
             let change = MembershipChange {
                 kind: ChangeKind::Replaced,
                 rank,
                 size,
             };
-            (self.endpoint(rank, rx), change, others)
+            (self.endpoint(rank, id, rx), change, others)
         };
         notify(others, change).await;
         Ok(endpoint)
     }
 
-    fn endpoint(&self, rank: Rank, inbox: mpsc::Receiver<Delivery>) -> LocalTransport {
+    fn endpoint(&self, rank: Rank, id: u64, inbox: mpsc::Receiver<Delivery>) -> LocalTransport {
         LocalTransport {
             rank,
+            id,
             group: self.inner.clone(),
             inbox,
         }
@@ -177,15 +189,54 @@ impl GroupInner {
 
 impl GroupState {
     fn size(&self) -> u32 {
-        u32::try_from(self.inboxes.len()).unwrap_or(u32::MAX)
+        u32::try_from(self.ranks.len()).unwrap_or(u32::MAX)
+    }
+
+    fn new_endpoint(&mut self) -> u64 {
+        self.endpoints += 1;
+        self.endpoints
+    }
+
+    fn inboxes(&self) -> Vec<mpsc::Sender<Delivery>> {
+        self.ranks.iter().map(|slot| slot.inbox.clone()).collect()
+    }
+
+    /// The slot of `rank` if `endpoint` is still its current endpoint.
+    fn current(&mut self, rank: Rank, endpoint: u64) -> Option<&mut RankSlot> {
+        self.ranks
+            .get_mut(rank as usize)
+            .filter(|slot| slot.endpoint == endpoint)
     }
 }
 
 /// One rank's endpoint of a [`LocalGroup`].
 pub struct LocalTransport {
     rank: Rank,
+    /// Tells this endpoint from a later replacement of the same rank.
+    id: u64,
     group: Arc<GroupInner>,
     inbox: mpsc::Receiver<Delivery>,
+}
+
+/// A barrier arrival, taken back if its call is dropped before the barrier
+/// completes (the worker was cancelled, or hit a limit, while waiting).
+struct Arrival<'a> {
+    group: &'a GroupInner,
+    rank: Rank,
+    endpoint: u64,
+    generation: u64,
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        let mut state = self.group.lock();
+        if state.barrier_generation != self.generation {
+            return; // completed: nothing to take back
+        }
+        if let Some(slot) = state.current(self.rank, self.endpoint) {
+            slot.in_barrier = false;
+        }
+    }
 }
 
 impl Transport for LocalTransport {
@@ -207,8 +258,8 @@ impl Transport for LocalTransport {
             }
             let tx = {
                 let state = self.group.lock();
-                match state.inboxes.get(to as usize) {
-                    Some(tx) => tx.clone(),
+                match state.ranks.get(to as usize) {
+                    Some(slot) => slot.inbox.clone(),
                     None => {
                         return Err(TransportError::BadRank {
                             rank: to,
@@ -233,34 +284,72 @@ impl Transport for LocalTransport {
 
     fn barrier(&mut self) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async move {
-            let (generation, mut done) = {
-                let mut state = self.group.lock();
-                state.barrier_arrived += 1;
-                if state.barrier_arrived >= state.size() {
-                    state.barrier_arrived = 0;
+            let group = &*self.group;
+            let (arrival, mut changed) = {
+                let mut state = group.lock();
+                let Some(slot) = state.current(self.rank, self.id) else {
+                    return Err(TransportError::Closed); // replaced
+                };
+                slot.in_barrier = true;
+                if state.ranks.iter().all(|slot| slot.in_barrier) {
+                    for slot in &mut state.ranks {
+                        slot.in_barrier = false;
+                    }
                     state.barrier_generation += 1;
-                    self.group
-                        .barrier_done
-                        .send_replace(state.barrier_generation);
+                    group.barrier_changed.send_modify(|n| *n += 1);
                     return Ok(());
                 }
-                // Subscribe while holding the lock so the release cannot be missed.
-                (
-                    state.barrier_generation,
-                    self.group.barrier_done.subscribe(),
-                )
+                let arrival = Arrival {
+                    group,
+                    rank: self.rank,
+                    endpoint: self.id,
+                    generation: state.barrier_generation,
+                };
+                // Subscribed under the lock: no later change can be missed.
+                (arrival, group.barrier_changed.subscribe())
             };
-            done.wait_for(|completed| *completed > generation)
-                .await
-                .map(|_| ())
-                .map_err(|_| TransportError::Closed)
+            loop {
+                if changed.changed().await.is_err() {
+                    // Cannot happen: the sender lives in the group, which
+                    // `self` keeps alive.
+                    return Err(TransportError::Closed);
+                }
+                let (completed, replaced) = {
+                    let mut state = group.lock();
+                    (
+                        state.barrier_generation != arrival.generation,
+                        state.current(self.rank, self.id).is_none(),
+                    )
+                };
+                if completed {
+                    return Ok(());
+                }
+                if replaced {
+                    return Err(TransportError::Closed);
+                }
+            }
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
     use super::*;
+
+    /// Polls a future once; `Pending` means it is waiting.
+    fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+        std::pin::Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// Awaits a future that must end soon: a test fails instead of hanging.
+    async fn soon<F: Future>(future: F) -> F::Output {
+        tokio::time::timeout(std::time::Duration::from_secs(5), future)
+            .await
+            .expect("still waiting after 5 s")
+    }
 
     #[tokio::test]
     async fn messages_arrive_in_order_per_sender() {
@@ -314,6 +403,67 @@ mod tests {
         for t in tasks {
             t.await.unwrap();
         }
+    }
+
+    #[tokio::test]
+    async fn an_arrival_whose_call_is_dropped_is_taken_back() {
+        let (_group, mut eps) = LocalGroup::new(3, 4);
+        let (a, rest) = eps.split_first_mut().unwrap();
+        let (b, rest) = rest.split_first_mut().unwrap();
+        let c = &mut rest[0];
+        {
+            // Rank 1 waits, then its worker is cancelled (the call dropped).
+            let mut waiting = b.barrier();
+            assert!(poll_once(&mut waiting).is_pending());
+        }
+        let mut at_a = a.barrier();
+        assert!(poll_once(&mut at_a).is_pending());
+        // Counting rank 1's old arrival would let this one complete.
+        let mut at_c = c.barrier();
+        assert!(poll_once(&mut at_c).is_pending());
+        // The barrier completes once rank 1 really arrives.
+        soon(b.barrier()).await.unwrap();
+        soon(at_a).await.unwrap();
+        soon(at_c).await.unwrap();
+        // And the next one needs everybody again.
+        let mut next = a.barrier();
+        assert!(poll_once(&mut next).is_pending());
+    }
+
+    #[tokio::test]
+    async fn a_replaced_rank_must_arrive_again() {
+        let (group, mut eps) = LocalGroup::new(3, 4);
+        let mut c = eps.pop().unwrap();
+        let mut b = eps.pop().unwrap();
+        let mut a = eps.pop().unwrap();
+        // Rank 1's worker waits in the barrier and is lost there.
+        let mut lost = b.barrier();
+        assert!(poll_once(&mut lost).is_pending());
+        let mut fresh = group.replace(1).await.unwrap();
+        // The old endpoint's call ends; it no longer belongs to the job.
+        assert_eq!(soon(lost).await, Err(TransportError::Closed));
+        assert_eq!(soon(b.barrier()).await, Err(TransportError::Closed));
+        let mut at_a = a.barrier();
+        assert!(poll_once(&mut at_a).is_pending());
+        let mut at_c = c.barrier();
+        assert!(poll_once(&mut at_c).is_pending(), "released early");
+        soon(fresh.barrier()).await.unwrap();
+        soon(at_a).await.unwrap();
+        soon(at_c).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_rank_that_joins_is_waited_for() {
+        let (group, mut eps) = LocalGroup::new(2, 4);
+        let (first, second) = eps.split_at_mut(1);
+        let mut at_0 = first[0].barrier();
+        assert!(poll_once(&mut at_0).is_pending());
+        let mut joined = group.join().await;
+        let mut at_1 = second[0].barrier();
+        assert!(poll_once(&mut at_1).is_pending());
+        soon(joined.barrier()).await.unwrap();
+        soon(at_0).await.unwrap();
+        soon(at_1).await.unwrap();
     }
 
     #[tokio::test]

@@ -17,6 +17,16 @@
 //!   delivery is lost.
 //! - Membership changes are delivered in-band through [`Transport::recv`], so
 //!   a worker sees them in order with the messages.
+//! - A barrier completes once the current worker of every rank of the job
+//!   waits in it (a rank that joins while a barrier waits is waited for
+//!   too). An arrival counts only while its [`Transport::barrier`] call is
+//!   waiting: if the call's future is dropped before the barrier completes
+//!   (the worker was cancelled, or hit a limit, while waiting), the arrival
+//!   is taken back; if the rank is replaced, its old worker's arrival is
+//!   discarded and the barrier waits for the fresh worker to arrive. A lost
+//!   worker therefore never lets a barrier release the others early. (The
+//!   fresh worker starts its program from the beginning: the barriers it
+//!   meets are matched with whatever barrier the others wait in.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -119,6 +129,8 @@ pub trait Transport: Send + 'static {
     /// Must be cancel-safe.
     fn recv(&mut self) -> BoxFuture<'_, Result<Delivery, TransportError>>;
 
-    /// Waits until every worker of the job has entered the barrier.
+    /// Waits until every worker of the job has entered the barrier (see the
+    /// module documentation for arrivals that are dropped or replaced).
+    /// Dropping the future before it completes takes this arrival back.
     fn barrier(&mut self) -> BoxFuture<'_, Result<(), TransportError>>;
 }

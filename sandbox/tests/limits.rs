@@ -117,6 +117,41 @@ async fn owner_caps_override_what_the_job_asks_for() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_cpu_cap_overrides_what_the_job_asks_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let cap = 20_000_000;
+    config.caps.cpu_fuel = cap;
+    let sandbox = zorilla_sandbox::Sandbox::new(config).unwrap();
+    let spec = WorkerSpec {
+        limits: limits(|l| l.cpu_fuel = 100 * cap),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "spin"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::CpuLimit);
+    // Stopped at the owner's budget, not the job's.
+    assert_eq!(done.report.fuel_used, cap);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_output_cap_overrides_what_the_job_asks_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let cap = 50_000;
+    config.caps.output_bytes = cap;
+    let sandbox = zorilla_sandbox::Sandbox::new(config).unwrap();
+    let spec = WorkerSpec {
+        limits: limits(|l| l.output_bytes = 100 * cap),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "flood"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::OutputLimit);
+    // Exactly the owner's cap was delivered.
+    assert_eq!(done.stdout.len() as u64, cap);
+    assert_eq!(done.report.output_bytes, cap);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_needing_more_memory_than_allowed_does_not_start() {
     let dir = tempfile::tempdir().unwrap();
     let sandbox = sandbox(dir.path());

@@ -11,6 +11,28 @@ fn wat(text: &str) -> Vec<u8> {
     wat::parse_str(text).unwrap()
 }
 
+/// The names of the files in the sandbox's cache directory under `dir`.
+fn cache_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("cache"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Loads `module`, expects it refused, and checks that the refusal left no
+/// compiled artifact in the cache (it was compiled: the checks need that).
+fn refused_without_a_trace(module: &[u8]) -> SandboxError {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let err = sandbox.load(module).err().expect("refused");
+    assert_eq!(sandbox.cache_stats().compiled, 1, "{err}");
+    assert!(!sandbox.cache_path(module).exists(), "{err}");
+    assert_eq!(cache_files(dir.path()), Vec::<String>::new(), "{err}");
+    err
+}
+
 #[test]
 fn bytes_that_are_not_wasm_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -51,6 +73,41 @@ fn unknown_imports_are_refused_by_name() {
 }
 
 #[test]
+fn refused_modules_leave_no_cache_entry() {
+    let unknown_import = wat(r#"(module
+        (import "zorilla" "teleport" (func (param i32) (result i32)))
+        (func (export "_start")))"#);
+    assert!(matches!(
+        refused_without_a_trace(&unknown_import),
+        SandboxError::UnknownImport { .. }
+    ));
+    let wrong_type = wat(r#"(module
+        (import "zorilla" "rank" (func (param i64) (result i64)))
+        (func (export "_start")))"#);
+    assert!(matches!(
+        refused_without_a_trace(&wrong_type),
+        SandboxError::IncompatibleImport(_)
+    ));
+    let no_start = wat(r#"(module (func (export "main")))"#);
+    assert!(matches!(
+        refused_without_a_trace(&no_start),
+        SandboxError::NoEntryPoint
+    ));
+}
+
+#[test]
+fn a_refused_module_also_loses_a_damaged_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let module = wat(r#"(module (func (export "main")))"#);
+    std::fs::write(sandbox.cache_path(&module), b"left over").unwrap();
+    let err = sandbox.load(&module).err().unwrap();
+    assert!(matches!(err, SandboxError::NoEntryPoint), "{err}");
+    assert_eq!(sandbox.cache_stats(), stats(1, 0, 0, 1));
+    assert_eq!(cache_files(dir.path()), Vec::<String>::new());
+}
+
+#[test]
 fn imports_of_the_wrong_type_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let sandbox = sandbox(dir.path());
@@ -79,7 +136,7 @@ fn every_example_guest_loads() {
     let sandbox = sandbox(dir.path());
     for name in [
         "hello", "nqueens", "pi", "pingpong", "api", "bomb", "spin", "escape", "flood", "trap",
-        "sum", "fill",
+        "sum", "fill", "barrier",
     ] {
         sandbox
             .load(&guest(name))
@@ -201,4 +258,31 @@ async fn an_artifact_filed_under_another_module_is_rejected() {
     let second = sandbox(dir.path());
     second.load(&nqueens).unwrap();
     assert_eq!(second.cache_stats(), stats(1, 0, 0, 1));
+}
+
+#[test]
+fn threads_loading_one_new_module_at_once_leave_one_good_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    // A module of its own, so that it is new to the cache.
+    let module = wat(r#"(module
+        (memory (export "memory") 1)
+        (func (export "_start") (drop (i32.const 7))))"#);
+    let sandboxes: Vec<_> = (0..4).map(|_| sandbox(dir.path())).collect();
+    let start = std::sync::Barrier::new(sandboxes.len());
+    std::thread::scope(|scope| {
+        for sandbox in &sandboxes {
+            let (start, module) = (&start, &module);
+            scope.spawn(move || {
+                start.wait();
+                sandbox.load(module).unwrap();
+            });
+        }
+    });
+    // Every write went through a file of its own and was renamed away.
+    let entry = sandboxes[0].cache_path(&module);
+    let name = entry.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(cache_files(dir.path()), vec![name]);
+    let after = sandbox(dir.path());
+    after.load(&module).unwrap();
+    assert_eq!(after.cache_stats(), stats(0, 1, 0, 0));
 }
