@@ -27,8 +27,9 @@
 //!   the two-way one is connected whenever the neighbour choices connect.
 //! - **Closing**: a connection is closed by the side that **dialed** it when
 //!   it needs it no more (not a neighbour, not probing, not chosen by the
-//!   peer); connections the peer dialed are the peer's to close, so that we
-//!   never cut short a peer's probe of us.
+//!   peer, and no longer getting to know it: identified, measured, peer
+//!   exchange answered); connections the peer dialed are the peer's to
+//!   close, so that we never cut short a peer's probe of us.
 //! - **Failures**: a neighbour whose connection closes is redialed; if the
 //!   dial fails it is removed from the table (and not tried again for a
 //!   while) and the set is refreshed, so the overlay repairs itself within a
@@ -542,7 +543,7 @@ impl Overlay {
             banned: HashMap::new(),
             strikes: HashMap::new(),
             pending_requests: HashMap::new(),
-            peer_exchanges: HashSet::new(),
+            peer_exchanges: HashMap::new(),
             next_peer_exchange: now + config.peer_exchange_interval,
             next_bootstrap: now + BOOTSTRAP_RETRY,
             stats: OverlayStats::default(),
@@ -712,8 +713,8 @@ struct Driver {
     /// Offences per peer, with the time of the last one.
     strikes: HashMap<PeerId, (u32, Instant)>,
     pending_requests: HashMap<OutboundRequestId, (PeerId, ReplySlot)>,
-    /// Our outstanding peer-exchange requests.
-    peer_exchanges: HashSet<OutboundRequestId>,
+    /// Our outstanding peer-exchange requests, with whom.
+    peer_exchanges: HashMap<OutboundRequestId, PeerId>,
     next_peer_exchange: Instant,
     next_bootstrap: Instant,
     stats: OverlayStats,
@@ -1214,7 +1215,7 @@ impl Driver {
                             }
                         };
                         let _ = reply.send(result);
-                    } else if self.peer_exchanges.remove(&request_id)
+                    } else if self.peer_exchanges.remove(&request_id).is_some()
                         && let RpcResponse::Peers(records) = response
                     {
                         self.on_peer_records(peer, records);
@@ -1263,7 +1264,7 @@ impl Driver {
             addrs,
         );
         self.stats.requests_sent += 1;
-        self.peer_exchanges.insert(id);
+        self.peer_exchanges.insert(id, peer);
     }
 
     /// Some peers for a peer exchange: neighbours first, then other
@@ -1434,6 +1435,11 @@ impl Driver {
 
     /// Closes the connections we dialed to `peer` if we need it neither as
     /// a neighbour nor for a probe. Connections it dialed are its business.
+    /// A peer that has not identified itself yet is left alone (`maintain`
+    /// closes it if it never does); so is one not measured yet or whose
+    /// answer to our peer exchange is outstanding: closing a bootstrap
+    /// connection before either would leave a new node knowing nobody, to
+    /// try again only after [`BOOTSTRAP_RETRY`].
     fn close_if_unneeded(&mut self, peer: PeerId) {
         let lingering = self
             .former
@@ -1444,7 +1450,11 @@ impl Driver {
                 .get(&peer)
                 .is_some_and(|since| since.elapsed() < LINGER)
             || self.pending_requests.values().any(|(p, _)| *p == peer);
-        if self.table.kind(&peer).is_some()
+        let getting_to_know = !self.verified.contains(&peer)
+            || self.table.rtt(&peer).is_none()
+            || self.peer_exchanges.values().any(|p| *p == peer);
+        if getting_to_know
+            || self.table.kind(&peer).is_some()
             || self.probing.contains_key(&peer)
             || self.chosen_by.contains(&peer)
             || lingering

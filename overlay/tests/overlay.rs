@@ -275,6 +275,35 @@ async fn seventeen_nodes_that_know_one_bootstrap_node_form_one_overlay() {
     assert_eq!(answer, b"cba");
 }
 
+/// A new node keeps its connection to its bootstrap peer until that peer
+/// has identified itself, been measured and answered the peer exchange.
+/// The maintenance tick right after start used to close it when the
+/// connection happened to be up before it ran, and the new node then knew
+/// nobody until it dialed again five seconds later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_nodes_meet_their_bootstrap_peer_at_once() {
+    let net = network("bootstrap");
+    let nodes = start_grid(13, |_| config(&net, 2, 1)).await;
+    let bootstrap = nodes[0].peer;
+    let took = eventually(
+        "every node has met its bootstrap peer",
+        Duration::from_secs(3),
+        || async {
+            let missing = nodes[1..]
+                .iter()
+                .filter(|n| !n.seen.lock().unwrap().connected.contains(&bootstrap))
+                .count();
+            if missing == 0 {
+                Ok(())
+            } else {
+                Err(format!("{missing} of 12 have not"))
+            }
+        },
+    )
+    .await;
+    eprintln!("12 nodes met their bootstrap peer within {took:?}");
+}
+
 /// 18 nodes in three regions of six. Each node is its own site, so that
 /// every pair has its own RTT (no ties: stable neighbour sets): 4 to 32 ms
 /// within a region, 60 ms and more between regions.
