@@ -18,6 +18,10 @@ use zorilla_overlay::{
     Event, LatencyEmulation, Overlay, OverlayConfig, OverlayHandle, SharedTopology, Topology,
 };
 
+mod raw_peer;
+
+use raw_peer::{Protocol, RawEvent, RawPeer};
+
 type Graph = HashMap<PeerId, Vec<(PeerId, LinkKind)>>;
 
 #[derive(Debug, Clone, Default)]
@@ -797,6 +801,147 @@ async fn garbage_oversized_frames_and_misbehaving_peers_do_not_hurt_a_node() {
         .await
         .unwrap();
     assert_eq!(answer, b"gnip");
+}
+
+/// Malformed frames on both protocols from a peer that identified itself as
+/// one of ours: each is counted, the peer stays until the limit, is
+/// disconnected and refused at the limit, and a well-behaved peer is served
+/// throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identified_peer_sending_malformed_frames_is_banned_at_the_limit() {
+    let net = network("malformed");
+    let limit = 4;
+    let target = Node::start(OverlayConfig {
+        misbehaviour_limit: limit,
+        ..config(&net, 2, 1)
+    })
+    .await;
+    let friend = Node::start(OverlayConfig {
+        bootstrap: vec![target.addr.clone()],
+        ..config(&net, 2, 1)
+    })
+    .await;
+    let mut raw = RawPeer::start(&net);
+    let raw_id = raw.peer;
+    raw.dial(target.addr.clone()).await.unwrap();
+    eventually(
+        "the target identified both peers",
+        Duration::from_secs(10),
+        || async {
+            let seen = target.seen.lock().unwrap();
+            if seen.connected.contains(&raw_id) && seen.connected.contains(&friend.peer) {
+                Ok(())
+            } else {
+                Err(format!("{:?}", seen.connected))
+            }
+        },
+    )
+    .await;
+
+    let frames: [(Protocol, &[u8]); 4] = [
+        (Protocol::Flood, b"\xff\x00 not cbor"),
+        // Well-formed CBOR (the integer 42), but not a request.
+        (Protocol::Rpc, b"\x18\x2a"),
+        // A map cut off in its first key.
+        (Protocol::Flood, b"\xa1\x62i"),
+        // Indefinite-length arrays never closed.
+        (Protocol::Rpc, b"\x9f\x9f\x9f\x9f"),
+    ];
+    assert_eq!(frames.len() as u32, limit);
+    for (i, (protocol, bytes)) in frames.into_iter().enumerate() {
+        raw.send(protocol, target.peer, bytes).await;
+        let offences = i as u64 + 1;
+        eventually(
+            &format!("offence {offences} ({protocol:?}) is counted"),
+            Duration::from_secs(10),
+            || async {
+                let stats = target.handle.stats().await.unwrap();
+                if stats.misbehaviour >= offences {
+                    Ok(())
+                } else {
+                    Err(format!("{stats:?}"))
+                }
+            },
+        )
+        .await;
+        let stats = target.handle.stats().await.unwrap();
+        assert_eq!(stats.misbehaviour, offences, "one offence per bad frame");
+        if offences < u64::from(limit) {
+            assert_eq!(stats.bans, 0, "banned before the limit");
+            let known = target.handle.known_peers().await.unwrap();
+            assert!(
+                known.iter().any(|k| k.peer == raw_id && k.connected),
+                "the peer was dropped before the limit"
+            );
+        }
+    }
+
+    // At the limit: disconnected, forgotten, and refused when it returns.
+    raw.expect(RawEvent::Disconnected(target.peer), Duration::from_secs(10))
+        .await;
+    let stats = target.handle.stats().await.unwrap();
+    assert_eq!((stats.misbehaviour, stats.bans), (u64::from(limit), 1));
+    let known = target.handle.known_peers().await.unwrap();
+    assert!(
+        known.iter().all(|k| k.peer != raw_id),
+        "the peer is forgotten"
+    );
+    raw.dial(target.addr.clone()).await.unwrap();
+    eventually(
+        "the banned peer's new connection is refused",
+        Duration::from_secs(10),
+        || async {
+            let now = target.handle.stats().await.unwrap();
+            if now.failed_incoming > stats.failed_incoming {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        },
+    )
+    .await;
+
+    // The well-behaved peer was never touched: still connected, its
+    // requests answered, floods going both ways.
+    let known = target.handle.known_peers().await.unwrap();
+    assert!(known.iter().any(|k| k.peer == friend.peer && k.connected));
+    let answer = friend
+        .handle
+        .request(target.peer, b"ping".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(answer, b"gnip");
+    for (seq, (from, to)) in [(&target, &friend), (&friend, &target)]
+        .into_iter()
+        .enumerate()
+    {
+        let id = FloodId {
+            job: JobId(5),
+            seq: seq as u32,
+        };
+        eventually("the two are linked", Duration::from_secs(10), || async {
+            let links = from.handle.links().await.unwrap();
+            if links.iter().any(|(p, _)| *p == to.peer) {
+                Ok(())
+            } else {
+                Err(format!("{links:?}"))
+            }
+        })
+        .await;
+        from.handle
+            .flood(id, header(seq as u32, 2, None), b"advert".to_vec())
+            .await
+            .unwrap();
+        eventually("the flood arrives", Duration::from_secs(10), || async {
+            if to.deliveries(id).is_empty() {
+                Err("not yet".into())
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+    }
+    assert_eq!(target.handle.stats().await.unwrap().bans, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
