@@ -11,7 +11,7 @@ use libp2p::{Multiaddr, PeerId};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use zorilla_core::advert::{FloodHeader, JobId};
-use zorilla_core::flood::FloodId;
+use zorilla_core::flood::{FloodConfig, FloodId};
 use zorilla_core::neighbours::{LinkKind, NeighbourConfig};
 use zorilla_overlay::latency::{Site, SiteLink};
 use zorilla_overlay::{
@@ -942,6 +942,146 @@ async fn an_identified_peer_sending_malformed_frames_is_banned_at_the_limit() {
         .await;
     }
     assert_eq!(target.handle.stats().await.unwrap().bans, 1);
+}
+
+/// The per-peer advert rate limit, end to end: a node that takes 3 adverts
+/// a second from each peer gets 40 distinct floods at once from one peer.
+/// It delivers no more than the burst plus what refilled while they
+/// arrived, counts every other one as rate-limited, still takes another
+/// peer's adverts, and takes the first peer's again once its bucket
+/// refilled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adverts_beyond_a_peers_rate_are_dropped() {
+    let net = network("rate");
+    let rate = 3u32;
+    let receiver = Node::start(OverlayConfig {
+        flood: FloodConfig {
+            adverts_per_peer_per_sec: rate,
+            ..FloodConfig::default()
+        },
+        ..config(&net, 2, 1)
+    })
+    .await;
+    let join = || OverlayConfig {
+        bootstrap: vec![receiver.addr.clone()],
+        ..config(&net, 2, 1)
+    };
+    let (noisy, quiet) = (Node::start(join()).await, Node::start(join()).await);
+    for sender in [&noisy, &quiet] {
+        eventually(
+            "the sender floods to the receiver",
+            Duration::from_secs(10),
+            || async {
+                let links = sender.handle.links().await.unwrap();
+                if links.iter().any(|(p, _)| *p == receiver.peer) {
+                    Ok(())
+                } else {
+                    Err(format!("{links:?}"))
+                }
+            },
+        )
+        .await;
+    }
+    let received_from = |job: u64| {
+        let seen = receiver.seen.lock().unwrap();
+        seen.floods
+            .iter()
+            .filter(|(id, _, _)| id.job == JobId(job))
+            .count() as u64
+    };
+
+    // TTL 1: the receiver forwards nothing, so only these copies count.
+    let floods = 40u32;
+    let start = Instant::now();
+    for seq in 0..floods {
+        let id = FloodId { job: JobId(1), seq };
+        noisy
+            .handle
+            .flood(id, header(seq, 1, None), vec![1])
+            .await
+            .unwrap();
+    }
+    eventually(
+        "every copy reached the receiver",
+        Duration::from_secs(10),
+        || async {
+            let stats = receiver.handle.stats().await.unwrap();
+            if stats.flood_frames_received >= u64::from(floods) {
+                Ok(())
+            } else {
+                Err(format!("{stats:?}"))
+            }
+        },
+    )
+    .await;
+    let elapsed = start.elapsed();
+    let stats = receiver.handle.stats().await.unwrap();
+    assert_eq!(stats.flood_frames_received, u64::from(floods));
+    let delivered = stats.router.delivered;
+    let allowed = u64::from(rate) + (f64::from(rate) * elapsed.as_secs_f64()).ceil() as u64;
+    assert!(
+        (u64::from(rate)..=allowed).contains(&delivered),
+        "{delivered} of {floods} delivered in {elapsed:?}; the burst is {rate}, at most \
+         {allowed} may pass"
+    );
+    assert_eq!(stats.router.rate_limited, u64::from(floods) - delivered);
+    assert_eq!(
+        received_from(1),
+        delivered,
+        "the node got what the router let through"
+    );
+
+    // The limit is per peer: the other sender's adverts pass.
+    for seq in 0..rate {
+        let id = FloodId { job: JobId(2), seq };
+        quiet
+            .handle
+            .flood(id, header(seq, 1, None), vec![2])
+            .await
+            .unwrap();
+    }
+    eventually(
+        "the quiet peer's adverts are delivered",
+        Duration::from_secs(5),
+        || async {
+            if received_from(2) == u64::from(rate) {
+                Ok(())
+            } else {
+                Err(format!("{} delivered", received_from(2)))
+            }
+        },
+    )
+    .await;
+
+    // And the noisy peer's bucket refills: a new advert passes again.
+    let mut seq = 0;
+    let refilled = eventually(
+        "the noisy peer's adverts pass again",
+        Duration::from_secs(3),
+        || {
+            seq += 1;
+            let id = FloodId { job: JobId(3), seq };
+            let noisy = &noisy;
+            async move {
+                noisy
+                    .handle
+                    .flood(id, header(seq, 1, None), vec![3])
+                    .await
+                    .unwrap();
+                if received_from(3) > 0 {
+                    Ok(())
+                } else {
+                    Err("rate-limited".into())
+                }
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "{delivered} of {floods} adverts delivered in {elapsed:?}, {} rate-limited; \
+         the bucket refilled within {refilled:?}",
+        stats.router.rate_limited
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
