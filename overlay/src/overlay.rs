@@ -31,9 +31,20 @@
 //!   exchange answered); connections the peer dialed are the peer's to
 //!   close, so that we never cut short a peer's probe of us.
 //! - **Failures**: a neighbour whose connection closes is redialed; if the
-//!   dial fails it is removed from the table (and not tried again for a
-//!   while) and the set is refreshed, so the overlay repairs itself within a
-//!   ping timeout of a failure.
+//!   dial fails, or the new link breaks again soon, it is removed from the
+//!   table (and not tried again for a while) and the set is refreshed, so
+//!   the overlay repairs itself within a ping timeout of a failure.
+//! - **Connection limits**: at most `max_connections` are open (more are
+//!   refused), and the node keeps
+//!   [`kept_connections`](OverlayConfig::kept_connections) of them for
+//!   itself (probes wait for a free one). The rest are introductions: a
+//!   node that connects above that (say a new node whose only bootstrap
+//!   peer this is) gets its peer exchange answered and is then let go, so
+//!   that a full node still lets newcomers join through it. Surplus
+//!   connections are closed least needed first, never a neighbour's; a
+//!   node shed by a full neighbour that way replaces it. A new node that
+//!   was refused dials its bootstrap peers again after 0.5 s, then 1, 2,
+//!   4 and 5 s, randomised so that refused nodes do not return at once.
 //! - **Misbehaviour**: malformed or oversized frames, and floods without
 //!   TTL, are dropped with a log line and count against the sender; at the
 //!   limit the peer is disconnected and refused for a while. So is a peer of
@@ -84,9 +95,13 @@ const MAX_PEER_RECORDS: usize = 32;
 /// A connection whose peer has not identified itself after this long is
 /// closed.
 const IDENTIFY_GRACE: Duration = Duration::from_secs(10);
-/// How often the bootstrap peers are dialed again while we have no
-/// connection at all.
-const BOOTSTRAP_RETRY: Duration = Duration::from_secs(5);
+/// While a node has no connection at all it dials its bootstrap peers
+/// again, first after about this long (randomised by half either way, so
+/// that nodes refused by a full bootstrap peer do not all come back at
+/// once), then twice as long each time up to [`BOOTSTRAP_RETRY_MAX`].
+const BOOTSTRAP_RETRY_MIN: Duration = Duration::from_millis(500);
+/// The longest wait between two bootstrap attempts.
+const BOOTSTRAP_RETRY_MAX: Duration = Duration::from_secs(5);
 /// How long the transport's handshake (noise, yamux) may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
 /// A former neighbour's connection is kept this long after it stopped being
@@ -147,6 +162,9 @@ pub struct OverlayStats {
     pub bans: u64,
     /// Connections established.
     pub connections: u64,
+    /// Connections open now (never more than the configured
+    /// `max_connections`).
+    pub open_connections: u64,
     /// Incoming connections that failed before they were established
     /// (garbage, failed handshakes, refused peers).
     pub failed_incoming: u64,
@@ -545,7 +563,11 @@ impl Overlay {
             pending_requests: HashMap::new(),
             peer_exchanges: HashMap::new(),
             next_peer_exchange: now + config.peer_exchange_interval,
-            next_bootstrap: now + BOOTSTRAP_RETRY,
+            next_bootstrap: now + BOOTSTRAP_RETRY_MIN,
+            bootstrap_backoff: BOOTSTRAP_RETRY_MIN * 2,
+            kept_connections: config.kept_connections(),
+            introduced: HashSet::new(),
+            redialed: HashMap::new(),
             stats: OverlayStats::default(),
             config,
         };
@@ -716,7 +738,18 @@ struct Driver {
     /// Our outstanding peer-exchange requests, with whom.
     peer_exchanges: HashMap<OutboundRequestId, PeerId>,
     next_peer_exchange: Instant,
+    /// When the bootstrap peers are dialed again if we are still alone.
     next_bootstrap: Instant,
+    /// The wait before the bootstrap attempt after that one.
+    bootstrap_backoff: Duration,
+    /// Connections the node keeps for itself; the rest of
+    /// `max_connections` are introductions (see [`Driver::shed_surplus`]).
+    kept_connections: usize,
+    /// Peers we sent our peer records (answered their peer exchange) on
+    /// their current connection.
+    introduced: HashSet<PeerId>,
+    /// Neighbours whose link broke and that we dialed again, with when.
+    redialed: HashMap<PeerId, Instant>,
     stats: OverlayStats,
 }
 
@@ -732,9 +765,38 @@ impl Driver {
                 },
                 event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
                 _ = tick.tick() => self.maintain().await,
+                () = tokio::time::sleep_until(self.next_bootstrap), if self.alone() => {
+                    self.retry_bootstrap();
+                }
             }
         }
         tracing::debug!(peer = %self.local, "overlay stopped");
+    }
+
+    /// Whether we have bootstrap peers and no connection, nor a dial under
+    /// way.
+    fn alone(&self) -> bool {
+        !self.config.bootstrap.is_empty()
+            && self.connections.is_empty()
+            && self
+                .swarm
+                .network_info()
+                .connection_counters()
+                .num_pending_outgoing()
+                == 0
+    }
+
+    /// Dials the bootstrap peers again and schedules the next attempt (see
+    /// [`BOOTSTRAP_RETRY_MIN`]).
+    fn retry_bootstrap(&mut self) {
+        let jitter = rand::Rng::random_range(&mut self.rng, 0.5..1.5);
+        self.next_bootstrap = Instant::now() + self.bootstrap_backoff.mul_f64(jitter);
+        self.bootstrap_backoff = (self.bootstrap_backoff * 2).min(BOOTSTRAP_RETRY_MAX);
+        for addr in self.config.bootstrap.clone() {
+            if let Err(e) = self.swarm.dial(addr.clone()) {
+                tracing::debug!(%addr, error = %e, "cannot dial bootstrap peer");
+            }
+        }
     }
 
     /// The core's notion of now.
@@ -842,8 +904,14 @@ impl Driver {
                 let _ = reply.send(self.listen_addrs.clone());
             }
             Command::Stats(reply) => {
+                let open = self
+                    .swarm
+                    .network_info()
+                    .connection_counters()
+                    .num_established();
                 let stats = OverlayStats {
                     router: self.router.stats(),
+                    open_connections: u64::from(open),
                     ..self.stats
                 };
                 let _ = reply.send(stats);
@@ -1007,19 +1075,31 @@ impl Driver {
                     self.samples.remove(&peer_id);
                     self.last_pong.remove(&peer_id);
                     self.chosen_by.remove(&peer_id);
+                    self.introduced.remove(&peer_id);
                     if self.verified.remove(&peer_id) {
                         self.emit(Event::PeerLost { peer: peer_id }).await;
                     }
                     // A neighbour's link broke: redial at once; if that
-                    // fails the peer is gone and is replaced.
-                    if self.table.kind(&peer_id).is_some() && !self.dial_peer(peer_id) {
-                        self.unreachable(peer_id).await;
+                    // fails, or the link breaks again soon after (a full
+                    // peer sheds us), the peer is replaced.
+                    if self.table.kind(&peer_id).is_some() {
+                        let again = self
+                            .redialed
+                            .get(&peer_id)
+                            .is_some_and(|at| at.elapsed() < LINGER);
+                        if again || !self.dial_peer(peer_id) {
+                            self.redialed.remove(&peer_id);
+                            self.unreachable(peer_id).await;
+                        } else {
+                            self.redialed.insert(peer_id, Instant::now());
+                        }
                     }
                 }
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => match error {
                 DialError::DialPeerConditionFalse(_) | DialError::Aborted => {}
                 DialError::Denied { cause } => {
+                    // We are full (a neighbour is dialed again by maintain).
                     tracing::debug!(?peer_id, %cause, "dial denied locally");
                     if let Some(peer) = peer_id {
                         self.probing.remove(&peer);
@@ -1113,6 +1193,7 @@ impl Driver {
             self.remember_addrs(peer, addrs);
         }
         if self.verified.insert(peer) {
+            self.bootstrap_backoff = BOOTSTRAP_RETRY_MIN;
             self.table.add_candidate(peer);
             if self.table.kind(&peer).is_some() {
                 self.send_link(peer, true);
@@ -1185,6 +1266,7 @@ impl Driver {
                                 .send_response(channel, RpcResponse::Done);
                         }
                         Checked::Valid(RpcRequest::Peers) => {
+                            self.introduced.insert(peer);
                             let records = self.peer_records(&peer);
                             let _ = self
                                 .swarm
@@ -1245,7 +1327,13 @@ impl Driver {
             request_response::Event::InboundFailure { peer, error, .. } => {
                 self.on_inbound_failure(peer, error).await;
             }
-            request_response::Event::ResponseSent { .. } => {}
+            request_response::Event::ResponseSent { peer, .. } => {
+                // A newcomer that came in above our limit has what it came
+                // for once it has our peer records.
+                if self.introduced.contains(&peer) {
+                    self.shed_surplus();
+                }
+            }
         }
     }
 
@@ -1439,7 +1527,7 @@ impl Driver {
     /// closes it if it never does); so is one not measured yet or whose
     /// answer to our peer exchange is outstanding: closing a bootstrap
     /// connection before either would leave a new node knowing nobody, to
-    /// try again only after [`BOOTSTRAP_RETRY`].
+    /// try again only a bootstrap retry later.
     fn close_if_unneeded(&mut self, peer: PeerId) {
         let lingering = self
             .former
@@ -1471,10 +1559,71 @@ impl Driver {
         }
     }
 
+    /// Connections open now.
+    fn open_connections(&self) -> usize {
+        self.swarm
+            .network_info()
+            .connection_counters()
+            .num_established() as usize
+    }
+
+    /// How many more connections the node may open for itself (probes)
+    /// without eating into the introduction slots.
+    fn free_connections(&self) -> usize {
+        self.kept_connections
+            .saturating_sub(self.open_connections())
+    }
+
+    /// Above [`OverlayConfig::kept_connections`], connections are
+    /// introductions: a node that could only reach us (a new node whose
+    /// one bootstrap peer we are) gets in, gets our peer records, and is
+    /// let go, so that a full node still lets newcomers join through it
+    /// instead of refusing them until someone leaves. Closes the surplus,
+    /// least needed first: never a neighbour's, a probe's or one with
+    /// application requests under way, nor one whose peer has not had our
+    /// peer records yet (unless it has been connected for
+    /// [`IDENTIFY_GRACE`]); peers that chose us as their neighbour go
+    /// last, the newest connections first.
+    fn shed_surplus(&mut self) {
+        let surplus = self
+            .open_connections()
+            .saturating_sub(self.kept_connections);
+        if surplus == 0 {
+            return;
+        }
+        let mut sheddable: Vec<(bool, Instant, ConnectionId, PeerId)> = self
+            .connections
+            .iter()
+            .filter(|(peer, _)| {
+                self.table.kind(peer).is_none()
+                    && !self.probing.contains_key(*peer)
+                    && !self.pending_requests.values().any(|(p, _)| p == *peer)
+                    && self
+                        .app_traffic
+                        .get(*peer)
+                        .is_none_or(|since| since.elapsed() >= LINGER)
+            })
+            .flat_map(|(peer, conns)| conns.iter().map(move |c| (*peer, c)))
+            .filter(|(peer, c)| {
+                self.introduced.contains(peer) || c.since.elapsed() >= IDENTIFY_GRACE
+            })
+            .map(|(peer, c)| (self.chosen_by.contains(&peer), c.since, c.id, peer))
+            .collect();
+        sheddable.sort_by_key(|(chooser, since, _, _)| (*chooser, std::cmp::Reverse(*since)));
+        for (_, _, id, peer) in sheddable.into_iter().take(surplus) {
+            tracing::debug!(%peer, "connection above the kept limit; closing it");
+            self.swarm.close_connection(id);
+        }
+    }
+
     /// Dials unmeasured candidates, a few at a time, so ping can measure
     /// them.
     fn start_probes(&mut self) {
-        let budget = self.config.max_probes.saturating_sub(self.probing.len());
+        let budget = self
+            .config
+            .max_probes
+            .saturating_sub(self.probing.len())
+            .min(self.free_connections());
         if budget == 0 {
             return;
         }
@@ -1518,6 +1667,8 @@ impl Driver {
             .retain(|_, since| now.duration_since(*since) < LINGER);
         self.app_traffic
             .retain(|_, since| now.duration_since(*since) < LINGER);
+        self.redialed
+            .retain(|_, since| now.duration_since(*since) < LINGER);
         let retry = self.config.dead_retry_after;
         self.dead
             .retain(|_, since| now.duration_since(*since) < retry);
@@ -1544,6 +1695,21 @@ impl Driver {
         }
 
         self.refresh().await;
+
+        // Keep a link to every neighbour: a dial refused for want of a free
+        // connection (all taken, some by newcomers being introduced) is
+        // tried again here; a neighbour we cannot dial at all is replaced.
+        let unlinked: Vec<PeerId> = self
+            .table
+            .neighbours()
+            .map(|(p, _, _)| *p)
+            .filter(|p| !self.swarm.is_connected(p))
+            .collect();
+        for peer in unlinked {
+            if !self.dial_peer(peer) {
+                self.unreachable(peer).await;
+            }
+        }
 
         // A peer that has not answered a ping for an interval and a timeout
         // is dead or cut off. libp2p ping reports only the second failure in
@@ -1582,10 +1748,11 @@ impl Driver {
             }
         }
 
+        self.shed_surplus();
         self.start_probes();
         // Measure again a known peer whose measurement is old, so that the
         // table does not live on stale RTTs.
-        if self.probing.len() < self.config.max_probes {
+        if self.probing.len() < self.config.max_probes && self.free_connections() > 0 {
             let core_now = self.now();
             let stale = self
                 .table
@@ -1630,15 +1797,6 @@ impl Driver {
                 .collect();
             for peer in neighbours {
                 self.send_link(peer, true);
-            }
-        }
-
-        if self.connections.is_empty() && now >= self.next_bootstrap {
-            self.next_bootstrap = now + BOOTSTRAP_RETRY;
-            for addr in self.config.bootstrap.clone() {
-                if let Err(e) = self.swarm.dial(addr.clone()) {
-                    tracing::debug!(%addr, error = %e, "cannot dial bootstrap peer");
-                }
             }
         }
 

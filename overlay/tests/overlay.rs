@@ -1084,6 +1084,71 @@ async fn adverts_beyond_a_peers_rate_are_dropped() {
     );
 }
 
+/// A node with room for few connections, and many nodes that know only it:
+/// it never has more connections open than its limit, sampled all the time
+/// they join and at the end, and they still form one overlay, having
+/// learned of each other through peer exchange.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_at_its_connection_limit_still_lets_the_overlay_form() {
+    let net = network("limits");
+    let limit = 5;
+    let hub = Node::start(OverlayConfig {
+        max_connections: limit,
+        ..config(&net, 2, 1)
+    })
+    .await;
+    // Sample the hub's open connections from before anyone dials it.
+    let sampler = {
+        let handle = hub.handle.clone();
+        tokio::spawn(async move {
+            let mut most = 0;
+            loop {
+                match handle.stats().await {
+                    Ok(stats) => most = most.max(stats.open_connections),
+                    Err(_) => return most,
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut nodes = vec![hub];
+    for _ in 0..12 {
+        let joiner = Node::start(OverlayConfig {
+            bootstrap: vec![nodes[0].addr.clone()],
+            ..config(&net, 2, 1)
+        })
+        .await;
+        nodes.push(joiner);
+    }
+    let refs: Vec<&Node> = nodes.iter().collect();
+    let formed = eventually(
+        "the overlay forms around the full node",
+        Duration::from_secs(30),
+        || async { full_and_connected(&refs, 3).await.map(|_| ()) },
+    )
+    .await;
+    let end = nodes[0].handle.stats().await.unwrap();
+    assert!(end.open_connections <= u64::from(limit), "{end:?}");
+    assert!(
+        end.failed_incoming > 0,
+        "the limit was never reached: {end:?}"
+    );
+    nodes[0].handle.shutdown().await;
+    let most = sampler.await.unwrap();
+    assert!(most <= u64::from(limit), "{most} connections open at once");
+    assert!(
+        most >= u64::from(limit) - 1,
+        "the hub was never near its limit: {most}"
+    );
+    eprintln!(
+        "13 nodes formed an overlay in {formed:?} ({:?} after start) around a node of {limit} \
+         connections at most ({most} seen, {} refused)",
+        started.elapsed(),
+        end.failed_incoming
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_peer_id_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
