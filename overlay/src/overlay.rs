@@ -83,7 +83,7 @@ use zorilla_core::neighbours::{LinkKind, NeighbourTable};
 
 use crate::config::OverlayConfig;
 use crate::identity::{self, IdentityError};
-use crate::latency::{MaybeDelayed, Route};
+use crate::latency::{Delay, MaybeDelayed, Route};
 use crate::wire::{
     self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
 };
@@ -591,22 +591,19 @@ fn build_swarm(config: &OverlayConfig, key: &Keypair) -> Result<Swarm<Behaviour>
             .map(move |stream, endpoint| {
                 // Only the dialer delays (see the latency module): it knows the
                 // remote's listen port, hence its site.
-                let route = match (&latency, &endpoint) {
+                let delay = match (&latency, &endpoint) {
                     (Some(l), ConnectedPoint::Dialer { address, .. }) => {
-                        l.topology.route_to(&l.site, address)
+                        l.topology.route_to(&l.site, address).map(|(remote, _)| {
+                            Delay::Route(Route {
+                                topology: l.topology.clone(),
+                                local: l.site.clone(),
+                                remote,
+                            })
+                        })
                     }
                     _ => None,
                 };
-                let one_way = route.as_ref().map_or(Duration::ZERO, |(_, rtt)| *rtt / 2);
-                let route = route.and_then(|(remote, _)| {
-                    let l = latency.as_ref()?;
-                    Some(Route {
-                        topology: l.topology.clone(),
-                        local: l.site.clone(),
-                        remote,
-                    })
-                });
-                MaybeDelayed::new(stream, one_way, route)
+                MaybeDelayed::new(stream, delay)
             })
             .upgrade(upgrade::Version::V1Lazy)
             .authenticate(noise::Config::new(key).map_err(|e| setup(&e))?)

@@ -1239,6 +1239,109 @@ async fn a_peer_that_goes_silent_is_dropped_after_a_ping_timeout() {
     eprintln!("{chosen_by} nodes dropped the silent neighbour after {noticed:?}");
 }
 
+/// A near neighbour whose RTT jumps (a route changed, a link got
+/// congested) is replaced by a nearer peer: the RTTs of open connections
+/// change under the node, and its neighbour selection follows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_near_neighbour_that_becomes_far_is_replaced() {
+    let net = network("reselect");
+    let topology = Topology::from_toml_str(
+        r#"
+        default_rtt_ms = 50
+        [[sites]]
+        name = "a"
+        rtt_within_ms = 1
+        [[sites]]
+        name = "b"
+        rtt_within_ms = 1
+        [[sites]]
+        name = "c"
+        rtt_within_ms = 1
+        [[links]]
+        a = "a"
+        b = "b"
+        rtt_ms = 4
+        [[links]]
+        a = "a"
+        b = "c"
+        rtt_ms = 20
+        "#,
+    )
+    .unwrap();
+    let shared = SharedTopology::new(topology);
+    // One near neighbour each; two samples smooth the RTT and pings are
+    // frequent, so that a change shows within a second.
+    let make = |site: &str| OverlayConfig {
+        latency: Some(LatencyEmulation {
+            topology: shared.clone(),
+            site: site.into(),
+        }),
+        neighbours: NeighbourConfig {
+            near: 1,
+            far: 0,
+            samples: 2,
+            ..NeighbourConfig::default()
+        },
+        ping_interval: Duration::from_millis(200),
+        refresh_interval: Duration::from_millis(200),
+        ..OverlayConfig::local(&net)
+    };
+    let a = Node::start(make("a")).await;
+    let join = |site: &str| OverlayConfig {
+        bootstrap: vec![a.addr.clone()],
+        ..make(site)
+    };
+    let b = Node::start(join("b")).await;
+    let c = Node::start(join("c")).await;
+    let near_neighbour = |node: &Node| {
+        let handle = node.handle.clone();
+        async move {
+            let neighbours = handle.neighbours().await.unwrap();
+            match neighbours.as_slice() {
+                [n] if n.kind == LinkKind::Near => Some((n.peer, n.rtt)),
+                _ => None,
+            }
+        }
+    };
+    eventually(
+        "a takes b (4 ms) over c (20 ms)",
+        Duration::from_secs(10),
+        || async {
+            let known = a.handle.known_peers().await.unwrap();
+            let c_measured = known.iter().any(|k| k.peer == c.peer && k.rtt.is_some());
+            match near_neighbour(&a).await {
+                Some((peer, _)) if peer == b.peer && c_measured => Ok(()),
+                other => Err(format!("neighbour {other:?}, c measured: {c_measured}")),
+            }
+        },
+    )
+    .await;
+    let (_, rtt) = near_neighbour(&a).await.unwrap();
+    assert!(
+        rtt >= Duration::from_millis(4) && rtt < Duration::from_millis(20),
+        "{rtt:?}"
+    );
+
+    // The link from a to b becomes slow: 100 ms, five times c's 20.
+    shared
+        .set_rtt("a", "b", Duration::from_millis(100))
+        .unwrap();
+    let took = eventually("a replaces b by c", Duration::from_secs(5), || async {
+        match near_neighbour(&a).await {
+            Some((peer, _)) if peer == c.peer => Ok(()),
+            other => Err(format!("neighbour {other:?}")),
+        }
+    })
+    .await;
+    let known = a.handle.known_peers().await.unwrap();
+    let b_rtt = known.iter().find(|k| k.peer == b.peer).and_then(|k| k.rtt);
+    assert!(
+        b_rtt.is_some_and(|rtt| rtt >= Duration::from_millis(100)),
+        "b's RTT as a measures it: {b_rtt:?}"
+    );
+    eprintln!("b's RTT went from {rtt:?} to {b_rtt:?}; a switched to c after {took:?}");
+}
+
 /// Name of the mDNS test, as libtest knows it (`--exact`).
 const MDNS_TEST: &str = "mdns_finds_peers_on_the_local_network_without_bootstrap";
 /// Set (to the parent's network namespace, as `/proc/self/ns/net` reads)
