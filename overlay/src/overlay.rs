@@ -88,6 +88,8 @@ use crate::wire::{
     self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
 };
 
+/// Most behaviour events kept from before the event loop starts.
+const MAX_EARLY_EVENTS: usize = 64;
 /// Most addresses remembered per peer.
 const MAX_ADDRS_PER_PEER: usize = 8;
 /// Most peers in one peer-exchange answer.
@@ -494,6 +496,10 @@ impl Overlay {
             pending.insert(id);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
+        // What the behaviours report meanwhile (mDNS may find peers before
+        // the last listener is up, and reports each only once) is handed
+        // to the event loop.
+        let mut early = Vec::new();
         while !pending.is_empty() {
             let event = tokio::time::timeout_at(deadline, swarm.select_next_some())
                 .await
@@ -509,6 +515,9 @@ impl Overlay {
                 SwarmEvent::ListenerClosed { reason: Err(e), .. }
                 | SwarmEvent::ListenerError { error: e, .. } => {
                     return Err(OverlayError::Setup(format!("listener failed: {e}")));
+                }
+                SwarmEvent::Behaviour(event) if early.len() < MAX_EARLY_EVENTS => {
+                    early.push(event);
                 }
                 _ => {}
             }
@@ -571,7 +580,7 @@ impl Overlay {
             stats: OverlayStats::default(),
             config,
         };
-        tokio::spawn(driver.run());
+        tokio::spawn(driver.run(early));
         Ok((
             OverlayHandle {
                 commands: command_tx,
@@ -751,7 +760,10 @@ struct Driver {
 }
 
 impl Driver {
-    async fn run(mut self) {
+    async fn run(mut self, early: Vec<BehaviourEvent>) {
+        for event in early {
+            self.on_behaviour_event(event).await;
+        }
         let mut tick = tokio::time::interval(self.config.refresh_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
