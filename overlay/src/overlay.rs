@@ -48,12 +48,14 @@
 //! - **Misbehaviour**: malformed or oversized frames, and floods without
 //!   TTL, are dropped with a log line and count against the sender; at the
 //!   limit the peer is disconnected and refused for a while. So is a peer of
-//!   another network, at once.
+//!   another network, a moment later (so that it reads our identify and
+//!   learns that we are foreign too), and it is remembered: never dialed
+//!   again on our own initiative, however often mDNS announces it.
 //!
 //! Events are sent with back-pressure: the node must keep draining the event
 //! receiver, or the overlay stalls (it never drops a delivered flood).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -88,6 +90,11 @@ use crate::wire::{
     self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
 };
 
+/// Most peers of other networks remembered (see [`ForeignPeers`]).
+const MAX_FOREIGN_PEERS: usize = 1024;
+/// How long a connection to a peer of another network stays open once we
+/// know it is one (see [`Driver::on_identified`]).
+const FAREWELL_GRACE: Duration = Duration::from_secs(1);
 /// Most behaviour events kept from before the event loop starts.
 const MAX_EARLY_EVENTS: usize = 64;
 /// Most addresses remembered per peer.
@@ -162,6 +169,9 @@ pub struct OverlayStats {
     pub misbehaviour: u64,
     /// Peers disconnected and refused (misbehaviour or another network).
     pub bans: u64,
+    /// Peers known to be of another network (remembered, up to a bound,
+    /// and never dialed again on our own initiative).
+    pub foreign_peers: u64,
     /// Connections established.
     pub connections: u64,
     /// Connections open now (never more than the configured
@@ -568,6 +578,8 @@ impl Overlay {
             probing: HashMap::new(),
             dead: HashMap::new(),
             banned: HashMap::new(),
+            foreign: ForeignPeers::new(MAX_FOREIGN_PEERS),
+            farewells: HashMap::new(),
             strikes: HashMap::new(),
             pending_requests: HashMap::new(),
             peer_exchanges: HashMap::new(),
@@ -694,6 +706,51 @@ fn dialable(addr: &Multiaddr) -> bool {
     ip_ok && matches!(iter.next(), Some(Protocol::Tcp(port)) if port != 0)
 }
 
+/// Peers found to belong to another network (their identify said so),
+/// oldest forgotten first beyond a capacity. They are never dialed on our
+/// own initiative again: mDNS keeps announcing them (the nodes of another
+/// grid on the same LAN), and a ban alone expires, after which each
+/// announcement of a new address would be dialed and banned once more. A
+/// peer that turns out to be of our network after all (it dialed us, or
+/// was given explicitly) is taken off the list.
+#[derive(Debug)]
+struct ForeignPeers {
+    order: VecDeque<PeerId>,
+    set: HashSet<PeerId>,
+    capacity: usize,
+}
+
+impl ForeignPeers {
+    fn new(capacity: usize) -> Self {
+        ForeignPeers {
+            order: VecDeque::new(),
+            set: HashSet::new(),
+            capacity,
+        }
+    }
+
+    fn insert(&mut self, peer: PeerId) {
+        if self.set.insert(peer) {
+            self.order.push_back(peer);
+        }
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    fn remove(&mut self, peer: &PeerId) {
+        if self.set.remove(peer) {
+            self.order.retain(|p| p != peer);
+        }
+    }
+
+    fn contains(&self, peer: &PeerId) -> bool {
+        self.set.contains(peer)
+    }
+}
+
 /// Where the answer to one of the node's requests goes.
 type ReplySlot = oneshot::Sender<Result<Vec<u8>, RequestError>>;
 
@@ -738,6 +795,10 @@ struct Driver {
     dead: HashMap<PeerId, Instant>,
     /// Refused peers, with since when.
     banned: HashMap<PeerId, Instant>,
+    /// Peers of other networks.
+    foreign: ForeignPeers,
+    /// Peers of other networks to be cut off, with since when.
+    farewells: HashMap<PeerId, Instant>,
     /// Offences per peer, with the time of the last one.
     strikes: HashMap<PeerId, (u32, Instant)>,
     pending_requests: HashMap<OutboundRequestId, (PeerId, ReplySlot)>,
@@ -921,6 +982,7 @@ impl Driver {
                 let stats = OverlayStats {
                     router: self.router.stats(),
                     open_connections: u64::from(open),
+                    foreign_peers: self.foreign.set.len() as u64,
                     ..self.stats
                 };
                 let _ = reply.send(stats);
@@ -1192,9 +1254,17 @@ impl Driver {
                 ours = %self.identify_version,
                 "peer belongs to another network; refusing it"
             );
-            self.ban(peer).await;
+            self.foreign.insert(peer);
+            // Both sides ask for the other's identify at once. Cut off at
+            // once, the peer might not have read our answer yet: it would
+            // never learn that we are foreign, and would dial us again
+            // whenever mDNS showed us anew. So the connection is closed
+            // (and the peer refused) only a moment later, by `maintain`;
+            // it cannot use our protocols meanwhile.
+            self.farewells.entry(peer).or_insert_with(Instant::now);
             return;
         }
+        self.foreign.remove(&peer);
         self.dead.remove(&peer);
         let addrs: Vec<Multiaddr> = info.listen_addrs.into_iter().filter(dialable).collect();
         if !addrs.is_empty() {
@@ -1416,9 +1486,12 @@ impl Driver {
         }
     }
 
-    /// Whether `peer` is not to be talked to now.
+    /// Whether `peer` is not to be dialed now (nor learned of: mDNS, peer
+    /// exchange).
     fn refused(&self, peer: &PeerId) -> bool {
-        self.banned.contains_key(peer) || self.dead.contains_key(peer)
+        self.banned.contains_key(peer)
+            || self.dead.contains_key(peer)
+            || self.foreign.contains(peer)
     }
 
     /// Dials `peer` at its known addresses unless connected or dialing.
@@ -1672,6 +1745,16 @@ impl Driver {
             self.banned.remove(&peer);
             self.swarm.behaviour_mut().blocked.unblock_peer(peer);
         }
+        let farewells: Vec<PeerId> = self
+            .farewells
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) >= FAREWELL_GRACE)
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in farewells {
+            self.farewells.remove(&peer);
+            self.ban(peer).await;
+        }
         self.former
             .retain(|_, since| now.duration_since(*since) < LINGER);
         self.app_traffic
@@ -1814,5 +1897,30 @@ impl Driver {
         let connections = &self.connections;
         self.addrs
             .retain(|peer, _| known.contains(peer) || connections.contains_key(peer));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_peers_are_a_bounded_set_oldest_forgotten_first() {
+        let peers: Vec<PeerId> = (0..5).map(|_| PeerId::random()).collect();
+        let mut foreign = ForeignPeers::new(3);
+        for peer in &peers[..3] {
+            foreign.insert(*peer);
+        }
+        // Inserting a known peer again changes nothing.
+        foreign.insert(peers[0]);
+        assert!(peers[..3].iter().all(|p| foreign.contains(p)));
+        foreign.insert(peers[3]);
+        assert!(!foreign.contains(&peers[0]), "the oldest is forgotten");
+        assert!(peers[1..4].iter().all(|p| foreign.contains(p)));
+        foreign.remove(&peers[2]);
+        assert!(!foreign.contains(&peers[2]));
+        foreign.insert(peers[4]);
+        assert!([1, 3, 4].iter().all(|&i| foreign.contains(&peers[i])));
+        assert_eq!((foreign.order.len(), foreign.set.len()), (3, 3));
     }
 }

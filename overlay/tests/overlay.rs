@@ -1456,9 +1456,12 @@ fn mdns_inside_namespace(parent: &str) {
 
 async fn mdns_scenario() {
     let net = network("mdns");
+    // Bans short enough to run out within the test (see below).
+    let ban = Duration::from_millis(300);
     let make = |mdns| OverlayConfig {
         mdns,
         listen: vec!["/ip4/0.0.0.0/tcp/0".parse().unwrap()],
+        ban_duration: ban,
         ..config(&net, 2, 1)
     };
     // The silent node first, so it is up for the whole window.
@@ -1511,7 +1514,84 @@ async fn mdns_scenario() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // A node of another grid joins the LAN and announces itself by mDNS.
+    // It and each of ours meet (each dialing the other, or one the other),
+    // refuse each other, and remember it.
+    let foreign = Node::start(OverlayConfig {
+        network: network("mdns-other"),
+        ..make(true)
+    })
+    .await;
+    let counts = || async {
+        let mut counts = Vec::new();
+        for node in [&a, &b, &foreign] {
+            let stats = node.handle.stats().await.unwrap();
+            counts.push((
+                stats.foreign_peers,
+                stats.bans,
+                stats.connections,
+                stats.failed_incoming,
+            ));
+        }
+        counts
+    };
+    eventually(
+        "each side knows the other is foreign",
+        Duration::from_secs(10),
+        || async {
+            let now = counts().await;
+            let foreign_peers: Vec<u64> = now.iter().map(|c| c.0).collect();
+            if foreign_peers == [1, 1, 2] {
+                Ok(())
+            } else {
+                Err(format!(
+                    "foreign peers known by a, b, foreign: {foreign_peers:?}"
+                ))
+            }
+        },
+    )
+    .await;
+    // Their bans run out silently (within a ban and a maintenance tick):
+    // there is nothing to wait for but time.
+    tokio::time::sleep(ban + OverlayConfig::default().refresh_interval * 2).await;
+    let before = counts().await;
+
+    // Every node gains an address: each announces it by mDNS, a new
+    // (peer, address) pair for the others. Nodes must not dial the other
+    // grid's node at its new address, nor it them: they know it is foreign.
+    ip("addr add 192.0.2.2/24 dev zmdns0");
+    let renewed = eventually(
+        "mDNS announced the new addresses",
+        Duration::from_secs(10),
+        || async {
+            for (x, y) in [(&a, &b), (&b, &a)] {
+                let known = x.handle.known_peers().await.unwrap();
+                let new = known
+                    .iter()
+                    .filter(|k| k.peer == y.peer)
+                    .flat_map(|k| &k.addrs)
+                    .any(|addr| addr.to_string().starts_with("/ip4/192.0.2.2/"));
+                if !new {
+                    return Err("not yet".into());
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    // The announcement reached everyone at once; give a dial, were there
+    // one, time to happen and be refused.
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_millis(1500) {
+        // (foreign peers, bans, connections, refused connections) of a, b
+        // and the other grid's node.
+        assert_eq!(counts().await, before, "a foreign peer was dialed again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     eprintln!(
-        "mDNS pair found each other after {found:?} (RTT {rtt:?}); the node without mDNS stayed unknown"
+        "mDNS pair found each other after {found:?} (RTT {rtt:?}); the node without mDNS stayed \
+         unknown; the other grid's node was refused and not dialed again after \
+         the new addresses were announced ({renewed:?})"
     );
 }
