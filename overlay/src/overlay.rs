@@ -589,6 +589,7 @@ impl Overlay {
             kept_connections: config.kept_connections(),
             introduced: HashSet::new(),
             redialed: HashMap::new(),
+            unlinked: HashMap::new(),
             stats: OverlayStats::default(),
             config,
         };
@@ -817,6 +818,8 @@ struct Driver {
     introduced: HashSet<PeerId>,
     /// Neighbours whose link broke and that we dialed again, with when.
     redialed: HashMap<PeerId, Instant>,
+    /// Neighbours without a link, with since when `maintain` noticed.
+    unlinked: HashMap<PeerId, Instant>,
     stats: OverlayStats,
 }
 
@@ -1790,15 +1793,23 @@ impl Driver {
 
         // Keep a link to every neighbour: a dial refused for want of a free
         // connection (all taken, some by newcomers being introduced) is
-        // tried again here; a neighbour we cannot dial at all is replaced.
+        // tried again here. A neighbour we cannot dial at all, or still
+        // have no link to after a ping interval and timeout (a dial stalled
+        // in its handshake would otherwise keep it for the whole handshake
+        // timeout, unwatched by ping), is replaced.
+        let link_deadline = self.config.ping_interval + self.config.ping_timeout;
         let unlinked: Vec<PeerId> = self
             .table
             .neighbours()
             .map(|(p, _, _)| *p)
             .filter(|p| !self.swarm.is_connected(p))
             .collect();
+        self.unlinked.retain(|p, _| unlinked.contains(p));
         for peer in unlinked {
-            if !self.dial_peer(peer) {
+            let since = *self.unlinked.entry(peer).or_insert(now);
+            if now.duration_since(since) > link_deadline || !self.dial_peer(peer) {
+                tracing::info!(%peer, "no link to the neighbour; replacing it");
+                self.unlinked.remove(&peer);
                 self.unreachable(peer).await;
             }
         }
