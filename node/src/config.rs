@@ -9,6 +9,7 @@
 //! client = "127.0.0.1:4100"          # client protocol (default: 127.0.0.1, port chosen)
 //! peers = ["/ip4/192.0.2.7/tcp/4001"]
 //! mdns = true
+//! max_connections = 128              # overlay connections at once
 //! cores = 4                          # offered to jobs (default: detected)
 //! memory_mib = 8192                  # offered to jobs (default: detected)
 //! disk_mib = 10000                   # offered to jobs (default: free disk of state_dir)
@@ -63,6 +64,11 @@ pub struct Config {
     pub peers: Option<Vec<String>>,
     /// Discover peers on the local network with mDNS. Default true.
     pub mdns: Option<bool>,
+    /// The most overlay connections open at once; more are refused. An
+    /// eighth of them is kept for introducing newcomers (see
+    /// `zorilla_overlay::OverlayConfig::max_connections`). Default
+    /// [`zorilla_overlay::config::DEFAULT_MAX_CONNECTIONS`].
+    pub max_connections: Option<u32>,
     /// Cores offered to jobs. Default: all detected.
     pub cores: Option<u32>,
     /// Memory offered to jobs, MiB. Default: [`DEFAULT_MEMORY_SHARE`] of
@@ -148,6 +154,7 @@ impl Config {
             client,
             peers,
             mdns,
+            max_connections,
             cores,
             memory_mib,
             disk_mib,
@@ -241,6 +248,7 @@ mod tests {
         assert_eq!(config.max_workers_per_job, Some(8));
         assert_eq!(config.client, Some("127.0.0.1:4100".parse().unwrap()));
         assert_eq!(config.web, Some("127.0.0.1:8080".parse().unwrap()));
+        assert_eq!(config.max_connections, Some(128));
         assert_eq!(
             Config::from_toml("", Path::new("empty")).unwrap(),
             Config::default()

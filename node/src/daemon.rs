@@ -121,6 +121,9 @@ impl Daemon {
             listen,
             bootstrap,
             mdns: config.mdns.unwrap_or(true),
+            max_connections: config
+                .max_connections
+                .unwrap_or(zorilla_overlay::config::DEFAULT_MAX_CONNECTIONS),
             state_dir: Some(state_dir.clone()),
             latency,
             ..OverlayConfig::default()
@@ -389,5 +392,30 @@ mod tests {
                 .token
                 .is_none()
         );
+    }
+
+    #[test]
+    fn max_connections_reaches_the_overlay_and_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = Daemon::from_config(&config(dir.path())).unwrap();
+        assert_eq!(
+            default.overlay.max_connections,
+            zorilla_overlay::config::DEFAULT_MAX_CONNECTIONS
+        );
+        let small = Config {
+            max_connections: Some(12),
+            ..config(dir.path())
+        };
+        assert_eq!(
+            Daemon::from_config(&small).unwrap().overlay.max_connections,
+            12
+        );
+        // No room for the six neighbours.
+        let tiny = Config {
+            max_connections: Some(6),
+            ..config(dir.path())
+        };
+        let err = Daemon::from_config(&tiny).unwrap_err().to_string();
+        assert!(err.contains("max_connections"), "{err}");
     }
 }

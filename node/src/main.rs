@@ -34,6 +34,9 @@ struct Cli {
     /// Discover peers with mDNS.
     #[arg(long, env = "ZORILLA_MDNS")]
     mdns: Option<bool>,
+    /// The most overlay connections open at once.
+    #[arg(long, env = "ZORILLA_MAX_CONNECTIONS")]
+    max_connections: Option<u32>,
     /// Cores offered to jobs.
     #[arg(long, env = "ZORILLA_CORES")]
     cores: Option<u32>,
@@ -83,6 +86,7 @@ impl Cli {
             client: self.client,
             peers: list(&self.peers),
             mdns: self.mdns,
+            max_connections: self.max_connections,
             cores: self.cores,
             memory_mib: self.memory_mib,
             disk_mib: self.disk_mib,

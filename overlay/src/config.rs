@@ -73,7 +73,11 @@ pub struct OverlayConfig {
     pub max_message_size: usize,
     /// Time an rpc request may take.
     pub request_timeout: Duration,
-    /// Most established connections.
+    /// Most established connections; more are refused. The top eighth of
+    /// them (at least one) is kept free for introductions: a node that
+    /// connects when the node has no more room for itself gets its peer
+    /// records and is let go (see [`kept_connections`](Self::kept_connections)).
+    /// Must exceed the neighbour set (`near + far`).
     pub max_connections: u32,
     /// Most peers probed at once.
     pub max_probes: usize,
@@ -141,6 +145,18 @@ impl OverlayConfig {
         }
     }
 
+    /// The connections the node keeps for its own use (neighbours, peers
+    /// that chose it, probes): `max_connections` less the introduction
+    /// slots, an eighth of it (at least one), yet never fewer than the
+    /// neighbour set.
+    pub fn kept_connections(&self) -> usize {
+        let max = self.max_connections as usize;
+        let introductions = (max / 8).max(1);
+        max.saturating_sub(introductions)
+            .max(self.neighbours.near + self.neighbours.far)
+            .min(max)
+    }
+
     /// Checks the configuration; the error says what is wrong.
     pub fn validate(&self) -> Result<(), String> {
         let name_ok = !self.network.is_empty()
@@ -175,8 +191,16 @@ impl OverlayConfig {
         if self.channel_capacity == 0 || self.max_connections == 0 {
             return Err("channel_capacity and max_connections must not be zero".into());
         }
-        if self.neighbours.near + self.neighbours.far == 0 {
+        let links = self.neighbours.near + self.neighbours.far;
+        if links == 0 {
             return Err("the neighbour set must not be empty".into());
+        }
+        if self.max_connections as usize <= links {
+            return Err(format!(
+                "max_connections ({}) must exceed the neighbour set ({links}): room for the \
+                 neighbours and for newcomers",
+                self.max_connections
+            ));
         }
         Ok(())
     }
@@ -196,5 +220,21 @@ mod tests {
             };
             assert!(config.validate().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn some_connections_are_kept_free_for_introductions() {
+        let with = |max_connections| OverlayConfig {
+            max_connections,
+            ..OverlayConfig::default()
+        };
+        // Six neighbours by default.
+        assert_eq!(with(128).kept_connections(), 112);
+        assert_eq!(with(16).kept_connections(), 14);
+        assert_eq!(with(9).kept_connections(), 8);
+        // Never fewer than the neighbour set.
+        assert_eq!(with(7).kept_connections(), 6);
+        assert!(with(7).validate().is_ok());
+        assert!(with(6).validate().is_err());
     }
 }

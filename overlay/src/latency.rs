@@ -6,7 +6,9 @@
 //! listen port belongs to. A node started with [`LatencyEmulation`] wraps
 //! every TCP connection it **dials** in a stream that delays each chunk
 //! written by half the RTT between the two sites and each chunk read by the
-//! other half. Only the dialer delays, so every round trip on the connection
+//! other half. The RTT is looked up for every chunk, so a test can change
+//! it on open connections ([`SharedTopology::set_rtt`]), as when a route
+//! changes or a link gets congested. Only the dialer delays, so every round trip on the connection
 //! (whichever side starts it: ping, noise handshake, flood, rpc) takes the
 //! emulated RTT extra, once, without the two sides having to agree.
 //!
@@ -251,6 +253,38 @@ impl SharedTopology {
         isolated.insert(site.to_string());
     }
 
+    /// Sets the RTT between sites `a` and `b` (within site `a` if they are
+    /// the same), in whole milliseconds. Connections already open between
+    /// the two sites take the new delay for every byte sent from now on.
+    pub fn set_rtt(&self, a: &str, b: &str, rtt: Duration) -> Result<(), TopologyError> {
+        let mut topology = self.topology.write().unwrap_or_else(|e| e.into_inner());
+        for site in [a, b] {
+            if !topology.sites.iter().any(|s| s.name == site) {
+                return Err(TopologyError::UnknownSite(site.to_string()));
+            }
+        }
+        let ms = u64::try_from(rtt.as_millis()).unwrap_or(u64::MAX);
+        if a == b {
+            if let Some(site) = topology.sites.iter_mut().find(|s| s.name == a) {
+                site.rtt_within_ms = ms;
+            }
+            return Ok(());
+        }
+        let link = topology
+            .links
+            .iter_mut()
+            .find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a));
+        match link {
+            Some(link) => link.rtt_ms = ms,
+            None => topology.links.push(SiteLink {
+                a: a.to_string(),
+                b: b.to_string(),
+                rtt_ms: ms,
+            }),
+        }
+        Ok(())
+    }
+
     /// Ends an [`isolate`](Self::isolate).
     pub fn heal(&self, site: &str) {
         let mut isolated = self.isolated.write().unwrap_or_else(|e| e.into_inner());
@@ -278,7 +312,7 @@ impl SharedTopology {
     }
 }
 
-/// The two ends of an emulated connection, to check for cuts.
+/// The two ends of an emulated connection: where its delay comes from.
 #[derive(Debug, Clone)]
 pub(crate) struct Route {
     /// The topology.
@@ -289,11 +323,48 @@ pub(crate) struct Route {
     pub(crate) remote: String,
 }
 
-/// Waits while `route` is cut.
-async fn wait_open(route: &Option<Route>) {
-    if let Some(route) = route {
-        while route.topology.is_cut(&route.local, &route.remote) {
-            tokio::time::sleep(CUT_POLL).await;
+/// How long each direction of a delayed connection waits, and whether it
+/// is cut.
+#[derive(Debug, Clone)]
+pub(crate) enum Delay {
+    /// Half the RTT between the route's sites, as the topology says now;
+    /// stalled while the route is cut.
+    Route(Route),
+    /// A fixed one-way delay, never cut (tests of the stream itself).
+    #[cfg(test)]
+    Fixed(Duration),
+}
+
+impl Delay {
+    /// The one-way delay for a chunk sent or received now.
+    fn one_way(&self) -> Duration {
+        match self {
+            Delay::Route(route) => {
+                let topology = route
+                    .topology
+                    .topology
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner());
+                topology
+                    .rtt(&route.local, &route.remote)
+                    .unwrap_or_default()
+                    / 2
+            }
+            #[cfg(test)]
+            Delay::Fixed(one_way) => *one_way,
+        }
+    }
+
+    /// Waits while the route is cut.
+    async fn wait_open(&self) {
+        match self {
+            Delay::Route(route) => {
+                while route.topology.is_cut(&route.local, &route.remote) {
+                    tokio::time::sleep(CUT_POLL).await;
+                }
+            }
+            #[cfg(test)]
+            Delay::Fixed(_) => {}
         }
     }
 }
@@ -327,14 +398,14 @@ impl<S> MaybeDelayed<S>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    /// Wraps `stream`, delaying each direction by `one_way` and stalling
-    /// it while `route` is cut; without a route, a zero delay leaves the
-    /// stream as it is.
-    pub(crate) fn new(stream: S, one_way: Duration, route: Option<Route>) -> Self {
-        if route.is_none() && one_way.is_zero() {
+    /// Wraps `stream`, delaying each direction as `delay` says (looked up
+    /// anew for every chunk); without a delay, leaves the stream as it is.
+    pub(crate) fn new(stream: S, delay: Option<Delay>) -> Self {
+        let Some(delay) = delay else {
             return MaybeDelayed::Direct(stream);
-        }
-        let write_route = route.clone();
+        };
+        let read_delay = delay.clone();
+        let write_delay = delay.clone();
         let (mut read_half, mut write_half) = stream.split();
         let (in_tx, in_rx) = mpsc::channel::<(Instant, io::Result<Vec<u8>>)>(CHUNKS_IN_FLIGHT);
         let (out_tx, mut out_rx) = fmpsc::channel::<Outgoing>(CHUNKS_IN_FLIGHT);
@@ -349,10 +420,10 @@ where
                     () = in_tx.closed() => break,
                 };
                 tokio::select! {
-                    () = wait_open(&route) => {}
+                    () = read_delay.wait_open() => {}
                     () = in_tx.closed() => break,
                 }
-                let due = Instant::now() + one_way;
+                let due = Instant::now() + read_delay.one_way();
                 let (chunk, last) = match read {
                     Ok(0) => (Ok(Vec::new()), true),
                     Ok(n) => (Ok(buf[..n].to_vec()), false),
@@ -363,14 +434,15 @@ where
                 }
             }
         });
-        // Writer: send each chunk when it is due; deadlines are monotonic, so
-        // order is kept and chunks are pipelined rather than delays summed.
+        // Writer: send each chunk when it is due, in order: chunks are
+        // pipelined rather than delays summed, and a chunk due before the
+        // one ahead of it (the RTT dropped) goes right after it.
         tokio::spawn(async move {
             while let Some(item) = out_rx.next().await {
                 match item {
                     Outgoing::Data(due, bytes) => {
                         tokio::time::sleep_until(due).await;
-                        wait_open(&write_route).await;
+                        write_delay.wait_open().await;
                         if write_half.write_all(&bytes).await.is_err()
                             || write_half.flush().await.is_err()
                         {
@@ -383,7 +455,7 @@ where
             let _ = write_half.close().await;
         });
         MaybeDelayed::Delayed(Delayed {
-            one_way,
+            delay,
             incoming: in_rx,
             pending: None,
             current: None,
@@ -401,7 +473,7 @@ enum Outgoing {
 
 /// The delayed form of a connection; the IO happens in two tasks.
 pub(crate) struct Delayed {
-    one_way: Duration,
+    delay: Delay,
     incoming: mpsc::Receiver<(Instant, io::Result<Vec<u8>>)>,
     pending: Option<io::Result<Vec<u8>>>,
     current: Option<(Vec<u8>, usize)>,
@@ -450,7 +522,7 @@ impl Delayed {
             return Poll::Ready(Err(broken()));
         }
         ready!(self.outgoing.poll_ready(cx)).map_err(|_| broken())?;
-        let due = Instant::now() + self.one_way;
+        let due = Instant::now() + self.delay.one_way();
         self.outgoing
             .start_send(Outgoing::Data(due, buf.to_vec()))
             .map_err(|_| broken())?;
@@ -583,7 +655,7 @@ mod tests {
         });
         let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
         let compat = TokioCompat(socket);
-        let mut stream = MaybeDelayed::new(compat, Duration::from_millis(50), None);
+        let mut stream = MaybeDelayed::new(compat, Some(Delay::Fixed(Duration::from_millis(50))));
         let start = std::time::Instant::now();
         stream.write_all(b"hello").await.unwrap();
         let mut buf = [0u8; 5];
@@ -594,6 +666,77 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+        server.await.unwrap();
+    }
+
+    /// Echoes `bytes` through a stream delayed as `delay` says; returns the
+    /// round trip time.
+    async fn echo_time(stream: &mut MaybeDelayed<TokioCompat>, bytes: &[u8]) -> Duration {
+        let start = std::time::Instant::now();
+        stream.write_all(bytes).await.unwrap();
+        let mut buf = vec![0u8; bytes.len()];
+        stream.read_exact(&mut buf).await.unwrap();
+        assert_eq!(buf, bytes);
+        start.elapsed()
+    }
+
+    #[tokio::test]
+    async fn an_open_connection_takes_a_new_rtt_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let (mut read, mut write) = socket.split();
+            tokio::io::copy(&mut read, &mut write).await.unwrap();
+        });
+        let topology = SharedTopology::new(
+            Topology::from_toml_str(
+                "[[sites]]\nname = \"a\"\nrtt_within_ms = 1\n\
+                 [[sites]]\nname = \"b\"\nrtt_within_ms = 1\n\
+                 [[links]]\na = \"a\"\nb = \"b\"\nrtt_ms = 20",
+            )
+            .unwrap(),
+        );
+        let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let route = Route {
+            topology: topology.clone(),
+            local: "a".into(),
+            remote: "b".into(),
+        };
+        let mut stream = MaybeDelayed::new(TokioCompat(socket), Some(Delay::Route(route)));
+        let before = echo_time(&mut stream, b"one").await;
+        assert!(
+            before >= Duration::from_millis(20) && before < Duration::from_millis(150),
+            "{before:?}"
+        );
+        // Either way round names the same link.
+        topology
+            .set_rtt("b", "a", Duration::from_millis(150))
+            .unwrap();
+        assert_eq!(
+            topology.snapshot().rtt("a", "b"),
+            Some(Duration::from_millis(150))
+        );
+        let after = echo_time(&mut stream, b"two").await;
+        assert!(after >= Duration::from_millis(150), "{after:?}");
+        topology
+            .set_rtt("a", "b", Duration::from_millis(2))
+            .unwrap();
+        let back = echo_time(&mut stream, b"three").await;
+        assert!(back < Duration::from_millis(100), "{back:?}");
+
+        assert!(matches!(
+            topology.set_rtt("a", "nowhere", Duration::from_millis(5)),
+            Err(TopologyError::UnknownSite(_))
+        ));
+        topology
+            .set_rtt("b", "b", Duration::from_millis(7))
+            .unwrap();
+        assert_eq!(
+            topology.snapshot().rtt("b", "b"),
+            Some(Duration::from_millis(7))
+        );
+        drop(stream);
         server.await.unwrap();
     }
 

@@ -27,21 +27,35 @@
 //!   the two-way one is connected whenever the neighbour choices connect.
 //! - **Closing**: a connection is closed by the side that **dialed** it when
 //!   it needs it no more (not a neighbour, not probing, not chosen by the
-//!   peer); connections the peer dialed are the peer's to close, so that we
-//!   never cut short a peer's probe of us.
+//!   peer, and no longer getting to know it: identified, measured, peer
+//!   exchange answered); connections the peer dialed are the peer's to
+//!   close, so that we never cut short a peer's probe of us.
 //! - **Failures**: a neighbour whose connection closes is redialed; if the
-//!   dial fails it is removed from the table (and not tried again for a
-//!   while) and the set is refreshed, so the overlay repairs itself within a
-//!   ping timeout of a failure.
+//!   dial fails, or the new link breaks again soon, it is removed from the
+//!   table (and not tried again for a while) and the set is refreshed, so
+//!   the overlay repairs itself within a ping timeout of a failure.
+//! - **Connection limits**: at most `max_connections` are open (more are
+//!   refused), and the node keeps
+//!   [`kept_connections`](OverlayConfig::kept_connections) of them for
+//!   itself (probes wait for a free one). The rest are introductions: a
+//!   node that connects above that (say a new node whose only bootstrap
+//!   peer this is) gets its peer exchange answered and is then let go, so
+//!   that a full node still lets newcomers join through it. Surplus
+//!   connections are closed least needed first, never a neighbour's; a
+//!   node shed by a full neighbour that way replaces it. A new node that
+//!   was refused dials its bootstrap peers again after 0.5 s, then 1, 2,
+//!   4 and 5 s, randomised so that refused nodes do not return at once.
 //! - **Misbehaviour**: malformed or oversized frames, and floods without
 //!   TTL, are dropped with a log line and count against the sender; at the
 //!   limit the peer is disconnected and refused for a while. So is a peer of
-//!   another network, at once.
+//!   another network, a moment later (so that it reads our identify and
+//!   learns that we are foreign too), and it is remembered: never dialed
+//!   again on our own initiative, however often mDNS announces it.
 //!
 //! Events are sent with back-pressure: the node must keep draining the event
 //! receiver, or the overlay stalls (it never drops a delivered flood).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -71,11 +85,18 @@ use zorilla_core::neighbours::{LinkKind, NeighbourTable};
 
 use crate::config::OverlayConfig;
 use crate::identity::{self, IdentityError};
-use crate::latency::{MaybeDelayed, Route};
+use crate::latency::{Delay, MaybeDelayed, Route};
 use crate::wire::{
     self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
 };
 
+/// Most peers of other networks remembered (see [`ForeignPeers`]).
+const MAX_FOREIGN_PEERS: usize = 1024;
+/// How long a connection to a peer of another network stays open once we
+/// know it is one (see [`Driver::on_identified`]).
+const FAREWELL_GRACE: Duration = Duration::from_secs(1);
+/// Most behaviour events kept from before the event loop starts.
+const MAX_EARLY_EVENTS: usize = 64;
 /// Most addresses remembered per peer.
 const MAX_ADDRS_PER_PEER: usize = 8;
 /// Most peers in one peer-exchange answer.
@@ -83,9 +104,13 @@ const MAX_PEER_RECORDS: usize = 32;
 /// A connection whose peer has not identified itself after this long is
 /// closed.
 const IDENTIFY_GRACE: Duration = Duration::from_secs(10);
-/// How often the bootstrap peers are dialed again while we have no
-/// connection at all.
-const BOOTSTRAP_RETRY: Duration = Duration::from_secs(5);
+/// While a node has no connection at all it dials its bootstrap peers
+/// again, first after about this long (randomised by half either way, so
+/// that nodes refused by a full bootstrap peer do not all come back at
+/// once), then twice as long each time up to [`BOOTSTRAP_RETRY_MAX`].
+const BOOTSTRAP_RETRY_MIN: Duration = Duration::from_millis(500);
+/// The longest wait between two bootstrap attempts.
+const BOOTSTRAP_RETRY_MAX: Duration = Duration::from_secs(5);
 /// How long the transport's handshake (noise, yamux) may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
 /// A former neighbour's connection is kept this long after it stopped being
@@ -144,8 +169,14 @@ pub struct OverlayStats {
     pub misbehaviour: u64,
     /// Peers disconnected and refused (misbehaviour or another network).
     pub bans: u64,
+    /// Peers known to be of another network (remembered, up to a bound,
+    /// and never dialed again on our own initiative).
+    pub foreign_peers: u64,
     /// Connections established.
     pub connections: u64,
+    /// Connections open now (never more than the configured
+    /// `max_connections`).
+    pub open_connections: u64,
     /// Incoming connections that failed before they were established
     /// (garbage, failed handshakes, refused peers).
     pub failed_incoming: u64,
@@ -475,6 +506,10 @@ impl Overlay {
             pending.insert(id);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
+        // What the behaviours report meanwhile (mDNS may find peers before
+        // the last listener is up, and reports each only once) is handed
+        // to the event loop.
+        let mut early = Vec::new();
         while !pending.is_empty() {
             let event = tokio::time::timeout_at(deadline, swarm.select_next_some())
                 .await
@@ -490,6 +525,9 @@ impl Overlay {
                 SwarmEvent::ListenerClosed { reason: Err(e), .. }
                 | SwarmEvent::ListenerError { error: e, .. } => {
                     return Err(OverlayError::Setup(format!("listener failed: {e}")));
+                }
+                SwarmEvent::Behaviour(event) if early.len() < MAX_EARLY_EVENTS => {
+                    early.push(event);
                 }
                 _ => {}
             }
@@ -540,15 +578,22 @@ impl Overlay {
             probing: HashMap::new(),
             dead: HashMap::new(),
             banned: HashMap::new(),
+            foreign: ForeignPeers::new(MAX_FOREIGN_PEERS),
+            farewells: HashMap::new(),
             strikes: HashMap::new(),
             pending_requests: HashMap::new(),
-            peer_exchanges: HashSet::new(),
+            peer_exchanges: HashMap::new(),
             next_peer_exchange: now + config.peer_exchange_interval,
-            next_bootstrap: now + BOOTSTRAP_RETRY,
+            next_bootstrap: now + BOOTSTRAP_RETRY_MIN,
+            bootstrap_backoff: BOOTSTRAP_RETRY_MIN * 2,
+            kept_connections: config.kept_connections(),
+            introduced: HashSet::new(),
+            redialed: HashMap::new(),
+            unlinked: HashMap::new(),
             stats: OverlayStats::default(),
             config,
         };
-        tokio::spawn(driver.run());
+        tokio::spawn(driver.run(early));
         Ok((
             OverlayHandle {
                 commands: command_tx,
@@ -568,22 +613,19 @@ fn build_swarm(config: &OverlayConfig, key: &Keypair) -> Result<Swarm<Behaviour>
             .map(move |stream, endpoint| {
                 // Only the dialer delays (see the latency module): it knows the
                 // remote's listen port, hence its site.
-                let route = match (&latency, &endpoint) {
+                let delay = match (&latency, &endpoint) {
                     (Some(l), ConnectedPoint::Dialer { address, .. }) => {
-                        l.topology.route_to(&l.site, address)
+                        l.topology.route_to(&l.site, address).map(|(remote, _)| {
+                            Delay::Route(Route {
+                                topology: l.topology.clone(),
+                                local: l.site.clone(),
+                                remote,
+                            })
+                        })
                     }
                     _ => None,
                 };
-                let one_way = route.as_ref().map_or(Duration::ZERO, |(_, rtt)| *rtt / 2);
-                let route = route.and_then(|(remote, _)| {
-                    let l = latency.as_ref()?;
-                    Some(Route {
-                        topology: l.topology.clone(),
-                        local: l.site.clone(),
-                        remote,
-                    })
-                });
-                MaybeDelayed::new(stream, one_way, route)
+                MaybeDelayed::new(stream, delay)
             })
             .upgrade(upgrade::Version::V1Lazy)
             .authenticate(noise::Config::new(key).map_err(|e| setup(&e))?)
@@ -665,6 +707,51 @@ fn dialable(addr: &Multiaddr) -> bool {
     ip_ok && matches!(iter.next(), Some(Protocol::Tcp(port)) if port != 0)
 }
 
+/// Peers found to belong to another network (their identify said so),
+/// oldest forgotten first beyond a capacity. They are never dialed on our
+/// own initiative again: mDNS keeps announcing them (the nodes of another
+/// grid on the same LAN), and a ban alone expires, after which each
+/// announcement of a new address would be dialed and banned once more. A
+/// peer that turns out to be of our network after all (it dialed us, or
+/// was given explicitly) is taken off the list.
+#[derive(Debug)]
+struct ForeignPeers {
+    order: VecDeque<PeerId>,
+    set: HashSet<PeerId>,
+    capacity: usize,
+}
+
+impl ForeignPeers {
+    fn new(capacity: usize) -> Self {
+        ForeignPeers {
+            order: VecDeque::new(),
+            set: HashSet::new(),
+            capacity,
+        }
+    }
+
+    fn insert(&mut self, peer: PeerId) {
+        if self.set.insert(peer) {
+            self.order.push_back(peer);
+        }
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    fn remove(&mut self, peer: &PeerId) {
+        if self.set.remove(peer) {
+            self.order.retain(|p| p != peer);
+        }
+    }
+
+    fn contains(&self, peer: &PeerId) -> bool {
+        self.set.contains(peer)
+    }
+}
+
 /// Where the answer to one of the node's requests goes.
 type ReplySlot = oneshot::Sender<Result<Vec<u8>, RequestError>>;
 
@@ -709,18 +796,38 @@ struct Driver {
     dead: HashMap<PeerId, Instant>,
     /// Refused peers, with since when.
     banned: HashMap<PeerId, Instant>,
+    /// Peers of other networks.
+    foreign: ForeignPeers,
+    /// Peers of other networks to be cut off, with since when.
+    farewells: HashMap<PeerId, Instant>,
     /// Offences per peer, with the time of the last one.
     strikes: HashMap<PeerId, (u32, Instant)>,
     pending_requests: HashMap<OutboundRequestId, (PeerId, ReplySlot)>,
-    /// Our outstanding peer-exchange requests.
-    peer_exchanges: HashSet<OutboundRequestId>,
+    /// Our outstanding peer-exchange requests, with whom.
+    peer_exchanges: HashMap<OutboundRequestId, PeerId>,
     next_peer_exchange: Instant,
+    /// When the bootstrap peers are dialed again if we are still alone.
     next_bootstrap: Instant,
+    /// The wait before the bootstrap attempt after that one.
+    bootstrap_backoff: Duration,
+    /// Connections the node keeps for itself; the rest of
+    /// `max_connections` are introductions (see [`Driver::shed_surplus`]).
+    kept_connections: usize,
+    /// Peers we sent our peer records (answered their peer exchange) on
+    /// their current connection.
+    introduced: HashSet<PeerId>,
+    /// Neighbours whose link broke and that we dialed again, with when.
+    redialed: HashMap<PeerId, Instant>,
+    /// Neighbours without a link, with since when `maintain` noticed.
+    unlinked: HashMap<PeerId, Instant>,
     stats: OverlayStats,
 }
 
 impl Driver {
-    async fn run(mut self) {
+    async fn run(mut self, early: Vec<BehaviourEvent>) {
+        for event in early {
+            self.on_behaviour_event(event).await;
+        }
         let mut tick = tokio::time::interval(self.config.refresh_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -731,9 +838,38 @@ impl Driver {
                 },
                 event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
                 _ = tick.tick() => self.maintain().await,
+                () = tokio::time::sleep_until(self.next_bootstrap), if self.alone() => {
+                    self.retry_bootstrap();
+                }
             }
         }
         tracing::debug!(peer = %self.local, "overlay stopped");
+    }
+
+    /// Whether we have bootstrap peers and no connection, nor a dial under
+    /// way.
+    fn alone(&self) -> bool {
+        !self.config.bootstrap.is_empty()
+            && self.connections.is_empty()
+            && self
+                .swarm
+                .network_info()
+                .connection_counters()
+                .num_pending_outgoing()
+                == 0
+    }
+
+    /// Dials the bootstrap peers again and schedules the next attempt (see
+    /// [`BOOTSTRAP_RETRY_MIN`]).
+    fn retry_bootstrap(&mut self) {
+        let jitter = rand::Rng::random_range(&mut self.rng, 0.5..1.5);
+        self.next_bootstrap = Instant::now() + self.bootstrap_backoff.mul_f64(jitter);
+        self.bootstrap_backoff = (self.bootstrap_backoff * 2).min(BOOTSTRAP_RETRY_MAX);
+        for addr in self.config.bootstrap.clone() {
+            if let Err(e) = self.swarm.dial(addr.clone()) {
+                tracing::debug!(%addr, error = %e, "cannot dial bootstrap peer");
+            }
+        }
     }
 
     /// The core's notion of now.
@@ -841,8 +977,15 @@ impl Driver {
                 let _ = reply.send(self.listen_addrs.clone());
             }
             Command::Stats(reply) => {
+                let open = self
+                    .swarm
+                    .network_info()
+                    .connection_counters()
+                    .num_established();
                 let stats = OverlayStats {
                     router: self.router.stats(),
+                    open_connections: u64::from(open),
+                    foreign_peers: self.foreign.set.len() as u64,
                     ..self.stats
                 };
                 let _ = reply.send(stats);
@@ -1006,19 +1149,31 @@ impl Driver {
                     self.samples.remove(&peer_id);
                     self.last_pong.remove(&peer_id);
                     self.chosen_by.remove(&peer_id);
+                    self.introduced.remove(&peer_id);
                     if self.verified.remove(&peer_id) {
                         self.emit(Event::PeerLost { peer: peer_id }).await;
                     }
                     // A neighbour's link broke: redial at once; if that
-                    // fails the peer is gone and is replaced.
-                    if self.table.kind(&peer_id).is_some() && !self.dial_peer(peer_id) {
-                        self.unreachable(peer_id).await;
+                    // fails, or the link breaks again soon after (a full
+                    // peer sheds us), the peer is replaced.
+                    if self.table.kind(&peer_id).is_some() {
+                        let again = self
+                            .redialed
+                            .get(&peer_id)
+                            .is_some_and(|at| at.elapsed() < LINGER);
+                        if again || !self.dial_peer(peer_id) {
+                            self.redialed.remove(&peer_id);
+                            self.unreachable(peer_id).await;
+                        } else {
+                            self.redialed.insert(peer_id, Instant::now());
+                        }
                     }
                 }
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => match error {
                 DialError::DialPeerConditionFalse(_) | DialError::Aborted => {}
                 DialError::Denied { cause } => {
+                    // We are full (a neighbour is dialed again by maintain).
                     tracing::debug!(?peer_id, %cause, "dial denied locally");
                     if let Some(peer) = peer_id {
                         self.probing.remove(&peer);
@@ -1102,9 +1257,17 @@ impl Driver {
                 ours = %self.identify_version,
                 "peer belongs to another network; refusing it"
             );
-            self.ban(peer).await;
+            self.foreign.insert(peer);
+            // Both sides ask for the other's identify at once. Cut off at
+            // once, the peer might not have read our answer yet: it would
+            // never learn that we are foreign, and would dial us again
+            // whenever mDNS showed us anew. So the connection is closed
+            // (and the peer refused) only a moment later, by `maintain`;
+            // it cannot use our protocols meanwhile.
+            self.farewells.entry(peer).or_insert_with(Instant::now);
             return;
         }
+        self.foreign.remove(&peer);
         self.dead.remove(&peer);
         let addrs: Vec<Multiaddr> = info.listen_addrs.into_iter().filter(dialable).collect();
         if !addrs.is_empty() {
@@ -1112,6 +1275,7 @@ impl Driver {
             self.remember_addrs(peer, addrs);
         }
         if self.verified.insert(peer) {
+            self.bootstrap_backoff = BOOTSTRAP_RETRY_MIN;
             self.table.add_candidate(peer);
             if self.table.kind(&peer).is_some() {
                 self.send_link(peer, true);
@@ -1184,6 +1348,7 @@ impl Driver {
                                 .send_response(channel, RpcResponse::Done);
                         }
                         Checked::Valid(RpcRequest::Peers) => {
+                            self.introduced.insert(peer);
                             let records = self.peer_records(&peer);
                             let _ = self
                                 .swarm
@@ -1214,7 +1379,7 @@ impl Driver {
                             }
                         };
                         let _ = reply.send(result);
-                    } else if self.peer_exchanges.remove(&request_id)
+                    } else if self.peer_exchanges.remove(&request_id).is_some()
                         && let RpcResponse::Peers(records) = response
                     {
                         self.on_peer_records(peer, records);
@@ -1244,7 +1409,13 @@ impl Driver {
             request_response::Event::InboundFailure { peer, error, .. } => {
                 self.on_inbound_failure(peer, error).await;
             }
-            request_response::Event::ResponseSent { .. } => {}
+            request_response::Event::ResponseSent { peer, .. } => {
+                // A newcomer that came in above our limit has what it came
+                // for once it has our peer records.
+                if self.introduced.contains(&peer) {
+                    self.shed_surplus();
+                }
+            }
         }
     }
 
@@ -1263,7 +1434,7 @@ impl Driver {
             addrs,
         );
         self.stats.requests_sent += 1;
-        self.peer_exchanges.insert(id);
+        self.peer_exchanges.insert(id, peer);
     }
 
     /// Some peers for a peer exchange: neighbours first, then other
@@ -1318,9 +1489,12 @@ impl Driver {
         }
     }
 
-    /// Whether `peer` is not to be talked to now.
+    /// Whether `peer` is not to be dialed now (nor learned of: mDNS, peer
+    /// exchange).
     fn refused(&self, peer: &PeerId) -> bool {
-        self.banned.contains_key(peer) || self.dead.contains_key(peer)
+        self.banned.contains_key(peer)
+            || self.dead.contains_key(peer)
+            || self.foreign.contains(peer)
     }
 
     /// Dials `peer` at its known addresses unless connected or dialing.
@@ -1434,6 +1608,11 @@ impl Driver {
 
     /// Closes the connections we dialed to `peer` if we need it neither as
     /// a neighbour nor for a probe. Connections it dialed are its business.
+    /// A peer that has not identified itself yet is left alone (`maintain`
+    /// closes it if it never does); so is one not measured yet or whose
+    /// answer to our peer exchange is outstanding: closing a bootstrap
+    /// connection before either would leave a new node knowing nobody, to
+    /// try again only a bootstrap retry later.
     fn close_if_unneeded(&mut self, peer: PeerId) {
         let lingering = self
             .former
@@ -1444,7 +1623,11 @@ impl Driver {
                 .get(&peer)
                 .is_some_and(|since| since.elapsed() < LINGER)
             || self.pending_requests.values().any(|(p, _)| *p == peer);
-        if self.table.kind(&peer).is_some()
+        let getting_to_know = !self.verified.contains(&peer)
+            || self.table.rtt(&peer).is_none()
+            || self.peer_exchanges.values().any(|p| *p == peer);
+        if getting_to_know
+            || self.table.kind(&peer).is_some()
             || self.probing.contains_key(&peer)
             || self.chosen_by.contains(&peer)
             || lingering
@@ -1461,10 +1644,71 @@ impl Driver {
         }
     }
 
+    /// Connections open now.
+    fn open_connections(&self) -> usize {
+        self.swarm
+            .network_info()
+            .connection_counters()
+            .num_established() as usize
+    }
+
+    /// How many more connections the node may open for itself (probes)
+    /// without eating into the introduction slots.
+    fn free_connections(&self) -> usize {
+        self.kept_connections
+            .saturating_sub(self.open_connections())
+    }
+
+    /// Above [`OverlayConfig::kept_connections`], connections are
+    /// introductions: a node that could only reach us (a new node whose
+    /// one bootstrap peer we are) gets in, gets our peer records, and is
+    /// let go, so that a full node still lets newcomers join through it
+    /// instead of refusing them until someone leaves. Closes the surplus,
+    /// least needed first: never a neighbour's, a probe's or one with
+    /// application requests under way, nor one whose peer has not had our
+    /// peer records yet (unless it has been connected for
+    /// [`IDENTIFY_GRACE`]); peers that chose us as their neighbour go
+    /// last, the newest connections first.
+    fn shed_surplus(&mut self) {
+        let surplus = self
+            .open_connections()
+            .saturating_sub(self.kept_connections);
+        if surplus == 0 {
+            return;
+        }
+        let mut sheddable: Vec<(bool, Instant, ConnectionId, PeerId)> = self
+            .connections
+            .iter()
+            .filter(|(peer, _)| {
+                self.table.kind(peer).is_none()
+                    && !self.probing.contains_key(*peer)
+                    && !self.pending_requests.values().any(|(p, _)| p == *peer)
+                    && self
+                        .app_traffic
+                        .get(*peer)
+                        .is_none_or(|since| since.elapsed() >= LINGER)
+            })
+            .flat_map(|(peer, conns)| conns.iter().map(move |c| (*peer, c)))
+            .filter(|(peer, c)| {
+                self.introduced.contains(peer) || c.since.elapsed() >= IDENTIFY_GRACE
+            })
+            .map(|(peer, c)| (self.chosen_by.contains(&peer), c.since, c.id, peer))
+            .collect();
+        sheddable.sort_by_key(|(chooser, since, _, _)| (*chooser, std::cmp::Reverse(*since)));
+        for (_, _, id, peer) in sheddable.into_iter().take(surplus) {
+            tracing::debug!(%peer, "connection above the kept limit; closing it");
+            self.swarm.close_connection(id);
+        }
+    }
+
     /// Dials unmeasured candidates, a few at a time, so ping can measure
     /// them.
     fn start_probes(&mut self) {
-        let budget = self.config.max_probes.saturating_sub(self.probing.len());
+        let budget = self
+            .config
+            .max_probes
+            .saturating_sub(self.probing.len())
+            .min(self.free_connections());
         if budget == 0 {
             return;
         }
@@ -1504,9 +1748,21 @@ impl Driver {
             self.banned.remove(&peer);
             self.swarm.behaviour_mut().blocked.unblock_peer(peer);
         }
+        let farewells: Vec<PeerId> = self
+            .farewells
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) >= FAREWELL_GRACE)
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in farewells {
+            self.farewells.remove(&peer);
+            self.ban(peer).await;
+        }
         self.former
             .retain(|_, since| now.duration_since(*since) < LINGER);
         self.app_traffic
+            .retain(|_, since| now.duration_since(*since) < LINGER);
+        self.redialed
             .retain(|_, since| now.duration_since(*since) < LINGER);
         let retry = self.config.dead_retry_after;
         self.dead
@@ -1534,6 +1790,29 @@ impl Driver {
         }
 
         self.refresh().await;
+
+        // Keep a link to every neighbour: a dial refused for want of a free
+        // connection (all taken, some by newcomers being introduced) is
+        // tried again here. A neighbour we cannot dial at all, or still
+        // have no link to after a ping interval and timeout (a dial stalled
+        // in its handshake would otherwise keep it for the whole handshake
+        // timeout, unwatched by ping), is replaced.
+        let link_deadline = self.config.ping_interval + self.config.ping_timeout;
+        let unlinked: Vec<PeerId> = self
+            .table
+            .neighbours()
+            .map(|(p, _, _)| *p)
+            .filter(|p| !self.swarm.is_connected(p))
+            .collect();
+        self.unlinked.retain(|p, _| unlinked.contains(p));
+        for peer in unlinked {
+            let since = *self.unlinked.entry(peer).or_insert(now);
+            if now.duration_since(since) > link_deadline || !self.dial_peer(peer) {
+                tracing::info!(%peer, "no link to the neighbour; replacing it");
+                self.unlinked.remove(&peer);
+                self.unreachable(peer).await;
+            }
+        }
 
         // A peer that has not answered a ping for an interval and a timeout
         // is dead or cut off. libp2p ping reports only the second failure in
@@ -1572,10 +1851,11 @@ impl Driver {
             }
         }
 
+        self.shed_surplus();
         self.start_probes();
         // Measure again a known peer whose measurement is old, so that the
         // table does not live on stale RTTs.
-        if self.probing.len() < self.config.max_probes {
+        if self.probing.len() < self.config.max_probes && self.free_connections() > 0 {
             let core_now = self.now();
             let stale = self
                 .table
@@ -1623,19 +1903,35 @@ impl Driver {
             }
         }
 
-        if self.connections.is_empty() && now >= self.next_bootstrap {
-            self.next_bootstrap = now + BOOTSTRAP_RETRY;
-            for addr in self.config.bootstrap.clone() {
-                if let Err(e) = self.swarm.dial(addr.clone()) {
-                    tracing::debug!(%addr, error = %e, "cannot dial bootstrap peer");
-                }
-            }
-        }
-
         // Keep the address book to peers we still know or are connected to.
         let known: HashSet<PeerId> = self.table.known().map(|(p, _)| *p).collect();
         let connections = &self.connections;
         self.addrs
             .retain(|peer, _| known.contains(peer) || connections.contains_key(peer));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_peers_are_a_bounded_set_oldest_forgotten_first() {
+        let peers: Vec<PeerId> = (0..5).map(|_| PeerId::random()).collect();
+        let mut foreign = ForeignPeers::new(3);
+        for peer in &peers[..3] {
+            foreign.insert(*peer);
+        }
+        // Inserting a known peer again changes nothing.
+        foreign.insert(peers[0]);
+        assert!(peers[..3].iter().all(|p| foreign.contains(p)));
+        foreign.insert(peers[3]);
+        assert!(!foreign.contains(&peers[0]), "the oldest is forgotten");
+        assert!(peers[1..4].iter().all(|p| foreign.contains(p)));
+        foreign.remove(&peers[2]);
+        assert!(!foreign.contains(&peers[2]));
+        foreign.insert(peers[4]);
+        assert!([1, 3, 4].iter().all(|&i| foreign.contains(&peers[i])));
+        assert_eq!((foreign.order.len(), foreign.set.len()), (3, 3));
     }
 }

@@ -210,7 +210,18 @@ where
     where
         T: AsyncRead + Unpin + Send,
     {
-        decode(&read_capped(io, self.max).await?)
+        let buf = read_capped(io, self.max).await?;
+        if buf.is_empty() {
+            // The responder closed the stream without answering (its
+            // application dropped the request, or it refused ours as
+            // malformed): a failed request, not a malformed frame to count
+            // against it.
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "no response: the peer closed the stream without answering",
+            ));
+        }
+        decode(&buf)
     }
 
     async fn write_request<T>(
@@ -329,6 +340,22 @@ mod tests {
             let mut input = futures::io::Cursor::new(b"\xff\x00junk".to_vec());
             let read = codec.read_request(&proto, &mut input).await.unwrap();
             assert!(matches!(read, Checked::Invalid(reason) if reason.contains("malformed")));
+        });
+    }
+
+    #[test]
+    fn an_omitted_response_is_no_malformed_frame() {
+        futures::executor::block_on(async {
+            use libp2p::request_response::Codec;
+            let mut codec = CborCodec::<RpcRequest, RpcResponse>::new(64);
+            let proto = StreamProtocol::new("/test/1");
+            // Only InvalidData counts against the responder.
+            let mut empty = futures::io::Cursor::new(Vec::new());
+            let err = codec.read_response(&proto, &mut empty).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+            let mut garbage = futures::io::Cursor::new(b"\xff".to_vec());
+            let err = codec.read_response(&proto, &mut garbage).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         });
     }
 }

@@ -11,12 +11,16 @@ use libp2p::{Multiaddr, PeerId};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use zorilla_core::advert::{FloodHeader, JobId};
-use zorilla_core::flood::FloodId;
+use zorilla_core::flood::{FloodConfig, FloodId};
 use zorilla_core::neighbours::{LinkKind, NeighbourConfig};
 use zorilla_overlay::latency::{Site, SiteLink};
 use zorilla_overlay::{
     Event, LatencyEmulation, Overlay, OverlayConfig, OverlayHandle, SharedTopology, Topology,
 };
+
+mod raw_peer;
+
+use raw_peer::{Protocol, RawEvent, RawPeer};
 
 type Graph = HashMap<PeerId, Vec<(PeerId, LinkKind)>>;
 
@@ -273,6 +277,35 @@ async fn seventeen_nodes_that_know_one_bootstrap_node_form_one_overlay() {
         .await
         .expect("request answered");
     assert_eq!(answer, b"cba");
+}
+
+/// A new node keeps its connection to its bootstrap peer until that peer
+/// has identified itself, been measured and answered the peer exchange.
+/// The maintenance tick right after start used to close it when the
+/// connection happened to be up before it ran, and the new node then knew
+/// nobody until it dialed again five seconds later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_nodes_meet_their_bootstrap_peer_at_once() {
+    let net = network("bootstrap");
+    let nodes = start_grid(13, |_| config(&net, 2, 1)).await;
+    let bootstrap = nodes[0].peer;
+    let took = eventually(
+        "every node has met its bootstrap peer",
+        Duration::from_secs(3),
+        || async {
+            let missing = nodes[1..]
+                .iter()
+                .filter(|n| !n.seen.lock().unwrap().connected.contains(&bootstrap))
+                .count();
+            if missing == 0 {
+                Ok(())
+            } else {
+                Err(format!("{missing} of 12 have not"))
+            }
+        },
+    )
+    .await;
+    eprintln!("12 nodes met their bootstrap peer within {took:?}");
 }
 
 /// 18 nodes in three regions of six. Each node is its own site, so that
@@ -770,6 +803,352 @@ async fn garbage_oversized_frames_and_misbehaving_peers_do_not_hurt_a_node() {
     assert_eq!(answer, b"gnip");
 }
 
+/// Malformed frames on both protocols from a peer that identified itself as
+/// one of ours: each is counted, the peer stays until the limit, is
+/// disconnected and refused at the limit, and a well-behaved peer is served
+/// throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identified_peer_sending_malformed_frames_is_banned_at_the_limit() {
+    let net = network("malformed");
+    let limit = 4;
+    let target = Node::start(OverlayConfig {
+        misbehaviour_limit: limit,
+        ..config(&net, 2, 1)
+    })
+    .await;
+    let friend = Node::start(OverlayConfig {
+        bootstrap: vec![target.addr.clone()],
+        ..config(&net, 2, 1)
+    })
+    .await;
+    let mut raw = RawPeer::start(&net);
+    let raw_id = raw.peer;
+    raw.dial(target.addr.clone()).await.unwrap();
+    eventually(
+        "the target identified both peers",
+        Duration::from_secs(10),
+        || async {
+            let seen = target.seen.lock().unwrap();
+            if seen.connected.contains(&raw_id) && seen.connected.contains(&friend.peer) {
+                Ok(())
+            } else {
+                Err(format!("{:?}", seen.connected))
+            }
+        },
+    )
+    .await;
+
+    let frames: [(Protocol, &[u8]); 4] = [
+        (Protocol::Flood, b"\xff\x00 not cbor"),
+        // Well-formed CBOR (the integer 42), but not a request.
+        (Protocol::Rpc, b"\x18\x2a"),
+        // A map cut off in its first key.
+        (Protocol::Flood, b"\xa1\x62i"),
+        // Indefinite-length arrays never closed.
+        (Protocol::Rpc, b"\x9f\x9f\x9f\x9f"),
+    ];
+    assert_eq!(frames.len() as u32, limit);
+    for (i, (protocol, bytes)) in frames.into_iter().enumerate() {
+        raw.send(protocol, target.peer, bytes).await;
+        let offences = i as u64 + 1;
+        eventually(
+            &format!("offence {offences} ({protocol:?}) is counted"),
+            Duration::from_secs(10),
+            || async {
+                let stats = target.handle.stats().await.unwrap();
+                if stats.misbehaviour >= offences {
+                    Ok(())
+                } else {
+                    Err(format!("{stats:?}"))
+                }
+            },
+        )
+        .await;
+        let stats = target.handle.stats().await.unwrap();
+        assert_eq!(stats.misbehaviour, offences, "one offence per bad frame");
+        if offences < u64::from(limit) {
+            assert_eq!(stats.bans, 0, "banned before the limit");
+            let known = target.handle.known_peers().await.unwrap();
+            assert!(
+                known.iter().any(|k| k.peer == raw_id && k.connected),
+                "the peer was dropped before the limit"
+            );
+        }
+    }
+
+    // At the limit: disconnected, forgotten, and refused when it returns.
+    raw.expect(RawEvent::Disconnected(target.peer), Duration::from_secs(10))
+        .await;
+    let stats = target.handle.stats().await.unwrap();
+    assert_eq!((stats.misbehaviour, stats.bans), (u64::from(limit), 1));
+    let known = target.handle.known_peers().await.unwrap();
+    assert!(
+        known.iter().all(|k| k.peer != raw_id),
+        "the peer is forgotten"
+    );
+    raw.dial(target.addr.clone()).await.unwrap();
+    eventually(
+        "the banned peer's new connection is refused",
+        Duration::from_secs(10),
+        || async {
+            let now = target.handle.stats().await.unwrap();
+            if now.failed_incoming > stats.failed_incoming {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        },
+    )
+    .await;
+
+    // The well-behaved peer was never touched: still connected, its
+    // requests answered, floods going both ways.
+    let known = target.handle.known_peers().await.unwrap();
+    assert!(known.iter().any(|k| k.peer == friend.peer && k.connected));
+    let answer = friend
+        .handle
+        .request(target.peer, b"ping".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(answer, b"gnip");
+    for (seq, (from, to)) in [(&target, &friend), (&friend, &target)]
+        .into_iter()
+        .enumerate()
+    {
+        let id = FloodId {
+            job: JobId(5),
+            seq: seq as u32,
+        };
+        eventually("the two are linked", Duration::from_secs(10), || async {
+            let links = from.handle.links().await.unwrap();
+            if links.iter().any(|(p, _)| *p == to.peer) {
+                Ok(())
+            } else {
+                Err(format!("{links:?}"))
+            }
+        })
+        .await;
+        from.handle
+            .flood(id, header(seq as u32, 2, None), b"advert".to_vec())
+            .await
+            .unwrap();
+        eventually("the flood arrives", Duration::from_secs(10), || async {
+            if to.deliveries(id).is_empty() {
+                Err("not yet".into())
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+    }
+    assert_eq!(target.handle.stats().await.unwrap().bans, 1);
+}
+
+/// The per-peer advert rate limit, end to end: a node that takes 3 adverts
+/// a second from each peer gets 40 distinct floods at once from one peer.
+/// It delivers no more than the burst plus what refilled while they
+/// arrived, counts every other one as rate-limited, still takes another
+/// peer's adverts, and takes the first peer's again once its bucket
+/// refilled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adverts_beyond_a_peers_rate_are_dropped() {
+    let net = network("rate");
+    let rate = 3u32;
+    let receiver = Node::start(OverlayConfig {
+        flood: FloodConfig {
+            adverts_per_peer_per_sec: rate,
+            ..FloodConfig::default()
+        },
+        ..config(&net, 2, 1)
+    })
+    .await;
+    let join = || OverlayConfig {
+        bootstrap: vec![receiver.addr.clone()],
+        ..config(&net, 2, 1)
+    };
+    let (noisy, quiet) = (Node::start(join()).await, Node::start(join()).await);
+    for sender in [&noisy, &quiet] {
+        eventually(
+            "the sender floods to the receiver",
+            Duration::from_secs(10),
+            || async {
+                let links = sender.handle.links().await.unwrap();
+                if links.iter().any(|(p, _)| *p == receiver.peer) {
+                    Ok(())
+                } else {
+                    Err(format!("{links:?}"))
+                }
+            },
+        )
+        .await;
+    }
+    let received_from = |job: u64| {
+        let seen = receiver.seen.lock().unwrap();
+        seen.floods
+            .iter()
+            .filter(|(id, _, _)| id.job == JobId(job))
+            .count() as u64
+    };
+
+    // TTL 1: the receiver forwards nothing, so only these copies count.
+    let floods = 40u32;
+    let start = Instant::now();
+    for seq in 0..floods {
+        let id = FloodId { job: JobId(1), seq };
+        noisy
+            .handle
+            .flood(id, header(seq, 1, None), vec![1])
+            .await
+            .unwrap();
+    }
+    eventually(
+        "every copy reached the receiver",
+        Duration::from_secs(10),
+        || async {
+            let stats = receiver.handle.stats().await.unwrap();
+            if stats.flood_frames_received >= u64::from(floods) {
+                Ok(())
+            } else {
+                Err(format!("{stats:?}"))
+            }
+        },
+    )
+    .await;
+    let elapsed = start.elapsed();
+    let stats = receiver.handle.stats().await.unwrap();
+    assert_eq!(stats.flood_frames_received, u64::from(floods));
+    let delivered = stats.router.delivered;
+    let allowed = u64::from(rate) + (f64::from(rate) * elapsed.as_secs_f64()).ceil() as u64;
+    assert!(
+        (u64::from(rate)..=allowed).contains(&delivered),
+        "{delivered} of {floods} delivered in {elapsed:?}; the burst is {rate}, at most \
+         {allowed} may pass"
+    );
+    assert_eq!(stats.router.rate_limited, u64::from(floods) - delivered);
+    assert_eq!(
+        received_from(1),
+        delivered,
+        "the node got what the router let through"
+    );
+
+    // The limit is per peer: the other sender's adverts pass.
+    for seq in 0..rate {
+        let id = FloodId { job: JobId(2), seq };
+        quiet
+            .handle
+            .flood(id, header(seq, 1, None), vec![2])
+            .await
+            .unwrap();
+    }
+    eventually(
+        "the quiet peer's adverts are delivered",
+        Duration::from_secs(5),
+        || async {
+            if received_from(2) == u64::from(rate) {
+                Ok(())
+            } else {
+                Err(format!("{} delivered", received_from(2)))
+            }
+        },
+    )
+    .await;
+
+    // And the noisy peer's bucket refills: a new advert passes again.
+    let mut seq = 0;
+    let refilled = eventually(
+        "the noisy peer's adverts pass again",
+        Duration::from_secs(3),
+        || {
+            seq += 1;
+            let id = FloodId { job: JobId(3), seq };
+            let noisy = &noisy;
+            async move {
+                noisy
+                    .handle
+                    .flood(id, header(seq, 1, None), vec![3])
+                    .await
+                    .unwrap();
+                if received_from(3) > 0 {
+                    Ok(())
+                } else {
+                    Err("rate-limited".into())
+                }
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "{delivered} of {floods} adverts delivered in {elapsed:?}, {} rate-limited; \
+         the bucket refilled within {refilled:?}",
+        stats.router.rate_limited
+    );
+}
+
+/// A node with room for few connections, and many nodes that know only it:
+/// it never has more connections open than its limit, sampled all the time
+/// they join and at the end, and they still form one overlay, having
+/// learned of each other through peer exchange.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_at_its_connection_limit_still_lets_the_overlay_form() {
+    let net = network("limits");
+    let limit = 5;
+    let hub = Node::start(OverlayConfig {
+        max_connections: limit,
+        ..config(&net, 2, 1)
+    })
+    .await;
+    // Sample the hub's open connections from before anyone dials it.
+    let sampler = {
+        let handle = hub.handle.clone();
+        tokio::spawn(async move {
+            let mut most = 0;
+            loop {
+                match handle.stats().await {
+                    Ok(stats) => most = most.max(stats.open_connections),
+                    Err(_) => return most,
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut nodes = vec![hub];
+    for _ in 0..12 {
+        let joiner = Node::start(OverlayConfig {
+            bootstrap: vec![nodes[0].addr.clone()],
+            ..config(&net, 2, 1)
+        })
+        .await;
+        nodes.push(joiner);
+    }
+    let refs: Vec<&Node> = nodes.iter().collect();
+    let formed = eventually(
+        "the overlay forms around the full node",
+        Duration::from_secs(30),
+        || async { full_and_connected(&refs, 3).await.map(|_| ()) },
+    )
+    .await;
+    let end = nodes[0].handle.stats().await.unwrap();
+    assert!(end.open_connections <= u64::from(limit), "{end:?}");
+    assert!(
+        end.failed_incoming > 0,
+        "the limit was never reached: {end:?}"
+    );
+    nodes[0].handle.shutdown().await;
+    let most = sampler.await.unwrap();
+    assert!(most <= u64::from(limit), "{most} connections open at once");
+    assert!(
+        most >= u64::from(limit) - 1,
+        "the hub was never near its limit: {most}"
+    );
+    eprintln!(
+        "13 nodes formed an overlay in {formed:?} ({:?} after start) around a node of {limit} \
+         connections at most ({most} seen, {} refused)",
+        started.elapsed(),
+        end.failed_incoming
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_peer_id_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -858,6 +1237,109 @@ async fn a_peer_that_goes_silent_is_dropped_after_a_ping_timeout() {
     )
     .await;
     eprintln!("{chosen_by} nodes dropped the silent neighbour after {noticed:?}");
+}
+
+/// A near neighbour whose RTT jumps (a route changed, a link got
+/// congested) is replaced by a nearer peer: the RTTs of open connections
+/// change under the node, and its neighbour selection follows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_near_neighbour_that_becomes_far_is_replaced() {
+    let net = network("reselect");
+    let topology = Topology::from_toml_str(
+        r#"
+        default_rtt_ms = 50
+        [[sites]]
+        name = "a"
+        rtt_within_ms = 1
+        [[sites]]
+        name = "b"
+        rtt_within_ms = 1
+        [[sites]]
+        name = "c"
+        rtt_within_ms = 1
+        [[links]]
+        a = "a"
+        b = "b"
+        rtt_ms = 4
+        [[links]]
+        a = "a"
+        b = "c"
+        rtt_ms = 20
+        "#,
+    )
+    .unwrap();
+    let shared = SharedTopology::new(topology);
+    // One near neighbour each; two samples smooth the RTT and pings are
+    // frequent, so that a change shows within a second.
+    let make = |site: &str| OverlayConfig {
+        latency: Some(LatencyEmulation {
+            topology: shared.clone(),
+            site: site.into(),
+        }),
+        neighbours: NeighbourConfig {
+            near: 1,
+            far: 0,
+            samples: 2,
+            ..NeighbourConfig::default()
+        },
+        ping_interval: Duration::from_millis(200),
+        refresh_interval: Duration::from_millis(200),
+        ..OverlayConfig::local(&net)
+    };
+    let a = Node::start(make("a")).await;
+    let join = |site: &str| OverlayConfig {
+        bootstrap: vec![a.addr.clone()],
+        ..make(site)
+    };
+    let b = Node::start(join("b")).await;
+    let c = Node::start(join("c")).await;
+    let near_neighbour = |node: &Node| {
+        let handle = node.handle.clone();
+        async move {
+            let neighbours = handle.neighbours().await.unwrap();
+            match neighbours.as_slice() {
+                [n] if n.kind == LinkKind::Near => Some((n.peer, n.rtt)),
+                _ => None,
+            }
+        }
+    };
+    eventually(
+        "a takes b (4 ms) over c (20 ms)",
+        Duration::from_secs(10),
+        || async {
+            let known = a.handle.known_peers().await.unwrap();
+            let c_measured = known.iter().any(|k| k.peer == c.peer && k.rtt.is_some());
+            match near_neighbour(&a).await {
+                Some((peer, _)) if peer == b.peer && c_measured => Ok(()),
+                other => Err(format!("neighbour {other:?}, c measured: {c_measured}")),
+            }
+        },
+    )
+    .await;
+    let (_, rtt) = near_neighbour(&a).await.unwrap();
+    assert!(
+        rtt >= Duration::from_millis(4) && rtt < Duration::from_millis(20),
+        "{rtt:?}"
+    );
+
+    // The link from a to b becomes slow: 100 ms, five times c's 20.
+    shared
+        .set_rtt("a", "b", Duration::from_millis(100))
+        .unwrap();
+    let took = eventually("a replaces b by c", Duration::from_secs(5), || async {
+        match near_neighbour(&a).await {
+            Some((peer, _)) if peer == c.peer => Ok(()),
+            other => Err(format!("neighbour {other:?}")),
+        }
+    })
+    .await;
+    let known = a.handle.known_peers().await.unwrap();
+    let b_rtt = known.iter().find(|k| k.peer == b.peer).and_then(|k| k.rtt);
+    assert!(
+        b_rtt.is_some_and(|rtt| rtt >= Duration::from_millis(100)),
+        "b's RTT as a measures it: {b_rtt:?}"
+    );
+    eprintln!("b's RTT went from {rtt:?} to {b_rtt:?}; a switched to c after {took:?}");
 }
 
 /// Name of the mDNS test, as libtest knows it (`--exact`).
@@ -974,9 +1456,12 @@ fn mdns_inside_namespace(parent: &str) {
 
 async fn mdns_scenario() {
     let net = network("mdns");
+    // Bans short enough to run out within the test (see below).
+    let ban = Duration::from_millis(300);
     let make = |mdns| OverlayConfig {
         mdns,
         listen: vec!["/ip4/0.0.0.0/tcp/0".parse().unwrap()],
+        ban_duration: ban,
         ..config(&net, 2, 1)
     };
     // The silent node first, so it is up for the whole window.
@@ -1029,7 +1514,84 @@ async fn mdns_scenario() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // A node of another grid joins the LAN and announces itself by mDNS.
+    // It and each of ours meet (each dialing the other, or one the other),
+    // refuse each other, and remember it.
+    let foreign = Node::start(OverlayConfig {
+        network: network("mdns-other"),
+        ..make(true)
+    })
+    .await;
+    let counts = || async {
+        let mut counts = Vec::new();
+        for node in [&a, &b, &foreign] {
+            let stats = node.handle.stats().await.unwrap();
+            counts.push((
+                stats.foreign_peers,
+                stats.bans,
+                stats.connections,
+                stats.failed_incoming,
+            ));
+        }
+        counts
+    };
+    eventually(
+        "each side knows the other is foreign",
+        Duration::from_secs(10),
+        || async {
+            let now = counts().await;
+            let foreign_peers: Vec<u64> = now.iter().map(|c| c.0).collect();
+            if foreign_peers == [1, 1, 2] {
+                Ok(())
+            } else {
+                Err(format!(
+                    "foreign peers known by a, b, foreign: {foreign_peers:?}"
+                ))
+            }
+        },
+    )
+    .await;
+    // Their bans run out silently (within a ban and a maintenance tick):
+    // there is nothing to wait for but time.
+    tokio::time::sleep(ban + OverlayConfig::default().refresh_interval * 2).await;
+    let before = counts().await;
+
+    // Every node gains an address: each announces it by mDNS, a new
+    // (peer, address) pair for the others. Nodes must not dial the other
+    // grid's node at its new address, nor it them: they know it is foreign.
+    ip("addr add 192.0.2.2/24 dev zmdns0");
+    let renewed = eventually(
+        "mDNS announced the new addresses",
+        Duration::from_secs(10),
+        || async {
+            for (x, y) in [(&a, &b), (&b, &a)] {
+                let known = x.handle.known_peers().await.unwrap();
+                let new = known
+                    .iter()
+                    .filter(|k| k.peer == y.peer)
+                    .flat_map(|k| &k.addrs)
+                    .any(|addr| addr.to_string().starts_with("/ip4/192.0.2.2/"));
+                if !new {
+                    return Err("not yet".into());
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    // The announcement reached everyone at once; give a dial, were there
+    // one, time to happen and be refused.
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_millis(1500) {
+        // (foreign peers, bans, connections, refused connections) of a, b
+        // and the other grid's node.
+        assert_eq!(counts().await, before, "a foreign peer was dialed again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     eprintln!(
-        "mDNS pair found each other after {found:?} (RTT {rtt:?}); the node without mDNS stayed unknown"
+        "mDNS pair found each other after {found:?} (RTT {rtt:?}); the node without mDNS stayed \
+         unknown; the other grid's node was refused and not dialed again after \
+         the new addresses were announced ({renewed:?})"
     );
 }
