@@ -320,6 +320,17 @@ fn home(schedule: ScheduleConfig) -> Scheduler<u32> {
     )
 }
 
+/// The client submits job `JOB` with `workers` to `node`.
+fn submit(node: &mut Scheduler<u32>, now: Duration, workers: WorkerCount) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::Submit {
+            job: JOB,
+            spec: spec(workers),
+        },
+    )
+}
+
 fn offer_from(
     node: &mut Scheduler<u32>,
     now: Duration,
@@ -340,13 +351,7 @@ fn offer_from(
 #[test]
 fn home_floods_then_grants_a_rigid_job_all_at_once_to_the_nearest_offers() {
     let mut node = home(ScheduleConfig::paper());
-    let out = node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(4)),
-        },
-    );
+    let out = submit(&mut node, ms(0), WorkerCount::rigid(4));
     let [Output::Flood(flood)] = &out[..] else {
         panic!("{out:?}")
     };
@@ -393,13 +398,7 @@ fn home_floods_then_grants_a_rigid_job_all_at_once_to_the_nearest_offers() {
 #[test]
 fn adaptive_home_lets_the_flood_settle_before_granting() {
     let mut node = home(ScheduleConfig::default());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(2)),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount::rigid(2));
     // A far offer that would do arrives after the 10 ms floor: the home
     // does not flood again (that would reach only farther nodes) but lets
     // the flood settle for about twice the offer's RTT before granting.
@@ -431,13 +430,7 @@ fn adaptive_home_lets_the_flood_settle_before_granting() {
 #[test]
 fn malleable_job_starts_at_min_and_grows_to_max() {
     let mut node = home(ScheduleConfig::paper());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount { min: 2, max: 4 }),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount { min: 2, max: 4 });
     let out = offer_from(&mut node, ms(1), 10, 2, 1);
     assert!(out.contains(&Output::Job(JobEvent::Started {
         job: JOB,
@@ -458,13 +451,7 @@ fn malleable_job_starts_at_min_and_grows_to_max() {
 #[test]
 fn a_malleable_job_grows_by_flooding_again_and_shrinks_only_what_it_still_seeks() {
     let mut node = home(ScheduleConfig::paper());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount { min: 2, max: 2 + 2 }),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount { min: 2, max: 2 + 2 });
     offer_from(&mut node, ms(1), 10, 4, 1);
     assert_eq!(node.next_timeout(), None, "full: flooding stopped");
 
@@ -534,13 +521,7 @@ fn a_malleable_job_grows_by_flooding_again_and_shrinks_only_what_it_still_seeks(
 #[test]
 fn lost_worker_of_a_malleable_job_is_replaced_and_rank_reused() {
     let mut node = home(ScheduleConfig::paper());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount { min: 1, max: 2 }),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount { min: 1, max: 2 });
     offer_from(&mut node, ms(1), 10, 1, 1);
     offer_from(&mut node, ms(2), 11, 1, 1);
     let out = node.handle(ms(3), Input::PeerLost(10));
@@ -566,13 +547,7 @@ fn lost_worker_of_a_malleable_job_is_replaced_and_rank_reused() {
 #[test]
 fn lost_worker_of_a_rigid_job_fails_it_by_default() {
     let mut node = home(ScheduleConfig::paper());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(1)),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
     offer_from(&mut node, ms(1), 10, 1, 1);
     node.handle(ms(3), Input::PeerLost(10));
     assert_eq!(node.phase(JOB), Some(Phase::Failed));
@@ -656,13 +631,7 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
 #[test]
 fn why_pending_reports_the_latency_budget_and_the_offers_refused() {
     let mut node = home(ScheduleConfig::default());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(1)),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
     let report = node.report(JOB).unwrap();
     assert_eq!((report.floods, report.radius), (1, 1));
     assert_eq!(report.budget, Some(ms(1)), "the first budget is 1 ms");
@@ -709,13 +678,7 @@ fn the_home_runs_workers_of_its_own_job_first() {
             ..SchedulerConfig::default()
         },
     );
-    let out = node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(2)),
-        },
-    );
+    let out = submit(&mut node, ms(0), WorkerCount::rigid(2));
     assert!(
         out.contains(&Output::StartWorkers {
             job: JOB,
@@ -734,13 +697,7 @@ fn the_home_runs_workers_of_its_own_job_first() {
 #[test]
 fn a_failed_job_stops_its_workers_everywhere_with_the_drivers_reason() {
     let mut node = home(ScheduleConfig::paper());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(2)),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount::rigid(2));
     offer_from(&mut node, ms(1), 10, 1, 1);
     offer_from(&mut node, ms(2), 11, 1, 1);
     assert_eq!(node.phase(JOB), Some(Phase::Running));
@@ -806,13 +763,7 @@ fn the_home_forgets_the_oldest_ended_jobs_beyond_its_capacity() {
 #[test]
 fn invalid_specs_are_rejected_with_a_reason() {
     let mut node = home(ScheduleConfig::paper());
-    let out = node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount { min: 3, max: 2 }),
-        },
-    );
+    let out = submit(&mut node, ms(0), WorkerCount { min: 3, max: 2 });
     let [Output::Job(JobEvent::Rejected { error, .. })] = &out[..] else {
         panic!("{out:?}")
     };
@@ -832,13 +783,7 @@ fn refusal(to: u32, reason: RefuseReason) -> Output<u32> {
 #[test]
 fn cancel_refuses_held_offers_stops_all_timers_and_refuses_late_offers() {
     let mut node = home(ScheduleConfig::paper());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(3)),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount::rigid(3));
     assert_eq!(offer_from(&mut node, ms(1), 10, 1, 1), vec![]);
     assert_eq!(node.held_offers(JOB).count(), 1);
     let out = node.handle(ms(2), Input::Cancel(JOB));
@@ -911,13 +856,7 @@ fn expiry_refuses_held_offers_and_late_offers_as_expired() {
 fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
     // Failed by the driver.
     let mut node = home(ScheduleConfig::paper());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(1)),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
     offer_from(&mut node, ms(1), 10, 1, 1);
     node.handle(
         ms(2),
@@ -933,13 +872,7 @@ fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
 
     // Failed by a lost worker of a rigid job.
     let mut node = home(ScheduleConfig::paper());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(1)),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
     offer_from(&mut node, ms(1), 10, 1, 1);
     node.handle(ms(2), Input::PeerLost(10));
     assert_eq!(node.phase(JOB), Some(Phase::Failed));
@@ -950,13 +883,7 @@ fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
 
     // A completed job has all it needed.
     let mut node = home(ScheduleConfig::paper());
-    node.handle(
-        ms(0),
-        Input::Submit {
-            job: JOB,
-            spec: spec(WorkerCount::rigid(1)),
-        },
-    );
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
     offer_from(&mut node, ms(1), 10, 1, 1);
     node.handle(ms(2), Input::Finish(JOB));
     assert_eq!(
