@@ -24,7 +24,9 @@
 //!    receiver would only drop it).
 //!
 //! The seen-cache holds at most `seen_capacity` floods (oldest forgotten
-//! first), the neighbours' distances at most `seen_capacity` jobs, and the rate limiter tracks at most `rate_peers_capacity` peers.
+//! first), the neighbours' distances at most `seen_capacity` jobs (each
+//! with at most one entry per neighbour that sent a copy), and the rate
+//! limiter tracks at most `rate_peers_capacity` peers.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
