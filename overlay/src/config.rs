@@ -11,6 +11,8 @@ use crate::latency::LatencyEmulation;
 
 /// The network name used when none is configured.
 pub const DEFAULT_NETWORK: &str = "default";
+/// Default interval between mDNS queries: libp2p's own.
+pub const DEFAULT_MDNS_QUERY_INTERVAL: Duration = Duration::from_secs(300);
 /// Default interval between pings on each connection: short, so that RTTs
 /// stay fresh and a dead peer is noticed within a few seconds.
 pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(1);
@@ -54,6 +56,10 @@ pub struct OverlayConfig {
     pub bootstrap: Vec<Multiaddr>,
     /// Whether to discover peers on the local network with mDNS.
     pub mdns: bool,
+    /// How often mDNS asks the local network who is there. Answers to a
+    /// query can miss an address a peer has not finished binding yet; the
+    /// next query corrects that.
+    pub mdns_query_interval: Duration,
     /// Where the identity is kept; `None` for a fresh identity every start.
     pub state_dir: Option<PathBuf>,
     /// How many near and far neighbours to keep.
@@ -106,6 +112,7 @@ impl Default for OverlayConfig {
             listen: vec!["/ip4/0.0.0.0/tcp/0".parse().expect("valid literal address")],
             bootstrap: Vec::new(),
             mdns: true,
+            mdns_query_interval: DEFAULT_MDNS_QUERY_INTERVAL,
             state_dir: None,
             neighbours: NeighbourConfig::default(),
             flood: FloodConfig::default(),

@@ -638,7 +638,16 @@ fn build_swarm(config: &OverlayConfig, key: &Keypair) -> Result<Swarm<Behaviour>
     let rr_config =
         request_response::Config::default().with_request_timeout(config.request_timeout);
     let mdns = if config.mdns {
-        Some(mdns::tokio::Behaviour::new(mdns::Config::default(), local).map_err(|e| setup(&e))?)
+        Some(
+            mdns::tokio::Behaviour::new(
+                mdns::Config {
+                    query_interval: config.mdns_query_interval,
+                    ..mdns::Config::default()
+                },
+                local,
+            )
+            .map_err(|e| setup(&e))?,
+        )
     } else {
         None
     };

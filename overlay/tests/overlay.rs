@@ -1460,6 +1460,10 @@ async fn mdns_scenario() {
     let ban = Duration::from_millis(300);
     let make = |mdns| OverlayConfig {
         mdns,
+        // A query every second: a node's first answers can go out before
+        // its listener (or, later, its new address) is bound, and the
+        // default interval (5 minutes) would leave the test waiting.
+        mdns_query_interval: Duration::from_secs(1),
         listen: vec!["/ip4/0.0.0.0/tcp/0".parse().unwrap()],
         ban_duration: ban,
         ..config(&net, 2, 1)
