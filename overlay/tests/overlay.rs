@@ -1546,7 +1546,11 @@ async fn mdns_scenario() {
         || async {
             let now = counts().await;
             let foreign_peers: Vec<u64> = now.iter().map(|c| c.0).collect();
-            if foreign_peers == [1, 1, 2] {
+            // The other grid's node meets at least one of ours and both
+            // remember it; whether both of ours dial it in this window
+            // depends on the timing of their mDNS answers (under load one
+            // of them may not).
+            if foreign_peers[2] >= 1 && foreign_peers[0] + foreign_peers[1] >= foreign_peers[2] {
                 Ok(())
             } else {
                 Err(format!(
