@@ -320,6 +320,15 @@ fn home(schedule: ScheduleConfig) -> Scheduler<u32> {
     )
 }
 
+/// A home whose one-worker rigid job `JOB` was granted to node 10's
+/// offer at 1 ms.
+fn home_running_one_worker_on_10() -> Scheduler<u32> {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node
+}
+
 /// The client submits job `JOB` with `workers` to `node`.
 fn submit(node: &mut Scheduler<u32>, now: Duration, workers: WorkerCount) -> Vec<Output<u32>> {
     node.handle(
@@ -546,9 +555,7 @@ fn lost_worker_of_a_malleable_job_is_replaced_and_rank_reused() {
 
 #[test]
 fn lost_worker_of_a_rigid_job_fails_it_by_default() {
-    let mut node = home(ScheduleConfig::paper());
-    submit(&mut node, ms(0), WorkerCount::rigid(1));
-    offer_from(&mut node, ms(1), 10, 1, 1);
+    let mut node = home_running_one_worker_on_10();
     node.handle(ms(3), Input::PeerLost(10));
     assert_eq!(node.phase(JOB), Some(Phase::Failed));
 }
@@ -855,9 +862,7 @@ fn expiry_refuses_held_offers_and_late_offers_as_expired() {
 #[test]
 fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
     // Failed by the driver.
-    let mut node = home(ScheduleConfig::paper());
-    submit(&mut node, ms(0), WorkerCount::rigid(1));
-    offer_from(&mut node, ms(1), 10, 1, 1);
+    let mut node = home_running_one_worker_on_10();
     node.handle(
         ms(2),
         Input::Fail {
@@ -871,9 +876,7 @@ fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
     );
 
     // Failed by a lost worker of a rigid job.
-    let mut node = home(ScheduleConfig::paper());
-    submit(&mut node, ms(0), WorkerCount::rigid(1));
-    offer_from(&mut node, ms(1), 10, 1, 1);
+    let mut node = home_running_one_worker_on_10();
     node.handle(ms(2), Input::PeerLost(10));
     assert_eq!(node.phase(JOB), Some(Phase::Failed));
     assert_eq!(
@@ -882,9 +885,7 @@ fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
     );
 
     // A completed job has all it needed.
-    let mut node = home(ScheduleConfig::paper());
-    submit(&mut node, ms(0), WorkerCount::rigid(1));
-    offer_from(&mut node, ms(1), 10, 1, 1);
+    let mut node = home_running_one_worker_on_10();
     node.handle(ms(2), Input::Finish(JOB));
     assert_eq!(
         offer_from(&mut node, ms(3), 11, 1, 1),
