@@ -22,6 +22,9 @@
 //!   ([`transport`]); the node implements that over the overlay, and
 //!   [`local::LocalGroup`] implements it in-process.
 //!
+//! - [`jobfs`]: how the host touches a job directory a guest has filled
+//!   (and any other directory it does not trust): never through a link.
+//!
 //! The guest side of the host API is `examples/include/zorilla.h`; example
 //! and misbehaving guests are in `examples/`.
 //!
@@ -36,6 +39,7 @@
 pub mod cache;
 mod error;
 pub mod hostapi;
+pub mod jobfs;
 mod limits;
 pub mod local;
 pub mod output;

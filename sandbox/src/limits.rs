@@ -31,7 +31,10 @@ pub struct Limits {
     /// Bytes the worker may keep in its `/outputs` directory
     /// ([`crate::Outcome::DiskLimit`]). WASI has no quotas, so the sandbox
     /// measures the directory every [`crate::DISK_POLL`]: a worker can
-    /// overshoot by what it writes in that time, then it is stopped.
+    /// overshoot by what it writes in that time, then it is stopped. Files
+    /// count by their apparent size (a sparse file in full), links count
+    /// nothing and are not followed, and a directory tree of more than
+    /// [`crate::jobfs::MAX_ENTRIES`] entries counts as over the limit.
     pub disk_bytes: u64,
 }
 

@@ -270,32 +270,13 @@ async fn watch_disk(dir: Option<PathBuf>, limit: u64) {
     loop {
         tokio::time::sleep(crate::DISK_POLL).await;
         let measured = dir.clone();
-        let used = tokio::task::spawn_blocking(move || dir_bytes(&measured))
+        let used = tokio::task::spawn_blocking(move || crate::jobfs::tree_bytes(&measured))
             .await
             .unwrap_or(0);
         if used > limit {
             return;
         }
     }
-}
-
-/// Bytes of the regular files under `dir` (symlinks are not followed).
-pub(crate) fn dir_bytes(dir: &std::path::Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            match entry.metadata() {
-                Ok(m) if m.is_dir() => stack.push(entry.path()),
-                Ok(m) if m.is_file() => total += m.len(),
-                _ => {}
-            }
-        }
-    }
-    total
 }
 
 /// The fuel a store is given: wasmtime keeps fuel as a signed 64-bit count.
