@@ -6,7 +6,7 @@
 //! does the IO: messages, files, workers, the database.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use zorilla_core::flood::FloodId;
 use zorilla_core::node::{Input, JobEvent, JobSpec, Output, Phase, Scheduler, SchedulerConfig};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
+use zorilla_sandbox::jobfs;
 use zorilla_sandbox::{
     CancelHandle, ChangeKind, Delivery, Limits, MembershipChange, Outcome, OutputKind, Program,
     Sandbox, WorkerSpec,
@@ -30,7 +31,7 @@ use crate::protocol::{
 };
 use crate::status::{self, Publisher};
 use crate::store::{FileRef, JobRecord, Store};
-use crate::wire::{BLOCK_BYTES, JobInfo, PeerReply, PeerRpc, decode, encode};
+use crate::wire::{BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, decode, encode};
 
 /// A client request on its way into the event loop.
 pub(crate) struct Command {
@@ -403,11 +404,7 @@ impl Node {
         }
         let mut names = BTreeSet::new();
         for file in &inputs {
-            let ok = !file.name.is_empty()
-                && !file.name.contains('/')
-                && file.name != "."
-                && file.name != ".."
-                && names.insert(file.name.clone());
+            let ok = jobfs::check_file_name(&file.name).is_ok() && names.insert(file.name.clone());
             if !ok {
                 return Response::error(
                     ErrorKind::BadRequest,
@@ -603,22 +600,6 @@ impl Node {
         });
     }
 
-    /// A block of a file in this node's fetched-file cache.
-    fn cached_block(&self, sha256: &str, offset: u64, len: u32) -> Option<Vec<u8>> {
-        use std::io::{Read, Seek};
-        // Only a hash names a file: nothing else can reach the disk.
-        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let mut file = std::fs::File::open(self.dir.join("files").join(sha256)).ok()?;
-        file.seek(std::io::SeekFrom::Start(offset)).ok()?;
-        let mut block = Vec::with_capacity((len as usize).min(BLOCK_BYTES));
-        file.take(len.min(BLOCK_BYTES as u32) as u64)
-            .read_to_end(&mut block)
-            .ok()?;
-        Some(block)
-    }
-
     fn reply(&self, to: Reply, reply: PeerReply) {
         match to {
             Reply::Local(tx) => {
@@ -670,18 +651,26 @@ impl Node {
                 sha256,
                 offset,
                 len,
-            } => match self
-                .store
-                .blob_block(&sha256, offset, (len as usize).min(BLOCK_BYTES))
-            {
-                Ok(Some(block)) => PeerReply::Block(block),
-                // Not a file of a job of ours: perhaps one this node fetched
-                // to run workers (then it is complete and hash-checked).
-                Ok(None) => match self.cached_block(&sha256, offset, len) {
-                    Some(block) => PeerReply::Block(block),
-                    None => PeerReply::Error(format!("no file {sha256} here")),
-                },
-                Err(e) => PeerReply::Error(e.to_string()),
+            } => match check_hash(&sha256) {
+                Err(e) => PeerReply::Error(e),
+                Ok(()) => {
+                    match self
+                        .store
+                        .blob_block(&sha256, offset, (len as usize).min(BLOCK_BYTES))
+                    {
+                        Ok(Some(block)) => PeerReply::Block(block),
+                        // Not a file of a job of ours: perhaps one this node
+                        // fetched to run workers (then it is complete and
+                        // hash-checked).
+                        Ok(None) => {
+                            match cached_block(&self.dir.join("files"), &sha256, offset, len) {
+                                Some(block) => PeerReply::Block(block),
+                                None => PeerReply::Error(format!("no file {sha256} here")),
+                            }
+                        }
+                        Err(e) => PeerReply::Error(e.to_string()),
+                    }
+                }
             },
             PeerRpc::Placement {
                 job,
@@ -761,6 +750,16 @@ impl Node {
                 offset,
                 data,
             } => self.home_only(from, job, |node| {
+                // Clients write outputs under these names: one that could
+                // leave their directory, or that names a rank the sender
+                // does not run, is refused here already.
+                let sender = from.to_string();
+                check_output_name(&name, |rank| {
+                    node.jobs
+                        .get(&job)
+                        .and_then(|record| record.ranks.get(&rank))
+                        .is_some_and(|r| r.node == sender)
+                })?;
                 node.store
                     .append_output(job, &name, offset, &data)
                     .map_err(|e| e.to_string())
@@ -1243,8 +1242,18 @@ impl Node {
             }
             tracing::info!(job = %JobId(job), rank, "worker started");
             let net = self.net.clone();
-            self.tasks
-                .spawn(supervise(net, home, job, rank, handle, out_rx, job_dir));
+            // What the worker may leave in /outputs is what may go home.
+            let outputs_limit = limits.capped_by(&self.sandbox.config().caps).disk_bytes;
+            self.tasks.spawn(supervise(
+                net,
+                home,
+                job,
+                rank,
+                handle,
+                out_rx,
+                job_dir,
+                outputs_limit,
+            ));
         }
     }
 }
@@ -1296,6 +1305,7 @@ async fn prepare(
             Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}; again"),
         }
     };
+    check_job_info(&info).map_err(|e| format!("the home sent a job this node refuses: {e}"))?;
     tokio::fs::create_dir_all(&files)
         .await
         .map_err(|e| e.to_string())?;
@@ -1320,6 +1330,7 @@ async fn prepare(
         .map_err(|e| e.to_string())?;
     for input in &info.inputs {
         let data = fetch(&net, &sources, &files, input).await?;
+        // The name was checked (`check_job_info`): one plain file name.
         tokio::fs::write(inputs.join(&input.name), data)
             .await
             .map_err(|e| e.to_string())?;
@@ -1352,20 +1363,25 @@ fn random_below(n: usize) -> usize {
 
 /// Gets a content-addressed file: from the local cache, else in blocks from
 /// `sources` in turn (the next one after a failure; a node of the job that
-/// has not got the file yet fails fast), hash-checked, then cached.
+/// has not got the file yet fails fast), hash-checked, then cached. The
+/// file's hash and size were checked ([`check_job_info`]).
 async fn fetch(
     net: &Net,
     sources: &[PeerId],
-    files: &std::path::Path,
+    files: &Path,
     file: &FileRef,
 ) -> Result<Vec<u8>, String> {
     let path = files.join(&file.sha256);
-    if let Ok(data) = tokio::fs::read(&path).await
+    let cached = {
+        let (files, sha256, size) = (files.to_owned(), file.sha256.clone(), file.size);
+        tokio::task::spawn_blocking(move || jobfs::read_file(&files, &sha256, size)).await
+    };
+    if let Ok(Ok(data)) = cached
         && hex::encode(Sha256::digest(&data)) == file.sha256
     {
         return Ok(data);
     }
-    let mut data = Vec::with_capacity(file.size as usize);
+    let mut data = Vec::with_capacity(usize::try_from(file.size).unwrap_or(0));
     let mut failures = 0;
     while (data.len() as u64) < file.size {
         let rpc = PeerRpc::GetBlock {
@@ -1375,7 +1391,11 @@ async fn fetch(
         };
         let from = sources[failures % sources.len().max(1)];
         match net.call_ok(from, rpc).await {
-            Ok(PeerReply::Block(block)) if !block.is_empty() => data.extend_from_slice(&block),
+            Ok(PeerReply::Block(block))
+                if !block.is_empty() && block.len() as u64 <= file.size - data.len() as u64 =>
+            {
+                data.extend_from_slice(&block)
+            }
             other => {
                 failures += 1;
                 if failures >= 3 * sources.len().max(1) {
@@ -1398,21 +1418,99 @@ async fn fetch(
 }
 
 /// Gives each rank its own view of the job's inputs (hard links, copies
-/// where links fail).
-fn link_inputs(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+/// where links fail). `from` holds only what [`prepare`] wrote there; `to`
+/// is the rank's own, and nothing is written through a link in either.
+fn link_inputs(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let dest = to.join(entry.file_name());
-        if !dest.exists() && std::fs::hard_link(entry.path(), &dest).is_err() {
-            std::fs::copy(entry.path(), &dest)?;
+    let listing = jobfs::walk(from)?;
+    for (name, size) in listing.files {
+        let dest = to.join(&name);
+        // `link` neither follows a link at `from` nor writes through one
+        // at `dest` (it fails if `dest` exists).
+        if std::fs::hard_link(from.join(&name), &dest).is_ok() {
+            continue;
+        }
+        if std::fs::symlink_metadata(&dest).is_ok() {
+            continue; // Already there (a replaced rank's directory).
+        }
+        let (mut source, _) = jobfs::open_file(from, &name, size)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let mut target = jobfs::create_file(to, &name)?;
+        std::io::copy(&mut source, &mut target)?;
+    }
+    Ok(())
+}
+
+/// Refuses a job copy whose files or names could make this node touch a
+/// path outside the job's directories or allocate without bound: hashes
+/// must be 64 lowercase hex digits (they name files in the cache), sizes at
+/// most [`MAX_FILE_BYTES`], input names plain distinct file names.
+fn check_job_info(info: &JobInfo) -> Result<(), String> {
+    let mut names = BTreeSet::new();
+    for file in std::iter::once(&info.module).chain(&info.inputs) {
+        check_hash(&file.sha256)?;
+        if file.size > MAX_FILE_BYTES {
+            return Err(format!(
+                "{:?} has {} bytes, more than the {MAX_FILE_BYTES} a job file may have",
+                file.name, file.size
+            ));
+        }
+    }
+    for input in &info.inputs {
+        jobfs::check_file_name(&input.name)
+            .map_err(|e| format!("bad input file name {:?}: {e}", input.name))?;
+        if !names.insert(input.name.as_str()) {
+            return Err(format!("input file {:?} appears twice", input.name));
         }
     }
     Ok(())
 }
 
+/// A file hash from a peer, before it names anything on disk.
+fn check_hash(sha256: &str) -> Result<(), String> {
+    if jobfs::is_sha256_hex(sha256) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not a file hash (64 lowercase hex digits)",
+            sha256.chars().take(80).collect::<String>()
+        ))
+    }
+}
+
+/// Checks the name of an output file a worker node sends: `rank/path`,
+/// a relative name that stays inside a directory ([`jobfs::check_relative`]),
+/// whose rank the sender runs (`runs`).
+fn check_output_name(name: &str, runs: impl Fn(u32) -> bool) -> Result<(), String> {
+    jobfs::check_relative(name).map_err(|e| format!("output name {name:?} refused: {e}"))?;
+    let rank = name
+        .split_once('/')
+        .and_then(|(rank, _)| rank.parse::<u32>().ok().filter(|r| r.to_string() == rank));
+    match rank {
+        Some(rank) if runs(rank) => Ok(()),
+        _ => Err(format!(
+            "output name {name:?} refused: not rank/file for a rank of the sender"
+        )),
+    }
+}
+
+/// A block of a file in this node's fetched-file cache `files`, by hash
+/// only (anything else is refused before it touches the disk), opened
+/// without following a link.
+fn cached_block(files: &Path, sha256: &str, offset: u64, len: u32) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek};
+    check_hash(sha256).ok()?;
+    let (mut file, size) = jobfs::open_file(files, sha256, u64::MAX).ok()?;
+    file.seek(std::io::SeekFrom::Start(offset.min(size))).ok()?;
+    let want = u64::from(len.min(BLOCK_BYTES as u32)).min(size.saturating_sub(offset));
+    let mut block = Vec::with_capacity(want as usize);
+    file.take(want).read_to_end(&mut block).ok()?;
+    Some(block)
+}
+
 /// Streams a worker's output to the home while it runs, then its output
-/// files, then how it ended.
+/// files (see [`send_outputs`]), then how it ended.
+#[allow(clippy::too_many_arguments)]
 async fn supervise(
     net: Net,
     home: PeerId,
@@ -1421,6 +1519,7 @@ async fn supervise(
     handle: zorilla_sandbox::WorkerHandle,
     mut output: mpsc::Receiver<zorilla_sandbox::OutputChunk>,
     job_dir: PathBuf,
+    outputs_limit: u64,
 ) -> Done {
     let send_chunk = |chunk: zorilla_sandbox::OutputChunk| {
         let net = net.clone();
@@ -1459,30 +1558,15 @@ async fn supervise(
         return Done::WorkerEnded { job, rank };
     }
     drain.await;
-    let outputs = job_dir.join("outputs");
-    if let Ok(entries) = std::fs::read_dir(&outputs) {
-        for entry in entries.flatten() {
-            let Ok(data) = std::fs::read(entry.path()) else {
-                continue;
-            };
-            let name = format!("{rank}/{}", entry.file_name().to_string_lossy());
-            let mut offset = 0usize;
-            loop {
-                let end = (offset + BLOCK_BYTES).min(data.len());
-                let rpc = PeerRpc::Output {
-                    job,
-                    name: name.clone(),
-                    offset: offset as u64,
-                    data: data[offset..end].to_vec(),
-                };
-                let _ = net.call(home, rpc).await;
-                offset = end;
-                if offset >= data.len() {
-                    break;
-                }
-            }
-        }
-    }
+    send_outputs(
+        &net,
+        home,
+        job,
+        rank,
+        &job_dir.join("outputs"),
+        outputs_limit,
+    )
+    .await;
     let (success, outcome) = match &report.outcome {
         Outcome::Exited(0) => (true, "exited with status 0".to_string()),
         Outcome::Exited(code) => (false, format!("exited with status {code}")),
@@ -1501,6 +1585,90 @@ async fn supervise(
     }
     let _ = std::fs::remove_dir_all(&job_dir);
     Done::WorkerEnded { job, rank }
+}
+
+/// Sends the regular files a worker left in `outputs` (and in directories
+/// below it) to the home, named `rank/path`, in blocks, never holding more
+/// than a block in memory; `limit` bytes in all. Nothing is opened through
+/// a link (see [`jobfs`]): every other entry (a link, a pipe, a device, a
+/// file beyond the limit) is skipped with a line in the rank's log.
+async fn send_outputs(net: &Net, home: PeerId, job: u64, rank: u32, outputs: &Path, limit: u64) {
+    use tokio::io::AsyncReadExt;
+    let log = |line: String| {
+        let chunk = LogChunk {
+            rank,
+            stderr: true,
+            data: format!("zorilla: {line}\n").into_bytes(),
+        };
+        async move {
+            let _ = net.call(home, PeerRpc::Log { job, chunk }).await;
+        }
+    };
+    let root = outputs.to_owned();
+    let listing = match tokio::task::spawn_blocking(move || jobfs::walk(&root)).await {
+        Ok(Ok(listing)) => listing,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Ok(Err(e)) => return log(format!("cannot read outputs/: {e}")).await,
+        Err(e) => return log(format!("cannot read outputs/: {e}")).await,
+    };
+    for (name, why) in &listing.skipped {
+        log(format!("skipped outputs/{name}: {why}")).await;
+    }
+    if listing.truncated {
+        log(format!(
+            "outputs/ has more than {} entries; the rest were not sent",
+            jobfs::MAX_ENTRIES
+        ))
+        .await;
+    }
+    let mut left = limit;
+    for (name, _) in listing.files {
+        let (root, relative) = (outputs.to_owned(), name.clone());
+        let opened =
+            tokio::task::spawn_blocking(move || jobfs::open_file(&root, &relative, left)).await;
+        let (file, size) = match opened {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(why)) => {
+                log(format!("skipped outputs/{name}: {why}")).await;
+                continue;
+            }
+            Err(e) => {
+                log(format!("skipped outputs/{name}: {e}")).await;
+                continue;
+            }
+        };
+        left -= size;
+        let mut file = tokio::fs::File::from_std(file).take(size);
+        let sent_as = format!("{rank}/{name}");
+        let mut offset = 0u64;
+        loop {
+            let mut block = Vec::with_capacity(BLOCK_BYTES);
+            while block.len() < BLOCK_BYTES {
+                let want = BLOCK_BYTES - block.len();
+                match (&mut file).take(want as u64).read_buf(&mut block).await {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => {
+                        log(format!("reading outputs/{name} stopped: {e}")).await;
+                        break;
+                    }
+                }
+            }
+            let last = block.len() < BLOCK_BYTES;
+            let n = block.len() as u64;
+            let rpc = PeerRpc::Output {
+                job,
+                name: sent_as.clone(),
+                offset,
+                data: block,
+            };
+            let _ = net.call(home, rpc).await;
+            offset += n;
+            if last {
+                break;
+            }
+        }
+    }
 }
 
 impl Node {
@@ -1555,5 +1723,133 @@ impl Node {
             let out = self.sched.handle(self.now(), Input::Finish(JobId(job)));
             self.execute(out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, data: &[u8]) -> FileRef {
+        FileRef {
+            name: name.into(),
+            sha256: hex::encode(Sha256::digest(data)),
+            size: data.len() as u64,
+        }
+    }
+
+    /// What a GetBlock from a peer reaches: only a hash names a file, and
+    /// a cached file is read without following a link.
+    #[test]
+    fn a_block_request_names_a_cached_file_by_hash_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = dir.path().join("files");
+        std::fs::create_dir(&files).unwrap();
+        std::fs::write(dir.path().join("identity.ed25519"), b"PRIVATE KEY").unwrap();
+        let data = b"module bytes".to_vec();
+        let good = file("m", &data).sha256;
+        std::fs::write(files.join(&good), &data).unwrap();
+        assert_eq!(cached_block(&files, &good, 7, 100).unwrap(), b"bytes");
+        assert_eq!(cached_block(&files, &good, 100, 100).unwrap(), b"");
+        for bad in [
+            "../identity.ed25519",
+            "/etc/passwd",
+            "..",
+            "",
+            good.to_uppercase().as_str(),
+        ] {
+            assert!(check_hash(bad).is_err(), "{bad:?}");
+            assert_eq!(cached_block(&files, bad, 0, 100), None, "{bad:?}");
+        }
+        // A well-formed hash that is a link in the cache is not followed.
+        let linked = "f".repeat(64);
+        std::os::unix::fs::symlink("../identity.ed25519", files.join(&linked)).unwrap();
+        assert_eq!(cached_block(&files, &linked, 0, 100), None);
+        let error = check_hash("../identity.ed25519").unwrap_err();
+        assert_eq!(
+            error,
+            "\"../identity.ed25519\" is not a file hash (64 lowercase hex digits)"
+        );
+    }
+
+    #[test]
+    fn a_job_copy_with_paths_for_names_or_huge_files_is_refused() {
+        let info = |module: FileRef, inputs: Vec<FileRef>| JobInfo {
+            id: 1,
+            home: PeerId::random(),
+            phase: JobPhase::Running,
+            request: crate::protocol::JobRequest::default(),
+            module,
+            inputs,
+            ranks: BTreeMap::new(),
+        };
+        let module = file("module.wasm", b"\0asm");
+        assert!(check_job_info(&info(module.clone(), vec![file("in.txt", b"x")])).is_ok());
+        let bad_hash = FileRef {
+            sha256: "../../identity.ed25519".into(),
+            ..module.clone()
+        };
+        let huge = FileRef {
+            size: u64::MAX,
+            ..module.clone()
+        };
+        for (module, inputs) in [
+            (bad_hash.clone(), vec![]),
+            (module.clone(), vec![bad_hash]),
+            (huge, vec![]),
+            (
+                module.clone(),
+                vec![file("../../../../identity.ed25519", b"x")],
+            ),
+            (module.clone(), vec![file("/etc/passwd", b"x")]),
+            (module.clone(), vec![file("sub/x", b"x")]),
+            (module.clone(), vec![file("..", b"x")]),
+            (module.clone(), vec![file("a", b"x"), file("a", b"y")]),
+        ] {
+            let info = info(module, inputs);
+            assert!(check_job_info(&info).is_err(), "{info:?}");
+        }
+    }
+
+    #[test]
+    fn output_names_are_a_rank_of_the_sender_then_a_relative_path() {
+        let runs = |rank: u32| rank == 3;
+        for good in ["3/ok.txt", "3/sub/deep.txt"] {
+            assert_eq!(check_output_name(good, runs), Ok(()), "{good}");
+        }
+        for bad in [
+            "4/ok.txt",
+            "3",
+            "03/ok.txt",
+            "+3/ok.txt",
+            "3/../../x",
+            "/3/x",
+            "3/",
+            "x/ok.txt",
+            "3/a\0b",
+        ] {
+            assert!(check_output_name(bad, runs).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The inputs a rank sees are the job's, copied or linked, and a link
+    /// already in the rank's directory is not written through.
+    #[test]
+    fn inputs_are_linked_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("inputs");
+        let to = dir.path().join("0/inputs");
+        std::fs::create_dir_all(&from).unwrap();
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::write(from.join("a.txt"), b"a").unwrap();
+        std::fs::write(from.join("b.txt"), b"b").unwrap();
+        std::fs::write(dir.path().join("victim"), b"untouched").unwrap();
+        std::os::unix::fs::symlink("../../victim", to.join("b.txt")).unwrap();
+        link_inputs(&from, &to).unwrap();
+        assert_eq!(std::fs::read(to.join("a.txt")).unwrap(), b"a");
+        assert_eq!(
+            std::fs::read(dir.path().join("victim")).unwrap(),
+            b"untouched"
+        );
     }
 }

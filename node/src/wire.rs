@@ -18,6 +18,10 @@ use crate::store::FileRef;
 /// KiB moves in a handful of round trips.
 pub(crate) const BLOCK_BYTES: usize = 256 * 1024;
 
+/// Largest module or input file of a job a node fetches: a job is submitted
+/// in one client frame, so none of its files can be larger.
+pub(crate) const MAX_FILE_BYTES: u64 = crate::protocol::frame::DEFAULT_MAX_FRAME as u64;
+
 /// A job's copy, as the home hands it to nodes running its workers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct JobInfo {

@@ -2,7 +2,7 @@
 //! grid, through any node's client port (see `zorilla_node::protocol`).
 
 use std::io::Write;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -1000,37 +1000,29 @@ fn write_to(stderr: bool, data: &[u8]) {
     };
 }
 
-/// Writes a job's outputs (named `rank/file` by the node) under `dir`,
-/// refusing names that would leave it.
+/// Writes a job's outputs (named `rank/path` by the node) under `dir`,
+/// refusing names that would leave it, and never writing through a link
+/// already in `dir` (see [`zorilla_sandbox::jobfs::create_file`]).
 async fn fetch(client: &mut Client, id: u64, dir: &Path) -> Result<usize> {
+    use zorilla_sandbox::jobfs;
     let files = client.outputs(id).await?;
     for file in &files {
-        let relative = Path::new(&file.name);
-        let safe = relative
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)));
-        if !safe || file.name.is_empty() {
+        if let Err(e) = jobfs::check_relative(&file.name) {
             return Err(Failure::new(
                 EXIT_REFUSED,
                 format!(
-                    "the node sent an output named {:?}, which would land outside {}; nothing more was written",
+                    "the node sent an output named {:?}, which would land outside {} ({e}); nothing more was written",
                     file.name,
                     dir.display()
                 ),
             ));
         }
-        let path = dir.join(relative);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                Failure::new(
-                    EXIT_USAGE,
-                    format!("cannot create {}: {e}", parent.display()),
-                )
+        let path = dir.join(&file.name);
+        jobfs::create_file(dir, &file.name)
+            .and_then(|mut f| f.write_all(&file.data))
+            .map_err(|e| {
+                Failure::new(EXIT_USAGE, format!("cannot write {}: {e}", path.display()))
             })?;
-        }
-        std::fs::write(&path, &file.data).map_err(|e| {
-            Failure::new(EXIT_USAGE, format!("cannot write {}: {e}", path.display()))
-        })?;
     }
     Ok(files.len())
 }

@@ -30,6 +30,8 @@ pub(crate) struct TestNode {
     /// The status page, from `web=http://ADDR/` on the ready line.
     pub(crate) web: SocketAddr,
     pub(crate) args: Vec<String>,
+    /// Environment variables the node was started with.
+    pub(crate) env: Vec<(String, String)>,
 }
 
 impl TestNode {
@@ -47,6 +49,19 @@ impl TestNode {
         ip: &str,
         extra: &[String],
     ) -> TestNode {
+        Self::spawn(dir, Self::args(dir, network, peer, cores, ip, extra))
+    }
+
+    /// The arguments of a node in `dir` listening on loopback address
+    /// `ip`, port 0, with `extra` arguments.
+    pub(crate) fn args(
+        dir: &Path,
+        network: &str,
+        peer: Option<&str>,
+        cores: u32,
+        ip: &str,
+        extra: &[String],
+    ) -> Vec<String> {
         let mut args = vec![
             "--state-dir".to_string(),
             dir.display().to_string(),
@@ -70,10 +85,15 @@ impl TestNode {
             args.push(peer.into());
         }
         args.extend_from_slice(extra);
-        Self::spawn(dir, args)
+        args
     }
 
     pub(crate) fn spawn(dir: &Path, args: Vec<String>) -> TestNode {
+        Self::spawn_env(dir, args, Vec::new())
+    }
+
+    /// Starts a node with `args` and environment variables `env` added.
+    pub(crate) fn spawn_env(dir: &Path, args: Vec<String>, env: Vec<(String, String)>) -> TestNode {
         std::fs::create_dir_all(dir).unwrap();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -83,6 +103,7 @@ impl TestNode {
         let mut child = Command::new(env!("CARGO_BIN_EXE_zorilla-node"))
             .args(&args)
             .env("RUST_LOG", "info,zorilla_overlay=warn,libp2p=warn")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
@@ -110,6 +131,7 @@ impl TestNode {
             peer: ready.peer,
             web,
             args,
+            env,
         }
     }
 
@@ -126,7 +148,7 @@ impl TestNode {
     pub(crate) fn restart(&mut self) {
         self.kill();
         // The old value's drop kills the already dead process again: harmless.
-        *self = TestNode::spawn(&self.dir, self.args.clone());
+        *self = TestNode::spawn_env(&self.dir, self.args.clone(), self.env.clone());
     }
 
     pub(crate) async fn client(&self) -> Client {
