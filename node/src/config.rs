@@ -19,7 +19,7 @@
 //! topology = "sites.toml"            # emulated latency (tests, demos)
 //! site = "amsterdam"
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
-//! token = "long-random-secret"       # required when client or web is not on loopback
+//! token = "long-random-secret"       # at least 16 bytes; required when client or web is not on loopback
 //! max_clients = 128                  # client connections at once
 //! ```
 
@@ -46,6 +46,41 @@ pub const DEFAULT_MAX_WORKERS_PER_JOB: u32 = 64;
 pub const DEFAULT_MEMORY_SHARE: f64 = 0.5;
 /// Fraction of the free disk offered when `disk_mib` is not set.
 pub const DEFAULT_DISK_SHARE: f64 = 0.5;
+
+/// The shortest token accepted, in bytes. A token stands between the
+/// network and running code on the node, so it must not be guessable: use
+/// a long random one (`openssl rand -hex 32` gives 64 characters).
+pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// Why a token is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// Fewer than [`MIN_TOKEN_BYTES`] bytes.
+    #[error(
+        "the token must be at least {min} bytes long (this one has {0}): use a long random \
+         secret such as the output of `openssl rand -hex 32`",
+        min = MIN_TOKEN_BYTES
+    )]
+    TooShort(usize),
+    /// Nothing but whitespace.
+    #[error(
+        "the token must not be only whitespace: use a long random secret such as the output \
+         of `openssl rand -hex 32`"
+    )]
+    Blank,
+}
+
+/// Checks a token (from the config file, `--token` or `ZORILLA_TOKEN`): at
+/// least [`MIN_TOKEN_BYTES`] bytes and not only whitespace.
+pub fn check_token(token: &str) -> Result<(), TokenError> {
+    if !token.is_empty() && token.trim().is_empty() {
+        return Err(TokenError::Blank);
+    }
+    if token.len() < MIN_TOKEN_BYTES {
+        return Err(TokenError::TooShort(token.len()));
+    }
+    Ok(())
+}
 
 /// The node's configuration. Every field may be left out.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -93,7 +128,9 @@ pub struct Config {
     pub web: Option<SocketAddr>,
     /// The secret a client (or browser) must present when the client or
     /// web address is not a loopback address; required then, because an
-    /// open submit port runs anyone's code. Not needed on loopback.
+    /// open submit port runs anyone's code. Not needed on loopback. At
+    /// least [`MIN_TOKEN_BYTES`] bytes, not all whitespace (see
+    /// [`check_token`]); the node refuses to start with a shorter one.
     pub token: Option<String>,
     /// The most client connections at once; more are refused as busy.
     /// Default 128.
@@ -276,6 +313,23 @@ mod tests {
         let merged = file.overridden_by(flags);
         assert_eq!(merged.cores, Some(2));
         assert_eq!(merged.network.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn short_and_blank_tokens_are_refused() {
+        assert_eq!(check_token(""), Err(TokenError::TooShort(0)));
+        assert_eq!(check_token("x"), Err(TokenError::TooShort(1)));
+        assert_eq!(check_token("s3cret-token"), Err(TokenError::TooShort(12)));
+        assert_eq!(check_token(" "), Err(TokenError::Blank));
+        assert_eq!(check_token(&" ".repeat(40)), Err(TokenError::Blank));
+        assert_eq!(
+            check_token("\t\n \t\n \t\n \t\n \t\n "),
+            Err(TokenError::Blank)
+        );
+        assert_eq!(check_token("0123456789abcdef"), Ok(()));
+        let message = TokenError::TooShort(1).to_string();
+        assert!(message.contains("at least 16"), "{message}");
+        assert!(!message.contains('\n'), "{message}");
     }
 
     #[test]

@@ -135,7 +135,10 @@ impl Daemon {
         let web = config
             .web
             .unwrap_or_else(|| config::DEFAULT_WEB.parse().expect("valid default"));
-        let token = config.token.clone().filter(|t| !t.is_empty());
+        if let Some(token) = &config.token {
+            config::check_token(token).map_err(|e| anyhow::anyhow!(e))?;
+        }
+        let token = config.token.clone();
         for (what, addr) in [("client", client), ("web", web)] {
             if !addr.ip().is_loopback() && token.is_none() {
                 anyhow::bail!(
@@ -380,11 +383,20 @@ mod tests {
         };
         assert!(Daemon::from_config(&open_web).is_err());
         let with_token = Config {
-            token: Some("s3cret".into()),
+            token: Some("0123456789abcdef".into()),
             ..open
         };
         let daemon = Daemon::from_config(&with_token).unwrap();
-        assert_eq!(daemon.token.as_deref(), Some("s3cret"));
+        assert_eq!(daemon.token.as_deref(), Some("0123456789abcdef"));
+        // A short or blank token is refused, whatever the addresses.
+        for bad in ["s3cret", " ", "                    "] {
+            let short = Config {
+                token: Some(bad.into()),
+                ..config(dir.path())
+            };
+            let err = Daemon::from_config(&short).unwrap_err().to_string();
+            assert!(err.starts_with("the token must"), "{err}");
+        }
         // Loopback needs none.
         assert!(
             Daemon::from_config(&config(dir.path()))

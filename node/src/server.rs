@@ -8,6 +8,27 @@
 //! the overlay handle) and the waiting part of `Logs` (the loop answers at
 //! once; a connection that asked to wait watches the loop's activity
 //! counter and asks again when it moves, so the loop never holds a reply).
+//!
+//! # Memory
+//!
+//! Nothing a stranger can make large is allocated before its hello is
+//! accepted: until then a connection reads frames of at most
+//! [`HELLO_MAX_FRAME`] (4 KiB; a larger announced length closes the
+//! connection with one error, before any of the frame is read), and the
+//! whole hello must arrive within [`HANDSHAKE_TIMEOUT`] however slowly its
+//! bytes trickle in. Read buffers grow as bytes arrive, never to an
+//! announced length (see [`Connection`]). So strangers cost at most about
+//! `max_clients` × 4 KiB of buffers, plus one small task per connection
+//! beyond `max_clients` while it is told the node is busy (at most a
+//! second: see [`Connection::close`]).
+//!
+//! An accepted client (one that knew the token, or any local client of a
+//! node without one) may send frames up to [`DEFAULT_MAX_FRAME`] (64 MiB, a
+//! module and its inputs); such a frame is held twice while it is decoded.
+//! The bound for all clients together is therefore about `max_clients` ×
+//! 2 × 64 MiB (16 GiB at the default 128 clients, each in the middle of a
+//! submit), reached only by clients holding the token: they can run code on
+//! the node anyway.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +41,7 @@ use zorilla_overlay::OverlayHandle;
 use zorilla_sandbox::Sandbox;
 
 use crate::node::Command;
-use crate::protocol::frame::DEFAULT_MAX_FRAME;
+use crate::protocol::frame::{DEFAULT_MAX_FRAME, FrameError, HELLO_MAX_FRAME};
 use crate::protocol::{
     Connection, ConnectionError, ErrorKind, Hello, MAX_WAIT_SECS, PROTOCOL_VERSION, PeerEntry,
     Request, Response, Welcome,
@@ -28,7 +49,8 @@ use crate::protocol::{
 
 /// The default bound on clients connected at once.
 pub(crate) const DEFAULT_MAX_CLIENTS: usize = 128;
-/// How long a new connection may take to say hello.
+/// How long a new connection may take to say hello: the whole hello frame
+/// must be in by then, however slowly it is sent.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection may sit idle between requests.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -62,6 +84,7 @@ pub(crate) async fn serve(listener: TcpListener, config: ServerConfig) {
         let slot = slots.clone().try_acquire_owned();
         tokio::spawn(async move {
             let mut conn = Connection::new(stream, DEFAULT_MAX_FRAME);
+            conn.set_read_cap(HELLO_MAX_FRAME);
             let Ok(_slot) = slot else {
                 tracing::warn!(%addr, "client refused: {} clients connected", config.max_clients);
                 let message = format!(
@@ -69,6 +92,7 @@ pub(crate) async fn serve(listener: TcpListener, config: ServerConfig) {
                     config.max_clients
                 );
                 let _ = conn.write(&Response::error(ErrorKind::Busy, message)).await;
+                conn.close().await;
                 return;
             };
             if let Err(e) = handle(&mut conn, addr, &config).await {
@@ -77,6 +101,7 @@ pub(crate) async fn serve(listener: TcpListener, config: ServerConfig) {
                     .write(&Response::error(ErrorKind::BadRequest, e.to_string()))
                     .await;
             }
+            conn.close().await;
         });
     }
 }
@@ -98,6 +123,16 @@ async fn handle(
     config: &ServerConfig,
 ) -> Result<(), ConnectionError> {
     let hello = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.read::<Hello>()).await {
+        Ok(Err(ConnectionError::Frame(FrameError::TooLarge { len, .. }))) => {
+            tracing::warn!(%addr, "client refused: a first frame of {len} bytes");
+            let message = format!(
+                "the first frame must be a hello of at most {HELLO_MAX_FRAME} bytes, \
+                 and this one announced {len}"
+            );
+            conn.write(&Response::error(ErrorKind::BadRequest, message))
+                .await?;
+            return Ok(());
+        }
         Ok(hello) => hello?,
         Err(_) => {
             let message = "no hello within 10 s; closing";
@@ -121,8 +156,10 @@ async fn handle(
     if let Some(expected) = &config.token {
         let given = hello.token.as_deref().unwrap_or("");
         if !same_token(given, expected) {
+            // The hint (--token, ZORILLA_TOKEN) is the client's to give:
+            // clients in other languages have other ways.
             let message = if given.is_empty() {
-                "this node needs a token: pass --token or set ZORILLA_TOKEN"
+                "this node needs a token"
             } else {
                 "wrong token"
             };
@@ -137,6 +174,8 @@ async fn handle(
         peer: config.overlay.local_peer_id().to_string(),
     }))
     .await?;
+    // Accepted: from now on a frame may carry a module.
+    conn.set_read_cap(DEFAULT_MAX_FRAME);
     loop {
         let request = match tokio::time::timeout(IDLE_TIMEOUT, conn.read::<Request>()).await {
             Ok(request) => request?,

@@ -180,7 +180,7 @@ async fn bad_clients_get_clear_errors_and_the_node_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let extra = [
         "--token".to_string(),
-        "s3cret-token".into(),
+        "s3cret-token-0123".into(),
         "--max-clients".into(),
         "3".into(),
     ];
@@ -193,7 +193,7 @@ async fn bad_clients_get_clear_errors_and_the_node_keeps_serving() {
         &extra,
     );
     let addr = node.client.as_str();
-    let good = hello(Some("s3cret-token"));
+    let good = hello(Some("s3cret-token-0123"));
 
     // Garbage CBOR in a well-formed frame.
     let (kind, message) = error_of(raw_exchange(addr, &good, &[0, 0, 0, 3, 0xff, 0x00, 0x13]));
@@ -220,7 +220,7 @@ async fn bad_clients_get_clear_errors_and_the_node_keeps_serving() {
     let (kind, message) = error_of(raw_exchange(addr, &hello(None), &[]));
     assert_eq!(kind, ErrorKind::Unauthorized);
     assert!(message.contains("needs a token"), "{message}");
-    let (kind, message) = error_of(raw_exchange(addr, &hello(Some("s3cret-tokeN")), &[]));
+    let (kind, message) = error_of(raw_exchange(addr, &hello(Some("s3cret-token-012X")), &[]));
     assert_eq!(
         (kind, message.as_str()),
         (ErrorKind::Unauthorized, "wrong token")
@@ -233,7 +233,7 @@ async fn bad_clients_get_clear_errors_and_the_node_keeps_serving() {
     for _ in 0..3 {
         held.push(connect_when_free(addr).await);
     }
-    match Client::connect_with(addr, Some("s3cret-token"), "fourth").await {
+    match Client::connect_with(addr, Some("s3cret-token-0123"), "fourth").await {
         Err(ClientError::Node {
             kind: ErrorKind::Busy,
             message,
@@ -258,7 +258,7 @@ async fn bad_clients_get_clear_errors_and_the_node_keeps_serving() {
 async fn connect_when_free(addr: &str) -> Client {
     let start = Instant::now();
     loop {
-        match Client::connect_with(addr, Some("s3cret-token"), "test").await {
+        match Client::connect_with(addr, Some("s3cret-token-0123"), "test").await {
             Ok(client) => return client,
             Err(ClientError::Node {
                 kind: ErrorKind::Busy,

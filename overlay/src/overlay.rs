@@ -635,8 +635,13 @@ fn build_swarm(config: &OverlayConfig, key: &Keypair) -> Result<Swarm<Behaviour>
 
     let network = &config.network;
     let protocol = |name: String| StreamProtocol::try_from_owned(name).map_err(|e| setup(&e));
-    let rr_config =
-        request_response::Config::default().with_request_timeout(config.request_timeout);
+    let rr_config = request_response::Config::default()
+        .with_request_timeout(config.request_timeout)
+        .with_max_concurrent_streams(wire::MAX_STREAMS_PER_CONNECTION);
+    // One budget for the inbound requests of both protocols (wire's doc).
+    let budget = wire::ReadBudget::new(
+        wire::MAX_INBOUND_REQUEST_BYTES.max(config.max_message_size.saturating_mul(2)),
+    );
     let mdns = if config.mdns {
         Some(
             mdns::tokio::Behaviour::new(
@@ -671,7 +676,7 @@ fn build_swarm(config: &OverlayConfig, key: &Keypair) -> Result<Swarm<Behaviour>
         ),
         mdns: Toggle::from(mdns),
         flood: request_response::Behaviour::with_codec(
-            CborCodec::new(config.max_message_size),
+            CborCodec::new(config.max_message_size, Some(budget.clone())),
             [(
                 protocol(wire::flood_protocol(network))?,
                 ProtocolSupport::Full,
@@ -679,7 +684,7 @@ fn build_swarm(config: &OverlayConfig, key: &Keypair) -> Result<Swarm<Behaviour>
             rr_config.clone(),
         ),
         rpc: request_response::Behaviour::with_codec(
-            CborCodec::new(config.max_message_size),
+            CborCodec::new(config.max_message_size, Some(budget)),
             [(
                 protocol(wire::rpc_protocol(network))?,
                 ProtocolSupport::Full,
@@ -1343,8 +1348,10 @@ impl Driver {
                         // Dropping the channel tells the sender it failed.
                         Checked::Invalid(reason) => self.strike(peer, &reason).await,
                         Checked::Valid(RpcRequest::Link(on)) => {
-                            // Not waiting for identify: only a peer of our
-                            // network can speak this protocol at all.
+                            // Not waiting for identify (it may still be on
+                            // its way). Anyone who knows the network's name
+                            // can speak this protocol, but a link only
+                            // makes us forward floods to the peer.
                             if on && self.swarm.is_connected(&peer) {
                                 self.chosen_by.insert(peer);
                             } else {

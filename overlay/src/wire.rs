@@ -8,6 +8,26 @@
 //! [`io::ErrorKind::InvalidData`] error, which the event loop counts against
 //! the sending peer.
 //!
+//! # Memory
+//!
+//! A frame has no length prefix: the codec reads a stream as its bytes
+//! arrive, at most [`READ_CHUNK`] at a time and never more than the cap, so
+//! a stream's buffer is at most about twice what has arrived (64 bytes for
+//! a stream that has sent nothing). All inbound requests being
+//! read at once, over every connection and both protocols, share one
+//! [`ReadBudget`] ([`MAX_INBOUND_REQUEST_BYTES`], or twice the frame cap if
+//! that is more): a request that would take more fails as a transport
+//! error (not counted against its sender, who may be innocent), so the
+//! buffers of inbound requests never exceed the budget whoever sends them.
+//! Noise only proves a peer id, which anyone can make, so every peer gets
+//! the same treatment, strangers and neighbours alike. Per connection,
+//! libp2p's request-response runs at most [`MAX_STREAMS_PER_CONNECTION`]
+//! streams per protocol at once (inbound and outbound together) and drops
+//! inbound streams above that unread; each read ends with the request
+//! timeout. Responses are read without the budget: they answer our own
+//! requests, of which there are as many as we chose to send, each at most
+//! the cap.
+//!
 //! Versioning is in the protocol names (`/zorilla/<network>/flood/1`,
 //! `/zorilla/<network>/rpc/1`): a change to these types that old nodes cannot
 //! read gets a new number, and libp2p's protocol negotiation keeps old and
@@ -15,6 +35,8 @@
 
 use std::io;
 use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use libp2p::{Multiaddr, PeerId, StreamProtocol};
@@ -115,18 +137,119 @@ pub(crate) fn decode<T: DeserializeOwned>(buf: &[u8]) -> io::Result<T> {
     Ok(value)
 }
 
-/// Reads a whole stream of at most `max` bytes.
-async fn read_capped<T: AsyncRead + Unpin + Send>(io: &mut T, max: usize) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    // One byte more than allowed tells "exactly at the cap" from "over it".
-    io.take(max as u64 + 1).read_to_end(&mut buf).await?;
-    if buf.len() > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("oversized frame: more than {max} bytes"),
-        ));
+/// The most bytes one read of a stream asks for: a stream's buffer grows
+/// by at most this much beyond what has arrived.
+pub(crate) const READ_CHUNK: usize = 8 * 1024;
+/// The first read of a stream asks for this many bytes; each next one for
+/// as many as have come, up to [`READ_CHUNK`].
+const FIRST_READ: usize = 64;
+/// The most bytes of inbound requests being read at once, over all
+/// connections and both protocols (see the module doc): 32 MiB, room for
+/// 32 requests of the default 1 MiB cap at once.
+pub(crate) const MAX_INBOUND_REQUEST_BYTES: usize = 32 * 1024 * 1024;
+/// Streams of one protocol open at once on one connection (libp2p's
+/// request-response default, made explicit): inbound streams above it are
+/// dropped unread.
+pub(crate) const MAX_STREAMS_PER_CONNECTION: usize = 100;
+
+/// Bytes of buffer that the inbound requests being read may hold together,
+/// shared by every codec of a node (clones share the count).
+#[derive(Debug, Clone)]
+pub(crate) struct ReadBudget {
+    used: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl ReadBudget {
+    /// A budget of `max` bytes.
+    pub(crate) fn new(max: usize) -> Self {
+        ReadBudget {
+            used: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
     }
-    Ok(buf)
+
+    /// Takes `n` bytes, if that many are left.
+    fn take(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|total| *total <= self.max)
+            })
+            .is_ok()
+    }
+
+    /// Bytes held now.
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Bytes taken from a budget, given back when dropped (when the request
+/// has been decoded, or its read failed or was abandoned).
+struct Held {
+    budget: Option<ReadBudget>,
+    bytes: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Reads a whole stream of at most `max` bytes, growing the buffer as bytes
+/// arrive; its capacity is taken from `budget` (if any) before it is
+/// allocated, and held until the returned [`Held`] is dropped.
+async fn read_capped<T: AsyncRead + Unpin + Send>(
+    io: &mut T,
+    max: usize,
+    budget: Option<&ReadBudget>,
+) -> io::Result<(Vec<u8>, Held)> {
+    let mut held = Held {
+        budget: budget.cloned(),
+        bytes: 0,
+    };
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let len = buf.len();
+        // Small reads while little has come (an idle stream holds 64
+        // bytes), up to READ_CHUNK. One byte more than allowed tells
+        // "exactly at the cap" from "over it".
+        let want = (max + 1 - len).min(len.clamp(FIRST_READ, READ_CHUNK));
+        if buf.capacity() < len + want {
+            // Doubling (so that a large frame is not copied once per chunk),
+            // but never past the cap.
+            let target = (len + want).max(buf.capacity().saturating_mul(2).min(max + 1));
+            let more = target - buf.capacity();
+            if let Some(budget) = budget {
+                if !budget.take(more) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::OutOfMemory,
+                        "inbound requests hold all the memory allowed them; \
+                         this one is dropped",
+                    ));
+                }
+                held.bytes += more;
+            }
+            buf.reserve_exact(target - len);
+        }
+        buf.resize(len + want, 0);
+        let n = io.read(&mut buf[len..]).await?;
+        buf.truncate(len + n);
+        if n == 0 {
+            break;
+        }
+        if buf.len() > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("oversized frame: more than {max} bytes"),
+            ));
+        }
+    }
+    Ok((buf, held))
 }
 
 async fn write_capped<T: AsyncWrite + Unpin + Send>(
@@ -161,15 +284,19 @@ pub(crate) enum Checked<T> {
 /// A request-response codec for CBOR frames with a size cap.
 pub(crate) struct CborCodec<Req, Resp> {
     max: usize,
+    /// Shared by the inbound requests of every connection.
+    budget: Option<ReadBudget>,
     // fn() keeps the codec Send and Sync whatever the message types are.
     _types: PhantomData<fn() -> (Req, Resp)>,
 }
 
 impl<Req, Resp> CborCodec<Req, Resp> {
-    /// A codec that refuses frames of more than `max` bytes.
-    pub(crate) fn new(max: usize) -> Self {
+    /// A codec that refuses frames of more than `max` bytes, and reads
+    /// inbound requests within `budget` (if any).
+    pub(crate) fn new(max: usize, budget: Option<ReadBudget>) -> Self {
         CborCodec {
             max,
+            budget,
             _types: PhantomData,
         }
     }
@@ -177,7 +304,7 @@ impl<Req, Resp> CborCodec<Req, Resp> {
 
 impl<Req, Resp> Clone for CborCodec<Req, Resp> {
     fn clone(&self) -> Self {
-        CborCodec::new(self.max)
+        CborCodec::new(self.max, self.budget.clone())
     }
 }
 
@@ -194,8 +321,9 @@ where
     where
         T: AsyncRead + Unpin + Send,
     {
-        let checked = match read_capped(io, self.max).await {
-            Ok(buf) => decode(&buf),
+        let checked = match read_capped(io, self.max, self.budget.as_ref()).await {
+            // The buffer's budget is given back once it is decoded.
+            Ok((buf, _held)) => decode(&buf),
             Err(e) => Err(e),
         };
         match checked {
@@ -210,7 +338,7 @@ where
     where
         T: AsyncRead + Unpin + Send,
     {
-        let buf = read_capped(io, self.max).await?;
+        let (buf, _held) = read_capped(io, self.max, None).await?;
         if buf.is_empty() {
             // The responder closed the stream without answering (its
             // application dropped the request, or it refused ours as
@@ -314,7 +442,7 @@ mod tests {
     #[test]
     fn the_cap_is_enforced_on_both_sides() {
         futures::executor::block_on(async {
-            let mut codec = CborCodec::<RpcRequest, RpcResponse>::new(64);
+            let mut codec = CborCodec::<RpcRequest, RpcResponse>::new(64, None);
             let proto = StreamProtocol::new("/test/1");
             let mut out = futures::io::Cursor::new(Vec::new());
             let big = RpcRequest::App(vec![1; 100]);
@@ -343,11 +471,78 @@ mod tests {
         });
     }
 
+    /// Gives out its bytes a few at a time, as a slow peer does.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut [u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            let n = self.step.min(buf.len()).min(self.data.len() - self.at);
+            let at = self.at;
+            buf[..n].copy_from_slice(&self.data[at..at + n]);
+            self.at += n;
+            std::task::Poll::Ready(Ok(n))
+        }
+    }
+
+    #[test]
+    fn buffers_grow_with_what_arrives_and_within_the_budget() {
+        futures::executor::block_on(async {
+            let budget = ReadBudget::new(64 * 1024);
+            // A slow sender: the buffer stays within twice what came.
+            let mut slow = Trickle {
+                data: vec![7; 10_000],
+                at: 0,
+                step: 100,
+            };
+            let (buf, held) = read_capped(&mut slow, 1 << 20, Some(&budget))
+                .await
+                .unwrap();
+            assert_eq!(buf.len(), 10_000);
+            assert!(buf.capacity() <= 2 * 10_000 + 64, "{}", buf.capacity());
+            assert_eq!(budget.used(), held.bytes);
+            assert!(held.bytes >= buf.capacity());
+            drop(held);
+            assert_eq!(budget.used(), 0);
+            // Two reads at once share the budget: the second one that
+            // would pass it fails as a transport error, not bad data.
+            let mut first = Trickle {
+                data: vec![1; 40 * 1024],
+                at: 0,
+                step: 4096,
+            };
+            let (_, first_held) = read_capped(&mut first, 1 << 20, Some(&budget))
+                .await
+                .unwrap();
+            let mut second = Trickle {
+                data: vec![2; 40 * 1024],
+                at: 0,
+                step: 4096,
+            };
+            let err = read_capped(&mut second, 1 << 20, Some(&budget))
+                .await
+                .err()
+                .unwrap();
+            assert_eq!(err.kind(), io::ErrorKind::OutOfMemory);
+            // The failed read gave its share back.
+            assert_eq!(budget.used(), first_held.bytes);
+            drop(first_held);
+            assert_eq!(budget.used(), 0);
+        });
+    }
+
     #[test]
     fn an_omitted_response_is_no_malformed_frame() {
         futures::executor::block_on(async {
             use libp2p::request_response::Codec;
-            let mut codec = CborCodec::<RpcRequest, RpcResponse>::new(64);
+            let mut codec = CborCodec::<RpcRequest, RpcResponse>::new(64, None);
             let proto = StreamProtocol::new("/test/1");
             // Only InvalidData counts against the responder.
             let mut empty = futures::io::Cursor::new(Vec::new());

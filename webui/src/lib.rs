@@ -26,6 +26,17 @@
 //! attributes, in the SVG and in metric labels. Everything is bounded: live
 //! streams ([`WebConfig::max_live_streams`]), log tails ([`MAX_LOG_LINES`],
 //! [`MAX_LOG_LINE_BYTES`]), peers drawn in the picture, remote waits.
+//!
+//! Every request is bounded before its token is looked at, since anyone who
+//! can reach the port can send one: at most
+//! [`WebConfig::max_connections`] connections are served at once (more wait
+//! in the kernel's accept queue, costing the node nothing), the request line
+//! and headers together are at most [`MAX_REQUEST_HEAD`] bytes in at most
+//! [`MAX_HEADERS`] headers (more gets 431), they must arrive within
+//! [`HEADER_READ_TIMEOUT`] (also the most an idle connection is kept), and a
+//! request with a body gets 413 (every route is a read-only GET; the body is
+//! never read). So the page's connections hold at most about
+//! `max_connections` × [`MAX_CONNECTION_BUFFER`] of buffers.
 
 pub mod model;
 pub mod source;
@@ -47,6 +58,17 @@ pub const MAX_LOG_LINES: usize = 200;
 /// The longest log line shown, in bytes; longer lines are cut.
 pub const MAX_LOG_LINE_BYTES: usize = 2048;
 
+/// The most bytes of a request's line and headers together.
+pub const MAX_REQUEST_HEAD: usize = 16 * 1024;
+/// The most headers in one request.
+pub const MAX_HEADERS: usize = 64;
+/// How long a client may take to send a request's line and headers, and
+/// how long an idle connection is kept for its next request.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most a connection buffers, each way (hyper's read and write
+/// buffers; the smallest hyper allows is 8 KiB).
+pub const MAX_CONNECTION_BUFFER: usize = 64 * 1024;
+
 /// Where and how the web interface listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebConfig {
@@ -60,6 +82,9 @@ pub struct WebConfig {
     pub max_live_streams: usize,
     /// How often a live remote view asks its peer again.
     pub remote_refresh: Duration,
+    /// The most connections served at once (live streams included); more
+    /// wait to be accepted until one closes.
+    pub max_connections: usize,
 }
 
 impl WebConfig {
@@ -69,6 +94,9 @@ impl WebConfig {
     pub const DEFAULT_MAX_LIVE_STREAMS: usize = 32;
     /// The default refresh of live remote views.
     pub const DEFAULT_REMOTE_REFRESH: Duration = Duration::from_secs(5);
+    /// The default bound on connections: room for every live stream and as
+    /// many browsers again.
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 128;
 }
 
 impl Default for WebConfig {
@@ -78,6 +106,7 @@ impl Default for WebConfig {
             token: None,
             max_live_streams: Self::DEFAULT_MAX_LIVE_STREAMS,
             remote_refresh: Self::DEFAULT_REMOTE_REFRESH,
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -128,13 +157,60 @@ pub async fn serve(
         access,
         config.max_live_streams.max(1),
         config.remote_refresh.max(Duration::from_millis(10)),
-    )
-    .into_make_service_with_connect_info::<SocketAddr>();
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(%addr, "web interface stopped: {e}");
-        }
-    });
+    );
+    tokio::spawn(accept_loop(listener, app, config.max_connections.max(1)));
     tracing::info!(%addr, "web interface listening");
     Ok(addr)
+}
+
+/// Serves connections, at most `max_connections` at once, each over
+/// HTTP/1 with the bounds of the module doc. (`axum::serve` sets none of
+/// them: no header timeout, about 400 KB of buffer per connection, no bound
+/// on connections.)
+async fn accept_loop(listener: tokio::net::TcpListener, app: axum::Router, max_connections: usize) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt as _;
+
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_headers(MAX_HEADERS)
+        .max_header_size(MAX_REQUEST_HEAD)
+        .max_buf_size(MAX_CONNECTION_BUFFER);
+    loop {
+        // A free slot first: connections over the bound stay in the
+        // kernel's queue rather than in the node's memory.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, peer) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                // Out of file descriptors, say: wait rather than spin.
+                tracing::warn!("web: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // The guard logs who asked.
+        let service = app.clone().map_request(
+            move |mut request: axum::extract::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request
+            },
+        );
+        let connection = http.serve_connection(
+            TokioIo::new(stream),
+            hyper_util::service::TowerToHyperService::new(service),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, "web: connection ended: {e}");
+            }
+            drop(slot);
+        });
+    }
 }

@@ -241,7 +241,49 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
         .get::<ConnectInfo<SocketAddr>>()
         .map_or_else(|| "?".to_string(), |c| c.0.to_string());
     let headers = request.headers();
-    let refused = match &state.access {
+    // Before the token: every route is a read-only GET, so a body is
+    // refused unread, whoever sends it.
+    let refused = if has_body(headers) {
+        tracing::warn!(%from, path = %request.uri().path(), "web: refused a request with a body");
+        let mut response = (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "this status page takes no request bodies\n",
+        )
+            .into_response();
+        // The unread body makes the connection unusable for another request.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        Some(response)
+    } else {
+        access_refusal(&state.access, &request, &from)
+    };
+    let mut response = match refused {
+        Some(r) => r,
+        None => next.run(request).await,
+    };
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The answer to a request that the access rule refuses, or `None`.
+fn access_refusal(access: &Access, request: &Request, from: &str) -> Option<Response> {
+    let headers = request.headers();
+    match access {
         Access::Loopback => match headers.get(header::HOST) {
             Some(host) if !loopback_host(host) => {
                 tracing::warn!(%from, path = %request.uri().path(), "web: refused a request for a non-loopback Host");
@@ -278,27 +320,17 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
                 Some(response)
             }
         }
-    };
-    let mut response = match refused {
-        Some(r) => r,
-        None => next.run(request).await,
-    };
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.entry(header::CACHE_CONTROL)
-        .or_insert(HeaderValue::from_static("no-store"));
-    response
+    }
+}
+
+/// Whether a request announces a body (a length other than zero, or a
+/// transfer coding).
+fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .any(|v| v.as_bytes() != b"0")
 }
 
 /// Whether a `Host` header names this machine's loopback.

@@ -1,5 +1,11 @@
 //! [`Connection`]: one client-protocol socket, read and written frame by
 //! frame (as mini-redis's `Connection`).
+//!
+//! Memory: the read buffer grows as bytes arrive, [`READ_CHUNK`] at a time
+//! (doubling, as a `Vec` does, but never past the frame being read), never
+//! to the length a frame announces. So a connection holds at most about
+//! twice what its peer has actually sent of the current frame, which is at
+//! most its read cap ([`Connection::set_read_cap`]).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -7,6 +13,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::frame::{self, FrameError};
+
+/// The most bytes one read asks the socket for.
+pub const READ_CHUNK: usize = 64 * 1024;
+/// When a node closes a connection, it reads and drops at most this much
+/// of what the peer still sends ...
+const CLOSE_DRAIN_BYTES: usize = 64 * 1024;
+/// ... for at most this long, so that its last reply (say, why the
+/// connection is refused) is not lost to the reset that closing a socket
+/// with unread bytes sends.
+const CLOSE_DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why reading or writing a frame failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,24 +43,36 @@ pub enum ConnectionError {
 pub struct Connection {
     stream: TcpStream,
     buf: Vec<u8>,
+    /// The largest frame read.
+    read_cap: usize,
+    /// The largest frame written.
     max_frame: usize,
 }
 
 impl Connection {
-    /// Wraps `stream`; frames above `max_frame` bytes are refused.
+    /// Wraps `stream`; frames above `max_frame` bytes are refused, both
+    /// ways.
     pub fn new(stream: TcpStream, max_frame: usize) -> Self {
         Connection {
             stream,
-            buf: Vec::with_capacity(4096),
+            buf: Vec::new(),
+            read_cap: max_frame,
             max_frame,
         }
+    }
+
+    /// From now on, frames read may be at most `cap` bytes (a node reads a
+    /// client's hello under [`frame::HELLO_MAX_FRAME`], and raises the cap
+    /// once it has accepted it).
+    pub fn set_read_cap(&mut self, cap: usize) {
+        self.read_cap = cap;
     }
 
     /// Reads the next frame; `Ok(None)` when the peer closed cleanly between
     /// frames.
     pub async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ConnectionError> {
         loop {
-            if let Some((value, used)) = frame::parse(&self.buf, self.max_frame)? {
+            if let Some((value, used)) = frame::parse(&self.buf, self.read_cap)? {
                 self.buf.drain(..used);
                 // A big frame (a submit) should not pin its buffer for the
                 // rest of the connection.
@@ -53,9 +81,7 @@ impl Connection {
                 }
                 return Ok(Some(value));
             }
-            // Straight into the buffer's spare capacity: no 64 KiB array in
-            // every future that reads a frame.
-            self.buf.reserve(64 * 1024);
+            self.make_room();
             let n = self.stream.read_buf(&mut self.buf).await?;
             if n == 0 {
                 return if self.buf.is_empty() {
@@ -65,6 +91,49 @@ impl Connection {
                 };
             }
         }
+    }
+
+    /// Makes room for the next read straight in the buffer (no chunk-sized
+    /// array in every future that reads a frame): at most [`READ_CHUNK`]
+    /// more than is in it, never beyond the end of the frame being read
+    /// (whose length `parse` has already checked against the cap), and in
+    /// doubling steps so that a large frame is not copied once per chunk.
+    fn make_room(&mut self) {
+        let len = self.buf.len();
+        // Before the length is in, read only up to it: a stranger's first
+        // read is then four bytes, and nothing larger is allocated until
+        // the cap has been checked.
+        let end = frame::announced(&self.buf).unwrap_or(4);
+        let want = end.saturating_sub(len).clamp(1, READ_CHUNK);
+        let spare = self.buf.capacity() - len;
+        if spare >= want {
+            return;
+        }
+        // Doubling, but not past the frame's end.
+        let target = len
+            .saturating_add(want)
+            .max(self.buf.capacity().saturating_mul(2).min(end));
+        self.buf.reserve_exact(target - len);
+    }
+
+    /// Closes the connection after what was written: ends the sending
+    /// side, then drops what the peer still sends (a bounded amount, for a
+    /// bounded time) so that the peer can read the last reply.
+    pub async fn close(mut self) {
+        if self.stream.shutdown().await.is_err() {
+            return;
+        }
+        let mut sink = [0u8; 1024];
+        let mut left = CLOSE_DRAIN_BYTES;
+        let drain = async {
+            while left > 0 {
+                match self.stream.read(&mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(CLOSE_DRAIN_TIME, drain).await;
     }
 
     /// Writes one frame.

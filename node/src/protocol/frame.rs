@@ -1,6 +1,11 @@
 //! Framing of the client protocol: a 4-byte big-endian length, then that many
 //! bytes of CBOR. A pure parser over a byte buffer (no IO), so malformed input
 //! can be tested byte by byte.
+//!
+//! Two caps apply to what a node reads: [`HELLO_MAX_FRAME`] until the hello
+//! is accepted (a stranger's frame), [`DEFAULT_MAX_FRAME`] after it. The
+//! announced length is checked against the cap as soon as its four bytes
+//! are in, before any of the frame is buffered.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -8,6 +13,19 @@ use serde::de::DeserializeOwned;
 /// The largest frame accepted or sent by default: 64 MiB, enough for a
 /// module and its inputs in one submit.
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
+
+/// The largest frame a node reads before it has accepted the client's
+/// hello: 4 KiB. A hello is tens of bytes plus the token and the client's
+/// name, so this is ample, and a stranger cannot make the node buffer more.
+pub const HELLO_MAX_FRAME: usize = 4 * 1024;
+
+/// The length of the frame at the front of `buf` (its four length bytes
+/// included), once those four bytes are in; not checked against any cap.
+pub fn announced(buf: &[u8]) -> Option<usize> {
+    let head = buf.get(..4)?;
+    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    Some(len.saturating_add(4))
+}
 
 /// Why a frame could not be parsed or built.
 #[derive(Debug, thiserror::Error)]

@@ -34,9 +34,12 @@ pub(crate) enum RawEvent {
     Disconnected(PeerId),
 }
 
-/// Sends bytes as they are: no encoding, no cap.
+/// Sends bytes as they are: no encoding, no cap. With `hold`, a request's
+/// stream is kept open that long after its bytes (a frame that never ends).
 #[derive(Debug, Clone, Default)]
-struct RawCodec;
+struct RawCodec {
+    hold: Option<Duration>,
+}
 
 async fn read_all<T: AsyncRead + Unpin + Send>(io: &mut T) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
@@ -76,7 +79,11 @@ impl request_response::Codec for RawCodec {
         io: &mut T,
         req: Vec<u8>,
     ) -> io::Result<()> {
-        write_all(io, req).await
+        write_all(io, req).await?;
+        if let Some(hold) = self.hold {
+            tokio::time::sleep(hold).await;
+        }
+        Ok(())
     }
 
     async fn write_response<T: AsyncWrite + Unpin + Send>(
@@ -124,6 +131,17 @@ pub(crate) struct RawPeer {
 impl RawPeer {
     /// Starts a raw peer of `network` (it listens nowhere; it only dials).
     pub(crate) fn start(network: &str) -> RawPeer {
+        Self::start_holding(network, None)
+    }
+
+    /// Starts a raw peer whose requests, if `hold` is given, keep their
+    /// streams open that long after their bytes, up to 1000 at once per
+    /// connection.
+    pub(crate) fn start_holding(network: &str, hold: Option<Duration>) -> RawPeer {
+        let codec = RawCodec { hold };
+        let rr_config = request_response::Config::default()
+            .with_request_timeout(hold.unwrap_or(Duration::ZERO) + Duration::from_secs(10))
+            .with_max_concurrent_streams(1000);
         let identify_version = format!("/zorilla/{network}/1");
         let flood = StreamProtocol::try_from_owned(format!("/zorilla/{network}/flood/1")).unwrap();
         let rpc = StreamProtocol::try_from_owned(format!("/zorilla/{network}/rpc/1")).unwrap();
@@ -141,13 +159,15 @@ impl RawPeer {
                     key.public(),
                 )),
                 ping: ping::Behaviour::new(ping::Config::new()),
-                flood: request_response::Behaviour::new(
+                flood: request_response::Behaviour::with_codec(
+                    codec.clone(),
                     [(flood, ProtocolSupport::Full)],
-                    request_response::Config::default(),
+                    rr_config.clone(),
                 ),
-                rpc: request_response::Behaviour::new(
+                rpc: request_response::Behaviour::with_codec(
+                    codec,
                     [(rpc, ProtocolSupport::Full)],
-                    request_response::Config::default(),
+                    rr_config,
                 ),
             })
             .expect("behaviour")
