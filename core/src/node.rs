@@ -557,6 +557,8 @@ pub struct Scheduler<P: Ord> {
     last_reach: Option<Reach>,
     /// Ended home jobs, oldest first, forgotten beyond `ended_capacity`.
     ended: VecDeque<JobId>,
+    /// The driver cannot take workers now (see [`Scheduler::set_paused`]).
+    paused: bool,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -571,7 +573,28 @@ impl<P: PeerKey> Scheduler<P> {
             declined: VecDeque::new(),
             last_reach: None,
             ended: VecDeque::new(),
+            paused: false,
         }
+    }
+
+    /// Stops (`true`) or resumes offering workers: a node that cannot take
+    /// workers for a while (its disk cannot be written) declines every
+    /// advert as busy, which keeps the advert in its pending queue; on
+    /// resuming, the queued adverts that have not expired are served.
+    /// Workers already offered or running go on. The outputs are what
+    /// resuming sets off at once.
+    pub fn set_paused(&mut self, now: Time, paused: bool) -> Vec<Output<P>> {
+        self.paused = paused;
+        let mut out = Vec::new();
+        if !paused {
+            self.rescan(now, &mut out);
+        }
+        self.loopback(now, out)
+    }
+
+    /// Whether the node offers no workers now (see [`Scheduler::set_paused`]).
+    pub fn paused(&self) -> bool {
+        self.paused
     }
 
     /// This node's identity.
@@ -1193,6 +1216,9 @@ impl<P: PeerKey> Scheduler<P> {
         }
         if self.engaged.len() as u32 >= limits.max_jobs {
             return Err(DeclineReason::TooManyJobs);
+        }
+        if self.paused {
+            return Err(DeclineReason::Busy);
         }
         let free = self.free();
         let workers = free

@@ -195,6 +195,53 @@ fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
 }
 
 #[test]
+fn a_paused_member_declines_as_busy_and_offers_the_queued_advert_on_resuming() {
+    let mut node = member(4);
+    assert!(node.set_paused(ms(0), true).is_empty());
+    assert!(node.paused());
+    let out = deliver(&mut node, ms(1), WorkerCount::rigid(1));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Busy
+            }
+        }]
+    );
+    assert_eq!(node.pending().count(), 1);
+    // Resources freeing up do not end the pause.
+    assert!(
+        node.handle(
+            ms(2),
+            Input::WorkersEnded {
+                job: JobId(99),
+                ranks: vec![0],
+            },
+        )
+        .is_empty()
+    );
+    let out = node.set_paused(ms(3), false);
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                to: HOME,
+                msg: Message::Offer {
+                    job: JOB,
+                    workers: 1,
+                    ..
+                }
+            }]
+        ),
+        "{out:?}"
+    );
+    assert!(!node.paused());
+    assert_eq!(node.pending().count(), 0);
+}
+
+#[test]
 fn owner_limits_deny_list_jobs_and_workers_per_job() {
     let mut denied = Scheduler::new(
         1u32,

@@ -5,7 +5,7 @@
 //! out. Every decision about where workers go is the core's; this module
 //! does the IO: messages, files, workers, the database.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ use crate::protocol::{
     NodeInfo, Pending, RankStatus, Request, Response,
 };
 use crate::status::{self, Publisher};
-use crate::store::{FileRef, JobRecord, Store};
+use crate::store::{FileRef, JobRecord, Store, StoreError};
 use crate::wire::{BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, decode, encode};
 
 /// A client request on its way into the event loop.
@@ -43,6 +43,10 @@ pub(crate) struct Command {
 const COPY_CHECK: Duration = Duration::from_secs(5);
 /// How long a copy waits for word from its home before it asks.
 const COPY_STALE: Duration = Duration::from_secs(15);
+
+/// How often the loop looks whether its disk can be written again (the
+/// store tries it only after its own pause; see `Store::retry`).
+const STORE_CHECK: Duration = Duration::from_secs(1);
 
 /// Pauses between the liveness probes of a peer whose connection was
 /// lost: three probes in all.
@@ -87,6 +91,35 @@ struct MemberJob {
     heard: Instant,
 }
 
+/// What the home keeps in memory of its finished jobs: how many there are
+/// per phase, and the newest few records (for the status page). Everything
+/// else about them (records, logs, outputs) is read from the store when
+/// asked, so that a home's memory does not grow with every job it ran.
+#[derive(Default)]
+struct Finished {
+    counts: BTreeMap<JobPhase, u64>,
+    /// The newest finished jobs, oldest first, at most [`status::MAX_JOBS`].
+    recent: VecDeque<JobRecord>,
+}
+
+impl Finished {
+    fn add(&mut self, job: JobRecord) {
+        *self.counts.entry(job.phase).or_default() += 1;
+        if self.recent.len() >= status::MAX_JOBS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(job);
+    }
+
+    fn recent(&self, id: u64) -> Option<&JobRecord> {
+        self.recent.iter().rev().find(|j| j.id == id)
+    }
+
+    fn recent_mut(&mut self, id: u64) -> Option<&mut JobRecord> {
+        self.recent.iter_mut().rev().find(|j| j.id == id)
+    }
+}
+
 /// Everything the loop owns.
 pub(crate) struct Node {
     me: PeerId,
@@ -97,8 +130,10 @@ pub(crate) struct Node {
     store: Arc<Store>,
     sandbox: Sandbox,
     dir: PathBuf,
-    /// Jobs this node is home to.
+    /// Jobs this node is home to that are under way (finished ones move
+    /// to `finished` and the store).
     jobs: BTreeMap<u64, JobRecord>,
+    finished: Finished,
     placement: BTreeMap<u64, BTreeMap<u32, PeerId>>,
     lost_ranks: BTreeMap<u64, BTreeSet<u32>>,
     members: HashMap<u64, MemberJob>,
@@ -112,6 +147,9 @@ pub(crate) struct Node {
     activity: watch::Sender<u64>,
     /// What the status page shows, published from here.
     status: Publisher,
+    /// Why the disk cannot be written, while it cannot: the node then takes
+    /// no jobs and offers no workers.
+    disk_problem: Option<String>,
 }
 
 /// What the loop is started with.
@@ -161,6 +199,7 @@ impl Node {
             sandbox,
             dir,
             jobs: BTreeMap::new(),
+            finished: Finished::default(),
             placement: BTreeMap::new(),
             lost_ranks: BTreeMap::new(),
             members: HashMap::new(),
@@ -170,11 +209,14 @@ impl Node {
             messages_sent: 0,
             activity,
             status,
+            disk_problem: None,
         };
         node.recover();
         tokio::pin!(shutdown);
         let mut copies_check = tokio::time::interval(COPY_CHECK);
         copies_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut store_check = tokio::time::interval(STORE_CHECK);
+        store_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let deadline = node
                 .sched
@@ -212,6 +254,7 @@ impl Node {
                     node.status.touch();
                 }
                 _ = copies_check.tick() => node.refresh_stale_copies(),
+                _ = store_check.tick() => node.check_store(),
                 () = timer => {
                     let now = node.now();
                     let out = node.sched.handle_timeout(now);
@@ -231,6 +274,29 @@ impl Node {
         self.epoch.elapsed()
     }
 
+    /// Follows whether the disk can be written: the store tries a failed
+    /// disk again by itself (this is the call that lets it), and the
+    /// scheduler offers no workers while it cannot be written.
+    fn check_store(&mut self) {
+        let problem = if self.store.retry() {
+            None
+        } else {
+            self.store.unwritable()
+        };
+        if problem == self.disk_problem {
+            return;
+        }
+        match &problem {
+            Some(reason) => tracing::warn!("the disk cannot be written ({reason}): no jobs taken"),
+            None => tracing::info!("the disk can be written again: jobs taken again"),
+        }
+        let paused = problem.is_some();
+        self.disk_problem = problem;
+        let out = self.sched.set_paused(self.now(), paused);
+        self.execute(out);
+        self.status.touch();
+    }
+
     /// Hands the status page a fresh view of this loop's state.
     fn publish_status(&mut self) {
         let members = self
@@ -248,7 +314,9 @@ impl Node {
             epoch: self.epoch,
             sched: &self.sched,
             jobs: &self.jobs,
+            finished: &self.finished.recent,
             members,
+            disk_problem: self.disk_problem.clone(),
         });
     }
 
@@ -256,13 +324,15 @@ impl Node {
     /// scheduler's state and the workers' state are gone), so they are
     /// marked failed with the reason; finished jobs stay as they were.
     fn recover(&mut self) {
-        let jobs = match self.store.jobs() {
+        let mut jobs = match self.store.jobs() {
             Ok(jobs) => jobs,
             Err(e) => {
                 tracing::error!("cannot read stored jobs: {e}");
                 return;
             }
         };
+        // The newest are the ones kept in memory (see `Finished`).
+        jobs.sort_by_key(|j| (j.submitted_unix, j.id));
         for mut job in jobs {
             if !job.phase.is_terminal() {
                 let was = job.phase;
@@ -275,9 +345,10 @@ impl Node {
                 self.persist(&job);
                 tracing::warn!(job = %JobId(job.id), "job was {was:?} at restart; marked failed");
             }
-            self.jobs.insert(job.id, job);
+            self.finished.add(job);
         }
-        tracing::info!(jobs = self.jobs.len(), "state recovered");
+        let jobs: u64 = self.finished.counts.values().sum();
+        tracing::info!(jobs, "state recovered");
     }
 
     fn shutdown(&mut self) {
@@ -322,21 +393,34 @@ impl Node {
                 None => not_found(job),
             },
             Request::List => {
-                Response::Jobs(self.jobs.keys().filter_map(|id| self.status(*id)).collect())
+                // Finished jobs from the store; if it cannot be read, the
+                // ones in memory.
+                let stored = self.store.jobs().unwrap_or_else(|e| {
+                    tracing::warn!("cannot read the stored jobs: {e}");
+                    self.finished.recent.iter().cloned().collect()
+                });
+                let mut all: BTreeMap<u64, JobStatus> = stored
+                    .iter()
+                    .filter(|j| !self.jobs.contains_key(&j.id))
+                    .map(|j| (j.id, self.status_of(j)))
+                    .collect();
+                all.extend(self.jobs.values().map(|j| (j.id, self.status_of(j))));
+                Response::Jobs(all.into_values().collect())
             }
             Request::Cancel { job } => {
-                if !self.jobs.contains_key(&job) {
+                if self.record(job).is_none() {
                     return not_found(job);
                 }
                 self.end_home_job(job, JobPhase::Cancelled, "cancelled by user".into());
                 let out = self.sched.handle(self.now(), Input::Cancel(JobId(job)));
                 self.execute(out);
-                Response::Status(self.status(job).expect("job exists"))
+                self.status(job)
+                    .map_or_else(|| not_found(job), Response::Status)
             }
             // Waiting for more (`wait_secs`) is the connection's business
             // (see `server`): the loop answers at once.
             Request::Logs { job, from, .. } => {
-                let Some(record) = self.jobs.get(&job) else {
+                let Some(record) = self.record(job) else {
                     return not_found(job);
                 };
                 let terminal = record.phase.is_terminal();
@@ -353,7 +437,7 @@ impl Node {
             // Answered by the connection from the overlay handle.
             Request::Peers => Response::error(ErrorKind::Internal, "peers are not the loop's"),
             Request::Outputs { job } => {
-                if !self.jobs.contains_key(&job) {
+                if self.record(job).is_none() {
                     return not_found(job);
                 }
                 match self.store.outputs(job) {
@@ -384,10 +468,14 @@ impl Node {
                         .collect(),
                     neighbours: self.neighbours.len(),
                     messages_sent: self.messages_sent,
-                    jobs: self.jobs.values().fold(BTreeMap::new(), |mut by, job| {
-                        *by.entry(job.phase).or_insert(0) += 1;
-                        by
-                    }),
+                    disk_problem: self.store.unwritable(),
+                    jobs: self
+                        .jobs
+                        .values()
+                        .fold(self.finished.counts.clone(), |mut by, job| {
+                            *by.entry(job.phase).or_insert(0) += 1;
+                            by
+                        }),
                     // Filled in by the connection, which knows them.
                     version: String::new(),
                     network: String::new(),
@@ -398,6 +486,9 @@ impl Node {
     }
 
     fn submit(&mut self, request: JobRequest, module: Vec<u8>, inputs: Vec<NamedFile>) -> Response {
+        if let Some(reason) = self.store.unwritable() {
+            return refused(reason);
+        }
         let spec = spec_of(&request);
         if let Err(e) = spec.validate(self.sched.config()) {
             return Response::error(ErrorKind::BadRequest, e.to_string());
@@ -414,7 +505,7 @@ impl Node {
         }
         let id = loop {
             let id = random_u64();
-            if !self.jobs.contains_key(&id) {
+            if !self.jobs.contains_key(&id) && !matches!(self.store.job(id), Ok(Some(_))) {
                 break id;
             }
         };
@@ -444,8 +535,13 @@ impl Node {
                 .map_or(0, |d| d.as_secs()),
         };
         // Stored before anything else happens: an accepted job is never lost.
-        if let Err(e) = self.store.put_submission(&record, &files) {
-            return Response::error(ErrorKind::Internal, e.to_string());
+        match self.store.put_submission(&record, &files) {
+            Ok(()) => {}
+            Err(StoreError::Unwritable(reason)) => {
+                self.check_store();
+                return refused(reason);
+            }
+            Err(e) => return Response::error(ErrorKind::Internal, e.to_string()),
         }
         self.activity.send_modify(|n| *n = n.wrapping_add(1));
         self.jobs.insert(id, record);
@@ -462,7 +558,7 @@ impl Node {
     }
 
     fn resize(&mut self, job: u64, max_workers: u32) -> Response {
-        if !self.jobs.contains_key(&job) {
+        if self.record(job).is_none() {
             return not_found(job);
         }
         match self.sched.resize(self.now(), JobId(job), max_workers) {
@@ -474,14 +570,40 @@ impl Node {
                 }
                 tracing::info!(job = %JobId(job), max_workers, "job resized");
                 self.execute(out);
-                Response::Status(self.status(job).expect("job exists"))
+                self.status(job)
+                    .map_or_else(|| not_found(job), Response::Status)
             }
             Err(e) => Response::error(ErrorKind::BadRequest, e.to_string()),
         }
     }
 
+    /// A job of this home, under way or finished (then from the newest
+    /// kept in memory, or else the store).
+    fn record(&self, id: u64) -> Option<JobRecord> {
+        if let Some(job) = self.jobs.get(&id).or_else(|| self.finished.recent(id)) {
+            return Some(job.clone());
+        }
+        self.store.job(id).unwrap_or_else(|e| {
+            tracing::warn!(job = %JobId(id), "cannot read the job: {e}");
+            None
+        })
+    }
+
+    /// Puts a changed record of a job back where it is kept in memory.
+    fn update(&mut self, record: JobRecord) {
+        if let Some(job) = self.jobs.get_mut(&record.id) {
+            *job = record;
+        } else if let Some(job) = self.finished.recent_mut(record.id) {
+            *job = record;
+        }
+    }
+
     fn status(&self, id: u64) -> Option<JobStatus> {
-        let job = self.jobs.get(&id)?;
+        Some(self.status_of(&self.record(id)?))
+    }
+
+    fn status_of(&self, job: &JobRecord) -> JobStatus {
+        let id = job.id;
         let reason = if job.phase == JobPhase::Scheduling {
             self.sched
                 .report(JobId(id))
@@ -515,7 +637,7 @@ impl Node {
                 granted: r.granted,
                 needed: r.needed,
             });
-        Some(JobStatus {
+        JobStatus {
             job: id,
             phase: job.phase,
             reason,
@@ -523,7 +645,7 @@ impl Node {
             request: job.request.clone(),
             pending,
             submitted_unix: job.submitted_unix,
-        })
+        }
     }
 
     // ----- overlay -----
@@ -806,10 +928,12 @@ impl Node {
         job: u64,
         f: impl FnOnce(&mut Self) -> Result<(), String>,
     ) -> PeerReply {
-        let known = self
-            .jobs
-            .get(&job)
-            .is_some_and(|j| j.ranks.values().any(|r| r.node == from.to_string()));
+        let from_rank = |j: &JobRecord| j.ranks.values().any(|r| r.node == from.to_string());
+        // Late output of a finished job is checked against its stored record.
+        let known = match self.jobs.get(&job) {
+            Some(j) => from_rank(j),
+            None => self.record(job).is_some_and(|j| from_rank(&j)),
+        };
         if !known {
             return PeerReply::Error(format!("job {} has no worker on {from}", JobId(job)));
         }
@@ -820,7 +944,7 @@ impl Node {
     }
 
     fn job_info(&self, job: u64) -> Option<JobInfo> {
-        let record = self.jobs.get(&job)?;
+        let record = self.record(job)?;
         Some(JobInfo {
             id: job,
             home: self.me,
@@ -967,18 +1091,31 @@ impl Node {
             }
             let record = record.clone();
             self.persist(&record);
+            // Finished: out of memory (but for the newest few).
+            self.jobs.remove(&job);
+            self.finished.add(record);
         }
     }
 
     /// Sends the job's current placement and phase to every node with one
     /// of its ranks (the copies).
     fn push_placement(&mut self, job: u64, replaced: Vec<u32>) {
-        let Some(record) = self.jobs.get(&job) else {
+        let Some(phase) = self
+            .jobs
+            .get(&job)
+            .or_else(|| self.finished.recent(job))
+            .map(|r| r.phase)
+        else {
             return;
         };
-        let ranks = self.placement.get(&job).cloned().unwrap_or_default();
+        let ranks = if phase.is_terminal() {
+            // The last push of a finished job: its placement is not kept.
+            self.lost_ranks.remove(&job);
+            self.placement.remove(&job).unwrap_or_default()
+        } else {
+            self.placement.get(&job).cloned().unwrap_or_default()
+        };
         let nodes: BTreeSet<PeerId> = ranks.values().copied().collect();
-        let phase = record.phase;
         for node in nodes {
             let rpc = PeerRpc::Placement {
                 job,
@@ -1259,6 +1396,16 @@ impl Node {
 }
 
 type Ends = (mpsc::Receiver<Delivery>, mpsc::Receiver<BarrierItem>);
+
+/// A submission refused because the disk cannot be written.
+fn refused(reason: String) -> Response {
+    Response::error(
+        ErrorKind::Busy,
+        format!(
+            "this node cannot write to its disk ({reason}): it accepts no jobs until space is freed"
+        ),
+    )
+}
 
 fn not_found(job: u64) -> Response {
     Response::error(
@@ -1675,7 +1822,7 @@ impl Node {
     /// A rank ended on some node: record it, and end the job when every rank
     /// is done (or one failed).
     fn worker_ended(&mut self, from: PeerId, job: u64, rank: u32, success: bool, outcome: String) {
-        let Some(record) = self.jobs.get_mut(&job) else {
+        let Some(mut record) = self.record(job) else {
             return;
         };
         let Some(status) = record.ranks.get_mut(&rank) else {
@@ -1685,8 +1832,8 @@ impl Node {
             return; // A replaced worker's late report.
         }
         status.outcome = Some(outcome.clone());
-        let record = record.clone();
         self.persist(&record);
+        self.update(record.clone());
         if record.phase.is_terminal() {
             return;
         }

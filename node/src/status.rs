@@ -25,7 +25,7 @@
 //! hands such a request to [`answer`] off the loop; the answer is cut to
 //! [`MAX_REPLY_BYTES`] (the overlay refuses frames over 1 MiB).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{broadcast, watch};
 use zorilla_core::advert::{JobId, Strategy};
 use zorilla_core::neighbours::LinkKind as CoreLink;
-use zorilla_core::node::Scheduler;
+use zorilla_core::node::{PendingReport, Scheduler};
 use zorilla_core::resources::Resources as CoreResources;
 use zorilla_overlay::{OverlayHandle, OverlayStats, PeerId};
 use zorilla_webui::model::{
@@ -60,8 +60,10 @@ pub(crate) const MAX_REPLY_BYTES: usize = 768 * 1024;
 /// Change notifications buffered per subscriber; a browser that falls
 /// further behind is sent the latest state.
 const CHANGES: usize = 64;
-/// Jobs shown: every job under way first, then the newest ended ones.
-const MAX_JOBS: usize = 500;
+/// Jobs shown: every job under way first, then the newest ended ones (a
+/// home keeps this many finished jobs in memory; older ones are read from
+/// the store when their page is asked for).
+pub(crate) const MAX_JOBS: usize = 500;
 /// Jobs this node ran workers of (and is not home to) that it remembers.
 const MAX_PARTICIPATED: usize = 256;
 /// Peers listed.
@@ -80,6 +82,8 @@ struct LoopView {
     /// Every job shown: home and participant, those under way first.
     jobs: Vec<JobEntry>,
     pending: Vec<PendingEntry>,
+    /// Why the disk cannot be written, while it cannot.
+    disk_problem: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -188,6 +192,27 @@ impl NodeStatus {
     }
 }
 
+impl NodeStatus {
+    /// The page of a finished home job not in the view (older than the
+    /// newest [`MAX_JOBS`]), from the store.
+    fn stored_job(&self, id: &str) -> Option<JobDetail> {
+        let job = parse_job(id)?;
+        let record = match self.store.job(job) {
+            Ok(record) => record?,
+            Err(e) => {
+                tracing::warn!(job = %JobId(job), "status page: cannot read the job: {e}");
+                return None;
+            }
+        };
+        let entry = home_entry(self.me, None, job, &record, self.started_ms);
+        Some(JobDetail {
+            summary: entry.summary_at(unix_ms()),
+            log_tail: self.log_tail(job, entry.since_ms),
+            workers: entry.workers,
+        })
+    }
+}
+
 impl StatusSource for NodeStatus {
     fn overview(&self) -> NodeOverview {
         let local = self.local.borrow().clone();
@@ -208,6 +233,12 @@ impl StatusSource for NodeStatus {
                 .filter(|j| j.summary.role == JobRole::Home)
                 .map(|j| j.summary.id.clone())
                 .collect(),
+            problem: local.disk_problem.as_ref().map(|reason| {
+                format!(
+                    "This node cannot write to its disk ({reason}): it accepts no jobs and \
+                     offers no workers until space is freed."
+                )
+            }),
         }
     }
 
@@ -223,7 +254,9 @@ impl StatusSource for NodeStatus {
 
     fn job(&self, id: &str) -> Option<JobDetail> {
         let local = self.local.borrow().clone();
-        let entry = local.jobs.iter().find(|j| j.summary.id == id)?;
+        let Some(entry) = local.jobs.iter().find(|j| j.summary.id == id) else {
+            return self.stored_job(id);
+        };
         let log_tail = match entry.summary.role {
             JobRole::Home => self.log_tail(parse_job(id)?, entry.since_ms),
             JobRole::Participant => vec![LogLine {
@@ -588,8 +621,13 @@ pub(crate) struct Member {
 pub(crate) struct LoopState<'a> {
     pub(crate) epoch: Instant,
     pub(crate) sched: &'a Scheduler<PeerId>,
+    /// Home jobs under way.
     pub(crate) jobs: &'a BTreeMap<u64, JobRecord>,
+    /// The newest finished home jobs (the rest are in the store).
+    pub(crate) finished: &'a VecDeque<JobRecord>,
     pub(crate) members: Vec<Member>,
+    /// Why the disk cannot be written, while it cannot.
+    pub(crate) disk_problem: Option<String>,
 }
 
 /// A job this node runs (or ran) workers of without being its home.
@@ -757,8 +795,13 @@ impl Publisher {
         // A home keeps every job it ever had: pick the ones shown before
         // building anything for them.
         let started_ms = self.status.started_ms;
-        let mut home: Vec<(bool, std::cmp::Reverse<u64>, u64)> = state
-            .jobs
+        let records: BTreeMap<u64, &JobRecord> = state
+            .finished
+            .iter()
+            .chain(state.jobs.values())
+            .map(|r| (r.id, r))
+            .collect();
+        let mut home: Vec<(bool, std::cmp::Reverse<u64>, u64)> = records
             .iter()
             .map(|(id, r)| {
                 let since = submitted(r, started_ms);
@@ -770,7 +813,8 @@ impl Publisher {
             home.truncate(MAX_JOBS);
         }
         for (_, _, id) in home {
-            jobs.push(home_entry(me, sched, id, &state.jobs[&id], started_ms));
+            let report = sched.report(JobId(id));
+            jobs.push(home_entry(me, report, id, records[&id], started_ms));
         }
         // Workers of other homes' jobs. A rank of ours that no longer runs
         // here has ended (how, only its home knows).
@@ -797,7 +841,7 @@ impl Publisher {
             }
         }
         for (id, p) in &mut self.participated {
-            if state.jobs.contains_key(id) {
+            if records.contains_key(id) {
                 continue;
             }
             if matches!(p.phase, JobPhase::Cancelled | JobPhase::Failed) {
@@ -849,6 +893,7 @@ impl Publisher {
             workers_started: self.workers_started,
             jobs,
             pending,
+            disk_problem: state.disk_problem,
         }
     }
 }
@@ -907,13 +952,12 @@ impl Participation {
 
 fn home_entry(
     me: PeerId,
-    sched: &Scheduler<PeerId>,
+    report: Option<PendingReport>,
     id: u64,
     record: &JobRecord,
     started_ms: u64,
 ) -> JobEntry {
     let job_phase = phase(record.phase);
-    let report = sched.report(JobId(id));
     let workers: Vec<WorkerInfo> = record
         .ranks
         .iter()
@@ -991,7 +1035,10 @@ impl From<ChangeKey> for Change {
 /// What differs between two views, as the pages see it.
 fn diff(old: &LoopView, new: &LoopView) -> BTreeSet<ChangeKey> {
     let mut out = BTreeSet::new();
-    if old.in_use != new.in_use || old.workers_running != new.workers_running {
+    if old.in_use != new.in_use
+        || old.workers_running != new.workers_running
+        || old.disk_problem != new.disk_problem
+    {
         out.insert(ChangeKey::Node);
     }
     // Compared in place, without copies: a view holds up to MAX_JOBS jobs.
@@ -1166,6 +1213,8 @@ mod tests {
         (Publisher::new(status.clone()), status, sched, jobs, dir)
     }
 
+    static NO_JOBS: VecDeque<JobRecord> = VecDeque::new();
+
     fn state<'a>(
         sched: &'a Scheduler<PeerId>,
         jobs: &'a BTreeMap<u64, JobRecord>,
@@ -1174,7 +1223,9 @@ mod tests {
             epoch: Instant::now(),
             sched,
             jobs,
+            finished: &NO_JOBS,
             members: Vec::new(),
+            disk_problem: None,
         }
     }
 
@@ -1231,6 +1282,29 @@ mod tests {
             PeerReply::StatusJob(None) => {}
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A finished home job older than the view's newest is still shown,
+    /// from the store (the home does not keep it in memory).
+    #[tokio::test]
+    async fn an_old_finished_job_is_read_from_the_store() {
+        let (mut publisher, status, sched, jobs, _dir) = with_jobs(3).await;
+        let mut old = jobs[&1].clone();
+        old.id = 0x77;
+        status.store.put_job(&old).unwrap();
+        status
+            .store
+            .append_log(0x77, &chunk(0, false, "from the store\n"))
+            .unwrap();
+        publisher.publish(state(&sched, &jobs));
+        let id = JobId(0x77).to_string();
+        assert!(status.jobs().iter().all(|j| j.id != id));
+        let detail = status.job(&id).expect("read from the store");
+        assert_eq!(detail.summary.role, JobRole::Home);
+        assert_eq!(detail.summary.phase, JobPhase::Completed);
+        assert_eq!(detail.workers.len(), 4);
+        assert_eq!(detail.log_tail[0].text, "from the store");
+        assert!(status.job(&JobId(0x78).to_string()).is_none());
     }
 
     /// What a publish costs a home with a long history:

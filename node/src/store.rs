@@ -1,16 +1,26 @@
 //! Durable state of a node in redb: the jobs it is home to, the files of
 //! those jobs (module and inputs, by SHA-256), and the logs and outputs
-//! collected from their workers. Every change is committed before the node
-//! acts on it or acknowledges it, so a node killed at any point comes back
-//! with everything it accepted.
+//! collected from their workers. A submission is committed before the node
+//! acknowledges it, and every later change before the node acts on it, so
+//! a node killed at any point comes back with everything it accepted.
+//!
+//! A disk that cannot be written (full, failing) does not stop the node for
+//! good: see [`Store`]. While it cannot, changes of accepted jobs wait in
+//! memory (bounded) and new jobs are refused.
 //!
 //! Log chunks are kept as they arrived, with their arrival time beside them
 //! (its own table, so that databases written before it still read): the
 //! status page shows when each line came.
 
-use std::path::Path;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{JobPhase, JobRequest, LogChunk, NamedFile, RankStatus};
@@ -22,6 +32,8 @@ const OUTPUTS: TableDefinition<'_, (u64, &str), &[u8]> = TableDefinition::new("o
 /// When each log chunk arrived, in milliseconds since the Unix epoch; same
 /// keys as [`LOGS`].
 const LOG_TIMES: TableDefinition<'_, (u64, u64), u64> = TableDefinition::new("log_times");
+/// The store's own marks: when it last wrote after the disk failed.
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 
 /// A content-addressed file of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,51 +77,441 @@ impl JobRecord {
     }
 }
 
-/// Why the store failed.
-#[derive(Debug, thiserror::Error)]
-#[error("state database: {0}")]
-pub(crate) struct StoreError(String);
-
-fn err(e: impl std::fmt::Display) -> StoreError {
-    StoreError(e.to_string())
+/// Why the store could not do something. Callers act on the kind: a disk
+/// that cannot be written refuses new work with the reason, anything else
+/// is an internal error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum StoreError {
+    /// The disk cannot be written (full, or failing), with the reason the
+    /// system gave. The store tries again by itself (see [`Store::retry`]).
+    #[error("this node cannot write to its disk ({0})")]
+    Unwritable(String),
+    /// Anything else: a record that does not decode, a bug.
+    #[error("state database: {0}")]
+    Failed(String),
 }
 
-/// The node's database.
+fn err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed(e.to_string())
+}
+
+/// A redb error as the store's: errors of the disk are [`StoreError::Unwritable`].
+fn classify(e: redb::Error) -> StoreError {
+    match e {
+        redb::Error::Io(io) => StoreError::Unwritable(io_reason(&io)),
+        redb::Error::PreviousIo | redb::Error::DatabaseClosed => {
+            StoreError::Unwritable("an earlier write to it failed".into())
+        }
+        other => StoreError::Failed(other.to_string()),
+    }
+}
+
+/// An I/O error in words, without Rust's " (os error 28)".
+fn io_reason(e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        return "No space left on device".into();
+    }
+    let text = e.to_string();
+    match text.find(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+fn corrupt(e: impl std::fmt::Display) -> redb::Error {
+    redb::Error::Corrupted(e.to_string())
+}
+
+/// redb's page cache (and write buffer). Its default, 1 GiB, keeps every
+/// page the node ever wrote or read in memory up to that size: the home's
+/// memory grew with each finished job and after every flood of output.
+const CACHE_BYTES: usize = 16 * 1024 * 1024;
+/// The most bytes of accepted writes (job records, log chunks, output
+/// blocks) kept in memory while the disk cannot be written. Past it, log
+/// and output writes are refused (the worker is told so); a job's record
+/// is always kept, one per job, the newest.
+pub(crate) const MAX_DEFERRED_BYTES: usize = 64 * 1024 * 1024;
+/// The first pause before the store tries a disk that failed again; it
+/// doubles with each failed try, up to [`RETRY_MAX`].
+pub(crate) const RETRY_MIN: Duration = Duration::from_secs(1);
+/// The longest pause between two tries of a failed disk.
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(5);
+/// The free space a failed disk must have, besides twice what waits to be
+/// written, before the store tries it again (a try reopens, and so
+/// repairs, the database).
+const MIN_FREE_BYTES: u64 = 1024 * 1024;
+
+/// Opens the database again (after a failed write, redb refuses every
+/// later call until it is closed and opened again).
+type Opener = Box<dyn Fn() -> Result<Database, redb::Error> + Send + Sync>;
+
+/// A write of data the node has accepted, waiting for the disk.
+enum Deferred {
+    Job {
+        id: u64,
+        bytes: Vec<u8>,
+    },
+    Log {
+        job: u64,
+        chunk: Vec<u8>,
+        at_ms: u64,
+    },
+    Output {
+        job: u64,
+        name: String,
+        offset: u64,
+        data: Vec<u8>,
+    },
+}
+
+impl Deferred {
+    fn bytes(&self) -> usize {
+        match self {
+            Deferred::Job { bytes, .. } => bytes.len(),
+            Deferred::Log { chunk, .. } => chunk.len(),
+            Deferred::Output { name, data, .. } => name.len() + data.len(),
+        }
+    }
+
+    fn apply(&self, tx: &WriteTransaction) -> Result<(), redb::Error> {
+        match self {
+            Deferred::Job { id, bytes } => {
+                tx.open_table(JOBS)?.insert(*id, bytes.as_slice())?;
+            }
+            Deferred::Log { job, chunk, at_ms } => {
+                let mut table = tx.open_table(LOGS)?;
+                let next = table
+                    .range((*job, 0)..=(*job, u64::MAX))?
+                    .next_back()
+                    .transpose()?
+                    .map_or(0, |(k, _)| k.value().1 + 1);
+                table.insert((*job, next), chunk.as_slice())?;
+                tx.open_table(LOG_TIMES)?.insert((*job, next), *at_ms)?;
+            }
+            Deferred::Output {
+                job,
+                name,
+                offset,
+                data,
+            } => {
+                let mut table = tx.open_table(OUTPUTS)?;
+                let mut current = if *offset == 0 {
+                    Vec::new()
+                } else {
+                    table
+                        .get((*job, name.as_str()))?
+                        .map(|v| v.value().to_vec())
+                        .unwrap_or_default()
+                };
+                current.truncate(*offset as usize);
+                current.extend_from_slice(data);
+                table.insert((*job, name.as_str()), current.as_slice())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why the disk cannot be written, and when to try it again.
+struct Fault {
+    reason: String,
+    next_try: Instant,
+    pause: Duration,
+}
+
+/// The store's side of a failed disk.
+#[derive(Default)]
+struct Health {
+    fault: Option<Fault>,
+    /// Accepted writes waiting for the disk, in order (not empty only
+    /// while there is a fault).
+    deferred: VecDeque<Deferred>,
+    deferred_bytes: usize,
+}
+
+impl Health {
+    /// Notes a failed try: the next one after a longer pause.
+    fn failed(&mut self, reason: String) {
+        let pause = self
+            .fault
+            .as_ref()
+            .map_or(RETRY_MIN, |f| (f.pause * 2).min(RETRY_MAX));
+        if self.fault.is_none() {
+            tracing::error!(
+                "cannot write the state database: {reason}; the node accepts no jobs until it can"
+            );
+        }
+        self.fault = Some(Fault {
+            reason,
+            next_try: Instant::now() + pause,
+            pause,
+        });
+    }
+
+    fn reason(&self) -> String {
+        self.fault
+            .as_ref()
+            .map_or_else(|| "closed".into(), |f| f.reason.clone())
+    }
+}
+
+/// The node's database. Reads and writes may come from several threads
+/// (the loop writes; the status page reads).
+///
+/// A write that fails for the disk (full, failing) does not stop the node:
+/// the store marks itself unwritable ([`Store::unwritable`]), reopens the
+/// database (redb refuses everything after a failed write until then) so
+/// that reads go on, and keeps the accepted writes that could not be made
+/// (job records, log chunks, output blocks; at most
+/// [`MAX_DEFERRED_BYTES`]) in memory. [`Store::retry`], called by the loop
+/// every second and before each write, tries the disk again after a pause
+/// of [`RETRY_MIN`] to [`RETRY_MAX`] once it has room, writes what waited,
+/// and the store is writable again. New jobs are never deferred: a
+/// submission is acknowledged only once it is on disk.
 pub(crate) struct Store {
-    db: Database,
+    /// The database's directory, whose free space says when to try again.
+    dir: PathBuf,
+    open: Opener,
+    /// `None` while the database could not be reopened.
+    db: RwLock<Option<Database>>,
+    /// Locked before `db` when both are (never the other way round).
+    health: Mutex<Health>,
+    /// Whether `health` holds a fault, for a check without the lock.
+    unwritable: AtomicBool,
 }
 
 impl Store {
     /// Opens (or creates) the database at `path`.
     pub(crate) fn open(path: &Path) -> Result<Store, StoreError> {
-        let db = Database::create(path).map_err(err)?;
-        let tx = db.begin_write().map_err(err)?;
-        {
-            tx.open_table(JOBS).map_err(err)?;
-            tx.open_table(BLOBS).map_err(err)?;
-            tx.open_table(LOGS).map_err(err)?;
-            tx.open_table(OUTPUTS).map_err(err)?;
-            tx.open_table(LOG_TIMES).map_err(err)?;
-        }
-        tx.commit().map_err(err)?;
-        Ok(Store { db })
+        let file = path.to_owned();
+        Store::with_opener(
+            path,
+            Box::new(move || -> Result<Database, redb::Error> {
+                Ok(redb::Builder::new()
+                    .set_cache_size(CACHE_BYTES)
+                    .create(&file)?)
+            }),
+        )
     }
 
-    /// Stores a job's record.
+    /// Opens the database with `open`; a disk that cannot be written leaves
+    /// the store unwritable rather than failing (it may be full at start).
+    fn with_opener(path: &Path, open: Opener) -> Result<Store, StoreError> {
+        let db = open().map_err(classify)?;
+        let store = Store {
+            dir: path
+                .parent()
+                .map_or_else(|| PathBuf::from("."), Path::to_owned),
+            open,
+            db: RwLock::new(Some(db)),
+            health: Mutex::new(Health::default()),
+            unwritable: AtomicBool::new(false),
+        };
+        let tables = store.write_now(|tx| {
+            tx.open_table(JOBS)?;
+            tx.open_table(BLOBS)?;
+            tx.open_table(LOGS)?;
+            tx.open_table(OUTPUTS)?;
+            tx.open_table(LOG_TIMES)?;
+            tx.open_table(META)?;
+            Ok(())
+        });
+        match tables {
+            Ok(()) | Err(StoreError::Unwritable(_)) => Ok(store),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Why the disk cannot be written now, if it cannot.
+    pub(crate) fn unwritable(&self) -> Option<String> {
+        if !self.unwritable.load(Ordering::Acquire) {
+            return None;
+        }
+        self.lock_health().fault.as_ref().map(|f| f.reason.clone())
+    }
+
+    fn lock_health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tries a disk that could not be written again, if the pause since the
+    /// last try is over and it has room: reopens the database, writes what
+    /// waited (and a mark, so that an empty queue tries the disk too).
+    /// Returns whether the store is writable.
+    pub(crate) fn retry(&self) -> bool {
+        if !self.unwritable.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut health = self.lock_health();
+        let Some(fault) = &health.fault else {
+            return true;
+        };
+        if Instant::now() < fault.next_try {
+            return false;
+        }
+        let needed = MIN_FREE_BYTES.saturating_add(2 * health.deferred_bytes as u64);
+        if let Some(free) = free_bytes(&self.dir)
+            && free < needed
+        {
+            let reason = fault.reason.clone();
+            health.failed(reason);
+            return false;
+        }
+        if let Err(e) = self.reopen() {
+            health.failed(reason_of(&e));
+            return false;
+        }
+        let result = self.transact(|tx| {
+            for item in &health.deferred {
+                item.apply(tx)?;
+            }
+            tx.open_table(META)?.insert("written", unix_ms())?;
+            Ok(())
+        });
+        match result {
+            Ok(()) => {
+                tracing::info!(
+                    writes = health.deferred.len(),
+                    bytes = health.deferred_bytes,
+                    "the state database can be written again; what waited is written"
+                );
+                health.deferred.clear();
+                health.deferred_bytes = 0;
+                health.fault = None;
+                self.unwritable.store(false, Ordering::Release);
+                true
+            }
+            Err(e) => {
+                health.failed(reason_of(&e));
+                // Reads go on from a reopened database.
+                let _ = self.reopen();
+                false
+            }
+        }
+    }
+
+    /// Closes the database and opens it again (redb repairs it if a write
+    /// was cut short). The database is `None` if that fails.
+    fn reopen(&self) -> Result<(), StoreError> {
+        let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        // Closed first: redb refuses to open a file it has open.
+        drop(db.take());
+        *db = Some((self.open)().map_err(classify)?);
+        Ok(())
+    }
+
+    /// Runs `f` in a read transaction.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&ReadTransaction) -> Result<T, redb::Error>,
+    ) -> Result<T, StoreError> {
+        let result = {
+            let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+            db.as_ref().map(|db| {
+                db.begin_read()
+                    .map_err(redb::Error::from)
+                    .and_then(|tx| f(&tx))
+                    .map_err(classify)
+            })
+        };
+        // The health lock is taken only once the database's is released.
+        result.unwrap_or_else(|| Err(StoreError::Unwritable(self.lock_health().reason())))
+    }
+
+    /// Runs `f` in a write transaction and commits it, without looking at
+    /// or changing the store's health.
+    fn transact(
+        &self,
+        f: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StoreError> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(db) = db.as_ref() else {
+            return Err(StoreError::Unwritable("the database is closed".into()));
+        };
+        let tx = db.begin_write().map_err(|e| classify(e.into()))?;
+        f(&tx).map_err(classify)?;
+        tx.commit().map_err(|e| classify(e.into()))
+    }
+
+    /// Writes now if the disk can be written (trying it again first if it
+    /// could not); a failure for the disk marks the store unwritable.
+    fn write_now(
+        &self,
+        f: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StoreError> {
+        if !self.retry() {
+            return Err(StoreError::Unwritable(self.lock_health().reason()));
+        }
+        let result = self.transact(f);
+        if let Err(StoreError::Unwritable(reason)) = &result {
+            self.lock_health().failed(reason.clone());
+            self.unwritable.store(true, Ordering::Release);
+            // redb refuses reads too after a failed write: reopen for them.
+            if let Err(e) = self.reopen() {
+                tracing::warn!("cannot reopen the state database: {e}");
+            }
+        }
+        result
+    }
+
+    /// Writes accepted data now, or keeps it for when the disk can be
+    /// written again (refused only past [`MAX_DEFERRED_BYTES`]).
+    fn write_or_defer(&self, item: Deferred) -> Result<(), StoreError> {
+        match self.write_now(|tx| item.apply(tx)) {
+            Err(StoreError::Unwritable(reason)) => self.defer(item, reason),
+            other => other,
+        }
+    }
+
+    fn defer(&self, item: Deferred, reason: String) -> Result<(), StoreError> {
+        let mut health = self.lock_health();
+        let health = &mut *health;
+        if let Deferred::Job { id, .. } = &item {
+            // Only the newest record of a job matters.
+            let mut freed = 0;
+            health.deferred.retain(|d| match d {
+                Deferred::Job { id: other, bytes } if other == id => {
+                    freed += bytes.len();
+                    false
+                }
+                _ => true,
+            });
+            health.deferred_bytes -= freed;
+        } else if health.deferred_bytes + item.bytes() > MAX_DEFERRED_BYTES {
+            return Err(StoreError::Unwritable(reason));
+        }
+        health.deferred_bytes += item.bytes();
+        health.deferred.push_back(item);
+        Ok(())
+    }
+
+    /// Job records waiting for the disk, newest per job.
+    fn deferred_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        let health = self.lock_health();
+        health
+            .deferred
+            .iter()
+            .filter_map(|d| match d {
+                Deferred::Job { bytes, .. } => {
+                    Some(ciborium::from_reader(bytes.as_slice()).map_err(err))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Stores a job's record (kept in memory until the disk can be written
+    /// if it cannot now).
     pub(crate) fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
         let mut bytes = Vec::new();
         ciborium::into_writer(job, &mut bytes).map_err(err)?;
-        let tx = self.db.begin_write().map_err(err)?;
-        tx.open_table(JOBS)
-            .map_err(err)?
-            .insert(job.id, bytes.as_slice())
-            .map_err(err)?;
-        tx.commit().map_err(err)
+        self.write_or_defer(Deferred::Job { id: job.id, bytes })
     }
 
     /// Stores a new job and its files (by hash) in one transaction: one
     /// durable commit per submission, and a file already stored (the same
-    /// module submitted again) is not written again.
+    /// module submitted again) is not written again. Never deferred: a job
+    /// is accepted only once this returns `Ok`.
     pub(crate) fn put_submission(
         &self,
         job: &JobRecord,
@@ -117,32 +519,49 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut bytes = Vec::new();
         ciborium::into_writer(job, &mut bytes).map_err(err)?;
-        let tx = self.db.begin_write().map_err(err)?;
-        {
-            let mut blobs = tx.open_table(BLOBS).map_err(err)?;
+        self.write_now(|tx| {
+            let mut blobs = tx.open_table(BLOBS)?;
             for (sha256, data) in files {
-                if blobs.get(*sha256).map_err(err)?.is_none() {
-                    blobs.insert(*sha256, *data).map_err(err)?;
+                if blobs.get(*sha256)?.is_none() {
+                    blobs.insert(*sha256, *data)?;
                 }
             }
-            tx.open_table(JOBS)
-                .map_err(err)?
-                .insert(job.id, bytes.as_slice())
-                .map_err(err)?;
-        }
-        tx.commit().map_err(err)
+            tx.open_table(JOBS)?.insert(job.id, bytes.as_slice())?;
+            Ok(())
+        })
     }
 
-    /// Every stored job.
+    /// Every stored job (those whose newest record waits for the disk as
+    /// that record).
     pub(crate) fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
-        let tx = self.db.begin_read().map_err(err)?;
-        let table = tx.open_table(JOBS).map_err(err)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(err)? {
-            let (_, value) = entry.map_err(err)?;
-            out.push(ciborium::from_reader(value.value()).map_err(err)?);
+        let mut jobs: BTreeMap<u64, JobRecord> = self.read(|tx| {
+            let table = tx.open_table(JOBS)?;
+            let mut out = BTreeMap::new();
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                let job: JobRecord = ciborium::from_reader(value.value()).map_err(corrupt)?;
+                out.insert(key.value(), job);
+            }
+            Ok(out)
+        })?;
+        for job in self.deferred_jobs()? {
+            jobs.insert(job.id, job);
         }
-        Ok(out)
+        Ok(jobs.into_values().collect())
+    }
+
+    /// One job's record.
+    pub(crate) fn job(&self, id: u64) -> Result<Option<JobRecord>, StoreError> {
+        if let Some(job) = self.deferred_jobs()?.into_iter().find(|j| j.id == id) {
+            return Ok(Some(job));
+        }
+        self.read(|tx| {
+            let table = tx.open_table(JOBS)?;
+            let Some(value) = table.get(id)? else {
+                return Ok(None);
+            };
+            Ok(Some(ciborium::from_reader(value.value()).map_err(corrupt)?))
+        })
     }
 
     /// A block of a stored file: `len` bytes from `offset`.
@@ -152,37 +571,27 @@ impl Store {
         offset: u64,
         len: usize,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let tx = self.db.begin_read().map_err(err)?;
-        let table = tx.open_table(BLOBS).map_err(err)?;
-        Ok(table.get(sha256).map_err(err)?.map(|v| {
-            let data = v.value();
-            let start = (offset as usize).min(data.len());
-            let end = start.saturating_add(len).min(data.len());
-            data[start..end].to_vec()
-        }))
+        self.read(|tx| {
+            let table = tx.open_table(BLOBS)?;
+            Ok(table.get(sha256)?.map(|v| {
+                let data = v.value();
+                let start = (offset as usize).min(data.len());
+                let end = start.saturating_add(len).min(data.len());
+                data[start..end].to_vec()
+            }))
+        })
     }
 
-    /// Appends a log chunk of a job.
+    /// Appends a log chunk of a job (kept in memory until the disk can be
+    /// written if it cannot now).
     pub(crate) fn append_log(&self, job: u64, chunk: &LogChunk) -> Result<(), StoreError> {
         let mut bytes = Vec::new();
         ciborium::into_writer(chunk, &mut bytes).map_err(err)?;
-        let tx = self.db.begin_write().map_err(err)?;
-        {
-            let mut table = tx.open_table(LOGS).map_err(err)?;
-            let next = table
-                .range((job, 0)..=(job, u64::MAX))
-                .map_err(err)?
-                .next_back()
-                .transpose()
-                .map_err(err)?
-                .map_or(0, |(k, _)| k.value().1 + 1);
-            table.insert((job, next), bytes.as_slice()).map_err(err)?;
-            tx.open_table(LOG_TIMES)
-                .map_err(err)?
-                .insert((job, next), unix_ms())
-                .map_err(err)?;
-        }
-        tx.commit().map_err(err)
+        self.write_or_defer(Deferred::Log {
+            job,
+            chunk: bytes,
+            at_ms: unix_ms(),
+        })
     }
 
     /// The newest log chunks of a job, oldest first, with when each arrived
@@ -194,58 +603,59 @@ impl Store {
         max_newlines: usize,
         max_bytes: usize,
     ) -> Result<Vec<(u64, LogChunk)>, StoreError> {
-        let tx = self.db.begin_read().map_err(err)?;
-        let table = tx.open_table(LOGS).map_err(err)?;
-        let times = tx.open_table(LOG_TIMES).map_err(err)?;
-        let mut out = Vec::new();
-        let (mut newlines, mut bytes) = (0, 0);
-        for entry in table.range((job, 0)..=(job, u64::MAX)).map_err(err)?.rev() {
-            let (key, value) = entry.map_err(err)?;
-            let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(err)?;
-            let at = times
-                .get(key.value())
-                .map_err(err)?
-                .map_or(0, |t| t.value());
-            newlines += chunk.data.iter().filter(|b| **b == b'\n').count();
-            bytes += chunk.data.len();
-            out.push((at, chunk));
-            if newlines > max_newlines || bytes >= max_bytes {
-                break;
+        self.read(|tx| {
+            let table = tx.open_table(LOGS)?;
+            let times = tx.open_table(LOG_TIMES)?;
+            let mut out = Vec::new();
+            let (mut newlines, mut bytes) = (0, 0);
+            for entry in table.range((job, 0)..=(job, u64::MAX))?.rev() {
+                let (key, value) = entry?;
+                let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(corrupt)?;
+                let at = times.get(key.value())?.map_or(0, |t| t.value());
+                newlines += chunk.data.iter().filter(|b| **b == b'\n').count();
+                bytes += chunk.data.len();
+                out.push((at, chunk));
+                if newlines > max_newlines || bytes >= max_bytes {
+                    break;
+                }
             }
-        }
-        out.reverse();
-        Ok(out)
+            out.reverse();
+            Ok(out)
+        })
     }
 
     /// A job's log chunks from sequence number `from` on, as many as fit in
     /// `max_bytes` of data (at least one, so a reader always moves on), and
-    /// the sequence number to ask for next.
+    /// the sequence number to ask for next. Chunks waiting for the disk
+    /// come once they are written.
     pub(crate) fn logs_from(
         &self,
         job: u64,
         from: u64,
         max_bytes: usize,
     ) -> Result<(Vec<LogChunk>, u64), StoreError> {
-        let tx = self.db.begin_read().map_err(err)?;
-        let table = tx.open_table(LOGS).map_err(err)?;
-        let mut out = Vec::new();
-        let mut next = from;
-        let mut bytes = 0usize;
-        for entry in table.range((job, from)..=(job, u64::MAX)).map_err(err)? {
-            let (key, value) = entry.map_err(err)?;
-            let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(err)?;
-            if !out.is_empty() && bytes + chunk.data.len() > max_bytes {
-                break;
+        self.read(|tx| {
+            let table = tx.open_table(LOGS)?;
+            let mut out = Vec::new();
+            let mut next = from;
+            let mut bytes = 0usize;
+            for entry in table.range((job, from)..=(job, u64::MAX))? {
+                let (key, value) = entry?;
+                let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(corrupt)?;
+                if !out.is_empty() && bytes + chunk.data.len() > max_bytes {
+                    break;
+                }
+                bytes += chunk.data.len();
+                next = key.value().1 + 1;
+                out.push(chunk);
             }
-            bytes += chunk.data.len();
-            next = key.value().1 + 1;
-            out.push(chunk);
-        }
-        Ok((out, next))
+            Ok((out, next))
+        })
     }
 
     /// Appends `data` to output file `name` of a job (`offset` 0 starts it
-    /// afresh, so a resent file does not double).
+    /// afresh, so a resent file does not double); kept in memory until the
+    /// disk can be written if it cannot now.
     pub(crate) fn append_output(
         &self,
         job: u64,
@@ -253,43 +663,72 @@ impl Store {
         offset: u64,
         data: &[u8],
     ) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(err)?;
-        {
-            let mut table = tx.open_table(OUTPUTS).map_err(err)?;
-            let mut current = if offset == 0 {
-                Vec::new()
-            } else {
-                table
-                    .get((job, name))
-                    .map_err(err)?
-                    .map(|v| v.value().to_vec())
-                    .unwrap_or_default()
-            };
-            current.truncate(offset as usize);
-            current.extend_from_slice(data);
-            table.insert((job, name), current.as_slice()).map_err(err)?;
-        }
-        tx.commit().map_err(err)
+        self.write_or_defer(Deferred::Output {
+            job,
+            name: name.to_owned(),
+            offset,
+            data: data.to_vec(),
+        })
     }
 
-    /// A job's output files.
+    /// A job's output files (with what waits for the disk).
     pub(crate) fn outputs(&self, job: u64) -> Result<Vec<NamedFile>, StoreError> {
-        let tx = self.db.begin_read().map_err(err)?;
-        let table = tx.open_table(OUTPUTS).map_err(err)?;
-        let mut out = Vec::new();
-        for entry in table.range((job, "")..).map_err(err)? {
-            let (key, value) = entry.map_err(err)?;
-            let (j, name) = key.value();
-            if j != job {
-                break;
+        let mut out = self.read(|tx| {
+            let table = tx.open_table(OUTPUTS)?;
+            let mut out = Vec::new();
+            for entry in table.range((job, "")..)? {
+                let (key, value) = entry?;
+                let (j, name) = key.value();
+                if j != job {
+                    break;
+                }
+                out.push(NamedFile {
+                    name: name.to_owned(),
+                    data: value.value().to_vec(),
+                });
             }
-            out.push(NamedFile {
-                name: name.to_owned(),
-                data: value.value().to_vec(),
-            });
+            Ok(out)
+        })?;
+        let health = self.lock_health();
+        for item in &health.deferred {
+            if let Deferred::Output {
+                job: j,
+                name,
+                offset,
+                data,
+            } = item
+                && *j == job
+            {
+                let file = match out.iter().position(|f| f.name == *name) {
+                    Some(i) => &mut out[i],
+                    None => {
+                        out.push(NamedFile {
+                            name: name.clone(),
+                            data: Vec::new(),
+                        });
+                        out.last_mut().expect("just pushed")
+                    }
+                };
+                file.data.truncate(*offset as usize);
+                file.data.extend_from_slice(data);
+            }
         }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
+}
+
+/// The reason in an error of the disk.
+fn reason_of(e: &StoreError) -> String {
+    match e {
+        StoreError::Unwritable(reason) | StoreError::Failed(reason) => reason.clone(),
+    }
+}
+
+/// Bytes free for this user on the file system holding `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let stat = rustix::fs::statvfs(dir).ok()?;
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 #[cfg(test)]
@@ -380,6 +819,197 @@ mod tests {
         assert_eq!(tail.len(), 1);
         assert_eq!(tail[0].1.data, b"line 9\n");
         assert!(store.log_tail(3, 100, 1 << 20).unwrap().is_empty());
+    }
+
+    /// A file backend whose writes fail with "No space left on device"
+    /// while `full` is set: a disk that fills up and is freed again.
+    #[derive(Debug)]
+    struct Disk {
+        inner: redb::backends::FileBackend,
+        full: std::sync::Arc<AtomicBool>,
+    }
+
+    impl Disk {
+        fn check(&self) -> std::io::Result<()> {
+            if self.full.load(Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            Ok(())
+        }
+    }
+
+    impl redb::StorageBackend for Disk {
+        fn len(&self) -> std::io::Result<u64> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+            self.inner.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.write(offset, data)
+        }
+        fn close(&self) -> std::io::Result<()> {
+            self.inner.close()
+        }
+    }
+
+    fn store_on(path: &Path, full: &std::sync::Arc<AtomicBool>) -> Store {
+        let (file, full) = (path.to_owned(), full.clone());
+        Store::with_opener(
+            path,
+            Box::new(move || -> Result<Database, redb::Error> {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&file)?;
+                let disk = Disk {
+                    inner: redb::backends::FileBackend::new(f)?,
+                    full: full.clone(),
+                };
+                Ok(redb::Builder::new()
+                    .set_cache_size(CACHE_BYTES)
+                    .create_with_backend(disk)?)
+            }),
+        )
+        .unwrap()
+    }
+
+    fn job(id: u64, phase: JobPhase) -> JobRecord {
+        JobRecord {
+            id,
+            phase,
+            reason: format!("{phase:?}"),
+            request: JobRequest::default(),
+            module: FileRef {
+                name: "m".into(),
+                sha256: "ab".into(),
+                size: 3,
+            },
+            inputs: vec![],
+            ranks: Default::default(),
+            submitted_unix: 0,
+        }
+    }
+
+    /// The store through a full disk: new jobs are refused with the reason,
+    /// changes of accepted jobs wait in memory, and once the disk has room
+    /// again the store writes them by itself, without a restart.
+    #[test]
+    fn a_full_disk_refuses_new_jobs_keeps_accepted_writes_and_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let full = std::sync::Arc::new(AtomicBool::new(false));
+        let store = store_on(&path, &full);
+        store
+            .put_submission(&job(1, JobPhase::Scheduling), &[("ab", b"xyz")])
+            .unwrap();
+        assert_eq!(store.unwritable(), None);
+
+        full.store(true, Ordering::SeqCst);
+        let refused = store.put_submission(&job(2, JobPhase::Scheduling), &[]);
+        let reason = "No space left on device".to_string();
+        assert_eq!(refused, Err(StoreError::Unwritable(reason.clone())));
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            "this node cannot write to its disk (No space left on device)"
+        );
+        assert_eq!(store.unwritable(), Some(reason.clone()));
+        // Changes of the accepted job are kept, not refused.
+        store.put_job(&job(1, JobPhase::Running)).unwrap();
+        store.put_job(&job(1, JobPhase::Completed)).unwrap();
+        let chunk = LogChunk {
+            rank: 0,
+            stderr: false,
+            data: b"line\n".to_vec(),
+        };
+        store.append_log(1, &chunk).unwrap();
+        store.append_output(1, "0/out", 0, b"he").unwrap();
+        store.append_output(1, "0/out", 2, b"llo").unwrap();
+        assert_eq!(store.job(1).unwrap().unwrap().phase, JobPhase::Completed);
+        // Still full: tries fail, and nothing waiting is dropped.
+        for _ in 0..3 {
+            assert!(!store.retry());
+        }
+        assert_eq!(
+            store.put_submission(&job(2, JobPhase::Scheduling), &[]),
+            Err(StoreError::Unwritable(reason))
+        );
+
+        full.store(false, Ordering::SeqCst);
+        let start = Instant::now();
+        while !store.retry() {
+            assert!(
+                start.elapsed() < RETRY_MAX * 3,
+                "the store did not try the disk again"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(store.unwritable(), None);
+        store
+            .put_submission(&job(2, JobPhase::Scheduling), &[])
+            .unwrap();
+        let check = |store: &Store| {
+            let phases: Vec<(u64, JobPhase)> = store
+                .jobs()
+                .unwrap()
+                .iter()
+                .map(|j| (j.id, j.phase))
+                .collect();
+            assert_eq!(
+                phases,
+                [(1, JobPhase::Completed), (2, JobPhase::Scheduling)]
+            );
+            let (logs, next) = store.logs_from(1, 0, usize::MAX).unwrap();
+            assert_eq!((logs, next), (vec![chunk.clone()], 1));
+            let outputs = store.outputs(1).unwrap();
+            assert_eq!(outputs.len(), 1);
+            assert_eq!(outputs[0].data, b"hello");
+            assert_eq!(store.blob_block("ab", 0, 10).unwrap().unwrap(), b"xyz");
+        };
+        check(&store);
+        drop(store);
+        check(&Store::open(&path).unwrap());
+    }
+
+    /// What waits for the disk is bounded: past [`MAX_DEFERRED_BYTES`]
+    /// output is refused, while a job's record is always kept (the newest).
+    #[test]
+    fn deferred_writes_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let full = std::sync::Arc::new(AtomicBool::new(false));
+        let store = store_on(&path, &full);
+        full.store(true, Ordering::SeqCst);
+        let block = vec![7u8; MAX_DEFERRED_BYTES / 4 - 1024];
+        for i in 0..4 {
+            let offset = (i * block.len()) as u64;
+            store.append_output(1, "0/big", offset, &block).unwrap();
+        }
+        assert!(matches!(
+            store.append_output(1, "0/big", 4 * block.len() as u64, &block),
+            Err(StoreError::Unwritable(_))
+        ));
+        for phase in [JobPhase::Running, JobPhase::Completed] {
+            store.put_job(&job(1, phase)).unwrap();
+        }
+        let health = store.lock_health();
+        let jobs = health
+            .deferred
+            .iter()
+            .filter(|d| matches!(d, Deferred::Job { .. }))
+            .count();
+        assert_eq!(jobs, 1);
     }
 
     #[test]

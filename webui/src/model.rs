@@ -47,6 +47,10 @@ pub struct NodeOverview {
     pub workers_running: u32,
     /// Jobs this node is the home of (their ids), newest first.
     pub home_jobs: Vec<String>,
+    /// What keeps the node from taking jobs now, in one sentence (its disk
+    /// cannot be written), if anything.
+    #[serde(default)]
+    pub problem: Option<String>,
 }
 
 /// Which kind of overlay link a peer is.

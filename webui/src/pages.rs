@@ -300,6 +300,9 @@ fn resources_row(label: &str, r: Resources) -> Markup {
 fn overview(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
     html! {
         h1 { (node.name) }
+        @if let Some(problem) = &node.problem {
+            p.problem #problem { (problem) }
+        }
         div.scroll {
             table.kv {
                 tr { th { "Node id" } td.id { (node.node_id) } }
@@ -558,6 +561,7 @@ td.num { text-align:right; font-variant-numeric: tabular-nums; white-space:nowra
 .failed, .lost { color:#c0392b; border-color:#c0392b; }
 .far { color:var(--far); border-color:var(--far); }
 .empty, figcaption, footer, .remote { color:var(--mut); }
+.problem { color:#c0392b; font-weight:600; border:1px solid #c0392b; border-radius:.3rem; padding:.3rem .5rem; }
 .remote { background: rgba(58,95,205,.1); padding:.3rem .5rem; border-radius:.3rem; }
 pre#log { background: rgba(127,127,127,.1); padding:.5rem; overflow-x:auto; font-size:.85em; max-height: 32rem; }
 pre#log .t, pre#log .w { color:var(--mut); }

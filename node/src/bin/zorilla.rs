@@ -889,7 +889,11 @@ fn describe_node(info: &NodeInfo) -> String {
         .map(|(phase, n)| format!("{n} {}", phase_name(*phase)))
         .collect();
     let workers: usize = info.running.values().map(Vec::len).sum();
-    format!(
+    let disk = match &info.disk_problem {
+        Some(reason) => format!("disk        cannot be written ({reason}): takes no jobs\n"),
+        None => String::new(),
+    };
+    let text = format!(
         "peer        {}\nversion     {}\nnetwork     {}\nuptime      {} s\nlisten      {}\n\
          offers      {} cores, {} MiB memory, {} MiB disk\nworkers     {} running ({} jobs)\n\
          home to     {}\nneighbours  {}\nmessages    {} sent\n",
@@ -910,7 +914,8 @@ fn describe_node(info: &NodeInfo) -> String {
         },
         info.neighbours,
         info.messages_sent
-    )
+    );
+    text + &disk
 }
 
 fn peers_table(peers: &[PeerEntry]) -> String {

@@ -320,6 +320,10 @@ pub struct NodeInfo {
     /// Jobs this node is home to, by phase.
     #[serde(default)]
     pub jobs: BTreeMap<JobPhase, u64>,
+    /// Why this node cannot write to its disk (and so takes no jobs and
+    /// offers no workers), while it cannot: e.g. "No space left on device".
+    #[serde(default)]
+    pub disk_problem: Option<String>,
 }
 
 /// Kinds of error replies.
@@ -333,7 +337,8 @@ pub enum ErrorKind {
     Version,
     /// Missing or wrong token.
     Unauthorized,
-    /// Too many clients at once; try again later.
+    /// Too many clients at once, or the node takes no jobs now (its disk
+    /// cannot be written); try again later.
     Busy,
     /// The node failed to do it.
     Internal,

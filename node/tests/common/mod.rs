@@ -21,6 +21,13 @@ fn log_tail(dir: &Path, lines: usize) -> String {
     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
+/// The last lines of the log file `log`, for failure messages.
+pub(crate) fn log_tail_of(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(30).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
 pub(crate) struct TestNode {
     pub(crate) child: Child,
     pub(crate) dir: PathBuf,

@@ -102,6 +102,7 @@ pub fn node_snapshot(id: &str, name: &str, jobs: Vec<JobSummary>) -> NodeSnapsho
                 .filter(|j| j.home == id)
                 .map(|j| j.id.clone())
                 .collect(),
+            problem: None,
         },
         peers: vec![
             peer(NEAR, Some(XSS1), Some(4.5), LinkKind::Near, true),
