@@ -181,10 +181,17 @@ pub enum Message<P> {
         /// Why.
         reason: DeclineReason,
     },
-    /// Node to home: the hold timed out, or the node is leaving.
+    /// Node to home: the hold timed out (`ranks` empty), or a grant came
+    /// after it and the node does not run the `ranks` granted.
     Withdraw {
         /// The job.
         job: JobId,
+        /// The granted ranks the node does not run; empty when only an
+        /// offer is withdrawn. Workers of the job the node already runs are
+        /// never among them: a node may run some ranks of a job and hold
+        /// an offer for more.
+        #[serde(default)]
+        ranks: Vec<u32>,
     },
     /// Home to node: start workers with these ranks (possibly fewer than
     /// offered; the rest of the hold is released).
@@ -210,7 +217,7 @@ impl<P> Message<P> {
             Message::Advert(advert) => advert.job,
             Message::Offer { job, .. }
             | Message::Decline { job, .. }
-            | Message::Withdraw { job }
+            | Message::Withdraw { job, .. }
             | Message::Grant { job, .. }
             | Message::Refuse { job, .. } => *job,
         }

@@ -16,6 +16,8 @@
 //!   cache, per-peer rate limit).
 //! - [`neighbours`]: choice of overlay neighbours from measured RTTs.
 //! - [`schedule`]: when the home floods again, and how far.
+//! - [`liveness`]: whether the ranks a home placed still run (nodes that
+//!   restarted, forgot ranks, or went silent).
 //! - [`allocation`]: the P2P-MPI `spread` and `concentrate` strategies.
 //! - [`node`]: the per-node state machine that ties the above together, both
 //!   as the home of jobs and as a candidate worker node.
@@ -27,6 +29,7 @@
 pub mod advert;
 pub mod allocation;
 pub mod flood;
+pub mod liveness;
 pub mod neighbours;
 pub mod node;
 pub mod resources;

@@ -296,6 +296,21 @@ pub enum Input<P> {
     },
     /// A peer failed or left the grid.
     PeerLost(P),
+    /// Ranks of a job this node is home to no longer run on `node`,
+    /// though the node may still be there (it restarted and forgot them,
+    /// or it stopped answering for them: see [`crate::liveness`]). Ranks
+    /// not granted to `node` (any more) are ignored, so each loss counts
+    /// once.
+    RanksLost {
+        /// The job.
+        job: JobId,
+        /// The node the ranks were granted to.
+        node: P,
+        /// The ranks.
+        ranks: Vec<u32>,
+        /// Why, in words (the reason a rigid job fails with names it).
+        why: String,
+    },
 }
 
 /// An action for the driver.
@@ -494,6 +509,11 @@ struct HomeJob<P> {
     /// Ranks lost and to be handed out again.
     free_ranks: BTreeSet<u32>,
     next_rank: u32,
+    /// Floods of earlier schedules of this job (it floods afresh to grow
+    /// or to replace lost workers): flood numbers go on from there, so that
+    /// a new flood is never taken for a copy of an old one by the nodes'
+    /// duplicate caches.
+    earlier_floods: u32,
     /// When the tentative allocation may be granted (settling).
     settle_at: Option<Time>,
     /// Offers in hand suffice; the home only waits for nearer answers.
@@ -514,6 +534,14 @@ struct HeldOffer {
 impl<P> HomeJob<P> {
     fn granted_workers(&self) -> u32 {
         self.granted.values().map(|r| r.len() as u32).sum()
+    }
+
+    /// Starts a new flood schedule for `workers` workers, its first flood
+    /// at `now`, numbered on from the floods sent so far.
+    fn flood_afresh(&mut self, now: Time, workers: u32) {
+        self.earlier_floods = self.earlier_floods.saturating_add(self.schedule.floods());
+        self.schedule = FloodSchedule::new(self.schedule.config().clone(), workers);
+        self.next_flood_at = Some(now);
     }
 }
 
@@ -765,6 +793,12 @@ impl<P: PeerKey> Scheduler<P> {
                 self.rescan(now, &mut out);
             }
             Input::PeerLost(peer) => self.peer_lost(now, peer, &mut out),
+            Input::RanksLost {
+                job,
+                node,
+                ranks,
+                why,
+            } => self.ranks_lost(now, job, node, ranks, Some(&why), &mut out),
         }
         self.step_home_jobs(now, &mut out);
         out
@@ -813,8 +847,7 @@ impl<P: PeerKey> Scheduler<P> {
         let mut out = Vec::new();
         if max > old && granted < max && job.next_flood_at.is_none() {
             // Flooding had stopped (the job was full): start afresh.
-            job.schedule = FloodSchedule::new(job.schedule.config().clone(), max);
-            job.next_flood_at = Some(now);
+            job.flood_afresh(now, max);
         } else if max == granted && job.next_flood_at.is_some() {
             // Shrunk to what it has: it is full now.
             job.next_flood_at = None;
@@ -857,7 +890,10 @@ impl<P: PeerKey> Scheduler<P> {
                 }
                 out.push(Output::Send {
                     to: home,
-                    msg: Message::Withdraw { job: *job },
+                    msg: Message::Withdraw {
+                        job: *job,
+                        ranks: Vec::new(),
+                    },
                 });
             }
         }
@@ -917,6 +953,7 @@ impl<P: PeerKey> Scheduler<P> {
                 granted: BTreeMap::new(),
                 free_ranks: BTreeSet::new(),
                 next_rank: 0,
+                earlier_floods: 0,
                 settle_at: None,
                 settling: false,
                 ended_with: None,
@@ -936,7 +973,9 @@ impl<P: PeerKey> Scheduler<P> {
             // While offers enough to start are settling, another flood
             // would only reach farther nodes that will not be chosen.
             if job.next_flood_at.is_some_and(|at| at <= now) && !job.settling {
-                let header = job.schedule.next_flood(now);
+                let mut header = job.schedule.next_flood(now);
+                let first = header.seq == 0;
+                header.seq = header.seq.saturating_add(job.earlier_floods);
                 job.report.floods = job.schedule.floods();
                 job.report.radius = header.ttl;
                 job.report.budget = header.latency_budget;
@@ -952,7 +991,7 @@ impl<P: PeerKey> Scheduler<P> {
                 };
                 // The home considers its own machine first: it is the
                 // nearest there is.
-                if header.seq == 0 {
+                if first {
                     self.advert(now, advert.clone(), Duration::ZERO, out);
                 }
                 out.push(Output::Flood(advert));
@@ -1154,8 +1193,14 @@ impl<P: PeerKey> Scheduler<P> {
     ) {
         let job = advert.job;
         let expires_at = now + advert.expires_in;
-        if self.engaged.contains_key(&job) {
-            // Already offering or running for this job.
+        if self
+            .engaged
+            .get(&job)
+            .is_some_and(|e| e.held > 0 || e.home != advert.home)
+        {
+            // Already offering for this job. A node that only runs workers
+            // of it may offer more (a malleable job growing, a lost rank
+            // replaced), within the owner's limit per job.
             return;
         }
         if let Some(queued) = self.pending.iter_mut().find(|p| p.advert.job == job) {
@@ -1214,7 +1259,12 @@ impl<P: PeerKey> Scheduler<P> {
         if self.config.resources.workers_that_fit(&advert.per_worker) == 0 {
             return Err(DeclineReason::TooLarge);
         }
-        if self.engaged.len() as u32 >= limits.max_jobs {
+        let running = self
+            .engaged
+            .get(&advert.job)
+            .map_or(0, |e| e.running.len() as u32);
+        let joined = self.engaged.contains_key(&advert.job);
+        if !joined && self.engaged.len() as u32 >= limits.max_jobs {
             return Err(DeclineReason::TooManyJobs);
         }
         if self.paused {
@@ -1223,24 +1273,27 @@ impl<P: PeerKey> Scheduler<P> {
         let free = self.free();
         let workers = free
             .workers_that_fit(&advert.per_worker)
-            .min(limits.max_workers_per_job)
-            .min(advert.workers.max);
+            .min(limits.max_workers_per_job.saturating_sub(running))
+            .min(advert.workers.max.saturating_sub(running));
         if workers == 0 {
             return Err(DeclineReason::Busy);
         }
         let residue = free.saturating_sub(&advert.per_worker.times(workers));
         let held_until = (now + self.config.hold_timeout).min(expires_at);
-        self.engaged.insert(
-            advert.job,
-            Engagement {
+        let engagement = self
+            .engaged
+            .entry(advert.job)
+            .or_insert_with(|| Engagement {
                 home: advert.home.clone(),
                 per_worker: advert.per_worker,
-                held: workers,
+                held: 0,
                 held_since: now,
                 held_until,
                 running: BTreeSet::new(),
-            },
-        );
+            });
+        engagement.held = workers;
+        engagement.held_since = now;
+        engagement.held_until = held_until;
         Ok(vec![Output::Send {
             to: advert.home.clone(),
             msg: Message::Offer {
@@ -1328,15 +1381,14 @@ impl<P: PeerKey> Scheduler<P> {
                     *j.report.declines.entry(reason).or_default() += 1;
                 }
             }
-            Message::Withdraw { job } => {
+            Message::Withdraw { job, ranks } => {
                 let Some(j) = self.home.get_mut(&job) else {
                     return;
                 };
                 j.offers.remove(&from);
-                if let Some(ranks) = j.granted.remove(&from) {
-                    // A grant crossed the withdrawal: the ranks are lost.
-                    self.workers_lost(now, job, from, ranks, out);
-                }
+                // A grant crossed the withdrawal: the ranks it named are
+                // lost (ranks the node ran before stay where they are).
+                self.ranks_lost(now, job, from, ranks, None, out);
             }
             Message::Grant { job, ranks } => self.grant_received(now, from, job, ranks, out),
             Message::Refuse { job, reason } => {
@@ -1446,7 +1498,7 @@ impl<P: PeerKey> Scheduler<P> {
             // finds the workers elsewhere.
             out.push(Output::Send {
                 to: from,
-                msg: Message::Withdraw { job },
+                msg: Message::Withdraw { job, ranks },
             });
         }
     }
@@ -1457,6 +1509,7 @@ impl<P: PeerKey> Scheduler<P> {
         job_id: JobId,
         node: P,
         ranks: Vec<u32>,
+        why: Option<&str>,
         out: &mut Vec<Output<P>>,
     ) {
         let Some(job) = self.home.get_mut(&job_id) else {
@@ -1473,21 +1526,55 @@ impl<P: PeerKey> Scheduler<P> {
         let replace =
             !job.spec.workers.is_rigid() || job.spec.on_worker_lost == LostPolicy::Replace;
         if job.phase == Phase::Running && !replace {
-            self.end_job(
-                job_id,
-                Phase::Failed,
-                RefuseReason::Failed,
-                "a worker was lost and the job is rigid",
-                out,
-            );
+            let reason = match why {
+                Some(why) => format!("a worker was lost and the job is rigid: {why}"),
+                None => "a worker was lost and the job is rigid".to_string(),
+            };
+            self.end_job(job_id, Phase::Failed, RefuseReason::Failed, &reason, out);
             return;
         }
         job.free_ranks.extend(ranks);
         job.report.granted = job.granted_workers();
         if job.phase == Phase::Running && job.granted_workers() < job.spec.workers.max {
             // Look for replacements now, with a fresh schedule.
-            job.schedule = FloodSchedule::new(job.schedule.config().clone(), job.spec.workers.max);
-            job.next_flood_at = Some(now);
+            let max = job.spec.workers.max;
+            job.flood_afresh(now, max);
+        }
+    }
+
+    /// Those of `ranks` that are granted to `node` are lost (the others
+    /// were lost before, or never there).
+    fn ranks_lost(
+        &mut self,
+        now: Time,
+        job_id: JobId,
+        node: P,
+        ranks: Vec<u32>,
+        why: Option<&str>,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let Some(granted) = self
+            .home
+            .get_mut(&job_id)
+            .and_then(|j| j.granted.get_mut(&node))
+        else {
+            return;
+        };
+        let lost: Vec<u32> = ranks
+            .into_iter()
+            .filter(|rank| {
+                let here = granted.contains(rank);
+                granted.retain(|r| r != rank);
+                here
+            })
+            .collect();
+        if granted.is_empty()
+            && let Some(job) = self.home.get_mut(&job_id)
+        {
+            job.granted.remove(&node);
+        }
+        if !lost.is_empty() {
+            self.workers_lost(now, job_id, node, lost, why, out);
         }
     }
 
@@ -1499,7 +1586,7 @@ impl<P: PeerKey> Scheduler<P> {
             };
             job.offers.remove(&peer);
             if let Some(ranks) = job.granted.remove(&peer) {
-                self.workers_lost(now, job_id, peer.clone(), ranks, out);
+                self.workers_lost(now, job_id, peer.clone(), ranks, None, out);
             }
         }
         // Holds for a home that is gone are released; its running workers

@@ -333,7 +333,10 @@ fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
         out,
         vec![Output::Send {
             to: HOME,
-            msg: Message::Withdraw { job: JOB }
+            msg: Message::Withdraw {
+                job: JOB,
+                ranks: vec![]
+            }
         }]
     );
     assert_eq!(node.free().cores, 2);
@@ -349,7 +352,10 @@ fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
         out,
         vec![Output::Send {
             to: HOME,
-            msg: Message::Withdraw { job: JOB }
+            msg: Message::Withdraw {
+                job: JOB,
+                ranks: vec![0, 1]
+            }
         }]
     );
 }
@@ -1277,7 +1283,13 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
     // Node 1's hold outlives nothing: at 500 ms it withdraws from X and
     // offers its cores to the queued Y, which completes Y's gang.
     net.timeout(ms(500), 1);
-    assert!(net.sent(1, &Message::Withdraw { job: X }));
+    assert!(net.sent(
+        1,
+        &Message::Withdraw {
+            job: X,
+            ranks: vec![]
+        }
+    ));
     assert_eq!(net.nodes[&HY].phase(Y), Some(Phase::Running));
     assert_eq!(net.started(Y), vec![(1, vec![0, 1]), (2, vec![2])]);
     // Node 2 runs one of Y and offered its last core to the queued X, which
@@ -1290,7 +1302,13 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
 
     // That hold, too, ends at its timeout.
     net.timeout(ms(1000), 2);
-    assert!(net.sent(2, &Message::Withdraw { job: X }));
+    assert!(net.sent(
+        2,
+        &Message::Withdraw {
+            job: X,
+            ranks: vec![]
+        }
+    ));
     assert!(net.holds(2).is_empty());
     assert_eq!(net.nodes[&HX].held_offers(X).count(), 0);
 
@@ -1325,4 +1343,282 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
     assert_eq!(net.nodes[&HX].phase(X), Some(Phase::Running));
     assert_eq!(net.started(X), vec![(1, vec![0, 1]), (2, vec![2])]);
     assert!(net.holds(1).is_empty() && net.holds(2).is_empty());
+}
+
+/// The floods `out` starts, by sequence number.
+fn flood_seqs(out: &[Output<u32>]) -> Vec<u32> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Flood(advert) => Some(advert.flood.seq),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
+    let mut node = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(4, 4096, 4096),
+            limits: OwnerLimits {
+                max_workers_per_job: 3,
+                ..OwnerLimits::default()
+            },
+            ..SchedulerConfig::default()
+        },
+    );
+    let job = WorkerCount { min: 1, max: 6 };
+    let out = deliver(&mut node, ms(0), job);
+    assert!(matches!(
+        out[..],
+        [Output::Send {
+            msg: Message::Offer { workers: 3, .. },
+            ..
+        }]
+    ));
+    from_home(
+        &mut node,
+        ms(1),
+        Message::Grant {
+            job: JOB,
+            ranks: vec![0],
+        },
+    );
+    assert_eq!(node.free().cores, 3);
+    // A later flood (a replacement, or the job growing): two more within
+    // P = 3, though three cores are free.
+    let out = deliver(&mut node, ms(10), job);
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Offer {
+                job: JOB,
+                workers: 2,
+                distance: ms(1),
+                residue: Resources::new(1, 4096 - 300, 4096),
+            }
+        }]
+    );
+    assert_eq!(deliver(&mut node, ms(11), job), vec![], "offered already");
+    // The hold times out: withdrawn with no ranks, and rank 0 runs on.
+    let out = node.handle_timeout(ms(10) + SchedulerConfig::<u32>::default().hold_timeout);
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Withdraw {
+                job: JOB,
+                ranks: vec![]
+            }
+        }]
+    );
+    assert_eq!(
+        node.running().collect::<Vec<_>>(),
+        vec![(JOB, &std::collections::BTreeSet::from([0]))]
+    );
+    let out = deliver(&mut node, ms(40_000), job);
+    assert!(matches!(
+        out[..],
+        [Output::Send {
+            msg: Message::Offer { workers: 2, .. },
+            ..
+        }]
+    ));
+    let out = from_home(
+        &mut node,
+        ms(40_001),
+        Message::Grant {
+            job: JOB,
+            ranks: vec![3, 4],
+        },
+    );
+    assert_eq!(
+        out,
+        vec![Output::StartWorkers {
+            job: JOB,
+            home: HOME,
+            ranks: vec![3, 4]
+        }]
+    );
+    // P reached: busy for this job (queued, so it may offer again once a
+    // worker ends), one core still free.
+    assert_eq!(
+        deliver(&mut node, ms(40_010), job),
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Busy
+            }
+        }]
+    );
+    assert_eq!(node.free().cores, 1);
+}
+
+#[test]
+fn a_lost_worker_is_replaced_on_a_node_already_running_the_job_by_a_new_flood() {
+    let mut node = home(ScheduleConfig::paper());
+    let out = submit(&mut node, ms(0), WorkerCount { min: 2, max: 3 });
+    let mut seqs = flood_seqs(&out);
+    offer_from(&mut node, ms(1), 10, 2, 1);
+    let out = offer_from(&mut node, ms(2), 11, 1, 2);
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+    assert_eq!(
+        node.placement(JOB),
+        Some(&[(10, vec![0, 1]), (11, vec![2])].into_iter().collect())
+    );
+    // Node 11 is lost; the only free core is on node 10, which runs ranks
+    // 0 and 1 and answers the replacement flood.
+    let out = node.handle(ms(3), Input::PeerLost(11));
+    let again = flood_seqs(&out);
+    assert_eq!(again.len(), 1, "{out:?}");
+    assert!(
+        !seqs.contains(&again[0]),
+        "flood {again:?} is new, not a copy of {seqs:?} that the nodes' duplicate caches drop"
+    );
+    seqs.extend(again);
+    let out = offer_from(&mut node, ms(4), 10, 1, 1);
+    assert!(
+        out.contains(&Output::Send {
+            to: 10,
+            msg: Message::Grant {
+                job: JOB,
+                ranks: vec![2]
+            }
+        }),
+        "{out:?}"
+    );
+    assert_eq!(
+        node.placement(JOB),
+        Some(&[(10, vec![0, 1, 2])].into_iter().collect())
+    );
+    // A grant that reached node 10 after its hold ended is withdrawn with
+    // its ranks: only those are lost, not the ranks node 10 ran before.
+    let out = node.handle(
+        ms(5),
+        Input::Message {
+            from: 10,
+            msg: Message::Withdraw {
+                job: JOB,
+                ranks: vec![2],
+            },
+            rtt: None,
+        },
+    );
+    assert!(out.contains(&Output::Job(JobEvent::WorkersLost {
+        job: JOB,
+        node: 10,
+        ranks: vec![2]
+    })));
+    assert_eq!(
+        node.placement(JOB),
+        Some(&[(10, vec![0, 1])].into_iter().collect())
+    );
+    // A plain withdrawal (an offer's hold timed out) loses nothing.
+    let out = node.handle(
+        ms(6),
+        Input::Message {
+            from: 10,
+            msg: Message::Withdraw {
+                job: JOB,
+                ranks: vec![],
+            },
+            rtt: None,
+        },
+    );
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Job(JobEvent::WorkersLost { .. }))),
+        "{out:?}"
+    );
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+}
+
+#[test]
+fn ranks_lost_count_once_and_a_rigid_job_fails_naming_why() {
+    let mut node = home_running_one_worker_on_10();
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    // Not granted there: nothing happens.
+    let out = node.handle(
+        ms(2),
+        Input::RanksLost {
+            job: JOB,
+            node: 11,
+            ranks: vec![0],
+            why: "elsewhere".into(),
+        },
+    );
+    assert_eq!(out, vec![]);
+    let out = node.handle(
+        ms(3),
+        Input::RanksLost {
+            job: JOB,
+            node: 10,
+            ranks: vec![0],
+            why: "rank 0: node 10 restarted and forgot it".into(),
+        },
+    );
+    assert!(out.contains(&Output::Job(JobEvent::WorkersLost {
+        job: JOB,
+        node: 10,
+        ranks: vec![0]
+    })));
+    assert!(
+        out.contains(&Output::Job(JobEvent::Ended {
+            job: JOB,
+            phase: Phase::Failed,
+            reason: "a worker was lost and the job is rigid: rank 0: node 10 restarted and \
+                     forgot it"
+                .into()
+        })),
+        "{out:?}"
+    );
+    // Once only.
+    let out = node.handle(
+        ms(4),
+        Input::RanksLost {
+            job: JOB,
+            node: 10,
+            ranks: vec![0],
+            why: "again".into(),
+        },
+    );
+    assert_eq!(out, vec![]);
+}
+
+#[test]
+fn a_rigid_job_replacing_lost_workers_gets_its_rank_back_on_the_same_node() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: JobSpec {
+                on_worker_lost: LostPolicy::Replace,
+                ..spec(WorkerCount::rigid(2))
+            },
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 2, 1);
+    let out = node.handle(
+        ms(2),
+        Input::RanksLost {
+            job: JOB,
+            node: 10,
+            ranks: vec![1],
+            why: "the node does not run it".into(),
+        },
+    );
+    assert_eq!(flood_seqs(&out), vec![1], "{out:?}");
+    let out = offer_from(&mut node, ms(3), 10, 1, 1);
+    assert!(out.contains(&Output::Send {
+        to: 10,
+        msg: Message::Grant {
+            job: JOB,
+            ranks: vec![1]
+        }
+    }));
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
 }

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use zorilla_core::advert::{Advert, JobId, WorkerCount};
 use zorilla_core::flood::FloodId;
+use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
 use zorilla_core::node::{Input, JobEvent, JobSpec, Output, Phase, Scheduler, SchedulerConfig};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
@@ -32,6 +33,8 @@ use crate::protocol::{
 use crate::status::{self, Publisher};
 use crate::store::{FileRef, JobRecord, Store, StoreError};
 use crate::wire::{BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, decode, encode};
+
+mod liveness;
 
 /// A client request on its way into the event loop.
 pub(crate) struct Command {
@@ -70,6 +73,12 @@ enum Done {
     WorkerEnded { job: u64, rank: u32 },
     /// A liveness probe of a peer failed.
     PeerDead(PeerId),
+    /// A node holding ranks of our jobs answered which it runs (`Err`:
+    /// it did not answer).
+    RanksAnswered {
+        peer: PeerId,
+        answer: Result<Answer, String>,
+    },
     /// A copy asked its home for the job's state.
     Refreshed {
         job: u64,
@@ -89,6 +98,8 @@ struct MemberJob {
     stopped: bool,
     /// When the home last told this copy anything (or it asked).
     heard: Instant,
+    /// When each rank was given to this node (see `liveness`).
+    born: HashMap<u32, Instant>,
 }
 
 /// What the home keeps in memory of its finished jobs: how many there are
@@ -124,7 +135,12 @@ impl Finished {
 pub(crate) struct Node {
     me: PeerId,
     epoch: Instant,
+    /// This run of the node: random at every start, never stored, so that
+    /// homes tell a restart from a node that was only quiet.
+    boot: u64,
     sched: Scheduler<PeerId>,
+    /// Whether the nodes holding ranks of this home's jobs still run them.
+    liveness: RankLiveness<PeerId>,
     overlay: OverlayHandle,
     net: Net,
     store: Arc<Store>,
@@ -188,7 +204,9 @@ impl Node {
         let mut node = Node {
             me,
             epoch: Instant::now(),
+            boot: random_u64(),
             sched: Scheduler::new(me, sched),
+            liveness: RankLiveness::new(LivenessConfig::default()),
             net: Net {
                 me,
                 overlay: overlay.clone(),
@@ -217,6 +235,8 @@ impl Node {
         copies_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut store_check = tokio::time::interval(STORE_CHECK);
         store_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ranks_check = tokio::time::interval(liveness::CHECK);
+        ranks_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let deadline = node
                 .sched
@@ -255,6 +275,7 @@ impl Node {
                 }
                 _ = copies_check.tick() => node.refresh_stale_copies(),
                 _ = store_check.tick() => node.check_store(),
+                _ = ranks_check.tick() => node.check_ranks(),
                 () = timer => {
                     let now = node.now();
                     let out = node.sched.handle_timeout(now);
@@ -336,6 +357,7 @@ impl Node {
         for mut job in jobs {
             if !job.phase.is_terminal() {
                 let was = job.phase;
+                job.close_ranks("lost: the home node restarted");
                 job.advance(
                     JobPhase::Failed,
                     format!(
@@ -361,11 +383,13 @@ impl Node {
         let ids: Vec<u64> = self.jobs.keys().copied().collect();
         for id in ids {
             if let Some(job) = self.jobs.get_mut(&id)
-                && job.advance(
+                && !job.phase.is_terminal()
+            {
+                job.close_ranks("lost: the home node shut down");
+                job.advance(
                     JobPhase::Failed,
                     "the home node shut down while the job was under way",
-                )
-            {
+                );
                 let job = job.clone();
                 self.persist(&job);
             }
@@ -751,6 +775,7 @@ impl Node {
         self.status.note_rpc(&rpc);
         let answer = match rpc {
             PeerRpc::Ping => PeerReply::Ack,
+            PeerRpc::Ranks { jobs } => self.ranks_asked(from, jobs),
             PeerRpc::Status => return self.status_reply(reply, None),
             PeerRpc::StatusJob { job } => return self.status_reply(reply, Some(job)),
             PeerRpc::Sched(msg) => {
@@ -1007,6 +1032,9 @@ impl Node {
                 job, node, ranks, ..
             } => {
                 tracing::info!(job = %job, %node, ?ranks, "workers granted");
+                if node != self.me {
+                    self.liveness.placed(self.now(), job, node, &ranks);
+                }
                 let replaced: Vec<u32> = {
                     let lost = self.lost_ranks.entry(job.0).or_default();
                     ranks.iter().copied().filter(|r| lost.remove(r)).collect()
@@ -1046,6 +1074,7 @@ impl Node {
             JobEvent::Full { .. } => None,
             JobEvent::WorkersLost { job, node, ranks } => {
                 tracing::warn!(job = %job, %node, ?ranks, "workers lost");
+                self.liveness.forget(job, &node, &ranks);
                 if let Some(placement) = self.placement.get_mut(&job.0) {
                     for rank in &ranks {
                         placement.remove(rank);
@@ -1055,7 +1084,9 @@ impl Node {
                 if let Some(record) = self.jobs.get_mut(&job.0) {
                     for rank in &ranks {
                         if let Some(r) = record.ranks.get_mut(rank) {
-                            r.outcome = Some(format!("lost: node {node} failed or left"));
+                            // The loop may have said how (`liveness`).
+                            r.outcome
+                                .get_or_insert_with(|| format!("lost: node {node} failed or left"));
                         }
                     }
                     let record = record.clone();
@@ -1064,6 +1095,7 @@ impl Node {
                 Some(job.0)
             }
             JobEvent::Ended { job, phase, reason } => {
+                self.liveness.forget_job(job);
                 let phase = match phase {
                     Phase::Scheduling | Phase::Running => return None,
                     Phase::Completed => JobPhase::Completed,
@@ -1081,14 +1113,8 @@ impl Node {
             && record.advance(phase, reason.clone())
         {
             tracing::info!(job = %JobId(job), ?phase, "job ended: {reason}");
-            // Ranks still running are stopped with the job; their nodes
-            // do not report back for a job that is over.
-            if phase != JobPhase::Completed {
-                for rank in record.ranks.values_mut() {
-                    rank.outcome
-                        .get_or_insert_with(|| "stopped with the job".into());
-                }
-            }
+            // Ranks still running were stopped with the job (`advance`);
+            // their nodes do not report back for a job that is over.
             let record = record.clone();
             self.persist(&record);
             // Finished: out of memory (but for the newest few).
@@ -1172,11 +1198,13 @@ impl Node {
             pending: HashMap::new(),
             stopped: false,
             heard: Instant::now(),
+            born: HashMap::new(),
         });
         member.stopped = false;
         // Inboxes exist from now on, so messages for these ranks queue
         // while the module is fetched.
         for rank in &ranks {
+            member.born.insert(*rank, Instant::now());
             let ends = member.net.register(*rank);
             member.pending.insert(*rank, ends);
         }
@@ -1233,6 +1261,7 @@ impl Node {
     fn done(&mut self, done: Done) {
         match done {
             Done::Nothing => {}
+            Done::RanksAnswered { peer, answer } => self.ranks_answered(peer, answer),
             Done::Refreshed { job, info } => match info {
                 Ok(info) => {
                     if info.phase.is_terminal() {
@@ -1831,6 +1860,7 @@ impl Node {
         if status.node != from.to_string() {
             return; // A replaced worker's late report.
         }
+        self.liveness.ended(JobId(job), &from, rank);
         status.outcome = Some(outcome.clone());
         self.persist(&record);
         self.update(record.clone());

@@ -379,6 +379,7 @@ fn unexpected(reply: &PeerReply) -> RemoteError {
         PeerReply::Block(_) => "a file block",
         PeerReply::Status(_) => "a node snapshot",
         PeerReply::StatusJob(_) => "a job",
+        PeerReply::Ranks { .. } => "a list of ranks",
         PeerReply::Error(_) => "an error",
     };
     RemoteError::Unreachable(format!("the peer answered with {what}"))
@@ -691,6 +692,7 @@ impl Publisher {
             | PeerRpc::GetJob { .. }
             | PeerRpc::Output { .. }
             | PeerRpc::Ping
+            | PeerRpc::Ranks { .. }
             | PeerRpc::Status
             | PeerRpc::StatusJob { .. } => {}
             PeerRpc::Sched(_) | PeerRpc::Placement { .. } | PeerRpc::WorkerEnded { .. } => {

@@ -67,13 +67,28 @@ pub(crate) fn unix_ms() -> u64 {
 
 impl JobRecord {
     /// Moves the job to `phase` if that is forward; returns whether it moved.
+    /// A job that ends has no rank running any more: a rank without an
+    /// outcome gets "stopped with the job" (callers that know better, such
+    /// as a restarted home, say so first with [`close_ranks`]).
+    ///
+    /// [`close_ranks`]: JobRecord::close_ranks
     pub(crate) fn advance(&mut self, phase: JobPhase, reason: impl Into<String>) -> bool {
         if phase <= self.phase || self.phase.is_terminal() {
             return false;
         }
         self.phase = phase;
         self.reason = reason.into();
+        if phase.is_terminal() {
+            self.close_ranks("stopped with the job");
+        }
         true
+    }
+
+    /// Gives every rank still counted as running the outcome `outcome`.
+    pub(crate) fn close_ranks(&mut self, outcome: &str) {
+        for rank in self.ranks.values_mut() {
+            rank.outcome.get_or_insert_with(|| outcome.to_string());
+        }
     }
 }
 
@@ -1033,5 +1048,53 @@ mod tests {
         assert!(job.advance(JobPhase::Cancelled, "stop"));
         assert!(!job.advance(JobPhase::Failed, "late"));
         assert_eq!(job.phase, JobPhase::Cancelled);
+    }
+
+    #[test]
+    fn a_job_that_ends_lists_no_rank_running() {
+        let rank = |outcome: Option<&str>| RankStatus {
+            node: "n".into(),
+            outcome: outcome.map(str::to_string),
+        };
+        let mut job = JobRecord {
+            id: 7,
+            phase: JobPhase::Running,
+            reason: "running".into(),
+            request: JobRequest::default(),
+            module: FileRef {
+                name: "m".into(),
+                sha256: "ab".into(),
+                size: 3,
+            },
+            inputs: vec![],
+            ranks: [
+                (0, rank(None)),
+                (1, rank(Some("exited with status 0"))),
+                (2, rank(None)),
+            ]
+            .into_iter()
+            .collect(),
+            submitted_unix: 0,
+        };
+        job.close_ranks("lost: the home node restarted");
+        assert!(job.advance(JobPhase::Failed, "the home node restarted"));
+        let outcomes: Vec<Option<&str>> =
+            job.ranks.values().map(|r| r.outcome.as_deref()).collect();
+        assert_eq!(
+            outcomes,
+            [
+                Some("lost: the home node restarted"),
+                Some("exited with status 0"),
+                Some("lost: the home node restarted")
+            ]
+        );
+        let mut cancelled = job.clone();
+        cancelled.phase = JobPhase::Running;
+        cancelled.ranks.get_mut(&0).unwrap().outcome = None;
+        assert!(cancelled.advance(JobPhase::Cancelled, "cancelled by user"));
+        assert_eq!(
+            cancelled.ranks[&0].outcome.as_deref(),
+            Some("stopped with the job")
+        );
     }
 }

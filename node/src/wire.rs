@@ -22,6 +22,11 @@ pub(crate) const BLOCK_BYTES: usize = 256 * 1024;
 /// in one client frame, so none of its files can be larger.
 pub(crate) const MAX_FILE_BYTES: u64 = crate::protocol::frame::DEFAULT_MAX_FRAME as u64;
 
+/// The most jobs one [`PeerRpc::Ranks`] asks about: far more than a node
+/// runs workers for at once (its owner's limit on jobs), so a question
+/// above it is refused as malformed.
+pub(crate) const MAX_ASKED_JOBS: usize = 4096;
+
 /// A job's copy, as the home hands it to nodes running its workers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct JobInfo {
@@ -89,6 +94,12 @@ pub(crate) enum PeerRpc {
     },
     /// Liveness probe.
     Ping,
+    /// Home to a node holding ranks of its jobs: which of these ranks do
+    /// you run? `jobs` holds, per job, the ranks the home places on the
+    /// receiver (at most [`MAX_ASKED_JOBS`] jobs). Answered with
+    /// [`PeerReply::Ranks`]; a node stops workers of the sender's jobs that
+    /// the sender no longer places on it (see `node::liveness`).
+    Ranks { jobs: BTreeMap<u64, Vec<u32>> },
     /// The status page's remote view: everything this node shows.
     Status,
     /// The status page's remote view of one job (its id as the pages
@@ -121,6 +132,15 @@ pub(crate) enum PeerReply {
     Status(Box<NodeSnapshot>),
     /// Answer to [`PeerRpc::StatusJob`]; `None` if the job is unknown here.
     StatusJob(Option<Box<JobDetail>>),
+    /// Answer to [`PeerRpc::Ranks`]: this run of the node (`boot`, random
+    /// at every start, and how long it has been up) and the ranks it runs
+    /// or is starting of the jobs asked about (jobs it does not know are
+    /// left out).
+    Ranks {
+        boot: u64,
+        uptime_ms: u64,
+        running: BTreeMap<u64, Vec<u32>>,
+    },
     Error(String),
 }
 

@@ -1,0 +1,337 @@
+//! Lost workers are noticed and jobs end: real `zorilla-node` processes on
+//! 127.0.0.1. A worker node killed (-9) and restarted at once under the same
+//! identity (what a service manager does) forgot its workers; its home must
+//! find out from the node's answers (a new boot id, ranks missing), not from
+//! a lost connection, and replace the ranks or fail the job. A malleable job
+//! gets replacements on nodes that already run its workers. A job that ends
+//! lists no rank as running. Every wait has a deadline.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestNode, grid, stdout_of, wait_completed, wait_for, wasm};
+use zorilla_core::advert::Strategy;
+use zorilla_core::node::LostPolicy;
+use zorilla_node::protocol::{JobPhase, JobRequest, JobStatus};
+
+/// Waits until the log of `node` has a line containing every one of
+/// `needles`; returns that line.
+async fn wait_log(node: &TestNode, needles: &[&str], deadline: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(node.dir.join("node.log")).unwrap_or_default();
+        if let Some(line) = log
+            .lines()
+            .find(|line| needles.iter().all(|n| line.contains(n)))
+        {
+            return line.to_string();
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "no log line with {needles:?} within {deadline:?}; the log ends:\n{}",
+            node.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `node` runs a worker of `job`.
+async fn wait_running_on(node: &TestNode, job: u64, deadline: Duration) {
+    let mut c = node.client().await;
+    let start = Instant::now();
+    while !c.node_info().await.unwrap().running.contains_key(&job) {
+        assert!(
+            start.elapsed() < deadline,
+            "no worker of the job on {} within {deadline:?}",
+            node.peer
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The grid index of the node running `rank` of the job.
+fn node_of(grid: &common::Grid, status: &JobStatus, rank: u32) -> usize {
+    let peer = &status.ranks[&rank].node;
+    grid.nodes.iter().position(|n| &n.peer == peer).unwrap()
+}
+
+/// Two-worker nqueens that replaces a lost worker: rank 0 lands on the
+/// home (one core), rank 1 on another node, which is killed (-9) and
+/// restarted at once with the same state (same identity). The home finds
+/// out from the restarted node's answer (its boot id changed) within
+/// seconds, the rank is replaced, the master hears of it and the count is
+/// right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_node_restarted_at_once_loses_its_rank_and_it_is_replaced() {
+    let mut grid = grid(3, 1);
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 2,
+        lifetime_secs: 60,
+        on_worker_lost: LostPolicy::Replace,
+        args: vec!["15".into()],
+        ..JobRequest::default()
+    };
+    let job = client
+        .submit(request, wasm("nqueens"), vec![])
+        .await
+        .unwrap();
+    let running = wait_for(&mut client, job, Duration::from_secs(30), "2 ranks", |s| {
+        s.phase == JobPhase::Running && s.running_workers() == 2
+    })
+    .await;
+    let victim = node_of(&grid, &running, 1);
+    assert_ne!(victim, 0, "rank 1 away from the one-core home: {running:?}");
+    wait_running_on(&grid.nodes[victim], job, Duration::from_secs(20)).await;
+
+    grid.nodes[victim].restart();
+    let restarted = Instant::now();
+    let line = wait_log(
+        &grid.nodes[0],
+        &["ranks lost", "restarted and forgot it", "rank 1"],
+        Duration::from_secs(20),
+    )
+    .await;
+    let noticed = restarted.elapsed();
+    assert!(
+        noticed < Duration::from_secs(12),
+        "the home noticed after {noticed:?}: {line}"
+    );
+
+    let status = wait_completed(&mut client, job, Duration::from_secs(180)).await;
+    assert_eq!(status.running_workers(), 0, "{status:?}");
+    let logs = client.logs(job).await.unwrap();
+    let stderr: String = logs
+        .iter()
+        .filter(|c| c.stderr)
+        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+        .collect();
+    assert!(
+        stderr.contains("rank 1 was replaced"),
+        "the master was not told: {stderr:?}"
+    );
+    let out = stdout_of(&logs);
+    assert!(
+        out.contains("nqueens N=15 ranks=2 solutions=2279184"),
+        "{out:?}"
+    );
+}
+
+/// The same restart for a rigid job that fails when it loses a worker: it
+/// fails with a reason naming the restart, and lists no rank as running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rigid_job_fails_naming_the_restart_of_a_worker_node() {
+    let mut grid = grid(2, 1);
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 2,
+        lifetime_secs: 60,
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, wasm("idle"), vec![]).await.unwrap();
+    let running = wait_for(&mut client, job, Duration::from_secs(30), "2 ranks", |s| {
+        s.running_workers() == 2
+    })
+    .await;
+    let victim = node_of(&grid, &running, 1);
+    assert_eq!(victim, 1, "{running:?}");
+    wait_running_on(&grid.nodes[1], job, Duration::from_secs(20)).await;
+
+    grid.nodes[1].restart();
+    let restarted = Instant::now();
+    let failed = wait_for(&mut client, job, Duration::from_secs(30), "the end", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
+    let took = restarted.elapsed();
+    assert_eq!(failed.phase, JobPhase::Failed, "{failed:?}");
+    assert!(
+        failed.reason.contains("restarted"),
+        "the reason does not name the restart: {failed:?}"
+    );
+    assert!(took < Duration::from_secs(15), "failed after {took:?}");
+    assert_eq!(failed.running_workers(), 0, "{failed:?}");
+    assert!(
+        failed.ranks[&1]
+            .outcome
+            .as_deref()
+            .is_some_and(|o| o.starts_with("lost") && o.contains("restarted")),
+        "{failed:?}"
+    );
+    // The home's own worker stops with the job.
+    let mut home = grid.nodes[0].client().await;
+    let start = Instant::now();
+    while home.node_info().await.unwrap().running.contains_key(&job) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the home's worker still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Churn: five two-worker jobs on a home and three two-core nodes, while
+/// the worker nodes are killed (-9) and restarted at once, one every 2 to
+/// 4 s. Once every node is back, every job ends within a bound (completed,
+/// or failed for a lost worker), and none lists a rank as running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_kill_and_restart_churn_every_job_ends() {
+    let mut grid = grid(4, 2);
+    let mut client = grid.nodes[0].client().await;
+    let mut jobs = Vec::new();
+    for _ in 0..5 {
+        let request = JobRequest {
+            min_workers: 2,
+            max_workers: 2,
+            lifetime_secs: 120,
+            args: vec!["14".into()],
+            ..JobRequest::default()
+        };
+        jobs.push(
+            client
+                .submit(request, wasm("nqueens"), vec![])
+                .await
+                .unwrap(),
+        );
+    }
+    for (i, pause) in [2u64, 3, 4, 2, 3].into_iter().enumerate() {
+        tokio::time::sleep(Duration::from_secs(pause)).await;
+        grid.nodes[1 + i % 3].restart();
+    }
+    let back = Instant::now();
+    for job in jobs {
+        let ended = wait_for(
+            &mut client,
+            job,
+            Duration::from_secs(120),
+            "every job's end",
+            |s| s.phase.is_terminal(),
+        )
+        .await;
+        assert!(
+            matches!(ended.phase, JobPhase::Completed | JobPhase::Failed),
+            "{ended:?}"
+        );
+        assert_eq!(ended.running_workers(), 0, "{ended:?}");
+    }
+    eprintln!(
+        "every job ended {:?} after the last restart",
+        back.elapsed()
+    );
+}
+
+/// A malleable job spread over three two-core nodes with four workers (one
+/// node has two, the others one each) loses a node with one: the only free
+/// core is on a node that already runs one of its workers, and the
+/// replacement goes there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_worker_is_replaced_on_a_node_already_running_the_job() {
+    let mut grid = grid(3, 2);
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 4,
+        strategy: Strategy::Spread,
+        lifetime_secs: 60,
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, wasm("idle"), vec![]).await.unwrap();
+    let running = wait_for(&mut client, job, Duration::from_secs(60), "4 ranks", |s| {
+        s.running_workers() == 4
+    })
+    .await;
+    let per_node = |status: &JobStatus, peer: &str| {
+        status
+            .ranks
+            .values()
+            .filter(|r| r.outcome.is_none() && r.node == peer)
+            .count()
+    };
+    let counts: Vec<usize> = grid
+        .nodes
+        .iter()
+        .map(|n| per_node(&running, &n.peer))
+        .collect();
+    assert!(
+        counts.iter().all(|n| *n >= 1) && counts[1..].contains(&1),
+        "spread over the three nodes: {counts:?}"
+    );
+    // A node other than the home with one worker: once it is gone, the
+    // only free core is on a node that runs workers of the job.
+    let victim = if counts[2] == 1 { 2 } else { 1 };
+    let victim_peer = grid.nodes[victim].peer.clone();
+    let lost_rank = *running
+        .ranks
+        .iter()
+        .find(|(_, r)| r.node == victim_peer)
+        .unwrap()
+        .0;
+    wait_running_on(&grid.nodes[victim], job, Duration::from_secs(20)).await;
+    grid.nodes[victim].kill();
+
+    let status = wait_for(
+        &mut client,
+        job,
+        Duration::from_secs(60),
+        "the replacement",
+        |s| {
+            s.running_workers() == 4
+                && s.ranks[&lost_rank].outcome.is_none()
+                && s.ranks[&lost_rank].node != victim_peer
+        },
+    )
+    .await;
+    assert_eq!(status.phase, JobPhase::Running, "{status:?}");
+    let to = node_of(&grid, &status, lost_rank);
+    assert_ne!(to, victim);
+    assert_eq!(counts[to], 1, "it went where a core was free: {counts:?}");
+    let mut c = grid.nodes[to].client().await;
+    let start = Instant::now();
+    while c.node_info().await.unwrap().running.get(&job).map(Vec::len) != Some(2) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the replacement never ran beside the job's other worker on node {to}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client.cancel(job).await.unwrap();
+}
+
+/// The home of a running job is killed (-9) and restarted: the job is
+/// failed, and no rank of it is listed as running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_home_restart_the_failed_job_lists_no_rank_running() {
+    let mut grid = grid(2, 1);
+    let mut home = grid.nodes[1].client().await;
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 2,
+        lifetime_secs: 30,
+        ..JobRequest::default()
+    };
+    let job = home.submit(request, wasm("idle"), vec![]).await.unwrap();
+    wait_for(&mut home, job, Duration::from_secs(30), "2 workers", |s| {
+        s.running_workers() == 2
+    })
+    .await;
+    grid.nodes[1].restart();
+    let mut home = grid.nodes[1].client().await;
+    let status = home.status(job).await.unwrap();
+    assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
+    assert_eq!(status.running_workers(), 0, "{status:?}");
+    for rank in status.ranks.values() {
+        assert_eq!(
+            rank.outcome.as_deref(),
+            Some("lost: the home node restarted"),
+            "{status:?}"
+        );
+    }
+    let listed = home.list().await.unwrap();
+    assert!(
+        listed.iter().all(|s| s.running_workers() == 0),
+        "{listed:?}"
+    );
+}
