@@ -872,6 +872,7 @@ impl Participation {
                     .copied()
                     .unwrap_or_else(|| state_by_phase(self.phase)),
                 exit_code: None,
+                ended: None,
             })
             .collect();
         // Ranks of ours the placement does not list (yet).
@@ -882,6 +883,7 @@ impl Participation {
                     index: *rank,
                     state: *state,
                     exit_code: None,
+                    ended: None,
                 });
             }
         }
@@ -927,6 +929,7 @@ fn home_entry(
                 index: *rank,
                 state,
                 exit_code,
+                ended: status.outcome.clone(),
             }
         })
         .collect();
@@ -1435,6 +1438,7 @@ mod tests {
             index: 0,
             state: WorkerState::Running,
             exit_code: None,
+            ended: None,
         });
         assert_eq!(
             diff(&old, &new),
