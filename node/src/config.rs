@@ -15,6 +15,8 @@
 //! disk_mib = 10000                   # offered to jobs (default: free disk of state_dir)
 //! max_jobs = 16                      # J: jobs with workers here at once
 //! max_workers_per_job = 8            # P: workers of one job here
+//! max_cpu_time_secs = 3600           # CPU time per worker (default: no cap)
+//! max_wall_time_secs = 86400         # wall-clock time per worker (default: no cap)
 //! deny = ["12D3Koo..."]              # homes whose jobs never run here
 //! topology = "sites.toml"            # emulated latency (tests, demos)
 //! site = "amsterdam"
@@ -118,6 +120,13 @@ pub struct Config {
     /// P: workers of one job on this node. Default
     /// [`DEFAULT_MAX_WORKERS_PER_JOB`].
     pub max_workers_per_job: Option<u32>,
+    /// The most CPU time, in seconds, one worker may use; a job asking for
+    /// more (or for no limit) gets this. Absent or 0: no cap, a worker runs
+    /// as long as its job asks.
+    pub max_cpu_time_secs: Option<u64>,
+    /// The most wall-clock time, in seconds, one worker may run; a job
+    /// asking for more (or for no limit) gets this. Absent or 0: no cap.
+    pub max_wall_time_secs: Option<u64>,
     /// Peer ids of homes whose jobs never run here.
     pub deny: Option<Vec<String>>,
     /// Emulated-latency topology file (see `zorilla_overlay::latency`).
@@ -197,6 +206,8 @@ impl Config {
             disk_mib,
             max_jobs,
             max_workers_per_job,
+            max_cpu_time_secs,
+            max_wall_time_secs,
             deny,
             topology,
             site,
@@ -286,6 +297,8 @@ mod tests {
         assert_eq!(config.client, Some("127.0.0.1:4100".parse().unwrap()));
         assert_eq!(config.web, Some("127.0.0.1:8080".parse().unwrap()));
         assert_eq!(config.max_connections, Some(128));
+        assert_eq!(config.max_cpu_time_secs, Some(3600));
+        assert_eq!(config.max_wall_time_secs, Some(86400));
         assert_eq!(
             Config::from_toml("", Path::new("empty")).unwrap(),
             Config::default()

@@ -44,6 +44,32 @@ pub struct Daemon {
     pub token: Option<String>,
     /// The most clients connected at once.
     pub max_clients: usize,
+    /// The owner's caps on one worker's CPU and wall-clock time
+    /// ([`Duration::MAX`]: none).
+    pub worker_time: WorkerTimeCaps,
+}
+
+/// The owner's caps on how long one worker may run; a job's own limits are
+/// lowered to these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerTimeCaps {
+    /// CPU time ([`Config::max_cpu_time_secs`]).
+    pub cpu: Duration,
+    /// Wall-clock time ([`Config::max_wall_time_secs`]).
+    pub wall: Duration,
+}
+
+impl WorkerTimeCaps {
+    fn from_config(config: &Config) -> WorkerTimeCaps {
+        let cap = |secs: Option<u64>| match secs {
+            None | Some(0) => Duration::MAX,
+            Some(secs) => Duration::from_secs(secs),
+        };
+        WorkerTimeCaps {
+            cpu: cap(config.max_cpu_time_secs),
+            wall: cap(config.max_wall_time_secs),
+        }
+    }
 }
 
 impl Daemon {
@@ -160,6 +186,7 @@ impl Daemon {
                 .max_clients
                 .unwrap_or(crate::server::DEFAULT_MAX_CLIENTS)
                 .max(1),
+            worker_time: WorkerTimeCaps::from_config(config),
         })
     }
 }
@@ -247,6 +274,8 @@ pub async fn run(
         config.caps = Limits {
             memory_bytes: resources.memory_mib.saturating_mul(1024 * 1024),
             disk_bytes: resources.disk_mib.saturating_mul(1024 * 1024),
+            cpu_time: daemon.worker_time.cpu,
+            wall_time: daemon.worker_time.wall,
             ..Limits::default()
         };
         // Slots are reserved up front: a few more than the cores, since

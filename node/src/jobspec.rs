@@ -12,6 +12,7 @@
 //! cores = 1                     # per worker
 //! memory_mib = 64               # per worker (also its linear-memory cap)
 //! disk_mib = 0                  # per worker
+//! cpu_time_secs = 300           # CPU time per worker; 0 = the node's cap
 //! wall_time_secs = 600          # per worker; 0 = the node's cap
 //! lifetime_secs = 120           # how long the job may wait for workers
 //! on_worker_lost = "replace"    # rigid job losing a worker: "fail" or "replace"
@@ -53,6 +54,8 @@ pub struct JobFile {
     pub memory_mib: Option<u64>,
     /// Disk per worker, MiB.
     pub disk_mib: Option<u64>,
+    /// CPU-time limit per worker, seconds.
+    pub cpu_time_secs: Option<u64>,
     /// Wall-clock limit per worker, seconds.
     pub wall_time_secs: Option<u64>,
     /// How long the job may wait for its workers, seconds.
@@ -147,6 +150,7 @@ impl JobFile {
             cores,
             memory_mib,
             disk_mib,
+            cpu_time_secs,
             wall_time_secs,
             lifetime_secs,
             on_worker_lost,
@@ -194,6 +198,7 @@ impl JobFile {
             lifetime_secs: self.lifetime_secs.unwrap_or(defaults.lifetime_secs),
             on_worker_lost: self.on_worker_lost.unwrap_or(defaults.on_worker_lost),
             args: self.args.clone(),
+            cpu_time_secs: self.cpu_time_secs.unwrap_or(defaults.cpu_time_secs),
             wall_time_secs: self.wall_time_secs.unwrap_or(defaults.wall_time_secs),
         })
     }

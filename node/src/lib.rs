@@ -27,4 +27,4 @@ mod status;
 mod store;
 mod wire;
 
-pub use daemon::{Daemon, ReadyLine, run};
+pub use daemon::{Daemon, ReadyLine, WorkerTimeCaps, run};

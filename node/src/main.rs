@@ -52,6 +52,12 @@ struct Cli {
     /// P: workers of one job here.
     #[arg(long, env = "ZORILLA_MAX_WORKERS_PER_JOB")]
     max_workers_per_job: Option<u32>,
+    /// CPU seconds one worker may use at most (0: no cap).
+    #[arg(long, env = "ZORILLA_MAX_CPU_TIME_SECS")]
+    max_cpu_time_secs: Option<u64>,
+    /// Wall-clock seconds one worker may run at most (0: no cap).
+    #[arg(long, env = "ZORILLA_MAX_WALL_TIME_SECS")]
+    max_wall_time_secs: Option<u64>,
     /// Peer id of a home whose jobs never run here (repeatable).
     #[arg(long, env = "ZORILLA_DENY", value_delimiter = ',')]
     deny: Vec<String>,
@@ -94,6 +100,8 @@ impl Cli {
             disk_mib: self.disk_mib,
             max_jobs: self.max_jobs,
             max_workers_per_job: self.max_workers_per_job,
+            max_cpu_time_secs: self.max_cpu_time_secs,
+            max_wall_time_secs: self.max_wall_time_secs,
             deny: list(&self.deny),
             topology: self.topology.clone(),
             site: self.site.clone(),

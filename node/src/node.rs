@@ -1362,7 +1362,10 @@ impl Node {
         };
         let limits = Limits {
             memory_bytes: info.request.memory_mib.saturating_mul(1024 * 1024),
-            cpu_fuel: u64::MAX,
+            cpu_time: match info.request.cpu_time_secs {
+                0 => Duration::MAX,
+                secs => Duration::from_secs(secs),
+            },
             wall_time: if info.request.wall_time_secs == 0 {
                 Duration::MAX
             } else {
@@ -1746,7 +1749,7 @@ async fn supervise(
     let (success, outcome) = match &report.outcome {
         Outcome::Exited(0) => (true, "exited with status 0".to_string()),
         Outcome::Exited(code) => (false, format!("exited with status {code}")),
-        other => (false, format!("{other:?}")),
+        other => (false, other.to_string()),
     };
     let rpc = PeerRpc::WorkerEnded {
         job,
@@ -1868,7 +1871,7 @@ impl Node {
             return;
         }
         if !success {
-            if outcome == "Cancelled" {
+            if outcome == Outcome::Cancelled.to_string() {
                 return;
             }
             let reason = format!("rank {rank} on {from}: {outcome}");

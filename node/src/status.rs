@@ -919,6 +919,7 @@ impl Participation {
                     .copied()
                     .unwrap_or_else(|| state_by_phase(self.phase)),
                 exit_code: None,
+                ended: None,
             })
             .collect();
         // Ranks of ours the placement does not list (yet).
@@ -929,6 +930,7 @@ impl Participation {
                     index: *rank,
                     state: *state,
                     exit_code: None,
+                    ended: None,
                 });
             }
         }
@@ -973,6 +975,7 @@ fn home_entry(
                 index: *rank,
                 state,
                 exit_code,
+                ended: status.outcome.clone(),
             }
         })
         .collect();
@@ -1511,6 +1514,7 @@ mod tests {
             index: 0,
             state: WorkerState::Running,
             exit_code: None,
+            ended: None,
         });
         assert_eq!(
             diff(&old, &new),

@@ -412,6 +412,59 @@ async fn cli_submits_waits_and_reads_everything_back() {
     assert!(text(&out.stderr).contains("is zorilla-node running"));
 }
 
+/// Time limits end workers with a sentence a user understands: the node
+/// owner's CPU cap, a job's own (smaller) CPU limit, and a job's
+/// wall-clock limit on a worker that waits without computing (which the
+/// CPU cap does not touch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_says_which_time_limit_ended_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::start_with(
+        &dir.path().join("n0"),
+        &format!("test-{}", std::process::id()),
+        None,
+        3,
+        "127.0.0.1",
+        &["--max-cpu-time-secs".into(), "2".into()],
+    );
+    let module = |name: &str| {
+        examples()
+            .join(format!("wasm/{name}.wasm"))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let submit = |name: &str, extra: &[&str]| {
+        let module = module(name);
+        zorilla(&node)
+            .args(["submit", "--wait", "--module", module.as_str()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run zorilla")
+    };
+    // All three at once (the node offers three cores).
+    let capped = submit("spin", &[]);
+    let asked = submit("spin", &["--cpu-time-secs", "1"]);
+    let waiting = submit("idle", &["--wall-time-secs", "1"]);
+    for (child, sentence) in [
+        (capped, "used its CPU-time limit of 2 s"),
+        (asked, "used its CPU-time limit of 1 s"),
+        (waiting, "ran past its wall-clock limit of 1 s"),
+    ] {
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("failed after") && stderr.contains(sentence),
+            "expected {sentence:?}:\n{stderr}\n{}",
+            node.log_tail()
+        );
+    }
+}
+
 /// A job that cannot get its workers: `status` says why (how far the
 /// floods went, who answered, and what they said); Ctrl-C on `submit
 /// --wait` asks whether to cancel, and "y" cancels.

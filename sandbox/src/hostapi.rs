@@ -16,7 +16,7 @@
 //! Pointers and lengths are unsigned 32-bit offsets into the guest's exported
 //! `memory`; every access is bounds-checked (`EFAULT`), never trusted.
 //! Functions that wait are async host functions: while they wait, the
-//! worker's task yields to the executor, costs no fuel, and can still be
+//! worker's task yields to the executor, uses no CPU time, and can still be
 //! cancelled or stopped by its wall-clock limit.
 
 use std::collections::VecDeque;

@@ -5,13 +5,18 @@
 //! epoch ticker makes the guest yield to the executor on every tick, so a
 //! worker never holds an executor thread for more than one tick and its task
 //! can always notice cancellation and its wall-clock deadline, even in a
-//! guest that never calls the host. CPU time is metered with fuel, memory
-//! with a resource limiter, output in the capture streams
-//! ([`crate::output`]).
+//! guest that never calls the host. CPU time is read from the CPU clock of
+//! the thread that polls the guest, before and after every poll ([`metered`]):
+//! the guest runs only inside a poll, but successive polls may run on
+//! different executor threads, so the per-poll differences are summed. This
+//! costs nothing in the guest's code, unlike fuel metering. Memory is limited
+//! by a resource limiter, output in the capture streams ([`crate::output`]).
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
@@ -73,10 +78,10 @@ pub enum Outcome {
     Trapped(String),
     /// The guest's linear memory would have grown beyond its limit.
     OutOfMemory,
-    /// The guest used up its CPU budget (fuel).
-    CpuLimit,
-    /// The guest ran past its wall-clock limit.
-    TimeLimit,
+    /// The guest used up its CPU time: the limit in force.
+    CpuLimit(Duration),
+    /// The guest ran past its wall-clock limit: the limit in force.
+    TimeLimit(Duration),
     /// The guest wrote more than its output limit to stdout and stderr.
     OutputLimit,
     /// The guest kept more than its disk limit in `/outputs`.
@@ -88,13 +93,75 @@ pub enum Outcome {
     Failed(String),
 }
 
+impl std::fmt::Display for Outcome {
+    /// What happened, as the end of a sentence about the worker ("rank 3
+    /// ..."), with the figures of the limit it hit.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Exited(code) => write!(f, "exited with status {code}"),
+            Outcome::Trapped(trap) => write!(f, "was stopped by a trap: {trap}"),
+            Outcome::OutOfMemory => f.write_str("needed more memory than its limit allows"),
+            Outcome::CpuLimit(limit) => {
+                write!(f, "used its CPU-time limit of {}", HumanDuration(*limit))
+            }
+            Outcome::TimeLimit(limit) => write!(
+                f,
+                "ran past its wall-clock limit of {}",
+                HumanDuration(*limit)
+            ),
+            Outcome::OutputLimit => f.write_str("wrote more than its output limit"),
+            Outcome::DiskLimit => f.write_str("kept more than its disk limit in /outputs"),
+            Outcome::Cancelled => f.write_str("was cancelled"),
+            Outcome::Failed(why) => write!(f, "could not start: {why}"),
+        }
+    }
+}
+
+/// A duration the way a person writes it: `500 ms`, `1.5 s`, `60 s`,
+/// `10 min`, `1 h 30 min`.
+#[derive(Clone, Copy, Debug)]
+pub struct HumanDuration(pub Duration);
+
+impl std::fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.0;
+        if d < Duration::from_secs(1) {
+            return write!(f, "{} ms", d.as_millis());
+        }
+        if d.subsec_millis() != 0 {
+            let text = format!("{:.3}", d.as_secs_f64());
+            return write!(f, "{} s", text.trim_end_matches('0'));
+        }
+        let secs = d.as_secs();
+        if secs <= 60 {
+            return write!(f, "{secs} s");
+        }
+        let parts = [
+            (secs / 3600, "h"),
+            (secs / 60 % 60, "min"),
+            (secs % 60, "s"),
+        ];
+        let mut first = true;
+        for (value, unit) in parts {
+            if value != 0 {
+                if !first {
+                    f.write_str(" ")?;
+                }
+                write!(f, "{value} {unit}")?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What the caller learns when a worker ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerReport {
     /// How it ended.
     pub outcome: Outcome,
-    /// Fuel consumed by the guest.
-    pub fuel_used: u64,
+    /// CPU time the guest used (see [`Limits::cpu_time`]).
+    pub cpu_time: Duration,
     /// Bytes written to stdout and stderr (up to the output limit).
     pub output_bytes: u64,
     /// Wall-clock time from the guest's first instruction to its end.
@@ -225,6 +292,7 @@ impl PreparedWorker {
     pub async fn run(mut self) -> WorkerReport {
         let started = Instant::now();
         let deadline = started.checked_add(self.limits.wall_time);
+        let cpu_used = CpuMeter::default();
         let outcome = {
             let mut cancelled = self.cancelled.clone();
             let cancel = async move {
@@ -240,21 +308,27 @@ impl PreparedWorker {
                 }
             };
             let disk = watch_disk(self.outputs.clone(), self.limits.disk_bytes);
-            let call = self.start.call_async(&mut self.store, ());
+            let call = metered(
+                self.start.call_async(&mut self.store, ()),
+                self.limits.cpu_time,
+                &cpu_used,
+            );
             // Dropping `call` abandons the guest mid-flight; wasmtime unwinds
             // its stack safely and the store is not run again.
             tokio::select! {
                 biased;
                 () = cancel => Outcome::Cancelled,
-                () = timeout => Outcome::TimeLimit,
+                () = timeout => Outcome::TimeLimit(self.limits.wall_time),
                 () = disk => Outcome::DiskLimit,
-                result = call => classify(result, &self.flag),
+                result = call => match result {
+                    Some(result) => classify(result, &self.flag),
+                    None => Outcome::CpuLimit(self.limits.cpu_time),
+                },
             }
         };
-        let fuel_left = self.store.get_fuel().unwrap_or(0);
         WorkerReport {
             outcome,
-            fuel_used: fuel_budget(&self.limits).saturating_sub(fuel_left),
+            cpu_time: cpu_used.used(),
             output_bytes: self.output.written(),
             wall_time: started.elapsed(),
         }
@@ -279,9 +353,60 @@ async fn watch_disk(dir: Option<PathBuf>, limit: u64) {
     }
 }
 
-/// The fuel a store is given: wasmtime keeps fuel as a signed 64-bit count.
-pub(crate) fn fuel_budget(limits: &Limits) -> u64 {
-    limits.cpu_fuel.min(i64::MAX as u64)
+/// CPU time used by a worker so far, in nanoseconds (shared with the
+/// future that measures it, which must be `Send`).
+#[derive(Default)]
+pub(crate) struct CpuMeter(AtomicU64);
+
+impl CpuMeter {
+    pub(crate) fn used(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+
+    fn add(&self, cpu: Duration) -> Duration {
+        let nanos = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
+        let total = self.0.load(Ordering::Relaxed).saturating_add(nanos);
+        // Only the future being polled writes.
+        self.0.store(total, Ordering::Relaxed);
+        Duration::from_nanos(total)
+    }
+}
+
+/// Runs `call`, adding the CPU time each poll of it takes to `used`, and
+/// gives up on it (`None`) once `used` is beyond `limit`.
+///
+/// The guest runs only while its future is polled, and a poll runs on one
+/// thread: the difference of that thread's CPU clock across the poll is CPU
+/// time the guest (and the host functions it called) used. Between polls
+/// the task may move to another executor thread, which is why the clock is
+/// read per poll and never across polls. An epoch tick ends every poll of a
+/// running guest, so the limit is checked at least once a tick.
+pub(crate) async fn metered<T>(
+    call: impl Future<Output = T>,
+    limit: Duration,
+    used: &CpuMeter,
+) -> Option<T> {
+    let mut call = std::pin::pin!(call);
+    std::future::poll_fn(|cx| {
+        let before = thread_cpu_time();
+        let poll = call.as_mut().poll(cx);
+        let total = used.add(thread_cpu_time().saturating_sub(before));
+        match poll {
+            Poll::Ready(result) => Poll::Ready(Some(result)),
+            Poll::Pending if total > limit => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// CPU time used so far by the calling thread.
+pub(crate) fn thread_cpu_time() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Turns the result of `_start` into an outcome.
@@ -300,7 +425,6 @@ fn classify(result: wasmtime::Result<()>, flag: &LimitFlag) -> Outcome {
         return Outcome::Exited(exit.0);
     }
     match error.downcast_ref::<Trap>() {
-        Some(Trap::OutOfFuel) => Outcome::CpuLimit,
         Some(trap) => Outcome::Trapped(trap.to_string()),
         None => Outcome::Trapped(format!("{error:#}")),
     }
@@ -331,7 +455,7 @@ impl WorkerHandle {
             Ok(report) => report,
             Err(e) => WorkerReport {
                 outcome: Outcome::Failed(format!("worker task failed: {e}")),
-                fuel_used: 0,
+                cpu_time: Duration::ZERO,
                 output_bytes: 0,
                 wall_time: Duration::ZERO,
             },
@@ -361,10 +485,6 @@ mod tests {
             Outcome::Exited(7)
         );
         assert_eq!(
-            classify(Err(wasmtime::Error::new(Trap::OutOfFuel)), &clean),
-            Outcome::CpuLimit
-        );
-        assert_eq!(
             classify(
                 Err(wasmtime::Error::new(Trap::UnreachableCodeReached)),
                 &clean
@@ -378,6 +498,131 @@ mod tests {
             classify(Err(wasmtime::format_err!("grow failed")), &hit),
             Outcome::OutOfMemory
         );
+    }
+
+    #[test]
+    fn outcomes_read_as_sentences_with_their_figures() {
+        let cases = [
+            (Outcome::Exited(3), "exited with status 3"),
+            (
+                Outcome::CpuLimit(Duration::from_secs(60)),
+                "used its CPU-time limit of 60 s",
+            ),
+            (
+                Outcome::TimeLimit(Duration::from_secs(600)),
+                "ran past its wall-clock limit of 10 min",
+            ),
+            (
+                Outcome::TimeLimit(Duration::from_secs(5400)),
+                "ran past its wall-clock limit of 1 h 30 min",
+            ),
+            (
+                Outcome::CpuLimit(Duration::from_millis(1500)),
+                "used its CPU-time limit of 1.5 s",
+            ),
+            (
+                Outcome::TimeLimit(Duration::from_millis(200)),
+                "ran past its wall-clock limit of 200 ms",
+            ),
+            (
+                Outcome::CpuLimit(Duration::from_secs(90)),
+                "used its CPU-time limit of 1 min 30 s",
+            ),
+        ];
+        for (outcome, sentence) in cases {
+            assert_eq!(outcome.to_string(), sentence);
+        }
+    }
+
+    #[test]
+    fn the_thread_cpu_clock_counts_work_not_sleep() {
+        let before = thread_cpu_time();
+        std::thread::sleep(Duration::from_millis(50));
+        let slept = thread_cpu_time() - before;
+        assert!(slept < Duration::from_millis(20), "{slept:?}");
+        let before = thread_cpu_time();
+        let mut x = 0u64;
+        while thread_cpu_time() - before < Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(thread_cpu_time() - before >= Duration::from_millis(30));
+    }
+
+    /// Burns `per_poll` of CPU in every poll; ready at the poll after
+    /// `pending` pending ones.
+    struct Burn {
+        pending: u32,
+        per_poll: Duration,
+    }
+
+    fn burn(cpu: Duration) {
+        let start = thread_cpu_time();
+        let mut x = 0u64;
+        while thread_cpu_time() - start < cpu {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
+
+    impl Future for Burn {
+        type Output = ();
+        fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+            burn(self.per_poll);
+            if self.pending == 0 {
+                return Poll::Ready(());
+            }
+            self.pending -= 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        f.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[test]
+    fn cpu_time_is_summed_over_polls_on_different_threads() {
+        let ms = Duration::from_millis;
+        let meter = CpuMeter::default();
+        let burning = Burn {
+            pending: 2,
+            per_poll: ms(30),
+        };
+        let mut call = Box::pin(metered(burning, Duration::MAX, &meter));
+        assert!(poll_once(call.as_mut()).is_pending());
+        // The thread works for something else between polls: not the
+        // guest's time.
+        burn(ms(100));
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(poll_once(call.as_mut()).is_pending()))
+                .join()
+                .unwrap();
+        });
+        assert_eq!(poll_once(call.as_mut()), Poll::Ready(Some(())));
+        let used = meter.used();
+        assert!(used >= ms(90) && used < ms(150), "{used:?}");
+    }
+
+    #[test]
+    fn a_call_over_its_cpu_limit_is_given_up_at_the_next_poll() {
+        let ms = Duration::from_millis;
+        let meter = CpuMeter::default();
+        let burning = Burn {
+            pending: 100,
+            per_poll: ms(10),
+        };
+        let mut call = Box::pin(metered(burning, ms(35), &meter));
+        let mut polls = 0;
+        let result = loop {
+            polls += 1;
+            if let Poll::Ready(result) = poll_once(call.as_mut()) {
+                break result;
+            }
+        };
+        assert_eq!(result, None);
+        assert_eq!(polls, 4);
+        let used = meter.used();
+        assert!(used >= ms(40) && used < ms(60), "{used:?}");
     }
 
     #[test]

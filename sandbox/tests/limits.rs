@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use zorilla_sandbox::local::LocalGroup;
+use zorilla_sandbox::local::{LocalGroup, LocalTransport};
 use zorilla_sandbox::{Limits, Outcome, OutputKind, SandboxConfig, WorkerSpec};
 
 fn limits(f: impl FnOnce(&mut Limits)) -> Limits {
@@ -120,17 +120,135 @@ async fn owner_caps_override_what_the_job_asks_for() {
 async fn owner_cpu_cap_overrides_what_the_job_asks_for() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    let cap = 20_000_000;
-    config.caps.cpu_fuel = cap;
+    let cap = Duration::from_millis(500);
+    config.caps.cpu_time = cap;
     let sandbox = zorilla_sandbox::Sandbox::new(config).unwrap();
     let spec = WorkerSpec {
-        limits: limits(|l| l.cpu_fuel = 100 * cap),
+        limits: limits(|l| l.cpu_time = 100 * cap),
         ..WorkerSpec::default()
     };
     let done = run(&sandbox, &load(&sandbox, "spin"), spec).await;
-    assert_eq!(done.report.outcome, Outcome::CpuLimit);
     // Stopped at the owner's budget, not the job's.
-    assert_eq!(done.report.fuel_used, cap);
+    assert_eq!(done.report.outcome, Outcome::CpuLimit(cap));
+    assert_cpu_near(&done, cap);
+    assert_eq!(
+        done.report.outcome.to_string(),
+        "used its CPU-time limit of 500 ms"
+    );
+}
+
+/// The worker used its CPU limit: at least all of it, and not much more
+/// (it is checked at every epoch tick; a loaded machine may delay a tick).
+fn assert_cpu_near(done: &Finished, limit: Duration) {
+    let used = done.report.cpu_time;
+    assert!(
+        used >= limit && used < limit + Duration::from_millis(300),
+        "CPU time {used:?} for a limit of {limit:?}"
+    );
+    // It cannot have used more CPU than time went by.
+    assert!(done.report.wall_time >= used, "{:?}", done.report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_wall_clock_cap_overrides_what_the_job_asks_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let cap = Duration::from_millis(300);
+    config.caps.wall_time = cap;
+    let sandbox = zorilla_sandbox::Sandbox::new(config).unwrap();
+    let spec = WorkerSpec {
+        limits: limits(|l| l.wall_time = Duration::from_secs(100)),
+        ..WorkerSpec::default()
+    };
+    let done = run(&sandbox, &load(&sandbox, "spin"), spec).await;
+    assert_eq!(done.report.outcome, Outcome::TimeLimit(cap));
+    assert_wall_near(&done, cap);
+    assert_eq!(
+        done.report.outcome.to_string(),
+        "ran past its wall-clock limit of 300 ms"
+    );
+}
+
+/// The worker ran for its wall-clock limit, stopped within a few epoch
+/// ticks of it rather than whenever the guest felt like it.
+fn assert_wall_near(done: &Finished, limit: Duration) {
+    let wall = done.report.wall_time;
+    assert!(
+        wall >= limit && wall < limit + Duration::from_secs(2),
+        "ran {wall:?} for a limit of {limit:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_bound_worker_runs_past_every_old_default_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    // The owner's defaults and a job that asks for no limit of its own.
+    let sandbox = &sandbox(dir.path());
+    let pi = &load(sandbox, "pi");
+    let run_pi = move |samples: u64| {
+        let spec = WorkerSpec {
+            args: vec![samples.to_string()],
+            ..WorkerSpec::default()
+        };
+        run(sandbox, pi, spec)
+    };
+    // Calibrate on this machine's speed, measured in CPU time (a loaded
+    // machine gives the worker less of the wall clock, not less work).
+    let probe = 20_000_000;
+    let done = run_pi(probe).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
+    let per_sample = done.report.cpu_time.as_secs_f64() / probe as f64;
+    assert!(per_sample > 0.0, "{done:?}");
+    // About 6 s of CPU: past the 4 s after which the old default fuel cap
+    // ended such a worker (issue 13).
+    let samples = (6.0 / per_sample) as u64;
+    let done = run_pi(samples).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
+    assert!(
+        done.stdout
+            .starts_with(&format!("pi ranks=1 samples={samples} ")),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.report.cpu_time > Duration::from_millis(4500),
+        "{:?}",
+        done.report
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_blocked_in_recv_is_not_cpu_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let pingpong = load(&sandbox, "pingpong");
+    let (_group, mut endpoints) = LocalGroup::new(2, 4);
+    let tight = limits(|l| {
+        l.cpu_time = Duration::from_secs(1);
+        l.wall_time = Duration::from_secs(60);
+    });
+    let spec = |transport: LocalTransport| WorkerSpec {
+        args: args(&["10"]),
+        limits: tight,
+        transport: Some(Box::new(transport)),
+        ..WorkerSpec::default()
+    };
+    // Rank 1 waits in zorilla_recv for rank 0's first message, which comes
+    // only once rank 0 starts, 3 s later.
+    let one = start_collecting(&sandbox, &pingpong, spec(endpoints.pop().unwrap()), None);
+    let blocked = Duration::from_secs(3);
+    tokio::time::sleep(blocked).await;
+    let zero = start_collecting(&sandbox, &pingpong, spec(endpoints.pop().unwrap()), None);
+    let zero = zero.finish().await;
+    assert_eq!(zero.report.outcome, Outcome::Exited(0), "{zero:?}");
+    let one = one.finish().await;
+    assert_eq!(one.report.outcome, Outcome::Exited(0), "{one:?}");
+    assert!(one.report.wall_time >= blocked, "{:?}", one.report);
+    assert!(
+        one.report.cpu_time < Duration::from_millis(500),
+        "{:?}",
+        one.report
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,22 +283,22 @@ async fn a_module_needing_more_memory_than_allowed_does_not_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn infinite_loop_ends_at_cpu_limit() {
+async fn infinite_loop_ends_at_the_jobs_cpu_limit() {
     let dir = tempfile::tempdir().unwrap();
     let sandbox = sandbox(dir.path());
-    let fuel = 20_000_000;
+    let limit = Duration::from_millis(500);
     let spec = WorkerSpec {
-        limits: limits(|l| l.cpu_fuel = fuel),
+        limits: limits(|l| l.cpu_time = limit),
         ..WorkerSpec::default()
     };
     let done = run(&sandbox, &load(&sandbox, "spin"), spec).await;
-    assert_eq!(done.report.outcome, Outcome::CpuLimit);
-    assert_eq!(done.report.fuel_used, fuel);
+    assert_eq!(done.report.outcome, Outcome::CpuLimit(limit));
+    assert_cpu_near(&done, limit);
     assert_eq!(done.stdout, "spinning\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn infinite_loop_ends_at_wall_clock_limit() {
+async fn infinite_loop_ends_at_the_jobs_wall_clock_limit() {
     let dir = tempfile::tempdir().unwrap();
     let sandbox = sandbox(dir.path());
     let wall = Duration::from_millis(200);
@@ -189,15 +307,10 @@ async fn infinite_loop_ends_at_wall_clock_limit() {
         ..WorkerSpec::default()
     };
     let done = run(&sandbox, &load(&sandbox, "spin"), spec).await;
-    assert_eq!(done.report.outcome, Outcome::TimeLimit);
-    assert!(done.report.wall_time >= wall, "{:?}", done.report.wall_time);
-    // Stopped within a few epoch ticks, not whenever the guest felt like it.
-    assert!(
-        done.report.wall_time < wall + Duration::from_secs(2),
-        "{:?}",
-        done.report.wall_time
-    );
-    assert!(done.report.fuel_used > 0);
+    assert_eq!(done.report.outcome, Outcome::TimeLimit(wall));
+    assert_wall_near(&done, wall);
+    assert!(done.report.cpu_time > Duration::ZERO);
+    assert!(done.report.cpu_time <= done.report.wall_time);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,7 +326,10 @@ async fn worker_blocked_in_recv_ends_at_wall_clock_limit() {
         ..WorkerSpec::default()
     };
     let done = run(&sandbox, &load(&sandbox, "nqueens"), spec).await;
-    assert_eq!(done.report.outcome, Outcome::TimeLimit);
+    assert_eq!(
+        done.report.outcome,
+        Outcome::TimeLimit(Duration::from_millis(100))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,7 +466,7 @@ async fn misbehaving_guests_together_leave_the_host_healthy() {
     let sandbox = zorilla_sandbox::Sandbox::new(config).unwrap();
     let tight = limits(|l| {
         l.memory_bytes = 16 << 20;
-        l.cpu_fuel = 50_000_000;
+        l.cpu_time = Duration::from_millis(200);
         l.wall_time = Duration::from_secs(20);
         l.output_bytes = 10_000;
     });
@@ -371,7 +487,7 @@ async fn misbehaving_guests_together_leave_the_host_healthy() {
         let outcome = worker.finish().await.report.outcome;
         let expected = match name {
             "bomb" => outcome == Outcome::OutOfMemory,
-            "spin" => outcome == Outcome::CpuLimit,
+            "spin" => outcome == Outcome::CpuLimit(Duration::from_millis(200)),
             "flood" => outcome == Outcome::OutputLimit,
             _ => matches!(outcome, Outcome::Trapped(_)),
         };
@@ -431,12 +547,12 @@ async fn a_worker_beyond_the_pool_fails_cleanly_and_the_slot_comes_back() {
     assert_eq!(first.finish().await.report.outcome, Outcome::Cancelled);
     // The freed slot is usable again.
     let spec = WorkerSpec {
-        limits: limits(|l| l.cpu_fuel = 1_000_000),
+        limits: limits(|l| l.cpu_time = Duration::from_millis(50)),
         ..WorkerSpec::default()
     };
     assert_eq!(
         run(&sandbox, &spin, spec).await.report.outcome,
-        Outcome::CpuLimit
+        Outcome::CpuLimit(Duration::from_millis(50))
     );
     let second = spinning.remove(0);
     second.handle.cancel();

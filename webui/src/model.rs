@@ -223,6 +223,10 @@ pub struct WorkerInfo {
     pub state: WorkerState,
     /// Its exit status, once it ended.
     pub exit_code: Option<i32>,
+    /// How it ended, as a sentence about it ("used its CPU-time limit of
+    /// 60 s"), once it ended.
+    #[serde(default)]
+    pub ended: Option<String>,
 }
 
 /// One line of a job's log.

@@ -478,7 +478,7 @@ fn job_detail(node: &NodeOverview, job: &JobDetail) -> Markup {
         } @else {
             div.scroll {
                 table #workers {
-                    thead { tr { th { "Node" } th { "Worker" } th { "State" } th { "Exit" } } }
+                    thead { tr { th { "Node" } th { "Worker" } th { "State" } th { "Exit" } th { "How it ended" } } }
                     tbody {
                         @for w in &workers {
                             tr {
@@ -486,6 +486,7 @@ fn job_detail(node: &NodeOverview, job: &JobDetail) -> Markup {
                                 td.num { (w.index) }
                                 td { span.(format!("worker {}", w.state.as_str())) { (w.state.as_str()) } }
                                 td.num { @if let Some(code) = w.exit_code { (code) } }
+                                td { @if let Some(ended) = &w.ended { (ended) } }
                             }
                         }
                     }

@@ -151,7 +151,12 @@ struct SubmitArgs {
     /// Disk per worker, MiB.
     #[arg(long)]
     disk_mib: Option<u64>,
-    /// Wall-clock limit per worker, seconds.
+    /// CPU-time limit per worker, seconds (the node's own cap, if lower,
+    /// holds).
+    #[arg(long)]
+    cpu_time_secs: Option<u64>,
+    /// Wall-clock limit per worker, seconds (the node's own cap, if lower,
+    /// holds).
     #[arg(long)]
     wall_time_secs: Option<u64>,
     /// How long the job may wait for its workers, seconds.
@@ -516,6 +521,7 @@ async fn submit(cli: &Cli, client: &mut Client, args: &SubmitArgs) -> Result<u8>
         cores: args.cores,
         memory_mib: args.memory_mib,
         disk_mib: args.disk_mib,
+        cpu_time_secs: args.cpu_time_secs,
         wall_time_secs: args.wall_time_secs,
         lifetime_secs: args.lifetime_secs,
         on_worker_lost: args.on_worker_lost,

@@ -70,6 +70,10 @@ pub struct JobRequest {
     pub args: Vec<String>,
     /// Wall-clock limit per worker in seconds; 0 for the node's cap.
     pub wall_time_secs: u64,
+    /// CPU-time limit per worker in seconds; 0 for the node's cap. (Absent
+    /// in requests of older clients: 0.)
+    #[serde(default)]
+    pub cpu_time_secs: u64,
 }
 
 impl Default for JobRequest {
@@ -85,6 +89,7 @@ impl Default for JobRequest {
             on_worker_lost: LostPolicy::Fail,
             args: Vec::new(),
             wall_time_secs: 0,
+            cpu_time_secs: 0,
         }
     }
 }

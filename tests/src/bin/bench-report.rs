@@ -202,6 +202,21 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "message round trip between two workers in one process (p50)",
         "cargo bench -p zorilla-sandbox --bench sandbox",
     ),
+    (
+        "compute.nqueens_speed_vs_native",
+        "nqueens, 1 worker: speed in the sandbox relative to native gcc -O2 (CPU time)",
+        "cargo bench --workspace --bench compute",
+    ),
+    (
+        "compute.nqueens_sandbox_cpu",
+        "nqueens, 1 worker, in the sandbox: CPU time",
+        "cargo bench --workspace --bench compute",
+    ),
+    (
+        "compute.nqueens_native_cpu",
+        "nqueens, natively (gcc -O2, single-rank stand-in): CPU time",
+        "cargo bench --workspace --bench compute",
+    ),
 ];
 
 fn markdown(results: &Results, kind: &str) -> String {
@@ -221,6 +236,7 @@ fn markdown(results: &Results, kind: &str) -> String {
                 .zip(get("workers"))
                 .map(|(n, w)| format!(" ({n} nodes, {w} workers)")),
             "overlay" => get("nodes").map(|n| format!(" ({n} nodes)")),
+            "compute" => get("nqueens_n").map(|n| format!(" (N={n})")),
             _ => None,
         }
         .unwrap_or_default()

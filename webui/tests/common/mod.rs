@@ -135,12 +135,14 @@ pub fn detail(summary: JobSummary, lines: usize) -> JobDetail {
                 index: 0,
                 state: WorkerState::Running,
                 exit_code: None,
+                ended: None,
             },
             WorkerInfo {
                 node: NEAR.into(),
                 index: 1,
                 state: WorkerState::Failed,
                 exit_code: Some(3),
+                ended: Some("exited with status 3".into()),
             },
         ],
         log_tail: (0..lines)

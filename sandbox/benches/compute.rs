@@ -1,0 +1,164 @@
+//! Compute efficiency (issue 13): how fast a CPU-bound guest runs in the
+//! sandbox compared with the same C source built natively. Run with
+//! `cargo bench --workspace --bench compute` (or through scripts/bench.sh).
+//!
+//! `examples/src/nqueens.c` with N=15 (N=12 with `ZORILLA_BENCH_SHORT`, N
+//! given by `ZORILLA_BENCH_NQUEENS`) runs as one worker of a job of one in
+//! the sandbox (the committed `nqueens.wasm`, compiled before timing), and
+//! natively, built here at run time with `gcc -O2` against
+//! `examples/native/zorilla_solo.c`, a single-rank stand-in for the host
+//! API. Both alternate in the same run, three times each (once when short);
+//! the best of each counts. The figure is native CPU time over the sandbox
+//! worker's CPU time (1.0: native speed); CPU time rather than wall-clock
+//! time, so that other load on the machine does not skew the comparison.
+//! The wall-clock times are printed too.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use zorilla_sandbox::{Outcome, Sandbox, SandboxConfig, WorkerSpec};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+/// CPU and wall-clock time of one run.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    cpu: Duration,
+    wall: Duration,
+}
+
+fn best(runs: &[Run]) -> Run {
+    Run {
+        cpu: runs.iter().map(|r| r.cpu).min().unwrap_or_default(),
+        wall: runs.iter().map(|r| r.wall).min().unwrap_or_default(),
+    }
+}
+
+/// Builds the native nqueens into `dir`.
+fn build_native(dir: &Path) -> PathBuf {
+    let out = dir.join("nqueens-native");
+    let ex = examples();
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "gcc".into()))
+        .args(["-O2", "-Wall", "-Wno-attributes", "-I"])
+        .arg(ex.join("include"))
+        .arg("-o")
+        .arg(&out)
+        .arg(ex.join("src/nqueens.c"))
+        .arg(ex.join("native/zorilla_solo.c"))
+        .status()
+        .expect("run gcc (the native side of the benchmark needs a C compiler)");
+    assert!(status.success(), "gcc failed");
+    out
+}
+
+fn run_native(binary: &Path, n: u32, expected: &str) -> Run {
+    let started = Instant::now();
+    let out = Command::new(binary)
+        .arg(n.to_string())
+        .env("ZORILLA_SOLO_CPU_TIME", "1")
+        .output()
+        .expect("run the native nqueens");
+    let wall = started.elapsed();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ns: u64 = stderr
+        .trim()
+        .strip_prefix("zorilla-solo cpu_ns=")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no CPU time from the native run: {stderr}"));
+    Run {
+        cpu: Duration::from_nanos(ns),
+        wall,
+    }
+}
+
+async fn run_sandbox(
+    sandbox: &Sandbox,
+    program: &zorilla_sandbox::Program,
+    n: u32,
+    expected: &str,
+) -> Run {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let spec = WorkerSpec {
+        args: vec![n.to_string()],
+        output: Some(tx),
+        ..WorkerSpec::default()
+    };
+    let started = Instant::now();
+    let report = sandbox.start(program, spec).wait().await;
+    let wall = started.elapsed();
+    assert_eq!(report.outcome, Outcome::Exited(0));
+    let mut out = Vec::new();
+    while let Some(chunk) = rx.recv().await {
+        out.extend_from_slice(&chunk.data);
+    }
+    assert_eq!(String::from_utf8_lossy(&out), expected);
+    Run {
+        cpu: report.cpu_time,
+        wall,
+    }
+}
+
+fn main() {
+    let short = std::env::var_os("ZORILLA_BENCH_SHORT").is_some();
+    let n: u32 = std::env::var("ZORILLA_BENCH_NQUEENS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(if short { 12 } else { 15 });
+    let rounds = if short { 1 } else { 3 };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let native = build_native(dir.path());
+    let sandbox = Sandbox::new(SandboxConfig::new(dir.path().join("cache"))).unwrap();
+    let wasm = std::fs::read(examples().join("wasm/nqueens.wasm")).unwrap();
+    let program = sandbox.load(&wasm).unwrap();
+    let solutions = match n {
+        12 => "14200",
+        13 => "73712",
+        14 => "365596",
+        15 => "2279184",
+        16 => "14772512",
+        _ => panic!("ZORILLA_BENCH_NQUEENS: 12 to 16"),
+    };
+    let expected = format!("nqueens N={n} ranks=1 solutions={solutions}\n");
+
+    let (mut natives, mut sandboxed) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        natives.push(run_native(&native, n, &expected));
+        sandboxed.push(runtime.block_on(run_sandbox(&sandbox, &program, n, &expected)));
+    }
+    let (native, sandboxed) = (best(&natives), best(&sandboxed));
+    let ratio = native.cpu.as_secs_f64() / sandboxed.cpu.as_secs_f64();
+    let wall_ratio = native.wall.as_secs_f64() / sandboxed.wall.as_secs_f64();
+    println!("nqueens N={n}, 1 worker, best of {rounds}:");
+    println!(
+        "  native (gcc -O2):  CPU {:.3} s, wall {:.3} s",
+        native.cpu.as_secs_f64(),
+        native.wall.as_secs_f64()
+    );
+    println!(
+        "  sandbox (wasm):    CPU {:.3} s, wall {:.3} s",
+        sandboxed.cpu.as_secs_f64(),
+        sandboxed.wall.as_secs_f64()
+    );
+    println!("  speed relative to native: {ratio:.2} (CPU time), {wall_ratio:.2} (wall clock)");
+    // For scripts/bench.sh (see tests/src/bin/bench-report.rs).
+    println!("RESULT compute.nqueens_n {n}");
+    println!(
+        "RESULT compute.nqueens_native_cpu {:.3} s",
+        native.cpu.as_secs_f64()
+    );
+    println!(
+        "RESULT compute.nqueens_sandbox_cpu {:.3} s",
+        sandboxed.cpu.as_secs_f64()
+    );
+    println!("RESULT compute.nqueens_speed_vs_native {ratio:.2} x");
+}
