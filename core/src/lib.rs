@@ -12,6 +12,8 @@
 //! The parts:
 //! - [`resources`]: cores, memory and disk, and how many workers fit.
 //! - [`advert`]: job adverts and the messages nodes exchange about jobs.
+//! - [`limits`]: the documented maxima of every value a client or a peer
+//!   sets, and the checks that refuse what exceeds them.
 //! - [`flood`]: forwarding of flooded adverts (TTL, latency budget, duplicate
 //!   cache, per-peer rate limit).
 //! - [`neighbours`]: choice of overlay neighbours from measured RTTs.
@@ -29,6 +31,7 @@
 pub mod advert;
 pub mod allocation;
 pub mod flood;
+pub mod limits;
 pub mod liveness;
 pub mod neighbours;
 pub mod node;

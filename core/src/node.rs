@@ -16,6 +16,12 @@
 //!    forwards an advert before it decides whether to join).
 //!
 //! Time only ever comes in through these calls; no method reads a clock.
+//! Any `now` is safe: sums of times and durations saturate.
+//!
+//! The driver checks what peers send against [`limits`] when it decodes it
+//! ([`limits::check_advert`], [`limits::check_message`]) and refuses the
+//! sender; an out-of-range advert or message that reaches the scheduler
+//! anyway is ignored.
 //!
 //! # Protocol
 //!
@@ -52,6 +58,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::advert::{Advert, DeclineReason, JobId, Message, RefuseReason, Strategy, WorkerCount};
 use crate::allocation::{Candidate, allocate};
+use crate::limits::{self, LimitError};
 use crate::resources::Resources;
 use crate::schedule::{FloodSchedule, Reach, ScheduleConfig, WaitMode};
 use crate::{PeerKey, Time};
@@ -96,7 +103,8 @@ pub struct SchedulerConfig<P: Ord> {
     pub hold_timeout: Duration,
     /// How many jobs a member remembers having declined for good.
     pub declined_capacity: usize,
-    /// The most workers a job may ask for.
+    /// The most workers a job may ask for (never more than
+    /// [`limits::MAX_WORKERS`], whatever this says).
     pub max_job_workers: u32,
     /// How many ended jobs the home remembers (phase and report) before it
     /// forgets the oldest; the driver keeps its own durable record.
@@ -112,7 +120,7 @@ impl<P: Ord> Default for SchedulerConfig<P> {
             pending_capacity: 256,
             hold_timeout: Duration::from_secs(30),
             declined_capacity: 1024,
-            max_job_workers: 100_000,
+            max_job_workers: limits::MAX_WORKERS,
             ended_capacity: 1024,
         }
     }
@@ -170,6 +178,9 @@ pub enum SpecError {
     /// Zero lifetime.
     #[error("the job's lifetime must be more than zero")]
     NoLifetime,
+    /// A value is beyond its documented maximum (see [`limits`]).
+    #[error(transparent)]
+    OutOfRange(#[from] LimitError),
     /// A job with this id exists.
     #[error("job {0} already exists")]
     Duplicate(JobId),
@@ -178,6 +189,13 @@ pub enum SpecError {
 impl JobSpec {
     /// Checks the spec against the limits of `config`.
     pub fn validate<P: Ord>(&self, config: &SchedulerConfig<P>) -> Result<(), SpecError> {
+        self.check(config.max_job_workers)
+    }
+
+    /// Checks the spec against the documented [`limits`], with at most
+    /// `max_workers` workers (never more than [`limits::MAX_WORKERS`]):
+    /// what a client can check before it submits.
+    pub fn check(&self, max_workers: u32) -> Result<(), SpecError> {
         let WorkerCount { min, max } = self.workers;
         if min == 0 {
             return Err(SpecError::NoWorkers);
@@ -185,15 +203,15 @@ impl JobSpec {
         if min > max {
             return Err(SpecError::MinAboveMax { min, max });
         }
-        if max > config.max_job_workers {
-            return Err(SpecError::TooManyWorkers {
-                asked: max,
-                limit: config.max_job_workers,
-            });
+        let limit = max_workers.min(limits::MAX_WORKERS);
+        if max > limit {
+            return Err(SpecError::TooManyWorkers { asked: max, limit });
         }
         if self.lifetime.is_zero() {
             return Err(SpecError::NoLifetime);
         }
+        limits::duration_at_most("lifetime", self.lifetime, limits::MAX_LIFETIME)?;
+        limits::check_resources(&self.per_worker)?;
         Ok(())
     }
 }
@@ -533,7 +551,9 @@ struct HeldOffer {
 
 impl<P> HomeJob<P> {
     fn granted_workers(&self) -> u32 {
-        self.granted.values().map(|r| r.len() as u32).sum()
+        self.granted.values().fold(0u32, |sum, r| {
+            sum.saturating_add(u32::try_from(r.len()).unwrap_or(u32::MAX))
+        })
     }
 
     /// Starts a new flood schedule for `workers` workers, its first flood
@@ -561,7 +581,8 @@ struct Engagement<P> {
 
 impl<P> Engagement<P> {
     fn uses(&self) -> Resources {
-        self.per_worker.times(self.held + self.running.len() as u32)
+        let running = u32::try_from(self.running.len()).unwrap_or(u32::MAX);
+        self.per_worker.times(self.held.saturating_add(running))
     }
 }
 
@@ -654,7 +675,9 @@ impl<P: PeerKey> Scheduler<P> {
 
     /// Workers this node holds for jobs (offered, not yet granted).
     pub fn held_workers(&self) -> u32 {
-        self.engaged.values().map(|e| e.held).sum()
+        self.engaged
+            .values()
+            .fold(0u32, |sum, e| sum.saturating_add(e.held))
     }
 
     /// Adverts waiting in the pending queue, oldest first, with when they
@@ -777,10 +800,21 @@ impl<P: PeerKey> Scheduler<P> {
             Input::Fail { job, reason } => {
                 self.end_job(job, Phase::Failed, RefuseReason::Failed, &reason, &mut out)
             }
+            // The driver refuses out-of-range messages when it decodes
+            // them (see `limits`); one that got here anyway is ignored, so
+            // that nothing the core sends on can be out of range either.
             Input::AdvertDelivered { advert, distance } => {
-                self.advert(now, advert, distance, &mut out);
+                if limits::check_advert(&advert).is_ok() {
+                    let distance = distance.min(limits::MAX_RTT);
+                    self.advert(now, advert, distance, &mut out);
+                }
             }
-            Input::Message { from, msg, rtt } => self.message(now, from, msg, rtt, &mut out),
+            Input::Message { from, msg, rtt } => {
+                if limits::check_message(&msg).is_ok() {
+                    let rtt = rtt.map(|rtt| rtt.min(limits::MAX_RTT));
+                    self.message(now, from, msg, rtt, &mut out);
+                }
+            }
             Input::WorkersEnded { job, ranks } => {
                 if let Some(e) = self.engaged.get_mut(&job) {
                     for rank in &ranks {
@@ -815,7 +849,7 @@ impl<P: PeerKey> Scheduler<P> {
         job_id: JobId,
         max: u32,
     ) -> Result<Vec<Output<P>>, ResizeError> {
-        let limit = self.config.max_job_workers;
+        let limit = self.config.max_job_workers.min(limits::MAX_WORKERS);
         let job = self
             .home
             .get_mut(&job_id)
@@ -944,7 +978,9 @@ impl<P: PeerKey> Scheduler<P> {
         self.home.insert(
             job,
             HomeJob {
-                expires_at: now + spec.lifetime,
+                // Saturating: `now` may be large, and the lifetime is
+                // bounded by validation only.
+                expires_at: now.saturating_add(spec.lifetime),
                 spec,
                 phase: Phase::Scheduling,
                 schedule,
@@ -1025,7 +1061,9 @@ impl<P: PeerKey> Scheduler<P> {
                 offered: offer.workers,
             })
             .collect();
-        let offered: u32 = candidates.iter().map(|c| c.offered).sum();
+        let offered = candidates
+            .iter()
+            .fold(0u32, |sum, c| sum.saturating_add(c.offered));
         let needed_now = match job.phase {
             // Before the start the job needs `min` in all.
             Phase::Scheduling => job.spec.workers.min.saturating_sub(granted),
@@ -1059,7 +1097,9 @@ impl<P: PeerKey> Scheduler<P> {
             WaitMode::Doubling => now,
             WaitMode::Adaptive => {
                 let sent = job.schedule.last_flood_at().unwrap_or(now);
-                sent + farthest * 2 + job.schedule.config().adaptive_floor / 4
+                // The RTTs come from peers: saturating, never a panic.
+                sent.saturating_add(farthest.saturating_mul(2))
+                    .saturating_add(job.schedule.config().adaptive_floor / 4)
             }
         };
         if settle_at > now {
@@ -1192,7 +1232,9 @@ impl<P: PeerKey> Scheduler<P> {
         out: &mut Vec<Output<P>>,
     ) {
         let job = advert.job;
-        let expires_at = now + advert.expires_in;
+        // `expires_in` comes from a peer: the driver bounds it when it
+        // decodes the advert, and the sum saturates whatever it is.
+        let expires_at = now.saturating_add(advert.expires_in);
         if self
             .engaged
             .get(&job)
@@ -1279,7 +1321,7 @@ impl<P: PeerKey> Scheduler<P> {
             return Err(DeclineReason::Busy);
         }
         let residue = free.saturating_sub(&advert.per_worker.times(workers));
-        let held_until = (now + self.config.hold_timeout).min(expires_at);
+        let held_until = now.saturating_add(self.config.hold_timeout).min(expires_at);
         let engagement = self
             .engaged
             .entry(advert.job)
@@ -1431,7 +1473,10 @@ impl<P: PeerKey> Scheduler<P> {
                 job.schedule.answer(now);
                 job.report.nodes_answered += 1;
                 job.report.offers += 1;
-                job.report.workers_offered += u64::from(workers);
+                job.report.workers_offered = job
+                    .report
+                    .workers_offered
+                    .saturating_add(u64::from(workers));
                 let reason = match job.ended_with {
                     // Ended: cancelled, expired, failed or completed, the
                     // reason it ended with.

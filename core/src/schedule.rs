@@ -238,18 +238,18 @@ impl FloodSchedule {
         }
         if self.floods > 0 {
             self.silent_floods = if self.answers == 0 {
-                self.silent_floods + 1
+                self.silent_floods.saturating_add(1)
             } else {
                 0
             };
         }
-        self.floods += 1;
+        self.floods = self.floods.saturating_add(1);
         self.last = Some(Reach {
             radius: ttl,
             budget: self.budget,
         });
         self.radius = self.radius.saturating_add(1).min(self.config.max_radius);
-        self.budget = (self.budget * 2).min(self.config.max_budget);
+        self.budget = self.budget.saturating_mul(2).min(self.config.max_budget);
         self.last_flood_at = Some(now);
         self.answers = 0;
         self.slowest_answer = Duration::ZERO;
@@ -259,7 +259,7 @@ impl FloodSchedule {
     /// Records an answer (offer or decline) that arrived at `now`.
     pub fn answer(&mut self, now: Time) {
         if let Some(sent) = self.last_flood_at {
-            self.answers += 1;
+            self.answers = self.answers.saturating_add(1);
             self.slowest_answer = self.slowest_answer.max(now.saturating_sub(sent));
         }
     }
@@ -280,7 +280,7 @@ impl FloodSchedule {
                 .saturating_mul(2)
                 .max(self.config.adaptive_floor),
         };
-        sent + wait.min(self.config.max_wait)
+        sent.saturating_add(wait.min(self.config.max_wait))
     }
 }
 

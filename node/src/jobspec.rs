@@ -30,6 +30,7 @@ use zorilla_core::advert::Strategy;
 use zorilla_core::node::LostPolicy;
 
 use crate::protocol::{JobRequest, NamedFile};
+use crate::validate;
 
 /// A job spec file, as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,15 +181,7 @@ impl JobFile {
             (None, None, Some(max)) => (1, max),
             (None, None, None) => (1, 1),
         };
-        if min == 0 {
-            return Err(SpecError::Invalid("a job needs at least one worker".into()));
-        }
-        if min > max {
-            return Err(SpecError::Invalid(format!(
-                "min_workers ({min}) is more than max_workers ({max})"
-            )));
-        }
-        Ok(JobRequest {
+        let request = JobRequest {
             min_workers: min,
             max_workers: max,
             cores: self.cores.unwrap_or(defaults.cores),
@@ -200,7 +193,11 @@ impl JobFile {
             args: self.args.clone(),
             cpu_time_secs: self.cpu_time_secs.unwrap_or(defaults.cpu_time_secs),
             wall_time_secs: self.wall_time_secs.unwrap_or(defaults.wall_time_secs),
-        })
+        };
+        // The node's own check: what it would refuse is refused here,
+        // before anything is sent.
+        validate::request(&request).map_err(|e| SpecError::Invalid(e.to_string()))?;
+        Ok(request)
     }
 
     /// The request with the module and inputs read from disk.
@@ -227,16 +224,21 @@ impl JobFile {
                     SpecError::Invalid(format!("input {} has no usable file name", path.display()))
                 })?
                 .to_string();
+            // Checked before the file is read (all of them, below, too).
+            validate::file_name("input file", &name)
+                .map_err(|e| SpecError::Invalid(e.to_string()))?;
             if inputs.iter().any(|f: &NamedFile| f.name == name) {
-                return Err(SpecError::Invalid(format!(
-                    "two inputs are named {name:?}: workers see inputs by file name only"
-                )));
+                return Err(SpecError::Invalid(
+                    validate::Invalid::DuplicateInput(name).to_string(),
+                ));
             }
             inputs.push(NamedFile {
                 name,
                 data: read(path)?,
             });
         }
+        validate::submission(&request, &module, &inputs)
+            .map_err(|e| SpecError::Invalid(e.to_string()))?;
         Ok(Job {
             request,
             module,

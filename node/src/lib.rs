@@ -9,6 +9,8 @@
 //! - [`run`] / [`Daemon`]: start-up (state directory, database, sandbox,
 //!   overlay, client listener, status page) and the event loop (`node`),
 //!   which drives the core's scheduler and executes its actions.
+//! - [`validate`]: the checks of everything that comes from a client or a
+//!   peer against the documented maxima of `zorilla_core::limits`.
 //! - Private: `store` (redb: jobs, files, logs, outputs), `wire` (what
 //!   nodes say to each other over the overlay's rpc), `net` (calls between
 //!   nodes and the sandbox transport over them), `server` (the client
@@ -25,6 +27,7 @@ pub mod protocol;
 mod server;
 mod status;
 mod store;
+pub mod validate;
 mod wire;
 
 pub use daemon::{Daemon, ReadyLine, WorkerTimeCaps, run};

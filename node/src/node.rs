@@ -32,6 +32,7 @@ use crate::protocol::{
 };
 use crate::status::{self, Publisher};
 use crate::store::{FileRef, JobRecord, Store, StoreError};
+use crate::validate;
 use crate::wire::{BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, decode, encode};
 
 mod liveness;
@@ -514,18 +515,12 @@ impl Node {
             return refused(reason);
         }
         let spec = spec_of(&request);
-        if let Err(e) = spec.validate(self.sched.config()) {
+        // The documented maxima first, then this node's own limits.
+        if let Err(e) = validate::submission(&request, &module, &inputs) {
             return Response::error(ErrorKind::BadRequest, e.to_string());
         }
-        let mut names = BTreeSet::new();
-        for file in &inputs {
-            let ok = jobfs::check_file_name(&file.name).is_ok() && names.insert(file.name.clone());
-            if !ok {
-                return Response::error(
-                    ErrorKind::BadRequest,
-                    format!("bad or duplicate input file name {:?}", file.name),
-                );
-            }
+        if let Err(e) = spec.validate(self.sched.config()) {
+            return Response::error(ErrorKind::BadRequest, e.to_string());
         }
         let id = loop {
             let id = random_u64();
@@ -680,12 +675,23 @@ impl Node {
                 header,
                 payload,
                 distance,
+                from,
+                origin,
                 ..
             } => match decode::<Advert<PeerId>>(&payload) {
                 Ok(mut advert) => {
+                    advert.flood = header;
+                    // Out-of-range values are refused here, before they
+                    // reach the scheduler (see `zorilla_core::limits`).
+                    // No strike: the neighbour that forwarded the copy is
+                    // not its author (the overlay forwards before the node
+                    // reads it).
+                    if let Err(e) = zorilla_core::limits::check_advert(&advert) {
+                        tracing::warn!(%origin, via = %from, "advert refused: {e}");
+                        return;
+                    }
                     // Held or declined, the pending queue may change.
                     self.status.touch();
-                    advert.flood = header;
                     let out = self
                         .sched
                         .handle(self.now(), Input::AdvertDelivered { advert, distance });
@@ -698,7 +704,18 @@ impl Node {
                 payload,
                 responder,
             } => match decode::<PeerRpc>(&payload) {
-                Ok(rpc) => self.rpc(peer, rpc, Reply::Overlay(responder)),
+                Ok(rpc) => match validate::peer_rpc(&rpc) {
+                    Ok(()) => self.rpc(peer, rpc, Reply::Overlay(responder)),
+                    Err(e) => {
+                        tracing::warn!(%peer, "request refused: {e}");
+                        self.overlay
+                            .report_misbehaviour(peer, format!("request refused: {e}"));
+                        self.reply(
+                            Reply::Overlay(responder),
+                            PeerReply::Error(format!("refused: {e}")),
+                        );
+                    }
+                },
                 Err(e) => self.reply(
                     Reply::Overlay(responder),
                     PeerReply::Error(format!("malformed request: {e}")),
@@ -1249,7 +1266,10 @@ impl Node {
             let (net, home, job) = (self.net.clone(), member.home, *job);
             self.tasks.spawn(async move {
                 let info = match net.call_ok(home, PeerRpc::GetJob { job }).await {
-                    Ok(PeerReply::Job(info)) => Ok(info),
+                    Ok(PeerReply::Job(info)) => match validate::job_info(&info) {
+                        Ok(()) => Ok(info),
+                        Err(e) => Err(format!("the home's copy of the job is refused: {e}")),
+                    },
                     Ok(other) => Err(format!("{other:?}")),
                     Err(e) => Err(e),
                 };
@@ -1366,11 +1386,7 @@ impl Node {
                 0 => Duration::MAX,
                 secs => Duration::from_secs(secs),
             },
-            wall_time: if info.request.wall_time_secs == 0 {
-                Duration::MAX
-            } else {
-                Duration::from_secs(info.request.wall_time_secs)
-            },
+            wall_time: validate::wall_time(&info.request).unwrap_or(Duration::MAX),
             output_bytes: 64 * 1024 * 1024,
             // The disk a job asks for per worker; 0 leaves the node's cap.
             disk_bytes: match info.request.disk_mib {
@@ -1478,7 +1494,11 @@ async fn prepare(
     let info = loop {
         attempt += 1;
         match net.call_ok(home, PeerRpc::GetJob { job }).await {
-            Ok(PeerReply::Job(info)) => break *info,
+            Ok(PeerReply::Job(info)) => {
+                validate::job_info(&info)
+                    .map_err(|e| format!("the home's copy of the job is refused: {e}"))?;
+                break *info;
+            }
             Ok(other) => return Err(format!("unexpected answer from the home: {other:?}")),
             Err(e) if attempt >= 3 => return Err(e),
             Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}; again"),
@@ -1751,6 +1771,16 @@ async fn supervise(
         Outcome::Exited(code) => (false, format!("exited with status {code}")),
         other => (false, other.to_string()),
     };
+    // The home refuses longer reports: cut at a character boundary.
+    let mut outcome = outcome;
+    if outcome.len() > validate::MAX_OUTCOME_BYTES {
+        let mut cut = validate::MAX_OUTCOME_BYTES - 3;
+        while !outcome.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        outcome.truncate(cut);
+        outcome.push_str("...");
+    }
     let rpc = PeerRpc::WorkerEnded {
         job,
         rank,

@@ -154,3 +154,178 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     ciborium::from_reader(bytes).map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use zorilla_core::advert::{Advert, FloodHeader, JobId, Strategy, WorkerCount};
+    use zorilla_core::limits;
+    use zorilla_core::resources::Resources;
+    use zorilla_overlay::config::DEFAULT_MAX_MESSAGE_SIZE;
+
+    use super::*;
+    use crate::validate;
+
+    /// The largest copies that pass validation must travel in one overlay
+    /// message with room to spare: three quarters of the cap at most.
+    const ROOM: usize = DEFAULT_MAX_MESSAGE_SIZE / 4 * 3;
+
+    fn largest_request() -> JobRequest {
+        let per_arg = limits::MAX_ARGS_BYTES / limits::MAX_ARGS;
+        JobRequest {
+            min_workers: limits::MAX_WORKERS,
+            max_workers: limits::MAX_WORKERS,
+            cores: limits::MAX_CORES,
+            memory_mib: limits::MAX_MEMORY_MIB,
+            disk_mib: limits::MAX_DISK_MIB,
+            strategy: Strategy::Spread,
+            lifetime_secs: limits::MAX_LIFETIME.as_secs(),
+            on_worker_lost: zorilla_core::node::LostPolicy::Replace,
+            // Multi-byte characters: the same bytes, more for JSON-like
+            // escapes, none for CBOR.
+            args: vec!["é".repeat(per_arg / 2); limits::MAX_ARGS],
+            wall_time_secs: limits::MAX_WALL_TIME.as_secs(),
+        }
+    }
+
+    fn placement() -> BTreeMap<u32, PeerId> {
+        (0..limits::MAX_WORKERS)
+            .map(|rank| (rank, PeerId::random()))
+            .collect()
+    }
+
+    #[test]
+    fn the_largest_valid_job_copy_fits_one_overlay_message() {
+        let request = largest_request();
+        assert_eq!(validate::request(&request), Ok(()));
+        let file = |i: usize| FileRef {
+            name: format!("{i:0>255}"),
+            sha256: "f".repeat(64),
+            size: u64::MAX,
+        };
+        let info = JobInfo {
+            id: u64::MAX,
+            home: PeerId::random(),
+            phase: JobPhase::Scheduling,
+            request,
+            module: file(0),
+            inputs: (0..limits::MAX_INPUTS).map(file).collect(),
+            ranks: placement(),
+        };
+        assert_eq!(validate::job_info(&info), Ok(()));
+        let bytes = encode(&PeerReply::Job(Box::new(info))).len();
+        assert!(bytes < ROOM, "{bytes} bytes");
+    }
+
+    #[test]
+    fn the_largest_valid_peer_requests_fit_one_overlay_message() {
+        let push = PeerRpc::Placement {
+            job: u64::MAX,
+            phase: JobPhase::Running,
+            ranks: placement(),
+            replaced: (0..limits::MAX_WORKERS).collect(),
+        };
+        let grant = PeerRpc::Sched(Message::Grant {
+            job: JobId(u64::MAX),
+            ranks: (0..limits::MAX_WORKERS).collect(),
+        });
+        let advert = Advert {
+            job: JobId(u64::MAX),
+            home: PeerId::random(),
+            per_worker: Resources::new(
+                limits::MAX_CORES,
+                limits::MAX_MEMORY_MIB,
+                limits::MAX_DISK_MIB,
+            ),
+            workers: WorkerCount::rigid(limits::MAX_WORKERS),
+            strategy: Strategy::Spread,
+            expires_in: limits::MAX_ADVERT_EXPIRY,
+            flood: FloodHeader {
+                seq: u32::MAX,
+                ttl: u8::MAX,
+                latency_budget: Some(limits::MAX_RTT),
+                path_rtt: limits::MAX_RTT,
+            },
+        };
+        assert_eq!(limits::check_advert(&advert), Ok(()));
+        let ended = PeerRpc::WorkerEnded {
+            job: u64::MAX,
+            rank: limits::MAX_WORKERS - 1,
+            success: false,
+            outcome: "x".repeat(validate::MAX_OUTCOME_BYTES),
+        };
+        for rpc in [push, grant, ended] {
+            assert_eq!(validate::peer_rpc(&rpc), Ok(()), "{rpc:?}");
+            let bytes = encode(&rpc).len();
+            assert!(bytes < ROOM, "{bytes} bytes");
+        }
+        assert!(encode(&advert).len() < 1024);
+    }
+
+    #[test]
+    fn out_of_range_peer_requests_are_refused_with_a_sentence() {
+        let refused = |rpc: PeerRpc| validate::peer_rpc(&rpc).unwrap_err().to_string();
+        let advert = PeerRpc::Sched(Message::Advert(Advert {
+            job: JobId(1),
+            home: PeerId::random(),
+            per_worker: Resources::new(1, 64, 0),
+            workers: WorkerCount::rigid(1),
+            strategy: Strategy::Spread,
+            expires_in: Duration::from_secs(u64::MAX - 1),
+            flood: FloodHeader {
+                seq: 0,
+                ttl: 1,
+                latency_budget: None,
+                path_rtt: Duration::ZERO,
+            },
+        }));
+        assert!(refused(advert).contains("advert expiry"));
+        let offer = PeerRpc::Sched(Message::Offer {
+            job: JobId(1),
+            workers: u32::MAX,
+            distance: Duration::MAX,
+            residue: Resources::ZERO,
+        });
+        assert!(refused(offer).contains("offered workers"));
+        let push = PeerRpc::Placement {
+            job: 1,
+            phase: JobPhase::Running,
+            ranks: BTreeMap::from([(u32::MAX, PeerId::random())]),
+            replaced: vec![],
+        };
+        assert!(refused(push).contains("rank is 4294967295"));
+        let barrier = PeerRpc::Barrier {
+            job: 1,
+            to: u32::MAX,
+            from: 0,
+            msg: BarrierMsg::Enter { token: 1 },
+        };
+        assert!(refused(barrier).contains("receiving rank"));
+        let output = |name: &str, offset| PeerRpc::Output {
+            job: 1,
+            name: name.into(),
+            offset,
+            data: vec![1],
+        };
+        assert!(refused(output("0/../x", 0)).contains("not usable"));
+        assert!(refused(output("x", 0)).contains("<rank>/<file name>"));
+        assert!(refused(output("0/x", u64::MAX)).contains("output offset"));
+        assert_eq!(validate::peer_rpc(&output("3/x.txt", 7)), Ok(()));
+        let block = PeerRpc::GetBlock {
+            sha256: "../../etc/passwd".into(),
+            offset: 0,
+            len: 1,
+        };
+        assert!(refused(block).contains("64 hex digits"));
+        let log = PeerRpc::Log {
+            job: 1,
+            chunk: LogChunk {
+                rank: 0,
+                stderr: false,
+                data: vec![0; BLOCK_BYTES + 1],
+            },
+        };
+        assert!(refused(log).contains("log chunk size"));
+    }
+}

@@ -340,6 +340,10 @@ enum Command {
     KnownPeers(oneshot::Sender<Vec<KnownPeer>>),
     ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
     Stats(oneshot::Sender<OverlayStats>),
+    Misbehaved {
+        peer: PeerId,
+        reason: String,
+    },
     Shutdown,
 }
 
@@ -420,6 +424,14 @@ impl OverlayHandle {
             reply,
         })
         .await?
+    }
+
+    /// Counts an offence of `peer` found by the application (a message
+    /// that decoded but is out of range), as the overlay counts malformed
+    /// frames: at the configured limit the peer is banned. Best effort: if
+    /// the overlay's command queue is full, the report is dropped.
+    pub fn report_misbehaviour(&self, peer: PeerId, reason: String) {
+        let _ = self.commands.try_send(Command::Misbehaved { peer, reason });
     }
 
     /// Dials `addr` (e.g. a peer given on the command line); it joins the
@@ -848,6 +860,7 @@ impl Driver {
             tokio::select! {
                 command = self.commands.recv() => match command {
                     None | Some(Command::Shutdown) => break,
+                    Some(Command::Misbehaved { peer, reason }) => self.strike(peer, &reason).await,
                     Some(command) => self.on_command(command),
                 },
                 event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
@@ -1004,7 +1017,8 @@ impl Driver {
                 };
                 let _ = reply.send(stats);
             }
-            Command::Shutdown => {}
+            // Handled in the loop, which can await the ban.
+            Command::Misbehaved { .. } | Command::Shutdown => {}
         }
     }
 

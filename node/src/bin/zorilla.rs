@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use zorilla_core::advert::{JobId, Strategy};
 use zorilla_core::node::LostPolicy;
 use zorilla_node::client::{Client, ClientError};
-use zorilla_node::jobspec::{JobFile, SpecError};
+use zorilla_node::jobspec::{Job, JobFile, SpecError};
 use zorilla_node::protocol::{ErrorKind, JobPhase, JobStatus, LogChunk, NodeInfo, PeerEntry};
 
 /// Submit and follow jobs on a Zorilla grid.
@@ -354,9 +354,18 @@ async fn job_id(client: &mut Client, text: &str) -> Result<u64> {
 }
 
 async fn run(cli: Cli) -> Result<u8> {
+    // A job is read and checked before the node is contacted: what the node
+    // would refuse is refused here, and nothing is sent.
+    let job = match &cli.command {
+        Command::Submit(args) => Some(job_of(args)?),
+        _ => None,
+    };
     let mut client = connect(&cli).await?;
     match &cli.command {
-        Command::Submit(args) => submit(&cli, &mut client, args).await,
+        Command::Submit(args) => match job {
+            Some(job) => submit(&cli, &mut client, args, job).await,
+            None => Ok(EXIT_USAGE),
+        },
         Command::Status { job, json } => {
             let id = job_id(&mut client, job).await?;
             let status = client.status(id).await?;
@@ -506,7 +515,9 @@ fn hex_job_ids(value: &mut serde_json::Value) {
     }
 }
 
-async fn submit(cli: &Cli, client: &mut Client, args: &SubmitArgs) -> Result<u8> {
+/// The job that `zorilla submit` describes (spec file and flags), read and
+/// checked as the node would check it.
+fn job_of(args: &SubmitArgs) -> Result<Job> {
     let file = match &args.spec {
         Some(path) => JobFile::load(path)?,
         None => JobFile::default(),
@@ -528,7 +539,10 @@ async fn submit(cli: &Cli, client: &mut Client, args: &SubmitArgs) -> Result<u8>
         inputs: args.inputs.clone(),
         outputs: args.outputs.clone(),
     };
-    let job = file.overridden_by(flags).job()?;
+    Ok(file.overridden_by(flags).job()?)
+}
+
+async fn submit(cli: &Cli, client: &mut Client, args: &SubmitArgs, job: Job) -> Result<u8> {
     let id = client.submit(job.request, job.module, job.inputs).await?;
     if !(args.wait || args.follow) {
         if args.json {

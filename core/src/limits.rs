@@ -1,0 +1,258 @@
+//! The documented maxima of everything a client or a peer can set: job
+//! sizes, durations, counts, and the fields of the scheduling messages.
+//!
+//! One place, so that the node's decoders, the job spec files, the core's
+//! own checks and the documentation agree. Each value is far above what a
+//! real job needs, and low enough that all arithmetic on it is safe (no
+//! `now + lifetime` can overflow for a node that ran less than
+//! `u64::MAX - MAX_LIFETIME` seconds) and that the largest valid job copy
+//! (its request, file list and placement) fits one overlay message many
+//! times over its needs (see the node's `wire` tests).
+//!
+//! Values coming from outside are checked against these when they are
+//! decoded: [`crate::node::JobSpec::validate`] for a submitted job, and
+//! [`check_message`] for a scheduling message from a peer. A value out of
+//! range is refused with a [`LimitError`] naming the field, the value and
+//! the maximum; the core additionally uses saturating arithmetic on times,
+//! so that a value that slipped through cannot panic it either.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::advert::{Advert, FloodHeader, Message};
+use crate::resources::Resources;
+
+/// The most workers one job may ask for: 10,000. A job's placement (one
+/// peer id per rank, about 60 bytes in CBOR) then stays under 600 KiB, well
+/// within one overlay message (1 MiB), with room for its request.
+pub const MAX_WORKERS: u32 = 10_000;
+
+/// The most cores one worker may ask for: 1,024 (a large machine has a few
+/// hundred; a worker runs on one thread anyway).
+pub const MAX_CORES: u32 = 1024;
+
+/// The most memory one worker may ask for: 16 TiB in MiB (16,777,216). A
+/// WebAssembly worker can use at most 4 GiB; larger requests only reserve
+/// a node's memory. Times [`MAX_WORKERS`] it stays far below `u64::MAX`.
+pub const MAX_MEMORY_MIB: u64 = 16 << 20;
+
+/// The most disk one worker may ask for: 1 PiB in MiB (1,073,741,824).
+pub const MAX_DISK_MIB: u64 = 1 << 30;
+
+/// The longest a job may wait for its workers: 30 days. It is also the
+/// longest an advert may say it stays valid ([`MAX_ADVERT_EXPIRY`]).
+pub const MAX_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The longest a worker may run (wall clock): 365 days.
+pub const MAX_WALL_TIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The longest an advert may say it stays valid: [`MAX_LIFETIME`], since a
+/// home never advertises a job for longer than its lifetime.
+pub const MAX_ADVERT_EXPIRY: Duration = MAX_LIFETIME;
+
+/// The largest round-trip time, distance to a home, path RTT or latency
+/// budget a message may carry: 60 s. No link of a working grid is that
+/// slow; a path of 255 hops of it still sums to less than 5 hours.
+pub const MAX_RTT: Duration = Duration::from_secs(60);
+
+/// The most arguments a job may give its workers: 256.
+pub const MAX_ARGS: usize = 256;
+
+/// The most bytes all arguments of a job may take together: 64 KiB.
+pub const MAX_ARGS_BYTES: usize = 64 * 1024;
+
+/// The most input files a job may have: 128.
+pub const MAX_INPUTS: usize = 128;
+
+/// The longest name of an input or output file, in bytes: 255, what
+/// common file systems allow for one path component.
+pub const MAX_FILE_NAME_BYTES: usize = 255;
+
+/// Why a value from outside was refused: the field, what it was, and the
+/// allowed range. Displays as one sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("{field} is {value}, but must be {range}")]
+pub struct LimitError {
+    /// The field, as the user or the protocol names it.
+    pub field: String,
+    /// The value given, in words.
+    pub value: String,
+    /// The allowed range, in words.
+    pub range: String,
+}
+
+impl LimitError {
+    fn new(field: &'static str, value: impl std::fmt::Display, range: impl Into<String>) -> Self {
+        LimitError {
+            field: field.to_string(),
+            value: value.to_string(),
+            range: range.into(),
+        }
+    }
+}
+
+/// Checks that `value` is at most `max`.
+pub fn at_most<T: PartialOrd + std::fmt::Display>(
+    field: &'static str,
+    value: T,
+    max: T,
+) -> Result<(), LimitError> {
+    if value > max {
+        return Err(LimitError::new(field, value, format!("at most {max}")));
+    }
+    Ok(())
+}
+
+/// Checks that `value` is between 1 and `max`.
+pub fn one_to<T: PartialOrd + std::fmt::Display + From<u8>>(
+    field: &'static str,
+    value: T,
+    max: T,
+) -> Result<(), LimitError> {
+    if value < T::from(1) || value > max {
+        return Err(LimitError::new(field, value, format!("from 1 to {max}")));
+    }
+    Ok(())
+}
+
+/// Checks that duration `value` is at most `max`.
+pub fn duration_at_most(
+    field: &'static str,
+    value: Duration,
+    max: Duration,
+) -> Result<(), LimitError> {
+    if value > max {
+        return Err(LimitError::new(
+            field,
+            seconds(value),
+            format!("at most {}", seconds(max)),
+        ));
+    }
+    Ok(())
+}
+
+/// A duration in seconds, as a user writes it: "30 s", "0.25 s".
+fn seconds(d: Duration) -> String {
+    match d.subsec_nanos() {
+        0 => format!("{} s", d.as_secs()),
+        nanos => {
+            let fraction = format!("{nanos:09}");
+            format!("{}.{} s", d.as_secs(), fraction.trim_end_matches('0'))
+        }
+    }
+}
+
+/// Checks what one worker asks for: at most [`MAX_CORES`],
+/// [`MAX_MEMORY_MIB`] and [`MAX_DISK_MIB`].
+pub fn check_resources(per_worker: &Resources) -> Result<(), LimitError> {
+    at_most("cores", per_worker.cores, MAX_CORES)?;
+    at_most("memory_mib", per_worker.memory_mib, MAX_MEMORY_MIB)?;
+    at_most("disk_mib", per_worker.disk_mib, MAX_DISK_MIB)
+}
+
+/// Checks a flood header that came from a peer: latency budget and path
+/// RTT at most [`MAX_RTT`] (the TTL is a byte, and the flood router caps
+/// what it forwards).
+pub fn check_flood_header(header: &FloodHeader) -> Result<(), LimitError> {
+    if let Some(budget) = header.latency_budget {
+        duration_at_most("latency budget", budget, MAX_RTT)?;
+    }
+    duration_at_most("path RTT", header.path_rtt, MAX_RTT)
+}
+
+/// Checks an advert that came from a peer: its resources, worker count
+/// (`1 <= min <= max <= MAX_WORKERS`), expiry and flood header.
+pub fn check_advert<P>(advert: &Advert<P>) -> Result<(), LimitError> {
+    check_resources(&advert.per_worker)?;
+    one_to("max workers", advert.workers.max, MAX_WORKERS)?;
+    one_to("min workers", advert.workers.min, advert.workers.max)?;
+    duration_at_most("advert expiry", advert.expires_in, MAX_ADVERT_EXPIRY)?;
+    check_flood_header(&advert.flood)
+}
+
+/// Checks a scheduling message that came from a peer: every count at most
+/// [`MAX_WORKERS`] (a grant's ranks too, each below it), every duration
+/// at most [`MAX_RTT`] or [`MAX_ADVERT_EXPIRY`].
+pub fn check_message<P>(msg: &Message<P>) -> Result<(), LimitError> {
+    match msg {
+        Message::Advert(advert) => check_advert(advert),
+        // The residue is what the offering node has left: a node's total,
+        // which the home only reports, so it is not bounded here.
+        Message::Offer {
+            workers, distance, ..
+        } => {
+            one_to("offered workers", *workers, MAX_WORKERS)?;
+            duration_at_most("distance", *distance, MAX_RTT)
+        }
+        Message::Grant { ranks, .. } => {
+            one_to("granted ranks", ranks.len(), MAX_WORKERS as usize)?;
+            for rank in ranks {
+                at_most("rank", *rank, MAX_WORKERS - 1)?;
+            }
+            Ok(())
+        }
+        Message::Decline { .. } | Message::Withdraw { .. } | Message::Refuse { .. } => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::advert::{JobId, Strategy, WorkerCount};
+
+    fn advert(expires_in: Duration) -> Advert<u32> {
+        Advert {
+            job: JobId(1),
+            home: 0,
+            per_worker: Resources::new(1, 64, 0),
+            workers: WorkerCount::rigid(1),
+            strategy: Strategy::Spread,
+            expires_in,
+            flood: FloodHeader {
+                seq: 0,
+                ttl: 3,
+                latency_budget: None,
+                path_rtt: Duration::ZERO,
+            },
+        }
+    }
+
+    #[test]
+    fn extreme_adverts_are_refused_with_a_sentence() {
+        assert_eq!(check_advert(&advert(MAX_ADVERT_EXPIRY)), Ok(()));
+        let err = check_advert(&advert(Duration::from_secs(u64::MAX - 1))).unwrap_err();
+        assert_eq!(err.field, "advert expiry");
+        assert!(err.to_string().starts_with("advert expiry is "), "{err}");
+        let mut a = advert(Duration::from_secs(1));
+        a.workers = WorkerCount { min: 3, max: 2 };
+        assert!(check_advert(&a).is_err());
+        a.workers = WorkerCount::rigid(u32::MAX);
+        assert!(check_advert(&a).is_err());
+        let mut a = advert(Duration::from_secs(1));
+        a.flood.path_rtt = Duration::MAX;
+        assert!(check_advert(&a).is_err());
+    }
+
+    #[test]
+    fn extreme_messages_are_refused() {
+        let offer = |workers, distance| Message::<u32>::Offer {
+            job: JobId(1),
+            workers,
+            distance,
+            residue: Resources::ZERO,
+        };
+        assert_eq!(check_message(&offer(4, Duration::from_millis(3))), Ok(()));
+        assert!(check_message(&offer(u32::MAX, Duration::ZERO)).is_err());
+        assert!(check_message(&offer(0, Duration::ZERO)).is_err());
+        assert!(check_message(&offer(1, Duration::MAX)).is_err());
+        let grant = |ranks: Vec<u32>| Message::<u32>::Grant {
+            job: JobId(1),
+            ranks,
+        };
+        assert_eq!(check_message(&grant(vec![0, 9_999])), Ok(()));
+        assert!(check_message(&grant(vec![u32::MAX])).is_err());
+        assert!(check_message(&grant(vec![])).is_err());
+        assert!(check_message(&grant(vec![0; MAX_WORKERS as usize + 1])).is_err());
+    }
+}

@@ -1,0 +1,435 @@
+//! Checks of everything that reaches a node from outside, against the
+//! documented maxima of [`zorilla_core::limits`]: a submitted job (request,
+//! module, input names), and every message a peer sends over the overlay.
+//!
+//! One module, used at every door: the node's `submit` and `resize`, the
+//! job spec files of the `zorilla` CLI (which so refuses before sending),
+//! and the decoding of peer messages. What is refused gets one sentence
+//! ([`Invalid`]'s `Display`), and the node keeps running.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
+use zorilla_core::node::SpecError;
+
+use crate::protocol::{JobRequest, NamedFile};
+use crate::wire::{BLOCK_BYTES, JobInfo, PeerRpc};
+
+/// Why something from outside was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// A value beyond its documented range.
+    #[error(transparent)]
+    OutOfRange(#[from] LimitError),
+    /// The job's worker counts or lifetime do not make a job.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A worker needs at least one core and some memory.
+    #[error("{field} is 0, but a worker needs at least 1 (it runs on a core, in memory)")]
+    Zero {
+        /// `cores` or `memory_mib`.
+        field: &'static str,
+    },
+    /// A file name workers could not use.
+    #[error("{what} name \"{name}\" is not usable: {why}")]
+    BadName {
+        /// "input file", "output file".
+        what: &'static str,
+        /// The name, escaped and shortened for printing.
+        name: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// Two inputs of one name.
+    #[error("two input files are named \"{0}\": workers see inputs by file name only")]
+    DuplicateInput(String),
+    /// An argument with a NUL byte cannot be passed to a program.
+    #[error("argument {0} contains a NUL byte, which no program can receive")]
+    NulInArgument(usize),
+    /// No module.
+    #[error("the module is empty: a job needs a WebAssembly module")]
+    EmptyModule,
+}
+
+/// A name as printed in a refusal: escaped, at most 64 characters.
+fn printable(name: &str) -> String {
+    let escaped: String = name.escape_debug().collect();
+    if escaped.chars().count() > 64 {
+        let short: String = escaped.chars().take(61).collect();
+        format!("{short}...")
+    } else {
+        escaped
+    }
+}
+
+/// Checks a job request: everything [`zorilla_core::node::JobSpec::validate`]
+/// checks (worker counts, lifetime, resources), at least one core and one
+/// MiB per worker, the wall time, and the arguments (count, total bytes,
+/// no NUL).
+pub fn request(request: &JobRequest) -> Result<(), Invalid> {
+    let spec = crate::node::spec_of(request);
+    spec.check(MAX_WORKERS)?;
+    if request.cores == 0 {
+        return Err(Invalid::Zero { field: "cores" });
+    }
+    if request.memory_mib == 0 {
+        return Err(Invalid::Zero {
+            field: "memory_mib",
+        });
+    }
+    limits::at_most(
+        "wall_time_secs",
+        request.wall_time_secs,
+        limits::MAX_WALL_TIME.as_secs(),
+    )?;
+    limits::at_most(
+        "the number of arguments",
+        request.args.len(),
+        limits::MAX_ARGS,
+    )?;
+    let bytes = request
+        .args
+        .iter()
+        .fold(0usize, |sum, arg| sum.saturating_add(arg.len()));
+    limits::at_most(
+        "the arguments' total size in bytes",
+        bytes,
+        limits::MAX_ARGS_BYTES,
+    )?;
+    if let Some(i) = request.args.iter().position(|arg| arg.contains('\0')) {
+        return Err(Invalid::NulInArgument(i + 1));
+    }
+    Ok(())
+}
+
+/// The wall-time limit of a request's workers; `None` for the node's cap.
+pub fn wall_time(request: &JobRequest) -> Option<Duration> {
+    (request.wall_time_secs != 0)
+        .then(|| Duration::from_secs(request.wall_time_secs).min(limits::MAX_WALL_TIME))
+}
+
+/// Checks one file name (of an input, or of an output under its rank): not
+/// empty, not `.` or `..`, no `/` and no NUL, at most
+/// [`limits::MAX_FILE_NAME_BYTES`] bytes.
+pub fn file_name(what: &'static str, name: &str) -> Result<(), Invalid> {
+    let why = if name.is_empty() {
+        Some("it is empty")
+    } else if name == "." || name == ".." {
+        Some("it names a directory")
+    } else if name.contains('/') {
+        Some("it contains '/' (a file name, not a path)")
+    } else if name.contains('\0') {
+        Some("it contains a NUL byte")
+    } else if name.len() > limits::MAX_FILE_NAME_BYTES {
+        Some("it is longer than 255 bytes")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(Invalid::BadName {
+            what,
+            name: printable(name),
+            why,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks the names of a job's inputs: each usable, none twice, at most
+/// [`limits::MAX_INPUTS`].
+pub fn input_names<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> Result<(), Invalid> {
+    limits::at_most("the number of input files", names.len(), limits::MAX_INPUTS)?;
+    let mut seen = BTreeSet::new();
+    for name in names {
+        file_name("input file", name)?;
+        if !seen.insert(name) {
+            return Err(Invalid::DuplicateInput(printable(name)));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a whole submission: request, module and inputs.
+pub fn submission(
+    request: &JobRequest,
+    module: &[u8],
+    inputs: &[NamedFile],
+) -> Result<(), Invalid> {
+    self::request(request)?;
+    if module.is_empty() {
+        return Err(Invalid::EmptyModule);
+    }
+    input_names(inputs.iter().map(|f| f.name.as_str()))
+}
+
+/// The longest outcome a worker's end may report, in bytes: 2 KiB (a trap
+/// and the start of its backtrace; the worker's node cuts longer ones), so
+/// that the status of a job of [`MAX_WORKERS`] ranks stays within one
+/// client frame.
+pub const MAX_OUTCOME_BYTES: usize = 2 * 1024;
+
+/// The longest job id a remote status view may name: 64 bytes (ids print
+/// as 16 hex digits).
+pub const MAX_JOB_NAME_BYTES: usize = 64;
+
+/// Checks that `rank` is a rank some job can have.
+fn rank(field: &'static str, rank: u32) -> Result<(), Invalid> {
+    Ok(limits::at_most(field, rank, MAX_WORKERS - 1)?)
+}
+
+/// Checks a placement: at most [`MAX_WORKERS`] ranks, each below it.
+fn placement<'a>(
+    ranks: impl ExactSizeIterator<Item = &'a u32>,
+    replaced: &[u32],
+) -> Result<(), Invalid> {
+    limits::at_most(
+        "the number of placed ranks",
+        ranks.len(),
+        MAX_WORKERS as usize,
+    )?;
+    for r in ranks {
+        rank("rank", *r)?;
+    }
+    limits::at_most(
+        "the number of replaced ranks",
+        replaced.len(),
+        MAX_WORKERS as usize,
+    )?;
+    for r in replaced {
+        rank("replaced rank", *r)?;
+    }
+    Ok(())
+}
+
+/// Checks a request from a peer, once decoded: every count, rank, size and
+/// duration within the documented maxima. A peer whose request fails is
+/// answered with the sentence and counted as misbehaving.
+pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
+    match rpc {
+        PeerRpc::Sched(msg) => limits::check_message(msg)?,
+        PeerRpc::GetJob { .. } | PeerRpc::Ping | PeerRpc::Status => {}
+        PeerRpc::GetBlock { sha256, len, .. } => {
+            if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(Invalid::BadName {
+                    what: "file hash",
+                    name: printable(sha256),
+                    why: "a SHA-256 is 64 hex digits",
+                });
+            }
+            limits::at_most("block length", *len as usize, BLOCK_BYTES)?;
+        }
+        PeerRpc::Placement {
+            ranks, replaced, ..
+        } => placement(ranks.keys(), replaced)?,
+        PeerRpc::Rank { from, to, .. } | PeerRpc::Barrier { from, to, .. } => {
+            rank("sending rank", *from)?;
+            rank("receiving rank", *to)?;
+        }
+        PeerRpc::Log { chunk, .. } => {
+            rank("rank", chunk.rank)?;
+            limits::at_most("log chunk size in bytes", chunk.data.len(), BLOCK_BYTES)?;
+        }
+        PeerRpc::Output {
+            name, offset, data, ..
+        } => {
+            // "<rank>/<file name>", as the worker's node names outputs.
+            let (r, file) = name.split_once('/').unwrap_or(("", name));
+            match r.parse::<u32>() {
+                Ok(r) => rank("output rank", r)?,
+                Err(_) => {
+                    return Err(Invalid::BadName {
+                        what: "output file",
+                        name: printable(name),
+                        why: "it is not <rank>/<file name>",
+                    });
+                }
+            }
+            file_name("output file", file)?;
+            limits::at_most("output block size in bytes", data.len(), BLOCK_BYTES)?;
+            if offset.checked_add(data.len() as u64).is_none() {
+                return Err(Invalid::OutOfRange(LimitError {
+                    field: "output offset".into(),
+                    value: offset.to_string(),
+                    range: "such that offset plus length fits 64 bits".into(),
+                }));
+            }
+        }
+        PeerRpc::WorkerEnded {
+            rank: r, outcome, ..
+        } => {
+            rank("rank", *r)?;
+            limits::at_most("outcome length in bytes", outcome.len(), MAX_OUTCOME_BYTES)?;
+        }
+        PeerRpc::StatusJob { job } => {
+            limits::at_most("job name length in bytes", job.len(), MAX_JOB_NAME_BYTES)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a job's copy as its home sent it: the request, the input names
+/// and the placement, as the home itself checked them.
+pub(crate) fn job_info(info: &JobInfo) -> Result<(), Invalid> {
+    request(&info.request)?;
+    input_names(info.inputs.iter().map(|f| f.name.as_str()))?;
+    placement(info.ranks.keys(), &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(request: JobRequest) -> String {
+        self::request(&request).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_request_that_cannot_work_is_refused_with_a_sentence() {
+        let ok = JobRequest::default();
+        assert_eq!(request(&ok), Ok(()));
+        let cases: Vec<(JobRequest, &str)> = vec![
+            (
+                JobRequest {
+                    lifetime_secs: u64::MAX,
+                    ..ok.clone()
+                },
+                "lifetime is",
+            ),
+            (
+                JobRequest {
+                    lifetime_secs: u64::MAX - 1,
+                    ..ok.clone()
+                },
+                "lifetime is",
+            ),
+            (
+                JobRequest {
+                    lifetime_secs: 0,
+                    ..ok.clone()
+                },
+                "lifetime must be more than zero",
+            ),
+            (
+                JobRequest {
+                    min_workers: 0,
+                    ..ok.clone()
+                },
+                "at least one worker",
+            ),
+            (
+                JobRequest {
+                    min_workers: 3,
+                    max_workers: 2,
+                    ..ok.clone()
+                },
+                "min workers (3)",
+            ),
+            (
+                JobRequest {
+                    max_workers: MAX_WORKERS + 1,
+                    ..ok.clone()
+                },
+                "at most 10000 per job",
+            ),
+            (
+                JobRequest {
+                    cores: 0,
+                    ..ok.clone()
+                },
+                "cores is 0",
+            ),
+            (
+                JobRequest {
+                    cores: u32::MAX,
+                    ..ok.clone()
+                },
+                "cores is 4294967295",
+            ),
+            (
+                JobRequest {
+                    memory_mib: 0,
+                    ..ok.clone()
+                },
+                "memory_mib is 0",
+            ),
+            (
+                JobRequest {
+                    memory_mib: u64::MAX,
+                    ..ok.clone()
+                },
+                "memory_mib is",
+            ),
+            (
+                JobRequest {
+                    disk_mib: u64::MAX,
+                    ..ok.clone()
+                },
+                "disk_mib is",
+            ),
+            (
+                JobRequest {
+                    wall_time_secs: u64::MAX,
+                    ..ok.clone()
+                },
+                "wall_time_secs is",
+            ),
+            (
+                JobRequest {
+                    args: vec!["x".into(); 257],
+                    ..ok.clone()
+                },
+                "number of arguments",
+            ),
+            (
+                JobRequest {
+                    args: vec!["x".repeat(1 << 20)],
+                    ..ok.clone()
+                },
+                "total size",
+            ),
+            (
+                JobRequest {
+                    args: vec!["a".into(), "b\0".into()],
+                    ..ok.clone()
+                },
+                "argument 2",
+            ),
+        ];
+        for (request, expected) in cases {
+            let sentence = refused(request);
+            assert!(
+                sentence.contains(expected),
+                "{sentence:?} lacks {expected:?}"
+            );
+            assert!(
+                !sentence.contains('\n') && !sentence.contains("{ "),
+                "{sentence}"
+            );
+        }
+    }
+
+    #[test]
+    fn unusable_input_names_are_refused() {
+        let long = "n".repeat(256);
+        for (name, why) in [
+            ("", "empty"),
+            (".", "directory"),
+            ("..", "directory"),
+            ("a/b", "'/'"),
+            ("a\0b", "NUL"),
+            (long.as_str(), "255 bytes"),
+        ] {
+            let err = input_names([name].into_iter()).unwrap_err().to_string();
+            assert!(err.contains(why), "{name:?}: {err}");
+        }
+        assert_eq!(input_names(["n".repeat(255).as_str()].into_iter()), Ok(()));
+        let err = input_names(["a", "a"].into_iter()).unwrap_err().to_string();
+        assert!(err.contains("two input files"), "{err}");
+        let many: Vec<String> = (0..=limits::MAX_INPUTS).map(|i| i.to_string()).collect();
+        let err = input_names(many.iter().map(String::as_str)).unwrap_err();
+        assert!(err.to_string().contains("number of input files"), "{err}");
+        let err = submission(&JobRequest::default(), b"", &[]).unwrap_err();
+        assert_eq!(err, Invalid::EmptyModule);
+    }
+}
