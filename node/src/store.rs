@@ -74,6 +74,13 @@ fn err(e: impl std::fmt::Display) -> StoreError {
     StoreError(e.to_string())
 }
 
+/// Decodes a record read back from the database (a file anyone with
+/// access to the state directory could have changed).
+pub(crate) fn decode_record<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
+    zorilla_overlay::cbor::check_lengths(bytes).map_err(err)?;
+    ciborium::from_reader(bytes).map_err(err)
+}
+
 /// The node's database.
 pub(crate) struct Store {
     db: Database,
@@ -140,7 +147,7 @@ impl Store {
         let mut out = Vec::new();
         for entry in table.iter().map_err(err)? {
             let (_, value) = entry.map_err(err)?;
-            out.push(ciborium::from_reader(value.value()).map_err(err)?);
+            out.push(decode_record(value.value())?);
         }
         Ok(out)
     }
@@ -201,7 +208,7 @@ impl Store {
         let (mut newlines, mut bytes) = (0, 0);
         for entry in table.range((job, 0)..=(job, u64::MAX)).map_err(err)?.rev() {
             let (key, value) = entry.map_err(err)?;
-            let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(err)?;
+            let chunk: LogChunk = decode_record(value.value())?;
             let at = times
                 .get(key.value())
                 .map_err(err)?
@@ -233,7 +240,7 @@ impl Store {
         let mut bytes = 0usize;
         for entry in table.range((job, from)..=(job, u64::MAX)).map_err(err)? {
             let (key, value) = entry.map_err(err)?;
-            let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(err)?;
+            let chunk: LogChunk = decode_record(value.value())?;
             if !out.is_empty() && bytes + chunk.data.len() > max_bytes {
                 break;
             }

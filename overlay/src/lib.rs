@@ -64,6 +64,7 @@
 //! # }
 //! ```
 
+pub mod cbor;
 pub mod config;
 pub mod identity;
 pub mod latency;
