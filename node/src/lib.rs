@@ -20,6 +20,8 @@
 pub mod client;
 pub mod config;
 mod daemon;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod jobspec;
 mod net;
 mod node;

@@ -137,6 +137,20 @@ fn corrupt(e: impl std::fmt::Display) -> redb::Error {
     redb::Error::Corrupted(e.to_string())
 }
 
+/// Decodes a record read back from the database (a file anyone with
+/// access to the state directory could have changed): declared lengths are
+/// checked against the bytes there before anything is allocated.
+fn decode_stored<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, redb::Error> {
+    zorilla_overlay::cbor::check_lengths(bytes).map_err(corrupt)?;
+    ciborium::from_reader(bytes).map_err(corrupt)
+}
+
+/// [`decode_stored`] for callers outside a transaction (and the fuzz
+/// harness).
+pub(crate) fn decode_record<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
+    decode_stored(bytes).map_err(err)
+}
+
 /// redb's page cache (and write buffer). Its default, 1 GiB, keeps every
 /// page the node ever wrote or read in memory up to that size: the home's
 /// memory grew with each finished job and after every flood of output.
@@ -554,7 +568,7 @@ impl Store {
             let mut out = BTreeMap::new();
             for entry in table.iter()? {
                 let (key, value) = entry?;
-                let job: JobRecord = ciborium::from_reader(value.value()).map_err(corrupt)?;
+                let job: JobRecord = decode_stored(value.value())?;
                 out.insert(key.value(), job);
             }
             Ok(out)
@@ -575,7 +589,7 @@ impl Store {
             let Some(value) = table.get(id)? else {
                 return Ok(None);
             };
-            Ok(Some(ciborium::from_reader(value.value()).map_err(corrupt)?))
+            Ok(Some(decode_stored(value.value())?))
         })
     }
 
@@ -625,7 +639,7 @@ impl Store {
             let (mut newlines, mut bytes) = (0, 0);
             for entry in table.range((job, 0)..=(job, u64::MAX))?.rev() {
                 let (key, value) = entry?;
-                let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(corrupt)?;
+                let chunk: LogChunk = decode_stored(value.value())?;
                 let at = times.get(key.value())?.map_or(0, |t| t.value());
                 newlines += chunk.data.iter().filter(|b| **b == b'\n').count();
                 bytes += chunk.data.len();
@@ -656,7 +670,7 @@ impl Store {
             let mut bytes = 0usize;
             for entry in table.range((job, from)..=(job, u64::MAX))? {
                 let (key, value) = entry?;
-                let chunk: LogChunk = ciborium::from_reader(value.value()).map_err(corrupt)?;
+                let chunk: LogChunk = decode_stored(value.value())?;
                 if !out.is_empty() && bytes + chunk.data.len() > max_bytes {
                     break;
                 }

@@ -152,6 +152,7 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    zorilla_overlay::cbor::check_lengths(bytes).map_err(|e| e.to_string())?;
     ciborium::from_reader(bytes).map_err(|e| e.to_string())
 }
 

@@ -64,7 +64,10 @@
 //! # }
 //! ```
 
+pub mod cbor;
 pub mod config;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod identity;
 pub mod latency;
 pub mod overlay;

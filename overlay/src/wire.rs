@@ -125,6 +125,8 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
 
 /// Decodes one CBOR value that must fill all of `buf`.
 pub(crate) fn decode<T: DeserializeOwned>(buf: &[u8]) -> io::Result<T> {
+    crate::cbor::check_lengths(buf)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("malformed frame: {e}")))?;
     let mut reader = buf;
     let value = ciborium::from_reader(&mut reader)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("malformed frame: {e}")))?;

@@ -60,6 +60,7 @@ pub fn parse<T: DeserializeOwned>(
     let Some(body) = buf.get(4..4 + len) else {
         return Ok(None);
     };
+    zorilla_overlay::cbor::check_lengths(body).map_err(|e| FrameError::Malformed(e.to_string()))?;
     let value = ciborium::from_reader(body).map_err(|e| FrameError::Malformed(e.to_string()))?;
     Ok(Some((value, 4 + len)))
 }

@@ -1,0 +1,613 @@
+//! Entry points for the fuzz harness (`node/tests/fuzz.rs`), not an API:
+//! every decoder of bytes that reach the node from outside, by name, and
+//! valid encodings of random values of the types they decode (most of them
+//! private to this crate) for the harness to mutate.
+//!
+//! Each [`Decoder`] goes through the same function the node uses on real
+//! input, so whatever checks those functions make run under the fuzzer too.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use zorilla_core::advert::{
+    Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
+};
+use zorilla_core::node::LostPolicy;
+use zorilla_core::resources::Resources;
+use zorilla_overlay::PeerId;
+use zorilla_webui::model;
+
+use crate::protocol::{
+    self, ErrorKind, Hello, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, NamedFile,
+    NodeInfo, PeerEntry, Pending, RankStatus, Request, Response, Welcome,
+};
+use crate::store::{self, FileRef, JobRecord};
+use crate::wire::{self, BarrierMsg, JobInfo, PeerReply, PeerRpc};
+
+/// A decoder of outside bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoder {
+    /// A client's first frame ([`protocol::frame::parse`] of a [`Hello`]).
+    Hello,
+    /// A client's request frames ([`protocol::frame::parse`] of a
+    /// [`Request`]).
+    Request,
+    /// A node's answers as the CLI and client read them
+    /// ([`protocol::frame::parse`] of a [`Response`]).
+    Response,
+    /// A peer's rpc request (the node's `wire::decode` of a `PeerRpc`, the
+    /// core's `Message` inside).
+    PeerRpc,
+    /// A peer's rpc answer (`wire::decode` of a `PeerReply`: job copies,
+    /// blocks, remote status views).
+    PeerReply,
+    /// A flooded advert's payload (`wire::decode` of an `Advert`).
+    Advert,
+    /// A job record read back from the database.
+    StoredJob,
+    /// A log chunk read back from the database.
+    StoredLog,
+}
+
+impl Decoder {
+    /// Every decoder.
+    pub const ALL: [Decoder; 8] = [
+        Decoder::Hello,
+        Decoder::Request,
+        Decoder::Response,
+        Decoder::PeerRpc,
+        Decoder::PeerReply,
+        Decoder::Advert,
+        Decoder::StoredJob,
+        Decoder::StoredLog,
+    ];
+
+    /// Whether the decoder reads client frames (a 4-byte length, then
+    /// CBOR) rather than bare CBOR.
+    pub fn framed(self) -> bool {
+        matches!(self, Decoder::Hello | Decoder::Request | Decoder::Response)
+    }
+}
+
+/// Runs decoder `d` over `bytes` as the node would: client frames are taken
+/// off the buffer until it needs more bytes or a frame fails. Returns
+/// whether the (first) value decoded, and why not.
+pub fn decode(d: Decoder, bytes: &[u8]) -> Result<(), String> {
+    fn frames<T: serde::de::DeserializeOwned>(mut buf: &[u8]) -> Result<(), String> {
+        // The server's cap: what it accepts before authentication.
+        let max = protocol::frame::DEFAULT_MAX_FRAME;
+        let mut first = Err("incomplete frame".to_string());
+        while let Some((_, used)) =
+            protocol::frame::parse::<T>(buf, max).map_err(|e| e.to_string())?
+        {
+            first = Ok(());
+            buf = &buf[used..];
+        }
+        first
+    }
+    match d {
+        Decoder::Hello => frames::<Hello>(bytes),
+        Decoder::Request => frames::<Request>(bytes),
+        Decoder::Response => frames::<Response>(bytes),
+        Decoder::PeerRpc => wire::decode::<PeerRpc>(bytes).map(drop),
+        Decoder::PeerReply => wire::decode::<PeerReply>(bytes).map(drop),
+        Decoder::Advert => wire::decode::<Advert<PeerId>>(bytes).map(drop),
+        Decoder::StoredJob => store::decode_record::<JobRecord>(bytes)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Decoder::StoredLog => store::decode_record::<LogChunk>(bytes)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// A valid encoding (framed for client frames) of a random value of what
+/// decoder `d` reads, from `seed`.
+pub fn sample(d: Decoder, seed: u64) -> Vec<u8> {
+    let g = &mut Gen(seed);
+    fn frame<T: serde::Serialize>(value: &T) -> Vec<u8> {
+        protocol::frame::encode(value, protocol::frame::DEFAULT_MAX_FRAME)
+            .expect("samples are small")
+    }
+    match d {
+        Decoder::Hello => frame(&hello(g)),
+        Decoder::Request => frame(&request(g)),
+        Decoder::Response => frame(&response(g)),
+        Decoder::PeerRpc => wire::encode(&peer_rpc(g)),
+        Decoder::PeerReply => wire::encode(&peer_reply(g)),
+        Decoder::Advert => wire::encode(&advert(g)),
+        Decoder::StoredJob => wire::encode(&job_record(g)),
+        Decoder::StoredLog => wire::encode(&log_chunk(g)),
+    }
+}
+
+/// A seeded generator (SplitMix64): samples are reproducible from the seed
+/// proptest prints.
+struct Gen(u64);
+
+impl Gen {
+    fn u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.u64() % n.max(1)
+    }
+    fn bool(&mut self) -> bool {
+        self.u64() & 1 == 1
+    }
+    /// Mostly small numbers, sometimes the extremes.
+    fn int(&mut self) -> u64 {
+        match self.below(8) {
+            0 => 0,
+            1 => u64::MAX,
+            2 => self.u64(),
+            3 => u64::from(u32::MAX) + self.below(3),
+            _ => self.below(1000),
+        }
+    }
+    fn u32(&mut self) -> u32 {
+        self.int() as u32
+    }
+    fn u8(&mut self) -> u8 {
+        self.int() as u8
+    }
+    fn len(&mut self) -> usize {
+        let most = if self.below(8) == 0 { 64 } else { 4 };
+        self.below(most) as usize
+    }
+    fn string(&mut self) -> String {
+        const CHARS: &[char] = &['a', 'z', '0', '/', '.', ' ', '\n', '\0', 'é', '€', '😀'];
+        (0..self.len() * 2)
+            .map(|_| CHARS[self.below(CHARS.len() as u64) as usize])
+            .collect()
+    }
+    fn bytes(&mut self) -> Vec<u8> {
+        let n = if self.below(16) == 0 {
+            // Past ciborium's 4096-byte scratch buffer.
+            4000 + self.below(200)
+        } else {
+            self.len() as u64 * 8
+        };
+        (0..n).map(|_| self.u64() as u8).collect()
+    }
+    fn vec<T>(&mut self, mut f: impl FnMut(&mut Gen) -> T) -> Vec<T> {
+        (0..self.len()).map(|_| f(self)).collect()
+    }
+    fn map<K: Ord, V>(
+        &mut self,
+        mut k: impl FnMut(&mut Gen) -> K,
+        mut v: impl FnMut(&mut Gen) -> V,
+    ) -> BTreeMap<K, V> {
+        (0..self.len()).map(|_| (k(self), v(self))).collect()
+    }
+    fn option<T>(&mut self, f: impl FnOnce(&mut Gen) -> T) -> Option<T> {
+        self.bool().then(|| f(self))
+    }
+    fn pick<T: Copy>(&mut self, of: &[T]) -> T {
+        of[self.below(of.len() as u64) as usize]
+    }
+    fn duration(&mut self) -> Duration {
+        Duration::new(self.int(), (self.u64() % 1_000_000_000) as u32)
+    }
+    fn f64(&mut self) -> f64 {
+        self.pick(&[0.0, -1.5, 1e300, f64::NAN, f64::INFINITY, 12.25])
+    }
+}
+
+fn peer(g: &mut Gen) -> PeerId {
+    // A SHA-256 multihash: any 32 bytes make a valid peer id.
+    let mut bytes = vec![0x12, 0x20];
+    bytes.extend((0..32).map(|_| g.u64() as u8));
+    PeerId::from_bytes(&bytes).expect("a sha2-256 multihash is a peer id")
+}
+
+fn job_phase(g: &mut Gen) -> JobPhase {
+    g.pick(&[
+        JobPhase::Submitted,
+        JobPhase::Scheduling,
+        JobPhase::Running,
+        JobPhase::Completed,
+        JobPhase::Cancelled,
+        JobPhase::Failed,
+    ])
+}
+
+fn job_request(g: &mut Gen) -> JobRequest {
+    JobRequest {
+        min_workers: g.u32(),
+        max_workers: g.u32(),
+        cores: g.u32(),
+        memory_mib: g.int(),
+        disk_mib: g.int(),
+        strategy: g.pick(&[Strategy::Spread, Strategy::Concentrate]),
+        lifetime_secs: g.int(),
+        on_worker_lost: g.pick(&[LostPolicy::Fail, LostPolicy::Replace]),
+        args: g.vec(Gen::string),
+        wall_time_secs: g.int(),
+    }
+}
+
+fn named_file(g: &mut Gen) -> NamedFile {
+    NamedFile {
+        name: g.string(),
+        data: g.bytes(),
+    }
+}
+
+fn log_chunk(g: &mut Gen) -> LogChunk {
+    LogChunk {
+        rank: g.u32(),
+        stderr: g.bool(),
+        data: g.bytes(),
+    }
+}
+
+fn hello(g: &mut Gen) -> Hello {
+    Hello {
+        version: g.u32(),
+        client: g.string(),
+        token: g.option(Gen::string),
+    }
+}
+
+fn request(g: &mut Gen) -> Request {
+    let job = g.int();
+    match g.below(9) {
+        0 => Request::Submit {
+            job: job_request(g),
+            module: g.bytes(),
+            inputs: g.vec(named_file),
+        },
+        1 => Request::Status { job },
+        2 => Request::List,
+        3 => Request::Cancel { job },
+        4 => Request::Logs {
+            job,
+            from: g.int(),
+            wait_secs: g.u32(),
+        },
+        5 => Request::Outputs { job },
+        6 => Request::NodeInfo,
+        7 => Request::Resize {
+            job,
+            max_workers: g.u32(),
+        },
+        _ => Request::Peers,
+    }
+}
+
+fn job_status(g: &mut Gen) -> JobStatus {
+    JobStatus {
+        job: g.int(),
+        phase: job_phase(g),
+        reason: g.string(),
+        ranks: g.map(Gen::u32, rank_status),
+        request: job_request(g),
+        pending: g.option(|g| Pending {
+            floods: g.u32(),
+            radius: g.u8(),
+            budget_ms: g.option(Gen::int),
+            nodes_answered: g.int(),
+            offers: g.int(),
+            workers_offered: g.int(),
+            declines: g.map(Gen::string, Gen::int),
+            refusals: g.map(Gen::string, Gen::int),
+            granted: g.u32(),
+            needed: g.u32(),
+        }),
+        submitted_unix: g.int(),
+    }
+}
+
+fn rank_status(g: &mut Gen) -> RankStatus {
+    RankStatus {
+        node: g.string(),
+        outcome: g.option(Gen::string),
+    }
+}
+
+fn response(g: &mut Gen) -> Response {
+    match g.below(10) {
+        0 => Response::Ok,
+        1 => Response::Submitted { job: g.int() },
+        2 => Response::Status(job_status(g)),
+        3 => Response::Jobs(g.vec(job_status)),
+        4 => Response::Logs(LogPage {
+            chunks: g.vec(log_chunk),
+            next: g.int(),
+            ended: g.bool(),
+        }),
+        5 => Response::Outputs(g.vec(named_file)),
+        6 => Response::NodeInfo(NodeInfo {
+            peer: g.string(),
+            listen: g.vec(Gen::string),
+            cores: g.u32(),
+            memory_mib: g.int(),
+            disk_mib: g.int(),
+            running: g.map(Gen::int, |g| g.vec(Gen::u32)),
+            neighbours: g.int() as usize,
+            messages_sent: g.int(),
+            version: g.string(),
+            network: g.string(),
+            uptime_secs: g.int(),
+            jobs: g.map(job_phase, Gen::int),
+        }),
+        7 => Response::Peers(g.vec(|g| PeerEntry {
+            peer: g.string(),
+            rtt_us: g.option(Gen::int),
+            link: g.option(Gen::string),
+            connected: g.bool(),
+            addrs: g.vec(Gen::string),
+        })),
+        8 => Response::Welcome(Welcome {
+            version: g.u32(),
+            peer: g.string(),
+        }),
+        _ => Response::Error {
+            kind: g.pick(&[
+                ErrorKind::BadRequest,
+                ErrorKind::NotFound,
+                ErrorKind::Version,
+                ErrorKind::Unauthorized,
+                ErrorKind::Busy,
+                ErrorKind::Internal,
+            ]),
+            message: g.string(),
+        },
+    }
+}
+
+fn resources(g: &mut Gen) -> Resources {
+    Resources::new(g.u32(), g.int(), g.int())
+}
+
+fn advert(g: &mut Gen) -> Advert<PeerId> {
+    Advert {
+        job: JobId(g.int()),
+        home: peer(g),
+        per_worker: resources(g),
+        workers: WorkerCount {
+            min: g.u32(),
+            max: g.u32(),
+        },
+        strategy: g.pick(&[Strategy::Spread, Strategy::Concentrate]),
+        expires_in: g.duration(),
+        flood: FloodHeader {
+            seq: g.u32(),
+            ttl: g.u8(),
+            latency_budget: g.option(Gen::duration),
+            path_rtt: g.duration(),
+        },
+    }
+}
+
+fn message(g: &mut Gen) -> Message<PeerId> {
+    let job = JobId(g.int());
+    match g.below(6) {
+        0 => Message::Advert(advert(g)),
+        1 => Message::Offer {
+            job,
+            workers: g.u32(),
+            distance: g.duration(),
+            residue: resources(g),
+        },
+        2 => Message::Decline {
+            job,
+            reason: g.pick(&[
+                DeclineReason::Busy,
+                DeclineReason::TooLarge,
+                DeclineReason::TooManyJobs,
+                DeclineReason::NoWorkersAllowed,
+                DeclineReason::Denied,
+            ]),
+        },
+        3 => Message::Withdraw { job },
+        4 => Message::Grant {
+            job,
+            ranks: g.vec(Gen::u32),
+        },
+        _ => Message::Refuse {
+            job,
+            reason: g.pick(&[
+                RefuseReason::JobFull,
+                RefuseReason::Cancelled,
+                RefuseReason::Expired,
+                RefuseReason::Failed,
+                RefuseReason::NotChosen,
+                RefuseReason::UnknownJob,
+            ]),
+        },
+    }
+}
+
+fn file_ref(g: &mut Gen) -> FileRef {
+    FileRef {
+        name: g.string(),
+        sha256: g.string(),
+        size: g.int(),
+    }
+}
+
+fn job_info(g: &mut Gen) -> JobInfo {
+    JobInfo {
+        id: g.int(),
+        home: peer(g),
+        phase: job_phase(g),
+        request: job_request(g),
+        module: file_ref(g),
+        inputs: g.vec(file_ref),
+        ranks: g.map(Gen::u32, peer),
+    }
+}
+
+fn job_record(g: &mut Gen) -> JobRecord {
+    JobRecord {
+        id: g.int(),
+        phase: job_phase(g),
+        reason: g.string(),
+        request: job_request(g),
+        module: file_ref(g),
+        inputs: g.vec(file_ref),
+        ranks: g.map(Gen::u32, rank_status),
+        submitted_unix: g.int(),
+    }
+}
+
+fn peer_rpc(g: &mut Gen) -> PeerRpc {
+    let job = g.int();
+    match g.below(13) {
+        0 => PeerRpc::Sched(message(g)),
+        1 => PeerRpc::GetJob { job },
+        2 => PeerRpc::GetBlock {
+            sha256: g.string(),
+            offset: g.int(),
+            len: g.u32(),
+        },
+        3 => PeerRpc::Placement {
+            job,
+            phase: job_phase(g),
+            ranks: g.map(Gen::u32, peer),
+            replaced: g.vec(Gen::u32),
+        },
+        4 => PeerRpc::Rank {
+            job,
+            from: g.u32(),
+            to: g.u32(),
+            payload: g.bytes(),
+        },
+        5 => PeerRpc::Barrier {
+            job,
+            to: g.u32(),
+            from: g.u32(),
+            msg: match g.below(3) {
+                0 => BarrierMsg::Enter { token: g.int() },
+                1 => BarrierMsg::Withdraw { token: g.int() },
+                _ => BarrierMsg::Release { token: g.int() },
+            },
+        },
+        6 => PeerRpc::Log {
+            job,
+            chunk: log_chunk(g),
+        },
+        7 => PeerRpc::Output {
+            job,
+            name: g.string(),
+            offset: g.int(),
+            data: g.bytes(),
+        },
+        8 => PeerRpc::WorkerEnded {
+            job,
+            rank: g.u32(),
+            success: g.bool(),
+            outcome: g.string(),
+        },
+        9 => PeerRpc::Ping,
+        10 => PeerRpc::Status,
+        11 => PeerRpc::StatusJob { job: g.string() },
+        _ => PeerRpc::Sched(Message::Advert(advert(g))),
+    }
+}
+
+fn job_summary(g: &mut Gen) -> model::JobSummary {
+    model::JobSummary {
+        id: g.string(),
+        name: g.string(),
+        role: g.pick(&[model::JobRole::Home, model::JobRole::Participant]),
+        phase: g.pick(&model::JobPhase::ALL),
+        workers_joined: g.u32(),
+        workers_needed: g.u32(),
+        home: g.string(),
+        strategy: g.string(),
+        flood_radius: g.u8(),
+        age_secs: g.int(),
+        pending_reason: g.option(Gen::string),
+    }
+}
+
+fn webui_resources(g: &mut Gen) -> model::Resources {
+    model::Resources {
+        cores: g.u32(),
+        memory_bytes: g.int(),
+        disk_bytes: g.int(),
+    }
+}
+
+fn snapshot(g: &mut Gen) -> model::NodeSnapshot {
+    model::NodeSnapshot {
+        overview: model::NodeOverview {
+            node_id: g.string(),
+            name: g.string(),
+            version: g.string(),
+            uptime_secs: g.int(),
+            network: g.string(),
+            listen_addresses: g.vec(Gen::string),
+            offered: webui_resources(g),
+            in_use: webui_resources(g),
+            workers_running: g.u32(),
+            home_jobs: g.vec(Gen::string),
+        },
+        peers: g.vec(|g| model::PeerInfo {
+            peer_id: g.string(),
+            name: g.option(Gen::string),
+            rtt_ms: g.option(Gen::f64),
+            link: g.pick(&[
+                model::LinkKind::Near,
+                model::LinkKind::Far,
+                model::LinkKind::None,
+            ]),
+            connected: g.bool(),
+            coordinates: g.option(|g| g.vec(Gen::f64)),
+        }),
+        jobs: g.vec(job_summary),
+        pending: g.vec(|g| model::PendingAdvert {
+            job_id: g.string(),
+            job_name: g.string(),
+            home: g.string(),
+            workers_wanted: g.u32(),
+            expires_in_secs: g.int(),
+        }),
+        counters: model::Counters {
+            floods_sent: g.int(),
+            floods_forwarded: g.int(),
+            messages_sent: g.int(),
+            messages_received: g.int(),
+            workers_started: g.int(),
+        },
+    }
+}
+
+fn peer_reply(g: &mut Gen) -> PeerReply {
+    match g.below(6) {
+        0 => PeerReply::Ack,
+        1 => PeerReply::Job(Box::new(job_info(g))),
+        2 => PeerReply::Block(g.bytes()),
+        3 => PeerReply::Status(Box::new(snapshot(g))),
+        4 => PeerReply::StatusJob(g.option(|g| {
+            Box::new(model::JobDetail {
+                summary: job_summary(g),
+                workers: g.vec(|g| model::WorkerInfo {
+                    node: g.string(),
+                    index: g.u32(),
+                    state: g.pick(&[
+                        model::WorkerState::Starting,
+                        model::WorkerState::Running,
+                        model::WorkerState::Exited,
+                        model::WorkerState::Failed,
+                        model::WorkerState::Lost,
+                    ]),
+                    exit_code: g.option(|g| g.u32() as i32),
+                }),
+                log_tail: g.vec(|g| model::LogLine {
+                    at_secs: g.f64(),
+                    worker: g.option(Gen::u32),
+                    text: g.string(),
+                }),
+            })
+        })),
+        _ => PeerReply::Error(g.string()),
+    }
+}

@@ -1,0 +1,221 @@
+//! Entry points for the fuzz harness (`overlay/tests/fuzz.rs`), not an API:
+//! the overlay's decoders of bytes from peers, by name, and valid encodings
+//! of random values of the (private) frame types for the harness to mutate.
+//!
+//! Each [`Decoder`] goes through the code the overlay runs on a real
+//! stream, so whatever checks it makes run under the fuzzer too.
+
+use std::time::Duration;
+
+use futures::io::Cursor;
+use libp2p::StreamProtocol;
+use libp2p::multiaddr::Protocol;
+use libp2p::request_response::Codec;
+use zorilla_core::advert::{FloodHeader, JobId};
+use zorilla_core::flood::FloodId;
+
+use crate::wire::{
+    self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
+};
+use crate::{Multiaddr, PeerId};
+
+/// The frame cap of the stream decoders here: small enough that mutated
+/// samples cross it.
+pub const STREAM_CAP: usize = 4096;
+
+/// A decoder of bytes from peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoder {
+    /// A flood frame, as the flood protocol reads a request stream
+    /// (`read_capped`, then CBOR).
+    FloodStream,
+    /// The flood protocol's acknowledgement, read from a response stream.
+    FloodAckStream,
+    /// An rpc request (peer exchange, links, the node's requests), read
+    /// from a request stream.
+    RpcRequestStream,
+    /// An rpc response (peer records, the node's answers), read from a
+    /// response stream.
+    RpcResponseStream,
+    /// A flood frame's CBOR alone.
+    FloodFrame,
+    /// An rpc request's CBOR alone.
+    RpcRequest,
+    /// An rpc response's CBOR alone.
+    RpcResponse,
+}
+
+impl Decoder {
+    /// Every decoder.
+    pub const ALL: [Decoder; 7] = [
+        Decoder::FloodStream,
+        Decoder::FloodAckStream,
+        Decoder::RpcRequestStream,
+        Decoder::RpcResponseStream,
+        Decoder::FloodFrame,
+        Decoder::RpcRequest,
+        Decoder::RpcResponse,
+    ];
+}
+
+fn read_request<Req, Resp>(bytes: &[u8]) -> Result<(), String>
+where
+    Req: serde::Serialize + serde::de::DeserializeOwned + Send,
+    Resp: serde::Serialize + serde::de::DeserializeOwned + Send,
+{
+    let mut codec = CborCodec::<Req, Resp>::new(STREAM_CAP);
+    let proto = StreamProtocol::new("/fuzz/1");
+    let mut io = Cursor::new(bytes);
+    match futures::executor::block_on(codec.read_request(&proto, &mut io)) {
+        Ok(Checked::Valid(_)) => Ok(()),
+        Ok(Checked::Invalid(why)) => Err(why),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn read_response<Req, Resp>(bytes: &[u8]) -> Result<(), String>
+where
+    Req: serde::Serialize + serde::de::DeserializeOwned + Send,
+    Resp: serde::Serialize + serde::de::DeserializeOwned + Send,
+{
+    let mut codec = CborCodec::<Req, Resp>::new(STREAM_CAP);
+    let proto = StreamProtocol::new("/fuzz/1");
+    let mut io = Cursor::new(bytes);
+    futures::executor::block_on(codec.read_response(&proto, &mut io))
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Runs decoder `d` over `bytes` as the overlay would; returns whether the
+/// value decoded, and why not.
+pub fn decode(d: Decoder, bytes: &[u8]) -> Result<(), String> {
+    let cbor = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
+    match d {
+        Decoder::FloodStream => read_request::<FloodFrame, FloodAck>(bytes),
+        Decoder::FloodAckStream => read_response::<FloodFrame, FloodAck>(bytes),
+        Decoder::RpcRequestStream => read_request::<RpcRequest, RpcResponse>(bytes),
+        Decoder::RpcResponseStream => read_response::<RpcRequest, RpcResponse>(bytes),
+        Decoder::FloodFrame => cbor(wire::decode::<FloodFrame>(bytes).map(drop)),
+        Decoder::RpcRequest => cbor(wire::decode::<RpcRequest>(bytes).map(drop)),
+        Decoder::RpcResponse => cbor(wire::decode::<RpcResponse>(bytes).map(drop)),
+    }
+}
+
+/// A valid encoding of a random value of what decoder `d` reads, from
+/// `seed`.
+pub fn sample(d: Decoder, seed: u64) -> Vec<u8> {
+    let g = &mut Gen(seed);
+    let bytes = match d {
+        Decoder::FloodStream | Decoder::FloodFrame => wire::encode(&flood_frame(g)),
+        Decoder::FloodAckStream => wire::encode(&FloodAck),
+        Decoder::RpcRequestStream | Decoder::RpcRequest => wire::encode(&rpc_request(g)),
+        Decoder::RpcResponseStream | Decoder::RpcResponse => wire::encode(&rpc_response(g)),
+    };
+    bytes.expect("samples encode")
+}
+
+/// A seeded generator (SplitMix64): samples are reproducible from the seed
+/// proptest prints.
+struct Gen(u64);
+
+impl Gen {
+    fn u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.u64() % n.max(1)
+    }
+    /// Mostly small numbers, sometimes the extremes.
+    fn int(&mut self) -> u64 {
+        match self.below(6) {
+            0 => 0,
+            1 => u64::MAX,
+            2 => self.u64(),
+            _ => self.below(1000),
+        }
+    }
+    fn len(&mut self) -> usize {
+        let most = if self.below(8) == 0 { 64 } else { 4 };
+        self.below(most) as usize
+    }
+    fn bytes(&mut self) -> Vec<u8> {
+        let n = if self.below(16) == 0 {
+            // Past ciborium's 4096-byte scratch buffer.
+            4000 + self.below(200)
+        } else {
+            self.len() as u64 * 8
+        };
+        (0..n).map(|_| self.u64() as u8).collect()
+    }
+    fn duration(&mut self) -> Duration {
+        Duration::new(self.int(), (self.u64() % 1_000_000_000) as u32)
+    }
+}
+
+fn peer(g: &mut Gen) -> PeerId {
+    // A SHA-256 multihash: any 32 bytes make a valid peer id.
+    let mut bytes = vec![0x12, 0x20];
+    bytes.extend((0..32).map(|_| g.u64() as u8));
+    PeerId::from_bytes(&bytes).expect("a sha2-256 multihash is a peer id")
+}
+
+fn addr(g: &mut Gen) -> Multiaddr {
+    let ip = Protocol::Ip4((g.u64() as u32).into());
+    let tcp = Protocol::Tcp(g.u64() as u16);
+    match g.below(3) {
+        0 => Multiaddr::empty().with(ip).with(tcp),
+        1 => Multiaddr::empty()
+            .with(Protocol::Ip6(
+                ((u128::from(g.u64()) << 64) | u128::from(g.u64())).into(),
+            ))
+            .with(tcp)
+            .with(Protocol::P2p(peer(g))),
+        _ => Multiaddr::empty()
+            .with(Protocol::Dns4("example.invalid".into()))
+            .with(tcp),
+    }
+}
+
+fn flood_frame(g: &mut Gen) -> FloodFrame {
+    FloodFrame {
+        id: FloodId {
+            job: JobId(g.int()),
+            seq: g.int() as u32,
+        },
+        origin: peer(g),
+        header: FloodHeader {
+            seq: g.int() as u32,
+            ttl: g.int() as u8,
+            latency_budget: (g.below(2) == 0).then(|| g.duration()),
+            path_rtt: g.duration(),
+        },
+        payload: g.bytes(),
+    }
+}
+
+fn rpc_request(g: &mut Gen) -> RpcRequest {
+    match g.below(3) {
+        0 => RpcRequest::Peers,
+        1 => RpcRequest::Link(g.below(2) == 0),
+        _ => RpcRequest::App(g.bytes()),
+    }
+}
+
+fn rpc_response(g: &mut Gen) -> RpcResponse {
+    match g.below(3) {
+        0 => RpcResponse::Peers(
+            (0..g.len())
+                .map(|_| PeerRecord {
+                    peer: peer(g),
+                    addrs: (0..g.len()).map(|_| addr(g)).collect(),
+                })
+                .collect(),
+        ),
+        1 => RpcResponse::App(g.bytes()),
+        _ => RpcResponse::Done,
+    }
+}
