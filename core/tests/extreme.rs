@@ -126,7 +126,7 @@ fn message() -> impl Strategy<Value = Message<u32>> {
             job,
             reason: DeclineReason::Busy
         }),
-        job().prop_map(|job| Message::Withdraw { job }),
+        (job(), ranks()).prop_map(|(job, ranks)| Message::Withdraw { job, ranks }),
         (job(), ranks()).prop_map(|(job, ranks)| Message::Grant { job, ranks }),
         job().prop_map(|job| Message::Refuse {
             job,

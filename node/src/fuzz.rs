@@ -228,6 +228,7 @@ fn job_request(g: &mut Gen) -> JobRequest {
         on_worker_lost: g.pick(&[LostPolicy::Fail, LostPolicy::Replace]),
         args: g.vec(Gen::string),
         wall_time_secs: g.int(),
+        cpu_time_secs: g.int(),
     }
 }
 
@@ -333,6 +334,7 @@ fn response(g: &mut Gen) -> Response {
             messages_sent: g.int(),
             version: g.string(),
             network: g.string(),
+            disk_problem: g.option(Gen::string),
             uptime_secs: g.int(),
             jobs: g.map(job_phase, Gen::int),
         }),
@@ -405,7 +407,10 @@ fn message(g: &mut Gen) -> Message<PeerId> {
                 DeclineReason::Denied,
             ]),
         },
-        3 => Message::Withdraw { job },
+        3 => Message::Withdraw {
+            job,
+            ranks: g.vec(Gen::u32),
+        },
         4 => Message::Grant {
             job,
             ranks: g.vec(Gen::u32),
@@ -546,6 +551,7 @@ fn snapshot(g: &mut Gen) -> model::NodeSnapshot {
             network: g.string(),
             listen_addresses: g.vec(Gen::string),
             offered: webui_resources(g),
+            problem: g.option(Gen::string),
             in_use: webui_resources(g),
             workers_running: g.u32(),
             home_jobs: g.vec(Gen::string),
@@ -600,6 +606,7 @@ fn peer_reply(g: &mut Gen) -> PeerReply {
                         model::WorkerState::Lost,
                     ]),
                     exit_code: g.option(|g| g.u32() as i32),
+                    ended: g.option(Gen::string),
                 }),
                 log_tail: g.vec(|g| model::LogLine {
                     at_secs: g.f64(),

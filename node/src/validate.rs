@@ -14,7 +14,7 @@ use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
 use zorilla_core::node::SpecError;
 
 use crate::protocol::{JobRequest, NamedFile};
-use crate::wire::{BLOCK_BYTES, JobInfo, PeerRpc};
+use crate::wire::{BLOCK_BYTES, JobInfo, MAX_ASKED_JOBS, PeerRpc};
 
 /// Why something from outside was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,6 +81,13 @@ pub fn request(request: &JobRequest) -> Result<(), Invalid> {
     limits::at_most(
         "wall_time_secs",
         request.wall_time_secs,
+        limits::MAX_WALL_TIME.as_secs(),
+    )?;
+    // A CPU-time limit is bounded like a wall-clock one: no worker gets
+    // more CPU time than it can have wall-clock time on one core.
+    limits::at_most(
+        "cpu_time_secs",
+        request.cpu_time_secs,
         limits::MAX_WALL_TIME.as_secs(),
     )?;
     limits::at_most(
@@ -226,6 +233,15 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
             rank("sending rank", *from)?;
             rank("receiving rank", *to)?;
         }
+        PeerRpc::Ranks { jobs } => {
+            limits::at_most("jobs asked about", jobs.len(), MAX_ASKED_JOBS)?;
+            for ranks in jobs.values() {
+                limits::at_most("ranks of one job", ranks.len(), MAX_WORKERS as usize)?;
+                for r in ranks {
+                    rank("rank", *r)?;
+                }
+            }
+        }
         PeerRpc::Log { chunk, .. } => {
             rank("rank", chunk.rank)?;
             limits::at_most("log chunk size in bytes", chunk.data.len(), BLOCK_BYTES)?;
@@ -233,7 +249,8 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
         PeerRpc::Output {
             name, offset, data, ..
         } => {
-            // "<rank>/<file name>", as the worker's node names outputs.
+            // "<rank>/<path>", as the worker's node names outputs (a path
+            // below the rank's outputs directory, subdirectories included).
             let (r, file) = name.split_once('/').unwrap_or(("", name));
             match r.parse::<u32>() {
                 Ok(r) => rank("output rank", r)?,
@@ -241,11 +258,17 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
                     return Err(Invalid::BadName {
                         what: "output file",
                         name: printable(name),
-                        why: "it is not <rank>/<file name>",
+                        why: "it is not <rank>/<path>",
                     });
                 }
             }
-            file_name("output file", file)?;
+            if zorilla_sandbox::jobfs::check_relative(file).is_err() {
+                return Err(Invalid::BadName {
+                    what: "output file",
+                    name: printable(name),
+                    why: "it is not a plain relative path (no '..', no leading '/', no NUL)",
+                });
+            }
             limits::at_most("output block size in bytes", data.len(), BLOCK_BYTES)?;
             if offset.checked_add(data.len() as u64).is_none() {
                 return Err(Invalid::OutOfRange(LimitError {
@@ -373,6 +396,13 @@ mod tests {
                     ..ok.clone()
                 },
                 "wall_time_secs is",
+            ),
+            (
+                JobRequest {
+                    cpu_time_secs: u64::MAX,
+                    ..ok.clone()
+                },
+                "cpu_time_secs is",
             ),
             (
                 JobRequest {

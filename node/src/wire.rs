@@ -187,6 +187,7 @@ mod tests {
             // escapes, none for CBOR.
             args: vec!["é".repeat(per_arg / 2); limits::MAX_ARGS],
             wall_time_secs: limits::MAX_WALL_TIME.as_secs(),
+            cpu_time_secs: limits::MAX_WALL_TIME.as_secs(),
         }
     }
 

@@ -15,7 +15,7 @@ use zorilla_core::advert::{FloodHeader, JobId};
 use zorilla_core::flood::FloodId;
 
 use crate::wire::{
-    self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
+    self, CborCodec, ReadBudget, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
 };
 use crate::{Multiaddr, PeerId};
 
@@ -63,7 +63,9 @@ where
     Req: serde::Serialize + serde::de::DeserializeOwned + Send,
     Resp: serde::Serialize + serde::de::DeserializeOwned + Send,
 {
-    let mut codec = CborCodec::<Req, Resp>::new(STREAM_CAP);
+    // Inbound requests are read within a budget, as the overlay reads them.
+    let budget = ReadBudget::new(crate::wire::MAX_INBOUND_REQUEST_BYTES);
+    let mut codec = CborCodec::<Req, Resp>::new(STREAM_CAP, Some(budget));
     let proto = StreamProtocol::new("/fuzz/1");
     let mut io = Cursor::new(bytes);
     match futures::executor::block_on(codec.read_request(&proto, &mut io)) {
@@ -78,7 +80,7 @@ where
     Req: serde::Serialize + serde::de::DeserializeOwned + Send,
     Resp: serde::Serialize + serde::de::DeserializeOwned + Send,
 {
-    let mut codec = CborCodec::<Req, Resp>::new(STREAM_CAP);
+    let mut codec = CborCodec::<Req, Resp>::new(STREAM_CAP, None);
     let proto = StreamProtocol::new("/fuzz/1");
     let mut io = Cursor::new(bytes);
     futures::executor::block_on(codec.read_response(&proto, &mut io))
