@@ -22,23 +22,23 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 /// Inputs per decoder and kind (mutated, arbitrary) in an ordinary `cargo
 /// test`: together the node's and the overlay's harnesses stay within a
 /// minute on a loaded two-core machine.
-pub const CI_CASES: u32 = 300;
+pub(crate) const CI_CASES: u32 = 3000;
 
 /// The bound on one decode's peak memory: [`BYTES_PER_INPUT_BYTE`] times
 /// the input's length plus [`CONSTANT_BYTES`].
-pub const BYTES_PER_INPUT_BYTE: usize = 512;
+pub(crate) const BYTES_PER_INPUT_BYTE: usize = 512;
 /// See [`BYTES_PER_INPUT_BYTE`]: room for ciborium's and serde's fixed
 /// costs (a 4 KiB scratch buffer lives on the stack, not here).
-pub const CONSTANT_BYTES: usize = 64 * 1024;
+pub(crate) const CONSTANT_BYTES: usize = 64 * 1024;
 
 /// The most memory a decode of `len` input bytes may allocate at once.
-pub fn bound(len: usize) -> usize {
+pub(crate) fn bound(len: usize) -> usize {
     len.saturating_mul(BYTES_PER_INPUT_BYTE)
         .saturating_add(CONSTANT_BYTES)
 }
 
 /// Cases per decoder and kind: `ZORILLA_FUZZ_CASES`, else [`CI_CASES`].
-pub fn cases() -> u32 {
+pub(crate) fn cases() -> u32 {
     std::env::var("ZORILLA_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -55,7 +55,7 @@ thread_local! {
 
 /// The system allocator, counting the bytes the current thread holds while
 /// [`peak_during`] runs.
-pub struct Counting;
+pub(crate) struct Counting;
 
 fn note(delta: isize) {
     // try_with: the allocator also runs while thread locals are torn down.
@@ -110,7 +110,7 @@ unsafe impl GlobalAlloc for Counting {
 
 /// Runs `f` and returns its result with the most bytes this thread held at
 /// once meanwhile (beyond what it held before).
-pub fn peak_during<R>(f: impl FnOnce() -> R) -> (R, usize) {
+pub(crate) fn peak_during<R>(f: impl FnOnce() -> R) -> (R, usize) {
     NOW.set(0);
     PEAK.set(0);
     TRACKING.set(true);
@@ -123,7 +123,7 @@ pub fn peak_during<R>(f: impl FnOnce() -> R) -> (R, usize) {
 
 /// One change to an input.
 #[derive(Debug, Clone)]
-pub enum Mutation {
+pub(crate) enum Mutation {
     /// Flip one bit.
     FlipBit(Index, u8),
     /// Insert bytes.
@@ -146,7 +146,7 @@ pub enum Mutation {
 
 /// Extreme integers.
 #[derive(Debug, Clone, Copy)]
-pub enum Extreme {
+pub(crate) enum Extreme {
     /// 2^64 - 1.
     MaxU64,
     /// -2^64.
@@ -163,7 +163,7 @@ pub enum Extreme {
 
 /// How to nest.
 #[derive(Debug, Clone, Copy)]
-pub enum Nesting {
+pub(crate) enum Nesting {
     /// `[[[[...`, definite length 1.
     Arrays,
     /// `[_ [_ [_ ...`, indefinite.
@@ -198,7 +198,7 @@ fn huge_len() -> impl Strategy<Value = u64> {
 }
 
 /// Any mutation.
-pub fn mutation() -> impl Strategy<Value = Mutation> {
+pub(crate) fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         3 => (any::<Index>(), any::<u8>()).prop_map(|(i, b)| Mutation::FlipBit(i, b % 8)),
         2 => (any::<Index>(), prop::collection::vec(any::<u8>(), 1..16))
@@ -226,7 +226,7 @@ pub fn mutation() -> impl Strategy<Value = Mutation> {
 
 /// A CBOR header of major type `major` with argument `arg`, in its
 /// shortest form.
-pub fn header(major: u8, arg: u64) -> Vec<u8> {
+pub(crate) fn header(major: u8, arg: u64) -> Vec<u8> {
     let m = major << 5;
     match arg {
         0..=23 => vec![m | arg as u8],
@@ -257,7 +257,7 @@ fn find_header(buf: &[u8], from: usize, majors: &[u8]) -> Option<usize> {
 
 /// Applies `m` to `buf`; `other(seed)` is another valid encoding to
 /// splice with.
-pub fn apply(buf: &mut Vec<u8>, m: &Mutation, other: &dyn Fn(u64) -> Vec<u8>) {
+pub(crate) fn apply(buf: &mut Vec<u8>, m: &Mutation, other: &dyn Fn(u64) -> Vec<u8>) {
     let at = |i: &Index, len: usize| if len == 0 { 0 } else { i.index(len + 1) };
     match m {
         Mutation::FlipBit(i, bit) => {
@@ -343,7 +343,7 @@ pub fn apply(buf: &mut Vec<u8>, m: &Mutation, other: &dyn Fn(u64) -> Vec<u8>) {
 
 /// Sets the 4-byte big-endian length prefix of a client frame to what
 /// follows it, so that the CBOR decoder sees the mutated body.
-pub fn fix_frame_length(buf: &mut [u8]) {
+pub(crate) fn fix_frame_length(buf: &mut [u8]) {
     if buf.len() >= 4 {
         let len = (buf.len() - 4) as u32;
         buf[..4].copy_from_slice(&len.to_be_bytes());
@@ -352,21 +352,21 @@ pub fn fix_frame_length(buf: &mut [u8]) {
 
 /// What one decoder's run found.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// Inputs tried.
-    pub inputs: u64,
+    pub(crate) inputs: u64,
     /// Inputs that decoded.
-    pub decoded: u64,
+    pub(crate) decoded: u64,
     /// The largest peak of one decode, and its input's length.
-    pub max_peak: (usize, usize),
+    pub(crate) max_peak: (usize, usize),
     /// The largest peak over the bound's constant, per input byte.
-    pub max_ratio: f64,
+    pub(crate) max_ratio: f64,
 }
 
 /// Tries `decode` on `cases` inputs from `inputs`, checking each one
 /// against the memory [`bound`]; a panic or a bound exceeded fails with the
 /// (shrunk) input. Prints one line of figures (for BENCHMARKS.md).
-pub fn run(
+pub(crate) fn run(
     name: &str,
     inputs: impl Strategy<Value = Vec<u8>>,
     decode: impl Fn(&[u8]) -> Result<(), String>,
@@ -422,7 +422,7 @@ pub fn run(
 
 /// Valid encodings from `sample(seed)`, each changed by up to eight
 /// mutations (a framed one's length prefix fixed up after, mostly).
-pub fn mutated(
+pub(crate) fn mutated(
     sample: impl Fn(u64) -> Vec<u8> + Clone + 'static,
     framed: bool,
 ) -> impl Strategy<Value = Vec<u8>> {
@@ -456,7 +456,7 @@ pub fn mutated(
 
 /// Arbitrary bytes (with a fitting length prefix for framed decoders,
 /// mostly).
-pub fn arbitrary(framed: bool) -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn arbitrary(framed: bool) -> impl Strategy<Value = Vec<u8>> {
     (
         prop::collection::vec(any::<u8>(), 0..2048),
         prop::bool::weighted(0.8),
