@@ -22,7 +22,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 /// Inputs per decoder and kind (mutated, arbitrary) in an ordinary `cargo
 /// test`: together the node's and the overlay's harnesses stay within a
 /// minute on a loaded two-core machine.
-pub(crate) const CI_CASES: u32 = 300;
+pub(crate) const CI_CASES: u32 = 3000;
 
 /// The bound on one decode's peak memory: [`BYTES_PER_INPUT_BYTE`] times
 /// the input's length plus [`CONSTANT_BYTES`].
@@ -354,13 +354,13 @@ pub(crate) fn fix_frame_length(buf: &mut [u8]) {
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
     /// Inputs tried.
-    pub inputs: u64,
+    pub(crate) inputs: u64,
     /// Inputs that decoded.
-    pub decoded: u64,
+    pub(crate) decoded: u64,
     /// The largest peak of one decode, and its input's length.
-    pub max_peak: (usize, usize),
+    pub(crate) max_peak: (usize, usize),
     /// The largest peak over the bound's constant, per input byte.
-    pub max_ratio: f64,
+    pub(crate) max_ratio: f64,
 }
 
 /// Tries `decode` on `cases` inputs from `inputs`, checking each one
