@@ -243,6 +243,11 @@ async fn answer(request: Request, config: &ServerConfig) -> Response {
             module,
             inputs,
         } => {
+            // What no node could run is refused first, with its sentence
+            // (and before the module costs a compile).
+            if let Err(e) = crate::validate::submission(&job, &module, &inputs) {
+                return Response::error(ErrorKind::BadRequest, e.to_string());
+            }
             // A broken module is refused here, before the job is accepted.
             let sandbox = config.sandbox.clone();
             let checked = tokio::task::spawn_blocking(move || {

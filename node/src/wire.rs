@@ -311,9 +311,12 @@ mod tests {
             data: vec![1],
         };
         assert!(refused(output("0/../x", 0)).contains("not usable"));
-        assert!(refused(output("x", 0)).contains("<rank>/<file name>"));
+        assert!(refused(output("x", 0)).contains("<rank>/<path>"));
+        assert!(refused(output("0//x", 0)).contains("not usable"));
         assert!(refused(output("0/x", u64::MAX)).contains("output offset"));
         assert_eq!(validate::peer_rpc(&output("3/x.txt", 7)), Ok(()));
+        // Subdirectories of a rank's outputs travel as rank/sub/file.
+        assert_eq!(validate::peer_rpc(&output("3/sub/x.txt", 0)), Ok(()));
         let block = PeerRpc::GetBlock {
             sha256: "../../etc/passwd".into(),
             offset: 0,

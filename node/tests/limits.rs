@@ -227,6 +227,9 @@ fn refused_start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
         .args(["--listen", "/ip4/127.0.0.1/tcp/0"])
         .args(args)
         .env_remove("ZORILLA_TOKEN")
+        // anyhow adds a backtrace to the error when these ask for one.
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

@@ -238,7 +238,15 @@ async fn the_largest_valid_arguments_run_on_a_worker_of_another_node() {
         lifetime_secs: 60,
         ..JobRequest::default()
     };
-    let job = client.submit(request, wasm("hello"), vec![]).await.unwrap();
+    // hello reads its name from /inputs/name.txt.
+    let name = NamedFile {
+        name: "name.txt".into(),
+        data: b"grid".to_vec(),
+    };
+    let job = client
+        .submit(request, wasm("hello"), vec![name])
+        .await
+        .unwrap();
     let status = wait_completed(&mut client, job, Duration::from_secs(60)).await;
     assert_eq!(status.ranks[&0].node, other.peer, "{status:?}");
     let page = client.logs_page(job, 0, 0).await.unwrap();

@@ -15,7 +15,7 @@ use zorilla_core::advert::{FloodHeader, JobId};
 use zorilla_core::flood::FloodId;
 
 use crate::wire::{
-    self, CborCodec, ReadBudget, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
+    self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, ReadBudget, RpcRequest, RpcResponse,
 };
 use crate::{Multiaddr, PeerId};
 
