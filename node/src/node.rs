@@ -1606,7 +1606,10 @@ async fn fetch(
     if hex::encode(Sha256::digest(&data)) != file.sha256 {
         return Err(format!("{} does not match its hash", file.name));
     }
-    let tmp = path.with_extension("part");
+    // A temporary name of this fetch's own: two jobs of one module starting
+    // here at once fetch the same file, and a shared name let one rename
+    // the other's file away ("No such file or directory").
+    let tmp = path.with_extension(format!("part-{:016x}", random_u64()));
     tokio::fs::write(&tmp, &data)
         .await
         .map_err(|e| e.to_string())?;
