@@ -3,7 +3,9 @@
 # clang and wasi-libc (to check that the committed guest modules rebuild
 # identically), chromium and chromedriver (the status page's browser test),
 # iproute2 and util-linux (tests that create their own network namespace),
-# systemd (systemd-analyze checks deploy/zorilla-node.service).
+# systemd (systemd-analyze checks deploy/zorilla-node.service), gcc (the
+# compute benchmark builds the native baseline of nqueens.c), mount (the
+# full-disk test mounts a small tmpfs in a mount namespace of its own).
 set -euo pipefail
 
 packages=(
@@ -11,6 +13,7 @@ packages=(
   chromium chromium-driver
   iproute2 util-linux
   systemd
+  gcc mount
 )
 missing=()
 for p in "${packages[@]}"; do
