@@ -45,7 +45,7 @@ fn node_of(grid: &common::Grid, status: &JobStatus, rank: u32) -> usize {
 /// Two-worker nqueens that replaces a lost worker: rank 0 lands on the
 /// home (one core), rank 1 on another node, which is killed (-9) and
 /// restarted at once with the same state (same identity). The home finds
-/// out from the restarted node's answer (its boot id changed) within
+/// out from the restarted node's answer (its boot id changed, or it no longer lists the rank) within
 /// seconds, the rank is replaced, the master hears of it and the count is
 /// right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,7 +111,8 @@ async fn a_worker_node_restarted_at_once_loses_its_rank_and_it_is_replaced() {
 }
 
 /// The same restart for a rigid job that fails when it loses a worker: it
-/// fails with a reason naming the restart, and lists no rank as running.
+/// fails with a reason that says the node forgot the rank (restarted, or
+/// answered without it), and lists no rank as running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rigid_job_fails_naming_the_restart_of_a_worker_node() {
     let mut grid = grid(2, 1);
