@@ -45,9 +45,9 @@ fn node_of(grid: &common::Grid, status: &JobStatus, rank: u32) -> usize {
 /// Two-worker nqueens that replaces a lost worker: rank 0 lands on the
 /// home (one core), rank 1 on another node, which is killed (-9) and
 /// restarted at once with the same state (same identity). The home finds
-/// out from the restarted node's answer (its boot id changed, or it no longer lists the rank) within
-/// seconds, the rank is replaced, the master hears of it and the count is
-/// right.
+/// out from the restarted node's answer (its boot id changed, or it no
+/// longer lists the rank) within seconds, the rank is replaced, the master
+/// hears of it and the count is right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_node_restarted_at_once_loses_its_rank_and_it_is_replaced() {
     let mut grid = grid(3, 1);
