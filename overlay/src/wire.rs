@@ -222,13 +222,14 @@ async fn read_capped<T: AsyncRead + Unpin + Send>(
         // "exactly at the cap" from "over it".
         let want = (max + 1 - len).min(len.clamp(FIRST_READ, READ_CHUNK));
         if buf.capacity() < len + want {
-            // Doubling (so that a large frame is not copied once per chunk),
-            // but never past twice what has arrived, nor past the cap: a
-            // reader holds at most 2 x its bytes + FIRST_READ.
+            // Growing by half of what has arrived at least (so that a large
+            // frame is not copied once per chunk), but never past the cap:
+            // a reader holds at most 2 x its bytes + FIRST_READ, and the
+            // read that finds the end reserves little beyond them.
             let doubled = buf
                 .capacity()
                 .saturating_mul(2)
-                .min(len.saturating_mul(2))
+                .min(len.saturating_add(len / 2))
                 .min(max + 1);
             let target = (len + want).max(doubled);
             let more = target - buf.capacity();
