@@ -217,11 +217,11 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
         PeerRpc::Sched(msg) => limits::check_message(msg)?,
         PeerRpc::GetJob { .. } | PeerRpc::Ping | PeerRpc::Status => {}
         PeerRpc::GetBlock { sha256, len, .. } => {
-            if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            if !zorilla_sandbox::jobfs::is_sha256_hex(sha256) {
                 return Err(Invalid::BadName {
                     what: "file hash",
                     name: printable(sha256),
-                    why: "a SHA-256 is 64 hex digits",
+                    why: "a SHA-256 is 64 hex digits, in lowercase",
                 });
             }
             limits::at_most("block length", *len as usize, BLOCK_BYTES)?;
