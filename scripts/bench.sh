@@ -54,6 +54,7 @@ run_bench() { # package bench
 run_bench zorilla-overlay flood
 run_bench zorilla-sandbox sandbox
 run_bench zorilla-sandbox compute
+run_bench zorilla-node speedup
 run_bench zorilla-node client
 run_bench zorilla-node start64
 

@@ -575,6 +575,10 @@ struct Engagement<P> {
     held: u32,
     held_since: Time,
     held_until: Time,
+    /// The most workers the job asked for, and the node's distance from
+    /// its home, from the advert: what a raised offer needs.
+    wanted: u32,
+    distance: Duration,
     /// Ranks running here.
     running: BTreeSet<u32>,
 }
@@ -1235,15 +1239,19 @@ impl<P: PeerKey> Scheduler<P> {
         // `expires_in` comes from a peer: the driver bounds it when it
         // decodes the advert, and the sum saturates whatever it is.
         let expires_at = now.saturating_add(advert.expires_in);
-        if self
-            .engaged
-            .get(&job)
-            .is_some_and(|e| e.held > 0 || e.home != advert.home)
-        {
-            // Already offering for this job. A node that only runs workers
-            // of it may offer more (a malleable job growing, a lost rank
-            // replaced), within the owner's limit per job.
-            return;
+        if let Some(e) = self.engaged.get(&job) {
+            if e.home != advert.home {
+                return;
+            }
+            if e.held > 0 {
+                // Already offering for this job: a newer flood finds it
+                // still short of workers, so offer what has freed up since.
+                self.raise_offer(job, out);
+                return;
+            }
+            // A node that only runs workers of it may offer more (a
+            // malleable job growing, a lost rank replaced), within the
+            // owner's limit per job.
         }
         if let Some(queued) = self.pending.iter_mut().find(|p| p.advert.job == job) {
             // A newer flood of a queued job: keep the freshest copy, and
@@ -1331,8 +1339,12 @@ impl<P: PeerKey> Scheduler<P> {
                 held: 0,
                 held_since: now,
                 held_until,
+                wanted: advert.workers.max,
+                distance,
                 running: BTreeSet::new(),
             });
+        engagement.wanted = advert.workers.max;
+        engagement.distance = distance;
         engagement.held = workers;
         engagement.held_since = now;
         engagement.held_until = held_until;
@@ -1345,6 +1357,42 @@ impl<P: PeerKey> Scheduler<P> {
                 residue,
             },
         }])
+    }
+
+    /// Raises a held offer by the workers that have freed up since it was
+    /// made (the job's earlier workers ending here, say), up to what the
+    /// job and the owner allow. Without this, a rigid job offered only
+    /// part of a node would wait out the whole hold for the rest.
+    fn raise_offer(&mut self, job: JobId, out: &mut Vec<Output<P>>) {
+        let free = self.free();
+        let max_per_job = self.config.limits.max_workers_per_job;
+        let Some(e) = self.engaged.get_mut(&job) else {
+            return;
+        };
+        if e.held == 0 {
+            return;
+        }
+        let engaged = e
+            .held
+            .saturating_add(u32::try_from(e.running.len()).unwrap_or(u32::MAX));
+        let extra = free
+            .workers_that_fit(&e.per_worker)
+            .min(max_per_job.saturating_sub(engaged))
+            .min(e.wanted.saturating_sub(engaged));
+        if extra == 0 {
+            return;
+        }
+        e.held = e.held.saturating_add(extra);
+        let residue = free.saturating_sub(&e.per_worker.times(extra));
+        out.push(Output::Send {
+            to: e.home.clone(),
+            msg: Message::Offer {
+                job,
+                workers: e.held,
+                distance: e.distance,
+                residue,
+            },
+        });
     }
 
     fn enqueue(&mut self, entry: Pending<P>) {
@@ -1377,6 +1425,16 @@ impl<P: PeerKey> Scheduler<P> {
     /// Resources freed up: take queued adverts that can now be served,
     /// oldest first, while resources last.
     fn rescan(&mut self, now: Time, out: &mut Vec<Output<P>>) {
+        // Offers already made come first: their homes are waiting on them.
+        let held: Vec<JobId> = self
+            .engaged
+            .iter()
+            .filter(|(_, e)| e.held > 0)
+            .map(|(job, _)| *job)
+            .collect();
+        for job in held {
+            self.raise_offer(job, out);
+        }
         self.pending.retain(|p| p.expires_at > now);
         let mut i = 0;
         while i < self.pending.len() {

@@ -194,6 +194,76 @@ fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
     assert_eq!(node.pending().count(), 0);
 }
 
+/// A member offers the one core it has free for a job of two; when the
+/// other core frees up (another job's worker ends), and again when a newer
+/// flood of the job arrives, it raises the offer rather than letting the
+/// home wait out the hold.
+#[test]
+fn a_member_raises_a_short_offer_as_cores_free_up() {
+    let mut node = member(2);
+    let other = Advert {
+        job: JobId(99),
+        ..advert(WorkerCount::rigid(1))
+    };
+    node.handle(
+        ms(0),
+        Input::AdvertDelivered {
+            advert: other,
+            distance: ms(1),
+        },
+    );
+    from_home(
+        &mut node,
+        ms(1),
+        Message::Grant {
+            job: JobId(99),
+            ranks: vec![0],
+        },
+    );
+    let out = deliver(&mut node, ms(2), WorkerCount::rigid(2));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer {
+                    job: JOB,
+                    workers: 1,
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    // Nothing more to offer on a newer flood while the core is busy.
+    assert_eq!(deliver(&mut node, ms(3), WorkerCount::rigid(2)), vec![]);
+    let out = node.handle(
+        ms(4),
+        Input::WorkersEnded {
+            job: JobId(99),
+            ranks: vec![0],
+        },
+    );
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Offer {
+                job: JOB,
+                workers: 2,
+                distance: ms(1),
+                residue: Resources::new(0, 4096 - 200, 4096),
+            }
+        }]
+    );
+    assert_eq!(node.free().cores, 0, "both cores held");
+    assert_eq!(
+        deliver(&mut node, ms(5), WorkerCount::rigid(2)),
+        vec![],
+        "never beyond what the job wants"
+    );
+}
+
 #[test]
 fn a_paused_member_declines_as_busy_and_offers_the_queued_advert_on_resuming() {
     let mut node = member(4);

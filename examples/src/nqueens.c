@@ -23,6 +23,10 @@
 
 enum { TAG_REQUEST = 1, TAG_TASK = 2, TAG_DONE = 3 };
 
+/* Tasks the master solves between two looks at the job's size while it
+ * works alone. */
+enum { ALONE_POLL = 64 };
+
 /* The one message format; unused fields are zero. */
 struct msg {
     int64_t sum;     /* TAG_REQUEST: count of the task just solved */
@@ -153,8 +157,22 @@ static void master(void) {
     zorilla_watch_membership(1);
     struct msg m;
     int32_t src;
-    while (ndone < ntasks || ndismissed < zorilla_size() - 1) {
+    int size = zorilla_size();
+    int alone_tasks = 0; /* tasks solved alone since size was last asked */
+    while (ndone < ntasks || ndismissed < size - 1) {
+        /* Alone (size 1), nobody can ask for work: solve tasks without a
+         * host call each, asking only every ALONE_POLL tasks whether a
+         * worker joined (a malleable job grows). */
+        if (size == 1 && nqueued > 0 && alone_tasks < ALONE_POLL) {
+            int t = next_task();
+            if (t >= 0) record(t, solve(tasks[t].row, tasks[t].cols, tasks[t].ld, tasks[t].rd));
+            alone_tasks++;
+            continue;
+        }
+        alone_tasks = 0;
         take_membership_changes();
+        size = zorilla_size();
+        if (size == 1 && nqueued > 0) continue;
         /* Serve waiting requests first; only block when we have no work. */
         int32_t r = zorilla_recv(&src, &m, sizeof m, nqueued > 0 ? 0 : -1);
         if (r == ZORILLA_EMEMBERSHIP) continue;

@@ -1,7 +1,7 @@
 //! The README's main job: `zorilla-demo` (12 real nodes in three emulated
 //! sites, a 16-worker nqueens job through the real `zorilla` tool) ends with
-//! the right answer, the workers on the two nearest sites, and every node
-//! stopped cleanly.
+//! the right answer, the workers on the two nearest sites, its wall time
+//! against the native one-core time, and every node stopped cleanly.
 
 use std::process::Command;
 
@@ -33,6 +33,13 @@ fn the_demo_runs_nqueens_on_the_nearest_sites_and_shuts_down_cleanly() {
     );
     assert!(
         stdout.contains("paris      (40 ms from the submitter):  0 workers"),
+        "{stdout}"
+    );
+    // The job's wall time beside the same source run natively (gcc is
+    // there: scripts/install-test-deps.sh installs it).
+    assert!(
+        stdout.contains("natively on one core: a speed-up of")
+            || stdout.contains("natively on one core: a SLOW-DOWN of"),
         "{stdout}"
     );
     assert!(

@@ -348,3 +348,31 @@ async fn a_copy_that_hears_nothing_asks_its_home_and_stops_an_orphaned_worker() 
         "{log}"
     );
 }
+
+/// Jobs back to back: each asks for every core of the grid, which the
+/// one before is just giving back. A node whose first offer was short of
+/// cores raises it as they free up, so the job starts within seconds, not
+/// after the offer's hold (30 s: the jobs live longer than that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_right_after_another_gets_the_cores_it_gave_back() {
+    for nodes in [1, 4] {
+        let grid = grid(nodes, 2);
+        wait_for_neighbours(&grid.nodes, nodes.min(2) - 1, Duration::from_secs(30)).await;
+        let mut client = grid.nodes[0].client().await;
+        for n in [10, 11, 12] {
+            let mut request = nqueens(2 * nodes as u32, n);
+            request.lifetime_secs = 600;
+            let job = client
+                .submit(request, wasm("nqueens"), vec![])
+                .await
+                .unwrap();
+            let start = Instant::now();
+            let status = wait_for(&mut client, job, Duration::from_secs(20), "the end", |s| {
+                s.phase.is_terminal()
+            })
+            .await;
+            assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+            eprintln!("{nodes} nodes, N={n}: {:?}", start.elapsed());
+        }
+    }
+}

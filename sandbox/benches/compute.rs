@@ -2,8 +2,8 @@
 //! sandbox compared with the same C source built natively. Run with
 //! `cargo bench --workspace --bench compute` (or through scripts/bench.sh).
 //!
-//! `examples/src/nqueens.c` with N=15 (N=12 with `ZORILLA_BENCH_SHORT`, N
-//! given by `ZORILLA_BENCH_NQUEENS`) runs as one worker of a job of one in
+//! `examples/src/nqueens.c` with N=15 and N=16 (N=12 with
+//! `ZORILLA_BENCH_SHORT`, N given by `ZORILLA_BENCH_NQUEENS`) runs as one worker of a job of one in
 //! the sandbox (the committed `nqueens.wasm`, compiled before timing), and
 //! natively, built here at run time with `gcc -O2` against
 //! `examples/native/zorilla_solo.c`, a single-rank stand-in for the host
@@ -105,10 +105,11 @@ async fn run_sandbox(
 
 fn main() {
     let short = std::env::var_os("ZORILLA_BENCH_SHORT").is_some();
-    let n: u32 = std::env::var("ZORILLA_BENCH_NQUEENS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(if short { 12 } else { 15 });
+    let sizes: Vec<u32> = match std::env::var("ZORILLA_BENCH_NQUEENS") {
+        Ok(n) => vec![n.parse().expect("ZORILLA_BENCH_NQUEENS is a number")],
+        Err(_) if short => vec![12],
+        Err(_) => vec![15, 16],
+    };
     let rounds = if short { 1 } else { 3 };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -120,6 +121,21 @@ fn main() {
     let sandbox = Sandbox::new(SandboxConfig::new(dir.path().join("cache"))).unwrap();
     let wasm = std::fs::read(examples().join("wasm/nqueens.wasm")).unwrap();
     let program = sandbox.load(&wasm).unwrap();
+    for n in sizes {
+        measure(&runtime, &sandbox, &program, &native, n, rounds);
+    }
+}
+
+/// Times N=`n` natively and in the sandbox, alternating, and prints the
+/// figures; the last `n` measured gives the RESULT lines.
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    sandbox: &Sandbox,
+    program: &zorilla_sandbox::Program,
+    binary: &Path,
+    n: u32,
+    rounds: usize,
+) {
     let solutions = match n {
         12 => "14200",
         13 => "73712",
@@ -132,8 +148,8 @@ fn main() {
 
     let (mut natives, mut sandboxed) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        natives.push(run_native(&native, n, &expected));
-        sandboxed.push(runtime.block_on(run_sandbox(&sandbox, &program, n, &expected)));
+        natives.push(run_native(binary, n, &expected));
+        sandboxed.push(runtime.block_on(run_sandbox(sandbox, program, n, &expected)));
     }
     let (native, sandboxed) = (best(&natives), best(&sandboxed));
     let ratio = native.cpu.as_secs_f64() / sandboxed.cpu.as_secs_f64();

@@ -6,6 +6,11 @@
 //! tool (progress bar, the answer), shows where the workers ran per site and
 //! the status page's address, and shuts the grid down cleanly.
 //!
+//! Before the grid starts it times the same C source built natively (gcc
+//! -O2, one core, when a C compiler and the repository's `examples/` are at
+//! hand), and after the job it prints the job's wall time against that:
+//! the speed-up a user gets from the grid, or the slow-down.
+//!
 //! Needs `zorilla-node` and `zorilla` next to it (`cargo build --release -p
 //! zorilla-node` builds all three; `scripts/demo.sh` does both). No config
 //! file, no compiler: the guest is built in.
@@ -25,13 +30,14 @@ use zorilla_node::protocol::JobPhase;
 const NQUEENS: &[u8] = include_bytes!("../../../examples/wasm/nqueens.wasm");
 
 /// Known N-Queens solution counts, to check the answer.
-const SOLUTIONS: [(u32, u64); 6] = [
+const SOLUTIONS: [(u32, u64); 7] = [
     (8, 92),
     (10, 724),
     (12, 14_200),
     (13, 73_712),
     (14, 365_596),
     (15, 2_279_184),
+    (16, 14_772_512),
 ];
 
 /// The sites: name, and the RTT from the first site.
@@ -44,8 +50,8 @@ const CORES: u32 = 2;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// N of N-Queens (8, 10, 12, 13, 14 or 15).
-    #[arg(long, default_value_t = 14)]
+    /// N of N-Queens (8, 10, 12, 13, 14, 15 or 16).
+    #[arg(long, default_value_t = 16)]
     queens: u32,
     /// Workers of the job.
     #[arg(long, default_value_t = 16)]
@@ -185,7 +191,7 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
         .iter()
         .find(|(n, _)| *n == args.queens)
         .map(|(_, s)| *s)
-        .ok_or_else(|| format!("--queens {}: use 8, 10, 12, 13, 14 or 15", args.queens))?;
+        .ok_or_else(|| format!("--queens {}: use 8, 10, 12, 13, 14, 15 or 16", args.queens))?;
     let node_exe = sibling("zorilla-node")?;
     let cli_exe = sibling("zorilla")?;
     // The demo's own Ctrl-C handling: it must outlive an interrupted job to
@@ -195,6 +201,8 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
 
     let dir = std::env::temp_dir().join(format!("zorilla-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // The baseline first, while the machine is quiet.
+    let native = native_baseline(&dir, args.queens, expected);
     std::fs::write(dir.join("sites.toml"), topology()).map_err(|e| e.to_string())?;
     let network = format!("demo-{}", std::process::id());
 
@@ -260,6 +268,7 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
         "\n$ zorilla --node {} submit nqueens.toml --follow    # N={}, {} workers\n",
         nodes[0].client, args.queens, args.workers
     );
+    let job_started = Instant::now();
     let mut cli = Command::new(&cli_exe)
         .args(["--node", &nodes[0].client, "submit"])
         .arg(&spec)
@@ -269,13 +278,14 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
     let cli_status = loop {
         tokio::select! {
             _ = interrupt.recv() => {} // the zorilla tool asks; we wait for it
-            () = tokio::time::sleep(Duration::from_millis(50)) => {
+            () = tokio::time::sleep(Duration::from_millis(5)) => {
                 if let Some(status) = cli.try_wait().map_err(|e| e.to_string())? {
                     break status;
                 }
             }
         }
     };
+    let job_wall = job_started.elapsed();
 
     // Where the workers ran, per site, from the home's record.
     let mut client = Client::connect(nodes[0].client.as_str())
@@ -323,6 +333,9 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
             }
         );
         ok &= right && job.phase == JobPhase::Completed;
+        if right {
+            print_speedup(native, job_wall, args.workers);
+        }
     }
 
     if args.keep {
@@ -371,4 +384,68 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Times `examples/src/nqueens.c` built natively (`$CC` or gcc, -O2, with
+/// the single-rank stand-in for the host API) on one core, or says why
+/// there is no baseline.
+fn native_baseline(dir: &Path, n: u32, expected: u64) -> Result<Duration, String> {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let source = examples.join("src/nqueens.c");
+    if !source.is_file() {
+        return Err(format!("{} is not here", source.display()));
+    }
+    let binary = dir.join("nqueens-native");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
+    let built = Command::new(&cc)
+        .args(["-O2", "-w", "-I"])
+        .arg(examples.join("include"))
+        .arg("-o")
+        .arg(&binary)
+        .arg(&source)
+        .arg(examples.join("native/zorilla_solo.c"))
+        .status()
+        .map_err(|e| format!("cannot run {cc}: {e}"))?;
+    if !built.success() {
+        return Err(format!("{cc} could not build {}", source.display()));
+    }
+    print!("Timing the same nqueens natively on one core (gcc -O2, N={n})... ");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let started = Instant::now();
+    let out = Command::new(&binary)
+        .arg(n.to_string())
+        .output()
+        .map_err(|e| format!("cannot run the native build: {e}"))?;
+    let took = started.elapsed();
+    let _ = std::fs::remove_file(&binary);
+    if !String::from_utf8_lossy(&out.stdout).contains(&format!("solutions={expected}")) {
+        println!("wrong answer");
+        return Err("the native build gave a wrong answer".into());
+    }
+    println!("{:.2} s", took.as_secs_f64());
+    Ok(took)
+}
+
+/// The job's wall time (submit to answer, as the user waited for it)
+/// against the native one-core time.
+fn print_speedup(native: Result<Duration, String>, job: Duration, workers: u32) {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let job_s = job.as_secs_f64();
+    match native {
+        Ok(native) => {
+            let native_s = native.as_secs_f64();
+            let (word, factor) = if native_s >= job_s {
+                ("speed-up", native_s / job_s)
+            } else {
+                ("SLOW-DOWN", job_s / native_s)
+            };
+            println!(
+                "Wall time: {job_s:.2} s on the grid ({workers} workers; the 12 nodes share this machine's \
+                 {cores} cores) against {native_s:.2} s natively on one core: a {word} of {factor:.2}x."
+            );
+        }
+        Err(why) => println!(
+            "Wall time: {job_s:.2} s on the grid (no native baseline to compare with: {why})."
+        ),
+    }
 }

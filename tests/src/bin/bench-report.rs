@@ -217,6 +217,26 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "nqueens, natively (gcc -O2, single-rank stand-in): CPU time",
         "cargo bench --workspace --bench compute",
     ),
+    (
+        "speedup.native",
+        "nqueens natively on one core (gcc -O2): wall time",
+        "cargo bench --workspace --bench speedup",
+    ),
+    (
+        "speedup.w2_wall",
+        "nqueens job, 2 workers on 1 node: submit to completion",
+        "cargo bench --workspace --bench speedup",
+    ),
+    (
+        "speedup.w4_wall",
+        "nqueens job, 4 workers on 2 nodes: submit to completion",
+        "cargo bench --workspace --bench speedup",
+    ),
+    (
+        "speedup.w8_wall",
+        "nqueens job, 8 workers on 4 nodes: submit to completion",
+        "cargo bench --workspace --bench speedup",
+    ),
 ];
 
 fn markdown(results: &Results, kind: &str) -> String {
@@ -236,7 +256,12 @@ fn markdown(results: &Results, kind: &str) -> String {
                 .zip(get("workers"))
                 .map(|(n, w)| format!(" ({n} nodes, {w} workers)")),
             "overlay" => get("nodes").map(|n| format!(" ({n} nodes)")),
-            "compute" => get("nqueens_n").map(|n| format!(" (N={n})")),
+            "compute" | "speedup" => get(if prefix == "compute" {
+                "nqueens_n"
+            } else {
+                "n"
+            })
+            .map(|n| format!(" (N={n})")),
             _ => None,
         }
         .unwrap_or_default()
