@@ -348,9 +348,11 @@ async fn endless_writing_to_outputs_ends_at_the_disk_limit() {
     let written = std::fs::metadata(job_dir.join("outputs/fill.bin"))
         .unwrap()
         .len();
+    // The write that would have passed the limit was not made: the file
+    // holds the limit at most, and all of it but the last block.
     assert!(
-        written > limit,
-        "stopped only once over the limit: {written}"
+        written <= limit && written > limit - 64 * 1024,
+        "stopped at the limit of {limit}: {written}"
     );
 }
 

@@ -217,6 +217,21 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "nqueens, natively (gcc -O2, single-rank stand-in): CPU time",
         "cargo bench --workspace --bench compute",
     ),
+    (
+        "store.append_time",
+        "store: appending output in 64 KiB blocks",
+        "cargo bench --workspace --bench store",
+    ),
+    (
+        "store.append_written",
+        "store: bytes written for that output (target: at most 2x)",
+        "cargo bench --workspace --bench store",
+    ),
+    (
+        "store.append_disk",
+        "store: bytes sent to the disk for that output",
+        "cargo bench --workspace --bench store",
+    ),
 ];
 
 fn markdown(results: &Results, kind: &str) -> String {
