@@ -1376,6 +1376,38 @@ mod tests {
         check(&Store::open(&path).unwrap());
     }
 
+    /// An output block whose file cannot be written (here: a file stands
+    /// where the job's directory goes) makes the store unwritable; the
+    /// block and those after it wait in memory, in order, and are written
+    /// once the obstacle is gone, without a restart.
+    #[test]
+    fn an_output_that_cannot_be_written_waits_and_is_written_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.redb")).unwrap();
+        std::fs::create_dir_all(dir.path().join("outputs")).unwrap();
+        let obstacle = dir.path().join("outputs").join("2");
+        std::fs::write(&obstacle, b"in the way").unwrap();
+        store
+            .append_output(2, "0/out", 0, b"first ", false)
+            .unwrap();
+        assert!(store.unwritable().is_some());
+        store.append_output(2, "0/out", 6, b"second", true).unwrap();
+        assert!(store.output_files(2, "", 10).unwrap().0.is_empty());
+        std::fs::remove_file(&obstacle).unwrap();
+        let start = Instant::now();
+        while !store.retry() {
+            assert!(
+                start.elapsed() < RETRY_MAX * 3,
+                "the store did not try the disk again"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            store.output_block(2, "0/out", 0, 100).unwrap(),
+            Some((b"first second".to_vec(), 12))
+        );
+    }
+
     /// What waits for the disk is bounded: past [`MAX_DEFERRED_BYTES`]
     /// output is refused, while a job's record is always kept (the newest).
     #[test]
