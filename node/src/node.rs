@@ -989,8 +989,9 @@ impl Node {
     /// Whether a block of `len` bytes of output `name` of `job` from
     /// `from` is taken: only while the job is under way here, from a node
     /// running the rank the name starts with, and while the job's outputs
-    /// stay within what this home keeps for a job ([`output_room`]).
-    /// Past that, the job's log says so (once) and the sender is refused.
+    /// stay within what this home keeps for a job ([`output_room`]). A
+    /// refusal says why in one sentence, which the sender puts in the
+    /// job's log.
     fn accept_output(
         &mut self,
         from: PeerId,
@@ -1017,29 +1018,8 @@ impl Node {
             .output_bytes
             .entry(job)
             .or_insert_with(|| store.output_bytes(job).unwrap_or(0));
-        let before = *used;
-        let after = before.saturating_add(len as u64);
+        let after = used.saturating_add(len as u64);
         if after > room {
-            if before <= room {
-                // Counted past the room once, so the sentence comes once.
-                *used = room.saturating_add(1);
-                let rank = name.split('/').next().unwrap_or("?").parse().unwrap_or(0);
-                let line = format!(
-                    "zorilla: outputs/{} and the rest of this job's outputs were not kept: \
-                     its outputs reached the {} MiB its home keeps for one job\n",
-                    name.split_once('/').map_or(name, |(_, path)| path),
-                    room / (1024 * 1024)
-                );
-                let chunk = LogChunk {
-                    rank,
-                    stderr: true,
-                    data: line.into_bytes(),
-                };
-                let writer = self.writer.clone();
-                tokio::spawn(async move {
-                    let _ = writer.append(Append::Log { job, chunk }).await;
-                });
-            }
             return Err(format!(
                 "the outputs of job {} reached the {} MiB its home keeps for one job",
                 JobId(job),
@@ -1912,8 +1892,9 @@ async fn supervise(
 /// than a block in memory; `limit` bytes in all. Nothing is opened through
 /// a link (see [`jobfs`]): every other entry (a link, a pipe, a device, a
 /// file beyond the limit) is skipped with a line in the rank's log. A block
-/// the home refuses (the job is over, or has all the outputs its home
-/// keeps) ends the sending: the home said why in the job's log.
+/// the home refuses (the job is over, it has all the outputs its home
+/// keeps, the home's disk is full) ends the sending, with the home's
+/// reason in the rank's log.
 async fn send_outputs(net: &Net, home: PeerId, job: u64, rank: u32, outputs: &Path, limit: u64) {
     use tokio::io::AsyncReadExt;
     let log = |line: String| {
@@ -1993,8 +1974,7 @@ async fn send_outputs(net: &Net, home: PeerId, job: u64, rank: u32, outputs: &Pa
             }
             match answer {
                 Ok(PeerReply::Error(e)) => {
-                    tracing::info!(job = %JobId(job), rank, "outputs not sent further: {e}");
-                    return;
+                    return log(format!("outputs/{name} and the rest were not sent: {e}")).await;
                 }
                 Ok(_) => {}
                 // A file with a hole is worse than none: the home has it

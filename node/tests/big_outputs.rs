@@ -320,3 +320,42 @@ async fn the_disk_limit_holds_for_what_goes_home() {
         assert_eq!(hex(&hasher.finalize()), pattern_sha256(file.size));
     }
 }
+
+/// A home keeps at most the disk it offers to jobs of one job's outputs:
+/// past it the rest is refused, and the job's log says why in one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_keeps_at_most_its_offered_disk_of_a_jobs_outputs() {
+    const HOME_MIB: u64 = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("room-{}", std::process::id());
+    let home_dir = dir.path().join("home");
+    let mut args = TestNode::args(&home_dir, &network, None, 0, "127.0.0.1", &[]);
+    let at = args.iter().position(|a| a == "--disk-mib").unwrap();
+    args[at + 1] = HOME_MIB.to_string();
+    let home = TestNode::spawn(&home_dir, args);
+    let _worker = TestNode::start(&dir.path().join("worker"), &network, Some(&home.listen), 1);
+    let mut client = home.client().await;
+    let job = client
+        .submit(big_job(2 * HOME_MIB), wasm("big"), vec![])
+        .await
+        .unwrap();
+    let status = wait_for(&mut client, job, Duration::from_secs(120), "the end", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let total = output_total(&mut client, job).await;
+    assert!(total <= HOME_MIB * MIB, "the home kept {total} bytes");
+    let logs = client.logs(job).await.unwrap();
+    let stderr: String = logs
+        .iter()
+        .filter(|c| c.stderr)
+        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+        .collect();
+    let expected = format!(
+        "zorilla: outputs/big.bin and the rest were not sent: the outputs of job {} \
+         reached the {HOME_MIB} MiB its home keeps for one job\n",
+        JobId(job)
+    );
+    assert_eq!(stderr, expected);
+}
