@@ -18,7 +18,8 @@ use tokio::net::{TcpStream, ToSocketAddrs};
 use crate::protocol::frame::DEFAULT_MAX_FRAME;
 use crate::protocol::{
     Connection, ConnectionError, ErrorKind, Hello, JobRequest, JobStatus, LogChunk, LogPage,
-    NamedFile, NodeInfo, PROTOCOL_VERSION, PeerEntry, Request, Response, Welcome,
+    MAX_OUTPUT_BLOCK_BYTES, NamedFile, NodeInfo, OutputData, OutputEntry, PROTOCOL_VERSION,
+    PeerEntry, Request, Response, Welcome,
 };
 
 /// Why a client call failed.
@@ -191,11 +192,60 @@ impl Client {
         }
     }
 
-    /// The output files collected so far, named `rank/filename`.
-    pub async fn outputs(&mut self, job: u64) -> Result<Vec<NamedFile>, ClientError> {
-        match self.call(&Request::Outputs { job }).await? {
-            Response::Outputs(files) => Ok(files),
+    /// Every output file of a job collected so far (names `rank/path`
+    /// and sizes), page after page.
+    pub async fn outputs(&mut self, job: u64) -> Result<Vec<OutputEntry>, ClientError> {
+        let mut all: Vec<OutputEntry> = Vec::new();
+        loop {
+            let after = all.last().map(|f| f.name.clone()).unwrap_or_default();
+            let page = match self.call(&Request::Outputs { job, after }).await? {
+                Response::Outputs(page) => page,
+                other => return Err(unexpected(Some(other))),
+            };
+            let more = page.more && !page.files.is_empty();
+            all.extend(page.files);
+            if !more {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Up to `len` bytes (at most [`MAX_OUTPUT_BLOCK_BYTES`]) of output
+    /// file `name` from `offset`, and the file's size.
+    pub async fn output_block(
+        &mut self,
+        job: u64,
+        name: &str,
+        offset: u64,
+        len: u32,
+    ) -> Result<OutputData, ClientError> {
+        let request = Request::OutputBlock {
+            job,
+            name: name.to_owned(),
+            offset,
+            len,
+        };
+        match self.call(&request).await? {
+            Response::OutputBlock(block) => Ok(block),
             other => Err(unexpected(Some(other))),
+        }
+    }
+
+    /// A whole output file, read block by block (for files that fit in
+    /// memory; `zorilla fetch` streams to disk instead).
+    pub async fn read_output(&mut self, job: u64, name: &str) -> Result<Vec<u8>, ClientError> {
+        let mut data = Vec::new();
+        loop {
+            let block = self
+                .output_block(job, name, data.len() as u64, MAX_OUTPUT_BLOCK_BYTES)
+                .await?;
+            if block.data.is_empty() {
+                return Ok(data);
+            }
+            data.extend_from_slice(&block.data);
+            if data.len() as u64 >= block.size {
+                return Ok(data);
+            }
         }
     }
 

@@ -111,8 +111,9 @@ pub struct Config {
     /// Memory offered to jobs, MiB. Default: [`DEFAULT_MEMORY_SHARE`] of
     /// the machine's.
     pub memory_mib: Option<u64>,
-    /// Disk offered to jobs, MiB. Default: [`DEFAULT_DISK_SHARE`] of the
-    /// state directory's free space.
+    /// Disk offered to jobs, MiB, and the most a home keeps of one job's
+    /// outputs. Default: [`DEFAULT_DISK_SHARE`] of the state directory's
+    /// free space.
     pub disk_mib: Option<u64>,
     /// J: jobs with workers on this node at once. Default
     /// [`DEFAULT_MAX_JOBS`].

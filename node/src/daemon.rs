@@ -323,6 +323,7 @@ pub async fn run(
             max_clients: daemon.max_clients,
             started: Instant::now(),
             activity: activity_rx,
+            store: store.clone(),
         },
     ));
     tracing::info!(%peer, %client_addr, ?listen, %web_addr, %resources, "node ready");

@@ -19,7 +19,8 @@ use zorilla_webui::model;
 
 use crate::protocol::{
     self, ErrorKind, Hello, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, NamedFile,
-    NodeInfo, PeerEntry, Pending, RankStatus, Request, Response, Welcome,
+    NodeInfo, OutputData, OutputEntry, OutputPage, PeerEntry, Pending, RankStatus, Request,
+    Response, Welcome,
 };
 use crate::store::{self, FileRef, JobRecord};
 use crate::wire::{self, BarrierMsg, JobInfo, PeerReply, PeerRpc};
@@ -257,7 +258,7 @@ fn hello(g: &mut Gen) -> Hello {
 
 fn request(g: &mut Gen) -> Request {
     let job = g.int();
-    match g.below(9) {
+    match g.below(10) {
         0 => Request::Submit {
             job: job_request(g),
             module: g.bytes(),
@@ -271,7 +272,16 @@ fn request(g: &mut Gen) -> Request {
             from: g.int(),
             wait_secs: g.u32(),
         },
-        5 => Request::Outputs { job },
+        5 => Request::Outputs {
+            job,
+            after: g.string(),
+        },
+        8 => Request::OutputBlock {
+            job,
+            name: g.string(),
+            offset: g.int(),
+            len: g.u32(),
+        },
         6 => Request::NodeInfo,
         7 => Request::Resize {
             job,
@@ -322,7 +332,19 @@ fn response(g: &mut Gen) -> Response {
             next: g.int(),
             ended: g.bool(),
         }),
-        5 => Response::Outputs(g.vec(named_file)),
+        5 => match g.bool() {
+            true => Response::Outputs(OutputPage {
+                files: g.vec(|g| OutputEntry {
+                    name: g.string(),
+                    size: g.int(),
+                }),
+                more: g.bool(),
+            }),
+            false => Response::OutputBlock(OutputData {
+                data: g.bytes(),
+                size: g.int(),
+            }),
+        },
         6 => Response::NodeInfo(NodeInfo {
             peer: g.string(),
             listen: g.vec(Gen::string),

@@ -33,3 +33,5 @@ pub mod validate;
 mod wire;
 
 pub use daemon::{Daemon, ReadyLine, WorkerTimeCaps, run};
+#[doc(hidden)]
+pub use store::bench_append;

@@ -31,7 +31,7 @@ use crate::protocol::{
     NodeInfo, Pending, RankStatus, Request, Response,
 };
 use crate::status::{self, Publisher};
-use crate::store::{FileRef, JobRecord, Store, StoreError};
+use crate::store::{Append, FileRef, JobRecord, Store, StoreError, Writer};
 use crate::validate;
 use crate::wire::{BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, decode, encode};
 
@@ -145,6 +145,11 @@ pub(crate) struct Node {
     overlay: OverlayHandle,
     net: Net,
     store: Arc<Store>,
+    /// Writes what workers send (logs, outputs) off the loop.
+    writer: Writer,
+    /// Output bytes accepted per job under way at this home (see
+    /// [`Node::output_room`]).
+    output_bytes: HashMap<u64, u64>,
     sandbox: Sandbox,
     dir: PathBuf,
     /// Jobs this node is home to that are under way (finished ones move
@@ -214,6 +219,8 @@ impl Node {
                 local: local_tx,
             },
             overlay,
+            writer: Writer::start(store.clone()).expect("cannot start the store's writer thread"),
+            output_bytes: HashMap::new(),
             store,
             sandbox,
             dir,
@@ -461,14 +468,9 @@ impl Node {
             Request::Resize { job, max_workers } => self.resize(job, max_workers),
             // Answered by the connection from the overlay handle.
             Request::Peers => Response::error(ErrorKind::Internal, "peers are not the loop's"),
-            Request::Outputs { job } => {
-                if self.record(job).is_none() {
-                    return not_found(job);
-                }
-                match self.store.outputs(job) {
-                    Ok(files) => Response::Outputs(files),
-                    Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
-                }
+            // Answered by the connection from the store.
+            Request::Outputs { .. } | Request::OutputBlock { .. } => {
+                Response::error(ErrorKind::Internal, "outputs are not the loop's")
             }
             Request::NodeInfo => {
                 let r = self.sched.config().resources;
@@ -901,33 +903,29 @@ impl Node {
                 },
                 None => PeerReply::Error(format!("rank {to} not here")),
             },
-            PeerRpc::Log { job, chunk } => self.home_only(from, job, |node| {
-                node.store
-                    .append_log(job, &chunk)
-                    .map_err(|e| e.to_string())?;
-                node.activity.send_modify(|n| *n = n.wrapping_add(1));
-                Ok(())
-            }),
+            PeerRpc::Log { job, chunk } => match self.home_only(from, job, |_| Ok(())) {
+                PeerReply::Ack => return self.append(reply, Append::Log { job, chunk }),
+                refused => refused,
+            },
             PeerRpc::Output {
                 job,
                 name,
                 offset,
                 data,
-            } => self.home_only(from, job, |node| {
-                // Clients write outputs under these names: one that could
-                // leave their directory, or that names a rank the sender
-                // does not run, is refused here already.
-                let sender = from.to_string();
-                check_output_name(&name, |rank| {
-                    node.jobs
-                        .get(&job)
-                        .and_then(|record| record.ranks.get(&rank))
-                        .is_some_and(|r| r.node == sender)
-                })?;
-                node.store
-                    .append_output(job, &name, offset, &data)
-                    .map_err(|e| e.to_string())
-            }),
+            } => match self.accept_output(from, job, &name, data.len()) {
+                Ok(()) => {
+                    let last = data.len() < BLOCK_BYTES;
+                    let item = Append::Output {
+                        job,
+                        name,
+                        offset,
+                        data,
+                        last,
+                    };
+                    return self.append(reply, item);
+                }
+                Err(e) => PeerReply::Error(e),
+            },
             PeerRpc::WorkerEnded {
                 job,
                 rank,
@@ -960,6 +958,76 @@ impl Node {
                 }
             }
         });
+    }
+
+    /// Hands a log chunk or output block to the store's writer, and
+    /// answers the sender once it is written (so a sender waits for the
+    /// disk, and the loop does not).
+    fn append(&self, to: Reply, item: Append) {
+        let writer = self.writer.clone();
+        let activity = self.activity.clone();
+        let overlay = self.overlay.clone();
+        tokio::spawn(async move {
+            let answer = match writer.append(item).await {
+                Ok(()) => {
+                    activity.send_modify(|n| *n = n.wrapping_add(1));
+                    PeerReply::Ack
+                }
+                Err(e) => PeerReply::Error(e.to_string()),
+            };
+            match to {
+                Reply::Local(tx) => {
+                    let _ = tx.send(answer);
+                }
+                Reply::Overlay(r) => {
+                    let _ = overlay.respond(r, encode(&answer)).await;
+                }
+            }
+        });
+    }
+
+    /// Whether a block of `len` bytes of output `name` of `job` from
+    /// `from` is taken: only while the job is under way here, from a node
+    /// running the rank the name starts with, and while the job's outputs
+    /// stay within what this home keeps for a job ([`output_room`]). A
+    /// refusal says why in one sentence, which the sender puts in the
+    /// job's log.
+    fn accept_output(
+        &mut self,
+        from: PeerId,
+        job: u64,
+        name: &str,
+        len: usize,
+    ) -> Result<(), String> {
+        let Some(record) = self.jobs.get(&job) else {
+            return Err(format!(
+                "job {} is over (or unknown here): its outputs are no longer taken",
+                JobId(job)
+            ));
+        };
+        // Clients write outputs under these names: one that could leave
+        // their directory, or that names a rank the sender does not run,
+        // is refused here already.
+        let sender = from.to_string();
+        check_output_name(name, |rank| {
+            record.ranks.get(&rank).is_some_and(|r| r.node == sender)
+        })?;
+        let room = output_room(&record.request, self.sched.config().resources.disk_mib);
+        let store = &self.store;
+        let used = self
+            .output_bytes
+            .entry(job)
+            .or_insert_with(|| store.output_bytes(job).unwrap_or(0));
+        let after = used.saturating_add(len as u64);
+        if after > room {
+            return Err(format!(
+                "the outputs of job {} reached the {} MiB its home keeps for one job",
+                JobId(job),
+                room / (1024 * 1024)
+            ));
+        }
+        *used = after;
+        Ok(())
     }
 
     /// Accepts output for a job only from a node that runs (or ran) one of
@@ -1136,6 +1204,7 @@ impl Node {
             self.persist(&record);
             // Finished: out of memory (but for the newest few).
             self.jobs.remove(&job);
+            self.output_bytes.remove(&job);
             self.finished.add(record);
         }
     }
@@ -1680,6 +1749,22 @@ fn check_hash(sha256: &str) -> Result<(), String> {
     }
 }
 
+/// The most output bytes a home keeps of one job: the disk this node
+/// offers to jobs (`disk_mib` of its configuration), and no more than the
+/// job's workers may leave in all when the job says how much disk each
+/// gets (its `disk_mib` times its most workers).
+fn output_room(request: &JobRequest, home_disk_mib: u64) -> u64 {
+    let mut mib = home_disk_mib;
+    if request.disk_mib > 0 {
+        mib = mib.min(
+            request
+                .disk_mib
+                .saturating_mul(u64::from(request.max_workers)),
+        );
+    }
+    mib.saturating_mul(1024 * 1024)
+}
+
 /// Checks the name of an output file a worker node sends: `rank/path`,
 /// a relative name that stays inside a directory ([`jobfs::check_relative`]),
 /// whose rank the sender runs (`runs`).
@@ -1736,6 +1821,7 @@ async fn supervise(
             }
         }
     };
+    let cancel = handle.cancel_handle();
     let wait = handle.wait();
     tokio::pin!(wait);
     let report = loop {
@@ -1760,15 +1846,17 @@ async fn supervise(
         return Done::WorkerEnded { job, rank };
     }
     drain.await;
-    send_outputs(
-        &net,
-        home,
-        job,
-        rank,
-        &job_dir.join("outputs"),
-        outputs_limit,
-    )
-    .await;
+    let outputs = job_dir.join("outputs");
+    let sent = send_outputs(&net, home, job, rank, &outputs, outputs_limit);
+    tokio::select! {
+        () = sent => {}
+        // The job was stopped while its outputs went home: they are not
+        // wanted any more.
+        () = cancel.cancelled() => {
+            let _ = std::fs::remove_dir_all(&job_dir);
+            return Done::WorkerEnded { job, rank };
+        }
+    }
     let (success, outcome) = match &report.outcome {
         Outcome::Exited(0) => (true, "exited with status 0".to_string()),
         Outcome::Exited(code) => (false, format!("exited with status {code}")),
@@ -1803,7 +1891,10 @@ async fn supervise(
 /// below it) to the home, named `rank/path`, in blocks, never holding more
 /// than a block in memory; `limit` bytes in all. Nothing is opened through
 /// a link (see [`jobfs`]): every other entry (a link, a pipe, a device, a
-/// file beyond the limit) is skipped with a line in the rank's log.
+/// file beyond the limit) is skipped with a line in the rank's log. A block
+/// the home refuses (the job is over, it has all the outputs its home
+/// keeps, the home's disk is full) ends the sending, with the home's
+/// reason in the rank's log.
 async fn send_outputs(net: &Net, home: PeerId, job: u64, rank: u32, outputs: &Path, limit: u64) {
     use tokio::io::AsyncReadExt;
     let log = |line: String| {
@@ -1874,7 +1965,24 @@ async fn send_outputs(net: &Net, home: PeerId, job: u64, rank: u32, outputs: &Pa
                 offset,
                 data: block,
             };
-            let _ = net.call(home, rpc).await;
+            let mut answer = Err(String::new());
+            for _ in 0..3 {
+                answer = net.call(home, rpc.clone()).await;
+                if answer.is_ok() {
+                    break;
+                }
+            }
+            match answer {
+                Ok(PeerReply::Error(e)) => {
+                    return log(format!("outputs/{name} and the rest were not sent: {e}")).await;
+                }
+                Ok(_) => {}
+                // A file with a hole is worse than none: the home has it
+                // up to here, and the log says so.
+                Err(e) => {
+                    return log(format!("outputs/{name} could not be sent home: {e}")).await;
+                }
+            }
             offset += n;
             if last {
                 break;

@@ -4,10 +4,12 @@
 //! its answer written back. A bad frame gets an error reply and closes that
 //! connection only.
 //!
-//! Two requests are answered here rather than by the loop: `Peers` (from
-//! the overlay handle) and the waiting part of `Logs` (the loop answers at
-//! once; a connection that asked to wait watches the loop's activity
-//! counter and asks again when it moves, so the loop never holds a reply).
+//! Some requests are answered here rather than by the loop: `Peers` (from
+//! the overlay handle), `Outputs` and `OutputBlock` (from the store, on a
+//! blocking thread: reading a large output never holds up the loop), and
+//! the waiting part of `Logs` (the loop answers at once; a connection that
+//! asked to wait watches the loop's activity counter and asks again when
+//! it moves, so the loop never holds a reply).
 //!
 //! # Memory
 //!
@@ -43,9 +45,10 @@ use zorilla_sandbox::Sandbox;
 use crate::node::Command;
 use crate::protocol::frame::{DEFAULT_MAX_FRAME, FrameError, HELLO_MAX_FRAME};
 use crate::protocol::{
-    Connection, ConnectionError, ErrorKind, Hello, MAX_WAIT_SECS, PROTOCOL_VERSION, PeerEntry,
-    Request, Response, Welcome,
+    Connection, ConnectionError, ErrorKind, Hello, MAX_OUTPUT_LIST, MAX_WAIT_SECS, OutputData,
+    OutputEntry, OutputPage, PROTOCOL_VERSION, PeerEntry, Request, Response, Welcome,
 };
+use crate::store::Store;
 
 /// The default bound on clients connected at once.
 pub(crate) const DEFAULT_MAX_CLIENTS: usize = 128;
@@ -66,6 +69,7 @@ pub(crate) struct ServerConfig {
     pub(crate) max_clients: usize,
     pub(crate) started: Instant,
     pub(crate) activity: watch::Receiver<u64>,
+    pub(crate) store: Arc<Store>,
 }
 
 /// Accepts clients until the listener fails or the node stops.
@@ -192,6 +196,15 @@ async fn handle(
 async fn answer(request: Request, config: &ServerConfig) -> Response {
     match request {
         Request::Peers => peers(&config.overlay).await,
+        Request::Outputs { .. } | Request::OutputBlock { .. } => {
+            if let Err(e) = crate::validate::output_request(&request) {
+                return Response::error(ErrorKind::BadRequest, e.to_string());
+            }
+            let store = config.store.clone();
+            tokio::task::spawn_blocking(move || outputs(&store, request))
+                .await
+                .unwrap_or_else(|e| Response::error(ErrorKind::Internal, e.to_string()))
+        }
         Request::Logs {
             job,
             from,
@@ -286,6 +299,52 @@ async fn ask(request: Request, config: &ServerConfig) -> Response {
             .unwrap_or_else(|_| Response::error(ErrorKind::Internal, "node is shutting down")),
         Err(_) => Response::error(ErrorKind::Internal, "node is shutting down"),
     }
+}
+
+/// Answers `Outputs` and `OutputBlock` from the store (blocking: reads the
+/// database and the files).
+fn outputs(store: &Store, request: Request) -> Response {
+    let job = match &request {
+        Request::Outputs { job, .. } | Request::OutputBlock { job, .. } => *job,
+        _ => return Response::error(ErrorKind::Internal, "not an outputs request"),
+    };
+    let id = zorilla_core::advert::JobId(job);
+    match store.job(job) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return Response::error(ErrorKind::NotFound, format!("no job {id} on this node"));
+        }
+        Err(e) => return Response::error(ErrorKind::Internal, e.to_string()),
+    }
+    let answer = match request {
+        Request::OutputBlock {
+            name, offset, len, ..
+        } => store
+            .output_block(job, &name, offset, len as usize)
+            .map(|block| match block {
+                Some((data, size)) => Response::OutputBlock(OutputData { data, size }),
+                None => Response::error(
+                    ErrorKind::NotFound,
+                    format!("job {id} has no output named {name:?}"),
+                ),
+            }),
+        Request::Outputs { after, .. } => {
+            store
+                .output_files(job, &after, MAX_OUTPUT_LIST)
+                .map(|(files, more)| {
+                    let files = files
+                        .into_iter()
+                        .map(|f| OutputEntry {
+                            name: f.name,
+                            size: f.size,
+                        })
+                        .collect();
+                    Response::Outputs(OutputPage { files, more })
+                })
+        }
+        _ => return Response::error(ErrorKind::Internal, "not an outputs request"),
+    };
+    answer.unwrap_or_else(|e| Response::error(ErrorKind::Internal, e.to_string()))
 }
 
 async fn peers(overlay: &OverlayHandle) -> Response {

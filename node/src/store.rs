@@ -11,6 +11,14 @@
 //! Log chunks are kept as they arrived, with their arrival time beside them
 //! (its own table, so that databases written before it still read): the
 //! status page shows when each line came.
+//!
+//! Output files are not in the database: each is a file of its own under
+//! `outputs/<job>/<sha256 of its name>` beside it, written at the offset a
+//! block names (so a block costs its own bytes, whatever the file's size),
+//! and the database holds only which names a job has
+//! ([`OUTPUT_FILES`]). A file's size is its length on disk. Logs and
+//! outputs are written by a thread of their own ([`Writer`]), many at a
+//! time in one transaction, never by the node's event loop.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -23,12 +31,24 @@ use redb::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{JobPhase, JobRequest, LogChunk, NamedFile, RankStatus};
+use sha2::{Digest, Sha256};
+
+use crate::protocol::{JobPhase, JobRequest, LogChunk, RankStatus};
+
+mod writer;
+
+pub use writer::bench_append;
+pub(crate) use writer::{Append, Writer};
 
 const JOBS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("jobs");
 const BLOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("blobs");
 const LOGS: TableDefinition<'_, (u64, u64), &[u8]> = TableDefinition::new("logs");
+/// Output files of older versions, whole in one value: moved to files
+/// (see [`OUTPUT_FILES`]) when the store opens.
 const OUTPUTS: TableDefinition<'_, (u64, &str), &[u8]> = TableDefinition::new("outputs");
+/// The output files of each job, by name (`rank/path`); the bytes are in
+/// the file [`output_path`] names. The value is unused (0).
+const OUTPUT_FILES: TableDefinition<'_, (u64, &str), u64> = TableDefinition::new("output_files");
 /// When each log chunk arrived, in milliseconds since the Unix epoch; same
 /// keys as [`LOGS`].
 const LOG_TIMES: TableDefinition<'_, (u64, u64), u64> = TableDefinition::new("log_times");
@@ -190,6 +210,9 @@ enum Deferred {
         name: String,
         offset: u64,
         data: Vec<u8>,
+        /// The file's last block: its bytes go to the disk before the
+        /// write counts as done.
+        last: bool,
     },
 }
 
@@ -202,7 +225,9 @@ impl Deferred {
         }
     }
 
-    fn apply(&self, tx: &WriteTransaction) -> Result<(), redb::Error> {
+    /// Makes the write; returns whether it changed the database (an
+    /// output block that continues a file changes only the file).
+    fn apply(&self, tx: &WriteTransaction, outputs: &Path) -> Result<bool, redb::Error> {
         match self {
             Deferred::Job { id, bytes } => {
                 tx.open_table(JOBS)?.insert(*id, bytes.as_slice())?;
@@ -222,23 +247,83 @@ impl Deferred {
                 name,
                 offset,
                 data,
+                last,
             } => {
-                let mut table = tx.open_table(OUTPUTS)?;
-                let mut current = if *offset == 0 {
-                    Vec::new()
-                } else {
-                    table
-                        .get((*job, name.as_str()))?
-                        .map(|v| v.value().to_vec())
-                        .unwrap_or_default()
-                };
-                current.truncate(*offset as usize);
-                current.extend_from_slice(data);
-                table.insert((*job, name.as_str()), current.as_slice())?;
+                let registered = *offset == 0;
+                if registered {
+                    tx.open_table(OUTPUT_FILES)?
+                        .insert((*job, name.as_str()), 0)?;
+                }
+                write_output(outputs, *job, name, *offset, data, *last)?;
+                return Ok(registered);
             }
         }
-        Ok(())
+        Ok(true)
     }
+}
+
+/// The file holding output `name` of `job` below the outputs directory:
+/// named by the hash of the name, so that no name a worker sends becomes a
+/// path.
+fn output_path(outputs: &Path, job: u64, name: &str) -> PathBuf {
+    let hash = Sha256::digest(name.as_bytes());
+    let mut hex = String::with_capacity(64);
+    for b in hash {
+        use std::fmt::Write;
+        let _ = write!(hex, "{b:02x}");
+    }
+    outputs.join(job.to_string()).join(hex)
+}
+
+/// Opens an output file of the node's own, never through a link.
+fn open_output(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .create(write)
+        .truncate(false)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
+/// Writes `data` at `offset` of an output file and cuts the file there (a
+/// file sent again from 0 does not keep its old tail); the last block is
+/// synced to the disk.
+fn write_output(
+    outputs: &Path,
+    job: u64,
+    name: &str,
+    offset: u64,
+    data: &[u8],
+    last: bool,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let path = output_path(outputs, job, name);
+    if offset == 0
+        && let Some(dir) = path.parent()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = open_output(&path, true)?;
+    file.write_all_at(data, offset)?;
+    let end = offset.saturating_add(data.len() as u64);
+    if file.metadata()?.len() != end {
+        file.set_len(end)?;
+    }
+    if last {
+        file.sync_data()?;
+    }
+    Ok(())
+}
+
+/// An output file a job has at its home.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OutputFile {
+    /// `rank/path`.
+    pub(crate) name: String,
+    /// Its bytes so far.
+    pub(crate) size: u64,
 }
 
 /// Why the disk cannot be written, and when to try it again.
@@ -300,6 +385,8 @@ impl Health {
 pub(crate) struct Store {
     /// The database's directory, whose free space says when to try again.
     dir: PathBuf,
+    /// Where output files are (`outputs/` beside the database).
+    outputs: PathBuf,
     open: Opener,
     /// `None` while the database could not be reopened.
     db: RwLock<Option<Database>>,
@@ -327,10 +414,12 @@ impl Store {
     /// the store unwritable rather than failing (it may be full at start).
     fn with_opener(path: &Path, open: Opener) -> Result<Store, StoreError> {
         let db = open().map_err(classify)?;
+        let dir = path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_owned);
         let store = Store {
-            dir: path
-                .parent()
-                .map_or_else(|| PathBuf::from("."), Path::to_owned),
+            outputs: dir.join("outputs"),
+            dir,
             open,
             db: RwLock::new(Some(db)),
             health: Mutex::new(Health::default()),
@@ -343,9 +432,10 @@ impl Store {
             tx.open_table(OUTPUTS)?;
             tx.open_table(LOG_TIMES)?;
             tx.open_table(META)?;
-            Ok(())
+            tx.open_table(OUTPUT_FILES)?;
+            Ok(true)
         });
-        match tables {
+        match tables.and_then(|()| store.move_old_outputs()) {
             Ok(()) | Err(StoreError::Unwritable(_)) => Ok(store),
             Err(e) => Err(e),
         }
@@ -390,12 +480,13 @@ impl Store {
             health.failed(reason_of(&e));
             return false;
         }
+        let outputs = &self.outputs;
         let result = self.transact(|tx| {
             for item in &health.deferred {
-                item.apply(tx)?;
+                item.apply(tx, outputs)?;
             }
             tx.open_table(META)?.insert("written", unix_ms())?;
-            Ok(())
+            Ok(true)
         });
         match result {
             Ok(()) => {
@@ -447,26 +538,30 @@ impl Store {
         result.unwrap_or_else(|| Err(StoreError::Unwritable(self.lock_health().reason())))
     }
 
-    /// Runs `f` in a write transaction and commits it, without looking at
-    /// or changing the store's health.
+    /// Runs `f` in a write transaction and commits it if `f` says it
+    /// changed something (a commit costs a sync of the disk), without
+    /// looking at or changing the store's health.
     fn transact(
         &self,
-        f: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+        f: impl FnOnce(&WriteTransaction) -> Result<bool, redb::Error>,
     ) -> Result<(), StoreError> {
         let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
         let Some(db) = db.as_ref() else {
             return Err(StoreError::Unwritable("the database is closed".into()));
         };
         let tx = db.begin_write().map_err(|e| classify(e.into()))?;
-        f(&tx).map_err(classify)?;
-        tx.commit().map_err(|e| classify(e.into()))
+        if f(&tx).map_err(classify)? {
+            tx.commit().map_err(|e| classify(e.into()))
+        } else {
+            tx.abort().map_err(|e| classify(e.into()))
+        }
     }
 
     /// Writes now if the disk can be written (trying it again first if it
     /// could not); a failure for the disk marks the store unwritable.
     fn write_now(
         &self,
-        f: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+        f: impl FnOnce(&WriteTransaction) -> Result<bool, redb::Error>,
     ) -> Result<(), StoreError> {
         if !self.retry() {
             return Err(StoreError::Unwritable(self.lock_health().reason()));
@@ -486,9 +581,32 @@ impl Store {
     /// Writes accepted data now, or keeps it for when the disk can be
     /// written again (refused only past [`MAX_DEFERRED_BYTES`]).
     fn write_or_defer(&self, item: Deferred) -> Result<(), StoreError> {
-        match self.write_now(|tx| item.apply(tx)) {
+        match self.write_now(|tx| item.apply(tx, &self.outputs)) {
             Err(StoreError::Unwritable(reason)) => self.defer(item, reason),
             other => other,
+        }
+    }
+
+    /// [`Store::write_or_defer`] for many writes at once, in one
+    /// transaction (one commit, one sync of the database for all of them);
+    /// the result of each, in order.
+    fn write_or_defer_all(&self, items: Vec<Deferred>) -> Vec<Result<(), StoreError>> {
+        let result = self.write_now(|tx| {
+            let mut changed = false;
+            for item in &items {
+                changed |= item.apply(tx, &self.outputs)?;
+            }
+            Ok(changed)
+        });
+        match result {
+            Ok(()) => items.iter().map(|_| Ok(())).collect(),
+            // Output blocks already written go again: the same bytes at the
+            // same place.
+            Err(StoreError::Unwritable(reason)) => items
+                .into_iter()
+                .map(|item| self.defer(item, reason.clone()))
+                .collect(),
+            Err(e) => items.iter().map(|_| Err(e.clone())).collect(),
         }
     }
 
@@ -556,7 +674,7 @@ impl Store {
                 }
             }
             tx.open_table(JOBS)?.insert(job.id, bytes.as_slice())?;
-            Ok(())
+            Ok(true)
         })
     }
 
@@ -612,7 +730,8 @@ impl Store {
     }
 
     /// Appends a log chunk of a job (kept in memory until the disk can be
-    /// written if it cannot now).
+    /// written if it cannot now). The node appends through the [`Writer`].
+    #[cfg(test)]
     pub(crate) fn append_log(&self, job: u64, chunk: &LogChunk) -> Result<(), StoreError> {
         let mut bytes = Vec::new();
         ciborium::into_writer(chunk, &mut bytes).map_err(err)?;
@@ -682,68 +801,130 @@ impl Store {
         })
     }
 
-    /// Appends `data` to output file `name` of a job (`offset` 0 starts it
-    /// afresh, so a resent file does not double); kept in memory until the
-    /// disk can be written if it cannot now.
+    /// Writes `data` at `offset` of output file `name` of a job (`offset`
+    /// 0 starts it afresh, so a resent file does not double), in O(`data`);
+    /// kept in memory until the disk can be written if it cannot now.
+    /// `last`: the file's last block, synced before this returns. The node
+    /// appends through the [`Writer`], off the event loop.
+    #[cfg(test)]
     pub(crate) fn append_output(
         &self,
         job: u64,
         name: &str,
         offset: u64,
         data: &[u8],
+        last: bool,
     ) -> Result<(), StoreError> {
         self.write_or_defer(Deferred::Output {
             job,
             name: name.to_owned(),
             offset,
             data: data.to_vec(),
+            last,
         })
     }
 
-    /// A job's output files (with what waits for the disk).
-    pub(crate) fn outputs(&self, job: u64) -> Result<Vec<NamedFile>, StoreError> {
-        let mut out = self.read(|tx| {
-            let table = tx.open_table(OUTPUTS)?;
-            let mut out = Vec::new();
-            for entry in table.range((job, "")..)? {
-                let (key, value) = entry?;
+    /// A job's output files in name order after `after` (all of them for
+    /// ""), at most `max`, and whether more follow. Blocks waiting for the
+    /// disk are not counted until they are written.
+    pub(crate) fn output_files(
+        &self,
+        job: u64,
+        after: &str,
+        max: usize,
+    ) -> Result<(Vec<OutputFile>, bool), StoreError> {
+        use std::ops::Bound;
+        let names = self.read(|tx| {
+            let table = tx.open_table(OUTPUT_FILES)?;
+            let start = if after.is_empty() {
+                Bound::Included((job, ""))
+            } else {
+                Bound::Excluded((job, after))
+            };
+            let mut names = Vec::new();
+            for entry in table.range::<(u64, &str)>((start, Bound::Unbounded))? {
+                let (key, _) = entry?;
                 let (j, name) = key.value();
-                if j != job {
+                if j != job || names.len() > max {
                     break;
                 }
-                out.push(NamedFile {
-                    name: name.to_owned(),
-                    data: value.value().to_vec(),
-                });
+                names.push(name.to_owned());
             }
-            Ok(out)
+            Ok(names)
         })?;
-        let health = self.lock_health();
-        for item in &health.deferred {
-            if let Deferred::Output {
-                job: j,
-                name,
-                offset,
-                data,
-            } = item
-                && *j == job
-            {
-                let file = match out.iter().position(|f| f.name == *name) {
-                    Some(i) => &mut out[i],
-                    None => {
-                        out.push(NamedFile {
-                            name: name.clone(),
-                            data: Vec::new(),
-                        });
-                        out.last_mut().expect("just pushed")
-                    }
-                };
-                file.data.truncate(*offset as usize);
-                file.data.extend_from_slice(data);
+        let more = names.len() > max;
+        let files = names
+            .into_iter()
+            .take(max)
+            .map(|name| {
+                let size = std::fs::symlink_metadata(output_path(&self.outputs, job, &name))
+                    .map_or(0, |m| m.len());
+                OutputFile { name, size }
+            })
+            .collect();
+        Ok((files, more))
+    }
+
+    /// Bytes of all of a job's output files.
+    pub(crate) fn output_bytes(&self, job: u64) -> Result<u64, StoreError> {
+        let (files, _) = self.output_files(job, "", usize::MAX - 1)?;
+        Ok(files.iter().map(|f| f.size).sum())
+    }
+
+    /// Up to `len` bytes of output file `name` of a job from `offset`, and
+    /// the file's size; `None` if the job has no such file.
+    pub(crate) fn output_block(
+        &self,
+        job: u64,
+        name: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<(Vec<u8>, u64)>, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let known = self.read(|tx| Ok(tx.open_table(OUTPUT_FILES)?.get((job, name))?.is_some()))?;
+        if !known {
+            return Ok(None);
+        }
+        let file = match open_output(&output_path(&self.outputs, job, name), false) {
+            Ok(file) => file,
+            // Named, but its first block waits for the disk.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some((Vec::new(), 0))),
+            Err(e) => return Err(StoreError::Failed(io_reason(&e))),
+        };
+        let size = file.metadata().map_err(|e| err(io_reason(&e)))?.len();
+        let want = (len as u64).min(size.saturating_sub(offset)) as usize;
+        let mut data = vec![0; want];
+        let mut got = 0;
+        while got < want {
+            match file.read_at(&mut data[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(StoreError::Failed(io_reason(&e))),
             }
         }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        data.truncate(got);
+        Ok(Some((data, size)))
+    }
+
+    /// Moves output files of an older version's database (whole values in
+    /// [`OUTPUTS`]) to files, once.
+    fn move_old_outputs(&self) -> Result<(), StoreError> {
+        let any = self.read(|tx| Ok(tx.open_table(OUTPUTS)?.first()?.is_some()))?;
+        if !any {
+            return Ok(());
+        }
+        let outputs = &self.outputs;
+        self.write_now(|tx| {
+            let mut old = tx.open_table(OUTPUTS)?;
+            let mut files = tx.open_table(OUTPUT_FILES)?;
+            while let Some((key, value)) = old.pop_first()? {
+                let (job, name) = key.value();
+                write_output(outputs, job, name, 0, value.value(), true)?;
+                files.insert((job, name), 0)?;
+            }
+            Ok(true)
+        })
     }
 }
 
@@ -797,9 +978,9 @@ mod tests {
                     )
                     .unwrap();
             }
-            store.append_output(7, "0/out", 0, b"he").unwrap();
-            store.append_output(7, "0/out", 2, b"llo").unwrap();
-            store.append_output(8, "0/out", 0, b"other").unwrap();
+            store.append_output(7, "0/out", 0, b"he", false).unwrap();
+            store.append_output(7, "0/out", 2, b"llo", true).unwrap();
+            store.append_output(8, "0/out", 0, b"other", true).unwrap();
         }
         let store = Store::open(&path).unwrap();
         assert_eq!(store.jobs().unwrap(), vec![job]);
@@ -814,9 +995,192 @@ mod tests {
         let (page, next) = store.logs_from(7, next, 1).unwrap();
         assert_eq!((page[0].data.as_slice(), next), (b"two".as_slice(), 2));
         assert!(store.logs_from(7, next, 1).unwrap().0.is_empty());
-        let outputs = store.outputs(7).unwrap();
-        assert_eq!(outputs.len(), 1);
-        assert_eq!(outputs[0].data, b"hello");
+        let (files, more) = store.output_files(7, "", 10).unwrap();
+        assert_eq!(
+            (files, more),
+            (
+                vec![OutputFile {
+                    name: "0/out".into(),
+                    size: 5
+                }],
+                false
+            )
+        );
+        assert_eq!(
+            store.output_block(7, "0/out", 0, 100).unwrap(),
+            Some((b"hello".to_vec(), 5))
+        );
+        assert_eq!(store.output_block(7, "0/other", 0, 100).unwrap(), None);
+    }
+
+    /// Bytes of the files below `dir`.
+    fn tree_size(dir: &Path) -> u64 {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let meta = e.metadata().unwrap();
+                if meta.is_dir() {
+                    tree_size(&e.path())
+                } else {
+                    meta.len()
+                }
+            })
+            .sum()
+    }
+
+    /// An output of many blocks costs its own size on disk (each block is
+    /// written where it goes, not the whole file again), reads back in
+    /// blocks, and starts afresh when sent again from 0.
+    #[test]
+    fn outputs_grow_by_their_blocks_and_read_back_in_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.redb")).unwrap();
+        let empty = tree_size(dir.path());
+        let block: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+        let blocks = 128u64; // 32 MiB
+        for i in 0..blocks {
+            let offset = i * block.len() as u64;
+            store
+                .append_output(3, "0/big", offset, &block, i + 1 == blocks)
+                .unwrap();
+        }
+        let size = blocks * block.len() as u64;
+        let used = tree_size(dir.path()) - empty;
+        assert!(
+            used >= size && used < size + 1024 * 1024,
+            "{used} bytes on disk for {size}"
+        );
+        let (files, _) = store.output_files(3, "", 10).unwrap();
+        assert_eq!(files[0].size, size);
+        // A block from the middle, and the end.
+        let (data, total) = store.output_block(3, "0/big", 1000, 5000).unwrap().unwrap();
+        assert_eq!((data.as_slice(), total), (&block[1000..6000], size));
+        let (data, _) = store
+            .output_block(3, "0/big", size - 10, 100)
+            .unwrap()
+            .unwrap();
+        assert_eq!(data, &block[block.len() - 10..]);
+        assert!(
+            store
+                .output_block(3, "0/big", size + 5, 100)
+                .unwrap()
+                .unwrap()
+                .0
+                .is_empty()
+        );
+        // Sent again from the start: the old tail goes.
+        store.append_output(3, "0/big", 0, b"again", true).unwrap();
+        assert_eq!(
+            store.output_block(3, "0/big", 0, 100).unwrap(),
+            Some((b"again".to_vec(), 5))
+        );
+    }
+
+    /// Listing pages: at most `max` names, in order, after the one given.
+    #[test]
+    fn output_listing_pages_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.redb")).unwrap();
+        for name in ["0/a", "0/b", "1/a", "1/sub/c"] {
+            store
+                .append_output(5, name, 0, name.as_bytes(), true)
+                .unwrap();
+        }
+        store
+            .append_output(6, "0/z", 0, b"other job", true)
+            .unwrap();
+        let names =
+            |files: Vec<OutputFile>| -> Vec<String> { files.into_iter().map(|f| f.name).collect() };
+        let (page, more) = store.output_files(5, "", 2).unwrap();
+        assert_eq!(
+            (names(page), more),
+            (vec!["0/a".into(), "0/b".into()], true)
+        );
+        let (page, more) = store.output_files(5, "0/b", 2).unwrap();
+        assert_eq!(
+            (names(page), more),
+            (vec!["1/a".into(), "1/sub/c".into()], false)
+        );
+        assert_eq!(store.output_bytes(5).unwrap(), 3 + 3 + 3 + 7);
+        assert!(store.output_files(7, "", 2).unwrap().0.is_empty());
+    }
+
+    /// The writer thread: what many senders hand it at once is all
+    /// written, each sender's in its order, and answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_writes_what_many_senders_hand_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(Store::open(&dir.path().join("state.redb")).unwrap());
+        let writer = Writer::start(store.clone()).unwrap();
+        let mut tasks = Vec::new();
+        for rank in 0..8u32 {
+            let writer = writer.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..50u32 {
+                    let chunk = LogChunk {
+                        rank,
+                        stderr: false,
+                        data: format!("{rank}:{i}\n").into_bytes(),
+                    };
+                    writer.append(Append::Log { job: 9, chunk }).await.unwrap();
+                    let item = Append::Output {
+                        job: 9,
+                        name: format!("{rank}/out"),
+                        offset: u64::from(i) * 4,
+                        data: i.to_le_bytes().to_vec(),
+                        last: i == 49,
+                    };
+                    writer.append(item).await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let (logs, next) = store.logs_from(9, 0, usize::MAX).unwrap();
+        assert_eq!(next, 400);
+        for rank in 0..8u32 {
+            let lines: Vec<String> = logs
+                .iter()
+                .filter(|c| c.rank == rank)
+                .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+                .collect();
+            let expected: Vec<String> = (0..50).map(|i| format!("{rank}:{i}\n")).collect();
+            assert_eq!(lines, expected);
+            let (data, size) = store
+                .output_block(9, &format!("{rank}/out"), 0, 1000)
+                .unwrap()
+                .unwrap();
+            assert_eq!(size, 200);
+            let expected: Vec<u8> = (0..50u32).flat_map(|i| i.to_le_bytes()).collect();
+            assert_eq!(data, expected);
+        }
+    }
+
+    /// Outputs that an older version kept whole in the database move to
+    /// files when the store opens.
+    #[test]
+    fn outputs_of_an_older_database_move_to_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let db = redb::Database::create(&path).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(OUTPUTS)
+                .unwrap()
+                .insert((4, "0/old.txt"), b"kept".as_slice())
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(
+            store.output_block(4, "0/old.txt", 0, 100).unwrap(),
+            Some((b"kept".to_vec(), 4))
+        );
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.output_files(4, "", 10).unwrap().0.len(), 1);
     }
 
     #[test]
@@ -963,8 +1327,8 @@ mod tests {
             data: b"line\n".to_vec(),
         };
         store.append_log(1, &chunk).unwrap();
-        store.append_output(1, "0/out", 0, b"he").unwrap();
-        store.append_output(1, "0/out", 2, b"llo").unwrap();
+        store.append_output(1, "0/out", 0, b"he", false).unwrap();
+        store.append_output(1, "0/out", 2, b"llo", true).unwrap();
         assert_eq!(store.job(1).unwrap().unwrap().phase, JobPhase::Completed);
         // Still full: tries fail, and nothing waiting is dropped.
         for _ in 0..3 {
@@ -1001,14 +1365,47 @@ mod tests {
             );
             let (logs, next) = store.logs_from(1, 0, usize::MAX).unwrap();
             assert_eq!((logs, next), (vec![chunk.clone()], 1));
-            let outputs = store.outputs(1).unwrap();
-            assert_eq!(outputs.len(), 1);
-            assert_eq!(outputs[0].data, b"hello");
+            assert_eq!(
+                store.output_block(1, "0/out", 0, 100).unwrap(),
+                Some((b"hello".to_vec(), 5))
+            );
             assert_eq!(store.blob_block("ab", 0, 10).unwrap().unwrap(), b"xyz");
         };
         check(&store);
         drop(store);
         check(&Store::open(&path).unwrap());
+    }
+
+    /// An output block whose file cannot be written (here: a file stands
+    /// where the job's directory goes) makes the store unwritable; the
+    /// block and those after it wait in memory, in order, and are written
+    /// once the obstacle is gone, without a restart.
+    #[test]
+    fn an_output_that_cannot_be_written_waits_and_is_written_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.redb")).unwrap();
+        std::fs::create_dir_all(dir.path().join("outputs")).unwrap();
+        let obstacle = dir.path().join("outputs").join("2");
+        std::fs::write(&obstacle, b"in the way").unwrap();
+        store
+            .append_output(2, "0/out", 0, b"first ", false)
+            .unwrap();
+        assert!(store.unwritable().is_some());
+        store.append_output(2, "0/out", 6, b"second", true).unwrap();
+        assert!(store.output_files(2, "", 10).unwrap().0.is_empty());
+        std::fs::remove_file(&obstacle).unwrap();
+        let start = Instant::now();
+        while !store.retry() {
+            assert!(
+                start.elapsed() < RETRY_MAX * 3,
+                "the store did not try the disk again"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            store.output_block(2, "0/out", 0, 100).unwrap(),
+            Some((b"first second".to_vec(), 12))
+        );
     }
 
     /// What waits for the disk is bounded: past [`MAX_DEFERRED_BYTES`]
@@ -1023,10 +1420,12 @@ mod tests {
         let block = vec![7u8; MAX_DEFERRED_BYTES / 4 - 1024];
         for i in 0..4 {
             let offset = (i * block.len()) as u64;
-            store.append_output(1, "0/big", offset, &block).unwrap();
+            store
+                .append_output(1, "0/big", offset, &block, false)
+                .unwrap();
         }
         assert!(matches!(
-            store.append_output(1, "0/big", 4 * block.len() as u64, &block),
+            store.append_output(1, "0/big", 4 * block.len() as u64, &block, false),
             Err(StoreError::Unwritable(_))
         ));
         for phase in [JobPhase::Running, JobPhase::Completed] {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
 use zorilla_core::node::SpecError;
 
-use crate::protocol::{JobRequest, NamedFile};
+use crate::protocol::{JobRequest, MAX_OUTPUT_BLOCK_BYTES, NamedFile, Request};
 use crate::wire::{BLOCK_BYTES, JobInfo, MAX_ASKED_JOBS, PeerRpc};
 
 /// Why something from outside was refused.
@@ -168,6 +168,31 @@ pub fn submission(
         return Err(Invalid::EmptyModule);
     }
     input_names(inputs.iter().map(|f| f.name.as_str()))
+}
+
+/// Checks a client's request for outputs: a block of at most
+/// [`MAX_OUTPUT_BLOCK_BYTES`], of a name (or after a name) of at most
+/// [`jobfs::MAX_NAME_BYTES`] bytes.
+///
+/// [`MAX_OUTPUT_BLOCK_BYTES`]: crate::protocol::MAX_OUTPUT_BLOCK_BYTES
+/// [`jobfs::MAX_NAME_BYTES`]: zorilla_sandbox::jobfs::MAX_NAME_BYTES
+pub fn output_request(request: &Request) -> Result<(), Invalid> {
+    use zorilla_sandbox::jobfs::MAX_NAME_BYTES;
+    match request {
+        Request::Outputs { after, .. } => {
+            limits::at_most("after's length in bytes", after.len(), MAX_NAME_BYTES)?;
+        }
+        Request::OutputBlock { name, len, .. } => {
+            limits::at_most(
+                "the output name's length in bytes",
+                name.len(),
+                MAX_NAME_BYTES,
+            )?;
+            limits::at_most("len", *len, MAX_OUTPUT_BLOCK_BYTES)?;
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// The longest outcome a worker's end may report, in bytes: 2 KiB (a trap

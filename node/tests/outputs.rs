@@ -127,13 +127,12 @@ async fn outputs_are_regular_files_only_and_links_out_are_skipped_with_a_log_lin
     assert_eq!(status.ranks[&0].node, worker.peer, "rank 0 ran at the home");
 
     // Exactly the two regular files, with their contents.
-    let outputs: BTreeMap<String, Vec<u8>> = client
-        .outputs(job)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|f| (f.name, f.data))
-        .collect();
+    let mut outputs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for file in client.outputs(job).await.unwrap() {
+        let data = client.read_output(job, &file.name).await.unwrap();
+        assert_eq!(data.len() as u64, file.size);
+        outputs.insert(file.name, data);
+    }
     let expected: BTreeMap<String, Vec<u8>> = [
         ("0/ok.txt".to_string(), b"inside\n".to_vec()),
         ("0/sub/deep.txt".to_string(), b"deep\n".to_vec()),

@@ -37,6 +37,7 @@
 //! `spawn_blocking` in async code.
 
 pub mod cache;
+mod diskquota;
 mod error;
 pub mod hostapi;
 pub mod jobfs;
@@ -243,6 +244,7 @@ impl Sandbox {
             &mut state.wasi
         })
         .map_err(engine_error)?;
+        diskquota::add_to_linker(&mut linker).map_err(engine_error)?;
         hostapi::add_to_linker(&mut linker).map_err(engine_error)?;
         let provided = {
             let mut store = Store::new(&engine, placeholder_state());
@@ -468,6 +470,10 @@ impl Sandbox {
                 flag: flag.clone(),
             },
             net: hostapi::HostNet::new(transport),
+            disk: diskquota::DiskQuota::new(
+                spec.job_dir.as_ref().map(|d| d.join("outputs")),
+                limits.disk_bytes,
+            ),
         };
 
         let mut store = Store::new(&self.inner.engine, state);
@@ -513,5 +519,6 @@ fn placeholder_state() -> WorkerState {
             flag: Arc::default(),
         },
         net: hostapi::HostNet::new(single_rank_transport()),
+        disk: diskquota::DiskQuota::new(None, u64::MAX),
     }
 }

@@ -175,6 +175,8 @@ pub struct WorkerReport {
 pub(crate) enum LimitHit {
     Memory = 1,
     Output = 2,
+    /// A write to a file would have passed the disk limit.
+    Disk = 3,
 }
 
 /// The first limit hit by a worker, shared between the places that detect
@@ -194,6 +196,7 @@ impl LimitFlag {
         match self.0.load(Ordering::Relaxed) {
             1 => Some(LimitHit::Memory),
             2 => Some(LimitHit::Output),
+            3 => Some(LimitHit::Disk),
             _ => None,
         }
     }
@@ -243,6 +246,7 @@ pub(crate) struct WorkerState {
     pub(crate) wasi: WasiP1Ctx,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) net: HostNet,
+    pub(crate) disk: crate::diskquota::DiskQuota,
 }
 
 /// Cancels a worker, at any time, from anywhere. Cloneable; cancelling a
@@ -259,6 +263,15 @@ impl CancelHandle {
     /// Ends the worker with [`Outcome::Cancelled`] (unless it ended first).
     pub fn cancel(&self) {
         self.0.send_replace(true);
+    }
+
+    /// Returns once [`CancelHandle::cancel`] was called, by anyone, even
+    /// after the worker ended: whoever still works for the worker (sending
+    /// its outputs) stops then too.
+    pub async fn cancelled(&self) {
+        let mut rx = self.0.subscribe();
+        // The sender lives in `self`: `wait_for` cannot fail.
+        let _ = rx.wait_for(|c| *c).await;
     }
 }
 
@@ -415,6 +428,7 @@ fn classify(result: wasmtime::Result<()>, flag: &LimitFlag) -> Outcome {
     match flag.get() {
         Some(LimitHit::Memory) => return Outcome::OutOfMemory,
         Some(LimitHit::Output) => return Outcome::OutputLimit,
+        Some(LimitHit::Disk) => return Outcome::DiskLimit,
         None => {}
     }
     let error = match result {

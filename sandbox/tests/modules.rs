@@ -136,7 +136,7 @@ fn every_example_guest_loads() {
     let sandbox = sandbox(dir.path());
     for name in [
         "hello", "nqueens", "pi", "pingpong", "api", "bomb", "spin", "escape", "flood", "trap",
-        "sum", "fill", "barrier", "links",
+        "sum", "fill", "barrier", "links", "big",
     ] {
         sandbox
             .load(&guest(name))

@@ -1027,8 +1027,12 @@ fn write_to(stderr: bool, data: &[u8]) {
 
 /// Writes a job's outputs (named `rank/path` by the node) under `dir`,
 /// refusing names that would leave it, and never writing through a link
-/// already in `dir` (see [`zorilla_sandbox::jobfs::create_file`]).
+/// already in `dir` (see [`zorilla_sandbox::jobfs::create_file`]). Each
+/// file streams to disk block by block (so no output needs to fit in
+/// memory or in one frame), with a progress bar on stderr when stderr is a
+/// terminal; each must end with the size the node listed.
 async fn fetch(client: &mut Client, id: u64, dir: &Path) -> Result<usize> {
+    use zorilla_node::protocol::MAX_OUTPUT_BLOCK_BYTES;
     use zorilla_sandbox::jobfs;
     let files = client.outputs(id).await?;
     for file in &files {
@@ -1036,18 +1040,50 @@ async fn fetch(client: &mut Client, id: u64, dir: &Path) -> Result<usize> {
             return Err(Failure::new(
                 EXIT_REFUSED,
                 format!(
-                    "the node sent an output named {:?}, which would land outside {} ({e}); nothing more was written",
+                    "the node sent an output named {:?}, which would land outside {} ({e}); nothing was written",
                     file.name,
                     dir.display()
                 ),
             ));
         }
-        let path = dir.join(&file.name);
-        jobfs::create_file(dir, &file.name)
-            .and_then(|mut f| f.write_all(&file.data))
-            .map_err(|e| {
-                Failure::new(EXIT_USAGE, format!("cannot write {}: {e}", path.display()))
-            })?;
     }
+    let total: u64 = files.iter().map(|f| f.size).sum();
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {bytes_per_sec} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    for file in &files {
+        bar.set_message(file.name.clone());
+        let path = dir.join(&file.name);
+        let cannot_write = |e: std::io::Error| {
+            Failure::new(EXIT_USAGE, format!("cannot write {}: {e}", path.display()))
+        };
+        let mut out = jobfs::create_file(dir, &file.name).map_err(cannot_write)?;
+        let mut written = 0u64;
+        while written < file.size {
+            let want = (file.size - written).min(u64::from(MAX_OUTPUT_BLOCK_BYTES)) as u32;
+            let block = client.output_block(id, &file.name, written, want).await?;
+            if block.data.is_empty() {
+                break;
+            }
+            out.write_all(&block.data).map_err(cannot_write)?;
+            written += block.data.len() as u64;
+            bar.inc(block.data.len() as u64);
+        }
+        if written != file.size {
+            bar.abandon();
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "{} ended at {written} bytes, but the node listed {} bytes",
+                    path.display(),
+                    file.size
+                ),
+            ));
+        }
+    }
+    bar.finish_and_clear();
     Ok(files.len())
 }

@@ -23,7 +23,9 @@ use zorilla_core::node::LostPolicy;
 pub use connection::{Connection, ConnectionError};
 
 /// The version of this protocol; a node refuses clients of another one.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// (2: outputs are listed and read in blocks, [`Request::Outputs`] and
+/// [`Request::OutputBlock`], instead of sent whole.)
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The first frame of a client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,10 +145,27 @@ pub enum Request {
         #[serde(default)]
         wait_secs: u32,
     },
-    /// The output files collected for a job so far.
+    /// The output files collected for a job so far, names and sizes, in
+    /// name order: at most [`MAX_OUTPUT_LIST`] after `after` (from the
+    /// first for ""); [`OutputPage::more`] says whether to ask again.
     Outputs {
         /// The job id.
         job: u64,
+        /// The last name of the previous page ("" for the first page).
+        #[serde(default)]
+        after: String,
+    },
+    /// Bytes of one output file: up to `len` (at most
+    /// [`MAX_OUTPUT_BLOCK_BYTES`]) from `offset` on.
+    OutputBlock {
+        /// The job id.
+        job: u64,
+        /// The file's name, `rank/path` as [`Request::Outputs`] lists it.
+        name: String,
+        /// Where to start, in bytes.
+        offset: u64,
+        /// How many bytes at most.
+        len: u32,
     },
     /// What the node is and has.
     NodeInfo,
@@ -167,6 +186,14 @@ pub const MAX_WAIT_SECS: u32 = 60;
 
 /// The most log bytes in one [`LogPage`]: far below the frame cap.
 pub const MAX_LOG_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The most bytes one [`Request::OutputBlock`] asks for: far below the
+/// frame cap, large enough that a file streams at disk speed.
+pub const MAX_OUTPUT_BLOCK_BYTES: u32 = 4 * 1024 * 1024;
+
+/// The most files in one [`OutputPage`] (names are at most 1 KiB, so a
+/// page stays far below the frame cap).
+pub const MAX_OUTPUT_LIST: usize = 4096;
 
 /// The phase of a job. Phases only move forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -267,6 +294,35 @@ pub struct LogPage {
     pub ended: bool,
 }
 
+/// An output file of a job, as [`Request::Outputs`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputEntry {
+    /// `rank/path`: the rank that wrote it and its path below `/outputs`.
+    pub name: String,
+    /// Its size in bytes, so far.
+    pub size: u64,
+}
+
+/// A page of a job's output files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputPage {
+    /// The files, in name order.
+    pub files: Vec<OutputEntry>,
+    /// More files follow: ask again with `after` the last name here.
+    pub more: bool,
+}
+
+/// Bytes of an output file, as [`Request::OutputBlock`] asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputData {
+    /// The bytes from the offset asked (fewer than asked at the file's end;
+    /// none past it).
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+    /// The file's size now.
+    pub size: u64,
+}
+
 /// A peer a node knows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerEntry {
@@ -365,8 +421,10 @@ pub enum Response {
     Jobs(Vec<JobStatus>),
     /// Logs of a job, in the order they arrived.
     Logs(LogPage),
-    /// Outputs of a job, named `rank/filename`.
-    Outputs(Vec<NamedFile>),
+    /// Output files of a job, named `rank/path`.
+    Outputs(OutputPage),
+    /// Bytes of an output file.
+    OutputBlock(OutputData),
     /// The node.
     NodeInfo(NodeInfo),
     /// The peers a node knows.

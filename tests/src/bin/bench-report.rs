@@ -237,6 +237,21 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "nqueens job, 8 workers on 4 nodes: submit to completion",
         "cargo bench --workspace --bench speedup",
     ),
+    (
+        "store.append_time",
+        "store: appending output in 64 KiB blocks",
+        "cargo bench --workspace --bench store",
+    ),
+    (
+        "store.append_written",
+        "store: bytes written for that output (target: at most 2x)",
+        "cargo bench --workspace --bench store",
+    ),
+    (
+        "store.append_disk",
+        "store: bytes sent to the disk for that output",
+        "cargo bench --workspace --bench store",
+    ),
 ];
 
 fn markdown(results: &Results, kind: &str) -> String {
