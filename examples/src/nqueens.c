@@ -6,15 +6,17 @@
  * Work distribution: rank 0 (the master) splits the search tree into tasks
  * (every valid placement of queens on the first few rows) and hands them out
  * on demand: each other rank asks for a task, solves it, and asks again with
- * the task's count, so fast ranks do more. The master solves tasks itself
- * whenever no request is waiting, and prints the total:
+ * the task's count, so fast ranks do more. A rank holds up to two tasks: it
+ * asks for the next while it solves the current one, so neither the
+ * network's round trip nor a busy master leaves it idle. The master solves
+ * tasks itself whenever no request is waiting, and prints the total:
  *   nqueens N=8 ranks=4 solutions=92
  *
- * Membership changes: the master knows which task each rank holds. When a
+ * Membership changes: the master knows which tasks each rank holds. When a
  * rank is replaced (its node failed; the fresh worker starts from the
- * beginning and asks for work without a result), the task it held is queued
- * again, so nothing is lost or counted twice. Workers that join a malleable
- * job just ask for work. (The master itself is not replaceable.)
+ * beginning and asks for work without a result), the tasks it held are
+ * queued again, so nothing is lost or counted twice. Workers that join a
+ * malleable job just ask for work. (The master itself is not replaceable.)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +24,13 @@
 #include "zorilla.h"
 
 enum { TAG_REQUEST = 1, TAG_TASK = 2, TAG_DONE = 3 };
+
+/* TAG_REQUEST's `task` when it carries no result: a fresh worker (whatever
+ * its rank held is lost), or a worker asking for a second task. */
+enum { FRESH = -1, ONE_MORE = -2 };
+
+/* Tasks a rank holds at most: the one it solves and the next. */
+enum { SLOTS = 2 };
 
 /* Tasks the master solves between two looks at the job's size while it
  * works alone. */
@@ -33,7 +42,7 @@ struct msg {
     int32_t tag;
     int32_t row;     /* TAG_TASK: first row still free */
     uint32_t cols, ld, rd; /* TAG_TASK: attacked columns / diagonals */
-    int32_t task;    /* TAG_TASK: its index; TAG_REQUEST: the task solved, or -1 */
+    int32_t task;    /* TAG_TASK: its index; TAG_REQUEST: the task solved, FRESH or ONE_MORE */
 };
 
 static int n;
@@ -92,7 +101,7 @@ static int ndone;
 static int64_t total;
 static int *queue;        /* tasks to hand out (a stack; lost tasks go back on it) */
 static int nqueued;
-static int *holding;      /* per rank: the task it holds, or -1 */
+static int *holding;      /* per rank, SLOTS entries: the tasks it holds, -1 for none */
 static char *dismissed;   /* per rank: told there is no more work */
 static int ranks_known, ndismissed;
 
@@ -105,9 +114,12 @@ static void *grow(void *p, size_t size) {
 /* Makes room for ranks 0..rank in the per-rank tables. */
 static void know_rank(int rank) {
     if (rank < ranks_known) return;
-    holding = grow(holding, sizeof *holding * (rank + 1));
+    holding = grow(holding, sizeof *holding * SLOTS * (rank + 1));
     dismissed = grow(dismissed, rank + 1);
-    for (int r = ranks_known; r <= rank; r++) { holding[r] = -1; dismissed[r] = 0; }
+    for (int r = ranks_known; r <= rank; r++) {
+        for (int k = 0; k < SLOTS; k++) holding[SLOTS * r + k] = -1;
+        dismissed[r] = 0;
+    }
     ranks_known = rank + 1;
 }
 
@@ -118,12 +130,29 @@ static void record(int task, int64_t count) {
     total += count;
 }
 
-/* Rank `r` no longer has the task it held (its worker is gone). */
+/* Rank `r` no longer has the tasks it held (its worker is gone). */
 static void lose(int r) {
     know_rank(r);
-    if (holding[r] >= 0 && !done[holding[r]]) queue[nqueued++] = holding[r];
-    holding[r] = -1;
+    for (int k = 0; k < SLOTS; k++) {
+        int t = holding[SLOTS * r + k];
+        if (t >= 0 && !done[t]) queue[nqueued++] = t;
+        holding[SLOTS * r + k] = -1;
+    }
     if (dismissed[r]) { dismissed[r] = 0; ndismissed--; }
+}
+
+/* Whether rank `r` holds a task. */
+static int holds_any(int r) {
+    for (int k = 0; k < SLOTS; k++)
+        if (holding[SLOTS * r + k] >= 0) return 1;
+    return 0;
+}
+
+/* The slot of rank `r` that holds `task` (-1 for a free slot), or -1. */
+static int slot_of(int r, int task) {
+    for (int k = 0; k < SLOTS; k++)
+        if (holding[SLOTS * r + k] == task) return k;
+    return -1;
 }
 
 /* The next task nobody has solved yet, or -1. */
@@ -186,16 +215,21 @@ static void master(void) {
         know_rank(src);
         if (m.task >= 0) {
             record(m.task, m.sum);
-            if (holding[src] == m.task) holding[src] = -1;
-        } else {
+            int k = slot_of(src, m.task);
+            if (k >= 0) holding[SLOTS * src + k] = -1;
+        } else if (m.task == FRESH) {
             /* A fresh worker: whatever its rank held before is lost. */
             lose(src);
         }
-        if (holding[src] >= 0) continue; /* the task it holds is on its way */
+        int free_slot = slot_of(src, -1);
+        if (free_slot < 0) continue; /* it has its tasks */
         int t = next_task();
         if (t >= 0) {
-            holding[src] = t;
+            holding[SLOTS * src + free_slot] = t;
             send_msg(src, tasks[t]);
+        } else if (holds_any(src)) {
+            /* No work left, but it still solves a task: it is told once
+             * that task's count has arrived. */
         } else if (!dismissed[src]) {
             dismissed[src] = 1;
             ndismissed++;
@@ -205,15 +239,37 @@ static void master(void) {
     printf("nqueens N=%d ranks=%d solutions=%lld\n", n, zorilla_size(), (long long)total);
 }
 
+/* Solves a task and sends its count, which also asks for the next. */
+static void solve_and_report(struct msg t) {
+    int64_t count = solve(t.row, t.cols, t.ld, t.rd);
+    send_msg(0, (struct msg){count, TAG_REQUEST, 0, 0, 0, 0, t.task});
+}
+
 static void worker(void) {
-    struct msg m;
+    /* Room for more than SLOTS: after a replacement the master may count
+     * a task of this worker twice, and a task is never dropped. */
+    enum { ROOM = 2 * SLOTS };
+    struct msg m, held[ROOM];
+    int nheld = 0;
     int32_t src;
-    send_msg(0, (struct msg){0, TAG_REQUEST, 0, 0, 0, 0, -1});
+    send_msg(0, (struct msg){0, TAG_REQUEST, 0, 0, 0, 0, FRESH});
+    send_msg(0, (struct msg){0, TAG_REQUEST, 0, 0, 0, 0, ONE_MORE});
     for (;;) {
-        check(zorilla_recv(&src, &m, sizeof m, -1), "recv");
-        if (m.tag == TAG_TASK) {
-            int64_t count = solve(m.row, m.cols, m.ld, m.rd);
-            send_msg(0, (struct msg){count, TAG_REQUEST, 0, 0, 0, 0, m.task});
+        /* Take what has arrived; wait only when there is nothing to solve.
+         * The master sends TAG_DONE only once this rank holds no task. */
+        int32_t r = zorilla_recv(&src, &m, sizeof m, nheld > 0 ? 0 : -1);
+        if (r == ZORILLA_ETIMEDOUT) {
+            struct msg t = held[0];
+            for (int k = 1; k < nheld; k++) held[k - 1] = held[k];
+            nheld--;
+            solve_and_report(t);
+            continue;
+        }
+        check(r, "recv");
+        if (m.tag == TAG_TASK && nheld < ROOM) {
+            held[nheld++] = m;
+        } else if (m.tag == TAG_TASK) {
+            solve_and_report(m);
         } else if (m.tag == TAG_DONE) {
             return;
         }
