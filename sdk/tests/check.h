@@ -47,7 +47,7 @@ static int check_finish(void)
 }
 
 /* A deterministic pseudo-random sequence (the same under every MPI). */
-static unsigned long long lcg_next(unsigned long long *s)
+static inline unsigned long long lcg_next(unsigned long long *s)
 {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
     return *s >> 33;
