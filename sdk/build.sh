@@ -15,8 +15,11 @@ if [ -z "${AR:-}" ]; then
     if command -v llvm-ar >/dev/null 2>&1; then AR=llvm-ar; else AR=llvm-ar-14; fi
 fi
 out="$sdk/lib"
-obj="$out/obj"
-mkdir -p "$obj"
+mkdir -p "$out"
+# A directory of its own, so that builds running at once do not collide;
+# the archive is renamed into place whole.
+obj="$(mktemp -d "$out/build.XXXXXX")"
+trap 'rm -rf "$obj"' EXIT
 extra=""
 if [ -n "${ZMPI_FRAGMENT:-}" ]; then extra="-DZMPI_FRAGMENT=$ZMPI_FRAGMENT"; fi
 for src in "$sdk"/src/*.c; do
@@ -25,7 +28,6 @@ for src in "$sdk"/src/*.c; do
     "$CC" --target=wasm32-wasi --sysroot=/usr -O2 -Wall -Wextra -Werror $extra \
         -I "$sdk/include" -I "$root/examples/include" -c -o "$obj/$name.o" "$src"
 done
-rm -f "$out/libzmpi.a.tmp"
-"$AR" rcs "$out/libzmpi.a.tmp" "$obj"/*.o
-mv "$out/libzmpi.a.tmp" "$out/libzmpi.a"
+"$AR" rcs "$obj/libzmpi.a" "$obj"/*.o
+mv "$obj/libzmpi.a" "$out/libzmpi.a"
 echo "built $out/libzmpi.a"
