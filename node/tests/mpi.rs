@@ -257,9 +257,10 @@ async fn mpi_programs_run_on_a_grid_and_agree_with_openmpi() {
     assert!(jacobi.windows(2).all(|w| w[0] == w[1]), "{jacobi:?}");
 }
 
-/// The README's path: `zorilla submit --mpi --workers 3 --wait` runs an MPI
-/// program and `zorilla logs` shows its output; `--mpi` with a malleable
-/// size is refused with the reason, before anything is sent.
+/// The README's path: `zorilla submit --mpi --workers 3 --follow` runs an
+/// MPI program and shows its output; `--mpi` with a malleable size is
+/// refused with the reason, before anything is sent; a program calling an
+/// MPI function the library lacks does not compile, and the error says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zorilla_submit_mpi_runs_rigid_jobs_and_refuses_malleable_ones() {
     let build = tempfile::tempdir().unwrap();
@@ -273,6 +274,27 @@ async fn zorilla_submit_mpi_runs_rigid_jobs_and_refuses_malleable_ones() {
             .arg(&module),
         "zmpicc cart.c",
     );
+    // A call the library does not provide fails at compile time, saying so.
+    let source = build.path().join("win.c");
+    std::fs::write(
+        &source,
+        "#include <mpi.h>\nint main(int c, char **v) {\n  MPI_Init(&c, &v);\n  \
+         MPI_Win_fence(0, 0);\n  return MPI_Finalize();\n}\n",
+    )
+    .unwrap();
+    let refused = Command::new(sdk().join("bin/zmpicc"))
+        .arg(&source)
+        .arg("-o")
+        .arg(build.path().join("win.wasm"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("MPI_Win_fence") && stderr.contains("not provided by Zorilla's MPI"),
+        "{stderr}"
+    );
+
     let grid = grid(3, 1);
     let zorilla = |node: &TestNode| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_zorilla"));

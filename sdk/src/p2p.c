@@ -370,9 +370,9 @@ static void handle(int w, const unsigned char *msg, int32_t n)
                 return;
             }
         }
-        /* The ACK came before our last fragment was counted sent: impossible,
-         * as the receiver acknowledges after the first fragment; but an Ssend
-         * still in the send queue may be acknowledged early. */
+        /* The receiver acknowledges on matching the first fragment, so a
+         * long Ssend can be acknowledged while its later fragments are still
+         * queued here. */
         for (int d = 0; d < zmpi_world_size; d++)
             for (MPI_Request r = send_head[d]; r; r = r->next_send)
                 if (r->dest_world == w && r->msgid == h.msgid)

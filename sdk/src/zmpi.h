@@ -127,7 +127,7 @@ extern int zmpi_initialized, zmpi_finalized;
 extern int zmpi_world_rank, zmpi_world_size;
 
 /* ---- requests and point to point ---- */
-enum zmpi_req_kind { ZR_SEND, ZR_RECV, ZR_DONE_NULL };
+enum zmpi_req_kind { ZR_SEND, ZR_RECV };
 
 struct zmpi_unexp;
 
@@ -135,7 +135,6 @@ struct zmpi_request {
     enum zmpi_req_kind kind;
     int done;
     int freed;            /* Request_free'd before completion: free on completion */
-    int persistent_null;
     MPI_Status status;
     /* send side */
     int sync;             /* Ssend: waits for the receiver's match acknowledgement */
