@@ -58,6 +58,7 @@ run_bench zorilla-node speedup
 run_bench zorilla-node client
 run_bench zorilla-node start64
 run_bench zorilla-node store
+run_bench zorilla-node mpi
 
 "${CARGO_TARGET_DIR:-target}/$sim_target/bench-report" --logs "$logs" --markdown "$markdown" \
     --svg-dir "$svg_dir" --kind "$kind"

@@ -5,7 +5,11 @@
 # iproute2 and util-linux (tests that create their own network namespace),
 # systemd (systemd-analyze checks deploy/zorilla-node.service), gcc (the
 # compute benchmark builds the native baseline of nqueens.c), mount (the
-# full-disk test mounts a small tmpfs in a mount namespace of its own).
+# full-disk test mounts a small tmpfs in a mount namespace of its own),
+# llvm (llvm-ar: GNU ar writes no symbol index for wasm objects, which
+# sdk/build.sh needs), openmpi-bin and libopenmpi-dev (node/tests/mpi.rs
+# runs the MPI test programs under OpenMPI too, and the MPI benchmark
+# measures it beside Zorilla).
 set -euo pipefail
 
 packages=(
@@ -14,6 +18,7 @@ packages=(
   iproute2 util-linux
   systemd
   gcc mount
+  llvm openmpi-bin libopenmpi-dev
 )
 missing=()
 for p in "${packages[@]}"; do

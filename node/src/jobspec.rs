@@ -18,6 +18,7 @@
 //! on_worker_lost = "replace"    # rigid job losing a worker: "fail" or "replace"
 //! inputs = ["data/board.txt"]   # files workers read under /inputs, relative to this file
 //! outputs = "results"           # where `submit --wait` and `fetch` put outputs
+//! mpi = false                   # an MPI program (sdk/bin/zmpicc): must be rigid
 //! ```
 //!
 //! Every field but `module` may be left out (defaults: one worker,
@@ -68,6 +69,11 @@ pub struct JobFile {
     pub inputs: Vec<PathBuf>,
     /// Where outputs go when fetched, relative to the current directory.
     pub outputs: Option<PathBuf>,
+    /// An MPI program: MPI_COMM_WORLD's size is fixed when MPI_Init runs, so
+    /// the job must be rigid (checked here, on the client's side: it is a
+    /// property of how the job is submitted, the node runs it like any
+    /// other).
+    pub mpi: Option<bool>,
 }
 
 /// Why a job spec could not be used.
@@ -155,7 +161,8 @@ impl JobFile {
             wall_time_secs,
             lifetime_secs,
             on_worker_lost,
-            outputs
+            outputs,
+            mpi
         );
         if !other.args.is_empty() {
             self.args = other.args;
@@ -181,6 +188,21 @@ impl JobFile {
             (None, None, Some(max)) => (1, max),
             (None, None, None) => (1, 1),
         };
+        if self.mpi == Some(true) {
+            if min != max {
+                return Err(SpecError::Invalid(format!(
+                    "an MPI job is rigid: its MPI_COMM_WORLD has a fixed size, so give                      `workers` (--workers) instead of a range of {min} to {max} workers"
+                )));
+            }
+            if self.on_worker_lost == Some(LostPolicy::Replace) {
+                return Err(SpecError::Invalid(
+                    "an MPI job cannot replace a lost worker: the replacement would start \
+                     the program again while the other ranks are in the middle of it; use \
+                     on_worker_lost = \"fail\""
+                        .into(),
+                ));
+            }
+        }
         let request = JobRequest {
             min_workers: min,
             max_workers: max,
@@ -341,5 +363,44 @@ mod tests {
                 .to_string()
                 .contains("cannot read")
         );
+    }
+
+    #[test]
+    fn an_mpi_job_must_be_rigid() {
+        let malleable = JobFile {
+            mpi: Some(true),
+            min_workers: Some(2),
+            max_workers: Some(4),
+            ..JobFile::default()
+        };
+        let err = malleable.request().unwrap_err().to_string();
+        assert!(err.contains("an MPI job is rigid"), "{err}");
+        assert!(err.contains("2 to 4"), "{err}");
+        let replace = JobFile {
+            mpi: Some(true),
+            workers: Some(3),
+            on_worker_lost: Some(LostPolicy::Replace),
+            ..JobFile::default()
+        };
+        let err = replace.request().unwrap_err().to_string();
+        assert!(err.contains("cannot replace a lost worker"), "{err}");
+        // Rigid: fine, with the same request as without `mpi`.
+        let rigid = JobFile {
+            mpi: Some(true),
+            workers: Some(3),
+            ..JobFile::default()
+        };
+        let request = rigid.request().unwrap();
+        assert_eq!((request.min_workers, request.max_workers), (3, 3));
+        // From a spec file, and the flag given on the command line.
+        let file: JobFile = toml::from_str("mpi = true\nmin_workers = 1\nmax_workers = 8").unwrap();
+        assert!(file.request().is_err());
+        let flags = JobFile {
+            mpi: Some(true),
+            ..JobFile::default()
+        };
+        let plain: JobFile = toml::from_str("min_workers = 1\nmax_workers = 8").unwrap();
+        assert!(plain.clone().request().is_ok());
+        assert!(plain.overridden_by(flags).request().is_err());
     }
 }

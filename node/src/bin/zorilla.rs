@@ -171,6 +171,9 @@ struct SubmitArgs {
     /// Where outputs go after --wait (default: the spec's, else none).
     #[arg(long)]
     outputs: Option<PathBuf>,
+    /// An MPI program (built with sdk/bin/zmpicc): refuses malleable sizes.
+    #[arg(long)]
+    mpi: bool,
     /// Wait for the job to end, with a progress bar.
     #[arg(long)]
     wait: bool,
@@ -538,6 +541,7 @@ fn job_of(args: &SubmitArgs) -> Result<Job> {
         on_worker_lost: args.on_worker_lost,
         inputs: args.inputs.clone(),
         outputs: args.outputs.clone(),
+        mpi: args.mpi.then_some(true),
     };
     Ok(file.overridden_by(flags).job()?)
 }

@@ -252,6 +252,81 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "store: bytes sent to the disk for that output",
         "cargo bench --workspace --bench store",
     ),
+    (
+        "mpi.allreduce_8b_4ranks",
+        "MPI_Allreduce 8 B, 4 ranks on 4 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_8b_4ranks_openmpi",
+        "MPI_Allreduce 8 B, 4 ranks, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_8b_4ranks_ratio",
+        "MPI_Allreduce 8 B, 4 ranks: Zorilla / OpenMPI (target at most 3)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_1mib_4ranks",
+        "MPI_Allreduce 1 MiB, 4 ranks on 4 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_1mib_4ranks_openmpi",
+        "MPI_Allreduce 1 MiB, 4 ranks, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_1mib_4ranks_ratio",
+        "MPI_Allreduce 1 MiB, 4 ranks: Zorilla / OpenMPI (target at most 3)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_8b_8ranks",
+        "MPI_Allreduce 8 B, 8 ranks on 4 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_8b_8ranks_openmpi",
+        "MPI_Allreduce 8 B, 8 ranks, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_8b_8ranks_ratio",
+        "MPI_Allreduce 8 B, 8 ranks: Zorilla / OpenMPI (target at most 3)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_1mib_8ranks",
+        "MPI_Allreduce 1 MiB, 8 ranks on 4 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_1mib_8ranks_openmpi",
+        "MPI_Allreduce 1 MiB, 8 ranks, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_1mib_8ranks_ratio",
+        "MPI_Allreduce 1 MiB, 8 ranks: Zorilla / OpenMPI (target at most 3)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.jacobi_4ranks_2nodes",
+        "Jacobi stencil, 4 ranks on 2 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.jacobi_4ranks_openmpi",
+        "Jacobi stencil, 4 ranks, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.jacobi_ratio",
+        "Jacobi stencil: Zorilla / OpenMPI (target at most 1.3)",
+        "cargo bench --workspace --bench mpi",
+    ),
 ];
 
 fn markdown(results: &Results, kind: &str) -> String {
@@ -259,7 +334,7 @@ fn markdown(results: &Results, kind: &str) -> String {
         "{BEGIN}\n_Written by `scripts/bench.sh` ({kind}); the sections below explain each figure._\n\n"
     );
     out.push_str("| figure | measured | command |\n|---|---|---|\n");
-    let size = |prefix: &str| {
+    let size = |prefix: &str, key: &str| {
         let get = |k: &str| {
             results
                 .figures
@@ -277,6 +352,7 @@ fn markdown(results: &Results, kind: &str) -> String {
                 "n"
             })
             .map(|n| format!(" (N={n})")),
+            "mpi" if key.contains("jacobi") => get("jacobi_size").map(|n| format!(" ({n}x{n})")),
             _ => None,
         }
         .unwrap_or_default()
@@ -289,7 +365,7 @@ fn markdown(results: &Results, kind: &str) -> String {
             .map_or("not run".to_string(), |(v, u)| format!("{v} {u}"));
         out.push_str(&format!(
             "| {what}{} | {measured} | `{command}` |\n",
-            size(prefix)
+            size(prefix, key)
         ));
     }
     for (scenario, (ours, paper)) in &results.sim {

@@ -1,0 +1,331 @@
+//! Zorilla's MPI library (sdk/) end to end: the test programs in
+//! sdk/tests/*.c are built with sdk/bin/zmpicc, run on a grid of real
+//! `zorilla-node` processes with 1, 3, 4 and 7 ranks (spread over the
+//! nodes, several jobs at once), and built with OpenMPI's mpicc and
+//! run with mpirun on the same rank counts. Every program checks its own
+//! results against values it computes serially and prints OK; here the two
+//! runs must print the same thing, and the printed results must match
+//! formulas computed independently below.
+//!
+//! Needs clang for wasm32-wasi and OpenMPI (`scripts/install-test-deps.sh`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{TestNode, grid, stdout_of, wait_for};
+use zorilla_core::advert::Strategy;
+use zorilla_node::protocol::{JobPhase, JobRequest, LogChunk};
+
+fn stderr_of(logs: &[LogChunk]) -> String {
+    logs.iter()
+        .filter(|c| c.stderr)
+        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+        .collect()
+}
+
+const PROGRAMS: [&str; 9] = [
+    "env",
+    "p2p",
+    "nonblocking",
+    "collectives",
+    "datatypes",
+    "comms",
+    "cart",
+    "jacobi",
+    "sort",
+];
+const SIZES: [u32; 4] = [1, 3, 4, 7];
+const NODES: usize = 4;
+const CORES: u32 = 2;
+
+fn sdk() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk")
+}
+
+fn run(cmd: &mut Command, what: &str) -> Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Builds the library and every test program for WebAssembly.
+fn build_wasm(dir: &Path) -> BTreeMap<&'static str, Vec<u8>> {
+    run(&mut Command::new(sdk().join("build.sh")), "sdk/build.sh");
+    PROGRAMS
+        .iter()
+        .map(|name| {
+            let out = dir.join(format!("{name}.wasm"));
+            run(
+                Command::new(sdk().join("bin/zmpicc"))
+                    .args(["-O2", "-Wall", "-Wextra", "-Werror"])
+                    .arg(sdk().join(format!("tests/{name}.c")))
+                    .arg("-o")
+                    .arg(&out),
+                &format!("zmpicc {name}.c"),
+            );
+            (*name, std::fs::read(&out).unwrap())
+        })
+        .collect()
+}
+
+/// Builds a test program natively with OpenMPI and runs it on `n` ranks.
+fn openmpi(dir: &Path, name: &str, n: u32, args: &[&str]) -> String {
+    let exe = dir.join(format!("{name}.ompi"));
+    if !exe.exists() {
+        run(
+            Command::new("mpicc")
+                .args(["-O2", "-Wall", "-Wextra", "-Werror"])
+                .arg(sdk().join(format!("tests/{name}.c")))
+                .arg("-o")
+                .arg(&exe)
+                .arg("-lm"),
+            &format!("mpicc {name}.c"),
+        );
+    }
+    let out = run(
+        mpirun(n).arg(&exe).args(args),
+        &format!("mpirun -np {n} {name}"),
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// mpirun over TCP on loopback, allowed to run as root (CI containers).
+fn mpirun(n: u32) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .args(["--oversubscribe", "--mca", "btl", "tcp,self"])
+        .args(["--mca", "btl_tcp_if_include", "lo"])
+        .args(["-np", &n.to_string()]);
+    cmd
+}
+
+fn request(n: u32) -> JobRequest {
+    JobRequest {
+        min_workers: n,
+        max_workers: n,
+        cores: 1,
+        memory_mib: 160,
+        strategy: Strategy::Spread,
+        lifetime_secs: 900,
+        ..JobRequest::default()
+    }
+}
+
+/// The value after `key ` on the line starting with `key`.
+fn field(out: &str, key: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+        .unwrap_or_else(|| panic!("no {key:?} in {out:?}"))
+}
+
+/// The results the programs print, computed here from their definitions.
+fn check_formulas(name: &str, n: u32, out: &str) {
+    let n = i64::from(n);
+    match name {
+        "env" => {
+            assert_eq!(field(out, "size"), n.to_string());
+            assert_eq!(field(out, "sum_of_ranks"), (n * (n - 1) / 2).to_string());
+        }
+        "p2p" => {
+            // rank r sends r*1000+k for k in 0..=r to rank 0
+            let sum: i64 = (1..n)
+                .map(|r| (0..=r).map(|k| r * 1000 + k).sum::<i64>())
+                .sum();
+            assert_eq!(field(out, "gathered_sum"), sum.to_string());
+        }
+        "nonblocking" => {
+            let sum = 7 * n * (n - 1) / 2;
+            assert_eq!(field(out, "waitany_sum"), format!("{sum} seen {}", n - 1));
+        }
+        "comms" => {
+            let evens: i64 = (0..n).step_by(2).sum();
+            let odds: i64 = (1..n).step_by(2).sum();
+            assert_eq!(field(out, "split_sums"), format!("{evens} {odds}"));
+            let odd_group = if n > 1 { odds } else { -1 };
+            assert_eq!(field(out, "group_sums"), format!("{evens} {odd_group}"));
+        }
+        "collectives" => {
+            // rank r's input at i is (7r + 3i) % 11 - 4
+            let input = |r: i64, i: i64| (r * 7 + i * 3) % 11 - 4;
+            let sums: Vec<String> = (0..5)
+                .map(|i| (0..n).map(|r| input(r, i)).sum::<i64>().to_string())
+                .collect();
+            assert_eq!(field(out, "allreduce_sum"), sums.join(" "));
+            let maxs: Vec<String> = (0..5)
+                .map(|i| (0..n).map(|r| input(r, i)).max().unwrap().to_string())
+                .collect();
+            assert_eq!(field(out, "allreduce_max"), maxs.join(" "));
+            assert_eq!(field(out, "scan_last"), (n * (n + 1) / 2).to_string());
+        }
+        "sort" => {
+            let keys: i64 = (0..n).map(|r| 2000 + (r * 37) % 101).sum();
+            assert!(
+                field(out, "sorted").starts_with(&format!("{keys} keys")),
+                "{out}"
+            );
+        }
+        _ => {}
+    }
+}
+
+/// Every test program on 1, 3, 4 and 7 ranks of a 4-node grid prints OK,
+/// the results the formulas give, and exactly what OpenMPI prints for the
+/// same source; the Jacobi stencil's result is the same on every rank count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpi_programs_run_on_a_grid_and_agree_with_openmpi() {
+    let build = tempfile::tempdir().unwrap();
+    let modules = build_wasm(build.path());
+
+    let grid = grid(NODES, CORES);
+    let mut client = grid.nodes[0].client().await;
+
+    // OpenMPI first: its runs would slow the grid's jobs down.
+    let mut expected = BTreeMap::new();
+    for name in PROGRAMS {
+        for n in SIZES {
+            expected.insert((name, n), openmpi(build.path(), name, n, &[]));
+        }
+    }
+
+    // The jobs, as many at once as the grid has cores for (a rigid job
+    // waiting for cores that other jobs hold is not what is tested here).
+    let capacity = NODES as u32 * CORES;
+    let mut queue: Vec<(&str, u32)> = SIZES
+        .iter()
+        .flat_map(|&n| PROGRAMS.iter().map(move |&name| (name, n)))
+        .collect();
+    queue.reverse();
+    let mut running: std::collections::VecDeque<(&str, u32, u64)> = Default::default();
+    let mut jacobi = Vec::new();
+    while !queue.is_empty() || !running.is_empty() {
+        let busy: u32 = running.iter().map(|j| j.1).sum();
+        if let Some(&(name, n)) = queue.last()
+            && busy + n <= capacity
+        {
+            queue.pop();
+            let job = client
+                .submit(request(n), modules[name].clone(), vec![])
+                .await
+                .unwrap();
+            running.push_back((name, n, job));
+            continue;
+        }
+        let (name, n, job) = running.pop_front().unwrap();
+        let status = wait_for(&mut client, job, Duration::from_secs(300), name, |s| {
+            s.phase.is_terminal()
+        })
+        .await;
+        let logs = client.logs(job).await.unwrap();
+        let out = stdout_of(&logs);
+        assert_eq!(
+            status.phase,
+            JobPhase::Completed,
+            "{name} on {n} ranks: {}\nstdout: {out}\nstderr: {}",
+            status.reason,
+            stderr_of(&logs)
+        );
+        assert_eq!(status.ranks.len(), n as usize, "{name} on {n}: {status:?}");
+        assert!(
+            out.ends_with("OK\n"),
+            "{name} on {n} ranks did not pass:\n{out}\n{}",
+            grid.nodes[0].log_tail()
+        );
+        check_formulas(name, n, &out);
+        assert_eq!(
+            out,
+            expected[&(name, n)],
+            "{name} on {n} ranks: Zorilla and OpenMPI disagree"
+        );
+        if name == "jacobi" {
+            jacobi.push(out);
+        }
+    }
+    assert!(jacobi.windows(2).all(|w| w[0] == w[1]), "{jacobi:?}");
+}
+
+/// The README's path: `zorilla submit --mpi --workers 3 --follow` runs an
+/// MPI program and shows its output; `--mpi` with a malleable size is
+/// refused with the reason, before anything is sent; a program calling an
+/// MPI function the library lacks does not compile, and the error says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zorilla_submit_mpi_runs_rigid_jobs_and_refuses_malleable_ones() {
+    let build = tempfile::tempdir().unwrap();
+    run(&mut Command::new(sdk().join("build.sh")), "sdk/build.sh");
+    let module = build.path().join("cart.wasm");
+    run(
+        Command::new(sdk().join("bin/zmpicc"))
+            .arg("-O2")
+            .arg(sdk().join("tests/cart.c"))
+            .arg("-o")
+            .arg(&module),
+        "zmpicc cart.c",
+    );
+    // A call the library does not provide fails at compile time, saying so.
+    let source = build.path().join("win.c");
+    std::fs::write(
+        &source,
+        "#include <mpi.h>\nint main(int c, char **v) {\n  MPI_Init(&c, &v);\n  \
+         MPI_Win_fence(0, 0);\n  return MPI_Finalize();\n}\n",
+    )
+    .unwrap();
+    let refused = Command::new(sdk().join("bin/zmpicc"))
+        .arg(&source)
+        .arg("-o")
+        .arg(build.path().join("win.wasm"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("MPI_Win_fence") && stderr.contains("not provided by Zorilla's MPI"),
+        "{stderr}"
+    );
+
+    let grid = grid(3, 1);
+    let zorilla = |node: &TestNode| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_zorilla"));
+        cmd.env("ZORILLA_NODE", &node.client)
+            .env_remove("ZORILLA_TOKEN")
+            .env_remove("ZORILLA_STATE_DIR")
+            .stdin(Stdio::null());
+        cmd
+    };
+
+    let refused = zorilla(&grid.nodes[0])
+        .args(["submit", "--mpi", "--min", "2", "--max", "4", "--module"])
+        .arg(&module)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("an MPI job is rigid"), "{stderr}");
+
+    let ran = zorilla(&grid.nodes[0])
+        .args(["submit", "--mpi", "--workers", "3", "--strategy", "spread"])
+        .args(["--lifetime-secs", "120", "--follow", "--module"])
+        .arg(&module)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        ran.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(out.contains("grid 3 x 1, row0_sum 0"), "{out}");
+    assert!(out.contains("OK\n"), "{out}");
+}

@@ -1,0 +1,412 @@
+/*
+ * mpi.h — Zorilla's MPI for C programs running as WebAssembly workers.
+ *
+ * A subset of MPI 3.1 implemented over the Zorilla host API (zorilla.h):
+ * every rank of MPI_COMM_WORLD is one worker of a rigid Zorilla job.
+ * Build programs with sdk/bin/zmpicc, which works like mpicc.
+ *
+ * Only the calls declared here exist. The most common MPI calls this
+ * library does not provide are declared "unavailable", so a program that
+ * uses them fails to compile with the message "not provided by Zorilla's
+ * MPI"; any other missing name fails to compile or link as undeclared.
+ *
+ * Errors: MPI_ERRORS_ARE_FATAL (the default) prints the error and aborts
+ * the job; MPI_ERRORS_RETURN makes calls return the error code instead.
+ */
+#ifndef ZMPI_MPI_H
+#define ZMPI_MPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MPI_VERSION 3
+#define MPI_SUBVERSION 1
+
+/* Opaque handles. */
+typedef struct zmpi_comm *MPI_Comm;
+typedef struct zmpi_group *MPI_Group;
+typedef struct zmpi_type *MPI_Datatype;
+typedef struct zmpi_op *MPI_Op;
+typedef struct zmpi_request *MPI_Request;
+typedef struct zmpi_errhandler *MPI_Errhandler;
+typedef ptrdiff_t MPI_Aint;
+typedef long long MPI_Count;
+typedef long long MPI_Offset;
+
+typedef struct MPI_Status {
+    int MPI_SOURCE;
+    int MPI_TAG;
+    int MPI_ERROR;
+    /* private */
+    int zmpi_cancelled;
+    long long zmpi_count; /* bytes received */
+} MPI_Status;
+
+#define MPI_STATUS_IGNORE ((MPI_Status *)0)
+#define MPI_STATUSES_IGNORE ((MPI_Status *)0)
+
+/* Predefined objects. */
+extern struct zmpi_comm zmpi_comm_world, zmpi_comm_self;
+#define MPI_COMM_WORLD (&zmpi_comm_world)
+#define MPI_COMM_SELF (&zmpi_comm_self)
+#define MPI_COMM_NULL ((MPI_Comm)0)
+
+extern struct zmpi_group zmpi_group_empty;
+#define MPI_GROUP_EMPTY (&zmpi_group_empty)
+#define MPI_GROUP_NULL ((MPI_Group)0)
+
+#define MPI_REQUEST_NULL ((MPI_Request)0)
+#define MPI_DATATYPE_NULL ((MPI_Datatype)0)
+#define MPI_OP_NULL ((MPI_Op)0)
+#define MPI_ERRHANDLER_NULL ((MPI_Errhandler)0)
+
+extern struct zmpi_errhandler zmpi_errors_are_fatal, zmpi_errors_return;
+#define MPI_ERRORS_ARE_FATAL (&zmpi_errors_are_fatal)
+#define MPI_ERRORS_RETURN (&zmpi_errors_return)
+
+#define ZMPI_TYPES(X) \
+    X(MPI_CHAR, char) X(MPI_SIGNED_CHAR, signed_char) X(MPI_UNSIGNED_CHAR, unsigned_char) \
+    X(MPI_SHORT, short) X(MPI_UNSIGNED_SHORT, unsigned_short) X(MPI_INT, int) \
+    X(MPI_UNSIGNED, unsigned) X(MPI_LONG, long) X(MPI_UNSIGNED_LONG, unsigned_long) \
+    X(MPI_LONG_LONG_INT, long_long) X(MPI_UNSIGNED_LONG_LONG, unsigned_long_long) \
+    X(MPI_INT8_T, int8) X(MPI_INT16_T, int16) X(MPI_INT32_T, int32) X(MPI_INT64_T, int64) \
+    X(MPI_UINT8_T, uint8) X(MPI_UINT16_T, uint16) X(MPI_UINT32_T, uint32) X(MPI_UINT64_T, uint64) \
+    X(MPI_FLOAT, float) X(MPI_DOUBLE, double) X(MPI_LONG_DOUBLE, long_double) \
+    X(MPI_C_BOOL, c_bool) X(MPI_WCHAR, wchar) X(MPI_BYTE, byte) X(MPI_PACKED, packed) \
+    X(MPI_FLOAT_INT, float_int) X(MPI_DOUBLE_INT, double_int) X(MPI_LONG_INT, long_int) \
+    X(MPI_2INT, 2int) X(MPI_SHORT_INT, short_int) X(MPI_LONG_DOUBLE_INT, long_double_int)
+
+#define ZMPI_DECLARE_TYPE(name, id) extern struct zmpi_type zmpi_type_##id;
+ZMPI_TYPES(ZMPI_DECLARE_TYPE)
+#undef ZMPI_DECLARE_TYPE
+
+#define MPI_CHAR (&zmpi_type_char)
+#define MPI_SIGNED_CHAR (&zmpi_type_signed_char)
+#define MPI_UNSIGNED_CHAR (&zmpi_type_unsigned_char)
+#define MPI_SHORT (&zmpi_type_short)
+#define MPI_UNSIGNED_SHORT (&zmpi_type_unsigned_short)
+#define MPI_INT (&zmpi_type_int)
+#define MPI_UNSIGNED (&zmpi_type_unsigned)
+#define MPI_LONG (&zmpi_type_long)
+#define MPI_UNSIGNED_LONG (&zmpi_type_unsigned_long)
+#define MPI_LONG_LONG_INT (&zmpi_type_long_long)
+#define MPI_LONG_LONG MPI_LONG_LONG_INT
+#define MPI_UNSIGNED_LONG_LONG (&zmpi_type_unsigned_long_long)
+#define MPI_INT8_T (&zmpi_type_int8)
+#define MPI_INT16_T (&zmpi_type_int16)
+#define MPI_INT32_T (&zmpi_type_int32)
+#define MPI_INT64_T (&zmpi_type_int64)
+#define MPI_UINT8_T (&zmpi_type_uint8)
+#define MPI_UINT16_T (&zmpi_type_uint16)
+#define MPI_UINT32_T (&zmpi_type_uint32)
+#define MPI_UINT64_T (&zmpi_type_uint64)
+#define MPI_FLOAT (&zmpi_type_float)
+#define MPI_DOUBLE (&zmpi_type_double)
+#define MPI_LONG_DOUBLE (&zmpi_type_long_double)
+#define MPI_C_BOOL (&zmpi_type_c_bool)
+#define MPI_WCHAR (&zmpi_type_wchar)
+#define MPI_BYTE (&zmpi_type_byte)
+#define MPI_PACKED (&zmpi_type_packed)
+#define MPI_FLOAT_INT (&zmpi_type_float_int)
+#define MPI_DOUBLE_INT (&zmpi_type_double_int)
+#define MPI_LONG_INT (&zmpi_type_long_int)
+#define MPI_2INT (&zmpi_type_2int)
+#define MPI_SHORT_INT (&zmpi_type_short_int)
+#define MPI_LONG_DOUBLE_INT (&zmpi_type_long_double_int)
+
+#define ZMPI_OPS(X) \
+    X(MPI_MAX, max) X(MPI_MIN, min) X(MPI_SUM, sum) X(MPI_PROD, prod) \
+    X(MPI_LAND, land) X(MPI_LOR, lor) X(MPI_LXOR, lxor) \
+    X(MPI_BAND, band) X(MPI_BOR, bor) X(MPI_BXOR, bxor) \
+    X(MPI_MAXLOC, maxloc) X(MPI_MINLOC, minloc) X(MPI_REPLACE, replace)
+#define ZMPI_DECLARE_OP(name, id) extern struct zmpi_op zmpi_op_##id;
+ZMPI_OPS(ZMPI_DECLARE_OP)
+#undef ZMPI_DECLARE_OP
+#define MPI_MAX (&zmpi_op_max)
+#define MPI_MIN (&zmpi_op_min)
+#define MPI_SUM (&zmpi_op_sum)
+#define MPI_PROD (&zmpi_op_prod)
+#define MPI_LAND (&zmpi_op_land)
+#define MPI_LOR (&zmpi_op_lor)
+#define MPI_LXOR (&zmpi_op_lxor)
+#define MPI_BAND (&zmpi_op_band)
+#define MPI_BOR (&zmpi_op_bor)
+#define MPI_BXOR (&zmpi_op_bxor)
+#define MPI_MAXLOC (&zmpi_op_maxloc)
+#define MPI_MINLOC (&zmpi_op_minloc)
+#define MPI_REPLACE (&zmpi_op_replace)
+
+/* Constants. */
+#define MPI_ANY_SOURCE (-1)
+#define MPI_ANY_TAG (-1)
+#define MPI_PROC_NULL (-2)
+#define MPI_ROOT (-3)
+#define MPI_UNDEFINED (-32766)
+#define MPI_TAG_UB_VALUE 0x3fffffff
+#define MPI_MAX_PROCESSOR_NAME 256
+#define MPI_MAX_ERROR_STRING 256
+#define MPI_BSEND_OVERHEAD 0
+#define MPI_IN_PLACE ((void *)1)
+#define MPI_BOTTOM ((void *)0)
+#define MPI_UNWEIGHTED ((int *)2)
+
+/* Comm_compare results. */
+#define MPI_IDENT 0
+#define MPI_CONGRUENT 1
+#define MPI_SIMILAR 2
+#define MPI_UNEQUAL 3
+
+/* Thread levels. */
+#define MPI_THREAD_SINGLE 0
+#define MPI_THREAD_FUNNELED 1
+#define MPI_THREAD_SERIALIZED 2
+#define MPI_THREAD_MULTIPLE 3
+
+/* Topology kinds. */
+#define MPI_CART 1
+#define MPI_GRAPH 2
+
+/* Error classes (also the codes this library returns). */
+#define MPI_SUCCESS 0
+#define MPI_ERR_BUFFER 1
+#define MPI_ERR_COUNT 2
+#define MPI_ERR_TYPE 3
+#define MPI_ERR_TAG 4
+#define MPI_ERR_COMM 5
+#define MPI_ERR_RANK 6
+#define MPI_ERR_REQUEST 7
+#define MPI_ERR_ROOT 8
+#define MPI_ERR_GROUP 9
+#define MPI_ERR_OP 10
+#define MPI_ERR_TOPOLOGY 11
+#define MPI_ERR_DIMS 12
+#define MPI_ERR_ARG 13
+#define MPI_ERR_UNKNOWN 14
+#define MPI_ERR_TRUNCATE 15
+#define MPI_ERR_OTHER 16
+#define MPI_ERR_INTERN 17
+#define MPI_ERR_IN_STATUS 18
+#define MPI_ERR_PENDING 19
+#define MPI_ERR_NO_MEM 34
+#define MPI_ERR_LASTCODE 64
+
+typedef void MPI_User_function(void *invec, void *inoutvec, int *len, MPI_Datatype *datatype);
+typedef void MPI_Comm_errhandler_function(MPI_Comm *comm, int *code, ...);
+
+/* Environment. */
+int MPI_Init(int *argc, char ***argv);
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided);
+int MPI_Finalize(void);
+int MPI_Initialized(int *flag);
+int MPI_Finalized(int *flag);
+int MPI_Abort(MPI_Comm comm, int errorcode);
+int MPI_Query_thread(int *provided);
+int MPI_Get_processor_name(char *name, int *resultlen);
+int MPI_Get_version(int *version, int *subversion);
+double MPI_Wtime(void);
+double MPI_Wtick(void);
+
+/* Errors. */
+int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler);
+int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler);
+int MPI_Errhandler_free(MPI_Errhandler *errhandler);
+int MPI_Error_string(int errorcode, char *string, int *resultlen);
+int MPI_Error_class(int errorcode, int *errorclass);
+
+/* Point to point. */
+int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);
+int MPI_Ssend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);
+int MPI_Rsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);
+int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+             MPI_Status *status);
+int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+              MPI_Request *request);
+int MPI_Issend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+               MPI_Request *request);
+int MPI_Irsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+               MPI_Request *request);
+int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+              MPI_Request *request);
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+                 void *recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
+                 MPI_Comm comm, MPI_Status *status);
+int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype datatype, int dest, int sendtag,
+                         int source, int recvtag, MPI_Comm comm, MPI_Status *status);
+int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status);
+int MPI_Iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status);
+int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count);
+int MPI_Get_elements(const MPI_Status *status, MPI_Datatype datatype, int *count);
+
+/* Requests. */
+int MPI_Wait(MPI_Request *request, MPI_Status *status);
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]);
+int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status);
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status);
+int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]);
+int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status);
+int MPI_Request_free(MPI_Request *request);
+
+/* Collectives. */
+int MPI_Barrier(MPI_Comm comm);
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               int root, MPI_Comm comm);
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                  MPI_Comm comm);
+int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+             MPI_Comm comm);
+int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               MPI_Comm comm);
+int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+               int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
+int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                MPI_Comm comm);
+int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
+int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[],
+                 MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype,
+                 int root, MPI_Comm comm);
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                   MPI_Comm comm);
+int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                  MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                  const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+int MPI_Op_create(MPI_User_function *function, int commute, MPI_Op *op);
+int MPI_Op_free(MPI_Op *op);
+int MPI_Op_commutative(MPI_Op op, int *commute);
+int MPI_Reduce_local(const void *inbuf, void *inoutbuf, int count, MPI_Datatype datatype,
+                     MPI_Op op);
+
+/* Datatypes. */
+int MPI_Type_contiguous(int count, MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_vector(int count, int blocklength, int stride, MPI_Datatype oldtype,
+                    MPI_Datatype *newtype);
+int MPI_Type_create_hvector(int count, int blocklength, MPI_Aint stride, MPI_Datatype oldtype,
+                            MPI_Datatype *newtype);
+int MPI_Type_indexed(int count, const int blocklengths[], const int displacements[],
+                     MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_create_hindexed(int count, const int blocklengths[],
+                             const MPI_Aint displacements[], MPI_Datatype oldtype,
+                             MPI_Datatype *newtype);
+int MPI_Type_create_indexed_block(int count, int blocklength, const int displacements[],
+                                  MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_create_struct(int count, const int blocklengths[], const MPI_Aint displacements[],
+                           const MPI_Datatype types[], MPI_Datatype *newtype);
+int MPI_Type_create_resized(MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent,
+                            MPI_Datatype *newtype);
+int MPI_Type_dup(MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_commit(MPI_Datatype *datatype);
+int MPI_Type_free(MPI_Datatype *datatype);
+int MPI_Type_size(MPI_Datatype datatype, int *size);
+int MPI_Type_get_extent(MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent);
+int MPI_Type_get_true_extent(MPI_Datatype datatype, MPI_Aint *true_lb, MPI_Aint *true_extent);
+int MPI_Get_address(const void *location, MPI_Aint *address);
+int MPI_Pack(const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf, int outsize,
+             int *position, MPI_Comm comm);
+int MPI_Unpack(const void *inbuf, int insize, int *position, void *outbuf, int outcount,
+               MPI_Datatype datatype, MPI_Comm comm);
+int MPI_Pack_size(int incount, MPI_Datatype datatype, MPI_Comm comm, int *size);
+
+/* Communicators and groups. */
+int MPI_Comm_rank(MPI_Comm comm, int *rank);
+int MPI_Comm_size(MPI_Comm comm, int *size);
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm);
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm);
+int MPI_Comm_free(MPI_Comm *comm);
+int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result);
+int MPI_Comm_group(MPI_Comm comm, MPI_Group *group);
+int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm);
+int MPI_Comm_create_group(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *newcomm);
+int MPI_Comm_test_inter(MPI_Comm comm, int *flag);
+int MPI_Group_incl(MPI_Group group, int n, const int ranks[], MPI_Group *newgroup);
+int MPI_Group_excl(MPI_Group group, int n, const int ranks[], MPI_Group *newgroup);
+int MPI_Group_free(MPI_Group *group);
+int MPI_Group_size(MPI_Group group, int *size);
+int MPI_Group_rank(MPI_Group group, int *rank);
+int MPI_Group_translate_ranks(MPI_Group group1, int n, const int ranks1[], MPI_Group group2,
+                              int ranks2[]);
+int MPI_Group_compare(MPI_Group group1, MPI_Group group2, int *result);
+
+/* Cartesian topologies. */
+int MPI_Dims_create(int nnodes, int ndims, int dims[]);
+int MPI_Cart_create(MPI_Comm comm_old, int ndims, const int dims[], const int periods[],
+                    int reorder, MPI_Comm *comm_cart);
+int MPI_Cart_rank(MPI_Comm comm, const int coords[], int *rank);
+int MPI_Cart_coords(MPI_Comm comm, int rank, int maxdims, int coords[]);
+int MPI_Cart_shift(MPI_Comm comm, int direction, int disp, int *rank_source, int *rank_dest);
+int MPI_Cart_sub(MPI_Comm comm, const int remain_dims[], MPI_Comm *newcomm);
+int MPI_Cart_get(MPI_Comm comm, int maxdims, int dims[], int periods[], int coords[]);
+int MPI_Cartdim_get(MPI_Comm comm, int *ndims);
+int MPI_Topo_test(MPI_Comm comm, int *status);
+
+/* Common MPI calls this library does not provide: using one is a compile error. */
+#define ZMPI_UNAVAILABLE __attribute__((unavailable("not provided by Zorilla's MPI")))
+ZMPI_UNAVAILABLE int MPI_Bsend(const void *, int, MPI_Datatype, int, int, MPI_Comm);
+ZMPI_UNAVAILABLE int MPI_Ibsend(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Buffer_attach(void *, int);
+ZMPI_UNAVAILABLE int MPI_Buffer_detach(void *, int *);
+ZMPI_UNAVAILABLE int MPI_Send_init(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Recv_init(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Start(MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Startall(int, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Cancel(MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Waitsome(int, MPI_Request *, int *, int *, MPI_Status *);
+ZMPI_UNAVAILABLE int MPI_Testsome(int, MPI_Request *, int *, int *, MPI_Status *);
+ZMPI_UNAVAILABLE int MPI_Mprobe(int, int, MPI_Comm, void *, MPI_Status *);
+ZMPI_UNAVAILABLE int MPI_Improbe(int, int, MPI_Comm, int *, void *, MPI_Status *);
+ZMPI_UNAVAILABLE int MPI_Ibarrier(MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ibcast(void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ireduce(const void *, void *, int, MPI_Datatype, MPI_Op, int, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Iallreduce(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ialltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Iallgather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Win_create(void *, MPI_Aint, int, void *, MPI_Comm, void *);
+ZMPI_UNAVAILABLE int MPI_Win_allocate(MPI_Aint, int, void *, MPI_Comm, void *, void *);
+ZMPI_UNAVAILABLE int MPI_Win_fence(int, void *);
+ZMPI_UNAVAILABLE int MPI_Win_free(void *);
+ZMPI_UNAVAILABLE int MPI_Put(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, void *);
+ZMPI_UNAVAILABLE int MPI_Get(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, void *);
+ZMPI_UNAVAILABLE int MPI_Accumulate(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, void *);
+ZMPI_UNAVAILABLE int MPI_File_open(MPI_Comm, const char *, int, void *, void *);
+ZMPI_UNAVAILABLE int MPI_Comm_spawn(const char *, char *[], int, void *, int, MPI_Comm, MPI_Comm *, int[]);
+ZMPI_UNAVAILABLE int MPI_Intercomm_create(MPI_Comm, int, MPI_Comm, int, int, MPI_Comm *);
+ZMPI_UNAVAILABLE int MPI_Graph_create(MPI_Comm, int, const int[], const int[], int, MPI_Comm *);
+ZMPI_UNAVAILABLE int MPI_Dist_graph_create_adjacent(MPI_Comm, int, const int[], const int[], int, const int[], const int[], void *, int, MPI_Comm *);
+ZMPI_UNAVAILABLE int MPI_Neighbor_alltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
+ZMPI_UNAVAILABLE int MPI_Neighbor_allgather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
+ZMPI_UNAVAILABLE int MPI_Comm_set_attr(MPI_Comm, int, void *);
+ZMPI_UNAVAILABLE int MPI_Comm_get_attr(MPI_Comm, int, void *, int *);
+ZMPI_UNAVAILABLE int MPI_Comm_create_keyval(void *, void *, int *, void *);
+ZMPI_UNAVAILABLE int MPI_Comm_set_name(MPI_Comm, const char *);
+ZMPI_UNAVAILABLE int MPI_Comm_get_name(MPI_Comm, char *, int *);
+ZMPI_UNAVAILABLE int MPI_Comm_create_errhandler(MPI_Comm_errhandler_function *, MPI_Errhandler *);
+ZMPI_UNAVAILABLE int MPI_Group_union(MPI_Group, MPI_Group, MPI_Group *);
+ZMPI_UNAVAILABLE int MPI_Group_intersection(MPI_Group, MPI_Group, MPI_Group *);
+ZMPI_UNAVAILABLE int MPI_Group_difference(MPI_Group, MPI_Group, MPI_Group *);
+ZMPI_UNAVAILABLE int MPI_Group_range_incl(MPI_Group, int, int[][3], MPI_Group *);
+ZMPI_UNAVAILABLE int MPI_Group_range_excl(MPI_Group, int, int[][3], MPI_Group *);
+ZMPI_UNAVAILABLE int MPI_Type_create_subarray(int, const int[], const int[], const int[], int, MPI_Datatype, MPI_Datatype *);
+ZMPI_UNAVAILABLE int MPI_Type_create_darray(int, int, int, const int[], const int[], const int[], const int[], int, MPI_Datatype, MPI_Datatype *);
+ZMPI_UNAVAILABLE int MPI_Alloc_mem(MPI_Aint, void *, void *);
+ZMPI_UNAVAILABLE int MPI_Free_mem(void *);
+ZMPI_UNAVAILABLE int MPI_Pcontrol(const int, ...);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZMPI_MPI_H */
