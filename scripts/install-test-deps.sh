@@ -5,7 +5,8 @@
 # iproute2 and util-linux (tests that create their own network namespace),
 # systemd (systemd-analyze checks deploy/zorilla-node.service), gcc (the
 # compute benchmark builds the native baseline of nqueens.c), mount (the
-# full-disk test mounts a small tmpfs in a mount namespace of its own).
+# full-disk test mounts a small tmpfs in a mount namespace of its own),
+# OpenMPI (the ping-pong benchmark measures it beside Zorilla).
 set -euo pipefail
 
 packages=(
@@ -14,6 +15,7 @@ packages=(
   iproute2 util-linux
   systemd
   gcc mount
+  openmpi-bin libopenmpi-dev
 )
 missing=()
 for p in "${packages[@]}"; do
