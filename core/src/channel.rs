@@ -141,7 +141,7 @@ struct Queued {
     data: Vec<u8>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct SendChannel {
     /// Unacknowledged messages, in order.
     queue: VecDeque<Queued>,
@@ -158,14 +158,22 @@ struct SendChannel {
     sent_offset: u64,
 }
 
-impl SendChannel {
-    fn new() -> Self {
+impl Default for SendChannel {
+    /// A channel on which nothing was sent: the first window is granted.
+    fn default() -> Self {
         SendChannel {
+            queue: VecDeque::new(),
+            next_seq: 0,
+            end: 0,
+            acked_pos: 0,
             limit: WINDOW_BYTES,
-            ..SendChannel::default()
+            sent_seq: 0,
+            sent_offset: 0,
         }
     }
+}
 
+impl SendChannel {
     fn admits(&self, len: u64) -> bool {
         let start = self.end;
         start.saturating_add(len) <= self.limit || start.saturating_add(WINDOW_BYTES) <= self.limit
@@ -177,7 +185,8 @@ impl SendChannel {
 
     fn queued(&self, seq: u64) -> Option<&Queued> {
         let first = self.queue.front()?.seq;
-        self.queue.get(usize::try_from(seq.checked_sub(first)?).ok()?)
+        self.queue
+            .get(usize::try_from(seq.checked_sub(first)?).ok()?)
     }
 }
 
@@ -213,7 +222,7 @@ impl Outbox {
         }
         let admits = match self.channels.get(&channel) {
             Some(c) => c.admits(len),
-            None => SendChannel::new().admits(len),
+            None => SendChannel::default().admits(len),
         };
         if admits {
             Admission::Yes
@@ -226,7 +235,7 @@ impl Outbox {
     /// [`admits`](Self::admits) says [`Admission::Yes`] (otherwise it is
     /// queued all the same and the receiver will refuse it).
     pub fn push(&mut self, channel: ChannelId, data: Vec<u8>) -> u64 {
-        let c = self.channels.entry(channel).or_insert_with(SendChannel::new);
+        let c = self.channels.entry(channel).or_default();
         let seq = c.next_seq;
         let was_idle = !c.has_unsent();
         c.next_seq += 1;
@@ -481,11 +490,7 @@ impl Inbound {
             let mut data = Vec::new();
             data.try_reserve_exact(bytes.len())
                 .map_err(|_| Violation::BadChunk)?;
-            self.partial = Some(Partial {
-                seq,
-                total,
-                data,
-            });
+            self.partial = Some(Partial { seq, total, data });
         }
         let Some(partial) = self.partial.as_mut() else {
             return Err(Violation::BadOffset {
@@ -693,8 +698,8 @@ mod tests {
         let mut out = Outbox::new();
         out.push(CH, vec![0; 3 * CHUNK_BYTES]);
         out.push(other, vec![1; 10]);
-        let order: Vec<_> = std::iter::from_fn(|| out.next_chunk(CHUNK_BYTES).map(|c| c.channel))
-            .collect();
+        let order: Vec<_> =
+            std::iter::from_fn(|| out.next_chunk(CHUNK_BYTES).map(|c| c.channel)).collect();
         assert_eq!(order, vec![CH, other, CH, CH]);
     }
 
@@ -716,7 +721,10 @@ mod tests {
             inb.on_chunk(chunk(1, 0, 1, &[1])),
             Err(Violation::OutOfOrder { .. })
         ));
-        assert_eq!(inb.on_chunk(chunk(0, 0, 1, &[1, 2])), Err(Violation::BadChunk));
+        assert_eq!(
+            inb.on_chunk(chunk(0, 0, 1, &[1, 2])),
+            Err(Violation::BadChunk)
+        );
         assert_eq!(inb.on_chunk(chunk(0, 0, 5, &[])), Err(Violation::BadChunk));
         assert!(matches!(
             inb.on_chunk(chunk(0, 2, 5, &[1])),
@@ -778,10 +786,10 @@ mod tests {
                     }
                 }
                 4..=6 => {
-                    if let Some(c) = out.next_chunk(rng.random_range(1..CHUNK_BYTES)) {
-                        if let Received::Complete(m) = inb.on_chunk(c).unwrap() {
-                            got.push(m);
-                        }
+                    if let Some(c) = out.next_chunk(rng.random_range(1..CHUNK_BYTES))
+                        && let Received::Complete(m) = inb.on_chunk(c).unwrap()
+                    {
+                        got.push(m);
                     }
                 }
                 7 => {

@@ -189,30 +189,27 @@ async fn main() {
     if mpi.is_none() {
         println!("OpenMPI (mpicc, mpirun) not found: Zorilla's figures only");
     }
-    let mpi_tcp = mpi.as_deref().and_then(|b| openmpi(b, Some("tcp,self"), &sizes));
+    let mpi_tcp = mpi
+        .as_deref()
+        .and_then(|b| openmpi(b, Some("tcp,self"), &sizes));
     let mpi_shm = mpi.as_deref().and_then(|b| openmpi(b, None, &sizes));
     let cipher = cipher_mb_per_s();
 
     println!(
         "{:>8} | {:>22} | {:>22} | {:>9} | {:>22} | {:>22} | {:>9}",
-        "size",
-        "zorilla 2 nodes",
-        "openmpi tcp",
-        "ratio",
-        "zorilla 1 node",
-        "openmpi shm",
-        "ratio"
+        "size", "zorilla 2 nodes", "openmpi tcp", "ratio", "zorilla 1 node", "openmpi shm", "ratio"
     );
     let cell = |m: Option<&BTreeMap<u64, f64>>, size: u64| {
         m.and_then(|m| m.get(&size)).map_or("-".to_string(), |rtt| {
             format!("{:.1} µs {:.0} MB/s", rtt / 1e3, mbps(size, *rtt))
         })
     };
-    let ratio = |z: Option<&BTreeMap<u64, f64>>, m: Option<&BTreeMap<u64, f64>>, size: u64| {
-        match (z.and_then(|z| z.get(&size)), m.and_then(|m| m.get(&size))) {
-            (Some(z), Some(m)) => format!("{:.1}x", z / m),
-            _ => "-".into(),
-        }
+    let ratio = |z: Option<&BTreeMap<u64, f64>>, m: Option<&BTreeMap<u64, f64>>, size: u64| match (
+        z.and_then(|z| z.get(&size)),
+        m.and_then(|m| m.get(&size)),
+    ) {
+        (Some(z), Some(m)) => format!("{:.1}x", z / m),
+        _ => "-".into(),
     };
     for (size, _) in &sizes {
         println!(
@@ -235,19 +232,29 @@ async fn main() {
     if let Some(v) = rtt_us(&local, 8) {
         println!("RESULT pingpong.local_rtt_8 {v:.2} µs");
     }
-    if let Some(m) = &mpi_tcp {
-        if let (Some(z), Some(o)) = (nodes.get(&8), m.get(&8)) {
-            println!("RESULT pingpong.mpi_tcp_rtt_8 {:.1} µs", o / 1e3);
-            println!("RESULT pingpong.nodes_rtt_8_vs_mpi {:.1} x OpenMPI TCP", z / o);
-        }
+    if let Some(m) = &mpi_tcp
+        && let (Some(z), Some(o)) = (nodes.get(&8), m.get(&8))
+    {
+        println!("RESULT pingpong.mpi_tcp_rtt_8 {:.1} µs", o / 1e3);
+        println!(
+            "RESULT pingpong.nodes_rtt_8_vs_mpi {:.1} x OpenMPI TCP",
+            z / o
+        );
     }
-    if let Some(m) = &mpi_shm {
-        if let (Some(z), Some(o)) = (local.get(&8), m.get(&8)) {
-            println!("RESULT pingpong.mpi_shm_rtt_8 {:.2} µs", o / 1e3);
-            println!("RESULT pingpong.local_rtt_8_vs_mpi {:.1} x OpenMPI shm", z / o);
-        }
+    if let Some(m) = &mpi_shm
+        && let (Some(z), Some(o)) = (local.get(&8), m.get(&8))
+    {
+        println!("RESULT pingpong.mpi_shm_rtt_8 {:.2} µs", o / 1e3);
+        println!(
+            "RESULT pingpong.local_rtt_8_vs_mpi {:.1} x OpenMPI shm",
+            z / o
+        );
     }
-    let big = sizes.iter().map(|(s, _)| *s).filter(|s| *s >= 4 << 20).min();
+    let big = sizes
+        .iter()
+        .map(|(s, _)| *s)
+        .filter(|s| *s >= 4 << 20)
+        .min();
     let big = big.unwrap_or_else(|| sizes.last().map_or(8, |(s, _)| *s));
     if let Some(z) = nodes.get(&big) {
         println!(

@@ -21,8 +21,8 @@ use zorilla_core::resources::Resources;
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
 use zorilla_sandbox::{
-    CancelHandle, ChangeKind, Limits, MembershipChange, Outcome, OutputKind, Program,
-    Sandbox, WorkerSpec,
+    CancelHandle, ChangeKind, Limits, MembershipChange, Outcome, OutputKind, Program, Sandbox,
+    WorkerSpec,
 };
 
 use crate::link::{Inbox, Links};

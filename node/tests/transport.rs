@@ -37,7 +37,10 @@ fn nodes_of(status: &JobStatus) -> BTreeSet<String> {
 /// The TCP port in a multiaddr `/ip4/127.0.0.1/tcp/PORT/...`.
 fn port(listen: &str) -> u16 {
     let parts: Vec<&str> = listen.split('/').collect();
-    let at = parts.iter().position(|p| *p == "tcp").expect("a tcp address");
+    let at = parts
+        .iter()
+        .position(|p| *p == "tcp")
+        .expect("a tcp address");
     parts[at + 1].parse().expect("a port")
 }
 
@@ -142,7 +145,10 @@ async fn connections_cut_mid_message_lose_and_duplicate_nothing() {
     let status = wait_completed(&mut client, job, Duration::from_secs(180)).await;
     assert_eq!(nodes_of(&status).len(), 2, "{status:?}");
     let out = stdout_of(&client.logs(job).await.unwrap());
-    assert!(out.contains("transfer check ok"), "{out:?} ({aborted} sockets aborted)");
+    assert!(
+        out.contains("transfer check ok"),
+        "{out:?} ({aborted} sockets aborted)"
+    );
 }
 
 /// A receiver that reads one message every 20 ms: the sender stalls on
@@ -175,7 +181,10 @@ async fn a_receiver_that_never_reads_blocks_its_sender_within_the_window() {
         }
         let status = client.status(job).await.unwrap();
         assert!(!status.phase.is_terminal(), "{status:?} {out:?}");
-        assert!(start.elapsed() < Duration::from_secs(60), "no stall reported");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no stall reported"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     // 4 MiB of window: 4 messages of 1 MiB (and never more).

@@ -84,9 +84,9 @@ use zorilla_core::flood::{DropReason, FloodId, FloodRouter, FloodStats, Verdict}
 use zorilla_core::neighbours::{LinkKind, NeighbourTable};
 
 use crate::config::OverlayConfig;
-use crate::streams::{PeerStream, StreamError};
 use crate::identity::{self, IdentityError};
 use crate::latency::{Delay, MaybeDelayed, Route};
+use crate::streams::{PeerStream, StreamError};
 use crate::wire::{
     self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
 };

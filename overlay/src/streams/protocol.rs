@@ -75,11 +75,15 @@ impl<'a> Reader<'a> {
     }
     fn u64(&mut self) -> Result<u64, FrameError> {
         let b = self.take(8)?;
-        Ok(u64::from_le_bytes(b.try_into().map_err(|_| FrameError::Malformed)?))
+        Ok(u64::from_le_bytes(
+            b.try_into().map_err(|_| FrameError::Malformed)?,
+        ))
     }
     fn u32(&mut self) -> Result<u32, FrameError> {
         let b = self.take(4)?;
-        Ok(u32::from_le_bytes(b.try_into().map_err(|_| FrameError::Malformed)?))
+        Ok(u32::from_le_bytes(
+            b.try_into().map_err(|_| FrameError::Malformed)?,
+        ))
     }
     fn channel(&mut self) -> Result<ChannelId, FrameError> {
         Ok(ChannelId {
@@ -232,9 +236,15 @@ mod tests {
     fn bad_frames_are_errors() {
         let mut too_long = ((MAX_FRAME_BYTES + 1) as u32).to_le_bytes().to_vec();
         too_long.push(DATA);
-        assert_eq!(decode(&too_long), Err(FrameError::TooLong(MAX_FRAME_BYTES + 1)));
+        assert_eq!(
+            decode(&too_long),
+            Err(FrameError::TooLong(MAX_FRAME_BYTES + 1))
+        );
         assert_eq!(decode(&[1, 0, 0, 0, 9]), Err(FrameError::UnknownKind(9)));
-        assert_eq!(decode(&[3, 0, 0, 0, DATA, 0, 0]), Err(FrameError::Malformed));
+        assert_eq!(
+            decode(&[3, 0, 0, 0, DATA, 0, 0]),
+            Err(FrameError::Malformed)
+        );
         let mut refuse = Vec::new();
         encode(&Frame::Refuse(CH, Refusal::NotHere), &mut refuse);
         *refuse.last_mut().unwrap() = 7;
