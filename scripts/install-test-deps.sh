@@ -9,7 +9,7 @@
 # llvm (llvm-ar: GNU ar writes no symbol index for wasm objects, which
 # sdk/build.sh needs), openmpi-bin and libopenmpi-dev (node/tests/mpi.rs
 # runs the MPI test programs under OpenMPI too, and the MPI benchmark
-# measures it beside Zorilla).
+# measures it beside Zorilla, as does the ping-pong benchmark).
 set -euo pipefail
 
 packages=(

@@ -21,6 +21,8 @@
 //! - [`liveness`]: whether the ranks a home placed still run (nodes that
 //!   restarted, forgot ranks, or went silent).
 //! - [`allocation`]: the P2P-MPI `spread` and `concentrate` strategies.
+//! - [`channel`]: exactly-once, in-order, flow-controlled message channels
+//!   between the ranks of a job (sequencing, acks, credit).
 //! - [`node`]: the per-node state machine that ties the above together, both
 //!   as the home of jobs and as a candidate worker node.
 //!
@@ -30,6 +32,7 @@
 
 pub mod advert;
 pub mod allocation;
+pub mod channel;
 pub mod flood;
 pub mod limits;
 pub mod liveness;

@@ -12,7 +12,9 @@
  *     of messages from different senders.
  *   - Every queue is bounded: zorilla_send() waits (without burning CPU time)
  *     while the receiver's queue is full, so a receiver that never reads will
- *     eventually stall its senders.
+ *     eventually stall its senders. A sender may run up to 4 MiB ahead of
+ *     what each receiver has read (a larger message goes once the receiver
+ *     has read everything before it).
  *   - Blocking calls (send, recv, barrier) do not consume the worker's CPU
  *     budget, but they do count towards its wall-clock limit.
  *   - A worker started without a job transport behaves as rank 0 of a job of
@@ -56,8 +58,9 @@ extern "C" {
  * worker asked to be told (see zorilla_watch_membership()). */
 #define ZORILLA_EMEMBERSHIP (-6)
 
-/* The largest message the sandbox accepts: 16 MiB. */
-#define ZORILLA_MAX_MESSAGE (16 * 1024 * 1024)
+/* The largest message the sandbox accepts: 64 MiB. A larger one gets
+ * ZORILLA_ETOOBIG at once. */
+#define ZORILLA_MAX_MESSAGE (64 * 1024 * 1024)
 
 /* Kinds of membership change reported by zorilla_membership_next(). */
 /* A new worker joined the job; `rank` is its rank and `size` the new size. */
@@ -85,6 +88,13 @@ ZORILLA_IMPORT("size") int32_t zorilla_size(void);
  * the destination's queue is full. Errors: EBADRANK, EFAULT, ETOOBIG,
  * ECLOSED. */
 ZORILLA_IMPORT("send") int32_t zorilla_send(int32_t dest, const void *data, uint32_t len);
+
+/* Like zorilla_send(), but waits at most `timeout_ms` milliseconds for the
+ * destination to have room: returns ZORILLA_ETIMEDOUT, and sends nothing,
+ * if it has none by then. `timeout_ms` 0 only tries; < 0 waits for ever
+ * (as zorilla_send()). Useful to an MPI library that must not block in a
+ * send while it could receive. */
+ZORILLA_IMPORT("send_timeout") int32_t zorilla_send_timeout(int32_t dest, const void *data, uint32_t len, int64_t timeout_ms);
 
 /* Receives the next message from any rank.
  *

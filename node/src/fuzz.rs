@@ -500,13 +500,7 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
             ranks: g.map(Gen::u32, peer),
             replaced: g.vec(Gen::u32),
         },
-        4 => PeerRpc::Rank {
-            job,
-            from: g.u32(),
-            to: g.u32(),
-            payload: g.bytes(),
-        },
-        5 => PeerRpc::Barrier {
+        4 | 5 => PeerRpc::Barrier {
             job,
             to: g.u32(),
             from: g.u32(),

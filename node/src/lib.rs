@@ -23,6 +23,7 @@ mod daemon;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod jobspec;
+mod link;
 mod net;
 mod node;
 pub mod protocol;

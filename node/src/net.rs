@@ -5,9 +5,9 @@
 //! own event loop, so callers never care where the other side runs.
 //!
 //! [`NetTransport`] is one worker's link to the other ranks of its job.
-//! Order per pair of ranks holds because a sender waits for the receiving
-//! node's acknowledgement before it sends the next message, and the
-//! receiving node queues messages per rank in arrival order.
+//! Its messages go through [`crate::link`]: straight into the inbox of a
+//! rank on this node, or on the long-lived stream to the rank's node
+//! (exactly once, in order, with credit-based flow control).
 //!
 //! Barriers are coordinated by rank 0: the other ranks enter there and wait
 //! for its release. Rank 0 keeps the arrivals in a [`BarrierRound`], which
@@ -22,14 +22,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use zorilla_core::channel::ChannelId;
 use zorilla_overlay::{OverlayHandle, PeerId};
 use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Delivery, Rank, Transport, TransportError};
 
+use crate::link::{Inbox, Links};
 use crate::wire::{BarrierMsg, PeerReply, PeerRpc, decode, encode};
 
-/// Capacity of each rank's inbox.
-pub(crate) const INBOX: usize = 256;
+/// Capacity of each rank's barrier queue.
+pub(crate) const BARRIER_QUEUE: usize = 256;
 
 /// A call to this node itself, handled by its event loop.
 pub(crate) struct LocalCall {
@@ -43,6 +45,8 @@ pub(crate) struct Net {
     pub(crate) me: PeerId,
     pub(crate) overlay: OverlayHandle,
     pub(crate) local: mpsc::Sender<LocalCall>,
+    /// The message path between workers.
+    pub(crate) links: Arc<Links>,
 }
 
 impl Net {
@@ -80,37 +84,42 @@ pub(crate) struct JobNet {
     pub(crate) job: u64,
     pub(crate) ranks: watch::Sender<BTreeMap<u32, PeerId>>,
     pub(crate) size: AtomicU32,
-    pub(crate) inboxes: Mutex<HashMap<u32, mpsc::Sender<Delivery>>>,
+    pub(crate) inboxes: Mutex<HashMap<u32, Arc<Inbox>>>,
     pub(crate) barriers: Mutex<HashMap<u32, mpsc::Sender<BarrierItem>>>,
     pub(crate) closed: AtomicBool,
+    links: Arc<Links>,
 }
 
 impl JobNet {
-    pub(crate) fn new(job: u64) -> Arc<JobNet> {
-        Arc::new(JobNet {
+    /// The job's network side, reachable through `links` for messages from
+    /// other nodes from now on.
+    pub(crate) fn new(job: u64, links: Arc<Links>) -> Arc<JobNet> {
+        let net = Arc::new(JobNet {
             job,
             ranks: watch::Sender::new(BTreeMap::new()),
             size: AtomicU32::new(0),
             inboxes: Mutex::new(HashMap::new()),
             barriers: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
-        })
+            links,
+        });
+        net.links.add_job(&net);
+        net
     }
 
     /// Makes the inboxes of a rank that will run here; returns the
     /// transport's ends.
-    pub(crate) fn register(
-        &self,
-        rank: u32,
-    ) -> (mpsc::Receiver<Delivery>, mpsc::Receiver<BarrierItem>) {
-        let (tx, rx) = mpsc::channel(INBOX);
-        let (btx, brx) = mpsc::channel(INBOX);
-        lock(&self.inboxes).insert(rank, tx);
+    pub(crate) fn register(&self, rank: u32) -> (Arc<Inbox>, mpsc::Receiver<BarrierItem>) {
+        let inbox = Inbox::new();
+        let (btx, brx) = mpsc::channel(BARRIER_QUEUE);
+        if let Some(old) = lock(&self.inboxes).insert(rank, inbox.clone()) {
+            old.close();
+        }
         lock(&self.barriers).insert(rank, btx);
-        (rx, brx)
+        (inbox, brx)
     }
 
-    pub(crate) fn inbox(&self, rank: u32) -> Option<mpsc::Sender<Delivery>> {
+    pub(crate) fn inbox(&self, rank: u32) -> Option<Arc<Inbox>> {
         lock(&self.inboxes).get(&rank).cloned()
     }
 
@@ -128,8 +137,11 @@ impl JobNet {
     /// Ends every transport of the job: senders and receivers get `Closed`.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        lock(&self.inboxes).clear();
+        for (_, inbox) in lock(&self.inboxes).drain() {
+            inbox.close();
+        }
         lock(&self.barriers).clear();
+        self.links.close_job(self.job);
         // Wake senders waiting for a placement change.
         self.ranks.send_modify(|_| {});
     }
@@ -209,7 +221,7 @@ pub(crate) struct NetTransport {
     rank: u32,
     net: Net,
     job: Arc<JobNet>,
-    inbox: mpsc::Receiver<Delivery>,
+    inbox: Arc<Inbox>,
     barrier_rx: mpsc::Receiver<BarrierItem>,
     /// Rank 0 only: the arrivals at the barrier in progress.
     round: BarrierRound<PeerId>,
@@ -289,7 +301,7 @@ impl NetTransport {
         rank: u32,
         net: Net,
         job: Arc<JobNet>,
-        inbox: mpsc::Receiver<Delivery>,
+        inbox: Arc<Inbox>,
         barrier_rx: mpsc::Receiver<BarrierItem>,
         token_seed: u64,
     ) -> NetTransport {
@@ -380,6 +392,67 @@ impl NetTransport {
     }
 }
 
+impl NetTransport {
+    /// Sends a message to `to` wherever it runs, waiting for credit; a
+    /// rank not placed yet (or lost and not yet replaced) is waited for.
+    async fn send_message(&self, to: u32, payload: Vec<u8>) -> Result<(), TransportError> {
+        let channel = ChannelId {
+            job: self.job.job,
+            from: self.rank,
+            to,
+        };
+        let mut ranks = self.job.ranks.subscribe();
+        let mut payload = Some(payload);
+        loop {
+            if self.job.closed.load(Ordering::SeqCst) {
+                return Err(TransportError::Closed);
+            }
+            let peer = ranks.borrow_and_update().get(&to).copied();
+            let Some(peer) = peer else {
+                let _ = tokio::time::timeout(RETRY * 10, ranks.changed()).await;
+                continue;
+            };
+            let Some(message) = payload.take() else {
+                return Err(TransportError::Closed);
+            };
+            if peer == self.net.me {
+                let Some(inbox) = self.job.inbox(to) else {
+                    // Placed here but not registered yet: wait for it.
+                    payload = Some(message);
+                    let _ = tokio::time::timeout(RETRY, ranks.changed()).await;
+                    continue;
+                };
+                return inbox.push_local(self.rank, message).await;
+            }
+            // A new placement of the rank may move it away while this
+            // waits for credit: then it goes to the new place.
+            let mut watch = ranks.clone();
+            let moved = async move {
+                loop {
+                    if watch.changed().await.is_err() {
+                        return std::future::pending().await;
+                    }
+                    if watch.borrow_and_update().get(&to) != Some(&peer) {
+                        return;
+                    }
+                }
+            };
+            let links = self.net.links.clone();
+            match links.send(peer, channel, message, moved).await {
+                Ok(result) => return result,
+                Err(back) => payload = Some(back),
+            }
+        }
+    }
+}
+
+impl Drop for NetTransport {
+    fn drop(&mut self) {
+        // The worker is gone: messages to it are refused from now on.
+        self.inbox.close();
+    }
+}
+
 impl Transport for NetTransport {
     fn rank(&self) -> Rank {
         self.rank
@@ -395,18 +468,12 @@ impl Transport for NetTransport {
             if to >= size {
                 return Err(TransportError::BadRank { rank: to, size });
             }
-            let rpc = PeerRpc::Rank {
-                job: self.job.job,
-                from: self.rank,
-                to,
-                payload,
-            };
-            self.deliver(to, rpc).await
+            self.send_message(to, payload).await
         })
     }
 
     fn recv(&mut self) -> BoxFuture<'_, Result<Delivery, TransportError>> {
-        Box::pin(async move { self.inbox.recv().await.ok_or(TransportError::Closed) })
+        Box::pin(self.inbox.recv())
     }
 
     fn barrier(&mut self) -> BoxFuture<'_, Result<(), TransportError>> {

@@ -21,10 +21,11 @@ use zorilla_core::resources::Resources;
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
 use zorilla_sandbox::{
-    CancelHandle, ChangeKind, Delivery, Limits, MembershipChange, Outcome, OutputKind, Program,
-    Sandbox, WorkerSpec,
+    CancelHandle, ChangeKind, Limits, MembershipChange, Outcome, OutputKind, Program, Sandbox,
+    WorkerSpec,
 };
 
+use crate::link::{Inbox, Links};
 use crate::net::{BarrierItem, JobNet, LocalCall, Net, NetTransport};
 use crate::protocol::{
     ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NamedFile,
@@ -217,6 +218,7 @@ impl Node {
                 me,
                 overlay: overlay.clone(),
                 local: local_tx,
+                links: Links::new(me, overlay.clone()),
             },
             overlay,
             writer: Writer::start(store.clone()).expect("cannot start the store's writer thread"),
@@ -238,6 +240,7 @@ impl Node {
             disk_problem: None,
         };
         node.recover();
+        node.net.links.accept().await;
         tokio::pin!(shutdown);
         let mut copies_check = tokio::time::interval(COPY_CHECK);
         copies_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -847,46 +850,6 @@ impl Node {
                 self.placement_pushed(job, phase, ranks, replaced);
                 PeerReply::Ack
             }
-            PeerRpc::Rank {
-                job,
-                from: src,
-                to,
-                payload,
-            } => {
-                let inbox = self.members.get(&job).and_then(|m| m.net.inbox(to));
-                match inbox {
-                    None => PeerReply::Error(format!("rank {to} of job {} not here", JobId(job))),
-                    Some(inbox) => {
-                        let delivery = Delivery::Message { from: src, payload };
-                        match inbox.try_send(delivery) {
-                            Ok(()) => PeerReply::Ack,
-                            Err(mpsc::error::TrySendError::Closed(_)) => {
-                                PeerReply::Error("closed: the rank ended".into())
-                            }
-                            Err(mpsc::error::TrySendError::Full(delivery)) => {
-                                // Back-pressure: the answer waits for room,
-                                // and the sender waits for the answer.
-                                let overlay = self.overlay.clone();
-                                tokio::spawn(async move {
-                                    let answer = match inbox.send(delivery).await {
-                                        Ok(()) => PeerReply::Ack,
-                                        Err(_) => PeerReply::Error("closed: the rank ended".into()),
-                                    };
-                                    match reply {
-                                        Reply::Local(tx) => {
-                                            let _ = tx.send(answer);
-                                        }
-                                        Reply::Overlay(r) => {
-                                            let _ = overlay.respond(r, encode(&answer)).await;
-                                        }
-                                    }
-                                });
-                                return;
-                            }
-                        }
-                    }
-                }
-            }
             PeerRpc::Barrier {
                 job,
                 to,
@@ -1265,7 +1228,7 @@ impl Node {
             };
             for worker in member.workers.keys() {
                 if let Some(inbox) = member.net.inbox(*worker) {
-                    let _ = inbox.try_send(Delivery::Membership(change));
+                    inbox.push_membership(change);
                 }
             }
         }
@@ -1279,7 +1242,7 @@ impl Node {
     fn start_workers(&mut self, job: u64, home: PeerId, ranks: Vec<u32>) {
         let member = self.members.entry(job).or_insert_with(|| MemberJob {
             home,
-            net: JobNet::new(job),
+            net: JobNet::new(job, self.net.links.clone()),
             workers: HashMap::new(),
             pending: HashMap::new(),
             stopped: false,
@@ -1512,7 +1475,7 @@ impl Node {
     }
 }
 
-type Ends = (mpsc::Receiver<Delivery>, mpsc::Receiver<BarrierItem>);
+type Ends = (Arc<Inbox>, mpsc::Receiver<BarrierItem>);
 
 /// A submission refused because the disk cannot be written.
 fn refused(reason: String) -> Response {

@@ -686,8 +686,7 @@ impl Publisher {
                 self.logs.insert(*job);
             }
             // Nothing shown changes.
-            PeerRpc::Rank { .. }
-            | PeerRpc::Barrier { .. }
+            PeerRpc::Barrier { .. }
             | PeerRpc::GetBlock { .. }
             | PeerRpc::GetJob { .. }
             | PeerRpc::Output { .. }

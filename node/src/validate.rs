@@ -254,7 +254,7 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
         PeerRpc::Placement {
             ranks, replaced, ..
         } => placement(ranks.keys(), replaced)?,
-        PeerRpc::Rank { from, to, .. } | PeerRpc::Barrier { from, to, .. } => {
+        PeerRpc::Barrier { from, to, .. } => {
             rank("sending rank", *from)?;
             rank("receiving rank", *to)?;
         }

@@ -60,14 +60,6 @@ pub(crate) enum PeerRpc {
         ranks: BTreeMap<u32, PeerId>,
         replaced: Vec<u32>,
     },
-    /// A message between two ranks of a job.
-    Rank {
-        job: u64,
-        from: u32,
-        to: u32,
-        #[serde(with = "serde_bytes")]
-        payload: Vec<u8>,
-    },
     /// Barrier traffic: ranks enter at rank 0, rank 0 releases them.
     Barrier {
         job: u64,

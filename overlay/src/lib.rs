@@ -15,6 +15,8 @@
 //! - [`config`]: the [`OverlayConfig`] with its defaults.
 //! - [`identity`]: the persistent ed25519 identity.
 //! - [`latency`]: emulated latency between sites on one machine.
+//! - [`streams`]: long-lived raw streams between nodes for the messages
+//!   between workers (`/zorilla/<network>/ranks/1`), and their frames.
 //! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
 //!   `/zorilla/<network>/rpc/1` and their size-capped codec.
 //!
@@ -71,6 +73,7 @@ pub mod fuzz;
 pub mod identity;
 pub mod latency;
 pub mod overlay;
+pub mod streams;
 mod wire;
 
 pub use config::OverlayConfig;
@@ -80,3 +83,4 @@ pub use overlay::{
     Event, KnownPeer, Neighbour, Overlay, OverlayError, OverlayHandle, OverlayStats, RequestError,
     Responder,
 };
+pub use streams::{PeerStream, StreamError};

@@ -86,6 +86,7 @@ use zorilla_core::neighbours::{LinkKind, NeighbourTable};
 use crate::config::OverlayConfig;
 use crate::identity::{self, IdentityError};
 use crate::latency::{Delay, MaybeDelayed, Route};
+use crate::streams::{PeerStream, StreamError};
 use crate::wire::{
     self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
 };
@@ -344,6 +345,11 @@ enum Command {
         peer: PeerId,
         reason: String,
     },
+    OpenStream {
+        peer: PeerId,
+        reply: crate::streams::OpenReply,
+    },
+    AcceptStreams(mpsc::Sender<PeerStream>),
     Shutdown,
 }
 
@@ -434,6 +440,32 @@ impl OverlayHandle {
         let _ = self.commands.try_send(Command::Misbehaved { peer, reason });
     }
 
+    /// Opens a stream of the ranks protocol to `peer` (dialing it if
+    /// needed); see [`crate::streams`].
+    pub async fn open_stream(&self, peer: PeerId) -> Result<PeerStream, StreamError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::OpenStream { peer, reply: tx })
+            .await
+            .map_err(|_| StreamError::Stopped)?;
+        rx.await.map_err(|_| StreamError::Stopped)?
+    }
+
+    /// Routes the ranks streams peers open to this node into a queue of
+    /// `capacity` (streams that find it full are dropped), replacing any
+    /// earlier one; before the first call they are dropped.
+    pub async fn accept_streams(
+        &self,
+        capacity: usize,
+    ) -> Result<mpsc::Receiver<PeerStream>, OverlayError> {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        self.commands
+            .send(Command::AcceptStreams(tx))
+            .await
+            .map_err(|_| OverlayError::Stopped)?;
+        Ok(rx)
+    }
+
     /// Dials `addr` (e.g. a peer given on the command line); it joins the
     /// overlay's candidates once it identifies itself.
     pub async fn dial(&self, addr: Multiaddr) -> Result<(), OverlayError> {
@@ -483,6 +515,7 @@ struct Behaviour {
     mdns: Toggle<mdns::tokio::Behaviour>,
     flood: request_response::Behaviour<CborCodec<FloodFrame, FloodAck>>,
     rpc: request_response::Behaviour<CborCodec<RpcRequest, RpcResponse>>,
+    streams: crate::streams::Behaviour,
 }
 
 /// Starts overlay nodes.
@@ -703,6 +736,7 @@ fn build_swarm(config: &OverlayConfig, key: &Keypair) -> Result<Swarm<Behaviour>
             )],
             rr_config,
         ),
+        streams: crate::streams::Behaviour::new(protocol(wire::ranks_protocol(network))?),
     };
     Ok(Swarm::new(
         transport,
@@ -943,6 +977,12 @@ impl Driver {
                 self.pending_requests.insert(id, (peer, reply));
                 self.app_traffic.insert(peer, Instant::now());
             }
+            Command::OpenStream { peer, reply } => {
+                let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
+                self.app_traffic.insert(peer, Instant::now());
+                self.swarm.behaviour_mut().streams.open(peer, addrs, reply);
+            }
+            Command::AcceptStreams(tx) => self.swarm.behaviour_mut().streams.accept(tx),
             Command::Respond {
                 responder,
                 payload,
@@ -1274,6 +1314,7 @@ impl Driver {
             BehaviourEvent::Rpc(event) => self.on_rpc_event(event).await,
             BehaviourEvent::Limits(never) => match never {},
             BehaviourEvent::Blocked(never) => match never {},
+            BehaviourEvent::Streams(()) => {}
         }
     }
 
@@ -1652,7 +1693,8 @@ impl Driver {
                 .app_traffic
                 .get(&peer)
                 .is_some_and(|since| since.elapsed() < LINGER)
-            || self.pending_requests.values().any(|(p, _)| *p == peer);
+            || self.pending_requests.values().any(|(p, _)| *p == peer)
+            || self.swarm.behaviour().streams.in_use(&peer);
         let getting_to_know = !self.verified.contains(&peer)
             || self.table.rtt(&peer).is_none()
             || self.peer_exchanges.values().any(|p| *p == peer);
@@ -1713,6 +1755,7 @@ impl Driver {
                 self.table.kind(peer).is_none()
                     && !self.probing.contains_key(*peer)
                     && !self.pending_requests.values().any(|(p, _)| p == *peer)
+                    && !self.swarm.behaviour().streams.in_use(peer)
                     && self
                         .app_traffic
                         .get(*peer)

@@ -50,6 +50,11 @@ pub(crate) fn flood_protocol(network: &str) -> String {
     format!("/zorilla/{network}/flood/1")
 }
 
+/// The ranks stream protocol's name on network `network`.
+pub(crate) fn ranks_protocol(network: &str) -> String {
+    format!("/zorilla/{network}/ranks/1")
+}
+
 /// The request-response protocol's name on network `network`.
 pub(crate) fn rpc_protocol(network: &str) -> String {
     format!("/zorilla/{network}/rpc/1")

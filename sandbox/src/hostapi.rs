@@ -8,6 +8,7 @@
 //! | `rank` | `() -> i32` | this worker's rank |
 //! | `size` | `() -> i32` | current number of workers |
 //! | `send` | `(dest: i32, ptr: i32, len: i32) -> i32` | send `len` bytes at `ptr` to `dest` |
+//! | `send_timeout` | `(dest: i32, ptr: i32, len: i32, timeout_ms: i64) -> i32` | the same, giving up (`ETIMEDOUT`, nothing sent) after `timeout_ms` without room; 0 only tries, < 0 waits for ever |
 //! | `recv` | `(src_ptr: i32, buf_ptr: i32, cap: i32, timeout_ms: i64) -> i32` | next message: full length, sender stored at `src_ptr`, copied if it fits in `cap` |
 //! | `barrier` | `() -> i32` | wait for every worker |
 //! | `membership_next` | `(event_ptr: i32) -> i32` | take the oldest membership change: 1 and a 12-byte event, or 0 |
@@ -138,6 +139,50 @@ fn guest_range(
     (end <= memory.data_size(caller)).then_some(start..end)
 }
 
+/// `send` and `send_timeout`: `timeout_ms` < 0 waits for ever.
+async fn send(
+    mut caller: Caller<'_, WorkerState>,
+    dest: i32,
+    ptr: i32,
+    len: i32,
+    timeout_ms: i64,
+) -> i32 {
+    let len = len as u32 as usize;
+    if len > MAX_MESSAGE_BYTES {
+        return ETOOBIG;
+    }
+    if dest < 0 {
+        return EBADRANK;
+    }
+    let Some(mem) = memory(&mut caller) else {
+        return EFAULT;
+    };
+    let Some(range) = guest_range(&caller, mem, ptr, len) else {
+        return EFAULT;
+    };
+    let payload = mem.data(&caller)[range].to_vec();
+    let transport = &mut caller.data_mut().net.transport;
+    let sent = transport.send(dest as Rank, payload);
+    // A deadline too far away to represent is the same as none.
+    let deadline = u64::try_from(timeout_ms)
+        .ok()
+        .and_then(|ms| tokio::time::Instant::now().checked_add(Duration::from_millis(ms)));
+    let result = match deadline {
+        None => sent.await,
+        // `timeout_at` polls the send once before looking at the clock, so
+        // 0 still sends when there is room; `send` is cancel-safe, so a
+        // timeout sends nothing.
+        Some(deadline) => match tokio::time::timeout_at(deadline, sent).await {
+            Ok(result) => result,
+            Err(_) => return ETIMEDOUT,
+        },
+    };
+    match result {
+        Ok(()) => OK,
+        Err(e) => status(e),
+    }
+}
+
 /// Adds the `zorilla` module to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Result<()> {
     linker.func_wrap(MODULE, "rank", |caller: Caller<'_, WorkerState>| -> i32 {
@@ -151,33 +196,16 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Resul
     linker.func_wrap_async(
         MODULE,
         "send",
-        |mut caller: Caller<'_, WorkerState>, (dest, ptr, len): (i32, i32, i32)| {
-            Box::new(async move {
-                let len = len as u32 as usize;
-                if len > MAX_MESSAGE_BYTES {
-                    return ETOOBIG;
-                }
-                if dest < 0 {
-                    return EBADRANK;
-                }
-                let Some(mem) = memory(&mut caller) else {
-                    return EFAULT;
-                };
-                let Some(range) = guest_range(&caller, mem, ptr, len) else {
-                    return EFAULT;
-                };
-                let payload = mem.data(&caller)[range].to_vec();
-                match caller
-                    .data_mut()
-                    .net
-                    .transport
-                    .send(dest as Rank, payload)
-                    .await
-                {
-                    Ok(()) => OK,
-                    Err(e) => status(e),
-                }
-            })
+        |caller: Caller<'_, WorkerState>, (dest, ptr, len): (i32, i32, i32)| {
+            Box::new(send(caller, dest, ptr, len, -1))
+        },
+    )?;
+
+    linker.func_wrap_async(
+        MODULE,
+        "send_timeout",
+        |caller: Caller<'_, WorkerState>, (dest, ptr, len, timeout_ms): (i32, i32, i32, i64)| {
+            Box::new(send(caller, dest, ptr, len, timeout_ms))
         },
     )?;
 

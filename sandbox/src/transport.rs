@@ -12,6 +12,8 @@
 //!   sent, at most once.
 //! - Every queue is bounded: [`Transport::send`] waits while the receiver's
 //!   queue is full instead of buffering without limit.
+//! - [`Transport::send`] is cancel-safe: if its future is dropped before it
+//!   completes (a guest's send timeout expired), the message was not sent.
 //! - [`Transport::recv`] is cancel-safe: if its future is dropped before it
 //!   completes (the guest's timeout expired, or the worker was cancelled), no
 //!   delivery is lost.
@@ -38,9 +40,10 @@ pub type Rank = u32;
 /// a `Box<dyn Transport>` in every worker).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// The largest message the host API accepts from a guest (16 MiB; must match
-/// `ZORILLA_MAX_MESSAGE` in `examples/include/zorilla.h`).
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// The largest message the host API accepts from a guest (64 MiB; must match
+/// `ZORILLA_MAX_MESSAGE` in `examples/include/zorilla.h` and what the node's
+/// transport carries, `zorilla_core::channel::MAX_MESSAGE_BYTES`).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// What [`Transport::recv`] hands to a worker.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -203,6 +203,41 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench -p zorilla-sandbox --bench sandbox",
     ),
     (
+        "pingpong.nodes_rtt_8",
+        "message round trip, 8 B, two nodes",
+        "cargo bench --workspace --bench pingpong",
+    ),
+    (
+        "pingpong.nodes_rtt_8_vs_mpi",
+        "the same, relative to OpenMPI over TCP (target: at most 3x)",
+        "cargo bench --workspace --bench pingpong",
+    ),
+    (
+        "pingpong.local_rtt_8",
+        "message round trip, 8 B, two workers of one node",
+        "cargo bench --workspace --bench pingpong",
+    ),
+    (
+        "pingpong.local_rtt_8_vs_mpi",
+        "the same, relative to OpenMPI over shared memory (target: at most 10x)",
+        "cargo bench --workspace --bench pingpong",
+    ),
+    (
+        "pingpong.nodes_bw_big",
+        "ping-pong bandwidth, large messages, two nodes",
+        "cargo bench --workspace --bench pingpong",
+    ),
+    (
+        "pingpong.nodes_bw_big_vs_mpi",
+        "the same, as a share of OpenMPI's over TCP (target: at least 40%)",
+        "cargo bench --workspace --bench pingpong",
+    ),
+    (
+        "pingpong.cipher",
+        "noise's cipher alone (ChaCha20-Poly1305, one core)",
+        "cargo bench --workspace --bench pingpong",
+    ),
+    (
         "compute.nqueens_speed_vs_native",
         "nqueens, 1 worker: speed in the sandbox relative to native gcc -O2 (CPU time)",
         "cargo bench --workspace --bench compute",

@@ -1,0 +1,914 @@
+//! The message path between workers: rank inboxes, and the long-lived
+//! streams that carry messages between nodes.
+//!
+//! Every rank running here has an [`Inbox`]. A worker's message to a rank
+//! of the same node goes straight into that rank's inbox (the sender waits
+//! while it has [`WINDOW_BYTES`] unread there); nothing passes through the
+//! node's event loop. A message to a rank on another node goes into the
+//! [`OutLink`] to that node: an [`Outbox`] (zorilla-core's sequencing and
+//! credit state machine) whose writer task cuts it into chunks on a stream
+//! of the overlay's ranks protocol (one per pair of nodes and direction,
+//! opened by the sender). On the other side, the stream's reader feeds the
+//! chunks to that peer's [`Inbound`] channel states and puts complete
+//! messages into the rank's inbox; acknowledgements and credit go back on
+//! the same stream. A broken stream is opened again and everything not
+//! acknowledged is sent again; duplicates are dropped by sequence number,
+//! so each message arrives exactly once and in order per pair of ranks.
+//!
+//! # Memory
+//!
+//! - Sender: a channel's unacknowledged messages (its retransmission buffer)
+//!   are at most `max(WINDOW_BYTES, one message)`: a worker's `send` waits
+//!   for credit before its message is queued.
+//! - Receiver: each channel (pair of ranks) holds at most `max(WINDOW_BYTES,
+//!   one message)` unread bytes, allocated as chunks arrive (an announced
+//!   length allocates nothing), so a rank holds at most that times the
+//!   number of ranks sending to it, and a job on a node at most that times
+//!   its ranks here. The per-message maximum is [`MAX_MESSAGE_BYTES`]
+//!   (64 MiB). Frames are at most [`MAX_FRAME_BYTES`]; each stream has one
+//!   read buffer of that size.
+//! - A peer that breaks the protocol (a frame that does not decode, a chunk
+//!   out of order or beyond its credit, an ack of what was never sent) has
+//!   its stream dropped and is reported to the overlay.
+//!
+//! # Failures
+//!
+//! A sender whose peer cannot be reached for [`GIVE_UP`] gets
+//! `TransportError::Closed` for the messages it has there; a message to a
+//! rank whose worker ended is refused (`Closed`) by its node; the job's end
+//! closes everything. A rank that is not on the receiving node yet (its
+//! worker is being prepared) is refused for now and retried, for at most
+//! [`GIVE_UP`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use zorilla_core::channel::{
+    Admission, CHUNK_BYTES, ChannelId, Inbound, MAX_MESSAGE_BYTES, Outbox, Received, WINDOW_BYTES,
+};
+use zorilla_core::limits::MAX_WORKERS;
+use zorilla_overlay::streams::protocol::{
+    Frame, FrameError, MAX_FRAME_BYTES, Refusal, decode, encode,
+};
+use zorilla_overlay::{OverlayHandle, PeerId, PeerStream};
+use zorilla_sandbox::{Delivery, MembershipChange, TransportError};
+
+use crate::net::{JobNet, lock};
+
+/// How long a sender keeps trying to reach a peer before its messages
+/// there fail with `Closed`.
+pub(crate) const GIVE_UP: Duration = Duration::from_secs(30);
+
+/// How long a receiver may hold back an acknowledgement that no sender
+/// waits for (acks that free credit a sender may need go at once).
+const ACK_DELAY: Duration = Duration::from_millis(5);
+
+/// How long a sender waits before sending again what a node refused
+/// because the rank was not there yet.
+const NOT_HERE_RETRY: Duration = Duration::from_millis(50);
+
+/// Unread membership changes an inbox keeps (older ones are dropped by the
+/// host API anyway).
+const MEMBERSHIP_ITEMS: usize = 64;
+
+/// Channels one peer may have open towards this node.
+const MAX_CHANNELS_PER_PEER: usize = 1 << 16;
+
+/// Bytes the writer batches into one write.
+const WRITE_BATCH: usize = 512 * 1024;
+
+/// How long a worker polls its empty inbox before it sleeps (see
+/// [`Inbox::recv`]).
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Inbound streams waiting to be served.
+const ACCEPT_QUEUE: usize = 64;
+
+// ----- inboxes -----
+
+/// Where a message in an inbox came from: whom to give its credit back.
+enum Source {
+    Local,
+    Remote(Arc<PeerInbound>, ChannelId),
+}
+
+enum Item {
+    Message {
+        from: u32,
+        payload: Vec<u8>,
+        source: Source,
+    },
+    Membership(MembershipChange),
+}
+
+#[derive(Default)]
+struct InboxState {
+    items: VecDeque<Item>,
+    closed: bool,
+    /// Unread bytes per local sender.
+    local: HashMap<u32, u64>,
+    memberships: usize,
+}
+
+/// The messages and membership changes waiting for one rank's worker.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    state: Mutex<InboxState>,
+    /// Something was pushed (one waiter: the rank's worker).
+    ready: Notify,
+    /// A local sender's bytes were read, or the inbox closed.
+    room: Notify,
+}
+
+impl Inbox {
+    pub(crate) fn new() -> Arc<Inbox> {
+        Arc::new(Inbox::default())
+    }
+
+    /// The worker is gone: later messages are refused, waiting senders
+    /// get `Closed`; what is queued can still be read.
+    pub(crate) fn close(&self) {
+        lock(&self.state).closed = true;
+        self.ready.notify_one();
+        self.room.notify_waiters();
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        lock(&self.state).closed
+    }
+
+    /// Queues a membership change (dropped if the worker lets
+    /// [`MEMBERSHIP_ITEMS`] pile up).
+    pub(crate) fn push_membership(&self, change: MembershipChange) {
+        {
+            let mut s = lock(&self.state);
+            if s.closed || s.memberships >= MEMBERSHIP_ITEMS {
+                return;
+            }
+            s.memberships += 1;
+            s.items.push_back(Item::Membership(change));
+        }
+        self.ready.notify_one();
+    }
+
+    /// Queues a message that arrived from another node (its credit was
+    /// checked by its channel). Fails if the worker is gone.
+    fn push_remote(&self, from: u32, payload: Vec<u8>, source: Source) -> Result<(), ()> {
+        {
+            let mut s = lock(&self.state);
+            if s.closed {
+                return Err(());
+            }
+            s.items.push_back(Item::Message {
+                from,
+                payload,
+                source,
+            });
+        }
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// Queues a message from rank `from` of this node, waiting while that
+    /// rank has [`WINDOW_BYTES`] unread here (a larger message waits until
+    /// it has nothing unread, then goes alone).
+    pub(crate) async fn push_local(
+        &self,
+        from: u32,
+        payload: Vec<u8>,
+    ) -> Result<(), TransportError> {
+        let len = payload.len() as u64;
+        let mut payload = Some(payload);
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            {
+                let mut s = lock(&self.state);
+                if s.closed {
+                    return Err(TransportError::Closed);
+                }
+                let unread = s.local.entry(from).or_default();
+                if *unread == 0 || unread.saturating_add(len) <= WINDOW_BYTES {
+                    *unread += len;
+                    if let Some(payload) = payload.take() {
+                        s.items.push_back(Item::Message {
+                            from,
+                            payload,
+                            source: Source::Local,
+                        });
+                    }
+                    drop(s);
+                    self.ready.notify_one();
+                    return Ok(());
+                }
+            }
+            room.await;
+        }
+    }
+
+    /// The next delivery; `Closed` once the inbox is closed and empty.
+    /// Cancel-safe: nothing is taken until it is returned.
+    ///
+    /// A worker that finds its inbox empty first polls it for [`SPIN`],
+    /// yielding to the other tasks in between, before it sleeps: a message
+    /// that comes within that time (the partner of a ping-pong answering)
+    /// is taken without the cost of waking a sleeping task on another
+    /// thread.
+    pub(crate) async fn recv(&self) -> Result<Delivery, TransportError> {
+        let mut spin_until: Option<std::time::Instant> = None;
+        loop {
+            let item = {
+                let mut s = lock(&self.state);
+                match s.items.pop_front() {
+                    Some(Item::Membership(change)) => {
+                        s.memberships -= 1;
+                        return Ok(Delivery::Membership(change));
+                    }
+                    Some(Item::Message {
+                        from,
+                        payload,
+                        source,
+                    }) => {
+                        if let Source::Local = source
+                            && let Some(unread) = s.local.get_mut(&from)
+                        {
+                            *unread = unread.saturating_sub(payload.len() as u64);
+                        }
+                        Some((from, payload, source))
+                    }
+                    None if s.closed => return Err(TransportError::Closed),
+                    None => None,
+                }
+            };
+            match item {
+                Some((from, payload, source)) => {
+                    match source {
+                        Source::Local => self.room.notify_waiters(),
+                        Source::Remote(peer, channel) => {
+                            peer.consumed(channel, payload.len() as u64);
+                        }
+                    }
+                    return Ok(Delivery::Message { from, payload });
+                }
+                None => {
+                    let now = std::time::Instant::now();
+                    let until = *spin_until.get_or_insert(now + SPIN);
+                    if now < until {
+                        tokio::task::yield_now().await;
+                    } else {
+                        // A push after the check above left a permit: no
+                        // wake-up is lost.
+                        self.ready.notified().await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ----- the node's links -----
+
+/// Every link of this node: the registry of its jobs (for inbound data),
+/// its outbound links and its inbound channel states, per peer.
+pub(crate) struct Links {
+    me: PeerId,
+    overlay: OverlayHandle,
+    jobs: Mutex<HashMap<u64, Weak<JobNet>>>,
+    out: Mutex<HashMap<PeerId, Arc<OutLink>>>,
+    inbound: Mutex<HashMap<PeerId, Arc<PeerInbound>>>,
+}
+
+impl Links {
+    pub(crate) fn new(me: PeerId, overlay: OverlayHandle) -> Arc<Links> {
+        Arc::new(Links {
+            me,
+            overlay,
+            jobs: Mutex::new(HashMap::new()),
+            out: Mutex::new(HashMap::new()),
+            inbound: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Serves the ranks streams peers open to this node, from now on.
+    pub(crate) async fn accept(self: &Arc<Self>) {
+        let mut streams = match self.overlay.accept_streams(ACCEPT_QUEUE).await {
+            Ok(rx) => rx,
+            Err(e) => {
+                tracing::warn!("cannot accept message streams: {e}");
+                return;
+            }
+        };
+        let links = self.clone();
+        tokio::spawn(async move {
+            while let Some(stream) = streams.recv().await {
+                tokio::spawn(serve_inbound(links.clone(), stream));
+            }
+        });
+    }
+
+    /// Makes `job`'s ranks here reachable for messages from other nodes.
+    pub(crate) fn add_job(&self, job: &Arc<JobNet>) {
+        let live: HashSet<u64> = {
+            let mut jobs = lock(&self.jobs);
+            jobs.retain(|_, j| j.strong_count() > 0);
+            jobs.insert(job.job, Arc::downgrade(job));
+            jobs.keys().copied().collect()
+        };
+        // The channel states of jobs no longer here go (data for them is
+        // refused before it reaches a channel).
+        let inbound: Vec<_> = lock(&self.inbound).values().cloned().collect();
+        for peer in inbound {
+            let mut s = lock(&peer.state);
+            s.channels.retain(|c, _| live.contains(&c.job));
+            s.refused.retain(|c, _| live.contains(&c.job));
+        }
+    }
+
+    fn job(&self, job: u64) -> Option<Arc<JobNet>> {
+        lock(&self.jobs).get(&job).and_then(Weak::upgrade)
+    }
+
+    /// Forgets everything of `job`: its queued messages and channel states.
+    pub(crate) fn close_job(&self, job: u64) {
+        lock(&self.jobs).remove(&job);
+        let out: Vec<_> = lock(&self.out).values().cloned().collect();
+        for link in out {
+            {
+                let mut s = lock(&link.state);
+                s.outbox.close_job(job);
+                s.closed.retain(|c| c.job != job);
+                s.not_here.retain(|c, _| c.job != job);
+            }
+            link.credit.notify_waiters();
+        }
+        let inbound: Vec<_> = lock(&self.inbound).values().cloned().collect();
+        for peer in inbound {
+            let mut s = lock(&peer.state);
+            s.channels.retain(|c, _| c.job != job);
+            s.pending.retain(|c| c.job != job);
+            s.refused.retain(|c, _| c.job != job);
+        }
+    }
+
+    fn out_link(self: &Arc<Self>, peer: PeerId) -> Arc<OutLink> {
+        let mut out = lock(&self.out);
+        if let Some(link) = out.get(&peer) {
+            return link.clone();
+        }
+        let link = Arc::new(OutLink {
+            peer,
+            state: Mutex::new(OutState::default()),
+            wake: Notify::new(),
+            credit: Notify::new(),
+        });
+        out.insert(peer, link.clone());
+        tokio::spawn(run_link(self.clone(), link.clone()));
+        link
+    }
+
+    fn peer_inbound(&self, peer: PeerId) -> Arc<PeerInbound> {
+        lock(&self.inbound)
+            .entry(peer)
+            .or_insert_with(|| {
+                Arc::new(PeerInbound {
+                    state: Mutex::new(RecvState::default()),
+                    wake: Notify::new(),
+                })
+            })
+            .clone()
+    }
+
+    /// Queues `payload` on `channel` to `peer`, waiting for credit. Gives
+    /// the payload back if `moved` fires first (the rank was placed
+    /// elsewhere).
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        peer: PeerId,
+        channel: ChannelId,
+        payload: Vec<u8>,
+        moved: impl std::future::Future<Output = ()>,
+    ) -> Result<Result<(), TransportError>, Vec<u8>> {
+        debug_assert_ne!(peer, self.me);
+        let link = self.out_link(peer);
+        let len = payload.len() as u64;
+        let mut payload = Some(payload);
+        tokio::pin!(moved);
+        loop {
+            let credit = link.credit.notified();
+            tokio::pin!(credit);
+            credit.as_mut().enable();
+            {
+                let mut s = lock(&link.state);
+                if s.closed.contains(&channel) {
+                    return Ok(Err(TransportError::Closed));
+                }
+                match s.outbox.admits(channel, len) {
+                    Admission::TooLarge => {
+                        return Ok(Err(TransportError::TooLarge {
+                            len: len as usize,
+                            max: MAX_MESSAGE_BYTES as usize,
+                        }));
+                    }
+                    Admission::Yes => {
+                        if let Some(payload) = payload.take() {
+                            s.outbox.push(channel, payload);
+                        }
+                        drop(s);
+                        link.wake.notify_one();
+                        return Ok(Ok(()));
+                    }
+                    Admission::WaitForCredit => {}
+                }
+            }
+            tokio::select! {
+                () = &mut credit => {}
+                () = &mut moved => return Err(payload.take().unwrap_or_default()),
+            }
+        }
+    }
+}
+
+// ----- sending side -----
+
+#[derive(Default)]
+struct OutState {
+    outbox: Outbox,
+    /// Channels closed for good (their receiver ended, or the peer could
+    /// not be reached): sends on them fail.
+    closed: HashSet<ChannelId>,
+    /// Channels whose rank the peer does not have, since when: after
+    /// [`GIVE_UP`] they are closed.
+    not_here: HashMap<ChannelId, Instant>,
+}
+
+/// The sending side of every channel from this node to one peer.
+pub(crate) struct OutLink {
+    peer: PeerId,
+    state: Mutex<OutState>,
+    /// The writer: something to send.
+    wake: Notify,
+    /// Senders: credit came, or channels closed.
+    credit: Notify,
+}
+
+/// Keeps a stream to the link's peer open while there is something to
+/// send, and sends again after a break what was not acknowledged.
+async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
+    let mut failing_since: Option<Instant> = None;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        // Open a stream only when there is something to send.
+        if lock(&link.state).outbox.all_acked() {
+            link.wake.notified().await;
+            continue;
+        }
+        match links.overlay.open_stream(link.peer).await {
+            Ok(stream) => {
+                failing_since = None;
+                backoff = Duration::from_millis(10);
+                if let Err(e) = serve_outbound(&links, &link, stream).await {
+                    tracing::debug!(peer = %link.peer, "message stream ended: {e}");
+                }
+                lock(&link.state).outbox.rewind();
+            }
+            Err(e) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                tracing::debug!(peer = %link.peer, "cannot open a message stream: {e}");
+                if since.elapsed() >= GIVE_UP {
+                    tracing::info!(peer = %link.peer, "peer unreachable: its messages fail");
+                    {
+                        let mut s = lock(&link.state);
+                        for channel in s.outbox.open_channels() {
+                            s.outbox.close(channel);
+                            s.closed.insert(channel);
+                        }
+                    }
+                    link.credit.notify_waiters();
+                    failing_since = None;
+                    continue;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Runs one outbound stream until it breaks: writes chunks, reads acks.
+async fn serve_outbound(
+    links: &Links,
+    link: &Arc<OutLink>,
+    stream: PeerStream,
+) -> Result<(), String> {
+    let (mut r, mut w) = stream.stream.split();
+    let writer = async {
+        let mut buf = Vec::with_capacity(WRITE_BATCH + MAX_FRAME_BYTES);
+        loop {
+            {
+                let mut s = lock(&link.state);
+                while buf.len() < WRITE_BATCH {
+                    match s.outbox.next_chunk(CHUNK_BYTES) {
+                        Some(chunk) => encode(&Frame::Data(chunk), &mut buf),
+                        None => break,
+                    }
+                }
+            }
+            if buf.is_empty() {
+                link.wake.notified().await;
+                continue;
+            }
+            w.write_all(&buf).await.map_err(|e| e.to_string())?;
+            w.flush().await.map_err(|e| e.to_string())?;
+            buf.clear();
+        }
+    };
+    let reader = async {
+        let mut frames = FrameReader::new();
+        loop {
+            if !frames.fill(&mut r).await? {
+                return Err::<(), String>("closed by the peer".into());
+            }
+            let mut credit = false;
+            let mut violation = None;
+            {
+                let mut s = lock(&link.state);
+                loop {
+                    let frame = match frames.next() {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => break,
+                        Err(e) => {
+                            violation = Some(e.to_string());
+                            break;
+                        }
+                    };
+                    match frame {
+                        Frame::Ack(ack) => match s.outbox.on_ack(ack) {
+                            Ok(changed) => {
+                                s.not_here.remove(&ack.channel);
+                                credit |= changed;
+                            }
+                            Err(v) => {
+                                violation = Some(v.to_string());
+                                break;
+                            }
+                        },
+                        Frame::Refuse(channel, Refusal::Closed) => {
+                            s.outbox.close(channel);
+                            s.closed.insert(channel);
+                            credit = true;
+                        }
+                        Frame::Refuse(channel, Refusal::NotHere) => {
+                            let since = *s.not_here.entry(channel).or_insert_with(Instant::now);
+                            if since.elapsed() >= GIVE_UP {
+                                s.outbox.close(channel);
+                                s.closed.insert(channel);
+                                s.not_here.remove(&channel);
+                                credit = true;
+                                continue;
+                            }
+                            let link = link.clone();
+                            tokio::spawn(async move {
+                                tokio::time::sleep(NOT_HERE_RETRY).await;
+                                lock(&link.state).outbox.rewind_channel(channel);
+                                link.wake.notify_one();
+                            });
+                        }
+                        Frame::Data(_) => {
+                            violation = Some("data on the acknowledgement side".into());
+                            break;
+                        }
+                    }
+                }
+            }
+            if credit {
+                link.credit.notify_waiters();
+            }
+            if let Some(v) = violation {
+                links
+                    .overlay
+                    .report_misbehaviour(link.peer, format!("message stream: {v}"));
+                return Err(v);
+            }
+        }
+    };
+    tokio::select! {
+        r = writer => r,
+        r = reader => r,
+    }
+}
+
+// ----- receiving side -----
+
+struct RecvChannel {
+    inbound: Inbound,
+    /// The limit last sent to the peer.
+    advertised: u64,
+}
+
+#[derive(Default)]
+struct RecvState {
+    channels: HashMap<ChannelId, RecvChannel>,
+    /// Channels owing the peer an ack.
+    pending: BTreeSet<ChannelId>,
+    /// An owed ack is needed at once (a sender may wait for its credit).
+    urgent: bool,
+    /// When owed acks go at the latest.
+    due: Option<Instant>,
+    /// Channels refused, and why; data on them is dropped until the sender
+    /// starts again from the first message not yet received.
+    refused: BTreeMap<ChannelId, Refusal>,
+    /// Refusals not yet sent.
+    refusals: BTreeMap<ChannelId, Refusal>,
+    /// The stream currently served (a newer one supersedes it).
+    stream: u64,
+}
+
+impl RecvState {
+    /// Notes that `channel` owes an ack. Returns whether the ack writer
+    /// must wake.
+    fn owe(&mut self, channel: ChannelId, urgent: bool) -> bool {
+        let first = self.pending.is_empty();
+        self.pending.insert(channel);
+        if let Some(c) = self.channels.get(&channel) {
+            let room = c.advertised.saturating_sub(c.inbound.completed());
+            // A sender may be short of credit: tell it at once.
+            if c.inbound.limit() > c.advertised && room < WINDOW_BYTES / 2 {
+                self.urgent = true;
+            }
+        }
+        self.urgent |= urgent;
+        if first {
+            self.due = Some(Instant::now() + ACK_DELAY);
+        }
+        first || self.urgent
+    }
+}
+
+/// This node's receiving side of every channel from one peer. Outlives the
+/// streams (so sequence numbers survive a reconnection).
+pub(crate) struct PeerInbound {
+    state: Mutex<RecvState>,
+    /// The ack writer: acks or refusals owed.
+    wake: Notify,
+}
+
+impl PeerInbound {
+    /// The worker of `channel.to` read `len` bytes of it.
+    fn consumed(&self, channel: ChannelId, len: u64) {
+        let wake = {
+            let mut s = lock(&self.state);
+            match s.channels.get_mut(&channel) {
+                Some(c) => {
+                    c.inbound.consumed(len);
+                    s.owe(channel, false)
+                }
+                None => false,
+            }
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Serves one stream a peer opened: reads chunks, writes acks.
+async fn serve_inbound(links: Arc<Links>, stream: PeerStream) {
+    let peer = stream.peer;
+    let state = links.peer_inbound(peer);
+    let generation = {
+        let mut s = lock(&state.state);
+        s.stream += 1;
+        // Acks sent on a broken stream may be lost: send every channel's
+        // state again on this one.
+        let channels: Vec<_> = s.channels.keys().copied().collect();
+        for c in channels {
+            s.owe(c, true);
+        }
+        s.stream
+    };
+    state.wake.notify_one();
+    let (mut r, mut w) = stream.stream.split();
+    let reader = async {
+        let mut frames = FrameReader::new();
+        loop {
+            if !frames.fill(&mut r).await? {
+                return Ok::<(), String>(());
+            }
+            loop {
+                let frame = match frames.next() {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(e) => return Err(violation(&links, peer, &e)),
+                };
+                let Frame::Data(chunk) = frame else {
+                    return Err(violation(&links, peer, &"an ack on the data side"));
+                };
+                receive(&links, peer, &state, generation, chunk)?;
+            }
+        }
+    };
+    let writer = async {
+        let mut buf = Vec::new();
+        loop {
+            let due = {
+                let mut s = lock(&state.state);
+                if s.stream != generation {
+                    return Ok::<(), String>(()); // superseded
+                }
+                let now = Instant::now();
+                if s.urgent || s.due.is_some_and(|d| d <= now) || !s.refusals.is_empty() {
+                    let pending = std::mem::take(&mut s.pending);
+                    for channel in pending {
+                        if let Some(c) = s.channels.get_mut(&channel) {
+                            let ack = c.inbound.ack(channel);
+                            c.advertised = ack.limit;
+                            encode(&Frame::Ack(ack), &mut buf);
+                        }
+                    }
+                    for (channel, reason) in std::mem::take(&mut s.refusals) {
+                        encode(&Frame::Refuse(channel, reason), &mut buf);
+                    }
+                    s.urgent = false;
+                    s.due = None;
+                    None
+                } else {
+                    s.due
+                }
+            };
+            if !buf.is_empty() {
+                w.write_all(&buf).await.map_err(|e| e.to_string())?;
+                w.flush().await.map_err(|e| e.to_string())?;
+                buf.clear();
+                continue;
+            }
+            match due {
+                Some(at) => {
+                    tokio::select! {
+                        () = state.wake.notified() => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => state.wake.notified().await,
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = reader => r,
+        r = writer => r,
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, "inbound message stream ended: {e}");
+    }
+    let mut s = lock(&state.state);
+    if s.stream == generation {
+        for c in s.channels.values_mut() {
+            c.inbound.stream_lost();
+        }
+    }
+}
+
+fn violation(links: &Links, peer: PeerId, what: &dyn std::fmt::Display) -> String {
+    let reason = format!("message stream: {what}");
+    links.overlay.report_misbehaviour(peer, reason.clone());
+    reason
+}
+
+/// Takes one chunk from `peer`.
+fn receive(
+    links: &Links,
+    peer: PeerId,
+    state: &Arc<PeerInbound>,
+    generation: u64,
+    chunk: zorilla_core::channel::Chunk<'_>,
+) -> Result<(), String> {
+    let channel = chunk.channel;
+    if channel.from >= MAX_WORKERS || channel.to >= MAX_WORKERS {
+        return Err(violation(links, peer, &"a rank out of range"));
+    }
+    let inbox = links.job(channel.job).and_then(|job| job.inbox(channel.to));
+    let mut s = lock(&state.state);
+    if s.stream != generation {
+        // The peer opened a newer stream: this one's rest is stale.
+        return Err("superseded by a newer stream".into());
+    }
+    let refusal = match &inbox {
+        None => Some(Refusal::NotHere),
+        Some(inbox) if inbox.is_closed() => Some(Refusal::Closed),
+        Some(_) => None,
+    };
+    let expected = s.channels.get(&channel).map_or(0, |c| c.inbound.next());
+    if let Some(reason) = refusal {
+        // Refused once per attempt: the sender backs off and starts again
+        // from the first message not received.
+        let attempt = chunk.offset == 0 && chunk.seq == expected;
+        if s.refused.insert(channel, reason) != Some(reason) || attempt {
+            s.refusals.insert(channel, reason);
+            drop(s);
+            state.wake.notify_one();
+        }
+        return Ok(());
+    }
+    if s.refused.contains_key(&channel) {
+        // Until the sender starts again where this side stands, what it
+        // sent before it heard of the refusal is dropped.
+        if chunk.offset != 0 || chunk.seq != expected {
+            return Ok(());
+        }
+        s.refused.remove(&channel);
+    }
+    if !s.channels.contains_key(&channel) && s.channels.len() >= MAX_CHANNELS_PER_PEER {
+        drop(s);
+        return Err(violation(links, peer, &"too many channels"));
+    }
+    let c = s.channels.entry(channel).or_insert_with(|| RecvChannel {
+        inbound: Inbound::new(),
+        advertised: WINDOW_BYTES,
+    });
+    let received = c.inbound.on_chunk(chunk);
+    let wake = match received {
+        Err(v) => {
+            drop(s);
+            return Err(violation(links, peer, &v));
+        }
+        Ok(Received::Partial) => false,
+        Ok(Received::Duplicate) => s.owe(channel, true),
+        Ok(Received::Complete(message)) => {
+            let wake = s.owe(channel, false);
+            drop(s);
+            let source = Source::Remote(state.clone(), channel);
+            if let Some(inbox) = inbox
+                && inbox.push_remote(channel.from, message, source).is_err()
+            {
+                // The worker ended meanwhile.
+                let mut s = lock(&state.state);
+                s.refused.insert(channel, Refusal::Closed);
+                s.refusals.insert(channel, Refusal::Closed);
+                drop(s);
+                state.wake.notify_one();
+            }
+            if wake {
+                state.wake.notify_one();
+            }
+            return Ok(());
+        }
+    };
+    drop(s);
+    if wake {
+        state.wake.notify_one();
+    }
+    Ok(())
+}
+
+// ----- reading frames -----
+
+/// A stream's read buffer: room for the largest frame and then some.
+struct FrameReader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl FrameReader {
+    fn new() -> Self {
+        FrameReader {
+            buf: vec![0; 4 + MAX_FRAME_BYTES + 64 * 1024],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Reads more; `false` at the end of the stream.
+    async fn fill<R: AsyncRead + Unpin>(&mut self, r: &mut R) -> Result<bool, String> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.end == self.buf.len() || self.start > self.buf.len() / 2 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let n = r
+            .read(&mut self.buf[self.end..])
+            .await
+            .map_err(|e| e.to_string())?;
+        self.end += n;
+        Ok(n > 0)
+    }
+
+    /// The next whole frame in the buffer, if any.
+    fn next(&mut self) -> Result<Option<Frame<'_>>, FrameError> {
+        let FrameReader { buf, start, end } = self;
+        match decode(&buf[*start..*end])? {
+            Some((frame, used)) => {
+                *start += used;
+                Ok(Some(frame))
+            }
+            None => Ok(None),
+        }
+    }
+}
