@@ -14,7 +14,7 @@
  * Deadlock avoidance: zorilla_send() blocks while the receiver's queue is
  * full, and two ranks blocked sending to each other (or a longer cycle)
  * would wait for ever. So the engine never lets a queue fill: it keeps a
- * window of credits per destination (see ZMPI_QUEUE_SLOTS); every data or
+ * window of credits per destination (see ZMPI_PAIR_WINDOW); every data or
  * ACK fragment spends one, and the receiver gives them back in a CREDIT
  * fragment (which spends none) once it has taken half a window out of its
  * queue. Taking messages out does not wait for matching receives: arrivals
@@ -81,7 +81,7 @@ static int p2p_ready(void)
     in_unexp = calloc(n, sizeof *in_unexp);
     credits = calloc(n, sizeof *credits);
     consumed = calloc(n, sizeof *consumed);
-    window = ZMPI_QUEUE_SLOTS / n - 2;
+    window = ZMPI_PAIR_WINDOW / ZMPI_FRAGMENT;
     if (window < 1)
         window = 1;
     for (int d = 0; d < n && credits; d++)

@@ -19,13 +19,14 @@
 #define ZMPI_FRAGMENT (256 * 1024)
 #endif
 
-/* How many messages the host queues for one worker (the sandbox's inbox).
- * Each sender keeps at most ZMPI_QUEUE_SLOTS / size - 2 (at least 1)
- * fragments unacknowledged per destination, so that up to 85 ranks a
- * destination's queue never fills and zorilla_send() never blocks: two
- * ranks sending to each other can then never wait on each other. */
-#ifndef ZMPI_QUEUE_SLOTS
-#define ZMPI_QUEUE_SLOTS 256
+/* How far a sender may run ahead of what its receiver has read, per pair of
+ * ranks: the transport's window (4 MiB, see zorilla.h). Each sender keeps
+ * at most ZMPI_PAIR_WINDOW / ZMPI_FRAGMENT fragments unacknowledged per
+ * destination (counting every fragment as a full one), so zorilla_send()
+ * never waits for the transport's credit: two ranks sending to each other
+ * can then never wait on each other, whatever the number of ranks. */
+#ifndef ZMPI_PAIR_WINDOW
+#define ZMPI_PAIR_WINDOW (4 * 1024 * 1024)
 #endif
 
 /* ---- datatypes ---- */
