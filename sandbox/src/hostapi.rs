@@ -98,6 +98,16 @@ impl HostNet {
         loop {
             let delivery = match deadline {
                 None => self.transport.recv().await,
+                // Only a look: without a timer, which would round the
+                // deadline up to tokio's next millisecond tick and make
+                // every look (an MPI library's progress loop makes many)
+                // cost up to a millisecond.
+                Some(_) if timeout == Some(Duration::ZERO) => {
+                    match poll_once(self.transport.recv()) {
+                        Some(delivery) => delivery,
+                        None => return Err(ETIMEDOUT),
+                    }
+                }
                 // `timeout_at` polls the receive once before looking at the
                 // clock, so a zero timeout still picks up a waiting message;
                 // `recv` is cancel-safe, so a timeout loses nothing.
@@ -118,6 +128,17 @@ impl HostNet {
                 }
             }
         }
+    }
+}
+
+/// Polls `future` once: its output if it is ready at once. Dropping it
+/// after is fine for the transport's cancel-safe `send` and `recv`.
+fn poll_once<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
     }
 }
 
@@ -169,6 +190,11 @@ async fn send(
         .and_then(|ms| tokio::time::Instant::now().checked_add(Duration::from_millis(ms)));
     let result = match deadline {
         None => sent.await,
+        // Only a try, without a timer (see `next_message`).
+        Some(_) if timeout_ms == 0 => match poll_once(sent) {
+            Some(result) => result,
+            None => return ETIMEDOUT,
+        },
         // `timeout_at` polls the send once before looking at the clock, so
         // 0 still sends when there is room; `send` is cancel-safe, so a
         // timeout sends nothing.
