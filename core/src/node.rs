@@ -1014,7 +1014,6 @@ impl<P: PeerKey> Scheduler<P> {
             // would only reach farther nodes that will not be chosen.
             if job.next_flood_at.is_some_and(|at| at <= now) && !job.settling {
                 let mut header = job.schedule.next_flood(now);
-                let first = header.seq == 0;
                 header.seq = header.seq.saturating_add(job.earlier_floods);
                 job.report.floods = job.schedule.floods();
                 job.report.radius = header.ttl;
@@ -1029,11 +1028,10 @@ impl<P: PeerKey> Scheduler<P> {
                     expires_in: job.expires_at.saturating_sub(now),
                     flood: header,
                 };
-                // The home considers its own machine first: it is the
-                // nearest there is.
-                if first {
-                    self.advert(now, advert.clone(), Duration::ZERO, out);
-                }
+                // The home considers its own machine first (it is the
+                // nearest there is), and again at every flood, as any
+                // member does, to raise a short offer.
+                self.advert(now, advert.clone(), Duration::ZERO, out);
                 out.push(Output::Flood(advert));
             }
         }
@@ -1425,11 +1423,15 @@ impl<P: PeerKey> Scheduler<P> {
     /// Resources freed up: take queued adverts that can now be served,
     /// oldest first, while resources last.
     fn rescan(&mut self, now: Time, out: &mut Vec<Output<P>>) {
-        // Offers already made come first: their homes are waiting on them.
+        // This node's own jobs' offers to itself come first: raising them
+        // costs no message. Offers to other homes are raised when a newer
+        // flood shows the job still short (see `advert`): raising them here
+        // would answer every refusal (which frees cores) with raised
+        // offers to other homes, and those with refusals in turn.
         let held: Vec<JobId> = self
             .engaged
             .iter()
-            .filter(|(_, e)| e.held > 0)
+            .filter(|(_, e)| e.held > 0 && e.home == self.id)
             .map(|(job, _)| *job)
             .collect();
         for job in held {

@@ -194,12 +194,13 @@ fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
     assert_eq!(node.pending().count(), 0);
 }
 
-/// A member offers the one core it has free for a job of two; when the
-/// other core frees up (another job's worker ends), and again when a newer
-/// flood of the job arrives, it raises the offer rather than letting the
-/// home wait out the hold.
+/// A member offers the one core it has free for a job of two. When the
+/// other core frees up (another job's worker ends) it says nothing yet; a
+/// newer flood of the job (the home is still short) finds it with two
+/// free, and it raises the offer rather than letting the home wait out the
+/// hold.
 #[test]
-fn a_member_raises_a_short_offer_as_cores_free_up() {
+fn a_member_raises_a_short_offer_at_a_newer_flood() {
     let mut node = member(2);
     let other = Advert {
         job: JobId(99),
@@ -244,8 +245,9 @@ fn a_member_raises_a_short_offer_as_cores_free_up() {
             ranks: vec![0],
         },
     );
+    assert_eq!(out, vec![], "offers to other homes wait for a flood");
     assert_eq!(
-        out,
+        deliver(&mut node, ms(5), WorkerCount::rigid(2)),
         vec![Output::Send {
             to: HOME,
             msg: Message::Offer {
@@ -258,7 +260,7 @@ fn a_member_raises_a_short_offer_as_cores_free_up() {
     );
     assert_eq!(node.free().cores, 0, "both cores held");
     assert_eq!(
-        deliver(&mut node, ms(5), WorkerCount::rigid(2)),
+        deliver(&mut node, ms(6), WorkerCount::rigid(2)),
         vec![],
         "never beyond what the job wants"
     );
