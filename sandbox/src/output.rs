@@ -50,6 +50,11 @@ pub(crate) struct OutputShared {
     written: AtomicU64,
     limit: u64,
     flag: Arc<LimitFlag>,
+    /// The bytes up to the limit of the write that crossed it, when the
+    /// channel was full: the guest traps at once, so no later write or
+    /// wait of its stream would send them; the worker's end does
+    /// ([`OutputShared::send_tail`]).
+    tail: Mutex<Option<OutputChunk>>,
 }
 
 impl OutputShared {
@@ -63,7 +68,18 @@ impl OutputShared {
             written: AtomicU64::new(0),
             limit,
             flag,
+            tail: Mutex::new(None),
         })
+    }
+
+    /// Sends the chunk left by the write that crossed the limit, waiting
+    /// for room; called once the guest has stopped.
+    pub(crate) async fn send_tail(&self) {
+        let tail = self.tail.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some(chunk), Some(sink)) = (tail, &self.sink) {
+            // A receiver that is gone discards the output.
+            let _ = sink.send(chunk).await;
+        }
     }
 
     /// Bytes the guest has written so far (capped at the limit).
@@ -202,6 +218,10 @@ impl OutputStream for CaptureStream {
             match sink.try_send(chunk) {
                 // Without a receiver the output is discarded (but counted).
                 Ok(()) | Err(TrySendError::Closed(_)) => {}
+                // The guest traps below: its stream will not send it.
+                Err(TrySendError::Full(chunk)) if allowed < bytes.len() => {
+                    *shared.tail.lock().unwrap_or_else(|p| p.into_inner()) = Some(chunk);
+                }
                 Err(TrySendError::Full(chunk)) => self.backlog = Some(chunk),
             }
         }

@@ -339,12 +339,16 @@ impl PreparedWorker {
                 },
             }
         };
-        WorkerReport {
+        let report = WorkerReport {
             outcome,
             cpu_time: cpu_used.used(),
             output_bytes: self.output.written(),
             wall_time: started.elapsed(),
-        }
+        };
+        // The last bytes of a worker that hit its output limit while the
+        // consumer was behind (see `OutputShared::tail`).
+        self.output.send_tail().await;
+        report
     }
 }
 
