@@ -347,11 +347,7 @@ async fn a_home_keeps_at_most_its_offered_disk_of_a_jobs_outputs() {
     let total = output_total(&mut client, job).await;
     assert!(total <= HOME_MIB * MIB, "the home kept {total} bytes");
     let logs = client.logs(job).await.unwrap();
-    let stderr: String = logs
-        .iter()
-        .filter(|c| c.stderr)
-        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
-        .collect();
+    let stderr = common::stderr_of(&logs);
     let expected = format!(
         "zorilla: outputs/big.bin and the rest were not sent: the outputs of job {} \
          reached the {HOME_MIB} MiB its home keeps for one job\n",

@@ -275,11 +275,7 @@ async fn killed_worker_node_is_replaced_and_the_answer_is_right() {
         "{replacement} is not a grid node"
     );
     let logs = client.logs(job).await.unwrap();
-    let stderr: String = logs
-        .iter()
-        .filter(|c| c.stderr)
-        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
-        .collect();
+    let stderr = common::stderr_of(&logs);
     assert!(
         stderr.contains(&format!("rank {victim_rank} was replaced")),
         "the master was not told: {stderr:?}"

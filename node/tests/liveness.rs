@@ -119,11 +119,7 @@ async fn a_worker_node_restarted_at_once_loses_its_rank_and_it_is_replaced() {
     let status = wait_completed(&mut client, job, Duration::from_secs(180)).await;
     assert_eq!(status.running_workers(), 0, "{status:?}");
     let logs = client.logs(job).await.unwrap();
-    let stderr: String = logs
-        .iter()
-        .filter(|c| c.stderr)
-        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
-        .collect();
+    let stderr = common::stderr_of(&logs);
     assert!(
         stderr.contains("rank 1 was replaced"),
         "the master was not told: {stderr:?}"

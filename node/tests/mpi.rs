@@ -16,16 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{TestNode, grid, stdout_of, wait_for};
+use common::{TestNode, grid, stderr_of, stdout_of, wait_for};
 use zorilla_core::advert::Strategy;
-use zorilla_node::protocol::{JobPhase, JobRequest, LogChunk};
-
-fn stderr_of(logs: &[LogChunk]) -> String {
-    logs.iter()
-        .filter(|c| c.stderr)
-        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
-        .collect()
-}
+use zorilla_node::protocol::{JobPhase, JobRequest};
 
 const PROGRAMS: [&str; 9] = [
     "env",

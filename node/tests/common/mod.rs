@@ -240,6 +240,13 @@ pub(crate) fn stdout_of(logs: &[zorilla_node::protocol::LogChunk]) -> String {
         .collect()
 }
 
+pub(crate) fn stderr_of(logs: &[zorilla_node::protocol::LogChunk]) -> String {
+    logs.iter()
+        .filter(|c| c.stderr)
+        .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+        .collect()
+}
+
 pub(crate) fn nqueens(workers: u32, n: u32) -> JobRequest {
     JobRequest {
         min_workers: workers,
