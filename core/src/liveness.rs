@@ -11,7 +11,8 @@
 //!
 //! - The answer carries the node's **boot id** (a random number the node
 //!   picks at every start and never stores) and its **uptime**. A boot id
-//!   other than the one the node answered with before, or an uptime shorter
+//!   other than the one the node answered with before (or took the grant
+//!   with: [`RankLiveness::booted`]), or an uptime shorter
 //!   than the time since a rank was placed (by more than
 //!   [`LivenessConfig::slack`]), means the node restarted since: every rank
 //!   placed before that it does not list is lost at once
@@ -235,6 +236,27 @@ impl<P: PeerKey> RankLiveness<P> {
             .collect()
     }
 
+    /// `node` took a grant at `now` and said which run of it took it
+    /// (`boot`). Ranks placed up to now went to that run, so an answer
+    /// with another boot id loses them at once, however soon after their
+    /// placement the node restarted: without this, a node restarted
+    /// before the home's first question (and within
+    /// [`LivenessConfig::slack`] of the placement, so that its uptime does
+    /// not tell either) only lost them [`LivenessConfig::grace`] later.
+    ///
+    /// A boot id other than the one already known is no news here: that
+    /// run got the grant after restarting, and the next answer judges the
+    /// ranks placed on the earlier run by the boot id it brings.
+    pub fn booted(&mut self, now: Time, node: &P, boot: u64) {
+        let Some(watched) = self.nodes.get_mut(node) else {
+            return;
+        };
+        if watched.boot.is_none_or(|b| b == boot) {
+            watched.boot = Some(boot);
+            watched.heard = watched.heard.max(now);
+        }
+    }
+
     /// `node` answered at `now`: the ranks placed there that it does not
     /// run and that count as lost.
     pub fn answer(&mut self, now: Time, node: &P, answer: &Answer) -> Vec<Lost<P>> {
@@ -407,6 +429,48 @@ mod tests {
         assert!(l.answer(s(2), &1, &again).is_empty());
         assert!(l.check(s(60)).is_empty(), "forgotten once lost");
         assert_eq!(l.watched().count(), 0);
+    }
+
+    #[test]
+    fn a_restart_right_after_the_grant_is_told_by_the_boot_id_that_took_it() {
+        let mut l = liveness();
+        l.placed(s(10), J, 1, &[0]);
+        // The run that took the grant said who it is; it was killed and
+        // restarted 100 ms later, before the home's first question, so
+        // neither an earlier answer nor the uptime (within the slack)
+        // tells. The grant's boot id does, at the first answer.
+        l.booted(ms(10_050), &1, 5);
+        let a = answer(6, ms(300), &[]);
+        assert_eq!(
+            l.answer(ms(10_400), &1, &a),
+            vec![Lost {
+                job: J,
+                node: 1,
+                ranks: vec![0],
+                cause: LostCause::Restarted
+            }]
+        );
+        // A grant taken by a run other than the one known says nothing:
+        // the next answer judges by its boot id, and ranks placed on the
+        // new run after the old run was last heard are kept.
+        let mut l = liveness();
+        l.placed(s(0), J, 1, &[0]);
+        l.booted(ms(50), &1, 5);
+        l.placed(s(4), J, 1, &[2]);
+        l.booted(ms(4050), &1, 6);
+        assert_eq!(
+            l.answer(s(5), &1, &answer(6, s(3), &[(J, &[2])])),
+            vec![Lost {
+                job: J,
+                node: 1,
+                ranks: vec![0],
+                cause: LostCause::Restarted
+            }]
+        );
+        assert_eq!(l.watched().collect::<Vec<_>>(), vec![(&1, 1)]);
+        // Nothing is watched for a node that holds no ranks.
+        l.booted(s(6), &2, 1);
+        assert_eq!(l.watched().count(), 1);
     }
 
     #[test]

@@ -603,8 +603,9 @@ fn snapshot(g: &mut Gen) -> model::NodeSnapshot {
 }
 
 fn peer_reply(g: &mut Gen) -> PeerReply {
-    match g.below(6) {
+    match g.below(7) {
         0 => PeerReply::Ack,
+        5 => PeerReply::Granted { boot: g.int() },
         1 => PeerReply::Job(Box::new(job_info(g))),
         2 => PeerReply::Block(g.bytes()),
         3 => PeerReply::Status(Box::new(snapshot(g))),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
-use zorilla_core::advert::{Advert, JobId, WorkerCount};
+use zorilla_core::advert::{Advert, JobId, Message, WorkerCount};
 use zorilla_core::flood::FloodId;
 use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
 use zorilla_core::node::{Input, JobEvent, JobSpec, Output, Phase, Scheduler, SchedulerConfig};
@@ -81,6 +81,8 @@ enum Done {
         peer: PeerId,
         answer: Result<Answer, String>,
     },
+    /// A node took a grant; `boot` says which run of it.
+    Granted { peer: PeerId, boot: u64 },
     /// A copy asked its home for the job's state.
     Refreshed {
         job: u64,
@@ -793,6 +795,23 @@ impl Node {
         });
     }
 
+    /// Sends a grant; the answer says which run of the node took it (see
+    /// [`zorilla_core::liveness::RankLiveness::booted`]).
+    fn send_grant(&mut self, to: PeerId, msg: Message<PeerId>) {
+        self.messages_sent += 1;
+        let net = self.net.clone();
+        self.tasks.spawn(async move {
+            match net.call(to, PeerRpc::Sched(msg)).await {
+                Ok(PeerReply::Granted { boot }) => Done::Granted { peer: to, boot },
+                Ok(_) => Done::Nothing,
+                Err(e) => {
+                    tracing::debug!(peer = %to, "grant failed: {e}");
+                    Done::Nothing
+                }
+            }
+        });
+    }
+
     fn rpc(&mut self, from: PeerId, rpc: PeerRpc, reply: Reply) {
         self.status.note_rpc(&rpc);
         let answer = match rpc {
@@ -801,6 +820,7 @@ impl Node {
             PeerRpc::Status => return self.status_reply(reply, None),
             PeerRpc::StatusJob { job } => return self.status_reply(reply, Some(job)),
             PeerRpc::Sched(msg) => {
+                let granted = matches!(msg, Message::Grant { .. });
                 let out = self.sched.handle(
                     self.now(),
                     Input::Message {
@@ -810,7 +830,11 @@ impl Node {
                     },
                 );
                 self.execute(out);
-                PeerReply::Ack
+                if granted {
+                    PeerReply::Granted { boot: self.boot }
+                } else {
+                    PeerReply::Ack
+                }
             }
             PeerRpc::GetJob { job } => match self.job_info(job) {
                 Some(info) => PeerReply::Job(Box::new(info)),
@@ -1035,6 +1059,10 @@ impl Node {
         let mut changed = BTreeSet::new();
         for output in out {
             match output {
+                Output::Send {
+                    to,
+                    msg: msg @ Message::Grant { .. },
+                } => self.send_grant(to, msg),
                 Output::Send { to, msg } => self.send(to, PeerRpc::Sched(msg)),
                 Output::Flood(advert) => {
                     self.messages_sent += 1;
@@ -1314,6 +1342,10 @@ impl Node {
         match done {
             Done::Nothing => {}
             Done::RanksAnswered { peer, answer } => self.ranks_answered(peer, answer),
+            Done::Granted { peer, boot } => {
+                let now = self.now();
+                self.liveness.booted(now, &peer, boot);
+            }
             Done::Refreshed { job, info } => match info {
                 Ok(info) => {
                     if info.phase.is_terminal() {

@@ -375,6 +375,7 @@ async fn ask(
 fn unexpected(reply: &PeerReply) -> RemoteError {
     let what = match reply {
         PeerReply::Ack => "an acknowledgement",
+        PeerReply::Granted { .. } => "a grant's acknowledgement",
         PeerReply::Job(_) => "a job copy",
         PeerReply::Block(_) => "a file block",
         PeerReply::Status(_) => "a node snapshot",

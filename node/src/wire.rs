@@ -118,6 +118,12 @@ pub(crate) enum BarrierMsg {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum PeerReply {
     Ack,
+    /// Answer to a [`Message::Grant`]: which run of the node took it (its
+    /// boot id, as in [`PeerReply::Ranks`]), so that the home can tell a
+    /// restart however soon after the grant it came.
+    Granted {
+        boot: u64,
+    },
     Job(Box<JobInfo>),
     Block(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Answer to [`PeerRpc::Status`].
