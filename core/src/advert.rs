@@ -200,6 +200,12 @@ pub enum Message<P> {
         job: JobId,
         /// The ranks to start on this node.
         ranks: Vec<u32>,
+        /// Which grant of the job this is (the home numbers its grants from
+        /// 0): the workers it starts are this *incarnation* of their
+        /// ranks. A rank lost and granted again gets a higher one, so that
+        /// messages meant for its earlier worker never reach the new one
+        /// (see [`crate::channel::ChannelId`]).
+        incarnation: u32,
     },
     /// Home to node: nothing to start; release the hold.
     Refuse {

@@ -60,15 +60,25 @@ pub const WINDOW_BYTES: u64 = 4 * 1024 * 1024;
 /// The largest chunk of a message on the wire.
 pub const CHUNK_BYTES: usize = 256 * 1024;
 
-/// One direction between two ranks of a job.
+/// One direction between two workers of a job: a rank's worker to
+/// another's. A rank lost and given to a new worker gets a new
+/// *incarnation* (the number of the grant that placed it, see
+/// [`crate::advert::Message::Grant`]), so the channels of the new worker
+/// are new channels, numbered from 0 at both ends: nothing sent to or by
+/// the lost worker is taken for the new one's, and neither end carries
+/// sequence numbers over from the old.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ChannelId {
     /// The job.
     pub job: u64,
     /// The sending rank.
     pub from: u32,
+    /// The sending worker's incarnation of its rank.
+    pub from_incarnation: u32,
     /// The receiving rank.
     pub to: u32,
+    /// The incarnation of the receiving rank the sender addresses.
+    pub to_incarnation: u32,
 }
 
 /// A receiver's acknowledgement and credit for one channel.
@@ -547,7 +557,9 @@ mod tests {
     const CH: ChannelId = ChannelId {
         job: 7,
         from: 0,
+        from_incarnation: 0,
         to: 1,
+        to_incarnation: 0,
     };
 
     /// Moves every transmittable chunk from `outbox` into `inbound`;

@@ -249,6 +249,7 @@ mod tests {
         let grant = |ranks: Vec<u32>| Message::<u32>::Grant {
             job: JobId(1),
             ranks,
+            incarnation: u32::MAX,
         };
         assert_eq!(check_message(&grant(vec![0, 9_999])), Ok(()));
         assert!(check_message(&grant(vec![u32::MAX])).is_err());

@@ -352,6 +352,8 @@ pub enum Output<P> {
         home: P,
         /// The ranks to start.
         ranks: Vec<u32>,
+        /// Their incarnation (see [`Message::Grant`]).
+        incarnation: u32,
     },
     /// Stop every worker of a job on this node.
     StopWorkers {
@@ -382,6 +384,8 @@ pub enum JobEvent<P> {
         node: P,
         /// The ranks it runs.
         ranks: Vec<u32>,
+        /// The grant's number (see [`Message::Grant`]).
+        incarnation: u32,
         /// The RTT from the home to the node, as the home knew it.
         rtt: Duration,
     },
@@ -527,6 +531,8 @@ struct HomeJob<P> {
     /// Ranks lost and to be handed out again.
     free_ranks: BTreeSet<u32>,
     next_rank: u32,
+    /// Grants sent so far: the next grant's incarnation.
+    grants: u32,
     /// Floods of earlier schedules of this job (it floods afresh to grow
     /// or to replace lost workers): flood numbers go on from there, so that
     /// a new flood is never taken for a copy of an old one by the nodes'
@@ -992,6 +998,7 @@ impl<P: PeerKey> Scheduler<P> {
                 offers: BTreeMap::new(),
                 granted: BTreeMap::new(),
                 free_ranks: BTreeSet::new(),
+                grants: 0,
                 next_rank: 0,
                 earlier_floods: 0,
                 settle_at: None,
@@ -1126,6 +1133,8 @@ impl<P: PeerKey> Scheduler<P> {
                 };
                 ranks.push(rank);
             }
+            let incarnation = job.grants;
+            job.grants = job.grants.saturating_add(1);
             job.granted
                 .entry(assignment.node.clone())
                 .or_default()
@@ -1134,11 +1143,16 @@ impl<P: PeerKey> Scheduler<P> {
                 job: job_id,
                 node: assignment.node.clone(),
                 ranks: ranks.clone(),
+                incarnation,
                 rtt: offer.rtt,
             }));
             out.push(Output::Send {
                 to: assignment.node.clone(),
-                msg: Message::Grant { job: job_id, ranks },
+                msg: Message::Grant {
+                    job: job_id,
+                    ranks,
+                    incarnation,
+                },
             });
         }
         let total = job.granted_workers();
@@ -1492,7 +1506,11 @@ impl<P: PeerKey> Scheduler<P> {
                 // lost (ranks the node ran before stay where they are).
                 self.ranks_lost(now, job, from, ranks, None, out);
             }
-            Message::Grant { job, ranks } => self.grant_received(now, from, job, ranks, out),
+            Message::Grant {
+                job,
+                ranks,
+                incarnation,
+            } => self.grant_received(now, from, job, ranks, incarnation, out),
             Message::Refuse { job, reason } => {
                 let Some(e) = self.engaged.get_mut(&job) else {
                     return;
@@ -1580,6 +1598,7 @@ impl<P: PeerKey> Scheduler<P> {
         from: P,
         job: JobId,
         ranks: Vec<u32>,
+        incarnation: u32,
         out: &mut Vec<Output<P>>,
     ) {
         let fits = match self.engaged.get_mut(&job) {
@@ -1596,6 +1615,7 @@ impl<P: PeerKey> Scheduler<P> {
                 job,
                 home: from,
                 ranks,
+                incarnation,
             });
             self.rescan(now, out);
         } else {

@@ -127,7 +127,11 @@ fn message() -> impl Strategy<Value = Message<u32>> {
             reason: DeclineReason::Busy
         }),
         (job(), ranks()).prop_map(|(job, ranks)| Message::Withdraw { job, ranks }),
-        (job(), ranks()).prop_map(|(job, ranks)| Message::Grant { job, ranks }),
+        (job(), ranks(), any::<u32>()).prop_map(|(job, ranks, incarnation)| Message::Grant {
+            job,
+            ranks,
+            incarnation
+        }),
         job().prop_map(|job| Message::Refuse {
             job,
             reason: RefuseReason::Cancelled

@@ -113,6 +113,7 @@ fn member_offers_what_fits_holds_it_and_starts_granted_ranks() {
         Message::Grant {
             job: JOB,
             ranks: vec![4, 5],
+            incarnation: 3,
         },
     );
     assert_eq!(
@@ -120,7 +121,8 @@ fn member_offers_what_fits_holds_it_and_starts_granted_ranks() {
         vec![Output::StartWorkers {
             job: JOB,
             home: HOME,
-            ranks: vec![4, 5]
+            ranks: vec![4, 5],
+            incarnation: 3
         }]
     );
     assert_eq!(
@@ -150,6 +152,7 @@ fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
         Message::Grant {
             job: JobId(99),
             ranks: vec![0],
+            incarnation: 3,
         },
     );
     let out = deliver(&mut node, ms(2), WorkerCount::rigid(1));
@@ -219,6 +222,7 @@ fn a_member_raises_a_short_offer_at_a_newer_flood() {
         Message::Grant {
             job: JobId(99),
             ranks: vec![0],
+            incarnation: 3,
         },
     );
     let out = deliver(&mut node, ms(2), WorkerCount::rigid(2));
@@ -418,6 +422,7 @@ fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
         Message::Grant {
             job: JOB,
             ranks: vec![0, 1],
+            incarnation: 3,
         },
     );
     assert_eq!(
@@ -549,7 +554,8 @@ fn adaptive_home_lets_the_flood_settle_before_granting() {
         to: 11,
         msg: Message::Grant {
             job: JOB,
-            ranks: vec![0, 1]
+            ranks: vec![0, 1],
+            incarnation: 0
         }
     }));
     assert!(out.contains(&Output::Send {
@@ -576,7 +582,8 @@ fn malleable_job_starts_at_min_and_grows_to_max() {
         to: 11,
         msg: Message::Grant {
             job: JOB,
-            ranks: vec![2, 3]
+            ranks: vec![2, 3],
+            incarnation: 1
         }
     }));
     assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
@@ -602,7 +609,8 @@ fn a_malleable_job_grows_by_flooding_again_and_shrinks_only_what_it_still_seeks(
         to: 11,
         msg: Message::Grant {
             job: JOB,
-            ranks: vec![4, 5]
+            ranks: vec![4, 5],
+            incarnation: 1
         }
     }));
 
@@ -673,7 +681,9 @@ fn lost_worker_of_a_malleable_job_is_replaced_and_rank_reused() {
         to: 12,
         msg: Message::Grant {
             job: JOB,
-            ranks: vec![0]
+            ranks: vec![0],
+            // A newer incarnation of rank 0 than its lost worker's.
+            incarnation: 2
         }
     }));
 }
@@ -815,7 +825,8 @@ fn the_home_runs_workers_of_its_own_job_first() {
         out.contains(&Output::StartWorkers {
             job: JOB,
             home: HOME,
-            ranks: vec![0, 1]
+            ranks: vec![0, 1],
+            incarnation: 0
         }),
         "{out:?}"
     );
@@ -1052,6 +1063,7 @@ fn busy_member(cores: u32, pending_capacity: usize) -> Scheduler<u32> {
         Message::Grant {
             job: JobId(99),
             ranks: (0..cores).collect(),
+            incarnation: 3,
         },
     );
     assert_eq!(node.free().cores, 0);
@@ -1455,6 +1467,7 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
         Message::Grant {
             job: JOB,
             ranks: vec![0],
+            incarnation: 3,
         },
     );
     assert_eq!(node.free().cores, 3);
@@ -1504,6 +1517,7 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
         Message::Grant {
             job: JOB,
             ranks: vec![3, 4],
+            incarnation: 3,
         },
     );
     assert_eq!(
@@ -1511,7 +1525,8 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
         vec![Output::StartWorkers {
             job: JOB,
             home: HOME,
-            ranks: vec![3, 4]
+            ranks: vec![3, 4],
+            incarnation: 3
         }]
     );
     // P reached: busy for this job (queued, so it may offer again once a
@@ -1557,7 +1572,8 @@ fn a_lost_worker_is_replaced_on_a_node_already_running_the_job_by_a_new_flood() 
             to: 10,
             msg: Message::Grant {
                 job: JOB,
-                ranks: vec![2]
+                ranks: vec![2],
+                incarnation: 2
             }
         }),
         "{out:?}"
@@ -1689,7 +1705,8 @@ fn a_rigid_job_replacing_lost_workers_gets_its_rank_back_on_the_same_node() {
         to: 10,
         msg: Message::Grant {
             job: JOB,
-            ranks: vec![1]
+            ranks: vec![1],
+            incarnation: 1
         }
     }));
     assert_eq!(node.phase(JOB), Some(Phase::Running));

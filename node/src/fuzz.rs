@@ -23,7 +23,7 @@ use crate::protocol::{
     Response, Welcome,
 };
 use crate::store::{self, FileRef, JobRecord};
-use crate::wire::{self, BarrierMsg, JobInfo, PeerReply, PeerRpc};
+use crate::wire::{self, BarrierMsg, JobInfo, PeerReply, PeerRpc, Placed};
 
 /// A decoder of outside bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -436,6 +436,7 @@ fn message(g: &mut Gen) -> Message<PeerId> {
         4 => Message::Grant {
             job,
             ranks: g.vec(Gen::u32),
+            incarnation: g.u32(),
         },
         _ => Message::Refuse {
             job,
@@ -467,7 +468,14 @@ fn job_info(g: &mut Gen) -> JobInfo {
         request: job_request(g),
         module: file_ref(g),
         inputs: g.vec(file_ref),
-        ranks: g.map(Gen::u32, peer),
+        ranks: g.map(Gen::u32, placed),
+    }
+}
+
+fn placed(g: &mut Gen) -> Placed {
+    Placed {
+        node: peer(g),
+        incarnation: g.u32(),
     }
 }
 
@@ -497,7 +505,7 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
         3 => PeerRpc::Placement {
             job,
             phase: job_phase(g),
-            ranks: g.map(Gen::u32, peer),
+            ranks: g.map(Gen::u32, placed),
             replaced: g.vec(Gen::u32),
         },
         4 | 5 => PeerRpc::Barrier {

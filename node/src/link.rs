@@ -115,8 +115,10 @@ struct InboxState {
 }
 
 /// The messages and membership changes waiting for one rank's worker.
-#[derive(Default)]
 pub(crate) struct Inbox {
+    /// Which incarnation of its rank the worker is: data addressed to
+    /// another is not its.
+    incarnation: u32,
     state: Mutex<InboxState>,
     /// Something was pushed (one waiter: the rank's worker).
     ready: Notify,
@@ -125,8 +127,18 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
-    pub(crate) fn new() -> Arc<Inbox> {
-        Arc::new(Inbox::default())
+    pub(crate) fn new(incarnation: u32) -> Arc<Inbox> {
+        Arc::new(Inbox {
+            incarnation,
+            state: Mutex::default(),
+            ready: Notify::new(),
+            room: Notify::new(),
+        })
+    }
+
+    /// Which incarnation of its rank the worker is.
+    pub(crate) fn incarnation(&self) -> u32 {
+        self.incarnation
     }
 
     /// The worker is gone: later messages are refused, waiting senders
@@ -798,6 +810,10 @@ fn receive(
     }
     let refusal = match &inbox {
         None => Some(Refusal::NotHere),
+        // The addressed worker has not started here yet.
+        Some(inbox) if inbox.incarnation() < channel.to_incarnation => Some(Refusal::NotHere),
+        // The addressed worker is gone: its rank has a newer one.
+        Some(inbox) if inbox.incarnation() > channel.to_incarnation => Some(Refusal::Closed),
         Some(inbox) if inbox.is_closed() => Some(Refusal::Closed),
         Some(_) => None,
     };
@@ -821,9 +837,23 @@ fn receive(
         }
         s.refused.remove(&channel);
     }
-    if !s.channels.contains_key(&channel) && s.channels.len() >= MAX_CHANNELS_PER_PEER {
-        drop(s);
-        return Err(violation(links, peer, &"too many channels"));
+    if !s.channels.contains_key(&channel) {
+        // A new worker of either rank: the channels of the workers it
+        // replaced are over (what they still hold was theirs).
+        let replaced = |c: &ChannelId| {
+            c.job == channel.job
+                && c.from == channel.from
+                && c.to == channel.to
+                && (c.from_incarnation < channel.from_incarnation
+                    || c.to_incarnation < channel.to_incarnation)
+        };
+        s.channels.retain(|c, _| !replaced(c));
+        s.pending.retain(|c| !replaced(c));
+        s.refused.retain(|c, _| !replaced(c));
+        if s.channels.len() >= MAX_CHANNELS_PER_PEER {
+            drop(s);
+            return Err(violation(links, peer, &"too many channels"));
+        }
     }
     let c = s.channels.entry(channel).or_insert_with(|| RecvChannel {
         inbound: Inbound::new(),

@@ -28,7 +28,7 @@ use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Delivery, Rank, Transport, TransportError};
 
 use crate::link::{Inbox, Links};
-use crate::wire::{BarrierMsg, PeerReply, PeerRpc, decode, encode};
+use crate::wire::{BarrierMsg, PeerReply, PeerRpc, Placed, decode, encode};
 
 /// Capacity of each rank's barrier queue.
 pub(crate) const BARRIER_QUEUE: usize = 256;
@@ -82,7 +82,7 @@ impl Net {
 /// job's transports.
 pub(crate) struct JobNet {
     pub(crate) job: u64,
-    pub(crate) ranks: watch::Sender<BTreeMap<u32, PeerId>>,
+    pub(crate) ranks: watch::Sender<BTreeMap<u32, Placed>>,
     pub(crate) size: AtomicU32,
     pub(crate) inboxes: Mutex<HashMap<u32, Arc<Inbox>>>,
     pub(crate) barriers: Mutex<HashMap<u32, mpsc::Sender<BarrierItem>>>,
@@ -107,10 +107,14 @@ impl JobNet {
         net
     }
 
-    /// Makes the inboxes of a rank that will run here; returns the
-    /// transport's ends.
-    pub(crate) fn register(&self, rank: u32) -> (Arc<Inbox>, mpsc::Receiver<BarrierItem>) {
-        let inbox = Inbox::new();
+    /// Makes the inboxes of `incarnation` of a rank that will run here;
+    /// returns the transport's ends.
+    pub(crate) fn register(
+        &self,
+        rank: u32,
+        incarnation: u32,
+    ) -> (Arc<Inbox>, mpsc::Receiver<BarrierItem>) {
+        let inbox = Inbox::new(incarnation);
         let (btx, brx) = mpsc::channel(BARRIER_QUEUE);
         if let Some(old) = lock(&self.inboxes).insert(rank, inbox.clone()) {
             old.close();
@@ -127,8 +131,13 @@ impl JobNet {
         lock(&self.barriers).get(&rank).cloned()
     }
 
+    /// The node of each placed rank.
+    pub(crate) fn nodes(&self) -> BTreeMap<u32, PeerId> {
+        nodes(&self.ranks.borrow())
+    }
+
     /// Installs a new placement.
-    pub(crate) fn set_ranks(&self, ranks: BTreeMap<u32, PeerId>) {
+    pub(crate) fn set_ranks(&self, ranks: BTreeMap<u32, Placed>) {
         let size = ranks.keys().next_back().map_or(0, |r| r + 1);
         self.size.fetch_max(size, Ordering::SeqCst);
         self.ranks.send_replace(ranks);
@@ -145,6 +154,11 @@ impl JobNet {
         // Wake senders waiting for a placement change.
         self.ranks.send_modify(|_| {});
     }
+}
+
+/// The node of each rank of `placement`.
+fn nodes(placement: &BTreeMap<u32, Placed>) -> BTreeMap<u32, PeerId> {
+    placement.iter().map(|(rank, p)| (*rank, p.node)).collect()
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -244,7 +258,7 @@ async fn deliver(net: &Net, job: &JobNet, to: u32, rpc: PeerRpc) -> Result<(), T
         if job.closed.load(Ordering::SeqCst) {
             return Err(TransportError::Closed);
         }
-        let peer = ranks.borrow_and_update().get(&to).copied();
+        let peer = ranks.borrow_and_update().get(&to).map(|p| p.node);
         let Some(peer) = peer else {
             // Not placed yet (or lost and not yet replaced).
             let _ = tokio::time::timeout(RETRY * 10, ranks.changed()).await;
@@ -329,7 +343,10 @@ impl NetTransport {
                 return Err(TransportError::Closed);
             }
             let size = self.size();
-            if self.round.complete(size, &placement.borrow_and_update()) {
+            if self
+                .round
+                .complete(size, &nodes(&placement.borrow_and_update()))
+            {
                 break;
             }
             tokio::select! {
@@ -396,49 +413,57 @@ impl NetTransport {
     /// Sends a message to `to` wherever it runs, waiting for credit; a
     /// rank not placed yet (or lost and not yet replaced) is waited for.
     async fn send_message(&self, to: u32, payload: Vec<u8>) -> Result<(), TransportError> {
-        let channel = ChannelId {
-            job: self.job.job,
-            from: self.rank,
-            to,
-        };
         let mut ranks = self.job.ranks.subscribe();
         let mut payload = Some(payload);
         loop {
             if self.job.closed.load(Ordering::SeqCst) {
                 return Err(TransportError::Closed);
             }
-            let peer = ranks.borrow_and_update().get(&to).copied();
-            let Some(peer) = peer else {
+            let placed = ranks.borrow_and_update().get(&to).copied();
+            let Some(placed) = placed else {
                 let _ = tokio::time::timeout(RETRY * 10, ranks.changed()).await;
                 continue;
             };
             let Some(message) = payload.take() else {
                 return Err(TransportError::Closed);
             };
-            if peer == self.net.me {
-                let Some(inbox) = self.job.inbox(to) else {
+            if placed.node == self.net.me {
+                match self.job.inbox(to) {
+                    Some(inbox) if inbox.incarnation() >= placed.incarnation => {
+                        return inbox.push_local(self.rank, message).await;
+                    }
                     // Placed here but not registered yet: wait for it.
-                    payload = Some(message);
-                    let _ = tokio::time::timeout(RETRY, ranks.changed()).await;
-                    continue;
-                };
-                return inbox.push_local(self.rank, message).await;
+                    _ => {
+                        payload = Some(message);
+                        let _ = tokio::time::timeout(RETRY, ranks.changed()).await;
+                        continue;
+                    }
+                }
             }
-            // A new placement of the rank may move it away while this
-            // waits for credit: then it goes to the new place.
+            // The channel between these two workers: a new worker of
+            // either rank is a new channel.
+            let channel = ChannelId {
+                job: self.job.job,
+                from: self.rank,
+                from_incarnation: self.inbox.incarnation(),
+                to,
+                to_incarnation: placed.incarnation,
+            };
+            // A new placement of the rank may move it away (or give it a
+            // new worker) while this waits for credit: then it goes there.
             let mut watch = ranks.clone();
             let moved = async move {
                 loop {
                     if watch.changed().await.is_err() {
                         return std::future::pending().await;
                     }
-                    if watch.borrow_and_update().get(&to) != Some(&peer) {
+                    if watch.borrow_and_update().get(&to) != Some(&placed) {
                         return;
                     }
                 }
             };
             let links = self.net.links.clone();
-            match links.send(peer, channel, message, moved).await {
+            match links.send(placed.node, channel, message, moved).await {
                 Ok(result) => return result,
                 Err(back) => payload = Some(back),
             }

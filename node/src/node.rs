@@ -34,7 +34,9 @@ use crate::protocol::{
 use crate::status::{self, Publisher};
 use crate::store::{Append, FileRef, JobRecord, Store, StoreError, Writer};
 use crate::validate;
-use crate::wire::{BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, decode, encode};
+use crate::wire::{
+    BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, decode, encode,
+};
 
 mod liveness;
 
@@ -159,7 +161,7 @@ pub(crate) struct Node {
     /// to `finished` and the store).
     jobs: BTreeMap<u64, JobRecord>,
     finished: Finished,
-    placement: BTreeMap<u64, BTreeMap<u32, PeerId>>,
+    placement: BTreeMap<u64, BTreeMap<u32, Placed>>,
     lost_ranks: BTreeMap<u64, BTreeSet<u32>>,
     members: HashMap<u64, MemberJob>,
     tasks: JoinSet<Done>,
@@ -341,7 +343,7 @@ impl Node {
                 home: m.home,
                 running: m.workers.keys().copied().collect(),
                 starting: m.pending.keys().copied().collect(),
-                ranks: m.net.ranks.borrow().clone(),
+                ranks: m.net.nodes(),
             })
             .collect();
         self.status.publish(status::LoopState {
@@ -746,7 +748,7 @@ impl Node {
         let involved = self
             .placement
             .values()
-            .any(|ranks| ranks.values().any(|p| *p == peer))
+            .any(|ranks| ranks.values().any(|p| p.node == peer))
             || self.members.values().any(|m| m.home == peer);
         if !involved || !self.probing.insert(peer) {
             return;
@@ -1079,7 +1081,12 @@ impl Node {
                         }
                     });
                 }
-                Output::StartWorkers { job, home, ranks } => self.start_workers(job.0, home, ranks),
+                Output::StartWorkers {
+                    job,
+                    home,
+                    ranks,
+                    incarnation,
+                } => self.start_workers(job.0, home, ranks, incarnation),
                 Output::StopWorkers { job, reason } => {
                     tracing::info!(job = %job, "stopping workers: {reason}");
                     self.stop_workers(job.0);
@@ -1105,7 +1112,11 @@ impl Node {
                 None
             }
             JobEvent::Granted {
-                job, node, ranks, ..
+                job,
+                node,
+                ranks,
+                incarnation,
+                ..
             } => {
                 tracing::info!(job = %job, %node, ?ranks, "workers granted");
                 if node != self.me {
@@ -1117,7 +1128,7 @@ impl Node {
                 };
                 let placement = self.placement.entry(job.0).or_default();
                 for rank in &ranks {
-                    placement.insert(*rank, node);
+                    placement.insert(*rank, Placed { node, incarnation });
                 }
                 if let Some(record) = self.jobs.get_mut(&job.0) {
                     for rank in &ranks {
@@ -1218,7 +1229,7 @@ impl Node {
         } else {
             self.placement.get(&job).cloned().unwrap_or_default()
         };
-        let nodes: BTreeSet<PeerId> = ranks.values().copied().collect();
+        let nodes: BTreeSet<PeerId> = ranks.values().map(|p| p.node).collect();
         for node in nodes {
             let rpc = PeerRpc::Placement {
                 job,
@@ -1238,7 +1249,7 @@ impl Node {
         &mut self,
         job: u64,
         phase: JobPhase,
-        ranks: BTreeMap<u32, PeerId>,
+        ranks: BTreeMap<u32, Placed>,
         replaced: Vec<u32>,
     ) {
         self.status.job_phase(job, phase);
@@ -1267,7 +1278,7 @@ impl Node {
 
     // ----- workers on this node -----
 
-    fn start_workers(&mut self, job: u64, home: PeerId, ranks: Vec<u32>) {
+    fn start_workers(&mut self, job: u64, home: PeerId, ranks: Vec<u32>, incarnation: u32) {
         let member = self.members.entry(job).or_insert_with(|| MemberJob {
             home,
             net: JobNet::new(job, self.net.links.clone()),
@@ -1282,7 +1293,7 @@ impl Node {
         // while the module is fetched.
         for rank in &ranks {
             member.born.insert(*rank, Instant::now());
-            let ends = member.net.register(*rank);
+            let ends = member.net.register(*rank, incarnation);
             member.pending.insert(*rank, ends);
         }
         let net = self.net.clone();
@@ -1578,7 +1589,7 @@ async fn prepare(
     let mut sources: Vec<PeerId> = info
         .ranks
         .values()
-        .copied()
+        .map(|p| p.node)
         .filter(|p| *p != net.me && *p != home)
         .collect::<BTreeSet<_>>()
         .into_iter()

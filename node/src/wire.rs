@@ -36,7 +36,16 @@ pub(crate) struct JobInfo {
     pub(crate) request: JobRequest,
     pub(crate) module: FileRef,
     pub(crate) inputs: Vec<FileRef>,
-    pub(crate) ranks: BTreeMap<u32, PeerId>,
+    pub(crate) ranks: BTreeMap<u32, Placed>,
+}
+
+/// Where a rank runs: the node, and which incarnation of the rank its
+/// worker is (the number of the grant that placed it there; see
+/// [`zorilla_core::channel::ChannelId`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Placed {
+    pub(crate) node: PeerId,
+    pub(crate) incarnation: u32,
 }
 
 /// A request from one node to another.
@@ -57,7 +66,7 @@ pub(crate) enum PeerRpc {
     Placement {
         job: u64,
         phase: JobPhase,
-        ranks: BTreeMap<u32, PeerId>,
+        ranks: BTreeMap<u32, Placed>,
         replaced: Vec<u32>,
     },
     /// Barrier traffic: ranks enter at rank 0, rank 0 releases them.
@@ -189,9 +198,15 @@ mod tests {
         }
     }
 
-    fn placement() -> BTreeMap<u32, PeerId> {
+    fn placement() -> BTreeMap<u32, Placed> {
         (0..limits::MAX_WORKERS)
-            .map(|rank| (rank, PeerId::random()))
+            .map(|rank| {
+                let placed = Placed {
+                    node: PeerId::random(),
+                    incarnation: u32::MAX,
+                };
+                (rank, placed)
+            })
             .collect()
     }
 
@@ -229,6 +244,7 @@ mod tests {
         let grant = PeerRpc::Sched(Message::Grant {
             job: JobId(u64::MAX),
             ranks: (0..limits::MAX_WORKERS).collect(),
+            incarnation: u32::MAX,
         });
         let advert = Advert {
             job: JobId(u64::MAX),
@@ -291,7 +307,13 @@ mod tests {
         let push = PeerRpc::Placement {
             job: 1,
             phase: JobPhase::Running,
-            ranks: BTreeMap::from([(u32::MAX, PeerId::random())]),
+            ranks: BTreeMap::from([(
+                u32::MAX,
+                Placed {
+                    node: PeerId::random(),
+                    incarnation: 0,
+                },
+            )]),
             replaced: vec![],
         };
         assert!(refused(push).contains("rank is 4294967295"));

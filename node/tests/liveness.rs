@@ -129,6 +129,26 @@ async fn a_worker_node_restarted_at_once_loses_its_rank_and_it_is_replaced() {
         out.contains("nqueens N=16 ranks=2 solutions=14772512"),
         "{out:?}"
     );
+    // The new worker of rank 1 talks with rank 0 on fresh channels, even
+    // on the restarted node (whose peers remember the old run's channel
+    // state): it is not lost again, and no node takes another's messages
+    // for a protocol violation.
+    let home_log = std::fs::read_to_string(grid.nodes[0].dir.join("node.log")).unwrap();
+    assert_eq!(
+        home_log.matches("ranks lost").count(),
+        1,
+        "rank 1's replacement was lost too:\n{}",
+        grid.nodes[0].log_tail()
+    );
+    for node in &grid.nodes {
+        let log = std::fs::read_to_string(node.dir.join("node.log")).unwrap();
+        assert!(
+            !log.contains("dropped a bad message"),
+            "node {} took a peer for hostile:\n{}",
+            node.peer,
+            node.log_tail()
+        );
+    }
 }
 
 /// The same restart for a rigid job that fails when it loses a worker: it

@@ -52,7 +52,7 @@ pub(crate) fn flood_protocol(network: &str) -> String {
 
 /// The ranks stream protocol's name on network `network`.
 pub(crate) fn ranks_protocol(network: &str) -> String {
-    format!("/zorilla/{network}/ranks/1")
+    format!("/zorilla/{network}/ranks/2")
 }
 
 /// The request-response protocol's name on network `network`.

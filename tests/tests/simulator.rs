@@ -124,6 +124,7 @@ fn granted(node: u32, ranks: Vec<u32>) -> Output<u32> {
         job: JOB,
         node,
         ranks,
+        incarnation: 0,
         rtt: Duration::from_millis(1),
     })
 }
@@ -147,6 +148,7 @@ fn invariant_checks_catch_a_gang_started_short_misnumbered_or_early() {
             job: JOB,
             home: 0,
             ranks: vec![0],
+            incarnation: 0,
         }],
     );
     let v = violation(&sim);
@@ -182,6 +184,7 @@ fn invariant_checks_catch_a_gang_started_short_misnumbered_or_early() {
             job: JOB,
             home: 0,
             ranks: vec![1],
+            incarnation: 0,
         }],
     );
     let v = violation(&sim);
@@ -208,6 +211,7 @@ fn invariant_checks_catch_a_gang_started_short_misnumbered_or_early() {
             job: JOB,
             home: 0,
             ranks: vec![2],
+            incarnation: 0,
         }],
     );
     assert_eq!(sim.check_invariants(), Ok(()));

@@ -7,9 +7,12 @@
 //!
 //! | kind | frame | fields after the kind |
 //! |---|---|---|
-//! | 1 | [`Frame::Data`] | job u64, from u32, to u32, seq u64, offset u64, total u64, then the chunk's bytes (at most [`CHUNK_BYTES`]) |
-//! | 2 | [`Frame::Ack`] | job u64, from u32, to u32, next u64, limit u64 |
-//! | 3 | [`Frame::Refuse`] | job u64, from u32, to u32, reason u8 (1 not here yet, 2 closed) |
+//! | 1 | [`Frame::Data`] | channel, seq u64, offset u64, total u64, then the chunk's bytes (at most [`CHUNK_BYTES`]) |
+//! | 2 | [`Frame::Ack`] | channel, next u64, limit u64 |
+//! | 3 | [`Frame::Refuse`] | channel, reason u8 (1 not here yet, 2 closed) |
+//!
+//! A channel ([`ChannelId`]) is written as job u64, from u32,
+//! from_incarnation u32, to u32, to_incarnation u32.
 //!
 //! Messages, chunks, sequence numbers and credit are
 //! [`zorilla_core::channel`]'s. A frame longer than [`MAX_FRAME_BYTES`], of
@@ -19,7 +22,7 @@
 use zorilla_core::channel::{Ack, CHUNK_BYTES, ChannelId, Chunk};
 
 /// Bytes of a data frame before its chunk (length, kind and fields).
-pub const DATA_HEADER_BYTES: usize = 4 + 1 + 8 + 4 + 4 + 8 + 8 + 8;
+pub const DATA_HEADER_BYTES: usize = 4 + 1 + 8 + 4 + 4 + 4 + 4 + 8 + 8 + 8;
 
 /// The longest frame (after its length prefix).
 pub const MAX_FRAME_BYTES: usize = DATA_HEADER_BYTES - 4 + CHUNK_BYTES;
@@ -89,7 +92,9 @@ impl<'a> Reader<'a> {
         Ok(ChannelId {
             job: self.u64()?,
             from: self.u32()?,
+            from_incarnation: self.u32()?,
             to: self.u32()?,
+            to_incarnation: self.u32()?,
         })
     }
 }
@@ -153,7 +158,9 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
 fn put_channel(out: &mut Vec<u8>, c: ChannelId) {
     out.extend_from_slice(&c.job.to_le_bytes());
     out.extend_from_slice(&c.from.to_le_bytes());
+    out.extend_from_slice(&c.from_incarnation.to_le_bytes());
     out.extend_from_slice(&c.to.to_le_bytes());
+    out.extend_from_slice(&c.to_incarnation.to_le_bytes());
 }
 
 /// Appends `frame` to `out`.
@@ -195,7 +202,9 @@ mod tests {
     const CH: ChannelId = ChannelId {
         job: 1,
         from: 2,
+        from_incarnation: 4,
         to: 3,
+        to_incarnation: 5,
     };
 
     #[test]
