@@ -23,13 +23,23 @@
 //! - Receiver: each channel (pair of ranks) holds at most `max(WINDOW_BYTES,
 //!   one message)` unread bytes, allocated as chunks arrive (an announced
 //!   length allocates nothing), so a rank holds at most that times the
-//!   number of ranks sending to it, and a job on a node at most that times
-//!   its ranks here. The per-message maximum is [`MAX_MESSAGE_BYTES`]
+//!   number of workers the job places elsewhere (only they can open
+//!   channels to it), and a job on a node at most that times its ranks
+//!   here. The per-message maximum is [`MAX_MESSAGE_BYTES`]
 //!   (64 MiB). Frames are at most [`MAX_FRAME_BYTES`]; each stream has one
 //!   read buffer of that size.
 //! - A peer that breaks the protocol (a frame that does not decode, a chunk
 //!   out of order or beyond its credit, an ack of what was never sent) has
 //!   its stream dropped and is reported to the overlay.
+//!
+//! A channel is between two *workers*: each end is a rank and its
+//! incarnation (the grant that placed it). A rank given to a new worker
+//! gets fresh channels at both ends, so nothing sent to or by the worker it
+//! replaced reaches it or is counted against it; data for an incarnation
+//! that is gone is refused as closed, data for one not started here yet
+//! as not here. A channel opens only from a worker the job's placement (as
+//! this node knows it) puts on the sending peer, so a peer cannot make up
+//! senders to claim windows here.
 //!
 //! # Failures
 //!
@@ -58,6 +68,7 @@ use zorilla_overlay::{OverlayHandle, PeerId, PeerStream};
 use zorilla_sandbox::{Delivery, MembershipChange, TransportError};
 
 use crate::net::{JobNet, lock};
+use crate::wire::Placed;
 
 /// How long a sender keeps trying to reach a peer before its messages
 /// there fail with `Closed`.
@@ -784,6 +795,37 @@ async fn serve_inbound(links: Arc<Links>, stream: PeerStream) {
     }
 }
 
+/// Whether data on `channel` from `peer` is taken by `inbox` (the
+/// receiving rank's worker here), or refused and why. `sender` is given
+/// for a channel with no state here yet: where the job places the sending
+/// rank, as this node knows it.
+fn admit(
+    channel: ChannelId,
+    peer: PeerId,
+    inbox: &Inbox,
+    sender: Option<Option<Placed>>,
+) -> Option<Refusal> {
+    let here = inbox.incarnation();
+    if here < channel.to_incarnation {
+        // The addressed worker has not started here yet.
+        return Some(Refusal::NotHere);
+    }
+    if here > channel.to_incarnation || inbox.is_closed() {
+        // The addressed worker is gone (its rank has a newer one).
+        return Some(Refusal::Closed);
+    }
+    // A channel opens only from a worker the job places on the peer: a
+    // peer cannot make up senders (each would get a window here).
+    match sender {
+        None => None,
+        Some(Some(p)) if p.node == peer && p.incarnation == channel.from_incarnation => None,
+        // A worker its rank no longer has.
+        Some(Some(p)) if p.incarnation > channel.from_incarnation => Some(Refusal::Closed),
+        // Not placed there, as far as this node knows yet.
+        Some(_) => Some(Refusal::NotHere),
+    }
+}
+
 fn violation(links: &Links, peer: PeerId, what: &dyn std::fmt::Display) -> String {
     let reason = format!("message stream: {what}");
     links.overlay.report_misbehaviour(peer, reason.clone());
@@ -802,7 +844,8 @@ fn receive(
     if channel.from >= MAX_WORKERS || channel.to >= MAX_WORKERS {
         return Err(violation(links, peer, &"a rank out of range"));
     }
-    let inbox = links.job(channel.job).and_then(|job| job.inbox(channel.to));
+    let job = links.job(channel.job);
+    let inbox = job.as_ref().and_then(|job| job.inbox(channel.to));
     let mut s = lock(&state.state);
     if s.stream != generation {
         // The peer opened a newer stream: this one's rest is stale.
@@ -810,12 +853,15 @@ fn receive(
     }
     let refusal = match &inbox {
         None => Some(Refusal::NotHere),
-        // The addressed worker has not started here yet.
-        Some(inbox) if inbox.incarnation() < channel.to_incarnation => Some(Refusal::NotHere),
-        // The addressed worker is gone: its rank has a newer one.
-        Some(inbox) if inbox.incarnation() > channel.to_incarnation => Some(Refusal::Closed),
-        Some(inbox) if inbox.is_closed() => Some(Refusal::Closed),
-        Some(_) => None,
+        Some(inbox) => {
+            // Who the job places on the peer matters only for a new channel.
+            let fresh = !s.channels.contains_key(&channel);
+            let placed = job
+                .as_ref()
+                .filter(|_| fresh)
+                .and_then(|job| job.ranks.borrow().get(&channel.from).copied());
+            admit(channel, peer, inbox, fresh.then_some(placed))
+        }
     };
     let expected = s.channels.get(&channel).map_or(0, |c| c.inbound.next());
     if let Some(reason) = refusal {
@@ -940,5 +986,55 @@ impl FrameReader {
             }
             None => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CH: ChannelId = ChannelId {
+        job: 1,
+        from: 2,
+        from_incarnation: 3,
+        to: 0,
+        to_incarnation: 5,
+    };
+
+    #[test]
+    fn data_reaches_only_the_addressed_worker_from_a_placed_sender() {
+        let (peer, other) = (PeerId::random(), PeerId::random());
+        let sender = |node, incarnation| Some(Some(Placed { node, incarnation }));
+        let inbox = Inbox::new(5);
+        // The sender is where the job places it, as the worker it is.
+        assert_eq!(admit(CH, peer, &inbox, sender(peer, 3)), None);
+        // A channel with state here already is not asked again.
+        assert_eq!(admit(CH, peer, &inbox, None), None);
+        // Made-up senders open nothing: a rank placed elsewhere, a rank
+        // not placed at all, an incarnation not granted yet.
+        assert_eq!(
+            admit(CH, peer, &inbox, sender(other, 3)),
+            Some(Refusal::NotHere)
+        );
+        assert_eq!(admit(CH, peer, &inbox, Some(None)), Some(Refusal::NotHere));
+        assert_eq!(
+            admit(CH, peer, &inbox, sender(peer, 2)),
+            Some(Refusal::NotHere)
+        );
+        // A worker that was replaced since is refused for good.
+        assert_eq!(
+            admit(CH, peer, &inbox, sender(peer, 4)),
+            Some(Refusal::Closed)
+        );
+        // Data for an earlier worker of the receiving rank is refused for
+        // good; for a later one, until it starts here.
+        assert_eq!(admit(CH, peer, &Inbox::new(6), None), Some(Refusal::Closed));
+        assert_eq!(
+            admit(CH, peer, &Inbox::new(4), None),
+            Some(Refusal::NotHere)
+        );
+        // The worker ended.
+        inbox.close();
+        assert_eq!(admit(CH, peer, &inbox, None), Some(Refusal::Closed));
     }
 }
