@@ -175,6 +175,31 @@ pub(crate) struct Grid {
     pub(crate) nodes: Vec<TestNode>,
 }
 
+impl Drop for Grid {
+    /// A failed test shows how each node's log ends, and every panic a
+    /// node logged: the logs go with the temporary directory.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for node in &self.nodes {
+            let log = std::fs::read_to_string(node.dir.join("node.log")).unwrap_or_default();
+            let panics: Vec<&str> = log.lines().filter(|l| l.contains("panicked")).collect();
+            eprintln!(
+                "--- node {} ({}): {} panics logged{}\n{}",
+                node.peer,
+                node.dir.display(),
+                panics.len(),
+                panics
+                    .iter()
+                    .map(|l| format!("\n  {l}"))
+                    .collect::<String>(),
+                node.log_tail()
+            );
+        }
+    }
+}
+
 pub(crate) fn grid(n: usize, cores: u32) -> Grid {
     let dir = tempfile::tempdir().unwrap();
     let network = format!("test-{}", std::process::id());
