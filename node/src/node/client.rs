@@ -1,0 +1,314 @@
+//! The loop's side of client requests: submitting, resizing, cancelling
+//! and reading jobs this node is home to.
+
+use super::*;
+
+impl Node {
+    pub(super) fn command(&mut self, request: Request) -> Response {
+        match request {
+            Request::Submit {
+                job,
+                module,
+                inputs,
+            } => self.submit(job, module, inputs),
+            Request::Status { job } => match self.status(job) {
+                Some(status) => Response::Status(status),
+                None => not_found(job),
+            },
+            Request::List => {
+                // Finished jobs from the store; if it cannot be read, the
+                // ones in memory.
+                let stored = self.store.jobs().unwrap_or_else(|e| {
+                    tracing::warn!("cannot read the stored jobs: {e}");
+                    self.finished.recent.iter().cloned().collect()
+                });
+                let mut all: BTreeMap<u64, JobStatus> = stored
+                    .iter()
+                    .filter(|j| !self.jobs.contains_key(&j.id))
+                    .map(|j| (j.id, self.status_of(j)))
+                    .collect();
+                all.extend(self.jobs.values().map(|j| (j.id, self.status_of(j))));
+                Response::Jobs(all.into_values().collect())
+            }
+            Request::Cancel { job } => {
+                if self.record(job).is_none() {
+                    return not_found(job);
+                }
+                self.end_home_job(job, JobPhase::Cancelled, "cancelled by user".into());
+                let out = self.sched.handle(self.now(), Input::Cancel(JobId(job)));
+                self.execute(out);
+                self.status(job)
+                    .map_or_else(|| not_found(job), Response::Status)
+            }
+            // Waiting for more (`wait_secs`) is the connection's business
+            // (see `server`): the loop answers at once.
+            Request::Logs { job, from, .. } => {
+                let Some(record) = self.record(job) else {
+                    return not_found(job);
+                };
+                let terminal = record.phase.is_terminal();
+                match self.store.logs_from(job, from, MAX_LOG_PAGE_BYTES) {
+                    Ok((chunks, next)) => Response::Logs(LogPage {
+                        ended: terminal && chunks.is_empty(),
+                        chunks,
+                        next,
+                    }),
+                    Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
+                }
+            }
+            Request::Resize { job, max_workers } => self.resize(job, max_workers),
+            // Answered by the connection from the overlay handle.
+            Request::Peers => Response::error(ErrorKind::Internal, "peers are not the loop's"),
+            // Answered by the connection from the store.
+            Request::Outputs { .. } | Request::OutputBlock { .. } => {
+                Response::error(ErrorKind::Internal, "outputs are not the loop's")
+            }
+            Request::NodeInfo => {
+                let r = self.sched.config().resources;
+                Response::NodeInfo(NodeInfo {
+                    peer: self.me.to_string(),
+                    listen: Vec::new(),
+                    cores: r.cores,
+                    memory_mib: r.memory_mib,
+                    disk_mib: r.disk_mib,
+                    // Workers whose tasks still exist, not what the
+                    // scheduler has booked: a stopped worker counts until
+                    // it has really ended.
+                    running: self
+                        .members
+                        .iter()
+                        .filter(|(_, m)| !m.workers.is_empty())
+                        .map(|(job, m)| {
+                            let mut ranks: Vec<u32> = m.workers.keys().copied().collect();
+                            ranks.sort_unstable();
+                            (*job, ranks)
+                        })
+                        .collect(),
+                    neighbours: self.neighbours.len(),
+                    messages_sent: self.messages_sent,
+                    disk_problem: self.store.unwritable(),
+                    jobs: self
+                        .jobs
+                        .values()
+                        .fold(self.finished.counts.clone(), |mut by, job| {
+                            *by.entry(job.phase).or_insert(0) += 1;
+                            by
+                        }),
+                    // Filled in by the connection, which knows them.
+                    version: String::new(),
+                    network: String::new(),
+                    uptime_secs: 0,
+                })
+            }
+        }
+    }
+
+    pub(super) fn submit(
+        &mut self,
+        request: JobRequest,
+        module: Vec<u8>,
+        inputs: Vec<NamedFile>,
+    ) -> Response {
+        if let Some(reason) = self.store.unwritable() {
+            return refused(reason);
+        }
+        let spec = spec_of(&request);
+        // The documented maxima first, then this node's own limits.
+        if let Err(e) = validate::submission(&request, &module, &inputs) {
+            return Response::error(ErrorKind::BadRequest, e.to_string());
+        }
+        if let Err(e) = spec.validate(self.sched.config()) {
+            return Response::error(ErrorKind::BadRequest, e.to_string());
+        }
+        let id = loop {
+            let id = random_u64();
+            if !self.jobs.contains_key(&id) && !matches!(self.store.job(id), Ok(Some(_))) {
+                break id;
+            }
+        };
+        let file_ref = |name: &str, data: &[u8]| FileRef {
+            name: name.to_owned(),
+            sha256: hex::encode(Sha256::digest(data)),
+            size: data.len() as u64,
+        };
+        let module_ref = file_ref("module.wasm", &module);
+        let input_refs: Vec<FileRef> = inputs.iter().map(|f| file_ref(&f.name, &f.data)).collect();
+        let mut files: Vec<(&str, &[u8])> = vec![(&module_ref.sha256, &module)];
+        for (r, f) in input_refs.iter().zip(&inputs) {
+            files.push((&r.sha256, &f.data));
+        }
+        let record = JobRecord {
+            id,
+            // Stored straight as scheduling: the scheduler gets the job in
+            // this same step, so a crash cannot fall between the two.
+            phase: JobPhase::Scheduling,
+            reason: "looking for workers".into(),
+            request,
+            module: module_ref.clone(),
+            inputs: input_refs.clone(),
+            ranks: BTreeMap::new(),
+            submitted_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        // Stored before anything else happens: an accepted job is never lost.
+        match self.store.put_submission(&record, &files) {
+            Ok(()) => {}
+            Err(StoreError::Unwritable(reason)) => {
+                self.check_store();
+                return refused(reason);
+            }
+            Err(e) => return Response::error(ErrorKind::Internal, e.to_string()),
+        }
+        self.activity.send_modify(|n| *n = n.wrapping_add(1));
+        self.jobs.insert(id, record);
+        tracing::info!(job = %JobId(id), "job submitted");
+        let out = self.sched.handle(
+            self.now(),
+            Input::Submit {
+                job: JobId(id),
+                spec,
+            },
+        );
+        self.execute(out);
+        Response::Submitted { job: id }
+    }
+
+    pub(super) fn resize(&mut self, job: u64, max_workers: u32) -> Response {
+        if self.record(job).is_none() {
+            return not_found(job);
+        }
+        match self.sched.resize(self.now(), JobId(job), max_workers) {
+            Ok(out) => {
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    record.request.max_workers = max_workers;
+                    let record = record.clone();
+                    self.persist(&record);
+                }
+                tracing::info!(job = %JobId(job), max_workers, "job resized");
+                self.execute(out);
+                self.status(job)
+                    .map_or_else(|| not_found(job), Response::Status)
+            }
+            Err(e) => Response::error(ErrorKind::BadRequest, e.to_string()),
+        }
+    }
+
+    /// A job of this home, under way or finished (then from the newest
+    /// kept in memory, or else the store).
+    pub(super) fn record(&self, id: u64) -> Option<JobRecord> {
+        if let Some(job) = self.jobs.get(&id).or_else(|| self.finished.recent(id)) {
+            return Some(job.clone());
+        }
+        self.store.job(id).unwrap_or_else(|e| {
+            tracing::warn!(job = %JobId(id), "cannot read the job: {e}");
+            None
+        })
+    }
+
+    /// Puts a changed record of a job back where it is kept in memory.
+    pub(super) fn update(&mut self, record: JobRecord) {
+        if let Some(job) = self.jobs.get_mut(&record.id) {
+            *job = record;
+        } else if let Some(job) = self.finished.recent_mut(record.id) {
+            *job = record;
+        }
+    }
+
+    pub(super) fn status(&self, id: u64) -> Option<JobStatus> {
+        Some(self.status_of(&self.record(id)?))
+    }
+
+    pub(super) fn status_of(&self, job: &JobRecord) -> JobStatus {
+        let id = job.id;
+        let reason = if job.phase == JobPhase::Scheduling {
+            self.sched
+                .report(JobId(id))
+                .map(|r| format!("pending: {}", r.explain()))
+                .unwrap_or_else(|| job.reason.clone())
+        } else {
+            job.reason.clone()
+        };
+        let seeking =
+            job.phase <= JobPhase::Running && (job.ranks.len() as u32) < job.request.max_workers;
+        let pending = seeking
+            .then(|| self.sched.report(JobId(id)))
+            .flatten()
+            .map(|r| Pending {
+                floods: r.floods,
+                radius: r.radius,
+                budget_ms: r.budget.map(|b| b.as_millis() as u64),
+                nodes_answered: r.nodes_answered,
+                offers: r.offers,
+                workers_offered: r.workers_offered,
+                declines: r
+                    .declines
+                    .iter()
+                    .map(|(k, n)| (k.to_string(), *n))
+                    .collect(),
+                refusals: r
+                    .refusals
+                    .iter()
+                    .map(|(k, n)| (k.to_string(), *n))
+                    .collect(),
+                granted: r.granted,
+                needed: r.needed,
+            });
+        JobStatus {
+            job: id,
+            phase: job.phase,
+            reason,
+            ranks: job.ranks.clone(),
+            request: job.request.clone(),
+            pending,
+            submitted_unix: job.submitted_unix,
+        }
+    }
+}
+
+/// A submission refused because the disk cannot be written.
+pub(super) fn refused(reason: String) -> Response {
+    Response::error(
+        ErrorKind::Busy,
+        format!(
+            "this node cannot write to its disk ({reason}): it accepts no jobs until space is freed"
+        ),
+    )
+}
+
+pub(super) fn not_found(job: u64) -> Response {
+    Response::error(
+        ErrorKind::NotFound,
+        format!("no job {} on this node", JobId(job)),
+    )
+}
+
+/// The core's view of a job request.
+pub(crate) fn spec_of(request: &JobRequest) -> JobSpec {
+    JobSpec {
+        per_worker: Resources::new(request.cores, request.memory_mib, request.disk_mib),
+        workers: WorkerCount {
+            min: request.min_workers,
+            max: request.max_workers,
+        },
+        strategy: request.strategy,
+        lifetime: Duration::from_secs(request.lifetime_secs),
+        on_worker_lost: request.on_worker_lost,
+    }
+}
+
+/// The most output bytes a home keeps of one job: the disk this node
+/// offers to jobs (`disk_mib` of its configuration), and no more than the
+/// job's workers may leave in all when the job says how much disk each
+/// gets (its `disk_mib` times its most workers).
+pub(super) fn output_room(request: &JobRequest, home_disk_mib: u64) -> u64 {
+    let mut mib = home_disk_mib;
+    if request.disk_mib > 0 {
+        mib = mib.min(
+            request
+                .disk_mib
+                .saturating_mul(u64::from(request.max_workers)),
+        );
+    }
+    mib.saturating_mul(1024 * 1024)
+}

@@ -1,0 +1,369 @@
+//! A job's files on a worker node: the job's copy from its home, its
+//! module and inputs fetched in hash-checked blocks (from the home or
+//! another node of the job), each rank's view of its inputs, and the
+//! checks of names and hashes that come from peers before they touch the
+//! disk.
+
+use super::*;
+
+/// Gets the job's copy from its home, and its module and inputs (from the
+/// local file cache or in blocks from the home, hash-checked), and loads the
+/// module.
+pub(super) async fn prepare(
+    net: Net,
+    sandbox: Sandbox,
+    home: PeerId,
+    job: u64,
+    dir: PathBuf,
+    files: PathBuf,
+) -> Result<(JobInfo, Program, PathBuf), String> {
+    // A connection the overlay closes under us (it prunes connections it
+    // does not need) fails one request, not the job: try three times, as
+    // for file blocks.
+    let mut attempt = 0;
+    let info = loop {
+        attempt += 1;
+        match net.call_ok(home, PeerRpc::GetJob { job }).await {
+            Ok(PeerReply::Job(info)) => {
+                validate::job_info(&info)
+                    .map_err(|e| format!("the home's copy of the job is refused: {e}"))?;
+                break *info;
+            }
+            Ok(other) => return Err(format!("unexpected answer from the home: {other:?}")),
+            Err(e) if attempt >= 3 => return Err(e),
+            Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}; again"),
+        }
+    };
+    check_job_info(&info).map_err(|e| format!("the home sent a job this node refuses: {e}"))?;
+    tokio::fs::create_dir_all(&files)
+        .await
+        .map_err(|e| e.to_string())?;
+    // Files come from the home or from another node of the job that has
+    // them already, in random order, so that a job starting on many nodes
+    // does not have them all fetch from the home.
+    let mut sources: Vec<PeerId> = info
+        .ranks
+        .values()
+        .map(|p| p.node)
+        .filter(|p| *p != net.me && *p != home)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    sources.push(home);
+    let start = random_below(sources.len());
+    sources.rotate_left(start);
+    let module = fetch(&net, &sources, &files, &info.module).await?;
+    let inputs = dir.join("inputs");
+    tokio::fs::create_dir_all(&inputs)
+        .await
+        .map_err(|e| e.to_string())?;
+    for input in &info.inputs {
+        let data = fetch(&net, &sources, &files, input).await?;
+        // The name was checked (`check_job_info`): one plain file name.
+        tokio::fs::write(inputs.join(&input.name), data)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let program = tokio::task::spawn_blocking(move || sandbox.load(&module))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("module refused: {e}"))?;
+    Ok((info, program, dir))
+}
+
+/// A random number: std's per-instance random hasher keys are a good
+/// enough source (job ids, a first file source) without an OS-rng
+/// dependency.
+pub(super) fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+/// A random number below `n` (0 for `n` = 0).
+pub(super) fn random_below(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (random_u64() % n as u64) as usize
+    }
+}
+
+/// Gets a content-addressed file: from the local cache, else in blocks from
+/// `sources` in turn (the next one after a failure; a node of the job that
+/// has not got the file yet fails fast), hash-checked, then cached. The
+/// file's hash and size were checked ([`check_job_info`]).
+pub(super) async fn fetch(
+    net: &Net,
+    sources: &[PeerId],
+    files: &Path,
+    file: &FileRef,
+) -> Result<Vec<u8>, String> {
+    let path = files.join(&file.sha256);
+    let cached = {
+        let (files, sha256, size) = (files.to_owned(), file.sha256.clone(), file.size);
+        tokio::task::spawn_blocking(move || jobfs::read_file(&files, &sha256, size)).await
+    };
+    if let Ok(Ok(data)) = cached
+        && hex::encode(Sha256::digest(&data)) == file.sha256
+    {
+        return Ok(data);
+    }
+    let mut data = Vec::with_capacity(usize::try_from(file.size).unwrap_or(0));
+    let mut failures = 0;
+    while (data.len() as u64) < file.size {
+        let rpc = PeerRpc::GetBlock {
+            sha256: file.sha256.clone(),
+            offset: data.len() as u64,
+            len: BLOCK_BYTES as u32,
+        };
+        let from = sources[failures % sources.len().max(1)];
+        match net.call_ok(from, rpc).await {
+            Ok(PeerReply::Block(block))
+                if !block.is_empty() && block.len() as u64 <= file.size - data.len() as u64 =>
+            {
+                data.extend_from_slice(&block)
+            }
+            other => {
+                failures += 1;
+                if failures >= 3 * sources.len().max(1) {
+                    return Err(format!("cannot fetch {}: {other:?}", file.name));
+                }
+            }
+        }
+    }
+    if hex::encode(Sha256::digest(&data)) != file.sha256 {
+        return Err(format!("{} does not match its hash", file.name));
+    }
+    // A temporary name of this fetch's own: two jobs of one module starting
+    // here at once fetch the same file, and a shared name let one rename
+    // the other's file away ("No such file or directory").
+    let tmp = path.with_extension(format!("part-{:016x}", random_u64()));
+    tokio::fs::write(&tmp, &data)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::fs::rename(&tmp, &path)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(data)
+}
+
+/// Gives each rank its own view of the job's inputs (hard links, copies
+/// where links fail). `from` holds only what [`prepare`] wrote there; `to`
+/// is the rank's own, and nothing is written through a link in either.
+pub(super) fn link_inputs(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    let listing = jobfs::walk(from)?;
+    for (name, size) in listing.files {
+        let dest = to.join(&name);
+        // `link` neither follows a link at `from` nor writes through one
+        // at `dest` (it fails if `dest` exists).
+        if std::fs::hard_link(from.join(&name), &dest).is_ok() {
+            continue;
+        }
+        if std::fs::symlink_metadata(&dest).is_ok() {
+            continue; // Already there (a replaced rank's directory).
+        }
+        let (mut source, _) = jobfs::open_file(from, &name, size)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let mut target = jobfs::create_file(to, &name)?;
+        std::io::copy(&mut source, &mut target)?;
+    }
+    Ok(())
+}
+
+/// Refuses a job copy whose files or names could make this node touch a
+/// path outside the job's directories or allocate without bound: hashes
+/// must be 64 lowercase hex digits (they name files in the cache), sizes at
+/// most [`MAX_FILE_BYTES`], input names plain distinct file names.
+pub(super) fn check_job_info(info: &JobInfo) -> Result<(), String> {
+    let mut names = BTreeSet::new();
+    for file in std::iter::once(&info.module).chain(&info.inputs) {
+        check_hash(&file.sha256)?;
+        if file.size > MAX_FILE_BYTES {
+            return Err(format!(
+                "{:?} has {} bytes, more than the {MAX_FILE_BYTES} a job file may have",
+                file.name, file.size
+            ));
+        }
+    }
+    for input in &info.inputs {
+        jobfs::check_file_name(&input.name)
+            .map_err(|e| format!("bad input file name {:?}: {e}", input.name))?;
+        if !names.insert(input.name.as_str()) {
+            return Err(format!("input file {:?} appears twice", input.name));
+        }
+    }
+    Ok(())
+}
+
+/// A file hash from a peer, before it names anything on disk.
+pub(super) fn check_hash(sha256: &str) -> Result<(), String> {
+    if jobfs::is_sha256_hex(sha256) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not a file hash (64 lowercase hex digits)",
+            sha256.chars().take(80).collect::<String>()
+        ))
+    }
+}
+
+/// Checks the name of an output file a worker node sends: `rank/path`,
+/// a relative name that stays inside a directory ([`jobfs::check_relative`]),
+/// whose rank the sender runs (`runs`).
+pub(super) fn check_output_name(name: &str, runs: impl Fn(u32) -> bool) -> Result<(), String> {
+    jobfs::check_relative(name).map_err(|e| format!("output name {name:?} refused: {e}"))?;
+    let rank = name
+        .split_once('/')
+        .and_then(|(rank, _)| rank.parse::<u32>().ok().filter(|r| r.to_string() == rank));
+    match rank {
+        Some(rank) if runs(rank) => Ok(()),
+        _ => Err(format!(
+            "output name {name:?} refused: not rank/file for a rank of the sender"
+        )),
+    }
+}
+
+/// A block of a file in this node's fetched-file cache `files`, by hash
+/// only (anything else is refused before it touches the disk), opened
+/// without following a link.
+pub(super) fn cached_block(files: &Path, sha256: &str, offset: u64, len: u32) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek};
+    check_hash(sha256).ok()?;
+    let (mut file, size) = jobfs::open_file(files, sha256, u64::MAX).ok()?;
+    file.seek(std::io::SeekFrom::Start(offset.min(size))).ok()?;
+    let want = u64::from(len.min(BLOCK_BYTES as u32)).min(size.saturating_sub(offset));
+    let mut block = Vec::with_capacity(want as usize);
+    file.take(want).read_to_end(&mut block).ok()?;
+    Some(block)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, data: &[u8]) -> FileRef {
+        FileRef {
+            name: name.into(),
+            sha256: hex::encode(Sha256::digest(data)),
+            size: data.len() as u64,
+        }
+    }
+
+    /// What a GetBlock from a peer reaches: only a hash names a file, and
+    /// a cached file is read without following a link.
+    #[test]
+    fn a_block_request_names_a_cached_file_by_hash_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = dir.path().join("files");
+        std::fs::create_dir(&files).unwrap();
+        std::fs::write(dir.path().join("identity.ed25519"), b"PRIVATE KEY").unwrap();
+        let data = b"module bytes".to_vec();
+        let good = file("m", &data).sha256;
+        std::fs::write(files.join(&good), &data).unwrap();
+        assert_eq!(cached_block(&files, &good, 7, 100).unwrap(), b"bytes");
+        assert_eq!(cached_block(&files, &good, 100, 100).unwrap(), b"");
+        for bad in [
+            "../identity.ed25519",
+            "/etc/passwd",
+            "..",
+            "",
+            good.to_uppercase().as_str(),
+        ] {
+            assert!(check_hash(bad).is_err(), "{bad:?}");
+            assert_eq!(cached_block(&files, bad, 0, 100), None, "{bad:?}");
+        }
+        // A well-formed hash that is a link in the cache is not followed.
+        let linked = "f".repeat(64);
+        std::os::unix::fs::symlink("../identity.ed25519", files.join(&linked)).unwrap();
+        assert_eq!(cached_block(&files, &linked, 0, 100), None);
+        let error = check_hash("../identity.ed25519").unwrap_err();
+        assert_eq!(
+            error,
+            "\"../identity.ed25519\" is not a file hash (64 lowercase hex digits)"
+        );
+    }
+
+    #[test]
+    fn a_job_copy_with_paths_for_names_or_huge_files_is_refused() {
+        let info = |module: FileRef, inputs: Vec<FileRef>| JobInfo {
+            id: 1,
+            home: PeerId::random(),
+            phase: JobPhase::Running,
+            request: crate::protocol::JobRequest::default(),
+            module,
+            inputs,
+            ranks: BTreeMap::new(),
+        };
+        let module = file("module.wasm", b"\0asm");
+        assert!(check_job_info(&info(module.clone(), vec![file("in.txt", b"x")])).is_ok());
+        let bad_hash = FileRef {
+            sha256: "../../identity.ed25519".into(),
+            ..module.clone()
+        };
+        let huge = FileRef {
+            size: u64::MAX,
+            ..module.clone()
+        };
+        for (module, inputs) in [
+            (bad_hash.clone(), vec![]),
+            (module.clone(), vec![bad_hash]),
+            (huge, vec![]),
+            (
+                module.clone(),
+                vec![file("../../../../identity.ed25519", b"x")],
+            ),
+            (module.clone(), vec![file("/etc/passwd", b"x")]),
+            (module.clone(), vec![file("sub/x", b"x")]),
+            (module.clone(), vec![file("..", b"x")]),
+            (module.clone(), vec![file("a", b"x"), file("a", b"y")]),
+        ] {
+            let info = info(module, inputs);
+            assert!(check_job_info(&info).is_err(), "{info:?}");
+        }
+    }
+
+    #[test]
+    fn output_names_are_a_rank_of_the_sender_then_a_relative_path() {
+        let runs = |rank: u32| rank == 3;
+        for good in ["3/ok.txt", "3/sub/deep.txt"] {
+            assert_eq!(check_output_name(good, runs), Ok(()), "{good}");
+        }
+        for bad in [
+            "4/ok.txt",
+            "3",
+            "03/ok.txt",
+            "+3/ok.txt",
+            "3/../../x",
+            "/3/x",
+            "3/",
+            "x/ok.txt",
+            "3/a\0b",
+        ] {
+            assert!(check_output_name(bad, runs).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The inputs a rank sees are the job's, copied or linked, and a link
+    /// already in the rank's directory is not written through.
+    #[test]
+    fn inputs_are_linked_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("inputs");
+        let to = dir.path().join("0/inputs");
+        std::fs::create_dir_all(&from).unwrap();
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::write(from.join("a.txt"), b"a").unwrap();
+        std::fs::write(from.join("b.txt"), b"b").unwrap();
+        std::fs::write(dir.path().join("victim"), b"untouched").unwrap();
+        std::os::unix::fs::symlink("../../victim", to.join("b.txt")).unwrap();
+        link_inputs(&from, &to).unwrap();
+        assert_eq!(std::fs::read(to.join("a.txt")).unwrap(), b"a");
+        assert_eq!(
+            std::fs::read(dir.path().join("victim")).unwrap(),
+            b"untouched"
+        );
+    }
+}

@@ -1,0 +1,457 @@
+//! The loop's side of the workers that run on this node: starting them
+//! (once their job's files are here), stopping them, and supervising each
+//! until its output and its end have reached the job's home.
+
+use super::*;
+
+impl Node {
+    pub(super) fn start_workers(
+        &mut self,
+        job: u64,
+        home: PeerId,
+        ranks: Vec<u32>,
+        incarnation: u32,
+    ) {
+        let member = self.members.entry(job).or_insert_with(|| MemberJob {
+            home,
+            net: JobNet::new(job, self.net.links.clone()),
+            workers: HashMap::new(),
+            pending: HashMap::new(),
+            stopped: false,
+            heard: Instant::now(),
+            born: HashMap::new(),
+        });
+        member.stopped = false;
+        // Inboxes exist from now on, so messages for these ranks queue
+        // while the module is fetched.
+        for rank in &ranks {
+            member.born.insert(*rank, Instant::now());
+            let ends = member.net.register(*rank, incarnation);
+            member.pending.insert(*rank, ends);
+        }
+        let net = self.net.clone();
+        let sandbox = self.sandbox.clone();
+        let dir = self.dir.join("jobs").join(JobId(job).to_string());
+        let files = self.dir.join("files");
+        let job_net = member.net.clone();
+        let ranks_started = ranks.clone();
+        self.tasks.spawn(async move {
+            let result = prepare(net, sandbox, home, job, dir, files).await;
+            if let Ok((info, _, _)) = &result {
+                job_net.set_ranks(info.ranks.clone());
+            }
+            Done::Prepared {
+                job,
+                ranks: ranks_started,
+                result: Box::new(result),
+            }
+        });
+    }
+
+    pub(super) fn stop_workers(&mut self, job: u64) {
+        if let Some(member) = self.members.get_mut(&job) {
+            member.stopped = true;
+            for worker in member.workers.values() {
+                worker.cancel();
+            }
+            member.net.close();
+        }
+    }
+
+    /// Copies of jobs whose home has said nothing for [`COPY_STALE`] ask it
+    /// for the job's state: a lost push (a cancel, a replaced rank) is
+    /// found out within that time instead of never.
+    pub(super) fn refresh_stale_copies(&mut self) {
+        for (job, member) in &mut self.members {
+            if member.heard.elapsed() < COPY_STALE || member.home == self.me {
+                continue;
+            }
+            member.heard = Instant::now();
+            let (net, home, job) = (self.net.clone(), member.home, *job);
+            self.tasks.spawn(async move {
+                let info = match net.call_ok(home, PeerRpc::GetJob { job }).await {
+                    Ok(PeerReply::Job(info)) => match validate::job_info(&info) {
+                        Ok(()) => Ok(info),
+                        Err(e) => Err(format!("the home's copy of the job is refused: {e}")),
+                    },
+                    Ok(other) => Err(format!("{other:?}")),
+                    Err(e) => Err(e),
+                };
+                Done::Refreshed { job, info }
+            });
+        }
+    }
+
+    pub(super) fn done(&mut self, done: Done) {
+        match done {
+            Done::Nothing => {}
+            Done::RanksAnswered { peer, answer } => self.ranks_answered(peer, answer),
+            Done::Granted { peer, boot } => {
+                let now = self.now();
+                self.liveness.booted(now, &peer, boot);
+            }
+            Done::Refreshed { job, info } => match info {
+                Ok(info) => {
+                    if info.phase.is_terminal() {
+                        tracing::info!(
+                            job = %JobId(job),
+                            phase = ?info.phase,
+                            "asked the quiet home: the job is over"
+                        );
+                    }
+                    self.placement_pushed(job, info.phase, info.ranks, Vec::new());
+                }
+                Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}"),
+            },
+            Done::PeerDead(peer) => {
+                self.probing.remove(&peer);
+                tracing::warn!(%peer, "peer does not answer; treating it as lost");
+                let out = self.sched.handle(self.now(), Input::PeerLost(peer));
+                self.execute(out);
+                // Workers of jobs whose home is gone are stopped.
+                let orphaned: Vec<u64> = self
+                    .members
+                    .iter()
+                    .filter(|(_, m)| m.home == peer)
+                    .map(|(j, _)| *j)
+                    .collect();
+                for job in orphaned {
+                    self.stop_workers(job);
+                }
+            }
+            Done::WorkerEnded { job, rank } => {
+                let mut empty = false;
+                if let Some(member) = self.members.get_mut(&job) {
+                    member.workers.remove(&rank);
+                    empty = member.workers.is_empty();
+                }
+                if empty {
+                    self.members.remove(&job);
+                }
+                let out = self.sched.handle(
+                    self.now(),
+                    Input::WorkersEnded {
+                        job: JobId(job),
+                        ranks: vec![rank],
+                    },
+                );
+                self.execute(out);
+            }
+            Done::Prepared { job, ranks, result } => self.prepared(job, ranks, *result),
+        }
+    }
+
+    pub(super) fn prepared(
+        &mut self,
+        job: u64,
+        ranks: Vec<u32>,
+        result: Result<(JobInfo, Program, PathBuf), String>,
+    ) {
+        let Some(member) = self.members.get_mut(&job) else {
+            return;
+        };
+        let ends: Vec<(u32, Ends)> = ranks
+            .iter()
+            .filter_map(|r| member.pending.remove(r).map(|e| (*r, e)))
+            .collect();
+        let home = member.home;
+        let stopped = member.stopped;
+        let job_net = member.net.clone();
+        if let Ok((info, _, _)) = &result {
+            self.status.job_copy(job, home, &info.request, info.phase);
+        }
+        let (info, program, dir) = match result {
+            Ok(ok) if !stopped => ok,
+            Ok(_) => {
+                for rank in ranks {
+                    self.tasks
+                        .spawn(async move { Done::WorkerEnded { job, rank } });
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(job = %JobId(job), "cannot start workers: {e}");
+                for rank in ranks {
+                    let net = self.net.clone();
+                    let outcome = format!("could not start: {e}");
+                    self.tasks.spawn(async move {
+                        let rpc = PeerRpc::WorkerEnded {
+                            job,
+                            rank,
+                            success: false,
+                            outcome,
+                        };
+                        let _ = net.call(home, rpc).await;
+                        Done::WorkerEnded { job, rank }
+                    });
+                }
+                return;
+            }
+        };
+        let limits = Limits {
+            memory_bytes: info.request.memory_mib.saturating_mul(1024 * 1024),
+            cpu_time: match info.request.cpu_time_secs {
+                0 => Duration::MAX,
+                secs => Duration::from_secs(secs),
+            },
+            wall_time: validate::wall_time(&info.request).unwrap_or(Duration::MAX),
+            output_bytes: 64 * 1024 * 1024,
+            // The disk a job asks for per worker; 0 leaves the node's cap.
+            disk_bytes: match info.request.disk_mib {
+                0 => u64::MAX,
+                mib => mib.saturating_mul(1024 * 1024),
+            },
+        };
+        for (rank, (inbox, barrier_rx)) in ends {
+            let job_dir = dir.join(rank.to_string());
+            if let Err(e) = link_inputs(&dir.join("inputs"), &job_dir.join("inputs")) {
+                tracing::warn!("cannot prepare the job directory: {e}");
+            }
+            let (out_tx, out_rx) = mpsc::channel(16);
+            let transport = NetTransport::new(
+                rank,
+                self.net.clone(),
+                job_net.clone(),
+                inbox,
+                barrier_rx,
+                random_u64(),
+            );
+            let spec = WorkerSpec {
+                program_name: "worker".into(),
+                args: info.request.args.clone(),
+                env: vec![
+                    ("ZORILLA_JOB".into(), JobId(job).to_string()),
+                    ("ZORILLA_RANK".into(), rank.to_string()),
+                ],
+                job_dir: Some(job_dir.clone()),
+                limits,
+                output: Some(out_tx),
+                transport: Some(Box::new(transport)),
+            };
+            let handle = self.sandbox.start(&program, spec);
+            self.status.worker_started();
+            if let Some(member) = self.members.get_mut(&job) {
+                member.workers.insert(rank, handle.cancel_handle());
+            }
+            tracing::info!(job = %JobId(job), rank, "worker started");
+            let net = self.net.clone();
+            // What the worker may leave in /outputs is what may go home.
+            let outputs_limit = limits.capped_by(&self.sandbox.config().caps).disk_bytes;
+            self.tasks.spawn(supervise(
+                net,
+                home,
+                job,
+                rank,
+                handle,
+                out_rx,
+                job_dir,
+                outputs_limit,
+            ));
+        }
+    }
+}
+
+pub(super) type Ends = (Arc<Inbox>, mpsc::Receiver<BarrierItem>);
+
+/// Streams a worker's output to the home while it runs, then its output
+/// files (see [`send_outputs`]), then how it ended.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn supervise(
+    net: Net,
+    home: PeerId,
+    job: u64,
+    rank: u32,
+    handle: zorilla_sandbox::WorkerHandle,
+    mut output: mpsc::Receiver<zorilla_sandbox::OutputChunk>,
+    job_dir: PathBuf,
+    outputs_limit: u64,
+) -> Done {
+    let send_chunk = |chunk: zorilla_sandbox::OutputChunk| {
+        let net = net.clone();
+        async move {
+            for piece in chunk.data.chunks(BLOCK_BYTES) {
+                let chunk = LogChunk {
+                    rank,
+                    stderr: chunk.kind == OutputKind::Stderr,
+                    data: piece.to_vec(),
+                };
+                let _ = net.call(home, PeerRpc::Log { job, chunk }).await;
+            }
+        }
+    };
+    let cancel = handle.cancel_handle();
+    let wait = handle.wait();
+    tokio::pin!(wait);
+    let report = loop {
+        tokio::select! {
+            Some(chunk) = output.recv() => send_chunk(chunk).await,
+            report = &mut wait => break report,
+        }
+    };
+    let cancelled = report.outcome == Outcome::Cancelled;
+    let drain = async {
+        while let Ok(chunk) = output.try_recv() {
+            send_chunk(chunk).await;
+        }
+    };
+    if cancelled {
+        // Cancelled: the job is over at its home (or this node is
+        // stopping). The last output goes if it can go quickly; the worker
+        // then counts as ended here at once, without reporting an end
+        // nobody waits for.
+        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+        let _ = std::fs::remove_dir_all(&job_dir);
+        return Done::WorkerEnded { job, rank };
+    }
+    drain.await;
+    let outputs = job_dir.join("outputs");
+    let sent = send_outputs(&net, home, job, rank, &outputs, outputs_limit);
+    tokio::select! {
+        () = sent => {}
+        // The job was stopped while its outputs went home: they are not
+        // wanted any more.
+        () = cancel.cancelled() => {
+            let _ = std::fs::remove_dir_all(&job_dir);
+            return Done::WorkerEnded { job, rank };
+        }
+    }
+    let (success, outcome) = match &report.outcome {
+        Outcome::Exited(0) => (true, "exited with status 0".to_string()),
+        Outcome::Exited(code) => (false, format!("exited with status {code}")),
+        other => (false, other.to_string()),
+    };
+    // The home refuses longer reports: cut at a character boundary.
+    let mut outcome = outcome;
+    if outcome.len() > validate::MAX_OUTCOME_BYTES {
+        let mut cut = validate::MAX_OUTCOME_BYTES - 3;
+        while !outcome.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        outcome.truncate(cut);
+        outcome.push_str("...");
+    }
+    let rpc = PeerRpc::WorkerEnded {
+        job,
+        rank,
+        success,
+        outcome,
+    };
+    for _ in 0..3 {
+        if net.call(home, rpc.clone()).await.is_ok() {
+            break;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&job_dir);
+    Done::WorkerEnded { job, rank }
+}
+
+/// Sends the regular files a worker left in `outputs` (and in directories
+/// below it) to the home, named `rank/path`, in blocks, never holding more
+/// than a block in memory; `limit` bytes in all. Nothing is opened through
+/// a link (see [`jobfs`]): every other entry (a link, a pipe, a device, a
+/// file beyond the limit) is skipped with a line in the rank's log. A block
+/// the home refuses (the job is over, it has all the outputs its home
+/// keeps, the home's disk is full) ends the sending, with the home's
+/// reason in the rank's log.
+pub(super) async fn send_outputs(
+    net: &Net,
+    home: PeerId,
+    job: u64,
+    rank: u32,
+    outputs: &Path,
+    limit: u64,
+) {
+    use tokio::io::AsyncReadExt;
+    let log = |line: String| {
+        let chunk = LogChunk {
+            rank,
+            stderr: true,
+            data: format!("zorilla: {line}\n").into_bytes(),
+        };
+        async move {
+            let _ = net.call(home, PeerRpc::Log { job, chunk }).await;
+        }
+    };
+    let root = outputs.to_owned();
+    let listing = match tokio::task::spawn_blocking(move || jobfs::walk(&root)).await {
+        Ok(Ok(listing)) => listing,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Ok(Err(e)) => return log(format!("cannot read outputs/: {e}")).await,
+        Err(e) => return log(format!("cannot read outputs/: {e}")).await,
+    };
+    for (name, why) in &listing.skipped {
+        log(format!("skipped outputs/{name}: {why}")).await;
+    }
+    if listing.truncated {
+        log(format!(
+            "outputs/ has more than {} entries; the rest were not sent",
+            jobfs::MAX_ENTRIES
+        ))
+        .await;
+    }
+    let mut left = limit;
+    for (name, _) in listing.files {
+        let (root, relative) = (outputs.to_owned(), name.clone());
+        let opened =
+            tokio::task::spawn_blocking(move || jobfs::open_file(&root, &relative, left)).await;
+        let (file, size) = match opened {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(why)) => {
+                log(format!("skipped outputs/{name}: {why}")).await;
+                continue;
+            }
+            Err(e) => {
+                log(format!("skipped outputs/{name}: {e}")).await;
+                continue;
+            }
+        };
+        left -= size;
+        let mut file = tokio::fs::File::from_std(file).take(size);
+        let sent_as = format!("{rank}/{name}");
+        let mut offset = 0u64;
+        loop {
+            let mut block = Vec::with_capacity(BLOCK_BYTES);
+            while block.len() < BLOCK_BYTES {
+                let want = BLOCK_BYTES - block.len();
+                match (&mut file).take(want as u64).read_buf(&mut block).await {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => {
+                        log(format!("reading outputs/{name} stopped: {e}")).await;
+                        break;
+                    }
+                }
+            }
+            let last = block.len() < BLOCK_BYTES;
+            let n = block.len() as u64;
+            let rpc = PeerRpc::Output {
+                job,
+                name: sent_as.clone(),
+                offset,
+                data: block,
+            };
+            let mut answer = Err(String::new());
+            for _ in 0..3 {
+                answer = net.call(home, rpc.clone()).await;
+                if answer.is_ok() {
+                    break;
+                }
+            }
+            match answer {
+                Ok(PeerReply::Error(e)) => {
+                    return log(format!("outputs/{name} and the rest were not sent: {e}")).await;
+                }
+                Ok(_) => {}
+                // A file with a hole is worse than none: the home has it
+                // up to here, and the log says so.
+                Err(e) => {
+                    return log(format!("outputs/{name} could not be sent home: {e}")).await;
+                }
+            }
+            offset += n;
+            if last {
+                break;
+            }
+        }
+    }
+}

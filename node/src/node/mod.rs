@@ -1,0 +1,437 @@
+//! The node's event loop: one `tokio::select!` over shutdown, client
+//! commands, overlay events, calls from this node's own tasks, finished
+//! tasks and the scheduler's timer. Each branch hands its event to the core's
+//! [`Scheduler`] (or to the job bookkeeping here) and executes what comes
+//! out. Every decision about where workers go is the core's; this module
+//! does the IO: messages, files, workers, the database.
+//!
+//! The loop's parts: [`client`] (requests of this node's clients), [`peers`]
+//! (overlay events and other nodes' requests), [`home`] (the jobs this node
+//! is home to: the core's outputs, records, placements, ends), [`member`]
+//! (workers on this node), [`files`] (a job's files on a worker node, and
+//! the checks of what peers name), [`liveness`] (whether placed ranks
+//! still run).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use zorilla_core::advert::{Advert, JobId, Message, WorkerCount};
+use zorilla_core::flood::FloodId;
+use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
+use zorilla_core::node::{Input, JobEvent, JobSpec, Output, Phase, Scheduler, SchedulerConfig};
+use zorilla_core::resources::Resources;
+use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
+use zorilla_sandbox::jobfs;
+use zorilla_sandbox::{
+    CancelHandle, ChangeKind, Limits, MembershipChange, Outcome, OutputKind, Program, Sandbox,
+    WorkerSpec,
+};
+
+use crate::link::{Inbox, Links};
+use crate::net::{BarrierItem, JobNet, LocalCall, Net, NetTransport};
+use crate::protocol::{
+    ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NamedFile,
+    NodeInfo, Pending, RankStatus, Request, Response,
+};
+use crate::status::{self, Publisher};
+use crate::store::{Append, FileRef, JobRecord, Store, StoreError, Writer};
+use crate::validate;
+use crate::wire::{
+    BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, decode, encode,
+};
+
+mod client;
+mod files;
+mod home;
+mod liveness;
+mod member;
+mod peers;
+
+use client::output_room;
+pub(crate) use client::spec_of;
+use files::{cached_block, check_hash, check_output_name, link_inputs, prepare, random_u64};
+use member::Ends;
+
+/// A client request on its way into the event loop.
+pub(crate) struct Command {
+    pub(crate) request: Request,
+    pub(crate) reply: oneshot::Sender<Response>,
+}
+
+/// How often copies of jobs look whether their home has been quiet.
+const COPY_CHECK: Duration = Duration::from_secs(5);
+/// How long a copy waits for word from its home before it asks.
+const COPY_STALE: Duration = Duration::from_secs(15);
+
+/// How often the loop looks whether its disk can be written again (the
+/// store tries it only after its own pause; see `Store::retry`).
+const STORE_CHECK: Duration = Duration::from_secs(1);
+
+/// Pauses between the liveness probes of a peer whose connection was
+/// lost: three probes in all.
+const PROBE_PAUSES: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
+
+/// Where the answer to a peer call goes.
+enum Reply {
+    Overlay(Responder),
+    Local(oneshot::Sender<PeerReply>),
+}
+
+/// What a finished background task tells the loop.
+enum Done {
+    /// Workers of a job are ready to start here.
+    Prepared {
+        job: u64,
+        ranks: Vec<u32>,
+        result: Box<Result<(JobInfo, Program, PathBuf), String>>,
+    },
+    /// A worker here ended and its output went to the home.
+    WorkerEnded { job: u64, rank: u32 },
+    /// A liveness probe of a peer failed.
+    PeerDead(PeerId),
+    /// A node holding ranks of our jobs answered which it runs (`Err`:
+    /// it did not answer).
+    RanksAnswered {
+        peer: PeerId,
+        answer: Result<Answer, String>,
+    },
+    /// A node took a grant; `boot` says which run of it.
+    Granted { peer: PeerId, boot: u64 },
+    /// A copy asked its home for the job's state.
+    Refreshed {
+        job: u64,
+        info: Result<Box<JobInfo>, String>,
+    },
+    /// Nothing to do.
+    Nothing,
+}
+
+/// A job with workers on this node (the home's own jobs included).
+struct MemberJob {
+    home: PeerId,
+    net: Arc<JobNet>,
+    workers: HashMap<u32, CancelHandle>,
+    /// Inbox ends of ranks whose workers are being prepared.
+    pending: HashMap<u32, Ends>,
+    stopped: bool,
+    /// When the home last told this copy anything (or it asked).
+    heard: Instant,
+    /// When each rank was given to this node (see `liveness`).
+    born: HashMap<u32, Instant>,
+}
+
+/// What the home keeps in memory of its finished jobs: how many there are
+/// per phase, and the newest few records (for the status page). Everything
+/// else about them (records, logs, outputs) is read from the store when
+/// asked, so that a home's memory does not grow with every job it ran.
+#[derive(Default)]
+struct Finished {
+    counts: BTreeMap<JobPhase, u64>,
+    /// The newest finished jobs, oldest first, at most [`status::MAX_JOBS`].
+    recent: VecDeque<JobRecord>,
+}
+
+impl Finished {
+    fn add(&mut self, job: JobRecord) {
+        *self.counts.entry(job.phase).or_default() += 1;
+        if self.recent.len() >= status::MAX_JOBS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(job);
+    }
+
+    fn recent(&self, id: u64) -> Option<&JobRecord> {
+        self.recent.iter().rev().find(|j| j.id == id)
+    }
+
+    fn recent_mut(&mut self, id: u64) -> Option<&mut JobRecord> {
+        self.recent.iter_mut().rev().find(|j| j.id == id)
+    }
+}
+
+/// Everything the loop owns.
+pub(crate) struct Node {
+    me: PeerId,
+    epoch: Instant,
+    /// This run of the node: random at every start, never stored, so that
+    /// homes tell a restart from a node that was only quiet.
+    boot: u64,
+    sched: Scheduler<PeerId>,
+    /// Whether the nodes holding ranks of this home's jobs still run them.
+    liveness: RankLiveness<PeerId>,
+    overlay: OverlayHandle,
+    net: Net,
+    store: Arc<Store>,
+    /// Writes what workers send (logs, outputs) off the loop.
+    writer: Writer,
+    /// Output bytes accepted per job under way at this home (see
+    /// [`Node::output_room`]).
+    output_bytes: HashMap<u64, u64>,
+    sandbox: Sandbox,
+    dir: PathBuf,
+    /// Jobs this node is home to that are under way (finished ones move
+    /// to `finished` and the store).
+    jobs: BTreeMap<u64, JobRecord>,
+    finished: Finished,
+    placement: BTreeMap<u64, BTreeMap<u32, Placed>>,
+    lost_ranks: BTreeMap<u64, BTreeSet<u32>>,
+    members: HashMap<u64, MemberJob>,
+    tasks: JoinSet<Done>,
+    probing: BTreeSet<PeerId>,
+    /// The overlay's current neighbours (from its change events).
+    neighbours: BTreeSet<PeerId>,
+    messages_sent: u64,
+    /// Bumped whenever a job of this home changes or gets log output, so
+    /// that clients following a job wake up (see `server`).
+    activity: watch::Sender<u64>,
+    /// What the status page shows, published from here.
+    status: Publisher,
+    /// Why the disk cannot be written, while it cannot: the node then takes
+    /// no jobs and offers no workers.
+    disk_problem: Option<String>,
+}
+
+/// What the loop is started with.
+pub(crate) struct Parts {
+    pub(crate) overlay: OverlayHandle,
+    pub(crate) events: mpsc::Receiver<Event>,
+    pub(crate) commands: mpsc::Receiver<Command>,
+    pub(crate) sched: SchedulerConfig<PeerId>,
+    pub(crate) store: Arc<Store>,
+    pub(crate) sandbox: Sandbox,
+    pub(crate) dir: PathBuf,
+    pub(crate) activity: watch::Sender<u64>,
+    pub(crate) status: Publisher,
+}
+
+fn cbor_advert(advert: &Advert<PeerId>) -> Vec<u8> {
+    encode(advert)
+}
+
+impl Node {
+    /// Runs the node until `shutdown` resolves.
+    pub(crate) async fn run(parts: Parts, shutdown: impl std::future::Future<Output = ()>) {
+        let Parts {
+            overlay,
+            mut events,
+            mut commands,
+            sched,
+            store,
+            sandbox,
+            dir,
+            activity,
+            status,
+        } = parts;
+        let me = overlay.local_peer_id();
+        let (local_tx, mut local_rx) = mpsc::channel::<LocalCall>(1024);
+        let mut node = Node {
+            me,
+            epoch: Instant::now(),
+            boot: random_u64(),
+            sched: Scheduler::new(me, sched),
+            liveness: RankLiveness::new(LivenessConfig::default()),
+            net: Net {
+                me,
+                overlay: overlay.clone(),
+                local: local_tx,
+                links: Links::new(me, overlay.clone()),
+            },
+            overlay,
+            writer: Writer::start(store.clone()).expect("cannot start the store's writer thread"),
+            output_bytes: HashMap::new(),
+            store,
+            sandbox,
+            dir,
+            jobs: BTreeMap::new(),
+            finished: Finished::default(),
+            placement: BTreeMap::new(),
+            lost_ranks: BTreeMap::new(),
+            members: HashMap::new(),
+            tasks: JoinSet::new(),
+            probing: BTreeSet::new(),
+            neighbours: BTreeSet::new(),
+            messages_sent: 0,
+            activity,
+            status,
+            disk_problem: None,
+        };
+        node.recover();
+        node.net.links.accept().await;
+        tokio::pin!(shutdown);
+        let mut copies_check = tokio::time::interval(COPY_CHECK);
+        copies_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut store_check = tokio::time::interval(STORE_CHECK);
+        store_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ranks_check = tokio::time::interval(liveness::CHECK);
+        ranks_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let deadline = node
+                .sched
+                .next_timeout()
+                .map(|t| tokio::time::Instant::from_std(node.epoch + t));
+            let timer = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let publish_at = node.status.due().map(tokio::time::Instant::from_std);
+            let publish = async {
+                match publish_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(cmd) = commands.recv() => {
+                    let response = node.command(cmd.request);
+                    let _ = cmd.reply.send(response);
+                    node.status.touch();
+                }
+                Some(event) = events.recv() => node.overlay_event(event),
+                Some(call) = local_rx.recv() => {
+                    node.rpc(node.me, call.rpc, Reply::Local(call.reply));
+                }
+                Some(done) = node.tasks.join_next() => {
+                    match done {
+                        Ok(done) => node.done(done),
+                        Err(e) => tracing::error!("a node task failed: {e}"),
+                    }
+                    node.status.touch();
+                }
+                _ = copies_check.tick() => node.refresh_stale_copies(),
+                _ = store_check.tick() => node.check_store(),
+                _ = ranks_check.tick() => node.check_ranks(),
+                () = timer => {
+                    let now = node.now();
+                    let out = node.sched.handle_timeout(now);
+                    node.execute(out);
+                    node.status.touch();
+                }
+                () = publish => {}
+            }
+            if node.status.is_due() {
+                node.publish_status();
+            }
+        }
+        node.shutdown();
+    }
+
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    /// Follows whether the disk can be written: the store tries a failed
+    /// disk again by itself (this is the call that lets it), and the
+    /// scheduler offers no workers while it cannot be written.
+    fn check_store(&mut self) {
+        let problem = if self.store.retry() {
+            None
+        } else {
+            self.store.unwritable()
+        };
+        if problem == self.disk_problem {
+            return;
+        }
+        match &problem {
+            Some(reason) => tracing::warn!("the disk cannot be written ({reason}): no jobs taken"),
+            None => tracing::info!("the disk can be written again: jobs taken again"),
+        }
+        let paused = problem.is_some();
+        self.disk_problem = problem;
+        let out = self.sched.set_paused(self.now(), paused);
+        self.execute(out);
+        self.status.touch();
+    }
+
+    /// Hands the status page a fresh view of this loop's state.
+    fn publish_status(&mut self) {
+        let members = self
+            .members
+            .iter()
+            .map(|(job, m)| status::Member {
+                job: *job,
+                home: m.home,
+                running: m.workers.keys().copied().collect(),
+                starting: m.pending.keys().copied().collect(),
+                ranks: m.net.nodes(),
+            })
+            .collect();
+        self.status.publish(status::LoopState {
+            epoch: self.epoch,
+            sched: &self.sched,
+            jobs: &self.jobs,
+            finished: &self.finished.recent,
+            members,
+            disk_problem: self.disk_problem.clone(),
+        });
+    }
+
+    /// After a restart: jobs that were under way cannot be resumed (the
+    /// scheduler's state and the workers' state are gone), so they are
+    /// marked failed with the reason; finished jobs stay as they were.
+    fn recover(&mut self) {
+        let mut jobs = match self.store.jobs() {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::error!("cannot read stored jobs: {e}");
+                return;
+            }
+        };
+        // The newest are the ones kept in memory (see `Finished`).
+        jobs.sort_by_key(|j| (j.submitted_unix, j.id));
+        for mut job in jobs {
+            if !job.phase.is_terminal() {
+                let was = job.phase;
+                job.close_ranks("lost: the home node restarted");
+                job.advance(
+                    JobPhase::Failed,
+                    format!(
+                        "the home node restarted while the job was {was:?}; its workers were lost"
+                    ),
+                );
+                self.persist(&job);
+                tracing::warn!(job = %JobId(job.id), "job was {was:?} at restart; marked failed");
+            }
+            self.finished.add(job);
+        }
+        let jobs: u64 = self.finished.counts.values().sum();
+        tracing::info!(jobs, "state recovered");
+    }
+
+    fn shutdown(&mut self) {
+        for member in self.members.values_mut() {
+            for (_, worker) in member.workers.drain() {
+                worker.cancel();
+            }
+            member.net.close();
+        }
+        let ids: Vec<u64> = self.jobs.keys().copied().collect();
+        for id in ids {
+            if let Some(job) = self.jobs.get_mut(&id)
+                && !job.phase.is_terminal()
+            {
+                job.close_ranks("lost: the home node shut down");
+                job.advance(
+                    JobPhase::Failed,
+                    "the home node shut down while the job was under way",
+                );
+                let job = job.clone();
+                self.persist(&job);
+            }
+        }
+    }
+
+    fn persist(&self, job: &JobRecord) {
+        if let Err(e) = self.store.put_job(job) {
+            tracing::error!(job = %JobId(job.id), "cannot store job: {e}");
+        }
+        self.activity.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}

@@ -1,0 +1,384 @@
+//! The loop's side of other nodes: overlay events, and the requests peers
+//! make of this node (scheduling messages, job copies, file blocks,
+//! outputs, logs, placements, barriers, liveness questions).
+
+use super::*;
+
+impl Node {
+    pub(super) fn overlay_event(&mut self, event: Event) {
+        match event {
+            Event::Flood {
+                header,
+                payload,
+                distance,
+                from,
+                origin,
+                ..
+            } => match decode::<Advert<PeerId>>(&payload) {
+                Ok(mut advert) => {
+                    advert.flood = header;
+                    // Out-of-range values are refused here, before they
+                    // reach the scheduler (see `zorilla_core::limits`).
+                    // No strike: the neighbour that forwarded the copy is
+                    // not its author (the overlay forwards before the node
+                    // reads it).
+                    if let Err(e) = zorilla_core::limits::check_advert(&advert) {
+                        tracing::warn!(%origin, via = %from, "advert refused: {e}");
+                        return;
+                    }
+                    // Held or declined, the pending queue may change.
+                    self.status.touch();
+                    let out = self
+                        .sched
+                        .handle(self.now(), Input::AdvertDelivered { advert, distance });
+                    self.execute(out);
+                }
+                Err(e) => tracing::debug!("undecodable advert: {e}"),
+            },
+            Event::Request {
+                peer,
+                payload,
+                responder,
+            } => match decode::<PeerRpc>(&payload) {
+                Ok(rpc) => match validate::peer_rpc(&rpc) {
+                    Ok(()) => self.rpc(peer, rpc, Reply::Overlay(responder)),
+                    Err(e) => {
+                        tracing::warn!(%peer, "request refused: {e}");
+                        self.overlay
+                            .report_misbehaviour(peer, format!("request refused: {e}"));
+                        self.reply(
+                            Reply::Overlay(responder),
+                            PeerReply::Error(format!("refused: {e}")),
+                        );
+                    }
+                },
+                Err(e) => self.reply(
+                    Reply::Overlay(responder),
+                    PeerReply::Error(format!("malformed request: {e}")),
+                ),
+            },
+            Event::PeerLost { peer } => self.maybe_probe(peer),
+            Event::NeighboursChanged { added, removed } => {
+                for peer in removed {
+                    self.neighbours.remove(&peer);
+                }
+                self.neighbours.extend(added);
+            }
+            Event::PeerConnected { .. } | Event::Listening { .. } => {}
+        }
+    }
+
+    /// The overlay closes connections it does not need, so a lost
+    /// connection is not a lost peer: peers we have jobs with are probed,
+    /// and only a failed probe counts.
+    pub(super) fn maybe_probe(&mut self, peer: PeerId) {
+        let involved = self
+            .placement
+            .values()
+            .any(|ranks| ranks.values().any(|p| p.node == peer))
+            || self.members.values().any(|m| m.home == peer);
+        if !involved || !self.probing.insert(peer) {
+            return;
+        }
+        let net = self.net.clone();
+        self.tasks.spawn(async move {
+            // Spaced out, so that a node that is only slow (its cores busy
+            // with workers, its event loop starved) gets seconds to answer
+            // rather than two quick tries; a dead one is declared after
+            // the pauses plus the timeouts.
+            if net.call(peer, PeerRpc::Ping).await.is_ok() {
+                return Done::Nothing;
+            }
+            for pause in PROBE_PAUSES {
+                tokio::time::sleep(pause).await;
+                if net.call(peer, PeerRpc::Ping).await.is_ok() {
+                    return Done::Nothing;
+                }
+            }
+            Done::PeerDead(peer)
+        });
+    }
+
+    pub(super) fn reply(&self, to: Reply, reply: PeerReply) {
+        match to {
+            Reply::Local(tx) => {
+                let _ = tx.send(reply);
+            }
+            Reply::Overlay(responder) => {
+                let overlay = self.overlay.clone();
+                tokio::spawn(async move {
+                    let _ = overlay.respond(responder, encode(&reply)).await;
+                });
+            }
+        }
+    }
+
+    pub(super) fn send(&mut self, to: PeerId, rpc: PeerRpc) {
+        self.messages_sent += 1;
+        let net = self.net.clone();
+        self.tasks.spawn(async move {
+            if let Err(e) = net.call(to, rpc).await {
+                tracing::debug!(peer = %to, "send failed: {e}");
+            }
+            Done::Nothing
+        });
+    }
+
+    /// Sends a grant; the answer says which run of the node took it (see
+    /// [`zorilla_core::liveness::RankLiveness::booted`]).
+    pub(super) fn send_grant(&mut self, to: PeerId, msg: Message<PeerId>) {
+        self.messages_sent += 1;
+        let net = self.net.clone();
+        self.tasks.spawn(async move {
+            match net.call(to, PeerRpc::Sched(msg)).await {
+                Ok(PeerReply::Granted { boot }) => Done::Granted { peer: to, boot },
+                Ok(_) => Done::Nothing,
+                Err(e) => {
+                    tracing::debug!(peer = %to, "grant failed: {e}");
+                    Done::Nothing
+                }
+            }
+        });
+    }
+
+    pub(super) fn rpc(&mut self, from: PeerId, rpc: PeerRpc, reply: Reply) {
+        self.status.note_rpc(&rpc);
+        let answer = match rpc {
+            PeerRpc::Ping => PeerReply::Ack,
+            PeerRpc::Ranks { jobs } => self.ranks_asked(from, jobs),
+            PeerRpc::Status => return self.status_reply(reply, None),
+            PeerRpc::StatusJob { job } => return self.status_reply(reply, Some(job)),
+            PeerRpc::Sched(msg) => {
+                let granted = matches!(msg, Message::Grant { .. });
+                let out = self.sched.handle(
+                    self.now(),
+                    Input::Message {
+                        from,
+                        msg,
+                        rtt: None,
+                    },
+                );
+                self.execute(out);
+                if granted {
+                    PeerReply::Granted { boot: self.boot }
+                } else {
+                    PeerReply::Ack
+                }
+            }
+            PeerRpc::GetJob { job } => match self.job_info(job) {
+                Some(info) => PeerReply::Job(Box::new(info)),
+                None => PeerReply::Error(format!("job {} unknown here", JobId(job))),
+            },
+            PeerRpc::GetBlock {
+                sha256,
+                offset,
+                len,
+            } => match check_hash(&sha256) {
+                Err(e) => PeerReply::Error(e),
+                Ok(()) => {
+                    match self
+                        .store
+                        .blob_block(&sha256, offset, (len as usize).min(BLOCK_BYTES))
+                    {
+                        Ok(Some(block)) => PeerReply::Block(block),
+                        // Not a file of a job of ours: perhaps one this node
+                        // fetched to run workers (then it is complete and
+                        // hash-checked).
+                        Ok(None) => {
+                            match cached_block(&self.dir.join("files"), &sha256, offset, len) {
+                                Some(block) => PeerReply::Block(block),
+                                None => PeerReply::Error(format!("no file {sha256} here")),
+                            }
+                        }
+                        Err(e) => PeerReply::Error(e.to_string()),
+                    }
+                }
+            },
+            PeerRpc::Placement {
+                job,
+                phase,
+                ranks,
+                replaced,
+            } => {
+                self.placement_pushed(job, phase, ranks, replaced);
+                PeerReply::Ack
+            }
+            PeerRpc::Barrier {
+                job,
+                to,
+                from: src,
+                msg,
+            } => match self.members.get(&job).and_then(|m| m.net.barrier(to)) {
+                Some(tx) => match tx.try_send(BarrierItem {
+                    from: src,
+                    node: from,
+                    msg,
+                }) {
+                    Ok(()) => PeerReply::Ack,
+                    Err(_) => PeerReply::Error("barrier queue full or closed".into()),
+                },
+                None => PeerReply::Error(format!("rank {to} not here")),
+            },
+            PeerRpc::Log { job, chunk } => match self.home_only(from, job, |_| Ok(())) {
+                PeerReply::Ack => return self.append(reply, Append::Log { job, chunk }),
+                refused => refused,
+            },
+            PeerRpc::Output {
+                job,
+                name,
+                offset,
+                data,
+            } => match self.accept_output(from, job, &name, data.len()) {
+                Ok(()) => {
+                    let last = data.len() < BLOCK_BYTES;
+                    let item = Append::Output {
+                        job,
+                        name,
+                        offset,
+                        data,
+                        last,
+                    };
+                    return self.append(reply, item);
+                }
+                Err(e) => PeerReply::Error(e),
+            },
+            PeerRpc::WorkerEnded {
+                job,
+                rank,
+                success,
+                outcome,
+            } => {
+                self.worker_ended(from, job, rank, success, outcome);
+                PeerReply::Ack
+            }
+        };
+        self.reply(reply, answer);
+    }
+
+    /// Answers a remote view off the loop: the answer reads the database
+    /// and is encoded and cut to size there.
+    pub(super) fn status_reply(&self, to: Reply, job: Option<String>) {
+        let status = self.status.status();
+        let overlay = self.overlay.clone();
+        tokio::spawn(async move {
+            let answer =
+                tokio::task::spawn_blocking(move || status::answer(&status, job.as_deref()))
+                    .await
+                    .unwrap_or_else(|e| PeerReply::Error(format!("status: {e}")));
+            match to {
+                Reply::Local(tx) => {
+                    let _ = tx.send(answer);
+                }
+                Reply::Overlay(r) => {
+                    let _ = overlay.respond(r, encode(&answer)).await;
+                }
+            }
+        });
+    }
+
+    /// Hands a log chunk or output block to the store's writer, and
+    /// answers the sender once it is written (so a sender waits for the
+    /// disk, and the loop does not).
+    pub(super) fn append(&self, to: Reply, item: Append) {
+        let writer = self.writer.clone();
+        let activity = self.activity.clone();
+        let overlay = self.overlay.clone();
+        tokio::spawn(async move {
+            let answer = match writer.append(item).await {
+                Ok(()) => {
+                    activity.send_modify(|n| *n = n.wrapping_add(1));
+                    PeerReply::Ack
+                }
+                Err(e) => PeerReply::Error(e.to_string()),
+            };
+            match to {
+                Reply::Local(tx) => {
+                    let _ = tx.send(answer);
+                }
+                Reply::Overlay(r) => {
+                    let _ = overlay.respond(r, encode(&answer)).await;
+                }
+            }
+        });
+    }
+
+    /// Whether a block of `len` bytes of output `name` of `job` from
+    /// `from` is taken: only while the job is under way here, from a node
+    /// running the rank the name starts with, and while the job's outputs
+    /// stay within what this home keeps for a job ([`output_room`]). A
+    /// refusal says why in one sentence, which the sender puts in the
+    /// job's log.
+    pub(super) fn accept_output(
+        &mut self,
+        from: PeerId,
+        job: u64,
+        name: &str,
+        len: usize,
+    ) -> Result<(), String> {
+        let Some(record) = self.jobs.get(&job) else {
+            return Err(format!(
+                "job {} is over (or unknown here): its outputs are no longer taken",
+                JobId(job)
+            ));
+        };
+        // Clients write outputs under these names: one that could leave
+        // their directory, or that names a rank the sender does not run,
+        // is refused here already.
+        let sender = from.to_string();
+        check_output_name(name, |rank| {
+            record.ranks.get(&rank).is_some_and(|r| r.node == sender)
+        })?;
+        let room = output_room(&record.request, self.sched.config().resources.disk_mib);
+        let store = &self.store;
+        let used = self
+            .output_bytes
+            .entry(job)
+            .or_insert_with(|| store.output_bytes(job).unwrap_or(0));
+        let after = used.saturating_add(len as u64);
+        if after > room {
+            return Err(format!(
+                "the outputs of job {} reached the {} MiB its home keeps for one job",
+                JobId(job),
+                room / (1024 * 1024)
+            ));
+        }
+        *used = after;
+        Ok(())
+    }
+
+    /// Accepts output for a job only from a node that runs (or ran) one of
+    /// its ranks.
+    pub(super) fn home_only(
+        &mut self,
+        from: PeerId,
+        job: u64,
+        f: impl FnOnce(&mut Self) -> Result<(), String>,
+    ) -> PeerReply {
+        let from_rank = |j: &JobRecord| j.ranks.values().any(|r| r.node == from.to_string());
+        // Late output of a finished job is checked against its stored record.
+        let known = match self.jobs.get(&job) {
+            Some(j) => from_rank(j),
+            None => self.record(job).is_some_and(|j| from_rank(&j)),
+        };
+        if !known {
+            return PeerReply::Error(format!("job {} has no worker on {from}", JobId(job)));
+        }
+        match f(self) {
+            Ok(()) => PeerReply::Ack,
+            Err(e) => PeerReply::Error(e),
+        }
+    }
+
+    pub(super) fn job_info(&self, job: u64) -> Option<JobInfo> {
+        let record = self.record(job)?;
+        Some(JobInfo {
+            id: job,
+            home: self.me,
+            phase: record.phase,
+            request: record.request.clone(),
+            module: record.module.clone(),
+            inputs: record.inputs.clone(),
+            ranks: self.placement.get(&job).cloned().unwrap_or_default(),
+        })
+    }
+}
