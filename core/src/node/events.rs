@@ -1,0 +1,174 @@
+//! What goes into the scheduler and what comes out of it.
+
+use super::*;
+
+/// An event for the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input<P> {
+    /// A user submitted a job to this node, which becomes its home.
+    Submit {
+        /// The job's identity (the driver picks it at random).
+        job: JobId,
+        /// What the job needs.
+        spec: JobSpec,
+    },
+    /// A user cancelled a job this node is home to.
+    Cancel(JobId),
+    /// A job this node is home to is done (its workers finished).
+    Finish(JobId),
+    /// A job this node is home to failed for a reason the driver saw (a
+    /// worker exited with an error, a module could not start): its workers
+    /// everywhere are stopped and its holds released.
+    Fail {
+        /// The job.
+        job: JobId,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The flood router delivered an advert (first copy of a flood).
+    AdvertDelivered {
+        /// The advert.
+        advert: Advert<P>,
+        /// This node's estimated RTT to the home.
+        distance: Duration,
+    },
+    /// A direct message from another node.
+    Message {
+        /// The sender.
+        from: P,
+        /// The message (never an advert: those come through the router).
+        msg: Message<P>,
+        /// The driver's own measured RTT to the sender, if it has one.
+        rtt: Option<Duration>,
+    },
+    /// Workers of a job ended on this node; their resources are free again.
+    WorkersEnded {
+        /// The job.
+        job: JobId,
+        /// The ranks that ended.
+        ranks: Vec<u32>,
+    },
+    /// A peer failed or left the grid.
+    PeerLost(P),
+    /// Ranks of a job this node is home to no longer run on `node`,
+    /// though the node may still be there (it restarted and forgot them,
+    /// or it stopped answering for them: see [`crate::liveness`]). Ranks
+    /// not granted to `node` (any more) are ignored, so each loss counts
+    /// once.
+    RanksLost {
+        /// The job.
+        job: JobId,
+        /// The node the ranks were granted to.
+        node: P,
+        /// The ranks.
+        ranks: Vec<u32>,
+        /// Why, in words (the reason a rigid job fails with names it).
+        why: String,
+    },
+}
+
+/// An action for the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output<P> {
+    /// Send a message directly to a node.
+    Send {
+        /// The receiver.
+        to: P,
+        /// The message.
+        msg: Message<P>,
+    },
+    /// Start a flood of this advert (through the flood router's
+    /// `originate`).
+    Flood(Advert<P>),
+    /// Start workers of a job on this node.
+    StartWorkers {
+        /// The job.
+        job: JobId,
+        /// Its home.
+        home: P,
+        /// The ranks to start.
+        ranks: Vec<u32>,
+        /// Their incarnation (see [`Message::Grant`]).
+        incarnation: u32,
+    },
+    /// Stop every worker of a job on this node.
+    StopWorkers {
+        /// The job.
+        job: JobId,
+        /// Why.
+        reason: RefuseReason,
+    },
+    /// Something happened to a job this node is home to.
+    Job(JobEvent<P>),
+}
+
+/// What happened to a job, as seen by its home.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobEvent<P> {
+    /// The job was refused.
+    Rejected {
+        /// The job.
+        job: JobId,
+        /// Why.
+        error: SpecError,
+    },
+    /// Workers were granted to a node (one event per node and grant).
+    Granted {
+        /// The job.
+        job: JobId,
+        /// The node.
+        node: P,
+        /// The ranks it runs.
+        ranks: Vec<u32>,
+        /// The grant's number (see [`Message::Grant`]).
+        incarnation: u32,
+        /// The RTT from the home to the node, as the home knew it.
+        rtt: Duration,
+    },
+    /// The job got its `min` workers and started.
+    Started {
+        /// The job.
+        job: JobId,
+        /// Workers it started with.
+        workers: u32,
+    },
+    /// The job has all the workers it can use; flooding stopped.
+    Full {
+        /// The job.
+        job: JobId,
+    },
+    /// A node running workers of the job was lost.
+    WorkersLost {
+        /// The job.
+        job: JobId,
+        /// The node.
+        node: P,
+        /// The ranks lost.
+        ranks: Vec<u32>,
+    },
+    /// The job ended without running to completion.
+    Ended {
+        /// The job.
+        job: JobId,
+        /// How.
+        phase: Phase,
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+/// The scheduling phase of a job at its home. Phases only move forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Looking for workers.
+    Scheduling,
+    /// Workers are running.
+    Running,
+    /// Done.
+    Completed,
+    /// Cancelled by the user.
+    Cancelled,
+    /// Failed: expired before it got its workers, or lost a worker.
+    Failed,
+}

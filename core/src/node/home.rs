@@ -1,0 +1,442 @@
+//! The scheduler as a job's **home**: submitting, flooding, collecting
+//! offers, granting ranks, ending the job, and losing ranks.
+
+use super::*;
+
+impl<P: PeerKey> Scheduler<P> {
+    pub(super) fn submit(
+        &mut self,
+        now: Time,
+        job: JobId,
+        spec: JobSpec,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let error = if self.home.contains_key(&job) {
+            Some(SpecError::Duplicate(job))
+        } else {
+            spec.validate(&self.config).err()
+        };
+        if let Some(error) = error {
+            out.push(Output::Job(JobEvent::Rejected { job, error }));
+            return;
+        }
+        let schedule = FloodSchedule::resume(
+            self.config.schedule.clone(),
+            spec.workers.max,
+            self.last_reach,
+        );
+        let report = PendingReport {
+            needed: spec.workers.min,
+            ..PendingReport::default()
+        };
+        self.home.insert(
+            job,
+            HomeJob {
+                // Saturating: `now` may be large, and the lifetime is
+                // bounded by validation only.
+                expires_at: now.saturating_add(spec.lifetime),
+                spec,
+                phase: Phase::Scheduling,
+                schedule,
+                next_flood_at: Some(now),
+                offers: BTreeMap::new(),
+                granted: BTreeMap::new(),
+                free_ranks: BTreeSet::new(),
+                grants: 0,
+                next_rank: 0,
+                earlier_floods: 0,
+                settle_at: None,
+                settling: false,
+                ended_with: None,
+                report,
+            },
+        );
+    }
+
+    /// Sends due floods and grants settled allocations.
+    pub(super) fn step_home_jobs(&mut self, now: Time, out: &mut Vec<Output<P>>) {
+        let jobs: Vec<JobId> = self.home.keys().copied().collect();
+        for job_id in jobs {
+            self.try_allocate(now, job_id, out);
+            let Some(job) = self.home.get_mut(&job_id) else {
+                continue;
+            };
+            // While offers enough to start are settling, another flood
+            // would only reach farther nodes that will not be chosen.
+            if job.next_flood_at.is_some_and(|at| at <= now) && !job.settling {
+                let mut header = job.schedule.next_flood(now);
+                header.seq = header.seq.saturating_add(job.earlier_floods);
+                job.report.floods = job.schedule.floods();
+                job.report.radius = header.ttl;
+                job.report.budget = header.latency_budget;
+                job.next_flood_at = Some(job.schedule.next_flood_at());
+                let advert = Advert {
+                    job: job_id,
+                    home: self.id.clone(),
+                    per_worker: job.spec.per_worker,
+                    workers: job.spec.workers,
+                    strategy: job.spec.strategy,
+                    expires_in: job.expires_at.saturating_sub(now),
+                    flood: header,
+                };
+                // The home considers its own machine first (it is the
+                // nearest there is), and again at every flood, as any
+                // member does, to raise a short offer.
+                self.advert(now, advert.clone(), Duration::ZERO, out);
+                out.push(Output::Flood(advert));
+            }
+        }
+    }
+
+    /// The home's decision for a job: grant when the offers in hand can
+    /// start it (or, once running, grow it) and the flood has settled.
+    pub(super) fn try_allocate(&mut self, now: Time, job_id: JobId, out: &mut Vec<Output<P>>) {
+        let Some(job) = self.home.get_mut(&job_id) else {
+            return;
+        };
+        // Recomputed from scratch at every step.
+        job.settle_at = None;
+        job.settling = false;
+        if job.phase > Phase::Running || job.offers.is_empty() {
+            return;
+        }
+        let granted = job.granted_workers();
+        let wanted = job.spec.workers.max.saturating_sub(granted);
+        if wanted == 0 {
+            return;
+        }
+        let candidates: Vec<Candidate<P>> = job
+            .offers
+            .iter()
+            .map(|(node, offer)| Candidate {
+                node: node.clone(),
+                rtt: offer.rtt,
+                offered: offer.workers,
+            })
+            .collect();
+        let offered = candidates
+            .iter()
+            .fold(0u32, |sum, c| sum.saturating_add(c.offered));
+        let needed_now = match job.phase {
+            // Before the start the job needs `min` in all.
+            Phase::Scheduling => job.spec.workers.min.saturating_sub(granted),
+            // A running (malleable, or rigid replacing) job takes any.
+            _ => 1,
+        };
+        if offered < needed_now {
+            return;
+        }
+        let n = offered.min(wanted);
+        let Some(assignments) = allocate(job.spec.strategy, &candidates, n) else {
+            return;
+        };
+        // Spread wants one node per worker: while floods still find new
+        // nodes, wait for them rather than doubling up early, until floods
+        // stop finding any.
+        let flood_due = job.next_flood_at.is_some_and(|at| at <= now);
+        let spread_waits = job.spec.strategy == Strategy::Spread
+            && (candidates.len() as u32) < n
+            && job.next_flood_at.is_some()
+            && !(flood_due && job.schedule.exhausted());
+        if spread_waits {
+            return;
+        }
+        let farthest = assignments
+            .iter()
+            .filter_map(|a| job.offers.get(&a.node).map(|o| o.rtt))
+            .max()
+            .unwrap_or_default();
+        let settle_at = match job.schedule.config().wait_mode {
+            WaitMode::Doubling => now,
+            WaitMode::Adaptive => {
+                let sent = job.schedule.last_flood_at().unwrap_or(now);
+                // The RTTs come from peers: saturating, never a panic.
+                sent.saturating_add(farthest.saturating_mul(2))
+                    .saturating_add(job.schedule.config().adaptive_floor / 4)
+            }
+        };
+        if settle_at > now {
+            job.settle_at = Some(settle_at);
+            job.settling = true;
+            return;
+        }
+
+        // Grant: ranks in slist order, reusing lost ranks first.
+        for assignment in &assignments {
+            let Some(offer) = job.offers.remove(&assignment.node) else {
+                continue;
+            };
+            let mut ranks = Vec::with_capacity(assignment.workers as usize);
+            for _ in 0..assignment.workers {
+                let rank = match job.free_ranks.pop_first() {
+                    Some(rank) => rank,
+                    None => {
+                        job.next_rank += 1;
+                        job.next_rank - 1
+                    }
+                };
+                ranks.push(rank);
+            }
+            let incarnation = job.grants;
+            job.grants = job.grants.saturating_add(1);
+            job.granted
+                .entry(assignment.node.clone())
+                .or_default()
+                .extend(&ranks);
+            out.push(Output::Job(JobEvent::Granted {
+                job: job_id,
+                node: assignment.node.clone(),
+                ranks: ranks.clone(),
+                incarnation,
+                rtt: offer.rtt,
+            }));
+            out.push(Output::Send {
+                to: assignment.node.clone(),
+                msg: Message::Grant {
+                    job: job_id,
+                    ranks,
+                    incarnation,
+                },
+            });
+        }
+        let total = job.granted_workers();
+        job.report.granted = total;
+        if job.phase == Phase::Scheduling {
+            job.phase = Phase::Running;
+            out.push(Output::Job(JobEvent::Started {
+                job: job_id,
+                workers: total,
+            }));
+        }
+        if total >= job.spec.workers.max {
+            job.next_flood_at = None;
+            self.last_reach = job.schedule.reach();
+            out.push(Output::Job(JobEvent::Full { job: job_id }));
+            // Offers not used are released.
+            for (node, _) in std::mem::take(&mut job.offers) {
+                *job.report
+                    .refusals
+                    .entry(RefuseReason::NotChosen)
+                    .or_default() += 1;
+                out.push(Output::Send {
+                    to: node,
+                    msg: Message::Refuse {
+                        job: job_id,
+                        reason: RefuseReason::NotChosen,
+                    },
+                });
+            }
+        }
+    }
+
+    /// Ends a job at its home: held offers are refused with `refuse`, and
+    /// unless it completed, nodes running its workers are told to stop.
+    pub(super) fn end_job(
+        &mut self,
+        job_id: JobId,
+        phase: Phase,
+        refuse: RefuseReason,
+        reason: &str,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let Some(job) = self.home.get_mut(&job_id) else {
+            return;
+        };
+        if job.phase >= Phase::Completed {
+            return;
+        }
+        job.phase = phase;
+        job.ended_with = Some(refuse);
+        job.next_flood_at = None;
+        job.settle_at = None;
+        for (node, _) in std::mem::take(&mut job.offers) {
+            *job.report.refusals.entry(refuse).or_default() += 1;
+            out.push(Output::Send {
+                to: node,
+                msg: Message::Refuse {
+                    job: job_id,
+                    reason: refuse,
+                },
+            });
+        }
+        if phase != Phase::Completed {
+            for node in job.granted.keys() {
+                out.push(Output::Send {
+                    to: node.clone(),
+                    msg: Message::Refuse {
+                        job: job_id,
+                        reason: refuse,
+                    },
+                });
+            }
+        }
+        out.push(Output::Job(JobEvent::Ended {
+            job: job_id,
+            phase,
+            reason: reason.to_string(),
+        }));
+        self.ended.push_back(job_id);
+        while self.ended.len() > self.config.ended_capacity {
+            if let Some(old) = self.ended.pop_front() {
+                self.home.remove(&old);
+            }
+        }
+    }
+
+    pub(super) fn offer_received(
+        &mut self,
+        now: Time,
+        from: P,
+        job_id: JobId,
+        workers: u32,
+        rtt: Duration,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let refuse = match self.home.get_mut(&job_id) {
+            None => Some(RefuseReason::UnknownJob),
+            Some(job) => {
+                job.schedule.answer(now);
+                job.report.nodes_answered += 1;
+                job.report.offers += 1;
+                job.report.workers_offered = job
+                    .report
+                    .workers_offered
+                    .saturating_add(u64::from(workers));
+                let reason = match job.ended_with {
+                    // Ended: cancelled, expired, failed or completed, the
+                    // reason it ended with.
+                    Some(reason) => Some(reason),
+                    None if job.granted_workers() >= job.spec.workers.max => {
+                        Some(RefuseReason::JobFull)
+                    }
+                    None => None,
+                };
+                match reason {
+                    Some(reason) => {
+                        *job.report.refusals.entry(reason).or_default() += 1;
+                        Some(reason)
+                    }
+                    None => {
+                        let held = job
+                            .offers
+                            .entry(from.clone())
+                            .or_insert(HeldOffer { workers: 0, rtt });
+                        held.workers = held.workers.max(workers);
+                        held.rtt = rtt;
+                        None
+                    }
+                }
+            }
+        };
+        if let Some(reason) = refuse {
+            out.push(Output::Send {
+                to: from,
+                msg: Message::Refuse {
+                    job: job_id,
+                    reason,
+                },
+            });
+        }
+    }
+
+    pub(super) fn workers_lost(
+        &mut self,
+        now: Time,
+        job_id: JobId,
+        node: P,
+        ranks: Vec<u32>,
+        why: Option<&str>,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let Some(job) = self.home.get_mut(&job_id) else {
+            return;
+        };
+        if job.phase > Phase::Running {
+            return;
+        }
+        out.push(Output::Job(JobEvent::WorkersLost {
+            job: job_id,
+            node,
+            ranks: ranks.clone(),
+        }));
+        let replace =
+            !job.spec.workers.is_rigid() || job.spec.on_worker_lost == LostPolicy::Replace;
+        if job.phase == Phase::Running && !replace {
+            let reason = match why {
+                Some(why) => format!("a worker was lost and the job is rigid: {why}"),
+                None => "a worker was lost and the job is rigid".to_string(),
+            };
+            self.end_job(job_id, Phase::Failed, RefuseReason::Failed, &reason, out);
+            return;
+        }
+        job.free_ranks.extend(ranks);
+        job.report.granted = job.granted_workers();
+        if job.phase == Phase::Running && job.granted_workers() < job.spec.workers.max {
+            // Look for replacements now, with a fresh schedule.
+            let max = job.spec.workers.max;
+            job.flood_afresh(now, max);
+        }
+    }
+
+    /// Those of `ranks` that are granted to `node` are lost (the others
+    /// were lost before, or never there).
+    pub(super) fn ranks_lost(
+        &mut self,
+        now: Time,
+        job_id: JobId,
+        node: P,
+        ranks: Vec<u32>,
+        why: Option<&str>,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let Some(granted) = self
+            .home
+            .get_mut(&job_id)
+            .and_then(|j| j.granted.get_mut(&node))
+        else {
+            return;
+        };
+        let lost: Vec<u32> = ranks
+            .into_iter()
+            .filter(|rank| {
+                let here = granted.contains(rank);
+                granted.retain(|r| r != rank);
+                here
+            })
+            .collect();
+        if granted.is_empty()
+            && let Some(job) = self.home.get_mut(&job_id)
+        {
+            job.granted.remove(&node);
+        }
+        if !lost.is_empty() {
+            self.workers_lost(now, job_id, node, lost, why, out);
+        }
+    }
+
+    pub(super) fn peer_lost(&mut self, now: Time, peer: P, out: &mut Vec<Output<P>>) {
+        let jobs: Vec<JobId> = self.home.keys().copied().collect();
+        for job_id in jobs {
+            let Some(job) = self.home.get_mut(&job_id) else {
+                continue;
+            };
+            job.offers.remove(&peer);
+            if let Some(ranks) = job.granted.remove(&peer) {
+                self.workers_lost(now, job_id, peer.clone(), ranks, None, out);
+            }
+        }
+        // Holds for a home that is gone are released; its running workers
+        // are the node's business (they may finish and report later).
+        let gone: Vec<JobId> = self
+            .engaged
+            .iter()
+            .filter(|(_, e)| e.home == peer && e.running.is_empty())
+            .map(|(job, _)| *job)
+            .collect();
+        for job in gone {
+            self.engaged.remove(&job);
+        }
+        self.pending.retain(|p| p.advert.home != peer);
+        self.rescan(now, out);
+    }
+}

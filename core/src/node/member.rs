@@ -1,0 +1,277 @@
+//! The scheduler as a **member**: taking adverts in, offering or
+//! declining, holding workers, starting them on a grant, and taking
+//! queued adverts again as resources free up.
+
+use super::*;
+
+impl<P: PeerKey> Scheduler<P> {
+    /// A member's view of a delivered advert.
+    pub(super) fn advert(
+        &mut self,
+        now: Time,
+        advert: Advert<P>,
+        distance: Duration,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let job = advert.job;
+        // `expires_in` comes from a peer: the driver bounds it when it
+        // decodes the advert, and the sum saturates whatever it is.
+        let expires_at = now.saturating_add(advert.expires_in);
+        if let Some(e) = self.engaged.get(&job) {
+            if e.home != advert.home {
+                return;
+            }
+            if e.held > 0 {
+                // Already offering for this job: a newer flood finds it
+                // still short of workers, so offer what has freed up since.
+                self.raise_offer(job, out);
+                return;
+            }
+            // A node that only runs workers of it may offer more (a
+            // malleable job growing, a lost rank replaced), within the
+            // owner's limit per job.
+        }
+        if let Some(queued) = self.pending.iter_mut().find(|p| p.advert.job == job) {
+            // A newer flood of a queued job: keep the freshest copy, and
+            // do not decline again.
+            queued.expires_at = expires_at;
+            queued.distance = queued.distance.min(distance);
+            queued.advert = advert;
+            return;
+        }
+        if self.declined.contains(&job) {
+            return;
+        }
+        match self.offer_or_reason(now, &advert, expires_at, distance) {
+            Ok(outputs) => out.extend(outputs),
+            Err(reason) => {
+                let home = advert.home.clone();
+                let permanent = matches!(
+                    reason,
+                    DeclineReason::Denied
+                        | DeclineReason::NoWorkersAllowed
+                        | DeclineReason::TooLarge
+                );
+                if permanent {
+                    self.remember_declined(job);
+                } else {
+                    self.enqueue(Pending {
+                        advert,
+                        distance,
+                        expires_at,
+                    });
+                }
+                out.push(Output::Send {
+                    to: home,
+                    msg: Message::Decline { job, reason },
+                });
+            }
+        }
+    }
+
+    /// Offers workers for `advert` if the node can, or says why not.
+    pub(super) fn offer_or_reason(
+        &mut self,
+        now: Time,
+        advert: &Advert<P>,
+        expires_at: Time,
+        distance: Duration,
+    ) -> Result<Vec<Output<P>>, DeclineReason> {
+        let limits = &self.config.limits;
+        if limits.deny.contains(&advert.home) {
+            return Err(DeclineReason::Denied);
+        }
+        if limits.max_workers_per_job == 0 {
+            return Err(DeclineReason::NoWorkersAllowed);
+        }
+        if self.config.resources.workers_that_fit(&advert.per_worker) == 0 {
+            return Err(DeclineReason::TooLarge);
+        }
+        let running = self
+            .engaged
+            .get(&advert.job)
+            .map_or(0, |e| e.running.len() as u32);
+        let joined = self.engaged.contains_key(&advert.job);
+        if !joined && self.engaged.len() as u32 >= limits.max_jobs {
+            return Err(DeclineReason::TooManyJobs);
+        }
+        if self.paused {
+            return Err(DeclineReason::Busy);
+        }
+        let free = self.free();
+        let workers = free
+            .workers_that_fit(&advert.per_worker)
+            .min(limits.max_workers_per_job.saturating_sub(running))
+            .min(advert.workers.max.saturating_sub(running));
+        if workers == 0 {
+            return Err(DeclineReason::Busy);
+        }
+        let residue = free.saturating_sub(&advert.per_worker.times(workers));
+        let held_until = now.saturating_add(self.config.hold_timeout).min(expires_at);
+        let engagement = self
+            .engaged
+            .entry(advert.job)
+            .or_insert_with(|| Engagement {
+                home: advert.home.clone(),
+                per_worker: advert.per_worker,
+                held: 0,
+                held_since: now,
+                held_until,
+                wanted: advert.workers.max,
+                distance,
+                running: BTreeSet::new(),
+            });
+        engagement.wanted = advert.workers.max;
+        engagement.distance = distance;
+        engagement.held = workers;
+        engagement.held_since = now;
+        engagement.held_until = held_until;
+        Ok(vec![Output::Send {
+            to: advert.home.clone(),
+            msg: Message::Offer {
+                job: advert.job,
+                workers,
+                distance,
+                residue,
+            },
+        }])
+    }
+
+    /// Raises a held offer by the workers that have freed up since it was
+    /// made (the job's earlier workers ending here, say), up to what the
+    /// job and the owner allow. Without this, a rigid job offered only
+    /// part of a node would wait out the whole hold for the rest.
+    pub(super) fn raise_offer(&mut self, job: JobId, out: &mut Vec<Output<P>>) {
+        let free = self.free();
+        let max_per_job = self.config.limits.max_workers_per_job;
+        let Some(e) = self.engaged.get_mut(&job) else {
+            return;
+        };
+        if e.held == 0 {
+            return;
+        }
+        let engaged = e
+            .held
+            .saturating_add(u32::try_from(e.running.len()).unwrap_or(u32::MAX));
+        let extra = free
+            .workers_that_fit(&e.per_worker)
+            .min(max_per_job.saturating_sub(engaged))
+            .min(e.wanted.saturating_sub(engaged));
+        if extra == 0 {
+            return;
+        }
+        e.held = e.held.saturating_add(extra);
+        let residue = free.saturating_sub(&e.per_worker.times(extra));
+        out.push(Output::Send {
+            to: e.home.clone(),
+            msg: Message::Offer {
+                job,
+                workers: e.held,
+                distance: e.distance,
+                residue,
+            },
+        });
+    }
+
+    pub(super) fn enqueue(&mut self, entry: Pending<P>) {
+        if self.pending.len() >= self.config.pending_capacity {
+            // Full: the advert that expires soonest makes room, unless the
+            // new one expires no later (see `pending_capacity`).
+            let soonest = self
+                .pending
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, p)| p.expires_at)
+                .map(|(i, p)| (i, p.expires_at));
+            match soonest {
+                Some((i, at)) if at < entry.expires_at => {
+                    self.pending.remove(i);
+                }
+                _ => return,
+            }
+        }
+        self.pending.push_back(entry);
+    }
+
+    pub(super) fn remember_declined(&mut self, job: JobId) {
+        if self.declined.len() >= self.config.declined_capacity {
+            self.declined.pop_front();
+        }
+        self.declined.push_back(job);
+    }
+
+    /// Resources freed up: take queued adverts that can now be served,
+    /// oldest first, while resources last.
+    pub(super) fn rescan(&mut self, now: Time, out: &mut Vec<Output<P>>) {
+        // This node's own jobs' offers to itself come first: raising them
+        // costs no message. Offers to other homes are raised when a newer
+        // flood shows the job still short (see `advert`): raising them here
+        // would answer every refusal (which frees cores) with raised
+        // offers to other homes, and those with refusals in turn.
+        let held: Vec<JobId> = self
+            .engaged
+            .iter()
+            .filter(|(_, e)| e.held > 0 && e.home == self.id)
+            .map(|(job, _)| *job)
+            .collect();
+        for job in held {
+            self.raise_offer(job, out);
+        }
+        self.pending.retain(|p| p.expires_at > now);
+        let mut i = 0;
+        while i < self.pending.len() {
+            let entry = &self.pending[i];
+            let advert = entry.advert.clone();
+            let distance = entry.distance;
+            let expires_in = entry.expires_at.saturating_sub(now);
+            let advert = Advert {
+                expires_in,
+                ..advert
+            };
+            let expires_at = entry.expires_at;
+            match self.offer_or_reason(now, &advert, expires_at, distance) {
+                Ok(outputs) => {
+                    out.extend(outputs);
+                    self.pending.remove(i);
+                }
+                Err(_) => i += 1,
+            }
+        }
+    }
+
+    pub(super) fn grant_received(
+        &mut self,
+        now: Time,
+        from: P,
+        job: JobId,
+        ranks: Vec<u32>,
+        incarnation: u32,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let fits = match self.engaged.get_mut(&job) {
+            Some(e) if e.home == from && e.held as usize >= ranks.len() => {
+                // The part of the hold not granted is released.
+                e.held = 0;
+                e.running.extend(&ranks);
+                true
+            }
+            _ => false,
+        };
+        if fits {
+            out.push(Output::StartWorkers {
+                job,
+                home: from,
+                ranks,
+                incarnation,
+            });
+            self.rescan(now, out);
+        } else {
+            // The hold is gone (timed out): tell the home so that it
+            // finds the workers elsewhere.
+            out.push(Output::Send {
+                to: from,
+                msg: Message::Withdraw { job, ranks },
+            });
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! The scheduler of one node: home of the jobs submitted to it, and candidate
+//! worker node for everybody's jobs.
+//!
+//! # Driving contract
+//!
+//! [`Scheduler`] is a sans-IO state machine. The driver (the real node or the
+//! simulator):
+//! 1. calls [`Scheduler::handle`] with each [`Input`] and the current time,
+//!    and executes every [`Output`] returned, in order;
+//! 2. after every call, asks [`Scheduler::next_timeout`] and calls
+//!    [`Scheduler::handle_timeout`] once that time has come (calling it early
+//!    or more than once is harmless);
+//! 3. runs flooded adverts through the overlay's [`FloodRouter`] first: an
+//!    [`Output::Flood`] is originated there, and only copies the router
+//!    delivers come back in as [`Input::AdvertDelivered`] (so a node always
+//!    forwards an advert before it decides whether to join).
+//!
+//! Time only ever comes in through these calls; no method reads a clock.
+//! Any `now` is safe: sums of times and durations saturate.
+//!
+//! The driver checks what peers send against [`limits`] when it decodes it
+//! ([`limits::check_advert`], [`limits::check_message`]) and refuses the
+//! sender; an out-of-range advert or message that reaches the scheduler
+//! anyway is ignored.
+//!
+//! # Protocol
+//!
+//! As a **member**, a node that receives an advert offers as many workers as
+//! its free resources and its owner allow ([`Message::Offer`]) and holds
+//! them; it starts them on [`Message::Grant`], releases them on
+//! [`Message::Refuse`], and gives up the hold by itself after
+//! `hold_timeout` (telling the home with [`Message::Withdraw`]), so that a
+//! gang that never completes frees its nodes. A node that cannot offer says
+//! why once ([`Message::Decline`]) and keeps the advert in its bounded
+//! pending queue until it expires; whenever resources free up, it takes the
+//! queued adverts it can now serve, oldest first.
+//!
+//! As a **home**, a node floods the advert of a submitted job on its
+//! [`FloodSchedule`], collects offers and maps workers with the job's
+//! [`Strategy`] onto the nearest offering nodes. A rigid job starts all its
+//! workers at once or none; a malleable one starts with `min` and is granted
+//! more as offers come, up to `max`. Before granting, the home lets the
+//! current flood settle for about twice the RTT of the farthest node it
+//! would choose, so that nearer nodes whose answers are still on their way
+//! are not passed over. When a job ends, the offers its home holds are
+//! refused with the reason it ended with ([`RefuseReason::Cancelled`],
+//! [`RefuseReason::Expired`], [`RefuseReason::Failed`], or
+//! [`RefuseReason::JobFull`] once completed), and so is every offer that
+//! arrives later.
+//!
+//! [`FloodRouter`]: crate::flood::FloodRouter
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::advert::{Advert, DeclineReason, JobId, Message, RefuseReason, Strategy, WorkerCount};
+use crate::allocation::{Candidate, allocate};
+use crate::limits::{self, LimitError};
+use crate::resources::Resources;
+use crate::schedule::{FloodSchedule, Reach, ScheduleConfig, WaitMode};
+use crate::{PeerKey, Time};
+
+mod events;
+mod home;
+mod member;
+mod report;
+mod spec;
+
+pub use events::{Input, JobEvent, Output, Phase};
+pub use report::{Hold, PendingReport};
+pub use spec::{JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError};
+
+/// A job this node is home to.
+#[derive(Debug, Clone)]
+struct HomeJob<P> {
+    spec: JobSpec,
+    phase: Phase,
+    expires_at: Time,
+    schedule: FloodSchedule,
+    /// `Some` while the home still floods.
+    next_flood_at: Option<Time>,
+    /// Offers held for us, not yet granted or refused.
+    offers: BTreeMap<P, HeldOffer>,
+    /// Ranks granted per node.
+    granted: BTreeMap<P, Vec<u32>>,
+    /// Ranks lost and to be handed out again.
+    free_ranks: BTreeSet<u32>,
+    next_rank: u32,
+    /// Grants sent so far: the next grant's incarnation.
+    grants: u32,
+    /// Floods of earlier schedules of this job (it floods afresh to grow
+    /// or to replace lost workers): flood numbers go on from there, so that
+    /// a new flood is never taken for a copy of an old one by the nodes'
+    /// duplicate caches.
+    earlier_floods: u32,
+    /// When the tentative allocation may be granted (settling).
+    settle_at: Option<Time>,
+    /// Offers in hand suffice; the home only waits for nearer answers.
+    settling: bool,
+    /// Once the job ended: the reason every offer is refused with (the one
+    /// its held offers got when it ended), so that a late offer hears the
+    /// same as an early one.
+    ended_with: Option<RefuseReason>,
+    report: PendingReport,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct HeldOffer {
+    workers: u32,
+    rtt: Duration,
+}
+
+impl<P> HomeJob<P> {
+    fn granted_workers(&self) -> u32 {
+        self.granted.values().fold(0u32, |sum, r| {
+            sum.saturating_add(u32::try_from(r.len()).unwrap_or(u32::MAX))
+        })
+    }
+
+    /// Starts a new flood schedule for `workers` workers, its first flood
+    /// at `now`, numbered on from the floods sent so far.
+    fn flood_afresh(&mut self, now: Time, workers: u32) {
+        self.earlier_floods = self.earlier_floods.saturating_add(self.schedule.floods());
+        self.schedule = FloodSchedule::new(self.schedule.config().clone(), workers);
+        self.next_flood_at = Some(now);
+    }
+}
+
+/// Workers this node holds (offered) or runs for a job.
+#[derive(Debug, Clone)]
+struct Engagement<P> {
+    home: P,
+    per_worker: Resources,
+    /// Offered, not yet granted or refused; the hold began at
+    /// `held_since` and lasts until `held_until` at the latest.
+    held: u32,
+    held_since: Time,
+    held_until: Time,
+    /// The most workers the job asked for, and the node's distance from
+    /// its home, from the advert: what a raised offer needs.
+    wanted: u32,
+    distance: Duration,
+    /// Ranks running here.
+    running: BTreeSet<u32>,
+}
+
+impl<P> Engagement<P> {
+    fn uses(&self) -> Resources {
+        let running = u32::try_from(self.running.len()).unwrap_or(u32::MAX);
+        self.per_worker.times(self.held.saturating_add(running))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Pending<P> {
+    advert: Advert<P>,
+    distance: Duration,
+    expires_at: Time,
+}
+
+/// The scheduler of one node. See the [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct Scheduler<P: Ord> {
+    id: P,
+    config: SchedulerConfig<P>,
+    home: BTreeMap<JobId, HomeJob<P>>,
+    engaged: BTreeMap<JobId, Engagement<P>>,
+    pending: VecDeque<Pending<P>>,
+    declined: VecDeque<JobId>,
+    /// How far the floods of the last job that got all its workers went.
+    last_reach: Option<Reach>,
+    /// Ended home jobs, oldest first, forgotten beyond `ended_capacity`.
+    ended: VecDeque<JobId>,
+    /// The driver cannot take workers now (see [`Scheduler::set_paused`]).
+    paused: bool,
+}
+
+impl<P: PeerKey> Scheduler<P> {
+    /// The scheduler of node `id`.
+    pub fn new(id: P, config: SchedulerConfig<P>) -> Self {
+        Scheduler {
+            id,
+            config,
+            home: BTreeMap::new(),
+            engaged: BTreeMap::new(),
+            pending: VecDeque::new(),
+            declined: VecDeque::new(),
+            last_reach: None,
+            ended: VecDeque::new(),
+            paused: false,
+        }
+    }
+
+    /// Stops (`true`) or resumes offering workers: a node that cannot take
+    /// workers for a while (its disk cannot be written) declines every
+    /// advert as busy, which keeps the advert in its pending queue; on
+    /// resuming, the queued adverts that have not expired are served.
+    /// Workers already offered or running go on. The outputs are what
+    /// resuming sets off at once.
+    pub fn set_paused(&mut self, now: Time, paused: bool) -> Vec<Output<P>> {
+        self.paused = paused;
+        let mut out = Vec::new();
+        if !paused {
+            self.rescan(now, &mut out);
+        }
+        self.loopback(now, out)
+    }
+
+    /// Whether the node offers no workers now (see [`Scheduler::set_paused`]).
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// This node's identity.
+    pub fn id(&self) -> &P {
+        &self.id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SchedulerConfig<P> {
+        &self.config
+    }
+
+    /// Resources not held or used by any job.
+    pub fn free(&self) -> Resources {
+        self.engaged
+            .values()
+            .fold(self.config.resources, |free, e| {
+                free.saturating_sub(&e.uses())
+            })
+    }
+
+    /// Workers this node runs, per job.
+    pub fn running(&self) -> impl Iterator<Item = (JobId, &BTreeSet<u32>)> {
+        self.engaged
+            .iter()
+            .filter(|(_, e)| !e.running.is_empty())
+            .map(|(job, e)| (*job, &e.running))
+    }
+
+    /// Workers this node holds for jobs (offered, not yet granted).
+    pub fn held_workers(&self) -> u32 {
+        self.engaged
+            .values()
+            .fold(0u32, |sum, e| sum.saturating_add(e.held))
+    }
+
+    /// Adverts waiting in the pending queue, oldest first, with when they
+    /// expire.
+    pub fn pending(&self) -> impl Iterator<Item = (&Advert<P>, Time)> {
+        self.pending.iter().map(|p| (&p.advert, p.expires_at))
+    }
+
+    /// The holds of this node as a member: workers offered to a job's home
+    /// and neither granted nor released yet, in job order.
+    pub fn holds(&self) -> impl Iterator<Item = Hold<'_, P>> {
+        self.engaged
+            .iter()
+            .filter(|(_, e)| e.held > 0)
+            .map(|(job, e)| Hold {
+                job: *job,
+                home: &e.home,
+                workers: e.held,
+                since: e.held_since,
+                until: e.held_until,
+            })
+    }
+
+    /// The offers a home holds for one of its jobs (offering node and
+    /// workers offered), neither granted nor refused yet; none for a job
+    /// this node is not home to.
+    pub fn held_offers(&self, job: JobId) -> impl Iterator<Item = (&P, u32)> {
+        self.home
+            .get(&job)
+            .into_iter()
+            .flat_map(|j| j.offers.iter().map(|(node, offer)| (node, offer.workers)))
+    }
+
+    /// The phase of a job this node is home to.
+    pub fn phase(&self, job: JobId) -> Option<Phase> {
+        self.home.get(&job).map(|j| j.phase)
+    }
+
+    /// Why a job this node is home to waits (or what its floods found).
+    pub fn report(&self, job: JobId) -> Option<PendingReport> {
+        self.home.get(&job).map(|j| j.report.clone())
+    }
+
+    /// Ranks granted per node for a job this node is home to.
+    pub fn placement(&self, job: JobId) -> Option<&BTreeMap<P, Vec<u32>>> {
+        self.home.get(&job).map(|j| &j.granted)
+    }
+
+    /// Jobs this node is home to.
+    pub fn home_jobs(&self) -> impl Iterator<Item = (JobId, Phase)> + '_ {
+        self.home.iter().map(|(job, j)| (*job, j.phase))
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called.
+    pub fn next_timeout(&self) -> Option<Time> {
+        let home = self.home.values().flat_map(|j| {
+            let expiry = (j.phase == Phase::Scheduling).then_some(j.expires_at);
+            // A settling job floods no more until it has settled.
+            let flood = j.next_flood_at.filter(|_| !j.settling);
+            [flood, j.settle_at, expiry]
+        });
+        let holds = self
+            .engaged
+            .values()
+            .filter(|e| e.held > 0)
+            .map(|e| Some(e.held_until));
+        let pending = self.pending.iter().map(|p| Some(p.expires_at));
+        home.chain(holds).chain(pending).flatten().min()
+    }
+
+    /// Handles one input at time `now`.
+    pub fn handle(&mut self, now: Time, input: Input<P>) -> Vec<Output<P>> {
+        let out = self.handle_one(now, input);
+        self.loopback(now, out)
+    }
+
+    /// The home is a node like any other and may run workers of its own
+    /// jobs: messages it addresses to itself are handled at once instead of
+    /// going out.
+    fn loopback(&mut self, now: Time, mut out: Vec<Output<P>>) -> Vec<Output<P>> {
+        let mut done = Vec::with_capacity(out.len());
+        while !out.is_empty() {
+            let mut next = Vec::new();
+            for output in out {
+                match output {
+                    Output::Send { to, msg } if to == self.id => {
+                        let input = Input::Message {
+                            from: self.id.clone(),
+                            msg,
+                            rtt: Some(Duration::ZERO),
+                        };
+                        next.extend(self.handle_one(now, input));
+                    }
+                    other => done.push(other),
+                }
+            }
+            out = next;
+        }
+        done
+    }
+
+    fn handle_one(&mut self, now: Time, input: Input<P>) -> Vec<Output<P>> {
+        let mut out = Vec::new();
+        match input {
+            Input::Submit { job, spec } => self.submit(now, job, spec, &mut out),
+            Input::Cancel(job) => self.end_job(
+                job,
+                Phase::Cancelled,
+                RefuseReason::Cancelled,
+                "cancelled by user",
+                &mut out,
+            ),
+            Input::Finish(job) => self.end_job(
+                job,
+                Phase::Completed,
+                RefuseReason::JobFull,
+                "completed",
+                &mut out,
+            ),
+            Input::Fail { job, reason } => {
+                self.end_job(job, Phase::Failed, RefuseReason::Failed, &reason, &mut out)
+            }
+            // The driver refuses out-of-range messages when it decodes
+            // them (see `limits`); one that got here anyway is ignored, so
+            // that nothing the core sends on can be out of range either.
+            Input::AdvertDelivered { advert, distance } => {
+                if limits::check_advert(&advert).is_ok() {
+                    let distance = distance.min(limits::MAX_RTT);
+                    self.advert(now, advert, distance, &mut out);
+                }
+            }
+            Input::Message { from, msg, rtt } => {
+                if limits::check_message(&msg).is_ok() {
+                    let rtt = rtt.map(|rtt| rtt.min(limits::MAX_RTT));
+                    self.message(now, from, msg, rtt, &mut out);
+                }
+            }
+            Input::WorkersEnded { job, ranks } => {
+                if let Some(e) = self.engaged.get_mut(&job) {
+                    for rank in &ranks {
+                        e.running.remove(rank);
+                    }
+                    if e.running.is_empty() && e.held == 0 {
+                        self.engaged.remove(&job);
+                    }
+                }
+                self.rescan(now, &mut out);
+            }
+            Input::PeerLost(peer) => self.peer_lost(now, peer, &mut out),
+            Input::RanksLost {
+                job,
+                node,
+                ranks,
+                why,
+            } => self.ranks_lost(now, job, node, ranks, Some(&why), &mut out),
+        }
+        self.step_home_jobs(now, &mut out);
+        out
+    }
+
+    /// Changes the most workers a malleable job this node is home to can
+    /// use. Growing a job that already has all its workers floods again,
+    /// with a fresh schedule, for the new ones; shrinking only lowers what
+    /// is still sought (workers already placed keep running). The outputs
+    /// are what the change sets off at once.
+    pub fn resize(
+        &mut self,
+        now: Time,
+        job_id: JobId,
+        max: u32,
+    ) -> Result<Vec<Output<P>>, ResizeError> {
+        let limit = self.config.max_job_workers.min(limits::MAX_WORKERS);
+        let job = self
+            .home
+            .get_mut(&job_id)
+            .ok_or(ResizeError::UnknownJob(job_id))?;
+        if job.phase > Phase::Running {
+            return Err(ResizeError::Ended(job_id));
+        }
+        let WorkerCount { min, max: old } = job.spec.workers;
+        if min == old {
+            return Err(ResizeError::Rigid {
+                job: job_id,
+                workers: min,
+            });
+        }
+        if max < min {
+            return Err(ResizeError::BelowMin { max, min });
+        }
+        let granted = job.granted_workers();
+        if max < granted {
+            return Err(ResizeError::BelowGranted {
+                job: job_id,
+                granted,
+            });
+        }
+        if max > limit {
+            return Err(ResizeError::TooManyWorkers { asked: max, limit });
+        }
+        job.spec.workers.max = max;
+        let mut out = Vec::new();
+        if max > old && granted < max && job.next_flood_at.is_none() {
+            // Flooding had stopped (the job was full): start afresh.
+            job.flood_afresh(now, max);
+        } else if max == granted && job.next_flood_at.is_some() {
+            // Shrunk to what it has: it is full now.
+            job.next_flood_at = None;
+            out.push(Output::Job(JobEvent::Full { job: job_id }));
+            for (node, _) in std::mem::take(&mut job.offers) {
+                *job.report
+                    .refusals
+                    .entry(RefuseReason::NotChosen)
+                    .or_default() += 1;
+                out.push(Output::Send {
+                    to: node,
+                    msg: Message::Refuse {
+                        job: job_id,
+                        reason: RefuseReason::NotChosen,
+                    },
+                });
+            }
+        }
+        self.step_home_jobs(now, &mut out);
+        Ok(self.loopback(now, out))
+    }
+
+    /// Handles everything due at `now`: floods, settled allocations, expiries
+    /// and hold timeouts.
+    pub fn handle_timeout(&mut self, now: Time) -> Vec<Output<P>> {
+        let mut out = Vec::new();
+        // Holds that timed out are withdrawn.
+        let timed_out: Vec<JobId> = self
+            .engaged
+            .iter()
+            .filter(|(_, e)| e.held > 0 && e.held_until <= now)
+            .map(|(job, _)| *job)
+            .collect();
+        for job in &timed_out {
+            if let Some(e) = self.engaged.get_mut(job) {
+                e.held = 0;
+                let home = e.home.clone();
+                if e.running.is_empty() {
+                    self.engaged.remove(job);
+                }
+                out.push(Output::Send {
+                    to: home,
+                    msg: Message::Withdraw {
+                        job: *job,
+                        ranks: Vec::new(),
+                    },
+                });
+            }
+        }
+        self.pending.retain(|p| p.expires_at > now);
+        // Home jobs that expired before they got their workers.
+        let expired: Vec<JobId> = self
+            .home
+            .iter()
+            .filter(|(_, j)| j.phase == Phase::Scheduling && j.expires_at <= now)
+            .map(|(job, _)| *job)
+            .collect();
+        for job in expired {
+            let why = self.home[&job].report.explain();
+            self.end_job(
+                job,
+                Phase::Failed,
+                RefuseReason::Expired,
+                &format!("expired before it got its workers: {why}"),
+                &mut out,
+            );
+        }
+        if !timed_out.is_empty() {
+            self.rescan(now, &mut out);
+        }
+        self.step_home_jobs(now, &mut out);
+        self.loopback(now, out)
+    }
+
+    fn message(
+        &mut self,
+        now: Time,
+        from: P,
+        msg: Message<P>,
+        rtt: Option<Duration>,
+        out: &mut Vec<Output<P>>,
+    ) {
+        match msg {
+            // Adverts come through the flood router, never directly.
+            Message::Advert(_) => {}
+            Message::Offer {
+                job,
+                workers,
+                distance,
+                ..
+            } => self.offer_received(now, from, job, workers, rtt.unwrap_or(distance), out),
+            Message::Decline { job, reason } => {
+                if let Some(j) = self.home.get_mut(&job) {
+                    j.schedule.answer(now);
+                    j.report.nodes_answered += 1;
+                    *j.report.declines.entry(reason).or_default() += 1;
+                }
+            }
+            Message::Withdraw { job, ranks } => {
+                let Some(j) = self.home.get_mut(&job) else {
+                    return;
+                };
+                j.offers.remove(&from);
+                // A grant crossed the withdrawal: the ranks it named are
+                // lost (ranks the node ran before stay where they are).
+                self.ranks_lost(now, job, from, ranks, None, out);
+            }
+            Message::Grant {
+                job,
+                ranks,
+                incarnation,
+            } => self.grant_received(now, from, job, ranks, incarnation, out),
+            Message::Refuse { job, reason } => {
+                let Some(e) = self.engaged.get_mut(&job) else {
+                    return;
+                };
+                if e.home != from {
+                    return;
+                }
+                e.held = 0;
+                if !e.running.is_empty()
+                    && matches!(
+                        reason,
+                        RefuseReason::Cancelled | RefuseReason::Expired | RefuseReason::Failed
+                    )
+                {
+                    e.running.clear();
+                    out.push(Output::StopWorkers { job, reason });
+                }
+                if e.running.is_empty() {
+                    self.engaged.remove(&job);
+                }
+                self.rescan(now, out);
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! What a node is configured with (its resources, owner limits, schedule)
+//! and what a job asks for, with the checks of both.
+
+use super::*;
+
+/// What the owner of a node allows (the P2P-MPI paper's owner limits).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerLimits<P: Ord> {
+    /// The most jobs this node runs workers for at once (J).
+    pub max_jobs: u32,
+    /// The most workers of one job on this node (P).
+    pub max_workers_per_job: u32,
+    /// Homes whose jobs this node never runs.
+    pub deny: BTreeSet<P>,
+}
+
+impl<P: Ord> Default for OwnerLimits<P> {
+    fn default() -> Self {
+        OwnerLimits {
+            max_jobs: 16,
+            max_workers_per_job: u32::MAX,
+            deny: BTreeSet::new(),
+        }
+    }
+}
+
+/// Configuration of one node's scheduler.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerConfig<P: Ord> {
+    /// What this node offers to jobs in all.
+    pub resources: Resources,
+    /// The owner's limits.
+    pub limits: OwnerLimits<P>,
+    /// How the home floods the adverts of its jobs.
+    pub schedule: ScheduleConfig,
+    /// How many adverts the pending queue holds. When it is full, a new
+    /// advert takes the place of the queued one that expires soonest if it
+    /// expires later than that one, and is dropped otherwise (on a tie the
+    /// queued one stays): the adverts kept are those with the most time
+    /// left to be served. The home was told `Busy` either way.
+    pub pending_capacity: usize,
+    /// How long a member holds offered workers without an answer.
+    pub hold_timeout: Duration,
+    /// How many jobs a member remembers having declined for good.
+    pub declined_capacity: usize,
+    /// The most workers a job may ask for (never more than
+    /// [`limits::MAX_WORKERS`], whatever this says).
+    pub max_job_workers: u32,
+    /// How many ended jobs the home remembers (phase and report) before it
+    /// forgets the oldest; the driver keeps its own durable record.
+    pub ended_capacity: usize,
+}
+
+impl<P: Ord> Default for SchedulerConfig<P> {
+    fn default() -> Self {
+        SchedulerConfig {
+            resources: Resources::new(1, 1024, 1024),
+            limits: OwnerLimits::default(),
+            schedule: ScheduleConfig::default(),
+            pending_capacity: 256,
+            hold_timeout: Duration::from_secs(30),
+            declined_capacity: 1024,
+            max_job_workers: limits::MAX_WORKERS,
+            ended_capacity: 1024,
+        }
+    }
+}
+
+/// What a rigid job does when it loses a worker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LostPolicy {
+    /// The job fails.
+    #[default]
+    Fail,
+    /// The home floods for a replacement and the job goes on.
+    Replace,
+}
+
+/// What a user asks for when submitting a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// What each worker needs.
+    pub per_worker: Resources,
+    /// How many workers.
+    pub workers: WorkerCount,
+    /// Spread or concentrate.
+    pub strategy: Strategy,
+    /// How long the job may wait for its workers before it expires.
+    pub lifetime: Duration,
+    /// What a rigid job does when a worker is lost (malleable jobs always
+    /// look for a replacement).
+    pub on_worker_lost: LostPolicy,
+}
+
+/// Why a job specification was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum SpecError {
+    /// `min` was zero.
+    #[error("a job needs at least one worker (min was 0)")]
+    NoWorkers,
+    /// `min > max`.
+    #[error("min workers ({min}) is more than max workers ({max})")]
+    MinAboveMax {
+        /// The minimum.
+        min: u32,
+        /// The maximum.
+        max: u32,
+    },
+    /// Too many workers.
+    #[error("{asked} workers asked for, but this node schedules at most {limit} per job")]
+    TooManyWorkers {
+        /// What was asked.
+        asked: u32,
+        /// The limit.
+        limit: u32,
+    },
+    /// Zero lifetime.
+    #[error("the job's lifetime must be more than zero")]
+    NoLifetime,
+    /// A value is beyond its documented maximum (see [`limits`]).
+    #[error(transparent)]
+    OutOfRange(#[from] LimitError),
+    /// A job with this id exists.
+    #[error("job {0} already exists")]
+    Duplicate(JobId),
+}
+
+impl JobSpec {
+    /// Checks the spec against the limits of `config`.
+    pub fn validate<P: Ord>(&self, config: &SchedulerConfig<P>) -> Result<(), SpecError> {
+        self.check(config.max_job_workers)
+    }
+
+    /// Checks the spec against the documented [`limits`], with at most
+    /// `max_workers` workers (never more than [`limits::MAX_WORKERS`]):
+    /// what a client can check before it submits.
+    pub fn check(&self, max_workers: u32) -> Result<(), SpecError> {
+        let WorkerCount { min, max } = self.workers;
+        if min == 0 {
+            return Err(SpecError::NoWorkers);
+        }
+        if min > max {
+            return Err(SpecError::MinAboveMax { min, max });
+        }
+        let limit = max_workers.min(limits::MAX_WORKERS);
+        if max > limit {
+            return Err(SpecError::TooManyWorkers { asked: max, limit });
+        }
+        if self.lifetime.is_zero() {
+            return Err(SpecError::NoLifetime);
+        }
+        limits::duration_at_most("lifetime", self.lifetime, limits::MAX_LIFETIME)?;
+        limits::check_resources(&self.per_worker)?;
+        Ok(())
+    }
+}
+
+/// Why a job's worker count could not be changed (see
+/// [`Scheduler::resize`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResizeError {
+    /// This node is not the job's home, or forgot it.
+    #[error("this node is not home to job {0}")]
+    UnknownJob(JobId),
+    /// The job is over.
+    #[error("job {0} is over")]
+    Ended(JobId),
+    /// A rigid job keeps its worker count.
+    #[error(
+        "job {job} is rigid ({workers} workers); only a malleable job (min < max) can change \
+         its worker count"
+    )]
+    Rigid {
+        /// The job.
+        job: JobId,
+        /// Its worker count.
+        workers: u32,
+    },
+    /// The new maximum is below the job's minimum.
+    #[error("max workers ({max}) cannot be below the job's min workers ({min})")]
+    BelowMin {
+        /// The asked maximum.
+        max: u32,
+        /// The job's minimum.
+        min: u32,
+    },
+    /// Workers already granted are not taken back.
+    #[error(
+        "{granted} workers of job {job} are already placed and a placed worker is not stopped \
+         to shrink a job: max must be at least {granted}"
+    )]
+    BelowGranted {
+        /// The job.
+        job: JobId,
+        /// Workers placed.
+        granted: u32,
+    },
+    /// More workers than the home schedules per job.
+    #[error("{asked} workers asked for, but this node schedules at most {limit} per job")]
+    TooManyWorkers {
+        /// What was asked.
+        asked: u32,
+        /// The limit.
+        limit: u32,
+    },
+}
