@@ -37,7 +37,9 @@
 //! - [`view`]: the published views and what differs between two of them;
 //! - [`convert`]: the node's records, phases and log chunks as the page's
 //!   model;
-//! - [`remote`]: remote views, asking and answering.
+//! - [`remote`]: remote views, asking and answering;
+//! - [`wire_view`]: the page's model as the wire's remote-view types and
+//!   back.
 
 mod convert;
 mod poll;
@@ -45,6 +47,7 @@ mod publish;
 mod remote;
 mod source;
 mod view;
+mod wire_view;
 
 pub(crate) use poll::poll_overlay;
 pub(crate) use publish::{LoopState, MAX_JOBS, Member, Publisher};

@@ -1,12 +1,16 @@
 //! Remote views, both sides: asking a peer for its status page's data
-//! ([`ask`], for [`super::NodeStatus`]'s `remote` and `remote_job`) and
-//! answering a peer's request ([`answer_from`]), cut to [`MAX_REPLY_BYTES`].
+//! ([`remote_view`], [`remote_job`], for [`super::NodeStatus`]'s `remote`
+//! and `remote_job`), and answering a peer's request ([`answer_from`]).
+//! Answers travel as the wire's own types ([`crate::wire::view`]; the
+//! conversions are in [`super::wire_view`]), cut to [`MAX_REPLY_BYTES`]
+//! when sent and checked against the wire's maxima when received.
 
 use zorilla_overlay::{OverlayHandle, PeerId};
 use zorilla_webui::model::{JobDetail, NodeSnapshot};
 use zorilla_webui::{RemoteError, StatusSource};
 
-use crate::wire::{PeerReply, PeerRpc, decode, encode};
+use crate::validate;
+use crate::wire::{PeerReply, PeerRpc, decode, encode, view};
 
 /// How long a remote view waits for the peer (less than the web
 /// interface's own bound, so that the page says why).
@@ -15,8 +19,47 @@ pub(crate) const REMOTE_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// frame cap.
 pub(crate) const MAX_REPLY_BYTES: usize = 768 * 1024;
 
+/// `peer`'s snapshot, asked through the overlay (`known`: whether the
+/// overlay knows the peer, which tells an unknown peer from an unreachable
+/// one).
+pub(super) async fn remote_view(
+    overlay: &OverlayHandle,
+    peer: PeerId,
+    known: bool,
+) -> Result<NodeSnapshot, RemoteError> {
+    match ask(overlay, peer, PeerRpc::Status, known).await? {
+        PeerReply::Status(snap) => {
+            validate::remote_view(&snap).map_err(refused)?;
+            Ok(NodeSnapshot::from(*snap))
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// `peer`'s page of `job` (`None`: it does not know the job), asked
+/// through the overlay.
+pub(super) async fn remote_job(
+    overlay: &OverlayHandle,
+    peer: PeerId,
+    job: String,
+    known: bool,
+) -> Result<Option<JobDetail>, RemoteError> {
+    match ask(overlay, peer, PeerRpc::StatusJob { job }, known).await? {
+        PeerReply::StatusJob(None) => Ok(None),
+        PeerReply::StatusJob(Some(job)) => {
+            validate::remote_job(&job).map_err(refused)?;
+            Ok(Some(JobDetail::from(*job)))
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn refused(why: validate::Invalid) -> RemoteError {
+    RemoteError::Unreachable(format!("the peer's answer is refused: {why}"))
+}
+
 /// Sends a status rpc to `peer` and waits at most [`REMOTE_TIMEOUT`].
-pub(super) async fn ask(
+async fn ask(
     overlay: &OverlayHandle,
     peer: PeerId,
     rpc: PeerRpc,
@@ -44,7 +87,7 @@ pub(super) async fn ask(
     }
 }
 
-pub(super) fn unexpected(reply: &PeerReply) -> RemoteError {
+fn unexpected(reply: &PeerReply) -> RemoteError {
     let what = match reply {
         PeerReply::Ack => "an acknowledgement",
         PeerReply::Granted { .. } => "a grant's acknowledgement",
@@ -63,11 +106,12 @@ pub(super) fn unexpected(reply: &PeerReply) -> RemoteError {
 pub(super) fn answer_from(status: &impl StatusSource, job: Option<&str>) -> PeerReply {
     match job {
         None => {
-            let mut snap = zorilla_webui::snapshot(status);
+            let mut snap = view::Snapshot::from(zorilla_webui::snapshot(status));
             fit_snapshot(&mut snap, MAX_REPLY_BYTES);
             PeerReply::Status(Box::new(snap))
         }
-        Some(id) => PeerReply::StatusJob(status.job(id).map(|mut detail| {
+        Some(id) => PeerReply::StatusJob(status.job(id).map(|detail| {
+            let mut detail = view::JobDetail::from(detail);
             fit_job(&mut detail, MAX_REPLY_BYTES);
             Box::new(detail)
         })),
@@ -76,7 +120,7 @@ pub(super) fn answer_from(status: &impl StatusSource, job: Option<&str>) -> Peer
 
 /// Halves the longest list of `snap` until it encodes to at most `max`
 /// bytes (the overview's scalars and the counters always stay).
-fn fit_snapshot(snap: &mut NodeSnapshot, max: usize) {
+fn fit_snapshot(snap: &mut view::Snapshot, max: usize) {
     while encode(snap).len() > max {
         let lens = [
             snap.jobs.len(),
@@ -106,7 +150,7 @@ fn fit_snapshot(snap: &mut NodeSnapshot, max: usize) {
 
 /// Drops the oldest half of the log (then workers) until `job` encodes to
 /// at most `max` bytes.
-fn fit_job(job: &mut JobDetail, max: usize) {
+fn fit_job(job: &mut view::JobDetail, max: usize) {
     while encode(job).len() > max {
         if !job.log_tail.is_empty() {
             let drop = job.log_tail.len().div_ceil(2);
@@ -139,7 +183,7 @@ mod tests {
             strategy: "spread".into(),
             flood_radius: 1,
             age_secs: 1,
-            pending_reason: Some("r".repeat(200)),
+            pending_reason: Some("r".repeat(2000)),
         };
         NodeSnapshot {
             overview: NodeOverview {
@@ -164,13 +208,14 @@ mod tests {
 
     #[test]
     fn answers_are_cut_to_the_reply_bound() {
-        let mut snap = big_snapshot();
+        // Cut to the wire's maxima, still over the reply bound.
+        let mut snap = view::Snapshot::from(big_snapshot());
         assert!(encode(&snap).len() > MAX_REPLY_BYTES);
         fit_snapshot(&mut snap, MAX_REPLY_BYTES);
         assert!(encode(&snap).len() <= MAX_REPLY_BYTES);
         assert!(!snap.jobs.is_empty() && !snap.peers.is_empty());
 
-        let mut job = JobDetail {
+        let mut job = view::JobDetail::from(JobDetail {
             summary: big_snapshot().jobs.remove(0),
             workers: Vec::new(),
             log_tail: (0..MAX_LOG_LINES)
@@ -180,7 +225,7 @@ mod tests {
                     text: "y".repeat(MAX_LOG_LINE_BYTES),
                 })
                 .collect(),
-        };
+        });
         fit_job(&mut job, 64 * 1024);
         assert!(encode(&job).len() <= 64 * 1024);
         // The newest lines stay.

@@ -18,10 +18,10 @@ use zorilla_webui::model::{
 use zorilla_webui::{Change, MAX_LOG_LINES, RemoteError, StatusSource};
 
 use super::convert::{home_entry, hostname, log_lines, parse_job, resources};
-use super::remote::{answer_from, ask, unexpected};
+use super::remote::{self, answer_from};
 use super::view::{LoopView, NetView};
 use crate::store::{Store, unix_ms};
-use crate::wire::{PeerReply, PeerRpc};
+use crate::wire::PeerReply;
 
 /// Change notifications buffered per subscriber; a browser that falls
 /// further behind is sent the latest state.
@@ -221,12 +221,7 @@ impl StatusSource for NodeStatus {
         }
         let known = self.knows(peer);
         let overlay = self.overlay.clone();
-        Box::pin(async move {
-            match ask(&overlay, target, PeerRpc::Status, known).await? {
-                PeerReply::Status(snap) => Ok(*snap),
-                other => Err(unexpected(&other)),
-            }
-        })
+        Box::pin(async move { remote::remote_view(&overlay, target, known).await })
     }
 
     fn remote_job(
@@ -243,13 +238,8 @@ impl StatusSource for NodeStatus {
         }
         let known = self.knows(peer);
         let overlay = self.overlay.clone();
-        let rpc = PeerRpc::StatusJob { job: job.into() };
-        Box::pin(async move {
-            match ask(&overlay, target, rpc, known).await? {
-                PeerReply::StatusJob(job) => Ok(job.map(|j| *j)),
-                other => Err(unexpected(&other)),
-            }
-        })
+        let job = job.to_owned();
+        Box::pin(async move { remote::remote_job(&overlay, target, job, known).await })
     }
 }
 
