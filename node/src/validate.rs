@@ -69,7 +69,7 @@ fn printable(name: &str) -> String {
 /// MiB per worker, the wall time, and the arguments (count, total bytes,
 /// no NUL).
 pub fn request(request: &JobRequest) -> Result<(), Invalid> {
-    let spec = crate::node::spec_of(request);
+    let spec = request.spec();
     spec.check(MAX_WORKERS)?;
     if request.cores == 0 {
         return Err(Invalid::Zero { field: "cores" });
