@@ -15,7 +15,7 @@ use super::view::NetView;
 /// continually; the peers page follows them at this pace at most).
 pub(crate) const POLL_EVERY: Duration = Duration::from_millis(200);
 /// Peers listed.
-const MAX_PEERS: usize = 1000;
+pub(super) const MAX_PEERS: usize = 1000;
 
 /// Reads the overlay's peers, addresses and counters every [`POLL_EVERY`]
 /// into `status`, announcing changes, until the overlay stops.

@@ -12,6 +12,15 @@ use zorilla_webui::model as m;
 use super::convert::cut;
 use crate::wire::view::{self as w, MAX_TEXT_BYTES};
 
+// What the pages show fits the wire's maxima (the cuts below only hold
+// the bound should the pages' own maxima grow past them).
+const _: () = {
+    assert!(super::MAX_JOBS <= w::MAX_JOBS);
+    assert!(super::poll::MAX_PEERS <= w::MAX_PEERS);
+    assert!(zorilla_webui::MAX_LOG_LINES <= w::MAX_LOG_LINES);
+    assert!(zorilla_webui::MAX_LOG_LINE_BYTES + "stderr: ".len() <= w::MAX_TEXT_BYTES);
+};
+
 fn text(s: String) -> String {
     cut(s, MAX_TEXT_BYTES)
 }
@@ -463,13 +472,10 @@ mod tests {
         assert_eq!(m::JobDetail::from(wire), job);
     }
 
-    /// What the pages show fits the wire's maxima, and a view beyond them
-    /// is cut on the way out, so that the asking node accepts it.
+    /// A view beyond the wire's maxima is cut on the way out, so that the
+    /// asking node accepts it.
     #[test]
     fn views_are_cut_to_the_wire_maxima() {
-        assert!(super::super::MAX_JOBS <= w::MAX_JOBS);
-        assert!(zorilla_webui::MAX_LOG_LINES <= w::MAX_LOG_LINES);
-        assert!(zorilla_webui::MAX_LOG_LINE_BYTES + "stderr: ".len() <= w::MAX_TEXT_BYTES);
         let mut snap = snapshot();
         snap.jobs = vec![snap.jobs[0].clone(); w::MAX_JOBS + 1];
         snap.peers = vec![snap.peers[0].clone(); w::MAX_PEERS + 1];
