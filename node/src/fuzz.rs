@@ -15,7 +15,6 @@ use zorilla_core::advert::{
 use zorilla_core::node::LostPolicy;
 use zorilla_core::resources::Resources;
 use zorilla_overlay::PeerId;
-use zorilla_webui::model;
 
 use crate::protocol::{
     self, ErrorKind, Hello, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, NamedFile,
@@ -23,7 +22,7 @@ use crate::protocol::{
     Response, Welcome,
 };
 use crate::store::{self, FileRef, JobRecord};
-use crate::wire::{self, BarrierMsg, JobInfo, PeerReply, PeerRpc, Placed};
+use crate::wire::{self, BarrierMsg, JobInfo, PeerReply, PeerRpc, Placed, view};
 
 /// A decoder of outside bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -541,12 +540,18 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
     }
 }
 
-fn job_summary(g: &mut Gen) -> model::JobSummary {
-    model::JobSummary {
+fn job_summary(g: &mut Gen) -> view::JobSummary {
+    view::JobSummary {
         id: g.string(),
         name: g.string(),
-        role: g.pick(&[model::JobRole::Home, model::JobRole::Participant]),
-        phase: g.pick(&model::JobPhase::ALL),
+        role: g.pick(&[view::Role::Home, view::Role::Participant]),
+        phase: g.pick(&[
+            view::Phase::Scheduling,
+            view::Phase::Running,
+            view::Phase::Completed,
+            view::Phase::Cancelled,
+            view::Phase::Failed,
+        ]),
         workers_joined: g.u32(),
         workers_needed: g.u32(),
         home: g.string(),
@@ -557,50 +562,46 @@ fn job_summary(g: &mut Gen) -> model::JobSummary {
     }
 }
 
-fn webui_resources(g: &mut Gen) -> model::Resources {
-    model::Resources {
+fn view_resources(g: &mut Gen) -> view::Resources {
+    view::Resources {
         cores: g.u32(),
         memory_bytes: g.int(),
         disk_bytes: g.int(),
     }
 }
 
-fn snapshot(g: &mut Gen) -> model::NodeSnapshot {
-    model::NodeSnapshot {
-        overview: model::NodeOverview {
+fn snapshot(g: &mut Gen) -> view::Snapshot {
+    view::Snapshot {
+        overview: view::Overview {
             node_id: g.string(),
             name: g.string(),
             version: g.string(),
             uptime_secs: g.int(),
             network: g.string(),
             listen_addresses: g.vec(Gen::string),
-            offered: webui_resources(g),
+            offered: view_resources(g),
             problem: g.option(Gen::string),
-            in_use: webui_resources(g),
+            in_use: view_resources(g),
             workers_running: g.u32(),
             home_jobs: g.vec(Gen::string),
         },
-        peers: g.vec(|g| model::PeerInfo {
+        peers: g.vec(|g| view::Peer {
             peer_id: g.string(),
             name: g.option(Gen::string),
             rtt_ms: g.option(Gen::f64),
-            link: g.pick(&[
-                model::LinkKind::Near,
-                model::LinkKind::Far,
-                model::LinkKind::None,
-            ]),
+            link: g.pick(&[view::Link::Near, view::Link::Far, view::Link::None]),
             connected: g.bool(),
             coordinates: g.option(|g| g.vec(Gen::f64)),
         }),
         jobs: g.vec(job_summary),
-        pending: g.vec(|g| model::PendingAdvert {
+        pending: g.vec(|g| view::Advert {
             job_id: g.string(),
             job_name: g.string(),
             home: g.string(),
             workers_wanted: g.u32(),
             expires_in_secs: g.int(),
         }),
-        counters: model::Counters {
+        counters: view::Counters {
             floods_sent: g.int(),
             floods_forwarded: g.int(),
             messages_sent: g.int(),
@@ -618,22 +619,22 @@ fn peer_reply(g: &mut Gen) -> PeerReply {
         2 => PeerReply::Block(g.bytes()),
         3 => PeerReply::Status(Box::new(snapshot(g))),
         4 => PeerReply::StatusJob(g.option(|g| {
-            Box::new(model::JobDetail {
+            Box::new(view::JobDetail {
                 summary: job_summary(g),
-                workers: g.vec(|g| model::WorkerInfo {
+                workers: g.vec(|g| view::Worker {
                     node: g.string(),
                     index: g.u32(),
                     state: g.pick(&[
-                        model::WorkerState::Starting,
-                        model::WorkerState::Running,
-                        model::WorkerState::Exited,
-                        model::WorkerState::Failed,
-                        model::WorkerState::Lost,
+                        view::WorkerState::Starting,
+                        view::WorkerState::Running,
+                        view::WorkerState::Exited,
+                        view::WorkerState::Failed,
+                        view::WorkerState::Lost,
                     ]),
                     exit_code: g.option(|g| g.u32() as i32),
                     ended: g.option(Gen::string),
                 }),
-                log_tail: g.vec(|g| model::LogLine {
+                log_tail: g.vec(|g| view::LogLine {
                     at_secs: g.f64(),
                     worker: g.option(Gen::u32),
                     text: g.string(),

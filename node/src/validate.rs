@@ -14,6 +14,7 @@ use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
 use zorilla_core::node::SpecError;
 
 use crate::protocol::{JobRequest, MAX_OUTPUT_BLOCK_BYTES, NamedFile, Request};
+use crate::wire::view::{self, MAX_TEXT_BYTES};
 use crate::wire::{BLOCK_BYTES, JobInfo, MAX_ASKED_JOBS, PeerRpc};
 
 /// Why something from outside was refused.
@@ -68,7 +69,7 @@ fn printable(name: &str) -> String {
 /// MiB per worker, the wall time, and the arguments (count, total bytes,
 /// no NUL).
 pub fn request(request: &JobRequest) -> Result<(), Invalid> {
-    let spec = crate::node::spec_of(request);
+    let spec = request.spec();
     spec.check(MAX_WORKERS)?;
     if request.cores == 0 {
         return Err(Invalid::Zero { field: "cores" });
@@ -312,6 +313,89 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
         PeerRpc::StatusJob { job } => {
             limits::at_most("job name length in bytes", job.len(), MAX_JOB_NAME_BYTES)?;
         }
+    }
+    Ok(())
+}
+
+/// Checks that a text of a remote view is at most [`MAX_TEXT_BYTES`].
+fn text(field: &'static str, text: &str) -> Result<(), Invalid> {
+    Ok(limits::at_most(field, text.len(), MAX_TEXT_BYTES)?)
+}
+
+/// Checks a peer's answer to [`PeerRpc::Status`] before it is shown:
+/// every list and text within the maxima of [`view`].
+pub(crate) fn remote_view(snapshot: &view::Snapshot) -> Result<(), Invalid> {
+    let o = &snapshot.overview;
+    for (field, value) in [
+        ("node id length in bytes", &o.node_id),
+        ("node name length in bytes", &o.name),
+        ("version length in bytes", &o.version),
+        ("network name length in bytes", &o.network),
+    ] {
+        text(field, value)?;
+    }
+    text(
+        "problem length in bytes",
+        o.problem.as_deref().unwrap_or(""),
+    )?;
+    limits::at_most(
+        "listen addresses",
+        o.listen_addresses.len(),
+        view::MAX_LISTEN_ADDRESSES,
+    )?;
+    for a in &o.listen_addresses {
+        text("listen address length in bytes", a)?;
+    }
+    limits::at_most("home jobs", o.home_jobs.len(), view::MAX_JOBS)?;
+    for j in &o.home_jobs {
+        text("job id length in bytes", j)?;
+    }
+    limits::at_most("peers", snapshot.peers.len(), view::MAX_PEERS)?;
+    for p in &snapshot.peers {
+        text("peer id length in bytes", &p.peer_id)?;
+        text("peer name length in bytes", p.name.as_deref().unwrap_or(""))?;
+        let coordinates = p.coordinates.as_ref().map_or(0, Vec::len);
+        limits::at_most("peer coordinates", coordinates, view::MAX_COORDINATES)?;
+    }
+    limits::at_most("jobs", snapshot.jobs.len(), view::MAX_JOBS)?;
+    for j in &snapshot.jobs {
+        job_summary(j)?;
+    }
+    limits::at_most("pending adverts", snapshot.pending.len(), view::MAX_PENDING)?;
+    for a in &snapshot.pending {
+        text("job id length in bytes", &a.job_id)?;
+        text("job name length in bytes", &a.job_name)?;
+        text("home id length in bytes", &a.home)?;
+    }
+    Ok(())
+}
+
+fn job_summary(j: &view::JobSummary) -> Result<(), Invalid> {
+    text("job id length in bytes", &j.id)?;
+    text("job name length in bytes", &j.name)?;
+    text("home id length in bytes", &j.home)?;
+    text("strategy length in bytes", &j.strategy)?;
+    text(
+        "pending reason length in bytes",
+        j.pending_reason.as_deref().unwrap_or(""),
+    )
+}
+
+/// Checks a peer's answer to [`PeerRpc::StatusJob`] before it is shown:
+/// every list and text within the maxima of [`view`].
+pub(crate) fn remote_job(job: &view::JobDetail) -> Result<(), Invalid> {
+    job_summary(&job.summary)?;
+    limits::at_most("workers", job.workers.len(), view::MAX_WORKERS)?;
+    for w in &job.workers {
+        text("worker node length in bytes", &w.node)?;
+        text(
+            "worker end length in bytes",
+            w.ended.as_deref().unwrap_or(""),
+        )?;
+    }
+    limits::at_most("log lines", job.log_tail.len(), view::MAX_LOG_LINES)?;
+    for l in &job.log_tail {
+        text("log line length in bytes", &l.text)?;
     }
     Ok(())
 }

@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use zorilla_core::advert::Message;
 use zorilla_overlay::PeerId;
-use zorilla_webui::model::{JobDetail, NodeSnapshot};
 
 use crate::protocol::{JobPhase, JobRequest, LogChunk};
 use crate::store::FileRef;
+
+pub(crate) mod view;
 
 /// Largest block of a file (or of output) sent in one rpc: well under the
 /// overlay's 1 MiB frame cap, large enough that a module of a few hundred
@@ -136,9 +137,9 @@ pub(crate) enum PeerReply {
     Job(Box<JobInfo>),
     Block(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Answer to [`PeerRpc::Status`].
-    Status(Box<NodeSnapshot>),
+    Status(Box<view::Snapshot>),
     /// Answer to [`PeerRpc::StatusJob`]; `None` if the job is unknown here.
-    StatusJob(Option<Box<JobDetail>>),
+    StatusJob(Option<Box<view::JobDetail>>),
     /// Answer to [`PeerRpc::Ranks`]: this run of the node (`boot`, random
     /// at every start, and how long it has been up) and the ranks it runs
     /// or is starting of the jobs asked about (jobs it does not know are

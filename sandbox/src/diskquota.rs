@@ -19,11 +19,17 @@
 //! `wasmtime-wasi` generates does.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use wasmtime::{Caller, Extern, Linker};
+use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p1::wasi_snapshot_preview1 as wasi;
 
-use crate::worker::{LimitHit, WorkerState};
+use crate::limits::{LimitFlag, LimitHit};
+
+/// How often a worker's `/outputs` is measured against its disk limit.
+pub const DISK_POLL: Duration = Duration::from_millis(100);
 
 /// The module name of WASI preview 1.
 const WASI: &str = "wasi_snapshot_preview1";
@@ -41,14 +47,23 @@ pub(crate) struct DiskQuota {
     /// Bytes under `dir` at the last measure plus those written since: at
     /// least what it holds.
     used: u64,
+    /// Set to [`LimitHit::Disk`] when a write is refused.
+    flag: Arc<LimitFlag>,
+}
+
+/// What the wrappers need of a store's data: its quota and its WASI
+/// context (the worker's store data implements it).
+pub(crate) trait DiskQuotaState: Send + 'static {
+    fn disk_and_wasi(&mut self) -> (&mut DiskQuota, &mut WasiP1Ctx);
 }
 
 impl DiskQuota {
-    pub(crate) fn new(dir: Option<PathBuf>, limit: u64) -> DiskQuota {
+    pub(crate) fn new(dir: Option<PathBuf>, limit: u64, flag: Arc<LimitFlag>) -> DiskQuota {
         DiskQuota {
             dir: dir.filter(|_| limit != u64::MAX),
             limit,
             used: 0,
+            flag,
         }
     }
 
@@ -75,7 +90,7 @@ impl DiskQuota {
 /// The length of the first non-empty buffer of the `count` buffers (each
 /// a 32-bit pointer and a 32-bit length) at `iovs` in guest memory, 0 if
 /// none (or if they are not in memory: then WASI refuses the write).
-fn first_buffer_len(caller: &mut Caller<'_, WorkerState>, iovs: i32, count: i32) -> u64 {
+fn first_buffer_len<T>(caller: &mut Caller<'_, T>, iovs: i32, count: i32) -> u64 {
     let Some(memory) = caller
         .get_export("memory")
         .and_then(|export| export.into_memory())
@@ -98,8 +113,8 @@ fn first_buffer_len(caller: &mut Caller<'_, WorkerState>, iovs: i32, count: i32)
 }
 
 /// Checks a write of the buffers at `iovs` to `fd` against the limit.
-async fn check(
-    caller: &mut Caller<'_, WorkerState>,
+async fn check<T: DiskQuotaState>(
+    caller: &mut Caller<'_, T>,
     fd: i32,
     iovs: i32,
     count: i32,
@@ -109,15 +124,12 @@ async fn check(
         return Ok(());
     }
     let len = first_buffer_len(caller, iovs, count);
-    if caller.data_mut().disk.take(len).await {
+    let (disk, _) = caller.data_mut().disk_and_wasi();
+    if disk.take(len).await {
         return Ok(());
     }
-    let state = caller.data();
-    state.limiter.flag.set(LimitHit::Disk);
-    wasmtime::bail!(
-        "disk limit of {} bytes reached in /outputs",
-        state.disk.limit
-    )
+    disk.flag.set(LimitHit::Disk);
+    wasmtime::bail!("disk limit of {} bytes reached in /outputs", disk.limit)
 }
 
 /// A write as WASI preview 1 names it.
@@ -129,7 +141,10 @@ enum Write {
 }
 
 /// Makes the write with WASI's own function, on the guest's memory.
-async fn write(caller: &mut Caller<'_, WorkerState>, call: Write) -> wasmtime::Result<i32> {
+async fn write<T: DiskQuotaState>(
+    caller: &mut Caller<'_, T>,
+    call: Write,
+) -> wasmtime::Result<i32> {
     use wasi::WasiSnapshotPreview1;
     let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
         wasmtime::bail!("missing required memory export");
@@ -139,7 +154,7 @@ async fn write(caller: &mut Caller<'_, WorkerState>, call: Write) -> wasmtime::R
     let fuel = wasmtime::AsContextMut::as_context_mut(&mut *caller).hostcall_fuel();
     let (bytes, state) = memory.data_and_store_mut(&mut *caller);
     let mut guest = wiggle::GuestMemory::Unshared(bytes);
-    let ctx = &mut state.wasi;
+    let (_, ctx) = state.disk_and_wasi();
     ctx.set_hostcall_fuel(fuel);
     match call {
         Write::AtCursor([fd, iovs, count, written]) => {
@@ -153,12 +168,12 @@ async fn write(caller: &mut Caller<'_, WorkerState>, call: Write) -> wasmtime::R
 
 /// Replaces WASI's `fd_write` and `fd_pwrite` in `linker` (which has
 /// WASI) with the checking wrappers.
-pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Result<()> {
+pub(crate) fn add_to_linker<T: DiskQuotaState>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     linker.func_wrap_async(
         WASI,
         "fd_write",
-        |mut caller: Caller<'_, WorkerState>, (fd, iovs, count, written): (i32, i32, i32, i32)| {
+        |mut caller: Caller<'_, T>, (fd, iovs, count, written): (i32, i32, i32, i32)| {
             Box::new(async move {
                 check(&mut caller, fd, iovs, count).await?;
                 write(&mut caller, Write::AtCursor([fd, iovs, count, written])).await
@@ -168,7 +183,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Resul
     linker.func_wrap_async(
         WASI,
         "fd_pwrite",
-        |mut caller: Caller<'_, WorkerState>,
+        |mut caller: Caller<'_, T>,
          (fd, iovs, count, offset, written): (i32, i32, i32, i64, i32)| {
             Box::new(async move {
                 check(&mut caller, fd, iovs, count).await?;

@@ -28,7 +28,6 @@ use wasmtime::{Caller, Linker, Memory};
 use crate::transport::{
     Delivery, MAX_MESSAGE_BYTES, MembershipChange, Rank, Transport, TransportError,
 };
-use crate::worker::WorkerState;
 
 /// The import module name.
 pub(crate) const MODULE: &str = "zorilla";
@@ -57,6 +56,12 @@ pub(crate) struct HostNet {
     pending: Option<(Rank, Vec<u8>)>,
     membership: VecDeque<MembershipChange>,
     watch_membership: bool,
+}
+
+/// What the host functions need of a store's data: the worker's
+/// [`HostNet`] (the worker's store data implements it).
+pub(crate) trait HostApiState: Send + 'static {
+    fn net(&mut self) -> &mut HostNet;
 }
 
 fn status(error: TransportError) -> i32 {
@@ -142,15 +147,15 @@ fn poll_once<F: std::future::Future>(future: F) -> Option<F::Output> {
     }
 }
 
-fn memory(caller: &mut Caller<'_, WorkerState>) -> Option<Memory> {
+fn memory<T>(caller: &mut Caller<'_, T>) -> Option<Memory> {
     caller
         .get_export("memory")
         .and_then(|export| export.into_memory())
 }
 
 /// The guest range `ptr..ptr+len` as host indices, if it lies inside `memory`.
-fn guest_range(
-    caller: &Caller<'_, WorkerState>,
+fn guest_range<T>(
+    caller: &Caller<'_, T>,
     memory: Memory,
     ptr: i32,
     len: usize,
@@ -161,8 +166,8 @@ fn guest_range(
 }
 
 /// `send` and `send_timeout`: `timeout_ms` < 0 waits for ever.
-async fn send(
-    mut caller: Caller<'_, WorkerState>,
+async fn send<T: HostApiState>(
+    mut caller: Caller<'_, T>,
     dest: i32,
     ptr: i32,
     len: i32,
@@ -182,7 +187,7 @@ async fn send(
         return EFAULT;
     };
     let payload = mem.data(&caller)[range].to_vec();
-    let transport = &mut caller.data_mut().net.transport;
+    let transport = &mut caller.data_mut().net().transport;
     let sent = transport.send(dest as Rank, payload);
     // A deadline too far away to represent is the same as none.
     let deadline = u64::try_from(timeout_ms)
@@ -210,19 +215,19 @@ async fn send(
 }
 
 /// Adds the `zorilla` module to `linker`.
-pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Result<()> {
-    linker.func_wrap(MODULE, "rank", |caller: Caller<'_, WorkerState>| -> i32 {
-        caller.data().net.transport.rank() as i32
+pub(crate) fn add_to_linker<T: HostApiState>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    linker.func_wrap(MODULE, "rank", |mut caller: Caller<'_, T>| -> i32 {
+        caller.data_mut().net().transport.rank() as i32
     })?;
 
-    linker.func_wrap(MODULE, "size", |caller: Caller<'_, WorkerState>| -> i32 {
-        i32::try_from(caller.data().net.transport.size()).unwrap_or(i32::MAX)
+    linker.func_wrap(MODULE, "size", |mut caller: Caller<'_, T>| -> i32 {
+        i32::try_from(caller.data_mut().net().transport.size()).unwrap_or(i32::MAX)
     })?;
 
     linker.func_wrap_async(
         MODULE,
         "send",
-        |caller: Caller<'_, WorkerState>, (dest, ptr, len): (i32, i32, i32)| {
+        |caller: Caller<'_, T>, (dest, ptr, len): (i32, i32, i32)| {
             Box::new(send(caller, dest, ptr, len, -1))
         },
     )?;
@@ -230,7 +235,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Resul
     linker.func_wrap_async(
         MODULE,
         "send_timeout",
-        |caller: Caller<'_, WorkerState>, (dest, ptr, len, timeout_ms): (i32, i32, i32, i64)| {
+        |caller: Caller<'_, T>, (dest, ptr, len, timeout_ms): (i32, i32, i32, i64)| {
             Box::new(send(caller, dest, ptr, len, timeout_ms))
         },
     )?;
@@ -238,8 +243,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Resul
     linker.func_wrap_async(
         MODULE,
         "recv",
-        |mut caller: Caller<'_, WorkerState>,
-         (src_ptr, buf_ptr, cap, timeout_ms): (i32, i32, i32, i64)| {
+        |mut caller: Caller<'_, T>, (src_ptr, buf_ptr, cap, timeout_ms): (i32, i32, i32, i64)| {
             Box::new(async move {
                 let cap = cap as u32 as usize;
                 let Some(mem) = memory(&mut caller) else {
@@ -255,7 +259,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Resul
                     return EFAULT;
                 };
                 let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-                let (from, payload) = match caller.data_mut().net.next_message(timeout).await {
+                let (from, payload) = match caller.data_mut().net().next_message(timeout).await {
                     Ok(message) => message,
                     Err(code) => return code,
                 };
@@ -265,31 +269,27 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Resul
                 if payload.len() <= cap {
                     data[buf.start..buf.start + payload.len()].copy_from_slice(&payload);
                 } else {
-                    caller.data_mut().net.pending = Some((from, payload));
+                    caller.data_mut().net().pending = Some((from, payload));
                 }
                 len
             })
         },
     )?;
 
-    linker.func_wrap_async(
-        MODULE,
-        "barrier",
-        |mut caller: Caller<'_, WorkerState>, (): ()| {
-            Box::new(async move {
-                match caller.data_mut().net.transport.barrier().await {
-                    Ok(()) => OK,
-                    Err(e) => status(e),
-                }
-            })
-        },
-    )?;
+    linker.func_wrap_async(MODULE, "barrier", |mut caller: Caller<'_, T>, (): ()| {
+        Box::new(async move {
+            match caller.data_mut().net().transport.barrier().await {
+                Ok(()) => OK,
+                Err(e) => status(e),
+            }
+        })
+    })?;
 
     linker.func_wrap(
         MODULE,
         "membership_next",
-        |mut caller: Caller<'_, WorkerState>, event_ptr: i32| -> i32 {
-            if caller.data().net.membership.is_empty() {
+        |mut caller: Caller<'_, T>, event_ptr: i32| -> i32 {
+            if caller.data_mut().net().membership.is_empty() {
                 return 0;
             }
             let Some(mem) = memory(&mut caller) else {
@@ -298,7 +298,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Resul
             let Some(range) = guest_range(&caller, mem, event_ptr, MEMBERSHIP_EVENT_BYTES) else {
                 return EFAULT;
             };
-            let Some(change) = caller.data_mut().net.membership.pop_front() else {
+            let Some(change) = caller.data_mut().net().membership.pop_front() else {
                 return 0;
             };
             let mut event = [0u8; MEMBERSHIP_EVENT_BYTES];
@@ -314,8 +314,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WorkerState>) -> wasmtime::Resul
     linker.func_wrap(
         MODULE,
         "watch_membership",
-        |mut caller: Caller<'_, WorkerState>, enable: i32| -> i32 {
-            let net = &mut caller.data_mut().net;
+        |mut caller: Caller<'_, T>, enable: i32| -> i32 {
+            let net = caller.data_mut().net();
             let previous = net.watch_membership;
             net.watch_membership = enable != 0;
             i32::from(previous)

@@ -38,6 +38,7 @@
 
 pub mod cache;
 mod diskquota;
+mod epoch;
 mod error;
 pub mod hostapi;
 pub mod jobfs;
@@ -49,7 +50,7 @@ mod worker;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,10 +60,8 @@ use wasmtime::{
 };
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-/// How often a worker's `/outputs` is measured against its disk limit.
-pub const DISK_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
 pub use cache::CacheStats;
+pub use diskquota::DISK_POLL;
 pub use error::SandboxError;
 pub use limits::Limits;
 pub use output::{OutputChunk, OutputKind};
@@ -72,9 +71,11 @@ pub use worker::{
 };
 
 use cache::{Digest32, DiskCache, sha256};
+use epoch::Ticker;
+use limits::{LimitFlag, LimitHit, MemoryLimiter};
 use local::LocalGroup;
 use output::{Capture, OutputShared};
-use worker::{LimitFlag, LimitHit, MemoryLimiter, WorkerState};
+use worker::WorkerState;
 
 /// The node owner's configuration of the sandbox.
 #[derive(Clone, Debug)]
@@ -119,7 +120,7 @@ pub struct Sandbox {
     inner: Arc<SandboxInner>,
 }
 
-pub(crate) struct SandboxInner {
+struct SandboxInner {
     engine: Engine,
     linker: Linker<WorkerState>,
     /// Every `(module, name)` the linker defines, to name a missing import.
@@ -128,7 +129,8 @@ pub(crate) struct SandboxInner {
     loaded: Mutex<LoadedPrograms>,
     config: SandboxConfig,
     pooling: bool,
-    _ticker: Ticker,
+    /// Shared with every worker, which keeps it running while it exists.
+    ticker: Arc<Ticker>,
 }
 
 /// Programs already in memory, with their insertion order for eviction.
@@ -150,42 +152,6 @@ impl Program {
     /// SHA-256 of the module's bytes, in hex: the key of the module cache.
     pub fn hash_hex(&self) -> String {
         hex::encode(self.hash)
-    }
-}
-
-/// Bumps the engine's epoch every tick until dropped.
-struct Ticker {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Ticker {
-    fn start(engine: Engine, tick: Duration) -> std::io::Result<Ticker> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("zorilla-epoch".to_owned())
-            .spawn(move || {
-                while !stopped.load(Ordering::Relaxed) {
-                    // An early (spurious) wake-up only makes a tick short.
-                    std::thread::park_timeout(tick);
-                    engine.increment_epoch();
-                }
-            })?;
-        Ok(Ticker {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Ticker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.thread().unpark();
-            let _ = thread.join();
-        }
     }
 }
 
@@ -266,7 +232,7 @@ impl Sandbox {
                 loaded: Mutex::new(LoadedPrograms::default()),
                 config,
                 pooling,
-                _ticker: ticker,
+                ticker: Arc::new(ticker),
             }),
         })
     }
@@ -473,6 +439,7 @@ impl Sandbox {
             disk: diskquota::DiskQuota::new(
                 spec.job_dir.as_ref().map(|d| d.join("outputs")),
                 limits.disk_bytes,
+                flag.clone(),
             ),
         };
 
@@ -500,7 +467,7 @@ impl Sandbox {
             cancel,
             cancelled,
             outputs: spec.job_dir.as_ref().map(|d| d.join("outputs")),
-            _sandbox: self.inner.clone(),
+            _ticker: self.inner.ticker.clone(),
         })
     }
 }
@@ -519,6 +486,6 @@ fn placeholder_state() -> WorkerState {
             flag: Arc::default(),
         },
         net: hostapi::HostNet::new(single_rank_transport()),
-        disk: diskquota::DiskQuota::new(None, u64::MAX),
+        disk: diskquota::DiskQuota::new(None, u64::MAX, Arc::default()),
     }
 }

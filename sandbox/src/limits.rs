@@ -1,7 +1,14 @@
-//! Resource limits of a worker, and how a job's request is capped by the node
-//! owner's configuration.
+//! Resource limits of a worker, how a job's request is capped by the node
+//! owner's configuration, and the pieces that enforce them while it runs:
+//! the memory limiter and the flag that records which limit was crossed.
+//! (Output is limited in [`crate::output`], files in [`crate::diskquota`],
+//! time in [`crate::worker`]; all of them set the [`LimitFlag`].)
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
+
+use wasmtime::ResourceLimiter;
 
 /// The resources one worker may use. Exceeding any of them ends the worker
 /// with the matching [`crate::Outcome`].
@@ -70,6 +77,79 @@ impl Default for Limits {
     }
 }
 
+/// Which limit a worker crossed, as recorded by the limiter or the output
+/// streams at the moment it happened (the trap that follows is generic, so
+/// the reason is taken from here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LimitHit {
+    Memory = 1,
+    Output = 2,
+    /// A write to a file would have passed the disk limit.
+    Disk = 3,
+}
+
+/// The first limit hit by a worker, shared between the places that detect
+/// limits and the task that reports the outcome.
+#[derive(Default)]
+pub(crate) struct LimitFlag(AtomicU8);
+
+impl LimitFlag {
+    pub(crate) fn set(&self, hit: LimitHit) {
+        // Only the first limit counts: it is what ended the worker.
+        let _ = self
+            .0
+            .compare_exchange(0, hit as u8, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> Option<LimitHit> {
+        match self.0.load(Ordering::Relaxed) {
+            1 => Some(LimitHit::Memory),
+            2 => Some(LimitHit::Output),
+            3 => Some(LimitHit::Disk),
+            _ => None,
+        }
+    }
+}
+
+/// Caps linear memory (and tables) of one worker. Growing past the cap is a
+/// trap, not a failed `memory.grow`: a guest whose `malloc` returns NULL
+/// usually dies in some unrelated way, and the owner wants to see
+/// "out of memory".
+pub(crate) struct MemoryLimiter {
+    pub(crate) memory_bytes: usize,
+    pub(crate) flag: Arc<LimitFlag>,
+}
+
+/// Table elements a worker may have (C guests use one small function table).
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.flag.set(LimitHit::Memory);
+            wasmtime::bail!(
+                "memory limit of {} bytes exceeded (wanted {desired})",
+                self.memory_bytes
+            );
+        }
+        Ok(maximum.is_none_or(|max| desired <= max))
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS && maximum.is_none_or(|max| desired <= max))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +178,31 @@ mod tests {
         let effective = Limits::UNLIMITED.capped_by(&Limits::default());
         assert_eq!(effective.cpu_time, Duration::MAX);
         assert_eq!(effective.wall_time, Duration::MAX);
+    }
+
+    #[test]
+    fn the_first_limit_hit_wins() {
+        let flag = LimitFlag::default();
+        assert_eq!(flag.get(), None);
+        flag.set(LimitHit::Output);
+        flag.set(LimitHit::Memory);
+        assert_eq!(flag.get(), Some(LimitHit::Output));
+    }
+
+    #[test]
+    fn memory_growth_past_the_cap_traps_and_is_recorded() {
+        let flag = Arc::new(LimitFlag::default());
+        let mut limiter = MemoryLimiter {
+            memory_bytes: 1 << 20,
+            flag: flag.clone(),
+        };
+        assert!(limiter.memory_growing(0, 1 << 20, None).unwrap());
+        assert!(!limiter.memory_growing(0, 1 << 19, Some(1 << 18)).unwrap());
+        assert!(
+            limiter
+                .memory_growing(1 << 20, (1 << 20) + 1, None)
+                .is_err()
+        );
+        assert_eq!(flag.get(), Some(LimitHit::Memory));
     }
 }

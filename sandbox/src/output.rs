@@ -20,7 +20,7 @@ use tokio::sync::mpsc::{self, OwnedPermit, error::TrySendError};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
-use crate::worker::{LimitFlag, LimitHit};
+use crate::limits::{LimitFlag, LimitHit};
 
 /// Largest chunk the sandbox forwards at once. (WASI preview 1 already splits
 /// guest writes into 4 KiB pieces.)

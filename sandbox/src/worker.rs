@@ -15,18 +15,20 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use wasmtime::{ResourceLimiter, Store, Trap, TypedFunc};
+use wasmtime::{Store, Trap, TypedFunc};
 use wasmtime_wasi::I32Exit;
 use wasmtime_wasi::p1::WasiP1Ctx;
 
-use crate::hostapi::HostNet;
-use crate::limits::Limits;
+use crate::diskquota::{self, DiskQuota, DiskQuotaState};
+use crate::epoch::Ticker;
+use crate::hostapi::{HostApiState, HostNet};
+use crate::limits::{LimitFlag, LimitHit, Limits, MemoryLimiter};
 use crate::output::{OutputChunk, OutputShared};
 use crate::transport::Transport;
 
@@ -168,85 +170,24 @@ pub struct WorkerReport {
     pub wall_time: Duration,
 }
 
-/// Which limit a worker crossed, as recorded by the limiter or the output
-/// streams at the moment it happened (the trap that follows is generic, so
-/// the reason is taken from here).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LimitHit {
-    Memory = 1,
-    Output = 2,
-    /// A write to a file would have passed the disk limit.
-    Disk = 3,
-}
-
-/// The first limit hit by a worker, shared between the places that detect
-/// limits and the task that reports the outcome.
-#[derive(Default)]
-pub(crate) struct LimitFlag(AtomicU8);
-
-impl LimitFlag {
-    pub(crate) fn set(&self, hit: LimitHit) {
-        // Only the first limit counts: it is what ended the worker.
-        let _ = self
-            .0
-            .compare_exchange(0, hit as u8, Ordering::Relaxed, Ordering::Relaxed);
-    }
-
-    pub(crate) fn get(&self) -> Option<LimitHit> {
-        match self.0.load(Ordering::Relaxed) {
-            1 => Some(LimitHit::Memory),
-            2 => Some(LimitHit::Output),
-            3 => Some(LimitHit::Disk),
-            _ => None,
-        }
-    }
-}
-
-/// Caps linear memory (and tables) of one worker. Growing past the cap is a
-/// trap, not a failed `memory.grow`: a guest whose `malloc` returns NULL
-/// usually dies in some unrelated way, and the owner wants to see
-/// "out of memory".
-pub(crate) struct MemoryLimiter {
-    pub(crate) memory_bytes: usize,
-    pub(crate) flag: Arc<LimitFlag>,
-}
-
-/// Table elements a worker may have (C guests use one small function table).
-const MAX_TABLE_ELEMENTS: usize = 100_000;
-
-impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.memory_bytes {
-            self.flag.set(LimitHit::Memory);
-            wasmtime::bail!(
-                "memory limit of {} bytes exceeded (wanted {desired})",
-                self.memory_bytes
-            );
-        }
-        Ok(maximum.is_none_or(|max| desired <= max))
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS && maximum.is_none_or(|max| desired <= max))
-    }
-}
-
 /// The store data of a worker.
 pub(crate) struct WorkerState {
     pub(crate) wasi: WasiP1Ctx,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) net: HostNet,
-    pub(crate) disk: crate::diskquota::DiskQuota,
+    pub(crate) disk: DiskQuota,
+}
+
+impl HostApiState for WorkerState {
+    fn net(&mut self) -> &mut HostNet {
+        &mut self.net
+    }
+}
+
+impl DiskQuotaState for WorkerState {
+    fn disk_and_wasi(&mut self) -> (&mut DiskQuota, &mut WasiP1Ctx) {
+        (&mut self.disk, &mut self.wasi)
+    }
 }
 
 /// Cancels a worker, at any time, from anywhere. Cloneable; cancelling a
@@ -292,7 +233,7 @@ pub struct PreparedWorker {
     pub(crate) outputs: Option<PathBuf>,
     /// Keeps the engine's epoch ticker alive while the worker exists: without
     /// ticks a spinning guest would never yield, and could not be stopped.
-    pub(crate) _sandbox: Arc<crate::SandboxInner>,
+    pub(crate) _ticker: Arc<Ticker>,
 }
 
 impl PreparedWorker {
@@ -359,7 +300,7 @@ async fn watch_disk(dir: Option<PathBuf>, limit: u64) {
         return std::future::pending().await;
     };
     loop {
-        tokio::time::sleep(crate::DISK_POLL).await;
+        tokio::time::sleep(diskquota::DISK_POLL).await;
         let measured = dir.clone();
         let used = tokio::task::spawn_blocking(move || crate::jobfs::tree_bytes(&measured))
             .await
@@ -484,15 +425,6 @@ impl WorkerHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_first_limit_hit_wins() {
-        let flag = LimitFlag::default();
-        assert_eq!(flag.get(), None);
-        flag.set(LimitHit::Output);
-        flag.set(LimitHit::Memory);
-        assert_eq!(flag.get(), Some(LimitHit::Output));
-    }
 
     #[test]
     fn results_are_classified() {
@@ -641,22 +573,5 @@ mod tests {
         assert_eq!(polls, 4);
         let used = meter.used();
         assert!(used >= ms(40) && used < ms(60), "{used:?}");
-    }
-
-    #[test]
-    fn memory_growth_past_the_cap_traps_and_is_recorded() {
-        let flag = Arc::new(LimitFlag::default());
-        let mut limiter = MemoryLimiter {
-            memory_bytes: 1 << 20,
-            flag: flag.clone(),
-        };
-        assert!(limiter.memory_growing(0, 1 << 20, None).unwrap());
-        assert!(!limiter.memory_growing(0, 1 << 19, Some(1 << 18)).unwrap());
-        assert!(
-            limiter
-                .memory_growing(1 << 20, (1 << 20) + 1, None)
-                .is_err()
-        );
-        assert_eq!(flag.get(), Some(LimitHit::Memory));
     }
 }

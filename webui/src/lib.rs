@@ -18,6 +18,7 @@
 //! - `pages`: HTML rendering with `maud` (escapes by default), style sheet and
 //!   the small live-update script, both served from the binary;
 //! - `svg`: the neighbourhood picture laid out by RTT;
+//! - `escape`: percent-encoding of ids in links, used by both;
 //! - `metrics`: the Prometheus text format;
 //! - `server`: routes, access control (loopback or token), server-sent events.
 //!
@@ -41,6 +42,7 @@
 pub mod model;
 pub mod source;
 
+mod escape;
 mod metrics;
 mod pages;
 mod server;

@@ -7,16 +7,14 @@
 //! updates send, so a browser with JavaScript swaps the `<main>` contents
 //! and a browser without it sees the same tables on reload.
 
-use std::fmt::Write as _;
-
 use maud::{DOCTYPE, Markup, html};
 
 use crate::model::{
     JobDetail, JobRole, JobSummary, NodeOverview, NodeSnapshot, PeerInfo, PendingAdvert, Resources,
     WorkerInfo,
 };
-use crate::svg;
 use crate::{MAX_LOG_LINE_BYTES, MAX_LOG_LINES};
+use crate::{escape, svg};
 
 /// Which page.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +38,7 @@ impl View {
             Self::Overview => "/".into(),
             Self::Peers => "/peers".into(),
             Self::Jobs => "/jobs".into(),
-            Self::Job(id) => format!("/jobs/{}", enc(id)),
+            Self::Job(id) => format!("/jobs/{}", escape::path_segment(id)),
             Self::Pending => "/pending".into(),
         }
     }
@@ -73,7 +71,7 @@ impl Scope {
     fn base(&self) -> String {
         match &self.remote {
             None => String::new(),
-            Some(peer) => format!("/peers/{}", enc(peer)),
+            Some(peer) => format!("/peers/{}", escape::path_segment(peer)),
         }
     }
 
@@ -87,22 +85,9 @@ impl Scope {
     }
 }
 
-/// Percent-encodes one path segment (everything but RFC 3986 unreserved).
-pub(crate) fn enc(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
 /// The link to a peer's remote view.
 fn peer_href(peer: &str) -> String {
-    format!("/peers/{}", enc(peer))
+    format!("/peers/{}", escape::path_segment(peer))
 }
 
 /// A long id shortened for display (the full id goes in a `title`).

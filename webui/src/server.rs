@@ -44,7 +44,7 @@ use tokio::sync::{Semaphore, broadcast};
 use crate::model::{JobDetail, NodeSnapshot};
 use crate::pages::{self, Scope, View};
 use crate::source::{Change, RemoteError, StatusSource, snapshot};
-use crate::{MAX_LOG_LINES, metrics};
+use crate::{MAX_LOG_LINES, escape, metrics};
 
 /// How long a remote view waits for the peer.
 pub(crate) const REMOTE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -525,7 +525,7 @@ fn remote_live_url(peer: &str, view: &View) -> String {
         View::Overview => String::new(),
         other => other.path(),
     };
-    format!("/events/peers/{}{page}", pages::enc(peer))
+    format!("/events/peers/{}{page}", escape::path_segment(peer))
 }
 
 async fn remote_page(State(state): State<AppState>, peer: String, view: View) -> Response {

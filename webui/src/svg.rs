@@ -6,6 +6,7 @@
 
 use maud::{Markup, html};
 
+use crate::escape;
 use crate::model::{LinkKind, NodeOverview, PeerInfo};
 
 /// The most peers drawn.
@@ -65,7 +66,7 @@ pub(crate) fn neighbourhood(node: &NodeOverview, peers: &[PeerInfo]) -> Markup {
                 }
             }
             @for (p, x, y) in &placed {
-                a href=(format!("/peers/{}", crate::pages::enc(&p.peer_id))) {
+                a href=(format!("/peers/{}", escape::path_segment(&p.peer_id))) {
                     circle.peer.(p.link.as_str()).connected[p.connected] cx=(fmt(*x)) cy=(fmt(*y)) r="7" {
                         title {
                             (p.name.as_deref().unwrap_or(&p.peer_id))

@@ -112,7 +112,7 @@ impl Node {
         if let Some(reason) = self.store.unwritable() {
             return refused(reason);
         }
-        let spec = spec_of(&request);
+        let spec = request.spec();
         // The documented maxima first, then this node's own limits.
         if let Err(e) = validate::submission(&request, &module, &inputs) {
             return Response::error(ErrorKind::BadRequest, e.to_string());
@@ -281,20 +281,6 @@ pub(super) fn not_found(job: u64) -> Response {
         ErrorKind::NotFound,
         format!("no job {} on this node", JobId(job)),
     )
-}
-
-/// The core's view of a job request.
-pub(crate) fn spec_of(request: &JobRequest) -> JobSpec {
-    JobSpec {
-        per_worker: Resources::new(request.cores, request.memory_mib, request.disk_mib),
-        workers: WorkerCount {
-            min: request.min_workers,
-            max: request.max_workers,
-        },
-        strategy: request.strategy,
-        lifetime: Duration::from_secs(request.lifetime_secs),
-        on_worker_lost: request.on_worker_lost,
-    }
 }
 
 /// The most output bytes a home keeps of one job: the disk this node

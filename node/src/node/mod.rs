@@ -20,11 +20,10 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
-use zorilla_core::advert::{Advert, JobId, Message, WorkerCount};
+use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::FloodId;
 use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
-use zorilla_core::node::{Input, JobEvent, JobSpec, Output, Phase, Scheduler, SchedulerConfig};
-use zorilla_core::resources::Resources;
+use zorilla_core::node::{Input, JobEvent, Output, Phase, Scheduler, SchedulerConfig};
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
 use zorilla_sandbox::{
@@ -53,7 +52,6 @@ mod member;
 mod peers;
 
 use client::output_room;
-pub(crate) use client::spec_of;
 use files::{cached_block, check_hash, check_output_name, link_inputs, prepare, random_u64};
 use member::Ends;
 

@@ -17,8 +17,9 @@ pub mod frame;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use zorilla_core::advert::Strategy;
-use zorilla_core::node::LostPolicy;
+use zorilla_core::advert::{Strategy, WorkerCount};
+use zorilla_core::node::{JobSpec, LostPolicy};
+use zorilla_core::resources::Resources;
 
 pub use connection::{Connection, ConnectionError};
 
@@ -92,6 +93,22 @@ impl Default for JobRequest {
             args: Vec::new(),
             wall_time_secs: 0,
             cpu_time_secs: 0,
+        }
+    }
+}
+
+impl JobRequest {
+    /// The core's view of the request.
+    pub fn spec(&self) -> JobSpec {
+        JobSpec {
+            per_worker: Resources::new(self.cores, self.memory_mib, self.disk_mib),
+            workers: WorkerCount {
+                min: self.min_workers,
+                max: self.max_workers,
+            },
+            strategy: self.strategy,
+            lifetime: std::time::Duration::from_secs(self.lifetime_secs),
+            on_worker_lost: self.on_worker_lost,
         }
     }
 }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Deferred, Store, StoreError, unix_ms};
+use super::db::{Deferred, Store};
+use super::schema::{StoreError, err, unix_ms};
 use crate::protocol::LogChunk;
 
 /// Writes waiting for the thread, at most: with blocks of at most 256 KiB,
@@ -40,7 +41,7 @@ impl Append {
         Ok(match self {
             Append::Log { job, chunk } => {
                 let mut bytes = Vec::new();
-                ciborium::into_writer(&chunk, &mut bytes).map_err(super::err)?;
+                ciborium::into_writer(&chunk, &mut bytes).map_err(err)?;
                 Deferred::Log {
                     job,
                     chunk: bytes,
