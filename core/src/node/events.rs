@@ -1,6 +1,11 @@
 //! What goes into the scheduler and what comes out of it.
 
-use super::*;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::spec::{JobSpec, SpecError};
+use crate::advert::{Advert, JobId, Message, RefuseReason};
 
 /// An event for the scheduler.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -51,16 +51,13 @@
 //! [`FloodRouter`]: crate::flood::FloodRouter
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::fmt::Write as _;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 use crate::advert::{Advert, DeclineReason, JobId, Message, RefuseReason, Strategy, WorkerCount};
 use crate::allocation::{Candidate, allocate};
-use crate::limits::{self, LimitError};
+use crate::limits;
 use crate::resources::Resources;
-use crate::schedule::{FloodSchedule, Reach, ScheduleConfig, WaitMode};
+use crate::schedule::{FloodSchedule, Reach, WaitMode};
 use crate::{PeerKey, Time};
 
 mod events;

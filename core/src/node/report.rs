@@ -1,6 +1,13 @@
 //! Why a job still waits, in words, and the holds a node keeps for homes.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Time;
+use crate::advert::{DeclineReason, JobId, RefuseReason};
 
 /// Why a job is (or was) waiting: what the home knows of its floods.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,7 +1,15 @@
 //! What a node is configured with (its resources, owner limits, schedule)
 //! and what a job asks for, with the checks of both.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::advert::{JobId, Strategy, WorkerCount};
+use crate::limits::{self, LimitError};
+use crate::resources::Resources;
+use crate::schedule::ScheduleConfig;
 
 /// What the owner of a node allows (the P2P-MPI paper's owner limits).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

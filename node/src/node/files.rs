@@ -71,25 +71,6 @@ pub(super) async fn prepare(
     Ok((info, program, dir))
 }
 
-/// A random number: std's per-instance random hasher keys are a good
-/// enough source (job ids, a first file source) without an OS-rng
-/// dependency.
-pub(super) fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish()
-}
-
-/// A random number below `n` (0 for `n` = 0).
-pub(super) fn random_below(n: usize) -> usize {
-    if n == 0 {
-        0
-    } else {
-        (random_u64() % n as u64) as usize
-    }
-}
-
 /// Gets a content-addressed file: from the local cache, else in blocks from
 /// `sources` in turn (the next one after a failure; a node of the job that
 /// has not got the file yet fails fast), hash-checked, then cached. The

@@ -2,6 +2,7 @@
 //! (once their job's files are here), stopping them, and supervising each
 //! until its output and its end have reached the job's home.
 
+use super::files::{link_inputs, prepare};
 use super::*;
 
 impl Node {
@@ -250,8 +251,6 @@ impl Node {
         }
     }
 }
-
-pub(super) type Ends = (Arc<Inbox>, mpsc::Receiver<BarrierItem>);
 
 /// Streams a worker's output to the home while it runs, then its output
 /// files (see [`send_outputs`]), then how it ended.

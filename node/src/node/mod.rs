@@ -51,10 +51,6 @@ mod liveness;
 mod member;
 mod peers;
 
-use client::output_room;
-use files::{cached_block, check_hash, check_output_name, link_inputs, prepare, random_u64};
-use member::Ends;
-
 /// A client request on its way into the event loop.
 pub(crate) struct Command {
     pub(crate) request: Request,
@@ -431,5 +427,27 @@ impl Node {
             tracing::error!(job = %JobId(job.id), "cannot store job: {e}");
         }
         self.activity.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// The ends of a rank's inbox, made before its worker starts.
+type Ends = (Arc<Inbox>, mpsc::Receiver<BarrierItem>);
+
+/// A random number: std's per-instance random hasher keys are a good
+/// enough source (job ids, a first file source) without an OS-rng
+/// dependency.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+/// A random number below `n` (0 for `n` = 0).
+fn random_below(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (random_u64() % n as u64) as usize
     }
 }

@@ -2,6 +2,8 @@
 //! make of this node (scheduling messages, job copies, file blocks,
 //! outputs, logs, placements, barriers, liveness questions).
 
+use super::client::output_room;
+use super::files::{cached_block, check_hash, check_output_name};
 use super::*;
 
 impl Node {
