@@ -291,9 +291,16 @@ enum PeerRpc {
     Placement {
         job: u64,
         phase: JobPhase,
-        ranks: BTreeMap<u32, PeerId>,
+        ranks: BTreeMap<u32, Placed>,
         replaced: Vec<u32>,
     },
+}
+
+/// The node's `wire::Placed`, as it goes on the wire.
+#[derive(Serialize)]
+struct Placed {
+    node: PeerId,
+    incarnation: u32,
 }
 
 fn cbor<T: Serialize>(value: &T) -> Vec<u8> {
@@ -403,7 +410,13 @@ async fn a_hostile_peers_extreme_values_do_not_crash_the_node() {
     let placement = PeerRpc::Placement {
         job: waiting,
         phase: JobPhase::Running,
-        ranks: BTreeMap::from([(u32::MAX, me)]),
+        ranks: BTreeMap::from([(
+            u32::MAX,
+            Placed {
+                node: me,
+                incarnation: u32::MAX,
+            },
+        )]),
         replaced: vec![u32::MAX],
     };
     // The node delivers floods only from a peer it has identified: send
