@@ -4,8 +4,8 @@
 //! Nothing in this crate touches a socket, a clock, a thread or a global random
 //! number generator. A driver feeds events in together with the current time
 //! and executes the actions that come out. Two drivers exist: the real node
-//! (`zorilla-node`, over libp2p) and the grid simulator (`zorilla-sim` in the
-//! `tests` crate), which runs thousands of these state machines over a
+//! (`zorilla-node`, over libp2p) and the grid simulator (`zorilla-sim`, the
+//! `sim/` crate), which runs thousands of these state machines over a
 //! simulated network. Because both run the very same code, what the simulator
 //! shows about locality and scale holds for the real grid.
 //!

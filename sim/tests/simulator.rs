@@ -12,9 +12,9 @@ use proptest::prelude::{ProptestConfig, prop_assert, proptest};
 use zorilla_core::advert::{Advert, FloodHeader, JobId, Strategy, WorkerCount};
 use zorilla_core::node::{Input, JobEvent, JobSpec, LostPolicy, Output};
 use zorilla_core::resources::Resources;
-use zorilla_tests::scenario::Scenario;
-use zorilla_tests::sim::{JobPlan, Mode, Sim, plan_jobs, run_scenario};
-use zorilla_tests::sweep::run_case;
+use zorilla_sim::scenario::Scenario;
+use zorilla_sim::sim::{JobPlan, Mode, Sim, plan_jobs, run_scenario};
+use zorilla_sim::sweep::run_case;
 
 fn scenario(toml: &str) -> Scenario {
     toml::from_str(toml).expect("test scenario parses")

@@ -1,7 +1,7 @@
 //! Scenario files: the grid (sites, machines, latencies), the overlay set-up,
 //! the workload and the churn of one simulation, in TOML.
 //!
-//! See `tests/scenarios/*.toml` for the shipped scenarios; every field is
+//! See `sim/scenarios/*.toml` for the shipped scenarios; every field is
 //! described on the types below.
 
 use std::collections::BTreeMap;
