@@ -16,7 +16,8 @@
 //!   sets, and the checks that refuse what exceeds them.
 //! - [`flood`]: forwarding of flooded adverts (TTL, latency budget, duplicate
 //!   cache, per-peer rate limit).
-//! - [`neighbours`]: choice of overlay neighbours from measured RTTs.
+//! - [`neighbours`]: choice of overlay neighbours from measured RTTs, and
+//!   the overlay's peer keeping around it ([`neighbours::keeper`]).
 //! - [`schedule`]: when the home floods again, and how far.
 //! - [`liveness`]: whether the ranks a home placed still run (nodes that
 //!   restarted, forgot ranks, or went silent).

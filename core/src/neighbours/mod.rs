@@ -21,6 +21,14 @@
 //! RTT samples are smoothed by taking the minimum of the most recent samples:
 //! queueing only ever adds delay, so the minimum is the best estimate of the
 //! path's propagation delay.
+//!
+//! [`keeper::PeerKeeper`] is the overlay's whole peer-keeping policy around
+//! this table: connections, probes, closing, bans and peer exchange, as a
+//! sans-IO state machine both the real overlay and the simulator drive.
+
+pub mod keeper;
+mod keeper_io;
+mod remembered;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
