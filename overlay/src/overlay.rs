@@ -11,8 +11,8 @@
 //!
 //! - **Measuring**: libp2p ping runs on every connection (interval and
 //!   timeout from the config); each RTT sample of a peer whose identify said
-//!   it is on our network goes to the core's
-//!   [`NeighbourTable`]. A failed
+//!   it is on our network goes to the keeper's
+//!   [`NeighbourTable`](zorilla_core::neighbours::NeighbourTable). A failed
 //!   ping closes the connection, and a neighbour that fails one is dropped
 //!   and replaced at once.
 //! - **Learning peers**: bootstrap addresses, mDNS, identify (every peer that
