@@ -138,7 +138,7 @@ impl Default for OverlaySetup {
             near: 4,
             far: 2,
             bootstrap: 8,
-            warmup_ticks: 30,
+            warmup_ticks: 10,
             samples: 3,
             baseline_leaves: 4,
             baseline_candidates: 8,

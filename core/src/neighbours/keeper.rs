@@ -111,6 +111,8 @@ pub struct PeerKeeper<P, C> {
     table: NeighbourTable<P>,
     rng: ChaCha8Rng,
     connections: BTreeMap<P, Vec<Conn<C>>>,
+    /// The number of connections in `connections`.
+    open: usize,
     /// Connected peers that identified themselves as of our network.
     verified: BTreeSet<P>,
     /// Connected peers that chose us as their neighbour.
@@ -157,6 +159,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             table: NeighbourTable::new(config.neighbours.clone(), seed),
             rng: ChaCha8Rng::seed_from_u64(seed),
             connections: BTreeMap::new(),
+            open: 0,
             verified: BTreeSet::new(),
             chosen_by: BTreeSet::new(),
             former: BTreeMap::new(),
@@ -201,6 +204,11 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         self.connections.contains_key(peer)
     }
 
+    /// The peers a connection is open to, in peer order.
+    pub fn connected_peers(&self) -> impl Iterator<Item = &P> {
+        self.connections.keys()
+    }
+
     /// Whether `peer` is connected and identified itself as of our network.
     pub fn is_verified(&self, peer: &P) -> bool {
         self.verified.contains(peer)
@@ -208,7 +216,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
 
     /// Connections open now.
     pub fn open_connections(&self) -> usize {
-        self.connections.values().map(Vec::len).sum()
+        self.open
     }
 
     /// Peers remembered as of another network.
@@ -287,6 +295,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
     /// A connection opened (`dialer`: we dialed it).
     pub fn connected(&mut self, peer: P, conn: C, dialer: bool, now: Time) {
         self.last_pong.insert(peer.clone(), now);
+        self.open += 1;
         self.connections.entry(peer).or_default().push(Conn {
             id: conn,
             dialer,
@@ -300,7 +309,9 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         let Some(conns) = self.connections.get_mut(peer) else {
             return false;
         };
+        let before = conns.len();
         conns.retain(|c| c.id != *conn);
+        self.open -= before - conns.len();
         if !conns.is_empty() {
             return false;
         }

@@ -132,10 +132,9 @@ impl Sim {
         let now = self.keeper_now();
         let peers: Vec<u32> = match &self.nodes[node as usize].overlay {
             NodeOverlay::Ours(keeper) if self.nodes[node as usize].alive => keeper
-                .table()
-                .known()
-                .map(|(p, _)| *p)
-                .filter(|p| keeper.is_connected(p) && self.nodes[*p as usize].alive)
+                .connected_peers()
+                .copied()
+                .filter(|p| self.nodes[*p as usize].alive)
                 .collect(),
             _ => return,
         };
