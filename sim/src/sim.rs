@@ -1191,6 +1191,11 @@ impl Sim {
             .collect()
     }
 
+    /// Whether `node` is up (not failed, or rejoined).
+    pub fn is_alive(&self, node: u32) -> bool {
+        self.nodes.get(node as usize).is_some_and(|n| n.alive)
+    }
+
     /// The grid.
     pub fn grid(&self) -> &Grid {
         &self.grid
