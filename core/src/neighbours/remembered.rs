@@ -83,3 +83,33 @@ impl<P: PeerKey> Remembered<P> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_set_oldest_forgotten_first() {
+        let t = Duration::from_secs;
+        let mut set = Remembered::new(3);
+        for peer in 0u32..3 {
+            assert!(set.insert(peer, t(u64::from(peer))).is_empty());
+        }
+        // Inserting a known peer again changes nothing.
+        assert!(set.insert(0, t(9)).is_empty());
+        assert_eq!(set.insert(3, t(3)), vec![0], "the oldest is forgotten");
+        assert!((1..4).all(|p| set.contains(&p)));
+        assert!(set.remove(&2));
+        assert!(set.insert(4, t(4)).is_empty());
+        assert_eq!(set.len(), 3);
+        // Expiry takes what is at least that old.
+        assert_eq!(set.expire(t(5), t(2)), vec![1, 3]);
+        assert!(set.contains(&4) && set.len() == 1);
+        // Removed and re-added peers never leave the order queue unbounded.
+        for round in 0..1000u64 {
+            set.insert(7, t(round));
+            set.remove(&7);
+        }
+        assert!(set.order.len() <= 2 * set.len() + 16);
+    }
+}
