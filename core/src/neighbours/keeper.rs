@@ -306,14 +306,15 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
     /// A connection closed. Returns whether it was the peer's last and the
     /// peer had identified itself as of our network (it is lost).
     pub fn disconnected(&mut self, peer: &P, conn: &C, now: Time) -> bool {
-        let Some(conns) = self.connections.get_mut(peer) else {
-            return false;
-        };
-        let before = conns.len();
-        conns.retain(|c| c.id != *conn);
-        self.open -= before - conns.len();
-        if !conns.is_empty() {
-            return false;
+        // A connection the keeper never heard of (one that opened before
+        // the driver's loop ran) closing counts as the peer's last.
+        if let Some(conns) = self.connections.get_mut(peer) {
+            let before = conns.len();
+            conns.retain(|c| c.id != *conn);
+            self.open -= before - conns.len();
+            if !conns.is_empty() {
+                return false;
+            }
         }
         self.connections.remove(peer);
         self.samples.remove(peer);
