@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark of the project, then rewrites the summary table of
-# BENCHMARKS.md and the plots in docs/bench/ (tests/src/bin/bench-report.rs).
+# BENCHMARKS.md and the plots in docs/bench/ (sim/src/bin/bench-report.rs).
 #
 #   scripts/bench.sh           the full run (release builds, ~15 minutes)
 #   scripts/bench.sh --short   CI's run: debug builds, small sizes, the
@@ -38,10 +38,10 @@ fi
 
 sim_profile=()
 [[ $sim_target == release ]] && sim_profile=(--release)
-cargo build --locked "${sim_profile[@]}" -p zorilla-tests --bins
+cargo build --locked "${sim_profile[@]}" -p zorilla-sim --bins
 for scenario in "${scenarios[@]}"; do
     echo "== simulator: $scenario"
-    "${CARGO_TARGET_DIR:-target}/$sim_target/zorilla-sim" "tests/scenarios/$scenario.toml" "${sim_args[@]}" \
+    "${CARGO_TARGET_DIR:-target}/$sim_target/zorilla-sim" "sim/scenarios/$scenario.toml" "${sim_args[@]}" \
         --out out/sim | tee "$logs/sim-$scenario.log"
 done
 

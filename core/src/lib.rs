@@ -4,8 +4,8 @@
 //! Nothing in this crate touches a socket, a clock, a thread or a global random
 //! number generator. A driver feeds events in together with the current time
 //! and executes the actions that come out. Two drivers exist: the real node
-//! (`zorilla-node`, over libp2p) and the grid simulator (`zorilla-sim` in the
-//! `tests` crate), which runs thousands of these state machines over a
+//! (`zorilla-node`, over libp2p) and the grid simulator (`zorilla-sim`, the
+//! `sim/` crate), which runs thousands of these state machines over a
 //! simulated network. Because both run the very same code, what the simulator
 //! shows about locality and scale holds for the real grid.
 //!
@@ -16,7 +16,8 @@
 //!   sets, and the checks that refuse what exceeds them.
 //! - [`flood`]: forwarding of flooded adverts (TTL, latency budget, duplicate
 //!   cache, per-peer rate limit).
-//! - [`neighbours`]: choice of overlay neighbours from measured RTTs.
+//! - [`neighbours`]: choice of overlay neighbours from measured RTTs, and
+//!   the overlay's peer keeping around it ([`neighbours::keeper`]).
 //! - [`schedule`]: when the home floods again, and how far.
 //! - [`liveness`]: whether the ranks a home placed still run (nodes that
 //!   restarted, forgot ranks, or went silent).

@@ -134,7 +134,7 @@ async fn main() {
         "nqueens N={n}: native (gcc -O2, one core) {:.3} s; this machine has {machine_cores} cores",
         native.as_secs_f64()
     );
-    // For scripts/bench.sh (see tests/src/bin/bench-report.rs).
+    // For scripts/bench.sh (see sim/src/bin/bench-report.rs).
     println!("RESULT speedup.n {n}");
     println!("RESULT speedup.native {:.3} s", native.as_secs_f64());
     for &(workers, node_count) in setups {

@@ -238,7 +238,7 @@ async fn run() -> anyhow::Result<()> {
         failures += node.handle.stats().await?.flood_send_failures;
     }
     println!("  flood frames not acknowledged: {failures}");
-    // For scripts/bench.sh (see tests/src/bin/bench-report.rs).
+    // For scripts/bench.sh (see sim/src/bin/bench-report.rs).
     println!("RESULT overlay.nodes {n} nodes");
     println!("RESULT overlay.formed {:.1} s", formed.as_secs_f64());
     println!(

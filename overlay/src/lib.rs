@@ -2,12 +2,14 @@
 //! locality-aware neighbours and the flood and rpc protocols.
 //!
 //! Every decision is the core's ([`zorilla_core`]): which peers are
-//! neighbours ([`NeighbourTable`](zorilla_core::neighbours::NeighbourTable))
+//! neighbours, probed, kept, closed and banned, and what peer exchange
+//! tells ([`PeerKeeper`](zorilla_core::neighbours::keeper::PeerKeeper)),
 //! and whether and where a flood copy goes
 //! ([`FloodRouter`](zorilla_core::flood::FloodRouter)). This crate does the
-//! IO around them: it measures RTTs with libp2p ping and feeds them to the
-//! table, opens and closes connections as the table's neighbour set changes,
-//! and runs every flood copy it receives through the router.
+//! IO around them: it feeds the keeper libp2p's events (connections,
+//! identify, ping RTTs, peer exchange, bad frames) and executes its actions
+//! (dial, close, ban, link announcements), and runs every flood copy it
+//! receives through the router.
 //!
 //! The parts:
 //! - [`overlay`]: [`Overlay::start`] and the [`OverlayHandle`] / [`Event`]

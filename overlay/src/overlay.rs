@@ -5,10 +5,14 @@
 //!
 //! # How the event loop keeps the overlay
 //!
+//! The policy (which peers to keep, probe, close and ban, what to tell in
+//! peer exchange) is the core's [`PeerKeeper`]: the event loop feeds it
+//! libp2p's events and the time and executes its actions. In short:
+//!
 //! - **Measuring**: libp2p ping runs on every connection (interval and
 //!   timeout from the config); each RTT sample of a peer whose identify said
-//!   it is on our network goes to the core's
-//!   [`NeighbourTable`]. A failed
+//!   it is on our network goes to the keeper's
+//!   [`NeighbourTable`](zorilla_core::neighbours::NeighbourTable). A failed
 //!   ping closes the connection, and a neighbour that fails one is dropped
 //!   and replaced at once.
 //! - **Learning peers**: bootstrap addresses, mDNS, identify (every peer that
@@ -55,7 +59,7 @@
 //! Events are sent with back-pressure: the node must keep draining the event
 //! receiver, or the overlay stalls (it never drops a delivered flood).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -73,15 +77,15 @@ use libp2p::{
     Multiaddr, PeerId, StreamProtocol, Swarm, allow_block_list, connection_limits, identify, mdns,
     noise, ping, yamux,
 };
-use rand::SeedableRng;
-use rand::seq::IteratorRandom;
-use rand_chacha::ChaCha8Rng as StdRng;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use zorilla_core::Time;
 use zorilla_core::advert::FloodHeader;
 use zorilla_core::flood::{DropReason, FloodId, FloodRouter, FloodStats, Verdict};
-use zorilla_core::neighbours::{LinkKind, NeighbourTable};
+use zorilla_core::neighbours::LinkKind;
+use zorilla_core::neighbours::keeper::{
+    Action, DialFailure, DisconnectReason, KeeperConfig, PeerFacts, PeerKeeper,
+};
 
 use crate::config::OverlayConfig;
 use crate::identity::{self, IdentityError};
@@ -91,33 +95,14 @@ use crate::wire::{
     self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
 };
 
-/// Most peers of other networks remembered (see [`ForeignPeers`]).
-const MAX_FOREIGN_PEERS: usize = 1024;
-/// How long a connection to a peer of another network stays open once we
-/// know it is one (see [`Driver::on_identified`]).
-const FAREWELL_GRACE: Duration = Duration::from_secs(1);
 /// Most behaviour events kept from before the event loop starts.
 const MAX_EARLY_EVENTS: usize = 64;
 /// Most addresses remembered per peer.
 const MAX_ADDRS_PER_PEER: usize = 8;
 /// Most peers in one peer-exchange answer.
 const MAX_PEER_RECORDS: usize = 32;
-/// A connection whose peer has not identified itself after this long is
-/// closed.
-const IDENTIFY_GRACE: Duration = Duration::from_secs(10);
-/// While a node has no connection at all it dials its bootstrap peers
-/// again, first after about this long (randomised by half either way, so
-/// that nodes refused by a full bootstrap peer do not all come back at
-/// once), then twice as long each time up to [`BOOTSTRAP_RETRY_MAX`].
-const BOOTSTRAP_RETRY_MIN: Duration = Duration::from_millis(500);
-/// The longest wait between two bootstrap attempts.
-const BOOTSTRAP_RETRY_MAX: Duration = Duration::from_secs(5);
 /// How long the transport's handshake (noise, yamux) may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
-/// A former neighbour's connection is kept this long after it stopped being
-/// one, so that flood copies already sent on it arrive and a neighbour that
-/// flaps in and out of the set (equal RTTs) is not redialed each time.
-const LINGER: Duration = Duration::from_secs(10);
 /// Connections nobody uses close after this long; the overlay closes the
 /// ones it does not need itself, so this is only a safety net.
 const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -600,41 +585,19 @@ impl Overlay {
                 .take(8)
                 .fold(0u64, |acc, b| acc << 8 | u64::from(*b))
         });
-        let now = Instant::now();
         let driver = Driver {
-            table: NeighbourTable::new(config.neighbours.clone(), seed),
+            keeper: PeerKeeper::new(keeper_config(&config), seed, Time::ZERO),
             router: FloodRouter::new(config.flood.clone()),
-            rng: StdRng::seed_from_u64(seed),
             identify_version: wire::identify_version(&config.network),
             local,
             swarm,
             commands: command_rx,
             events: event_tx,
-            start: now,
+            start: Instant::now(),
             listen_addrs,
             addrs: HashMap::new(),
-            connections: HashMap::new(),
-            verified: HashSet::new(),
-            chosen_by: HashSet::new(),
-            former: HashMap::new(),
-            app_traffic: HashMap::new(),
-            samples: HashMap::new(),
-            last_pong: HashMap::new(),
-            probing: HashMap::new(),
-            dead: HashMap::new(),
-            banned: HashMap::new(),
-            foreign: ForeignPeers::new(MAX_FOREIGN_PEERS),
-            farewells: HashMap::new(),
-            strikes: HashMap::new(),
             pending_requests: HashMap::new(),
             peer_exchanges: HashMap::new(),
-            next_peer_exchange: now + config.peer_exchange_interval,
-            next_bootstrap: now + BOOTSTRAP_RETRY_MIN,
-            bootstrap_backoff: BOOTSTRAP_RETRY_MIN * 2,
-            kept_connections: config.kept_connections(),
-            introduced: HashSet::new(),
-            redialed: HashMap::new(),
-            unlinked: HashMap::new(),
             stats: OverlayStats::default(),
             config,
         };
@@ -646,6 +609,25 @@ impl Overlay {
             },
             event_rx,
         ))
+    }
+}
+
+/// The keeper's settings from the overlay's.
+fn keeper_config(config: &OverlayConfig) -> KeeperConfig {
+    KeeperConfig {
+        neighbours: config.neighbours.clone(),
+        ping_interval: config.ping_interval,
+        ping_timeout: config.ping_timeout,
+        handshake_timeout: HANDSHAKE_TIMEOUT,
+        peer_exchange_interval: config.peer_exchange_interval,
+        max_probes: config.max_probes,
+        probe_samples: config.probe_samples,
+        remeasure_after: config.remeasure_after,
+        misbehaviour_limit: config.misbehaviour_limit,
+        ban_duration: config.ban_duration,
+        dead_retry_after: config.dead_retry_after,
+        kept_connections: config.kept_connections(),
+        bootstrap: !config.bootstrap.is_empty(),
     }
 }
 
@@ -767,58 +749,24 @@ fn dialable(addr: &Multiaddr) -> bool {
     ip_ok && matches!(iter.next(), Some(Protocol::Tcp(port)) if port != 0)
 }
 
-/// Peers found to belong to another network (their identify said so),
-/// oldest forgotten first beyond a capacity. They are never dialed on our
-/// own initiative again: mDNS keeps announcing them (the nodes of another
-/// grid on the same LAN), and a ban alone expires, after which each
-/// announcement of a new address would be dialed and banned once more. A
-/// peer that turns out to be of our network after all (it dialed us, or
-/// was given explicitly) is taken off the list.
-#[derive(Debug)]
-struct ForeignPeers {
-    order: VecDeque<PeerId>,
-    set: HashSet<PeerId>,
-    capacity: usize,
-}
-
-impl ForeignPeers {
-    fn new(capacity: usize) -> Self {
-        ForeignPeers {
-            order: VecDeque::new(),
-            set: HashSet::new(),
-            capacity,
-        }
-    }
-
-    fn insert(&mut self, peer: PeerId) {
-        if self.set.insert(peer) {
-            self.order.push_back(peer);
-        }
-        while self.order.len() > self.capacity {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
-        }
-    }
-
-    fn remove(&mut self, peer: &PeerId) {
-        if self.set.remove(peer) {
-            self.order.retain(|p| p != peer);
-        }
-    }
-
-    fn contains(&self, peer: &PeerId) -> bool {
-        self.set.contains(peer)
-    }
-}
-
 /// Where the answer to one of the node's requests goes.
 type ReplySlot = oneshot::Sender<Result<Vec<u8>, RequestError>>;
 
-struct Conn {
-    id: ConnectionId,
-    dialer: bool,
-    since: Instant,
+/// What only the event loop knows about a peer, for the keeper.
+struct Facts<'a> {
+    addrs: &'a HashMap<PeerId, Vec<Multiaddr>>,
+    pending_requests: &'a HashMap<OutboundRequestId, (PeerId, ReplySlot)>,
+    streams: &'a crate::streams::Behaviour,
+}
+
+impl PeerFacts<PeerId> for Facts<'_> {
+    fn busy(&self, peer: &PeerId) -> bool {
+        self.pending_requests.values().any(|(p, _)| p == peer) || self.streams.in_use(peer)
+    }
+
+    fn dialable(&self, peer: &PeerId) -> bool {
+        self.addrs.get(peer).is_some_and(|a| !a.is_empty())
+    }
 }
 
 struct Driver {
@@ -828,58 +776,16 @@ struct Driver {
     swarm: Swarm<Behaviour>,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<Event>,
-    table: NeighbourTable<PeerId>,
+    /// The peer-keeping policy.
+    keeper: PeerKeeper<PeerId, ConnectionId>,
     router: FloodRouter<PeerId>,
-    rng: StdRng,
     start: Instant,
     listen_addrs: Vec<Multiaddr>,
     /// Listen addresses of peers, for dialing; pruned to known peers.
     addrs: HashMap<PeerId, Vec<Multiaddr>>,
-    connections: HashMap<PeerId, Vec<Conn>>,
-    /// Connected peers that identified themselves as of our network.
-    verified: HashSet<PeerId>,
-    /// Connected peers that chose us as their neighbour.
-    chosen_by: HashSet<PeerId>,
-    /// Former neighbours, with when they stopped being one (see [`LINGER`]).
-    former: HashMap<PeerId, Instant>,
-    /// When the application last sent a request to a peer or got one from
-    /// it: such a connection is in use and is kept for [`LINGER`] (closing
-    /// it would fail requests in flight on it, or about to be).
-    app_traffic: HashMap<PeerId, Instant>,
-    /// RTT samples since the peer's connection opened (for probes).
-    samples: HashMap<PeerId, usize>,
-    /// When each connected peer last answered a ping (or connected).
-    last_pong: HashMap<PeerId, Instant>,
-    /// Peers dialed to measure them, with when.
-    probing: HashMap<PeerId, Instant>,
-    /// Peers that could not be reached, with when.
-    dead: HashMap<PeerId, Instant>,
-    /// Refused peers, with since when.
-    banned: HashMap<PeerId, Instant>,
-    /// Peers of other networks.
-    foreign: ForeignPeers,
-    /// Peers of other networks to be cut off, with since when.
-    farewells: HashMap<PeerId, Instant>,
-    /// Offences per peer, with the time of the last one.
-    strikes: HashMap<PeerId, (u32, Instant)>,
     pending_requests: HashMap<OutboundRequestId, (PeerId, ReplySlot)>,
     /// Our outstanding peer-exchange requests, with whom.
     peer_exchanges: HashMap<OutboundRequestId, PeerId>,
-    next_peer_exchange: Instant,
-    /// When the bootstrap peers are dialed again if we are still alone.
-    next_bootstrap: Instant,
-    /// The wait before the bootstrap attempt after that one.
-    bootstrap_backoff: Duration,
-    /// Connections the node keeps for itself; the rest of
-    /// `max_connections` are introductions (see [`Driver::shed_surplus`]).
-    kept_connections: usize,
-    /// Peers we sent our peer records (answered their peer exchange) on
-    /// their current connection.
-    introduced: HashSet<PeerId>,
-    /// Neighbours whose link broke and that we dialed again, with when.
-    redialed: HashMap<PeerId, Instant>,
-    /// Neighbours without a link, with since when `maintain` noticed.
-    unlinked: HashMap<PeerId, Instant>,
     stats: OverlayStats,
 }
 
@@ -891,6 +797,7 @@ impl Driver {
         let mut tick = tokio::time::interval(self.config.refresh_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let bootstrap_at = self.bootstrap_at();
             tokio::select! {
                 command = self.commands.recv() => match command {
                     None | Some(Command::Shutdown) => break,
@@ -899,36 +806,80 @@ impl Driver {
                 },
                 event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
                 _ = tick.tick() => self.maintain().await,
-                () = tokio::time::sleep_until(self.next_bootstrap), if self.alone() => {
-                    self.retry_bootstrap();
+                () = tokio::time::sleep_until(bootstrap_at.unwrap_or_else(Instant::now)),
+                    if bootstrap_at.is_some() => {
+                    let now = self.now();
+                    self.keeper.bootstrap_retry(now);
+                    self.execute().await;
                 }
             }
         }
         tracing::debug!(peer = %self.local, "overlay stopped");
     }
 
-    /// Whether we have bootstrap peers and no connection, nor a dial under
-    /// way.
-    fn alone(&self) -> bool {
-        !self.config.bootstrap.is_empty()
-            && self.connections.is_empty()
-            && self
-                .swarm
-                .network_info()
-                .connection_counters()
-                .num_pending_outgoing()
-                == 0
+    /// When to dial the bootstrap peers again: the keeper's time while the
+    /// node is alone, and no dial is under way.
+    fn bootstrap_at(&self) -> Option<Instant> {
+        let pending = self
+            .swarm
+            .network_info()
+            .connection_counters()
+            .num_pending_outgoing();
+        let at = self.keeper.bootstrap_due().filter(|_| pending == 0)?;
+        Some(self.start + at)
     }
 
-    /// Dials the bootstrap peers again and schedules the next attempt (see
-    /// [`BOOTSTRAP_RETRY_MIN`]).
-    fn retry_bootstrap(&mut self) {
-        let jitter = rand::Rng::random_range(&mut self.rng, 0.5..1.5);
-        self.next_bootstrap = Instant::now() + self.bootstrap_backoff.mul_f64(jitter);
-        self.bootstrap_backoff = (self.bootstrap_backoff * 2).min(BOOTSTRAP_RETRY_MAX);
-        for addr in self.config.bootstrap.clone() {
-            if let Err(e) = self.swarm.dial(addr.clone()) {
-                tracing::debug!(%addr, error = %e, "cannot dial bootstrap peer");
+    /// Executes the keeper's actions.
+    async fn execute(&mut self) {
+        while let Some(action) = self.keeper.poll_action() {
+            match action {
+                Action::Dial(peer) => {
+                    if !self.dial_peer(peer) {
+                        let now = self.now();
+                        self.keeper.dial_failed(&peer, DialFailure::NotStarted, now);
+                    }
+                }
+                Action::DialBootstrap => {
+                    for addr in self.config.bootstrap.clone() {
+                        if let Err(e) = self.swarm.dial(addr.clone()) {
+                            tracing::debug!(%addr, error = %e, "cannot dial bootstrap peer");
+                        }
+                    }
+                }
+                Action::Close(id) => {
+                    self.swarm.close_connection(id);
+                }
+                Action::Disconnect { peer, reason } => {
+                    match reason {
+                        DisconnectReason::Silent => tracing::info!(
+                            %peer,
+                            "no ping answered for a ping interval and timeout; dropping the peer"
+                        ),
+                        DisconnectReason::NotIdentified => {
+                            tracing::debug!(%peer, "peer did not identify itself; closing");
+                        }
+                    }
+                    let _ = self.swarm.disconnect_peer_id(peer);
+                }
+                Action::Link { peer, on } => self.send_link(peer, on),
+                Action::AskPeers(peer) => self.request_peers(peer),
+                Action::Ban(peer) => {
+                    self.stats.bans += 1;
+                    self.swarm.behaviour_mut().blocked.block_peer(peer);
+                    self.addrs.remove(&peer);
+                }
+                Action::Unban(peer) => {
+                    self.swarm.behaviour_mut().blocked.unblock_peer(peer);
+                }
+                Action::Forgotten(peer) => self.router.peer_lost(&peer),
+                Action::NeighboursChanged { added, removed } => {
+                    tracing::debug!(
+                        added = added.len(),
+                        removed = removed.len(),
+                        "neighbour set changed"
+                    );
+                    self.emit(Event::NeighboursChanged { added, removed }).await;
+                }
             }
         }
     }
@@ -975,11 +926,13 @@ impl Driver {
                 );
                 self.stats.requests_sent += 1;
                 self.pending_requests.insert(id, (peer, reply));
-                self.app_traffic.insert(peer, Instant::now());
+                let now = self.now();
+                self.keeper.app_traffic(peer, now);
             }
             Command::OpenStream { peer, reply } => {
                 let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
-                self.app_traffic.insert(peer, Instant::now());
+                let now = self.now();
+                self.keeper.app_traffic(peer, now);
                 self.swarm.behaviour_mut().streams.open(peer, addrs, reply);
             }
             Command::AcceptStreams(tx) => self.swarm.behaviour_mut().streams.accept(tx),
@@ -1013,7 +966,8 @@ impl Driver {
             }
             Command::Neighbours(reply) => {
                 let neighbours = self
-                    .table
+                    .keeper
+                    .table()
                     .neighbours()
                     .map(|(peer, kind, rtt)| Neighbour {
                         peer: *peer,
@@ -1024,16 +978,16 @@ impl Driver {
                 let _ = reply.send(neighbours);
             }
             Command::Links(reply) => {
-                let _ = reply.send(self.flood_links());
+                let _ = reply.send(self.keeper.links());
             }
             Command::KnownPeers(reply) => {
-                let known = self
-                    .table
+                let table = self.keeper.table();
+                let known = table
                     .known()
                     .map(|(peer, rtt)| KnownPeer {
                         peer: *peer,
                         rtt,
-                        kind: self.table.kind(peer),
+                        kind: table.kind(peer),
                         connected: self.swarm.is_connected(peer),
                         addrs: self.addrs.get(peer).cloned().unwrap_or_default(),
                     })
@@ -1052,7 +1006,7 @@ impl Driver {
                 let stats = OverlayStats {
                     router: self.router.stats(),
                     open_connections: u64::from(open),
-                    foreign_peers: self.foreign.set.len() as u64,
+                    foreign_peers: self.keeper.foreign_peers() as u64,
                     ..self.stats
                 };
                 let _ = reply.send(stats);
@@ -1079,27 +1033,11 @@ impl Driver {
         if size > max {
             return Err(OverlayError::TooLarge { size, max });
         }
-        let neighbours = self.flood_links();
+        let neighbours = self.keeper.links();
         let forward = self.router.originate(id, header, &neighbours);
         let copies = forward.len();
         self.send_copies(id, self.local, &probe.payload, forward);
         Ok(copies)
-    }
-
-    /// Our neighbours and the connected peers that chose us, with RTTs: the
-    /// links floods travel.
-    fn flood_links(&self) -> Vec<(PeerId, Duration)> {
-        let mut links = self.table.neighbour_rtts();
-        let mut chosen: Vec<(PeerId, Duration)> = self
-            .chosen_by
-            .iter()
-            .filter(|p| self.table.kind(p).is_none())
-            .filter_map(|p| self.table.rtt(p).map(|rtt| (*p, rtt)))
-            .collect();
-        // Peer order, so that the same state always gives the same copies.
-        chosen.sort();
-        links.extend(chosen);
-        links
     }
 
     /// Tells `peer` whether it is our neighbour.
@@ -1139,12 +1077,12 @@ impl Driver {
 
     async fn on_flood(&mut self, from: PeerId, frame: FloodFrame) {
         self.stats.flood_frames_received += 1;
-        if !self.verified.contains(&from) {
+        if !self.keeper.is_verified(&from) {
             tracing::debug!(%from, "flood from a peer not identified yet; dropped");
             return;
         }
-        let direct = self.table.rtt(&frame.origin);
-        let neighbours = self.flood_links();
+        let direct = self.keeper.table().rtt(&frame.origin);
+        let neighbours = self.keeper.links();
         let now = self.now();
         match self
             .router
@@ -1196,12 +1134,9 @@ impl Driver {
                 if let ConnectedPoint::Dialer { address, .. } = &endpoint {
                     self.remember_addrs(peer_id, [address.clone()]);
                 }
-                self.last_pong.insert(peer_id, Instant::now());
-                self.connections.entry(peer_id).or_default().push(Conn {
-                    id: connection_id,
-                    dialer: endpoint.is_dialer(),
-                    since: Instant::now(),
-                });
+                let now = self.now();
+                self.keeper
+                    .connected(peer_id, connection_id, endpoint.is_dialer(), now);
             }
             SwarmEvent::ConnectionClosed {
                 peer_id,
@@ -1209,50 +1144,33 @@ impl Driver {
                 num_established,
                 ..
             } => {
-                if let Some(conns) = self.connections.get_mut(&peer_id) {
-                    conns.retain(|c| c.id != connection_id);
+                let now = self.now();
+                if self.keeper.disconnected(&peer_id, &connection_id, now) {
+                    self.emit(Event::PeerLost { peer: peer_id }).await;
                 }
-                if num_established == 0 {
-                    self.connections.remove(&peer_id);
-                    self.samples.remove(&peer_id);
-                    self.last_pong.remove(&peer_id);
-                    self.chosen_by.remove(&peer_id);
-                    self.introduced.remove(&peer_id);
-                    if self.verified.remove(&peer_id) {
-                        self.emit(Event::PeerLost { peer: peer_id }).await;
-                    }
-                    // A neighbour's link broke: redial at once; if that
-                    // fails, or the link breaks again soon after (a full
-                    // peer sheds us), the peer is replaced.
-                    if self.table.kind(&peer_id).is_some() {
-                        let again = self
-                            .redialed
-                            .get(&peer_id)
-                            .is_some_and(|at| at.elapsed() < LINGER);
-                        if again || !self.dial_peer(peer_id) {
-                            self.redialed.remove(&peer_id);
-                            self.unreachable(peer_id).await;
-                        } else {
-                            self.redialed.insert(peer_id, Instant::now());
-                        }
-                    }
+                if num_established == 0 && !self.keeper.remembers(&peer_id) {
+                    // The address book keeps only peers the keeper remembers.
+                    self.addrs.remove(&peer_id);
                 }
+                self.execute().await;
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => match error {
                 DialError::DialPeerConditionFalse(_) | DialError::Aborted => {}
                 DialError::Denied { cause } => {
-                    // We are full (a neighbour is dialed again by maintain).
+                    // We are full (a neighbour is dialed again at a tick).
                     tracing::debug!(?peer_id, %cause, "dial denied locally");
                     if let Some(peer) = peer_id {
-                        self.probing.remove(&peer);
+                        let now = self.now();
+                        self.keeper.dial_failed(&peer, DialFailure::Denied, now);
                     }
                 }
                 error => {
                     tracing::debug!(?peer_id, %error, "dial failed");
-                    if let Some(peer) = peer_id
-                        && !self.swarm.is_connected(&peer)
-                    {
-                        self.unreachable(peer).await;
+                    if let Some(peer) = peer_id {
+                        let now = self.now();
+                        self.keeper
+                            .dial_failed(&peer, DialFailure::Unreachable, now);
+                        self.execute().await;
                     }
                 }
             },
@@ -1281,33 +1199,29 @@ impl Driver {
                 result,
             }) => match result {
                 Ok(rtt) => {
-                    if self.verified.contains(&peer) {
-                        let now = self.now();
-                        self.table.observe_rtt(peer, rtt, now);
-                        *self.samples.entry(peer).or_default() += 1;
-                        self.last_pong.insert(peer, Instant::now());
-                    }
+                    let now = self.now();
+                    self.keeper.rtt(peer, rtt, now);
                 }
                 Err(error) => {
                     // A peer that does not answer pings is as good as dead
                     // (frozen, or cut off): replace it now rather than wait
                     // for TCP to notice.
                     tracing::info!(%peer, %error, "ping failed; dropping the peer");
-                    self.swarm.close_connection(connection);
-                    if self.table.kind(&peer).is_some() {
-                        self.unreachable(peer).await;
-                    }
+                    let now = self.now();
+                    self.keeper.ping_failed(peer, connection, now);
+                    self.execute().await;
                 }
             },
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
+                let mut learned = Vec::new();
                 for (peer, addr) in found {
-                    if peer == self.local || self.refused(&peer) {
+                    if peer == self.local || self.keeper.refused(&peer) {
                         continue;
                     }
                     self.remember_addrs(peer, [addr]);
-                    self.table.add_candidate(peer);
+                    learned.push(peer);
                 }
-                self.start_probes();
+                self.learned(learned).await;
             }
             BehaviourEvent::Mdns(mdns::Event::Expired(_)) => {}
             BehaviourEvent::Flood(event) => self.on_flood_event(event).await,
@@ -1326,32 +1240,25 @@ impl Driver {
                 ours = %self.identify_version,
                 "peer belongs to another network; refusing it"
             );
-            self.foreign.insert(peer);
             // Both sides ask for the other's identify at once. Cut off at
             // once, the peer might not have read our answer yet: it would
             // never learn that we are foreign, and would dial us again
-            // whenever mDNS showed us anew. So the connection is closed
-            // (and the peer refused) only a moment later, by `maintain`;
-            // it cannot use our protocols meanwhile.
-            self.farewells.entry(peer).or_insert_with(Instant::now);
+            // whenever mDNS showed us anew. So the keeper bans it only a
+            // moment later; it cannot use our protocols meanwhile.
+            let now = self.now();
+            self.keeper.identified(peer, false, now);
             return;
         }
-        self.foreign.remove(&peer);
-        self.dead.remove(&peer);
         let addrs: Vec<Multiaddr> = info.listen_addrs.into_iter().filter(dialable).collect();
         if !addrs.is_empty() {
             self.addrs.insert(peer, Vec::new());
             self.remember_addrs(peer, addrs);
         }
-        if self.verified.insert(peer) {
-            self.bootstrap_backoff = BOOTSTRAP_RETRY_MIN;
-            self.table.add_candidate(peer);
-            if self.table.kind(&peer).is_some() {
-                self.send_link(peer, true);
-            }
+        let now = self.now();
+        if self.keeper.identified(peer, true, now) {
             self.emit(Event::PeerConnected { peer }).await;
-            self.request_peers(peer);
         }
+        self.execute().await;
     }
 
     async fn on_flood_event(
@@ -1407,11 +1314,7 @@ impl Driver {
                             // its way). Anyone who knows the network's name
                             // can speak this protocol, but a link only
                             // makes us forward floods to the peer.
-                            if on && self.swarm.is_connected(&peer) {
-                                self.chosen_by.insert(peer);
-                            } else {
-                                self.chosen_by.remove(&peer);
-                            }
+                            self.keeper.link_requested(peer, on);
                             let _ = self
                                 .swarm
                                 .behaviour_mut()
@@ -1419,7 +1322,6 @@ impl Driver {
                                 .send_response(channel, RpcResponse::Done);
                         }
                         Checked::Valid(RpcRequest::Peers) => {
-                            self.introduced.insert(peer);
                             let records = self.peer_records(&peer);
                             let _ = self
                                 .swarm
@@ -1428,7 +1330,8 @@ impl Driver {
                                 .send_response(channel, RpcResponse::Peers(records));
                         }
                         Checked::Valid(RpcRequest::App(payload)) => {
-                            self.app_traffic.insert(peer, Instant::now());
+                            let now = self.now();
+                            self.keeper.app_traffic(peer, now);
                             self.emit(Event::Request {
                                 peer,
                                 payload,
@@ -1450,10 +1353,11 @@ impl Driver {
                             }
                         };
                         let _ = reply.send(result);
-                    } else if self.peer_exchanges.remove(&request_id).is_some()
+                    } else if let Some(from) = self.peer_exchanges.remove(&request_id)
+                        && self.keeper.exchange_ended(&from)
                         && let RpcResponse::Peers(records) = response
                     {
-                        self.on_peer_records(peer, records);
+                        self.on_peer_records(records).await;
                     }
                 }
             },
@@ -1463,7 +1367,9 @@ impl Driver {
                 error,
                 ..
             } => {
-                self.peer_exchanges.remove(&request_id);
+                if let Some(from) = self.peer_exchanges.remove(&request_id) {
+                    self.keeper.exchange_ended(&from);
+                }
                 // A response that does not decode is the responder's fault.
                 if let request_response::OutboundFailure::Io(e) = &error
                     && e.kind() == std::io::ErrorKind::InvalidData
@@ -1483,9 +1389,14 @@ impl Driver {
             request_response::Event::ResponseSent { peer, .. } => {
                 // A newcomer that came in above our limit has what it came
                 // for once it has our peer records.
-                if self.introduced.contains(&peer) {
-                    self.shed_surplus();
-                }
+                let now = self.now();
+                let facts = Facts {
+                    addrs: &self.addrs,
+                    pending_requests: &self.pending_requests,
+                    streams: &self.swarm.behaviour().streams,
+                };
+                self.keeper.peers_sent(&peer, now, &facts);
+                self.execute().await;
             }
         }
     }
@@ -1508,21 +1419,13 @@ impl Driver {
         self.peer_exchanges.insert(id, peer);
     }
 
-    /// Some peers for a peer exchange: neighbours first, then other
-    /// connected peers, then other measured ones.
-    fn peer_records(&self, asker: &PeerId) -> Vec<PeerRecord> {
-        let mut chosen: Vec<PeerId> = self.table.neighbours().map(|(p, _, _)| *p).collect();
-        chosen.extend(self.verified.iter().copied());
-        chosen.extend(
-            self.table
-                .known()
-                .filter(|(_, rtt)| rtt.is_some())
-                .map(|(p, _)| *p),
-        );
-        let mut seen = HashSet::new();
-        chosen
+    /// Some peers for a peer exchange, in the keeper's order (neighbours
+    /// first, then other connected peers, then other measured ones).
+    fn peer_records(&mut self, asker: &PeerId) -> Vec<PeerRecord> {
+        // All of them: only those with an address are sent.
+        self.keeper
+            .peers_requested(asker, usize::MAX)
             .into_iter()
-            .filter(|p| p != asker && seen.insert(*p))
             .filter_map(|peer| {
                 let addrs = self.addrs.get(&peer)?.clone();
                 Some(PeerRecord { peer, addrs })
@@ -1531,12 +1434,11 @@ impl Driver {
             .collect()
     }
 
-    fn on_peer_records(&mut self, from: PeerId, records: Vec<PeerRecord>) {
-        if !self.verified.contains(&from) {
-            return;
-        }
+    /// The answer to our peer exchange from a peer of our network.
+    async fn on_peer_records(&mut self, records: Vec<PeerRecord>) {
+        let mut learned = Vec::new();
         for record in records.into_iter().take(MAX_PEER_RECORDS) {
-            if record.peer == self.local || self.refused(&record.peer) {
+            if record.peer == self.local || self.keeper.refused(&record.peer) {
                 continue;
             }
             let addrs: Vec<Multiaddr> = record.addrs.into_iter().filter(dialable).collect();
@@ -1546,9 +1448,21 @@ impl Driver {
             if !self.addrs.contains_key(&record.peer) {
                 self.remember_addrs(record.peer, addrs);
             }
-            self.table.add_candidate(record.peer);
+            learned.push(record.peer);
         }
-        self.start_probes();
+        self.learned(learned).await;
+    }
+
+    /// Peers learned of become the keeper's candidates (and probes start).
+    async fn learned(&mut self, peers: Vec<PeerId>) {
+        let now = self.now();
+        let facts = Facts {
+            addrs: &self.addrs,
+            pending_requests: &self.pending_requests,
+            streams: &self.swarm.behaviour().streams,
+        };
+        self.keeper.learned(peers, now, &facts);
+        self.execute().await;
     }
 
     fn remember_addrs(&mut self, peer: PeerId, addrs: impl IntoIterator<Item = Multiaddr>) {
@@ -1558,14 +1472,6 @@ impl Driver {
                 known.push(addr);
             }
         }
-    }
-
-    /// Whether `peer` is not to be dialed now (nor learned of: mDNS, peer
-    /// exchange).
-    fn refused(&self, peer: &PeerId) -> bool {
-        self.banned.contains_key(peer)
-            || self.dead.contains_key(peer)
-            || self.foreign.contains(peer)
     }
 
     /// Dials `peer` at its known addresses unless connected or dialing.
@@ -1588,399 +1494,32 @@ impl Driver {
         }
     }
 
-    /// `peer` could not be reached: forget it, and replace it if it was a
-    /// neighbour.
-    async fn unreachable(&mut self, peer: PeerId) {
-        self.probing.remove(&peer);
-        self.chosen_by.remove(&peer);
-        self.former.remove(&peer);
-        let was_neighbour = self.table.kind(&peer).is_some();
-        self.table.remove(&peer);
-        self.router.peer_lost(&peer);
-        self.dead.insert(peer, Instant::now());
-        if was_neighbour {
-            tracing::info!(%peer, "neighbour unreachable; replacing it");
-            self.refresh().await;
-        }
-    }
-
     /// Counts an offence against `peer`; at the limit it is banned.
     async fn strike(&mut self, peer: PeerId, reason: &str) {
         self.stats.misbehaviour += 1;
-        let now = Instant::now();
-        let window = self.config.ban_duration;
-        let entry = self.strikes.entry(peer).or_insert((0, now));
-        if now.duration_since(entry.1) > window {
-            *entry = (0, now);
-        }
-        entry.0 += 1;
-        entry.1 = now;
-        let count = entry.0;
-        tracing::warn!(%peer, reason, offences = count, "dropped a bad message");
-        if count >= self.config.misbehaviour_limit {
+        let now = self.now();
+        let offences = self.keeper.offence(peer, now);
+        tracing::warn!(%peer, reason, offences = offences.count, "dropped a bad message");
+        if offences.banned {
             tracing::warn!(%peer, "too many bad messages; disconnecting and refusing the peer");
-            self.ban(peer).await;
         }
+        self.execute().await;
     }
 
-    /// Disconnects `peer` and refuses it for the ban duration.
-    async fn ban(&mut self, peer: PeerId) {
-        self.stats.bans += 1;
-        self.banned.insert(peer, Instant::now());
-        self.strikes.remove(&peer);
-        self.swarm.behaviour_mut().blocked.block_peer(peer);
-        self.probing.remove(&peer);
-        self.chosen_by.remove(&peer);
-        self.addrs.remove(&peer);
-        let was_neighbour = self.table.kind(&peer).is_some();
-        self.table.remove(&peer);
-        self.router.peer_lost(&peer);
-        if was_neighbour {
-            self.refresh().await;
-        }
-    }
-
-    /// Recomputes the neighbour set and opens links to new neighbours.
-    async fn refresh(&mut self) {
-        let changes = self.table.refresh();
-        if changes.added.is_empty() && changes.removed.is_empty() {
-            return;
-        }
-        tracing::debug!(
-            added = changes.added.len(),
-            removed = changes.removed.len(),
-            "neighbour set changed"
-        );
-        for peer in &changes.added {
-            if self.verified.contains(peer) {
-                self.send_link(*peer, true);
-            } else if !self.swarm.is_connected(peer) {
-                // The link is announced once the peer has identified itself.
-                self.dial_peer(*peer);
-            }
-        }
-        let now = Instant::now();
-        for peer in &changes.added {
-            self.former.remove(peer);
-        }
-        for peer in &changes.removed {
-            if self.verified.contains(peer) {
-                self.send_link(*peer, false);
-            }
-            // Closed by `maintain` once the linger time is over.
-            self.former.insert(*peer, now);
-        }
-        self.emit(Event::NeighboursChanged {
-            added: changes.added,
-            removed: changes.removed,
-        })
-        .await;
-    }
-
-    /// Closes the connections we dialed to `peer` if we need it neither as
-    /// a neighbour nor for a probe. Connections it dialed are its business.
-    /// A peer that has not identified itself yet is left alone (`maintain`
-    /// closes it if it never does); so is one not measured yet or whose
-    /// answer to our peer exchange is outstanding: closing a bootstrap
-    /// connection before either would leave a new node knowing nobody, to
-    /// try again only a bootstrap retry later.
-    fn close_if_unneeded(&mut self, peer: PeerId) {
-        let lingering = self
-            .former
-            .get(&peer)
-            .is_some_and(|since| since.elapsed() < LINGER)
-            || self
-                .app_traffic
-                .get(&peer)
-                .is_some_and(|since| since.elapsed() < LINGER)
-            || self.pending_requests.values().any(|(p, _)| *p == peer)
-            || self.swarm.behaviour().streams.in_use(&peer);
-        let getting_to_know = !self.verified.contains(&peer)
-            || self.table.rtt(&peer).is_none()
-            || self.peer_exchanges.values().any(|p| *p == peer);
-        if getting_to_know
-            || self.table.kind(&peer).is_some()
-            || self.probing.contains_key(&peer)
-            || self.chosen_by.contains(&peer)
-            || lingering
-        {
-            return;
-        }
-        let ours: Vec<ConnectionId> = self
-            .connections
-            .get(&peer)
-            .map(|conns| conns.iter().filter(|c| c.dialer).map(|c| c.id).collect())
-            .unwrap_or_default();
-        for id in ours {
-            self.swarm.close_connection(id);
-        }
-    }
-
-    /// Connections open now.
-    fn open_connections(&self) -> usize {
-        self.swarm
-            .network_info()
-            .connection_counters()
-            .num_established() as usize
-    }
-
-    /// How many more connections the node may open for itself (probes)
-    /// without eating into the introduction slots.
-    fn free_connections(&self) -> usize {
-        self.kept_connections
-            .saturating_sub(self.open_connections())
-    }
-
-    /// Above [`OverlayConfig::kept_connections`], connections are
-    /// introductions: a node that could only reach us (a new node whose
-    /// one bootstrap peer we are) gets in, gets our peer records, and is
-    /// let go, so that a full node still lets newcomers join through it
-    /// instead of refusing them until someone leaves. Closes the surplus,
-    /// least needed first: never a neighbour's, a probe's or one with
-    /// application requests under way, nor one whose peer has not had our
-    /// peer records yet (unless it has been connected for
-    /// [`IDENTIFY_GRACE`]); peers that chose us as their neighbour go
-    /// last, the newest connections first.
-    fn shed_surplus(&mut self) {
-        let surplus = self
-            .open_connections()
-            .saturating_sub(self.kept_connections);
-        if surplus == 0 {
-            return;
-        }
-        let mut sheddable: Vec<(bool, Instant, ConnectionId, PeerId)> = self
-            .connections
-            .iter()
-            .filter(|(peer, _)| {
-                self.table.kind(peer).is_none()
-                    && !self.probing.contains_key(*peer)
-                    && !self.pending_requests.values().any(|(p, _)| p == *peer)
-                    && !self.swarm.behaviour().streams.in_use(peer)
-                    && self
-                        .app_traffic
-                        .get(*peer)
-                        .is_none_or(|since| since.elapsed() >= LINGER)
-            })
-            .flat_map(|(peer, conns)| conns.iter().map(move |c| (*peer, c)))
-            .filter(|(peer, c)| {
-                self.introduced.contains(peer) || c.since.elapsed() >= IDENTIFY_GRACE
-            })
-            .map(|(peer, c)| (self.chosen_by.contains(&peer), c.since, c.id, peer))
-            .collect();
-        sheddable.sort_by_key(|(chooser, since, _, _)| (*chooser, std::cmp::Reverse(*since)));
-        for (_, _, id, peer) in sheddable.into_iter().take(surplus) {
-            tracing::debug!(%peer, "connection above the kept limit; closing it");
-            self.swarm.close_connection(id);
-        }
-    }
-
-    /// Dials unmeasured candidates, a few at a time, so ping can measure
-    /// them.
-    fn start_probes(&mut self) {
-        let budget = self
-            .config
-            .max_probes
-            .saturating_sub(self.probing.len())
-            .min(self.free_connections());
-        if budget == 0 {
-            return;
-        }
-        let candidates: Vec<PeerId> = self
-            .table
-            .unmeasured()
-            .filter(|p| {
-                !self.probing.contains_key(*p)
-                    && !self.swarm.is_connected(p)
-                    && !self.refused(p)
-                    && self.addrs.contains_key(*p)
-            })
-            .copied()
-            .collect();
-        let candidates = candidates
-            .into_iter()
-            .choose_multiple(&mut self.rng, budget);
-        for peer in candidates {
-            if self.dial_peer(peer) {
-                self.probing.insert(peer, Instant::now());
-            }
-        }
-    }
-
-    /// The periodic work: expiries, probes, refresh, closing unneeded
-    /// connections, peer exchange, bootstrap.
+    /// The periodic work: the keeper's tick (expiries, probes, the
+    /// neighbour set, closing unneeded connections, peer exchange), then
+    /// the address book pruned to the peers the keeper remembers.
     async fn maintain(&mut self) {
-        let now = Instant::now();
-        let ban = self.config.ban_duration;
-        let expired: Vec<PeerId> = self
-            .banned
-            .iter()
-            .filter(|(_, since)| now.duration_since(**since) >= ban)
-            .map(|(p, _)| *p)
-            .collect();
-        for peer in expired {
-            self.banned.remove(&peer);
-            self.swarm.behaviour_mut().blocked.unblock_peer(peer);
-        }
-        let farewells: Vec<PeerId> = self
-            .farewells
-            .iter()
-            .filter(|(_, since)| now.duration_since(**since) >= FAREWELL_GRACE)
-            .map(|(p, _)| *p)
-            .collect();
-        for peer in farewells {
-            self.farewells.remove(&peer);
-            self.ban(peer).await;
-        }
-        self.former
-            .retain(|_, since| now.duration_since(*since) < LINGER);
-        self.app_traffic
-            .retain(|_, since| now.duration_since(*since) < LINGER);
-        self.redialed
-            .retain(|_, since| now.duration_since(*since) < LINGER);
-        let retry = self.config.dead_retry_after;
-        self.dead
-            .retain(|_, since| now.duration_since(*since) < retry);
-
-        // End probes that measured enough, or that took too long.
-        let probe_deadline = self.config.ping_interval * (self.config.probe_samples as u32 + 1)
-            + self.config.ping_timeout
-            + HANDSHAKE_TIMEOUT / 4;
-        let ended: Vec<PeerId> = self
-            .probing
-            .iter()
-            .filter(|(peer, since)| {
-                self.samples.get(*peer).copied().unwrap_or(0) >= self.config.probe_samples
-                    || now.duration_since(**since) > probe_deadline
-            })
-            .map(|(p, _)| *p)
-            .collect();
-        for peer in ended {
-            self.probing.remove(&peer);
-            // Connected but not measured yet (a slow identify) is not dead.
-            if self.table.rtt(&peer).is_none() && !self.swarm.is_connected(&peer) {
-                self.unreachable(peer).await;
-            }
-        }
-
-        self.refresh().await;
-
-        // Keep a link to every neighbour: a dial refused for want of a free
-        // connection (all taken, some by newcomers being introduced) is
-        // tried again here. A neighbour we cannot dial at all, or still
-        // have no link to after a ping interval and timeout (a dial stalled
-        // in its handshake would otherwise keep it for the whole handshake
-        // timeout, unwatched by ping), is replaced.
-        let link_deadline = self.config.ping_interval + self.config.ping_timeout;
-        let unlinked: Vec<PeerId> = self
-            .table
-            .neighbours()
-            .map(|(p, _, _)| *p)
-            .filter(|p| !self.swarm.is_connected(p))
-            .collect();
-        self.unlinked.retain(|p, _| unlinked.contains(p));
-        for peer in unlinked {
-            let since = *self.unlinked.entry(peer).or_insert(now);
-            if now.duration_since(since) > link_deadline || !self.dial_peer(peer) {
-                tracing::info!(%peer, "no link to the neighbour; replacing it");
-                self.unlinked.remove(&peer);
-                self.unreachable(peer).await;
-            }
-        }
-
-        // A peer that has not answered a ping for an interval and a timeout
-        // is dead or cut off. libp2p ping reports only the second failure in
-        // a row, and opening the stream for it waits for a substream timeout
-        // (10 s), so this is what notices a silent peer within seconds.
-        let silent_after = self.config.ping_interval + self.config.ping_timeout;
-        let silent: Vec<PeerId> = self
-            .last_pong
-            .iter()
-            .filter(|(_, at)| now.duration_since(**at) > silent_after)
-            .map(|(p, _)| *p)
-            .collect();
-        for peer in silent {
-            tracing::info!(%peer, "no ping answered for {silent_after:?}; dropping the peer");
-            self.last_pong.remove(&peer);
-            let _ = self.swarm.disconnect_peer_id(peer);
-            if self.table.kind(&peer).is_some() {
-                self.unreachable(peer).await;
-            }
-        }
-
-        // Close what nobody needs: links we dialed to non-neighbours, and
-        // connections of peers that never identified themselves.
-        let connected: Vec<PeerId> = self.connections.keys().copied().collect();
-        for peer in connected {
-            let stale = !self.verified.contains(&peer)
-                && self.connections.get(&peer).is_some_and(|conns| {
-                    conns
-                        .iter()
-                        .all(|c| now.duration_since(c.since) > IDENTIFY_GRACE)
-                });
-            if stale {
-                let _ = self.swarm.disconnect_peer_id(peer);
-            } else {
-                self.close_if_unneeded(peer);
-            }
-        }
-
-        self.shed_surplus();
-        self.start_probes();
-        // Measure again a known peer whose measurement is old, so that the
-        // table does not live on stale RTTs.
-        if self.probing.len() < self.config.max_probes && self.free_connections() > 0 {
-            let core_now = self.now();
-            let stale = self
-                .table
-                .known()
-                .filter(|(peer, rtt)| {
-                    rtt.is_some()
-                        && self.table.kind(peer).is_none()
-                        && !self.swarm.is_connected(peer)
-                        && self.table.last_measured(peer).is_some_and(|t| {
-                            core_now.saturating_sub(t) > self.config.remeasure_after
-                        })
-                })
-                .map(|(p, _)| *p)
-                .next();
-            if let Some(peer) = stale
-                && self.dial_peer(peer)
-            {
-                self.probing.insert(peer, now);
-                self.samples.remove(&peer);
-            }
-        }
-
-        if now >= self.next_peer_exchange {
-            self.next_peer_exchange = now + self.config.peer_exchange_interval;
-            let partner = self
-                .table
-                .neighbours()
-                .map(|(p, _, _)| *p)
-                .filter(|p| self.verified.contains(p))
-                .choose(&mut self.rng)
-                .or_else(|| self.verified.iter().copied().choose(&mut self.rng));
-            if let Some(peer) = partner {
-                self.request_peers(peer);
-            }
-            // Announce our links again, in case an announcement was lost
-            // with a connection that closed while it was under way.
-            let neighbours: Vec<PeerId> = self
-                .table
-                .neighbours()
-                .map(|(p, _, _)| *p)
-                .filter(|p| self.verified.contains(p))
-                .collect();
-            for peer in neighbours {
-                self.send_link(peer, true);
-            }
-        }
-
-        // Keep the address book to peers we still know or are connected to.
-        let known: HashSet<PeerId> = self.table.known().map(|(p, _)| *p).collect();
-        let connections = &self.connections;
-        self.addrs
-            .retain(|peer, _| known.contains(peer) || connections.contains_key(peer));
+        let now = self.now();
+        let facts = Facts {
+            addrs: &self.addrs,
+            pending_requests: &self.pending_requests,
+            streams: &self.swarm.behaviour().streams,
+        };
+        self.keeper.tick(now, &facts);
+        self.execute().await;
+        let keeper = &self.keeper;
+        self.addrs.retain(|peer, _| keeper.remembers(peer));
     }
 }
 
@@ -1988,23 +1527,13 @@ impl Driver {
 mod tests {
     use super::*;
 
+    /// The core's default peer keeping (which the simulator runs) is the
+    /// overlay's default.
     #[test]
-    fn foreign_peers_are_a_bounded_set_oldest_forgotten_first() {
-        let peers: Vec<PeerId> = (0..5).map(|_| PeerId::random()).collect();
-        let mut foreign = ForeignPeers::new(3);
-        for peer in &peers[..3] {
-            foreign.insert(*peer);
-        }
-        // Inserting a known peer again changes nothing.
-        foreign.insert(peers[0]);
-        assert!(peers[..3].iter().all(|p| foreign.contains(p)));
-        foreign.insert(peers[3]);
-        assert!(!foreign.contains(&peers[0]), "the oldest is forgotten");
-        assert!(peers[1..4].iter().all(|p| foreign.contains(p)));
-        foreign.remove(&peers[2]);
-        assert!(!foreign.contains(&peers[2]));
-        foreign.insert(peers[4]);
-        assert!([1, 3, 4].iter().all(|&i| foreign.contains(&peers[i])));
-        assert_eq!((foreign.order.len(), foreign.set.len()), (3, 3));
+    fn the_keepers_defaults_are_the_overlays() {
+        assert_eq!(
+            keeper_config(&OverlayConfig::default()),
+            KeeperConfig::default()
+        );
     }
 }

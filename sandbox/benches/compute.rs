@@ -166,7 +166,7 @@ fn measure(
         sandboxed.wall.as_secs_f64()
     );
     println!("  speed relative to native: {ratio:.2} (CPU time), {wall_ratio:.2} (wall clock)");
-    // For scripts/bench.sh (see tests/src/bin/bench-report.rs).
+    // For scripts/bench.sh (see sim/src/bin/bench-report.rs).
     println!("RESULT compute.nqueens_n {n}");
     println!(
         "RESULT compute.nqueens_native_cpu {:.3} s",

@@ -64,7 +64,7 @@ fn print(name: &str, s: &Summary) {
         s.p99.as_secs_f64() * 1e6,
         s.mean.as_secs_f64() * 1e6
     );
-    // For scripts/bench.sh (see tests/src/bin/bench-report.rs).
+    // For scripts/bench.sh (see sim/src/bin/bench-report.rs).
     let slug: String = name
         .split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|w| !w.is_empty())

@@ -1,7 +1,7 @@
 //! Scenario files: the grid (sites, machines, latencies), the overlay set-up,
 //! the workload and the churn of one simulation, in TOML.
 //!
-//! See `tests/scenarios/*.toml` for the shipped scenarios; every field is
+//! See `sim/scenarios/*.toml` for the shipped scenarios; every field is
 //! described on the types below.
 
 use std::collections::BTreeMap;
@@ -111,9 +111,10 @@ pub struct OverlaySetup {
     pub far: usize,
     /// Random peers each node knows at start (bootstrap and mDNS).
     pub bootstrap: usize,
-    /// Rounds of peer exchange: a node learns its neighbours' neighbours
-    /// and measures them.
-    pub exchange_rounds: usize,
+    /// Ticks of the real peer keeping (one a second in the overlay:
+    /// probes, peer exchange, the neighbour set) before the first job,
+    /// and for a node that rejoins.
+    pub warmup_ticks: usize,
     /// RTT samples per newly measured peer.
     pub samples: usize,
     /// Bamboo-like baseline: random leaf-set size.
@@ -137,7 +138,7 @@ impl Default for OverlaySetup {
             near: 4,
             far: 2,
             bootstrap: 8,
-            exchange_rounds: 4,
+            warmup_ticks: 10,
             samples: 3,
             baseline_leaves: 4,
             baseline_candidates: 8,

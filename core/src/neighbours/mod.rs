@@ -21,6 +21,14 @@
 //! RTT samples are smoothed by taking the minimum of the most recent samples:
 //! queueing only ever adds delay, so the minimum is the best estimate of the
 //! path's propagation delay.
+//!
+//! [`keeper::PeerKeeper`] is the overlay's whole peer-keeping policy around
+//! this table: connections, probes, closing, bans and peer exchange, as a
+//! sans-IO state machine both the real overlay and the simulator drive.
+
+pub mod keeper;
+mod keeper_io;
+mod remembered;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -81,12 +89,15 @@ pub enum LinkKind {
 struct PeerInfo {
     /// Most recent samples, newest at the back; at most `config.samples`.
     samples: VecDeque<Duration>,
+    /// The minimum of `samples`, kept up to date by `observe_rtt` (the
+    /// table's choices read it for every known peer).
+    min: Option<Duration>,
     last_measured: Option<Time>,
 }
 
 impl PeerInfo {
     fn smoothed(&self) -> Option<Duration> {
-        self.samples.iter().min().copied()
+        self.min
     }
 }
 
@@ -138,6 +149,7 @@ impl<P: PeerKey> NeighbourTable<P> {
             peer,
             PeerInfo {
                 samples: VecDeque::new(),
+                min: None,
                 last_measured: None,
             },
         );
@@ -158,12 +170,14 @@ impl<P: PeerKey> NeighbourTable<P> {
         let limit = self.config.samples.max(1);
         let info = self.known.entry(peer).or_insert_with(|| PeerInfo {
             samples: VecDeque::with_capacity(limit),
+            min: None,
             last_measured: None,
         });
         if info.samples.len() == limit {
             info.samples.pop_front();
         }
         info.samples.push_back(rtt);
+        info.min = info.samples.iter().min().copied();
         info.last_measured = Some(now);
     }
 

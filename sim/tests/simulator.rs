@@ -12,9 +12,9 @@ use proptest::prelude::{ProptestConfig, prop_assert, proptest};
 use zorilla_core::advert::{Advert, FloodHeader, JobId, Strategy, WorkerCount};
 use zorilla_core::node::{Input, JobEvent, JobSpec, LostPolicy, Output};
 use zorilla_core::resources::Resources;
-use zorilla_tests::scenario::Scenario;
-use zorilla_tests::sim::{JobPlan, Mode, Sim, plan_jobs, run_scenario};
-use zorilla_tests::sweep::run_case;
+use zorilla_sim::scenario::Scenario;
+use zorilla_sim::sim::{JobPlan, Mode, Sim, plan_jobs, run_scenario};
+use zorilla_sim::sweep::run_case;
 
 fn scenario(toml: &str) -> Scenario {
     toml::from_str(toml).expect("test scenario parses")
@@ -269,6 +269,47 @@ fn invariants_hold_under_churn() {
     let scenario = small_grid(40, true);
     for seed in 1..=3 {
         run_checked(&scenario, Mode::Ours, seed);
+    }
+}
+
+/// Under churn our overlay is the real peer keeping's: a lost neighbour
+/// is redialed, the dial fails and the keeper replaces it, and a node that
+/// rejoins warms up again. At the end every live node has its four near
+/// links, and the live nodes' flood links connect them all.
+#[test]
+fn the_real_peer_keeping_repairs_the_overlay_under_churn() {
+    let scenario = small_grid(40, true);
+    for seed in 1..=2 {
+        let grid = scenario.grid(seed).unwrap();
+        let plans = plan_jobs(&scenario, &grid, seed);
+        let mut sim = Sim::new(&scenario, Mode::Ours, seed, plans).unwrap();
+        let mut steps = 0u64;
+        while sim.step() {
+            steps += 1;
+            assert!(steps < 10_000_000, "seed {seed}: the run does not end");
+        }
+        let live: Vec<u32> = (0..grid.len() as u32)
+            .filter(|n| sim.is_alive(*n))
+            .collect();
+        let near = sim.near_links();
+        for node in &live {
+            assert_eq!(
+                near[*node as usize].len(),
+                4,
+                "seed {seed}: live node {node} has 4 near links"
+            );
+        }
+        let links = sim.overlay();
+        let mut seen = BTreeSet::from([live[0]]);
+        let mut queue = VecDeque::from([live[0]]);
+        while let Some(node) = queue.pop_front() {
+            for peer in &links[node as usize] {
+                if sim.is_alive(*peer) && seen.insert(*peer) {
+                    queue.push_back(*peer);
+                }
+            }
+        }
+        assert_eq!(seen.len(), live.len(), "seed {seed}: live nodes connected");
     }
 }
 

@@ -4,8 +4,8 @@
 //! schedule and the paper's baseline.
 //!
 //! ```text
-//! zorilla-sim tests/scenarios/zorilla-4.2.toml --mode both --out out/sim
-//! zorilla-sim tests/scenarios/zorilla-4.2.toml --mode ours,ours-hop   # ablation
+//! zorilla-sim sim/scenarios/zorilla-4.2.toml --mode both --out out/sim
+//! zorilla-sim sim/scenarios/zorilla-4.2.toml --mode ours,ours-hop   # ablation
 //! ```
 
 use std::path::PathBuf;
@@ -13,10 +13,10 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
-use zorilla_tests::report::{plot_sites, summary_line};
-use zorilla_tests::scenario::Scenario;
-use zorilla_tests::sim::{Mode, RunReport, run_scenario};
-use zorilla_tests::sweep::run_case;
+use zorilla_sim::report::{plot_sites, summary_line};
+use zorilla_sim::scenario::Scenario;
+use zorilla_sim::sim::{Mode, RunReport, run_scenario};
+use zorilla_sim::sweep::run_case;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Modes {
@@ -34,7 +34,7 @@ enum Modes {
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// The scenario file (TOML), e.g. tests/scenarios/zorilla-4.2.toml.
+    /// The scenario file (TOML), e.g. sim/scenarios/zorilla-4.2.toml.
     scenario: PathBuf,
     /// Which schedulers to run on the same seeds (comma-separated): ours,
     /// the paper's baseline, ours with hop floods only, or both (ours and
@@ -133,9 +133,8 @@ fn main() -> anyhow::Result<()> {
             .map(RunReport::summary)
             .collect();
         let k = runs.len().max(1) as f64;
-        let mean = |f: &dyn Fn(&zorilla_tests::report::Summary) -> f64| {
-            runs.iter().map(f).sum::<f64>() / k
-        };
+        let mean =
+            |f: &dyn Fn(&zorilla_sim::report::Summary) -> f64| runs.iter().map(f).sum::<f64>() / k;
         println!(
             "  {:<8} extra RTT {:.4} ms/worker | out of order {:.2}% | {:.0} msgs/job | allocation mean {:.3} s, max {:.3} s | jobs allocated {:.1}",
             mode.name(),

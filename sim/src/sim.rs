@@ -1,6 +1,6 @@
 //! The discrete-event grid simulator: thousands of nodes, each running the
-//! real core ([`Scheduler`], [`FloodRouter`], [`NeighbourTable`]), over a
-//! simulated network.
+//! real core ([`Scheduler`], [`FloodRouter`], and in our overlay the real
+//! peer keeping, [`PeerKeeper`]), over a simulated network.
 //!
 //! What a simulated node knows is only what a real node could know: the RTTs
 //! it measured itself (true RTT plus jitter), and the messages it received.
@@ -24,7 +24,7 @@ use rand_chacha::ChaCha8Rng;
 use zorilla_core::Time;
 use zorilla_core::advert::{Advert, JobId, Message, Strategy, WorkerCount};
 use zorilla_core::flood::{FloodConfig, FloodId, FloodRouter, Verdict};
-use zorilla_core::neighbours::{LinkKind, NeighbourConfig, NeighbourTable};
+use zorilla_core::neighbours::keeper::PeerKeeper;
 use zorilla_core::node::{
     Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
 };
@@ -32,6 +32,9 @@ use zorilla_core::resources::Resources;
 use zorilla_core::schedule::{FloodMode, ScheduleConfig};
 
 use crate::scenario::{Grid, Scenario};
+use peers::NodeOverlay;
+
+mod peers;
 
 /// Which Zorilla runs: ours, the paper's as the baseline, or an ablation
 /// of ours.
@@ -76,9 +79,6 @@ impl Mode {
         self != Mode::Paper
     }
 }
-
-/// How many of its nearest known peers a node tells in a peer exchange.
-const EXCHANGED_PEERS: usize = 8;
 
 /// Processing time a node spends per message, added to every hop.
 const PROCESSING: Duration = Duration::from_micros(10);
@@ -235,13 +235,12 @@ struct SimNode {
     alive: bool,
     scheduler: Scheduler<u32>,
     router: FloodRouter<u32>,
-    table: NeighbourTable<u32>,
-    /// The links floods go to, with their measured RTT: the neighbours
-    /// this node chose and the nodes that chose it (a link is a connection,
-    /// and works both ways).
+    /// Ours: the peer keeping; the paper's: the measured RTTs.
+    overlay: NodeOverlay,
+    /// The links floods go to, with their measured RTT: ours, the
+    /// neighbours this node chose and the nodes that chose it (a link is a
+    /// connection, and works both ways); the paper's, its Bamboo links.
     neighbours: Vec<(u32, Duration)>,
-    /// Nodes that chose this one as a neighbour.
-    inbound: BTreeSet<u32>,
     wake_at: Option<Time>,
 }
 
@@ -269,6 +268,12 @@ pub struct Sim {
     timeline: Vec<(Time, usize, i64)>,
     violations: Vec<String>,
     until: Time,
+    /// The peer keepers' clock at the simulation's time zero (the
+    /// warm-up's length).
+    epoch: Time,
+    /// Open simulated connections of our overlay: id -> (dialer, dialed).
+    connections: BTreeMap<u64, (u32, u32)>,
+    next_connection: u64,
 }
 
 fn kind<P>(msg: &Message<P>) -> &'static str {
@@ -324,6 +329,9 @@ impl Sim {
             timeline: Vec::new(),
             violations: Vec::new(),
             until: Duration::from_secs_f64(scenario.until_s),
+            epoch: Duration::ZERO,
+            connections: BTreeMap::new(),
+            next_connection: 0,
             grid,
         };
         for node in 0..sim.grid.len() as u32 {
@@ -372,7 +380,13 @@ impl Sim {
             schedule,
             ..SchedulerConfig::default()
         };
-        let setup = &self.scenario.overlay;
+        let overlay = if self.mode.our_overlay() {
+            let seed = self.seed ^ u64::from(node).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let now = self.epoch + self.now;
+            NodeOverlay::Ours(Box::new(PeerKeeper::new(self.keeper_config(), seed, now)))
+        } else {
+            NodeOverlay::Paper(BTreeMap::new())
+        };
         SimNode {
             alive: true,
             scheduler: Scheduler::new(node, config),
@@ -381,16 +395,8 @@ impl Sim {
                 prune: self.mode.our_overlay(),
                 ..FloodConfig::default()
             }),
-            table: NeighbourTable::new(
-                NeighbourConfig {
-                    near: setup.near,
-                    far: setup.far,
-                    ..NeighbourConfig::default()
-                },
-                self.seed ^ u64::from(node).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-            ),
+            overlay,
             neighbours: Vec::new(),
-            inbound: BTreeSet::new(),
             wake_at: None,
         }
     }
@@ -402,138 +408,27 @@ impl Sim {
         Duration::from_nanos((rtt * noise * 1000.0) as u64)
     }
 
-    /// The node's smoothed RTT to `peer`, measuring it first if it never
+    /// The paper's node's RTT to `peer`, measuring it first if it never
     /// did.
     fn measured_rtt(&mut self, node: u32, peer: u32) -> Duration {
-        if self.nodes[node as usize].table.rtt(&peer).is_none() {
+        if self.nodes[node as usize].overlay.rtt(&peer).is_none() {
             self.measure(node, peer);
         }
         self.nodes[node as usize]
-            .table
+            .overlay
             .rtt(&peer)
             .unwrap_or(Duration::MAX)
     }
 
+    /// The paper's node measures `peer`: the minimum of a few samples.
     fn measure(&mut self, node: u32, peer: u32) {
         for _ in 0..self.scenario.overlay.samples.max(1) {
             let rtt = self.sample(node, peer);
-            self.nodes[node as usize]
-                .table
-                .observe_rtt(peer, rtt, self.now);
-        }
-    }
-
-    /// Our overlay: each node starts from a few random peers, then learns
-    /// its neighbours' neighbours and measures them, a few rounds; a peer
-    /// that connects to a node is measured by it too (as libp2p's ping does
-    /// on every connection).
-    fn build_overlay_ours(&mut self) {
-        let n = self.grid.len() as u32;
-        let alive: Vec<u32> = (0..n).collect();
-        for node in 0..n {
-            self.bootstrap(node, &alive);
-        }
-        for _ in 0..self.scenario.overlay.exchange_rounds {
-            for node in 0..n {
-                self.exchange(node);
+            if let NodeOverlay::Paper(rtts) = &mut self.nodes[node as usize].overlay {
+                let best = rtts.entry(peer).or_insert(rtt);
+                *best = (*best).min(rtt);
             }
         }
-    }
-
-    fn bootstrap(&mut self, node: u32, alive: &[u32]) {
-        let count = self
-            .scenario
-            .overlay
-            .bootstrap
-            .min(alive.len().saturating_sub(1));
-        let picks: Vec<u32> = alive
-            .choose_multiple(&mut self.rng, count + 1)
-            .copied()
-            .filter(|p| *p != node)
-            .take(count)
-            .collect();
-        for peer in picks {
-            self.measure(node, peer);
-        }
-        self.refresh(node);
-    }
-
-    /// One round of peer exchange for `node`.
-    fn exchange(&mut self, node: u32) {
-        let neighbours: Vec<u32> = self.nodes[node as usize]
-            .neighbours
-            .iter()
-            .map(|(p, _)| *p)
-            .collect();
-        // Like the overlay's peer exchange: each neighbour tells its links
-        // and the peers it knows nearest to itself.
-        let mut learned = Vec::new();
-        for peer in &neighbours {
-            let other = &self.nodes[*peer as usize];
-            let mut nearest: Vec<(std::time::Duration, u32)> = other
-                .table
-                .known()
-                .filter_map(|(p, rtt)| rtt.map(|rtt| (rtt, *p)))
-                .collect();
-            nearest.sort_unstable();
-            learned.extend(
-                other
-                    .neighbours
-                    .iter()
-                    .map(|(p, _)| *p)
-                    .chain(nearest.iter().take(EXCHANGED_PEERS).map(|(_, p)| *p))
-                    .filter(|p| *p != node && self.nodes[*p as usize].alive),
-            );
-        }
-        learned.sort_unstable();
-        learned.dedup();
-        for peer in learned {
-            if self.nodes[node as usize].table.rtt(&peer).is_none() {
-                self.measure(node, peer);
-            }
-        }
-        self.refresh(node);
-    }
-
-    /// Recomputes a node's neighbours; the peers it links to measure it too
-    /// (ping on the new connection) and may take it as a neighbour.
-    fn refresh(&mut self, node: u32) {
-        let changes = self.nodes[node as usize].table.refresh();
-        for peer in &changes.removed {
-            self.nodes[*peer as usize].inbound.remove(&node);
-            self.relink(*peer);
-        }
-        for peer in changes.added {
-            self.nodes[peer as usize].inbound.insert(node);
-            if self.nodes[peer as usize].table.rtt(&node).is_none() {
-                let rtt = self.sample(peer, node);
-                let other = &mut self.nodes[peer as usize];
-                other.table.observe_rtt(node, rtt, self.now);
-                let their = other.table.refresh();
-                for gone in their.removed {
-                    self.nodes[gone as usize].inbound.remove(&peer);
-                    self.relink(gone);
-                }
-                for new in their.added {
-                    self.nodes[new as usize].inbound.insert(peer);
-                    self.relink(new);
-                }
-            }
-            self.relink(peer);
-        }
-        self.relink(node);
-    }
-
-    /// Recomputes the links a node floods over: chosen plus inbound.
-    fn relink(&mut self, node: u32) {
-        let n = &mut self.nodes[node as usize];
-        let mut links = n.table.neighbour_rtts();
-        for peer in &n.inbound {
-            if n.table.kind(peer).is_none() {
-                links.push((*peer, n.table.rtt(peer).unwrap_or(Duration::MAX)));
-            }
-        }
-        n.neighbours = links;
     }
 
     /// The paper's overlay, after Bamboo: random 64-bit ids; a leaf set of
@@ -591,7 +486,7 @@ impl Sim {
                     for peer in sample {
                         self.measure(node, peer);
                         let rtt = self.nodes[node as usize]
-                            .table
+                            .overlay
                             .rtt(&peer)
                             .unwrap_or(Duration::MAX);
                         if best.is_none_or(|(b, _)| rtt < b) {
@@ -744,7 +639,7 @@ impl Sim {
             seq: advert.flood.seq,
         };
         let node = &mut self.nodes[to as usize];
-        let direct = node.table.rtt(&advert.home);
+        let direct = node.overlay.rtt(&advert.home);
         let verdict = node.router.receive_from(
             &from,
             id,
@@ -1090,17 +985,22 @@ impl Sim {
                 partners.insert(*node);
             }
         }
+        // Ours: the connections to it close, and each keeper acts on that
+        // (a neighbour is redialed, which fails, and replaced). The paper's:
+        // the nodes that measured it drop it from their links.
+        let knowers: BTreeSet<u32> = self.connections_fail(failed).into_iter().collect();
         for node in 0..self.nodes.len() as u32 {
             if node == failed || !self.nodes[node as usize].alive {
                 continue;
             }
-            let knows = self.nodes[node as usize].table.rtt(&failed).is_some()
-                || self.nodes[node as usize].inbound.contains(&failed);
+            let knows = knowers.contains(&node);
             if knows {
-                self.nodes[node as usize].table.remove(&failed);
-                self.nodes[node as usize].inbound.remove(&failed);
-                self.nodes[node as usize].router.peer_lost(&failed);
-                self.refresh(node);
+                let n = &mut self.nodes[node as usize];
+                n.router.peer_lost(&failed);
+                if let NodeOverlay::Paper(rtts) = &mut n.overlay {
+                    rtts.remove(&failed);
+                    n.neighbours.retain(|(p, _)| *p != failed);
+                }
             }
             if knows || partners.contains(&node) {
                 self.feed(node, Input::PeerLost(failed));
@@ -1129,12 +1029,7 @@ impl Sim {
             .filter(|n| self.nodes[*n as usize].alive)
             .collect();
         match self.mode {
-            Mode::Ours | Mode::OursHop => {
-                self.bootstrap(node, &alive);
-                for _ in 0..self.scenario.overlay.exchange_rounds {
-                    self.exchange(node);
-                }
-            }
+            Mode::Ours | Mode::OursHop => self.rejoin_ours(node, &alive),
             Mode::Paper => {
                 // A Bamboo node joins with a random set of measured peers.
                 let count = self.scenario.overlay.baseline_leaves + 16;
@@ -1296,18 +1191,9 @@ impl Sim {
             .collect()
     }
 
-    /// The neighbours each node chose as its nearest (the `near` links).
-    pub fn near_links(&self) -> Vec<Vec<u32>> {
-        self.nodes
-            .iter()
-            .map(|n| {
-                n.table
-                    .neighbours()
-                    .filter(|(_, kind, _)| *kind == LinkKind::Near)
-                    .map(|(p, _, _)| *p)
-                    .collect()
-            })
-            .collect()
+    /// Whether `node` is up (not failed, or rejoined).
+    pub fn is_alive(&self, node: u32) -> bool {
+        self.nodes.get(node as usize).is_some_and(|n| n.alive)
     }
 
     /// The grid.

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Parser;
 use plotters::prelude::*;
-use zorilla_tests::report::step_line;
+use zorilla_sim::report::step_line;
 
 /// Writes the benchmark summary and plots from scripts/bench.sh's logs.
 #[derive(Debug, Parser)]
@@ -413,7 +413,7 @@ fn markdown(results: &Results, kind: &str) -> String {
             })
         };
         out.push_str(&format!(
-            "| simulator `{scenario}`: ours | {} | `zorilla-sim tests/scenarios/{scenario}.toml` |\n\
+            "| simulator `{scenario}`: ours | {} | `zorilla-sim sim/scenarios/{scenario}.toml` |\n\
              | simulator `{scenario}`: paper's scheduler | {} | same run |\n",
             cell(ours),
             cell(paper)

@@ -1,4 +1,4 @@
-//! Zorilla's grid simulator and multi-node test harness.
+//! Zorilla's grid simulator (`zorilla-sim`).
 //!
 //! [`sim`] runs thousands of simulated nodes, each with the real sans-IO
 //! core of `zorilla-core`, over a latency model read from a [`scenario`]

@@ -1,0 +1,300 @@
+//! The overlay's peer keeping ([`PeerKeeper`]) with an injected clock: the
+//! exact moments at which it replaces, introduces, bans and forgives, and
+//! the bound on what hostile peers can make it remember.
+
+use std::time::Duration;
+
+use zorilla_core::neighbours::NeighbourConfig;
+use zorilla_core::neighbours::keeper::{
+    Action, DialFailure, DisconnectReason, KeeperConfig, LINGER, MAX_REMEMBERED, PeerFacts,
+    PeerKeeper,
+};
+
+type Keeper = PeerKeeper<u32, u32>;
+
+fn ms(x: u64) -> Duration {
+    Duration::from_millis(x)
+}
+
+fn s(x: u64) -> Duration {
+    Duration::from_secs(x)
+}
+
+/// Two near neighbours, four kept connections, pings every second with a
+/// three-second timeout, bans after three offences for five minutes.
+fn config() -> KeeperConfig {
+    KeeperConfig {
+        neighbours: NeighbourConfig {
+            near: 2,
+            far: 0,
+            samples: 1,
+            max_known: 64,
+            hysteresis: 0.1,
+        },
+        ping_interval: s(1),
+        ping_timeout: s(3),
+        handshake_timeout: s(20),
+        peer_exchange_interval: s(5),
+        max_probes: 4,
+        probe_samples: 2,
+        remeasure_after: s(60),
+        misbehaviour_limit: 3,
+        ban_duration: s(300),
+        dead_retry_after: s(30),
+        kept_connections: 4,
+        bootstrap: false,
+    }
+}
+
+/// Every peer has an address and no application traffic.
+struct Idle;
+
+impl PeerFacts<u32> for Idle {
+    fn busy(&self, _: &u32) -> bool {
+        false
+    }
+    fn dialable(&self, _: &u32) -> bool {
+        true
+    }
+}
+
+fn drain(keeper: &mut Keeper) -> Vec<Action<u32, u32>> {
+    std::iter::from_fn(|| keeper.poll_action()).collect()
+}
+
+/// `peer` connects on connection `peer * 10` (dialed by it, so that it is
+/// its to close), identifies itself as of our network and is measured.
+fn join(keeper: &mut Keeper, peer: u32, rtt: Duration, now: Duration) {
+    keeper.connected(peer, peer * 10, false, now);
+    assert!(keeper.identified(peer, true, now), "{peer} newly verified");
+    keeper.rtt(peer, rtt, now);
+}
+
+fn neighbours(keeper: &Keeper) -> Vec<u32> {
+    keeper.table().neighbours().map(|(p, _, _)| *p).collect()
+}
+
+#[test]
+fn a_neighbour_that_stops_answering_is_replaced_after_exactly_its_timeout() {
+    let mut keeper = Keeper::new(config(), 1, Duration::ZERO);
+    for peer in 1..=3 {
+        join(&mut keeper, peer, ms(u64::from(peer)), Duration::ZERO);
+    }
+    keeper.tick(Duration::ZERO, &Idle);
+    assert_eq!(neighbours(&keeper), vec![1, 2]);
+    drain(&mut keeper);
+
+    // Peers 2 and 3 answer every ping; peer 1 never again. Its timeout is
+    // a ping interval and a ping timeout: 4 s after its last answer.
+    for t in 1..=4 {
+        let now = s(t);
+        keeper.rtt(2, ms(2), now);
+        keeper.rtt(3, ms(3), now);
+        keeper.tick(now, &Idle);
+        assert_eq!(neighbours(&keeper), vec![1, 2], "at {t} s");
+        let actions = drain(&mut keeper);
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::Disconnect { .. })),
+            "nobody dropped at {t} s: {actions:?}"
+        );
+    }
+    let now = s(4) + ms(1);
+    keeper.tick(now, &Idle);
+    let actions = drain(&mut keeper);
+    assert_eq!(neighbours(&keeper), vec![2, 3], "peer 3 replaced peer 1");
+    assert_eq!(
+        actions,
+        vec![
+            Action::Disconnect {
+                peer: 1,
+                reason: DisconnectReason::Silent
+            },
+            Action::Forgotten(1),
+            Action::Link { peer: 3, on: true },
+            // Still connected until the disconnect is done.
+            Action::Link { peer: 1, on: false },
+            Action::NeighboursChanged {
+                added: vec![3],
+                removed: vec![1]
+            },
+        ]
+    );
+    assert!(keeper.refused(&1), "not tried again for a while");
+    // Its connection closing afterwards changes nothing more.
+    assert!(keeper.disconnected(&1, &10, now));
+    assert_eq!(drain(&mut keeper), vec![]);
+}
+
+#[test]
+fn a_neighbour_whose_link_breaks_is_redialed_once_then_replaced() {
+    let mut keeper = Keeper::new(config(), 1, Duration::ZERO);
+    for peer in 1..=3 {
+        join(&mut keeper, peer, ms(u64::from(peer)), Duration::ZERO);
+    }
+    keeper.tick(Duration::ZERO, &Idle);
+    drain(&mut keeper);
+
+    assert!(keeper.disconnected(&1, &10, s(1)));
+    assert_eq!(drain(&mut keeper), vec![Action::Dial(1)]);
+    keeper.connected(1, 11, true, s(1) + ms(5));
+    keeper.identified(1, true, s(1) + ms(5));
+    drain(&mut keeper);
+    assert_eq!(neighbours(&keeper), vec![1, 2]);
+
+    // Broken again within the linger time: a full peer shedding us.
+    assert!(keeper.disconnected(&1, &11, s(1) + LINGER - ms(1)));
+    let actions = drain(&mut keeper);
+    assert!(actions.contains(&Action::Forgotten(1)), "{actions:?}");
+    assert_eq!(neighbours(&keeper), vec![2, 3]);
+}
+
+#[test]
+fn a_full_node_introduces_newcomers_and_lets_them_go() {
+    let mut keeper = Keeper::new(config(), 1, Duration::ZERO);
+    // Four peers take the four kept connections.
+    for peer in 1..=4 {
+        join(&mut keeper, peer, ms(u64::from(peer)), Duration::ZERO);
+    }
+    keeper.tick(Duration::ZERO, &Idle);
+    drain(&mut keeper);
+    assert_eq!(keeper.open_connections(), 4);
+
+    // A newcomer whose only bootstrap peer this is connects above them.
+    let now = s(1);
+    keeper.connected(9, 90, false, now);
+    assert!(keeper.identified(9, true, now));
+    assert!(drain(&mut keeper).contains(&Action::AskPeers(9)));
+    // It gets our peers, neighbours first...
+    assert_eq!(keeper.peers_requested(&9, 32), vec![1, 2, 3, 4]);
+    // ... and once it has them, its connection is the one closed: not a
+    // neighbour's, nor one of peers still getting to know us.
+    keeper.peers_sent(&9, now, &Idle);
+    assert_eq!(drain(&mut keeper), vec![Action::Close(90)]);
+
+    // The newcomer learned of our neighbours and can join through them.
+    let mut newcomer = Keeper::new(config(), 2, Duration::ZERO);
+    newcomer.learned([1, 2, 3, 4], now, &Idle);
+    let dials: Vec<_> = drain(&mut newcomer)
+        .into_iter()
+        .filter(|a| matches!(a, Action::Dial(_)))
+        .collect();
+    assert_eq!(dials.len(), 4, "every peer probed: {dials:?}");
+}
+
+#[test]
+fn offenders_and_foreign_peers_are_banned_and_bans_expire() {
+    let mut keeper = Keeper::new(config(), 1, Duration::ZERO);
+    keeper.connected(7, 70, false, Duration::ZERO);
+    keeper.identified(7, true, Duration::ZERO);
+    drain(&mut keeper);
+    for count in 1..=2 {
+        let offences = keeper.offence(7, s(count));
+        assert_eq!((offences.count, offences.banned), (count as u32, false));
+    }
+    let offences = keeper.offence(7, s(3));
+    assert!(offences.banned);
+    assert!(drain(&mut keeper).contains(&Action::Ban(7)));
+    assert!(keeper.refused(&7));
+    keeper.learned([7], s(4), &Idle);
+    assert!(!keeper.table().contains(&7), "a banned peer is not learned");
+
+    // A peer of another network is banned a moment after it identified
+    // itself (so that it reads our identify first).
+    keeper.connected(8, 80, false, s(3));
+    assert!(!keeper.identified(8, false, s(3)));
+    keeper.tick(s(3) + ms(999), &Idle);
+    assert!(!drain(&mut keeper).contains(&Action::Ban(8)));
+    keeper.tick(s(4), &Idle);
+    assert!(drain(&mut keeper).contains(&Action::Ban(8)));
+
+    // The bans last exactly the ban duration.
+    keeper.tick(s(303) - ms(1), &Idle);
+    assert!(!drain(&mut keeper).contains(&Action::Unban(7)));
+    keeper.tick(s(303), &Idle);
+    assert!(drain(&mut keeper).contains(&Action::Unban(7)));
+    assert!(!keeper.refused(&7));
+    keeper.tick(s(304), &Idle);
+    assert!(drain(&mut keeper).contains(&Action::Unban(8)));
+    // A foreign peer stays refused: never dialed on our own initiative.
+    assert!(keeper.refused(&8));
+}
+
+#[test]
+fn a_peer_that_cannot_be_reached_is_retried_only_after_a_while() {
+    let mut keeper = Keeper::new(config(), 1, Duration::ZERO);
+    keeper.learned([5], Duration::ZERO, &Idle);
+    assert_eq!(drain(&mut keeper), vec![Action::Dial(5)]);
+    keeper.dial_failed(&5, DialFailure::Unreachable, ms(100));
+    assert_eq!(drain(&mut keeper), vec![Action::Forgotten(5)]);
+    keeper.learned([5], s(1), &Idle);
+    assert_eq!(drain(&mut keeper), vec![], "dead for dead_retry_after");
+    keeper.tick(ms(100) + s(30), &Idle);
+    drain(&mut keeper);
+    keeper.learned([5], s(31), &Idle);
+    assert_eq!(drain(&mut keeper), vec![Action::Dial(5)]);
+}
+
+#[test]
+fn what_hostile_peers_can_make_the_keeper_remember_is_bounded() {
+    let config = config();
+    let max_known = config.neighbours.max_known;
+    let mut keeper = Keeper::new(config, 1, Duration::ZERO);
+    // Peers connect with ever new identities: half of them foreign, each
+    // offends, some get banned, they tell of ever new peers, choose us,
+    // send requests, and leave; the probes they cause fail.
+    for i in 0..20_000u32 {
+        let now = ms(u64::from(i));
+        let conn = i;
+        keeper.connected(i, conn, false, now);
+        keeper.identified(i, i % 2 == 0, now);
+        keeper.link_requested(i, true);
+        keeper.app_traffic(i, now);
+        for _ in 0..(i % 4) {
+            keeper.offence(i, now);
+        }
+        keeper.learned([1_000_000 + i, 2_000_000 + i], now, &Idle);
+        keeper.disconnected(&i, &conn, now);
+        for action in drain(&mut keeper) {
+            if let Action::Dial(peer) = action {
+                keeper.dial_failed(&peer, DialFailure::Unreachable, now);
+            }
+        }
+        if i % 100 == 0 {
+            keeper.tick(now, &Idle);
+            drain(&mut keeper);
+        }
+        assert!(
+            keeper.footprint() <= max_known + 4 * MAX_REMEMBERED + 256,
+            "{} entries after {i} peers",
+            keeper.footprint()
+        );
+    }
+}
+
+#[test]
+fn the_same_inputs_give_the_same_actions() {
+    let run = || {
+        let mut keeper = Keeper::new(config(), 42, Duration::ZERO);
+        let mut actions = Vec::new();
+        for peer in 1..=8 {
+            join(
+                &mut keeper,
+                peer,
+                ms(u64::from(10 - peer)),
+                ms(u64::from(peer)),
+            );
+        }
+        keeper.learned(100..140, s(1), &Idle);
+        for t in 1..=20 {
+            keeper.tick(s(t), &Idle);
+            actions.extend(drain(&mut keeper));
+        }
+        (actions, neighbours(&keeper))
+    };
+    let first = run();
+    assert_eq!(first, run());
+    assert_eq!(first.1.len(), 2);
+    assert!(first.1.iter().all(|p| (1..=8).contains(p)));
+}

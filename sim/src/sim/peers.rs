@@ -1,0 +1,340 @@
+//! The simulated nodes' overlay: ours is the real peer keeping of
+//! `zorilla-core` ([`PeerKeeper`], what `zorilla-overlay` runs over
+//! libp2p) over simulated connections; the paper's is a Bamboo-like
+//! overlay built by the simulator (see [`Sim::build_overlay_bamboo`]).
+//!
+//! A simulated connection opens at once when a node dials a live node (a
+//! dial of a failed node fails at once); both sides identify themselves at
+//! once and measure the connection's RTT (`samples` pings each); a peer
+//! exchange is answered at once. The keeper's ticks (one a second in the
+//! real overlay) run for `warmup_ticks` seconds before the first job, and
+//! as many for a node that rejoins; during the run a failure is noticed
+//! through its connections closing when the failure is detected.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use rand::seq::IndexedRandom;
+use zorilla_core::Time;
+use zorilla_core::neighbours::keeper::{Action, DialFailure, KeeperConfig, PeerFacts, PeerKeeper};
+use zorilla_core::neighbours::{LinkKind, NeighbourConfig};
+
+use super::Sim;
+
+/// Most peers in one peer-exchange answer (the overlay's limit).
+const MAX_PEER_RECORDS: usize = 32;
+/// A bound on the actions one burst of peer keeping may take, so that a
+/// policy that never settles stops the run with a clear message.
+const MAX_ACTIONS_PER_BURST: usize = 50_000_000;
+
+/// What a simulated node's overlay is.
+pub(super) enum NodeOverlay {
+    /// The real peer keeping; connections are numbered by the simulator.
+    Ours(Box<PeerKeeper<u32, u64>>),
+    /// The paper's overlay: the RTTs the node measured (the minimum of its
+    /// samples); the links are built by the simulator.
+    Paper(BTreeMap<u32, Duration>),
+}
+
+impl NodeOverlay {
+    /// The node's measured RTT to `peer`.
+    pub(super) fn rtt(&self, peer: &u32) -> Option<Duration> {
+        match self {
+            NodeOverlay::Ours(keeper) => keeper.table().rtt(peer),
+            NodeOverlay::Paper(rtts) => rtts.get(peer).copied(),
+        }
+    }
+}
+
+/// Every simulated peer can be dialed, and no application keeps a
+/// connection busy (the jobs' own connections are not modelled).
+struct SimFacts;
+
+impl PeerFacts<u32> for SimFacts {
+    fn busy(&self, _: &u32) -> bool {
+        false
+    }
+
+    fn dialable(&self, _: &u32) -> bool {
+        true
+    }
+}
+
+impl Sim {
+    /// The keeper's settings: the overlay's defaults with the scenario's
+    /// neighbour counts.
+    pub(super) fn keeper_config(&self) -> KeeperConfig {
+        let setup = &self.scenario.overlay;
+        KeeperConfig {
+            neighbours: NeighbourConfig {
+                near: setup.near,
+                far: setup.far,
+                ..NeighbourConfig::default()
+            },
+            ..KeeperConfig::default()
+        }
+    }
+
+    /// The keeper's clock: the warm-up, then the simulation's time.
+    fn keeper_now(&self) -> Time {
+        self.epoch + self.now
+    }
+
+    fn keeper(&mut self, node: u32) -> Option<&mut PeerKeeper<u32, u64>> {
+        let n = &mut self.nodes[node as usize];
+        match &mut n.overlay {
+            NodeOverlay::Ours(keeper) if n.alive => Some(keeper),
+            _ => None,
+        }
+    }
+
+    /// Our overlay: each node starts knowing a few random peers (bootstrap
+    /// and mDNS), then the keepers run `warmup_ticks` ticks, a second
+    /// apart, before the first job.
+    pub(super) fn build_overlay_ours(&mut self) {
+        let n = self.grid.len() as u32;
+        let alive: Vec<u32> = (0..n).collect();
+        self.epoch = Duration::ZERO;
+        for node in 0..n {
+            self.bootstrap(node, &alive);
+        }
+        for tick in 1..=self.scenario.overlay.warmup_ticks as u64 {
+            self.epoch = Duration::from_secs(tick);
+            for node in 0..n {
+                self.tick(node);
+            }
+        }
+    }
+
+    /// `node` learns of a few random live peers and dials them.
+    pub(super) fn bootstrap(&mut self, node: u32, alive: &[u32]) {
+        let count = self
+            .scenario
+            .overlay
+            .bootstrap
+            .min(alive.len().saturating_sub(1));
+        let picks: Vec<u32> = alive
+            .choose_multiple(&mut self.rng, count + 1)
+            .copied()
+            .filter(|p| *p != node)
+            .take(count)
+            .collect();
+        let now = self.keeper_now();
+        if let Some(keeper) = self.keeper(node) {
+            keeper.learned(picks, now, &SimFacts);
+        }
+        self.keep_peers(node);
+    }
+
+    /// One tick of `node`'s keeper: the live peers it is connected to
+    /// answered their pings since the last one.
+    pub(super) fn tick(&mut self, node: u32) {
+        let now = self.keeper_now();
+        let peers: Vec<u32> = match &self.nodes[node as usize].overlay {
+            NodeOverlay::Ours(keeper) if self.nodes[node as usize].alive => keeper
+                .connected_peers()
+                .copied()
+                .filter(|p| self.nodes[*p as usize].alive)
+                .collect(),
+            _ => return,
+        };
+        for peer in peers {
+            let rtt = self.sample(node, peer);
+            if let Some(keeper) = self.keeper(node) {
+                keeper.rtt(peer, rtt, now);
+            }
+        }
+        if let Some(keeper) = self.keeper(node) {
+            keeper.tick(now, &SimFacts);
+        }
+        self.keep_peers(node);
+    }
+
+    /// A node that rejoins: a fresh keeper, a few random peers, then as
+    /// many ticks as the warm-up at this moment.
+    pub(super) fn rejoin_ours(&mut self, node: u32, alive: &[u32]) {
+        self.bootstrap(node, alive);
+        for _ in 0..self.scenario.overlay.warmup_ticks {
+            self.tick(node);
+        }
+    }
+
+    /// `failed` is noticed: every connection to it closes. Returns the
+    /// nodes that were connected to it or had measured it.
+    pub(super) fn connections_fail(&mut self, failed: u32) -> Vec<u32> {
+        let ids: Vec<u64> = self
+            .connections
+            .iter()
+            .filter(|(_, (a, b))| *a == failed || *b == failed)
+            .map(|(id, _)| *id)
+            .collect();
+        let knowers: Vec<u32> = (0..self.nodes.len() as u32)
+            .filter(|n| {
+                *n != failed
+                    && self.nodes[*n as usize].alive
+                    && match &self.nodes[*n as usize].overlay {
+                        NodeOverlay::Ours(k) => {
+                            k.is_connected(&failed) || k.table().rtt(&failed).is_some()
+                        }
+                        NodeOverlay::Paper(rtts) => rtts.contains_key(&failed),
+                    }
+            })
+            .collect();
+        for id in ids {
+            self.close(id);
+        }
+        knowers
+    }
+
+    /// Executes the actions of `node`'s keeper, and those of every keeper
+    /// they make act, until all are done; then the flood links of every
+    /// node touched are brought up to date.
+    pub(super) fn keep_peers(&mut self, node: u32) {
+        let mut work = VecDeque::from([node]);
+        let mut done = 0usize;
+        while let Some(node) = work.pop_front() {
+            while let Some(action) = self.keeper(node).and_then(|k| k.poll_action()) {
+                done += 1;
+                assert!(
+                    done < MAX_ACTIONS_PER_BURST,
+                    "peer keeping did not settle after {done} actions"
+                );
+                self.act(node, action, &mut work);
+            }
+            self.relink(node);
+        }
+    }
+
+    fn act(&mut self, node: u32, action: Action<u32, u64>, work: &mut VecDeque<u32>) {
+        let now = self.keeper_now();
+        match action {
+            Action::Dial(peer) => self.dial(node, peer, work),
+            Action::Close(id) => {
+                for touched in self.close(id) {
+                    work.push_back(touched);
+                }
+            }
+            Action::Disconnect { peer, .. } => {
+                let ids: Vec<u64> = self
+                    .connections
+                    .iter()
+                    .filter(|(_, ends)| **ends == (node, peer) || **ends == (peer, node))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in ids {
+                    for touched in self.close(id) {
+                        work.push_back(touched);
+                    }
+                }
+            }
+            Action::Link { peer, on } => {
+                if let Some(keeper) = self.keeper(peer) {
+                    keeper.link_requested(node, on);
+                    work.push_back(peer);
+                }
+            }
+            Action::AskPeers(peer) => {
+                let answer = match self.keeper(peer) {
+                    Some(keeper) if keeper.is_connected(&node) => {
+                        let records = keeper.peers_requested(&node, MAX_PEER_RECORDS);
+                        keeper.peers_sent(&node, now, &SimFacts);
+                        work.push_back(peer);
+                        Some(records)
+                    }
+                    _ => None,
+                };
+                if let Some(keeper) = self.keeper(node)
+                    && keeper.exchange_ended(&peer)
+                    && let Some(records) = answer
+                {
+                    keeper.learned(records.into_iter().filter(|p| *p != node), now, &SimFacts);
+                }
+            }
+            Action::Forgotten(peer) => self.nodes[node as usize].router.peer_lost(&peer),
+            // Nobody misbehaves and nobody has bootstrap addresses; the
+            // links are brought up to date after the burst.
+            Action::Ban(_)
+            | Action::Unban(_)
+            | Action::DialBootstrap
+            | Action::NeighboursChanged { .. } => {}
+        }
+    }
+
+    /// `node` dials `peer`: a connection opens at once if `peer` is alive
+    /// and not connected yet; both identify themselves and measure it.
+    fn dial(&mut self, node: u32, peer: u32, work: &mut VecDeque<u32>) {
+        let now = self.keeper_now();
+        if self.keeper(peer).is_none() {
+            if let Some(keeper) = self.keeper(node) {
+                keeper.dial_failed(&peer, DialFailure::Unreachable, now);
+            }
+            return;
+        }
+        if self.keeper(node).is_none_or(|k| k.is_connected(&peer)) {
+            return;
+        }
+        self.next_connection += 1;
+        let id = self.next_connection;
+        self.connections.insert(id, (node, peer));
+        for (a, b, dialer) in [(node, peer, true), (peer, node, false)] {
+            if let Some(keeper) = self.keeper(a) {
+                keeper.connected(b, id, dialer, now);
+            }
+        }
+        for (a, b) in [(node, peer), (peer, node)] {
+            if let Some(keeper) = self.keeper(a) {
+                keeper.identified(b, true, now);
+            }
+        }
+        for _ in 0..self.scenario.overlay.samples.max(1) {
+            for (a, b) in [(node, peer), (peer, node)] {
+                let rtt = self.sample(a, b);
+                if let Some(keeper) = self.keeper(a) {
+                    keeper.rtt(b, rtt, now);
+                }
+            }
+        }
+        work.push_back(peer);
+    }
+
+    /// Closes connection `id` at both of its live ends; returns them.
+    fn close(&mut self, id: u64) -> Vec<u32> {
+        let now = self.keeper_now();
+        let Some((a, b)) = self.connections.remove(&id) else {
+            return Vec::new();
+        };
+        let mut touched = Vec::new();
+        for (x, y) in [(a, b), (b, a)] {
+            if let Some(keeper) = self.keeper(x) {
+                keeper.disconnected(&y, &id, now);
+                touched.push(x);
+            }
+        }
+        touched
+    }
+
+    /// Brings the links `node` floods over up to date: ours are the
+    /// keeper's (its neighbours and the peers that chose it).
+    fn relink(&mut self, node: u32) {
+        let n = &mut self.nodes[node as usize];
+        if let NodeOverlay::Ours(keeper) = &n.overlay {
+            n.neighbours = keeper.links();
+        }
+    }
+
+    /// The neighbours each node chose as its nearest (the `near` links).
+    pub fn near_links(&self) -> Vec<Vec<u32>> {
+        self.nodes
+            .iter()
+            .map(|n| match &n.overlay {
+                NodeOverlay::Ours(keeper) => keeper
+                    .table()
+                    .neighbours()
+                    .filter(|(_, kind, _)| *kind == LinkKind::Near)
+                    .map(|(p, _, _)| *p)
+                    .collect(),
+                NodeOverlay::Paper(_) => Vec::new(),
+            })
+            .collect()
+    }
+}
