@@ -230,9 +230,9 @@ impl Node {
                 transport: Some(Box::new(transport)),
             };
             let handle = self.sandbox.start(&program, spec);
-            self.status.worker_started();
             if let Some(member) = self.members.get_mut(&job) {
                 member.workers.insert(rank, handle.cancel_handle());
+                self.status.worker_started(job, member.home, rank);
             }
             tracing::info!(job = %JobId(job), rank, "worker started");
             let net = self.net.clone();

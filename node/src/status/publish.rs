@@ -124,10 +124,19 @@ impl Publisher {
         }
     }
 
-    /// A worker started on this node.
-    pub(crate) fn worker_started(&mut self) {
+    /// A worker of rank `rank` of `job` (home `home`) started on this node.
+    pub(crate) fn worker_started(&mut self, job: u64, home: PeerId, rank: u32) {
         self.workers_started += 1;
         self.dirty = true;
+        if home != self.status.me {
+            // Noted at once: a worker that ends before the next view is
+            // made would otherwise never be seen here (the views sample
+            // what runs).
+            self.participation(job, home)
+                .local
+                .entry(rank)
+                .or_insert(WorkerState::Running);
+        }
     }
 
     /// This node got the copy of a job it runs workers of.
