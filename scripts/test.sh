@@ -26,6 +26,9 @@ for built in "$check_dir"/examples/wasm/*.wasm; do
   fi
 done
 
+echo "== no module depends on a module that depends back on it"
+python3 scripts/module-cycles.py
+
 echo "== cargo fmt --check"
 cargo fmt --all --check
 

@@ -67,7 +67,6 @@ use zorilla_overlay::streams::protocol::{
 use zorilla_overlay::{OverlayHandle, PeerId, PeerStream};
 use zorilla_sandbox::{Delivery, MembershipChange, TransportError};
 
-use crate::net::{JobNet, lock};
 use crate::wire::Placed;
 
 /// How long a sender keeps trying to reach a peer before its messages
@@ -296,12 +295,27 @@ impl Inbox {
 
 // ----- the node's links -----
 
+/// What the links need of a job that has ranks here: the inbox of each of
+/// its ranks here, and where it places each rank (as this node knows it).
+pub(crate) trait JobRoutes: Send + Sync {
+    /// The inbox of `rank`'s worker here, if it has one.
+    fn inbox(&self, rank: u32) -> Option<Arc<Inbox>>;
+    /// Where the job places `rank`.
+    fn placed(&self, rank: u32) -> Option<Placed>;
+}
+
+/// Locks `m`, whether or not a holder panicked.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section is a single insert, remove or clone.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Every link of this node: the registry of its jobs (for inbound data),
 /// its outbound links and its inbound channel states, per peer.
 pub(crate) struct Links {
     me: PeerId,
     overlay: OverlayHandle,
-    jobs: Mutex<HashMap<u64, Weak<JobNet>>>,
+    jobs: Mutex<HashMap<u64, Weak<dyn JobRoutes>>>,
     out: Mutex<HashMap<PeerId, Arc<OutLink>>>,
     inbound: Mutex<HashMap<PeerId, Arc<PeerInbound>>>,
 }
@@ -334,12 +348,13 @@ impl Links {
         });
     }
 
-    /// Makes `job`'s ranks here reachable for messages from other nodes.
-    pub(crate) fn add_job(&self, job: &Arc<JobNet>) {
+    /// Makes `job`'s ranks here reachable for messages from other nodes,
+    /// for as long as `routes` lives.
+    pub(crate) fn add_job(&self, job: u64, routes: Weak<dyn JobRoutes>) {
         let live: HashSet<u64> = {
             let mut jobs = lock(&self.jobs);
             jobs.retain(|_, j| j.strong_count() > 0);
-            jobs.insert(job.job, Arc::downgrade(job));
+            jobs.insert(job, routes);
             jobs.keys().copied().collect()
         };
         // The channel states of jobs no longer here go (data for them is
@@ -352,7 +367,7 @@ impl Links {
         }
     }
 
-    fn job(&self, job: u64) -> Option<Arc<JobNet>> {
+    fn job(&self, job: u64) -> Option<Arc<dyn JobRoutes>> {
         lock(&self.jobs).get(&job).and_then(Weak::upgrade)
     }
 
@@ -859,7 +874,7 @@ fn receive(
             let placed = job
                 .as_ref()
                 .filter(|_| fresh)
-                .and_then(|job| job.ranks.borrow().get(&channel.from).copied());
+                .and_then(|job| job.placed(channel.from));
             admit(channel, peer, inbox, fresh.then_some(placed))
         }
     };

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -27,7 +27,7 @@ use zorilla_overlay::{OverlayHandle, PeerId};
 use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Delivery, Rank, Transport, TransportError};
 
-use crate::link::{Inbox, Links};
+use crate::link::{Inbox, JobRoutes, Links, lock};
 use crate::wire::{BarrierMsg, PeerReply, PeerRpc, Placed, decode, encode};
 
 /// Capacity of each rank's barrier queue.
@@ -103,7 +103,8 @@ impl JobNet {
             closed: AtomicBool::new(false),
             links,
         });
-        net.links.add_job(&net);
+        let routes: Weak<dyn JobRoutes> = Arc::downgrade(&net) as Weak<JobNet>;
+        net.links.add_job(job, routes);
         net
     }
 
@@ -156,14 +157,19 @@ impl JobNet {
     }
 }
 
+impl JobRoutes for JobNet {
+    fn inbox(&self, rank: u32) -> Option<Arc<Inbox>> {
+        JobNet::inbox(self, rank)
+    }
+
+    fn placed(&self, rank: u32) -> Option<Placed> {
+        self.ranks.borrow().get(&rank).copied()
+    }
+}
+
 /// The node of each rank of `placement`.
 fn nodes(placement: &BTreeMap<u32, Placed>) -> BTreeMap<u32, PeerId> {
     placement.iter().map(|(rank, p)| (*rank, p.node)).collect()
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Every critical section is a single insert, remove or clone.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Barrier traffic queued for a rank of this node: what rank `from`, on

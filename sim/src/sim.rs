@@ -32,8 +32,9 @@ use zorilla_core::resources::Resources;
 use zorilla_core::schedule::{FloodMode, ScheduleConfig};
 
 use crate::scenario::{Grid, Scenario};
-use peers::NodeOverlay;
+use node_overlay::NodeOverlay;
 
+mod node_overlay;
 mod peers;
 
 /// Which Zorilla runs: ours, the paper's as the baseline, or an ablation

@@ -11,7 +11,7 @@
 //! as many for a node that rejoins; during the run a failure is noticed
 //! through its connections closing when the failure is detected.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use rand::seq::IndexedRandom;
@@ -20,31 +20,13 @@ use zorilla_core::neighbours::keeper::{Action, DialFailure, KeeperConfig, PeerFa
 use zorilla_core::neighbours::{LinkKind, NeighbourConfig};
 
 use super::Sim;
+use super::node_overlay::NodeOverlay;
 
 /// Most peers in one peer-exchange answer (the overlay's limit).
 const MAX_PEER_RECORDS: usize = 32;
 /// A bound on the actions one burst of peer keeping may take, so that a
 /// policy that never settles stops the run with a clear message.
 const MAX_ACTIONS_PER_BURST: usize = 50_000_000;
-
-/// What a simulated node's overlay is.
-pub(super) enum NodeOverlay {
-    /// The real peer keeping; connections are numbered by the simulator.
-    Ours(Box<PeerKeeper<u32, u64>>),
-    /// The paper's overlay: the RTTs the node measured (the minimum of its
-    /// samples); the links are built by the simulator.
-    Paper(BTreeMap<u32, Duration>),
-}
-
-impl NodeOverlay {
-    /// The node's measured RTT to `peer`.
-    pub(super) fn rtt(&self, peer: &u32) -> Option<Duration> {
-        match self {
-            NodeOverlay::Ours(keeper) => keeper.table().rtt(peer),
-            NodeOverlay::Paper(rtts) => rtts.get(peer).copied(),
-        }
-    }
-}
 
 /// Every simulated peer can be dialed, and no application keeps a
 /// connection busy (the jobs' own connections are not modelled).
