@@ -9,7 +9,9 @@
 # llvm (llvm-ar: GNU ar writes no symbol index for wasm objects, which
 # sdk/build.sh needs), openmpi-bin and libopenmpi-dev (node/tests/mpi.rs
 # runs the MPI test programs under OpenMPI too, and the MPI benchmark
-# measures it beside Zorilla, as does the ping-pong benchmark).
+# measures it beside Zorilla, as does the ping-pong benchmark), python3
+# (scripts/module-cycles.py checks that no module depends back on one
+# that depends on it).
 set -euo pipefail
 
 packages=(
@@ -19,6 +21,7 @@ packages=(
   systemd
   gcc mount
   llvm openmpi-bin libopenmpi-dev
+  python3
 )
 missing=()
 for p in "${packages[@]}"; do
