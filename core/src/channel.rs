@@ -26,13 +26,16 @@
 //! of what the receiving worker has read: its *limit* is the position (in
 //! bytes of the channel's messages, counted from the start) `consumed +
 //! WINDOW_BYTES`, carried in every [`Ack`]. The sender may start a message
-//! that ends within the limit, or any message (up to [`MAX_MESSAGE_BYTES`])
-//! once everything before it was consumed, so that a message larger than
-//! the window still goes, alone. The receiver checks the same rule on every
-//! first chunk, so a channel never holds more than
-//! `max(WINDOW_BYTES, MAX_MESSAGE_BYTES)` bytes at the receiver, and the
-//! retransmission buffer of the sender is bounded the same way (it *is* the
-//! window). Credit is per channel, so a slow reader stalls only its own
+//! that ends within the limit. A message larger than the window (up to
+//! [`MAX_MESSAGE_BYTES`]) needs a *grant*: the sender asks for it with a
+//! chunk that carries the message's length and none of its bytes, and the
+//! receiver, when its budget allows ([`Inbound::grant`]), raises the limit
+//! to the end of that message. So the receiver decides how many large
+//! messages it holds at once (the node grants one per receiving rank at a
+//! time). The receiver checks the limit on every first chunk, so a channel
+//! never holds more than the window, or one granted message, at the
+//! receiver, and the retransmission buffer of the sender is bounded the
+//! same way. Credit is per channel, so a slow reader stalls only its own
 //! senders; the stream never waits for a reader (its data has been granted
 //! room already), so there is no head-of-line blocking between jobs or
 //! ranks sharing it. Chunks of different channels are interleaved round
@@ -166,6 +169,10 @@ struct SendChannel {
     /// The next message to transmit, and the offset in it.
     sent_seq: u64,
     sent_offset: u64,
+    /// A message larger than the window waits for the receiver's grant:
+    /// its length, and whether the ask went out on the current stream.
+    ask: Option<u64>,
+    ask_sent: bool,
 }
 
 impl Default for SendChannel {
@@ -179,18 +186,24 @@ impl Default for SendChannel {
             limit: WINDOW_BYTES,
             sent_seq: 0,
             sent_offset: 0,
+            ask: None,
+            ask_sent: false,
         }
     }
 }
 
 impl SendChannel {
     fn admits(&self, len: u64) -> bool {
-        let start = self.end;
-        start.saturating_add(len) <= self.limit || start.saturating_add(WINDOW_BYTES) <= self.limit
+        self.end.saturating_add(len) <= self.limit
     }
 
     fn has_unsent(&self) -> bool {
         self.sent_seq < self.next_seq
+    }
+
+    /// Whether an ask waits to go out (after every message pushed before).
+    fn ask_due(&self) -> bool {
+        self.ask.is_some() && !self.ask_sent && !self.has_unsent()
     }
 
     fn queued(&self, seq: u64) -> Option<&Queued> {
@@ -207,6 +220,9 @@ pub enum Admission {
     Yes,
     /// Wait for credit (an ack from the peer).
     WaitForCredit,
+    /// Larger than the window: [`Outbox::ask`] the receiver for it, then
+    /// wait for its grant (an ack whose limit covers it).
+    Ask,
     /// Larger than [`MAX_MESSAGE_BYTES`]: refuse at once.
     TooLarge,
 }
@@ -236,8 +252,26 @@ impl Outbox {
         };
         if admits {
             Admission::Yes
+        } else if len > WINDOW_BYTES {
+            Admission::Ask
         } else {
             Admission::WaitForCredit
+        }
+    }
+
+    /// Asks the receiver of `channel` for room for a message of `len`
+    /// bytes, larger than the window (see the module docs); the ask goes
+    /// out after every message pushed before it. Asking again for the same
+    /// message does nothing.
+    pub fn ask(&mut self, channel: ChannelId, len: u64) {
+        let c = self.channels.entry(channel).or_default();
+        if c.ask == Some(len) {
+            return;
+        }
+        c.ask = Some(len);
+        c.ask_sent = false;
+        if c.ask_due() && !self.ready.contains(&channel) {
+            self.ready.push_back(channel);
         }
     }
 
@@ -246,6 +280,7 @@ impl Outbox {
     /// queued all the same and the receiver will refuse it).
     pub fn push(&mut self, channel: ChannelId, data: Vec<u8>) -> u64 {
         let c = self.channels.entry(channel).or_default();
+        c.ask = None;
         let seq = c.next_seq;
         let was_idle = !c.has_unsent();
         c.next_seq += 1;
@@ -262,9 +297,12 @@ impl Outbox {
         !self.ready.is_empty()
     }
 
-    /// Whether every message pushed was acknowledged.
+    /// Whether every message pushed was acknowledged and no ask waits for
+    /// its grant (nothing needs a stream).
     pub fn all_acked(&self) -> bool {
-        self.channels.values().all(|c| c.queue.is_empty())
+        self.channels
+            .values()
+            .all(|c| c.queue.is_empty() && c.ask.is_none())
     }
 
     /// Bytes kept for retransmission.
@@ -282,6 +320,19 @@ impl Outbox {
         let max = max.clamp(1, CHUNK_BYTES) as u64;
         let channel = self.ready.pop_front()?;
         let c = self.channels.get_mut(&channel)?;
+        if !c.has_unsent() {
+            // Nothing left to send but an ask: the first chunk of the
+            // message, without its bytes.
+            let total = c.ask.filter(|_| !c.ask_sent)?;
+            c.ask_sent = true;
+            return Some(Chunk {
+                channel,
+                seq: c.next_seq,
+                offset: 0,
+                total,
+                bytes: &[],
+            });
+        }
         let seq = c.sent_seq;
         let offset = c.sent_offset;
         let total = c.queued(seq)?.data.len() as u64;
@@ -292,7 +343,7 @@ impl Outbox {
         } else {
             c.sent_offset += len;
         }
-        if c.has_unsent() {
+        if c.has_unsent() || c.ask_due() {
             self.ready.push_back(channel);
         }
         let c = self.channels.get(&channel)?;
@@ -344,7 +395,8 @@ impl Outbox {
         for (id, c) in &mut self.channels {
             c.sent_seq = c.queue.front().map_or(c.next_seq, |q| q.seq);
             c.sent_offset = 0;
-            if c.has_unsent() {
+            c.ask_sent = false;
+            if c.has_unsent() || c.ask_due() {
                 self.ready.push_back(*id);
             }
         }
@@ -358,7 +410,8 @@ impl Outbox {
         };
         c.sent_seq = c.queue.front().map_or(c.next_seq, |q| q.seq);
         c.sent_offset = 0;
-        if c.has_unsent() && !self.ready.contains(&channel) {
+        c.ask_sent = false;
+        if (c.has_unsent() || c.ask_due()) && !self.ready.contains(&channel) {
             self.ready.push_back(channel);
         }
     }
@@ -376,11 +429,18 @@ impl Outbox {
         self.channels.retain(|c, _| c.job != job);
     }
 
-    /// The channels that still hold unacknowledged messages.
+    /// Drops the ask of `channel` (the message goes elsewhere).
+    pub fn cancel_ask(&mut self, channel: ChannelId) {
+        if let Some(c) = self.channels.get_mut(&channel) {
+            c.ask = None;
+        }
+    }
+
+    /// The channels that still hold unacknowledged messages or an ask.
     pub fn open_channels(&self) -> Vec<ChannelId> {
         self.channels
             .iter()
-            .filter(|(_, c)| !c.queue.is_empty())
+            .filter(|(_, c)| !c.queue.is_empty() || c.ask.is_some())
             .map(|(id, _)| *id)
             .collect()
     }
@@ -398,6 +458,13 @@ pub enum Received {
     /// A chunk of a message that arrived before: dropped (ack again, so
     /// that the sender frees it).
     Duplicate,
+    /// The sender asks for room for its next message, of `total` bytes,
+    /// larger than the window: the driver [`grant`](Inbound::grant)s it
+    /// when its budget allows.
+    Asked {
+        /// The message's length.
+        total: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -418,6 +485,10 @@ pub struct Inbound {
     consumed: u64,
     /// The message being built.
     partial: Option<Partial>,
+    /// The position up to which a grant lets the sender go.
+    granted: u64,
+    /// Where the message the sender asked room for would end.
+    asked: Option<u64>,
 }
 
 impl Inbound {
@@ -439,7 +510,22 @@ impl Inbound {
 
     /// The credit this end grants (see the module docs).
     pub fn limit(&self) -> u64 {
-        self.consumed.saturating_add(WINDOW_BYTES)
+        self.consumed.saturating_add(WINDOW_BYTES).max(self.granted)
+    }
+
+    /// The position after the last message the worker took.
+    pub fn consumed_position(&self) -> u64 {
+        self.consumed
+    }
+
+    /// Lets the sender send the message it asked room for
+    /// ([`Received::Asked`]); returns the position after it (`None` if
+    /// nothing was asked). The limit never goes down, so a grant cannot be
+    /// taken back.
+    pub fn grant(&mut self) -> Option<u64> {
+        let end = self.asked.take()?;
+        self.granted = self.granted.max(end);
+        Some(end)
     }
 
     /// The ack to send for `channel`.
@@ -471,6 +557,22 @@ impl Inbound {
             return Err(Violation::TooLarge(total));
         }
         let len = bytes.len() as u64;
+        if offset == 0 && len == 0 && total != 0 {
+            // An ask for room for the next message.
+            if seq < self.expected {
+                return Ok(Received::Duplicate);
+            }
+            if seq > self.expected {
+                return Err(Violation::OutOfOrder {
+                    got: seq,
+                    expected: self.expected,
+                });
+            }
+            // A message half built is dropped (the sender starts it anew).
+            self.partial = None;
+            self.asked = Some(self.completed.saturating_add(total));
+            return Ok(Received::Asked { total });
+        }
         if len > CHUNK_BYTES as u64 || (len == 0 && total != 0) {
             return Err(Violation::BadChunk);
         }
@@ -491,9 +593,7 @@ impl Inbound {
             // A message starts (again: after a reconnection the sender
             // begins it anew, and what was built of it is dropped).
             let start = self.completed;
-            let fits = start.saturating_add(total) <= self.limit();
-            let alone = start <= self.consumed;
-            if !(fits || alone) {
+            if start.saturating_add(total) > self.limit() {
                 return Err(Violation::NoCredit);
             }
             // Room for this chunk only: the rest is allocated as it comes.
@@ -688,20 +788,84 @@ mod tests {
     }
 
     #[test]
-    fn a_message_larger_than_the_window_goes_alone() {
+    fn a_message_larger_than_the_window_goes_when_the_receiver_grants_it() {
         let mut out = Outbox::new();
         let mut inb = Inbound::new();
         let big = 2 * WINDOW_BYTES + 1;
-        assert_eq!(out.admits(CH, big), Admission::Yes, "nothing before it");
-        out.push(CH, vec![1; big as usize]);
-        assert_eq!(out.admits(CH, 1), Admission::WaitForCredit);
-        assert_eq!(pump(&mut out, &mut inb).len(), 1);
+        out.push(CH, vec![7; 10]);
+        assert_eq!(out.admits(CH, big), Admission::Ask);
+        out.ask(CH, big);
+        out.ask(CH, big);
+        // The ask goes after the message before it, once, without bytes.
+        let first = out.next_chunk(CHUNK_BYTES).unwrap();
+        assert_eq!((first.seq, first.bytes.len()), (0, 10));
+        assert_eq!(
+            inb.on_chunk(first).unwrap(),
+            Received::Complete(vec![7; 10])
+        );
+        let ask = out.next_chunk(CHUNK_BYTES).unwrap();
+        assert_eq!(
+            (ask.seq, ask.offset, ask.total, ask.bytes.len()),
+            (1, 0, big, 0)
+        );
+        assert_eq!(inb.on_chunk(ask).unwrap(), Received::Asked { total: big });
+        assert!(out.next_chunk(CHUNK_BYTES).is_none());
+        // Without the grant, the acks give no room for it.
         out.on_ack(inb.ack(CH)).unwrap();
-        assert_eq!(out.admits(CH, 1), Admission::WaitForCredit, "not read");
-        inb.consumed(big);
+        assert_eq!(out.admits(CH, big), Admission::Ask);
+        // A lost stream sends the ask again.
+        out.rewind();
+        let again = out.next_chunk(CHUNK_BYTES).unwrap();
+        assert_eq!(inb.on_chunk(again).unwrap(), Received::Asked { total: big });
+        assert_eq!(inb.grant(), Some(10 + big));
+        assert_eq!(inb.grant(), None, "granted once");
         out.on_ack(inb.ack(CH)).unwrap();
         assert_eq!(out.admits(CH, big), Admission::Yes);
+        out.push(CH, vec![1; big as usize]);
+        let got = pump(&mut out, &mut inb);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].len() as u64, big);
+        // Once read, the window is back to normal; nothing large without
+        // another grant.
+        inb.consumed(10 + big);
+        out.on_ack(inb.ack(CH)).unwrap();
+        assert_eq!(out.admits(CH, WINDOW_BYTES), Admission::Yes);
+        assert_eq!(out.admits(CH, WINDOW_BYTES + 1), Admission::Ask);
         assert_eq!(out.admits(CH, MAX_MESSAGE_BYTES + 1), Admission::TooLarge);
+    }
+
+    #[test]
+    fn a_large_message_without_a_grant_is_refused() {
+        let mut inb = Inbound::new();
+        let chunk = Chunk {
+            channel: CH,
+            seq: 0,
+            offset: 0,
+            total: WINDOW_BYTES + 1,
+            bytes: &[0; 16],
+        };
+        assert_eq!(inb.on_chunk(chunk), Err(Violation::NoCredit));
+        // An ask out of order is a violation too; one for a message that
+        // arrived already is a duplicate.
+        let ask = |seq| Chunk {
+            channel: CH,
+            seq,
+            offset: 0,
+            total: WINDOW_BYTES + 1,
+            bytes: &[],
+        };
+        assert!(matches!(
+            inb.on_chunk(ask(3)),
+            Err(Violation::OutOfOrder { .. })
+        ));
+        assert_eq!(
+            inb.on_chunk(ask(0)),
+            Ok(Received::Asked {
+                total: WINDOW_BYTES + 1
+            })
+        );
+        assert_eq!(inb.grant(), Some(WINDOW_BYTES + 1));
+        assert!(matches!(inb.on_chunk(chunk), Ok(Received::Partial)));
     }
 
     #[test]
@@ -737,7 +901,9 @@ mod tests {
             inb.on_chunk(chunk(0, 0, 1, &[1, 2])),
             Err(Violation::BadChunk)
         );
-        assert_eq!(inb.on_chunk(chunk(0, 0, 5, &[])), Err(Violation::BadChunk));
+        // An empty first chunk of a non-empty message is an ask; an empty
+        // chunk anywhere else is not a chunk.
+        assert_eq!(inb.on_chunk(chunk(0, 1, 5, &[])), Err(Violation::BadChunk));
         assert!(matches!(
             inb.on_chunk(chunk(0, 2, 5, &[1])),
             Err(Violation::BadOffset { .. })
@@ -748,8 +914,15 @@ mod tests {
             Err(Violation::BadOffset { .. })
         ));
         assert_eq!(inb.on_chunk(chunk(0, 2, 6, &[1])), Err(Violation::BadChunk));
-        // A 64 MiB announcement holds only what came.
+        // A 64 MiB announcement (granted) holds only what came.
         let mut inb = Inbound::new();
+        assert_eq!(
+            inb.on_chunk(chunk(0, 0, MAX_MESSAGE_BYTES, &[])),
+            Ok(Received::Asked {
+                total: MAX_MESSAGE_BYTES
+            })
+        );
+        inb.grant();
         assert_eq!(
             inb.on_chunk(chunk(0, 0, MAX_MESSAGE_BYTES, &[1; 10])),
             Ok(Received::Partial)

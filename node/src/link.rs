@@ -20,14 +20,17 @@
 //! - Sender: a channel's unacknowledged messages (its retransmission buffer)
 //!   are at most `max(WINDOW_BYTES, one message)`: a worker's `send` waits
 //!   for credit before its message is queued.
-//! - Receiver: each channel (pair of ranks) holds at most `max(WINDOW_BYTES,
-//!   one message)` unread bytes, allocated as chunks arrive (an announced
-//!   length allocates nothing), so a rank holds at most that times the
-//!   number of workers the job places elsewhere (only they can open
-//!   channels to it), and a job on a node at most that times its ranks
-//!   here. The per-message maximum is [`MAX_MESSAGE_BYTES`]
-//!   (64 MiB). Frames are at most [`MAX_FRAME_BYTES`]; each stream has one
-//!   read buffer of that size.
+//! - Receiver: each channel (pair of workers) holds at most
+//!   [`WINDOW_BYTES`] unread bytes, allocated as chunks arrive (an
+//!   announced length allocates nothing). A message larger than the window
+//!   (up to [`MAX_MESSAGE_BYTES`], 64 MiB) comes only when the receiving
+//!   rank grants it room, and a rank grants one such message at a time
+//!   (its sender asks; the others wait in order), so a rank holds at most
+//!   the window times the number of workers the job places elsewhere (only
+//!   they can open channels to it), plus one large message. Workers of the
+//!   same node are bounded the same way per sender, a larger message going
+//!   alone once its sender has nothing unread there. Frames are at most
+//!   [`MAX_FRAME_BYTES`]; each stream has one read buffer of that size.
 //! - A peer that breaks the protocol (a frame that does not decode, a chunk
 //!   out of order or beyond its credit, an ack of what was never sent) has
 //!   its stream dropped and is reported to the overlay.
@@ -134,6 +137,46 @@ pub(crate) struct Inbox {
     ready: Notify,
     /// A local sender's bytes were read, or the inbox closed.
     room: Notify,
+    /// Room granted to remote senders for messages larger than the window.
+    grants: Mutex<Grants>,
+}
+
+/// A rank's grants of room for messages larger than the window (see
+/// [`zorilla_core::channel`]): one granted message at a time, unread or on
+/// its way, so that a rank holds at most one such message whatever the
+/// number of its senders; the other askers wait in order.
+#[derive(Default)]
+struct Grants {
+    /// The channel whose granted message is not read yet, and the position
+    /// its reading reaches.
+    holder: Option<(Weak<PeerInbound>, ChannelId, u64)>,
+    /// Channels that asked, oldest first (each once).
+    waiting: VecDeque<(Weak<PeerInbound>, ChannelId)>,
+}
+
+impl Grants {
+    /// Grants the oldest waiting asker that is still there, if no message
+    /// holds the rank's room.
+    fn next(&mut self) {
+        if let Some((peer, channel, _)) = &self.holder {
+            // A holder whose channel is gone (its sender was replaced, the
+            // peer's state dropped) holds nothing.
+            let alive = peer.upgrade().is_some_and(|p| p.has_channel(*channel));
+            if alive {
+                return;
+            }
+            self.holder = None;
+        }
+        while let Some((weak, channel)) = self.waiting.pop_front() {
+            let Some(peer) = weak.upgrade() else {
+                continue;
+            };
+            if let Some(end) = peer.grant(channel) {
+                self.holder = Some((weak, channel, end));
+                return;
+            }
+        }
+    }
 }
 
 impl Inbox {
@@ -143,7 +186,46 @@ impl Inbox {
             state: Mutex::default(),
             ready: Notify::new(),
             room: Notify::new(),
+            grants: Mutex::default(),
         })
+    }
+
+    /// `peer`'s sender on `channel` asked for room for a message larger
+    /// than the window.
+    fn ask(&self, peer: &Arc<PeerInbound>, channel: ChannelId) {
+        let mut g = lock(&self.grants);
+        let mine = |p: &Weak<PeerInbound>, c: &ChannelId| {
+            *c == channel && std::ptr::eq(p.as_ptr(), Arc::as_ptr(peer))
+        };
+        if g.holder.as_ref().is_some_and(|(p, c, _)| mine(p, c)) {
+            // Asked again (a new stream): the same grant again.
+            if let Some(end) = peer.grant(channel) {
+                g.holder = Some((Arc::downgrade(peer), channel, end));
+            }
+            return;
+        }
+        if !g.waiting.iter().any(|(p, c)| mine(p, c)) {
+            g.waiting.push_back((Arc::downgrade(peer), channel));
+        }
+        g.next();
+    }
+
+    /// The worker read `len` bytes of `peer`'s `channel`: the rank's room
+    /// for a large message frees once the granted one is read.
+    fn read_remote(&self, peer: &Arc<PeerInbound>, channel: ChannelId, len: u64) {
+        let Some(at) = peer.consumed(channel, len) else {
+            return;
+        };
+        let mut g = lock(&self.grants);
+        let done = g.holder.as_ref().is_some_and(|(p, c, end)| {
+            *c == channel && std::ptr::eq(p.as_ptr(), Arc::as_ptr(peer)) && at >= *end
+        });
+        if done {
+            g.holder = None;
+        }
+        if g.holder.is_none() && !g.waiting.is_empty() {
+            g.next();
+        }
     }
 
     /// Which incarnation of its rank the worker is.
@@ -272,7 +354,7 @@ impl Inbox {
                     match source {
                         Source::Local => self.room.notify_waiters(),
                         Source::Remote(peer, channel) => {
-                            peer.consumed(channel, payload.len() as u64);
+                            self.read_remote(&peer, channel, payload.len() as u64);
                         }
                     }
                     return Ok(Delivery::Message { from, payload });
@@ -461,11 +543,21 @@ impl Links {
                         return Ok(Ok(()));
                     }
                     Admission::WaitForCredit => {}
+                    Admission::Ask => {
+                        // Larger than the window: the receiver grants it
+                        // room when its rank has none granted to another.
+                        s.outbox.ask(channel, len);
+                        drop(s);
+                        link.wake.notify_one();
+                    }
                 }
             }
             tokio::select! {
                 () = &mut credit => {}
-                () = &mut moved => return Err(payload.take().unwrap_or_default()),
+                () = &mut moved => {
+                    lock(&link.state).outbox.cancel_ask(channel);
+                    return Err(payload.take().unwrap_or_default());
+                }
             }
         }
     }
@@ -696,21 +788,41 @@ pub(crate) struct PeerInbound {
 }
 
 impl PeerInbound {
-    /// The worker of `channel.to` read `len` bytes of it.
-    fn consumed(&self, channel: ChannelId, len: u64) {
-        let wake = {
+    /// The worker of `channel.to` read `len` bytes of it; returns how far
+    /// it has read the channel.
+    fn consumed(&self, channel: ChannelId, len: u64) -> Option<u64> {
+        let (wake, at) = {
             let mut s = lock(&self.state);
             match s.channels.get_mut(&channel) {
                 Some(c) => {
                     c.inbound.consumed(len);
-                    s.owe(channel, false)
+                    let at = c.inbound.consumed_position();
+                    (s.owe(channel, false), Some(at))
                 }
-                None => false,
+                None => (false, None),
             }
         };
         if wake {
             self.wake.notify_one();
         }
+        at
+    }
+
+    /// Grants `channel`'s sender the room it asked for, and tells it at
+    /// once; returns where the granted message ends.
+    fn grant(&self, channel: ChannelId) -> Option<u64> {
+        let end = {
+            let mut s = lock(&self.state);
+            let end = s.channels.get_mut(&channel)?.inbound.grant()?;
+            s.owe(channel, true);
+            end
+        };
+        self.wake.notify_one();
+        Some(end)
+    }
+
+    fn has_channel(&self, channel: ChannelId) -> bool {
+        lock(&self.state).channels.contains_key(&channel)
     }
 }
 
@@ -928,6 +1040,13 @@ fn receive(
         }
         Ok(Received::Partial) => false,
         Ok(Received::Duplicate) => s.owe(channel, true),
+        Ok(Received::Asked { .. }) => {
+            drop(s);
+            if let Some(inbox) = &inbox {
+                inbox.ask(state, channel);
+            }
+            return Ok(());
+        }
         Ok(Received::Complete(message)) => {
             let wake = s.owe(channel, false);
             drop(s);
@@ -1051,5 +1170,91 @@ mod tests {
         // The worker ended.
         inbox.close();
         assert_eq!(admit(CH, peer, &inbox, None), Some(Refusal::Closed));
+    }
+
+    /// A peer's receiving side with `channel` asking for `total` bytes.
+    fn asking(channel: ChannelId, total: u64) -> Arc<PeerInbound> {
+        let peer = Arc::new(PeerInbound {
+            state: Mutex::new(RecvState::default()),
+            wake: Notify::new(),
+        });
+        let mut inbound = Inbound::new();
+        let ask = zorilla_core::channel::Chunk {
+            channel,
+            seq: 0,
+            offset: 0,
+            total,
+            bytes: &[],
+        };
+        assert_eq!(inbound.on_chunk(ask), Ok(Received::Asked { total }));
+        lock(&peer.state).channels.insert(
+            channel,
+            RecvChannel {
+                inbound,
+                advertised: WINDOW_BYTES,
+            },
+        );
+        peer
+    }
+
+    fn limit(peer: &PeerInbound, channel: ChannelId) -> u64 {
+        lock(&peer.state).channels[&channel].inbound.limit()
+    }
+
+    #[test]
+    fn a_rank_holds_one_message_larger_than_the_window_at_a_time() {
+        let big = 3 * WINDOW_BYTES;
+        let other = ChannelId { from: 7, ..CH };
+        let (a, b) = (asking(CH, big), asking(other, big));
+        let inbox = Inbox::new(5);
+        inbox.ask(&a, CH);
+        assert_eq!(limit(&a, CH), big, "the first asker is granted");
+        inbox.ask(&b, other);
+        assert_eq!(limit(&b, other), WINDOW_BYTES, "the second waits");
+        // Asked again (a new stream): granted again, the other still waits.
+        lock(&a.state)
+            .channels
+            .get_mut(&CH)
+            .unwrap()
+            .inbound
+            .on_chunk(zorilla_core::channel::Chunk {
+                channel: CH,
+                seq: 0,
+                offset: 0,
+                total: big,
+                bytes: &[],
+            })
+            .unwrap();
+        inbox.ask(&a, CH);
+        assert_eq!(limit(&b, other), WINDOW_BYTES);
+        // Part of the granted message read: still held. All of it: the
+        // next asker gets the room.
+        {
+            let mut s = lock(&a.state);
+            let c = s.channels.get_mut(&CH).unwrap();
+            for offset in (0..big).step_by(CHUNK_BYTES) {
+                let bytes = vec![0; CHUNK_BYTES];
+                c.inbound
+                    .on_chunk(zorilla_core::channel::Chunk {
+                        channel: CH,
+                        seq: 0,
+                        offset,
+                        total: big,
+                        bytes: &bytes,
+                    })
+                    .unwrap();
+            }
+        }
+        inbox.read_remote(&a, CH, big / 2);
+        assert_eq!(limit(&b, other), WINDOW_BYTES);
+        inbox.read_remote(&a, CH, big / 2);
+        assert_eq!(limit(&b, other), big);
+        // A holder whose channel is gone holds nothing.
+        let c = asking(ChannelId { from: 8, ..CH }, big);
+        inbox.ask(&c, ChannelId { from: 8, ..CH });
+        assert_eq!(limit(&c, ChannelId { from: 8, ..CH }), WINDOW_BYTES);
+        lock(&b.state).channels.clear();
+        inbox.ask(&c, ChannelId { from: 8, ..CH });
+        assert_eq!(limit(&c, ChannelId { from: 8, ..CH }), big);
     }
 }
