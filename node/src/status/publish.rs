@@ -285,7 +285,7 @@ impl Publisher {
                     }
                 }
             }
-            jobs.push(p.entry(*id));
+            jobs.push(p.entry(*id, me));
         }
         // Jobs under way first, then the newest.
         let key = |j: &JobEntry| {
@@ -337,7 +337,8 @@ impl Participation {
         self.phase > JobPhase::Running
     }
 
-    fn entry(&self, job: u64) -> JobEntry {
+    /// The job's entry on this node (`me`).
+    fn entry(&self, job: u64, me: PeerId) -> JobEntry {
         let request = self.request.as_ref();
         let mut workers: Vec<WorkerInfo> = self
             .ranks
@@ -358,7 +359,7 @@ impl Participation {
         for (rank, state) in &self.local {
             if !self.ranks.contains_key(rank) {
                 workers.push(WorkerInfo {
-                    node: String::new(),
+                    node: me.to_string(),
                     index: *rank,
                     state: *state,
                     exit_code: None,
