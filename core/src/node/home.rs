@@ -209,23 +209,8 @@ impl<P: PeerKey> Scheduler<P> {
             }));
         }
         if total >= job.spec.workers.max {
-            job.next_flood_at = None;
             self.last_reach = job.schedule.reach();
-            out.push(Output::Job(JobEvent::Full { job: job_id }));
-            // Offers not used are released.
-            for (node, _) in std::mem::take(&mut job.offers) {
-                *job.report
-                    .refusals
-                    .entry(RefuseReason::NotChosen)
-                    .or_default() += 1;
-                out.push(Output::Send {
-                    to: node,
-                    msg: Message::Refuse {
-                        job: job_id,
-                        reason: RefuseReason::NotChosen,
-                    },
-                });
-            }
+            job.full(job_id, out);
         }
     }
 

@@ -111,6 +111,27 @@ struct HeldOffer {
 }
 
 impl<P> HomeJob<P> {
+    /// The job has all the workers it can use: flooding stops, and the
+    /// offers not used are released.
+    fn full(&mut self, job_id: JobId, out: &mut Vec<Output<P>>) {
+        self.next_flood_at = None;
+        out.push(Output::Job(JobEvent::Full { job: job_id }));
+        for (node, _) in std::mem::take(&mut self.offers) {
+            *self
+                .report
+                .refusals
+                .entry(RefuseReason::NotChosen)
+                .or_default() += 1;
+            out.push(Output::Send {
+                to: node,
+                msg: Message::Refuse {
+                    job: job_id,
+                    reason: RefuseReason::NotChosen,
+                },
+            });
+        }
+    }
+
     fn granted_workers(&self) -> u32 {
         self.granted.values().fold(0u32, |sum, r| {
             sum.saturating_add(u32::try_from(r.len()).unwrap_or(u32::MAX))
@@ -449,21 +470,7 @@ impl<P: PeerKey> Scheduler<P> {
             job.flood_afresh(now, max);
         } else if max == granted && job.next_flood_at.is_some() {
             // Shrunk to what it has: it is full now.
-            job.next_flood_at = None;
-            out.push(Output::Job(JobEvent::Full { job: job_id }));
-            for (node, _) in std::mem::take(&mut job.offers) {
-                *job.report
-                    .refusals
-                    .entry(RefuseReason::NotChosen)
-                    .or_default() += 1;
-                out.push(Output::Send {
-                    to: node,
-                    msg: Message::Refuse {
-                        job: job_id,
-                        reason: RefuseReason::NotChosen,
-                    },
-                });
-            }
+            job.full(job_id, &mut out);
         }
         self.step_home_jobs(now, &mut out);
         Ok(self.loopback(now, out))
