@@ -154,7 +154,18 @@ struct Grants {
     waiting: VecDeque<(Weak<PeerInbound>, ChannelId)>,
 }
 
+/// Whether `p`'s `c` is `peer`'s `channel`.
+fn same(p: &Weak<PeerInbound>, c: ChannelId, peer: &Arc<PeerInbound>, channel: ChannelId) -> bool {
+    c == channel && std::ptr::eq(p.as_ptr(), Arc::as_ptr(peer))
+}
+
 impl Grants {
+    /// Where the granted message ends, if `peer`'s `channel` holds the room.
+    fn held(&self, peer: &Arc<PeerInbound>, channel: ChannelId) -> Option<u64> {
+        let (p, c, end) = self.holder.as_ref()?;
+        same(p, *c, peer, channel).then_some(*end)
+    }
+
     /// Grants the oldest waiting asker that is still there, if no message
     /// holds the rank's room.
     fn next(&mut self) {
@@ -194,17 +205,14 @@ impl Inbox {
     /// than the window.
     fn ask(&self, peer: &Arc<PeerInbound>, channel: ChannelId) {
         let mut g = lock(&self.grants);
-        let mine = |p: &Weak<PeerInbound>, c: &ChannelId| {
-            *c == channel && std::ptr::eq(p.as_ptr(), Arc::as_ptr(peer))
-        };
-        if g.holder.as_ref().is_some_and(|(p, c, _)| mine(p, c)) {
+        if g.held(peer, channel).is_some() {
             // Asked again (a new stream): the same grant again.
             if let Some(end) = peer.grant(channel) {
                 g.holder = Some((Arc::downgrade(peer), channel, end));
             }
             return;
         }
-        if !g.waiting.iter().any(|(p, c)| mine(p, c)) {
+        if !g.waiting.iter().any(|(p, c)| same(p, *c, peer, channel)) {
             g.waiting.push_back((Arc::downgrade(peer), channel));
         }
         g.next();
@@ -217,10 +225,7 @@ impl Inbox {
             return;
         };
         let mut g = lock(&self.grants);
-        let done = g.holder.as_ref().is_some_and(|(p, c, end)| {
-            *c == channel && std::ptr::eq(p.as_ptr(), Arc::as_ptr(peer)) && at >= *end
-        });
-        if done {
+        if g.held(peer, channel).is_some_and(|end| at >= end) {
             g.holder = None;
         }
         if g.holder.is_none() && !g.waiting.is_empty() {
