@@ -9,10 +9,6 @@ impl Node {
         let mut changed = BTreeSet::new();
         for output in out {
             match output {
-                Output::Send {
-                    to,
-                    msg: msg @ Message::Grant { .. },
-                } => self.send_grant(to, msg),
                 Output::Send { to, msg } => self.send(to, PeerRpc::Sched(msg)),
                 Output::Flood(advert) => {
                     self.messages_sent += 1;

@@ -115,28 +115,18 @@ impl Node {
         }
     }
 
+    /// Sends `rpc`; an answer that says which run of the node took a
+    /// grant goes to liveness (see
+    /// [`zorilla_core::liveness::RankLiveness::booted`]).
     pub(super) fn send(&mut self, to: PeerId, rpc: PeerRpc) {
         self.messages_sent += 1;
         let net = self.net.clone();
         self.tasks.spawn(async move {
-            if let Err(e) = net.call(to, rpc).await {
-                tracing::debug!(peer = %to, "send failed: {e}");
-            }
-            Done::Nothing
-        });
-    }
-
-    /// Sends a grant; the answer says which run of the node took it (see
-    /// [`zorilla_core::liveness::RankLiveness::booted`]).
-    pub(super) fn send_grant(&mut self, to: PeerId, msg: Message<PeerId>) {
-        self.messages_sent += 1;
-        let net = self.net.clone();
-        self.tasks.spawn(async move {
-            match net.call(to, PeerRpc::Sched(msg)).await {
+            match net.call(to, rpc).await {
                 Ok(PeerReply::Granted { boot }) => Done::Granted { peer: to, boot },
                 Ok(_) => Done::Nothing,
                 Err(e) => {
-                    tracing::debug!(peer = %to, "grant failed: {e}");
+                    tracing::debug!(peer = %to, "send failed: {e}");
                     Done::Nothing
                 }
             }
