@@ -5,6 +5,7 @@
 //! Each [`Decoder`] goes through the code the overlay runs on a real
 //! stream, so whatever checks it makes run under the fuzzer too.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::io::Cursor;
@@ -12,8 +13,10 @@ use libp2p::StreamProtocol;
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::Codec;
 use zorilla_core::advert::{FloodHeader, JobId};
+use zorilla_core::channel::{Ack, CHUNK_BYTES, ChannelId, Chunk, Inbound, Outbox, Received};
 use zorilla_core::flood::FloodId;
 
+use crate::streams::protocol::{self, Frame, Refusal};
 use crate::wire::{
     self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, ReadBudget, RpcRequest, RpcResponse,
 };
@@ -43,11 +46,15 @@ pub enum Decoder {
     RpcRequest,
     /// An rpc response's CBOR alone.
     RpcResponse,
+    /// The ranks stream (messages between workers): frame after frame, as
+    /// a node's link reads them, each chunk taken in by its channel's
+    /// receiving end and each acknowledgement by the sending side.
+    RanksStream,
 }
 
 impl Decoder {
     /// Every decoder.
-    pub const ALL: [Decoder; 7] = [
+    pub const ALL: [Decoder; 8] = [
         Decoder::FloodStream,
         Decoder::FloodAckStream,
         Decoder::RpcRequestStream,
@@ -55,6 +62,7 @@ impl Decoder {
         Decoder::FloodFrame,
         Decoder::RpcRequest,
         Decoder::RpcResponse,
+        Decoder::RanksStream,
     ];
 }
 
@@ -100,7 +108,62 @@ pub fn decode(d: Decoder, bytes: &[u8]) -> Result<(), String> {
         Decoder::FloodFrame => cbor(wire::decode::<FloodFrame>(bytes).map(drop)),
         Decoder::RpcRequest => cbor(wire::decode::<RpcRequest>(bytes).map(drop)),
         Decoder::RpcResponse => cbor(wire::decode::<RpcResponse>(bytes).map(drop)),
+        Decoder::RanksStream => read_ranks_stream(bytes),
     }
+}
+
+/// The channel the sending side of [`read_ranks_stream`] has messages on,
+/// so that acknowledgements for it reach real state.
+const SENT_ON: ChannelId = ChannelId {
+    job: 7,
+    from: 1,
+    from_incarnation: 2,
+    to: 3,
+    to_incarnation: 4,
+};
+
+/// The channels one fuzzed stream may open: a node refuses data for ranks
+/// that are not its own, so a stream cannot open many.
+const STREAM_CHANNELS: usize = 64;
+
+fn read_ranks_stream(bytes: &[u8]) -> Result<(), String> {
+    let mut outbox = Outbox::new();
+    for len in [3, 0, 100] {
+        outbox.push(SENT_ON, vec![1; len]);
+    }
+    while outbox.next_chunk(CHUNK_BYTES).is_some() {}
+    let mut inbound: BTreeMap<ChannelId, Inbound> = BTreeMap::new();
+    let mut at = 0;
+    while let Some((frame, used)) = protocol::decode(&bytes[at..]).map_err(|e| e.to_string())? {
+        at += used;
+        match frame {
+            Frame::Data(chunk) => {
+                if inbound.len() >= STREAM_CHANNELS && !inbound.contains_key(&chunk.channel) {
+                    return Err("data for more channels than the node's ranks".into());
+                }
+                let channel = inbound.entry(chunk.channel).or_default();
+                match channel.on_chunk(chunk).map_err(|e| e.to_string())? {
+                    // The worker reads at once, and every ask is granted, so
+                    // that large messages come in too.
+                    Received::Complete(message) => channel.consumed(message.len() as u64),
+                    Received::Asked { .. } => {
+                        channel.grant();
+                    }
+                    Received::Partial | Received::Duplicate => {}
+                }
+            }
+            Frame::Ack(ack) => {
+                outbox.on_ack(ack).map_err(|e| e.to_string())?;
+            }
+            Frame::Refuse(channel, _) => {
+                outbox.close(channel);
+            }
+        }
+    }
+    if at < bytes.len() {
+        return Err("the stream ends inside a frame".into());
+    }
+    Ok(())
 }
 
 /// A valid encoding of a random value of what decoder `d` reads, from
@@ -112,6 +175,7 @@ pub fn sample(d: Decoder, seed: u64) -> Vec<u8> {
         Decoder::FloodAckStream => wire::encode(&FloodAck),
         Decoder::RpcRequestStream | Decoder::RpcRequest => wire::encode(&rpc_request(g)),
         Decoder::RpcResponseStream | Decoder::RpcResponse => wire::encode(&rpc_response(g)),
+        Decoder::RanksStream => Ok(ranks_stream(g)),
     };
     bytes.expect("samples encode")
 }
@@ -220,4 +284,88 @@ fn rpc_response(g: &mut Gen) -> RpcResponse {
         1 => RpcResponse::App(g.bytes()),
         _ => RpcResponse::Done,
     }
+}
+
+/// A stream of valid frames: the messages of a few channels cut into
+/// chunks in order (now and then an ask for a large one), acknowledgements
+/// of what [`read_ranks_stream`]'s sender sent, and refusals.
+fn ranks_stream(g: &mut Gen) -> Vec<u8> {
+    let mut out = Vec::new();
+    let channels: Vec<ChannelId> = (0..1 + g.below(3))
+        .map(|i| ChannelId {
+            job: g.below(3),
+            from: i as u32,
+            from_incarnation: g.below(2) as u32,
+            to: g.below(2) as u32,
+            to_incarnation: g.int() as u32,
+        })
+        .collect();
+    let mut next_seq = vec![0u64; channels.len()];
+    for _ in 0..g.len() + 1 {
+        let pick = g.below(channels.len() as u64) as usize;
+        let channel = channels[pick];
+        match g.below(6) {
+            0 => protocol::encode(
+                &Frame::Ack(Ack {
+                    channel: SENT_ON,
+                    next: g.below(4),
+                    limit: g.int(),
+                }),
+                &mut out,
+            ),
+            1 => protocol::encode(&Frame::Refuse(channel, Refusal::NotHere), &mut out),
+            2 => {
+                // An ask for a message larger than the window.
+                let total = zorilla_core::channel::WINDOW_BYTES + 1 + g.below(1000);
+                let seq = next_seq[pick];
+                let ask = Chunk {
+                    channel,
+                    seq,
+                    offset: 0,
+                    total,
+                    bytes: &[],
+                };
+                protocol::encode(&Frame::Data(ask), &mut out);
+                let bytes = g.bytes();
+                let part = Chunk {
+                    channel,
+                    seq,
+                    offset: 0,
+                    total,
+                    bytes: &bytes,
+                };
+                protocol::encode(&Frame::Data(part), &mut out);
+            }
+            _ => {
+                let message = g.bytes();
+                let seq = next_seq[pick];
+                next_seq[pick] += 1;
+                let total = message.len() as u64;
+                let mut offset = 0;
+                let pieces = message.chunks(1 + g.below(64) as usize).collect::<Vec<_>>();
+                if pieces.is_empty() {
+                    let chunk = Chunk {
+                        channel,
+                        seq,
+                        offset: 0,
+                        total: 0,
+                        bytes: &[],
+                    };
+                    protocol::encode(&Frame::Data(chunk), &mut out);
+                }
+                for bytes in pieces {
+                    let chunk = Chunk {
+                        channel,
+                        seq,
+                        offset,
+                        total,
+                        bytes,
+                    };
+                    protocol::encode(&Frame::Data(chunk), &mut out);
+                    offset += bytes.len() as u64;
+                }
+            }
+        }
+    }
+    out
 }

@@ -1,8 +1,9 @@
 //! Fuzzing of the overlay's decoders of bytes from peers: flood frames and
 //! their acknowledgements, rpc requests and responses (peer exchange, links,
 //! the node's opaque payloads), each as the request-response codec reads a
-//! stream (`read_capped`, then CBOR) and as bare CBOR; and the emulated
-//! latency topology file.
+//! stream (`read_capped`, then CBOR) and as bare CBOR; the ranks stream
+//! (messages between workers, through the core's channel ends); and the
+//! emulated latency topology file.
 //!
 //! Each decoder gets valid encodings of random values, mutated (bit flips,
 //! insertions, deletions, truncation, splices of two encodings, extreme
@@ -78,6 +79,11 @@ fn rpc_request_streams() {
 #[test]
 fn rpc_response_streams() {
     both(Decoder::RpcResponseStream);
+}
+
+#[test]
+fn ranks_streams() {
+    both(Decoder::RanksStream);
 }
 
 #[test]
