@@ -1,0 +1,434 @@
+//! How the event loop takes libp2p's events: connections, identify, ping,
+//! floods, rpc requests and peer exchange.
+
+use libp2p::core::ConnectedPoint;
+use libp2p::request_response::{self, InboundFailure};
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::{DialError, SwarmEvent};
+use libp2p::{Multiaddr, PeerId, identify, mdns, ping};
+use zorilla_core::neighbours::keeper::DialFailure;
+
+use crate::wire::{Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse};
+
+use super::super::swarm::{BehaviourEvent, dialable, tcp_port};
+use super::super::types::{Event, RequestError, Responder};
+use super::{Driver, Facts};
+
+/// Most addresses remembered per peer.
+const MAX_ADDRS_PER_PEER: usize = 8;
+/// Most peers in one peer-exchange answer.
+const MAX_PEER_RECORDS: usize = 32;
+
+impl Driver {
+    pub(super) async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::NewListenAddr { address, .. } => {
+                if let (Some(latency), Some(port)) = (&self.config.latency, tcp_port(&address)) {
+                    latency.topology.assign_port(port, &latency.site);
+                }
+                if !self.listen_addrs.contains(&address) {
+                    self.listen_addrs.push(address.clone());
+                }
+                self.emit(Event::Listening { addr: address }).await;
+            }
+            SwarmEvent::ExpiredListenAddr { address, .. } => {
+                self.listen_addrs.retain(|a| *a != address);
+            }
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                connection_id,
+                endpoint,
+                ..
+            } => {
+                self.stats.connections += 1;
+                if let ConnectedPoint::Dialer { address, .. } = &endpoint {
+                    self.remember_addrs(peer_id, [address.clone()]);
+                }
+                let now = self.now();
+                self.keeper
+                    .connected(peer_id, connection_id, endpoint.is_dialer(), now);
+            }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                connection_id,
+                num_established,
+                ..
+            } => {
+                let now = self.now();
+                if self.keeper.disconnected(&peer_id, &connection_id, now) {
+                    self.emit(Event::PeerLost { peer: peer_id }).await;
+                }
+                if num_established == 0 && !self.keeper.remembers(&peer_id) {
+                    // The address book keeps only peers the keeper remembers.
+                    self.addrs.remove(&peer_id);
+                }
+                self.execute().await;
+            }
+            SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => match error {
+                DialError::DialPeerConditionFalse(_) | DialError::Aborted => {}
+                DialError::Denied { cause } => {
+                    // We are full (a neighbour is dialed again at a tick).
+                    tracing::debug!(?peer_id, %cause, "dial denied locally");
+                    if let Some(peer) = peer_id {
+                        let now = self.now();
+                        self.keeper.dial_failed(&peer, DialFailure::Denied, now);
+                    }
+                }
+                error => {
+                    tracing::debug!(?peer_id, %error, "dial failed");
+                    if let Some(peer) = peer_id {
+                        let now = self.now();
+                        self.keeper
+                            .dial_failed(&peer, DialFailure::Unreachable, now);
+                        self.execute().await;
+                    }
+                }
+            },
+            SwarmEvent::IncomingConnectionError {
+                send_back_addr,
+                error,
+                ..
+            } => {
+                self.stats.failed_incoming += 1;
+                tracing::debug!(%send_back_addr, %error, "incoming connection failed");
+            }
+            SwarmEvent::Behaviour(event) => self.on_behaviour_event(event).await,
+            _ => {}
+        }
+    }
+
+    pub(super) async fn on_behaviour_event(&mut self, event: BehaviourEvent) {
+        match event {
+            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
+                self.on_identified(peer_id, info).await;
+            }
+            BehaviourEvent::Identify(_) => {}
+            BehaviourEvent::Ping(ping::Event {
+                peer,
+                connection,
+                result,
+            }) => match result {
+                Ok(rtt) => {
+                    let now = self.now();
+                    self.keeper.rtt(peer, rtt, now);
+                }
+                Err(error) => {
+                    // A peer that does not answer pings is as good as dead
+                    // (frozen, or cut off): replace it now rather than wait
+                    // for TCP to notice.
+                    tracing::info!(%peer, %error, "ping failed; dropping the peer");
+                    let now = self.now();
+                    self.keeper.ping_failed(peer, connection, now);
+                    self.execute().await;
+                }
+            },
+            BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
+                let mut learned = Vec::new();
+                for (peer, addr) in found {
+                    if peer == self.local || self.keeper.refused(&peer) {
+                        continue;
+                    }
+                    self.remember_addrs(peer, [addr]);
+                    learned.push(peer);
+                }
+                self.learned(learned).await;
+            }
+            BehaviourEvent::Mdns(mdns::Event::Expired(_)) => {}
+            BehaviourEvent::Flood(event) => self.on_flood_event(event).await,
+            BehaviourEvent::Rpc(event) => self.on_rpc_event(event).await,
+            BehaviourEvent::Limits(never) => match never {},
+            BehaviourEvent::Blocked(never) => match never {},
+            BehaviourEvent::Streams(()) => {}
+        }
+    }
+
+    async fn on_identified(&mut self, peer: PeerId, info: identify::Info) {
+        if info.protocol_version != self.identify_version {
+            tracing::warn!(
+                %peer,
+                theirs = %info.protocol_version,
+                ours = %self.identify_version,
+                "peer belongs to another network; refusing it"
+            );
+            // Both sides ask for the other's identify at once. Cut off at
+            // once, the peer might not have read our answer yet: it would
+            // never learn that we are foreign, and would dial us again
+            // whenever mDNS showed us anew. So the keeper bans it only a
+            // moment later; it cannot use our protocols meanwhile.
+            let now = self.now();
+            self.keeper.identified(peer, false, now);
+            return;
+        }
+        let addrs: Vec<Multiaddr> = info.listen_addrs.into_iter().filter(dialable).collect();
+        if !addrs.is_empty() {
+            self.addrs.insert(peer, Vec::new());
+            self.remember_addrs(peer, addrs);
+        }
+        let now = self.now();
+        if self.keeper.identified(peer, true, now) {
+            self.emit(Event::PeerConnected { peer }).await;
+        }
+        self.execute().await;
+    }
+
+    async fn on_flood_event(
+        &mut self,
+        event: request_response::Event<Checked<FloodFrame>, FloodAck>,
+    ) {
+        match event {
+            request_response::Event::Message {
+                peer,
+                message:
+                    request_response::Message::Request {
+                        request, channel, ..
+                    },
+                ..
+            } => {
+                let _ = self
+                    .swarm
+                    .behaviour_mut()
+                    .flood
+                    .send_response(channel, FloodAck);
+                match request {
+                    Checked::Valid(frame) => self.on_flood(peer, frame).await,
+                    Checked::Invalid(reason) => self.strike(peer, &reason).await,
+                }
+            }
+            request_response::Event::Message { .. }
+            | request_response::Event::ResponseSent { .. } => {}
+            request_response::Event::OutboundFailure { peer, error, .. } => {
+                self.stats.flood_send_failures += 1;
+                tracing::debug!(%peer, %error, "flood copy not delivered");
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                self.on_inbound_failure(peer, error).await;
+            }
+        }
+    }
+
+    async fn on_rpc_event(
+        &mut self,
+        event: request_response::Event<Checked<RpcRequest>, RpcResponse>,
+    ) {
+        match event {
+            request_response::Event::Message { peer, message, .. } => match message {
+                request_response::Message::Request {
+                    request, channel, ..
+                } => {
+                    self.stats.requests_received += 1;
+                    match request {
+                        // Dropping the channel tells the sender it failed.
+                        Checked::Invalid(reason) => self.strike(peer, &reason).await,
+                        Checked::Valid(RpcRequest::Link(on)) => {
+                            // Not waiting for identify (it may still be on
+                            // its way). Anyone who knows the network's name
+                            // can speak this protocol, but a link only
+                            // makes us forward floods to the peer.
+                            self.keeper.link_requested(peer, on);
+                            let _ = self
+                                .swarm
+                                .behaviour_mut()
+                                .rpc
+                                .send_response(channel, RpcResponse::Done);
+                        }
+                        Checked::Valid(RpcRequest::Peers) => {
+                            let records = self.peer_records(&peer);
+                            let _ = self
+                                .swarm
+                                .behaviour_mut()
+                                .rpc
+                                .send_response(channel, RpcResponse::Peers(records));
+                        }
+                        Checked::Valid(RpcRequest::App(payload)) => {
+                            let now = self.now();
+                            self.keeper.app_traffic(peer, now);
+                            self.emit(Event::Request {
+                                peer,
+                                payload,
+                                responder: Responder { channel },
+                            })
+                            .await;
+                        }
+                    }
+                }
+                request_response::Message::Response {
+                    request_id,
+                    response,
+                } => {
+                    if let Some((peer, reply)) = self.pending_requests.remove(&request_id) {
+                        let result = match response {
+                            RpcResponse::App(payload) => Ok(payload),
+                            RpcResponse::Peers(_) | RpcResponse::Done => {
+                                Err(RequestError::UnexpectedResponse(peer))
+                            }
+                        };
+                        let _ = reply.send(result);
+                    } else if let Some(from) = self.peer_exchanges.remove(&request_id)
+                        && self.keeper.exchange_ended(&from)
+                        && let RpcResponse::Peers(records) = response
+                    {
+                        self.on_peer_records(records).await;
+                    }
+                }
+            },
+            request_response::Event::OutboundFailure {
+                peer,
+                request_id,
+                error,
+                ..
+            } => {
+                if let Some(from) = self.peer_exchanges.remove(&request_id) {
+                    self.keeper.exchange_ended(&from);
+                }
+                // A response that does not decode is the responder's fault.
+                if let request_response::OutboundFailure::Io(e) = &error
+                    && e.kind() == std::io::ErrorKind::InvalidData
+                {
+                    self.strike(peer, &e.to_string()).await;
+                }
+                if let Some((_, reply)) = self.pending_requests.remove(&request_id) {
+                    let _ = reply.send(Err(RequestError::Failed {
+                        peer,
+                        reason: error.to_string(),
+                    }));
+                }
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                self.on_inbound_failure(peer, error).await;
+            }
+            request_response::Event::ResponseSent { peer, .. } => {
+                // A newcomer that came in above our limit has what it came
+                // for once it has our peer records.
+                let now = self.now();
+                let facts = Facts {
+                    addrs: &self.addrs,
+                    pending_requests: &self.pending_requests,
+                    streams: &self.swarm.behaviour().streams,
+                };
+                self.keeper.peers_sent(&peer, now, &facts);
+                self.execute().await;
+            }
+        }
+    }
+
+    async fn on_inbound_failure(&mut self, peer: PeerId, error: InboundFailure) {
+        // Bad frames arrive as `Checked::Invalid`; what is left here
+        // (timeouts, closed connections, omitted responses) is nobody's
+        // misbehaviour.
+        tracing::debug!(%peer, %error, "inbound request failed");
+    }
+
+    pub(super) fn request_peers(&mut self, peer: PeerId) {
+        let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
+        let id = self.swarm.behaviour_mut().rpc.send_request_with_addresses(
+            &peer,
+            Checked::Valid(RpcRequest::Peers),
+            addrs,
+        );
+        self.stats.requests_sent += 1;
+        self.peer_exchanges.insert(id, peer);
+    }
+
+    /// Some peers for a peer exchange, in the keeper's order (neighbours
+    /// first, then other connected peers, then other measured ones).
+    fn peer_records(&mut self, asker: &PeerId) -> Vec<PeerRecord> {
+        // All of them: only those with an address are sent.
+        self.keeper
+            .peers_requested(asker, usize::MAX)
+            .into_iter()
+            .filter_map(|peer| {
+                let addrs = self.addrs.get(&peer)?.clone();
+                Some(PeerRecord { peer, addrs })
+            })
+            .take(MAX_PEER_RECORDS)
+            .collect()
+    }
+
+    /// The answer to our peer exchange from a peer of our network.
+    async fn on_peer_records(&mut self, records: Vec<PeerRecord>) {
+        let mut learned = Vec::new();
+        for record in records.into_iter().take(MAX_PEER_RECORDS) {
+            if record.peer == self.local || self.keeper.refused(&record.peer) {
+                continue;
+            }
+            let addrs: Vec<Multiaddr> = record.addrs.into_iter().filter(dialable).collect();
+            if addrs.is_empty() {
+                continue;
+            }
+            if !self.addrs.contains_key(&record.peer) {
+                self.remember_addrs(record.peer, addrs);
+            }
+            learned.push(record.peer);
+        }
+        self.learned(learned).await;
+    }
+
+    /// Peers learned of become the keeper's candidates (and probes start).
+    async fn learned(&mut self, peers: Vec<PeerId>) {
+        let now = self.now();
+        let facts = Facts {
+            addrs: &self.addrs,
+            pending_requests: &self.pending_requests,
+            streams: &self.swarm.behaviour().streams,
+        };
+        self.keeper.learned(peers, now, &facts);
+        self.execute().await;
+    }
+
+    fn remember_addrs(&mut self, peer: PeerId, addrs: impl IntoIterator<Item = Multiaddr>) {
+        let known = self.addrs.entry(peer).or_default();
+        for addr in addrs {
+            if dialable(&addr) && !known.contains(&addr) && known.len() < MAX_ADDRS_PER_PEER {
+                known.push(addr);
+            }
+        }
+    }
+
+    /// Dials `peer` at its known addresses unless connected or dialing.
+    /// Returns false if there is no address to dial.
+    pub(super) fn dial_peer(&mut self, peer: PeerId) -> bool {
+        let Some(addrs) = self.addrs.get(&peer).filter(|a| !a.is_empty()).cloned() else {
+            return false;
+        };
+        let opts = DialOpts::peer_id(peer)
+            .addresses(addrs)
+            .condition(PeerCondition::DisconnectedAndNotDialing)
+            .build();
+        match self.swarm.dial(opts) {
+            Ok(()) => true,
+            Err(DialError::DialPeerConditionFalse(_)) => true,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "cannot dial");
+                false
+            }
+        }
+    }
+
+    /// Counts an offence against `peer`; at the limit it is banned.
+    pub(super) async fn strike(&mut self, peer: PeerId, reason: &str) {
+        self.stats.misbehaviour += 1;
+        let now = self.now();
+        let offences = self.keeper.offence(peer, now);
+        tracing::warn!(%peer, reason, offences = offences.count, "dropped a bad message");
+        if offences.banned {
+            tracing::warn!(%peer, "too many bad messages; disconnecting and refusing the peer");
+        }
+        self.execute().await;
+    }
+
+    /// The periodic work: the keeper's tick (expiries, probes, the
+    /// neighbour set, closing unneeded connections, peer exchange), then
+    /// the address book pruned to the peers the keeper remembers.
+    pub(super) async fn maintain(&mut self) {
+        let now = self.now();
+        let facts = Facts {
+            addrs: &self.addrs,
+            pending_requests: &self.pending_requests,
+            streams: &self.swarm.behaviour().streams,
+        };
+        self.keeper.tick(now, &facts);
+        self.execute().await;
+        let keeper = &self.keeper;
+        self.addrs.retain(|peer, _| keeper.remembers(peer));
+    }
+}
