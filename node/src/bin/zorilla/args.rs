@@ -1,0 +1,194 @@
+//! The command line: commands, their options and how they are parsed.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use zorilla_core::advert::Strategy;
+use zorilla_core::node::LostPolicy;
+
+/// Submit and follow jobs on a Zorilla grid.
+///
+/// Every command talks to one node: the one given by --node (or
+/// ZORILLA_NODE), else the local node, found through the `client.addr` file
+/// in its state directory.
+///
+/// Exit codes: 0 success; 1 the job did not complete (failed or cancelled);
+/// 2 bad usage or job spec; 3 the node cannot be reached; 4 no such job;
+/// 5 the node refused the request (invalid, unauthorized, busy); 130
+/// interrupted (the job keeps running).
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+pub(crate) struct Cli {
+    /// The node's client address (HOST:PORT).
+    #[arg(long, global = true, env = "ZORILLA_NODE")]
+    pub(crate) node: Option<String>,
+    /// The node's token (needed when the node has one).
+    #[arg(long, global = true, env = "ZORILLA_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// Where to look for the local node's `client.addr` when --node is not
+    /// given.
+    #[arg(long, global = true, env = "ZORILLA_STATE_DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Submit a job (a job spec file, flags, or both: flags win).
+    Submit(SubmitArgs),
+    /// Show a job's phase, workers, and why it is still pending.
+    Status {
+        /// The job id (or a unique prefix of it).
+        job: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the jobs the node is home to.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait for a job to end, showing progress.
+    Wait {
+        /// The job id (or a unique prefix of it).
+        job: String,
+        /// Stream the job's stdout and stderr while waiting.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Cancel a job.
+    Cancel {
+        /// The job id (or a unique prefix of it).
+        job: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change the most workers a malleable job may use.
+    Scale {
+        /// The job id (or a unique prefix of it).
+        job: String,
+        /// The new maximum worker count.
+        max_workers: u32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a job's stdout (to stdout) and stderr (to stderr).
+    Logs {
+        /// The job id (or a unique prefix of it).
+        job: String,
+        /// Keep following new output until the job ends.
+        #[arg(long, short)]
+        follow: bool,
+        /// Prefix every line with its rank.
+        #[arg(long)]
+        ranks: bool,
+        /// Print JSON lines, one per chunk.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download a job's output files into DIR/<rank>/<file>.
+    Fetch {
+        /// The job id (or a unique prefix of it).
+        job: String,
+        /// Where to put them (default: job-<id>).
+        dir: Option<PathBuf>,
+    },
+    /// Show what the node is and has.
+    Node {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the peers the node knows, nearest first.
+    Peers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SubmitArgs {
+    /// Job spec file (TOML; see examples/jobs/).
+    pub(crate) spec: Option<PathBuf>,
+    /// The WebAssembly module.
+    #[arg(long)]
+    pub(crate) module: Option<PathBuf>,
+    /// An argument for every worker (repeatable).
+    #[arg(long = "arg", allow_hyphen_values = true)]
+    pub(crate) args: Vec<String>,
+    /// Exactly this many workers (a rigid job).
+    #[arg(long, conflicts_with_all = ["min_workers", "max_workers"])]
+    pub(crate) workers: Option<u32>,
+    /// Least workers to start with (a malleable job).
+    #[arg(long = "min")]
+    pub(crate) min_workers: Option<u32>,
+    /// Most workers (a malleable job).
+    #[arg(long = "max")]
+    pub(crate) max_workers: Option<u32>,
+    /// spread (a node each first) or concentrate (fill nodes first).
+    #[arg(long, value_parser = parse_strategy)]
+    pub(crate) strategy: Option<Strategy>,
+    /// Cores per worker.
+    #[arg(long)]
+    pub(crate) cores: Option<u32>,
+    /// Memory per worker, MiB.
+    #[arg(long)]
+    pub(crate) memory_mib: Option<u64>,
+    /// Disk per worker, MiB.
+    #[arg(long)]
+    pub(crate) disk_mib: Option<u64>,
+    /// CPU-time limit per worker, seconds (the node's own cap, if lower,
+    /// holds).
+    #[arg(long)]
+    pub(crate) cpu_time_secs: Option<u64>,
+    /// Wall-clock limit per worker, seconds (the node's own cap, if lower,
+    /// holds).
+    #[arg(long)]
+    pub(crate) wall_time_secs: Option<u64>,
+    /// How long the job may wait for its workers, seconds.
+    #[arg(long)]
+    pub(crate) lifetime_secs: Option<u64>,
+    /// What a rigid job does when it loses a worker: fail or replace.
+    #[arg(long, value_parser = parse_lost_policy)]
+    pub(crate) on_worker_lost: Option<LostPolicy>,
+    /// An input file (repeatable); workers read it under /inputs.
+    #[arg(long = "input")]
+    pub(crate) inputs: Vec<PathBuf>,
+    /// Where outputs go after --wait (default: the spec's, else none).
+    #[arg(long)]
+    pub(crate) outputs: Option<PathBuf>,
+    /// An MPI program (built with sdk/bin/zmpicc): refuses malleable sizes.
+    #[arg(long)]
+    pub(crate) mpi: bool,
+    /// Wait for the job to end, with a progress bar.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// Wait and stream the job's stdout and stderr.
+    #[arg(long, short)]
+    pub(crate) follow: bool,
+    /// Print JSON (the job id; with --wait, the final status).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+pub(crate) fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    match s {
+        "spread" => Ok(Strategy::Spread),
+        "concentrate" => Ok(Strategy::Concentrate),
+        _ => Err(format!("{s:?}: use spread or concentrate")),
+    }
+}
+
+pub(crate) fn parse_lost_policy(s: &str) -> Result<LostPolicy, String> {
+    match s {
+        "fail" => Ok(LostPolicy::Fail),
+        "replace" => Ok(LostPolicy::Replace),
+        _ => Err(format!("{s:?}: use fail or replace")),
+    }
+}

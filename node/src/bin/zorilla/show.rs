@@ -1,0 +1,314 @@
+//! What the tool prints: job descriptions, tables, progress and JSON.
+
+use std::io::Write;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use zorilla_core::advert::{JobId, Strategy};
+use zorilla_node::protocol::{JobPhase, JobStatus, NodeInfo, PeerEntry};
+
+/// Writes to stdout; a closed pipe (`zorilla list | head`) is not an
+/// error worth a panic.
+pub(crate) fn out(text: &str) {
+    let _ = std::io::stdout().write_all(text.as_bytes());
+}
+
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) {
+    match serde_json::to_value(value) {
+        Ok(mut value) => {
+            hex_job_ids(&mut value);
+            out(&format!("{value:#}\n"));
+        }
+        Err(e) => eprintln!("zorilla: cannot print JSON: {e}"),
+    }
+}
+
+/// Job ids as the CLI shows and takes them (16 hex digits), not as the
+/// protocol's integers.
+pub(crate) fn hex_job_ids(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Array(items) => items.iter_mut().for_each(hex_job_ids),
+        serde_json::Value::Object(map) => {
+            if let Some(id) = map.get("job").and_then(serde_json::Value::as_u64) {
+                map.insert("job".into(), JobId(id).to_string().into());
+            }
+            if let Some(running) = map.get_mut("running").and_then(|r| r.as_object_mut()) {
+                let renamed = std::mem::take(running)
+                    .into_iter()
+                    .map(|(k, v)| match k.parse::<u64>() {
+                        Ok(id) => (JobId(id).to_string(), v),
+                        Err(_) => (k, v),
+                    })
+                    .collect();
+                *running = renamed;
+            }
+        }
+        _ => {}
+    }
+}
+
+pub(crate) fn show_progress(bar: &ProgressBar, status: &JobStatus) {
+    let style = |template: &str| {
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ")
+    };
+    match status.phase {
+        JobPhase::Submitted | JobPhase::Scheduling => {
+            let needed = status.request.min_workers.max(1);
+            bar.set_style(style(
+                "{spinner} {elapsed:>4} scheduling [{bar:20}] {pos}/{len} joined  {wide_msg}",
+            ));
+            bar.set_length(u64::from(needed));
+            let joined = status
+                .pending
+                .as_ref()
+                .map_or(status.ranks.len() as u32, |p| p.granted);
+            bar.set_position(u64::from(joined.min(needed)));
+            let msg = status
+                .pending
+                .as_ref()
+                .map(|p| {
+                    format!(
+                        "radius {} · {} nodes answered · {} offered",
+                        p.radius, p.nodes_answered, p.workers_offered
+                    )
+                })
+                .unwrap_or_default();
+            bar.set_message(msg);
+        }
+        _ => {
+            let total = status.ranks.len().max(1) as u64;
+            let ended = status
+                .ranks
+                .values()
+                .filter(|r| r.outcome.is_some())
+                .count() as u64;
+            bar.set_style(style(
+                "{spinner} {elapsed:>4} running    [{bar:20}] {pos}/{len} done    {wide_msg}",
+            ));
+            bar.set_length(total);
+            bar.set_position(ended);
+            bar.set_message(format!(
+                "{} running on {} nodes",
+                status.running_workers(),
+                nodes_of(status).len()
+            ));
+        }
+    }
+}
+
+/// One line on where a job stands, for when there is no progress bar.
+pub(crate) fn progress_line(status: &JobStatus) -> String {
+    match status.phase {
+        JobPhase::Submitted | JobPhase::Scheduling => format!(
+            "scheduling, {}/{} workers joined",
+            status.pending.as_ref().map_or(0, |p| p.granted),
+            status.request.min_workers
+        ),
+        JobPhase::Running => format!(
+            "running, {} workers on {} nodes",
+            status.running_workers(),
+            nodes_of(status).len()
+        ),
+        other => phase_name(other).to_string(),
+    }
+}
+
+pub(crate) fn nodes_of(status: &JobStatus) -> std::collections::BTreeMap<&str, Vec<u32>> {
+    let mut nodes: std::collections::BTreeMap<&str, Vec<u32>> = Default::default();
+    for (rank, r) in &status.ranks {
+        nodes.entry(r.node.as_str()).or_default().push(*rank);
+    }
+    nodes
+}
+
+pub(crate) fn phase_name(phase: JobPhase) -> &'static str {
+    match phase {
+        JobPhase::Submitted => "submitted",
+        JobPhase::Scheduling => "scheduling",
+        JobPhase::Running => "running",
+        JobPhase::Completed => "completed",
+        JobPhase::Cancelled => "cancelled",
+        JobPhase::Failed => "failed",
+    }
+}
+
+pub(crate) fn short_peer(peer: &str) -> &str {
+    // Peer ids share their first characters; the tail tells them apart.
+    &peer[peer.len().saturating_sub(8)..]
+}
+
+/// Where a job's workers ran, one line per node.
+pub(crate) fn placement(status: &JobStatus) -> String {
+    let mut out = String::new();
+    for (node, ranks) in nodes_of(status) {
+        let ranks: Vec<String> = ranks.iter().map(u32::to_string).collect();
+        out.push_str(&format!(
+            "  node …{}: ranks {}\n",
+            short_peer(node),
+            ranks.join(",")
+        ));
+    }
+    out
+}
+
+pub(crate) fn age(status: &JobStatus) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if status.submitted_unix == 0 {
+        return "-".into();
+    }
+    let secs = now.saturating_sub(status.submitted_unix);
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        3600..86400 => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d{:02}h", secs / 86400, secs % 86400 / 3600),
+    }
+}
+
+pub(crate) fn describe(status: &JobStatus) -> String {
+    let r = &status.request;
+    let workers = if r.min_workers == r.max_workers {
+        format!("{}", r.max_workers)
+    } else {
+        format!("{}..{}", r.min_workers, r.max_workers)
+    };
+    let strategy = match r.strategy {
+        Strategy::Spread => "spread",
+        Strategy::Concentrate => "concentrate",
+    };
+    let mut out = format!(
+        "job       {}\nphase     {}\nreason    {}\nworkers   {} placed of {workers} ({} running), {strategy}, \
+         {} core(s) and {} MiB each\nage       {}\nargs      {}\n",
+        JobId(status.job),
+        phase_name(status.phase),
+        status.reason,
+        status.ranks.len(),
+        status.running_workers(),
+        r.cores,
+        r.memory_mib,
+        age(status),
+        r.args.join(" ")
+    );
+    if let Some(p) = &status.pending {
+        out.push_str(&format!(
+            "pending   {} of {} workers granted; {} floods, radius {}{}; {} nodes answered, \
+             {} offers for {} workers\n",
+            p.granted,
+            p.needed,
+            p.floods,
+            p.radius,
+            p.budget_ms
+                .map(|b| format!(", up to {b} ms from home"))
+                .unwrap_or_default(),
+            p.nodes_answered,
+            p.offers,
+            p.workers_offered
+        ));
+        for (reason, n) in &p.declines {
+            out.push_str(&format!("          {n} declined: {reason}\n"));
+        }
+        for (reason, n) in &p.refusals {
+            out.push_str(&format!("          {n} offers refused: {reason}\n"));
+        }
+    }
+    if !status.ranks.is_empty() {
+        out.push_str("ranks\n");
+        for (rank, r) in &status.ranks {
+            out.push_str(&format!(
+                "  {rank:>4}  node …{}  {}\n",
+                short_peer(&r.node),
+                r.outcome.as_deref().unwrap_or("running")
+            ));
+        }
+    }
+    out
+}
+
+pub(crate) fn list_table(jobs: &[JobStatus]) -> String {
+    if jobs.is_empty() {
+        return "no jobs on this node\n".into();
+    }
+    let mut out = format!(
+        "{:<16}  {:<10}  {:>9}  {:>7}  {}\n",
+        "JOB", "PHASE", "WORKERS", "AGE", "REASON"
+    );
+    for job in jobs {
+        let workers = format!("{}/{}", job.ranks.len(), job.request.max_workers);
+        let mut reason = job.reason.clone();
+        if reason.chars().count() > 60 {
+            reason = reason.chars().take(59).collect::<String>() + "…";
+        }
+        out.push_str(&format!(
+            "{:<16}  {:<10}  {:>9}  {:>7}  {}\n",
+            JobId(job.job),
+            phase_name(job.phase),
+            workers,
+            age(job),
+            reason
+        ));
+    }
+    out
+}
+
+pub(crate) fn describe_node(info: &NodeInfo) -> String {
+    let jobs: Vec<String> = info
+        .jobs
+        .iter()
+        .map(|(phase, n)| format!("{n} {}", phase_name(*phase)))
+        .collect();
+    let workers: usize = info.running.values().map(Vec::len).sum();
+    let disk = match &info.disk_problem {
+        Some(reason) => format!("disk        cannot be written ({reason}): takes no jobs\n"),
+        None => String::new(),
+    };
+    let text = format!(
+        "peer        {}\nversion     {}\nnetwork     {}\nuptime      {} s\nlisten      {}\n\
+         offers      {} cores, {} MiB memory, {} MiB disk\nworkers     {} running ({} jobs)\n\
+         home to     {}\nneighbours  {}\nmessages    {} sent\n",
+        info.peer,
+        info.version,
+        info.network,
+        info.uptime_secs,
+        info.listen.join(" "),
+        info.cores,
+        info.memory_mib,
+        info.disk_mib,
+        workers,
+        info.running.len(),
+        if jobs.is_empty() {
+            "no jobs".into()
+        } else {
+            jobs.join(", ")
+        },
+        info.neighbours,
+        info.messages_sent
+    );
+    text + &disk
+}
+
+pub(crate) fn peers_table(peers: &[PeerEntry]) -> String {
+    if peers.is_empty() {
+        return "no peers known yet\n".into();
+    }
+    let mut out = format!(
+        "{:<52}  {:>9}  {:<5}  {:<9}  {}\n",
+        "PEER", "RTT", "LINK", "CONNECTED", "ADDRESS"
+    );
+    for p in peers {
+        let rtt = p
+            .rtt_us
+            .map_or("-".to_string(), |us| format!("{:.2} ms", us as f64 / 1e3));
+        out.push_str(&format!(
+            "{:<52}  {:>9}  {:<5}  {:<9}  {}\n",
+            p.peer,
+            rtt,
+            p.link.as_deref().unwrap_or("-"),
+            if p.connected { "yes" } else { "no" },
+            p.addrs.first().map_or("-", String::as_str)
+        ));
+    }
+    out
+}
