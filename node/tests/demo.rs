@@ -51,3 +51,105 @@ fn the_demo_runs_nqueens_on_the_nearest_sites_and_shuts_down_cleanly() {
         "{stdout}"
     );
 }
+
+/// The pids of the running `zorilla-node` processes whose parent is `parent`.
+fn nodes_of(parent: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if head.ends_with("(zorilla-node") && fields.get(1) == Some(&parent.to_string().as_str()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether `pid` is still a live process (a zombie waiting for its reaper
+/// counts as ended).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().next().map(|state| state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// `zorilla-demo --keep` stops its grid when it is asked to terminate
+/// (SIGTERM, as `timeout` or `kill` send; SIGHUP takes the same path), and
+/// its nodes, in a process group of their own, end with it when it is
+/// killed outright.
+#[test]
+fn the_demo_stops_its_grid_on_sigterm_and_its_nodes_end_with_it_when_killed() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    for signal in [rustix::process::Signal::TERM, rustix::process::Signal::KILL] {
+        let mut demo = Command::new(env!("CARGO_BIN_EXE_zorilla-demo"))
+            .args(["--queens", "8", "--workers", "4", "--keep"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run zorilla-demo");
+        let stdout = demo.stdout.take().unwrap();
+        let (lines, seen) = std::sync::mpsc::sync_channel(256);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut printed = String::new();
+        let deadline = Instant::now() + Duration::from_secs(240);
+        while !printed.contains("The grid keeps running") {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match seen.recv_timeout(left) {
+                Ok(line) => printed.push_str(&(line + "\n")),
+                Err(e) => panic!("the demo did not reach --keep ({e}):\n{printed}"),
+            }
+        }
+        let nodes = nodes_of(demo.id());
+        assert_eq!(nodes.len(), 12, "{nodes:?}\n{printed}");
+
+        let pid = rustix::process::Pid::from_child(&demo);
+        rustix::process::kill_process(pid, signal).unwrap();
+        let status = demo.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while nodes.iter().any(|n| alive(*n)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let left: Vec<u32> = nodes.iter().copied().filter(|n| alive(*n)).collect();
+        // Leave nothing behind even when the assertion fails.
+        for n in &left {
+            if let Some(pid) = rustix::process::Pid::from_raw(*n as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+        assert!(left.is_empty(), "after {signal:?} nodes {left:?} still run");
+        if signal == rustix::process::Signal::TERM {
+            // The rest of what it printed, up to its end.
+            while let Ok(line) = seen.recv_timeout(Duration::from_secs(10)) {
+                printed.push_str(&(line + "\n"));
+            }
+            assert!(status.success(), "{status}\n{printed}");
+            assert!(printed.contains("Asked to terminate."), "{printed}");
+            assert!(
+                printed.contains("12 of 12 nodes stopped cleanly"),
+                "{printed}"
+            );
+        }
+    }
+}

@@ -162,6 +162,24 @@ fn start_node(
         // demo and the zorilla tool, not to the nodes, which the demo then
         // stops in order.
         .process_group(0);
+    let demo = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // only async-signal-safe system calls (prctl, getppid). `pre_exec` is
+    // the only way to set a child's parent-death signal.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            // A node outlives no demo, however the demo ends (SIGKILL, a
+            // crash): the kernel sends it SIGTERM when the demo's thread
+            // that started it exits. If the demo died before this line ran,
+            // the node was re-parented already: stop at once.
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))?;
+            if rustix::process::getppid() != Some(demo) {
+                return Err(std::io::Error::other("the demo is gone"));
+            }
+            Ok(())
+        });
+    }
     if let Some(peer) = bootstrap {
         cmd.args(["--peer", peer]);
     }
@@ -194,10 +212,9 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
         .ok_or_else(|| format!("--queens {}: use 8, 10, 12, 13, 14, 15 or 16", args.queens))?;
     let node_exe = sibling("zorilla-node")?;
     let cli_exe = sibling("zorilla")?;
-    // The demo's own Ctrl-C handling: it must outlive an interrupted job to
-    // shut the grid down.
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| e.to_string())?;
+    // The demo's own signal handling: it must outlive an interrupted job to
+    // shut the grid down, and stop the grid however it is asked to stop.
+    let mut signals = Signals::new()?;
 
     let dir = std::env::temp_dir().join(format!("zorilla-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -275,9 +292,18 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
         .arg("--follow")
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", cli_exe.display()))?;
+    let mut stopped_by = None;
     let cli_status = loop {
         tokio::select! {
-            _ = interrupt.recv() => {} // the zorilla tool asks; we wait for it
+            signal = signals.recv() => match signal {
+                // Ctrl-C reached the zorilla tool too: it asks whether to
+                // cancel the job, and the demo waits for it.
+                Stop::Interrupt => {}
+                Stop::Terminate | Stop::HangUp => {
+                    let _ = cli.kill();
+                    stopped_by = Some(signal);
+                }
+            },
             () = tokio::time::sleep(Duration::from_millis(5)) => {
                 if let Some(status) = cli.try_wait().map_err(|e| e.to_string())? {
                     break status;
@@ -286,6 +312,12 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
         }
     };
     let job_wall = job_started.elapsed();
+    if let Some(signal) = stopped_by {
+        println!("\n{signal}: stopping the grid.");
+        stop_grid(nodes).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        return Ok(ExitCode::FAILURE);
+    }
 
     // Where the workers ran, per site, from the home's record.
     let mut client = Client::connect(nodes[0].client.as_str())
@@ -340,12 +372,73 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
 
     if args.keep {
         println!(
-            "\nThe grid keeps running; try `zorilla --node {} list`. Ctrl-C stops it.",
+            "\nThe grid keeps running; try `zorilla --node {} list`. Ctrl-C (or SIGTERM, or closing the terminal) stops it.",
             nodes[0].client
         );
-        let _ = interrupt.recv().await;
+        let signal = signals.recv().await;
+        println!("\n{signal}.");
     }
     print!("\nShutting the grid down... ");
+    ok &= stop_grid(nodes).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// What asked the demo to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// Ctrl-C (SIGINT).
+    Interrupt,
+    /// SIGTERM (`kill`, `timeout`, a service manager).
+    Terminate,
+    /// SIGHUP (the terminal closed).
+    HangUp,
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stop::Interrupt => "Interrupted",
+            Stop::Terminate => "Asked to terminate",
+            Stop::HangUp => "The terminal hung up",
+        })
+    }
+}
+
+/// The signals that stop the demo, caught so that it stops its grid first.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals, String> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let catch = |kind| signal(kind).map_err(|e| format!("cannot catch signals: {e}"));
+        Ok(Signals {
+            interrupt: catch(SignalKind::interrupt())?,
+            terminate: catch(SignalKind::terminate())?,
+            hangup: catch(SignalKind::hangup())?,
+        })
+    }
+
+    async fn recv(&mut self) -> Stop {
+        tokio::select! {
+            _ = self.interrupt.recv() => Stop::Interrupt,
+            _ = self.terminate.recv() => Stop::Terminate,
+            _ = self.hangup.recv() => Stop::HangUp,
+        }
+    }
+}
+
+/// Stops every node with SIGTERM (SIGKILL after 10 s); prints how many
+/// stopped cleanly and returns whether all did.
+async fn stop_grid(mut nodes: Vec<DemoNode>) -> bool {
     let stopping = Instant::now();
     for node in &nodes {
         let pid = rustix::process::Pid::from_child(&node.child);
@@ -376,14 +469,7 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
         nodes.len(),
         stopping.elapsed().as_secs_f64()
     );
-    ok &= clean == nodes.len();
-    drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    clean == nodes.len()
 }
 
 /// Times `examples/src/nqueens.c` built natively (`$CC` or gcc, -O2, with
