@@ -144,10 +144,15 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
     // Under systemd (journald) the journal adds its own timestamps.
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    // Colours only for a person at a terminal: a log file or a pipe gets
+    // plain text (and NO_COLOR turns them off everywhere).
+    let colour = !journald
+        && std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(!journald);
+        .with_ansi(colour);
     if journald {
         builder.without_time().init();
     } else {

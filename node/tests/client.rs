@@ -543,3 +543,27 @@ async fn cli_explains_a_pending_job_and_ctrl_c_cancels_it() {
     assert_eq!(client.status(id).await.unwrap().phase, JobPhase::Cancelled);
     assert_eq!(JobId(id).to_string(), job);
 }
+
+/// A node whose log goes to a file (as under a service manager that is not
+/// journald, or `2> node.log`) writes plain text: no terminal colour codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_logging_to_a_file_writes_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = TestNode::start(&dir.path().join("n0"), "plain-log", None, 1);
+    let mut client = node.client().await;
+    let name = NamedFile {
+        name: "name.txt".into(),
+        data: b"log".to_vec(),
+    };
+    let job = client
+        .submit(JobRequest::default(), wasm("hello"), vec![name])
+        .await
+        .unwrap();
+    wait_completed(&mut client, job, Duration::from_secs(60)).await;
+    let log = std::fs::read_to_string(dir.path().join("n0").join("node.log")).unwrap();
+    assert!(log.contains("job ended"), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in the log file:\n{log}"
+    );
+}
