@@ -158,20 +158,36 @@ impl Program {
 /// The largest linear memory a 32-bit guest can have.
 const MAX_WASM32_MEMORY: u64 = 4 << 30;
 
+/// Inaccessible address space after each linear memory's reservation
+/// (wasmtime's default): an access whose static offset is below this needs
+/// no bounds check either.
+const MEMORY_GUARD: u64 = 32 << 20;
+
 fn engine_config(config: &SandboxConfig, pooling: bool) -> Config {
     let mut wasm = Config::new();
     // Cancellation and the wall-clock and CPU limits are checked at epoch
-    // ticks (one load and compare per loop iteration). No fuel: metering
-    // every instruction slowed compute-bound guests about threefold; CPU
-    // time comes from the thread CPU clock instead (see `worker::metered`).
+    // ticks. No fuel: metering every instruction slowed compute-bound
+    // guests about threefold; CPU time comes from the thread CPU clock
+    // instead (see `worker::metered`). The epoch checks (at every function
+    // entry and loop header) cost CPU-bound guests about 13% (issue 13,
+    // BENCHMARKS.md); wasmtime 48 has no cheaper interruption that also
+    // stops a loop without calls, so they stay.
     wasm.epoch_interruption(true);
-    // Said explicitly because guest speed depends on them (both are
-    // wasmtime's defaults): optimize for speed, and let out-of-bounds
-    // accesses fault on the guard pages of the 4 GiB reservation each
-    // 32-bit memory gets (`Config::memory_reservation`), so compiled code
-    // carries no bounds checks.
+    // Said explicitly because guest speed depends on them (all are
+    // wasmtime 48's defaults on 64-bit hosts): optimize for speed, and
+    // give every 32-bit memory its whole 4 GiB of address space plus a
+    // guard, so that any access outside the memory's current size faults
+    // on inaccessible address space and the signal handler turns the fault
+    // into a trap. Compiled code then carries no bounds checks.
+    // With a smaller reservation Cranelift puts a compare and a
+    // conditional move (its Spectre guard) in front of every load and
+    // store with a computed address. The pooling allocator's
+    // `max_memory_size` below only limits growth; it does not shrink the
+    // reservation (checked in the machine code for both allocators).
     wasm.cranelift_opt_level(wasmtime::OptLevel::Speed);
     wasm.signals_based_traps(true);
+    wasm.memory_reservation(MAX_WASM32_MEMORY);
+    wasm.memory_guard_size(MEMORY_GUARD);
     if pooling {
         let slots = config.max_workers;
         let max_memory = config.caps.memory_bytes.min(MAX_WASM32_MEMORY);

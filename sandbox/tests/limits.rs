@@ -582,3 +582,85 @@ async fn a_worker_beyond_the_pool_fails_cleanly_and_the_slot_comes_back() {
     second.handle.cancel();
     assert_eq!(second.finish().await.report.outcome, Outcome::Cancelled);
 }
+
+/// A guest that grows its one-page memory by `grow` pages, then does
+/// `access` (`i32.load` or `i32.store`, with a static `offset`) at an
+/// address it reads from memory, so the compiler cannot see it.
+fn memory_access_guest(grow: u32, access: &str, offset: u64, address: u32) -> Vec<u8> {
+    let instruction = match access {
+        "load" => format!("(drop (i32.load offset={offset} (local.get $a)))"),
+        "store" => format!("(i32.store offset={offset} (local.get $a) (i32.const 7))"),
+        _ => unreachable!(),
+    };
+    wat::parse_str(format!(
+        r#"(module
+            (memory 1)
+            (data (i32.const 16) "{}")
+            (func (export "_start") (local $a i32)
+                (drop (memory.grow (i32.const {grow})))
+                (local.set $a (i32.load (i32.const 16)))
+                {instruction}))"#,
+        address
+            .to_le_bytes()
+            .iter()
+            .map(|b| format!("\\{b:02x}"))
+            .collect::<String>()
+    ))
+    .unwrap()
+}
+
+/// Every access outside a guest's memory traps, whether it lands just past
+/// the memory's end, in address space the memory may still grow into, in the
+/// guard after its 4 GiB reservation, or (with a large static offset) beyond
+/// that; accesses inside the memory, also in a grown part, work. The engine
+/// compiles accesses without bounds checks and relies on these faults
+/// (`engine_config`), with the pooling allocator and without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_bounds_memory_accesses_trap() {
+    const PAGE: u32 = 64 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let pooled = sandbox(dir.path());
+    assert!(pooled.uses_pooling());
+    let mut on_demand = config(&dir.path().join("on-demand"));
+    on_demand.max_workers = 0;
+    let on_demand = zorilla_sandbox::Sandbox::new(on_demand).unwrap();
+    assert!(!on_demand.uses_pooling());
+
+    // (pages grown, access, static offset, address, traps)
+    let cases: &[(u32, &str, u64, u32, bool)] = &[
+        (0, "load", 0, PAGE - 4, false),
+        (0, "store", 0, PAGE - 4, false),
+        (0, "load", 0, PAGE - 2, true),
+        (0, "load", 0, PAGE, true),
+        (0, "store", 0, PAGE, true),
+        (1, "store", 0, PAGE, false),
+        (1, "load", 0, 2 * PAGE, true),
+        (0, "load", 0, 3 * PAGE, true),
+        (0, "store", 0, 1 << 31, true),
+        (0, "load", 0, u32::MAX - 3, true),
+        (0, "store", 16 << 20, u32::MAX, true),
+        (0, "load", u64::from(u32::MAX), u32::MAX, true),
+    ];
+    for sandbox in [&pooled, &on_demand] {
+        for &(grow, access, offset, address, traps) in cases {
+            let program = sandbox
+                .load(&memory_access_guest(grow, access, offset, address))
+                .unwrap();
+            let outcome = run(sandbox, &program, WorkerSpec::default())
+                .await
+                .report
+                .outcome;
+            let what = format!(
+                "{access} at {address:#x} + {offset:#x} after growing {grow} pages (pooling: {})",
+                sandbox.uses_pooling()
+            );
+            match outcome {
+                Outcome::Trapped(message) if traps => {
+                    assert!(message.contains("out of bounds"), "{what}: {message}")
+                }
+                Outcome::Exited(0) if !traps => {}
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+    }
+}
