@@ -147,11 +147,12 @@ impl Client {
         let mut from = 0;
         loop {
             let page = self.logs_page(job, from, 0).await?;
-            if page.chunks.is_empty() {
-                return Ok(all);
-            }
+            let done = page.ended || page.chunks.is_empty();
             all.extend(page.chunks);
             from = page.next;
+            if done {
+                return Ok(all);
+            }
         }
     }
 

@@ -1,8 +1,9 @@
 //! The client-protocol listener: one task per connection (at most
 //! [`ServerConfig::max_clients`] at once), handshake with version and token
 //! check, then each request is checked and handed to the event loop, and
-//! its answer written back. A bad frame gets an error reply and closes that
-//! connection only.
+//! its answer written back. A whole frame that is not a valid request gets
+//! a `BadRequest` error and the connection goes on; a frame over the cap,
+//! or one cut off by the end of the connection, ends that connection only.
 //!
 //! Some requests are answered here rather than by the loop: `Peers` (from
 //! the overlay handle), `Outputs` and `OutputBlock` (from the store, on a
@@ -182,8 +183,20 @@ async fn handle(
     conn.set_read_cap(DEFAULT_MAX_FRAME);
     loop {
         let request = match tokio::time::timeout(IDLE_TIMEOUT, conn.read::<Request>()).await {
+            // A whole frame that is not a request (unknown, a field of the
+            // wrong type or missing, garbage): say so and read the next.
+            Ok(Err(ConnectionError::Frame(e @ FrameError::Malformed { .. }))) => {
+                conn.write(&Response::error(ErrorKind::BadRequest, e.to_string()))
+                    .await?;
+                continue;
+            }
             Ok(request) => request?,
-            Err(_) => return Ok(()),
+            Err(_) => {
+                let message = "nothing sent for 10 minutes; closing";
+                conn.write(&Response::error(ErrorKind::BadRequest, message))
+                    .await?;
+                return Ok(());
+            }
         };
         let Some(request) = request else {
             return Ok(());

@@ -69,10 +69,19 @@ impl Connection {
     }
 
     /// Reads the next frame; `Ok(None)` when the peer closed cleanly between
-    /// frames.
+    /// frames. A whole frame that does not decode is an error
+    /// ([`FrameError::Malformed`]) after which the connection can read on:
+    /// the frame is skipped.
     pub async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ConnectionError> {
         loop {
-            if let Some((value, used)) = frame::parse(&self.buf, self.read_cap)? {
+            let parsed = match frame::parse(&self.buf, self.read_cap) {
+                Err(FrameError::Malformed { used, reason }) => {
+                    self.buf.drain(..used);
+                    return Err(FrameError::Malformed { used, reason }.into());
+                }
+                parsed => parsed?,
+            };
+            if let Some((value, used)) = parsed {
                 self.buf.drain(..used);
                 // A big frame (a submit) should not pin its buffer for the
                 // rest of the connection.

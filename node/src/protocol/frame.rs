@@ -38,9 +38,32 @@ pub enum FrameError {
         /// The cap.
         max: usize,
     },
-    /// The frame's bytes are not CBOR of the expected shape.
-    #[error("malformed frame: {0}")]
-    Malformed(String),
+    /// A whole frame arrived, but its bytes are not CBOR of the expected
+    /// shape. The frame is skipped (`used` bytes), so the connection can
+    /// go on with the next one.
+    #[error("malformed frame: {reason}")]
+    Malformed {
+        /// The frame's bytes, its length prefix included.
+        used: usize,
+        /// What is wrong with it, in words.
+        reason: String,
+    },
+    /// A value could not be encoded.
+    #[error("cannot encode a frame: {0}")]
+    Encode(String),
+}
+
+/// What is wrong with a frame's CBOR, in words (ciborium's errors print
+/// as Rust debug output, `Semantic(None, "...")`).
+fn describe(e: &ciborium::de::Error<std::io::Error>) -> String {
+    use ciborium::de::Error;
+    match e {
+        Error::Io(_) => "its CBOR ends before the value does".to_string(),
+        Error::Syntax(at) => format!("it is not valid CBOR (at byte {at})"),
+        Error::Semantic(Some(at), what) => format!("{what} (at byte {at})"),
+        Error::Semantic(None, what) => what.clone(),
+        Error::RecursionLimitExceeded => "its values are nested too deeply".to_string(),
+    }
 }
 
 /// Tries to take one frame off the front of `buf`. Returns `Ok(None)` when
@@ -60,15 +83,22 @@ pub fn parse<T: DeserializeOwned>(
     let Some(body) = buf.get(4..4 + len) else {
         return Ok(None);
     };
-    zorilla_overlay::cbor::check_lengths(body).map_err(|e| FrameError::Malformed(e.to_string()))?;
-    let value = ciborium::from_reader(body).map_err(|e| FrameError::Malformed(e.to_string()))?;
-    Ok(Some((value, 4 + len)))
+    let used = 4 + len;
+    zorilla_overlay::cbor::check_lengths(body).map_err(|e| FrameError::Malformed {
+        used,
+        reason: e.to_string(),
+    })?;
+    let value = ciborium::from_reader(body).map_err(|e| FrameError::Malformed {
+        used,
+        reason: describe(&e),
+    })?;
+    Ok(Some((value, used)))
 }
 
 /// Encodes `value` as one frame.
 pub fn encode<T: Serialize>(value: &T, max: usize) -> Result<Vec<u8>, FrameError> {
     let mut out = vec![0u8; 4];
-    ciborium::into_writer(value, &mut out).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    ciborium::into_writer(value, &mut out).map_err(|e| FrameError::Encode(e.to_string()))?;
     let len = out.len() - 4;
     if len > max {
         return Err(FrameError::TooLarge { len, max });
@@ -97,13 +127,13 @@ mod tests {
     #[test]
     fn the_documented_bytes_are_what_we_send() {
         let hello = crate::protocol::Hello {
-            version: 1,
+            version: 2,
             client: "python".into(),
             token: None,
         };
         let mut expected = vec![0, 0, 0, 0x1f, 0xa3, 0x67];
         expected.extend_from_slice(b"version");
-        expected.extend_from_slice(&[0x01, 0x66]);
+        expected.extend_from_slice(&[0x02, 0x66]);
         expected.extend_from_slice(b"client");
         expected.push(0x66);
         expected.extend_from_slice(b"python");
@@ -138,7 +168,7 @@ mod tests {
         let garbage = [0, 0, 0, 3, 0xff, 0x00, 0x13];
         assert!(matches!(
             parse::<Request>(&garbage, 1024),
-            Err(FrameError::Malformed(_))
+            Err(FrameError::Malformed { used: 7, .. })
         ));
         // Valid CBOR of the wrong shape.
         let wrong = encode(&Response::Ok, 1024).unwrap();

@@ -50,8 +50,10 @@ pub struct Welcome {
     pub peer: String,
 }
 
-/// What a job asks for, as a user writes it.
+/// What a job asks for, as a user writes it. Every field may be left out
+/// of a request: it then takes its value in [`JobRequest::default`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JobRequest {
     /// Least workers to start with (for a rigid job, `min == max`).
     pub min_workers: u32,
@@ -73,9 +75,7 @@ pub struct JobRequest {
     pub args: Vec<String>,
     /// Wall-clock limit per worker in seconds; 0 for the node's cap.
     pub wall_time_secs: u64,
-    /// CPU-time limit per worker in seconds; 0 for the node's cap. (Absent
-    /// in requests of older clients: 0.)
-    #[serde(default)]
+    /// CPU-time limit per worker in seconds; 0 for the node's cap.
     pub cpu_time_secs: u64,
 }
 

@@ -82,4 +82,17 @@ impl Store {
             Ok((out, next))
         })
     }
+
+    /// How many log chunks of a job are stored: the sequence number the
+    /// next one will get.
+    pub(crate) fn log_count(&self, job: u64) -> Result<u64, StoreError> {
+        self.read(|tx| {
+            let table = tx.open_table(LOGS)?;
+            let last = table.range((job, 0)..=(job, u64::MAX))?.next_back();
+            match last {
+                Some(entry) => Ok(entry?.0.value().1.saturating_add(1)),
+                None => Ok(0),
+            }
+        })
+    }
 }
