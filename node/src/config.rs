@@ -21,7 +21,7 @@
 //! topology = "sites.toml"            # emulated latency (tests, demos)
 //! site = "amsterdam"
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
-//! token = "long-random-secret"       # at least 16 bytes; required when client or web is not on loopback
+//! token = "long-random-secret"       # at least 16 bytes; then asked of every client; required off loopback
 //! max_clients = 128                  # client connections at once
 //! ```
 
@@ -136,9 +136,9 @@ pub struct Config {
     pub site: Option<String>,
     /// Status page address. Default [`DEFAULT_WEB`].
     pub web: Option<SocketAddr>,
-    /// The secret a client (or browser) must present when the client or
-    /// web address is not a loopback address; required then, because an
-    /// open submit port runs anyone's code. Not needed on loopback. At
+    /// The secret every client and browser must present once it is set
+    /// (on loopback too). Required when the client or web address is not a
+    /// loopback address, because an open submit port runs anyone's code. At
     /// least [`MIN_TOKEN_BYTES`] bytes, not all whitespace (see
     /// [`check_token`]); the node refuses to start with a shorter one.
     pub token: Option<String>,

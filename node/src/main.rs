@@ -70,10 +70,10 @@ struct Cli {
     /// Status page address.
     #[arg(long, env = "ZORILLA_WEB")]
     web: Option<SocketAddr>,
-    /// Secret that clients and browsers must present when the client or
-    /// web address is not on loopback: at least 16 bytes, not only
-    /// whitespace (e.g. `openssl rand -hex 32`); the node refuses to start
-    /// with a shorter one.
+    /// Secret that every client and browser must then present, on loopback
+    /// too. Required when the client or web address is not on loopback (the
+    /// node refuses to start without one). At least 16 bytes, not only
+    /// whitespace (e.g. `openssl rand -hex 32`).
     #[arg(long, env = "ZORILLA_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// The most client connections at once.
