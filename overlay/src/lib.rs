@@ -16,6 +16,8 @@
 //!   API the node uses; the event loop behind it.
 //! - [`config`]: the [`OverlayConfig`] with its defaults.
 //! - [`identity`]: the persistent ed25519 identity.
+//! - [`addrs`]: which addresses of a peer are true for whom (no loopback
+//!   address kept for, or passed on to, a node on another host).
 //! - [`latency`]: emulated latency between sites on one machine.
 //! - [`streams`]: long-lived raw streams between nodes for the messages
 //!   between workers (`/zorilla/<network>/ranks/2`), and their frames.
@@ -68,6 +70,7 @@
 //! # }
 //! ```
 
+pub mod addrs;
 pub mod cbor;
 pub mod config;
 #[doc(hidden)]

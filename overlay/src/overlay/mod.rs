@@ -182,6 +182,7 @@ impl Overlay {
             start: Instant::now(),
             listen_addrs,
             addrs: HashMap::new(),
+            via: HashMap::new(),
             pending_requests: HashMap::new(),
             peer_exchanges: HashMap::new(),
             stats: OverlayStats::default(),

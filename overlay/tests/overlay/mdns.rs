@@ -148,6 +148,22 @@ async fn mdns_scenario() {
         },
     )
     .await;
+    // They met over the namespace's link (192.0.2.1), so neither keeps the
+    // other's loopback address, which identify reports too (it listens on
+    // 0.0.0.0) but which would lead a node on another host to itself.
+    for (x, y, name) in [(&a, &b, "a"), (&b, &a, "b")] {
+        let known = x.handle.known_peers().await.unwrap();
+        let addrs: Vec<String> = known
+            .iter()
+            .filter(|k| k.peer == y.peer)
+            .flat_map(|k| &k.addrs)
+            .map(|addr| addr.to_string())
+            .collect();
+        assert!(
+            !addrs.is_empty() && addrs.iter().all(|a| !a.starts_with("/ip4/127.")),
+            "{name} keeps the other's addresses {addrs:?}"
+        );
+    }
     let rtt = a
         .handle
         .known_peers()

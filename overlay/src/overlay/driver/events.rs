@@ -13,6 +13,7 @@ use crate::wire::{Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResp
 use super::super::swarm::{BehaviourEvent, dialable, tcp_port};
 use super::super::types::{Event, RequestError, Responder};
 use super::{Driver, Facts};
+use crate::addrs::reachable_from;
 
 /// Most addresses remembered per peer.
 const MAX_ADDRS_PER_PEER: usize = 8;
@@ -41,6 +42,8 @@ impl Driver {
                 ..
             } => {
                 self.stats.connections += 1;
+                self.via
+                    .insert(peer_id, endpoint.get_remote_address().clone());
                 if let ConnectedPoint::Dialer { address, .. } = &endpoint {
                     self.remember_addrs(peer_id, [address.clone()]);
                 }
@@ -57,6 +60,9 @@ impl Driver {
                 let now = self.now();
                 if self.keeper.disconnected(&peer_id, &connection_id, now) {
                     self.emit(Event::PeerLost { peer: peer_id }).await;
+                }
+                if num_established == 0 {
+                    self.via.remove(&peer_id);
                 }
                 if num_established == 0 && !self.keeper.remembers(&peer_id) {
                     // The address book keeps only peers the keeper remembers.
@@ -159,7 +165,14 @@ impl Driver {
             self.keeper.identified(peer, false, now);
             return;
         }
-        let addrs: Vec<Multiaddr> = info.listen_addrs.into_iter().filter(dialable).collect();
+        // Of what it says it listens on, what is true for us (not its
+        // loopback address unless it runs on our machine).
+        let via = self.via.get(&peer);
+        let addrs: Vec<Multiaddr> = info
+            .listen_addrs
+            .into_iter()
+            .filter(|a| dialable(a) && reachable_from(a, via))
+            .collect();
         if !addrs.is_empty() {
             self.addrs.insert(peer, Vec::new());
             self.remember_addrs(peer, addrs);
@@ -267,7 +280,7 @@ impl Driver {
                         && self.keeper.exchange_ended(&from)
                         && let RpcResponse::Peers(records) = response
                     {
-                        self.on_peer_records(records).await;
+                        self.on_peer_records(from, records).await;
                     }
                 }
             },
@@ -332,26 +345,41 @@ impl Driver {
     /// Some peers for a peer exchange, in the keeper's order (neighbours
     /// first, then other connected peers, then other measured ones).
     fn peer_records(&mut self, asker: &PeerId) -> Vec<PeerRecord> {
-        // All of them: only those with an address are sent.
+        // All of them: only those with an address true for the asker are
+        // sent (no loopback address to a node on another host).
+        let via = self.via.get(asker);
         self.keeper
             .peers_requested(asker, usize::MAX)
             .into_iter()
             .filter_map(|peer| {
-                let addrs = self.addrs.get(&peer)?.clone();
-                Some(PeerRecord { peer, addrs })
+                let addrs: Vec<Multiaddr> = self
+                    .addrs
+                    .get(&peer)?
+                    .iter()
+                    .filter(|a| reachable_from(a, via))
+                    .cloned()
+                    .collect();
+                (!addrs.is_empty()).then_some(PeerRecord { peer, addrs })
             })
             .take(MAX_PEER_RECORDS)
             .collect()
     }
 
     /// The answer to our peer exchange from a peer of our network.
-    async fn on_peer_records(&mut self, records: Vec<PeerRecord>) {
+    async fn on_peer_records(&mut self, from: PeerId, records: Vec<PeerRecord>) {
+        // What `from` tells is true for it; a loopback address from a peer
+        // on another host is not true for us.
+        let via = self.via.get(&from).cloned();
         let mut learned = Vec::new();
         for record in records.into_iter().take(MAX_PEER_RECORDS) {
             if record.peer == self.local || self.keeper.refused(&record.peer) {
                 continue;
             }
-            let addrs: Vec<Multiaddr> = record.addrs.into_iter().filter(dialable).collect();
+            let addrs: Vec<Multiaddr> = record
+                .addrs
+                .into_iter()
+                .filter(|a| dialable(a) && reachable_from(a, via.as_ref()))
+                .collect();
             if addrs.is_empty() {
                 continue;
             }

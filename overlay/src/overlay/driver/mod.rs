@@ -57,6 +57,10 @@ pub(super) struct Driver {
     pub(super) listen_addrs: Vec<Multiaddr>,
     /// Listen addresses of peers, for dialing; pruned to known peers.
     pub(super) addrs: HashMap<PeerId, Vec<Multiaddr>>,
+    /// Where each connected peer's connection comes from (its remote
+    /// address): which of the addresses we know are true for it
+    /// ([`crate::addrs`]).
+    pub(super) via: HashMap<PeerId, Multiaddr>,
     pub(super) pending_requests: HashMap<OutboundRequestId, (PeerId, ReplySlot)>,
     /// Our outstanding peer-exchange requests, with whom.
     pub(super) peer_exchanges: HashMap<OutboundRequestId, PeerId>,
