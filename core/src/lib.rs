@@ -19,6 +19,8 @@
 //! - [`neighbours`]: choice of overlay neighbours from measured RTTs, and
 //!   the overlay's peer keeping around it ([`neighbours::keeper`]).
 //! - [`schedule`]: when the home floods again, and how far.
+//! - [`vivaldi`]: network coordinates (Vivaldi with height) learnt from RTT
+//!   samples, so that a node can estimate its distance to any other.
 //! - [`liveness`]: whether the ranks a home placed still run (nodes that
 //!   restarted, forgot ranks, or went silent).
 //! - [`allocation`]: the P2P-MPI `spread` and `concentrate` strategies.
@@ -41,6 +43,7 @@ pub mod neighbours;
 pub mod node;
 pub mod resources;
 pub mod schedule;
+pub mod vivaldi;
 
 /// A point in time: the duration since an epoch chosen by the driver.
 pub type Time = std::time::Duration;
