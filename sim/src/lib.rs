@@ -3,8 +3,12 @@
 //! [`sim`] runs thousands of simulated nodes, each with the real sans-IO
 //! core of `zorilla-core`, over a latency model read from a [`scenario`]
 //! file; [`report`] turns runs into the human summary, CSV and SVG plot that
-//! `zorilla-sim` writes, and measures locality against an oracle.
+//! `zorilla-sim` writes, and measures locality against an oracle;
+//! [`generate`] makes random scenarios and [`random`] runs many of them
+//! side by side (`zorilla-sim --random N`).
 
+pub mod generate;
+pub mod random;
 pub mod report;
 pub mod scenario;
 pub mod sim;

@@ -6,6 +6,7 @@
 //! ```text
 //! zorilla-sim sim/scenarios/zorilla-4.2.toml --mode both --out out/sim
 //! zorilla-sim sim/scenarios/zorilla-4.2.toml --mode ours,ours-hop   # ablation
+//! zorilla-sim --random 200 --size full --out out/random   # generated topologies
 //! ```
 
 use std::path::PathBuf;
@@ -13,6 +14,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
+use zorilla_sim::generate::Size;
+use zorilla_sim::random;
 use zorilla_sim::report::{plot_sites, summary_line};
 use zorilla_sim::scenario::Scenario;
 use zorilla_sim::sim::{Mode, RunReport, run_scenario};
@@ -30,12 +33,30 @@ enum Modes {
     Both,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Sizes {
+    /// Up to 6 sites of up to 30 machines (seconds per topology).
+    Small,
+    /// Up to 12 sites of up to 500 machines, jobs of up to 1,000 workers.
+    Full,
+}
+
 /// Runs a Zorilla grid simulation scenario.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
     /// The scenario file (TOML), e.g. sim/scenarios/zorilla-4.2.toml.
-    scenario: PathBuf,
+    #[arg(required_unless_present = "random")]
+    scenario: Option<PathBuf>,
+    /// Instead of a scenario file: this many generated topologies (seeds 1
+    /// to N; random sites, sizes, cores, RTTs and workloads), each run with
+    /// every mode, and the distribution of the figures over them.
+    #[arg(long, conflicts_with = "scenario")]
+    random: Option<u64>,
+    /// The size of generated topologies: small (up to 6 sites of 30
+    /// machines) or full (up to 12 sites of 500, jobs up to 1,000 workers).
+    #[arg(long, value_enum, default_value = "full")]
+    size: Sizes,
     /// Which schedulers to run on the same seeds (comma-separated): ours,
     /// the paper's baseline, ours with hop floods only, or both (ours and
     /// paper).
@@ -63,7 +84,12 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mut scenario = Scenario::load(&args.scenario)?;
+    let modes = modes(&args.mode);
+    if let Some(n) = args.random {
+        return random(&args, n, &modes);
+    }
+    let path = args.scenario.clone().context("no scenario file")?;
+    let mut scenario = Scenario::load(&path)?;
     if let Some(jobs) = args.jobs {
         scenario.workload.jobs = jobs;
     }
@@ -74,20 +100,6 @@ fn main() -> anyhow::Result<()> {
         scenario.overlay.baseline_rows = Some(rows);
     }
     let seeds = args.seeds.clone().unwrap_or_else(|| scenario.seeds.clone());
-    let mut modes: Vec<Mode> = Vec::new();
-    for mode in &args.mode {
-        let add: &[Mode] = match mode {
-            Modes::Ours => &[Mode::Ours],
-            Modes::Paper => &[Mode::Paper],
-            Modes::OursHop => &[Mode::OursHop],
-            Modes::Both => &[Mode::Ours, Mode::Paper],
-        };
-        for m in add {
-            if !modes.contains(m) {
-                modes.push(*m);
-            }
-        }
-    }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
     let grid = scenario.grid(seeds.first().copied().unwrap_or(1))?;
@@ -155,6 +167,96 @@ fn main() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     let violations: usize = reports.iter().map(|r| r.violations.len()).sum();
+    anyhow::ensure!(violations == 0, "{violations} invariant violations");
+    Ok(())
+}
+
+/// The schedulers asked for, each once, in order.
+fn modes(asked: &[Modes]) -> Vec<Mode> {
+    let mut modes: Vec<Mode> = Vec::new();
+    for mode in asked {
+        let add: &[Mode] = match mode {
+            Modes::Ours => &[Mode::Ours],
+            Modes::Paper => &[Mode::Paper],
+            Modes::OursHop => &[Mode::OursHop],
+            Modes::Both => &[Mode::Ours, Mode::Paper],
+        };
+        for m in add {
+            if !modes.contains(m) {
+                modes.push(*m);
+            }
+        }
+    }
+    modes
+}
+
+/// `--random N`: generated topologies, the distribution of every figure,
+/// and a CSV of every run.
+fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let size = match args.size {
+        Sizes::Small => Size::SMALL,
+        Sizes::Full => Size::FULL,
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    let mut csv = String::from(
+        "seed,mode,sites,machines,jobs,allocated,extra_rtt_ms,out_of_order,messages_per_job,mean_allocation_s,violations\n",
+    );
+    for seed in 1..=n {
+        for run in random::run([seed], size, modes)? {
+            let s = &run.summary;
+            println!(
+                "topology {seed:>4} ({:>2} sites, {:>5} machines) {:<8}: extra RTT {:.4} ms/worker, out of order {:.2}%, {:.0} msgs/job, allocation {:.3} s, {}/{} jobs",
+                run.sites,
+                run.machines,
+                run.mode.name(),
+                s.extra_rtt_ms,
+                s.out_of_order * 100.0,
+                s.messages_per_job,
+                s.mean_allocation.as_secs_f64(),
+                s.allocated,
+                s.jobs
+            );
+            let _ = writeln!(
+                csv,
+                "{seed},{},{},{},{},{},{:.4},{:.4},{:.1},{:.4},{}",
+                run.mode.name(),
+                run.sites,
+                run.machines,
+                s.jobs,
+                s.allocated,
+                s.extra_rtt_ms,
+                s.out_of_order,
+                s.messages_per_job,
+                s.mean_allocation.as_secs_f64(),
+                run.violations
+            );
+            runs.push(run);
+        }
+    }
+    println!("\nover {n} generated topologies:");
+    for &mode in modes {
+        for line in random::distribution(&runs, mode) {
+            println!("{line}");
+        }
+    }
+    if modes.contains(&Mode::Ours) && modes.contains(&Mode::Paper) {
+        let (both, fewer, no_slower) = random::compare(&runs, Mode::Ours, Mode::Paper);
+        println!(
+            "  ours sent at most the paper's messages per job on {fewer} of {both} topologies, and allocated no slower on {no_slower}"
+        );
+    }
+    let path = args.out.join("random.csv");
+    std::fs::write(&path, csv).with_context(|| format!("cannot write {}", path.display()))?;
+    println!(
+        "\nwrote {} in {:.1} s",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    let violations: usize = runs.iter().map(|r| r.violations).sum();
     anyhow::ensure!(violations == 0, "{violations} invariant violations");
     Ok(())
 }

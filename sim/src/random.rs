@@ -1,0 +1,113 @@
+//! Runs many generated scenarios ([`crate::generate`]) with several
+//! schedulers side by side and reports the distribution of the figures
+//! over the topologies: what `zorilla-sim --random N` prints.
+
+use std::time::Duration;
+
+use crate::generate::{self, Size};
+use crate::report::Summary;
+use crate::sim::{Mode, run_scenario};
+
+/// The figures of one scheduler on one generated topology.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The topology's seed.
+    pub seed: u64,
+    /// The scheduler.
+    pub mode: Mode,
+    /// Machines in the grid.
+    pub machines: usize,
+    /// Sites in the grid.
+    pub sites: usize,
+    /// The run's aggregates.
+    pub summary: Summary,
+    /// Invariant violations (none expected).
+    pub violations: usize,
+}
+
+/// Runs seeds `seeds` of generated scenarios of `size` with every mode.
+pub fn run(
+    seeds: impl IntoIterator<Item = u64>,
+    size: Size,
+    modes: &[Mode],
+) -> anyhow::Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    for seed in seeds {
+        let scenario = generate::scenario(seed, size);
+        let grid = scenario.grid(seed)?;
+        for &mode in modes {
+            let report = run_scenario(&scenario, mode, seed)?;
+            runs.push(Run {
+                seed,
+                mode,
+                machines: grid.len(),
+                sites: grid.sites.len(),
+                summary: report.summary(),
+                violations: report.violations.len(),
+            });
+        }
+    }
+    Ok(runs)
+}
+
+/// Median, 95th percentile and worst of `values` (`NaN`s left out).
+pub fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.retain(|v| !v.is_nan());
+    values.sort_by(f64::total_cmp);
+    if values.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.95), values[values.len() - 1])
+}
+
+/// The distribution of each figure of `mode`'s runs, as text lines.
+pub fn distribution(runs: &[Run], mode: Mode) -> Vec<String> {
+    let of = |f: &dyn Fn(&Summary) -> f64| {
+        spread(
+            runs.iter()
+                .filter(|r| r.mode == mode)
+                .map(|r| f(&r.summary))
+                .collect(),
+        )
+    };
+    let line = |name: &str, unit: &str, (median, p95, worst): (f64, f64, f64)| {
+        format!(
+            "  {:<8} {name:<26} median {median:>9.3}{unit}, p95 {p95:>9.3}{unit}, worst {worst:>9.3}{unit}",
+            mode.name()
+        )
+    };
+    vec![
+        line("extra RTT per worker", " ms", of(&|s| s.extra_rtt_ms)),
+        line("out of order", " %", of(&|s| s.out_of_order * 100.0)),
+        line("messages per job", "", of(&|s| s.messages_per_job)),
+        line(
+            "mean allocation time",
+            " s",
+            of(&|s| s.mean_allocation.as_secs_f64()),
+        ),
+        line(
+            "jobs not allocated",
+            " %",
+            of(&|s| 100.0 * (s.jobs - s.allocated) as f64 / s.jobs.max(1) as f64),
+        ),
+    ]
+}
+
+/// On how many topologies `a` sent at most as many messages per job as
+/// `b`, and allocated no slower (mean allocation time), of those both ran.
+pub fn compare(runs: &[Run], a: Mode, b: Mode) -> (usize, usize, usize) {
+    let mut both = 0;
+    let (mut fewer_messages, mut no_slower) = (0, 0);
+    for ra in runs.iter().filter(|r| r.mode == a) {
+        if let Some(rb) = runs.iter().find(|r| r.mode == b && r.seed == ra.seed) {
+            both += 1;
+            fewer_messages +=
+                usize::from(ra.summary.messages_per_job <= rb.summary.messages_per_job);
+            no_slower += usize::from(
+                ra.summary.mean_allocation <= rb.summary.mean_allocation + Duration::from_millis(1),
+            );
+        }
+    }
+    (both, fewer_messages, no_slower)
+}
