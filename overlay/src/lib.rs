@@ -18,7 +18,7 @@
 //! - [`identity`]: the persistent ed25519 identity.
 //! - [`latency`]: emulated latency between sites on one machine.
 //! - [`streams`]: long-lived raw streams between nodes for the messages
-//!   between workers (`/zorilla/<network>/ranks/2`), and their frames.
+//!   between workers (`/zorilla/<network>/ranks/3`), and their frames.
 //! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
 //!   `/zorilla/<network>/rpc/1` and their size-capped codec.
 //!
