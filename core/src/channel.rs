@@ -75,9 +75,38 @@
 //! `channels` is the number of workers sending to it (at most
 //! [`crate::limits::MAX_WORKERS`]): 16 MiB + 10,000 × 16 KiB + 64 MiB, about
 //! 236 MiB, for the largest job, and about 96 MiB for a job of a thousand
-//! ranks, whatever they send ([`RankReceiver::bound`]). The initial window
-//! is what every channel needs without asking; making it smaller would
-//! make more small messages wait a round trip.
+//! ranks, whatever they send ([`RankReceiver::bound`]).
+//!
+//! Why so:
+//!
+//! - The initial window is what a sender may send to a rank it never
+//!   heard from, so it is the one part of the bound that grows with the
+//!   number of senders. It is small (16 KiB covers the eager messages of
+//!   MPI programs: collectives of a few values, halo rows, control), and
+//!   no smaller because every message above it waits a round trip on a
+//!   channel's first use. A bound independent of the senders altogether
+//!   would need the receiver to drop first messages beyond a pool and
+//!   have them sent again later, delaying exactly the small messages that
+//!   must be fast.
+//! - A sender asks only when everything it sent is acknowledged: before
+//!   that, an ack on its way may bring the credit, and the ask would be
+//!   noise. The receiver keeps an ask until its credit covers it, so one
+//!   ask per message suffices (and one per new stream).
+//! - Windows rather than one grant per message: a channel that sends
+//!   messages of a MiB keeps a window of two of them, so they stream
+//!   without a round trip each; the budget caps what all such windows
+//!   take together. A window lent to a sender that then goes quiet stays
+//!   counted until that sender uses it (it is lent only to a sender that
+//!   asked, so about to use it); meanwhile others still progress through
+//!   the grant beyond the budget.
+//! - The grant beyond the budget serves the messages no window can (up to
+//!   64 MiB) and guarantees progress when the budget is lent out: it goes
+//!   to the oldest asker and frees once the worker read that message, so
+//!   a worker that reads (in any order of arrival) never deadlocks its
+//!   senders. A sender that asks and then never sends the granted message
+//!   (a `send` that timed out) keeps the grant until the worker has read
+//!   that far of its channel: the rank's other large messages wait until
+//!   then (only its own job's ranks can do that to it).
 //!
 //! # Driving contract
 //!
