@@ -22,25 +22,91 @@
 //!
 //! # Credit
 //!
-//! The receiver lets a channel's sender run at most [`WINDOW_BYTES`] ahead
-//! of what the receiving worker has read: its *limit* is the position (in
-//! bytes of the channel's messages, counted from the start) `consumed +
-//! WINDOW_BYTES`, carried in every [`Ack`]. The sender may start a message
-//! that ends within the limit. A message larger than the window (up to
-//! [`MAX_MESSAGE_BYTES`]) needs a *grant*: the sender asks for it with a
-//! chunk that carries the message's length and none of its bytes, and the
-//! receiver, when its budget allows ([`Inbound::grant`]), raises the limit
-//! to the end of that message. So the receiver decides how many large
-//! messages it holds at once (the node grants one per receiving rank at a
-//! time). The receiver checks the limit on every first chunk, so a channel
-//! never holds more than the window, or one granted message, at the
-//! receiver, and the retransmission buffer of the sender is bounded the
-//! same way. Credit is per channel, so a slow reader stalls only its own
-//! senders; the stream never waits for a reader (its data has been granted
-//! room already), so there is no head-of-line blocking between jobs or
-//! ranks sharing it. Chunks of different channels are interleaved round
-//! robin, so a 64 MiB message does not hold up a small one of another
+//! Positions count a channel's messages from its start, each message as its
+//! [`footprint`]: its bytes plus [`MESSAGE_OVERHEAD`], so that empty
+//! messages cost credit too (else a sender could queue any number of them
+//! at a rank that never reads). The receiver lets a channel's sender send
+//! up to a *limit*, a position carried in every [`Ack`] that never goes
+//! down: a limit granted cannot be taken back. The sender may start a
+//! message that ends within the limit. Every new channel starts with the
+//! limit [`INITIAL_WINDOW`], which the sender assumes before any ack, so
+//! small messages go without a round trip. After that the receiver raises
+//! the limit to `consumed + window` as its worker reads, where the
+//! channel's *window* is what the receiving rank lends it (below).
+//!
+//! A sender that must wait for credit while everything it sent is
+//! acknowledged *asks*: it sends the first chunk of its next message
+//! without bytes, which carries the message's length ([`Outbox::ask`],
+//! [`Received::Asked`]). The receiver checks the limit on every first chunk
+//! ([`Violation::NoCredit`]), so a channel never holds more than its limit
+//! minus what the worker read, and the retransmission buffer of the sender
+//! is bounded the same way. Credit is per channel, so a slow reader stalls
+//! only its own senders; the stream never waits for a reader (its data has
+//! been granted room already), so there is no head-of-line blocking between
+//! jobs or ranks sharing it. Chunks of different channels are interleaved
+//! round robin, so a 64 MiB message does not hold up a small one of another
 //! channel for more than one chunk.
+//!
+//! # What a receiving rank holds
+//!
+//! Every channel to one rank (from workers on other nodes and on its own)
+//! is lent credit by one [`RankReceiver`], the rank's receive policy:
+//!
+//! - Each channel has at least [`INITIAL_WINDOW`] (the sender assumes it).
+//! - The rank lends larger windows, up to [`MAX_WINDOW`] each, from a
+//!   budget ([`RANK_BUDGET`]) shared by all of its channels, to a channel
+//!   whose sender asks for a message larger than its window: the window
+//!   becomes twice the message (or twice the old window), so that such
+//!   messages stream, or the message alone if the budget is short. An ask
+//!   for a message that fits the window once the worker reads what it holds
+//!   needs nothing: reading raises the limit.
+//! - What the budget cannot cover (a message above [`MAX_WINDOW`], up to
+//!   [`MAX_MESSAGE_BYTES`], or any when the budget is lent out) waits in
+//!   order, and the rank grants such messages one at a time, beyond the
+//!   budget, the next once the worker has read the last.
+//! - While askers wait, every channel the worker reads gives back half of
+//!   its window (not below [`INITIAL_WINDOW`]), so the budget moves to the
+//!   waiting channels, oldest first: every sender progresses.
+//!
+//! A limit granted cannot be taken back, so a window lent counts against
+//! the budget until the worker has read up to the limit it allowed. So a
+//! receiving rank holds at most [`RANK_BUDGET`] + `channels` ×
+//! [`INITIAL_WINDOW`] + one granted message ([`MAX_MESSAGE_BYTES`]), where
+//! `channels` is the number of workers sending to it (at most
+//! [`crate::limits::MAX_WORKERS`]): 16 MiB + 10,000 × 16 KiB + 64 MiB, about
+//! 236 MiB, for the largest job, and about 96 MiB for a job of a thousand
+//! ranks, whatever they send ([`RankReceiver::bound`]).
+//!
+//! Why so:
+//!
+//! - The initial window is what a sender may send to a rank it never
+//!   heard from, so it is the one part of the bound that grows with the
+//!   number of senders. It is small (16 KiB covers the eager messages of
+//!   MPI programs: collectives of a few values, halo rows, control), and
+//!   no smaller because every message above it waits a round trip on a
+//!   channel's first use. A bound independent of the senders altogether
+//!   would need the receiver to drop first messages beyond a pool and
+//!   have them sent again later, delaying exactly the small messages that
+//!   must be fast.
+//! - A sender asks only when everything it sent is acknowledged: before
+//!   that, an ack on its way may bring the credit, and the ask would be
+//!   noise. The receiver keeps an ask until its credit covers it, so one
+//!   ask per message suffices (and one per new stream).
+//! - Windows rather than one grant per message: a channel that sends
+//!   messages of a MiB keeps a window of two of them, so they stream
+//!   without a round trip each; the budget caps what all such windows
+//!   take together. A window lent to a sender that then goes quiet stays
+//!   counted until that sender uses it (it is lent only to a sender that
+//!   asked, so about to use it); meanwhile others still progress through
+//!   the grant beyond the budget.
+//! - The grant beyond the budget serves the messages no window can (up to
+//!   64 MiB) and guarantees progress when the budget is lent out: it goes
+//!   to the oldest asker and frees once the worker read that message, so
+//!   a worker that reads (in any order of arrival) never deadlocks its
+//!   senders. A sender that asks and then never sends the granted message
+//!   (a `send` that timed out) keeps the grant until the worker has read
+//!   that far of its channel: the rank's other large messages wait until
+//!   then (only its own job's ranks can do that to it).
 //!
 //! # Driving contract
 //!
@@ -48,17 +114,38 @@
 //! [`Outbox::push`] queues it; [`Outbox::next_chunk`] gives the next chunk
 //! to write (round robin over channels); [`Outbox::on_ack`] takes an ack
 //! from the peer; [`Outbox::rewind`] after the stream was lost.
-//! Receiver: [`Inbound::on_chunk`] for each chunk read; [`Inbound::consumed`]
-//! when the worker takes a message; [`Inbound::ack`] for the ack to send;
-//! [`Inbound::stream_lost`] when the stream it came on ended.
+//! Receiver: [`Inbound::on_chunk`] for each chunk read;
+//! [`Inbound::consumed`] when the worker takes a message;
+//! [`Inbound::ack`] for the ack to send; [`Inbound::stream_lost`] when the
+//! stream it came on ended. The receiving rank's [`RankReceiver`] is told
+//! of asks ([`RankReceiver::asked`]) and reads
+//! ([`RankReceiver::consumed`]) and answers with the channels whose credit
+//! rose: the driver raises their [`Inbound::raise_limit`] to
+//! [`RankReceiver::credit`] and acknowledges them.
 
 use std::collections::{BTreeMap, VecDeque};
 
 /// The largest message a channel carries (64 MiB).
 pub const MAX_MESSAGE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// How far a sender may run ahead of the receiving worker, in bytes.
-pub const WINDOW_BYTES: u64 = 4 * 1024 * 1024;
+/// The credit of a new channel: what its sender may send before any ack,
+/// and the least window a channel has (see the module docs).
+pub const INITIAL_WINDOW: u64 = 16 * 1024;
+
+/// The largest window a rank lends one channel from its budget.
+pub const MAX_WINDOW: u64 = 8 * 1024 * 1024;
+
+/// What a receiving rank lends its channels beyond their initial windows.
+pub const RANK_BUDGET: u64 = 16 * 1024 * 1024;
+
+/// What every message counts for in credit besides its bytes: about what
+/// the receiver keeps for it beyond its bytes.
+pub const MESSAGE_OVERHEAD: u64 = 64;
+
+/// What a message of `len` bytes counts for in credit.
+pub fn footprint(len: u64) -> u64 {
+    len.saturating_add(MESSAGE_OVERHEAD)
+}
 
 /// The largest chunk of a message on the wire.
 pub const CHUNK_BYTES: usize = 256 * 1024;
@@ -160,7 +247,7 @@ struct SendChannel {
     queue: VecDeque<Queued>,
     /// The number of the next message pushed.
     next_seq: u64,
-    /// The position after the last message pushed.
+    /// The position after the last message pushed (see [`footprint`]).
     end: u64,
     /// The position of the first message in `queue` (or `end`).
     acked_pos: u64,
@@ -169,21 +256,21 @@ struct SendChannel {
     /// The next message to transmit, and the offset in it.
     sent_seq: u64,
     sent_offset: u64,
-    /// A message larger than the window waits for the receiver's grant:
+    /// The next message waits for the receiver's credit and asked for it:
     /// its length, and whether the ask went out on the current stream.
     ask: Option<u64>,
     ask_sent: bool,
 }
 
 impl Default for SendChannel {
-    /// A channel on which nothing was sent: the first window is granted.
+    /// A channel on which nothing was sent: the initial window is granted.
     fn default() -> Self {
         SendChannel {
             queue: VecDeque::new(),
             next_seq: 0,
             end: 0,
             acked_pos: 0,
-            limit: WINDOW_BYTES,
+            limit: INITIAL_WINDOW,
             sent_seq: 0,
             sent_offset: 0,
             ask: None,
@@ -194,7 +281,7 @@ impl Default for SendChannel {
 
 impl SendChannel {
     fn admits(&self, len: u64) -> bool {
-        self.end.saturating_add(len) <= self.limit
+        self.end.saturating_add(footprint(len)) <= self.limit
     }
 
     fn has_unsent(&self) -> bool {
@@ -218,10 +305,12 @@ impl SendChannel {
 pub enum Admission {
     /// Push it now.
     Yes,
-    /// Wait for credit (an ack from the peer).
+    /// Wait for credit (an ack from the peer): some of what was sent is
+    /// not acknowledged yet.
     WaitForCredit,
-    /// Larger than the window: [`Outbox::ask`] the receiver for it, then
-    /// wait for its grant (an ack whose limit covers it).
+    /// Everything sent was acknowledged and the credit is short:
+    /// [`Outbox::ask`] the receiver for room, then wait for its credit (an
+    /// ack whose limit covers the message).
     Ask,
     /// Larger than [`MAX_MESSAGE_BYTES`]: refuse at once.
     TooLarge,
@@ -246,13 +335,13 @@ impl Outbox {
         if len > MAX_MESSAGE_BYTES {
             return Admission::TooLarge;
         }
-        let admits = match self.channels.get(&channel) {
-            Some(c) => c.admits(len),
-            None => SendChannel::default().admits(len),
+        let (admits, all_acked) = match self.channels.get(&channel) {
+            Some(c) => (c.admits(len), c.queue.is_empty()),
+            None => (SendChannel::default().admits(len), true),
         };
         if admits {
             Admission::Yes
-        } else if len > WINDOW_BYTES {
+        } else if all_acked {
             Admission::Ask
         } else {
             Admission::WaitForCredit
@@ -260,9 +349,10 @@ impl Outbox {
     }
 
     /// Asks the receiver of `channel` for room for a message of `len`
-    /// bytes, larger than the window (see the module docs); the ask goes
-    /// out after every message pushed before it. Asking again for the same
-    /// message does nothing.
+    /// bytes (see the module docs); the ask goes out after every message
+    /// pushed before it, and again on every new stream until the message
+    /// is pushed. Asking again for the same message does nothing: the
+    /// receiver keeps an ask until its credit covers it.
     pub fn ask(&mut self, channel: ChannelId, len: u64) {
         let c = self.channels.entry(channel).or_default();
         if c.ask == Some(len) {
@@ -284,7 +374,7 @@ impl Outbox {
         let seq = c.next_seq;
         let was_idle = !c.has_unsent();
         c.next_seq += 1;
-        c.end = c.end.saturating_add(data.len() as u64);
+        c.end = c.end.saturating_add(footprint(data.len() as u64));
         c.queue.push_back(Queued { seq, data });
         if was_idle {
             self.ready.push_back(channel);
@@ -305,7 +395,8 @@ impl Outbox {
             .all(|c| c.queue.is_empty() && c.ask.is_none())
     }
 
-    /// Bytes kept for retransmission.
+    /// Bytes kept for retransmission (with [`MESSAGE_OVERHEAD`] for each
+    /// message).
     pub fn buffered_bytes(&self) -> u64 {
         self.channels
             .values()
@@ -372,7 +463,7 @@ impl Outbox {
         let mut changed = false;
         while c.queue.front().is_some_and(|q| q.seq < ack.next) {
             if let Some(q) = c.queue.pop_front() {
-                c.acked_pos = c.acked_pos.saturating_add(q.data.len() as u64);
+                c.acked_pos = c.acked_pos.saturating_add(footprint(q.data.len() as u64));
                 changed = true;
             }
         }
@@ -459,8 +550,8 @@ pub enum Received {
     /// that the sender frees it).
     Duplicate,
     /// The sender asks for room for its next message, of `total` bytes,
-    /// larger than the window: the driver [`grant`](Inbound::grant)s it
-    /// when its budget allows.
+    /// which would start at [`Inbound::completed`]: the driver tells the
+    /// rank's [`RankReceiver::asked`].
     Asked {
         /// The message's length.
         total: u64,
@@ -474,8 +565,9 @@ struct Partial {
     data: Vec<u8>,
 }
 
-/// The receiving side of one channel. Outlives the streams it comes on.
-#[derive(Debug, Default)]
+/// The receiving side of one channel: sequencing, and the limit the
+/// rank's [`RankReceiver`] lent it. Outlives the streams it comes on.
+#[derive(Debug)]
 pub struct Inbound {
     /// The number of the next message to complete.
     expected: u64,
@@ -485,10 +577,20 @@ pub struct Inbound {
     consumed: u64,
     /// The message being built.
     partial: Option<Partial>,
-    /// The position up to which a grant lets the sender go.
-    granted: u64,
-    /// Where the message the sender asked room for would end.
-    asked: Option<u64>,
+    /// The position up to which the sender may send: never lowered.
+    limit: u64,
+}
+
+impl Default for Inbound {
+    fn default() -> Self {
+        Inbound {
+            expected: 0,
+            completed: 0,
+            consumed: 0,
+            partial: None,
+            limit: INITIAL_WINDOW,
+        }
+    }
 }
 
 impl Inbound {
@@ -503,29 +605,27 @@ impl Inbound {
         self.expected
     }
 
-    /// The position after the last complete message.
+    /// The position after the last complete message (where the next one
+    /// starts).
     pub fn completed(&self) -> u64 {
         self.completed
     }
 
     /// The credit this end grants (see the module docs).
     pub fn limit(&self) -> u64 {
-        self.consumed.saturating_add(WINDOW_BYTES).max(self.granted)
+        self.limit
+    }
+
+    /// Raises the credit to `limit` (the rank's [`RankReceiver::credit`]);
+    /// a lower one changes nothing, so that a limit granted is never taken
+    /// back.
+    pub fn raise_limit(&mut self, limit: u64) {
+        self.limit = self.limit.max(limit);
     }
 
     /// The position after the last message the worker took.
     pub fn consumed_position(&self) -> u64 {
         self.consumed
-    }
-
-    /// Lets the sender send the message it asked room for
-    /// ([`Received::Asked`]); returns the position after it (`None` if
-    /// nothing was asked). The limit never goes down, so a grant cannot be
-    /// taken back.
-    pub fn grant(&mut self) -> Option<u64> {
-        let end = self.asked.take()?;
-        self.granted = self.granted.max(end);
-        Some(end)
     }
 
     /// The ack to send for `channel`.
@@ -537,8 +637,8 @@ impl Inbound {
         }
     }
 
-    /// Bytes held: complete messages the worker has not taken, and the
-    /// message being built.
+    /// Bytes held: complete messages the worker has not taken (with
+    /// [`MESSAGE_OVERHEAD`] each), and the message being built.
     pub fn buffered_bytes(&self) -> u64 {
         let partial = self.partial.as_ref().map_or(0, |p| p.data.len() as u64);
         self.completed.saturating_sub(self.consumed) + partial
@@ -570,7 +670,6 @@ impl Inbound {
             }
             // A message half built is dropped (the sender starts it anew).
             self.partial = None;
-            self.asked = Some(self.completed.saturating_add(total));
             return Ok(Received::Asked { total });
         }
         if len > CHUNK_BYTES as u64 || (len == 0 && total != 0) {
@@ -593,7 +692,7 @@ impl Inbound {
             // A message starts (again: after a reconnection the sender
             // begins it anew, and what was built of it is dropped).
             let start = self.completed;
-            if start.saturating_add(total) > self.limit() {
+            if start.saturating_add(footprint(total)) > self.limit {
                 return Err(Violation::NoCredit);
             }
             // Room for this chunk only: the rest is allocated as it comes.
@@ -634,19 +733,306 @@ impl Inbound {
         }
         let done = self.partial.take().map(|p| p.data).unwrap_or_default();
         self.expected += 1;
-        self.completed = self.completed.saturating_add(total);
+        self.completed = self.completed.saturating_add(footprint(total));
         Ok(Received::Complete(done))
     }
 
     /// The worker took a message of `len` bytes of this channel.
     pub fn consumed(&mut self, len: u64) {
-        self.consumed = self.consumed.saturating_add(len).min(self.completed);
+        self.consumed = self
+            .consumed
+            .saturating_add(footprint(len))
+            .min(self.completed);
     }
 
     /// The stream ended: a half-built message is dropped (the sender sends
     /// it again from its start).
     pub fn stream_lost(&mut self) {
         self.partial = None;
+    }
+}
+
+// ----- a receiving rank's policy -----
+
+/// What a rank lent one channel (positions as in [`Inbound`]).
+#[derive(Debug, Clone)]
+struct Lent {
+    /// The position after the last message the worker read.
+    consumed: u64,
+    /// The window: the limit follows `consumed + window` as the worker
+    /// reads.
+    window: u64,
+    /// The limit the window allowed, the highest so far.
+    limit: u64,
+    /// The end of a message granted beyond the budget (0 if none).
+    granted: u64,
+    /// The sender's ask not covered yet: where its message starts, and its
+    /// footprint.
+    asked: Option<(u64, u64)>,
+}
+
+impl Lent {
+    fn new() -> Self {
+        Lent {
+            consumed: 0,
+            window: INITIAL_WINDOW,
+            limit: INITIAL_WINDOW,
+            granted: 0,
+            asked: None,
+        }
+    }
+
+    fn credit(&self) -> u64 {
+        self.limit.max(self.granted)
+    }
+
+    /// What the window takes of the budget: the credit it allowed beyond
+    /// what the worker read and the initial window.
+    fn charge(&self) -> u64 {
+        self.limit
+            .saturating_sub(self.consumed)
+            .saturating_sub(INITIAL_WINDOW)
+    }
+
+    /// Whether the credit covers the ask (or nothing is asked).
+    fn covered(&self) -> bool {
+        self.asked
+            .is_none_or(|(start, total)| start.saturating_add(total) <= self.credit())
+    }
+}
+
+/// A receiving rank's credit policy over all the channels to it, without
+/// IO (see the module docs, "What a receiving rank holds"): how far each
+/// channel's sender may go, from the initial window, the rank's budget of
+/// larger windows, and its one grant at a time beyond the budget.
+///
+/// `K` names a channel to the rank (the driver's choice: e.g. the sending
+/// node and the [`ChannelId`]). A channel the receiver never heard of has
+/// the initial window. Every event answers with the channels whose
+/// [`credit`](Self::credit) rose: the driver raises their limits
+/// ([`Inbound::raise_limit`]) and acknowledges them.
+#[derive(Debug)]
+pub struct RankReceiver<K> {
+    budget: u64,
+    channels: BTreeMap<K, Lent>,
+    /// The sum of the channels' charges: at most `budget`.
+    lent: u64,
+    /// Channels whose ask neither the window nor the budget covers, oldest
+    /// first (each once).
+    waiting: VecDeque<K>,
+    /// The channel whose message granted beyond the budget is not read yet.
+    granted: Option<K>,
+}
+
+impl<K: Ord + Clone> Default for RankReceiver<K> {
+    fn default() -> Self {
+        RankReceiver::new(RANK_BUDGET)
+    }
+}
+
+impl<K: Ord + Clone> RankReceiver<K> {
+    /// A rank that lends at most `budget` bytes beyond the initial windows.
+    pub fn new(budget: u64) -> Self {
+        RankReceiver {
+            budget,
+            channels: BTreeMap::new(),
+            lent: 0,
+            waiting: VecDeque::new(),
+            granted: None,
+        }
+    }
+
+    /// How far `channel`'s sender may send.
+    pub fn credit(&self, channel: &K) -> u64 {
+        self.channels
+            .get(channel)
+            .map_or(INITIAL_WINDOW, Lent::credit)
+    }
+
+    /// The budget lent out now (at most the budget).
+    pub fn lent(&self) -> u64 {
+        self.lent
+    }
+
+    /// The most the rank can be made to hold now: every channel's credit
+    /// beyond what its worker read. A channel it never heard of may still
+    /// send its initial window; [`RankReceiver::bound`] is what this never
+    /// exceeds.
+    pub fn outstanding(&self) -> u64 {
+        self.channels
+            .values()
+            .map(|l| l.credit().saturating_sub(l.consumed))
+            .sum()
+    }
+
+    /// What a rank with `channels` channels can hold at most, whatever its
+    /// senders do: the budget, the initial windows, and one message granted
+    /// beyond the budget.
+    pub fn bound(&self, channels: u64) -> u64 {
+        self.budget
+            .saturating_add(channels.saturating_mul(INITIAL_WINDOW))
+            .saturating_add(footprint(MAX_MESSAGE_BYTES))
+    }
+
+    /// Whether `channel` waits for room.
+    pub fn is_waiting(&self, channel: &K) -> bool {
+        self.waiting.contains(channel)
+    }
+
+    /// Changes `channel`'s state by `f`, keeping the sum of charges.
+    fn update(&mut self, channel: &K, f: impl FnOnce(&mut Lent)) {
+        let l = self
+            .channels
+            .entry(channel.clone())
+            .or_insert_with(Lent::new);
+        let before = l.charge();
+        f(l);
+        l.limit = l.limit.max(l.consumed.saturating_add(l.window));
+        let after = l.charge();
+        self.lent = self.lent.saturating_sub(before).saturating_add(after);
+    }
+
+    /// Lends `channel` a window large enough for its ask, from the budget,
+    /// if the budget allows: twice the message or twice the window (at
+    /// most [`MAX_WINDOW`]), or else just the message.
+    fn grow(&mut self, channel: &K) -> bool {
+        let Some(l) = self.channels.get(channel) else {
+            return false;
+        };
+        let Some((_, total)) = l.asked else {
+            return false;
+        };
+        if total > MAX_WINDOW {
+            return false;
+        }
+        let roomy = l
+            .window
+            .saturating_mul(2)
+            .max(total.saturating_mul(2))
+            .min(MAX_WINDOW);
+        for window in [roomy, total] {
+            if window <= l.window {
+                continue;
+            }
+            let limit = l.limit.max(l.consumed.saturating_add(window));
+            let charge = limit
+                .saturating_sub(l.consumed)
+                .saturating_sub(INITIAL_WINDOW);
+            let lent = self.lent.saturating_sub(l.charge()).saturating_add(charge);
+            if lent <= self.budget {
+                self.update(channel, |l| l.window = window);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// `channel`'s sender asks for room for a message of `total` bytes
+    /// that would start at `start` (where the channel's last complete
+    /// message ended). An ask covered already is answered with the channel
+    /// (acknowledge it again); one for a message the window covers once the
+    /// worker reads is kept until the reads cover it; a larger one gets a
+    /// larger window from the budget, or waits its turn for it or for the
+    /// rank's grant beyond the budget.
+    pub fn asked(&mut self, channel: K, start: u64, total: u64) -> Vec<K> {
+        let total = footprint(total);
+        let mut waits = false;
+        self.update(&channel, |l| {
+            l.asked = Some((start, total));
+            waits = total > l.window;
+        });
+        let l = &self.channels[&channel];
+        if l.covered() {
+            self.update(&channel, |l| l.asked = None);
+            return vec![channel];
+        }
+        if !waits || self.waiting.contains(&channel) {
+            return Vec::new();
+        }
+        if self.waiting.is_empty() && self.grow(&channel) {
+            return vec![channel];
+        }
+        self.waiting.push_back(channel);
+        self.serve()
+    }
+
+    /// The worker read a message of `len` bytes of `channel`.
+    pub fn consumed(&mut self, channel: &K, len: u64) -> Vec<K> {
+        let before = self.credit(channel);
+        let pressed = !self.waiting.is_empty();
+        self.update(channel, |l| {
+            l.consumed = l.consumed.saturating_add(footprint(len));
+            if pressed {
+                // Give half of the window back to those waiting, but not
+                // below what an ask kept for the reads needs.
+                let keep = l.asked.map_or(0, |(_, total)| total.min(l.window));
+                l.window = (l.window / 2).max(keep).max(INITIAL_WINDOW);
+            }
+        });
+        if self.granted.as_ref() == Some(channel) {
+            let l = &self.channels[channel];
+            if l.consumed >= l.granted {
+                self.granted = None;
+            }
+        }
+        if self.channels[channel].covered() {
+            self.update(channel, |l| l.asked = None);
+        }
+        let mut raised = Vec::new();
+        if self.credit(channel) > before {
+            raised.push(channel.clone());
+        }
+        if !self.waiting.is_empty() {
+            raised.extend(self.serve());
+        }
+        raised
+    }
+
+    /// `channel` is gone (its sender or its stream state was dropped): its
+    /// credit returns to the rank.
+    pub fn forget(&mut self, channel: &K) -> Vec<K> {
+        if let Some(l) = self.channels.remove(channel) {
+            self.lent = self.lent.saturating_sub(l.charge());
+        }
+        self.waiting.retain(|c| c != channel);
+        if self.granted.as_ref() == Some(channel) {
+            self.granted = None;
+        }
+        self.serve()
+    }
+
+    /// Serves the waiting asks in order: from the budget if it allows,
+    /// else with the grant beyond the budget if no message holds it.
+    fn serve(&mut self) -> Vec<K> {
+        let mut raised = Vec::new();
+        while let Some(channel) = self.waiting.front().cloned() {
+            let Some(l) = self.channels.get(&channel) else {
+                self.waiting.pop_front();
+                continue;
+            };
+            if l.covered() || l.asked.is_some_and(|(_, total)| total <= l.window) {
+                // Covered meanwhile, or the reads will.
+                self.waiting.pop_front();
+                continue;
+            }
+            if self.grow(&channel) {
+                self.waiting.pop_front();
+                raised.push(channel);
+                continue;
+            }
+            if self.granted.is_some() {
+                break;
+            }
+            self.waiting.pop_front();
+            self.update(&channel, |l| {
+                if let Some((start, total)) = l.asked.take() {
+                    l.granted = start.saturating_add(total);
+                }
+            });
+            self.granted = Some(channel.clone());
+            raised.push(channel);
+        }
+        raised
     }
 }
 
@@ -688,7 +1074,7 @@ mod tests {
         }
         let got = pump(&mut out, &mut inb);
         assert_eq!(got, (0..5).map(|i| message(i, 10)).collect::<Vec<_>>());
-        assert_eq!(out.buffered_bytes(), 50);
+        assert_eq!(out.buffered_bytes(), 5 * footprint(10));
         assert!(out.on_ack(inb.ack(CH)).unwrap());
         assert!(out.all_acked());
         assert_eq!(out.buffered_bytes(), 0);
@@ -699,6 +1085,9 @@ mod tests {
         let mut out = Outbox::new();
         let mut inb = Inbound::new();
         let big = message(3, 3 * CHUNK_BYTES + 5);
+        // (The receiving rank lent the room.)
+        inb.raise_limit(MAX_WINDOW);
+        out.on_ack(inb.ack(CH)).unwrap();
         out.push(CH, big.clone());
         let first = out.next_chunk(CHUNK_BYTES).unwrap();
         assert_eq!((first.offset, first.bytes.len()), (0, CHUNK_BYTES));
@@ -713,6 +1102,8 @@ mod tests {
     fn a_rewind_resends_what_was_not_acked_and_duplicates_are_dropped() {
         let mut out = Outbox::new();
         let mut inb = Inbound::new();
+        inb.raise_limit(MAX_WINDOW);
+        out.on_ack(inb.ack(CH)).unwrap();
         out.push(CH, message(0, 10));
         out.push(CH, message(1, CHUNK_BYTES + 10));
         out.push(CH, message(2, 10));
@@ -747,7 +1138,7 @@ mod tests {
         out.on_ack(Ack {
             channel: CH,
             next: 2,
-            limit: WINDOW_BYTES,
+            limit: INITIAL_WINDOW,
         })
         .unwrap();
         out.rewind();
@@ -759,18 +1150,28 @@ mod tests {
         assert_eq!(seqs, vec![2, 3]);
     }
 
+    /// The worker reads `len` bytes of `CH`: the rank lends credit, the
+    /// channel takes it.
+    fn read(rank: &mut RankReceiver<ChannelId>, inb: &mut Inbound, len: u64) {
+        inb.consumed(len);
+        rank.consumed(&CH, len);
+        inb.raise_limit(rank.credit(&CH));
+    }
+
     #[test]
     fn a_sender_waits_for_credit_and_the_receiver_enforces_it() {
         let mut out = Outbox::new();
         let mut inb = Inbound::new();
-        let half = (WINDOW_BYTES / 2) as usize;
-        out.push(CH, message(0, half));
-        out.push(CH, message(1, half));
-        assert_eq!(out.admits(CH, 1), Admission::WaitForCredit);
+        let mut rank = RankReceiver::default();
+        let half = INITIAL_WINDOW / 2 - MESSAGE_OVERHEAD;
+        out.push(CH, message(0, half as usize));
+        out.push(CH, message(1, half as usize));
+        assert_eq!(out.admits(CH, 0), Admission::WaitForCredit);
         assert_eq!(pump(&mut out, &mut inb).len(), 2);
         out.on_ack(inb.ack(CH)).unwrap();
-        // Received but not read: still no credit.
-        assert_eq!(out.admits(CH, 1), Admission::WaitForCredit);
+        // Received but not read: still no credit; everything is
+        // acknowledged, so the sender asks.
+        assert_eq!(out.admits(CH, 0), Admission::Ask);
         // A sender that ignores it is caught.
         out.push(CH, message(2, 1));
         let c = out.next_chunk(CHUNK_BYTES).unwrap();
@@ -778,31 +1179,34 @@ mod tests {
         // Once the worker reads one, credit comes back.
         let mut out = Outbox::new();
         let mut inb = Inbound::new();
-        out.push(CH, message(0, half));
-        out.push(CH, message(1, half));
+        out.push(CH, message(0, half as usize));
+        out.push(CH, message(1, half as usize));
         pump(&mut out, &mut inb);
-        inb.consumed(half as u64);
+        read(&mut rank, &mut inb, half);
         assert!(out.on_ack(inb.ack(CH)).unwrap());
-        assert_eq!(out.admits(CH, half as u64), Admission::Yes);
-        assert_eq!(out.admits(CH, half as u64 + 1), Admission::WaitForCredit);
+        assert_eq!(out.admits(CH, half), Admission::Yes);
+        assert_eq!(out.admits(CH, half + 1), Admission::Ask);
+        assert_eq!(rank.lent(), 0, "small messages take nothing of the budget");
     }
 
     #[test]
-    fn a_message_larger_than_the_window_goes_when_the_receiver_grants_it() {
+    fn a_message_larger_than_the_window_goes_when_the_receiver_lends_room() {
         let mut out = Outbox::new();
         let mut inb = Inbound::new();
-        let big = 2 * WINDOW_BYTES + 1;
+        let mut rank = RankReceiver::default();
+        let big = 3 * INITIAL_WINDOW;
         out.push(CH, vec![7; 10]);
-        assert_eq!(out.admits(CH, big), Admission::Ask);
-        out.ask(CH, big);
-        out.ask(CH, big);
-        // The ask goes after the message before it, once, without bytes.
+        assert_eq!(out.admits(CH, big), Admission::WaitForCredit);
         let first = out.next_chunk(CHUNK_BYTES).unwrap();
-        assert_eq!((first.seq, first.bytes.len()), (0, 10));
         assert_eq!(
             inb.on_chunk(first).unwrap(),
             Received::Complete(vec![7; 10])
         );
+        out.on_ack(inb.ack(CH)).unwrap();
+        assert_eq!(out.admits(CH, big), Admission::Ask);
+        out.ask(CH, big);
+        out.ask(CH, big);
+        // The ask goes once, without bytes.
         let ask = out.next_chunk(CHUNK_BYTES).unwrap();
         assert_eq!(
             (ask.seq, ask.offset, ask.total, ask.bytes.len()),
@@ -810,38 +1214,37 @@ mod tests {
         );
         assert_eq!(inb.on_chunk(ask).unwrap(), Received::Asked { total: big });
         assert!(out.next_chunk(CHUNK_BYTES).is_none());
-        // Without the grant, the acks give no room for it.
-        out.on_ack(inb.ack(CH)).unwrap();
-        assert_eq!(out.admits(CH, big), Admission::Ask);
         // A lost stream sends the ask again.
         out.rewind();
         let again = out.next_chunk(CHUNK_BYTES).unwrap();
         assert_eq!(inb.on_chunk(again).unwrap(), Received::Asked { total: big });
-        assert_eq!(inb.grant(), Some(10 + big));
-        assert_eq!(inb.grant(), None, "granted once");
+        // The rank lends a window of twice the message.
+        assert_eq!(rank.asked(CH, inb.completed(), big), vec![CH]);
+        assert_eq!(rank.asked(CH, inb.completed(), big), vec![CH], "again");
+        inb.raise_limit(rank.credit(&CH));
+        assert_eq!(rank.lent(), 2 * footprint(big) - INITIAL_WINDOW);
         out.on_ack(inb.ack(CH)).unwrap();
         assert_eq!(out.admits(CH, big), Admission::Yes);
         out.push(CH, vec![1; big as usize]);
         let got = pump(&mut out, &mut inb);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].len() as u64, big);
-        // Once read, the window is back to normal; nothing large without
-        // another grant.
-        inb.consumed(10 + big);
+        // Once read, the window stays: the next one goes at once.
+        read(&mut rank, &mut inb, 10);
+        read(&mut rank, &mut inb, big);
         out.on_ack(inb.ack(CH)).unwrap();
-        assert_eq!(out.admits(CH, WINDOW_BYTES), Admission::Yes);
-        assert_eq!(out.admits(CH, WINDOW_BYTES + 1), Admission::Ask);
+        assert_eq!(out.admits(CH, big), Admission::Yes);
         assert_eq!(out.admits(CH, MAX_MESSAGE_BYTES + 1), Admission::TooLarge);
     }
 
     #[test]
-    fn a_large_message_without_a_grant_is_refused() {
+    fn a_large_message_without_credit_is_refused() {
         let mut inb = Inbound::new();
         let chunk = Chunk {
             channel: CH,
             seq: 0,
             offset: 0,
-            total: WINDOW_BYTES + 1,
+            total: INITIAL_WINDOW,
             bytes: &[0; 16],
         };
         assert_eq!(inb.on_chunk(chunk), Err(Violation::NoCredit));
@@ -851,7 +1254,7 @@ mod tests {
             channel: CH,
             seq,
             offset: 0,
-            total: WINDOW_BYTES + 1,
+            total: INITIAL_WINDOW,
             bytes: &[],
         };
         assert!(matches!(
@@ -861,11 +1264,16 @@ mod tests {
         assert_eq!(
             inb.on_chunk(ask(0)),
             Ok(Received::Asked {
-                total: WINDOW_BYTES + 1
+                total: INITIAL_WINDOW
             })
         );
-        assert_eq!(inb.grant(), Some(WINDOW_BYTES + 1));
+        let mut rank = RankReceiver::default();
+        assert_eq!(rank.asked(CH, 0, INITIAL_WINDOW), vec![CH]);
+        inb.raise_limit(rank.credit(&CH));
         assert!(matches!(inb.on_chunk(chunk), Ok(Received::Partial)));
+        // A limit is never lowered.
+        inb.raise_limit(0);
+        assert!(inb.limit() >= footprint(INITIAL_WINDOW));
     }
 
     #[test]
@@ -922,7 +1330,7 @@ mod tests {
                 total: MAX_MESSAGE_BYTES
             })
         );
-        inb.grant();
+        inb.raise_limit(footprint(MAX_MESSAGE_BYTES));
         assert_eq!(
             inb.on_chunk(chunk(0, 0, MAX_MESSAGE_BYTES, &[1; 10])),
             Ok(Received::Partial)
@@ -959,28 +1367,44 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(14);
         let mut out = Outbox::new();
         let mut inb = Inbound::new();
+        let mut rank = RankReceiver::default();
         let mut sent = 0u8;
         let mut got = Vec::new();
+        let mut read = 0;
         for _ in 0..5_000 {
             match rng.random_range(0..10) {
                 0..=3 => {
-                    let len = rng.random_range(0..CHUNK_BYTES * 2);
-                    if out.admits(CH, len as u64) == Admission::Yes && sent < 200 {
-                        out.push(CH, vec![sent; len]);
-                        sent += 1;
+                    let len = rng.random_range(0..CHUNK_BYTES * 2) as u64;
+                    match out.admits(CH, len) {
+                        Admission::Yes if sent < 200 => {
+                            out.push(CH, vec![sent; len as usize]);
+                            sent += 1;
+                        }
+                        Admission::Ask => out.ask(CH, len),
+                        _ => {}
                     }
                 }
                 4..=6 => {
-                    if let Some(c) = out.next_chunk(rng.random_range(1..CHUNK_BYTES))
-                        && let Received::Complete(m) = inb.on_chunk(c).unwrap()
-                    {
-                        got.push(m);
+                    if let Some(c) = out.next_chunk(rng.random_range(1..CHUNK_BYTES)) {
+                        match inb.on_chunk(c).unwrap() {
+                            Received::Complete(m) => got.push(m),
+                            Received::Asked { total } => {
+                                for c in rank.asked(CH, inb.completed(), total) {
+                                    inb.raise_limit(rank.credit(&c));
+                                }
+                            }
+                            _ => {}
+                        }
                     }
                 }
                 7 => {
-                    // The worker reads; the ack may get lost.
-                    let read: u64 = got.iter().map(|m| m.len() as u64).sum();
-                    inb.consumed(read.saturating_sub(inb.consumed));
+                    // The worker reads what arrived; the ack may get lost.
+                    for m in &got[read..] {
+                        inb.consumed(m.len() as u64);
+                        rank.consumed(&CH, m.len() as u64);
+                    }
+                    read = got.len();
+                    inb.raise_limit(rank.credit(&CH));
                     if rng.random_bool(0.5) {
                         out.on_ack(inb.ack(CH)).unwrap();
                     }
@@ -993,26 +1417,328 @@ mod tests {
                     out.on_ack(inb.ack(CH)).unwrap();
                 }
             }
-            assert!(inb.buffered_bytes() <= WINDOW_BYTES.max(2 * CHUNK_BYTES as u64));
-            assert!(out.buffered_bytes() <= WINDOW_BYTES + 2 * CHUNK_BYTES as u64);
+            assert!(inb.buffered_bytes() <= rank.bound(1));
+            assert!(rank.lent() <= RANK_BUDGET);
+            assert!(out.buffered_bytes() <= MAX_WINDOW + 2 * footprint(CHUNK_BYTES as u64));
         }
         // Drain.
         for _ in 0..10_000 {
-            inb.consumed(u64::MAX);
+            for m in &got[read..] {
+                inb.consumed(m.len() as u64);
+                rank.consumed(&CH, m.len() as u64);
+            }
+            read = got.len();
+            inb.raise_limit(rank.credit(&CH));
             out.on_ack(inb.ack(CH)).unwrap();
             match out.next_chunk(CHUNK_BYTES) {
-                Some(c) => {
-                    if let Received::Complete(m) = inb.on_chunk(c).unwrap() {
-                        got.push(m);
+                Some(c) => match inb.on_chunk(c).unwrap() {
+                    Received::Complete(m) => got.push(m),
+                    Received::Asked { total } => {
+                        rank.asked(CH, inb.completed(), total);
+                        inb.raise_limit(rank.credit(&CH));
                     }
-                }
+                    _ => {}
+                },
                 None => break,
             }
         }
-        assert!(sent > 20);
+        assert!(sent > 20, "{sent}");
         assert_eq!(got.len(), usize::from(sent));
         for (i, m) in got.iter().enumerate() {
             assert!(m.iter().all(|b| usize::from(*b) == i), "message {i} wrong");
         }
+    }
+
+    // ----- a receiving rank's policy -----
+
+    /// One sending worker: its channel to the rank, at both ends, and the
+    /// lengths of the messages it still has to send (made when sent, each
+    /// naming its sender and number).
+    struct Sender {
+        ch: ChannelId,
+        out: Outbox,
+        inb: Inbound,
+        todo: VecDeque<usize>,
+        pushed: u32,
+        next_expected: u32,
+    }
+
+    /// Many senders to one rank, chunks moved at once (no network), and a
+    /// worker that reads the rank's inbox in arrival order.
+    struct Grid {
+        rank: RankReceiver<usize>,
+        senders: Vec<Sender>,
+        inbox: VecDeque<(usize, Vec<u8>)>,
+        /// Messages read per sender.
+        read: Vec<u32>,
+    }
+
+    fn tagged(sender: usize, n: u32, len: usize) -> Vec<u8> {
+        let mut m = vec![(sender % 251) as u8; len.max(8)];
+        m[..4].copy_from_slice(&(sender as u32).to_le_bytes());
+        m[4..8].copy_from_slice(&n.to_le_bytes());
+        m
+    }
+
+    impl Grid {
+        /// `senders` workers, each with `sizes(sender, n)`-byte messages.
+        fn new(senders: usize, count: u32, sizes: impl Fn(usize, u32) -> usize) -> Grid {
+            Grid {
+                rank: RankReceiver::default(),
+                senders: (0..senders)
+                    .map(|i| Sender {
+                        ch: ChannelId {
+                            job: 1,
+                            from: i as u32,
+                            from_incarnation: 0,
+                            to: 0,
+                            to_incarnation: 0,
+                        },
+                        out: Outbox::new(),
+                        inb: Inbound::new(),
+                        todo: (0..count).map(|n| sizes(i, n).max(8)).collect(),
+                        pushed: 0,
+                        next_expected: 0,
+                    })
+                    .collect(),
+                inbox: VecDeque::new(),
+                read: vec![0; senders],
+            }
+        }
+
+        fn raise(&mut self, raised: Vec<usize>) {
+            for i in raised {
+                let credit = self.rank.credit(&i);
+                self.senders[i].inb.raise_limit(credit);
+            }
+        }
+
+        /// Sender `i` pushes what its credit allows (asking when it
+        /// must), and its chunks and acks go across.
+        fn send(&mut self, i: usize) {
+            let s = &mut self.senders[i];
+            while let Some(&len) = s.todo.front() {
+                match s.out.admits(s.ch, len as u64) {
+                    Admission::Yes => {
+                        s.todo.pop_front();
+                        s.out.push(s.ch, tagged(i, s.pushed, len));
+                        s.pushed += 1;
+                    }
+                    Admission::Ask => {
+                        s.out.ask(s.ch, len as u64);
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+            let mut raised = Vec::new();
+            while let Some(c) = s.out.next_chunk(CHUNK_BYTES) {
+                match s.inb.on_chunk(c).unwrap() {
+                    Received::Complete(m) => self.inbox.push_back((i, m)),
+                    Received::Asked { total } => {
+                        raised.extend(self.rank.asked(i, s.inb.completed(), total));
+                    }
+                    _ => {}
+                }
+            }
+            self.raise(raised);
+            let s = &mut self.senders[i];
+            s.out.on_ack(s.inb.ack(s.ch)).unwrap();
+        }
+
+        /// The worker reads its next message; checks its order.
+        fn read_one(&mut self) -> bool {
+            let Some((i, m)) = self.inbox.pop_front() else {
+                return false;
+            };
+            let n = u32::from_le_bytes(m[4..8].try_into().unwrap());
+            assert_eq!(n, self.senders[i].next_expected, "sender {i} out of order");
+            self.senders[i].next_expected += 1;
+            self.read[i] += 1;
+            self.senders[i].inb.consumed(m.len() as u64);
+            let raised = self.rank.consumed(&i, m.len() as u64);
+            self.raise(raised);
+            true
+        }
+
+        /// Bytes the rank holds: unread messages and halves.
+        fn held(&self) -> u64 {
+            self.senders.iter().map(|s| s.inb.buffered_bytes()).sum()
+        }
+
+        fn check_bound(&self) {
+            let bound = self.rank.bound(self.senders.len() as u64);
+            assert!(self.held() <= bound, "{} > {bound}", self.held());
+            // Whatever the senders do next, they cannot exceed it either.
+            let unknown = self.senders.len() as u64 * INITIAL_WINDOW;
+            assert!(self.rank.outstanding() <= bound + unknown);
+            assert!(self.rank.lent() <= RANK_BUDGET);
+            for s in &self.senders {
+                // The receiver's limit is what the rank lent, no more.
+                assert!(s.inb.limit() <= self.rank.credit(&(s.ch.from as usize)));
+            }
+        }
+
+        fn done(&self) -> bool {
+            self.senders.iter().all(|s| s.todo.is_empty()) && self.inbox.is_empty()
+        }
+    }
+
+    /// Sizes from 0 B to 64 MiB: most small, some of a few MiB, a few
+    /// larger than any window.
+    fn mixed(i: usize, n: u32) -> usize {
+        match (i as u32 * 7 + n * 13) % 10 {
+            0..=4 => (i + n as usize * 100) % 2000,
+            5..=6 => 100 * 1024,
+            7 => 1 << 20,
+            8 => 5 << 20,
+            _ => 12 << 20,
+        }
+    }
+
+    #[test]
+    fn many_senders_cannot_make_a_rank_hold_more_than_the_bound() {
+        let senders = 48;
+        let mut grid = Grid::new(senders, 6, mixed);
+        // The worker never reads: every sender pushes all its credit
+        // allows, again and again.
+        for _ in 0..5 {
+            for i in 0..senders {
+                grid.send(i);
+                grid.check_bound();
+            }
+        }
+        let held = grid.held();
+        // The budget, the initial windows and the largest message (12 MiB)
+        // granted beyond the budget, although the senders want far more.
+        let tight = RANK_BUDGET + senders as u64 * INITIAL_WINDOW + footprint(12 << 20);
+        let wanted: u64 = (0..senders)
+            .flat_map(|i| (0..6).map(move |n| mixed(i, n) as u64))
+            .sum();
+        assert!(wanted > 4 * tight, "{wanted}");
+        assert!(held <= tight, "{held}");
+        assert!(held > RANK_BUDGET / 2, "the budget is used: {held}");
+        // Then the worker reads: every sender's messages arrive, in order.
+        for _ in 0..100_000 {
+            if grid.done() {
+                break;
+            }
+            if !grid.read_one() {
+                for i in 0..senders {
+                    grid.send(i);
+                }
+            }
+            grid.check_bound();
+        }
+        assert!(grid.done(), "{:?}", grid.read);
+        assert!(grid.read.iter().all(|&n| n == 6), "{:?}", grid.read);
+        assert_eq!(grid.rank.lent(), grid.rank.lent().min(RANK_BUDGET));
+    }
+
+    #[test]
+    fn a_slow_reader_lets_every_sender_progress() {
+        let senders = 40;
+        // Every sender has messages of a few hundred KiB: the budget
+        // cannot give them all a window at once.
+        let mut grid = Grid::new(senders, 10, |i, n| 200 * 1024 + (i + n as usize) * 1000);
+        let mut step = 0u32;
+        let mut progressed_by: Vec<Option<u32>> = vec![None; senders];
+        for _ in 0..200_000 {
+            if grid.done() {
+                break;
+            }
+            step += 1;
+            grid.send(step as usize % senders);
+            // One read for every five sends.
+            if step.is_multiple_of(5) {
+                grid.read_one();
+            }
+            grid.check_bound();
+            for (i, p) in progressed_by.iter_mut().enumerate() {
+                if p.is_none() && grid.read[i] > 0 {
+                    *p = Some(step);
+                }
+            }
+        }
+        assert!(grid.done(), "{:?}", grid.read);
+        // Every sender's first message came long before the last sender
+        // finished: no sender waited for all the others.
+        let last = progressed_by.iter().map(|p| p.unwrap()).max().unwrap();
+        assert!(last < step / 2, "{last} of {step}");
+    }
+
+    #[test]
+    fn large_messages_are_granted_one_at_a_time_beyond_the_budget() {
+        let mut rank: RankReceiver<u32> = RankReceiver::default();
+        let big = 20 << 20;
+        // Two asks for messages above any window: the first is granted,
+        // the second waits.
+        assert_eq!(rank.asked(1, 0, big), vec![1]);
+        assert_eq!(rank.credit(&1), footprint(big));
+        assert_eq!(rank.lent(), 0, "beyond the budget");
+        assert_eq!(rank.asked(2, 0, big), Vec::<u32>::new());
+        assert!(rank.is_waiting(&2));
+        // A small ask behind it waits its turn too (no overtaking), but a
+        // message that fits the initial window needs no ask at all.
+        assert_eq!(rank.asked(3, 0, 1 << 20), Vec::<u32>::new());
+        assert!(rank.is_waiting(&3));
+        // Asked again (a new stream): the grant again.
+        assert_eq!(rank.asked(1, 0, big), vec![1]);
+        // Half read: still held. All read: the next two are served, 2 by
+        // the grant, 3 from the budget.
+        assert_eq!(rank.consumed(&1, big / 2), Vec::<u32>::new());
+        let mut raised = rank.consumed(&1, big - big / 2);
+        raised.sort();
+        assert_eq!(raised, vec![1, 2, 3]);
+        assert_eq!(rank.credit(&2), footprint(big));
+        assert!(rank.credit(&3) >= footprint(1 << 20));
+        // A holder that is gone holds nothing.
+        assert_eq!(rank.asked(4, 0, big), Vec::<u32>::new());
+        assert_eq!(rank.forget(&2), vec![4]);
+        assert_eq!(rank.credit(&4), footprint(big));
+    }
+
+    #[test]
+    fn windows_grow_for_large_messages_and_shrink_under_pressure() {
+        let mut rank: RankReceiver<u32> = RankReceiver::default();
+        // A sender of 4 MiB messages gets a window for two.
+        let m = 4 << 20;
+        assert_eq!(rank.asked(1, 0, m), vec![1]);
+        assert_eq!(rank.credit(&1), MAX_WINDOW);
+        // Its reads keep the window: the limit follows the reads.
+        assert_eq!(rank.consumed(&1, m), vec![1]);
+        assert_eq!(rank.credit(&1), footprint(m) + MAX_WINDOW);
+        // A second one takes the rest of the budget.
+        assert_eq!(rank.asked(2, 0, m), vec![2]);
+        assert_eq!(rank.lent(), 2 * (MAX_WINDOW - INITIAL_WINDOW));
+        // A third gets no window: the grant beyond the budget serves it,
+        // at once since no message holds it.
+        assert_eq!(rank.asked(3, 0, m), vec![3]);
+        assert!(!rank.is_waiting(&3));
+        assert_eq!(rank.credit(&3), footprint(m));
+        // A fourth waits: the budget is lent and the grant held.
+        assert_eq!(rank.asked(4, 0, m), Vec::<u32>::new());
+        assert!(rank.is_waiting(&4));
+        // While it waits, every read halves the reader's window: once
+        // channel 1 read past what it was lent, the budget has room.
+        let mut served = false;
+        for _ in 0..8 {
+            if rank.consumed(&1, m).contains(&4) {
+                served = true;
+                break;
+            }
+        }
+        assert!(served, "the waiting channel got a window");
+        assert!(rank.lent() <= RANK_BUDGET);
+        // An ask that the window covers once the worker reads needs
+        // nothing, and the reads cover it.
+        let mut rank: RankReceiver<u32> = RankReceiver::default();
+        assert_eq!(rank.asked(1, 0, 100), vec![1], "covered already");
+        let start = INITIAL_WINDOW - 50;
+        assert_eq!(rank.asked(1, start, 100), Vec::<u32>::new());
+        assert!(!rank.is_waiting(&1));
+        assert_eq!(rank.consumed(&1, 1000), vec![1]);
+        assert!(rank.credit(&1) >= start + footprint(100));
+        assert_eq!(rank.lent(), 0);
     }
 }

@@ -12,9 +12,9 @@
  *     of messages from different senders.
  *   - Every queue is bounded: zorilla_send() waits (without burning CPU time)
  *     while the receiver's queue is full, so a receiver that never reads will
- *     eventually stall its senders. A sender may run up to 4 MiB ahead of
- *     what each receiver has read (a larger message goes once the receiver
- *     has read everything before it).
+ *     eventually stall its senders. A sender may run 16 KiB ahead of what a
+ *     receiver has read, more as the receiver's budget allows: two ranks that
+ *     send to each other must keep reading (see zorilla_send_timeout).
  *   - Blocking calls (send, recv, barrier) do not consume the worker's CPU
  *     budget, but they do count towards its wall-clock limit.
  *   - A worker started without a job transport behaves as rank 0 of a job of

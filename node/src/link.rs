@@ -3,8 +3,8 @@
 //!
 //! Every rank running here has an [`Inbox`]. A worker's message to a rank
 //! of the same node goes straight into that rank's inbox (the sender waits
-//! while it has [`WINDOW_BYTES`] unread there); nothing passes through the
-//! node's event loop. A message to a rank on another node goes into the
+//! for the rank's credit, like a sender on another node); nothing passes
+//! through the node's event loop. A message to a rank on another node goes into the
 //! [`OutLink`] to that node: an [`Outbox`] (zorilla-core's sequencing and
 //! credit state machine) whose writer task cuts it into chunks on a stream
 //! of the overlay's ranks protocol (one per pair of nodes and direction,
@@ -17,20 +17,24 @@
 //!
 //! # Memory
 //!
-//! - Sender: a channel's unacknowledged messages (its retransmission buffer)
-//!   are at most `max(WINDOW_BYTES, one message)`: a worker's `send` waits
-//!   for credit before its message is queued.
-//! - Receiver: each channel (pair of workers) holds at most
-//!   [`WINDOW_BYTES`] unread bytes, allocated as chunks arrive (an
-//!   announced length allocates nothing). A message larger than the window
-//!   (up to [`MAX_MESSAGE_BYTES`], 64 MiB) comes only when the receiving
-//!   rank grants it room, and a rank grants one such message at a time
-//!   (its sender asks; the others wait in order), so a rank holds at most
-//!   the window times the number of workers the job places elsewhere (only
-//!   they can open channels to it), plus one large message. Workers of the
-//!   same node are bounded the same way per sender, a larger message going
-//!   alone once its sender has nothing unread there. Frames are at most
-//!   [`MAX_FRAME_BYTES`]; each stream has one read buffer of that size.
+//! - Receiver: what one rank holds is bounded by its receive policy,
+//!   zorilla-core's [`RankReceiver`] (one per inbox, over every channel to
+//!   the rank: from workers on other nodes and from this one's): each
+//!   channel has a small initial window ([`INITIAL_WINDOW`]), the rank
+//!   lends larger windows from a budget ([`RANK_BUDGET`]) to channels that
+//!   ask, and grants one larger message (up to [`MAX_MESSAGE_BYTES`],
+//!   64 MiB) at a time beyond it. So a rank holds at most the budget, plus
+//!   the initial window times the number of workers sending to it, plus one
+//!   message: about 96 MiB for a job of a thousand ranks, whatever they
+//!   send (see [`zorilla_core::channel`]). A message's memory is allocated
+//!   as its chunks arrive (an announced length allocates nothing). This
+//!   module only executes the policy: it tells the rank's receiver of asks
+//!   and reads, and raises the limits of the channels it names.
+//! - Sender: a channel's unacknowledged messages (its retransmission
+//!   buffer) are at most what the receiver's credit allowed: a worker's
+//!   `send` waits for credit before its message is queued.
+//! - Frames are at most [`MAX_FRAME_BYTES`]; each stream has one read
+//!   buffer of that size.
 //! - A peer that breaks the protocol (a frame that does not decode, a chunk
 //!   out of order or beyond its credit, an ack of what was never sent) has
 //!   its stream dropped and is reported to the overlay.
@@ -61,8 +65,11 @@ use futures::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use zorilla_core::channel::{
-    Admission, CHUNK_BYTES, ChannelId, Inbound, MAX_MESSAGE_BYTES, Outbox, Received, WINDOW_BYTES,
+    Admission, CHUNK_BYTES, ChannelId, Inbound, MAX_MESSAGE_BYTES, Outbox, RankReceiver, Received,
+    footprint,
 };
+#[cfg(doc)]
+use zorilla_core::channel::{INITIAL_WINDOW, RANK_BUDGET};
 use zorilla_core::limits::MAX_WORKERS;
 use zorilla_overlay::streams::protocol::{
     Frame, FrameError, MAX_FRAME_BYTES, Refusal, decode, encode,
@@ -122,8 +129,6 @@ enum Item {
 struct InboxState {
     items: VecDeque<Item>,
     closed: bool,
-    /// Unread bytes per local sender.
-    local: HashMap<u32, u64>,
     memberships: usize,
 }
 
@@ -135,59 +140,30 @@ pub(crate) struct Inbox {
     state: Mutex<InboxState>,
     /// Something was pushed (one waiter: the rank's worker).
     ready: Notify,
-    /// A local sender's bytes were read, or the inbox closed.
+    /// A local sender got credit, or the inbox closed.
     room: Notify,
-    /// Room granted to remote senders for messages larger than the window.
-    grants: Mutex<Grants>,
+    /// The rank's credit for every channel to it. Locked before a peer's
+    /// receiving state, never after.
+    receiving: Mutex<Receiving>,
 }
 
-/// A rank's grants of room for messages larger than the window (see
-/// [`zorilla_core::channel`]): one granted message at a time, unread or on
-/// its way, so that a rank holds at most one such message whatever the
-/// number of its senders; the other askers wait in order.
+/// Who sends on a channel to a rank: a worker of this node (its rank), or
+/// one on another node (the node, and the channel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Sender {
+    Local(u32),
+    Remote(PeerId, ChannelId),
+}
+
+/// A rank's receive policy, and what executing it needs.
 #[derive(Default)]
-struct Grants {
-    /// The channel whose granted message is not read yet, and the position
-    /// its reading reaches.
-    holder: Option<(Weak<PeerInbound>, ChannelId, u64)>,
-    /// Channels that asked, oldest first (each once).
-    waiting: VecDeque<(Weak<PeerInbound>, ChannelId)>,
-}
-
-/// Whether `p`'s `c` is `peer`'s `channel`.
-fn same(p: &Weak<PeerInbound>, c: ChannelId, peer: &Arc<PeerInbound>, channel: ChannelId) -> bool {
-    c == channel && std::ptr::eq(p.as_ptr(), Arc::as_ptr(peer))
-}
-
-impl Grants {
-    /// Where the granted message ends, if `peer`'s `channel` holds the room.
-    fn held(&self, peer: &Arc<PeerInbound>, channel: ChannelId) -> Option<u64> {
-        let (p, c, end) = self.holder.as_ref()?;
-        same(p, *c, peer, channel).then_some(*end)
-    }
-
-    /// Grants the oldest waiting asker that is still there, if no message
-    /// holds the rank's room.
-    fn next(&mut self) {
-        if let Some((peer, channel, _)) = &self.holder {
-            // A holder whose channel is gone (its sender was replaced, the
-            // peer's state dropped) holds nothing.
-            let alive = peer.upgrade().is_some_and(|p| p.has_channel(*channel));
-            if alive {
-                return;
-            }
-            self.holder = None;
-        }
-        while let Some((weak, channel)) = self.waiting.pop_front() {
-            let Some(peer) = weak.upgrade() else {
-                continue;
-            };
-            if let Some(end) = peer.grant(channel) {
-                self.holder = Some((weak, channel, end));
-                return;
-            }
-        }
-    }
+struct Receiving {
+    rank: RankReceiver<Sender>,
+    /// The receiving sides of the peers that send here: where the limits
+    /// of their channels are raised.
+    peers: HashMap<PeerId, Weak<PeerInbound>>,
+    /// How far each local sender has pushed (positions as the rank's).
+    local: HashMap<u32, u64>,
 }
 
 impl Inbox {
@@ -197,39 +173,73 @@ impl Inbox {
             state: Mutex::default(),
             ready: Notify::new(),
             room: Notify::new(),
-            grants: Mutex::default(),
+            receiving: Mutex::default(),
         })
     }
 
-    /// `peer`'s sender on `channel` asked for room for a message larger
-    /// than the window.
-    fn ask(&self, peer: &Arc<PeerInbound>, channel: ChannelId) {
-        let mut g = lock(&self.grants);
-        if g.held(peer, channel).is_some() {
-            // Asked again (a new stream): the same grant again.
-            if let Some(end) = peer.grant(channel) {
-                g.holder = Some((Arc::downgrade(peer), channel, end));
+    /// Raises the limits of the channels `raised` names to their credit
+    /// and tells their senders (at once, but for `reader`'s: the channel
+    /// the worker just read, whose ack may wait a little). A channel whose
+    /// state is gone is forgotten, and what that frees is given out too.
+    fn raise(&self, r: &mut Receiving, raised: Vec<Sender>, reader: Option<Sender>) {
+        let mut todo = VecDeque::from(raised);
+        let mut local = false;
+        while let Some(sender) = todo.pop_front() {
+            let credit = r.rank.credit(&sender);
+            let alive = match sender {
+                Sender::Local(_) => {
+                    local = true;
+                    true
+                }
+                Sender::Remote(peer, channel) => r
+                    .peers
+                    .get(&peer)
+                    .and_then(Weak::upgrade)
+                    .is_some_and(|p| p.raise(channel, credit, Some(sender) != reader)),
+            };
+            if !alive {
+                todo.extend(r.rank.forget(&sender));
             }
-            return;
         }
-        if !g.waiting.iter().any(|(p, c)| same(p, *c, peer, channel)) {
-            g.waiting.push_back((Arc::downgrade(peer), channel));
+        if local {
+            self.room.notify_waiters();
         }
-        g.next();
     }
 
-    /// The worker read `len` bytes of `peer`'s `channel`: the rank's room
-    /// for a large message frees once the granted one is read.
+    /// `peer`'s sender on `channel` asks for room for a message of
+    /// `total` bytes, which would start at `start`.
+    fn ask(&self, peer: &Arc<PeerInbound>, channel: ChannelId, start: u64, total: u64) {
+        let mut r = lock(&self.receiving);
+        r.peers.insert(peer.peer, Arc::downgrade(peer));
+        let raised = r
+            .rank
+            .asked(Sender::Remote(peer.peer, channel), start, total);
+        self.raise(&mut r, raised, None);
+    }
+
+    /// The worker read `len` bytes of `peer`'s `channel`.
     fn read_remote(&self, peer: &Arc<PeerInbound>, channel: ChannelId, len: u64) {
-        let Some(at) = peer.consumed(channel, len) else {
-            return;
-        };
-        let mut g = lock(&self.grants);
-        if g.held(peer, channel).is_some_and(|end| at >= end) {
-            g.holder = None;
-        }
-        if g.holder.is_none() && !g.waiting.is_empty() {
-            g.next();
+        let mut r = lock(&self.receiving);
+        let sender = Sender::Remote(peer.peer, channel);
+        r.peers.insert(peer.peer, Arc::downgrade(peer));
+        let raised = r.rank.consumed(&sender, len);
+        peer.consumed(channel, len, r.rank.credit(&sender));
+        self.raise(&mut r, raised, Some(sender));
+    }
+
+    /// The worker read `len` bytes from rank `from` of this node.
+    fn read_local(&self, from: u32, len: u64) {
+        let mut r = lock(&self.receiving);
+        let raised = r.rank.consumed(&Sender::Local(from), len);
+        self.raise(&mut r, raised, None);
+    }
+
+    /// `peer`'s `channels` are gone: what the rank lent them returns.
+    fn forget(&self, peer: &PeerInbound, channels: &[ChannelId]) {
+        let mut r = lock(&self.receiving);
+        for channel in channels {
+            let raised = r.rank.forget(&Sender::Remote(peer.peer, *channel));
+            self.raise(&mut r, raised, None);
         }
     }
 
@@ -282,28 +292,49 @@ impl Inbox {
         Ok(())
     }
 
-    /// Queues a message from rank `from` of this node, waiting while that
-    /// rank has [`WINDOW_BYTES`] unread here (a larger message waits until
-    /// it has nothing unread, then goes alone).
+    /// Queues a message from rank `from` of this node, waiting for the
+    /// rank's credit as a sender on another node would (asking for it
+    /// when it is short).
     pub(crate) async fn push_local(
         &self,
         from: u32,
         payload: Vec<u8>,
     ) -> Result<(), TransportError> {
         let len = payload.len() as u64;
+        if len > MAX_MESSAGE_BYTES {
+            return Err(TransportError::TooLarge {
+                len: len as usize,
+                max: MAX_MESSAGE_BYTES as usize,
+            });
+        }
+        let sender = Sender::Local(from);
         let mut payload = Some(payload);
         loop {
             let room = self.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            {
-                let mut s = lock(&self.state);
-                if s.closed {
-                    return Err(TransportError::Closed);
+            if self.is_closed() {
+                return Err(TransportError::Closed);
+            }
+            let admitted = {
+                let mut r = lock(&self.receiving);
+                let end = r.local.get(&from).copied().unwrap_or(0);
+                let after = end.saturating_add(footprint(len));
+                if after <= r.rank.credit(&sender) {
+                    r.local.insert(from, after);
+                    true
+                } else {
+                    let raised = r.rank.asked(sender, end, len);
+                    self.raise(&mut r, raised, None);
+                    false
                 }
-                let unread = s.local.entry(from).or_default();
-                if *unread == 0 || unread.saturating_add(len) <= WINDOW_BYTES {
-                    *unread += len;
+            };
+            if admitted {
+                {
+                    let mut s = lock(&self.state);
+                    if s.closed {
+                        return Err(TransportError::Closed);
+                    }
                     if let Some(payload) = payload.take() {
                         s.items.push_back(Item::Message {
                             from,
@@ -311,10 +342,9 @@ impl Inbox {
                             source: Source::Local,
                         });
                     }
-                    drop(s);
-                    self.ready.notify_one();
-                    return Ok(());
                 }
+                self.ready.notify_one();
+                return Ok(());
             }
             room.await;
         }
@@ -342,14 +372,7 @@ impl Inbox {
                         from,
                         payload,
                         source,
-                    }) => {
-                        if let Source::Local = source
-                            && let Some(unread) = s.local.get_mut(&from)
-                        {
-                            *unread = unread.saturating_sub(payload.len() as u64);
-                        }
-                        Some((from, payload, source))
-                    }
+                    }) => Some((from, payload, source)),
                     None if s.closed => return Err(TransportError::Closed),
                     None => None,
                 }
@@ -357,7 +380,7 @@ impl Inbox {
             match item {
                 Some((from, payload, source)) => {
                     match source {
-                        Source::Local => self.room.notify_waiters(),
+                        Source::Local => self.read_local(from, payload.len() as u64),
                         Source::Remote(peer, channel) => {
                             self.read_remote(&peer, channel, payload.len() as u64);
                         }
@@ -499,12 +522,7 @@ impl Links {
     fn peer_inbound(&self, peer: PeerId) -> Arc<PeerInbound> {
         lock(&self.inbound)
             .entry(peer)
-            .or_insert_with(|| {
-                Arc::new(PeerInbound {
-                    state: Mutex::new(RecvState::default()),
-                    wake: Notify::new(),
-                })
-            })
+            .or_insert_with(|| Arc::new(PeerInbound::new(peer)))
             .clone()
     }
 
@@ -549,8 +567,9 @@ impl Links {
                     }
                     Admission::WaitForCredit => {}
                     Admission::Ask => {
-                        // Larger than the window: the receiver grants it
-                        // room when its rank has none granted to another.
+                        // Short of credit with everything acknowledged:
+                        // the receiving rank lends room when its policy
+                        // allows.
                         s.outbox.ask(channel, len);
                         drop(s);
                         link.wake.notify_one();
@@ -771,8 +790,12 @@ impl RecvState {
         self.pending.insert(channel);
         if let Some(c) = self.channels.get(&channel) {
             let room = c.advertised.saturating_sub(c.inbound.completed());
+            let window = c
+                .inbound
+                .limit()
+                .saturating_sub(c.inbound.consumed_position());
             // A sender may be short of credit: tell it at once.
-            if c.inbound.limit() > c.advertised && room < WINDOW_BYTES / 2 {
+            if c.inbound.limit() > c.advertised && room.saturating_mul(2) <= window {
                 self.urgent = true;
             }
         }
@@ -787,47 +810,56 @@ impl RecvState {
 /// This node's receiving side of every channel from one peer. Outlives the
 /// streams (so sequence numbers survive a reconnection).
 pub(crate) struct PeerInbound {
+    /// The peer.
+    peer: PeerId,
     state: Mutex<RecvState>,
     /// The ack writer: acks or refusals owed.
     wake: Notify,
 }
 
 impl PeerInbound {
-    /// The worker of `channel.to` read `len` bytes of it; returns how far
-    /// it has read the channel.
-    fn consumed(&self, channel: ChannelId, len: u64) -> Option<u64> {
-        let (wake, at) = {
+    fn new(peer: PeerId) -> Self {
+        PeerInbound {
+            peer,
+            state: Mutex::new(RecvState::default()),
+            wake: Notify::new(),
+        }
+    }
+
+    /// The worker of `channel.to` read `len` bytes of it; its limit is
+    /// now `credit`.
+    fn consumed(&self, channel: ChannelId, len: u64, credit: u64) {
+        let wake = {
             let mut s = lock(&self.state);
             match s.channels.get_mut(&channel) {
                 Some(c) => {
                     c.inbound.consumed(len);
-                    let at = c.inbound.consumed_position();
-                    (s.owe(channel, false), Some(at))
+                    c.inbound.raise_limit(credit);
+                    s.owe(channel, false)
                 }
-                None => (false, None),
+                None => false,
             }
         };
         if wake {
             self.wake.notify_one();
         }
-        at
     }
 
-    /// Grants `channel`'s sender the room it asked for, and tells it at
-    /// once; returns where the granted message ends.
-    fn grant(&self, channel: ChannelId) -> Option<u64> {
-        let end = {
+    /// Raises `channel`'s limit to `credit` and tells its sender (at once
+    /// if `urgent`); `false` if the channel is gone.
+    fn raise(&self, channel: ChannelId, credit: u64, urgent: bool) -> bool {
+        let wake = {
             let mut s = lock(&self.state);
-            let end = s.channels.get_mut(&channel)?.inbound.grant()?;
-            s.owe(channel, true);
-            end
+            let Some(c) = s.channels.get_mut(&channel) else {
+                return false;
+            };
+            c.inbound.raise_limit(credit);
+            s.owe(channel, urgent)
         };
-        self.wake.notify_one();
-        Some(end)
-    }
-
-    fn has_channel(&self, channel: ChannelId) -> bool {
-        lock(&self.state).channels.contains_key(&channel)
+        if wake {
+            self.wake.notify_one();
+        }
+        true
     }
 }
 
@@ -964,6 +996,15 @@ fn violation(links: &Links, peer: PeerId, what: &dyn std::fmt::Display) -> Strin
     reason
 }
 
+/// Why a chunk ended its stream.
+#[derive(Debug)]
+enum Fault {
+    /// The peer opened a newer stream: this one's rest is stale.
+    Superseded,
+    /// The peer broke the protocol.
+    Violation(String),
+}
+
 /// Takes one chunk from `peer`.
 fn receive(
     links: &Links,
@@ -977,19 +1018,61 @@ fn receive(
         return Err(violation(links, peer, &"a rank out of range"));
     }
     let job = links.job(channel.job);
-    let inbox = job.as_ref().and_then(|job| job.inbox(channel.to));
+    match take_chunk(state, job.as_deref(), generation, chunk) {
+        Ok(()) => Ok(()),
+        Err(Fault::Superseded) => Err("superseded by a newer stream".into()),
+        Err(Fault::Violation(what)) => Err(violation(links, peer, &what)),
+    }
+}
+
+/// Takes one chunk from `state`'s peer for `job` (if it is here).
+fn take_chunk(
+    state: &Arc<PeerInbound>,
+    job: Option<&dyn JobRoutes>,
+    generation: u64,
+    chunk: zorilla_core::channel::Chunk<'_>,
+) -> Result<(), Fault> {
+    let channel = chunk.channel;
+    let inbox = job.and_then(|job| job.inbox(channel.to));
+    let mut forgotten = Vec::new();
+    let result = take_chunk_for(
+        state,
+        job,
+        inbox.as_ref(),
+        generation,
+        chunk,
+        &mut forgotten,
+    );
+    if let Some(inbox) = &inbox
+        && !forgotten.is_empty()
+    {
+        inbox.forget(state, &forgotten);
+    }
+    result
+}
+
+/// [`take_chunk`] for `inbox` (the receiving rank's, if here); the
+/// channels to it that a new channel replaced go to `forgotten`.
+fn take_chunk_for(
+    state: &Arc<PeerInbound>,
+    job: Option<&dyn JobRoutes>,
+    inbox: Option<&Arc<Inbox>>,
+    generation: u64,
+    chunk: zorilla_core::channel::Chunk<'_>,
+    forgotten: &mut Vec<ChannelId>,
+) -> Result<(), Fault> {
+    let channel = chunk.channel;
+    let peer = state.peer;
     let mut s = lock(&state.state);
     if s.stream != generation {
-        // The peer opened a newer stream: this one's rest is stale.
-        return Err("superseded by a newer stream".into());
+        return Err(Fault::Superseded);
     }
-    let refusal = match &inbox {
+    let refusal = match inbox {
         None => Some(Refusal::NotHere),
         Some(inbox) => {
             // Who the job places on the peer matters only for a new channel.
             let fresh = !s.channels.contains_key(&channel);
             let placed = job
-                .as_ref()
                 .filter(|_| fresh)
                 .and_then(|job| job.placed(channel.from));
             admit(channel, peer, inbox, fresh.then_some(placed))
@@ -1025,30 +1108,35 @@ fn receive(
                 && (c.from_incarnation < channel.from_incarnation
                     || c.to_incarnation < channel.to_incarnation)
         };
+        forgotten.extend(
+            s.channels
+                .keys()
+                .filter(|c| replaced(c) && c.to_incarnation == channel.to_incarnation),
+        );
         s.channels.retain(|c, _| !replaced(c));
         s.pending.retain(|c| !replaced(c));
         s.refused.retain(|c, _| !replaced(c));
         if s.channels.len() >= MAX_CHANNELS_PER_PEER {
-            drop(s);
-            return Err(violation(links, peer, &"too many channels"));
+            return Err(Fault::Violation("too many channels".into()));
         }
     }
     let c = s.channels.entry(channel).or_insert_with(|| RecvChannel {
         inbound: Inbound::new(),
-        advertised: WINDOW_BYTES,
+        advertised: zorilla_core::channel::INITIAL_WINDOW,
     });
     let received = c.inbound.on_chunk(chunk);
     let wake = match received {
-        Err(v) => {
-            drop(s);
-            return Err(violation(links, peer, &v));
-        }
+        Err(v) => return Err(Fault::Violation(v.to_string())),
         Ok(Received::Partial) => false,
         Ok(Received::Duplicate) => s.owe(channel, true),
-        Ok(Received::Asked { .. }) => {
+        Ok(Received::Asked { total }) => {
+            let start = s
+                .channels
+                .get(&channel)
+                .map_or(0, |c| c.inbound.completed());
             drop(s);
-            if let Some(inbox) = &inbox {
-                inbox.ask(state, channel);
+            if let Some(inbox) = inbox {
+                inbox.ask(state, channel, start, total);
             }
             return Ok(());
         }
@@ -1131,6 +1219,7 @@ impl FrameReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zorilla_core::channel::{INITIAL_WINDOW, RANK_BUDGET};
 
     const CH: ChannelId = ChannelId {
         job: 1,
@@ -1177,89 +1266,227 @@ mod tests {
         assert_eq!(admit(CH, peer, &inbox, None), Some(Refusal::Closed));
     }
 
-    /// A peer's receiving side with `channel` asking for `total` bytes.
-    fn asking(channel: ChannelId, total: u64) -> Arc<PeerInbound> {
-        let peer = Arc::new(PeerInbound {
-            state: Mutex::new(RecvState::default()),
-            wake: Notify::new(),
-        });
-        let mut inbound = Inbound::new();
-        let ask = zorilla_core::channel::Chunk {
-            channel,
-            seq: 0,
-            offset: 0,
-            total,
-            bytes: &[],
-        };
-        assert_eq!(inbound.on_chunk(ask), Ok(Received::Asked { total }));
-        lock(&peer.state).channels.insert(
-            channel,
-            RecvChannel {
-                inbound,
-                advertised: WINDOW_BYTES,
-            },
-        );
-        peer
+    /// A job with rank 0 here and every other rank on `peer`.
+    struct Routes {
+        inbox: Arc<Inbox>,
+        peer: PeerId,
     }
 
-    fn limit(peer: &PeerInbound, channel: ChannelId) -> u64 {
-        lock(&peer.state).channels[&channel].inbound.limit()
-    }
-
-    #[test]
-    fn a_rank_holds_one_message_larger_than_the_window_at_a_time() {
-        let big = 3 * WINDOW_BYTES;
-        let other = ChannelId { from: 7, ..CH };
-        let (a, b) = (asking(CH, big), asking(other, big));
-        let inbox = Inbox::new(5);
-        inbox.ask(&a, CH);
-        assert_eq!(limit(&a, CH), big, "the first asker is granted");
-        inbox.ask(&b, other);
-        assert_eq!(limit(&b, other), WINDOW_BYTES, "the second waits");
-        // Asked again (a new stream): granted again, the other still waits.
-        lock(&a.state)
-            .channels
-            .get_mut(&CH)
-            .unwrap()
-            .inbound
-            .on_chunk(zorilla_core::channel::Chunk {
-                channel: CH,
-                seq: 0,
-                offset: 0,
-                total: big,
-                bytes: &[],
+    impl JobRoutes for Routes {
+        fn inbox(&self, rank: u32) -> Option<Arc<Inbox>> {
+            (rank == 0).then(|| self.inbox.clone())
+        }
+        fn placed(&self, _rank: u32) -> Option<Placed> {
+            Some(Placed {
+                node: self.peer,
+                incarnation: 0,
             })
-            .unwrap();
-        inbox.ask(&a, CH);
-        assert_eq!(limit(&b, other), WINDOW_BYTES);
-        // Part of the granted message read: still held. All of it: the
-        // next asker gets the room.
-        {
-            let mut s = lock(&a.state);
-            let c = s.channels.get_mut(&CH).unwrap();
-            for offset in (0..big).step_by(CHUNK_BYTES) {
-                let bytes = vec![0; CHUNK_BYTES];
-                c.inbound
-                    .on_chunk(zorilla_core::channel::Chunk {
-                        channel: CH,
-                        seq: 0,
-                        offset,
-                        total: big,
-                        bytes: &bytes,
-                    })
-                    .unwrap();
+        }
+    }
+
+    /// Message `n` of rank `from`: tagged with both.
+    fn tagged(from: u32, n: u32, len: usize) -> Vec<u8> {
+        let mut m = vec![from as u8; len.max(8)];
+        m[..4].copy_from_slice(&from.to_le_bytes());
+        m[4..8].copy_from_slice(&n.to_le_bytes());
+        m
+    }
+
+    impl Inbox {
+        /// Bytes of the messages queued for the worker, as the rank
+        /// counts them.
+        fn queued_bytes(&self) -> u64 {
+            lock(&self.state)
+                .items
+                .iter()
+                .map(|i| match i {
+                    Item::Message { payload, .. } => footprint(payload.len() as u64),
+                    Item::Membership(_) => 0,
+                })
+                .sum()
+        }
+    }
+
+    /// The workers of one peer node sending to rank 0 here through the
+    /// receiving path of this module (no network: chunks and acks are
+    /// handed across).
+    struct Remote {
+        out: Outbox,
+        /// The messages each worker has yet to send: number and length
+        /// (made when sent).
+        todo: BTreeMap<u32, VecDeque<(u32, usize)>>,
+        state: Arc<PeerInbound>,
+    }
+
+    impl Remote {
+        fn channel(from: u32) -> ChannelId {
+            ChannelId {
+                job: 1,
+                from,
+                from_incarnation: 0,
+                to: 0,
+                to_incarnation: 0,
             }
         }
-        inbox.read_remote(&a, CH, big / 2);
-        assert_eq!(limit(&b, other), WINDOW_BYTES);
-        inbox.read_remote(&a, CH, big / 2);
-        assert_eq!(limit(&b, other), big);
-        // A holder whose channel is gone holds nothing.
-        let c = asking(ChannelId { from: 8, ..CH }, big);
-        inbox.ask(&c, ChannelId { from: 8, ..CH });
-        assert_eq!(limit(&c, ChannelId { from: 8, ..CH }), WINDOW_BYTES);
-        lock(&b.state).channels.clear();
-        inbox.ask(&c, ChannelId { from: 8, ..CH });
-        assert_eq!(limit(&c, ChannelId { from: 8, ..CH }), big);
+
+        /// Every worker queues what its credit allows (asking when it is
+        /// short), the chunks go across, the acks come back. Whether
+        /// anything moved.
+        fn pump(&mut self, routes: &Routes) -> bool {
+            let mut moved = false;
+            for (from, todo) in &mut self.todo {
+                let channel = Remote::channel(*from);
+                while let Some(&(n, len)) = todo.front() {
+                    match self.out.admits(channel, len as u64) {
+                        Admission::Yes => {
+                            todo.pop_front();
+                            self.out.push(channel, tagged(*from, n, len));
+                        }
+                        Admission::Ask => {
+                            self.out.ask(channel, len as u64);
+                            break;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            while let Some(chunk) = self.out.next_chunk(CHUNK_BYTES) {
+                take_chunk(&self.state, Some(routes), 0, chunk).unwrap();
+                moved = true;
+            }
+            let acks: Vec<_> = lock(&self.state.state)
+                .channels
+                .iter()
+                .map(|(c, r)| r.inbound.ack(*c))
+                .collect();
+            for ack in acks {
+                moved |= self.out.on_ack(ack).unwrap();
+            }
+            moved
+        }
+
+        /// Bytes of messages half arrived.
+        fn partial_bytes(&self) -> u64 {
+            lock(&self.state.state)
+                .channels
+                .values()
+                .map(|c| {
+                    let unread = c.inbound.completed() - c.inbound.consumed_position();
+                    c.inbound.buffered_bytes() - unread
+                })
+                .sum()
+        }
+    }
+
+    /// Many workers, on another node and on this one, send to a rank that
+    /// does not read: what it holds stays within its budget, the initial
+    /// windows and one large message, far below what they want to send;
+    /// once it reads, every sender's messages arrive, each sender's in
+    /// order.
+    #[tokio::test]
+    async fn many_senders_cannot_make_a_rank_hold_more_than_its_budget() {
+        const REMOTE: u32 = 32;
+        const LOCAL: u32 = 8;
+        let peer = PeerId::random();
+        let inbox = Inbox::new(0);
+        let routes = Routes {
+            inbox: inbox.clone(),
+            peer,
+        };
+        let largest = 20 << 20;
+        let sizes = |from: u32| {
+            let mut sizes = vec![10, 100 << 10, 700 << 10];
+            if from.is_multiple_of(4) {
+                sizes.push(2 << 20);
+            }
+            if from == 1 {
+                sizes.push(largest);
+            }
+            sizes
+        };
+        let mut wanted = 0;
+        let mut count = BTreeMap::new();
+        let mut remote = Remote {
+            out: Outbox::new(),
+            todo: BTreeMap::new(),
+            state: Arc::new(PeerInbound::new(peer)),
+        };
+        for from in 1..=REMOTE {
+            let todo: VecDeque<_> = (sizes(from).into_iter().enumerate())
+                .map(|(n, len)| (n as u32, len.max(8)))
+                .collect();
+            wanted += todo.iter().map(|(_, len)| *len as u64).sum::<u64>();
+            count.insert(from, todo.len() as u32);
+            remote.todo.insert(from, todo);
+        }
+        let mut local = Vec::new();
+        for from in REMOTE + 1..=REMOTE + LOCAL {
+            let sizes = [10, 100 << 10, 1 << 20, 3 << 20];
+            wanted += sizes.iter().sum::<u64>();
+            count.insert(from, sizes.len() as u32);
+            let inbox = inbox.clone();
+            local.push(tokio::spawn(async move {
+                for (n, len) in sizes.into_iter().enumerate() {
+                    let m = tagged(from, n as u32, len as usize);
+                    inbox.push_local(from, m).await.unwrap();
+                }
+            }));
+        }
+        let channels = u64::from(REMOTE + LOCAL);
+        let bound = RANK_BUDGET + channels * INITIAL_WINDOW + footprint(largest as u64);
+        assert!(wanted > 2 * bound, "the senders want more than the bound");
+        let held = |remote: &Remote| inbox.queued_bytes() + remote.partial_bytes();
+        // The rank does not read: the senders push all they can.
+        let mut still = 0;
+        for _ in 0..10_000 {
+            let moved = remote.pump(&routes);
+            let before = inbox.queued_bytes();
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            assert!(held(&remote) <= bound, "{} > {bound}", held(&remote));
+            still = if moved || inbox.queued_bytes() != before {
+                0
+            } else {
+                still + 1
+            };
+            if still >= 10 {
+                break;
+            }
+        }
+        assert!(still >= 10, "the senders never stopped");
+        let stalled = held(&remote);
+        assert!(stalled > RANK_BUDGET / 4, "the budget was lent: {stalled}");
+        // Then it reads everything, in arrival order.
+        let mut next: BTreeMap<u32, u32> = BTreeMap::new();
+        let start = Instant::now();
+        let total: u32 = count.values().sum();
+        let mut read = 0;
+        while read < total {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "{read} of {total} read: {next:?}"
+            );
+            remote.pump(&routes);
+            tokio::task::yield_now().await;
+            assert!(held(&remote) <= bound);
+            if inbox.queued_bytes() == 0 {
+                continue;
+            }
+            let Ok(Delivery::Message { from, payload }) = inbox.recv().await else {
+                panic!("not a message");
+            };
+            let n = u32::from_le_bytes(payload[4..8].try_into().unwrap());
+            let expected = next.entry(from).or_default();
+            assert_eq!(n, *expected, "rank {from}'s messages out of order");
+            assert!(payload[8..].iter().all(|b| *b == from as u8));
+            *expected += 1;
+            read += 1;
+        }
+        assert_eq!(next, count);
+        for task in local {
+            task.await.unwrap();
+        }
+        assert!(remote.out.all_acked() || remote.pump(&routes));
     }
 }

@@ -165,8 +165,9 @@ async fn a_slow_receiver_stalls_its_sender_and_loses_nothing() {
     assert!(out.contains("transfer slow ok count=64"), "{out:?}");
 }
 
-/// A receiver that never reads: the sender's sends time out once its
-/// window (4 MiB) is used, so what the sender's node buffers is bounded;
+/// A receiver that never reads: the sender's sends time out once the
+/// credit its rank lent is used, so what the sender's node buffers is
+/// bounded;
 /// then it blocks in a send, and the job can still be cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiver_that_never_reads_blocks_its_sender_within_the_window() {
@@ -187,7 +188,8 @@ async fn a_receiver_that_never_reads_blocks_its_sender_within_the_window() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    // 4 MiB of window: 4 messages of 1 MiB (and never more).
+    // The rank lends a window of two messages for a 1 MiB one (within its
+    // budget): 2 messages of 1 MiB, and never more than 4.
     assert!((1..=4).contains(&sent), "{sent} messages were accepted");
     let status = client.status(job).await.unwrap();
     assert_eq!(nodes_of(&status).len(), 2, "{status:?}");

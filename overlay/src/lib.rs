@@ -20,7 +20,7 @@
 //!   address kept for, or passed on to, a node on another host).
 //! - [`latency`]: emulated latency between sites on one machine.
 //! - [`streams`]: long-lived raw streams between nodes for the messages
-//!   between workers (`/zorilla/<network>/ranks/2`), and their frames.
+//!   between workers (`/zorilla/<network>/ranks/3`), and their frames.
 //! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
 //!   `/zorilla/<network>/rpc/1` and their size-capped codec.
 //!

@@ -50,9 +50,12 @@ pub(crate) fn flood_protocol(network: &str) -> String {
     format!("/zorilla/{network}/flood/1")
 }
 
-/// The ranks stream protocol's name on network `network`.
+/// The ranks stream protocol's name on network `network`. Version 3: a
+/// new channel's initial credit is zorilla-core's `INITIAL_WINDOW` (16 KiB)
+/// instead of 4 MiB, credit counts each message's overhead, and a sender
+/// asks whenever it is short of credit with everything acknowledged.
 pub(crate) fn ranks_protocol(network: &str) -> String {
-    format!("/zorilla/{network}/ranks/2")
+    format!("/zorilla/{network}/ranks/3")
 }
 
 /// The request-response protocol's name on network `network`.

@@ -11,16 +11,20 @@
  * An Ssend's receiver answers with an ACK fragment when the message is
  * matched by a receive.
  *
- * Deadlock avoidance: zorilla_send() blocks while the receiver's queue is
- * full, and two ranks blocked sending to each other (or a longer cycle)
- * would wait for ever. So the engine never lets a queue fill: it keeps a
- * window of credits per destination (see ZMPI_PAIR_WINDOW); every data or
- * ACK fragment spends one, and the receiver gives them back in a CREDIT
- * fragment (which spends none) once it has taken half a window out of its
- * queue. Taking messages out does not wait for matching receives: arrivals
- * go to the unexpected queue. Before every fragment it sends, the engine
- * drains what has arrived, and it sends at most one fragment per
- * destination per pass. Large Isends progress whenever the program calls
+ * Deadlock avoidance: zorilla_send() waits while the receiving rank gives
+ * this sender no credit (a rank lends each sender a small window, more as
+ * its budget allows: see zorilla.h), and two ranks waiting to send to each
+ * other (or a longer cycle) without reading would wait for ever. So the
+ * engine never waits in zorilla_send() without reading: it tries to send
+ * for at most ZMPI_SEND_POLL_MS at a time and drains what has arrived in
+ * between, and reading is what gives senders credit. Taking messages out
+ * does not wait for matching receives: arrivals go to the unexpected
+ * queue. The engine also keeps a window of credits per destination (see
+ * ZMPI_PAIR_WINDOW); every data or ACK fragment spends one, and the
+ * receiver gives them back in a CREDIT fragment (which spends none) once
+ * it has taken half a window out of its queue. Before every fragment it
+ * sends, the engine drains what has arrived, and it sends at most one
+ * fragment per destination per pass. Large Isends progress whenever the program calls
  * into MPI (any Wait/Test/Probe/Send/Recv or collective); a program that
  * only computes does not progress them (nor return credits).
  */
@@ -53,7 +57,8 @@ struct zmpi_unexp {
     struct zmpi_unexp *next;
 };
 
-static unsigned char *scratch;              /* one fragment, in or out */
+static unsigned char *scratch;              /* one fragment in */
+static unsigned char *outbuf;               /* one fragment out */
 static MPI_Request *send_head, *send_tail;  /* per destination world rank */
 static int sends_queued;
 static MPI_Request sync_wait;               /* Ssends waiting for their ACK */
@@ -75,6 +80,7 @@ static int p2p_ready(void)
         return 1;
     int n = zmpi_world_size;
     scratch = malloc(ZMPI_FRAGMENT);
+    outbuf = malloc(ZMPI_FRAGMENT);
     send_head = calloc(n, sizeof *send_head);
     send_tail = calloc(n, sizeof *send_tail);
     in_req = calloc(n, sizeof *in_req);
@@ -86,7 +92,7 @@ static int p2p_ready(void)
         window = 1;
     for (int d = 0; d < n && credits; d++)
         credits[d] = window;
-    if (!(scratch && send_head && send_tail && in_req && in_unexp && credits && consumed))
+    if (!(scratch && outbuf && send_head && send_tail && in_req && in_unexp && credits && consumed))
         abort();
     return 1;
 }
@@ -141,18 +147,23 @@ static int drain(int *err)
     return got;
 }
 
-/* Sends one fragment (header + payload) after draining arrivals. */
+/* Sends one fragment (header + payload) after draining arrivals; while the
+ * receiver has no credit for it, drains again every ZMPI_SEND_POLL_MS (see
+ * "Deadlock avoidance" above). */
 static int send_frag(int dest, const struct hdr *h, const void *payload, uint32_t len)
 {
-    int err = MPI_SUCCESS;
-    drain(&err);
-    if (err)
-        return err;
-    memcpy(scratch, h, HDR);
+    memcpy(outbuf, h, HDR);
     if (len)
-        memcpy(scratch + HDR, payload, len);
-    int32_t rc = zorilla_send(dest, scratch, (uint32_t)HDR + len);
-    return rc < 0 ? map_err(rc) : MPI_SUCCESS;
+        memcpy(outbuf + HDR, payload, len);
+    for (int64_t wait = 0;; wait = ZMPI_SEND_POLL_MS) {
+        int err = MPI_SUCCESS;
+        drain(&err);
+        if (err)
+            return err;
+        int32_t rc = zorilla_send_timeout(dest, outbuf, (uint32_t)HDR + len, wait);
+        if (rc != ZORILLA_ETIMEDOUT)
+            return rc < 0 ? map_err(rc) : MPI_SUCCESS;
+    }
 }
 
 static void queue_ack(int dest, uint32_t msgid)

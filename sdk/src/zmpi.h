@@ -19,14 +19,20 @@
 #define ZMPI_FRAGMENT (256 * 1024)
 #endif
 
-/* How far a sender may run ahead of what its receiver has read, per pair of
- * ranks: the transport's window (4 MiB, see zorilla.h). Each sender keeps
- * at most ZMPI_PAIR_WINDOW / ZMPI_FRAGMENT fragments unacknowledged per
- * destination (counting every fragment as a full one), so zorilla_send()
- * never waits for the transport's credit: two ranks sending to each other
- * can then never wait on each other, whatever the number of ranks. */
+/* How far a sender may run ahead of what its receiver's MPI engine has
+ * taken in, per pair of ranks: each sender keeps at most
+ * ZMPI_PAIR_WINDOW / ZMPI_FRAGMENT fragments unacknowledged per destination
+ * (counting every fragment as a full one). */
 #ifndef ZMPI_PAIR_WINDOW
 #define ZMPI_PAIR_WINDOW (4 * 1024 * 1024)
+#endif
+
+/* How long one try to send a fragment waits for the transport's credit
+ * before the engine takes in what has arrived and tries again (the
+ * transport does not guarantee a sender room at a rank that is not
+ * reading: two ranks sending to each other must keep reading). */
+#ifndef ZMPI_SEND_POLL_MS
+#define ZMPI_SEND_POLL_MS 1
 #endif
 
 /* ---- datatypes ---- */

@@ -61,6 +61,28 @@ int32_t zorilla_send(int32_t dest, const void *data, uint32_t len)
     }
 }
 
+int32_t zorilla_send_timeout(int32_t dest, const void *data, uint32_t len, int64_t timeout_ms)
+{
+    if (timeout_ms < 0)
+        return zorilla_send(dest, data, len);
+    setup();
+    if (dest < 0 || dest >= n)
+        return ZORILLA_EBADRANK;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/%d", getenv("ZF_DIR"), dest);
+    for (int64_t waited_us = 0;; waited_us += 100) {
+        if (sendto(fd, data, len, MSG_DONTWAIT, (struct sockaddr *)&a, sizeof a) >= 0)
+            return 0;
+        if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR) {
+            perror("sendto");
+            return ZORILLA_ECLOSED;
+        }
+        if (waited_us >= timeout_ms * 1000)
+            return ZORILLA_ETIMEDOUT;
+        usleep(100);
+    }
+}
+
 int32_t zorilla_recv(int32_t *source, void *buf, uint32_t cap, int64_t timeout_ms)
 {
     setup();
