@@ -13,7 +13,9 @@ use libp2p::StreamProtocol;
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::Codec;
 use zorilla_core::advert::{FloodHeader, JobId};
-use zorilla_core::channel::{Ack, CHUNK_BYTES, ChannelId, Chunk, Inbound, Outbox, Received};
+use zorilla_core::channel::{
+    Ack, CHUNK_BYTES, ChannelId, Chunk, Inbound, Outbox, RankReceiver, Received,
+};
 use zorilla_core::flood::FloodId;
 
 use crate::streams::protocol::{self, Frame, Refusal};
@@ -132,22 +134,40 @@ fn read_ranks_stream(bytes: &[u8]) -> Result<(), String> {
         outbox.push(SENT_ON, vec![1; len]);
     }
     while outbox.next_chunk(CHUNK_BYTES).is_some() {}
+    // One receiving rank, as the link keeps it: its channels and the
+    // policy that lends them credit.
+    let mut rank: RankReceiver<ChannelId> = RankReceiver::default();
     let mut inbound: BTreeMap<ChannelId, Inbound> = BTreeMap::new();
+    let raise = |inbound: &mut BTreeMap<ChannelId, Inbound>,
+                 rank: &RankReceiver<ChannelId>,
+                 raised: Vec<ChannelId>| {
+        for channel in raised {
+            if let Some(c) = inbound.get_mut(&channel) {
+                c.raise_limit(rank.credit(&channel));
+            }
+        }
+    };
     let mut at = 0;
     while let Some((frame, used)) = protocol::decode(&bytes[at..]).map_err(|e| e.to_string())? {
         at += used;
         match frame {
             Frame::Data(chunk) => {
-                if inbound.len() >= STREAM_CHANNELS && !inbound.contains_key(&chunk.channel) {
+                let id = chunk.channel;
+                if inbound.len() >= STREAM_CHANNELS && !inbound.contains_key(&id) {
                     return Err("data for more channels than the node's ranks".into());
                 }
-                let channel = inbound.entry(chunk.channel).or_default();
+                let channel = inbound.entry(id).or_default();
+                let start = channel.completed();
                 match channel.on_chunk(chunk).map_err(|e| e.to_string())? {
-                    // The worker reads at once, and every ask is granted, so
-                    // that large messages come in too.
-                    Received::Complete(message) => channel.consumed(message.len() as u64),
-                    Received::Asked { .. } => {
-                        channel.grant();
+                    // The worker reads at once, which returns credit.
+                    Received::Complete(message) => {
+                        channel.consumed(message.len() as u64);
+                        let raised = rank.consumed(&id, message.len() as u64);
+                        raise(&mut inbound, &rank, raised);
+                    }
+                    Received::Asked { total } => {
+                        let raised = rank.asked(id, start, total);
+                        raise(&mut inbound, &rank, raised);
                     }
                     Received::Partial | Received::Duplicate => {}
                 }
@@ -316,7 +336,7 @@ fn ranks_stream(g: &mut Gen) -> Vec<u8> {
             1 => protocol::encode(&Frame::Refuse(channel, Refusal::NotHere), &mut out),
             2 => {
                 // An ask for a message larger than the window.
-                let total = zorilla_core::channel::WINDOW_BYTES + 1 + g.below(1000);
+                let total = zorilla_core::channel::MAX_WINDOW + 1 + g.below(1000);
                 let seq = next_seq[pick];
                 let ask = Chunk {
                     channel,
