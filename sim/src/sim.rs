@@ -27,6 +27,7 @@ use zorilla_core::flood::{FloodConfig, FloodId, FloodRouter, Verdict};
 use zorilla_core::neighbours::keeper::PeerKeeper;
 use zorilla_core::node::{
     Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
+    WorkerEnd,
 };
 use zorilla_core::resources::Resources;
 use zorilla_core::schedule::{FloodMode, ScheduleConfig};
@@ -198,6 +199,15 @@ enum Event {
         node: u32,
         job: JobId,
     },
+    /// A worker's end reported to its job's home (the real node's
+    /// `WorkerEnded` call).
+    RankReport {
+        home: u32,
+        from: u32,
+        job: JobId,
+        rank: u32,
+        incarnation: u32,
+    },
     Fail {
         node: u32,
     },
@@ -259,8 +269,9 @@ pub struct Sim {
     now: Time,
     plans: Vec<JobPlan>,
     jobs: BTreeMap<JobId, JobRecord>,
-    /// Ranks running on each machine, per job (omniscient bookkeeping).
-    running: BTreeMap<(u32, JobId), Vec<u32>>,
+    /// Ranks running on each machine, per job, with their incarnations
+    /// (omniscient bookkeeping).
+    running: BTreeMap<(u32, JobId), BTreeMap<u32, u32>>,
     used: Vec<u32>,
     messages: u64,
     by_kind: BTreeMap<&'static str, u64>,
@@ -581,8 +592,41 @@ impl Sim {
             Event::WorkersEnd { node, job } => {
                 if let Some(ranks) = self.running.remove(&(node, job)) {
                     self.workers_gone(node, job, ranks.len() as u32);
-                    self.feed(node, Input::WorkersEnded { job, ranks });
-                    self.maybe_finish(job);
+                    let ended: Vec<u32> = ranks.keys().copied().collect();
+                    self.feed(node, Input::WorkersEnded { job, ranks: ended });
+                    // Each worker reports its end to the home, which
+                    // decides what becomes of the job (the core's rules).
+                    if let Some(home) = self.jobs.get(&job).map(|r| r.home) {
+                        let at = self.now + self.one_way(node, home);
+                        for (rank, incarnation) in ranks {
+                            let report = Event::RankReport {
+                                home,
+                                from: node,
+                                job,
+                                rank,
+                                incarnation,
+                            };
+                            self.push(at, report);
+                        }
+                    }
+                }
+            }
+            Event::RankReport {
+                home,
+                from,
+                job,
+                rank,
+                incarnation,
+            } => {
+                if self.nodes[home as usize].alive && self.nodes[from as usize].alive {
+                    let input = Input::RankEnded {
+                        job,
+                        node: from,
+                        rank,
+                        incarnation,
+                        end: WorkerEnd::Exited(0),
+                    };
+                    self.feed(home, input);
                 }
             }
             Event::Fail { node } => self.fail(node),
@@ -718,10 +762,16 @@ impl Sim {
                     let copies = n.router.originate(id, advert.flood, &n.neighbours);
                     self.send_copies(node, &advert, copies);
                 }
-                Output::StartWorkers { job, ranks, .. } => {
+                Output::StartWorkers {
+                    job,
+                    ranks,
+                    incarnation,
+                    ..
+                } => {
                     self.check_start(node, job, &ranks);
                     let count = ranks.len() as u32;
-                    self.running.entry((node, job)).or_default().extend(ranks);
+                    let running = self.running.entry((node, job)).or_default();
+                    running.extend(ranks.iter().map(|r| (*r, incarnation)));
                     self.used[node as usize] += count;
                     if self.used[node as usize] > self.grid.cores[node as usize] {
                         self.violations.push(format!(
@@ -769,18 +819,6 @@ impl Sim {
         ));
         if let Some(record) = self.jobs.get_mut(&job) {
             record.running = record.running.saturating_sub(count);
-        }
-    }
-
-    fn maybe_finish(&mut self, job: JobId) {
-        let Some(record) = self.jobs.get(&job) else {
-            return;
-        };
-        if record.running == 0 && record.started_at.is_some() && record.ended.is_none() {
-            let home = record.home;
-            if self.nodes[home as usize].alive {
-                self.feed(home, Input::Finish(job));
-            }
         }
     }
 
@@ -832,11 +870,20 @@ impl Sim {
                 }
             }
             JobEvent::Ended { job, phase, reason } => {
+                let now = self.now;
                 if let Some(record) = self.jobs.get_mut(&job) {
-                    record.ended = Some((phase, reason));
+                    if let Some((was, _)) = &record.ended {
+                        self.violations.push(format!(
+                            "{now:?}: {job}: ended {phase:?} after it ended {was:?}"
+                        ));
+                    }
+                    record.ended = Some((phase, reason.to_string()));
                 }
             }
-            JobEvent::WorkersLost { job, node, ranks } => {
+            JobEvent::RankEnded { .. } => {}
+            JobEvent::WorkersLost {
+                job, node, ranks, ..
+            } => {
                 if let Some(record) = self.jobs.get_mut(&job) {
                     if let Some(granted) = record.ranks.get_mut(&node) {
                         for rank in &ranks {
@@ -1149,9 +1196,52 @@ impl Sim {
                         "{job}: {granted} workers granted before the job started"
                     ));
                 }
+                self.check_rank_lifecycle(job, phase, s)?;
             }
         }
         Ok(())
+    }
+
+    /// The rank lifecycle of one job its home still remembers: it ended
+    /// once and stays ended (its home's phase is the one its `Ended` event
+    /// gave), and every lost rank is replaced or the job failed (a job
+    /// that does not replace lost workers runs with none lost, and no job
+    /// completes with one).
+    fn check_rank_lifecycle(
+        &self,
+        job: JobId,
+        phase: Phase,
+        home: &Scheduler<u32>,
+    ) -> Result<(), String> {
+        let record = &self.jobs[&job];
+        match &record.ended {
+            Some((ended, _)) if *ended != phase => {
+                return Err(format!("{job}: ended {ended:?}, its home has it {phase:?}"));
+            }
+            None if phase > Phase::Running => {
+                return Err(format!("{job}: {phase:?} without an end event"));
+            }
+            _ => {}
+        }
+        let Some(table) = home.ranks(job) else {
+            return Ok(());
+        };
+        let lost: Vec<u32> = table.lost().collect();
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let replaces = !record.is_rigid()
+            || self
+                .plans
+                .get((job.0 as usize).wrapping_sub(1))
+                .is_some_and(|p| p.spec.on_worker_lost == LostPolicy::Replace);
+        match phase {
+            Phase::Completed => Err(format!("{job}: completed with ranks {lost:?} lost")),
+            Phase::Running if !replaces => Err(format!(
+                "{job}: runs on with ranks {lost:?} lost though it cannot replace them"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Workers held (offered, neither granted nor released) across the

@@ -126,6 +126,7 @@ fn granted(node: u32, ranks: Vec<u32>) -> Output<u32> {
         ranks,
         incarnation: 0,
         rtt: Duration::from_millis(1),
+        replaced: vec![],
     })
 }
 
