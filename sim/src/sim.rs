@@ -129,6 +129,10 @@ pub struct JobRecord {
     pub messages: u64,
     /// How it ended, if it did.
     pub ended: Option<(Phase, String)>,
+    /// Ranks its home counted as lost (a node failed or left).
+    pub lost_ranks: u32,
+    /// Lost ranks its home granted again.
+    pub replaced_ranks: u32,
     /// Workers still running.
     running: u32,
     duration: Option<Duration>,
@@ -655,6 +659,8 @@ impl Sim {
                 out_of_order: 0,
                 messages: 0,
                 ended: None,
+                lost_ranks: 0,
+                replaced_ranks: 0,
                 running: 0,
                 duration: plan.duration,
                 ranks: BTreeMap::new(),
@@ -825,10 +831,15 @@ impl Sim {
     fn job_event(&mut self, event: JobEvent<u32>) {
         match event {
             JobEvent::Granted {
-                job, node, ranks, ..
+                job,
+                node,
+                ranks,
+                replaced,
+                ..
             } => {
                 let now = self.now;
                 if let Some(record) = self.jobs.get_mut(&job) {
+                    record.replaced_ranks += replaced.len() as u32;
                     *record.placement.entry(node).or_default() += ranks.len() as u32;
                     let granted: u32 = record.placement.values().sum();
                     if granted > record.workers {
@@ -885,6 +896,7 @@ impl Sim {
                 job, node, ranks, ..
             } => {
                 if let Some(record) = self.jobs.get_mut(&job) {
+                    record.lost_ranks += ranks.len() as u32;
                     if let Some(granted) = record.ranks.get_mut(&node) {
                         for rank in &ranks {
                             granted.remove(rank);
