@@ -48,6 +48,15 @@
 //! [`RefuseReason::JobFull`] once completed), and so is every offer that
 //! arrives later.
 //!
+//! After the grant, the home keeps a [`RankTable`] per job: where each
+//! rank runs (node and grant number) and what became of it. The driver
+//! reports each worker's end as a node told it ([`Input::RankEnded`]) and
+//! ranks that no longer run ([`Input::PeerLost`], [`Input::RanksLost`]);
+//! the home decides what that means for the job ([`JobEvent::RankEnded`],
+//! [`JobEvent::WorkersLost`], a replacement grant, and at most one
+//! [`JobEvent::Ended`] with its [`EndReason`]). See [`ranks`](RankTable)
+//! for the rules.
+//!
 //! [`FloodRouter`]: crate::flood::FloodRouter
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -106,11 +106,14 @@ impl Node {
             } => {
                 let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
                 let plural = if ranks.len() == 1 { "" } else { "s" };
-                tracing::warn!(
-                    job = %job,
-                    "ranks lost: node {node} {reason} (rank{plural} {})",
-                    list.join(", ")
-                );
+                let why = format!("node {node} {reason} (rank{plural} {})", list.join(", "));
+                // "ranks lost" is what the liveness checks found (tests
+                // and operators count these), "workers lost" a node that
+                // failed, left or gave its ranks back.
+                match reason {
+                    LostReason::Liveness(_) => tracing::warn!(job = %job, "ranks lost: {why}"),
+                    _ => tracing::warn!(job = %job, "workers lost: {why}"),
+                }
                 self.liveness.forget(job, &node, &ranks);
                 self.record_outcomes(job.0, &node, &ranks, &RankOutcome::Lost(reason));
                 Some(job.0)

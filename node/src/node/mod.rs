@@ -24,7 +24,7 @@ use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::FloodId;
 use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
 use zorilla_core::node::{
-    Input, JobEvent, Output, Phase, RankOutcome, Scheduler, SchedulerConfig, WorkerEnd,
+    Input, JobEvent, LostReason, Output, Phase, RankOutcome, Scheduler, SchedulerConfig, WorkerEnd,
 };
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
