@@ -194,13 +194,13 @@ impl Node {
             .collect()
     }
 
-    /// Whether `peer` runs ranks of a job of ours under way.
+    /// Whether `peer` holds ranks (not lost) of a job of ours under way.
     pub(super) fn runs_ours(&self, peer: &PeerId) -> bool {
         self.sched
             .home_jobs()
             .filter(|(_, phase)| *phase <= Phase::Running)
-            .filter_map(|(job, _)| self.sched.ranks(job))
-            .any(|table| table.iter().any(|(_, r)| r.node == *peer))
+            .filter_map(|(job, _)| self.sched.placement(job))
+            .any(|nodes| nodes.contains_key(peer))
     }
 
     /// Sends the job's current placement and phase to every node with one
