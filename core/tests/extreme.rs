@@ -13,8 +13,9 @@ use zorilla_core::advert::{
     WorkerCount,
 };
 use zorilla_core::limits::{self, MAX_WORKERS};
+use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
-    Input, JobEvent, JobSpec, LostPolicy, Output, Phase, Scheduler, SchedulerConfig,
+    Input, JobEvent, JobSpec, LostPolicy, Output, Phase, Scheduler, SchedulerConfig, WorkerEnd,
 };
 use zorilla_core::resources::Resources;
 
@@ -168,8 +169,8 @@ enum Op {
     Deliver(Advert<u32>, Duration),
     Message(u32, Message<u32>, Option<Duration>),
     Cancel(JobId),
-    Finish(JobId),
-    Fail(JobId),
+    RankEnded(JobId, u32, u32, u32, WorkerEnd),
+    RanksLost(JobId, u32, Vec<u32>),
     WorkersEnded(JobId, Vec<u32>),
     PeerLost(u32),
     Resize(JobId, u32),
@@ -183,12 +184,22 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (peer(), message(), proptest::option::of(duration()))
             .prop_map(|(p, m, r)| Op::Message(p, m, r)),
         1 => job().prop_map(Op::Cancel),
-        1 => job().prop_map(Op::Finish),
-        1 => job().prop_map(Op::Fail),
+        2 => (job(), peer(), 0u32..6, prop_oneof![0u32..4, Just(u32::MAX)], worker_end())
+            .prop_map(|(j, p, r, i, e)| Op::RankEnded(j, p, r, i, e)),
+        1 => (job(), peer(), ranks()).prop_map(|(j, p, r)| Op::RanksLost(j, p, r)),
         1 => (job(), ranks()).prop_map(|(j, r)| Op::WorkersEnded(j, r)),
         1 => peer().prop_map(Op::PeerLost),
         1 => (job(), count()).prop_map(|(j, m)| Op::Resize(j, m)),
         2 => Just(Op::Timeout),
+    ]
+}
+
+fn worker_end() -> impl Strategy<Value = WorkerEnd> {
+    prop_oneof![
+        3 => Just(WorkerEnd::Exited(0)),
+        1 => prop_oneof![Just(i32::MIN), Just(1), Just(i32::MAX)].prop_map(WorkerEnd::Exited),
+        1 => Just(WorkerEnd::Failed("was stopped by a trap".into())),
+        1 => Just(WorkerEnd::Cancelled),
     ]
 }
 
@@ -205,6 +216,7 @@ fn step() -> impl Strategy<Value = Duration> {
 struct Seen {
     phases: BTreeMap<JobId, Phase>,
     max: BTreeMap<JobId, u32>,
+    ended: BTreeSet<JobId>,
 }
 
 fn check(node: &Scheduler<u32>, out: &[Output<u32>], seen: &mut Seen) -> Result<(), TestCaseError> {
@@ -227,6 +239,12 @@ fn check(node: &Scheduler<u32>, out: &[Output<u32>], seen: &mut Seen) -> Result<
             }
             Output::Flood(advert) => {
                 prop_assert_eq!(limits::check_advert(advert), Ok(()), "{:?}", advert);
+            }
+            // A job ends once, and with the phase its home keeps.
+            Output::Job(JobEvent::Ended { job, phase, .. }) => {
+                prop_assert!(seen.ended.insert(*job), "{job} ended twice");
+                prop_assert!(*phase > Phase::Running);
+                prop_assert_eq!(node.phase(*job), Some(*phase));
             }
             _ => {}
         }
@@ -290,8 +308,14 @@ proptest! {
                     node.handle(now, Input::Message { from, msg, rtt })
                 }
                 Op::Cancel(job) => node.handle(now, Input::Cancel(job)),
-                Op::Finish(job) => node.handle(now, Input::Finish(job)),
-                Op::Fail(job) => node.handle(now, Input::Fail { job, reason: "test".into() }),
+                Op::RankEnded(job, from, rank, incarnation, end) => node.handle(
+                    now,
+                    Input::RankEnded { job, node: from, rank, incarnation, end },
+                ),
+                Op::RanksLost(job, from, ranks) => node.handle(
+                    now,
+                    Input::RanksLost { job, node: from, ranks, cause: LostCause::Silent },
+                ),
                 Op::WorkersEnded(job, ranks) => node.handle(now, Input::WorkersEnded { job, ranks }),
                 Op::PeerLost(peer) => node.handle(now, Input::PeerLost(peer)),
                 Op::Resize(job, max) => match node.resize(now, job, max) {

@@ -6,9 +6,10 @@ use std::time::Duration;
 use zorilla_core::advert::{
     Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
+use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
-    Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, ResizeError, Scheduler,
-    SchedulerConfig,
+    EndReason, Input, JobEvent, JobSpec, LostPolicy, LostReason, Output, OwnerLimits, Phase,
+    RankOutcome, ResizeError, Scheduler, SchedulerConfig, WorkerEnd,
 };
 use zorilla_core::resources::Resources;
 use zorilla_core::schedule::ScheduleConfig;
@@ -670,7 +671,8 @@ fn lost_worker_of_a_malleable_job_is_replaced_and_rank_reused() {
     assert!(out.contains(&Output::Job(JobEvent::WorkersLost {
         job: JOB,
         node: 10,
-        ranks: vec![0]
+        ranks: vec![0],
+        reason: LostReason::Left,
     })));
     assert!(
         out.iter().any(|o| matches!(o, Output::Flood(_))),
@@ -754,7 +756,9 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
     let (phase, reason) = ended.unwrap();
     assert_eq!(phase, Phase::Failed);
     assert!(
-        reason.starts_with("expired before it got its workers"),
+        reason
+            .to_string()
+            .starts_with("expired before it got its workers"),
         "{reason}"
     );
     let report = node.report(JOB).unwrap();
@@ -838,7 +842,7 @@ fn the_home_runs_workers_of_its_own_job_first() {
 }
 
 #[test]
-fn a_failed_job_stops_its_workers_everywhere_with_the_drivers_reason() {
+fn a_failed_rank_stops_the_jobs_workers_everywhere_naming_it() {
     let mut node = home(ScheduleConfig::paper());
     submit(&mut node, ms(0), WorkerCount::rigid(2));
     offer_from(&mut node, ms(1), 10, 1, 1);
@@ -846,9 +850,12 @@ fn a_failed_job_stops_its_workers_everywhere_with_the_drivers_reason() {
     assert_eq!(node.phase(JOB), Some(Phase::Running));
     let out = node.handle(
         ms(3),
-        Input::Fail {
+        Input::RankEnded {
             job: JOB,
-            reason: "rank 1 exited with 3".into(),
+            node: 11,
+            rank: 1,
+            incarnation: 1,
+            end: WorkerEnd::Exited(3),
         },
     );
     for to in [10, 11] {
@@ -863,7 +870,11 @@ fn a_failed_job_stops_its_workers_everywhere_with_the_drivers_reason() {
     assert!(out.contains(&Output::Job(JobEvent::Ended {
         job: JOB,
         phase: Phase::Failed,
-        reason: "rank 1 exited with 3".into()
+        reason: EndReason::RankFailed {
+            rank: 1,
+            node: 11,
+            outcome: RankOutcome::Exited(3)
+        }
     })));
     assert_eq!(node.phase(JOB), Some(Phase::Failed));
 }
@@ -937,7 +948,7 @@ fn cancel_refuses_held_offers_stops_all_timers_and_refuses_late_offers() {
             Output::Job(JobEvent::Ended {
                 job: JOB,
                 phase: Phase::Cancelled,
-                reason: "cancelled by user".into()
+                reason: EndReason::Cancelled
             })
         ]
     );
@@ -997,13 +1008,16 @@ fn expiry_refuses_held_offers_and_late_offers_as_expired() {
 
 #[test]
 fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
-    // Failed by the driver.
+    // Failed by its rank.
     let mut node = home_running_one_worker_on_10();
     node.handle(
         ms(2),
-        Input::Fail {
+        Input::RankEnded {
             job: JOB,
-            reason: "rank 0 trapped".into(),
+            node: 10,
+            rank: 0,
+            incarnation: 0,
+            end: WorkerEnd::Failed("was stopped by a trap: unreachable".into()),
         },
     );
     assert_eq!(
@@ -1022,7 +1036,17 @@ fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
 
     // A completed job has all it needed.
     let mut node = home_running_one_worker_on_10();
-    node.handle(ms(2), Input::Finish(JOB));
+    node.handle(
+        ms(2),
+        Input::RankEnded {
+            job: JOB,
+            node: 10,
+            rank: 0,
+            incarnation: 0,
+            end: WorkerEnd::Exited(0),
+        },
+    );
+    assert_eq!(node.phase(JOB), Some(Phase::Completed));
     assert_eq!(
         offer_from(&mut node, ms(3), 11, 1, 1),
         vec![refusal(11, RefuseReason::JobFull)]
@@ -1414,7 +1438,24 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
             ranks: vec![2],
         },
     );
-    net.input(ms(2000), HY, Input::Finish(Y));
+    // Their ends reach Y's home, which completes Y.
+    let placed: Vec<(u32, u32, u32)> = net.nodes[&HY]
+        .ranks(Y)
+        .unwrap()
+        .iter()
+        .map(|(rank, r)| (rank, r.node, r.incarnation))
+        .collect();
+    for (rank, node, incarnation) in placed {
+        let end = Input::RankEnded {
+            job: Y,
+            node,
+            rank,
+            incarnation,
+            end: WorkerEnd::Exited(0),
+        };
+        net.input(ms(2000), HY, end);
+    }
+    assert_eq!(net.nodes[&HY].phase(Y), Some(Phase::Completed));
     for member in [1, 2] {
         assert_eq!(net.nodes[&member].free().cores, 2);
         assert!(net.holds(member).is_empty());
@@ -1554,7 +1595,7 @@ fn a_lost_worker_is_replaced_on_a_node_already_running_the_job_by_a_new_flood() 
     assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
     assert_eq!(
         node.placement(JOB),
-        Some(&[(10, vec![0, 1]), (11, vec![2])].into_iter().collect())
+        Some([(10, vec![0, 1]), (11, vec![2])].into_iter().collect())
     );
     // Node 11 is lost; the only free core is on node 10, which runs ranks
     // 0 and 1 and answers the replacement flood.
@@ -1580,7 +1621,7 @@ fn a_lost_worker_is_replaced_on_a_node_already_running_the_job_by_a_new_flood() 
     );
     assert_eq!(
         node.placement(JOB),
-        Some(&[(10, vec![0, 1, 2])].into_iter().collect())
+        Some([(10, vec![0, 1, 2])].into_iter().collect())
     );
     // A grant that reached node 10 after its hold ended is withdrawn with
     // its ranks: only those are lost, not the ranks node 10 ran before.
@@ -1598,11 +1639,12 @@ fn a_lost_worker_is_replaced_on_a_node_already_running_the_job_by_a_new_flood() 
     assert!(out.contains(&Output::Job(JobEvent::WorkersLost {
         job: JOB,
         node: 10,
-        ranks: vec![2]
+        ranks: vec![2],
+        reason: LostReason::Withdrawn,
     })));
     assert_eq!(
         node.placement(JOB),
-        Some(&[(10, vec![0, 1])].into_iter().collect())
+        Some([(10, vec![0, 1])].into_iter().collect())
     );
     // A plain withdrawal (an offer's hold timed out) loses nothing.
     let out = node.handle(
@@ -1635,7 +1677,7 @@ fn ranks_lost_count_once_and_a_rigid_job_fails_naming_why() {
             job: JOB,
             node: 11,
             ranks: vec![0],
-            why: "elsewhere".into(),
+            cause: LostCause::NotRunning,
         },
     );
     assert_eq!(out, vec![]);
@@ -1645,21 +1687,30 @@ fn ranks_lost_count_once_and_a_rigid_job_fails_naming_why() {
             job: JOB,
             node: 10,
             ranks: vec![0],
-            why: "rank 0: node 10 restarted and forgot it".into(),
+            cause: LostCause::Restarted,
         },
     );
+    let reason = LostReason::Liveness(LostCause::Restarted);
     assert!(out.contains(&Output::Job(JobEvent::WorkersLost {
         job: JOB,
         node: 10,
-        ranks: vec![0]
+        ranks: vec![0],
+        reason,
     })));
+    let ended = EndReason::WorkersLost {
+        node: 10,
+        ranks: vec![0],
+        reason,
+    };
+    assert_eq!(
+        ended.to_string(),
+        "a worker was lost and the job is rigid: node 10 restarted and forgot it (rank 0)"
+    );
     assert!(
         out.contains(&Output::Job(JobEvent::Ended {
             job: JOB,
             phase: Phase::Failed,
-            reason: "a worker was lost and the job is rigid: rank 0: node 10 restarted and \
-                     forgot it"
-                .into()
+            reason: ended,
         })),
         "{out:?}"
     );
@@ -1670,7 +1721,7 @@ fn ranks_lost_count_once_and_a_rigid_job_fails_naming_why() {
             job: JOB,
             node: 10,
             ranks: vec![0],
-            why: "again".into(),
+            cause: LostCause::Silent,
         },
     );
     assert_eq!(out, vec![]);
@@ -1696,7 +1747,7 @@ fn a_rigid_job_replacing_lost_workers_gets_its_rank_back_on_the_same_node() {
             job: JOB,
             node: 10,
             ranks: vec![1],
-            why: "the node does not run it".into(),
+            cause: LostCause::NotRunning,
         },
     );
     assert_eq!(flood_seqs(&out), vec![1], "{out:?}");

@@ -12,7 +12,7 @@ use std::time::Duration;
 use zorilla_core::advert::{
     Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
-use zorilla_core::node::LostPolicy;
+use zorilla_core::node::{LostPolicy, WorkerEnd};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::PeerId;
 
@@ -530,8 +530,12 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
         8 => PeerRpc::WorkerEnded {
             job,
             rank: g.u32(),
-            success: g.bool(),
-            outcome: g.string(),
+            incarnation: g.u32(),
+            end: match g.u32() % 3 {
+                0 => WorkerEnd::Exited(g.u32() as i32),
+                1 => WorkerEnd::Failed(g.string()),
+                _ => WorkerEnd::Cancelled,
+            },
         },
         9 => PeerRpc::Ping,
         10 => PeerRpc::Status,

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
-use zorilla_core::node::SpecError;
+use zorilla_core::node::{SpecError, WorkerEnd};
 
 use crate::protocol::{JobRequest, MAX_OUTPUT_BLOCK_BYTES, NamedFile, Request};
 use crate::wire::view::{self, MAX_TEXT_BYTES};
@@ -304,11 +304,11 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
                 }));
             }
         }
-        PeerRpc::WorkerEnded {
-            rank: r, outcome, ..
-        } => {
+        PeerRpc::WorkerEnded { rank: r, end, .. } => {
             rank("rank", *r)?;
-            limits::at_most("outcome length in bytes", outcome.len(), MAX_OUTCOME_BYTES)?;
+            if let WorkerEnd::Failed(why) = end {
+                limits::at_most("outcome length in bytes", why.len(), MAX_OUTCOME_BYTES)?;
+            }
         }
         PeerRpc::StatusJob { job } => {
             limits::at_most("job name length in bytes", job.len(), MAX_JOB_NAME_BYTES)?;

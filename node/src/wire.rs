@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use zorilla_core::advert::Message;
+use zorilla_core::node::WorkerEnd;
 use zorilla_overlay::PeerId;
 
 use crate::protocol::{JobPhase, JobRequest, LogChunk};
@@ -87,12 +88,14 @@ pub(crate) enum PeerRpc {
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
-    /// Worker node to home: a rank ended (after all its output was sent).
+    /// Worker node to home: a rank's worker ended (after all its output
+    /// was sent). `incarnation` is the grant that started it, so that the
+    /// home tells a replaced worker's late report from the current one's.
     WorkerEnded {
         job: u64,
         rank: u32,
-        success: bool,
-        outcome: String,
+        incarnation: u32,
+        end: WorkerEnd,
     },
     /// Liveness probe.
     Ping,
@@ -269,8 +272,8 @@ mod tests {
         let ended = PeerRpc::WorkerEnded {
             job: u64::MAX,
             rank: limits::MAX_WORKERS - 1,
-            success: false,
-            outcome: "x".repeat(validate::MAX_OUTCOME_BYTES),
+            incarnation: u32::MAX,
+            end: WorkerEnd::Failed("x".repeat(validate::MAX_OUTCOME_BYTES)),
         };
         for rpc in [push, grant, ended] {
             assert_eq!(validate::peer_rpc(&rpc), Ok(()), "{rpc:?}");

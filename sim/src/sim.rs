@@ -27,6 +27,7 @@ use zorilla_core::flood::{FloodConfig, FloodId, FloodRouter, Verdict};
 use zorilla_core::neighbours::keeper::PeerKeeper;
 use zorilla_core::node::{
     Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
+    WorkerEnd,
 };
 use zorilla_core::resources::Resources;
 use zorilla_core::schedule::{FloodMode, ScheduleConfig};
@@ -34,6 +35,7 @@ use zorilla_core::schedule::{FloodMode, ScheduleConfig};
 use crate::scenario::{Grid, Scenario};
 use node_overlay::NodeOverlay;
 
+mod invariants;
 mod node_overlay;
 mod peers;
 
@@ -128,6 +130,10 @@ pub struct JobRecord {
     pub messages: u64,
     /// How it ended, if it did.
     pub ended: Option<(Phase, String)>,
+    /// Ranks its home counted as lost (a node failed or left).
+    pub lost_ranks: u32,
+    /// Lost ranks its home granted again.
+    pub replaced_ranks: u32,
     /// Workers still running.
     running: u32,
     duration: Option<Duration>,
@@ -198,6 +204,15 @@ enum Event {
         node: u32,
         job: JobId,
     },
+    /// A worker's end reported to its job's home (the real node's
+    /// `WorkerEnded` call).
+    RankReport {
+        home: u32,
+        from: u32,
+        job: JobId,
+        rank: u32,
+        incarnation: u32,
+    },
     Fail {
         node: u32,
     },
@@ -259,8 +274,9 @@ pub struct Sim {
     now: Time,
     plans: Vec<JobPlan>,
     jobs: BTreeMap<JobId, JobRecord>,
-    /// Ranks running on each machine, per job (omniscient bookkeeping).
-    running: BTreeMap<(u32, JobId), Vec<u32>>,
+    /// Ranks running on each machine, per job, with their incarnations
+    /// (omniscient bookkeeping).
+    running: BTreeMap<(u32, JobId), BTreeMap<u32, u32>>,
     used: Vec<u32>,
     messages: u64,
     by_kind: BTreeMap<&'static str, u64>,
@@ -581,8 +597,41 @@ impl Sim {
             Event::WorkersEnd { node, job } => {
                 if let Some(ranks) = self.running.remove(&(node, job)) {
                     self.workers_gone(node, job, ranks.len() as u32);
-                    self.feed(node, Input::WorkersEnded { job, ranks });
-                    self.maybe_finish(job);
+                    let ended: Vec<u32> = ranks.keys().copied().collect();
+                    self.feed(node, Input::WorkersEnded { job, ranks: ended });
+                    // Each worker reports its end to the home, which
+                    // decides what becomes of the job (the core's rules).
+                    if let Some(home) = self.jobs.get(&job).map(|r| r.home) {
+                        let at = self.now + self.one_way(node, home);
+                        for (rank, incarnation) in ranks {
+                            let report = Event::RankReport {
+                                home,
+                                from: node,
+                                job,
+                                rank,
+                                incarnation,
+                            };
+                            self.push(at, report);
+                        }
+                    }
+                }
+            }
+            Event::RankReport {
+                home,
+                from,
+                job,
+                rank,
+                incarnation,
+            } => {
+                if self.nodes[home as usize].alive && self.nodes[from as usize].alive {
+                    let input = Input::RankEnded {
+                        job,
+                        node: from,
+                        rank,
+                        incarnation,
+                        end: WorkerEnd::Exited(0),
+                    };
+                    self.feed(home, input);
                 }
             }
             Event::Fail { node } => self.fail(node),
@@ -611,6 +660,8 @@ impl Sim {
                 out_of_order: 0,
                 messages: 0,
                 ended: None,
+                lost_ranks: 0,
+                replaced_ranks: 0,
                 running: 0,
                 duration: plan.duration,
                 ranks: BTreeMap::new(),
@@ -718,10 +769,16 @@ impl Sim {
                     let copies = n.router.originate(id, advert.flood, &n.neighbours);
                     self.send_copies(node, &advert, copies);
                 }
-                Output::StartWorkers { job, ranks, .. } => {
+                Output::StartWorkers {
+                    job,
+                    ranks,
+                    incarnation,
+                    ..
+                } => {
                     self.check_start(node, job, &ranks);
                     let count = ranks.len() as u32;
-                    self.running.entry((node, job)).or_default().extend(ranks);
+                    let running = self.running.entry((node, job)).or_default();
+                    running.extend(ranks.iter().map(|r| (*r, incarnation)));
                     self.used[node as usize] += count;
                     if self.used[node as usize] > self.grid.cores[node as usize] {
                         self.violations.push(format!(
@@ -772,25 +829,18 @@ impl Sim {
         }
     }
 
-    fn maybe_finish(&mut self, job: JobId) {
-        let Some(record) = self.jobs.get(&job) else {
-            return;
-        };
-        if record.running == 0 && record.started_at.is_some() && record.ended.is_none() {
-            let home = record.home;
-            if self.nodes[home as usize].alive {
-                self.feed(home, Input::Finish(job));
-            }
-        }
-    }
-
     fn job_event(&mut self, event: JobEvent<u32>) {
         match event {
             JobEvent::Granted {
-                job, node, ranks, ..
+                job,
+                node,
+                ranks,
+                replaced,
+                ..
             } => {
                 let now = self.now;
                 if let Some(record) = self.jobs.get_mut(&job) {
+                    record.replaced_ranks += replaced.len() as u32;
                     *record.placement.entry(node).or_default() += ranks.len() as u32;
                     let granted: u32 = record.placement.values().sum();
                     if granted > record.workers {
@@ -832,12 +882,22 @@ impl Sim {
                 }
             }
             JobEvent::Ended { job, phase, reason } => {
+                let now = self.now;
                 if let Some(record) = self.jobs.get_mut(&job) {
-                    record.ended = Some((phase, reason));
+                    if let Some((was, _)) = &record.ended {
+                        self.violations.push(format!(
+                            "{now:?}: {job}: ended {phase:?} after it ended {was:?}"
+                        ));
+                    }
+                    record.ended = Some((phase, reason.to_string()));
                 }
             }
-            JobEvent::WorkersLost { job, node, ranks } => {
+            JobEvent::RankEnded { .. } => {}
+            JobEvent::WorkersLost {
+                job, node, ranks, ..
+            } => {
                 if let Some(record) = self.jobs.get_mut(&job) {
+                    record.lost_ranks += ranks.len() as u32;
                     if let Some(granted) = record.ranks.get_mut(&node) {
                         for rank in &ranks {
                             granted.remove(rank);
@@ -1073,85 +1133,6 @@ impl Sim {
             timeline: self.timeline,
             violations,
         }
-    }
-
-    /// Checks the invariants that must hold after every event:
-    /// - no node runs or holds more workers than it has cores;
-    /// - no job has more workers than its max, and no rank is granted twice;
-    /// - a job is granted nothing before it starts; a rigid job starts with
-    ///   all its workers (ranks exactly `0..max`), a malleable one with
-    ///   `min..=max`, and no worker starts before its job started (these
-    ///   are recorded as the events happen and reported here);
-    /// - every reservation is released or used in time: no hold outlives
-    ///   its hold timeout (nor the advert), and no home keeps offers for a
-    ///   job that ended or has all its workers;
-    /// - expired adverts are gone from pending queues.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        if let Some(v) = self.violations.first() {
-            return Err(v.clone());
-        }
-        for (i, node) in self.nodes.iter().enumerate() {
-            if !node.alive {
-                continue;
-            }
-            let s = &node.scheduler;
-            let running: u32 = s.running().map(|(_, ranks)| ranks.len() as u32).sum();
-            if running + s.held_workers() > self.grid.cores[i] {
-                return Err(format!(
-                    "node {i} runs {running} and holds {} workers on {} cores",
-                    s.held_workers(),
-                    self.grid.cores[i]
-                ));
-            }
-            if let Some((advert, _)) = s.pending().find(|(_, at)| *at < self.now) {
-                return Err(format!("node {i} keeps expired advert of {}", advert.job));
-            }
-            let hold_timeout = s.config().hold_timeout;
-            for hold in s.holds() {
-                // At `until` itself the wake-up may still be queued behind
-                // other events of the same instant.
-                if hold.until < self.now || hold.until > hold.since + hold_timeout {
-                    return Err(format!(
-                        "node {i} holds {} workers for {} since {:?} until {:?} at {:?} \
-                         (hold timeout {hold_timeout:?})",
-                        hold.workers, hold.job, hold.since, hold.until, self.now
-                    ));
-                }
-            }
-            for (job, phase) in s.home_jobs() {
-                let offers = s.held_offers(job).count();
-                let full = s.placement(job).is_some_and(|p| {
-                    p.values().map(Vec::len).sum::<usize>() >= self.jobs[&job].workers as usize
-                });
-                if offers > 0 && (phase > Phase::Running || full) {
-                    return Err(format!(
-                        "home {i} keeps {offers} offers for {job}, {phase:?}{}",
-                        if full { " with all its workers" } else { "" }
-                    ));
-                }
-            }
-            for (job, phase) in s.home_jobs() {
-                let placement = s.placement(job).expect("home job has a placement");
-                let granted: usize = placement.values().map(Vec::len).sum();
-                let record = &self.jobs[&job];
-                if granted > record.workers as usize {
-                    return Err(format!("{job}: {granted} granted, max {}", record.workers));
-                }
-                let mut ranks: Vec<u32> = placement.values().flatten().copied().collect();
-                let before = ranks.len();
-                ranks.sort_unstable();
-                ranks.dedup();
-                if ranks.len() != before {
-                    return Err(format!("{job}: a rank was granted twice"));
-                }
-                if phase == Phase::Scheduling && granted != 0 {
-                    return Err(format!(
-                        "{job}: {granted} workers granted before the job started"
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Workers held (offered, neither granted nor released) across the

@@ -126,6 +126,7 @@ fn granted(node: u32, ranks: Vec<u32>) -> Output<u32> {
         ranks,
         incarnation: 0,
         rtt: Duration::from_millis(1),
+        replaced: vec![],
     })
 }
 
@@ -270,6 +271,53 @@ fn invariants_hold_under_churn() {
     for seed in 1..=3 {
         run_checked(&scenario, Mode::Ours, seed);
     }
+}
+
+/// Under churn the homes lose ranks of running jobs and replace them
+/// through the core's rank lifecycle (the real one, not a rule of the
+/// simulator's): checked after every event, no job ends twice or
+/// completes with a rank lost, and by the end of the run every job that
+/// lost ranks and completed had them replaced.
+#[test]
+fn lost_ranks_are_replaced_by_the_real_rank_lifecycle_under_churn() {
+    let scenario = small_grid(40, true);
+    let (mut lost, mut replaced, mut completed_after_loss) = (0, 0, 0);
+    for seed in 1..=3 {
+        let grid = scenario.grid(seed).unwrap();
+        let plans = plan_jobs(&scenario, &grid, seed);
+        let mut sim = Sim::new(&scenario, Mode::Ours, seed, plans).unwrap();
+        let mut steps = 0u64;
+        while sim.step() {
+            steps += 1;
+            assert!(steps < 10_000_000, "seed {seed}: the run does not end");
+            if let Err(violation) = sim.check_invariants() {
+                panic!("seed {seed}, after {steps} events: {violation}");
+            }
+        }
+        let report = sim.run();
+        for job in &report.jobs {
+            lost += job.lost_ranks;
+            replaced += job.replaced_ranks;
+            let completed = job
+                .ended
+                .as_ref()
+                .is_some_and(|(phase, _)| format!("{phase:?}") == "Completed");
+            if completed && job.lost_ranks > 0 {
+                completed_after_loss += 1;
+                assert!(
+                    job.replaced_ranks >= job.lost_ranks,
+                    "seed {seed}: {} completed with {} ranks lost, {} replaced",
+                    job.id,
+                    job.lost_ranks,
+                    job.replaced_ranks
+                );
+            }
+        }
+    }
+    eprintln!("lost {lost}, replaced {replaced}, completed after a loss {completed_after_loss}");
+    assert!(lost > 0, "churn lost no rank");
+    assert!(replaced > 0, "no lost rank was replaced");
+    assert!(completed_after_loss > 0, "no job completed after a loss");
 }
 
 /// Under churn our overlay is the real peer keeping's: a lost neighbour

@@ -4,8 +4,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::ranks::{EndReason, LostReason, RankOutcome, WorkerEnd};
 use super::spec::{JobSpec, SpecError};
 use crate::advert::{Advert, JobId, Message, RefuseReason};
+use crate::liveness::LostCause;
 
 /// An event for the scheduler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,16 +21,21 @@ pub enum Input<P> {
     },
     /// A user cancelled a job this node is home to.
     Cancel(JobId),
-    /// A job this node is home to is done (its workers finished).
-    Finish(JobId),
-    /// A job this node is home to failed for a reason the driver saw (a
-    /// worker exited with an error, a module could not start): its workers
-    /// everywhere are stopped and its holds released.
-    Fail {
+    /// A node reported how a worker of a job this node is home to ended
+    /// (see [`RankTable`](super::RankTable) for what the home makes of
+    /// it). A report from a worker the home no longer places there is
+    /// ignored.
+    RankEnded {
         /// The job.
         job: JobId,
-        /// Why, in words.
-        reason: String,
+        /// The node that ran the worker (the report's sender).
+        node: P,
+        /// The rank.
+        rank: u32,
+        /// The worker's incarnation (the grant that started it).
+        incarnation: u32,
+        /// How it ended.
+        end: WorkerEnd,
     },
     /// The flood router delivered an advert (first copy of a flood).
     AdvertDelivered {
@@ -67,8 +74,8 @@ pub enum Input<P> {
         node: P,
         /// The ranks.
         ranks: Vec<u32>,
-        /// Why, in words (the reason a rigid job fails with names it).
-        why: String,
+        /// Why they count as lost.
+        cause: LostCause,
     },
 }
 
@@ -129,6 +136,8 @@ pub enum JobEvent<P> {
         incarnation: u32,
         /// The RTT from the home to the node, as the home knew it.
         rtt: Duration,
+        /// Those of `ranks` that were lost before and are replaced now.
+        replaced: Vec<u32>,
     },
     /// The job got its `min` workers and started.
     Started {
@@ -150,15 +159,30 @@ pub enum JobEvent<P> {
         node: P,
         /// The ranks lost.
         ranks: Vec<u32>,
+        /// Why.
+        reason: LostReason,
     },
-    /// The job ended without running to completion.
+    /// A node reported the end of a rank's worker, and the home recorded
+    /// it (stale and repeated reports give no event).
+    RankEnded {
+        /// The job.
+        job: JobId,
+        /// The node the worker ran on.
+        node: P,
+        /// The rank.
+        rank: u32,
+        /// How it ended.
+        outcome: RankOutcome,
+    },
+    /// The job ended: completed, cancelled or failed. Exactly once per
+    /// job; nothing changes its phase afterwards.
     Ended {
         /// The job.
         job: JobId,
         /// How.
         phase: Phase,
-        /// Why, in words.
-        reason: String,
+        /// Why.
+        reason: EndReason<P>,
     },
 }
 
@@ -174,6 +198,7 @@ pub enum Phase {
     Completed,
     /// Cancelled by the user.
     Cancelled,
-    /// Failed: expired before it got its workers, or lost a worker.
+    /// Failed: expired before it got its workers, a worker failed, or a
+    /// rigid job lost a worker.
     Failed,
 }

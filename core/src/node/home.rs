@@ -1,5 +1,6 @@
 //! The scheduler as a job's **home**: submitting, flooding, collecting
-//! offers, granting ranks, ending the job, and losing ranks.
+//! offers, granting ranks, taking in the ranks' ends and losses (with the
+//! [`RankTable`]), and ending the job.
 
 use super::*;
 
@@ -40,10 +41,8 @@ impl<P: PeerKey> Scheduler<P> {
                 schedule,
                 next_flood_at: Some(now),
                 offers: BTreeMap::new(),
-                granted: BTreeMap::new(),
-                free_ranks: BTreeSet::new(),
+                ranks: RankTable::default(),
                 grants: 0,
-                next_rank: 0,
                 earlier_floods: 0,
                 settle_at: None,
                 settling: false,
@@ -166,29 +165,18 @@ impl<P: PeerKey> Scheduler<P> {
             let Some(offer) = job.offers.remove(&assignment.node) else {
                 continue;
             };
-            let mut ranks = Vec::with_capacity(assignment.workers as usize);
-            for _ in 0..assignment.workers {
-                let rank = match job.free_ranks.pop_first() {
-                    Some(rank) => rank,
-                    None => {
-                        job.next_rank += 1;
-                        job.next_rank - 1
-                    }
-                };
-                ranks.push(rank);
-            }
             let incarnation = job.grants;
             job.grants = job.grants.saturating_add(1);
-            job.granted
-                .entry(assignment.node.clone())
-                .or_default()
-                .extend(&ranks);
+            let (ranks, replaced) =
+                job.ranks
+                    .place(&assignment.node, incarnation, assignment.workers);
             out.push(Output::Job(JobEvent::Granted {
                 job: job_id,
                 node: assignment.node.clone(),
                 ranks: ranks.clone(),
                 incarnation,
                 rtt: offer.rtt,
+                replaced,
             }));
             out.push(Output::Send {
                 to: assignment.node.clone(),
@@ -221,7 +209,7 @@ impl<P: PeerKey> Scheduler<P> {
         job_id: JobId,
         phase: Phase,
         refuse: RefuseReason,
-        reason: &str,
+        reason: EndReason<P>,
         out: &mut Vec<Output<P>>,
     ) {
         let Some(job) = self.home.get_mut(&job_id) else {
@@ -245,9 +233,9 @@ impl<P: PeerKey> Scheduler<P> {
             });
         }
         if phase != Phase::Completed {
-            for node in job.granted.keys() {
+            for node in job.ranks.nodes() {
                 out.push(Output::Send {
-                    to: node.clone(),
+                    to: node,
                     msg: Message::Refuse {
                         job: job_id,
                         reason: refuse,
@@ -258,7 +246,7 @@ impl<P: PeerKey> Scheduler<P> {
         out.push(Output::Job(JobEvent::Ended {
             job: job_id,
             phase,
-            reason: reason.to_string(),
+            reason,
         }));
         self.ended.push_back(job_id);
         while self.ended.len() > self.config.ended_capacity {
@@ -324,13 +312,73 @@ impl<P: PeerKey> Scheduler<P> {
         }
     }
 
-    pub(super) fn workers_lost(
+    /// A node reported the end of a rank's worker: the rank table records
+    /// it (unless it is stale), and the job fails or completes by it.
+    pub(super) fn rank_ended(
+        &mut self,
+        job_id: JobId,
+        node: P,
+        rank: u32,
+        incarnation: u32,
+        end: WorkerEnd,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let Some(job) = self.home.get_mut(&job_id) else {
+            return;
+        };
+        let outcome = RankOutcome::from(end);
+        if !job.ranks.end(&node, rank, incarnation, outcome.clone()) {
+            return; // Stale (a replaced worker's), repeated, or unknown.
+        }
+        out.push(Output::Job(JobEvent::RankEnded {
+            job: job_id,
+            node: node.clone(),
+            rank,
+            outcome: outcome.clone(),
+        }));
+        // A job that ended already keeps its end (the rank's outcome is
+        // only recorded).
+        if job.phase != Phase::Running {
+            return;
+        }
+        match outcome {
+            RankOutcome::Cancelled => {}
+            RankOutcome::Exited(0) => {
+                let workers = job.ranks.placed();
+                if job.ranks.all_succeeded() && workers >= job.spec.workers.min {
+                    self.end_job(
+                        job_id,
+                        Phase::Completed,
+                        RefuseReason::JobFull,
+                        EndReason::Completed { workers },
+                        out,
+                    );
+                }
+            }
+            outcome => self.end_job(
+                job_id,
+                Phase::Failed,
+                RefuseReason::Failed,
+                EndReason::RankFailed {
+                    rank,
+                    node,
+                    outcome,
+                },
+                out,
+            ),
+        }
+    }
+
+    /// Those of `ranks` (all if `None`) whose workers run on `node` as far
+    /// as the home knows are lost (the others ended, were lost before, or
+    /// were never there): a rigid job fails, any other has them replaced.
+    pub(super) fn ranks_lost(
         &mut self,
         now: Time,
         job_id: JobId,
         node: P,
-        ranks: Vec<u32>,
-        why: Option<&str>,
+        ranks: Option<Vec<u32>>,
+        reason: LostReason,
         out: &mut Vec<Output<P>>,
     ) {
         let Some(job) = self.home.get_mut(&job_id) else {
@@ -339,63 +387,37 @@ impl<P: PeerKey> Scheduler<P> {
         if job.phase > Phase::Running {
             return;
         }
+        let lost = job.ranks.lose(&node, ranks.as_deref(), reason);
+        if lost.is_empty() {
+            return;
+        }
         out.push(Output::Job(JobEvent::WorkersLost {
             job: job_id,
-            node,
-            ranks: ranks.clone(),
+            node: node.clone(),
+            ranks: lost.clone(),
+            reason,
         }));
         let replace =
             !job.spec.workers.is_rigid() || job.spec.on_worker_lost == LostPolicy::Replace;
         if job.phase == Phase::Running && !replace {
-            let reason = match why {
-                Some(why) => format!("a worker was lost and the job is rigid: {why}"),
-                None => "a worker was lost and the job is rigid".to_string(),
-            };
-            self.end_job(job_id, Phase::Failed, RefuseReason::Failed, &reason, out);
+            self.end_job(
+                job_id,
+                Phase::Failed,
+                RefuseReason::Failed,
+                EndReason::WorkersLost {
+                    node,
+                    ranks: lost,
+                    reason,
+                },
+                out,
+            );
             return;
         }
-        job.free_ranks.extend(ranks);
         job.report.granted = job.granted_workers();
         if job.phase == Phase::Running && job.granted_workers() < job.spec.workers.max {
             // Look for replacements now, with a fresh schedule.
             let max = job.spec.workers.max;
             job.flood_afresh(now, max);
-        }
-    }
-
-    /// Those of `ranks` that are granted to `node` are lost (the others
-    /// were lost before, or never there).
-    pub(super) fn ranks_lost(
-        &mut self,
-        now: Time,
-        job_id: JobId,
-        node: P,
-        ranks: Vec<u32>,
-        why: Option<&str>,
-        out: &mut Vec<Output<P>>,
-    ) {
-        let Some(granted) = self
-            .home
-            .get_mut(&job_id)
-            .and_then(|j| j.granted.get_mut(&node))
-        else {
-            return;
-        };
-        let lost: Vec<u32> = ranks
-            .into_iter()
-            .filter(|rank| {
-                let here = granted.contains(rank);
-                granted.retain(|r| r != rank);
-                here
-            })
-            .collect();
-        if granted.is_empty()
-            && let Some(job) = self.home.get_mut(&job_id)
-        {
-            job.granted.remove(&node);
-        }
-        if !lost.is_empty() {
-            self.workers_lost(now, job_id, node, lost, why, out);
         }
     }
 
@@ -406,9 +428,7 @@ impl<P: PeerKey> Scheduler<P> {
                 continue;
             };
             job.offers.remove(&peer);
-            if let Some(ranks) = job.granted.remove(&peer) {
-                self.workers_lost(now, job_id, peer.clone(), ranks, None, out);
-            }
+            self.ranks_lost(now, job_id, peer.clone(), None, LostReason::Left, out);
         }
         // Holds for a home that is gone are released; its running workers
         // are the node's business (they may finish and report later).

@@ -48,6 +48,15 @@
 //! [`RefuseReason::JobFull`] once completed), and so is every offer that
 //! arrives later.
 //!
+//! After the grant, the home keeps a [`RankTable`] per job: where each
+//! rank runs (node and grant number) and what became of it. The driver
+//! reports each worker's end as a node told it ([`Input::RankEnded`]) and
+//! ranks that no longer run ([`Input::PeerLost`], [`Input::RanksLost`]);
+//! the home decides what that means for the job ([`JobEvent::RankEnded`],
+//! [`JobEvent::WorkersLost`], a replacement grant, and at most one
+//! [`JobEvent::Ended`] with its [`EndReason`]). See [`ranks`](RankTable)
+//! for the rules.
+//!
 //! [`FloodRouter`]: crate::flood::FloodRouter
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -63,10 +72,12 @@ use crate::{PeerKey, Time};
 mod events;
 mod home;
 mod member;
+mod ranks;
 mod report;
 mod spec;
 
 pub use events::{Input, JobEvent, Output, Phase};
+pub use ranks::{EndReason, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
 pub use spec::{JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError};
 
@@ -81,11 +92,8 @@ struct HomeJob<P> {
     next_flood_at: Option<Time>,
     /// Offers held for us, not yet granted or refused.
     offers: BTreeMap<P, HeldOffer>,
-    /// Ranks granted per node.
-    granted: BTreeMap<P, Vec<u32>>,
-    /// Ranks lost and to be handed out again.
-    free_ranks: BTreeSet<u32>,
-    next_rank: u32,
+    /// The ranks granted: where they are, what became of them.
+    ranks: RankTable<P>,
     /// Grants sent so far: the next grant's incarnation.
     grants: u32,
     /// Floods of earlier schedules of this job (it floods afresh to grow
@@ -132,10 +140,9 @@ impl<P> HomeJob<P> {
         }
     }
 
+    /// Ranks placed and not lost (running or ended).
     fn granted_workers(&self) -> u32 {
-        self.granted.values().fold(0u32, |sum, r| {
-            sum.saturating_add(u32::try_from(r.len()).unwrap_or(u32::MAX))
-        })
+        self.ranks.placed()
     }
 
     /// Starts a new flood schedule for `workers` workers, its first flood
@@ -307,9 +314,16 @@ impl<P: PeerKey> Scheduler<P> {
         self.home.get(&job).map(|j| j.report.clone())
     }
 
-    /// Ranks granted per node for a job this node is home to.
-    pub fn placement(&self, job: JobId) -> Option<&BTreeMap<P, Vec<u32>>> {
-        self.home.get(&job).map(|j| &j.granted)
+    /// Ranks granted per node for a job this node is home to (lost ones
+    /// not counted).
+    pub fn placement(&self, job: JobId) -> Option<BTreeMap<P, Vec<u32>>> {
+        self.home.get(&job).map(|j| j.ranks.by_node())
+    }
+
+    /// The rank table of a job this node is home to: every rank's
+    /// placement and outcome.
+    pub fn ranks(&self, job: JobId) -> Option<&RankTable<P>> {
+        self.home.get(&job).map(|j| &j.ranks)
     }
 
     /// Jobs this node is home to.
@@ -373,19 +387,16 @@ impl<P: PeerKey> Scheduler<P> {
                 job,
                 Phase::Cancelled,
                 RefuseReason::Cancelled,
-                "cancelled by user",
+                EndReason::Cancelled,
                 &mut out,
             ),
-            Input::Finish(job) => self.end_job(
+            Input::RankEnded {
                 job,
-                Phase::Completed,
-                RefuseReason::JobFull,
-                "completed",
-                &mut out,
-            ),
-            Input::Fail { job, reason } => {
-                self.end_job(job, Phase::Failed, RefuseReason::Failed, &reason, &mut out)
-            }
+                node,
+                rank,
+                incarnation,
+                end,
+            } => self.rank_ended(job, node, rank, incarnation, end, &mut out),
             // The driver refuses out-of-range messages when it decodes
             // them (see `limits`); one that got here anyway is ignored, so
             // that nothing the core sends on can be out of range either.
@@ -417,8 +428,15 @@ impl<P: PeerKey> Scheduler<P> {
                 job,
                 node,
                 ranks,
-                why,
-            } => self.ranks_lost(now, job, node, ranks, Some(&why), &mut out),
+                cause,
+            } => self.ranks_lost(
+                now,
+                job,
+                node,
+                Some(ranks),
+                LostReason::Liveness(cause),
+                &mut out,
+            ),
         }
         self.step_home_jobs(now, &mut out);
         out
@@ -517,7 +535,7 @@ impl<P: PeerKey> Scheduler<P> {
                 job,
                 Phase::Failed,
                 RefuseReason::Expired,
-                &format!("expired before it got its workers: {why}"),
+                EndReason::Expired { why },
                 &mut out,
             );
         }
@@ -559,7 +577,7 @@ impl<P: PeerKey> Scheduler<P> {
                 j.offers.remove(&from);
                 // A grant crossed the withdrawal: the ranks it named are
                 // lost (ranks the node ran before stay where they are).
-                self.ranks_lost(now, job, from, ranks, None, out);
+                self.ranks_lost(now, job, from, Some(ranks), LostReason::Withdrawn, out);
             }
             Message::Grant {
                 job,

@@ -1,6 +1,7 @@
 //! The loop's side of the jobs this node is home to: it executes the
-//! core's outputs, keeps the job records, pushes placements to the nodes
-//! of a job and takes in the ranks' ends.
+//! core's outputs, keeps the job records (a rank's outcome in words, from
+//! the core's [`RankOutcome`]) and pushes placements to the nodes of a
+//! job. What a rank's end or loss means for the job is the core's call.
 
 use super::*;
 
@@ -47,8 +48,10 @@ impl Node {
         }
     }
 
-    /// Applies an event of a home job; returns the job if its placement or
-    /// phase changed.
+    /// Executes an event of a home job (the decisions are the core's: see
+    /// [`zorilla_core::node::RankTable`]): the record is kept and stored,
+    /// liveness follows the placement. Returns the job if its placement
+    /// or phase changed (its copies are told).
     pub(super) fn job_event(&mut self, event: JobEvent<PeerId>) -> Option<u64> {
         match event {
             JobEvent::Rejected { job, error } => {
@@ -59,20 +62,12 @@ impl Node {
                 job,
                 node,
                 ranks,
-                incarnation,
+                replaced,
                 ..
             } => {
                 tracing::info!(job = %job, %node, ?ranks, "workers granted");
                 if node != self.me {
                     self.liveness.placed(self.now(), job, node, &ranks);
-                }
-                let replaced: Vec<u32> = {
-                    let lost = self.lost_ranks.entry(job.0).or_default();
-                    ranks.iter().copied().filter(|r| lost.remove(r)).collect()
-                };
-                let placement = self.placement.entry(job.0).or_default();
-                for rank in &ranks {
-                    placement.insert(*rank, Placed { node, incarnation });
                 }
                 if let Some(record) = self.jobs.get_mut(&job.0) {
                     for rank in &ranks {
@@ -103,27 +98,35 @@ impl Node {
                 Some(job.0)
             }
             JobEvent::Full { .. } => None,
-            JobEvent::WorkersLost { job, node, ranks } => {
-                tracing::warn!(job = %job, %node, ?ranks, "workers lost");
+            JobEvent::WorkersLost {
+                job,
+                node,
+                ranks,
+                reason,
+            } => {
+                let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
+                let plural = if ranks.len() == 1 { "" } else { "s" };
+                let why = format!("node {node} {reason} (rank{plural} {})", list.join(", "));
+                // "ranks lost" is what the liveness checks found (tests
+                // and operators count these), "workers lost" a node that
+                // failed, left or gave its ranks back.
+                match reason {
+                    LostReason::Liveness(_) => tracing::warn!(job = %job, "ranks lost: {why}"),
+                    _ => tracing::warn!(job = %job, "workers lost: {why}"),
+                }
                 self.liveness.forget(job, &node, &ranks);
-                if let Some(placement) = self.placement.get_mut(&job.0) {
-                    for rank in &ranks {
-                        placement.remove(rank);
-                    }
-                }
-                self.lost_ranks.entry(job.0).or_default().extend(&ranks);
-                if let Some(record) = self.jobs.get_mut(&job.0) {
-                    for rank in &ranks {
-                        if let Some(r) = record.ranks.get_mut(rank) {
-                            // The loop may have said how (`liveness`).
-                            r.outcome
-                                .get_or_insert_with(|| format!("lost: node {node} failed or left"));
-                        }
-                    }
-                    let record = record.clone();
-                    self.persist(&record);
-                }
+                self.record_outcomes(job.0, &node, &ranks, &RankOutcome::Lost(reason));
                 Some(job.0)
+            }
+            JobEvent::RankEnded {
+                job,
+                node,
+                rank,
+                outcome,
+            } => {
+                self.liveness.ended(job, &node, rank);
+                self.record_outcomes(job.0, &node, &[rank], &outcome);
+                None
             }
             JobEvent::Ended { job, phase, reason } => {
                 self.liveness.forget_job(job);
@@ -133,10 +136,27 @@ impl Node {
                     Phase::Cancelled => JobPhase::Cancelled,
                     Phase::Failed => JobPhase::Failed,
                 };
-                self.end_home_job(job.0, phase, reason);
+                self.end_home_job(job.0, phase, reason.to_string());
                 Some(job.0)
             }
         }
+    }
+
+    /// Writes what became of ranks on `node` into their job's record
+    /// (under way or finished), in the words users read: the one place
+    /// the core's [`RankOutcome`] becomes the client protocol's words.
+    fn record_outcomes(&mut self, job: u64, node: &PeerId, ranks: &[u32], outcome: &RankOutcome) {
+        let Some(mut record) = self.record(job) else {
+            return;
+        };
+        let words = outcome.display(node).to_string();
+        for rank in ranks {
+            if let Some(status) = record.ranks.get_mut(rank) {
+                status.outcome = Some(words.clone());
+            }
+        }
+        self.persist(&record);
+        self.update(record);
     }
 
     pub(super) fn end_home_job(&mut self, job: u64, phase: JobPhase, reason: String) {
@@ -155,6 +175,34 @@ impl Node {
         }
     }
 
+    /// Where the ranks of a job this node is home to run (lost ones not
+    /// listed), as copies see it.
+    pub(super) fn placement(&self, job: u64) -> BTreeMap<u32, Placed> {
+        let Some(table) = self.sched.ranks(JobId(job)) else {
+            return BTreeMap::new();
+        };
+        table
+            .iter()
+            .filter(|(_, r)| !matches!(r.outcome, Some(RankOutcome::Lost(_))))
+            .map(|(rank, r)| {
+                let placed = Placed {
+                    node: r.node,
+                    incarnation: r.incarnation,
+                };
+                (rank, placed)
+            })
+            .collect()
+    }
+
+    /// Whether `peer` holds ranks (not lost) of a job of ours under way.
+    pub(super) fn runs_ours(&self, peer: &PeerId) -> bool {
+        self.sched
+            .home_jobs()
+            .filter(|(_, phase)| *phase <= Phase::Running)
+            .filter_map(|(job, _)| self.sched.placement(job))
+            .any(|nodes| nodes.contains_key(peer))
+    }
+
     /// Sends the job's current placement and phase to every node with one
     /// of its ranks (the copies).
     pub(super) fn push_placement(&mut self, job: u64, replaced: Vec<u32>) {
@@ -166,13 +214,7 @@ impl Node {
         else {
             return;
         };
-        let ranks = if phase.is_terminal() {
-            // The last push of a finished job: its placement is not kept.
-            self.lost_ranks.remove(&job);
-            self.placement.remove(&job).unwrap_or_default()
-        } else {
-            self.placement.get(&job).cloned().unwrap_or_default()
-        };
+        let ranks = self.placement(job);
         let nodes: BTreeSet<PeerId> = ranks.values().map(|p| p.node).collect();
         for node in nodes {
             let rpc = PeerRpc::Placement {
@@ -217,67 +259,6 @@ impl Node {
         }
         if phase == JobPhase::Cancelled || phase == JobPhase::Failed {
             self.stop_workers(job);
-        }
-    }
-
-    /// A rank ended on some node: record it, and end the job when every rank
-    /// is done (or one failed).
-    pub(super) fn worker_ended(
-        &mut self,
-        from: PeerId,
-        job: u64,
-        rank: u32,
-        success: bool,
-        outcome: String,
-    ) {
-        let Some(mut record) = self.record(job) else {
-            return;
-        };
-        let Some(status) = record.ranks.get_mut(&rank) else {
-            return;
-        };
-        if status.node != from.to_string() {
-            return; // A replaced worker's late report.
-        }
-        self.liveness.ended(JobId(job), &from, rank);
-        status.outcome = Some(outcome.clone());
-        self.persist(&record);
-        self.update(record.clone());
-        if record.phase.is_terminal() {
-            return;
-        }
-        if !success {
-            if outcome == Outcome::Cancelled.to_string() {
-                return;
-            }
-            let reason = format!("rank {rank} on {from}: {outcome}");
-            self.end_home_job(job, JobPhase::Failed, reason.clone());
-            let out = self.sched.handle(
-                self.now(),
-                Input::Fail {
-                    job: JobId(job),
-                    reason,
-                },
-            );
-            self.execute(out);
-            self.push_placement(job, Vec::new());
-            return;
-        }
-        let all_done = record
-            .ranks
-            .values()
-            .all(|r| r.outcome.as_deref() == Some("exited with status 0"));
-        let running = self.sched.phase(JobId(job)) == Some(Phase::Running);
-        let enough = record.ranks.len() as u32 >= record.request.min_workers;
-        if all_done && running && enough {
-            let n = record.ranks.len();
-            self.end_home_job(
-                job,
-                JobPhase::Completed,
-                format!("all {n} workers exited with status 0"),
-            );
-            let out = self.sched.handle(self.now(), Input::Finish(JobId(job)));
-            self.execute(out);
         }
     }
 }

@@ -73,8 +73,8 @@ impl Node {
         }
     }
 
-    /// Gives up ranks that count as lost: their status says why, and the
-    /// scheduler replaces them or fails the job.
+    /// Gives up ranks that count as lost: the scheduler replaces them or
+    /// fails the job (and says so in its events).
     fn lose_ranks(&mut self, lost: Vec<Lost<PeerId>>) {
         for Lost {
             job,
@@ -83,37 +83,16 @@ impl Node {
             cause,
         } in lost
         {
-            // Only ranks the scheduler still has there: one lost by other
-            // means since (a probe, a withdrawal) is not lost twice.
-            let granted = self.sched.placement(job).and_then(|p| p.get(&node));
-            let ranks: Vec<u32> = ranks
-                .into_iter()
-                .filter(|r| granted.is_some_and(|g| g.contains(r)))
-                .collect();
-            let Some(record) = self.jobs.get_mut(&job.0) else {
-                continue;
+            // The core loses only ranks it still counts as running
+            // there, so one lost by other means since (a probe, a
+            // withdrawal) or ended is not lost twice.
+            let input = Input::RanksLost {
+                job,
+                node,
+                ranks,
+                cause,
             };
-            if ranks.is_empty() || record.phase.is_terminal() {
-                continue;
-            }
-            let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
-            let plural = if ranks.len() == 1 { "" } else { "s" };
-            let why = format!("node {node} {cause} (rank{plural} {})", list.join(", "));
-            tracing::warn!(job = %job, "ranks lost: {why}");
-            for rank in &ranks {
-                if let Some(status) = record.ranks.get_mut(rank) {
-                    status.outcome.get_or_insert_with(|| format!("lost: {why}"));
-                }
-            }
-            let out = self.sched.handle(
-                self.now(),
-                Input::RanksLost {
-                    job,
-                    node,
-                    ranks,
-                    why,
-                },
-            );
+            let out = self.sched.handle(self.now(), input);
             self.execute(out);
         }
     }

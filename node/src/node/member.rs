@@ -44,6 +44,7 @@ impl Node {
             Done::Prepared {
                 job,
                 ranks: ranks_started,
+                incarnation,
                 result: Box::new(result),
             }
         });
@@ -138,7 +139,12 @@ impl Node {
                 );
                 self.execute(out);
             }
-            Done::Prepared { job, ranks, result } => self.prepared(job, ranks, *result),
+            Done::Prepared {
+                job,
+                ranks,
+                incarnation,
+                result,
+            } => self.prepared(job, ranks, incarnation, *result),
         }
     }
 
@@ -146,6 +152,7 @@ impl Node {
         &mut self,
         job: u64,
         ranks: Vec<u32>,
+        incarnation: u32,
         result: Result<(JobInfo, Program, PathBuf), String>,
     ) {
         let Some(member) = self.members.get_mut(&job) else {
@@ -174,13 +181,13 @@ impl Node {
                 tracing::warn!(job = %JobId(job), "cannot start workers: {e}");
                 for rank in ranks {
                     let net = self.net.clone();
-                    let outcome = format!("could not start: {e}");
+                    let end = WorkerEnd::Failed(cut_outcome(format!("could not start: {e}")));
                     self.tasks.spawn(async move {
                         let rpc = PeerRpc::WorkerEnded {
                             job,
                             rank,
-                            success: false,
-                            outcome,
+                            incarnation,
+                            end,
                         };
                         let _ = net.call(home, rpc).await;
                         Done::WorkerEnded { job, rank }
@@ -243,6 +250,7 @@ impl Node {
                 home,
                 job,
                 rank,
+                incarnation,
                 handle,
                 out_rx,
                 job_dir,
@@ -260,6 +268,7 @@ pub(super) async fn supervise(
     home: PeerId,
     job: u64,
     rank: u32,
+    incarnation: u32,
     handle: zorilla_sandbox::WorkerHandle,
     mut output: mpsc::Receiver<zorilla_sandbox::OutputChunk>,
     job_dir: PathBuf,
@@ -314,26 +323,16 @@ pub(super) async fn supervise(
             return Done::WorkerEnded { job, rank };
         }
     }
-    let (success, outcome) = match &report.outcome {
-        Outcome::Exited(0) => (true, "exited with status 0".to_string()),
-        Outcome::Exited(code) => (false, format!("exited with status {code}")),
-        other => (false, other.to_string()),
+    let end = match report.outcome {
+        Outcome::Exited(code) => WorkerEnd::Exited(code),
+        Outcome::Cancelled => WorkerEnd::Cancelled,
+        other => WorkerEnd::Failed(cut_outcome(other.to_string())),
     };
-    // The home refuses longer reports: cut at a character boundary.
-    let mut outcome = outcome;
-    if outcome.len() > validate::MAX_OUTCOME_BYTES {
-        let mut cut = validate::MAX_OUTCOME_BYTES - 3;
-        while !outcome.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        outcome.truncate(cut);
-        outcome.push_str("...");
-    }
     let rpc = PeerRpc::WorkerEnded {
         job,
         rank,
-        success,
-        outcome,
+        incarnation,
+        end,
     };
     for _ in 0..3 {
         if net.call(home, rpc.clone()).await.is_ok() {
@@ -342,6 +341,20 @@ pub(super) async fn supervise(
     }
     let _ = std::fs::remove_dir_all(&job_dir);
     Done::WorkerEnded { job, rank }
+}
+
+/// A worker's outcome in words, cut at a character boundary to what the
+/// home takes ([`validate::MAX_OUTCOME_BYTES`]).
+fn cut_outcome(mut outcome: String) -> String {
+    if outcome.len() > validate::MAX_OUTCOME_BYTES {
+        let mut cut = validate::MAX_OUTCOME_BYTES - 3;
+        while !outcome.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        outcome.truncate(cut);
+        outcome.push_str("...");
+    }
+    outcome
 }
 
 /// Sends the regular files a worker left in `outputs` (and in directories

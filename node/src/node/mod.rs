@@ -23,7 +23,9 @@ use tokio::task::JoinSet;
 use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::FloodId;
 use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
-use zorilla_core::node::{Input, JobEvent, Output, Phase, Scheduler, SchedulerConfig};
+use zorilla_core::node::{
+    Input, JobEvent, LostReason, Output, Phase, RankOutcome, Scheduler, SchedulerConfig, WorkerEnd,
+};
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
 use zorilla_sandbox::{
@@ -82,6 +84,8 @@ enum Done {
     Prepared {
         job: u64,
         ranks: Vec<u32>,
+        /// The grant that placed them here.
+        incarnation: u32,
         result: Box<Result<(JobInfo, Program, PathBuf), String>>,
     },
     /// A worker here ended and its output went to the home.
@@ -172,8 +176,6 @@ pub(crate) struct Node {
     /// to `finished` and the store).
     jobs: BTreeMap<u64, JobRecord>,
     finished: Finished,
-    placement: BTreeMap<u64, BTreeMap<u32, Placed>>,
-    lost_ranks: BTreeMap<u64, BTreeSet<u32>>,
     members: HashMap<u64, MemberJob>,
     tasks: JoinSet<Done>,
     probing: BTreeSet<PeerId>,
@@ -243,8 +245,6 @@ impl Node {
             dir,
             jobs: BTreeMap::new(),
             finished: Finished::default(),
-            placement: BTreeMap::new(),
-            lost_ranks: BTreeMap::new(),
             members: HashMap::new(),
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),

@@ -74,11 +74,7 @@ impl Node {
     /// connection is not a lost peer: peers we have jobs with are probed,
     /// and only a failed probe counts.
     pub(super) fn maybe_probe(&mut self, peer: PeerId) {
-        let involved = self
-            .placement
-            .values()
-            .any(|ranks| ranks.values().any(|p| p.node == peer))
-            || self.members.values().any(|m| m.home == peer);
+        let involved = self.runs_ours(&peer) || self.members.values().any(|m| m.home == peer);
         if !involved || !self.probing.insert(peer) {
             return;
         }
@@ -237,10 +233,18 @@ impl Node {
             PeerRpc::WorkerEnded {
                 job,
                 rank,
-                success,
-                outcome,
+                incarnation,
+                end,
             } => {
-                self.worker_ended(from, job, rank, success, outcome);
+                let input = Input::RankEnded {
+                    job: JobId(job),
+                    node: from,
+                    rank,
+                    incarnation,
+                    end,
+                };
+                let out = self.sched.handle(self.now(), input);
+                self.execute(out);
                 PeerReply::Ack
             }
         };
@@ -370,7 +374,12 @@ impl Node {
             request: record.request.clone(),
             module: record.module.clone(),
             inputs: record.inputs.clone(),
-            ranks: self.placement.get(&job).cloned().unwrap_or_default(),
+            // A finished job's placement went out with its last push.
+            ranks: if record.phase.is_terminal() {
+                BTreeMap::new()
+            } else {
+                self.placement(job)
+            },
         })
     }
 }

@@ -1,0 +1,418 @@
+//! The home's table of a job's ranks after the grant: where each rank is
+//! placed (node and incarnation), what became of it ([`RankOutcome`]), and
+//! which lost ranks wait to be handed out again; and how a job ends
+//! ([`EndReason`]).
+//!
+//! The rules the scheduler applies with it (see `Scheduler::rank_ended`):
+//! a rank whose worker exits with status 0 is done; a rank that fails
+//! fails its job (once: phases only move forward) unless it was
+//! cancelled; a lost rank of a job that replaces lost workers waits in the
+//! table for a new grant, and a rigid job that loses one fails; the job
+//! completes once every placed rank exited with status 0 and at least its
+//! `min` workers were placed. A report from a worker the table no longer
+//! places (another node, or an older incarnation on the same node) is
+//! ignored, and so is a second report of the same worker.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::liveness::LostCause;
+
+/// How a worker ended, as the node that ran it reports it to the home.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WorkerEnd {
+    /// The worker's program ended by itself with this exit status.
+    Exited(i32),
+    /// The worker was stopped by a trap or a limit, or could not start;
+    /// the words say which (as the end of a sentence about the worker:
+    /// "was stopped by a trap: ...", "could not start: ...").
+    Failed(String),
+    /// The worker was cancelled (its job ended, or its node stopped).
+    Cancelled,
+}
+
+/// Why the home counts a rank as lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LostReason {
+    /// The node failed or left the grid.
+    Left,
+    /// The node gave the ranks back: its hold had run out when the grant
+    /// came.
+    Withdrawn,
+    /// The node no longer runs the rank, by the home's liveness checks.
+    Liveness(LostCause),
+}
+
+impl fmt::Display for LostReason {
+    /// The end of a sentence about the node ("node X ...").
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LostReason::Left => f.write_str("failed or left"),
+            LostReason::Withdrawn => f.write_str("gave the rank back before it started"),
+            LostReason::Liveness(cause) => cause.fmt(f),
+        }
+    }
+}
+
+/// What became of a rank, as its home records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RankOutcome {
+    /// Its worker exited with this status.
+    Exited(i32),
+    /// Its worker was stopped by a trap or a limit, or could not start.
+    Failed(String),
+    /// Its worker was cancelled.
+    Cancelled,
+    /// Its node was lost (the rank waits to be replaced, or its job
+    /// failed).
+    Lost(LostReason),
+}
+
+impl From<WorkerEnd> for RankOutcome {
+    fn from(end: WorkerEnd) -> Self {
+        match end {
+            WorkerEnd::Exited(code) => RankOutcome::Exited(code),
+            WorkerEnd::Failed(why) => RankOutcome::Failed(why),
+            WorkerEnd::Cancelled => RankOutcome::Cancelled,
+        }
+    }
+}
+
+impl RankOutcome {
+    /// Whether this outcome counts towards completion.
+    pub fn is_success(&self) -> bool {
+        *self == RankOutcome::Exited(0)
+    }
+
+    /// The outcome in words, for the rank on `node`: "exited with status
+    /// 0", "lost: node X failed or left", ... (what users read in a job's
+    /// status).
+    pub fn display<'a, P: fmt::Display>(&'a self, node: &'a P) -> impl fmt::Display + 'a {
+        OutcomeText {
+            outcome: self,
+            node,
+        }
+    }
+}
+
+struct OutcomeText<'a, P> {
+    outcome: &'a RankOutcome,
+    node: &'a P,
+}
+
+impl<P: fmt::Display> fmt::Display for OutcomeText<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.outcome {
+            RankOutcome::Exited(code) => write!(f, "exited with status {code}"),
+            RankOutcome::Failed(why) => f.write_str(why),
+            RankOutcome::Cancelled => f.write_str("was cancelled"),
+            RankOutcome::Lost(reason) => write!(f, "lost: node {} {reason}", self.node),
+        }
+    }
+}
+
+/// Why a job ended, as its home decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason<P> {
+    /// Every placed rank exited with status 0.
+    Completed {
+        /// The ranks it had.
+        workers: u32,
+    },
+    /// The user cancelled it.
+    Cancelled,
+    /// It did not get its `min` workers within its lifetime.
+    Expired {
+        /// What the home's floods found, in words
+        /// ([`PendingReport::explain`](super::PendingReport::explain)).
+        why: String,
+    },
+    /// A rank's worker failed.
+    RankFailed {
+        /// The rank.
+        rank: u32,
+        /// The node it ran on.
+        node: P,
+        /// How it ended.
+        outcome: RankOutcome,
+    },
+    /// A rigid job lost workers it cannot do without.
+    WorkersLost {
+        /// The node they were placed on.
+        node: P,
+        /// The ranks.
+        ranks: Vec<u32>,
+        /// Why they count as lost.
+        reason: LostReason,
+    },
+}
+
+impl<P: fmt::Display> fmt::Display for EndReason<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EndReason::Completed { workers } => {
+                write!(f, "all {workers} workers exited with status 0")
+            }
+            EndReason::Cancelled => f.write_str("cancelled by user"),
+            EndReason::Expired { why } => write!(f, "expired before it got its workers: {why}"),
+            EndReason::RankFailed {
+                rank,
+                node,
+                outcome,
+            } => write!(f, "rank {rank} on {node}: {}", outcome.display(node)),
+            EndReason::WorkersLost {
+                node,
+                ranks,
+                reason,
+            } => {
+                let plural = if ranks.len() == 1 { "" } else { "s" };
+                let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
+                write!(
+                    f,
+                    "a worker was lost and the job is rigid: node {node} {reason} \
+                     (rank{plural} {})",
+                    list.join(", ")
+                )
+            }
+        }
+    }
+}
+
+/// One rank in the home's table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rank<P> {
+    /// The node it is (or was last) placed on.
+    pub node: P,
+    /// The grant that placed it there (see [`crate::advert::Message::Grant`]).
+    pub incarnation: u32,
+    /// What became of it; `None` while its worker runs (or starts).
+    pub outcome: Option<RankOutcome>,
+}
+
+impl<P> Rank<P> {
+    fn is_lost(&self) -> bool {
+        matches!(self.outcome, Some(RankOutcome::Lost(_)))
+    }
+}
+
+/// The ranks of one job at its home. Ranks are numbered from 0 in the
+/// order they are first granted; a lost rank keeps its number and its
+/// last placement (with a [`RankOutcome::Lost`] outcome) until it is
+/// granted again.
+#[derive(Debug, Clone)]
+pub struct RankTable<P> {
+    ranks: BTreeMap<u32, Rank<P>>,
+    /// Ranks lost and waiting to be handed out again, lowest first.
+    lost: BTreeSet<u32>,
+}
+
+impl<P> Default for RankTable<P> {
+    fn default() -> Self {
+        RankTable {
+            ranks: BTreeMap::new(),
+            lost: BTreeSet::new(),
+        }
+    }
+}
+
+impl<P> RankTable<P> {
+    /// Ranks placed and not lost (running or ended).
+    pub fn placed(&self) -> u32 {
+        let n = self.ranks.len().saturating_sub(self.lost.len());
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Every rank, lowest first, lost ones included.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Rank<P>)> {
+        self.ranks.iter().map(|(r, rank)| (*r, rank))
+    }
+
+    /// One rank.
+    pub fn get(&self, rank: u32) -> Option<&Rank<P>> {
+        self.ranks.get(&rank)
+    }
+
+    /// Ranks lost and not granted again yet, lowest first.
+    pub fn lost(&self) -> impl Iterator<Item = u32> + '_ {
+        self.lost.iter().copied()
+    }
+
+    /// Whether every rank was placed and exited with status 0 (none is
+    /// running, and none waits to be replaced).
+    pub fn all_succeeded(&self) -> bool {
+        !self.ranks.is_empty()
+            && self
+                .ranks
+                .values()
+                .all(|r| r.outcome.as_ref().is_some_and(RankOutcome::is_success))
+    }
+}
+
+impl<P: Clone + Eq> RankTable<P> {
+    /// Places `count` ranks on `node` with grant number `incarnation`:
+    /// lost ranks first (lowest first), then new ones. Returns the ranks,
+    /// and which of them replace lost ones.
+    pub(crate) fn place(&mut self, node: &P, incarnation: u32, count: u32) -> (Vec<u32>, Vec<u32>) {
+        let mut ranks = Vec::with_capacity(count as usize);
+        let mut replaced = Vec::new();
+        for _ in 0..count {
+            let rank = match self.lost.pop_first() {
+                Some(rank) => {
+                    replaced.push(rank);
+                    rank
+                }
+                None => self
+                    .ranks
+                    .last_key_value()
+                    .map_or(0, |(r, _)| r.saturating_add(1)),
+            };
+            self.ranks.insert(
+                rank,
+                Rank {
+                    node: node.clone(),
+                    incarnation,
+                    outcome: None,
+                },
+            );
+            ranks.push(rank);
+        }
+        (ranks, replaced)
+    }
+
+    /// Nodes with placed (not lost) ranks.
+    pub(crate) fn nodes(&self) -> BTreeSet<P>
+    where
+        P: Ord,
+    {
+        self.ranks
+            .values()
+            .filter(|r| !r.is_lost())
+            .map(|r| r.node.clone())
+            .collect()
+    }
+
+    /// Those of `ranks` (all if `None`) whose workers still run on `node`
+    /// as far as the home knows become lost for `reason`; returns them.
+    /// A rank that already ended (or was lost) stays as it is.
+    pub(crate) fn lose(&mut self, node: &P, ranks: Option<&[u32]>, reason: LostReason) -> Vec<u32> {
+        let mut lost = Vec::new();
+        for (r, rank) in &mut self.ranks {
+            let named = ranks.is_none_or(|named| named.contains(r));
+            if named && rank.node == *node && rank.outcome.is_none() {
+                rank.outcome = Some(RankOutcome::Lost(reason));
+                lost.push(*r);
+            }
+        }
+        self.lost.extend(&lost);
+        lost
+    }
+
+    /// Records the end of `rank`'s worker on `node`, incarnation
+    /// `incarnation`: `false` (and nothing changes) if the table places
+    /// no such worker, or it already ended.
+    pub(crate) fn end(
+        &mut self,
+        node: &P,
+        rank: u32,
+        incarnation: u32,
+        outcome: RankOutcome,
+    ) -> bool {
+        match self.ranks.get_mut(&rank) {
+            Some(r) if r.node == *node && r.incarnation == incarnation && r.outcome.is_none() => {
+                r.outcome = Some(outcome);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ranks per node, placed and not lost.
+    pub fn by_node(&self) -> BTreeMap<P, Vec<u32>>
+    where
+        P: Ord,
+    {
+        let mut nodes: BTreeMap<P, Vec<u32>> = BTreeMap::new();
+        for (r, rank) in &self.ranks {
+            if !rank.is_lost() {
+                nodes.entry(rank.node.clone()).or_default().push(*r);
+            }
+        }
+        nodes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_ranks_are_placed_again_first_and_keep_their_number() {
+        let mut t = RankTable::default();
+        assert_eq!(t.place(&1u32, 0, 3), (vec![0, 1, 2], vec![]));
+        assert_eq!(t.lose(&1, Some(&[2, 0, 9]), LostReason::Left), vec![0, 2]);
+        assert_eq!(t.placed(), 1);
+        assert_eq!(t.place(&2, 1, 3), (vec![0, 2, 3], vec![0, 2]));
+        assert_eq!(
+            t.by_node(),
+            BTreeMap::from([(1, vec![1]), (2, vec![0, 2, 3])])
+        );
+    }
+
+    #[test]
+    fn only_the_worker_placed_now_can_end_a_rank_and_only_once() {
+        let mut t = RankTable::default();
+        t.place(&1u32, 0, 1);
+        t.lose(&1, None, LostReason::Left);
+        t.place(&1, 1, 1);
+        assert!(!t.end(&1, 0, 0, RankOutcome::Exited(0)), "old incarnation");
+        assert!(!t.end(&2, 0, 1, RankOutcome::Exited(0)), "other node");
+        assert!(t.end(&1, 0, 1, RankOutcome::Exited(3)));
+        assert!(!t.end(&1, 0, 1, RankOutcome::Exited(0)), "second report");
+        assert_eq!(t.get(0).unwrap().outcome, Some(RankOutcome::Exited(3)));
+        // An ended rank is not lost with its node.
+        assert_eq!(t.lose(&1, None, LostReason::Left), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn outcomes_and_ends_read_as_before() {
+        let lost = RankOutcome::Lost(LostReason::Liveness(LostCause::Restarted));
+        assert_eq!(
+            lost.display(&"N").to_string(),
+            "lost: node N restarted and forgot it"
+        );
+        assert_eq!(
+            RankOutcome::Lost(LostReason::Left)
+                .display(&"N")
+                .to_string(),
+            "lost: node N failed or left"
+        );
+        assert_eq!(
+            RankOutcome::Exited(0).display(&"N").to_string(),
+            "exited with status 0"
+        );
+        let failed = EndReason::RankFailed {
+            rank: 2,
+            node: "N",
+            outcome: RankOutcome::Failed("kept more than its disk limit in /outputs".into()),
+        };
+        assert_eq!(
+            failed.to_string(),
+            "rank 2 on N: kept more than its disk limit in /outputs"
+        );
+        let rigid = EndReason::WorkersLost {
+            node: "N",
+            ranks: vec![1],
+            reason: LostReason::Liveness(LostCause::NotRunning),
+        };
+        assert_eq!(
+            rigid.to_string(),
+            "a worker was lost and the job is rigid: node N does not run it (rank 1)"
+        );
+        assert_eq!(
+            EndReason::<&str>::Completed { workers: 3 }.to_string(),
+            "all 3 workers exited with status 0"
+        );
+    }
+}

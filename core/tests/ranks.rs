@@ -1,0 +1,381 @@
+//! The rank lifecycle at a job's home after the grant, as exact event
+//! lists: a rank exits, fails, is cancelled, is lost and replaced; the job
+//! completes or fails exactly once; stale reports are ignored.
+
+use std::time::Duration;
+
+use zorilla_core::advert::{Advert, JobId, Message, RefuseReason, WorkerCount};
+use zorilla_core::liveness::LostCause;
+use zorilla_core::node::{
+    EndReason, Input, JobEvent, JobSpec, LostPolicy, LostReason, Output, Phase, Rank, RankOutcome,
+    Scheduler, SchedulerConfig, WorkerEnd,
+};
+use zorilla_core::resources::Resources;
+use zorilla_core::schedule::ScheduleConfig;
+
+const HOME: u32 = 0;
+const JOB: JobId = JobId(7);
+
+fn ms(x: u64) -> Duration {
+    Duration::from_millis(x)
+}
+
+/// A home (with no cores of its own) whose job `JOB` of `workers` got one
+/// worker on each of `nodes`, in that order: rank `i` on `nodes[i]`, grant
+/// number `i`.
+fn running(workers: WorkerCount, nodes: &[u32]) -> Scheduler<u32> {
+    let mut home = Scheduler::new(
+        HOME,
+        SchedulerConfig {
+            resources: Resources::ZERO,
+            schedule: ScheduleConfig::paper(),
+            ..SchedulerConfig::default()
+        },
+    );
+    let spec = JobSpec {
+        per_worker: Resources::new(1, 100, 0),
+        workers,
+        strategy: zorilla_core::advert::Strategy::Concentrate,
+        lifetime: Duration::from_secs(60),
+        on_worker_lost: LostPolicy::Fail,
+    };
+    home.handle(ms(0), Input::Submit { job: JOB, spec });
+    for (i, node) in nodes.iter().enumerate() {
+        offer(&mut home, ms(1 + i as u64), *node);
+    }
+    assert_eq!(home.phase(JOB), Some(Phase::Running));
+    for (i, node) in nodes.iter().enumerate() {
+        assert_eq!(
+            home.ranks(JOB).unwrap().get(i as u32),
+            Some(&Rank {
+                node: *node,
+                incarnation: i as u32,
+                outcome: None
+            })
+        );
+    }
+    home
+}
+
+fn offer(home: &mut Scheduler<u32>, now: Duration, from: u32) -> Vec<Output<u32>> {
+    home.handle(
+        now,
+        Input::Message {
+            from,
+            msg: Message::Offer {
+                job: JOB,
+                workers: 1,
+                distance: ms(1),
+                residue: Resources::ZERO,
+            },
+            rtt: Some(ms(1)),
+        },
+    )
+}
+
+fn ends(
+    home: &mut Scheduler<u32>,
+    node: u32,
+    rank: u32,
+    incarnation: u32,
+    end: WorkerEnd,
+) -> Vec<Output<u32>> {
+    home.handle(
+        ms(100),
+        Input::RankEnded {
+            job: JOB,
+            node,
+            rank,
+            incarnation,
+            end,
+        },
+    )
+}
+
+fn rank_ended(node: u32, rank: u32, outcome: RankOutcome) -> Output<u32> {
+    Output::Job(JobEvent::RankEnded {
+        job: JOB,
+        node,
+        rank,
+        outcome,
+    })
+}
+
+fn ended(phase: Phase, reason: EndReason<u32>) -> Output<u32> {
+    Output::Job(JobEvent::Ended {
+        job: JOB,
+        phase,
+        reason,
+    })
+}
+
+fn refuse(to: u32, reason: RefuseReason) -> Output<u32> {
+    Output::Send {
+        to,
+        msg: Message::Refuse { job: JOB, reason },
+    }
+}
+
+#[test]
+fn a_job_completes_once_when_every_rank_exited_with_status_0() {
+    let mut home = running(WorkerCount::rigid(2), &[10, 11]);
+    assert_eq!(
+        ends(&mut home, 10, 0, 0, WorkerEnd::Exited(0)),
+        vec![rank_ended(10, 0, RankOutcome::Exited(0))]
+    );
+    assert_eq!(home.phase(JOB), Some(Phase::Running), "rank 1 still runs");
+    assert_eq!(
+        ends(&mut home, 11, 1, 1, WorkerEnd::Exited(0)),
+        vec![
+            rank_ended(11, 1, RankOutcome::Exited(0)),
+            ended(Phase::Completed, EndReason::Completed { workers: 2 }),
+        ]
+    );
+    // Once: a repeated report, a cancel, a loss change nothing.
+    assert_eq!(ends(&mut home, 11, 1, 1, WorkerEnd::Exited(0)), vec![]);
+    assert_eq!(home.handle(ms(101), Input::Cancel(JOB)), vec![]);
+    assert_eq!(home.handle(ms(102), Input::PeerLost(10)), vec![]);
+    assert_eq!(home.phase(JOB), Some(Phase::Completed));
+}
+
+#[test]
+fn a_failed_rank_fails_the_job_once_and_later_ends_are_only_recorded() {
+    let mut home = running(WorkerCount::rigid(2), &[10, 11]);
+    let trap = "was stopped by a trap: unreachable".to_string();
+    let reason = EndReason::RankFailed {
+        rank: 1,
+        node: 11,
+        outcome: RankOutcome::Failed(trap.clone()),
+    };
+    assert_eq!(reason.to_string(), format!("rank 1 on 11: {trap}"));
+    assert_eq!(
+        ends(&mut home, 11, 1, 1, WorkerEnd::Failed(trap.clone())),
+        vec![
+            rank_ended(11, 1, RankOutcome::Failed(trap)),
+            refuse(10, RefuseReason::Failed),
+            refuse(11, RefuseReason::Failed),
+            ended(Phase::Failed, reason),
+        ]
+    );
+    // Rank 0 finished before it heard: its end is recorded, the job stays
+    // failed.
+    assert_eq!(
+        ends(&mut home, 10, 0, 0, WorkerEnd::Exited(0)),
+        vec![rank_ended(10, 0, RankOutcome::Exited(0))]
+    );
+    assert_eq!(home.phase(JOB), Some(Phase::Failed));
+}
+
+#[test]
+fn a_nonzero_exit_status_fails_the_job() {
+    let mut home = running(WorkerCount::rigid(1), &[10]);
+    assert_eq!(
+        ends(&mut home, 10, 0, 0, WorkerEnd::Exited(3)),
+        vec![
+            rank_ended(10, 0, RankOutcome::Exited(3)),
+            refuse(10, RefuseReason::Failed),
+            ended(
+                Phase::Failed,
+                EndReason::RankFailed {
+                    rank: 0,
+                    node: 10,
+                    outcome: RankOutcome::Exited(3)
+                }
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_cancelled_rank_does_not_fail_the_job() {
+    let mut home = running(WorkerCount::rigid(2), &[10, 11]);
+    assert_eq!(
+        ends(&mut home, 10, 0, 0, WorkerEnd::Cancelled),
+        vec![rank_ended(10, 0, RankOutcome::Cancelled)]
+    );
+    assert_eq!(home.phase(JOB), Some(Phase::Running));
+}
+
+#[test]
+fn a_lost_rank_is_replaced_and_its_old_workers_late_report_ignored() {
+    let mut home = running(WorkerCount { min: 1, max: 2 }, &[10, 11]);
+    let lost = home.handle(
+        ms(10),
+        Input::RanksLost {
+            job: JOB,
+            node: 11,
+            ranks: vec![1],
+            cause: LostCause::NotRunning,
+        },
+    );
+    let reason = LostReason::Liveness(LostCause::NotRunning);
+    assert_eq!(
+        lost[0],
+        Output::Job(JobEvent::WorkersLost {
+            job: JOB,
+            node: 11,
+            ranks: vec![1],
+            reason,
+        })
+    );
+    // A fresh flood looks for the replacement at once.
+    assert!(
+        matches!(&lost[1..], [Output::Flood(Advert { job: JOB, .. })]),
+        "{lost:?}"
+    );
+    let table = home.ranks(JOB).unwrap();
+    assert_eq!(table.lost().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(
+        table.get(1).unwrap().outcome,
+        Some(RankOutcome::Lost(reason))
+    );
+    // Rank 0 is done meanwhile; the job waits for rank 1.
+    assert_eq!(
+        ends(&mut home, 10, 0, 0, WorkerEnd::Exited(0)),
+        vec![rank_ended(10, 0, RankOutcome::Exited(0))]
+    );
+    assert_eq!(home.phase(JOB), Some(Phase::Running));
+
+    // Node 12 takes rank 1, as grant 2.
+    assert_eq!(
+        offer(&mut home, ms(20), 12),
+        vec![
+            Output::Job(JobEvent::Granted {
+                job: JOB,
+                node: 12,
+                ranks: vec![1],
+                incarnation: 2,
+                rtt: ms(1),
+                replaced: vec![1],
+            }),
+            Output::Send {
+                to: 12,
+                msg: Message::Grant {
+                    job: JOB,
+                    ranks: vec![1],
+                    incarnation: 2
+                }
+            },
+            Output::Job(JobEvent::Full { job: JOB }),
+        ]
+    );
+    // The lost worker's late report, and one naming an older grant on the
+    // new node, are ignored.
+    assert_eq!(ends(&mut home, 11, 1, 1, WorkerEnd::Exited(0)), vec![]);
+    assert_eq!(ends(&mut home, 12, 1, 1, WorkerEnd::Exited(0)), vec![]);
+    assert_eq!(ends(&mut home, 11, 1, 1, WorkerEnd::Exited(9)), vec![]);
+    assert_eq!(home.phase(JOB), Some(Phase::Running));
+    assert_eq!(
+        ends(&mut home, 12, 1, 2, WorkerEnd::Exited(0)),
+        vec![
+            rank_ended(12, 1, RankOutcome::Exited(0)),
+            ended(Phase::Completed, EndReason::Completed { workers: 2 }),
+        ]
+    );
+}
+
+#[test]
+fn a_rigid_job_fails_once_when_it_loses_a_rank() {
+    let mut home = running(WorkerCount::rigid(2), &[10, 11]);
+    assert_eq!(
+        home.handle(ms(10), Input::PeerLost(11)),
+        vec![
+            Output::Job(JobEvent::WorkersLost {
+                job: JOB,
+                node: 11,
+                ranks: vec![1],
+                reason: LostReason::Left,
+            }),
+            // Only the node that still runs a rank is told.
+            refuse(10, RefuseReason::Failed),
+            ended(
+                Phase::Failed,
+                EndReason::WorkersLost {
+                    node: 11,
+                    ranks: vec![1],
+                    reason: LostReason::Left
+                }
+            ),
+        ]
+    );
+    assert_eq!(home.handle(ms(11), Input::PeerLost(10)), vec![]);
+    assert_eq!(
+        ends(&mut home, 10, 0, 0, WorkerEnd::Exited(0)),
+        vec![rank_ended(10, 0, RankOutcome::Exited(0))]
+    );
+    assert_eq!(home.phase(JOB), Some(Phase::Failed));
+}
+
+#[test]
+fn a_rank_that_ended_is_not_lost_with_its_node() {
+    let mut home = running(WorkerCount::rigid(2), &[10, 11]);
+    ends(&mut home, 11, 1, 1, WorkerEnd::Exited(0));
+    assert_eq!(home.handle(ms(10), Input::PeerLost(11)), vec![]);
+    assert_eq!(
+        ends(&mut home, 10, 0, 0, WorkerEnd::Exited(0)),
+        vec![
+            rank_ended(10, 0, RankOutcome::Exited(0)),
+            ended(Phase::Completed, EndReason::Completed { workers: 2 }),
+        ]
+    );
+}
+
+#[test]
+fn cancel_ends_the_job_once_and_later_reports_are_only_recorded() {
+    let mut home = running(WorkerCount::rigid(2), &[10, 11]);
+    assert_eq!(
+        home.handle(ms(10), Input::Cancel(JOB)),
+        vec![
+            refuse(10, RefuseReason::Cancelled),
+            refuse(11, RefuseReason::Cancelled),
+            ended(Phase::Cancelled, EndReason::Cancelled),
+        ]
+    );
+    assert_eq!(home.handle(ms(11), Input::Cancel(JOB)), vec![]);
+    assert_eq!(
+        ends(&mut home, 10, 0, 0, WorkerEnd::Exited(1)),
+        vec![rank_ended(10, 0, RankOutcome::Exited(1))]
+    );
+    assert_eq!(
+        ends(&mut home, 11, 1, 1, WorkerEnd::Exited(0)),
+        vec![rank_ended(11, 1, RankOutcome::Exited(0))]
+    );
+    assert_eq!(home.handle(ms(12), Input::PeerLost(11)), vec![]);
+    assert_eq!(home.phase(JOB), Some(Phase::Cancelled));
+}
+
+#[test]
+fn a_malleable_job_completes_with_the_ranks_it_got_once_it_has_its_min() {
+    // Min 1, max 3: one rank granted, and it is done.
+    let mut home = running(WorkerCount { min: 1, max: 3 }, &[10]);
+    assert_eq!(
+        ends(&mut home, 10, 0, 0, WorkerEnd::Exited(0)),
+        vec![
+            rank_ended(10, 0, RankOutcome::Exited(0)),
+            ended(Phase::Completed, EndReason::Completed { workers: 1 }),
+        ]
+    );
+    // The offers that come later are refused: the job has all it needed.
+    assert_eq!(
+        offer(&mut home, ms(200), 11),
+        vec![refuse(11, RefuseReason::JobFull)]
+    );
+}
+
+#[test]
+fn reports_for_ranks_or_jobs_the_home_does_not_know_are_ignored() {
+    let mut home = running(WorkerCount::rigid(1), &[10]);
+    assert_eq!(ends(&mut home, 10, 5, 0, WorkerEnd::Exited(0)), vec![]);
+    let other = home.handle(
+        ms(1),
+        Input::RankEnded {
+            job: JobId(99),
+            node: 10,
+            rank: 0,
+            incarnation: 0,
+            end: WorkerEnd::Exited(0),
+        },
+    );
+    assert_eq!(other, vec![]);
+    assert_eq!(home.phase(JOB), Some(Phase::Running));
+}
