@@ -23,6 +23,8 @@
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
 //! token = "long-random-secret"       # at least 16 bytes; then asked of every client; required off loopback
 //! max_clients = 128                  # client connections at once
+//! finished_in_memory = 500           # newest finished home jobs kept in memory
+//! store_cache_kib = 4096             # the database's page cache
 //! ```
 
 use std::net::SocketAddr;
@@ -44,6 +46,18 @@ pub const DEFAULT_NETWORK: &str = "default";
 pub const DEFAULT_MAX_JOBS: u32 = 16;
 /// Default P: workers of one job on this node.
 pub const DEFAULT_MAX_WORKERS_PER_JOB: u32 = 64;
+/// Default number of finished home jobs kept in memory (see
+/// [`Config::finished_in_memory`]): as many as the status page lists.
+pub const DEFAULT_FINISHED_IN_MEMORY: usize = 500;
+/// The fewest finished home jobs kept in memory, whatever the
+/// configuration says: a job that just ended is still looked up there when
+/// its nodes are told it is over.
+pub const MIN_FINISHED_IN_MEMORY: usize = 16;
+/// The most finished home jobs kept in memory (about 2 KiB each, with the
+/// scheduler's report of each).
+pub const MAX_FINISHED_IN_MEMORY: usize = 100_000;
+/// The largest page cache of the database, KiB (1 GiB).
+pub const MAX_STORE_CACHE_KIB: u64 = 1024 * 1024;
 /// Fraction of the detected memory offered when `memory_mib` is not set.
 pub const DEFAULT_MEMORY_SHARE: f64 = 0.5;
 /// Fraction of the free disk offered when `disk_mib` is not set.
@@ -145,6 +159,18 @@ pub struct Config {
     /// The most client connections at once; more are refused as busy.
     /// Default 128.
     pub max_clients: Option<usize>,
+    /// How many finished home jobs the node keeps in memory, the newest:
+    /// their records (the status page lists them) and the scheduler's
+    /// report of each (a late offer for one hears how it ended). Older ones
+    /// are read from the store when asked for, so that a home's memory
+    /// does not grow with the jobs it ran. Default
+    /// [`DEFAULT_FINISHED_IN_MEMORY`], raised to
+    /// [`MIN_FINISHED_IN_MEMORY`]; at most [`MAX_FINISHED_IN_MEMORY`].
+    pub finished_in_memory: Option<usize>,
+    /// The database's page cache, KiB: pages written or read stay in it,
+    /// in memory, until it is full. Default 4096 (4 MiB); at most
+    /// [`MAX_STORE_CACHE_KIB`].
+    pub store_cache_kib: Option<u64>,
 }
 
 /// Why the configuration could not be used.
@@ -214,7 +240,9 @@ impl Config {
             site,
             web,
             token,
-            max_clients
+            max_clients,
+            finished_in_memory,
+            store_cache_kib
         );
         self
     }
@@ -300,6 +328,8 @@ mod tests {
         assert_eq!(config.max_connections, Some(128));
         assert_eq!(config.max_cpu_time_secs, Some(3600));
         assert_eq!(config.max_wall_time_secs, Some(86400));
+        assert_eq!(config.finished_in_memory, Some(500));
+        assert_eq!(config.store_cache_kib, Some(4096));
         assert_eq!(
             Config::from_toml("", Path::new("empty")).unwrap(),
             Config::default()

@@ -47,6 +47,11 @@ pub struct Daemon {
     /// The owner's caps on one worker's CPU and wall-clock time
     /// ([`Duration::MAX`]: none).
     pub worker_time: WorkerTimeCaps,
+    /// Finished home jobs kept in memory (see
+    /// [`Config::finished_in_memory`]).
+    pub finished_in_memory: usize,
+    /// The database's page cache, bytes (see [`Config::store_cache_kib`]).
+    pub store_cache_bytes: usize,
 }
 
 /// The owner's caps on how long one worker may run; a job's own limits are
@@ -95,6 +100,22 @@ impl Daemon {
                     .map_err(|e| anyhow::anyhow!("deny: {peer:?} is not a peer id: {e}"))?,
             );
         }
+        let finished_in_memory = match config.finished_in_memory {
+            None => config::DEFAULT_FINISHED_IN_MEMORY,
+            Some(n) if n > config::MAX_FINISHED_IN_MEMORY => anyhow::bail!(
+                "finished_in_memory: {n} is more than the most, {}",
+                config::MAX_FINISHED_IN_MEMORY
+            ),
+            Some(n) => n.max(config::MIN_FINISHED_IN_MEMORY),
+        };
+        let store_cache_bytes = match config.store_cache_kib {
+            None => crate::store::CACHE_BYTES,
+            Some(kib) if kib > config::MAX_STORE_CACHE_KIB => anyhow::bail!(
+                "store_cache_kib: {kib} is more than the most, {}",
+                config::MAX_STORE_CACHE_KIB
+            ),
+            Some(kib) => (kib * 1024) as usize,
+        };
         let scheduler = SchedulerConfig {
             resources,
             limits: OwnerLimits {
@@ -104,6 +125,8 @@ impl Daemon {
                     .unwrap_or(config::DEFAULT_MAX_WORKERS_PER_JOB),
                 deny,
             },
+            // The scheduler's reports of ended jobs go with their records.
+            ended_capacity: finished_in_memory,
             ..SchedulerConfig::default()
         };
         let parse_addrs = |what: &str, addrs: &[String]| -> anyhow::Result<Vec<Multiaddr>> {
@@ -187,6 +210,8 @@ impl Daemon {
                 .unwrap_or(crate::server::DEFAULT_MAX_CLIENTS)
                 .max(1),
             worker_time: WorkerTimeCaps::from_config(config),
+            finished_in_memory,
+            store_cache_bytes,
         })
     }
 }
@@ -267,7 +292,10 @@ pub async fn run(
     daemon: Daemon,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let store = Arc::new(Store::open(&daemon.state_dir.join("state.redb"))?);
+    let store = Arc::new(Store::open_with_cache(
+        &daemon.state_dir.join("state.redb"),
+        daemon.store_cache_bytes,
+    )?);
     let resources = daemon.resources;
     let sandbox = {
         let mut config = SandboxConfig::new(daemon.state_dir.join("cache"));
@@ -353,6 +381,7 @@ pub async fn run(
         store,
         sandbox,
         dir: daemon.state_dir,
+        finished_in_memory: daemon.finished_in_memory,
         activity,
         status: Publisher::new(status),
     };

@@ -22,6 +22,7 @@ pub mod config;
 mod daemon;
 #[doc(hidden)]
 pub mod fuzz;
+mod heap;
 pub mod jobspec;
 mod link;
 mod net;

@@ -79,6 +79,13 @@ struct Cli {
     /// The most client connections at once.
     #[arg(long, env = "ZORILLA_MAX_CLIENTS")]
     max_clients: Option<usize>,
+    /// Finished home jobs kept in memory, the newest (older ones are read
+    /// from the store).
+    #[arg(long, env = "ZORILLA_FINISHED_IN_MEMORY")]
+    finished_in_memory: Option<usize>,
+    /// The database's page cache, KiB.
+    #[arg(long, env = "ZORILLA_STORE_CACHE_KIB")]
+    store_cache_kib: Option<u64>,
     /// Log filter (tracing's env-filter syntax); RUST_LOG wins if set.
     #[arg(long, env = "ZORILLA_LOG", default_value = "info")]
     log: String,
@@ -108,6 +115,8 @@ impl Cli {
             web: self.web,
             token: self.token.clone(),
             max_clients: self.max_clients,
+            finished_in_memory: self.finished_in_memory,
+            store_cache_kib: self.store_cache_kib,
         }
     }
 }

@@ -172,6 +172,7 @@ impl Node {
             self.jobs.remove(&job);
             self.output_bytes.remove(&job);
             self.finished.add(record);
+            self.ended_since_release = true;
         }
     }
 

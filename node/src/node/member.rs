@@ -122,6 +122,7 @@ impl Node {
                 }
             }
             Done::WorkerEnded { job, rank } => {
+                self.ended_since_release = true;
                 let mut empty = false;
                 if let Some(member) = self.members.get_mut(&job) {
                     member.workers.remove(&rank);

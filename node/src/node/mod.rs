@@ -68,6 +68,10 @@ const COPY_STALE: Duration = Duration::from_secs(15);
 /// store tries it only after its own pause; see `Store::retry`).
 const STORE_CHECK: Duration = Duration::from_secs(1);
 
+/// How often the loop hands the heap's free memory back to the system
+/// when jobs or workers ended since it last did (see [`crate::heap`]).
+const RELEASE_CHECK: Duration = Duration::from_secs(1);
+
 /// Pauses between the liveness probes of a peer whose connection was
 /// lost: three probes in all.
 const PROBE_PAUSES: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
@@ -127,17 +131,26 @@ struct MemberJob {
 /// per phase, and the newest few records (for the status page). Everything
 /// else about them (records, logs, outputs) is read from the store when
 /// asked, so that a home's memory does not grow with every job it ran.
-#[derive(Default)]
 struct Finished {
     counts: BTreeMap<JobPhase, u64>,
-    /// The newest finished jobs, oldest first, at most [`status::MAX_JOBS`].
+    /// The newest finished jobs, oldest first, at most `capacity`.
     recent: VecDeque<JobRecord>,
+    /// `Config::finished_in_memory`.
+    capacity: usize,
 }
 
 impl Finished {
+    fn new(capacity: usize) -> Finished {
+        Finished {
+            counts: BTreeMap::new(),
+            recent: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
     fn add(&mut self, job: JobRecord) {
         *self.counts.entry(job.phase).or_default() += 1;
-        if self.recent.len() >= status::MAX_JOBS {
+        while self.recent.len() >= self.capacity {
             self.recent.pop_front();
         }
         self.recent.push_back(job);
@@ -190,6 +203,9 @@ pub(crate) struct Node {
     /// Why the disk cannot be written, while it cannot: the node then takes
     /// no jobs and offers no workers.
     disk_problem: Option<String>,
+    /// Jobs or workers ended since the heap's free memory was last handed
+    /// back (see [`Node::release_memory`]).
+    ended_since_release: bool,
 }
 
 /// What the loop is started with.
@@ -201,6 +217,8 @@ pub(crate) struct Parts {
     pub(crate) store: Arc<Store>,
     pub(crate) sandbox: Sandbox,
     pub(crate) dir: PathBuf,
+    /// Finished home jobs kept in memory (`Config::finished_in_memory`).
+    pub(crate) finished_in_memory: usize,
     pub(crate) activity: watch::Sender<u64>,
     pub(crate) status: Publisher,
 }
@@ -220,6 +238,7 @@ impl Node {
             store,
             sandbox,
             dir,
+            finished_in_memory,
             activity,
             status,
         } = parts;
@@ -244,7 +263,7 @@ impl Node {
             sandbox,
             dir,
             jobs: BTreeMap::new(),
-            finished: Finished::default(),
+            finished: Finished::new(finished_in_memory),
             members: HashMap::new(),
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),
@@ -253,6 +272,7 @@ impl Node {
             activity,
             status,
             disk_problem: None,
+            ended_since_release: false,
         };
         node.recover();
         node.net.links.accept().await;
@@ -263,6 +283,8 @@ impl Node {
         store_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ranks_check = tokio::time::interval(liveness::CHECK);
         ranks_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut release_check = tokio::time::interval(RELEASE_CHECK);
+        release_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let deadline = node
                 .sched
@@ -302,6 +324,7 @@ impl Node {
                 _ = copies_check.tick() => node.refresh_stale_copies(),
                 _ = store_check.tick() => node.check_store(),
                 _ = ranks_check.tick() => node.check_ranks(),
+                _ = release_check.tick() => node.release_memory(),
                 () = timer => {
                     let now = node.now();
                     let out = node.sched.handle_timeout(now);
@@ -342,6 +365,17 @@ impl Node {
         let out = self.sched.set_paused(self.now(), paused);
         self.execute(out);
         self.status.touch();
+    }
+
+    /// Hands the heap's free memory back to the system (off the loop) if
+    /// jobs or workers ended since it last did: what a job's burst of
+    /// output or messages allocated is freed when it ends, but glibc keeps
+    /// freed memory in its arenas (see [`crate::heap`]). At most once per
+    /// [`RELEASE_CHECK`], and not at all while nothing ends.
+    fn release_memory(&mut self) {
+        if std::mem::take(&mut self.ended_since_release) {
+            drop(tokio::task::spawn_blocking(crate::heap::release));
+        }
     }
 
     /// Hands the status page a fresh view of this loop's state.

@@ -24,8 +24,9 @@ use crate::wire::PeerRpc;
 /// The loop rebuilds the view at most this often.
 pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 /// Jobs shown: every job under way first, then the newest ended ones (a
-/// home keeps this many finished jobs in memory; older ones are read from
-/// the store when their page is asked for).
+/// home keeps `finished_in_memory` finished jobs in memory, as many as
+/// this by default; older ones are read from the store when their page is
+/// asked for).
 pub(crate) const MAX_JOBS: usize = 500;
 /// Jobs this node ran workers of (and is not home to) that it remembers.
 const MAX_PARTICIPATED: usize = 256;

@@ -18,10 +18,14 @@ use super::schema::{
     err, unix_ms,
 };
 
-/// redb's page cache (and write buffer). Its default, 1 GiB, keeps every
-/// page the node ever wrote or read in memory up to that size: the home's
-/// memory grew with each finished job and after every flood of output.
-pub(super) const CACHE_BYTES: usize = 16 * 1024 * 1024;
+/// redb's page cache (and write buffer, at most half of it). Every page
+/// written or read goes into it until it is full, so it is memory the node
+/// holds for good: its default, 1 GiB, grew the home's memory with each
+/// finished job and with every flood of output; 16 MiB still took 8,000
+/// jobs or one flood of logs to fill. The file's pages are in the
+/// operating system's page cache anyway: this one only saves a read call
+/// per page of the few tables' upper levels, which 4 MiB holds.
+pub(crate) const CACHE_BYTES: usize = 4 * 1024 * 1024;
 /// The most bytes of accepted writes (job records, log chunks, output
 /// blocks) kept in memory while the disk cannot be written. Past it, log
 /// and output writes are refused (the worker is told so); a job's record

@@ -45,17 +45,25 @@ pub(crate) use schema::{FileRef, JobRecord, StoreError, decode_record, unix_ms};
 pub use writer::bench_append;
 pub(crate) use writer::{Append, Writer};
 
-use db::{CACHE_BYTES, Opener};
+pub(crate) use db::CACHE_BYTES;
+use db::Opener;
 
 impl Store {
-    /// Opens (or creates) the database at `path`.
+    /// Opens (or creates) the database at `path`, with a page cache of
+    /// [`CACHE_BYTES`].
     pub(crate) fn open(path: &Path) -> Result<Store, StoreError> {
+        Store::open_with_cache(path, CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the database at `path`, with a page cache of
+    /// `cache_bytes` (see [`CACHE_BYTES`]).
+    pub(crate) fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Store, StoreError> {
         let file = path.to_owned();
         Store::with_opener(
             path,
             Box::new(move || -> Result<Database, redb::Error> {
                 Ok(redb::Builder::new()
-                    .set_cache_size(CACHE_BYTES)
+                    .set_cache_size(cache_bytes)
                     .create(&file)?)
             }),
         )
