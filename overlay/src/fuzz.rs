@@ -161,8 +161,10 @@ fn read_ranks_stream(bytes: &[u8]) -> Result<(), String> {
                 match channel.on_chunk(chunk).map_err(|e| e.to_string())? {
                     // The worker reads at once, which returns credit.
                     Received::Complete(message) => {
-                        channel.consumed(message.len() as u64);
-                        let raised = rank.consumed(&id, message.len() as u64);
+                        let len = message.len() as u64;
+                        channel.consumed(len);
+                        let mut raised = rank.consumed(&id, len);
+                        raised.push(id);
                         raise(&mut inbound, &rank, raised);
                     }
                     Received::Asked { total } => {
@@ -321,6 +323,8 @@ fn ranks_stream(g: &mut Gen) -> Vec<u8> {
         })
         .collect();
     let mut next_seq = vec![0u64; channels.len()];
+    // A channel that asked for a large message sends only that one next.
+    let mut asked = vec![false; channels.len()];
     for _ in 0..g.len() + 1 {
         let pick = g.below(channels.len() as u64) as usize;
         let channel = channels[pick];
@@ -334,8 +338,13 @@ fn ranks_stream(g: &mut Gen) -> Vec<u8> {
                 &mut out,
             ),
             1 => protocol::encode(&Frame::Refuse(channel, Refusal::NotHere), &mut out),
+            _ if asked[pick] => {}
             2 => {
-                // An ask for a message larger than the window.
+                // An ask for a message larger than the window, and its
+                // first bytes if nobody else asked (only one such message
+                // is granted at a time).
+                let first = !asked.contains(&true);
+                asked[pick] = true;
                 let total = zorilla_core::channel::MAX_WINDOW + 1 + g.below(1000);
                 let seq = next_seq[pick];
                 let ask = Chunk {
@@ -346,6 +355,9 @@ fn ranks_stream(g: &mut Gen) -> Vec<u8> {
                     bytes: &[],
                 };
                 protocol::encode(&Frame::Data(ask), &mut out);
+                if !first {
+                    continue;
+                }
                 let bytes = g.bytes();
                 let part = Chunk {
                     channel,
