@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use proptest::prelude::{ProptestConfig, prop_assert, proptest};
 use zorilla_core::advert::{Advert, FloodHeader, JobId, Strategy, WorkerCount};
-use zorilla_core::node::{Input, JobEvent, JobSpec, LostPolicy, Output};
+use zorilla_core::node::{Input, JobEvent, JobSpec, LostPolicy, Output, Phase};
 use zorilla_core::resources::Resources;
 use zorilla_sim::scenario::Scenario;
 use zorilla_sim::sim::{JobPlan, Mode, Sim, plan_jobs, run_scenario};
@@ -301,7 +301,7 @@ fn lost_ranks_are_replaced_by_the_real_rank_lifecycle_under_churn() {
             let completed = job
                 .ended
                 .as_ref()
-                .is_some_and(|(phase, _)| format!("{phase:?}") == "Completed");
+                .is_some_and(|(phase, _)| *phase == Phase::Completed);
             if completed && job.lost_ranks > 0 {
                 completed_after_loss += 1;
                 assert!(

@@ -47,12 +47,8 @@ impl Node {
                     return not_found(job);
                 };
                 let terminal = record.phase.is_terminal();
-                let page = self.store.log_count(job).and_then(|stored| {
-                    let page = self.store.logs_from(job, from, MAX_LOG_PAGE_BYTES)?;
-                    Ok((stored, page))
-                });
-                match page {
-                    Ok((stored, _)) if from > stored => Response::error(
+                match self.store.logs_from(job, from, MAX_LOG_PAGE_BYTES) {
+                    Ok((_, _, stored)) if from > stored => Response::error(
                         ErrorKind::BadRequest,
                         format!(
                             "from is {from}, past the end of job {}'s log ({stored} chunks so far)",
@@ -61,7 +57,7 @@ impl Node {
                     ),
                     // Ended with the page that carries the last chunk of a
                     // job that is over, not one call later.
-                    Ok((stored, (chunks, next))) => Response::Logs(LogPage {
+                    Ok((chunks, next, stored)) => Response::Logs(LogPage {
                         ended: terminal && next >= stored,
                         chunks,
                         next,

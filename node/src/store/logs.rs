@@ -55,17 +55,22 @@ impl Store {
     }
 
     /// A job's log chunks from sequence number `from` on, as many as fit in
-    /// `max_bytes` of data (at least one, so a reader always moves on), and
-    /// the sequence number to ask for next. Chunks waiting for the disk
-    /// come once they are written.
+    /// `max_bytes` of data (at least one, so a reader always moves on), the
+    /// sequence number to ask for next, and how many chunks the job has
+    /// stored (the number the next one will get), read together. Chunks
+    /// waiting for the disk come once they are written.
     pub(crate) fn logs_from(
         &self,
         job: u64,
         from: u64,
         max_bytes: usize,
-    ) -> Result<(Vec<LogChunk>, u64), StoreError> {
+    ) -> Result<(Vec<LogChunk>, u64, u64), StoreError> {
         self.read(|tx| {
             let table = tx.open_table(LOGS)?;
+            let stored = match table.range((job, 0)..=(job, u64::MAX))?.next_back() {
+                Some(entry) => entry?.0.value().1.saturating_add(1),
+                None => 0,
+            };
             let mut out = Vec::new();
             let mut next = from;
             let mut bytes = 0usize;
@@ -79,20 +84,7 @@ impl Store {
                 next = key.value().1 + 1;
                 out.push(chunk);
             }
-            Ok((out, next))
-        })
-    }
-
-    /// How many log chunks of a job are stored: the sequence number the
-    /// next one will get.
-    pub(crate) fn log_count(&self, job: u64) -> Result<u64, StoreError> {
-        self.read(|tx| {
-            let table = tx.open_table(LOGS)?;
-            let last = table.range((job, 0)..=(job, u64::MAX))?.next_back();
-            match last {
-                Some(entry) => Ok(entry?.0.value().1.saturating_add(1)),
-                None => Ok(0),
-            }
+            Ok((out, next, stored))
         })
     }
 }

@@ -52,14 +52,14 @@ fn everything_survives_a_reopen() {
     let store = Store::open(&path).unwrap();
     assert_eq!(store.jobs().unwrap(), vec![job]);
     assert_eq!(store.blob_block("ab", 1, 10).unwrap().unwrap(), b"yz");
-    let (chunks, next) = store.logs_from(7, 0, usize::MAX).unwrap();
+    let (chunks, next, _) = store.logs_from(7, 0, usize::MAX).unwrap();
     let logs: Vec<Vec<u8>> = chunks.into_iter().map(|c| c.data).collect();
     assert_eq!(logs, vec![b"one".to_vec(), b"two".to_vec()]);
     assert_eq!(next, 2);
     // Pages: at least one chunk each, then on from `next`.
-    let (page, next) = store.logs_from(7, 0, 1).unwrap();
+    let (page, next, _) = store.logs_from(7, 0, 1).unwrap();
     assert_eq!((page.len(), next), (1, 1));
-    let (page, next) = store.logs_from(7, next, 1).unwrap();
+    let (page, next, _) = store.logs_from(7, next, 1).unwrap();
     assert_eq!((page[0].data.as_slice(), next), (b"two".as_slice(), 2));
     assert!(store.logs_from(7, next, 1).unwrap().0.is_empty());
     let (files, more) = store.output_files(7, "", 10).unwrap();
@@ -205,7 +205,7 @@ async fn the_writer_writes_what_many_senders_hand_it() {
     for task in tasks {
         task.await.unwrap();
     }
-    let (logs, next) = store.logs_from(9, 0, usize::MAX).unwrap();
+    let (logs, next, _) = store.logs_from(9, 0, usize::MAX).unwrap();
     assert_eq!(next, 400);
     for rank in 0..8u32 {
         let lines: Vec<String> = logs
@@ -430,7 +430,7 @@ fn a_full_disk_refuses_new_jobs_keeps_accepted_writes_and_recovers() {
             phases,
             [(1, JobPhase::Completed), (2, JobPhase::Scheduling)]
         );
-        let (logs, next) = store.logs_from(1, 0, usize::MAX).unwrap();
+        let (logs, next, _) = store.logs_from(1, 0, usize::MAX).unwrap();
         assert_eq!((logs, next), (vec![chunk.clone()], 1));
         assert_eq!(
             store.output_block(1, "0/out", 0, 100).unwrap(),
