@@ -34,8 +34,23 @@ fn short() -> bool {
     std::env::var_os("ZORILLA_BENCH_SHORT").is_some()
 }
 
-/// (size, round trips) per measurement.
+/// (size, round trips) per measurement. `ZORILLA_BENCH_SIZES=8:200000,4194304:50`
+/// measures only those (to profile one size for long enough).
 fn sizes() -> Vec<(u64, u32)> {
+    if let Ok(list) = std::env::var("ZORILLA_BENCH_SIZES") {
+        return list
+            .split(',')
+            .map(|pair| {
+                let (size, n) = pair
+                    .split_once(':')
+                    .expect("ZORILLA_BENCH_SIZES is size:round_trips,...");
+                (
+                    size.parse().expect("a size in bytes"),
+                    n.parse().expect("a count"),
+                )
+            })
+            .collect();
+    }
     if short() {
         return vec![(8, 200), (1 << 20, 5)];
     }
