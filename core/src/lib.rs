@@ -26,6 +26,8 @@
 //! - [`allocation`]: the P2P-MPI `spread` and `concentrate` strategies.
 //! - [`channel`]: exactly-once, in-order, flow-controlled message channels
 //!   between the ranks of a job (sequencing, acks, credit).
+//! - [`replica`]: a job's replicated state: the primary's numbered log,
+//!   its copies, the lease and the deterministic choice of a successor.
 //! - [`node`]: the per-node state machine that ties the above together, both
 //!   as the home of jobs and as a candidate worker node.
 //!
@@ -41,6 +43,7 @@ pub mod limits;
 pub mod liveness;
 pub mod neighbours;
 pub mod node;
+pub mod replica;
 pub mod resources;
 pub mod schedule;
 pub mod vivaldi;

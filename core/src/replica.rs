@@ -1,0 +1,818 @@
+//! A job's replicated state: its primary and its copies (issue 16).
+//!
+//! Every change to a job goes through its **primary** (the home), which
+//! numbers it in a log under an [`Epoch`] and pushes it to the job's
+//! **copies**. A copy keeps the primary's lease alive by hearing from it
+//! (entries or heartbeats). When a copy's lease runs out, the copies that
+//! can still reach each other exchange their [`Standing`](Msg::Standing)
+//! (how far their log goes) for a short window, and each picks the same
+//! successor among those it heard: the most up-to-date log (the epoch of its
+//! last entry, then its length), ties broken by a rendezvous hash of the job
+//! and the peer. The successor takes the next term.
+//!
+//! An epoch names its primary, so there is **at most one primary per epoch**
+//! by construction, and epochs are totally ordered: when two primaries meet
+//! (a partition healed, an old home restarted), the one of the lower epoch
+//! learns it is a copy and never acts on its stale state again. Entries
+//! that a primary of a lower epoch had appended and its successor lacks are
+//! handed back to the driver ([`Action::Dropped`]) so that it can propose
+//! them again to the primary now in charge: nothing accepted is lost.
+//!
+//! An entry is [committed](Action::Committed) once `copies_to_ack` copies
+//! hold it: the driver acknowledges a worker's end only then, so an output
+//! survives the loss of the home.
+//!
+//! This module is a sans-IO state machine: time and messages in, messages
+//! and events out. It knows nothing of what an entry means (the home's rank
+//! table replays them); the driver decides which nodes hold copies
+//! ([`Replica::set_copies`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use crate::{PeerKey, Time};
+
+/// The most entries a job's log holds; a proposal beyond it is refused.
+pub const MAX_LOG: u64 = 1 << 16;
+/// The most entries one [`Msg::Append`] carries.
+pub const MAX_ENTRIES_PER_APPEND: usize = 256;
+/// The most copies a job has.
+pub const MAX_COPIES: usize = 16;
+
+/// Who is primary, and since when: a term and the peer that took it.
+/// Ordered by term, then by peer, so two primaries never share an epoch.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Epoch<P> {
+    /// How many times the job changed primary.
+    pub term: u64,
+    /// The primary of this epoch.
+    pub primary: P,
+}
+
+/// Timing of the lease and the election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How often the primary is heard from when it has nothing to append.
+    pub heartbeat: Duration,
+    /// How long a copy waits without hearing from the primary.
+    pub lease: Duration,
+    /// How long a copy collects others' standings before it picks.
+    pub election: Duration,
+}
+
+impl Default for Timing {
+    /// A new primary acts within about 2 s of the home's death: the lease,
+    /// then the election window.
+    fn default() -> Self {
+        Timing {
+            heartbeat: Duration::from_millis(400),
+            lease: Duration::from_millis(1500),
+            election: Duration::from_millis(300),
+        }
+    }
+}
+
+/// A message between the replicas of one job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Msg<P, E> {
+    /// From the primary: entries (none: a heartbeat).
+    Append {
+        /// The primary's epoch.
+        epoch: Epoch<P>,
+        /// The entries follow this index (0: the log's start).
+        after: u64,
+        /// The epoch that appended entry `after` (`None` at the start).
+        after_epoch: Option<Epoch<P>>,
+        /// The entries, each with the epoch that appended it.
+        entries: Vec<(Epoch<P>, E)>,
+        /// The job's copies, when they changed or the copy is behind.
+        copies: Option<BTreeSet<P>>,
+        /// The primary's log length when it sent this: what a copy holds
+        /// beyond it from an older epoch is not the job's.
+        end: u64,
+    },
+    /// From a copy, about an append.
+    Ack {
+        /// The copy's epoch.
+        epoch: Epoch<P>,
+        /// Matched: the copy holds the log up to here. Not matched: send
+        /// from after here.
+        index: u64,
+        /// Whether the copy's log matched at the append's `after`.
+        matched: bool,
+    },
+    /// From a copy whose lease ran out, for the election after `epoch`.
+    Standing {
+        /// The epoch whose primary is taken for gone.
+        epoch: Epoch<P>,
+        /// The epoch of the copy's last entry.
+        last: Option<Epoch<P>>,
+        /// The copy's log length.
+        len: u64,
+    },
+    /// To a replica that is behind or stood for election: the primary of
+    /// `epoch` is alive (this replica heard from it within its lease).
+    Alive {
+        /// The epoch in charge.
+        epoch: Epoch<P>,
+    },
+}
+
+impl<P, E> Msg<P, E> {
+    /// The epoch the message was sent in.
+    pub fn epoch(&self) -> &Epoch<P> {
+        match self {
+            Msg::Append { epoch, .. }
+            | Msg::Ack { epoch, .. }
+            | Msg::Standing { epoch, .. }
+            | Msg::Alive { epoch } => epoch,
+        }
+    }
+}
+
+/// What the driver does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action<P, E> {
+    /// Send `msg` to `to`.
+    Send {
+        /// The replica to send to.
+        to: P,
+        /// What to send.
+        msg: Msg<P, E>,
+    },
+    /// The log grew on a copy (it applies them to its view of the job).
+    Appended {
+        /// The index of the first new entry.
+        from: u64,
+        /// The new entries, in order.
+        entries: Vec<E>,
+    },
+    /// Entries up to `index` are held by enough copies.
+    Committed {
+        /// The highest committed index.
+        index: u64,
+    },
+    /// This replica is now the primary (the job's state is the log as it
+    /// stands: the driver acts on it from now on).
+    BecamePrimary {
+        /// Its epoch.
+        epoch: Epoch<P>,
+    },
+    /// This replica was primary and learnt of a newer epoch: it is a copy.
+    SteppedDown {
+        /// The epoch in charge.
+        epoch: Epoch<P>,
+    },
+    /// Entries this replica held that the primary now in charge lacks:
+    /// the driver proposes again those it still needs.
+    Dropped {
+        /// The entries, in order.
+        entries: Vec<E>,
+    },
+}
+
+/// Why a proposal was not appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProposeError<P> {
+    /// This replica is not the primary.
+    NotPrimary {
+        /// The primary, as far as this replica knows.
+        primary: P,
+    },
+    /// The log is full ([`MAX_LOG`]).
+    Full,
+}
+
+impl<P: std::fmt::Debug> std::fmt::Display for ProposeError<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProposeError::NotPrimary { primary } => {
+                write!(f, "this node is not the job's primary ({primary:?} is)")
+            }
+            ProposeError::Full => write!(f, "the job's log is full ({MAX_LOG} entries)"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Role<P> {
+    Primary,
+    Copy,
+    /// Collecting standings until `until`; what each peer said.
+    Candidate {
+        until: Time,
+        heard: BTreeMap<P, (Option<Epoch<P>>, u64)>,
+    },
+}
+
+/// One replica of one job's state.
+#[derive(Debug, Clone)]
+pub struct Replica<P, E> {
+    job: u64,
+    me: P,
+    timing: Timing,
+    epoch: Epoch<P>,
+    role: Role<P>,
+    /// The replicas besides the primary.
+    copies: BTreeSet<P>,
+    /// Entries, index `i` at position `i - 1`, with the epoch that
+    /// appended them.
+    log: Vec<(Epoch<P>, E)>,
+    /// Primary: how far each copy holds the log, and where to send from.
+    progress: BTreeMap<P, Progress>,
+    /// How many copies must hold an entry for it to be committed.
+    copies_to_ack: usize,
+    committed: u64,
+    /// Copy: when its lease started (the primary last heard from, or
+    /// another copy vouching for it). Primary: when it last sent to every
+    /// copy.
+    heard: Time,
+    /// Copy: when the primary itself was last heard from (only this lets it
+    /// vouch for the primary to others).
+    heard_primary: Time,
+    /// The winner of the last election this replica lost, until its first
+    /// append comes (so that its loss starts the next election at once).
+    expected: Option<P>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Progress {
+    /// The copy holds the log up to here.
+    matched: u64,
+    /// The next index to send.
+    next: u64,
+}
+
+impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
+    /// The job's first primary (its home), with no copies yet.
+    pub fn primary(job: u64, me: P, now: Time, timing: Timing) -> Self {
+        Replica {
+            job,
+            epoch: Epoch {
+                term: 0,
+                primary: me.clone(),
+            },
+            me,
+            timing,
+            role: Role::Primary,
+            copies: BTreeSet::new(),
+            log: Vec::new(),
+            progress: BTreeMap::new(),
+            copies_to_ack: 1,
+            committed: 0,
+            heard: now,
+            heard_primary: now,
+            expected: None,
+        }
+    }
+
+    /// A copy of `job` whose primary is `primary` (in its first epoch, or
+    /// a later one that its first message will tell).
+    pub fn copy(job: u64, me: P, primary: P, now: Time, timing: Timing) -> Self {
+        Replica {
+            job,
+            me,
+            timing,
+            epoch: Epoch { term: 0, primary },
+            role: Role::Copy,
+            copies: BTreeSet::new(),
+            log: Vec::new(),
+            progress: BTreeMap::new(),
+            copies_to_ack: 1,
+            committed: 0,
+            heard: now,
+            heard_primary: now,
+            expected: None,
+        }
+    }
+
+    /// The epoch this replica follows (or leads).
+    pub fn epoch(&self) -> &Epoch<P> {
+        &self.epoch
+    }
+
+    /// Whether this replica is the primary.
+    pub fn is_primary(&self) -> bool {
+        self.role == Role::Primary
+    }
+
+    /// Who this replica takes for the primary.
+    pub fn primary_peer(&self) -> &P {
+        &self.epoch.primary
+    }
+
+    /// The log's length.
+    pub fn len(&self) -> u64 {
+        self.log.len() as u64
+    }
+
+    /// Whether the log is empty.
+    pub fn is_empty(&self) -> bool {
+        self.log.is_empty()
+    }
+
+    /// The highest index known to be held by enough copies (on the
+    /// primary; a copy learns nothing of it).
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    /// The entries in order.
+    pub fn entries(&self) -> impl Iterator<Item = &E> {
+        self.log.iter().map(|(_, e)| e)
+    }
+
+    /// The job's copies, as this replica knows them.
+    pub fn copies(&self) -> &BTreeSet<P> {
+        &self.copies
+    }
+
+    /// Primary: the nodes that hold copies (at most [`MAX_COPIES`]; this
+    /// node is never its own copy), and how many of them must hold an
+    /// entry before it is committed (at least one while there are copies).
+    pub fn set_copies(
+        &mut self,
+        copies: impl IntoIterator<Item = P>,
+        copies_to_ack: usize,
+    ) -> Vec<Action<P, E>> {
+        if self.role != Role::Primary {
+            return Vec::new();
+        }
+        let copies: BTreeSet<P> = copies
+            .into_iter()
+            .filter(|p| *p != self.me)
+            .take(MAX_COPIES)
+            .collect();
+        self.copies_to_ack = copies_to_ack.max(1);
+        self.progress.retain(|p, _| copies.contains(p));
+        let len = self.len();
+        for p in &copies {
+            self.progress.entry(p.clone()).or_insert(Progress {
+                matched: 0,
+                next: len + 1,
+            });
+        }
+        self.copies = copies;
+        let mut out = Vec::new();
+        for p in self.copies.clone() {
+            self.send_append(&p, true, &mut out);
+        }
+        self.advance_commit(&mut out);
+        out
+    }
+
+    /// Primary: appends `entry`; its index.
+    pub fn propose(
+        &mut self,
+        entry: E,
+        out: &mut Vec<Action<P, E>>,
+    ) -> Result<u64, ProposeError<P>> {
+        if self.role != Role::Primary {
+            return Err(ProposeError::NotPrimary {
+                primary: self.epoch.primary.clone(),
+            });
+        }
+        if self.len() >= MAX_LOG {
+            return Err(ProposeError::Full);
+        }
+        self.log.push((self.epoch.clone(), entry));
+        let index = self.len();
+        for p in self.copies.clone() {
+            self.send_append(&p, false, out);
+        }
+        self.advance_commit(out);
+        Ok(index)
+    }
+
+    /// Time passes: heartbeats, an expired lease, an election's end.
+    pub fn tick(&mut self, now: Time) -> Vec<Action<P, E>> {
+        let mut out = Vec::new();
+        match &self.role {
+            Role::Primary => {
+                if now.saturating_sub(self.heard) >= self.timing.heartbeat {
+                    self.heard = now;
+                    for p in self.copies.clone() {
+                        self.send_append(&p, false, &mut out);
+                    }
+                }
+            }
+            Role::Copy => {
+                if now.saturating_sub(self.heard) >= self.timing.lease {
+                    self.stand(now, &mut out);
+                }
+            }
+            Role::Candidate { until, .. } => {
+                if now >= *until {
+                    self.elect(now, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    /// The driver learnt that `peer` is gone (its connection closed, the
+    /// overlay gave up on it). A copy whose primary is gone does not wait
+    /// for the lease.
+    pub fn peer_gone(&mut self, now: Time, peer: &P) -> Vec<Action<P, E>> {
+        let mut out = Vec::new();
+        let awaited = *peer == self.epoch.primary || self.expected.as_ref() == Some(peer);
+        if self.role == Role::Copy && awaited {
+            self.stand(now, &mut out);
+        }
+        out
+    }
+
+    /// A message from `from`.
+    pub fn on_message(&mut self, now: Time, from: P, msg: Msg<P, E>) -> Vec<Action<P, E>> {
+        let mut out = Vec::new();
+        if from == self.me {
+            return out;
+        }
+        let theirs = msg.epoch().clone();
+        if theirs < self.epoch {
+            // A stale replica (an old primary come back, a copy that missed
+            // an election): tell it of the epoch now in charge. The
+            // primary sends a copy what it misses, which says the same.
+            if matches!(msg, Msg::Alive { .. }) {
+                return out;
+            }
+            if self.role == Role::Primary && self.progress.contains_key(&from) {
+                self.send_append(&from, true, &mut out);
+            } else {
+                out.push(self.alive_to(from));
+            }
+            return out;
+        }
+        if theirs > self.epoch {
+            self.adopt(now, theirs.clone(), &mut out);
+        }
+        match msg {
+            Msg::Append {
+                after,
+                after_epoch,
+                entries,
+                copies,
+                end,
+                ..
+            } => {
+                let appended =
+                    self.on_append(now, from, after, after_epoch, entries, copies, &mut out);
+                if appended {
+                    self.drop_beyond(end, &mut out);
+                }
+            }
+            Msg::Ack { index, matched, .. } => self.on_ack(from, index, matched, &mut out),
+            Msg::Standing { last, len, .. } => self.on_standing(now, from, last, len, &mut out),
+            Msg::Alive { .. } => {
+                // Another replica hears from the primary: wait for it.
+                if let Role::Candidate { .. } = self.role {
+                    self.role = Role::Copy;
+                    self.heard = now;
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether this replica heard from the primary itself within a lease.
+    fn lease_alive(&self, now: Time) -> bool {
+        now.saturating_sub(self.heard_primary) < self.timing.lease
+    }
+
+    fn alive_to(&self, to: P) -> Action<P, E> {
+        Action::Send {
+            to,
+            msg: Msg::Alive {
+                epoch: self.epoch.clone(),
+            },
+        }
+    }
+
+    /// A newer epoch: this replica follows it.
+    fn adopt(&mut self, now: Time, epoch: Epoch<P>, out: &mut Vec<Action<P, E>>) {
+        let was_primary = self.role == Role::Primary;
+        self.epoch = epoch.clone();
+        self.role = Role::Copy;
+        self.heard = now;
+        self.progress.clear();
+        self.committed = 0;
+        self.expected = None;
+        // Whether this replica is a copy in the new epoch, and of what
+        // others, only the new primary's appends say.
+        self.copies.clear();
+        if was_primary {
+            out.push(Action::SteppedDown { epoch });
+        }
+    }
+
+    /// The lease ran out: tell the other copies how up to date this log is,
+    /// and collect theirs.
+    fn stand(&mut self, now: Time, out: &mut Vec<Action<P, E>>) {
+        if !self.copies.contains(&self.me) {
+            // Not a copy in this epoch (an old primary that came back, a
+            // copy the primary dropped): not a candidate either. It waits
+            // for the primary to place it again.
+            self.heard = now;
+            return;
+        }
+        let mut heard = BTreeMap::new();
+        heard.insert(self.me.clone(), (self.last_epoch(), self.len()));
+        self.role = Role::Candidate {
+            until: now.saturating_add(self.timing.election),
+            heard,
+        };
+        let msg = Msg::Standing {
+            epoch: self.epoch.clone(),
+            last: self.last_epoch(),
+            len: self.len(),
+        };
+        for p in &self.copies {
+            if *p != self.me && *p != self.epoch.primary {
+                out.push(Action::Send {
+                    to: p.clone(),
+                    msg: msg.clone(),
+                });
+            }
+        }
+    }
+
+    fn last_epoch(&self) -> Option<Epoch<P>> {
+        self.log.last().map(|(e, _)| e.clone())
+    }
+
+    fn on_standing(
+        &mut self,
+        now: Time,
+        from: P,
+        last: Option<Epoch<P>>,
+        len: u64,
+        out: &mut Vec<Action<P, E>>,
+    ) {
+        if !self.copies.contains(&from) || len > MAX_LOG {
+            return;
+        }
+        let alive = self.lease_alive(now);
+        match &mut self.role {
+            Role::Primary => {
+                // The primary is alive: its append (a heartbeat, or what
+                // the copy misses) says so.
+                self.send_append(&from, true, out);
+            }
+            Role::Copy if alive => out.push(self.alive_to(from)),
+            Role::Copy => {
+                self.stand(now, out);
+                if let Role::Candidate { heard, .. } = &mut self.role {
+                    heard.insert(from, (last, len));
+                }
+            }
+            Role::Candidate { heard, .. } => {
+                heard.insert(from, (last, len));
+            }
+        }
+    }
+
+    /// The election's window closed: the best log among those heard wins.
+    fn elect(&mut self, now: Time, out: &mut Vec<Action<P, E>>) {
+        let Role::Candidate { heard, .. } = std::mem::replace(&mut self.role, Role::Copy) else {
+            return;
+        };
+        let job = self.job;
+        let winner = heard
+            .iter()
+            .max_by_key(|(p, (last, len))| (last.clone(), *len, score(job, *p)))
+            .map(|(p, _)| p.clone())
+            .unwrap_or_else(|| self.me.clone());
+        self.heard = now;
+        if winner != self.me {
+            // Wait for the winner's first append (a lease): if it never
+            // comes, the next election goes without it.
+            self.expected = Some(winner);
+            return;
+        }
+        let old = self.epoch.primary.clone();
+        self.epoch = Epoch {
+            term: self.epoch.term.saturating_add(1),
+            primary: self.me.clone(),
+        };
+        self.role = Role::Primary;
+        self.expected = None;
+        // The old primary is no copy of this epoch until it comes back and
+        // the driver places it again.
+        self.copies.remove(&self.me);
+        self.copies.remove(&old);
+        let len = self.len();
+        self.progress = self
+            .copies
+            .iter()
+            .map(|p| {
+                (
+                    p.clone(),
+                    Progress {
+                        matched: 0,
+                        next: len + 1,
+                    },
+                )
+            })
+            .collect();
+        // What is committed is learnt again from the copies' acks.
+        self.committed = 0;
+        out.push(Action::BecamePrimary {
+            epoch: self.epoch.clone(),
+        });
+        for p in self.copies.clone() {
+            self.send_append(&p, true, out);
+        }
+        self.advance_commit(out);
+    }
+
+    /// Primary: sends `to` what it lacks from its next index (a heartbeat if
+    /// nothing), with the copies if `with_copies` or it is behind.
+    fn send_append(&mut self, to: &P, with_copies: bool, out: &mut Vec<Action<P, E>>) {
+        let len = self.len();
+        let Some(progress) = self.progress.get(to).copied() else {
+            return;
+        };
+        let next = progress.next.clamp(1, len + 1);
+        let after = next - 1;
+        let after_epoch = (after > 0).then(|| self.log[(after - 1) as usize].0.clone());
+        let end = len.min(after + MAX_ENTRIES_PER_APPEND as u64);
+        let entries: Vec<(Epoch<P>, E)> = self.log[after as usize..end as usize].to_vec();
+        if let Some(p) = self.progress.get_mut(to) {
+            p.next = end + 1;
+        }
+        // A copy that has not acknowledged in this epoch may not know the
+        // copies yet (it adopted the epoch from another message).
+        let copies = (with_copies || progress.matched == 0 || progress.matched < after)
+            .then(|| self.copies.clone());
+        out.push(Action::Send {
+            to: to.clone(),
+            msg: Msg::Append {
+                epoch: self.epoch.clone(),
+                after,
+                after_epoch,
+                entries,
+                copies,
+                end: len,
+            },
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_append(
+        &mut self,
+        now: Time,
+        from: P,
+        after: u64,
+        after_epoch: Option<Epoch<P>>,
+        entries: Vec<(Epoch<P>, E)>,
+        copies: Option<BTreeSet<P>>,
+        out: &mut Vec<Action<P, E>>,
+    ) -> bool {
+        if from != self.epoch.primary || self.role == Role::Primary {
+            return false;
+        }
+        // Hearing from the primary of this epoch renews its lease, and
+        // ends any election this replica took part in.
+        self.role = Role::Copy;
+        self.heard = now;
+        self.heard_primary = now;
+        self.expected = None;
+        if let Some(copies) = copies {
+            self.copies = copies.into_iter().take(MAX_COPIES).collect();
+        }
+        let ack = |index: u64, matched: bool, epoch: &Epoch<P>| Action::Send {
+            to: from.clone(),
+            msg: Msg::Ack {
+                epoch: epoch.clone(),
+                index,
+                matched,
+            },
+        };
+        // Does this log hold the primary's at `after`?
+        let holds = match after {
+            0 => true,
+            a if a > self.len() => false,
+            a => Some(&self.log[(a - 1) as usize].0) == after_epoch.as_ref(),
+        };
+        if entries.len() > MAX_ENTRIES_PER_APPEND {
+            out.push(ack(after.min(self.len()), false, &self.epoch));
+            return false;
+        }
+        if !holds {
+            // Ask from before the run of entries of the epoch that differs
+            // (none of them can be the primary's at these indices): always
+            // before `after`, so the primary's next try goes back.
+            let from_index = if after > self.len() {
+                self.len()
+            } else {
+                let differs = &self.log[(after - 1) as usize].0;
+                self.log[..after as usize]
+                    .iter()
+                    .position(|(e, _)| e == differs)
+                    .unwrap_or(0) as u64
+            };
+            out.push(ack(from_index, false, &self.epoch));
+            return false;
+        }
+        if after.saturating_add(entries.len() as u64) > MAX_LOG {
+            return false;
+        }
+        // Keep what matches, drop what differs, append the rest.
+        let mut index = after;
+        let mut new = Vec::new();
+        let mut first_new = None;
+        for (epoch, entry) in entries {
+            index += 1;
+            let i = (index - 1) as usize;
+            if i < self.log.len() {
+                if self.log[i].0 == epoch {
+                    continue;
+                }
+                let dropped: Vec<E> = self.log.drain(i..).map(|(_, e)| e).collect();
+                out.push(Action::Dropped { entries: dropped });
+            }
+            first_new.get_or_insert(index);
+            self.log.push((epoch, entry.clone()));
+            new.push(entry);
+        }
+        if let Some(from_index) = first_new {
+            out.push(Action::Appended {
+                from: from_index,
+                entries: new,
+            });
+        }
+        out.push(ack(index, true, &self.epoch));
+        true
+    }
+
+    /// A copy's entries past the primary's `end` that an older epoch
+    /// appended can never be the job's (the primary appends only in its
+    /// own epoch): they are handed back. Entries of this epoch past `end`
+    /// stay (the append was overtaken by a later one).
+    fn drop_beyond(&mut self, end: u64, out: &mut Vec<Action<P, E>>) {
+        let from = (end as usize..self.log.len()).find(|i| self.log[*i].0 != self.epoch);
+        if let Some(from) = from {
+            let entries: Vec<E> = self.log.drain(from..).map(|(_, e)| e).collect();
+            out.push(Action::Dropped { entries });
+        }
+    }
+
+    fn on_ack(&mut self, from: P, index: u64, matched: bool, out: &mut Vec<Action<P, E>>) {
+        if self.role != Role::Primary {
+            return;
+        }
+        let len = self.len();
+        let Some(progress) = self.progress.get_mut(&from) else {
+            return;
+        };
+        let index = index.min(len);
+        if matched {
+            progress.matched = progress.matched.max(index);
+            progress.next = progress.next.max(index + 1);
+            if progress.next <= len {
+                self.send_append(&from, false, out);
+            }
+            self.advance_commit(out);
+        } else {
+            // The copy's log differs: send from where it says it may match
+            // (always further back, so this ends).
+            let back = index.min(progress.next.saturating_sub(2));
+            progress.next = back + 1;
+            progress.matched = progress.matched.min(back);
+            self.send_append(&from, true, out);
+        }
+    }
+
+    /// Primary: the highest index that `copies_to_ack` copies hold (all of
+    /// them when fewer).
+    fn advance_commit(&mut self, out: &mut Vec<Action<P, E>>) {
+        if self.role != Role::Primary {
+            return;
+        }
+        let mut held: Vec<u64> = self.progress.values().map(|p| p.matched).collect();
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        let need = self.copies_to_ack.min(held.len());
+        let index = if need == 0 {
+            // No copies: nothing survives this node, but nothing waits
+            // for a copy that does not exist either.
+            self.len()
+        } else {
+            held[need - 1]
+        };
+        if index > self.committed {
+            self.committed = index;
+            out.push(Action::Committed { index });
+        }
+    }
+}
+
+/// A rendezvous score of `peer` for `job`: the same on every node.
+fn score<P: Hash>(job: u64, peer: &P) -> u64 {
+    // SipHash with fixed (zero) keys: the same on every node.
+    #[allow(deprecated)]
+    let mut hasher = std::hash::SipHasher::new();
+    job.hash(&mut hasher);
+    peer.hash(&mut hasher);
+    hasher.finish()
+}

@@ -1,0 +1,508 @@
+//! A job's replicated state over a small simulated network: replication,
+//! commitment, the home's death and its successor, an old primary that
+//! comes back, a partition that heals, and peers that send nonsense.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use zorilla_core::replica::{Action, Epoch, MAX_ENTRIES_PER_APPEND, Msg, Replica, Timing};
+
+type R = Replica<u32, String>;
+
+const STEP: Duration = Duration::from_millis(50);
+const DELAY: Duration = Duration::from_millis(5);
+
+/// Replicas of one job on nodes 0.., node 0 the home; messages take
+/// [`DELAY`]; nodes can be down or cut off from each other.
+struct Net {
+    now: Duration,
+    replicas: BTreeMap<u32, R>,
+    down: BTreeSet<u32>,
+    /// Pairs that cannot reach each other.
+    cut: BTreeSet<(u32, u32)>,
+    queue: VecDeque<(Duration, u32, u32, Msg<u32, String>)>,
+    /// Every (epoch, node) that became primary.
+    primaries: Vec<(Epoch<u32>, u32)>,
+    committed: BTreeMap<u32, u64>,
+    /// Every entry some primary saw committed, when it did.
+    ever_committed: BTreeSet<String>,
+    dropped: BTreeMap<u32, Vec<String>>,
+    stepped_down: BTreeSet<u32>,
+}
+
+impl Net {
+    /// A home and `copies` copies, all known to each other.
+    fn new(copies: u32) -> Net {
+        let timing = Timing::default();
+        let mut replicas = BTreeMap::new();
+        replicas.insert(0, R::primary(7, 0, Duration::ZERO, timing));
+        for n in 1..=copies {
+            replicas.insert(n, R::copy(7, n, 0, Duration::ZERO, timing));
+        }
+        let mut net = Net {
+            now: Duration::ZERO,
+            replicas,
+            down: BTreeSet::new(),
+            cut: BTreeSet::new(),
+            queue: VecDeque::new(),
+            primaries: vec![(
+                Epoch {
+                    term: 0,
+                    primary: 0,
+                },
+                0,
+            )],
+            committed: BTreeMap::new(),
+            ever_committed: BTreeSet::new(),
+            dropped: BTreeMap::new(),
+            stepped_down: BTreeSet::new(),
+        };
+        let out = net.replicas.get_mut(&0).unwrap().set_copies(1..=copies, 1);
+        net.take(0, out);
+        net
+    }
+
+    fn take(&mut self, node: u32, actions: Vec<Action<u32, String>>) {
+        for a in actions {
+            match a {
+                Action::Send { to, msg } => self.queue.push_back((self.now + DELAY, node, to, msg)),
+                Action::BecamePrimary { epoch } => self.primaries.push((epoch, node)),
+                Action::Committed { index } => {
+                    self.committed.insert(node, index);
+                    let held = self.replicas[&node].entries().take(index as usize);
+                    self.ever_committed.extend(held.cloned());
+                }
+                Action::Dropped { entries } => {
+                    self.dropped.entry(node).or_default().extend(entries)
+                }
+                Action::SteppedDown { .. } => {
+                    self.stepped_down.insert(node);
+                }
+                Action::Appended { .. } => {}
+            }
+        }
+    }
+
+    fn reachable(&self, a: u32, b: u32) -> bool {
+        !self.down.contains(&a)
+            && !self.down.contains(&b)
+            && !self.cut.contains(&(a, b))
+            && !self.cut.contains(&(b, a))
+    }
+
+    /// Runs for `d`: messages delivered, every live replica ticked each
+    /// [`STEP`]. Checks after every event that no epoch has two primaries.
+    fn run(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.now += STEP;
+            while let Some(pos) = self.queue.iter().position(|(at, ..)| *at <= self.now) {
+                let (_, from, to, msg) = self.queue.remove(pos).unwrap();
+                if !self.reachable(from, to) {
+                    continue;
+                }
+                let now = self.now;
+                let out = self
+                    .replicas
+                    .get_mut(&to)
+                    .unwrap()
+                    .on_message(now, from, msg);
+                self.take(to, out);
+                self.check();
+            }
+            for n in self.replicas.keys().copied().collect::<Vec<_>>() {
+                if self.down.contains(&n) {
+                    continue;
+                }
+                let now = self.now;
+                let out = self.replicas.get_mut(&n).unwrap().tick(now);
+                self.take(n, out);
+                self.check();
+            }
+        }
+    }
+
+    fn check(&self) {
+        let mut seen = BTreeMap::new();
+        for (epoch, node) in &self.primaries {
+            assert_eq!(epoch.primary, *node, "an epoch names its primary");
+            if let Some(other) = seen.insert(epoch.clone(), *node) {
+                panic!("epoch {epoch:?} had two primaries: {other} and {node}");
+            }
+        }
+    }
+
+    fn propose(&mut self, node: u32, entry: &str) -> u64 {
+        let mut out = Vec::new();
+        let index = self
+            .replicas
+            .get_mut(&node)
+            .unwrap()
+            .propose(entry.to_string(), &mut out)
+            .unwrap();
+        self.take(node, out);
+        index
+    }
+
+    /// The live replicas that take themselves for primary.
+    fn live_primaries(&self) -> Vec<u32> {
+        self.replicas
+            .iter()
+            .filter(|(n, r)| !self.down.contains(n) && r.is_primary())
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    fn log(&self, node: u32) -> Vec<String> {
+        self.replicas[&node].entries().cloned().collect()
+    }
+}
+
+#[test]
+fn the_primary_replicates_and_commits_once_a_copy_holds_an_entry() {
+    let mut net = Net::new(2);
+    let i = net.propose(0, "rank 0 placed");
+    assert_eq!(i, 1);
+    assert_eq!(net.replicas[&0].committed(), 0, "no copy holds it yet");
+    // There and back.
+    net.run(2 * STEP);
+    assert_eq!(net.committed.get(&0), Some(&1));
+    for n in 1..=2 {
+        assert_eq!(net.log(n), vec!["rank 0 placed".to_string()]);
+    }
+    // Heartbeats keep the copies' lease: nothing changes over a long quiet
+    // time.
+    net.run(Duration::from_secs(20));
+    assert_eq!(net.live_primaries(), vec![0]);
+    assert_eq!(net.primaries.len(), 1);
+}
+
+#[test]
+fn a_dead_home_is_succeeded_by_exactly_one_copy_within_two_seconds_with_every_committed_entry() {
+    let mut net = Net::new(3);
+    for e in ["a", "b", "c"] {
+        net.propose(0, e);
+    }
+    net.run(Duration::from_millis(200));
+    assert_eq!(net.committed.get(&0), Some(&3));
+    // The home dies.
+    net.down.insert(0);
+    let died = net.now;
+    let mut acted = None;
+    for _ in 0..100 {
+        net.run(STEP);
+        if net.primaries.len() > 1 {
+            acted = Some(net.now - died);
+            break;
+        }
+    }
+    let acted = acted.expect("a copy took over");
+    assert!(acted <= Duration::from_secs(2), "took over after {acted:?}");
+    net.run(Duration::from_secs(5));
+    let live = net.live_primaries();
+    assert_eq!(live.len(), 1, "one primary: {live:?}");
+    let p = live[0];
+    assert_eq!(net.replicas[&p].epoch().term, 1);
+    assert_eq!(net.primaries.len(), 2, "one election: {:?}", net.primaries);
+    assert_eq!(net.log(p), vec!["a", "b", "c"]);
+    // The new primary goes on: its entries reach the other copies.
+    net.propose(p, "d");
+    net.run(Duration::from_millis(200));
+    for n in 1..=3u32 {
+        assert_eq!(net.replicas[&n].epoch().primary, p);
+        assert_eq!(net.log(n), vec!["a", "b", "c", "d"], "copy {n}");
+    }
+}
+
+#[test]
+fn the_most_up_to_date_copy_succeeds() {
+    let mut net = Net::new(3);
+    net.propose(0, "a");
+    net.run(Duration::from_millis(100));
+    // Copy 2 alone hears the next entries before the home dies.
+    net.cut.insert((0, 1));
+    net.cut.insert((0, 3));
+    net.propose(0, "b");
+    net.propose(0, "c");
+    net.run(Duration::from_millis(100));
+    assert_eq!(net.log(2), vec!["a", "b", "c"]);
+    net.down.insert(0);
+    net.cut.clear();
+    net.run(Duration::from_secs(5));
+    assert_eq!(net.live_primaries(), vec![2]);
+    for n in 1..=3 {
+        assert_eq!(net.log(n), vec!["a", "b", "c"], "copy {n}");
+    }
+}
+
+#[test]
+fn an_old_home_that_comes_back_learns_it_is_a_copy_and_hands_back_what_it_alone_held() {
+    let mut net = Net::new(2);
+    net.propose(0, "a");
+    net.run(Duration::from_millis(100));
+    // The home is cut off from every copy (a partition, or a pause): it
+    // goes on taking entries nobody else holds, uncommitted.
+    net.cut.insert((0, 1));
+    net.cut.insert((0, 2));
+    net.propose(0, "only on the old home");
+    net.run(Duration::from_secs(4));
+    let live = net.live_primaries();
+    assert!(live.contains(&0), "the cut-off home still thinks it leads");
+    assert_eq!(live.len(), 2, "the copies elected one of them: {live:?}");
+    assert_eq!(
+        net.replicas[&0].committed(),
+        1,
+        "its entry is not committed"
+    );
+    let successor = *live.iter().find(|n| **n != 0).unwrap();
+    net.propose(successor, "b");
+    // Healed: the old home hears of the newer epoch and steps down.
+    net.cut.clear();
+    net.run(Duration::from_secs(3));
+    assert_eq!(net.live_primaries(), vec![successor], "{:?}", net.primaries);
+    assert!(net.stepped_down.contains(&0));
+    assert_eq!(net.replicas[&0].epoch().primary, successor);
+    // Once the new primary places it again, it gets the job's log, and what
+    // it alone held is handed back for the driver to propose again.
+    let out = net
+        .replicas
+        .get_mut(&successor)
+        .unwrap()
+        .set_copies([0, 1, 2], 1);
+    net.take(successor, out);
+    net.run(Duration::from_millis(300));
+    assert_eq!(net.log(0), vec!["a", "b"]);
+    assert_eq!(
+        net.dropped.get(&0),
+        Some(&vec!["only on the old home".to_string()])
+    );
+}
+
+#[test]
+fn a_partition_heals_with_one_primary_and_never_two_in_one_epoch() {
+    let mut net = Net::new(4);
+    net.propose(0, "a");
+    net.run(Duration::from_millis(100));
+    // {0, 1} | {2, 3, 4}: the larger side elects, the home keeps its side.
+    for a in [0, 1] {
+        for b in [2, 3, 4] {
+            net.cut.insert((a, b));
+        }
+    }
+    net.run(Duration::from_secs(4));
+    assert_eq!(net.live_primaries().len(), 2);
+    net.cut.clear();
+    net.run(Duration::from_secs(4));
+    let live = net.live_primaries();
+    assert_eq!(live.len(), 1, "one primary after the heal: {live:?}");
+    let epoch = net.replicas[&live[0]].epoch().clone();
+    for (n, r) in &net.replicas {
+        assert_eq!(r.epoch(), &epoch, "replica {n} follows the same epoch");
+    }
+}
+
+#[test]
+fn a_copy_that_alone_loses_the_home_does_not_take_over_from_a_live_one() {
+    let mut net = Net::new(3);
+    net.propose(0, "a");
+    net.run(Duration::from_millis(100));
+    // Copy 3 alone cannot hear the home; the others can and say so.
+    net.cut.insert((0, 3));
+    net.run(Duration::from_secs(10));
+    assert_eq!(net.live_primaries(), vec![0]);
+    assert_eq!(
+        net.primaries.len(),
+        1,
+        "no election won: {:?}",
+        net.primaries
+    );
+}
+
+#[test]
+fn nonsense_from_peers_changes_nothing() {
+    let timing = Timing::default();
+    let mut copy = R::copy(7, 1, 0, Duration::ZERO, timing);
+    let epoch = Epoch {
+        term: 0,
+        primary: 0,
+    };
+    // An append from a peer that is not the primary.
+    let out = copy.on_message(
+        STEP,
+        5,
+        Msg::Append {
+            epoch: epoch.clone(),
+            after: 0,
+            after_epoch: None,
+            entries: vec![(epoch.clone(), "forged".to_string())],
+            copies: None,
+            end: 1,
+        },
+    );
+    assert!(out.is_empty());
+    assert!(copy.is_empty());
+    // Too many entries at once, or an append past the end: refused and asked
+    // again from where the log matches.
+    let many = vec![(epoch.clone(), String::new()); MAX_ENTRIES_PER_APPEND + 1];
+    for (after, entries) in [(0, many), (9, vec![(epoch.clone(), "x".to_string())])] {
+        let out = copy.on_message(
+            STEP,
+            0,
+            Msg::Append {
+                epoch: epoch.clone(),
+                after,
+                after_epoch: Some(epoch.clone()),
+                entries,
+                copies: None,
+                end: 1000,
+            },
+        );
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 0,
+                msg: Msg::Ack {
+                    epoch: epoch.clone(),
+                    index: 0,
+                    matched: false
+                }
+            }]
+        );
+        assert!(copy.is_empty());
+    }
+    // A standing from a stranger is ignored by the primary.
+    let mut home = R::primary(7, 0, Duration::ZERO, timing);
+    let _ = home.set_copies([1], 1);
+    let out = home.on_message(
+        STEP,
+        9,
+        Msg::Standing {
+            epoch: epoch.clone(),
+            last: None,
+            len: u64::MAX,
+        },
+    );
+    assert!(out.is_empty());
+    // An ack from a stranger, or of more than the log holds, commits
+    // nothing.
+    let mut out = Vec::new();
+    home.propose("a".to_string(), &mut out).unwrap();
+    for (from, index) in [(9, 1), (1, 1000)] {
+        let out = home.on_message(
+            STEP,
+            from,
+            Msg::Ack {
+                epoch: epoch.clone(),
+                index,
+                matched: true,
+            },
+        );
+        let committed = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Committed { index } => Some(*index),
+                _ => None,
+            })
+            .max();
+        assert!(committed.is_none_or(|i| i <= 1), "{out:?}");
+    }
+    assert!(home.committed() <= home.len());
+}
+
+#[test]
+fn the_same_events_give_the_same_successor() {
+    let run = || {
+        let mut net = Net::new(5);
+        net.propose(0, "a");
+        net.run(Duration::from_millis(100));
+        net.down.insert(0);
+        net.run(Duration::from_secs(5));
+        net.live_primaries()
+    };
+    let first = run();
+    assert_eq!(first.len(), 1);
+    for _ in 0..3 {
+        assert_eq!(run(), first);
+    }
+}
+
+/// A small seeded generator (xorshift), so that failures replay.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn under_random_crashes_and_partitions_no_committed_entry_is_lost_and_one_primary_remains() {
+    let mut checked = 0;
+    for seed in 1..=200u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let n = 3 + rng.below(4) as u32;
+        let mut net = Net::new(n - 1);
+        let mut next = 0;
+        for _ in 0..40 {
+            match rng.below(6) {
+                0 => {
+                    net.down.insert(rng.below(n as u64) as u32);
+                }
+                1 => {
+                    let back = rng.below(n as u64) as u32;
+                    net.down.remove(&back);
+                }
+                2 => {
+                    let (a, b) = (rng.below(n as u64) as u32, rng.below(n as u64) as u32);
+                    net.cut.insert((a, b));
+                }
+                3 => net.cut.clear(),
+                _ => {
+                    for p in net.live_primaries() {
+                        next += 1;
+                        net.propose(p, &format!("e{next}"));
+                    }
+                }
+            }
+            net.run(Duration::from_millis(500));
+        }
+        // Everything back: one primary, which places every node again.
+        net.down.clear();
+        net.cut.clear();
+        net.run(Duration::from_secs(6));
+        let live = net.live_primaries();
+        assert_eq!(live.len(), 1, "seed {seed}: primaries {live:?}");
+        let p = live[0];
+        let out = net
+            .replicas
+            .get_mut(&p)
+            .unwrap()
+            .set_copies((0..n).filter(|x| *x != p), 1);
+        net.take(p, out);
+        net.run(Duration::from_secs(3));
+        let log = net.log(p);
+        for node in 0..n {
+            assert_eq!(
+                net.log(node),
+                log,
+                "seed {seed}: replica {node}: {:?}\nprimary: {:?}",
+                net.replicas[&node],
+                net.replicas[&p]
+            );
+        }
+        let kept: BTreeSet<String> = log
+            .into_iter()
+            .chain(net.dropped.values().flatten().cloned())
+            .collect();
+        checked += net.ever_committed.len();
+        let lost: Vec<_> = net.ever_committed.difference(&kept).collect();
+        assert!(
+            lost.is_empty(),
+            "seed {seed}: committed entries lost: {lost:?}"
+        );
+    }
+    assert!(checked > 1000, "only {checked} committed entries checked");
+}
