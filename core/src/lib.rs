@@ -26,6 +26,8 @@
 //! - [`allocation`]: the P2P-MPI `spread` and `concentrate` strategies.
 //! - [`channel`]: exactly-once, in-order, flow-controlled message channels
 //!   between the ranks of a job (sequencing, acks, credit).
+//! - [`checkpoint`]: which nodes hold a rank's checkpoint, and the home's
+//!   index of each rank's latest one.
 //! - [`node`]: the per-node state machine that ties the above together, both
 //!   as the home of jobs and as a candidate worker node.
 //!
@@ -36,6 +38,7 @@
 pub mod advert;
 pub mod allocation;
 pub mod channel;
+pub mod checkpoint;
 pub mod flood;
 pub mod limits;
 pub mod liveness;
