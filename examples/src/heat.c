@@ -5,7 +5,10 @@
  * every EVERY steps. A fresh worker that replaces a lost rank loads that
  * checkpoint and carries on from there instead of from the start.
  *
- * Usage: heat [CELLS] [ITERATIONS] [EVERY]   (defaults 4096 1000 100)
+ * Usage: heat [CELLS] [ITERATIONS] [EVERY] [PAUSE_US]   (defaults 4096 1000 100 0)
+ *
+ * PAUSE_US: microseconds to sleep after each step (0: none), so that tests
+ * can make a run last seconds without using CPU time.
  *
  * The ranks do not talk to each other, so a rank that rolls back to its
  * checkpoint never disagrees with the others (no coordinated rollback is
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "zorilla.h"
 
 #define MAGIC 0x48454154u /* "HEAT" */
@@ -57,9 +61,10 @@ int main(int argc, char **argv)
     long cells = argc > 1 ? atol(argv[1]) : 4096;
     long long iterations = argc > 2 ? atoll(argv[2]) : 1000;
     long long every = argc > 3 ? atoll(argv[3]) : 100;
+    long pause_us = argc > 4 ? atol(argv[4]) : 0;
     if (cells < 3 || cells > (ZORILLA_MAX_CHECKPOINT - (long)sizeof(struct header)) / 8 ||
-        iterations < 0 || every < 1) {
-        fprintf(stderr, "usage: heat [CELLS 3..] [ITERATIONS >= 0] [EVERY >= 1]\n");
+        iterations < 0 || every < 1 || pause_us < 0 || pause_us > 1000000) {
+        fprintf(stderr, "usage: heat [CELLS 3..] [ITERATIONS >= 0] [EVERY >= 1] [PAUSE_US 0..1000000]\n");
         return 1;
     }
     int rank = zorilla_rank();
@@ -105,6 +110,8 @@ int main(int argc, char **argv)
         memcpy(grid, other, (size_t)cells * 8);
         h->iteration++;
         computed++;
+        if (pause_us > 0)
+            usleep((useconds_t)pause_us);
         if (checkpoints && h->iteration % (uint64_t)every == 0 &&
             h->iteration < (uint64_t)iterations) {
             int32_t copies = zorilla_checkpoint_save(state, (uint32_t)bytes);

@@ -13,7 +13,10 @@ use zorilla_overlay::PeerId;
 use crate::protocol::{JobPhase, JobRequest, LogChunk};
 use crate::store::FileRef;
 
+pub(crate) mod checkpoint;
 pub(crate) mod view;
+
+use checkpoint::{CheckpointReply, CheckpointRpc};
 
 /// Largest block of a file (or of output) sent in one rpc: well under the
 /// overlay's 1 MiB frame cap, large enough that a module of a few hundred
@@ -110,6 +113,9 @@ pub(crate) enum PeerRpc {
     /// The status page's remote view of one job (its id as the pages
     /// print it).
     StatusJob { job: String },
+    /// Checkpoints: blocks to and from holders, where a rank's latest is
+    /// (see [`checkpoint`]).
+    Checkpoint(CheckpointRpc),
 }
 
 /// What a [`PeerRpc::Barrier`] says. Every barrier call of a worker has a
@@ -152,6 +158,8 @@ pub(crate) enum PeerReply {
         uptime_ms: u64,
         running: BTreeMap<u64, Vec<u32>>,
     },
+    /// Answer to some [`PeerRpc::Checkpoint`]s.
+    Checkpoint(CheckpointReply),
     Error(String),
 }
 

@@ -204,6 +204,7 @@ impl Holder {
     }
 
     /// Bytes held in all.
+    #[cfg(test)]
     pub(crate) fn total_bytes(&self) -> u64 {
         self.total
     }
