@@ -26,8 +26,9 @@ use zorilla_overlay::PeerId;
 use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Checkpoint, CheckpointError, Checkpoints};
 
+use crate::config::{Config, DEFAULT_CHECKPOINT_STORE_MIB, MAX_CHECKPOINT_MIB};
 use crate::net::Net;
-use crate::store::checkpoints::{BlockHash, MAX_BLOCK_BYTES, MAX_BLOCKS, Manifest};
+use crate::store::checkpoints::{BlockHash, HolderLimits, MAX_BLOCK_BYTES, MAX_BLOCKS, Manifest};
 use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
 use crate::wire::{PeerReply, PeerRpc};
 
@@ -42,15 +43,48 @@ pub(crate) struct CheckpointSettings {
     pub(crate) limit: u64,
     /// On how many other nodes each is kept (1 to [`MAX_REPLICAS`]).
     pub(crate) replicas: usize,
+    /// What this node holds of other nodes' checkpoints.
+    pub(crate) holder: HolderLimits,
 }
 
 impl Default for CheckpointSettings {
-    /// 256 MiB, on 2 other nodes.
+    /// 256 MiB, on 2 other nodes; the holder's defaults.
     fn default() -> Self {
         CheckpointSettings {
             limit: zorilla_sandbox::MAX_CHECKPOINT_BYTES,
             replicas: zorilla_core::checkpoint::DEFAULT_REPLICAS,
+            holder: HolderLimits::default(),
         }
+    }
+}
+
+impl CheckpointSettings {
+    /// The settings `config` names, each checked against its bounds.
+    pub(crate) fn from_config(config: &Config) -> anyhow::Result<CheckpointSettings> {
+        let mut settings = CheckpointSettings::default();
+        if let Some(mib) = config.checkpoint_max_mib {
+            if !(1..=MAX_CHECKPOINT_MIB).contains(&mib) {
+                anyhow::bail!(
+                    "checkpoint_max_mib: {mib} is not between 1 and {MAX_CHECKPOINT_MIB}"
+                );
+            }
+            settings.limit = mib << 20;
+        }
+        if let Some(n) = config.checkpoint_replicas {
+            if !(1..=MAX_REPLICAS).contains(&n) {
+                anyhow::bail!("checkpoint_replicas: {n} is not between 1 and {MAX_REPLICAS}");
+            }
+            settings.replicas = n;
+        }
+        let store_mib = config
+            .checkpoint_store_mib
+            .unwrap_or(DEFAULT_CHECKPOINT_STORE_MIB);
+        // A larger store than a disk holds is the disk's problem, but the
+        // arithmetic stays in range.
+        let store_bytes = store_mib.min(u64::MAX >> 21) << 20;
+        settings.holder.total_bytes = store_bytes;
+        settings.holder.per_peer_bytes = store_bytes / 2;
+        Ok(settings)
     }
 }
 
@@ -116,6 +150,7 @@ impl NetCheckpoints {
     }
 
     async fn save_now(&self, data: Vec<u8>) -> Result<u32, CheckpointError> {
+        let started = std::time::Instant::now();
         let size = data.len() as u64;
         if size > self.settings.limit {
             return Err(CheckpointError::TooLarge {
@@ -209,6 +244,16 @@ impl NetCheckpoints {
             .call_ok(self.home, stored)
             .await
             .map_err(|e| store_error(format!("the job's home was not told: {e}")))?;
+        tracing::info!(
+            job = %zorilla_core::advert::JobId(self.job),
+            rank = self.rank,
+            seq,
+            bytes = size,
+            copies,
+            sent_bytes = size.saturating_mul(u64::from(copies)),
+            ms = started.elapsed().as_millis() as u64,
+            "checkpoint stored"
+        );
         Ok(copies)
     }
 
@@ -260,6 +305,7 @@ impl NetCheckpoints {
     }
 
     async fn load_now(&self) -> Result<Checkpoint, CheckpointError> {
+        let started = std::time::Instant::now();
         let (job, rank) = (self.job, self.rank);
         let ask = PeerRpc::Checkpoint(CheckpointRpc::Where { job, rank });
         let located = match self.net.call_ok(self.home, ask).await {
@@ -285,6 +331,7 @@ impl NetCheckpoints {
                         seq = checkpoint.seq,
                         bytes = checkpoint.data.len(),
                         from = %holder,
+                        ms = started.elapsed().as_millis() as u64,
                         "checkpoint loaded"
                     );
                     return Ok(checkpoint);

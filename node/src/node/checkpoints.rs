@@ -9,7 +9,7 @@ use zorilla_core::checkpoint::{CheckpointIndex, Latest};
 
 use super::*;
 use crate::checkpoint::{CheckpointSettings, Neighbours, NetCheckpoints};
-use crate::store::checkpoints::{Holder, HolderError, HolderLimits};
+use crate::store::checkpoints::{Holder, HolderError};
 use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
 
 /// How often the holder deletes ranks nobody wrote for too long.
@@ -31,7 +31,7 @@ pub(super) struct CheckpointState {
 impl CheckpointState {
     /// Opens the holder's database in `dir`.
     pub(super) fn open(dir: &Path, settings: CheckpointSettings) -> CheckpointState {
-        let holder = Holder::open(&dir.join("checkpoints.redb"), HolderLimits::default())
+        let holder = Holder::open(&dir.join("checkpoints.redb"), settings.holder)
             .map(|h| Arc::new(Mutex::new(h)))
             .map_err(|e| {
                 tracing::error!("cannot open the checkpoint holder's database: {e}");
@@ -194,12 +194,12 @@ impl Node {
             return PeerReply::Error(format!("job {} is not under way here", JobId(job)));
         };
         let sender = from.to_string();
-        if !record.ranks.get(&rank).is_some_and(|r| r.node == sender) {
+        if record.ranks.get(&rank).is_none_or(|r| r.node != sender) {
             return PeerReply::Error(format!("rank {rank} does not run on the sender"));
         }
         let (seq, holders) = (latest.seq, latest.holders.len());
         if self.checkpoints.index.record(job, rank, latest) {
-            tracing::debug!(job = %JobId(job), rank, seq, holders, "checkpoint stored");
+            tracing::debug!(job = %JobId(job), rank, seq, holders, "checkpoint recorded");
         }
         PeerReply::Ack
     }

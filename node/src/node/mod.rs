@@ -222,6 +222,8 @@ pub(crate) struct Parts {
     pub(crate) dir: PathBuf,
     /// Finished home jobs kept in memory (`Config::finished_in_memory`).
     pub(crate) finished_in_memory: usize,
+    /// How workers' checkpoints are kept (`Config::checkpoint_max_mib`...).
+    pub(crate) checkpoints: crate::checkpoint::CheckpointSettings,
     pub(crate) activity: watch::Sender<u64>,
     pub(crate) status: Publisher,
 }
@@ -242,12 +244,13 @@ impl Node {
             sandbox,
             dir,
             finished_in_memory,
+            checkpoints,
             activity,
             status,
         } = parts;
         let me = overlay.local_peer_id();
         let (local_tx, mut local_rx) = mpsc::channel::<LocalCall>(1024);
-        let checkpoints = checkpoints::CheckpointState::open(&dir, Default::default());
+        let checkpoints = checkpoints::CheckpointState::open(&dir, checkpoints);
         let mut node = Node {
             me,
             epoch: Instant::now(),
