@@ -13,7 +13,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{grid, wait_completed, wasm};
+use common::{grid, wait_completed, wait_for_neighbours, wasm};
 use zorilla_node::protocol::JobRequest;
 
 fn short() -> bool {
@@ -41,6 +41,8 @@ fn field(line: &str, key: &str) -> u64 {
 async fn main() {
     let sizes_mib: &[u64] = if short() { &[1] } else { &[1, 16, 256] };
     let grid = grid(3, 1);
+    // Every node knows both others: each checkpoint goes to two holders.
+    wait_for_neighbours(&grid.nodes, 2, Duration::from_secs(60)).await;
     let mut client = grid.nodes[0].client().await;
     println!("checkpoint: size_mib copies sent_mib save_ms MB/s");
     for &mib in sizes_mib {

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{grid, stderr_of, stdout_of, wait_completed, wait_for, wasm};
+use common::{grid, stderr_of, stdout_of, wait_completed, wait_for, wait_for_neighbours, wasm};
 use zorilla_core::advert::Strategy;
 use zorilla_core::node::LostPolicy;
 use zorilla_node::protocol::JobRequest;
@@ -57,6 +57,9 @@ fn last_value(stdout: &str, rank: u32, key: &str) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_rank_resumes_the_stencil_from_its_checkpoint() {
     let mut grid = grid(4, 1);
+    // Every node knows the three others: each checkpoint goes to two
+    // nodes besides its worker's.
+    wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(60)).await;
     let mut client = grid.nodes[0].client().await;
     let request = JobRequest {
         min_workers: 2,
