@@ -360,3 +360,40 @@ impl Checkpoints for NetCheckpoints {
         Box::pin(self.load_now())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_checked_against_their_bounds() {
+        let config = |max, replicas, store| Config {
+            checkpoint_max_mib: max,
+            checkpoint_replicas: replicas,
+            checkpoint_store_mib: store,
+            ..Config::default()
+        };
+        let default = CheckpointSettings::from_config(&config(None, None, None)).unwrap();
+        assert_eq!(default.limit, 256 << 20);
+        assert_eq!(default.replicas, 2);
+        assert_eq!(default.holder.total_bytes, 2048 << 20);
+        assert_eq!(default.holder.per_peer_bytes, 1024 << 20);
+        let set = CheckpointSettings::from_config(&config(Some(16), Some(3), Some(0))).unwrap();
+        assert_eq!(
+            (set.limit, set.replicas, set.holder.total_bytes),
+            (16 << 20, 3, 0)
+        );
+        for (max, replicas, why) in [
+            (Some(0), None, "checkpoint_max_mib: 0"),
+            (Some(257), None, "checkpoint_max_mib: 257"),
+            (None, Some(0), "checkpoint_replicas: 0"),
+            (None, Some(MAX_REPLICAS + 1), "checkpoint_replicas: 9"),
+        ] {
+            let e = CheckpointSettings::from_config(&config(max, replicas, None)).unwrap_err();
+            assert!(e.to_string().starts_with(why), "{e}");
+        }
+        // A huge store stays in range.
+        let huge = CheckpointSettings::from_config(&config(None, None, Some(u64::MAX))).unwrap();
+        assert!(huge.holder.total_bytes > 0);
+    }
+}

@@ -167,14 +167,24 @@ impl Node {
                 size,
                 holders,
             } => self.checkpoint_stored(from, job, rank, Latest { seq, size, holders }),
+            // Told only to the node the rank is placed on: its fresh
+            // worker is the one that loads it.
             CheckpointRpc::Where { job, rank } => match self.jobs.get(&job) {
-                Some(_) => PeerReply::Checkpoint(CheckpointReply::At(
-                    self.checkpoints.index.latest(job, rank).map(|l| Located {
-                        seq: l.seq,
-                        size: l.size,
-                        holders: l.holders.clone(),
-                    }),
-                )),
+                Some(record)
+                    if record
+                        .ranks
+                        .get(&rank)
+                        .is_some_and(|r| r.node == from.to_string()) =>
+                {
+                    PeerReply::Checkpoint(CheckpointReply::At(
+                        self.checkpoints.index.latest(job, rank).map(|l| Located {
+                            seq: l.seq,
+                            size: l.size,
+                            holders: l.holders.clone(),
+                        }),
+                    ))
+                }
+                Some(_) => PeerReply::Error(format!("rank {rank} is not placed on the sender")),
                 None => PeerReply::Error(format!("job {} is not under way here", JobId(job))),
             },
         };
