@@ -233,6 +233,7 @@ impl NetCheckpoints {
             )));
         }
         let copies = holders.len() as u32;
+        let holder_ids: Vec<String> = holders.iter().map(PeerId::to_string).collect();
         let stored = PeerRpc::Checkpoint(CheckpointRpc::Stored {
             job: self.job,
             rank: self.rank,
@@ -251,6 +252,7 @@ impl NetCheckpoints {
             bytes = size,
             copies,
             sent_bytes = size.saturating_mul(u64::from(copies)),
+            holders = %holder_ids.join(","),
             ms = started.elapsed().as_millis() as u64,
             "checkpoint stored"
         );

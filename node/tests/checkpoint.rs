@@ -3,7 +3,8 @@
 //! steps (stored as blocks on other nodes, the home told where); its node
 //! is killed (-9); the fresh worker that replaces the rank on another node
 //! loads the latest checkpoint and computes only the steps after it, and
-//! the result is exactly that of an uninterrupted run. When the job ends,
+//! the result is exactly that of an uninterrupted run, also when one of
+//! the checkpoint's two holders is killed with it. When the job ends,
 //! its home tells the holders to drop its checkpoints. Every wait has a
 //! deadline.
 
@@ -54,8 +55,42 @@ fn last_value(stdout: &str, rank: u32, key: &str) -> Option<u64> {
         .next_back()
 }
 
+/// The holders the node in `dir` last logged for a checkpoint of `rank` of
+/// `job`.
+fn holders_logged(dir: &std::path::Path, job: u64, rank: u32) -> Vec<String> {
+    let id = format!("{job:016x}");
+    let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+    let line = log
+        .lines()
+        .filter(|l| {
+            l.contains("checkpoint stored")
+                && l.contains(&id)
+                && l.contains(&format!("rank={rank} "))
+        })
+        .next_back()
+        .unwrap_or_else(|| panic!("no checkpoint of rank {rank} logged in {}", dir.display()));
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("holders="))
+        .unwrap_or_else(|| panic!("no holders in {line}"))
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_rank_resumes_the_stencil_from_its_checkpoint() {
+    resume_after_a_kill(false).await;
+}
+
+/// The worker's node and one of the two holders of its checkpoint (not the
+/// home) are killed together: the fresh worker loads the checkpoint from
+/// the other holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_survives_the_loss_of_one_of_its_holders() {
+    resume_after_a_kill(true).await;
+}
+
+async fn resume_after_a_kill(and_a_holder: bool) {
     let mut grid = grid(4, 1);
     // Every node knows the three others: each checkpoint goes to two
     // nodes besides its worker's.
@@ -107,6 +142,20 @@ async fn a_replaced_rank_resumes_the_stencil_from_its_checkpoint() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     grid.nodes[victim].kill();
+    let mut killed = vec![victim];
+    if and_a_holder {
+        let holders = holders_logged(&grid.nodes[victim].dir, job, rank);
+        assert_eq!(holders.len(), 2, "{holders:?}");
+        // The first the fresh worker's node asks, unless it is the home
+        // (then the other, which stays one holder short all the same).
+        let index = |peer: &String| grid.nodes.iter().position(|n| &n.peer == peer).unwrap();
+        let holder = match index(&holders[0]) {
+            0 => index(&holders[1]),
+            first => first,
+        };
+        grid.nodes[holder].kill();
+        killed.push(holder);
+    }
 
     let status = wait_completed(&mut client, job, Duration::from_secs(180)).await;
     let logs = client.logs(job).await.unwrap();
@@ -158,7 +207,7 @@ async fn a_replaced_rank_resumes_the_stencil_from_its_checkpoint() {
     let id = format!("{job:016x}");
     loop {
         let dropped = grid.nodes.iter().enumerate().any(|(i, n)| {
-            i != victim
+            !killed.contains(&i)
                 && std::fs::read_to_string(n.dir.join("node.log"))
                     .unwrap_or_default()
                     .lines()
