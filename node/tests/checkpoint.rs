@@ -62,12 +62,11 @@ fn holders_logged(dir: &std::path::Path, job: u64, rank: u32) -> Vec<String> {
     let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
     let line = log
         .lines()
-        .filter(|l| {
+        .rfind(|l| {
             l.contains("checkpoint stored")
                 && l.contains(&id)
                 && l.contains(&format!("rank={rank} "))
         })
-        .next_back()
         .unwrap_or_else(|| panic!("no checkpoint of rank {rank} logged in {}", dir.display()));
     line.split_whitespace()
         .find_map(|w| w.strip_prefix("holders="))
