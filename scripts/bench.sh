@@ -60,6 +60,7 @@ run_bench zorilla-node start64
 run_bench zorilla-node store
 run_bench zorilla-node mpi
 run_bench zorilla-node pingpong
+run_bench zorilla-node checkpoint
 
 "${CARGO_TARGET_DIR:-target}/$sim_target/bench-report" --logs "$logs" --markdown "$markdown" \
     --svg-dir "$svg_dir" --kind "$kind"

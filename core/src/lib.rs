@@ -28,6 +28,8 @@
 //!   between the ranks of a job (sequencing, acks, credit).
 //! - [`replica`]: a job's replicated state: the primary's numbered log,
 //!   its copies, the lease and the deterministic choice of a successor.
+//! - [`checkpoint`]: which nodes hold a rank's checkpoint, and the home's
+//!   index of each rank's latest one.
 //! - [`node`]: the per-node state machine that ties the above together, both
 //!   as the home of jobs and as a candidate worker node.
 //!
@@ -38,6 +40,7 @@
 pub mod advert;
 pub mod allocation;
 pub mod channel;
+pub mod checkpoint;
 pub mod flood;
 pub mod limits;
 pub mod liveness;

@@ -57,6 +57,17 @@ extern "C" {
 /* zorilla_recv() was interrupted because the job's membership changed and the
  * worker asked to be told (see zorilla_watch_membership()). */
 #define ZORILLA_EMEMBERSHIP (-6)
+/* No checkpoint was saved for this rank (zorilla_checkpoint_size/_load). */
+#define ZORILLA_ENOCHECKPOINT (-7)
+/* The node gives this worker no checkpoint store (a local run). */
+#define ZORILLA_ENOTSUP (-8)
+/* The node could not keep or give back the checkpoint (no holder could be
+ * reached, or one refused); the node's log says why. */
+#define ZORILLA_ECHECKPOINT (-9)
+
+/* The largest checkpoint any node takes: 256 MiB. A node may set a smaller
+ * limit (its `checkpoint_max_mib`); a larger checkpoint gets ZORILLA_ETOOBIG. */
+#define ZORILLA_MAX_CHECKPOINT (256 * 1024 * 1024)
 
 /* The largest message the sandbox accepts: 64 MiB. A larger one gets
  * ZORILLA_ETOOBIG at once. */
@@ -124,6 +135,32 @@ ZORILLA_IMPORT("membership_next") int32_t zorilla_membership_next(struct zorilla
  * as soon as a membership change is waiting (read it with
  * zorilla_membership_next()). Off by default. Returns the previous setting. */
 ZORILLA_IMPORT("watch_membership") int32_t zorilla_watch_membership(int32_t enable);
+
+/*
+ * Checkpoints. A worker hands the node its state as bytes; the node keeps
+ * the latest complete checkpoint of each rank on other machines of the grid
+ * (two by default), so that when this worker is lost, the fresh worker that
+ * replaces its rank can load it and carry on instead of starting over. A
+ * checkpoint is replaced as a whole: a save that fails leaves the previous
+ * one. Checkpoints of a job are dropped when the job ends.
+ */
+
+/* Keeps `len` bytes at `data` as this rank's latest checkpoint, waiting
+ * until they are stored. Returns on how many machines the checkpoint is
+ * kept (>= 1; fewer than asked when the grid has fewer other nodes), or
+ * ZORILLA_ETOOBIG, ZORILLA_EFAULT, ZORILLA_ENOTSUP, ZORILLA_ECHECKPOINT. */
+ZORILLA_IMPORT("checkpoint_save") int32_t zorilla_checkpoint_save(const void *data, uint32_t len);
+
+/* The size in bytes of this rank's latest checkpoint (fetching it), or
+ * ZORILLA_ENOCHECKPOINT if there is none (a first start), ZORILLA_ENOTSUP,
+ * ZORILLA_ECHECKPOINT. */
+ZORILLA_IMPORT("checkpoint_size") int32_t zorilla_checkpoint_size(void);
+
+/* Copies this rank's latest checkpoint into `buf` if it fits in `cap`
+ * bytes, and returns its size (if that is larger than `cap`, nothing was
+ * copied: call again with a larger buffer). Errors as zorilla_checkpoint_size,
+ * and ZORILLA_EFAULT. */
+ZORILLA_IMPORT("checkpoint_load") int32_t zorilla_checkpoint_load(void *buf, uint32_t cap);
 
 #ifdef __cplusplus
 }

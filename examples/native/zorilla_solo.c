@@ -60,6 +60,21 @@ int32_t zorilla_watch_membership(int32_t enable) {
     return ZORILLA_OK;
 }
 
+/* A job of one on one machine keeps no checkpoints. */
+int32_t zorilla_checkpoint_save(const void *data, uint32_t len) {
+    (void)data;
+    (void)len;
+    return ZORILLA_ENOTSUP;
+}
+
+int32_t zorilla_checkpoint_size(void) { return ZORILLA_ENOTSUP; }
+
+int32_t zorilla_checkpoint_load(void *buf, uint32_t cap) {
+    (void)buf;
+    (void)cap;
+    return ZORILLA_ENOTSUP;
+}
+
 __attribute__((destructor)) static void report_cpu_time(void) {
     if (!getenv("ZORILLA_SOLO_CPU_TIME")) return;
     struct timespec ts;

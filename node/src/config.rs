@@ -25,6 +25,9 @@
 //! max_clients = 128                  # client connections at once
 //! finished_in_memory = 500           # newest finished home jobs kept in memory
 //! store_cache_kib = 4096             # the database's page cache
+//! checkpoint_max_mib = 256           # largest checkpoint of a worker here
+//! checkpoint_replicas = 2            # other nodes that keep each checkpoint
+//! checkpoint_store_mib = 2048        # checkpoints kept here for other nodes
 //! ```
 
 use std::net::SocketAddr;
@@ -56,6 +59,11 @@ pub const MIN_FINISHED_IN_MEMORY: usize = 16;
 /// The most finished home jobs kept in memory (about 2 KiB each, with the
 /// scheduler's report of each).
 pub const MAX_FINISHED_IN_MEMORY: usize = 100_000;
+/// The largest checkpoint of a worker, MiB (see
+/// [`Config::checkpoint_max_mib`]): the default and the most.
+pub const MAX_CHECKPOINT_MIB: u64 = zorilla_sandbox::MAX_CHECKPOINT_BYTES >> 20;
+/// Default of [`Config::checkpoint_store_mib`].
+pub const DEFAULT_CHECKPOINT_STORE_MIB: u64 = 2048;
 /// The largest page cache of the database, KiB (1 GiB).
 pub const MAX_STORE_CACHE_KIB: u64 = 1024 * 1024;
 /// Fraction of the detected memory offered when `memory_mib` is not set.
@@ -171,6 +179,17 @@ pub struct Config {
     /// in memory, until it is full. Default 4096 (4 MiB); at most
     /// [`MAX_STORE_CACHE_KIB`].
     pub store_cache_kib: Option<u64>,
+    /// The largest checkpoint a worker on this node may save, MiB: 1 to
+    /// [`MAX_CHECKPOINT_MIB`] (the default).
+    pub checkpoint_max_mib: Option<u64>,
+    /// On how many other nodes a worker's checkpoint is kept: 1 to
+    /// [`zorilla_core::checkpoint::MAX_REPLICAS`]; default
+    /// [`zorilla_core::checkpoint::DEFAULT_REPLICAS`].
+    pub checkpoint_replicas: Option<usize>,
+    /// How much of other nodes' checkpoints this node keeps, MiB (half of
+    /// it at most for the workers of one node); default
+    /// [`DEFAULT_CHECKPOINT_STORE_MIB`]; 0 keeps none.
+    pub checkpoint_store_mib: Option<u64>,
 }
 
 /// Why the configuration could not be used.
@@ -242,7 +261,10 @@ impl Config {
             token,
             max_clients,
             finished_in_memory,
-            store_cache_kib
+            store_cache_kib,
+            checkpoint_max_mib,
+            checkpoint_replicas,
+            checkpoint_store_mib
         );
         self
     }

@@ -52,6 +52,9 @@ pub struct Daemon {
     pub finished_in_memory: usize,
     /// The database's page cache, bytes (see [`Config::store_cache_kib`]).
     pub store_cache_bytes: usize,
+    /// How workers' checkpoints are kept, and how many of other nodes'
+    /// this node holds (see [`Config::checkpoint_max_mib`] and after).
+    pub(crate) checkpoints: crate::checkpoint::CheckpointSettings,
 }
 
 /// The owner's caps on how long one worker may run; a job's own limits are
@@ -116,6 +119,7 @@ impl Daemon {
             ),
             Some(kib) => (kib * 1024) as usize,
         };
+        let checkpoints = crate::checkpoint::CheckpointSettings::from_config(config)?;
         let scheduler = SchedulerConfig {
             resources,
             limits: OwnerLimits {
@@ -212,6 +216,7 @@ impl Daemon {
             worker_time: WorkerTimeCaps::from_config(config),
             finished_in_memory,
             store_cache_bytes,
+            checkpoints,
         })
     }
 }
@@ -382,6 +387,7 @@ pub async fn run(
         sandbox,
         dir: daemon.state_dir,
         finished_in_memory: daemon.finished_in_memory,
+        checkpoints: daemon.checkpoints,
         activity,
         status: Publisher::new(status),
     };

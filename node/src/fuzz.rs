@@ -21,7 +21,9 @@ use crate::protocol::{
     NodeInfo, OutputData, OutputEntry, OutputPage, PeerEntry, Pending, RankStatus, Request,
     Response, Welcome,
 };
+use crate::store::checkpoints::Manifest;
 use crate::store::{self, FileRef, JobRecord};
+use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
 use crate::wire::{self, BarrierMsg, JobInfo, PeerReply, PeerRpc, Placed, view};
 
 /// A decoder of outside bytes.
@@ -493,7 +495,7 @@ fn job_record(g: &mut Gen) -> JobRecord {
 
 fn peer_rpc(g: &mut Gen) -> PeerRpc {
     let job = g.int();
-    match g.below(13) {
+    match g.below(14) {
         0 => PeerRpc::Sched(message(g)),
         1 => PeerRpc::GetJob { job },
         2 => PeerRpc::GetBlock {
@@ -540,7 +542,57 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
         9 => PeerRpc::Ping,
         10 => PeerRpc::Status,
         11 => PeerRpc::StatusJob { job: g.string() },
+        12 => PeerRpc::Checkpoint(checkpoint_rpc(g)),
         _ => PeerRpc::Sched(Message::Advert(advert(g))),
+    }
+}
+
+fn block_hash(g: &mut Gen) -> [u8; 32] {
+    let mut hash = [0u8; 32];
+    for chunk in hash.chunks_mut(8) {
+        chunk.copy_from_slice(&g.u64().to_le_bytes());
+    }
+    hash
+}
+
+fn manifest(g: &mut Gen) -> Manifest {
+    Manifest {
+        seq: g.int(),
+        size: g.int(),
+        blocks: g.vec(block_hash),
+    }
+}
+
+fn checkpoint_rpc(g: &mut Gen) -> CheckpointRpc {
+    let (job, rank) = (g.int(), g.u32());
+    match g.below(7) {
+        0 => CheckpointRpc::Put {
+            job,
+            home: peer(g),
+            rank,
+            seq: g.int(),
+            data: g.bytes(),
+        },
+        1 => CheckpointRpc::Commit {
+            job,
+            rank,
+            manifest: manifest(g),
+        },
+        2 => CheckpointRpc::Stored {
+            job,
+            rank,
+            seq: g.int(),
+            size: g.int(),
+            holders: g.vec(peer),
+        },
+        3 => CheckpointRpc::Where { job, rank },
+        4 => CheckpointRpc::Manifest { job, rank },
+        5 => CheckpointRpc::Get {
+            job,
+            rank,
+            hash: block_hash(g),
+        },
+        _ => CheckpointRpc::Drop { job },
     }
 }
 
@@ -616,8 +668,16 @@ fn snapshot(g: &mut Gen) -> view::Snapshot {
 }
 
 fn peer_reply(g: &mut Gen) -> PeerReply {
-    match g.below(7) {
+    match g.below(8) {
         0 => PeerReply::Ack,
+        6 => PeerReply::Checkpoint(match g.below(2) {
+            0 => CheckpointReply::At(g.option(|g| Located {
+                seq: g.int(),
+                size: g.int(),
+                holders: g.vec(peer),
+            })),
+            _ => CheckpointReply::Manifest(g.option(manifest)),
+        }),
         5 => PeerReply::Granted { boot: g.int() },
         1 => PeerReply::Job(Box::new(job_info(g))),
         2 => PeerReply::Block(g.bytes()),

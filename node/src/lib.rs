@@ -17,6 +17,7 @@
 //!   listener), `status` (what the status page of `zorilla-webui` shows,
 //!   published by the event loop, and the remote views).
 
+mod checkpoint;
 pub mod client;
 pub mod config;
 mod daemon;

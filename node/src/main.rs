@@ -86,6 +86,15 @@ struct Cli {
     /// The database's page cache, KiB.
     #[arg(long, env = "ZORILLA_STORE_CACHE_KIB")]
     store_cache_kib: Option<u64>,
+    /// The largest checkpoint of a worker here, MiB (1 to 256).
+    #[arg(long, env = "ZORILLA_CHECKPOINT_MAX_MIB")]
+    checkpoint_max_mib: Option<u64>,
+    /// On how many other nodes a worker's checkpoint is kept (1 to 8).
+    #[arg(long, env = "ZORILLA_CHECKPOINT_REPLICAS")]
+    checkpoint_replicas: Option<usize>,
+    /// Other nodes' checkpoints kept here, MiB.
+    #[arg(long, env = "ZORILLA_CHECKPOINT_STORE_MIB")]
+    checkpoint_store_mib: Option<u64>,
     /// Log filter (tracing's env-filter syntax); RUST_LOG wins if set.
     #[arg(long, env = "ZORILLA_LOG", default_value = "info")]
     log: String,
@@ -117,6 +126,9 @@ impl Cli {
             max_clients: self.max_clients,
             finished_in_memory: self.finished_in_memory,
             store_cache_kib: self.store_cache_kib,
+            checkpoint_max_mib: self.checkpoint_max_mib,
+            checkpoint_replicas: self.checkpoint_replicas,
+            checkpoint_store_mib: self.checkpoint_store_mib,
         }
     }
 }

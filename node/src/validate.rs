@@ -14,6 +14,7 @@ use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
 use zorilla_core::node::{SpecError, WorkerEnd};
 
 use crate::protocol::{JobRequest, MAX_OUTPUT_BLOCK_BYTES, NamedFile, Request};
+use crate::wire::checkpoint::CheckpointRpc;
 use crate::wire::view::{self, MAX_TEXT_BYTES};
 use crate::wire::{BLOCK_BYTES, JobInfo, MAX_ASKED_JOBS, PeerRpc};
 
@@ -313,6 +314,53 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
         PeerRpc::StatusJob { job } => {
             limits::at_most("job name length in bytes", job.len(), MAX_JOB_NAME_BYTES)?;
         }
+        PeerRpc::Checkpoint(rpc) => checkpoint_rpc(rpc)?,
+    }
+    Ok(())
+}
+
+/// Checks a request about checkpoints: ranks of a job, blocks, manifests
+/// and holder lists within [`crate::store::checkpoints`]' maxima.
+fn checkpoint_rpc(rpc: &CheckpointRpc) -> Result<(), Invalid> {
+    use crate::store::checkpoints::{MAX_BLOCK_BYTES, MAX_BLOCKS, MAX_CHECKPOINT_BYTES};
+    match rpc {
+        CheckpointRpc::Put { rank: r, data, .. } => {
+            rank("checkpoint rank", *r)?;
+            limits::at_most(
+                "checkpoint block size in bytes",
+                data.len(),
+                MAX_BLOCK_BYTES,
+            )?;
+        }
+        CheckpointRpc::Commit {
+            rank: r, manifest, ..
+        } => {
+            rank("checkpoint rank", *r)?;
+            limits::at_most("checkpoint blocks", manifest.blocks.len(), MAX_BLOCKS)?;
+            limits::at_most(
+                "checkpoint size in bytes",
+                manifest.size,
+                MAX_CHECKPOINT_BYTES,
+            )?;
+        }
+        CheckpointRpc::Stored {
+            rank: r,
+            size,
+            holders,
+            ..
+        } => {
+            rank("checkpoint rank", *r)?;
+            limits::at_most("checkpoint size in bytes", *size, MAX_CHECKPOINT_BYTES)?;
+            limits::at_most(
+                "checkpoint holders",
+                holders.len(),
+                zorilla_core::checkpoint::MAX_REPLICAS,
+            )?;
+        }
+        CheckpointRpc::Where { rank: r, .. }
+        | CheckpointRpc::Manifest { rank: r, .. }
+        | CheckpointRpc::Get { rank: r, .. } => rank("checkpoint rank", *r)?,
+        CheckpointRpc::Drop { .. } => {}
     }
     Ok(())
 }

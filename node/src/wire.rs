@@ -13,7 +13,10 @@ use zorilla_overlay::PeerId;
 use crate::protocol::{JobPhase, JobRequest, LogChunk};
 use crate::store::FileRef;
 
+pub(crate) mod checkpoint;
 pub(crate) mod view;
+
+use checkpoint::{CheckpointReply, CheckpointRpc};
 
 /// Largest block of a file (or of output) sent in one rpc: well under the
 /// overlay's 1 MiB frame cap, large enough that a module of a few hundred
@@ -110,6 +113,9 @@ pub(crate) enum PeerRpc {
     /// The status page's remote view of one job (its id as the pages
     /// print it).
     StatusJob { job: String },
+    /// Checkpoints: blocks to and from holders, where a rank's latest is
+    /// (see [`checkpoint`]).
+    Checkpoint(CheckpointRpc),
 }
 
 /// What a [`PeerRpc::Barrier`] says. Every barrier call of a worker has a
@@ -152,6 +158,8 @@ pub(crate) enum PeerReply {
         uptime_ms: u64,
         running: BTreeMap<u64, Vec<u32>>,
     },
+    /// Answer to some [`PeerRpc::Checkpoint`]s.
+    Checkpoint(CheckpointReply),
     Error(String),
 }
 
@@ -275,7 +283,36 @@ mod tests {
             incarnation: u32::MAX,
             end: WorkerEnd::Failed("x".repeat(validate::MAX_OUTCOME_BYTES)),
         };
-        for rpc in [push, grant, ended] {
+        use crate::store::checkpoints::{
+            MAX_BLOCK_BYTES, MAX_BLOCKS, MAX_CHECKPOINT_BYTES, Manifest,
+        };
+        let put = PeerRpc::Checkpoint(CheckpointRpc::Put {
+            job: u64::MAX,
+            home: PeerId::random(),
+            rank: limits::MAX_WORKERS - 1,
+            seq: u64::MAX,
+            data: vec![0xff; MAX_BLOCK_BYTES],
+        });
+        let manifest = Manifest {
+            seq: u64::MAX,
+            size: MAX_CHECKPOINT_BYTES,
+            blocks: vec![[0xff; 32]; MAX_BLOCKS],
+        };
+        let commit = PeerRpc::Checkpoint(CheckpointRpc::Commit {
+            job: u64::MAX,
+            rank: limits::MAX_WORKERS - 1,
+            manifest: manifest.clone(),
+        });
+        let stored = PeerRpc::Checkpoint(CheckpointRpc::Stored {
+            job: u64::MAX,
+            rank: limits::MAX_WORKERS - 1,
+            seq: u64::MAX,
+            size: MAX_CHECKPOINT_BYTES,
+            holders: vec![PeerId::random(); zorilla_core::checkpoint::MAX_REPLICAS],
+        });
+        let answer = PeerReply::Checkpoint(CheckpointReply::Manifest(Some(manifest)));
+        assert!(encode(&answer).len() < ROOM);
+        for rpc in [push, grant, ended, put, commit, stored] {
             assert_eq!(validate::peer_rpc(&rpc), Ok(()), "{rpc:?}");
             let bytes = encode(&rpc).len();
             assert!(bytes < ROOM, "{bytes} bytes");
@@ -356,5 +393,37 @@ mod tests {
             },
         };
         assert!(refused(log).contains("log chunk size"));
+        let put = PeerRpc::Checkpoint(CheckpointRpc::Put {
+            job: 1,
+            home: PeerId::random(),
+            rank: 0,
+            seq: 1,
+            data: vec![0; BLOCK_BYTES + 1],
+        });
+        assert!(refused(put).contains("checkpoint block size"));
+        let commit = PeerRpc::Checkpoint(CheckpointRpc::Commit {
+            job: 1,
+            rank: 0,
+            manifest: crate::store::checkpoints::Manifest {
+                seq: 1,
+                size: u64::MAX,
+                blocks: vec![],
+            },
+        });
+        assert!(refused(commit).contains("checkpoint size"));
+        let stored = PeerRpc::Checkpoint(CheckpointRpc::Stored {
+            job: 1,
+            rank: 0,
+            seq: 1,
+            size: 1,
+            holders: vec![PeerId::random(); zorilla_core::checkpoint::MAX_REPLICAS + 1],
+        });
+        assert!(refused(stored).contains("checkpoint holders"));
+        let get = PeerRpc::Checkpoint(CheckpointRpc::Get {
+            job: 1,
+            rank: u32::MAX,
+            hash: [0; 32],
+        });
+        assert!(refused(get).contains("checkpoint rank"));
     }
 }

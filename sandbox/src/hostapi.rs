@@ -13,6 +13,9 @@
 //! | `barrier` | `() -> i32` | wait for every worker |
 //! | `membership_next` | `(event_ptr: i32) -> i32` | take the oldest membership change: 1 and a 12-byte event, or 0 |
 //! | `watch_membership` | `(enable: i32) -> i32` | make blocking `recv` return `EMEMBERSHIP` on a change |
+//! | `checkpoint_save` | `(ptr: i32, len: i32) -> i32` | keep `len` bytes at `ptr` as the rank's latest checkpoint: on how many places it is kept (>= 1) |
+//! | `checkpoint_size` | `() -> i32` | size of the rank's latest checkpoint, or `ENOCHECKPOINT` |
+//! | `checkpoint_load` | `(ptr: i32, cap: i32) -> i32` | the latest checkpoint: its size, copied to `ptr` if it fits in `cap` |
 //!
 //! Pointers and lengths are unsigned 32-bit offsets into the guest's exported
 //! `memory`; every access is bounds-checked (`EFAULT`), never trusted.
@@ -21,10 +24,12 @@
 //! cancelled or stopped by its wall-clock limit.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::{Caller, Linker, Memory};
 
+use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints};
 use crate::transport::{
     Delivery, MAX_MESSAGE_BYTES, MembershipChange, Rank, Transport, TransportError,
 };
@@ -40,6 +45,9 @@ const EFAULT: i32 = -3;
 const ETOOBIG: i32 = -4;
 const ECLOSED: i32 = -5;
 const EMEMBERSHIP: i32 = -6;
+const ENOCHECKPOINT: i32 = -7;
+const ENOTSUP: i32 = -8;
+const ECHECKPOINT: i32 = -9;
 
 /// Unread membership changes kept per worker; older ones are dropped (a
 /// guest that never reads them must not make the host grow without bound).
@@ -56,6 +64,12 @@ pub(crate) struct HostNet {
     pending: Option<(Rank, Vec<u8>)>,
     membership: VecDeque<MembershipChange>,
     watch_membership: bool,
+    /// Where the worker's checkpoints go (`None`: the calls answer
+    /// `ENOTSUP`).
+    checkpoints: Option<Arc<dyn Checkpoints>>,
+    /// The checkpoint fetched by `checkpoint_size` (or by a `checkpoint_load`
+    /// into too small a buffer), kept for the load that follows.
+    loaded: Option<Checkpoint>,
 }
 
 /// What the host functions need of a store's data: the worker's
@@ -79,7 +93,29 @@ impl HostNet {
             pending: None,
             membership: VecDeque::new(),
             watch_membership: false,
+            checkpoints: None,
+            loaded: None,
         }
+    }
+
+    /// Gives the worker a checkpoint store.
+    pub(crate) fn with_checkpoints(mut self, checkpoints: Option<Arc<dyn Checkpoints>>) -> Self {
+        self.checkpoints = checkpoints;
+        self
+    }
+
+    /// The rank's latest checkpoint: the one fetched before, or a fresh
+    /// fetch.
+    async fn latest_checkpoint(&mut self) -> Result<Checkpoint, i32> {
+        if let Some(loaded) = &self.loaded {
+            return Ok(loaded.clone());
+        }
+        let Some(store) = self.checkpoints.clone() else {
+            return Err(ENOTSUP);
+        };
+        let checkpoint = store.load().await.map_err(checkpoint_status)?;
+        self.loaded = Some(checkpoint.clone());
+        Ok(checkpoint)
     }
 
     fn note_membership(&mut self, change: MembershipChange) {
@@ -145,6 +181,24 @@ fn poll_once<F: std::future::Future>(future: F) -> Option<F::Output> {
         std::task::Poll::Ready(output) => Some(output),
         std::task::Poll::Pending => None,
     }
+}
+
+fn checkpoint_status(error: CheckpointError) -> i32 {
+    match error {
+        CheckpointError::TooLarge { .. } => ETOOBIG,
+        CheckpointError::None => ENOCHECKPOINT,
+        CheckpointError::Unsupported => ENOTSUP,
+        CheckpointError::Store(e) => {
+            tracing::warn!("checkpoint: {e}");
+            ECHECKPOINT
+        }
+    }
+}
+
+/// A checkpoint's size as the guest sees it (at most
+/// [`crate::checkpoint::MAX_CHECKPOINT_BYTES`], so it fits).
+fn checkpoint_len(checkpoint: &Checkpoint) -> i32 {
+    i32::try_from(checkpoint.data.len()).unwrap_or(i32::MAX)
 }
 
 fn memory<T>(caller: &mut Caller<'_, T>) -> Option<Memory> {
@@ -319,6 +373,78 @@ pub(crate) fn add_to_linker<T: HostApiState>(linker: &mut Linker<T>) -> wasmtime
             let previous = net.watch_membership;
             net.watch_membership = enable != 0;
             i32::from(previous)
+        },
+    )?;
+
+    linker.func_wrap_async(
+        MODULE,
+        "checkpoint_save",
+        |mut caller: Caller<'_, T>, (ptr, len): (i32, i32)| {
+            Box::new(async move {
+                let Some(store) = caller.data_mut().net().checkpoints.clone() else {
+                    return ENOTSUP;
+                };
+                let len = len as u32 as usize;
+                if len as u64 > store.limit() {
+                    return ETOOBIG;
+                }
+                let Some(mem) = memory(&mut caller) else {
+                    return EFAULT;
+                };
+                let Some(range) = guest_range(&caller, mem, ptr, len) else {
+                    return EFAULT;
+                };
+                let data = mem.data(&caller)[range].to_vec();
+                // What was fetched before is no longer the latest.
+                caller.data_mut().net().loaded = None;
+                match store.save(data).await {
+                    Ok(copies) => i32::try_from(copies.max(1)).unwrap_or(i32::MAX),
+                    Err(e) => checkpoint_status(e),
+                }
+            })
+        },
+    )?;
+
+    linker.func_wrap_async(
+        MODULE,
+        "checkpoint_size",
+        |mut caller: Caller<'_, T>, (): ()| {
+            Box::new(async move {
+                match caller.data_mut().net().latest_checkpoint().await {
+                    Ok(checkpoint) => checkpoint_len(&checkpoint),
+                    Err(code) => code,
+                }
+            })
+        },
+    )?;
+
+    linker.func_wrap_async(
+        MODULE,
+        "checkpoint_load",
+        |mut caller: Caller<'_, T>, (ptr, cap): (i32, i32)| {
+            Box::new(async move {
+                let cap = cap as u32 as usize;
+                let Some(mem) = memory(&mut caller) else {
+                    return EFAULT;
+                };
+                // Checked before the fetch; memory only grows, so the
+                // range stays valid across the wait.
+                let Some(buf) = guest_range(&caller, mem, ptr, cap) else {
+                    return EFAULT;
+                };
+                let checkpoint = match caller.data_mut().net().latest_checkpoint().await {
+                    Ok(checkpoint) => checkpoint,
+                    Err(code) => return code,
+                };
+                let len = checkpoint.data.len();
+                if len <= cap {
+                    mem.data_mut(&mut caller)[buf.start..buf.start + len]
+                        .copy_from_slice(&checkpoint.data);
+                    // Handed over: the host does not keep a second copy.
+                    caller.data_mut().net().loaded = None;
+                }
+                checkpoint_len(&checkpoint)
+            })
         },
     )?;
 

@@ -37,6 +37,7 @@
 //! `spawn_blocking` in async code.
 
 pub mod cache;
+pub mod checkpoint;
 mod diskquota;
 mod epoch;
 mod error;
@@ -61,6 +62,9 @@ use wasmtime::{
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 pub use cache::CacheStats;
+pub use checkpoint::{
+    Checkpoint, CheckpointError, Checkpoints, MAX_CHECKPOINT_BYTES, MemoryCheckpoints,
+};
 pub use diskquota::DISK_POLL;
 pub use error::SandboxError;
 pub use limits::Limits;
@@ -451,7 +455,7 @@ impl Sandbox {
                 memory_bytes: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
                 flag: flag.clone(),
             },
-            net: hostapi::HostNet::new(transport),
+            net: hostapi::HostNet::new(transport).with_checkpoints(spec.checkpoints.clone()),
             disk: diskquota::DiskQuota::new(
                 spec.job_dir.as_ref().map(|d| d.join("outputs")),
                 limits.disk_bytes,

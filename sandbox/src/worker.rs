@@ -54,6 +54,9 @@ pub struct WorkerSpec {
     /// The worker's link to the rest of its job. `None`: the worker is rank 0
     /// of a job of one.
     pub transport: Option<Box<dyn Transport>>,
+    /// Where the worker's checkpoints go (see [`crate::checkpoint`]).
+    /// `None`: the checkpoint calls answer `ZORILLA_ENOTSUP`.
+    pub checkpoints: Option<std::sync::Arc<dyn crate::checkpoint::Checkpoints>>,
 }
 
 impl Default for WorkerSpec {
@@ -66,6 +69,7 @@ impl Default for WorkerSpec {
             limits: Limits::UNLIMITED,
             output: None,
             transport: None,
+            checkpoints: None,
         }
     }
 }

@@ -353,6 +353,27 @@ int MPI_Cart_get(MPI_Comm comm, int maxdims, int dims[], int periods[], int coor
 int MPI_Cartdim_get(MPI_Comm comm, int *ndims);
 int MPI_Topo_test(MPI_Comm comm, int *status);
 
+/*
+ * Zorilla extensions (not MPI; MPI has no application-level checkpoints).
+ * A rank hands the node its state as bytes; the node keeps the latest
+ * complete checkpoint of each rank on other machines of the grid, and the
+ * fresh worker that replaces a lost rank loads it instead of starting over.
+ * Each rank checkpoints on its own: the ranks of a job are not rolled back
+ * together. Errors go to MPI_COMM_WORLD's error handler.
+ */
+/* Keeps `size` bytes at `buf` as this rank's latest checkpoint (at most
+ * ZORILLA_MAX_CHECKPOINT, 256 MiB, or the node's smaller limit:
+ * MPI_ERR_COUNT beyond it). `copies` (may be NULL) receives on how many
+ * machines it is kept. MPI_ERR_OTHER if the node could not keep it. */
+int ZMPI_Checkpoint_save(const void *buf, int size, int *copies);
+/* Whether this rank has a checkpoint (`flag`, 0 on a first start) and its
+ * size in bytes. */
+int ZMPI_Checkpoint_size(int *size, int *flag);
+/* Copies this rank's latest checkpoint into `buf` (`cap` bytes): `flag` 0 if
+ * there is none; MPI_ERR_TRUNCATE (nothing copied, `size` set) if it does not
+ * fit. */
+int ZMPI_Checkpoint_load(void *buf, int cap, int *size, int *flag);
+
 /* Common MPI calls this library does not provide: using one is a compile error. */
 #define ZMPI_UNAVAILABLE __attribute__((unavailable("not provided by Zorilla's MPI")))
 ZMPI_UNAVAILABLE int MPI_Bsend(const void *, int, MPI_Datatype, int, int, MPI_Comm);

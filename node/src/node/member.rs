@@ -236,6 +236,7 @@ impl Node {
                 limits,
                 output: Some(out_tx),
                 transport: Some(Box::new(transport)),
+                checkpoints: Some(self.worker_checkpoints(job, home, rank, incarnation)),
             };
             let handle = self.sandbox.start(&program, spec);
             if let Some(member) = self.members.get_mut(&job) {

@@ -46,6 +46,7 @@ use crate::wire::{
     BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, decode, encode,
 };
 
+mod checkpoints;
 mod client;
 mod files;
 mod home;
@@ -206,6 +207,8 @@ pub(crate) struct Node {
     /// Jobs or workers ended since the heap's free memory was last handed
     /// back (see [`Node::release_memory`]).
     ended_since_release: bool,
+    /// Checkpoints held here, and where those of this home's jobs are.
+    checkpoints: checkpoints::CheckpointState,
 }
 
 /// What the loop is started with.
@@ -219,6 +222,8 @@ pub(crate) struct Parts {
     pub(crate) dir: PathBuf,
     /// Finished home jobs kept in memory (`Config::finished_in_memory`).
     pub(crate) finished_in_memory: usize,
+    /// How workers' checkpoints are kept (`Config::checkpoint_max_mib`...).
+    pub(crate) checkpoints: crate::checkpoint::CheckpointSettings,
     pub(crate) activity: watch::Sender<u64>,
     pub(crate) status: Publisher,
 }
@@ -239,11 +244,13 @@ impl Node {
             sandbox,
             dir,
             finished_in_memory,
+            checkpoints,
             activity,
             status,
         } = parts;
         let me = overlay.local_peer_id();
         let (local_tx, mut local_rx) = mpsc::channel::<LocalCall>(1024);
+        let checkpoints = checkpoints::CheckpointState::open(&dir, checkpoints);
         let mut node = Node {
             me,
             epoch: Instant::now(),
@@ -273,6 +280,7 @@ impl Node {
             status,
             disk_problem: None,
             ended_since_release: false,
+            checkpoints,
         };
         node.recover();
         node.net.links.accept().await;
@@ -321,7 +329,10 @@ impl Node {
                     }
                     node.status.touch();
                 }
-                _ = copies_check.tick() => node.refresh_stale_copies(),
+                _ = copies_check.tick() => {
+                    node.refresh_stale_copies();
+                    node.collect_checkpoints();
+                }
                 _ = store_check.tick() => node.check_store(),
                 _ = ranks_check.tick() => node.check_ranks(),
                 _ = release_check.tick() => node.release_memory(),

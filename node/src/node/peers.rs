@@ -65,6 +65,7 @@ impl Node {
                     self.neighbours.remove(&peer);
                 }
                 self.neighbours.extend(added);
+                self.checkpoint_neighbours();
             }
             Event::PeerConnected { .. } | Event::Listening { .. } => {}
         }
@@ -136,6 +137,7 @@ impl Node {
             PeerRpc::Ranks { jobs } => self.ranks_asked(from, jobs),
             PeerRpc::Status => return self.status_reply(reply, None),
             PeerRpc::StatusJob { job } => return self.status_reply(reply, Some(job)),
+            PeerRpc::Checkpoint(rpc) => return self.checkpoint_rpc(from, rpc, reply),
             PeerRpc::Sched(msg) => {
                 let granted = matches!(msg, Message::Grant { .. });
                 let out = self.sched.handle(

@@ -118,7 +118,8 @@ impl Publisher {
             | PeerRpc::Ping
             | PeerRpc::Ranks { .. }
             | PeerRpc::Status
-            | PeerRpc::StatusJob { .. } => {}
+            | PeerRpc::StatusJob { .. }
+            | PeerRpc::Checkpoint(_) => {}
             PeerRpc::Sched(_) | PeerRpc::Placement { .. } | PeerRpc::WorkerEnded { .. } => {
                 self.dirty = true;
             }

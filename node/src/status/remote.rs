@@ -96,6 +96,7 @@ fn unexpected(reply: &PeerReply) -> RemoteError {
         PeerReply::Status(_) => "a node snapshot",
         PeerReply::StatusJob(_) => "a job",
         PeerReply::Ranks { .. } => "a list of ranks",
+        PeerReply::Checkpoint(_) => "a checkpoint answer",
         PeerReply::Error(_) => "an error",
     };
     RemoteError::Unreachable(format!("the peer answered with {what}"))

@@ -30,6 +30,7 @@ use std::path::Path;
 
 use redb::Database;
 
+pub(crate) mod checkpoints;
 mod db;
 mod files;
 mod jobs;

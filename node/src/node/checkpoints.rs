@@ -1,0 +1,250 @@
+//! The loop's side of checkpoints (see [`crate::checkpoint`]): this node as
+//! a holder of other nodes' checkpoint blocks (written and read off the
+//! loop, in the holder's own database), and as the home that knows where
+//! each rank's latest checkpoint is and tells the holders when a job ended.
+
+use std::sync::Mutex;
+
+use zorilla_core::checkpoint::{CheckpointIndex, Latest};
+
+use super::*;
+use crate::checkpoint::{CheckpointSettings, Neighbours, NetCheckpoints};
+use crate::store::checkpoints::{Holder, HolderError};
+use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
+
+/// How often the holder deletes ranks nobody wrote for too long.
+const EXPIRE_CHECK: Duration = Duration::from_secs(600);
+
+/// What the loop keeps about checkpoints.
+pub(super) struct CheckpointState {
+    /// The checkpoints this node holds for others (`None`: its database
+    /// could not be opened; blocks are refused with the reason).
+    holder: Result<Arc<Mutex<Holder>>, String>,
+    /// Where the latest checkpoint of each rank of this home's jobs is.
+    index: CheckpointIndex<PeerId>,
+    /// The overlay's neighbours, for the workers' saves.
+    pub(super) neighbours: Neighbours,
+    pub(super) settings: CheckpointSettings,
+    last_expire: Instant,
+}
+
+impl CheckpointState {
+    /// Opens the holder's database in `dir`.
+    pub(super) fn open(dir: &Path, settings: CheckpointSettings) -> CheckpointState {
+        let holder = Holder::open(&dir.join("checkpoints.redb"), settings.holder)
+            .map(|h| Arc::new(Mutex::new(h)))
+            .map_err(|e| {
+                tracing::error!("cannot open the checkpoint holder's database: {e}");
+                format!("this node holds no checkpoints: {e}")
+            });
+        CheckpointState {
+            holder,
+            index: CheckpointIndex::new(),
+            neighbours: Neighbours::default(),
+            settings,
+            last_expire: Instant::now(),
+        }
+    }
+}
+
+/// Runs `f` on the holder off the loop and answers `to` with its result.
+fn on_holder(
+    overlay: OverlayHandle,
+    holder: &Result<Arc<Mutex<Holder>>, String>,
+    to: Reply,
+    f: impl FnOnce(&mut Holder) -> Result<PeerReply, HolderError> + Send + 'static,
+) {
+    let holder = holder.clone();
+    tokio::spawn(async move {
+        let answer = match holder {
+            Err(e) => PeerReply::Error(e),
+            Ok(holder) => tokio::task::spawn_blocking(move || {
+                let mut holder = holder.lock().unwrap_or_else(|e| e.into_inner());
+                f(&mut holder).unwrap_or_else(|e| PeerReply::Error(e.to_string()))
+            })
+            .await
+            .unwrap_or_else(|e| PeerReply::Error(format!("checkpoint holder: {e}"))),
+        };
+        match to {
+            Reply::Local(tx) => {
+                let _ = tx.send(answer);
+            }
+            Reply::Overlay(r) => {
+                let _ = overlay.respond(r, encode(&answer)).await;
+            }
+        }
+    });
+}
+
+impl Node {
+    /// The checkpoint store of a worker of `rank` of `job` starting here.
+    pub(super) fn worker_checkpoints(
+        &self,
+        job: u64,
+        home: PeerId,
+        rank: u32,
+        incarnation: u32,
+    ) -> Arc<dyn zorilla_sandbox::Checkpoints> {
+        Arc::new(NetCheckpoints {
+            net: self.net.clone(),
+            neighbours: self.checkpoints.neighbours.clone(),
+            settings: self.checkpoints.settings,
+            job,
+            home,
+            rank,
+            incarnation,
+            saves: Default::default(),
+        })
+    }
+
+    /// The overlay's neighbours changed: saves choose among the new ones.
+    pub(super) fn checkpoint_neighbours(&self) {
+        let mut shared = self
+            .checkpoints
+            .neighbours
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        *shared = self.neighbours.iter().copied().collect();
+    }
+
+    /// Answers a request about checkpoints.
+    pub(super) fn checkpoint_rpc(&mut self, from: PeerId, rpc: CheckpointRpc, reply: Reply) {
+        let overlay = self.overlay.clone();
+        let holder = &self.checkpoints.holder;
+        let answer = match rpc {
+            CheckpointRpc::Put {
+                job,
+                home,
+                rank,
+                seq,
+                data,
+            } => {
+                let (owner, home) = (from.to_string(), home.to_string());
+                return on_holder(overlay, holder, reply, move |h| {
+                    h.put(&owner, &home, job, rank, seq, &data)
+                        .map(|_| PeerReply::Ack)
+                });
+            }
+            CheckpointRpc::Commit {
+                job,
+                rank,
+                manifest,
+            } => {
+                let owner = from.to_string();
+                return on_holder(overlay, holder, reply, move |h| {
+                    h.commit(&owner, job, rank, manifest)
+                        .map(|()| PeerReply::Ack)
+                });
+            }
+            CheckpointRpc::Manifest { job, rank } => {
+                return on_holder(overlay, holder, reply, move |h| {
+                    h.manifest(job, rank)
+                        .map(|m| PeerReply::Checkpoint(CheckpointReply::Manifest(m)))
+                });
+            }
+            CheckpointRpc::Get { job, rank, hash } => {
+                return on_holder(overlay, holder, reply, move |h| {
+                    Ok(match h.block(job, rank, &hash)? {
+                        Some(block) => PeerReply::Block(block),
+                        None => PeerReply::Error("no such checkpoint block here".into()),
+                    })
+                });
+            }
+            CheckpointRpc::Drop { job } => {
+                let home = from.to_string();
+                return on_holder(overlay, holder, reply, move |h| {
+                    let ranks = h.drop_job(&home, job)?;
+                    if ranks > 0 {
+                        tracing::info!(job = %JobId(job), ranks, "checkpoints of an ended job dropped");
+                    }
+                    Ok(PeerReply::Ack)
+                });
+            }
+            CheckpointRpc::Stored {
+                job,
+                rank,
+                seq,
+                size,
+                holders,
+            } => self.checkpoint_stored(from, job, rank, Latest { seq, size, holders }),
+            // Told only to the node the rank is placed on: its fresh
+            // worker is the one that loads it.
+            CheckpointRpc::Where { job, rank } => match self.jobs.get(&job) {
+                Some(record)
+                    if record
+                        .ranks
+                        .get(&rank)
+                        .is_some_and(|r| r.node == from.to_string()) =>
+                {
+                    PeerReply::Checkpoint(CheckpointReply::At(
+                        self.checkpoints.index.latest(job, rank).map(|l| Located {
+                            seq: l.seq,
+                            size: l.size,
+                            holders: l.holders.clone(),
+                        }),
+                    ))
+                }
+                Some(_) => PeerReply::Error(format!("rank {rank} is not placed on the sender")),
+                None => PeerReply::Error(format!("job {} is not under way here", JobId(job))),
+            },
+        };
+        self.reply(reply, answer);
+    }
+
+    /// A node running `rank` of `job` stored a checkpoint: the index keeps
+    /// it if the job is under way here and the sender runs the rank.
+    fn checkpoint_stored(
+        &mut self,
+        from: PeerId,
+        job: u64,
+        rank: u32,
+        latest: Latest<PeerId>,
+    ) -> PeerReply {
+        let Some(record) = self.jobs.get(&job) else {
+            return PeerReply::Error(format!("job {} is not under way here", JobId(job)));
+        };
+        let sender = from.to_string();
+        if record.ranks.get(&rank).is_none_or(|r| r.node != sender) {
+            return PeerReply::Error(format!("rank {rank} does not run on the sender"));
+        }
+        let (seq, holders) = (latest.seq, latest.holders.len());
+        if self.checkpoints.index.record(job, rank, latest) {
+            tracing::debug!(job = %JobId(job), rank, seq, holders, "checkpoint recorded");
+        }
+        PeerReply::Ack
+    }
+
+    /// Tells the holders of checkpoints of jobs that ended here to drop
+    /// them, and lets the holder delete ranks unwritten for too long.
+    pub(super) fn collect_checkpoints(&mut self) {
+        for job in self.checkpoints.index.jobs() {
+            if self.jobs.contains_key(&job) {
+                continue;
+            }
+            for holder in self.checkpoints.index.end_job(job) {
+                let net = self.net.clone();
+                self.tasks.spawn(async move {
+                    let rpc = PeerRpc::Checkpoint(CheckpointRpc::Drop { job });
+                    if let Err(e) = net.call_ok(holder, rpc).await {
+                        tracing::debug!(job = %JobId(job), %holder, "dropping checkpoints: {e}");
+                    }
+                    Done::Nothing
+                });
+            }
+        }
+        if self.checkpoints.last_expire.elapsed() >= EXPIRE_CHECK
+            && let Ok(holder) = &self.checkpoints.holder
+        {
+            self.checkpoints.last_expire = Instant::now();
+            let holder = holder.clone();
+            drop(tokio::task::spawn_blocking(move || {
+                let mut holder = holder.lock().unwrap_or_else(|e| e.into_inner());
+                match holder.expire() {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(ranks = n, "checkpoints unwritten too long dropped"),
+                    Err(e) => tracing::warn!("expiring checkpoints: {e}"),
+                }
+            }));
+        }
+    }
+}

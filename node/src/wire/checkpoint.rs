@@ -1,0 +1,78 @@
+//! What nodes say to each other about checkpoints (see
+//! [`crate::checkpoint`]): a worker's node sends a rank's checkpoint to its
+//! holders as blocks and a manifest and tells the job's home where it is;
+//! the node of a fresh worker of that rank asks the home where the latest
+//! is and fetches it from a holder; the home tells the holders when the job
+//! ended. All of it travels as [`super::PeerRpc::Checkpoint`] and
+//! [`super::PeerReply::Checkpoint`].
+
+use serde::{Deserialize, Serialize};
+use zorilla_overlay::PeerId;
+
+use crate::store::checkpoints::{BlockHash, Manifest};
+
+/// A request about checkpoints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum CheckpointRpc {
+    /// Worker node to a holder: a block (at most
+    /// [`crate::store::checkpoints::MAX_BLOCK_BYTES`]) of checkpoint `seq`
+    /// of `rank` of `job`, whose home is `home`. The holder names it by
+    /// the hash it computes.
+    Put {
+        job: u64,
+        home: PeerId,
+        rank: u32,
+        seq: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Worker node to a holder: checkpoint `manifest.seq` is complete.
+    Commit {
+        job: u64,
+        rank: u32,
+        manifest: Manifest,
+    },
+    /// Worker node to the home: the rank's checkpoint `seq` of `size`
+    /// bytes is held whole by `holders` (at most
+    /// [`zorilla_core::checkpoint::MAX_REPLICAS`]).
+    Stored {
+        job: u64,
+        rank: u32,
+        seq: u64,
+        size: u64,
+        holders: Vec<PeerId>,
+    },
+    /// Worker node to the home: where is the rank's latest checkpoint?
+    /// Answered with [`CheckpointReply::At`].
+    Where { job: u64, rank: u32 },
+    /// To a holder: the rank's latest complete checkpoint's manifest.
+    /// Answered with [`CheckpointReply::Manifest`].
+    Manifest { job: u64, rank: u32 },
+    /// To a holder: a block of the rank's checkpoint. Answered with
+    /// [`super::PeerReply::Block`].
+    Get {
+        job: u64,
+        rank: u32,
+        hash: BlockHash,
+    },
+    /// Home to a holder: the job ended; its checkpoints can go.
+    Drop { job: u64 },
+}
+
+/// Where a rank's latest checkpoint is, as the home knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Located {
+    pub(crate) seq: u64,
+    pub(crate) size: u64,
+    pub(crate) holders: Vec<PeerId>,
+}
+
+/// An answer about checkpoints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum CheckpointReply {
+    /// Answer to [`CheckpointRpc::Where`]: `None` if no checkpoint of the
+    /// rank was stored.
+    At(Option<Located>),
+    /// Answer to [`CheckpointRpc::Manifest`]: `None` if none is held.
+    Manifest(Option<Manifest>),
+}

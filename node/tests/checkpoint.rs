@@ -1,0 +1,224 @@
+//! Checkpoints on a grid of real `zorilla-node` processes on 127.0.0.1: a
+//! worker of the `heat` stencil saves its iteration and grid every few
+//! steps (stored as blocks on other nodes, the home told where); its node
+//! is killed (-9); the fresh worker that replaces the rank on another node
+//! loads the latest checkpoint and computes only the steps after it, and
+//! the result is exactly that of an uninterrupted run, also when one of
+//! the checkpoint's two holders is killed with it. When the job ends,
+//! its home tells the holders to drop its checkpoints. Every wait has a
+//! deadline.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{grid, stderr_of, stdout_of, wait_completed, wait_for, wait_for_neighbours, wasm};
+use zorilla_core::advert::Strategy;
+use zorilla_core::node::LostPolicy;
+use zorilla_node::protocol::JobRequest;
+
+const CELLS: usize = 500;
+const ITERATIONS: u64 = 3000;
+const EVERY: u64 = 100;
+/// A pause after each step: the run lasts seconds without using the
+/// loaded machine's CPU.
+const PAUSE_US: u64 = 2000;
+
+/// The `heat` guest's checksum, computed here independently of it.
+fn heat_checksum(rank: u64) -> u64 {
+    let mut grid: Vec<u64> = (0..CELLS as u64)
+        .map(|i| ((i.wrapping_mul(2654435761) + rank * 40503) % 1000003) << 16)
+        .collect();
+    let mut next = grid.clone();
+    for _ in 0..ITERATIONS {
+        for i in 1..CELLS - 1 {
+            next[i] = (grid[i - 1] + 2 * grid[i] + grid[i + 1]) >> 2;
+        }
+        grid.clone_from(&next);
+    }
+    grid.iter().enumerate().fold(0u64, |sum, (i, v)| {
+        sum.wrapping_add(v.wrapping_mul(i as u64 + 1))
+    })
+}
+
+/// The value of `key=` in the guest's last line for `rank` that has it.
+fn last_value(stdout: &str, rank: u32, key: &str) -> Option<u64> {
+    let prefix = format!("heat rank={rank} ");
+    stdout
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+        })
+        .next_back()
+}
+
+/// The holders the node in `dir` last logged for a checkpoint of `rank` of
+/// `job`.
+fn holders_logged(dir: &std::path::Path, job: u64, rank: u32) -> Vec<String> {
+    let id = format!("{job:016x}");
+    let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+    let line = log
+        .lines()
+        .rfind(|l| {
+            l.contains("checkpoint stored")
+                && l.contains(&id)
+                && l.contains(&format!("rank={rank} "))
+        })
+        .unwrap_or_else(|| panic!("no checkpoint of rank {rank} logged in {}", dir.display()));
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("holders="))
+        .unwrap_or_else(|| panic!("no holders in {line}"))
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_rank_resumes_the_stencil_from_its_checkpoint() {
+    resume_after_a_kill(false).await;
+}
+
+/// The worker's node and one of the two holders of its checkpoint (not the
+/// home) are killed together: the fresh worker loads the checkpoint from
+/// the other holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_survives_the_loss_of_one_of_its_holders() {
+    resume_after_a_kill(true).await;
+}
+
+async fn resume_after_a_kill(and_a_holder: bool) {
+    let mut grid = grid(4, 1);
+    // Every node knows the three others: each checkpoint goes to two
+    // nodes besides its worker's.
+    wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(60)).await;
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 2,
+        strategy: Strategy::Spread,
+        lifetime_secs: 120,
+        on_worker_lost: LostPolicy::Replace,
+        args: [CELLS as u64, ITERATIONS, EVERY, PAUSE_US]
+            .iter()
+            .map(u64::to_string)
+            .collect(),
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, wasm("heat"), vec![]).await.unwrap();
+    let running = wait_for(&mut client, job, Duration::from_secs(60), "2 ranks", |s| {
+        s.running_workers() == 2
+    })
+    .await;
+    // The rank that does not run on the home (killing the home is another
+    // story).
+    let (&rank, placed) = running
+        .ranks
+        .iter()
+        .find(|(_, r)| r.node != grid.nodes[0].peer)
+        .expect("a rank away from the home");
+    let victim = grid
+        .nodes
+        .iter()
+        .position(|n| n.peer == placed.node)
+        .unwrap();
+
+    // Wait for a checkpoint well into the run, then kill its node.
+    let start = Instant::now();
+    let seen = loop {
+        let stdout = stdout_of(&client.logs(job).await.unwrap());
+        match last_value(&stdout, rank, "checkpoint") {
+            Some(at) if at >= 5 * EVERY => break at,
+            _ => {}
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "rank {rank} saved no checkpoint past {}: {stdout}",
+            5 * EVERY
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    grid.nodes[victim].kill();
+    let mut killed = vec![victim];
+    if and_a_holder {
+        let holders = holders_logged(&grid.nodes[victim].dir, job, rank);
+        assert_eq!(holders.len(), 2, "{holders:?}");
+        // The first the fresh worker's node asks, unless it is the home
+        // (then the other, which stays one holder short all the same).
+        let index = |peer: &String| grid.nodes.iter().position(|n| &n.peer == peer).unwrap();
+        let holder = match index(&holders[0]) {
+            0 => index(&holders[1]),
+            first => first,
+        };
+        grid.nodes[holder].kill();
+        killed.push(holder);
+    }
+
+    let status = wait_completed(&mut client, job, Duration::from_secs(180)).await;
+    let logs = client.logs(job).await.unwrap();
+    let stdout = stdout_of(&logs);
+    let context = format!("stdout:\n{stdout}\nstderr:\n{}", stderr_of(&logs));
+    assert_ne!(
+        status.ranks[&rank].node, placed.node,
+        "the rank was replaced elsewhere; {context}"
+    );
+    // Two starts of the rank: the first at 0, the replacement at its
+    // latest checkpoint, at least the one seen before the kill.
+    let starts: Vec<u64> = stdout
+        .lines()
+        .filter(|l| l.starts_with(&format!("heat rank={rank} start=")))
+        .filter_map(|l| l.rsplit('=').next()?.parse().ok())
+        .collect();
+    assert_eq!(starts.len(), 2, "{context}");
+    assert_eq!(starts[0], 0, "{context}");
+    let resumed = starts[1];
+    assert!(resumed >= seen && resumed < ITERATIONS, "{context}");
+    // The replacement computed only what came after its checkpoint: fewer
+    // steps than a start from the beginning redoes.
+    let computed = last_value(&stdout, rank, "computed").unwrap();
+    assert_eq!(computed, ITERATIONS - resumed, "{context}");
+    assert!(computed < ITERATIONS, "{context}");
+    // The work a failure cost (BENCHMARKS.md): the steps redone.
+    eprintln!(
+        "checkpoint test: killed after checkpoint {seen}, resumed at {resumed}; \
+         the replacement computed {computed} of {ITERATIONS} steps (every {EVERY})"
+    );
+    // And both ranks' results are exact.
+    for r in [0, 1] {
+        let line = format!(
+            "heat rank={r} done iterations={ITERATIONS} computed={} checksum={:016x}",
+            if r == rank { computed } else { ITERATIONS },
+            heat_checksum(u64::from(r))
+        );
+        assert!(stdout.contains(&line), "missing {line:?}; {context}");
+    }
+    // Each save was kept on two other nodes.
+    assert!(
+        stdout.contains(&format!("heat rank={rank} checkpoint={seen} copies=2")),
+        "{context}"
+    );
+
+    // The job is over: its home tells the holders, which drop its
+    // checkpoints.
+    let start = Instant::now();
+    let id = format!("{job:016x}");
+    loop {
+        let dropped = grid.nodes.iter().enumerate().any(|(i, n)| {
+            !killed.contains(&i)
+                && std::fs::read_to_string(n.dir.join("node.log"))
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.contains("checkpoints of an ended job dropped") && l.contains(&id))
+        });
+        if dropped {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no holder dropped the ended job's checkpoints"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
