@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use zorilla_core::advert::{
-    Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy as MapStrategy,
-    WorkerCount,
+    Advert, DeclineReason, FloodHeader, JobId, Message, Placed, RefuseReason,
+    Strategy as MapStrategy, WorkerCount,
 };
 use zorilla_core::limits::{self, MAX_WORKERS};
 use zorilla_core::liveness::LostCause;
@@ -128,10 +128,39 @@ fn message() -> impl Strategy<Value = Message<u32>> {
             reason: DeclineReason::Busy
         }),
         (job(), ranks()).prop_map(|(job, ranks)| Message::Withdraw { job, ranks }),
-        (job(), ranks(), any::<u32>()).prop_map(|(job, ranks, incarnation)| Message::Grant {
+        (job(), ranks(), any::<u32>(), ranks()).prop_map(|(job, ranks, incarnation, placed)| {
+            Message::Grant {
+                job,
+                ranks,
+                incarnation,
+                placement: placed
+                    .into_iter()
+                    .map(|r| {
+                        (
+                            r,
+                            Placed {
+                                node: r,
+                                incarnation,
+                            },
+                        )
+                    })
+                    .collect(),
+            }
+        }),
+        (job(), ranks(), ranks()).prop_map(|(job, placed, replaced)| Message::Placement {
             job,
-            ranks,
-            incarnation
+            phase: Phase::Running,
+            placement: placed
+                .into_iter()
+                .map(|r| (
+                    r,
+                    Placed {
+                        node: 0,
+                        incarnation: r
+                    }
+                ))
+                .collect(),
+            replaced,
         }),
         job().prop_map(|job| Message::Refuse {
             job,

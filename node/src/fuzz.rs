@@ -12,7 +12,7 @@ use std::time::Duration;
 use zorilla_core::advert::{
     Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
-use zorilla_core::node::{LostPolicy, WorkerEnd};
+use zorilla_core::node::{LostPolicy, Phase, WorkerEnd};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::PeerId;
 
@@ -22,7 +22,7 @@ use crate::protocol::{
     Response, Welcome,
 };
 use crate::store::{self, FileRef, JobRecord};
-use crate::wire::{self, BarrierMsg, JobInfo, PeerReply, PeerRpc, Placed, view};
+use crate::wire::{self, BarrierMsg, JobCopy, JobInfo, PeerReply, PeerRpc, Placed, view};
 
 /// A decoder of outside bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -410,7 +410,7 @@ fn advert(g: &mut Gen) -> Advert<PeerId> {
 
 fn message(g: &mut Gen) -> Message<PeerId> {
     let job = JobId(g.int());
-    match g.below(6) {
+    match g.below(7) {
         0 => Message::Advert(advert(g)),
         1 => Message::Offer {
             job,
@@ -436,6 +436,19 @@ fn message(g: &mut Gen) -> Message<PeerId> {
             job,
             ranks: g.vec(Gen::u32),
             incarnation: g.u32(),
+            placement: g.map(Gen::u32, placed),
+        },
+        5 => Message::Placement {
+            job,
+            phase: g.pick(&[
+                Phase::Scheduling,
+                Phase::Running,
+                Phase::Completed,
+                Phase::Cancelled,
+                Phase::Failed,
+            ]),
+            placement: g.map(Gen::u32, placed),
+            replaced: g.vec(Gen::u32),
         },
         _ => Message::Refuse {
             job,
@@ -501,11 +514,13 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
             offset: g.int(),
             len: g.u32(),
         },
-        3 => PeerRpc::Placement {
-            job,
-            phase: job_phase(g),
-            ranks: g.map(Gen::u32, placed),
-            replaced: g.vec(Gen::u32),
+        3 => PeerRpc::Grant {
+            grant: message(g),
+            copy: Box::new(JobCopy {
+                request: job_request(g),
+                module: file_ref(g),
+                inputs: g.vec(file_ref),
+            }),
         },
         4 | 5 => PeerRpc::Barrier {
             job,

@@ -18,6 +18,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::advert::Placed;
 use crate::liveness::LostCause;
 
 /// How a worker ended, as the node that ran it reports it to the home.
@@ -326,6 +327,23 @@ impl<P: Clone + Eq> RankTable<P> {
             }
             _ => false,
         }
+    }
+
+    /// Where every placed (not lost) rank runs, as the home tells the
+    /// job's nodes ([`Message::Grant`](crate::advert::Message::Grant),
+    /// [`Message::Placement`](crate::advert::Message::Placement)).
+    pub fn placement(&self) -> BTreeMap<u32, Placed<P>> {
+        self.ranks
+            .iter()
+            .filter(|(_, rank)| !rank.is_lost())
+            .map(|(r, rank)| {
+                let placed = Placed {
+                    node: rank.node.clone(),
+                    incarnation: rank.incarnation,
+                };
+                (*r, placed)
+            })
+            .collect()
     }
 
     /// Ranks per node, placed and not lost.

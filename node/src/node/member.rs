@@ -6,13 +6,25 @@ use super::files::{link_inputs, prepare};
 use super::*;
 
 impl Node {
+    /// Starts workers of a job granted to this node: the grant carried
+    /// the job's placement, and its copy came with it (see
+    /// [`PeerRpc::Grant`]; a job of our own's copy is its record), so only
+    /// the files are fetched before the workers start.
     pub(super) fn start_workers(
         &mut self,
         job: u64,
         home: PeerId,
         ranks: Vec<u32>,
         incarnation: u32,
+        placement: BTreeMap<u32, Placed>,
     ) {
+        let copy = match self.granted_copy.take() {
+            Some((granted, copy)) if granted == job => Ok(copy),
+            _ if home == self.me => self
+                .job_copy(job)
+                .ok_or_else(|| format!("job {} is not under way here", JobId(job))),
+            _ => Err("the grant came without the job's copy".to_owned()),
+        };
         let member = self.members.entry(job).or_insert_with(|| MemberJob {
             home,
             net: JobNet::new(job, self.net.links.clone()),
@@ -23,6 +35,8 @@ impl Node {
             born: HashMap::new(),
         });
         member.stopped = false;
+        member.heard = Instant::now();
+        member.net.set_ranks(placement.clone());
         // Inboxes exist from now on, so messages for these ranks queue
         // while the module is fetched.
         for rank in &ranks {
@@ -34,16 +48,14 @@ impl Node {
         let sandbox = self.sandbox.clone();
         let dir = self.dir.join("jobs").join(JobId(job).to_string());
         let files = self.dir.join("files");
-        let job_net = member.net.clone();
-        let ranks_started = ranks.clone();
         self.tasks.spawn(async move {
-            let result = prepare(net, sandbox, home, job, dir, files).await;
-            if let Ok((info, _, _)) = &result {
-                job_net.set_ranks(info.ranks.clone());
-            }
+            let result = match copy {
+                Ok(copy) => prepare(net, sandbox, home, copy, &placement, dir, files).await,
+                Err(e) => Err(e),
+            };
             Done::Prepared {
                 job,
-                ranks: ranks_started,
+                ranks,
                 incarnation,
                 result: Box::new(result),
             }
@@ -101,7 +113,8 @@ impl Node {
                             "asked the quiet home: the job is over"
                         );
                     }
-                    self.placement_pushed(job, info.phase, info.ranks, Vec::new());
+                    let home = info.home;
+                    self.placement_changed(job, home, info.phase, info.ranks, Vec::new());
                 }
                 Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}"),
             },
@@ -154,7 +167,7 @@ impl Node {
         job: u64,
         ranks: Vec<u32>,
         incarnation: u32,
-        result: Result<(JobInfo, Program, PathBuf), String>,
+        result: Result<(JobCopy, Program, PathBuf), String>,
     ) {
         let Some(member) = self.members.get_mut(&job) else {
             return;
@@ -166,8 +179,9 @@ impl Node {
         let home = member.home;
         let stopped = member.stopped;
         let job_net = member.net.clone();
-        if let Ok((info, _, _)) = &result {
-            self.status.job_copy(job, home, &info.request, info.phase);
+        if let Ok((copy, _, _)) = &result {
+            self.status
+                .job_copy(job, home, &copy.request, JobPhase::Running);
         }
         let (info, program, dir) = match result {
             Ok(ok) if !stopped => ok,

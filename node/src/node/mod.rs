@@ -43,7 +43,7 @@ use crate::status::{self, Publisher};
 use crate::store::{Append, FileRef, JobRecord, Store, StoreError, Writer};
 use crate::validate;
 use crate::wire::{
-    BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, decode, encode,
+    BLOCK_BYTES, JobCopy, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, decode, encode,
 };
 
 mod client;
@@ -90,7 +90,7 @@ enum Done {
         ranks: Vec<u32>,
         /// The grant that placed them here.
         incarnation: u32,
-        result: Box<Result<(JobInfo, Program, PathBuf), String>>,
+        result: Box<Result<(JobCopy, Program, PathBuf), String>>,
     },
     /// A worker here ended and its output went to the home.
     WorkerEnded { job: u64, rank: u32 },
@@ -190,6 +190,9 @@ pub(crate) struct Node {
     jobs: BTreeMap<u64, JobRecord>,
     finished: Finished,
     members: HashMap<u64, MemberJob>,
+    /// The copy of the job of a grant the core is deciding on (set only
+    /// while a [`PeerRpc::Grant`] is handled; `start_workers` takes it).
+    granted_copy: Option<(u64, JobCopy)>,
     tasks: JoinSet<Done>,
     probing: BTreeSet<PeerId>,
     /// The overlay's current neighbours (from its change events).
@@ -265,6 +268,7 @@ impl Node {
             jobs: BTreeMap::new(),
             finished: Finished::new(finished_in_memory),
             members: HashMap::new(),
+            granted_copy: None,
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),
             neighbours: BTreeSet::new(),

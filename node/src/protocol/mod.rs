@@ -237,6 +237,22 @@ impl JobPhase {
     }
 }
 
+/// The core's phase of a job as clients read it (the one place the two
+/// meet; the client protocol has one phase more, `submitted`, before the
+/// core has the job).
+impl From<zorilla_core::node::Phase> for JobPhase {
+    fn from(phase: zorilla_core::node::Phase) -> Self {
+        use zorilla_core::node::Phase;
+        match phase {
+            Phase::Scheduling => JobPhase::Scheduling,
+            Phase::Running => JobPhase::Running,
+            Phase::Completed => JobPhase::Completed,
+            Phase::Cancelled => JobPhase::Cancelled,
+            Phase::Failed => JobPhase::Failed,
+        }
+    }
+}
+
 /// How one rank of a job stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankStatus {

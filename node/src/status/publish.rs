@@ -119,7 +119,7 @@ impl Publisher {
             | PeerRpc::Ranks { .. }
             | PeerRpc::Status
             | PeerRpc::StatusJob { .. } => {}
-            PeerRpc::Sched(_) | PeerRpc::Placement { .. } | PeerRpc::WorkerEnded { .. } => {
+            PeerRpc::Sched(_) | PeerRpc::Grant { .. } | PeerRpc::WorkerEnded { .. } => {
                 self.dirty = true;
             }
         }
@@ -158,8 +158,10 @@ impl Publisher {
     }
 
     /// The home pushed a job's phase.
-    pub(crate) fn job_phase(&mut self, job: u64, job_phase: protocol::JobPhase) {
-        if let Some(p) = self.participated.get_mut(&job) {
+    pub(crate) fn job_phase(&mut self, job: u64, home: PeerId, job_phase: protocol::JobPhase) {
+        if let Some(p) = self.participated.get_mut(&job)
+            && p.home == home
+        {
             p.phase = p.phase.max(phase(job_phase));
             self.dirty = true;
         }
