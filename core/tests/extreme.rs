@@ -15,7 +15,8 @@ use zorilla_core::advert::{
 use zorilla_core::limits::{self, MAX_WORKERS};
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
-    Input, JobEvent, JobSpec, LostPolicy, Output, Phase, Scheduler, SchedulerConfig, WorkerEnd,
+    Failure, Input, JobEvent, JobSpec, LostPolicy, Output, Phase, Scheduler, SchedulerConfig,
+    WorkerEnd,
 };
 use zorilla_core::resources::Resources;
 
@@ -227,7 +228,7 @@ fn worker_end() -> impl Strategy<Value = WorkerEnd> {
     prop_oneof![
         3 => Just(WorkerEnd::Exited(0)),
         1 => prop_oneof![Just(i32::MIN), Just(1), Just(i32::MAX)].prop_map(WorkerEnd::Exited),
-        1 => Just(WorkerEnd::Failed("was stopped by a trap".into())),
+        1 => Just(WorkerEnd::Failed(Failure::Trapped("unreachable".into()))),
         1 => Just(WorkerEnd::Cancelled),
     ]
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use zorilla_core::advert::{Advert, JobId, Message, Placed, RefuseReason, WorkerCount};
 use zorilla_core::liveness::LostCause;
+use zorilla_core::node::Failure;
 use zorilla_core::node::{
     EndReason, Input, JobEvent, JobSpec, LostPolicy, LostReason, Output, Phase, Rank, RankOutcome,
     Scheduler, SchedulerConfig, WorkerEnd,
@@ -166,13 +167,13 @@ fn a_job_completes_once_when_every_rank_exited_with_status_0() {
 #[test]
 fn a_failed_rank_fails_the_job_once_and_later_ends_are_only_recorded() {
     let mut home = running(WorkerCount::rigid(2), &[10, 11]);
-    let trap = "was stopped by a trap: unreachable".to_string();
+    let trap = Failure::Trapped("unreachable".into());
     let reason = EndReason::RankFailed {
         rank: 1,
         node: 11,
         outcome: RankOutcome::Failed(trap.clone()),
     };
-    assert_eq!(reason.to_string(), format!("rank 1 on 11: {trap}"));
+    assert_eq!(reason.to_string(), "rank 1 on 11: crashed: unreachable");
     assert_eq!(
         ends(&mut home, 11, 1, 1, WorkerEnd::Failed(trap.clone())),
         vec![

@@ -1006,7 +1006,7 @@ fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
             node: 10,
             rank: 0,
             incarnation: 0,
-            end: WorkerEnd::Failed("was stopped by a trap: unreachable".into()),
+            end: WorkerEnd::Failed(zorilla_core::node::Failure::Trapped("unreachable".into())),
         },
     );
     assert_eq!(

@@ -12,14 +12,14 @@ use std::time::Duration;
 use zorilla_core::advert::{
     Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
-use zorilla_core::node::{LostPolicy, Phase, WorkerEnd};
+use zorilla_core::node::{Failure, LostPolicy, Phase, WorkerEnd};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::PeerId;
 
 use crate::protocol::{
     self, ErrorKind, Hello, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, NamedFile,
-    NodeInfo, OutputData, OutputEntry, OutputPage, PeerEntry, Pending, RankStatus, Request,
-    Response, Welcome,
+    NodeInfo, OutcomeCode, OutputData, OutputEntry, OutputPage, PeerEntry, Pending, RankStatus,
+    Request, Response, Welcome,
 };
 use crate::store::{self, FileRef, JobRecord};
 use crate::wire::{self, BarrierMsg, JobCopy, JobInfo, PeerReply, PeerRpc, Placed, view};
@@ -317,6 +317,22 @@ fn rank_status(g: &mut Gen) -> RankStatus {
     RankStatus {
         node: g.string(),
         outcome: g.option(Gen::string),
+        code: g.option(|g| {
+            g.pick(&[
+                OutcomeCode::Exited,
+                OutcomeCode::Trapped,
+                OutcomeCode::OutOfMemory,
+                OutcomeCode::CpuLimit,
+                OutcomeCode::TimeLimit,
+                OutcomeCode::OutputLimit,
+                OutcomeCode::DiskLimit,
+                OutcomeCode::NotStarted,
+                OutcomeCode::Cancelled,
+                OutcomeCode::Lost,
+                OutcomeCode::Stopped,
+            ])
+        }),
+        exit_status: g.option(|g| g.int() as i32),
     }
 }
 
@@ -548,7 +564,19 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
             incarnation: g.u32(),
             end: match g.u32() % 3 {
                 0 => WorkerEnd::Exited(g.u32() as i32),
-                1 => WorkerEnd::Failed(g.string()),
+                1 => WorkerEnd::Failed(match g.below(7) {
+                    0 => Failure::Trapped(g.string()),
+                    1 => Failure::OutOfMemory { limit_mib: g.int() },
+                    2 => Failure::CpuLimit {
+                        limit: g.duration(),
+                    },
+                    3 => Failure::TimeLimit {
+                        limit: g.duration(),
+                    },
+                    4 => Failure::OutputLimit { limit_mib: g.int() },
+                    5 => Failure::DiskLimit { limit_mib: g.int() },
+                    _ => Failure::NotStarted(g.string()),
+                }),
                 _ => WorkerEnd::Cancelled,
             },
         },

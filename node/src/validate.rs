@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use zorilla_core::advert::Message;
 use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
-use zorilla_core::node::{SpecError, WorkerEnd};
+use zorilla_core::node::{Failure, SpecError, WorkerEnd};
 
 use crate::protocol::{JobRequest, MAX_OUTPUT_BLOCK_BYTES, NamedFile, Request};
 use crate::wire::view::{self, MAX_TEXT_BYTES};
@@ -318,7 +318,7 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
         }
         PeerRpc::WorkerEnded { rank: r, end, .. } => {
             rank("rank", *r)?;
-            if let WorkerEnd::Failed(why) = end {
+            if let WorkerEnd::Failed(Failure::Trapped(why) | Failure::NotStarted(why)) = end {
                 limits::at_most("outcome length in bytes", why.len(), MAX_OUTCOME_BYTES)?;
             }
         }

@@ -294,7 +294,9 @@ mod tests {
             job: u64::MAX,
             rank: limits::MAX_WORKERS - 1,
             incarnation: u32::MAX,
-            end: WorkerEnd::Failed("x".repeat(validate::MAX_OUTCOME_BYTES)),
+            end: WorkerEnd::Failed(zorilla_core::node::Failure::Trapped(
+                "x".repeat(validate::MAX_OUTCOME_BYTES),
+            )),
         };
         for rpc in [push, grant, ended] {
             assert_eq!(validate::peer_rpc(&rpc), Ok(()), "{rpc:?}");

@@ -78,7 +78,7 @@ mod spec;
 
 pub use crate::advert::{Phase, Placed};
 pub use events::{Input, JobEvent, Output};
-pub use ranks::{EndReason, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
+pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
 pub use spec::{JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError};
 

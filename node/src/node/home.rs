@@ -98,13 +98,9 @@ impl Node {
                 }
                 if let Some(record) = self.jobs.get_mut(&job.0) {
                     for rank in &ranks {
-                        record.ranks.insert(
-                            *rank,
-                            RankStatus {
-                                node: node.to_string(),
-                                outcome: None,
-                            },
-                        );
+                        record
+                            .ranks
+                            .insert(*rank, RankStatus::running(node.to_string()));
                     }
                     let record = record.clone();
                     self.persist(&record);
@@ -157,16 +153,15 @@ impl Node {
     }
 
     /// Writes what became of ranks on `node` into their job's record
-    /// (under way or finished), in the words users read: the one place
-    /// the core's [`RankOutcome`] becomes the client protocol's words.
+    /// (under way or finished): the sentence users read and its code
+    /// ([`RankStatus::ended`]).
     fn record_outcomes(&mut self, job: u64, node: &PeerId, ranks: &[u32], outcome: &RankOutcome) {
         let Some(mut record) = self.record(job) else {
             return;
         };
-        let words = outcome.display(node).to_string();
         for rank in ranks {
             if let Some(status) = record.ranks.get_mut(rank) {
-                status.outcome = Some(words.clone());
+                status.ended(outcome, node);
             }
         }
         self.persist(&record);

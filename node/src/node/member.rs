@@ -196,7 +196,7 @@ impl Node {
                 tracing::warn!(job = %JobId(job), "cannot start workers: {e}");
                 for rank in ranks {
                     let net = self.net.clone();
-                    let end = WorkerEnd::Failed(cut_outcome(format!("could not start: {e}")));
+                    let end = WorkerEnd::Failed(Failure::NotStarted(cut_outcome(e.clone())));
                     self.tasks.spawn(async move {
                         let rpc = PeerRpc::WorkerEnded {
                             job,
@@ -258,8 +258,9 @@ impl Node {
             }
             tracing::info!(job = %JobId(job), rank, "worker started");
             let net = self.net.clone();
-            // What the worker may leave in /outputs is what may go home.
-            let outputs_limit = limits.capped_by(&self.sandbox.config().caps).disk_bytes;
+            // The limits in force: what the worker may leave in /outputs
+            // is what may go home, and an end by a limit names its figure.
+            let in_force = limits.capped_by(&self.sandbox.config().caps);
             self.tasks.spawn(supervise(
                 net,
                 home,
@@ -269,7 +270,7 @@ impl Node {
                 handle,
                 out_rx,
                 job_dir,
-                outputs_limit,
+                in_force,
             ));
         }
     }
@@ -287,8 +288,9 @@ pub(super) async fn supervise(
     handle: zorilla_sandbox::WorkerHandle,
     mut output: mpsc::Receiver<zorilla_sandbox::OutputChunk>,
     job_dir: PathBuf,
-    outputs_limit: u64,
+    limits: Limits,
 ) -> Done {
+    let outputs_limit = limits.disk_bytes;
     let send_chunk = |chunk: zorilla_sandbox::OutputChunk| {
         let net = net.clone();
         async move {
@@ -338,11 +340,7 @@ pub(super) async fn supervise(
             return Done::WorkerEnded { job, rank };
         }
     }
-    let end = match report.outcome {
-        Outcome::Exited(code) => WorkerEnd::Exited(code),
-        Outcome::Cancelled => WorkerEnd::Cancelled,
-        other => WorkerEnd::Failed(cut_outcome(other.to_string())),
-    };
+    let end = worker_end(report.outcome, &limits);
     let rpc = PeerRpc::WorkerEnded {
         job,
         rank,
@@ -356,6 +354,34 @@ pub(super) async fn supervise(
     }
     let _ = std::fs::remove_dir_all(&job_dir);
     Done::WorkerEnded { job, rank }
+}
+
+/// How a worker ended, for its home: the sandbox's outcome with the
+/// figure of the limit in force that it hit (`limits`, capped by the
+/// node's caps).
+pub(super) fn worker_end(outcome: Outcome, limits: &Limits) -> WorkerEnd {
+    let mib = |bytes: u64| bytes / (1024 * 1024);
+    let failure = match outcome {
+        Outcome::Exited(code) => return WorkerEnd::Exited(code),
+        Outcome::Cancelled => return WorkerEnd::Cancelled,
+        Outcome::Trapped(trap) => {
+            let trap = trap.strip_prefix("wasm trap: ").unwrap_or(&trap);
+            Failure::Trapped(cut_outcome(trap.to_owned()))
+        }
+        Outcome::OutOfMemory => Failure::OutOfMemory {
+            limit_mib: mib(limits.memory_bytes),
+        },
+        Outcome::CpuLimit(limit) => Failure::CpuLimit { limit },
+        Outcome::TimeLimit(limit) => Failure::TimeLimit { limit },
+        Outcome::OutputLimit => Failure::OutputLimit {
+            limit_mib: mib(limits.output_bytes),
+        },
+        Outcome::DiskLimit => Failure::DiskLimit {
+            limit_mib: mib(limits.disk_bytes),
+        },
+        Outcome::Failed(why) => Failure::NotStarted(cut_outcome(why)),
+    };
+    WorkerEnd::Failed(failure)
 }
 
 /// A worker's outcome in words, cut at a character boundary to what the

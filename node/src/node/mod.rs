@@ -24,7 +24,8 @@ use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::FloodId;
 use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
 use zorilla_core::node::{
-    Input, JobEvent, LostReason, Output, Phase, RankOutcome, Scheduler, SchedulerConfig, WorkerEnd,
+    Failure, Input, JobEvent, LostReason, Output, Phase, RankOutcome, Scheduler, SchedulerConfig,
+    WorkerEnd,
 };
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
@@ -37,7 +38,7 @@ use crate::link::{Inbox, Links};
 use crate::net::{BarrierItem, JobNet, LocalCall, Net, NetTransport};
 use crate::protocol::{
     ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NamedFile,
-    NodeInfo, Pending, RankStatus, Request, Response,
+    NodeInfo, OutcomeCode, Pending, RankStatus, Request, Response,
 };
 use crate::status::{self, Publisher};
 use crate::store::{Append, FileRef, JobRecord, Store, StoreError, Writer};
@@ -421,7 +422,7 @@ impl Node {
         for mut job in jobs {
             if !job.phase.is_terminal() {
                 let was = job.phase;
-                job.close_ranks("lost: the home node restarted");
+                job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
                 job.advance(
                     JobPhase::Failed,
                     format!(
@@ -449,7 +450,7 @@ impl Node {
             if let Some(job) = self.jobs.get_mut(&id)
                 && !job.phase.is_terminal()
             {
-                job.close_ranks("lost: the home node shut down");
+                job.close_ranks(OutcomeCode::Lost, "lost: the home node shut down");
                 job.advance(
                     JobPhase::Failed,
                     "the home node shut down while the job was under way",

@@ -442,10 +442,10 @@ mod tests {
                 let running = id % 10 == 0;
                 let ranks = (0..if running { 2 } else { 4 })
                     .map(|r| {
-                        let status = protocol::RankStatus {
-                            node: me.to_string(),
-                            outcome: (!running).then(|| "exited with status 0".to_string()),
-                        };
+                        let mut status = protocol::RankStatus::running(me.to_string());
+                        if !running {
+                            status.ended(&zorilla_core::node::RankOutcome::Exited(0), &me);
+                        }
                         (r, status)
                     })
                     .collect();
