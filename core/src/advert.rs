@@ -289,4 +289,35 @@ impl Phase {
     pub fn is_end(self) -> bool {
         self >= Phase::Completed
     }
+
+    /// Moves to `to` if that is forward: a later phase, and never away
+    /// from an end (a completed job does not become failed). Returns
+    /// whether it moved. The only way the scheduler changes a phase.
+    pub fn advance(&mut self, to: Phase) -> bool {
+        if self.is_end() || to <= *self {
+            return false;
+        }
+        *self = to;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Phase;
+
+    #[test]
+    fn phases_only_move_forward_and_never_away_from_an_end() {
+        use Phase::*;
+        let all = [Scheduling, Running, Completed, Cancelled, Failed];
+        for from in all {
+            for to in all {
+                let mut phase = from;
+                let moved = phase.advance(to);
+                let forward = !from.is_end() && to > from;
+                assert_eq!(moved, forward, "{from:?} -> {to:?}");
+                assert_eq!(phase, if forward { to } else { from });
+            }
+        }
+    }
 }

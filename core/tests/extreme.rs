@@ -280,9 +280,13 @@ fn check(node: &Scheduler<u32>, out: &[Output<u32>], seen: &mut Seen) -> Result<
         }
     }
     for (job, phase) in node.home_jobs() {
-        // Phases only move forward.
+        // Phases only move forward, and an end is final.
         if let Some(before) = seen.phases.insert(job, phase) {
             prop_assert!(before <= phase, "{job}: {before:?} then {phase:?}");
+            prop_assert!(
+                !before.is_end() || before == phase,
+                "{job}: ended {before:?}, then {phase:?}"
+            );
         }
         let report = node.report(job).expect("a home job has a report");
         let _ = report.explain();

@@ -199,8 +199,7 @@ impl<P: PeerKey> Scheduler<P> {
         }
         let total = job.granted_workers();
         job.report.granted = total;
-        if job.phase == Phase::Scheduling {
-            job.phase = Phase::Running;
+        if job.phase == Phase::Scheduling && job.phase.advance(Phase::Running) {
             out.push(Output::Job(JobEvent::Started {
                 job: job_id,
                 workers: total,
@@ -231,10 +230,9 @@ impl<P: PeerKey> Scheduler<P> {
         let Some(job) = self.home.get_mut(&job_id) else {
             return;
         };
-        if job.phase >= Phase::Completed {
+        if !job.phase.advance(phase) {
             return;
         }
-        job.phase = phase;
         job.ended_with = Some(refuse);
         job.next_flood_at = None;
         job.settle_at = None;

@@ -111,9 +111,9 @@ impl fmt::Display for Human {
         let secs = self.0.as_secs();
         if self.0.subsec_nanos() != 0 || secs == 0 {
             write!(f, "{} ms", self.0.as_millis())
-        } else if secs % 3600 == 0 {
+        } else if secs.is_multiple_of(3600) {
             write!(f, "{} h", secs / 3600)
-        } else if secs % 60 == 0 {
+        } else if secs.is_multiple_of(60) {
             write!(f, "{} min", secs / 60)
         } else {
             write!(f, "{secs} s")

@@ -93,7 +93,11 @@ pub(super) async fn fetch(
             other => {
                 failures += 1;
                 if failures >= 3 * sources.len().max(1) {
-                    return Err(format!("cannot fetch {}: {other:?}", file.name));
+                    let why = match other {
+                        Err(e) => e.to_string(),
+                        Ok(_) => "the answer was not a block of it".to_owned(),
+                    };
+                    return Err(format!("cannot fetch {}: {why}", file.name));
                 }
             }
         }

@@ -86,10 +86,10 @@ impl Node {
                 let info = match net.call_ok(home, PeerRpc::GetJob { job }).await {
                     Ok(PeerReply::Job(info)) => match validate::job_info(&info) {
                         Ok(()) => Ok(info),
-                        Err(e) => Err(format!("the home's copy of the job is refused: {e}")),
+                        Err(e) => Err(NoState::Refused(e)),
                     },
-                    Ok(other) => Err(format!("{other:?}")),
-                    Err(e) => Err(e),
+                    Ok(_) => Err(NoState::NotAJob),
+                    Err(e) => Err(NoState::Call(e)),
                 };
                 Done::Refreshed { job, info }
             });
@@ -483,12 +483,12 @@ pub(super) async fn send_outputs(
                 offset,
                 data: block,
             };
-            let mut answer = Err(String::new());
-            for _ in 0..3 {
-                answer = net.call(home, rpc.clone()).await;
+            let mut answer = net.call(home, rpc.clone()).await;
+            for _ in 1..3 {
                 if answer.is_ok() {
                     break;
                 }
+                answer = net.call(home, rpc.clone()).await;
             }
             match answer {
                 Ok(PeerReply::Error(e)) => {

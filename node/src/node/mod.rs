@@ -35,7 +35,7 @@ use zorilla_sandbox::{
 };
 
 use crate::link::{Inbox, Links};
-use crate::net::{BarrierItem, JobNet, LocalCall, Net, NetTransport};
+use crate::net::{BarrierItem, CallError, JobNet, LocalCall, Net, NetTransport};
 use crate::protocol::{
     ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NamedFile,
     NodeInfo, OutcomeCode, Pending, RankStatus, Request, Response,
@@ -53,6 +53,8 @@ mod home;
 mod liveness;
 mod member;
 mod peers;
+
+use liveness::NoRanks;
 
 /// A client request on its way into the event loop.
 pub(crate) struct Command {
@@ -101,17 +103,28 @@ enum Done {
     /// it did not answer).
     RanksAnswered {
         peer: PeerId,
-        answer: Result<Answer, String>,
+        answer: Result<Answer, NoRanks>,
     },
     /// A node took a grant; `boot` says which run of it.
     Granted { peer: PeerId, boot: u64 },
     /// A copy asked its home for the job's state.
     Refreshed {
         job: u64,
-        info: Result<Box<JobInfo>, String>,
+        info: Result<Box<JobInfo>, NoState>,
     },
     /// Nothing to do.
     Nothing,
+}
+
+/// Why a copy did not get its job's state from the home.
+#[derive(Debug, thiserror::Error)]
+enum NoState {
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("the home's copy of the job is refused: {0}")]
+    Refused(validate::Invalid),
+    #[error("the home answered with something else than the job")]
+    NotAJob,
 }
 
 /// A job with workers on this node (the home's own jobs included).

@@ -121,13 +121,17 @@ pub(super) fn strategy(request: Option<&JobRequest>) -> String {
     }
 }
 
-pub(super) fn phase(phase: protocol::JobPhase) -> JobPhase {
-    match phase {
-        protocol::JobPhase::Submitted | protocol::JobPhase::Scheduling => JobPhase::Scheduling,
-        protocol::JobPhase::Running => JobPhase::Running,
-        protocol::JobPhase::Completed => JobPhase::Completed,
-        protocol::JobPhase::Cancelled => JobPhase::Cancelled,
-        protocol::JobPhase::Failed => JobPhase::Failed,
+/// The client protocol's phase of a job on the pages (the one place the
+/// two meet; the pages show a job not yet advertised as scheduling).
+impl From<protocol::JobPhase> for JobPhase {
+    fn from(phase: protocol::JobPhase) -> Self {
+        match phase {
+            protocol::JobPhase::Submitted | protocol::JobPhase::Scheduling => JobPhase::Scheduling,
+            protocol::JobPhase::Running => JobPhase::Running,
+            protocol::JobPhase::Completed => JobPhase::Completed,
+            protocol::JobPhase::Cancelled => JobPhase::Cancelled,
+            protocol::JobPhase::Failed => JobPhase::Failed,
+        }
     }
 }
 
@@ -190,7 +194,7 @@ pub(super) fn home_entry(
     record: &JobRecord,
     started_ms: u64,
 ) -> JobEntry {
-    let job_phase = phase(record.phase);
+    let job_phase = JobPhase::from(record.phase);
     let workers: Vec<WorkerInfo> = record
         .ranks
         .iter()

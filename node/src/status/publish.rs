@@ -14,7 +14,7 @@ use zorilla_core::node::Scheduler;
 use zorilla_overlay::PeerId;
 use zorilla_webui::model::{JobPhase, JobRole, JobSummary, PendingAdvert, WorkerInfo, WorkerState};
 
-use super::convert::{home_entry, job_name, phase, resources, state_by_phase, strategy, submitted};
+use super::convert::{home_entry, job_name, resources, state_by_phase, strategy, submitted};
 use super::source::NodeStatus;
 use super::view::{ChangeKey, JobEntry, LoopView, PendingEntry, diff};
 use crate::protocol::{self, JobRequest};
@@ -153,7 +153,7 @@ impl Publisher {
         }
         let p = self.participation(job, home);
         p.request = Some(request.clone());
-        p.phase = p.phase.max(phase(job_phase));
+        p.phase = p.phase.max(job_phase.into());
         self.dirty = true;
     }
 
@@ -162,7 +162,7 @@ impl Publisher {
         if let Some(p) = self.participated.get_mut(&job)
             && p.home == home
         {
-            p.phase = p.phase.max(phase(job_phase));
+            p.phase = p.phase.max(job_phase.into());
             self.dirty = true;
         }
     }
