@@ -13,24 +13,12 @@ use zorilla_core::liveness::{Answer, Lost};
 use zorilla_core::node::Input;
 use zorilla_overlay::PeerId;
 
-use super::{Done, Node};
-use crate::net::CallError;
+use super::{Done, NoRanks, Node};
 use crate::wire::{MAX_ASKED_JOBS, PeerReply, PeerRpc};
 
 /// How often the loop looks for questions due and silent nodes: well
 /// within the core's two seconds between questions.
 pub(super) const CHECK: Duration = Duration::from_millis(500);
-
-/// Why a node holding ranks of our jobs did not say which it runs.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum NoRanks {
-    #[error(transparent)]
-    Call(#[from] CallError),
-    #[error("it answered with something else than a list of ranks")]
-    NotRanks,
-    #[error("it did not answer within {} ms", .0.as_millis())]
-    Timeout(Duration),
-}
 
 impl Node {
     /// Ranks of silent nodes are lost; nodes due a question get one.

@@ -54,8 +54,6 @@ mod liveness;
 mod member;
 mod peers;
 
-use liveness::NoRanks;
-
 /// A client request on its way into the event loop.
 pub(crate) struct Command {
     pub(crate) request: Request,
@@ -114,6 +112,17 @@ enum Done {
     },
     /// Nothing to do.
     Nothing,
+}
+
+/// Why a node holding ranks of our jobs did not say which it runs.
+#[derive(Debug, thiserror::Error)]
+enum NoRanks {
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("it answered with something else than a list of ranks")]
+    NotRanks,
+    #[error("it did not answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
 }
 
 /// Why a copy did not get its job's state from the home.
