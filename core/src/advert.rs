@@ -7,7 +7,14 @@
 //! [`Message::Refuse`] (release the hold). A node that cannot run workers
 //! says why once per job with [`Message::Decline`], which is what lets the
 //! home explain to its user why a job is still pending.
+//!
+//! A grant is the one message a member needs to start its ranks: it names
+//! the ranks and their incarnation and carries the job's whole placement
+//! (where every rank runs), so the member asks the home nothing before it
+//! starts. Later changes of the placement or the phase reach the nodes of
+//! the job as [`Message::Placement`].
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -206,6 +213,23 @@ pub enum Message<P> {
         /// messages meant for its earlier worker never reach the new one
         /// (see [`crate::channel::ChannelId`]).
         incarnation: u32,
+        /// Where every rank of the job runs once this grant is made (the
+        /// ranks granted here included; lost ranks not listed).
+        placement: BTreeMap<u32, Placed<P>>,
+    },
+    /// Home to the nodes running ranks of a job: the job's placement or
+    /// phase changed (ranks were granted elsewhere, lost, or replaced; the
+    /// job started or ended).
+    Placement {
+        /// The job.
+        job: JobId,
+        /// The job's phase.
+        phase: Phase,
+        /// Where every rank runs now (lost ranks not listed).
+        placement: BTreeMap<u32, Placed<P>>,
+        /// Ranks that got a fresh worker (a new incarnation) since the last
+        /// change: their peers' channels to them start afresh.
+        replaced: Vec<u32>,
     },
     /// Home to node: nothing to start; release the hold.
     Refuse {
@@ -225,7 +249,75 @@ impl<P> Message<P> {
             | Message::Decline { job, .. }
             | Message::Withdraw { job, .. }
             | Message::Grant { job, .. }
+            | Message::Placement { job, .. }
             | Message::Refuse { job, .. } => *job,
+        }
+    }
+}
+
+/// Where a rank runs: the node, and which incarnation of the rank its
+/// worker is (the number of the grant that placed it there; see
+/// [`crate::channel::ChannelId`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Placed<P> {
+    /// The node.
+    pub node: P,
+    /// The grant that placed the rank there.
+    pub incarnation: u32,
+}
+
+/// The scheduling phase of a job at its home. Phases only move forward
+/// (in this order); the last three are ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Looking for workers.
+    Scheduling,
+    /// Workers are running.
+    Running,
+    /// Done.
+    Completed,
+    /// Cancelled by the user.
+    Cancelled,
+    /// Failed: expired before it got its workers, a worker failed, or a
+    /// rigid job lost a worker.
+    Failed,
+}
+
+impl Phase {
+    /// Whether the job is over (completed, cancelled or failed).
+    pub fn is_end(self) -> bool {
+        self >= Phase::Completed
+    }
+
+    /// Moves to `to` if that is forward: a later phase, and never away
+    /// from an end (a completed job does not become failed). Returns
+    /// whether it moved. The only way the scheduler changes a phase.
+    pub fn advance(&mut self, to: Phase) -> bool {
+        if self.is_end() || to <= *self {
+            return false;
+        }
+        *self = to;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Phase;
+
+    #[test]
+    fn phases_only_move_forward_and_never_away_from_an_end() {
+        use Phase::*;
+        let all = [Scheduling, Running, Completed, Cancelled, Failed];
+        for from in all {
+            for to in all {
+                let mut phase = from;
+                let moved = phase.advance(to);
+                let forward = !from.is_end() && to > from;
+                assert_eq!(moved, forward, "{from:?} -> {to:?}");
+                assert_eq!(phase, if forward { to } else { from });
+            }
         }
     }
 }

@@ -185,21 +185,47 @@ pub fn check_message<P>(msg: &Message<P>) -> Result<(), LimitError> {
             one_to("offered workers", *workers, MAX_WORKERS)?;
             duration_at_most("distance", *distance, MAX_RTT)
         }
-        Message::Grant { ranks, .. } => {
+        Message::Grant {
+            ranks, placement, ..
+        } => {
             one_to("granted ranks", ranks.len(), MAX_WORKERS as usize)?;
             for rank in ranks {
                 at_most("rank", *rank, MAX_WORKERS - 1)?;
             }
-            Ok(())
+            check_placement(placement.keys().copied(), &[])
         }
+        Message::Placement {
+            placement,
+            replaced,
+            ..
+        } => check_placement(placement.keys().copied(), replaced),
         Message::Decline { .. } | Message::Withdraw { .. } | Message::Refuse { .. } => Ok(()),
     }
+}
+
+/// A job's placement from its home: at most [`MAX_WORKERS`] ranks and
+/// replaced ranks, each below it.
+fn check_placement(
+    ranks: impl ExactSizeIterator<Item = u32>,
+    replaced: &[u32],
+) -> Result<(), LimitError> {
+    at_most("placed ranks", ranks.len(), MAX_WORKERS as usize)?;
+    for rank in ranks {
+        at_most("placed rank", rank, MAX_WORKERS - 1)?;
+    }
+    at_most("replaced ranks", replaced.len(), MAX_WORKERS as usize)?;
+    for rank in replaced {
+        at_most("replaced rank", *rank, MAX_WORKERS - 1)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::advert::{JobId, Strategy, WorkerCount};
+    use std::collections::BTreeMap;
+
+    use crate::advert::{JobId, Phase, Placed, Strategy, WorkerCount};
 
     fn advert(expires_in: Duration) -> Advert<u32> {
         Advert {
@@ -250,10 +276,27 @@ mod tests {
             job: JobId(1),
             ranks,
             incarnation: u32::MAX,
+            placement: BTreeMap::new(),
         };
         assert_eq!(check_message(&grant(vec![0, 9_999])), Ok(()));
         assert!(check_message(&grant(vec![u32::MAX])).is_err());
         assert!(check_message(&grant(vec![])).is_err());
         assert!(check_message(&grant(vec![0; MAX_WORKERS as usize + 1])).is_err());
+        let placed = Placed {
+            node: 1u32,
+            incarnation: 0,
+        };
+        let placement = |ranks: Vec<u32>, replaced: Vec<u32>| Message::<u32>::Placement {
+            job: JobId(1),
+            phase: Phase::Running,
+            placement: ranks.into_iter().map(|r| (r, placed)).collect(),
+            replaced,
+        };
+        assert_eq!(
+            check_message(&placement(vec![0, 9_999], vec![9_999])),
+            Ok(())
+        );
+        assert!(check_message(&placement(vec![MAX_WORKERS], vec![])).is_err());
+        assert!(check_message(&placement(vec![], vec![u32::MAX])).is_err());
     }
 }

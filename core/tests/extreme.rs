@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use zorilla_core::advert::{
-    Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy as MapStrategy,
-    WorkerCount,
+    Advert, DeclineReason, FloodHeader, JobId, Message, Placed, RefuseReason,
+    Strategy as MapStrategy, WorkerCount,
 };
 use zorilla_core::limits::{self, MAX_WORKERS};
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
-    Input, JobEvent, JobSpec, LostPolicy, Output, Phase, Scheduler, SchedulerConfig, WorkerEnd,
+    Failure, Input, JobEvent, JobSpec, LostPolicy, Output, Phase, Scheduler, SchedulerConfig,
+    WorkerEnd,
 };
 use zorilla_core::resources::Resources;
 
@@ -128,10 +129,39 @@ fn message() -> impl Strategy<Value = Message<u32>> {
             reason: DeclineReason::Busy
         }),
         (job(), ranks()).prop_map(|(job, ranks)| Message::Withdraw { job, ranks }),
-        (job(), ranks(), any::<u32>()).prop_map(|(job, ranks, incarnation)| Message::Grant {
+        (job(), ranks(), any::<u32>(), ranks()).prop_map(|(job, ranks, incarnation, placed)| {
+            Message::Grant {
+                job,
+                ranks,
+                incarnation,
+                placement: placed
+                    .into_iter()
+                    .map(|r| {
+                        (
+                            r,
+                            Placed {
+                                node: r,
+                                incarnation,
+                            },
+                        )
+                    })
+                    .collect(),
+            }
+        }),
+        (job(), ranks(), ranks()).prop_map(|(job, placed, replaced)| Message::Placement {
             job,
-            ranks,
-            incarnation
+            phase: Phase::Running,
+            placement: placed
+                .into_iter()
+                .map(|r| (
+                    r,
+                    Placed {
+                        node: 0,
+                        incarnation: r
+                    }
+                ))
+                .collect(),
+            replaced,
         }),
         job().prop_map(|job| Message::Refuse {
             job,
@@ -198,7 +228,7 @@ fn worker_end() -> impl Strategy<Value = WorkerEnd> {
     prop_oneof![
         3 => Just(WorkerEnd::Exited(0)),
         1 => prop_oneof![Just(i32::MIN), Just(1), Just(i32::MAX)].prop_map(WorkerEnd::Exited),
-        1 => Just(WorkerEnd::Failed("was stopped by a trap".into())),
+        1 => Just(WorkerEnd::Failed(Failure::Trapped("unreachable".into()))),
         1 => Just(WorkerEnd::Cancelled),
     ]
 }
@@ -250,9 +280,13 @@ fn check(node: &Scheduler<u32>, out: &[Output<u32>], seen: &mut Seen) -> Result<
         }
     }
     for (job, phase) in node.home_jobs() {
-        // Phases only move forward.
+        // Phases only move forward, and an end is final.
         if let Some(before) = seen.phases.insert(job, phase) {
             prop_assert!(before <= phase, "{job}: {before:?} then {phase:?}");
+            prop_assert!(
+                !before.is_end() || before == phase,
+                "{job}: ended {before:?}, then {phase:?}"
+            );
         }
         let report = node.report(job).expect("a home job has a report");
         let _ = report.explain();

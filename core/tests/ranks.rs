@@ -2,10 +2,12 @@
 //! lists: a rank exits, fails, is cancelled, is lost and replaced; the job
 //! completes or fails exactly once; stale reports are ignored.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use zorilla_core::advert::{Advert, JobId, Message, RefuseReason, WorkerCount};
+use zorilla_core::advert::{Advert, JobId, Message, Placed, RefuseReason, WorkerCount};
 use zorilla_core::liveness::LostCause;
+use zorilla_core::node::Failure;
 use zorilla_core::node::{
     EndReason, Input, JobEvent, JobSpec, LostPolicy, LostReason, Output, Phase, Rank, RankOutcome,
     Scheduler, SchedulerConfig, WorkerEnd,
@@ -109,6 +111,27 @@ fn ended(phase: Phase, reason: EndReason<u32>) -> Output<u32> {
     })
 }
 
+/// Ranks as (rank, node, incarnation) to a placement.
+fn placement(ranks: &[(u32, u32, u32)]) -> BTreeMap<u32, Placed<u32>> {
+    ranks
+        .iter()
+        .map(|&(rank, node, incarnation)| (rank, Placed { node, incarnation }))
+        .collect()
+}
+
+/// The home tells node `to` of the job's phase and placement.
+fn told(to: u32, phase: Phase, ranks: &[(u32, u32, u32)], replaced: &[u32]) -> Output<u32> {
+    Output::Send {
+        to,
+        msg: Message::Placement {
+            job: JOB,
+            phase,
+            placement: placement(ranks),
+            replaced: replaced.to_vec(),
+        },
+    }
+}
+
 fn refuse(to: u32, reason: RefuseReason) -> Output<u32> {
     Output::Send {
         to,
@@ -128,6 +151,9 @@ fn a_job_completes_once_when_every_rank_exited_with_status_0() {
         ends(&mut home, 11, 1, 1, WorkerEnd::Exited(0)),
         vec![
             rank_ended(11, 1, RankOutcome::Exited(0)),
+            // Every node of the job hears how it ended.
+            told(10, Phase::Completed, &[(0, 10, 0), (1, 11, 1)], &[]),
+            told(11, Phase::Completed, &[(0, 10, 0), (1, 11, 1)], &[]),
             ended(Phase::Completed, EndReason::Completed { workers: 2 }),
         ]
     );
@@ -141,19 +167,21 @@ fn a_job_completes_once_when_every_rank_exited_with_status_0() {
 #[test]
 fn a_failed_rank_fails_the_job_once_and_later_ends_are_only_recorded() {
     let mut home = running(WorkerCount::rigid(2), &[10, 11]);
-    let trap = "was stopped by a trap: unreachable".to_string();
+    let trap = Failure::Trapped("unreachable".into());
     let reason = EndReason::RankFailed {
         rank: 1,
         node: 11,
         outcome: RankOutcome::Failed(trap.clone()),
     };
-    assert_eq!(reason.to_string(), format!("rank 1 on 11: {trap}"));
+    assert_eq!(reason.to_string(), "rank 1 on 11: crashed: unreachable");
     assert_eq!(
         ends(&mut home, 11, 1, 1, WorkerEnd::Failed(trap.clone())),
         vec![
             rank_ended(11, 1, RankOutcome::Failed(trap)),
             refuse(10, RefuseReason::Failed),
             refuse(11, RefuseReason::Failed),
+            told(10, Phase::Failed, &[(0, 10, 0), (1, 11, 1)], &[]),
+            told(11, Phase::Failed, &[(0, 10, 0), (1, 11, 1)], &[]),
             ended(Phase::Failed, reason),
         ]
     );
@@ -174,6 +202,7 @@ fn a_nonzero_exit_status_fails_the_job() {
         vec![
             rank_ended(10, 0, RankOutcome::Exited(3)),
             refuse(10, RefuseReason::Failed),
+            told(10, Phase::Failed, &[(0, 10, 0)], &[]),
             ended(
                 Phase::Failed,
                 EndReason::RankFailed {
@@ -218,9 +247,11 @@ fn a_lost_rank_is_replaced_and_its_old_workers_late_report_ignored() {
             reason,
         })
     );
-    // A fresh flood looks for the replacement at once.
+    // The node left hears that rank 1 is gone, and a fresh flood looks
+    // for the replacement at once.
+    assert_eq!(lost[1], told(10, Phase::Running, &[(0, 10, 0)], &[]));
     assert!(
-        matches!(&lost[1..], [Output::Flood(Advert { job: JOB, .. })]),
+        matches!(&lost[2..], [Output::Flood(Advert { job: JOB, .. })]),
         "{lost:?}"
     );
     let table = home.ranks(JOB).unwrap();
@@ -248,15 +279,20 @@ fn a_lost_rank_is_replaced_and_its_old_workers_late_report_ignored() {
                 rtt: ms(1),
                 replaced: vec![1],
             }),
+            // One message starts the replacement: its ranks and where
+            // every rank runs.
             Output::Send {
                 to: 12,
                 msg: Message::Grant {
                     job: JOB,
                     ranks: vec![1],
-                    incarnation: 2
+                    incarnation: 2,
+                    placement: placement(&[(0, 10, 0), (1, 12, 2)]),
                 }
             },
             Output::Job(JobEvent::Full { job: JOB }),
+            // The node that ran rank 0 all along learns of the new worker.
+            told(10, Phase::Running, &[(0, 10, 0), (1, 12, 2)], &[1]),
         ]
     );
     // The lost worker's late report, and one naming an older grant on the
@@ -269,6 +305,8 @@ fn a_lost_rank_is_replaced_and_its_old_workers_late_report_ignored() {
         ends(&mut home, 12, 1, 2, WorkerEnd::Exited(0)),
         vec![
             rank_ended(12, 1, RankOutcome::Exited(0)),
+            told(10, Phase::Completed, &[(0, 10, 0), (1, 12, 2)], &[]),
+            told(12, Phase::Completed, &[(0, 10, 0), (1, 12, 2)], &[]),
             ended(Phase::Completed, EndReason::Completed { workers: 2 }),
         ]
     );
@@ -288,6 +326,7 @@ fn a_rigid_job_fails_once_when_it_loses_a_rank() {
             }),
             // Only the node that still runs a rank is told.
             refuse(10, RefuseReason::Failed),
+            told(10, Phase::Failed, &[(0, 10, 0)], &[]),
             ended(
                 Phase::Failed,
                 EndReason::WorkersLost {
@@ -315,6 +354,8 @@ fn a_rank_that_ended_is_not_lost_with_its_node() {
         ends(&mut home, 10, 0, 0, WorkerEnd::Exited(0)),
         vec![
             rank_ended(10, 0, RankOutcome::Exited(0)),
+            told(10, Phase::Completed, &[(0, 10, 0), (1, 11, 1)], &[]),
+            told(11, Phase::Completed, &[(0, 10, 0), (1, 11, 1)], &[]),
             ended(Phase::Completed, EndReason::Completed { workers: 2 }),
         ]
     );
@@ -328,6 +369,8 @@ fn cancel_ends_the_job_once_and_later_reports_are_only_recorded() {
         vec![
             refuse(10, RefuseReason::Cancelled),
             refuse(11, RefuseReason::Cancelled),
+            told(10, Phase::Cancelled, &[(0, 10, 0), (1, 11, 1)], &[]),
+            told(11, Phase::Cancelled, &[(0, 10, 0), (1, 11, 1)], &[]),
             ended(Phase::Cancelled, EndReason::Cancelled),
         ]
     );
@@ -352,6 +395,7 @@ fn a_malleable_job_completes_with_the_ranks_it_got_once_it_has_its_min() {
         ends(&mut home, 10, 0, 0, WorkerEnd::Exited(0)),
         vec![
             rank_ended(10, 0, RankOutcome::Exited(0)),
+            told(10, Phase::Completed, &[(0, 10, 0)], &[]),
             ended(Phase::Completed, EndReason::Completed { workers: 1 }),
         ]
     );
@@ -378,4 +422,203 @@ fn reports_for_ranks_or_jobs_the_home_does_not_know_are_ignored() {
     );
     assert_eq!(other, vec![]);
     assert_eq!(home.phase(JOB), Some(Phase::Running));
+}
+
+/// One grant is one message: the nodes granted together each get their
+/// ranks, their incarnation and the whole placement (each other's ranks
+/// included), and nobody is told anything else.
+#[test]
+fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
+    let mut home = Scheduler::new(
+        HOME,
+        SchedulerConfig {
+            resources: Resources::ZERO,
+            schedule: ScheduleConfig::paper(),
+            ..SchedulerConfig::default()
+        },
+    );
+    let spec = JobSpec {
+        per_worker: Resources::new(1, 100, 0),
+        workers: WorkerCount::rigid(3),
+        strategy: zorilla_core::advert::Strategy::Concentrate,
+        lifetime: Duration::from_secs(60),
+        on_worker_lost: LostPolicy::Fail,
+    };
+    home.handle(ms(0), Input::Submit { job: JOB, spec });
+    let two = home.handle(
+        ms(1),
+        Input::Message {
+            from: 10,
+            msg: Message::Offer {
+                job: JOB,
+                workers: 2,
+                distance: ms(1),
+                residue: Resources::ZERO,
+            },
+            rtt: Some(ms(1)),
+        },
+    );
+    assert_eq!(two, vec![], "2 of 3: the rigid job waits");
+    let out = offer(&mut home, ms(2), 11);
+    let whole = placement(&[(0, 10, 0), (1, 10, 0), (2, 11, 1)]);
+    let grant = |to: u32, ranks: Vec<u32>, incarnation: u32| Output::Send {
+        to,
+        msg: Message::Grant {
+            job: JOB,
+            ranks,
+            incarnation,
+            placement: whole.clone(),
+        },
+    };
+    let granted = |node: u32, ranks: Vec<u32>, incarnation: u32| {
+        Output::Job(JobEvent::Granted {
+            job: JOB,
+            node,
+            ranks,
+            incarnation,
+            rtt: ms(1),
+            replaced: vec![],
+        })
+    };
+    assert_eq!(
+        out,
+        vec![
+            granted(10, vec![0, 1], 0),
+            granted(11, vec![2], 1),
+            grant(10, vec![0, 1], 0),
+            grant(11, vec![2], 1),
+            Output::Job(JobEvent::Started {
+                job: JOB,
+                workers: 3
+            }),
+            Output::Job(JobEvent::Full { job: JOB }),
+        ]
+    );
+}
+
+/// A malleable job that grows tells the nodes it had of the new ranks;
+/// the new node hears it all in its grant.
+#[test]
+fn a_growing_job_tells_its_earlier_nodes_of_the_new_ranks() {
+    let mut home = running(WorkerCount { min: 1, max: 2 }, &[10]);
+    let whole = placement(&[(0, 10, 0), (1, 11, 1)]);
+    assert_eq!(
+        offer(&mut home, ms(50), 11),
+        vec![
+            Output::Job(JobEvent::Granted {
+                job: JOB,
+                node: 11,
+                ranks: vec![1],
+                incarnation: 1,
+                rtt: ms(1),
+                replaced: vec![],
+            }),
+            Output::Send {
+                to: 11,
+                msg: Message::Grant {
+                    job: JOB,
+                    ranks: vec![1],
+                    incarnation: 1,
+                    placement: whole.clone(),
+                },
+            },
+            Output::Job(JobEvent::Full { job: JOB }),
+            told(10, Phase::Running, &[(0, 10, 0), (1, 11, 1)], &[]),
+        ]
+    );
+}
+
+/// The member starts its ranks from the grant alone (the placement comes
+/// with the start), and hands the home's later word on to its driver;
+/// word about a job from another node than its home is passed with the
+/// sender, for the driver to check.
+#[test]
+fn a_member_starts_from_the_grant_alone_and_passes_placement_changes_on() {
+    let mut member = Scheduler::new(
+        10,
+        SchedulerConfig {
+            resources: Resources::new(4, 1000, 0),
+            ..SchedulerConfig::default()
+        },
+    );
+    let advert = Advert {
+        job: JOB,
+        home: HOME,
+        per_worker: Resources::new(1, 100, 0),
+        workers: WorkerCount::rigid(2),
+        strategy: zorilla_core::advert::Strategy::Concentrate,
+        expires_in: Duration::from_secs(60),
+        flood: zorilla_core::advert::FloodHeader {
+            seq: 0,
+            ttl: 3,
+            latency_budget: None,
+            path_rtt: Duration::ZERO,
+        },
+    };
+    let offered = member.handle(
+        ms(0),
+        Input::AdvertDelivered {
+            advert,
+            distance: ms(1),
+        },
+    );
+    assert!(
+        matches!(
+            &offered[..],
+            [Output::Send {
+                to: HOME,
+                msg: Message::Offer { workers: 2, .. }
+            }]
+        ),
+        "{offered:?}"
+    );
+    let whole = placement(&[(0, 10, 0), (1, 11, 1)]);
+    let start = member.handle(
+        ms(5),
+        Input::Message {
+            from: HOME,
+            msg: Message::Grant {
+                job: JOB,
+                ranks: vec![0],
+                incarnation: 0,
+                placement: whole.clone(),
+            },
+            rtt: None,
+        },
+    );
+    assert_eq!(
+        start,
+        vec![Output::StartWorkers {
+            job: JOB,
+            home: HOME,
+            ranks: vec![0],
+            incarnation: 0,
+            placement: whole.clone(),
+        }]
+    );
+    for from in [HOME, 99] {
+        let changed = member.handle(
+            ms(6),
+            Input::Message {
+                from,
+                msg: Message::Placement {
+                    job: JOB,
+                    phase: Phase::Cancelled,
+                    placement: whole.clone(),
+                    replaced: vec![1],
+                },
+                rtt: None,
+            },
+        );
+        assert_eq!(
+            changed,
+            vec![Output::PlacementChanged {
+                job: JOB,
+                home: from,
+                phase: Phase::Cancelled,
+                placement: whole.clone(),
+                replaced: vec![1],
+            }]
+        );
+    }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use zorilla_core::advert::{
-    Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
+    Advert, DeclineReason, FloodHeader, JobId, Message, Placed, RefuseReason, Strategy, WorkerCount,
 };
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
@@ -77,6 +77,54 @@ fn deliver(node: &mut Scheduler<u32>, now: Duration, workers: WorkerCount) -> Ve
     )
 }
 
+/// A grant of `ranks` as the home sends it, with the placement it carries
+/// (here: the ranks on node 1, as far as the member cares).
+fn grant(job: JobId, ranks: Vec<u32>, incarnation: u32) -> Message<u32> {
+    let placement = placed_on(&ranks, 1, incarnation);
+    Message::Grant {
+        job,
+        ranks,
+        incarnation,
+        placement,
+    }
+}
+
+fn placed_on(ranks: &[u32], node: u32, incarnation: u32) -> BTreeMap<u32, Placed<u32>> {
+    ranks
+        .iter()
+        .map(|&rank| (rank, Placed { node, incarnation }))
+        .collect()
+}
+
+/// Whether the home sent `to` a grant of `ranks` with `incarnation`, whose
+/// placement places them there.
+fn granted(out: &[Output<u32>], to: u32, ranks: Vec<u32>, incarnation: u32) -> bool {
+    out.iter().any(|o| match o {
+        Output::Send {
+            to: t,
+            msg:
+                Message::Grant {
+                    job: JOB,
+                    ranks: r,
+                    incarnation: i,
+                    placement,
+                },
+        } => {
+            *t == to
+                && *r == ranks
+                && *i == incarnation
+                && ranks.iter().all(|rank| {
+                    placement.get(rank)
+                        == Some(&Placed {
+                            node: to,
+                            incarnation,
+                        })
+                })
+        }
+        _ => false,
+    })
+}
+
 fn from_home(node: &mut Scheduler<u32>, now: Duration, msg: Message<u32>) -> Vec<Output<u32>> {
     node.handle(
         now,
@@ -108,22 +156,15 @@ fn member_offers_what_fits_holds_it_and_starts_granted_ranks() {
     // A later flood of the same job is not answered twice.
     assert_eq!(deliver(&mut node, ms(1), WorkerCount::rigid(3)), vec![]);
 
-    let out = from_home(
-        &mut node,
-        ms(2),
-        Message::Grant {
-            job: JOB,
-            ranks: vec![4, 5],
-            incarnation: 3,
-        },
-    );
+    let out = from_home(&mut node, ms(2), grant(JOB, vec![4, 5], 3));
     assert_eq!(
         out,
         vec![Output::StartWorkers {
             job: JOB,
             home: HOME,
             ranks: vec![4, 5],
-            incarnation: 3
+            incarnation: 3,
+            placement: placed_on(&[4, 5], 1, 3),
         }]
     );
     assert_eq!(
@@ -147,15 +188,7 @@ fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
             distance: ms(1),
         },
     );
-    from_home(
-        &mut node,
-        ms(1),
-        Message::Grant {
-            job: JobId(99),
-            ranks: vec![0],
-            incarnation: 3,
-        },
-    );
+    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
     let out = deliver(&mut node, ms(2), WorkerCount::rigid(1));
     assert_eq!(
         out,
@@ -217,15 +250,7 @@ fn a_member_raises_a_short_offer_at_a_newer_flood() {
             distance: ms(1),
         },
     );
-    from_home(
-        &mut node,
-        ms(1),
-        Message::Grant {
-            job: JobId(99),
-            ranks: vec![0],
-            incarnation: 3,
-        },
-    );
+    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
     let out = deliver(&mut node, ms(2), WorkerCount::rigid(2));
     assert!(
         matches!(
@@ -417,15 +442,7 @@ fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
         }]
     );
     assert_eq!(node.free().cores, 2);
-    let out = from_home(
-        &mut node,
-        ms(600),
-        Message::Grant {
-            job: JOB,
-            ranks: vec![0, 1],
-            incarnation: 3,
-        },
-    );
+    let out = from_home(&mut node, ms(600), grant(JOB, vec![0, 1], 3));
     assert_eq!(
         out,
         vec![Output::Send {
@@ -551,14 +568,7 @@ fn adaptive_home_lets_the_flood_settle_before_granting() {
     // A nearer node answers meanwhile: its own settle time (twice 1 ms) has
     // passed, so it is granted at once and the far one refused.
     let out = offer_from(&mut node, ms(25), 11, 2, 1);
-    assert!(out.contains(&Output::Send {
-        to: 11,
-        msg: Message::Grant {
-            job: JOB,
-            ranks: vec![0, 1],
-            incarnation: 0
-        }
-    }));
+    assert!(granted(&out, 11, vec![0, 1], 0));
     assert!(out.contains(&Output::Send {
         to: 10,
         msg: Message::Refuse {
@@ -579,14 +589,7 @@ fn malleable_job_starts_at_min_and_grows_to_max() {
     })));
     assert!(node.next_timeout().is_some(), "still flooding for more");
     let out = offer_from(&mut node, ms(2), 11, 5, 1);
-    assert!(out.contains(&Output::Send {
-        to: 11,
-        msg: Message::Grant {
-            job: JOB,
-            ranks: vec![2, 3],
-            incarnation: 1
-        }
-    }));
+    assert!(granted(&out, 11, vec![2, 3], 1));
     assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
 }
 
@@ -606,14 +609,7 @@ fn a_malleable_job_grows_by_flooding_again_and_shrinks_only_what_it_still_seeks(
         "{out:?}"
     );
     let out = offer_from(&mut node, ms(101), 11, 2, 1);
-    assert!(out.contains(&Output::Send {
-        to: 11,
-        msg: Message::Grant {
-            job: JOB,
-            ranks: vec![4, 5],
-            incarnation: 1
-        }
-    }));
+    assert!(granted(&out, 11, vec![4, 5], 1));
 
     // Grow to 8, then shrink back to 6 = what is placed: full again.
     node.resize(ms(200), JOB, 8).unwrap();
@@ -679,15 +675,7 @@ fn lost_worker_of_a_malleable_job_is_replaced_and_rank_reused() {
         "floods for a replacement at once"
     );
     let out = offer_from(&mut node, ms(4), 12, 1, 1);
-    assert!(out.contains(&Output::Send {
-        to: 12,
-        msg: Message::Grant {
-            job: JOB,
-            ranks: vec![0],
-            // A newer incarnation of rank 0 than its lost worker's.
-            incarnation: 2
-        }
-    }));
+    assert!(granted(&out, 12, vec![0], 2));
 }
 
 #[test]
@@ -830,7 +818,8 @@ fn the_home_runs_workers_of_its_own_job_first() {
             job: JOB,
             home: HOME,
             ranks: vec![0, 1],
-            incarnation: 0
+            incarnation: 0,
+            placement: placed_on(&[0, 1], HOME, 0),
         }),
         "{out:?}"
     );
@@ -1017,7 +1006,7 @@ fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
             node: 10,
             rank: 0,
             incarnation: 0,
-            end: WorkerEnd::Failed("was stopped by a trap: unreachable".into()),
+            end: WorkerEnd::Failed(zorilla_core::node::Failure::Trapped("unreachable".into())),
         },
     );
     assert_eq!(
@@ -1081,15 +1070,7 @@ fn busy_member(cores: u32, pending_capacity: usize) -> Scheduler<u32> {
             distance: ms(1),
         },
     );
-    from_home(
-        &mut node,
-        ms(0),
-        Message::Grant {
-            job: JobId(99),
-            ranks: (0..cores).collect(),
-            incarnation: 3,
-        },
-    );
+    from_home(&mut node, ms(0), grant(JobId(99), (0..cores).collect(), 3));
     assert_eq!(node.free().cores, 0);
     node
 }
@@ -1502,15 +1483,7 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
             ..
         }]
     ));
-    from_home(
-        &mut node,
-        ms(1),
-        Message::Grant {
-            job: JOB,
-            ranks: vec![0],
-            incarnation: 3,
-        },
-    );
+    from_home(&mut node, ms(1), grant(JOB, vec![0], 3));
     assert_eq!(node.free().cores, 3);
     // A later flood (a replacement, or the job growing): two more within
     // P = 3, though three cores are free.
@@ -1552,22 +1525,15 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
             ..
         }]
     ));
-    let out = from_home(
-        &mut node,
-        ms(40_001),
-        Message::Grant {
-            job: JOB,
-            ranks: vec![3, 4],
-            incarnation: 3,
-        },
-    );
+    let out = from_home(&mut node, ms(40_001), grant(JOB, vec![3, 4], 3));
     assert_eq!(
         out,
         vec![Output::StartWorkers {
             job: JOB,
             home: HOME,
             ranks: vec![3, 4],
-            incarnation: 3
+            incarnation: 3,
+            placement: placed_on(&[3, 4], 1, 3),
         }]
     );
     // P reached: busy for this job (queued, so it may offer again once a
@@ -1608,17 +1574,7 @@ fn a_lost_worker_is_replaced_on_a_node_already_running_the_job_by_a_new_flood() 
     );
     seqs.extend(again);
     let out = offer_from(&mut node, ms(4), 10, 1, 1);
-    assert!(
-        out.contains(&Output::Send {
-            to: 10,
-            msg: Message::Grant {
-                job: JOB,
-                ranks: vec![2],
-                incarnation: 2
-            }
-        }),
-        "{out:?}"
-    );
+    assert!(granted(&out, 10, vec![2], 2), "{out:?}");
     assert_eq!(
         node.placement(JOB),
         Some([(10, vec![0, 1, 2])].into_iter().collect())
@@ -1752,13 +1708,6 @@ fn a_rigid_job_replacing_lost_workers_gets_its_rank_back_on_the_same_node() {
     );
     assert_eq!(flood_seqs(&out), vec![1], "{out:?}");
     let out = offer_from(&mut node, ms(3), 10, 1, 1);
-    assert!(out.contains(&Output::Send {
-        to: 10,
-        msg: Message::Grant {
-            job: JOB,
-            ranks: vec![1],
-            incarnation: 1
-        }
-    }));
+    assert!(granted(&out, 10, vec![1], 1));
     assert_eq!(node.phase(JOB), Some(Phase::Running));
 }

@@ -27,7 +27,7 @@ use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Checkpoint, CheckpointError, Checkpoints};
 
 use crate::config::{Config, DEFAULT_CHECKPOINT_STORE_MIB, MAX_CHECKPOINT_MIB};
-use crate::net::Net;
+use crate::net::{CallError, Net};
 use crate::store::checkpoints::{BlockHash, HolderLimits, MAX_BLOCK_BYTES, MAX_BLOCKS, Manifest};
 use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
 use crate::wire::{PeerReply, PeerRpc};
@@ -109,6 +109,24 @@ fn store_error(e: impl std::fmt::Display) -> CheckpointError {
     CheckpointError::Store(e.to_string())
 }
 
+/// Why one holder could not keep or give a checkpoint (the caller says
+/// which holder, and goes on with the others).
+#[derive(Debug, thiserror::Error)]
+enum HolderError {
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("it holds no checkpoint of the rank")]
+    Missing,
+    #[error("it answered something else")]
+    Unexpected,
+    #[error("its checkpoint ({seq} of {size} bytes) is older or larger than allowed")]
+    Unfit { seq: u64, size: u64 },
+    #[error("it sent a block that is not the checkpoint's")]
+    ForeignBlock,
+    #[error("its blocks do not add up to the checkpoint")]
+    Short,
+}
+
 impl NetCheckpoints {
     /// Sends every block and then the manifest to `holder`.
     async fn send_to(
@@ -119,7 +137,7 @@ impl NetCheckpoints {
         rank: u32,
         data: Arc<Vec<u8>>,
         manifest: Manifest,
-    ) -> Result<(), String> {
+    ) -> Result<(), HolderError> {
         let blocks = data.len().div_ceil(MAX_BLOCK_BYTES).max(1);
         let seq = manifest.seq;
         let mut puts = futures::stream::iter(0..blocks)
@@ -146,7 +164,8 @@ impl NetCheckpoints {
             rank,
             manifest,
         });
-        net.call_ok(holder, commit).await.map(|_| ())
+        net.call_ok(holder, commit).await?;
+        Ok(())
     }
 
     async fn save_now(&self, data: Vec<u8>) -> Result<u32, CheckpointError> {
@@ -260,24 +279,28 @@ impl NetCheckpoints {
     }
 
     /// Fetches checkpoint `located` (or a newer one) whole from `holder`.
-    async fn fetch_from(&self, holder: PeerId, located: &Located) -> Result<Checkpoint, String> {
+    async fn fetch_from(
+        &self,
+        holder: PeerId,
+        located: &Located,
+    ) -> Result<Checkpoint, HolderError> {
         let (job, rank) = (self.job, self.rank);
         let ask = PeerRpc::Checkpoint(CheckpointRpc::Manifest { job, rank });
         let manifest = match self.net.call_ok(holder, ask).await? {
             PeerReply::Checkpoint(CheckpointReply::Manifest(Some(m))) => m,
             PeerReply::Checkpoint(CheckpointReply::Manifest(None)) => {
-                return Err("it holds no checkpoint of the rank".into());
+                return Err(HolderError::Missing);
             }
-            _ => return Err("it answered something else".into()),
+            _ => return Err(HolderError::Unexpected),
         };
         if manifest.seq < located.seq
             || manifest.size > self.settings.limit
             || manifest.blocks.len() > MAX_BLOCKS
         {
-            return Err(format!(
-                "its checkpoint ({} of {} bytes) is older or larger than allowed",
-                manifest.seq, manifest.size
-            ));
+            return Err(HolderError::Unfit {
+                seq: manifest.seq,
+                size: manifest.size,
+            });
         }
         let size = manifest.size as usize;
         let mut data = Vec::with_capacity(size);
@@ -289,16 +312,16 @@ impl NetCheckpoints {
             });
             let block = match self.net.call_ok(holder, get).await? {
                 PeerReply::Block(block) => block,
-                _ => return Err("it answered something else".into()),
+                _ => return Err(HolderError::Unexpected),
             };
             let got: BlockHash = Sha256::digest(&block).into();
             if got != *hash || data.len() + block.len() > size {
-                return Err("it sent a block that is not the checkpoint's".into());
+                return Err(HolderError::ForeignBlock);
             }
             data.extend_from_slice(&block);
         }
         if data.len() != size {
-            return Err("its blocks do not add up to the checkpoint".into());
+            return Err(HolderError::Short);
         }
         Ok(Checkpoint {
             seq: manifest.seq,

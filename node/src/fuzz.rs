@@ -12,19 +12,19 @@ use std::time::Duration;
 use zorilla_core::advert::{
     Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
-use zorilla_core::node::{LostPolicy, WorkerEnd};
+use zorilla_core::node::{Failure, LostPolicy, Phase, WorkerEnd};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::PeerId;
 
 use crate::protocol::{
     self, ErrorKind, Hello, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, NamedFile,
-    NodeInfo, OutputData, OutputEntry, OutputPage, PeerEntry, Pending, RankStatus, Request,
-    Response, Welcome,
+    NodeInfo, OutcomeCode, OutputData, OutputEntry, OutputPage, PeerEntry, Pending, RankStatus,
+    Request, Response, Welcome,
 };
 use crate::store::checkpoints::Manifest;
 use crate::store::{self, FileRef, JobRecord};
 use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
-use crate::wire::{self, BarrierMsg, JobInfo, PeerReply, PeerRpc, Placed, view};
+use crate::wire::{self, BarrierMsg, JobCopy, JobInfo, PeerReply, PeerRpc, Placed, view};
 
 /// A decoder of outside bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,6 +319,22 @@ fn rank_status(g: &mut Gen) -> RankStatus {
     RankStatus {
         node: g.string(),
         outcome: g.option(Gen::string),
+        code: g.option(|g| {
+            g.pick(&[
+                OutcomeCode::Exited,
+                OutcomeCode::Trapped,
+                OutcomeCode::OutOfMemory,
+                OutcomeCode::CpuLimit,
+                OutcomeCode::TimeLimit,
+                OutcomeCode::OutputLimit,
+                OutcomeCode::DiskLimit,
+                OutcomeCode::NotStarted,
+                OutcomeCode::Cancelled,
+                OutcomeCode::Lost,
+                OutcomeCode::Stopped,
+            ])
+        }),
+        exit_status: g.option(|g| g.int() as i32),
     }
 }
 
@@ -412,7 +428,7 @@ fn advert(g: &mut Gen) -> Advert<PeerId> {
 
 fn message(g: &mut Gen) -> Message<PeerId> {
     let job = JobId(g.int());
-    match g.below(6) {
+    match g.below(7) {
         0 => Message::Advert(advert(g)),
         1 => Message::Offer {
             job,
@@ -438,6 +454,19 @@ fn message(g: &mut Gen) -> Message<PeerId> {
             job,
             ranks: g.vec(Gen::u32),
             incarnation: g.u32(),
+            placement: g.map(Gen::u32, placed),
+        },
+        5 => Message::Placement {
+            job,
+            phase: g.pick(&[
+                Phase::Scheduling,
+                Phase::Running,
+                Phase::Completed,
+                Phase::Cancelled,
+                Phase::Failed,
+            ]),
+            placement: g.map(Gen::u32, placed),
+            replaced: g.vec(Gen::u32),
         },
         _ => Message::Refuse {
             job,
@@ -503,11 +532,13 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
             offset: g.int(),
             len: g.u32(),
         },
-        3 => PeerRpc::Placement {
-            job,
-            phase: job_phase(g),
-            ranks: g.map(Gen::u32, placed),
-            replaced: g.vec(Gen::u32),
+        3 => PeerRpc::Grant {
+            grant: message(g),
+            copy: Box::new(JobCopy {
+                request: job_request(g),
+                module: file_ref(g),
+                inputs: g.vec(file_ref),
+            }),
         },
         4 | 5 => PeerRpc::Barrier {
             job,
@@ -535,7 +566,19 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
             incarnation: g.u32(),
             end: match g.u32() % 3 {
                 0 => WorkerEnd::Exited(g.u32() as i32),
-                1 => WorkerEnd::Failed(g.string()),
+                1 => WorkerEnd::Failed(match g.below(7) {
+                    0 => Failure::Trapped(g.string()),
+                    1 => Failure::OutOfMemory { limit_mib: g.int() },
+                    2 => Failure::CpuLimit {
+                        limit: g.duration(),
+                    },
+                    3 => Failure::TimeLimit {
+                        limit: g.duration(),
+                    },
+                    4 => Failure::OutputLimit { limit_mib: g.int() },
+                    5 => Failure::DiskLimit { limit_mib: g.int() },
+                    _ => Failure::NotStarted(g.string()),
+                }),
                 _ => WorkerEnd::Cancelled,
             },
         },

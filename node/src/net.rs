@@ -49,29 +49,48 @@ pub(crate) struct Net {
     pub(crate) links: Arc<Links>,
 }
 
+/// Why a call to a node got no answer it could use. Callers act on it:
+/// a node shutting down stops trying, the others retry or go elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CallError {
+    /// This node is shutting down: its own loop takes no more calls.
+    #[error("this node is shutting down")]
+    ShuttingDown,
+    /// The call or its answer did not make it through the overlay.
+    #[error("no answer from the peer: {0}")]
+    NoAnswer(String),
+    /// The answer came but does not decode.
+    #[error("the peer's answer does not decode: {0}")]
+    BadAnswer(String),
+    /// The peer answered with an error, in its words.
+    #[error("the peer refused: {0}")]
+    Refused(String),
+}
+
 impl Net {
     /// Sends `rpc` to `peer` and waits for the answer.
-    pub(crate) async fn call(&self, peer: PeerId, rpc: PeerRpc) -> Result<PeerReply, String> {
+    pub(crate) async fn call(&self, peer: PeerId, rpc: PeerRpc) -> Result<PeerReply, CallError> {
         if peer == self.me {
             let (reply, rx) = oneshot::channel();
             self.local
                 .send(LocalCall { rpc, reply })
                 .await
-                .map_err(|_| "node is shutting down".to_string())?;
-            return rx.await.map_err(|_| "node is shutting down".to_string());
+                .map_err(|_| CallError::ShuttingDown)?;
+            return rx.await.map_err(|_| CallError::ShuttingDown);
         }
         let bytes = self
             .overlay
             .request(peer, encode(&rpc))
             .await
-            .map_err(|e| e.to_string())?;
-        decode(&bytes)
+            .map_err(|e| CallError::NoAnswer(e.to_string()))?;
+        decode(&bytes).map_err(CallError::BadAnswer)
     }
 
-    /// Like [`call`](Self::call), but an error reply is an error too.
-    pub(crate) async fn call_ok(&self, peer: PeerId, rpc: PeerRpc) -> Result<PeerReply, String> {
+    /// Like [`call`](Self::call), but an error reply is an error too
+    /// ([`CallError::Refused`]).
+    pub(crate) async fn call_ok(&self, peer: PeerId, rpc: PeerRpc) -> Result<PeerReply, CallError> {
         match self.call(peer, rpc).await? {
-            PeerReply::Error(e) => Err(e),
+            PeerReply::Error(e) => Err(CallError::Refused(e)),
             reply => Ok(reply),
         }
     }
@@ -272,9 +291,7 @@ async fn deliver(net: &Net, job: &JobNet, to: u32, rpc: PeerRpc) -> Result<(), T
         };
         match net.call(peer, rpc.clone()).await {
             Ok(PeerReply::Ack) => return Ok(()),
-            Ok(PeerReply::Error(e)) if e.starts_with("closed") => {
-                return Err(TransportError::Closed);
-            }
+            Err(CallError::ShuttingDown) => return Err(TransportError::Closed),
             Ok(_) | Err(_) => {
                 let _ = tokio::time::timeout(RETRY, ranks.changed()).await;
             }

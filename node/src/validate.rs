@@ -10,13 +10,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use zorilla_core::advert::Message;
 use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
-use zorilla_core::node::{SpecError, WorkerEnd};
+use zorilla_core::node::{Failure, SpecError, WorkerEnd};
 
 use crate::protocol::{JobRequest, MAX_OUTPUT_BLOCK_BYTES, NamedFile, Request};
 use crate::wire::checkpoint::CheckpointRpc;
 use crate::wire::view::{self, MAX_TEXT_BYTES};
-use crate::wire::{BLOCK_BYTES, JobInfo, MAX_ASKED_JOBS, PeerRpc};
+use crate::wire::{BLOCK_BYTES, JobCopy, JobInfo, MAX_ASKED_JOBS, PeerRpc};
 
 /// Why something from outside was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,6 +53,12 @@ pub enum Invalid {
     /// No module.
     #[error("the module is empty: a job needs a WebAssembly module")]
     EmptyModule,
+    /// A grant sent without the job's copy.
+    #[error("a grant travels with its job's copy, not as a bare scheduling message")]
+    BareGrant,
+    /// A job's copy sent with something else than a grant.
+    #[error("a job's copy travels with a grant only")]
+    CopyWithoutGrant,
 }
 
 /// A name as printed in a refusal: escaped, at most 64 characters.
@@ -241,7 +248,15 @@ fn placement<'a>(
 /// answered with the sentence and counted as misbehaving.
 pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
     match rpc {
+        PeerRpc::Sched(Message::Grant { .. }) => return Err(Invalid::BareGrant),
         PeerRpc::Sched(msg) => limits::check_message(msg)?,
+        PeerRpc::Grant { grant, copy } => {
+            if !matches!(grant, Message::Grant { .. }) {
+                return Err(Invalid::CopyWithoutGrant);
+            }
+            limits::check_message(grant)?;
+            job_copy(copy)?;
+        }
         PeerRpc::GetJob { .. } | PeerRpc::Ping | PeerRpc::Status => {}
         PeerRpc::GetBlock { sha256, len, .. } => {
             if !zorilla_sandbox::jobfs::is_sha256_hex(sha256) {
@@ -253,9 +268,6 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
             }
             limits::at_most("block length", *len as usize, BLOCK_BYTES)?;
         }
-        PeerRpc::Placement {
-            ranks, replaced, ..
-        } => placement(ranks.keys(), replaced)?,
         PeerRpc::Barrier { from, to, .. } => {
             rank("sending rank", *from)?;
             rank("receiving rank", *to)?;
@@ -307,7 +319,7 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
         }
         PeerRpc::WorkerEnded { rank: r, end, .. } => {
             rank("rank", *r)?;
-            if let WorkerEnd::Failed(why) = end {
+            if let WorkerEnd::Failed(Failure::Trapped(why) | Failure::NotStarted(why)) = end {
                 limits::at_most("outcome length in bytes", why.len(), MAX_OUTCOME_BYTES)?;
             }
         }
@@ -448,12 +460,19 @@ pub(crate) fn remote_job(job: &view::JobDetail) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// Checks a job's copy as its home sent it: the request, the input names
+/// Checks a job's state as its home sent it: the request, the input names
 /// and the placement, as the home itself checked them.
 pub(crate) fn job_info(info: &JobInfo) -> Result<(), Invalid> {
     request(&info.request)?;
     input_names(info.inputs.iter().map(|f| f.name.as_str()))?;
     placement(info.ranks.keys(), &[])
+}
+
+/// Checks a job's copy as its home sent it with a grant: the request and
+/// the input names, as the home itself checked them.
+pub(crate) fn job_copy(copy: &JobCopy) -> Result<(), Invalid> {
+    request(&copy.request)?;
+    input_names(copy.inputs.iter().map(|f| f.name.as_str()))
 }
 
 #[cfg(test)]

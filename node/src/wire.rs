@@ -44,35 +44,41 @@ pub(crate) struct JobInfo {
     pub(crate) ranks: BTreeMap<u32, Placed>,
 }
 
-/// Where a rank runs: the node, and which incarnation of the rank its
-/// worker is (the number of the grant that placed it there; see
-/// [`zorilla_core::channel::ChannelId`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Placed {
-    pub(crate) node: PeerId,
-    pub(crate) incarnation: u32,
+/// What a member needs of a job to start its workers, besides the grant:
+/// what to run and with what limits, and the files to fetch (by hash, from
+/// the home or another node of the job). It travels with the grant
+/// ([`PeerRpc::Grant`]), so a member starts without asking the home.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct JobCopy {
+    pub(crate) request: JobRequest,
+    pub(crate) module: FileRef,
+    pub(crate) inputs: Vec<FileRef>,
 }
+
+/// Where a rank runs (the core's [`zorilla_core::advert::Placed`]).
+pub(crate) type Placed = zorilla_core::advert::Placed<PeerId>;
 
 /// A request from one node to another.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum PeerRpc {
-    /// A scheduling message of the core.
+    /// A scheduling message of the core (a grant travels as
+    /// [`PeerRpc::Grant`]).
     Sched(Message<PeerId>),
-    /// Worker node to home: the job's copy.
+    /// Home to member: the core's [`Message::Grant`] (the ranks to start,
+    /// their incarnation, the job's whole placement) with the job's copy:
+    /// everything the member needs to start its workers, in one message.
+    Grant {
+        grant: Message<PeerId>,
+        copy: Box<JobCopy>,
+    },
+    /// A member to the home that has said nothing for a while: the job's
+    /// state (see `Node::refresh_stale_copies`).
     GetJob { job: u64 },
     /// A block of a content-addressed file.
     GetBlock {
         sha256: String,
         offset: u64,
         len: u32,
-    },
-    /// Home to worker nodes: the job's placement and phase changed;
-    /// `replaced` ranks got a fresh worker.
-    Placement {
-        job: u64,
-        phase: JobPhase,
-        ranks: BTreeMap<u32, Placed>,
-        replaced: Vec<u32>,
     },
     /// Barrier traffic: ranks enter at rank 0, rank 0 releases them.
     Barrier {
@@ -137,7 +143,7 @@ pub(crate) enum BarrierMsg {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum PeerReply {
     Ack,
-    /// Answer to a [`Message::Grant`]: which run of the node took it (its
+    /// Answer to a [`PeerRpc::Grant`]: which run of the node took it (its
     /// boot id, as in [`PeerReply::Ranks`]), so that the home can tell a
     /// restart however soon after the grant it came.
     Granted {
@@ -179,7 +185,7 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, 
 mod tests {
     use std::time::Duration;
 
-    use zorilla_core::advert::{Advert, FloodHeader, JobId, Strategy, WorkerCount};
+    use zorilla_core::advert::{Advert, FloodHeader, JobId, Phase, Strategy, WorkerCount};
     use zorilla_core::limits;
     use zorilla_core::resources::Resources;
     use zorilla_overlay::config::DEFAULT_MAX_MESSAGE_SIZE;
@@ -222,8 +228,7 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn the_largest_valid_job_copy_fits_one_overlay_message() {
+    fn largest_copy() -> JobCopy {
         let request = largest_request();
         assert_eq!(validate::request(&request), Ok(()));
         let file = |i: usize| FileRef {
@@ -231,13 +236,23 @@ mod tests {
             sha256: "f".repeat(64),
             size: u64::MAX,
         };
+        JobCopy {
+            request,
+            module: file(0),
+            inputs: (0..limits::MAX_INPUTS).map(file).collect(),
+        }
+    }
+
+    #[test]
+    fn the_largest_valid_job_copy_fits_one_overlay_message() {
+        let copy = largest_copy();
         let info = JobInfo {
             id: u64::MAX,
             home: PeerId::random(),
             phase: JobPhase::Scheduling,
-            request,
-            module: file(0),
-            inputs: (0..limits::MAX_INPUTS).map(file).collect(),
+            request: copy.request,
+            module: copy.module,
+            inputs: copy.inputs,
             ranks: placement(),
         };
         assert_eq!(validate::job_info(&info), Ok(()));
@@ -247,17 +262,23 @@ mod tests {
 
     #[test]
     fn the_largest_valid_peer_requests_fit_one_overlay_message() {
-        let push = PeerRpc::Placement {
-            job: u64::MAX,
-            phase: JobPhase::Running,
-            ranks: placement(),
-            replaced: (0..limits::MAX_WORKERS).collect(),
-        };
-        let grant = PeerRpc::Sched(Message::Grant {
+        let push = PeerRpc::Sched(Message::Placement {
             job: JobId(u64::MAX),
-            ranks: (0..limits::MAX_WORKERS).collect(),
-            incarnation: u32::MAX,
+            phase: Phase::Running,
+            placement: placement(),
+            replaced: (0..limits::MAX_WORKERS).collect(),
         });
+        // The one message that starts a member's workers: every rank of
+        // the largest job, its whole placement, and its largest copy.
+        let grant = PeerRpc::Grant {
+            grant: Message::Grant {
+                job: JobId(u64::MAX),
+                ranks: (0..limits::MAX_WORKERS).collect(),
+                incarnation: u32::MAX,
+                placement: placement(),
+            },
+            copy: Box::new(largest_copy()),
+        };
         let advert = Advert {
             job: JobId(u64::MAX),
             home: PeerId::random(),
@@ -281,7 +302,9 @@ mod tests {
             job: u64::MAX,
             rank: limits::MAX_WORKERS - 1,
             incarnation: u32::MAX,
-            end: WorkerEnd::Failed("x".repeat(validate::MAX_OUTCOME_BYTES)),
+            end: WorkerEnd::Failed(zorilla_core::node::Failure::Trapped(
+                "x".repeat(validate::MAX_OUTCOME_BYTES),
+            )),
         };
         use crate::store::checkpoints::{
             MAX_BLOCK_BYTES, MAX_BLOCKS, MAX_CHECKPOINT_BYTES, Manifest,
@@ -345,19 +368,58 @@ mod tests {
             residue: Resources::ZERO,
         });
         assert!(refused(offer).contains("offered workers"));
-        let push = PeerRpc::Placement {
-            job: 1,
-            phase: JobPhase::Running,
-            ranks: BTreeMap::from([(
-                u32::MAX,
-                Placed {
-                    node: PeerId::random(),
-                    incarnation: 0,
-                },
-            )]),
+        let placed = BTreeMap::from([(
+            u32::MAX,
+            Placed {
+                node: PeerId::random(),
+                incarnation: 0,
+            },
+        )]);
+        let push = PeerRpc::Sched(Message::Placement {
+            job: JobId(1),
+            phase: Phase::Running,
+            placement: placed.clone(),
             replaced: vec![],
-        };
+        });
         assert!(refused(push).contains("rank is 4294967295"));
+        let grant = Message::Grant {
+            job: JobId(1),
+            ranks: vec![0],
+            incarnation: 0,
+            placement: placed,
+        };
+        let copy = Box::new(JobCopy {
+            request: JobRequest::default(),
+            module: FileRef {
+                name: "m.wasm".into(),
+                sha256: "f".repeat(64),
+                size: 1,
+            },
+            inputs: vec![],
+        });
+        assert!(
+            refused(PeerRpc::Grant {
+                grant: grant.clone(),
+                copy: copy.clone()
+            })
+            .contains("rank is 4294967295")
+        );
+        // A grant without the job's copy would leave the member asking.
+        assert_eq!(
+            refused(PeerRpc::Sched(grant)),
+            "a grant travels with its job's copy, not as a bare scheduling message"
+        );
+        let not_a_grant = PeerRpc::Grant {
+            grant: Message::Refuse {
+                job: JobId(1),
+                reason: zorilla_core::advert::RefuseReason::NotChosen,
+            },
+            copy,
+        };
+        assert_eq!(
+            refused(not_a_grant),
+            "a job's copy travels with a grant only"
+        );
         let barrier = PeerRpc::Barrier {
             job: 1,
             to: u32::MAX,

@@ -15,7 +15,7 @@ use common::{TestNode, wait_for, wasm};
 use sha2::{Digest, Sha256};
 use zorilla_core::advert::JobId;
 use zorilla_node::client::Client;
-use zorilla_node::protocol::{JobPhase, JobRequest};
+use zorilla_node::protocol::{JobPhase, JobRequest, OutcomeCode};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -302,9 +302,10 @@ async fn the_disk_limit_holds_for_what_goes_home() {
     assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
     assert_eq!(
         status.ranks[&0].outcome.as_deref(),
-        Some("kept more than its disk limit in /outputs"),
+        Some("stopped: wrote more than its 16 MiB disk limit"),
         "{status:?}"
     );
+    assert_eq!(status.ranks[&0].code, Some(OutcomeCode::DiskLimit));
     let files = client.outputs(job).await.unwrap();
     let total: u64 = files.iter().map(|f| f.size).sum();
     eprintln!("home has {files:?}");

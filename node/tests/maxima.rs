@@ -17,7 +17,9 @@ use common::{TestNode, nqueens, stdout_of, wait_completed, wasm};
 use libp2p::{Multiaddr, PeerId};
 use raw_peer::{Protocol, RawEvent, RawPeer};
 use serde::Serialize;
-use zorilla_core::advert::{Advert, FloodHeader, JobId, Message, Strategy, WorkerCount};
+use zorilla_core::advert::{
+    Advert, FloodHeader, JobId, Message, Phase, Placed, Strategy, WorkerCount,
+};
 use zorilla_core::flood::FloodId;
 use zorilla_core::limits;
 use zorilla_core::resources::Resources;
@@ -288,19 +290,6 @@ enum RpcRequest {
 #[derive(Serialize)]
 enum PeerRpc {
     Sched(Message<PeerId>),
-    Placement {
-        job: u64,
-        phase: JobPhase,
-        ranks: BTreeMap<u32, Placed>,
-        replaced: Vec<u32>,
-    },
-}
-
-/// The node's `wire::Placed`, as it goes on the wire.
-#[derive(Serialize)]
-struct Placed {
-    node: PeerId,
-    incarnation: u32,
 }
 
 fn cbor<T: Serialize>(value: &T) -> Vec<u8> {
@@ -407,10 +396,10 @@ async fn a_hostile_peers_extreme_values_do_not_crash_the_node() {
         distance: Duration::MAX,
         residue: Resources::new(u32::MAX, u64::MAX, u64::MAX),
     });
-    let placement = PeerRpc::Placement {
-        job: waiting,
-        phase: JobPhase::Running,
-        ranks: BTreeMap::from([(
+    let placement = PeerRpc::Sched(Message::Placement {
+        job: JobId(waiting),
+        phase: Phase::Running,
+        placement: BTreeMap::from([(
             u32::MAX,
             Placed {
                 node: me,
@@ -418,7 +407,7 @@ async fn a_hostile_peers_extreme_values_do_not_crash_the_node() {
             },
         )]),
         replaced: vec![u32::MAX],
-    };
+    });
     // The node delivers floods only from a peer it has identified: send
     // the adverts until it has (each refusal is logged; adverts cost the
     // forwarding neighbour no strike). Then the requests, once: each is a

@@ -300,6 +300,7 @@ fn kind<P>(msg: &Message<P>) -> &'static str {
         Message::Decline { .. } => "decline",
         Message::Withdraw { .. } => "withdraw",
         Message::Grant { .. } => "grant",
+        Message::Placement { .. } => "placement",
         Message::Refuse { .. } => "refuse",
     }
 }
@@ -805,6 +806,8 @@ impl Sim {
                     }
                 }
                 Output::Job(event) => self.job_event(event),
+                // Simulated workers do not talk to each other.
+                Output::PlacementChanged { .. } => {}
             }
         }
         let n = &mut self.nodes[node as usize];

@@ -3,7 +3,7 @@
 //! papers' scenarios, and the P2P-MPI placements against the paper's
 //! algorithms.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 
 use std::time::Duration;
@@ -150,6 +150,7 @@ fn invariant_checks_catch_a_gang_started_short_misnumbered_or_early() {
             home: 0,
             ranks: vec![0],
             incarnation: 0,
+            placement: BTreeMap::new(),
         }],
     );
     let v = violation(&sim);
@@ -186,6 +187,7 @@ fn invariant_checks_catch_a_gang_started_short_misnumbered_or_early() {
             home: 0,
             ranks: vec![1],
             incarnation: 0,
+            placement: BTreeMap::new(),
         }],
     );
     let v = violation(&sim);
@@ -213,6 +215,7 @@ fn invariant_checks_catch_a_gang_started_short_misnumbered_or_early() {
             home: 0,
             ranks: vec![2],
             incarnation: 0,
+            placement: BTreeMap::new(),
         }],
     );
     assert_eq!(sim.check_invariants(), Ok(()));

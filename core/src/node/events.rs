@@ -1,12 +1,13 @@
 //! What goes into the scheduler and what comes out of it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::ranks::{EndReason, LostReason, RankOutcome, WorkerEnd};
 use super::spec::{JobSpec, SpecError};
-use crate::advert::{Advert, JobId, Message, RefuseReason};
+use crate::advert::{Advert, JobId, Message, Phase, Placed, RefuseReason};
 use crate::liveness::LostCause;
 
 /// An event for the scheduler.
@@ -102,6 +103,24 @@ pub enum Output<P> {
         ranks: Vec<u32>,
         /// Their incarnation (see [`Message::Grant`]).
         incarnation: u32,
+        /// Where every rank of the job runs, these included (from the
+        /// grant: the member asks nothing more before it starts them).
+        placement: BTreeMap<u32, Placed<P>>,
+    },
+    /// The placement or phase of a job this node runs ranks of changed
+    /// (see [`Message::Placement`]): the workers here learn where their
+    /// peers are now, and stop if the job was cancelled or failed.
+    PlacementChanged {
+        /// The job.
+        job: JobId,
+        /// Its home (the message's sender).
+        home: P,
+        /// The job's phase.
+        phase: Phase,
+        /// Where every rank runs now.
+        placement: BTreeMap<u32, Placed<P>>,
+        /// Ranks that got a fresh worker since the last change.
+        replaced: Vec<u32>,
     },
     /// Stop every worker of a job on this node.
     StopWorkers {
@@ -184,21 +203,4 @@ pub enum JobEvent<P> {
         /// Why.
         reason: EndReason<P>,
     },
-}
-
-/// The scheduling phase of a job at its home. Phases only move forward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    /// Looking for workers.
-    Scheduling,
-    /// Workers are running.
-    Running,
-    /// Done.
-    Completed,
-    /// Cancelled by the user.
-    Cancelled,
-    /// Failed: expired before it got its workers, a worker failed, or a
-    /// rigid job lost a worker.
-    Failed,
 }

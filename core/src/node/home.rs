@@ -160,7 +160,11 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         }
 
-        // Grant: ranks in slist order, reusing lost ranks first.
+        // Grant: ranks in slist order, reusing lost ranks first. Every
+        // grant carries the placement after all of this step's grants, so
+        // that the nodes granted together know of each other.
+        let mut granted = Vec::with_capacity(assignments.len());
+        let mut replaced_now = Vec::new();
         for assignment in &assignments {
             let Some(offer) = job.offers.remove(&assignment.node) else {
                 continue;
@@ -170,6 +174,7 @@ impl<P: PeerKey> Scheduler<P> {
             let (ranks, replaced) =
                 job.ranks
                     .place(&assignment.node, incarnation, assignment.workers);
+            replaced_now.extend(&replaced);
             out.push(Output::Job(JobEvent::Granted {
                 job: job_id,
                 node: assignment.node.clone(),
@@ -178,19 +183,23 @@ impl<P: PeerKey> Scheduler<P> {
                 rtt: offer.rtt,
                 replaced,
             }));
+            granted.push((assignment.node.clone(), ranks, incarnation));
+        }
+        let placement = job.ranks.placement();
+        for (node, ranks, incarnation) in &granted {
             out.push(Output::Send {
-                to: assignment.node.clone(),
+                to: node.clone(),
                 msg: Message::Grant {
                     job: job_id,
-                    ranks,
-                    incarnation,
+                    ranks: ranks.clone(),
+                    incarnation: *incarnation,
+                    placement: placement.clone(),
                 },
             });
         }
         let total = job.granted_workers();
         job.report.granted = total;
-        if job.phase == Phase::Scheduling {
-            job.phase = Phase::Running;
+        if job.phase == Phase::Scheduling && job.phase.advance(Phase::Running) {
             out.push(Output::Job(JobEvent::Started {
                 job: job_id,
                 workers: total,
@@ -199,6 +208,12 @@ impl<P: PeerKey> Scheduler<P> {
         if total >= job.spec.workers.max {
             self.last_reach = job.schedule.reach();
             job.full(job_id, out);
+        }
+        // The nodes that ran ranks before learn of the new ones (and of the
+        // start); the nodes granted now have it all in their grant.
+        let skip: BTreeSet<P> = granted.into_iter().map(|(node, _, _)| node).collect();
+        if !skip.is_empty() {
+            job.announce(job_id, replaced_now, &skip, out);
         }
     }
 
@@ -215,10 +230,9 @@ impl<P: PeerKey> Scheduler<P> {
         let Some(job) = self.home.get_mut(&job_id) else {
             return;
         };
-        if job.phase >= Phase::Completed {
+        if !job.phase.advance(phase) {
             return;
         }
-        job.phase = phase;
         job.ended_with = Some(refuse);
         job.next_flood_at = None;
         job.settle_at = None;
@@ -243,6 +257,8 @@ impl<P: PeerKey> Scheduler<P> {
                 });
             }
         }
+        // Every node of the job learns how it ended (a copy shows it).
+        job.announce(job_id, Vec::new(), &BTreeSet::new(), out);
         out.push(Output::Job(JobEvent::Ended {
             job: job_id,
             phase,
@@ -414,6 +430,8 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         }
         job.report.granted = job.granted_workers();
+        // The nodes left learn that the lost ranks are gone.
+        job.announce(job_id, Vec::new(), &BTreeSet::new(), out);
         if job.phase == Phase::Running && job.granted_workers() < job.spec.workers.max {
             // Look for replacements now, with a fresh schedule.
             let max = job.spec.workers.max;

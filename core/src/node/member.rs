@@ -239,6 +239,7 @@ impl<P: PeerKey> Scheduler<P> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn grant_received(
         &mut self,
         now: Time,
@@ -246,6 +247,7 @@ impl<P: PeerKey> Scheduler<P> {
         job: JobId,
         ranks: Vec<u32>,
         incarnation: u32,
+        placement: BTreeMap<u32, Placed<P>>,
         out: &mut Vec<Output<P>>,
     ) {
         let fits = match self.engaged.get_mut(&job) {
@@ -263,6 +265,7 @@ impl<P: PeerKey> Scheduler<P> {
                 home: from,
                 ranks,
                 incarnation,
+                placement,
             });
             self.rescan(now, out);
         } else {

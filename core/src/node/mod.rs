@@ -76,8 +76,9 @@ mod ranks;
 mod report;
 mod spec;
 
-pub use events::{Input, JobEvent, Output, Phase};
-pub use ranks::{EndReason, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
+pub use crate::advert::{Phase, Placed};
+pub use events::{Input, JobEvent, Output};
+pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
 pub use spec::{JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError};
 
@@ -135,6 +136,34 @@ impl<P> HomeJob<P> {
                 msg: Message::Refuse {
                     job: job_id,
                     reason: RefuseReason::NotChosen,
+                },
+            });
+        }
+    }
+
+    /// Tells every node with placed ranks of the job, but those in `skip`,
+    /// the job's placement and phase ([`Message::Placement`]).
+    fn announce(
+        &self,
+        job_id: JobId,
+        replaced: Vec<u32>,
+        skip: &BTreeSet<P>,
+        out: &mut Vec<Output<P>>,
+    ) where
+        P: Clone + Ord,
+    {
+        let placement = self.ranks.placement();
+        for node in self.ranks.nodes() {
+            if skip.contains(&node) {
+                continue;
+            }
+            out.push(Output::Send {
+                to: node,
+                msg: Message::Placement {
+                    job: job_id,
+                    phase: self.phase,
+                    placement: placement.clone(),
+                    replaced: replaced.clone(),
                 },
             });
         }
@@ -583,7 +612,24 @@ impl<P: PeerKey> Scheduler<P> {
                 job,
                 ranks,
                 incarnation,
-            } => self.grant_received(now, from, job, ranks, incarnation, out),
+                placement,
+            } => self.grant_received(now, from, job, ranks, incarnation, placement, out),
+            // What to do with the news is the driver's (its workers learn
+            // where their peers are; a job that ended stops them). The
+            // sender is the home as far as the driver's copy of the job
+            // says: the driver checks.
+            Message::Placement {
+                job,
+                phase,
+                placement,
+                replaced,
+            } => out.push(Output::PlacementChanged {
+                job,
+                home: from,
+                phase,
+                placement,
+                replaced,
+            }),
             Message::Refuse { job, reason } => {
                 let Some(e) = self.engaged.get_mut(&job) else {
                     return;

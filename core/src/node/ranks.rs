@@ -15,9 +15,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::advert::Placed;
 use crate::liveness::LostCause;
 
 /// How a worker ended, as the node that ran it reports it to the home.
@@ -25,12 +27,98 @@ use crate::liveness::LostCause;
 pub enum WorkerEnd {
     /// The worker's program ended by itself with this exit status.
     Exited(i32),
-    /// The worker was stopped by a trap or a limit, or could not start;
-    /// the words say which (as the end of a sentence about the worker:
-    /// "was stopped by a trap: ...", "could not start: ...").
-    Failed(String),
+    /// The worker was stopped by a trap or a limit, or could not start.
+    Failed(Failure),
     /// The worker was cancelled (its job ended, or its node stopped).
     Cancelled,
+}
+
+/// Why a worker failed other than by its exit status: which trap or
+/// which limit (with the limit's figure), or why it could not start.
+/// Words are made of it only where users read them ([`fmt::Display`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Failure {
+    /// The program crashed: the trap, as the runtime says it
+    /// ("unreachable instruction executed in function nqueens::solve").
+    Trapped(String),
+    /// Its memory would have grown beyond its limit (MiB).
+    OutOfMemory {
+        /// The limit in force, in MiB.
+        limit_mib: u64,
+    },
+    /// It used up its CPU time.
+    CpuLimit {
+        /// The limit in force.
+        limit: Duration,
+    },
+    /// It ran past its wall-clock time.
+    TimeLimit {
+        /// The limit in force.
+        limit: Duration,
+    },
+    /// It wrote more than its output limit to stdout and stderr.
+    OutputLimit {
+        /// The limit in force, in MiB.
+        limit_mib: u64,
+    },
+    /// It kept more than its disk limit in `/outputs`.
+    DiskLimit {
+        /// The limit in force, in MiB.
+        limit_mib: u64,
+    },
+    /// It could not start; why (the module was refused, its files could
+    /// not be fetched, ...).
+    NotStarted(String),
+}
+
+impl fmt::Display for Failure {
+    /// The end of a sentence about the worker ("rank 3 ...").
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Trapped(trap) => write!(f, "crashed: {trap}"),
+            Failure::OutOfMemory { limit_mib } => {
+                write!(f, "used its memory limit of {limit_mib} MiB")
+            }
+            Failure::CpuLimit { limit } => {
+                write!(f, "stopped: used its CPU-time limit of {}", Human(*limit))
+            }
+            Failure::TimeLimit { limit } => {
+                write!(
+                    f,
+                    "stopped: ran past its wall-clock limit of {}",
+                    Human(*limit)
+                )
+            }
+            Failure::OutputLimit { limit_mib } => {
+                write!(
+                    f,
+                    "stopped: wrote more than its {limit_mib} MiB output limit"
+                )
+            }
+            Failure::DiskLimit { limit_mib } => {
+                write!(f, "stopped: wrote more than its {limit_mib} MiB disk limit")
+            }
+            Failure::NotStarted(why) => write!(f, "could not start: {why}"),
+        }
+    }
+}
+
+/// A limit's duration as people write it: "90 ms", "10 s", "5 min", "2 h".
+struct Human(Duration);
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.0.as_secs();
+        if self.0.subsec_nanos() != 0 || secs == 0 {
+            write!(f, "{} ms", self.0.as_millis())
+        } else if secs.is_multiple_of(3600) {
+            write!(f, "{} h", secs / 3600)
+        } else if secs.is_multiple_of(60) {
+            write!(f, "{} min", secs / 60)
+        } else {
+            write!(f, "{secs} s")
+        }
+    }
 }
 
 /// Why the home counts a rank as lost.
@@ -62,7 +150,7 @@ pub enum RankOutcome {
     /// Its worker exited with this status.
     Exited(i32),
     /// Its worker was stopped by a trap or a limit, or could not start.
-    Failed(String),
+    Failed(Failure),
     /// Its worker was cancelled.
     Cancelled,
     /// Its node was lost (the rank waits to be replaced, or its job
@@ -106,7 +194,7 @@ impl<P: fmt::Display> fmt::Display for OutcomeText<'_, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.outcome {
             RankOutcome::Exited(code) => write!(f, "exited with status {code}"),
-            RankOutcome::Failed(why) => f.write_str(why),
+            RankOutcome::Failed(failure) => failure.fmt(f),
             RankOutcome::Cancelled => f.write_str("was cancelled"),
             RankOutcome::Lost(reason) => write!(f, "lost: node {} {reason}", self.node),
         }
@@ -328,6 +416,23 @@ impl<P: Clone + Eq> RankTable<P> {
         }
     }
 
+    /// Where every placed (not lost) rank runs, as the home tells the
+    /// job's nodes ([`Message::Grant`](crate::advert::Message::Grant),
+    /// [`Message::Placement`](crate::advert::Message::Placement)).
+    pub fn placement(&self) -> BTreeMap<u32, Placed<P>> {
+        self.ranks
+            .iter()
+            .filter(|(_, rank)| !rank.is_lost())
+            .map(|(r, rank)| {
+                let placed = Placed {
+                    node: rank.node.clone(),
+                    incarnation: rank.incarnation,
+                };
+                (*r, placed)
+            })
+            .collect()
+    }
+
     /// Ranks per node, placed and not lost.
     pub fn by_node(&self) -> BTreeMap<P, Vec<u32>>
     where
@@ -346,6 +451,59 @@ impl<P: Clone + Eq> RankTable<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_failure_reads_as_a_sentence_with_its_figure() {
+        let cases = [
+            (
+                Failure::Trapped(
+                    "unreachable instruction executed in function nqueens::solve".into(),
+                ),
+                "crashed: unreachable instruction executed in function nqueens::solve",
+            ),
+            (
+                Failure::OutOfMemory { limit_mib: 64 },
+                "used its memory limit of 64 MiB",
+            ),
+            (
+                Failure::CpuLimit {
+                    limit: Duration::from_secs(90),
+                },
+                "stopped: used its CPU-time limit of 90 s",
+            ),
+            (
+                Failure::TimeLimit {
+                    limit: Duration::from_secs(7200),
+                },
+                "stopped: ran past its wall-clock limit of 2 h",
+            ),
+            (
+                Failure::TimeLimit {
+                    limit: Duration::from_millis(1500),
+                },
+                "stopped: ran past its wall-clock limit of 1500 ms",
+            ),
+            (
+                Failure::OutputLimit { limit_mib: 64 },
+                "stopped: wrote more than its 64 MiB output limit",
+            ),
+            (
+                Failure::DiskLimit { limit_mib: 10 },
+                "stopped: wrote more than its 10 MiB disk limit",
+            ),
+            (
+                Failure::NotStarted("module refused: not WebAssembly".into()),
+                "could not start: module refused: not WebAssembly",
+            ),
+        ];
+        for (failure, sentence) in cases {
+            assert_eq!(failure.to_string(), sentence);
+            assert_eq!(
+                RankOutcome::Failed(failure).display(&"N").to_string(),
+                sentence
+            );
+        }
+    }
 
     #[test]
     fn lost_ranks_are_placed_again_first_and_keep_their_number() {
@@ -395,11 +553,11 @@ mod tests {
         let failed = EndReason::RankFailed {
             rank: 2,
             node: "N",
-            outcome: RankOutcome::Failed("kept more than its disk limit in /outputs".into()),
+            outcome: RankOutcome::Failed(Failure::DiskLimit { limit_mib: 10 }),
         };
         assert_eq!(
             failed.to_string(),
-            "rank 2 on N: kept more than its disk limit in /outputs"
+            "rank 2 on N: stopped: wrote more than its 10 MiB disk limit"
         );
         let rigid = EndReason::WorkersLost {
             node: "N",

@@ -6,43 +6,27 @@
 
 use super::*;
 
-/// Gets the job's copy from its home, and its module and inputs (from the
-/// local file cache or in blocks from the home, hash-checked), and loads the
-/// module.
+/// Gets the job's module and inputs (from the local file cache or in
+/// blocks from the home or another node of the job, hash-checked), and
+/// loads the module. The copy came with the grant; it is checked here
+/// before it names anything on disk.
 pub(super) async fn prepare(
     net: Net,
     sandbox: Sandbox,
     home: PeerId,
-    job: u64,
+    copy: JobCopy,
+    placement: &BTreeMap<u32, Placed>,
     dir: PathBuf,
     files: PathBuf,
-) -> Result<(JobInfo, Program, PathBuf), String> {
-    // A connection the overlay closes under us (it prunes connections it
-    // does not need) fails one request, not the job: try three times, as
-    // for file blocks.
-    let mut attempt = 0;
-    let info = loop {
-        attempt += 1;
-        match net.call_ok(home, PeerRpc::GetJob { job }).await {
-            Ok(PeerReply::Job(info)) => {
-                validate::job_info(&info)
-                    .map_err(|e| format!("the home's copy of the job is refused: {e}"))?;
-                break *info;
-            }
-            Ok(other) => return Err(format!("unexpected answer from the home: {other:?}")),
-            Err(e) if attempt >= 3 => return Err(e),
-            Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}; again"),
-        }
-    };
-    check_job_info(&info).map_err(|e| format!("the home sent a job this node refuses: {e}"))?;
+) -> Result<(JobCopy, Program, PathBuf), String> {
+    check_job_copy(&copy).map_err(|e| format!("the home sent a job this node refuses: {e}"))?;
     tokio::fs::create_dir_all(&files)
         .await
         .map_err(|e| e.to_string())?;
     // Files come from the home or from another node of the job that has
     // them already, in random order, so that a job starting on many nodes
     // does not have them all fetch from the home.
-    let mut sources: Vec<PeerId> = info
-        .ranks
+    let mut sources: Vec<PeerId> = placement
         .values()
         .map(|p| p.node)
         .filter(|p| *p != net.me && *p != home)
@@ -52,14 +36,14 @@ pub(super) async fn prepare(
     sources.push(home);
     let start = random_below(sources.len());
     sources.rotate_left(start);
-    let module = fetch(&net, &sources, &files, &info.module).await?;
+    let module = fetch(&net, &sources, &files, &copy.module).await?;
     let inputs = dir.join("inputs");
     tokio::fs::create_dir_all(&inputs)
         .await
         .map_err(|e| e.to_string())?;
-    for input in &info.inputs {
+    for input in &copy.inputs {
         let data = fetch(&net, &sources, &files, input).await?;
-        // The name was checked (`check_job_info`): one plain file name.
+        // The name was checked (`check_job_copy`): one plain file name.
         tokio::fs::write(inputs.join(&input.name), data)
             .await
             .map_err(|e| e.to_string())?;
@@ -68,13 +52,13 @@ pub(super) async fn prepare(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("module refused: {e}"))?;
-    Ok((info, program, dir))
+    Ok((copy, program, dir))
 }
 
 /// Gets a content-addressed file: from the local cache, else in blocks from
 /// `sources` in turn (the next one after a failure; a node of the job that
 /// has not got the file yet fails fast), hash-checked, then cached. The
-/// file's hash and size were checked ([`check_job_info`]).
+/// file's hash and size were checked ([`check_job_copy`]).
 pub(super) async fn fetch(
     net: &Net,
     sources: &[PeerId],
@@ -109,7 +93,11 @@ pub(super) async fn fetch(
             other => {
                 failures += 1;
                 if failures >= 3 * sources.len().max(1) {
-                    return Err(format!("cannot fetch {}: {other:?}", file.name));
+                    let why = match other {
+                        Err(e) => e.to_string(),
+                        Ok(_) => "the answer was not a block of it".to_owned(),
+                    };
+                    return Err(format!("cannot fetch {}: {why}", file.name));
                 }
             }
         }
@@ -158,9 +146,9 @@ pub(super) fn link_inputs(from: &Path, to: &Path) -> std::io::Result<()> {
 /// path outside the job's directories or allocate without bound: hashes
 /// must be 64 lowercase hex digits (they name files in the cache), sizes at
 /// most [`MAX_FILE_BYTES`], input names plain distinct file names.
-pub(super) fn check_job_info(info: &JobInfo) -> Result<(), String> {
+pub(super) fn check_job_copy(copy: &JobCopy) -> Result<(), String> {
     let mut names = BTreeSet::new();
-    for file in std::iter::once(&info.module).chain(&info.inputs) {
+    for file in std::iter::once(&copy.module).chain(&copy.inputs) {
         check_hash(&file.sha256)?;
         if file.size > MAX_FILE_BYTES {
             return Err(format!(
@@ -169,7 +157,7 @@ pub(super) fn check_job_info(info: &JobInfo) -> Result<(), String> {
             ));
         }
     }
-    for input in &info.inputs {
+    for input in &copy.inputs {
         jobfs::check_file_name(&input.name)
             .map_err(|e| format!("bad input file name {:?}: {e}", input.name))?;
         if !names.insert(input.name.as_str()) {
@@ -269,17 +257,13 @@ mod tests {
 
     #[test]
     fn a_job_copy_with_paths_for_names_or_huge_files_is_refused() {
-        let info = |module: FileRef, inputs: Vec<FileRef>| JobInfo {
-            id: 1,
-            home: PeerId::random(),
-            phase: JobPhase::Running,
+        let info = |module: FileRef, inputs: Vec<FileRef>| JobCopy {
             request: crate::protocol::JobRequest::default(),
             module,
             inputs,
-            ranks: BTreeMap::new(),
         };
         let module = file("module.wasm", b"\0asm");
-        assert!(check_job_info(&info(module.clone(), vec![file("in.txt", b"x")])).is_ok());
+        assert!(check_job_copy(&info(module.clone(), vec![file("in.txt", b"x")])).is_ok());
         let bad_hash = FileRef {
             sha256: "../../identity.ed25519".into(),
             ..module.clone()
@@ -302,7 +286,7 @@ mod tests {
             (module.clone(), vec![file("a", b"x"), file("a", b"y")]),
         ] {
             let info = info(module, inputs);
-            assert!(check_job_info(&info).is_err(), "{info:?}");
+            assert!(check_job_copy(&info).is_err(), "{info:?}");
         }
     }
 

@@ -1,16 +1,16 @@
 //! The loop's side of the jobs this node is home to: it executes the
-//! core's outputs, keeps the job records (a rank's outcome in words, from
-//! the core's [`RankOutcome`]) and pushes placements to the nodes of a
-//! job. What a rank's end or loss means for the job is the core's call.
+//! core's outputs (a grant goes out with the job's copy, so the member
+//! starts without asking) and keeps the job records. What a rank's end or
+//! loss means for the job, and whom to tell of a placement, is the core's
+//! call.
 
 use super::*;
 
 impl Node {
     pub(super) fn execute(&mut self, out: Vec<Output<PeerId>>) {
-        let mut changed = BTreeSet::new();
         for output in out {
             match output {
-                Output::Send { to, msg } => self.send(to, PeerRpc::Sched(msg)),
+                Output::Send { to, msg } => self.send_msg(to, msg),
                 Output::Flood(advert) => {
                     self.messages_sent += 1;
                     let overlay = self.overlay.clone();
@@ -31,39 +31,66 @@ impl Node {
                     home,
                     ranks,
                     incarnation,
-                } => self.start_workers(job.0, home, ranks, incarnation),
+                    placement,
+                } => self.start_workers(job.0, home, ranks, incarnation, placement),
                 Output::StopWorkers { job, reason } => {
                     tracing::info!(job = %job, "stopping workers: {reason}");
                     self.stop_workers(job.0);
                 }
-                Output::Job(event) => {
-                    if let Some(job) = self.job_event(event) {
-                        changed.insert(job);
-                    }
-                }
+                Output::PlacementChanged {
+                    job,
+                    home,
+                    phase,
+                    placement,
+                    replaced,
+                } => self.placement_changed(job.0, home, phase.into(), placement, replaced),
+                Output::Job(event) => self.job_event(event),
             }
         }
-        for job in changed {
-            self.push_placement(job, Vec::new());
-        }
+    }
+
+    /// Sends a scheduling message of the core; a grant goes with the job's
+    /// copy (see [`PeerRpc::Grant`]).
+    fn send_msg(&mut self, to: PeerId, msg: Message<PeerId>) {
+        let rpc = match msg {
+            Message::Grant { job, .. } => match self.job_copy(job.0) {
+                Some(copy) => PeerRpc::Grant {
+                    grant: msg,
+                    copy: Box::new(copy),
+                },
+                // The record is written before the job is submitted to the
+                // core, so this does not happen; the member's hold times
+                // out and it withdraws.
+                None => {
+                    tracing::warn!(job = %job, "no record of the job to grant workers of");
+                    return;
+                }
+            },
+            msg => PeerRpc::Sched(msg),
+        };
+        self.send(to, rpc);
+    }
+
+    /// What a member needs of a job of ours to start its workers.
+    pub(super) fn job_copy(&self, job: u64) -> Option<JobCopy> {
+        let record = self.jobs.get(&job)?;
+        Some(JobCopy {
+            request: record.request.clone(),
+            module: record.module.clone(),
+            inputs: record.inputs.clone(),
+        })
     }
 
     /// Executes an event of a home job (the decisions are the core's: see
     /// [`zorilla_core::node::RankTable`]): the record is kept and stored,
-    /// liveness follows the placement. Returns the job if its placement
-    /// or phase changed (its copies are told).
-    pub(super) fn job_event(&mut self, event: JobEvent<PeerId>) -> Option<u64> {
+    /// liveness follows the placement.
+    pub(super) fn job_event(&mut self, event: JobEvent<PeerId>) {
         match event {
             JobEvent::Rejected { job, error } => {
                 self.end_home_job(job.0, JobPhase::Failed, format!("rejected: {error}"));
-                None
             }
             JobEvent::Granted {
-                job,
-                node,
-                ranks,
-                replaced,
-                ..
+                job, node, ranks, ..
             } => {
                 tracing::info!(job = %job, %node, ?ranks, "workers granted");
                 if node != self.me {
@@ -71,22 +98,13 @@ impl Node {
                 }
                 if let Some(record) = self.jobs.get_mut(&job.0) {
                     for rank in &ranks {
-                        record.ranks.insert(
-                            *rank,
-                            RankStatus {
-                                node: node.to_string(),
-                                outcome: None,
-                            },
-                        );
+                        record
+                            .ranks
+                            .insert(*rank, RankStatus::running(node.to_string()));
                     }
                     let record = record.clone();
                     self.persist(&record);
                 }
-                if !replaced.is_empty() {
-                    self.push_placement(job.0, replaced);
-                    return None;
-                }
-                Some(job.0)
             }
             JobEvent::Started { job, workers } => {
                 if let Some(record) = self.jobs.get_mut(&job.0)
@@ -95,9 +113,8 @@ impl Node {
                     let record = record.clone();
                     self.persist(&record);
                 }
-                Some(job.0)
             }
-            JobEvent::Full { .. } => None,
+            JobEvent::Full { .. } => {}
             JobEvent::WorkersLost {
                 job,
                 node,
@@ -116,7 +133,6 @@ impl Node {
                 }
                 self.liveness.forget(job, &node, &ranks);
                 self.record_outcomes(job.0, &node, &ranks, &RankOutcome::Lost(reason));
-                Some(job.0)
             }
             JobEvent::RankEnded {
                 job,
@@ -126,33 +142,26 @@ impl Node {
             } => {
                 self.liveness.ended(job, &node, rank);
                 self.record_outcomes(job.0, &node, &[rank], &outcome);
-                None
             }
             JobEvent::Ended { job, phase, reason } => {
                 self.liveness.forget_job(job);
-                let phase = match phase {
-                    Phase::Scheduling | Phase::Running => return None,
-                    Phase::Completed => JobPhase::Completed,
-                    Phase::Cancelled => JobPhase::Cancelled,
-                    Phase::Failed => JobPhase::Failed,
-                };
-                self.end_home_job(job.0, phase, reason.to_string());
-                Some(job.0)
+                if phase.is_end() {
+                    self.end_home_job(job.0, phase.into(), reason.to_string());
+                }
             }
         }
     }
 
     /// Writes what became of ranks on `node` into their job's record
-    /// (under way or finished), in the words users read: the one place
-    /// the core's [`RankOutcome`] becomes the client protocol's words.
+    /// (under way or finished): the sentence users read and its code
+    /// ([`RankStatus::ended`]).
     fn record_outcomes(&mut self, job: u64, node: &PeerId, ranks: &[u32], outcome: &RankOutcome) {
         let Some(mut record) = self.record(job) else {
             return;
         };
-        let words = outcome.display(node).to_string();
         for rank in ranks {
             if let Some(status) = record.ranks.get_mut(rank) {
-                status.outcome = Some(words.clone());
+                status.ended(outcome, node);
             }
         }
         self.persist(&record);
@@ -176,25 +185,6 @@ impl Node {
         }
     }
 
-    /// Where the ranks of a job this node is home to run (lost ones not
-    /// listed), as copies see it.
-    pub(super) fn placement(&self, job: u64) -> BTreeMap<u32, Placed> {
-        let Some(table) = self.sched.ranks(JobId(job)) else {
-            return BTreeMap::new();
-        };
-        table
-            .iter()
-            .filter(|(_, r)| !matches!(r.outcome, Some(RankOutcome::Lost(_))))
-            .map(|(rank, r)| {
-                let placed = Placed {
-                    node: r.node,
-                    incarnation: r.incarnation,
-                };
-                (rank, placed)
-            })
-            .collect()
-    }
-
     /// Whether `peer` holds ranks (not lost) of a job of ours under way.
     pub(super) fn runs_ours(&self, peer: &PeerId) -> bool {
         self.sched
@@ -204,45 +194,26 @@ impl Node {
             .any(|nodes| nodes.contains_key(peer))
     }
 
-    /// Sends the job's current placement and phase to every node with one
-    /// of its ranks (the copies).
-    pub(super) fn push_placement(&mut self, job: u64, replaced: Vec<u32>) {
-        let Some(phase) = self
-            .jobs
-            .get(&job)
-            .or_else(|| self.finished.recent(job))
-            .map(|r| r.phase)
-        else {
-            return;
-        };
-        let ranks = self.placement(job);
-        let nodes: BTreeSet<PeerId> = ranks.values().map(|p| p.node).collect();
-        for node in nodes {
-            let rpc = PeerRpc::Placement {
-                job,
-                phase,
-                ranks: ranks.clone(),
-                replaced: replaced.clone(),
-            };
-            if node == self.me {
-                self.placement_pushed(job, phase, ranks.clone(), replaced.clone());
-            } else {
-                self.send(node, rpc);
-            }
-        }
-    }
-
-    pub(super) fn placement_pushed(
+    /// The home of a job this node runs workers of told where its ranks
+    /// run now, and its phase (or this node asked it, see
+    /// `refresh_stale_copies`): the workers here learn of their peers, and
+    /// stop if the job was cancelled or failed. Word from another node
+    /// than the job's home is ignored.
+    pub(super) fn placement_changed(
         &mut self,
         job: u64,
+        home: PeerId,
         phase: JobPhase,
         ranks: BTreeMap<u32, Placed>,
         replaced: Vec<u32>,
     ) {
-        self.status.job_phase(job, phase);
+        self.status.job_phase(job, home, phase);
         let Some(member) = self.members.get_mut(&job) else {
             return;
         };
+        if member.home != home {
+            return;
+        }
         member.heard = Instant::now();
         member.net.set_ranks(ranks);
         let size = member.net.size.load(std::sync::atomic::Ordering::SeqCst);

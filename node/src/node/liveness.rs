@@ -13,7 +13,7 @@ use zorilla_core::liveness::{Answer, Lost};
 use zorilla_core::node::Input;
 use zorilla_overlay::PeerId;
 
-use super::{Done, Node};
+use super::{Done, NoRanks, Node};
 use crate::wire::{MAX_ASKED_JOBS, PeerReply, PeerRpc};
 
 /// How often the loop looks for questions due and silent nodes: well
@@ -49,9 +49,9 @@ impl Node {
                             .map(|(job, ranks)| (JobId(job), ranks.into_iter().collect()))
                             .collect(),
                     }),
-                    Ok(Ok(_)) => Err("an answer that is not a list of ranks".to_string()),
-                    Ok(Err(e)) => Err(e),
-                    Err(_) => Err(format!("no answer within {wait:?}")),
+                    Ok(Ok(_)) => Err(NoRanks::NotRanks),
+                    Ok(Err(e)) => Err(NoRanks::Call(e)),
+                    Err(_) => Err(NoRanks::Timeout(wait)),
                 };
                 Done::RanksAnswered { peer, answer }
             });
@@ -60,7 +60,7 @@ impl Node {
 
     /// A node answered which ranks it runs (or did not answer: then its
     /// silence decides, and a probe looks whether it is there at all).
-    pub(super) fn ranks_answered(&mut self, peer: PeerId, answer: Result<Answer, String>) {
+    pub(super) fn ranks_answered(&mut self, peer: PeerId, answer: Result<Answer, NoRanks>) {
         match answer {
             Ok(answer) => {
                 let lost = self.liveness.answer(self.now(), &peer, &answer);

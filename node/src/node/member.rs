@@ -6,13 +6,25 @@ use super::files::{link_inputs, prepare};
 use super::*;
 
 impl Node {
+    /// Starts workers of a job granted to this node: the grant carried
+    /// the job's placement, and its copy came with it (see
+    /// [`PeerRpc::Grant`]; a job of our own's copy is its record), so only
+    /// the files are fetched before the workers start.
     pub(super) fn start_workers(
         &mut self,
         job: u64,
         home: PeerId,
         ranks: Vec<u32>,
         incarnation: u32,
+        placement: BTreeMap<u32, Placed>,
     ) {
+        let copy = match self.granted_copy.take() {
+            Some((granted, copy)) if granted == job => Ok(copy),
+            _ if home == self.me => self
+                .job_copy(job)
+                .ok_or_else(|| format!("job {} is not under way here", JobId(job))),
+            _ => Err("the grant came without the job's copy".to_owned()),
+        };
         let member = self.members.entry(job).or_insert_with(|| MemberJob {
             home,
             net: JobNet::new(job, self.net.links.clone()),
@@ -23,6 +35,8 @@ impl Node {
             born: HashMap::new(),
         });
         member.stopped = false;
+        member.heard = Instant::now();
+        member.net.set_ranks(placement.clone());
         // Inboxes exist from now on, so messages for these ranks queue
         // while the module is fetched.
         for rank in &ranks {
@@ -34,16 +48,14 @@ impl Node {
         let sandbox = self.sandbox.clone();
         let dir = self.dir.join("jobs").join(JobId(job).to_string());
         let files = self.dir.join("files");
-        let job_net = member.net.clone();
-        let ranks_started = ranks.clone();
         self.tasks.spawn(async move {
-            let result = prepare(net, sandbox, home, job, dir, files).await;
-            if let Ok((info, _, _)) = &result {
-                job_net.set_ranks(info.ranks.clone());
-            }
+            let result = match copy {
+                Ok(copy) => prepare(net, sandbox, home, copy, &placement, dir, files).await,
+                Err(e) => Err(e),
+            };
             Done::Prepared {
                 job,
-                ranks: ranks_started,
+                ranks,
                 incarnation,
                 result: Box::new(result),
             }
@@ -74,10 +86,10 @@ impl Node {
                 let info = match net.call_ok(home, PeerRpc::GetJob { job }).await {
                     Ok(PeerReply::Job(info)) => match validate::job_info(&info) {
                         Ok(()) => Ok(info),
-                        Err(e) => Err(format!("the home's copy of the job is refused: {e}")),
+                        Err(e) => Err(NoState::Refused(e)),
                     },
-                    Ok(other) => Err(format!("{other:?}")),
-                    Err(e) => Err(e),
+                    Ok(_) => Err(NoState::NotAJob),
+                    Err(e) => Err(NoState::Call(e)),
                 };
                 Done::Refreshed { job, info }
             });
@@ -101,7 +113,8 @@ impl Node {
                             "asked the quiet home: the job is over"
                         );
                     }
-                    self.placement_pushed(job, info.phase, info.ranks, Vec::new());
+                    let home = info.home;
+                    self.placement_changed(job, home, info.phase, info.ranks, Vec::new());
                 }
                 Err(e) => tracing::debug!(job = %JobId(job), "asking the home for the job: {e}"),
             },
@@ -154,7 +167,7 @@ impl Node {
         job: u64,
         ranks: Vec<u32>,
         incarnation: u32,
-        result: Result<(JobInfo, Program, PathBuf), String>,
+        result: Result<(JobCopy, Program, PathBuf), String>,
     ) {
         let Some(member) = self.members.get_mut(&job) else {
             return;
@@ -166,8 +179,9 @@ impl Node {
         let home = member.home;
         let stopped = member.stopped;
         let job_net = member.net.clone();
-        if let Ok((info, _, _)) = &result {
-            self.status.job_copy(job, home, &info.request, info.phase);
+        if let Ok((copy, _, _)) = &result {
+            self.status
+                .job_copy(job, home, &copy.request, JobPhase::Running);
         }
         let (info, program, dir) = match result {
             Ok(ok) if !stopped => ok,
@@ -182,7 +196,7 @@ impl Node {
                 tracing::warn!(job = %JobId(job), "cannot start workers: {e}");
                 for rank in ranks {
                     let net = self.net.clone();
-                    let end = WorkerEnd::Failed(cut_outcome(format!("could not start: {e}")));
+                    let end = WorkerEnd::Failed(Failure::NotStarted(cut_outcome(e.clone())));
                     self.tasks.spawn(async move {
                         let rpc = PeerRpc::WorkerEnded {
                             job,
@@ -245,8 +259,9 @@ impl Node {
             }
             tracing::info!(job = %JobId(job), rank, "worker started");
             let net = self.net.clone();
-            // What the worker may leave in /outputs is what may go home.
-            let outputs_limit = limits.capped_by(&self.sandbox.config().caps).disk_bytes;
+            // The limits in force: what the worker may leave in /outputs
+            // is what may go home, and an end by a limit names its figure.
+            let in_force = limits.capped_by(&self.sandbox.config().caps);
             self.tasks.spawn(supervise(
                 net,
                 home,
@@ -256,7 +271,7 @@ impl Node {
                 handle,
                 out_rx,
                 job_dir,
-                outputs_limit,
+                in_force,
             ));
         }
     }
@@ -274,8 +289,9 @@ pub(super) async fn supervise(
     handle: zorilla_sandbox::WorkerHandle,
     mut output: mpsc::Receiver<zorilla_sandbox::OutputChunk>,
     job_dir: PathBuf,
-    outputs_limit: u64,
+    limits: Limits,
 ) -> Done {
+    let outputs_limit = limits.disk_bytes;
     let send_chunk = |chunk: zorilla_sandbox::OutputChunk| {
         let net = net.clone();
         async move {
@@ -325,11 +341,7 @@ pub(super) async fn supervise(
             return Done::WorkerEnded { job, rank };
         }
     }
-    let end = match report.outcome {
-        Outcome::Exited(code) => WorkerEnd::Exited(code),
-        Outcome::Cancelled => WorkerEnd::Cancelled,
-        other => WorkerEnd::Failed(cut_outcome(other.to_string())),
-    };
+    let end = worker_end(report.outcome, &limits);
     let rpc = PeerRpc::WorkerEnded {
         job,
         rank,
@@ -343,6 +355,34 @@ pub(super) async fn supervise(
     }
     let _ = std::fs::remove_dir_all(&job_dir);
     Done::WorkerEnded { job, rank }
+}
+
+/// How a worker ended, for its home: the sandbox's outcome with the
+/// figure of the limit in force that it hit (`limits`, capped by the
+/// node's caps).
+pub(super) fn worker_end(outcome: Outcome, limits: &Limits) -> WorkerEnd {
+    let mib = |bytes: u64| bytes / (1024 * 1024);
+    let failure = match outcome {
+        Outcome::Exited(code) => return WorkerEnd::Exited(code),
+        Outcome::Cancelled => return WorkerEnd::Cancelled,
+        Outcome::Trapped(trap) => {
+            let trap = trap.strip_prefix("wasm trap: ").unwrap_or(&trap);
+            Failure::Trapped(cut_outcome(trap.to_owned()))
+        }
+        Outcome::OutOfMemory => Failure::OutOfMemory {
+            limit_mib: mib(limits.memory_bytes),
+        },
+        Outcome::CpuLimit(limit) => Failure::CpuLimit { limit },
+        Outcome::TimeLimit(limit) => Failure::TimeLimit { limit },
+        Outcome::OutputLimit => Failure::OutputLimit {
+            limit_mib: mib(limits.output_bytes),
+        },
+        Outcome::DiskLimit => Failure::DiskLimit {
+            limit_mib: mib(limits.disk_bytes),
+        },
+        Outcome::Failed(why) => Failure::NotStarted(cut_outcome(why)),
+    };
+    WorkerEnd::Failed(failure)
 }
 
 /// A worker's outcome in words, cut at a character boundary to what the
@@ -444,12 +484,12 @@ pub(super) async fn send_outputs(
                 offset,
                 data: block,
             };
-            let mut answer = Err(String::new());
-            for _ in 0..3 {
-                answer = net.call(home, rpc.clone()).await;
+            let mut answer = net.call(home, rpc.clone()).await;
+            for _ in 1..3 {
                 if answer.is_ok() {
                     break;
                 }
+                answer = net.call(home, rpc.clone()).await;
             }
             match answer {
                 Ok(PeerReply::Error(e)) => {

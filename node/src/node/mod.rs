@@ -24,7 +24,8 @@ use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::FloodId;
 use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
 use zorilla_core::node::{
-    Input, JobEvent, LostReason, Output, Phase, RankOutcome, Scheduler, SchedulerConfig, WorkerEnd,
+    Failure, Input, JobEvent, LostReason, Output, Phase, RankOutcome, Scheduler, SchedulerConfig,
+    WorkerEnd,
 };
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
@@ -34,16 +35,16 @@ use zorilla_sandbox::{
 };
 
 use crate::link::{Inbox, Links};
-use crate::net::{BarrierItem, JobNet, LocalCall, Net, NetTransport};
+use crate::net::{BarrierItem, CallError, JobNet, LocalCall, Net, NetTransport};
 use crate::protocol::{
     ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NamedFile,
-    NodeInfo, Pending, RankStatus, Request, Response,
+    NodeInfo, OutcomeCode, Pending, RankStatus, Request, Response,
 };
 use crate::status::{self, Publisher};
 use crate::store::{Append, FileRef, JobRecord, Store, StoreError, Writer};
 use crate::validate;
 use crate::wire::{
-    BLOCK_BYTES, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, decode, encode,
+    BLOCK_BYTES, JobCopy, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, decode, encode,
 };
 
 mod checkpoints;
@@ -91,7 +92,7 @@ enum Done {
         ranks: Vec<u32>,
         /// The grant that placed them here.
         incarnation: u32,
-        result: Box<Result<(JobInfo, Program, PathBuf), String>>,
+        result: Box<Result<(JobCopy, Program, PathBuf), String>>,
     },
     /// A worker here ended and its output went to the home.
     WorkerEnded { job: u64, rank: u32 },
@@ -101,17 +102,39 @@ enum Done {
     /// it did not answer).
     RanksAnswered {
         peer: PeerId,
-        answer: Result<Answer, String>,
+        answer: Result<Answer, NoRanks>,
     },
     /// A node took a grant; `boot` says which run of it.
     Granted { peer: PeerId, boot: u64 },
     /// A copy asked its home for the job's state.
     Refreshed {
         job: u64,
-        info: Result<Box<JobInfo>, String>,
+        info: Result<Box<JobInfo>, NoState>,
     },
     /// Nothing to do.
     Nothing,
+}
+
+/// Why a node holding ranks of our jobs did not say which it runs.
+#[derive(Debug, thiserror::Error)]
+enum NoRanks {
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("it answered with something else than a list of ranks")]
+    NotRanks,
+    #[error("it did not answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+}
+
+/// Why a copy did not get its job's state from the home.
+#[derive(Debug, thiserror::Error)]
+enum NoState {
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("the home's copy of the job is refused: {0}")]
+    Refused(validate::Invalid),
+    #[error("the home answered with something else than the job")]
+    NotAJob,
 }
 
 /// A job with workers on this node (the home's own jobs included).
@@ -191,6 +214,9 @@ pub(crate) struct Node {
     jobs: BTreeMap<u64, JobRecord>,
     finished: Finished,
     members: HashMap<u64, MemberJob>,
+    /// The copy of the job of a grant the core is deciding on (set only
+    /// while a [`PeerRpc::Grant`] is handled; `start_workers` takes it).
+    granted_copy: Option<(u64, JobCopy)>,
     tasks: JoinSet<Done>,
     probing: BTreeSet<PeerId>,
     /// The overlay's current neighbours (from its change events).
@@ -272,6 +298,7 @@ impl Node {
             jobs: BTreeMap::new(),
             finished: Finished::new(finished_in_memory),
             members: HashMap::new(),
+            granted_copy: None,
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),
             neighbours: BTreeSet::new(),
@@ -428,7 +455,7 @@ impl Node {
         for mut job in jobs {
             if !job.phase.is_terminal() {
                 let was = job.phase;
-                job.close_ranks("lost: the home node restarted");
+                job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
                 job.advance(
                     JobPhase::Failed,
                     format!(
@@ -456,7 +483,7 @@ impl Node {
             if let Some(job) = self.jobs.get_mut(&id)
                 && !job.phase.is_terminal()
             {
-                job.close_ranks("lost: the home node shut down");
+                job.close_ranks(OutcomeCode::Lost, "lost: the home node shut down");
                 job.advance(
                     JobPhase::Failed,
                     "the home node shut down while the job was under way",

@@ -139,21 +139,16 @@ impl Node {
             PeerRpc::StatusJob { job } => return self.status_reply(reply, Some(job)),
             PeerRpc::Checkpoint(rpc) => return self.checkpoint_rpc(from, rpc, reply),
             PeerRpc::Sched(msg) => {
-                let granted = matches!(msg, Message::Grant { .. });
-                let out = self.sched.handle(
-                    self.now(),
-                    Input::Message {
-                        from,
-                        msg,
-                        rtt: None,
-                    },
-                );
-                self.execute(out);
-                if granted {
-                    PeerReply::Granted { boot: self.boot }
-                } else {
-                    PeerReply::Ack
-                }
+                self.sched_message(from, msg);
+                PeerReply::Ack
+            }
+            PeerRpc::Grant { grant, copy } => {
+                // The copy waits for the core's decision: workers start
+                // with it (`start_workers`), or the grant is withdrawn.
+                self.granted_copy = Some((grant.job().0, *copy));
+                self.sched_message(from, grant);
+                self.granted_copy = None;
+                PeerReply::Granted { boot: self.boot }
             }
             PeerRpc::GetJob { job } => match self.job_info(job) {
                 Some(info) => PeerReply::Job(Box::new(info)),
@@ -184,15 +179,6 @@ impl Node {
                     }
                 }
             },
-            PeerRpc::Placement {
-                job,
-                phase,
-                ranks,
-                replaced,
-            } => {
-                self.placement_pushed(job, phase, ranks, replaced);
-                PeerReply::Ack
-            }
             PeerRpc::Barrier {
                 job,
                 to,
@@ -367,6 +353,18 @@ impl Node {
         }
     }
 
+    /// Hands a scheduling message of a peer to the core and executes what
+    /// comes out.
+    fn sched_message(&mut self, from: PeerId, msg: Message<PeerId>) {
+        let input = Input::Message {
+            from,
+            msg,
+            rtt: None,
+        };
+        let out = self.sched.handle(self.now(), input);
+        self.execute(out);
+    }
+
     pub(super) fn job_info(&self, job: u64) -> Option<JobInfo> {
         let record = self.record(job)?;
         Some(JobInfo {
@@ -376,11 +374,14 @@ impl Node {
             request: record.request.clone(),
             module: record.module.clone(),
             inputs: record.inputs.clone(),
-            // A finished job's placement went out with its last push.
+            // A finished job's placement went out with its last change.
             ranks: if record.phase.is_terminal() {
                 BTreeMap::new()
             } else {
-                self.placement(job)
+                self.sched
+                    .ranks(JobId(job))
+                    .map(|table| table.placement())
+                    .unwrap_or_default()
             },
         })
     }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use zorilla_core::advert::{Strategy, WorkerCount};
-use zorilla_core::node::{JobSpec, LostPolicy};
+use zorilla_core::node::{Failure, JobSpec, LostPolicy, RankOutcome};
 use zorilla_core::resources::Resources;
 
 pub use connection::{Connection, ConnectionError};
@@ -237,13 +237,139 @@ impl JobPhase {
     }
 }
 
+/// The core's phase of a job as clients read it (the one place the two
+/// meet; the client protocol has one phase more, `submitted`, before the
+/// core has the job).
+impl From<zorilla_core::node::Phase> for JobPhase {
+    fn from(phase: zorilla_core::node::Phase) -> Self {
+        use zorilla_core::node::Phase;
+        match phase {
+            Phase::Scheduling => JobPhase::Scheduling,
+            Phase::Running => JobPhase::Running,
+            Phase::Completed => JobPhase::Completed,
+            Phase::Cancelled => JobPhase::Cancelled,
+            Phase::Failed => JobPhase::Failed,
+        }
+    }
+}
+
 /// How one rank of a job stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankStatus {
     /// The node running (or that ran) it.
     pub node: String,
-    /// How it ended, `None` while it runs.
+    /// How it ended, as a sentence for people (with the figure of the
+    /// limit it hit); `None` while it runs.
     pub outcome: Option<String>,
+    /// How it ended, for programs: one stable code per kind of end
+    /// (see [`OutcomeCode`]); `None` while it runs.
+    #[serde(default)]
+    pub code: Option<OutcomeCode>,
+    /// The exit status, when the code is [`OutcomeCode::Exited`].
+    #[serde(default)]
+    pub exit_status: Option<i32>,
+}
+
+impl RankStatus {
+    /// A rank placed on `node`, running (or starting).
+    pub fn running(node: String) -> RankStatus {
+        RankStatus {
+            node,
+            outcome: None,
+            code: None,
+            exit_status: None,
+        }
+    }
+
+    /// Records the core's outcome of the rank on `node`: the sentence,
+    /// the code and the exit status, made here and nowhere else.
+    pub(crate) fn ended(&mut self, outcome: &RankOutcome, node: &impl std::fmt::Display) {
+        self.outcome = Some(outcome.display(node).to_string());
+        self.code = Some(OutcomeCode::from(outcome));
+        self.exit_status = match outcome {
+            RankOutcome::Exited(status) => Some(*status),
+            _ => None,
+        };
+    }
+
+    /// Gives a rank still running the end `code` with `sentence` (the
+    /// job ended, or its home restarted); an ended rank keeps its end.
+    pub(crate) fn close(&mut self, code: OutcomeCode, sentence: &str) {
+        if self.outcome.is_none() {
+            self.outcome = Some(sentence.to_string());
+            self.code = Some(code);
+            self.exit_status = None;
+        }
+    }
+}
+
+/// How a rank ended, for programs (beside the sentence for people in
+/// [`RankStatus::outcome`]). The codes are stable; new ones may be added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeCode {
+    /// Its program exited by itself; the status is beside (0 is the only
+    /// success).
+    Exited,
+    /// It crashed (a WebAssembly trap).
+    Trapped,
+    /// It would have needed more memory than its limit.
+    OutOfMemory,
+    /// It used up its CPU time.
+    CpuLimit,
+    /// It ran past its wall-clock time.
+    TimeLimit,
+    /// It wrote more than its output limit to stdout and stderr.
+    OutputLimit,
+    /// It kept more than its disk limit in `/outputs`.
+    DiskLimit,
+    /// It could not start.
+    NotStarted,
+    /// It was cancelled.
+    Cancelled,
+    /// Its node was lost (or its home restarted and lost track of it).
+    Lost,
+    /// Its job ended while it ran.
+    Stopped,
+}
+
+impl OutcomeCode {
+    /// The code as it goes on the wire (`"out_of_memory"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeCode::Exited => "exited",
+            OutcomeCode::Trapped => "trapped",
+            OutcomeCode::OutOfMemory => "out_of_memory",
+            OutcomeCode::CpuLimit => "cpu_limit",
+            OutcomeCode::TimeLimit => "time_limit",
+            OutcomeCode::OutputLimit => "output_limit",
+            OutcomeCode::DiskLimit => "disk_limit",
+            OutcomeCode::NotStarted => "not_started",
+            OutcomeCode::Cancelled => "cancelled",
+            OutcomeCode::Lost => "lost",
+            OutcomeCode::Stopped => "stopped",
+        }
+    }
+}
+
+/// The core's outcome of a rank as a code (the one place the two meet).
+impl From<&RankOutcome> for OutcomeCode {
+    fn from(outcome: &RankOutcome) -> Self {
+        match outcome {
+            RankOutcome::Exited(_) => OutcomeCode::Exited,
+            RankOutcome::Failed(failure) => match failure {
+                Failure::Trapped(_) => OutcomeCode::Trapped,
+                Failure::OutOfMemory { .. } => OutcomeCode::OutOfMemory,
+                Failure::CpuLimit { .. } => OutcomeCode::CpuLimit,
+                Failure::TimeLimit { .. } => OutcomeCode::TimeLimit,
+                Failure::OutputLimit { .. } => OutcomeCode::OutputLimit,
+                Failure::DiskLimit { .. } => OutcomeCode::DiskLimit,
+                Failure::NotStarted(_) => OutcomeCode::NotStarted,
+            },
+            RankOutcome::Cancelled => OutcomeCode::Cancelled,
+            RankOutcome::Lost(_) => OutcomeCode::Lost,
+        }
+    }
 }
 
 /// What the home knows of a job's search for workers: why it waits.
@@ -464,5 +590,92 @@ impl Response {
             kind,
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use zorilla_core::liveness::LostCause;
+    use zorilla_core::node::LostReason;
+
+    use super::*;
+
+    /// Every kind of end: the code programs match on, as it goes on the
+    /// wire, and the sentence people read, with its figure.
+    #[test]
+    fn every_end_has_its_code_and_its_sentence() {
+        let cases = [
+            (RankOutcome::Exited(0), "exited", "exited with status 0"),
+            (RankOutcome::Exited(3), "exited", "exited with status 3"),
+            (
+                RankOutcome::Failed(Failure::Trapped(
+                    "unreachable instruction executed in function nqueens::solve".into(),
+                )),
+                "trapped",
+                "crashed: unreachable instruction executed in function nqueens::solve",
+            ),
+            (
+                RankOutcome::Failed(Failure::OutOfMemory { limit_mib: 64 }),
+                "out_of_memory",
+                "used its memory limit of 64 MiB",
+            ),
+            (
+                RankOutcome::Failed(Failure::CpuLimit {
+                    limit: Duration::from_secs(60),
+                }),
+                "cpu_limit",
+                "stopped: used its CPU-time limit of 1 min",
+            ),
+            (
+                RankOutcome::Failed(Failure::TimeLimit {
+                    limit: Duration::from_secs(10),
+                }),
+                "time_limit",
+                "stopped: ran past its wall-clock limit of 10 s",
+            ),
+            (
+                RankOutcome::Failed(Failure::OutputLimit { limit_mib: 64 }),
+                "output_limit",
+                "stopped: wrote more than its 64 MiB output limit",
+            ),
+            (
+                RankOutcome::Failed(Failure::DiskLimit { limit_mib: 10 }),
+                "disk_limit",
+                "stopped: wrote more than its 10 MiB disk limit",
+            ),
+            (
+                RankOutcome::Failed(Failure::NotStarted("module refused: bad magic".into())),
+                "not_started",
+                "could not start: module refused: bad magic",
+            ),
+            (RankOutcome::Cancelled, "cancelled", "was cancelled"),
+            (
+                RankOutcome::Lost(LostReason::Liveness(LostCause::Restarted)),
+                "lost",
+                "lost: node N restarted and forgot it",
+            ),
+        ];
+        for (outcome, code, sentence) in cases {
+            let mut status = RankStatus::running("N".into());
+            status.ended(&outcome, &"N");
+            assert_eq!(status.outcome.as_deref(), Some(sentence));
+            let wire = serde_json::to_value(&status).unwrap();
+            assert_eq!(wire["code"], code, "{outcome:?}");
+            assert_eq!(status.code.map(OutcomeCode::as_str), Some(code));
+            let exit = match outcome {
+                RankOutcome::Exited(status) => serde_json::json!(status),
+                _ => serde_json::Value::Null,
+            };
+            assert_eq!(wire["exit_status"], exit, "{outcome:?}");
+        }
+        let mut stopped = RankStatus::running("N".into());
+        stopped.close(OutcomeCode::Stopped, "stopped with the job");
+        assert_eq!(serde_json::to_value(&stopped).unwrap()["code"], "stopped");
+        // A record stored before codes reads as one without.
+        let old: RankStatus =
+            serde_json::from_str(r#"{"node": "N", "outcome": "exited with status 0"}"#).unwrap();
+        assert_eq!((old.code, old.exit_status), (None, None));
     }
 }

@@ -121,13 +121,17 @@ pub(super) fn strategy(request: Option<&JobRequest>) -> String {
     }
 }
 
-pub(super) fn phase(phase: protocol::JobPhase) -> JobPhase {
-    match phase {
-        protocol::JobPhase::Submitted | protocol::JobPhase::Scheduling => JobPhase::Scheduling,
-        protocol::JobPhase::Running => JobPhase::Running,
-        protocol::JobPhase::Completed => JobPhase::Completed,
-        protocol::JobPhase::Cancelled => JobPhase::Cancelled,
-        protocol::JobPhase::Failed => JobPhase::Failed,
+/// The client protocol's phase of a job on the pages (the one place the
+/// two meet; the pages show a job not yet advertised as scheduling).
+impl From<protocol::JobPhase> for JobPhase {
+    fn from(phase: protocol::JobPhase) -> Self {
+        match phase {
+            protocol::JobPhase::Submitted | protocol::JobPhase::Scheduling => JobPhase::Scheduling,
+            protocol::JobPhase::Running => JobPhase::Running,
+            protocol::JobPhase::Completed => JobPhase::Completed,
+            protocol::JobPhase::Cancelled => JobPhase::Cancelled,
+            protocol::JobPhase::Failed => JobPhase::Failed,
+        }
     }
 }
 
@@ -141,24 +145,28 @@ pub(super) fn state_by_phase(phase: JobPhase) -> WorkerState {
     }
 }
 
-/// A rank's outcome as the home records it (see `supervise` and
-/// `JobEvent::WorkersLost` in the loop).
-pub(super) fn outcome_state(outcome: &str) -> (WorkerState, Option<i32>) {
-    if let Some(code) = outcome
-        .strip_prefix("exited with status ")
-        .and_then(|c| c.parse::<i32>().ok())
-    {
-        let state = if code == 0 {
-            WorkerState::Exited
-        } else {
-            WorkerState::Failed
-        };
-        return (state, Some(code));
+/// A rank's state on the pages, from its status at the home: by its
+/// outcome's code (never by its sentence), and while it runs (or for a
+/// record stored before codes) by its job's phase.
+pub(super) fn rank_state(status: &protocol::RankStatus, job_phase: JobPhase) -> WorkerState {
+    use protocol::OutcomeCode as C;
+    match status.code {
+        None => state_by_phase(job_phase),
+        Some(C::Exited) if status.exit_status == Some(0) => WorkerState::Exited,
+        Some(C::Lost) => WorkerState::Lost,
+        Some(
+            C::Exited
+            | C::Trapped
+            | C::OutOfMemory
+            | C::CpuLimit
+            | C::TimeLimit
+            | C::OutputLimit
+            | C::DiskLimit
+            | C::NotStarted
+            | C::Cancelled
+            | C::Stopped,
+        ) => WorkerState::Failed,
     }
-    if outcome.starts_with("lost") {
-        return (WorkerState::Lost, None);
-    }
-    (WorkerState::Failed, None)
 }
 
 pub(super) fn resources(r: CoreResources) -> Resources {
@@ -186,22 +194,16 @@ pub(super) fn home_entry(
     record: &JobRecord,
     started_ms: u64,
 ) -> JobEntry {
-    let job_phase = phase(record.phase);
+    let job_phase = JobPhase::from(record.phase);
     let workers: Vec<WorkerInfo> = record
         .ranks
         .iter()
-        .map(|(rank, status)| {
-            let (state, exit_code) = match status.outcome.as_deref() {
-                Some(outcome) => outcome_state(outcome),
-                None => (state_by_phase(job_phase), None),
-            };
-            WorkerInfo {
-                node: status.node.clone(),
-                index: *rank,
-                state,
-                exit_code,
-                ended: status.outcome.clone(),
-            }
+        .map(|(rank, status)| WorkerInfo {
+            node: status.node.clone(),
+            index: *rank,
+            state: rank_state(status, job_phase),
+            exit_code: status.exit_status,
+            ended: status.outcome.clone(),
         })
         .collect();
     let pending_reason = (job_phase == JobPhase::Scheduling).then(|| {
@@ -296,20 +298,38 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_become_worker_states() {
+    fn outcomes_become_worker_states_by_their_code() {
+        use zorilla_core::liveness::LostCause;
+        use zorilla_core::node::{Failure, LostReason, RankOutcome};
+        let state = |outcome: RankOutcome| {
+            let mut status = protocol::RankStatus::running("n".into());
+            status.ended(&outcome, &"n");
+            (rank_state(&status, JobPhase::Running), status.exit_status)
+        };
         assert_eq!(
-            outcome_state("exited with status 0"),
+            state(RankOutcome::Exited(0)),
             (WorkerState::Exited, Some(0))
         );
         assert_eq!(
-            outcome_state("exited with status 3"),
+            state(RankOutcome::Exited(3)),
             (WorkerState::Failed, Some(3))
         );
         assert_eq!(
-            outcome_state("lost: node x failed or left"),
+            state(RankOutcome::Lost(LostReason::Liveness(
+                LostCause::Restarted
+            ))),
             (WorkerState::Lost, None)
         );
-        assert_eq!(outcome_state("Cancelled"), (WorkerState::Failed, None));
+        assert_eq!(state(RankOutcome::Cancelled), (WorkerState::Failed, None));
+        assert_eq!(
+            state(RankOutcome::Failed(Failure::OutOfMemory { limit_mib: 64 })),
+            (WorkerState::Failed, None)
+        );
+        let running = protocol::RankStatus::running("n".into());
+        assert_eq!(
+            rank_state(&running, JobPhase::Running),
+            WorkerState::Running
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use zorilla_core::node::Scheduler;
 use zorilla_overlay::PeerId;
 use zorilla_webui::model::{JobPhase, JobRole, JobSummary, PendingAdvert, WorkerInfo, WorkerState};
 
-use super::convert::{home_entry, job_name, phase, resources, state_by_phase, strategy, submitted};
+use super::convert::{home_entry, job_name, resources, state_by_phase, strategy, submitted};
 use super::source::NodeStatus;
 use super::view::{ChangeKey, JobEntry, LoopView, PendingEntry, diff};
 use crate::protocol::{self, JobRequest};
@@ -120,7 +120,7 @@ impl Publisher {
             | PeerRpc::Status
             | PeerRpc::StatusJob { .. }
             | PeerRpc::Checkpoint(_) => {}
-            PeerRpc::Sched(_) | PeerRpc::Placement { .. } | PeerRpc::WorkerEnded { .. } => {
+            PeerRpc::Sched(_) | PeerRpc::Grant { .. } | PeerRpc::WorkerEnded { .. } => {
                 self.dirty = true;
             }
         }
@@ -154,14 +154,16 @@ impl Publisher {
         }
         let p = self.participation(job, home);
         p.request = Some(request.clone());
-        p.phase = p.phase.max(phase(job_phase));
+        p.phase = p.phase.max(job_phase.into());
         self.dirty = true;
     }
 
     /// The home pushed a job's phase.
-    pub(crate) fn job_phase(&mut self, job: u64, job_phase: protocol::JobPhase) {
-        if let Some(p) = self.participated.get_mut(&job) {
-            p.phase = p.phase.max(phase(job_phase));
+    pub(crate) fn job_phase(&mut self, job: u64, home: PeerId, job_phase: protocol::JobPhase) {
+        if let Some(p) = self.participated.get_mut(&job)
+            && p.home == home
+        {
+            p.phase = p.phase.max(job_phase.into());
             self.dirty = true;
         }
     }
@@ -441,10 +443,10 @@ mod tests {
                 let running = id % 10 == 0;
                 let ranks = (0..if running { 2 } else { 4 })
                     .map(|r| {
-                        let status = protocol::RankStatus {
-                            node: me.to_string(),
-                            outcome: (!running).then(|| "exited with status 0".to_string()),
-                        };
+                        let mut status = protocol::RankStatus::running(me.to_string());
+                        if !running {
+                            status.ended(&zorilla_core::node::RankOutcome::Exited(0), &me);
+                        }
                         (r, status)
                     })
                     .collect();

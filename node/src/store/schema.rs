@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use redb::TableDefinition;
 
-use crate::protocol::{JobPhase, JobRequest, RankStatus};
+use crate::protocol::{JobPhase, JobRequest, OutcomeCode, RankStatus};
 
 pub(super) const JOBS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("jobs");
 pub(super) const BLOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("blobs");
@@ -69,15 +69,16 @@ impl JobRecord {
         self.phase = phase;
         self.reason = reason.into();
         if phase.is_terminal() {
-            self.close_ranks("stopped with the job");
+            self.close_ranks(OutcomeCode::Stopped, "stopped with the job");
         }
         true
     }
 
-    /// Gives every rank still counted as running the outcome `outcome`.
-    pub(crate) fn close_ranks(&mut self, outcome: &str) {
+    /// Gives every rank still counted as running the end `code`, with
+    /// `sentence` for people.
+    pub(crate) fn close_ranks(&mut self, code: OutcomeCode, sentence: &str) {
         for rank in self.ranks.values_mut() {
-            rank.outcome.get_or_insert_with(|| outcome.to_string());
+            rank.close(code, sentence);
         }
     }
 }

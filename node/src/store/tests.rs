@@ -10,7 +10,7 @@ use super::db::{CACHE_BYTES, Deferred, MAX_DEFERRED_BYTES, RETRY_MAX};
 use super::outputs::OutputFile;
 use super::schema::OUTPUTS;
 use super::*;
-use crate::protocol::{JobPhase, JobRequest, LogChunk, RankStatus};
+use crate::protocol::{JobPhase, JobRequest, LogChunk, OutcomeCode, RankStatus};
 
 #[test]
 fn everything_survives_a_reopen() {
@@ -527,9 +527,12 @@ fn phases_only_move_forward() {
 
 #[test]
 fn a_job_that_ends_lists_no_rank_running() {
-    let rank = |outcome: Option<&str>| RankStatus {
-        node: "n".into(),
-        outcome: outcome.map(str::to_string),
+    let rank = |exited: bool| {
+        let mut status = RankStatus::running("n".into());
+        if exited {
+            status.ended(&zorilla_core::node::RankOutcome::Exited(0), &"n");
+        }
+        status
     };
     let mut job = JobRecord {
         id: 7,
@@ -542,16 +545,12 @@ fn a_job_that_ends_lists_no_rank_running() {
             size: 3,
         },
         inputs: vec![],
-        ranks: [
-            (0, rank(None)),
-            (1, rank(Some("exited with status 0"))),
-            (2, rank(None)),
-        ]
-        .into_iter()
-        .collect(),
+        ranks: [(0, rank(false)), (1, rank(true)), (2, rank(false))]
+            .into_iter()
+            .collect(),
         submitted_unix: 0,
     };
-    job.close_ranks("lost: the home node restarted");
+    job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
     assert!(job.advance(JobPhase::Failed, "the home node restarted"));
     let outcomes: Vec<Option<&str>> = job.ranks.values().map(|r| r.outcome.as_deref()).collect();
     assert_eq!(
@@ -562,12 +561,26 @@ fn a_job_that_ends_lists_no_rank_running() {
             Some("lost: the home node restarted")
         ]
     );
+    let codes: Vec<_> = job
+        .ranks
+        .values()
+        .map(|r| (r.code, r.exit_status))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            (Some(OutcomeCode::Lost), None),
+            (Some(OutcomeCode::Exited), Some(0)),
+            (Some(OutcomeCode::Lost), None)
+        ]
+    );
     let mut cancelled = job.clone();
     cancelled.phase = JobPhase::Running;
-    cancelled.ranks.get_mut(&0).unwrap().outcome = None;
+    *cancelled.ranks.get_mut(&0).unwrap() = RankStatus::running("n".into());
     assert!(cancelled.advance(JobPhase::Cancelled, "cancelled by user"));
     assert_eq!(
         cancelled.ranks[&0].outcome.as_deref(),
         Some("stopped with the job")
     );
+    assert_eq!(cancelled.ranks[&0].code, Some(OutcomeCode::Stopped));
 }
