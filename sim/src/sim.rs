@@ -14,171 +14,41 @@
 //! future input of another after the link's one-way delay.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use zorilla_core::Time;
-use zorilla_core::advert::{Advert, JobId, Message, Strategy, WorkerCount};
+use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::{FloodConfig, FloodId, FloodRouter, Verdict};
 use zorilla_core::neighbours::keeper::PeerKeeper;
 use zorilla_core::node::{
-    Input, JobEvent, JobSpec, LostPolicy, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
-    WorkerEnd,
+    Input, JobEvent, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig, WorkerEnd,
 };
 use zorilla_core::resources::Resources;
-use zorilla_core::schedule::{FloodMode, ScheduleConfig};
 
 use crate::scenario::{Grid, Scenario};
 use node_overlay::NodeOverlay;
+use record::start_violation;
 
+pub use mode::Mode;
+pub use record::{JobPlan, JobRecord, RunReport};
+pub use workload::{plan_jobs, shuffled, sweep_job};
+
+mod bamboo;
+mod churn;
 mod invariants;
+mod mode;
 mod node_overlay;
+mod oracle;
 mod peers;
-
-/// Which Zorilla runs: ours, the paper's as the baseline, or an ablation
-/// of ours.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Mode {
-    /// Latency-bounded floods, adaptive waits, nearest-k-plus-far overlay.
-    Ours,
-    /// The original: hop floods, doubling waits from 1 s, Bamboo-like
-    /// overlay (random leaf set plus proximity-chosen routing entries).
-    Paper,
-    /// Ours with hop-limited floods only (no latency budget): the same
-    /// overlay, adaptive waits and settling, so that a comparison with
-    /// [`Mode::Ours`] isolates what the latency budget does.
-    OursHop,
-}
-
-impl Mode {
-    /// Lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Ours => "ours",
-            Mode::Paper => "paper",
-            Mode::OursHop => "ours-hop",
-        }
-    }
-
-    /// The flooding schedule a home uses in this mode.
-    pub fn schedule(self) -> ScheduleConfig {
-        match self {
-            Mode::Ours => ScheduleConfig::default(),
-            Mode::Paper => ScheduleConfig::paper(),
-            Mode::OursHop => ScheduleConfig {
-                flood_mode: FloodMode::Hops,
-                ..ScheduleConfig::default()
-            },
-        }
-    }
-
-    /// Whether the overlay is ours (nearest `k` plus far links) rather than
-    /// the Bamboo-like baseline.
-    pub fn our_overlay(self) -> bool {
-        self != Mode::Paper
-    }
-}
+mod record;
+mod workload;
 
 /// Processing time a node spends per message, added to every hop.
 const PROCESSING: Duration = Duration::from_micros(10);
-
-/// A job the workload submits.
-#[derive(Debug, Clone)]
-pub struct JobPlan {
-    /// When.
-    pub at: Time,
-    /// Submitted to which machine.
-    pub home: u32,
-    /// The job.
-    pub spec: JobSpec,
-    /// How long its workers run (`None`: for ever).
-    pub duration: Option<Duration>,
-}
-
-/// What happened to one job.
-#[derive(Debug, Clone)]
-pub struct JobRecord {
-    /// The job.
-    pub id: JobId,
-    /// Its home machine.
-    pub home: u32,
-    /// Workers wanted (the job's `max`).
-    pub workers: u32,
-    /// Workers it needs to start (its `min`; `workers` for a rigid job).
-    pub min_workers: u32,
-    /// Submission time.
-    pub submitted: Time,
-    /// When it started (got its `min` workers).
-    pub started_at: Option<Time>,
-    /// Workers it started with (0 until it started).
-    pub started_with: u32,
-    /// When it got all its workers.
-    pub full_at: Option<Time>,
-    /// Workers per machine.
-    pub placement: BTreeMap<u32, u32>,
-    /// Mean extra RTT per worker over the oracle, in microseconds (set when
-    /// the job got its workers).
-    pub extra_rtt_us: Option<f64>,
-    /// Workers placed while a free worker nearer by more than the
-    /// within-site RTT existed.
-    pub out_of_order: u32,
-    /// Messages sent about this job (flood copies and direct messages).
-    pub messages: u64,
-    /// How it ended, if it did.
-    pub ended: Option<(Phase, String)>,
-    /// Ranks its home counted as lost (a node failed or left).
-    pub lost_ranks: u32,
-    /// Lost ranks its home granted again.
-    pub replaced_ranks: u32,
-    /// Workers still running.
-    running: u32,
-    duration: Option<Duration>,
-    /// Ranks granted per machine, as the home announced them (less those
-    /// it reported lost).
-    ranks: BTreeMap<u32, BTreeSet<u32>>,
-}
-
-impl JobRecord {
-    /// Whether the job gets all its workers or none.
-    pub fn is_rigid(&self) -> bool {
-        self.min_workers == self.workers
-    }
-}
-
-/// The result of one run.
-#[derive(Debug, Clone)]
-pub struct RunReport {
-    /// Scenario name.
-    pub scenario: String,
-    /// Mode.
-    pub mode: Mode,
-    /// Seed.
-    pub seed: u64,
-    /// Site names.
-    pub sites: Vec<String>,
-    /// Every job.
-    pub jobs: Vec<JobRecord>,
-    /// Messages sent in all.
-    pub messages: u64,
-    /// Messages sent, by kind.
-    pub by_kind: BTreeMap<&'static str, u64>,
-    /// Floods started by homes.
-    pub floods: u64,
-    /// Events processed.
-    pub events: u64,
-    /// Wall-clock time the run took.
-    pub wall: Duration,
-    /// Simulated time at the end.
-    pub end: Time,
-    /// Workers running per site over time: `(time, site, change)`.
-    pub timeline: Vec<(Time, usize, i64)>,
-    /// Every check of invariants that failed (empty when all held).
-    pub violations: Vec<String>,
-}
 
 #[derive(Debug)]
 enum Event {
@@ -424,108 +294,6 @@ impl Sim {
         let rtt = self.grid.rtt_us(a, b) as f64;
         let noise = 1.0 + self.scenario.latency.jitter * self.rng.random::<f64>();
         Duration::from_nanos((rtt * noise * 1000.0) as u64)
-    }
-
-    /// The paper's node's RTT to `peer`, measuring it first if it never
-    /// did.
-    fn measured_rtt(&mut self, node: u32, peer: u32) -> Duration {
-        if self.nodes[node as usize].overlay.rtt(&peer).is_none() {
-            self.measure(node, peer);
-        }
-        self.nodes[node as usize]
-            .overlay
-            .rtt(&peer)
-            .unwrap_or(Duration::MAX)
-    }
-
-    /// The paper's node measures `peer`: the minimum of a few samples.
-    fn measure(&mut self, node: u32, peer: u32) {
-        for _ in 0..self.scenario.overlay.samples.max(1) {
-            let rtt = self.sample(node, peer);
-            if let NodeOverlay::Paper(rtts) = &mut self.nodes[node as usize].overlay {
-                let best = rtts.entry(peer).or_insert(rtt);
-                *best = (*best).min(rtt);
-            }
-        }
-    }
-
-    /// The paper's overlay, after Bamboo: random 64-bit ids; a leaf set of
-    /// the id-adjacent nodes (random with respect to location), and a
-    /// routing table whose every entry is the nearest of a few measured
-    /// candidates with the right id prefix (proximity neighbour selection):
-    /// `baseline_rows` rows (by default all) of digits of
-    /// `baseline_digit_bits` bits (binary by default).
-    fn build_overlay_bamboo(&mut self) {
-        let n = self.grid.len();
-        let ids: Vec<u64> = (0..n).map(|_| self.rng.random()).collect();
-        let mut ring: Vec<u32> = (0..n as u32).collect();
-        ring.sort_by_key(|i| ids[*i as usize]);
-        let position: BTreeMap<u32, usize> =
-            ring.iter().enumerate().map(|(i, n)| (*n, i)).collect();
-        let leaves = self.scenario.overlay.baseline_leaves / 2;
-        let candidates = self.scenario.overlay.baseline_candidates;
-        let bits = self.scenario.overlay.baseline_digit_bits;
-        let rows = self.scenario.overlay.baseline_rows.unwrap_or(64 / bits);
-        // The first `rows` digits of an id, as a prefix per length.
-        let prefix = |id: u64, digits: u32| id.checked_shr(64 - bits * digits).unwrap_or(0);
-        let mut by_prefix: BTreeMap<(u32, u64), Vec<u32>> = BTreeMap::new();
-        for node in 0..n as u32 {
-            let id = ids[node as usize];
-            for digits in 1..=rows {
-                by_prefix
-                    .entry((digits, prefix(id, digits)))
-                    .or_default()
-                    .push(node);
-            }
-        }
-        for node in 0..n as u32 {
-            let id = ids[node as usize];
-            let mut chosen: Vec<u32> = Vec::new();
-            let at = position[&node];
-            for k in 1..=leaves {
-                chosen.push(ring[(at + k) % n]);
-                chosen.push(ring[(at + n - k % n) % n]);
-            }
-            for row in 0..rows {
-                let own_prefix = prefix(id, row);
-                for digit in 0..1u64 << bits {
-                    let entry = (own_prefix << bits) | digit;
-                    if entry == prefix(id, row + 1) {
-                        continue;
-                    }
-                    let Some(bucket) = by_prefix.get(&(row + 1, entry)) else {
-                        continue;
-                    };
-                    let sample: Vec<u32> = bucket
-                        .choose_multiple(&mut self.rng, candidates)
-                        .copied()
-                        .collect();
-                    let mut best: Option<(Duration, u32)> = None;
-                    for peer in sample {
-                        self.measure(node, peer);
-                        let rtt = self.nodes[node as usize]
-                            .overlay
-                            .rtt(&peer)
-                            .unwrap_or(Duration::MAX);
-                        if best.is_none_or(|(b, _)| rtt < b) {
-                            best = Some((rtt, peer));
-                        }
-                    }
-                    if let Some((_, peer)) = best {
-                        chosen.push(peer);
-                    }
-                }
-            }
-            chosen.sort_unstable();
-            chosen.dedup();
-            chosen.retain(|p| *p != node);
-            let mut neighbours = Vec::with_capacity(chosen.len());
-            for peer in chosen {
-                let rtt = self.measured_rtt(node, peer);
-                neighbours.push((peer, rtt));
-            }
-            self.nodes[node as usize].neighbours = neighbours;
-        }
     }
 
     fn push(&mut self, at: Time, event: Event) {
@@ -949,170 +717,6 @@ impl Sim {
         }
     }
 
-    /// The oracle: the free workers nearest to the job's home right now
-    /// (before this job's workers start), against where its workers went.
-    /// Returns the mean extra RTT per worker (µs) and the count of workers
-    /// placed while a free one nearer by more than the within-site RTT
-    /// existed.
-    pub fn locality(&self, job: JobId) -> Option<(f64, u32)> {
-        let record = self.jobs.get(&job)?;
-        let home = record.home;
-        let n = record.placement.values().sum::<u32>() as usize;
-        if n == 0 {
-            return None;
-        }
-        let mut chosen: Vec<u64> = Vec::with_capacity(n);
-        for (node, count) in &record.placement {
-            for _ in 0..*count {
-                chosen.push(self.grid.rtt_us(home, *node));
-            }
-        }
-        chosen.sort_unstable();
-        // Free workers per site (and the home's own machine), from the
-        // omniscient bookkeeping; workers of this job have not started yet
-        // at its home's Full event, except on the home itself.
-        let home_site = self.grid.site_of[home as usize];
-        let mut free_by_site = vec![0u64; self.grid.sites.len()];
-        let mut free_home = 0u64;
-        for (m, alive) in self.nodes.iter().map(|n| n.alive).enumerate() {
-            if !alive {
-                continue;
-            }
-            let mine = self
-                .running
-                .get(&(m as u32, job))
-                .map_or(0, |r| r.len() as u32);
-            let free = u64::from(self.grid.cores[m] - self.used[m] + mine);
-            if m as u32 == home {
-                free_home = free;
-            } else {
-                free_by_site[self.grid.site_of[m]] += free;
-            }
-        }
-        let mut oracle: Vec<u64> = Vec::with_capacity(n);
-        oracle.extend(std::iter::repeat_n(0, (free_home as usize).min(n)));
-        let mut sites: Vec<usize> = (0..self.grid.sites.len()).collect();
-        sites.sort_by_key(|s| self.grid.rtt_us[home_site][*s]);
-        for site in sites {
-            if oracle.len() >= n {
-                break;
-            }
-            let take = (free_by_site[site] as usize).min(n - oracle.len());
-            oracle.extend(std::iter::repeat_n(self.grid.rtt_us[home_site][site], take));
-        }
-        let within = self.grid.rtt_us[home_site][home_site];
-        let extra: f64 = chosen.iter().sum::<u64>() as f64 - oracle.iter().sum::<u64>() as f64;
-        let out_of_order = chosen
-            .iter()
-            .zip(&oracle)
-            .filter(|(c, o)| **c > **o + within)
-            .count() as u32;
-        Some(((extra / n as f64).max(0.0), out_of_order))
-    }
-
-    fn fail(&mut self, node: u32) {
-        if !self.nodes[node as usize].alive {
-            return;
-        }
-        self.nodes[node as usize].alive = false;
-        let jobs: Vec<(JobId, u32)> = self
-            .running
-            .range((node, JobId(0))..=(node, JobId(u64::MAX)))
-            .map(|((_, job), ranks)| (*job, ranks.len() as u32))
-            .collect();
-        for (job, count) in jobs {
-            self.running.remove(&(node, job));
-            self.workers_gone(node, job, count);
-        }
-        if let Some(churn) = &self.scenario.churn {
-            let detect = self.now + Duration::from_secs_f64(churn.detect_after_s);
-            let rejoin = self.now + Duration::from_secs_f64(churn.rejoin_after_s);
-            self.push(detect, Event::Detect { node });
-            self.push(rejoin.max(detect), Event::Rejoin { node });
-        }
-    }
-
-    /// Peers notice a failure: those linked to the node (overlay) and those
-    /// sharing a job with it (direct connections).
-    fn detect(&mut self, failed: u32) {
-        // Nodes with a direct connection to the failed one through a job:
-        // homes of jobs it ran workers for, and nodes running workers of
-        // jobs it was home to.
-        let mut partners = BTreeSet::new();
-        for r in self.jobs.values() {
-            if r.placement.contains_key(&failed) {
-                partners.insert(r.home);
-            }
-        }
-        for (node, job) in self.running.keys() {
-            if self.jobs.get(job).is_some_and(|r| r.home == failed) {
-                partners.insert(*node);
-            }
-        }
-        // Ours: the connections to it close, and each keeper acts on that
-        // (a neighbour is redialed, which fails, and replaced). The paper's:
-        // the nodes that measured it drop it from their links.
-        let knowers: BTreeSet<u32> = self.connections_fail(failed).into_iter().collect();
-        for node in 0..self.nodes.len() as u32 {
-            if node == failed || !self.nodes[node as usize].alive {
-                continue;
-            }
-            let knows = knowers.contains(&node);
-            if knows {
-                let n = &mut self.nodes[node as usize];
-                n.router.peer_lost(&failed);
-                if let NodeOverlay::Paper(rtts) = &mut n.overlay {
-                    rtts.remove(&failed);
-                    n.neighbours.retain(|(p, _)| *p != failed);
-                }
-            }
-            if knows || partners.contains(&node) {
-                self.feed(node, Input::PeerLost(failed));
-            }
-        }
-        let lost: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|r| r.placement.contains_key(&failed))
-            .map(|r| r.id)
-            .collect();
-        for job in lost {
-            if let Some(r) = self.jobs.get_mut(&job) {
-                r.placement.remove(&failed);
-            }
-        }
-    }
-
-    fn rejoin(&mut self, node: u32) {
-        if self.nodes[node as usize].alive {
-            return;
-        }
-        let fresh = self.fresh_node(node, None);
-        self.nodes[node as usize] = fresh;
-        let alive: Vec<u32> = (0..self.nodes.len() as u32)
-            .filter(|n| self.nodes[*n as usize].alive)
-            .collect();
-        match self.mode {
-            Mode::Ours | Mode::OursHop => self.rejoin_ours(node, &alive),
-            Mode::Paper => {
-                // A Bamboo node joins with a random set of measured peers.
-                let count = self.scenario.overlay.baseline_leaves + 16;
-                let picks: Vec<u32> = alive
-                    .choose_multiple(&mut self.rng, count)
-                    .copied()
-                    .collect();
-                let mut neighbours = Vec::new();
-                for peer in picks.into_iter().filter(|p| *p != node) {
-                    let rtt = self.measured_rtt(node, peer);
-                    neighbours.push((peer, rtt));
-                    let back = self.sample(peer, node);
-                    self.nodes[peer as usize].neighbours.push((node, back));
-                }
-                self.nodes[node as usize].neighbours = neighbours;
-            }
-        }
-    }
-
     fn report(self, wall: Duration) -> RunReport {
         let mut violations = self.violations;
         for record in self.jobs.values() {
@@ -1187,119 +791,9 @@ impl Sim {
     }
 }
 
-/// What is wrong with a job starting with `workers` workers, if anything:
-/// a rigid job starts with all its workers, a malleable one with at least
-/// `min` and at most `max`, and the ranks granted are exactly `0..workers`.
-fn start_violation(record: &JobRecord, workers: u32) -> Option<String> {
-    let (min, max) = (record.min_workers, record.workers);
-    if record.is_rigid() && workers != max {
-        return Some(format!("rigid job of {max} started with {workers} workers"));
-    }
-    if workers < min || workers > max {
-        return Some(format!(
-            "malleable job of {min}..={max} started with {workers} workers"
-        ));
-    }
-    let mut ranks: Vec<u32> = record.ranks.values().flatten().copied().collect();
-    ranks.sort_unstable();
-    if !ranks.iter().copied().eq(0..workers) {
-        return Some(format!(
-            "started with {workers} workers but ranks {ranks:?} granted, not 0..{workers}"
-        ));
-    }
-    None
-}
-
 /// Runs a scenario's workload (not a sweep) once, with `mode` and `seed`.
 pub fn run_scenario(scenario: &Scenario, mode: Mode, seed: u64) -> anyhow::Result<RunReport> {
     let grid = scenario.grid(seed)?;
     let plans = plan_jobs(scenario, &grid, seed);
     Ok(Sim::new(scenario, mode, seed, plans)?.run())
-}
-
-/// The jobs of a scenario's workload (not a sweep), drawn from `seed`.
-pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0b5e_55ed);
-    let w = &scenario.workload;
-    let homes: Vec<u32> = match &w.home_site {
-        Some(site) => {
-            let site = grid.site(site).unwrap_or(0);
-            (0..grid.len() as u32)
-                .filter(|m| grid.site_of[*m as usize] == site)
-                .collect()
-        }
-        None => (0..grid.len() as u32).collect(),
-    };
-    // A fixed home for a home site: its first machine.
-    let fixed_home = w.home_site.as_ref().map(|_| homes[0]);
-    let mut at = 0.0;
-    (0..w.jobs)
-        .map(|i| {
-            if i > 0 {
-                at += if w.poisson {
-                    let u: f64 = rng.random_range(f64::EPSILON..1.0);
-                    -u.ln() * w.interval_s
-                } else {
-                    w.interval_s
-                };
-            }
-            let workers = rng.random_range(w.workers.0..=w.workers.1.max(w.workers.0));
-            // Drawn only when some jobs are malleable, so that all-rigid
-            // workloads keep their random streams.
-            let malleable = w.malleable > 0.0 && rng.random::<f64>() < w.malleable;
-            let min = if malleable {
-                ((f64::from(workers) * w.malleable_min).ceil() as u32).clamp(1, workers)
-            } else {
-                workers
-            };
-            let duration = w
-                .duration_s
-                .map(|(lo, hi)| Duration::from_secs_f64(rng.random_range(lo..=hi.max(lo))));
-            let home = fixed_home.unwrap_or_else(|| *homes.choose(&mut rng).unwrap_or(&0));
-            JobPlan {
-                at: Duration::from_secs_f64(at),
-                home,
-                spec: JobSpec {
-                    per_worker: Resources::new(1, 0, 0),
-                    workers: WorkerCount { min, max: workers },
-                    strategy: w.strategy,
-                    lifetime: Duration::from_secs_f64(w.lifetime_s),
-                    on_worker_lost: LostPolicy::Replace,
-                },
-                duration,
-            }
-        })
-        .collect()
-}
-
-/// One job of `n` workers with `strategy` at the workload's home, as in the
-/// P2P-MPI sweep.
-pub fn sweep_job(scenario: &Scenario, grid: &Grid, n: u32, strategy: Strategy) -> JobPlan {
-    let site = scenario
-        .workload
-        .home_site
-        .as_ref()
-        .and_then(|s| grid.site(s))
-        .unwrap_or(0);
-    let home = (0..grid.len() as u32)
-        .find(|m| grid.site_of[*m as usize] == site)
-        .unwrap_or(0);
-    JobPlan {
-        at: Time::ZERO,
-        home,
-        spec: JobSpec {
-            per_worker: Resources::new(1, 0, 0),
-            workers: WorkerCount::rigid(n),
-            strategy,
-            lifetime: Duration::from_secs_f64(scenario.workload.lifetime_s),
-            on_worker_lost: LostPolicy::Fail,
-        },
-        duration: None,
-    }
-}
-
-/// Shuffles for tests that want a random order.
-pub fn shuffled<T>(mut items: Vec<T>, seed: u64) -> Vec<T> {
-    items.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
-    items
 }

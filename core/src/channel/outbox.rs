@@ -1,0 +1,312 @@
+//! The sender's side: an [`Outbox`] per peer node, which queues messages,
+//! cuts them into chunks round robin over channels and keeps them until
+//! acknowledged.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::chunk::{
+    Ack, CHUNK_BYTES, ChannelId, Chunk, INITIAL_WINDOW, MAX_MESSAGE_BYTES, Violation, footprint,
+};
+
+/// A queued message: kept until acknowledged.
+#[derive(Debug)]
+struct Queued {
+    seq: u64,
+    data: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct SendChannel {
+    /// Unacknowledged messages, in order.
+    queue: VecDeque<Queued>,
+    /// The number of the next message pushed.
+    next_seq: u64,
+    /// The position after the last message pushed (see [`footprint`]).
+    end: u64,
+    /// The position of the first message in `queue` (or `end`).
+    acked_pos: u64,
+    /// The credit granted: see the module docs.
+    limit: u64,
+    /// The next message to transmit, and the offset in it.
+    sent_seq: u64,
+    sent_offset: u64,
+    /// The next message waits for the receiver's credit and asked for it:
+    /// its length, and whether the ask went out on the current stream.
+    ask: Option<u64>,
+    ask_sent: bool,
+}
+
+impl Default for SendChannel {
+    /// A channel on which nothing was sent: the initial window is granted.
+    fn default() -> Self {
+        SendChannel {
+            queue: VecDeque::new(),
+            next_seq: 0,
+            end: 0,
+            acked_pos: 0,
+            limit: INITIAL_WINDOW,
+            sent_seq: 0,
+            sent_offset: 0,
+            ask: None,
+            ask_sent: false,
+        }
+    }
+}
+
+impl SendChannel {
+    fn admits(&self, len: u64) -> bool {
+        self.end.saturating_add(footprint(len)) <= self.limit
+    }
+
+    fn has_unsent(&self) -> bool {
+        self.sent_seq < self.next_seq
+    }
+
+    /// Whether an ask waits to go out (after every message pushed before).
+    fn ask_due(&self) -> bool {
+        self.ask.is_some() && !self.ask_sent && !self.has_unsent()
+    }
+
+    fn queued(&self, seq: u64) -> Option<&Queued> {
+        let first = self.queue.front()?.seq;
+        self.queue
+            .get(usize::try_from(seq.checked_sub(first)?).ok()?)
+    }
+}
+
+/// What [`Outbox::admits`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Push it now.
+    Yes,
+    /// Wait for credit (an ack from the peer): some of what was sent is
+    /// not acknowledged yet.
+    WaitForCredit,
+    /// Everything sent was acknowledged and the credit is short:
+    /// [`Outbox::ask`] the receiver for room, then wait for its credit (an
+    /// ack whose limit covers the message).
+    Ask,
+    /// Larger than [`MAX_MESSAGE_BYTES`]: refuse at once.
+    TooLarge,
+}
+
+/// The sending side of every channel from this node to one peer node.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    channels: BTreeMap<ChannelId, SendChannel>,
+    /// Channels with something to transmit, in round-robin order.
+    ready: VecDeque<ChannelId>,
+}
+
+impl Outbox {
+    /// An outbox with no channels.
+    pub fn new() -> Self {
+        Outbox::default()
+    }
+
+    /// Whether a message of `len` bytes may be pushed on `channel` now.
+    pub fn admits(&self, channel: ChannelId, len: u64) -> Admission {
+        if len > MAX_MESSAGE_BYTES {
+            return Admission::TooLarge;
+        }
+        let (admits, all_acked) = match self.channels.get(&channel) {
+            Some(c) => (c.admits(len), c.queue.is_empty()),
+            None => (SendChannel::default().admits(len), true),
+        };
+        if admits {
+            Admission::Yes
+        } else if all_acked {
+            Admission::Ask
+        } else {
+            Admission::WaitForCredit
+        }
+    }
+
+    /// Asks the receiver of `channel` for room for a message of `len`
+    /// bytes (see the module docs); the ask goes out after every message
+    /// pushed before it, and again on every new stream until the message
+    /// is pushed. Asking again for the same message does nothing: the
+    /// receiver keeps an ask until its credit covers it.
+    pub fn ask(&mut self, channel: ChannelId, len: u64) {
+        let c = self.channels.entry(channel).or_default();
+        if c.ask == Some(len) {
+            return;
+        }
+        c.ask = Some(len);
+        c.ask_sent = false;
+        if c.ask_due() && !self.ready.contains(&channel) {
+            self.ready.push_back(channel);
+        }
+    }
+
+    /// Queues a message; returns its number. Call only when
+    /// [`admits`](Self::admits) says [`Admission::Yes`] (otherwise it is
+    /// queued all the same and the receiver will refuse it).
+    pub fn push(&mut self, channel: ChannelId, data: Vec<u8>) -> u64 {
+        let c = self.channels.entry(channel).or_default();
+        c.ask = None;
+        let seq = c.next_seq;
+        let was_idle = !c.has_unsent();
+        c.next_seq += 1;
+        c.end = c.end.saturating_add(footprint(data.len() as u64));
+        c.queue.push_back(Queued { seq, data });
+        if was_idle {
+            self.ready.push_back(channel);
+        }
+        seq
+    }
+
+    /// Whether anything waits to be transmitted.
+    pub fn has_unsent(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// Whether every message pushed was acknowledged and no ask waits for
+    /// its grant (nothing needs a stream).
+    pub fn all_acked(&self) -> bool {
+        self.channels
+            .values()
+            .all(|c| c.queue.is_empty() && c.ask.is_none())
+    }
+
+    /// Bytes kept for retransmission (with [`MESSAGE_OVERHEAD`](super::MESSAGE_OVERHEAD) for each
+    /// message).
+    pub fn buffered_bytes(&self) -> u64 {
+        self.channels
+            .values()
+            .map(|c| c.end.saturating_sub(c.acked_pos))
+            .sum()
+    }
+
+    /// The next chunk to transmit, at most `max` bytes of payload, taking
+    /// the channels with something to send in turn. The chunk counts as
+    /// sent.
+    pub fn next_chunk(&mut self, max: usize) -> Option<Chunk<'_>> {
+        let max = max.clamp(1, CHUNK_BYTES) as u64;
+        let channel = self.ready.pop_front()?;
+        let c = self.channels.get_mut(&channel)?;
+        if !c.has_unsent() {
+            // Nothing left to send but an ask: the first chunk of the
+            // message, without its bytes.
+            let total = c.ask.filter(|_| !c.ask_sent)?;
+            c.ask_sent = true;
+            return Some(Chunk {
+                channel,
+                seq: c.next_seq,
+                offset: 0,
+                total,
+                bytes: &[],
+            });
+        }
+        let seq = c.sent_seq;
+        let offset = c.sent_offset;
+        let total = c.queued(seq)?.data.len() as u64;
+        let len = total.saturating_sub(offset).min(max);
+        if offset + len >= total {
+            c.sent_seq += 1;
+            c.sent_offset = 0;
+        } else {
+            c.sent_offset += len;
+        }
+        if c.has_unsent() || c.ask_due() {
+            self.ready.push_back(channel);
+        }
+        let c = self.channels.get(&channel)?;
+        let data = &c.queued(seq)?.data;
+        Some(Chunk {
+            channel,
+            seq,
+            offset,
+            total,
+            bytes: &data[offset as usize..(offset + len) as usize],
+        })
+    }
+
+    /// Takes an ack from the peer: drops what it acknowledges and takes
+    /// its credit. Returns whether the credit or the queue changed (senders
+    /// waiting for credit should look again).
+    pub fn on_ack(&mut self, ack: Ack) -> Result<bool, Violation> {
+        let Some(c) = self.channels.get_mut(&ack.channel) else {
+            return Ok(false); // a channel closed here meanwhile
+        };
+        // (An ack may run ahead of `sent_seq` after a rewind: the receiver
+        // got those messages on the stream that broke.)
+        if ack.next > c.next_seq {
+            return Err(Violation::AckBeyondSent(ack.next));
+        }
+        let mut changed = false;
+        while c.queue.front().is_some_and(|q| q.seq < ack.next) {
+            if let Some(q) = c.queue.pop_front() {
+                c.acked_pos = c.acked_pos.saturating_add(footprint(q.data.len() as u64));
+                changed = true;
+            }
+        }
+        if c.sent_seq < ack.next {
+            // Acknowledged while waiting for retransmission.
+            c.sent_seq = ack.next;
+            c.sent_offset = 0;
+        }
+        if ack.limit > c.limit {
+            c.limit = ack.limit;
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// The stream was lost: every unacknowledged message is transmitted
+    /// again, from its first byte, on the next one.
+    pub fn rewind(&mut self) {
+        self.ready.clear();
+        for (id, c) in &mut self.channels {
+            c.sent_seq = c.queue.front().map_or(c.next_seq, |q| q.seq);
+            c.sent_offset = 0;
+            c.ask_sent = false;
+            if c.has_unsent() || c.ask_due() {
+                self.ready.push_back(*id);
+            }
+        }
+    }
+
+    /// Sends `channel`'s unacknowledged messages again from the first (the
+    /// receiver refused them: its rank was not there yet).
+    pub fn rewind_channel(&mut self, channel: ChannelId) {
+        let Some(c) = self.channels.get_mut(&channel) else {
+            return;
+        };
+        c.sent_seq = c.queue.front().map_or(c.next_seq, |q| q.seq);
+        c.sent_offset = 0;
+        c.ask_sent = false;
+        if (c.has_unsent() || c.ask_due()) && !self.ready.contains(&channel) {
+            self.ready.push_back(channel);
+        }
+    }
+
+    /// Forgets `channel` (its job ended, or its receiver is gone for good);
+    /// returns how many messages were still unacknowledged.
+    pub fn close(&mut self, channel: ChannelId) -> usize {
+        self.ready.retain(|c| *c != channel);
+        self.channels.remove(&channel).map_or(0, |c| c.queue.len())
+    }
+
+    /// Forgets every channel of `job`.
+    pub fn close_job(&mut self, job: u64) {
+        self.ready.retain(|c| c.job != job);
+        self.channels.retain(|c, _| c.job != job);
+    }
+
+    /// Drops the ask of `channel` (the message goes elsewhere).
+    pub fn cancel_ask(&mut self, channel: ChannelId) {
+        if let Some(c) = self.channels.get_mut(&channel) {
+            c.ask = None;
+        }
+    }
+
+    /// The channels that still hold unacknowledged messages or an ask.
+    pub fn open_channels(&self) -> Vec<ChannelId> {
+        self.channels
+            .iter()
+            .filter(|(_, c)| !c.queue.is_empty() || c.ask.is_some())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+}

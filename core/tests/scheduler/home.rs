@@ -1,0 +1,415 @@
+//! A home: floods, grants, grows and shrinks a job, replaces lost workers,
+//! and explains why a job waits or fails.
+
+use super::*;
+
+#[test]
+fn home_floods_then_grants_a_rigid_job_all_at_once_to_the_nearest_offers() {
+    let mut node = home(ScheduleConfig::paper());
+    let out = submit(&mut node, ms(0), WorkerCount::rigid(4));
+    let [Output::Flood(flood)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(flood.flood.ttl, 1, "round(log10(4)) = 1");
+    assert_eq!(flood.workers, WorkerCount::rigid(4));
+    assert_eq!(node.next_timeout(), Some(ms(1000)));
+
+    // Offers of 3 cannot start a rigid job of 4: nothing is granted.
+    assert_eq!(offer_from(&mut node, ms(5), 10, 3, 9), vec![]);
+    assert_eq!(node.phase(JOB), Some(Phase::Scheduling));
+    let out = offer_from(&mut node, ms(6), 11, 2, 2);
+    // Concentrate: nearest node (11, 2 workers) first, then 2 of node 10's.
+    let grants: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                to,
+                msg: Message::Grant { ranks, .. },
+            } => Some((*to, ranks.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(grants, vec![(11, vec![0, 1]), (10, vec![2, 3])]);
+    assert!(out.contains(&Output::Job(JobEvent::Started {
+        job: JOB,
+        workers: 4
+    })));
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    // Flooding stopped; a late offer is refused as the job is full.
+    assert_eq!(node.next_timeout(), None);
+    assert_eq!(
+        offer_from(&mut node, ms(7), 12, 1, 1),
+        vec![Output::Send {
+            to: 12,
+            msg: Message::Refuse {
+                job: JOB,
+                reason: RefuseReason::JobFull
+            }
+        }]
+    );
+}
+
+#[test]
+fn adaptive_home_lets_the_flood_settle_before_granting() {
+    let mut node = home(ScheduleConfig::default());
+    submit(&mut node, ms(0), WorkerCount::rigid(2));
+    // A far offer that would do arrives after the 10 ms floor: the home
+    // does not flood again (that would reach only farther nodes) but lets
+    // the flood settle for about twice the offer's RTT before granting.
+    assert_eq!(offer_from(&mut node, ms(21), 10, 2, 20), vec![]);
+    let settle = node.next_timeout().unwrap();
+    assert!(
+        settle >= ms(40),
+        "waits about twice the 20 ms RTT: {settle:?}"
+    );
+    // A nearer node answers meanwhile: its own settle time (twice 1 ms) has
+    // passed, so it is granted at once and the far one refused.
+    let out = offer_from(&mut node, ms(25), 11, 2, 1);
+    assert!(granted(&out, 11, vec![0, 1], 0));
+    assert!(out.contains(&Output::Send {
+        to: 10,
+        msg: Message::Refuse {
+            job: JOB,
+            reason: RefuseReason::NotChosen
+        }
+    }));
+}
+
+#[test]
+fn malleable_job_starts_at_min_and_grows_to_max() {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount { min: 2, max: 4 });
+    let out = offer_from(&mut node, ms(1), 10, 2, 1);
+    assert!(out.contains(&Output::Job(JobEvent::Started {
+        job: JOB,
+        workers: 2
+    })));
+    assert!(node.next_timeout().is_some(), "still flooding for more");
+    let out = offer_from(&mut node, ms(2), 11, 5, 1);
+    assert!(granted(&out, 11, vec![2, 3], 1));
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+}
+
+#[test]
+fn a_malleable_job_grows_by_flooding_again_and_shrinks_only_what_it_still_seeks() {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount { min: 2, max: 2 + 2 });
+    offer_from(&mut node, ms(1), 10, 4, 1);
+    assert_eq!(node.next_timeout(), None, "full: flooding stopped");
+
+    // Grow to 6: a new flood goes out at once, and an offer of 2 more is
+    // granted ranks 4 and 5.
+    let out = node.resize(ms(100), JOB, 6).unwrap();
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Flood(a) if a.job == JOB)),
+        "{out:?}"
+    );
+    let out = offer_from(&mut node, ms(101), 11, 2, 1);
+    assert!(granted(&out, 11, vec![4, 5], 1));
+
+    // Grow to 8, then shrink back to 6 = what is placed: full again.
+    node.resize(ms(200), JOB, 8).unwrap();
+    let out = node.resize(ms(201), JOB, 6).unwrap();
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+
+    // What cannot be done says why.
+    assert_eq!(
+        node.resize(ms(300), JOB, 5),
+        Err(ResizeError::BelowGranted {
+            job: JOB,
+            granted: 6
+        })
+    );
+    assert_eq!(
+        node.resize(ms(300), JOB, 1),
+        Err(ResizeError::BelowMin { max: 1, min: 2 })
+    );
+    assert!(matches!(
+        node.resize(ms(300), JOB, 1_000_000),
+        Err(ResizeError::TooManyWorkers { .. })
+    ));
+    assert_eq!(
+        node.resize(ms(300), JobId(99), 3),
+        Err(ResizeError::UnknownJob(JobId(99)))
+    );
+    node.handle(ms(400), Input::Cancel(JOB));
+    assert_eq!(node.resize(ms(401), JOB, 8), Err(ResizeError::Ended(JOB)));
+
+    // A rigid job keeps its count.
+    let rigid = JobId(8);
+    node.handle(
+        ms(500),
+        Input::Submit {
+            job: rigid,
+            spec: spec(WorkerCount::rigid(3)),
+        },
+    );
+    assert_eq!(
+        node.resize(ms(501), rigid, 4),
+        Err(ResizeError::Rigid {
+            job: rigid,
+            workers: 3
+        })
+    );
+}
+
+#[test]
+fn lost_worker_of_a_malleable_job_is_replaced_and_rank_reused() {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount { min: 1, max: 2 });
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    offer_from(&mut node, ms(2), 11, 1, 1);
+    let out = node.handle(ms(3), Input::PeerLost(10));
+    assert!(out.contains(&Output::Job(JobEvent::WorkersLost {
+        job: JOB,
+        node: 10,
+        ranks: vec![0],
+        reason: LostReason::Left,
+    })));
+    assert!(
+        out.iter().any(|o| matches!(o, Output::Flood(_))),
+        "floods for a replacement at once"
+    );
+    let out = offer_from(&mut node, ms(4), 12, 1, 1);
+    assert!(granted(&out, 12, vec![0], 2));
+}
+
+#[test]
+fn lost_worker_of_a_rigid_job_fails_it_by_default() {
+    let mut node = home_running_one_worker_on_10();
+    node.handle(ms(3), Input::PeerLost(10));
+    assert_eq!(node.phase(JOB), Some(Phase::Failed));
+}
+
+#[test]
+fn a_job_that_cannot_get_workers_expires_explaining_why() {
+    let mut node = home(ScheduleConfig::paper());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: JobSpec {
+                lifetime: Duration::from_secs(5),
+                ..spec(WorkerCount::rigid(4))
+            },
+        },
+    );
+    node.handle(
+        ms(2),
+        Input::Message {
+            from: 10,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Busy,
+            },
+            rtt: None,
+        },
+    );
+    offer_from(&mut node, ms(3), 11, 1, 1);
+    let report = node.report(JOB).unwrap();
+    // The home's own machine (too small) and the two others.
+    assert_eq!(report.nodes_answered, 3);
+    assert_eq!(report.offers, 1);
+    assert_eq!(report.declines.get(&DeclineReason::Busy), Some(&1));
+    assert_eq!((report.floods, report.radius, report.budget), (1, 1, None));
+    assert!(report.refusals.is_empty(), "{:?}", report.refusals);
+    let why = report.explain();
+    assert!(why.contains("0 of 4 workers granted"), "{why}");
+    assert!(why.contains("1 floods so far, radius 1"), "{why}");
+    assert!(why.contains("1 busy"), "{why}");
+    assert!(
+        why.contains("1 a worker needs more than the node has in all"),
+        "{why}"
+    );
+    assert!(!why.contains("refused"), "{why}");
+
+    let mut now = ms(3);
+    let mut ended = None;
+    while let Some(at) = node.next_timeout() {
+        now = at;
+        for o in node.handle_timeout(now) {
+            if let Output::Job(JobEvent::Ended { phase, reason, .. }) = o {
+                ended = Some((phase, reason));
+            }
+        }
+        if ended.is_some() {
+            break;
+        }
+    }
+    assert_eq!(now, Duration::from_secs(5));
+    let (phase, reason) = ended.unwrap();
+    assert_eq!(phase, Phase::Failed);
+    assert!(
+        reason
+            .to_string()
+            .starts_with("expired before it got its workers"),
+        "{reason}"
+    );
+    let report = node.report(JOB).unwrap();
+    assert_eq!(report.floods, 3, "floods at 0, 1 and 3 s");
+    assert_eq!(report.radius, 3, "radius 1, then one more per flood");
+    // The offer still held at expiry was refused, and that is counted.
+    assert_eq!(
+        report.refusals,
+        BTreeMap::from([(RefuseReason::Expired, 1)])
+    );
+    let why = report.explain();
+    assert!(why.contains("3 floods so far, radius 3"), "{why}");
+    assert!(why.contains("offers refused: 1 job expired"), "{why}");
+}
+
+#[test]
+fn why_pending_reports_the_latency_budget_and_the_offers_refused() {
+    let mut node = home(ScheduleConfig::default());
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
+    let report = node.report(JOB).unwrap();
+    assert_eq!((report.floods, report.radius), (1, 1));
+    assert_eq!(report.budget, Some(ms(1)), "the first budget is 1 ms");
+    assert!(
+        report
+            .explain()
+            .contains("1 floods so far, up to 1.0 ms from home"),
+        "{}",
+        report.explain()
+    );
+    // Two offers for one worker: the far one is refused once the near one
+    // is granted (after the flood settled: twice 1 ms and a quarter of the
+    // 10 ms floor).
+    offer_from(&mut node, ms(1), 10, 1, 5);
+    let out = offer_from(&mut node, ms(5), 11, 1, 1);
+    assert!(out.contains(&Output::Send {
+        to: 10,
+        msg: Message::Refuse {
+            job: JOB,
+            reason: RefuseReason::NotChosen
+        }
+    }));
+    let report = node.report(JOB).unwrap();
+    assert_eq!(
+        report.refusals,
+        BTreeMap::from([(RefuseReason::NotChosen, 1)])
+    );
+    assert!(
+        report
+            .explain()
+            .contains("offers refused: 1 nearer nodes were chosen"),
+        "{}",
+        report.explain()
+    );
+}
+
+#[test]
+fn the_home_runs_workers_of_its_own_job_first() {
+    let mut node = Scheduler::new(
+        HOME,
+        SchedulerConfig {
+            resources: Resources::new(2, 4096, 0),
+            schedule: ScheduleConfig::paper(),
+            ..SchedulerConfig::default()
+        },
+    );
+    let out = submit(&mut node, ms(0), WorkerCount::rigid(2));
+    assert!(
+        out.contains(&Output::StartWorkers {
+            job: JOB,
+            home: HOME,
+            ranks: vec![0, 1],
+            incarnation: 0,
+            placement: placed_on(&[0, 1], HOME, 0),
+        }),
+        "{out:?}"
+    );
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Send { .. })),
+        "nothing goes out for a job the home runs itself: {out:?}"
+    );
+}
+
+#[test]
+fn a_failed_rank_stops_the_jobs_workers_everywhere_naming_it() {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount::rigid(2));
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    offer_from(&mut node, ms(2), 11, 1, 1);
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    let out = node.handle(
+        ms(3),
+        Input::RankEnded {
+            job: JOB,
+            node: 11,
+            rank: 1,
+            incarnation: 1,
+            end: WorkerEnd::Exited(3),
+        },
+    );
+    for to in [10, 11] {
+        assert!(out.contains(&Output::Send {
+            to,
+            msg: Message::Refuse {
+                job: JOB,
+                reason: RefuseReason::Failed
+            }
+        }));
+    }
+    assert!(out.contains(&Output::Job(JobEvent::Ended {
+        job: JOB,
+        phase: Phase::Failed,
+        reason: EndReason::RankFailed {
+            rank: 1,
+            node: 11,
+            outcome: RankOutcome::Exited(3)
+        }
+    })));
+    assert_eq!(node.phase(JOB), Some(Phase::Failed));
+}
+
+#[test]
+fn the_home_forgets_the_oldest_ended_jobs_beyond_its_capacity() {
+    let mut node = Scheduler::new(
+        HOME,
+        SchedulerConfig {
+            resources: Resources::ZERO,
+            schedule: ScheduleConfig::paper(),
+            ended_capacity: 2,
+            ..SchedulerConfig::default()
+        },
+    );
+    for id in 1..=3 {
+        node.handle(
+            ms(0),
+            Input::Submit {
+                job: JobId(id),
+                spec: spec(WorkerCount::rigid(1)),
+            },
+        );
+        node.handle(ms(1), Input::Cancel(JobId(id)));
+    }
+    assert_eq!(node.phase(JobId(1)), None, "oldest ended job forgotten");
+    assert_eq!(node.phase(JobId(2)), Some(Phase::Cancelled));
+    assert_eq!(node.phase(JobId(3)), Some(Phase::Cancelled));
+    // A job still scheduling is never forgotten.
+    node.handle(
+        ms(2),
+        Input::Submit {
+            job: JobId(4),
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    );
+    assert_eq!(node.phase(JobId(4)), Some(Phase::Scheduling));
+}
+
+#[test]
+fn invalid_specs_are_rejected_with_a_reason() {
+    let mut node = home(ScheduleConfig::paper());
+    let out = submit(&mut node, ms(0), WorkerCount { min: 3, max: 2 });
+    let [Output::Job(JobEvent::Rejected { error, .. })] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        error.to_string(),
+        "min workers (3) is more than max workers (2)"
+    );
+}

@@ -1,0 +1,197 @@
+//! One scheduler at a time, fed inputs by hand: the exact outputs it gives.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use zorilla_core::advert::{
+    Advert, DeclineReason, FloodHeader, JobId, Message, Placed, RefuseReason, Strategy, WorkerCount,
+};
+use zorilla_core::liveness::LostCause;
+use zorilla_core::node::{
+    EndReason, Input, JobEvent, JobSpec, LostPolicy, LostReason, Output, OwnerLimits, Phase,
+    RankOutcome, ResizeError, Scheduler, SchedulerConfig, WorkerEnd,
+};
+use zorilla_core::resources::Resources;
+use zorilla_core::schedule::ScheduleConfig;
+
+mod home;
+mod member;
+mod net;
+mod queue;
+mod refusals;
+
+const HOME: u32 = 0;
+const JOB: JobId = JobId(7);
+
+fn ms(x: u64) -> Duration {
+    Duration::from_millis(x)
+}
+
+fn member(cores: u32) -> Scheduler<u32> {
+    Scheduler::new(
+        1,
+        SchedulerConfig {
+            resources: Resources::new(cores, 4096, 4096),
+            ..SchedulerConfig::default()
+        },
+    )
+}
+
+fn advert(workers: WorkerCount) -> Advert<u32> {
+    Advert {
+        job: JOB,
+        home: HOME,
+        per_worker: Resources::new(1, 100, 0),
+        workers,
+        strategy: Strategy::Concentrate,
+        expires_in: Duration::from_secs(60),
+        flood: FloodHeader {
+            seq: 0,
+            ttl: 1,
+            latency_budget: None,
+            path_rtt: ms(1),
+        },
+    }
+}
+
+fn spec(workers: WorkerCount) -> JobSpec {
+    JobSpec {
+        per_worker: Resources::new(1, 100, 0),
+        workers,
+        strategy: Strategy::Concentrate,
+        lifetime: Duration::from_secs(60),
+        on_worker_lost: LostPolicy::Fail,
+    }
+}
+
+fn offer(workers: u32) -> Message<u32> {
+    Message::Offer {
+        job: JOB,
+        workers,
+        distance: ms(1),
+        residue: Resources::ZERO,
+    }
+}
+
+fn deliver(node: &mut Scheduler<u32>, now: Duration, workers: WorkerCount) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::AdvertDelivered {
+            advert: advert(workers),
+            distance: ms(1),
+        },
+    )
+}
+
+/// A grant of `ranks` as the home sends it, with the placement it carries
+/// (here: the ranks on node 1, as far as the member cares).
+fn grant(job: JobId, ranks: Vec<u32>, incarnation: u32) -> Message<u32> {
+    let placement = placed_on(&ranks, 1, incarnation);
+    Message::Grant {
+        job,
+        ranks,
+        incarnation,
+        placement,
+    }
+}
+
+fn placed_on(ranks: &[u32], node: u32, incarnation: u32) -> BTreeMap<u32, Placed<u32>> {
+    ranks
+        .iter()
+        .map(|&rank| (rank, Placed { node, incarnation }))
+        .collect()
+}
+
+/// Whether the home sent `to` a grant of `ranks` with `incarnation`, whose
+/// placement places them there.
+fn granted(out: &[Output<u32>], to: u32, ranks: Vec<u32>, incarnation: u32) -> bool {
+    out.iter().any(|o| match o {
+        Output::Send {
+            to: t,
+            msg:
+                Message::Grant {
+                    job: JOB,
+                    ranks: r,
+                    incarnation: i,
+                    placement,
+                },
+        } => {
+            *t == to
+                && *r == ranks
+                && *i == incarnation
+                && ranks.iter().all(|rank| {
+                    placement.get(rank)
+                        == Some(&Placed {
+                            node: to,
+                            incarnation,
+                        })
+                })
+        }
+        _ => false,
+    })
+}
+
+fn from_home(node: &mut Scheduler<u32>, now: Duration, msg: Message<u32>) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::Message {
+            from: HOME,
+            msg,
+            rtt: None,
+        },
+    )
+}
+
+/// A home whose own machine offers no workers (so that every worker comes
+/// from the offers the test makes up).
+fn home(schedule: ScheduleConfig) -> Scheduler<u32> {
+    Scheduler::new(
+        HOME,
+        SchedulerConfig {
+            schedule,
+            resources: Resources::ZERO,
+            ..SchedulerConfig::default()
+        },
+    )
+}
+
+/// A home whose one-worker rigid job `JOB` was granted to node 10's
+/// offer at 1 ms.
+fn home_running_one_worker_on_10() -> Scheduler<u32> {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node
+}
+
+/// The client submits job `JOB` with `workers` to `node`.
+fn submit(node: &mut Scheduler<u32>, now: Duration, workers: WorkerCount) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::Submit {
+            job: JOB,
+            spec: spec(workers),
+        },
+    )
+}
+
+fn offer_from(
+    node: &mut Scheduler<u32>,
+    now: Duration,
+    from: u32,
+    workers: u32,
+    rtt: u64,
+) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::Message {
+            from,
+            msg: offer(workers),
+            rtt: Some(ms(rtt)),
+        },
+    )
+}
+
+fn queued(node: &Scheduler<u32>) -> Vec<(u64, Duration)> {
+    node.pending().map(|(a, at)| (a.job.0, at)).collect()
+}

@@ -1,0 +1,323 @@
+//! A member: offers what fits, holds it, declines, queues, and obeys its
+//! owner's limits.
+
+use super::*;
+
+#[test]
+fn member_offers_what_fits_holds_it_and_starts_granted_ranks() {
+    let mut node = member(4);
+    let out = deliver(&mut node, ms(0), WorkerCount::rigid(3));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Offer {
+                job: JOB,
+                workers: 3,
+                distance: ms(1),
+                residue: Resources::new(1, 4096 - 300, 4096),
+            }
+        }]
+    );
+    assert_eq!(node.free().cores, 1, "offered workers are held");
+    // A later flood of the same job is not answered twice.
+    assert_eq!(deliver(&mut node, ms(1), WorkerCount::rigid(3)), vec![]);
+
+    let out = from_home(&mut node, ms(2), grant(JOB, vec![4, 5], 3));
+    assert_eq!(
+        out,
+        vec![Output::StartWorkers {
+            job: JOB,
+            home: HOME,
+            ranks: vec![4, 5],
+            incarnation: 3,
+            placement: placed_on(&[4, 5], 1, 3),
+        }]
+    );
+    assert_eq!(
+        node.free().cores,
+        2,
+        "the ungranted part of the hold is released"
+    );
+}
+
+#[test]
+fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
+    let mut node = member(1);
+    let other = Advert {
+        job: JobId(99),
+        ..advert(WorkerCount::rigid(1))
+    };
+    node.handle(
+        ms(0),
+        Input::AdvertDelivered {
+            advert: other,
+            distance: ms(1),
+        },
+    );
+    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
+    let out = deliver(&mut node, ms(2), WorkerCount::rigid(1));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Busy
+            }
+        }]
+    );
+    assert_eq!(node.pending().count(), 1);
+    assert_eq!(
+        deliver(&mut node, ms(3), WorkerCount::rigid(1)),
+        vec![],
+        "declined once"
+    );
+
+    let out = node.handle(
+        ms(4),
+        Input::WorkersEnded {
+            job: JobId(99),
+            ranks: vec![0],
+        },
+    );
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                to: HOME,
+                msg: Message::Offer {
+                    job: JOB,
+                    workers: 1,
+                    ..
+                }
+            }]
+        ),
+        "{out:?}"
+    );
+    assert_eq!(node.pending().count(), 0);
+}
+
+/// A member offers the one core it has free for a job of two. When the
+/// other core frees up (another job's worker ends) it says nothing yet; a
+/// newer flood of the job (the home is still short) finds it with two
+/// free, and it raises the offer rather than letting the home wait out the
+/// hold.
+#[test]
+fn a_member_raises_a_short_offer_at_a_newer_flood() {
+    let mut node = member(2);
+    let other = Advert {
+        job: JobId(99),
+        ..advert(WorkerCount::rigid(1))
+    };
+    node.handle(
+        ms(0),
+        Input::AdvertDelivered {
+            advert: other,
+            distance: ms(1),
+        },
+    );
+    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
+    let out = deliver(&mut node, ms(2), WorkerCount::rigid(2));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer {
+                    job: JOB,
+                    workers: 1,
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    // Nothing more to offer on a newer flood while the core is busy.
+    assert_eq!(deliver(&mut node, ms(3), WorkerCount::rigid(2)), vec![]);
+    let out = node.handle(
+        ms(4),
+        Input::WorkersEnded {
+            job: JobId(99),
+            ranks: vec![0],
+        },
+    );
+    assert_eq!(out, vec![], "offers to other homes wait for a flood");
+    assert_eq!(
+        deliver(&mut node, ms(5), WorkerCount::rigid(2)),
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Offer {
+                job: JOB,
+                workers: 2,
+                distance: ms(1),
+                residue: Resources::new(0, 4096 - 200, 4096),
+            }
+        }]
+    );
+    assert_eq!(node.free().cores, 0, "both cores held");
+    assert_eq!(
+        deliver(&mut node, ms(6), WorkerCount::rigid(2)),
+        vec![],
+        "never beyond what the job wants"
+    );
+}
+
+#[test]
+fn a_paused_member_declines_as_busy_and_offers_the_queued_advert_on_resuming() {
+    let mut node = member(4);
+    assert!(node.set_paused(ms(0), true).is_empty());
+    assert!(node.paused());
+    let out = deliver(&mut node, ms(1), WorkerCount::rigid(1));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Busy
+            }
+        }]
+    );
+    assert_eq!(node.pending().count(), 1);
+    // Resources freeing up do not end the pause.
+    assert!(
+        node.handle(
+            ms(2),
+            Input::WorkersEnded {
+                job: JobId(99),
+                ranks: vec![0],
+            },
+        )
+        .is_empty()
+    );
+    let out = node.set_paused(ms(3), false);
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                to: HOME,
+                msg: Message::Offer {
+                    job: JOB,
+                    workers: 1,
+                    ..
+                }
+            }]
+        ),
+        "{out:?}"
+    );
+    assert!(!node.paused());
+    assert_eq!(node.pending().count(), 0);
+}
+
+#[test]
+fn owner_limits_deny_list_jobs_and_workers_per_job() {
+    let mut denied = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(8, 4096, 0),
+            limits: OwnerLimits {
+                deny: [HOME].into(),
+                ..OwnerLimits::default()
+            },
+            ..SchedulerConfig::default()
+        },
+    );
+    let out = deliver(&mut denied, ms(0), WorkerCount::rigid(2));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Denied
+            }
+        }]
+    );
+    assert_eq!(denied.pending().count(), 0, "denied adverts are not queued");
+
+    let mut limited = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(8, 4096, 0),
+            limits: OwnerLimits {
+                max_jobs: 1,
+                max_workers_per_job: 2,
+                deny: Default::default(),
+            },
+            ..SchedulerConfig::default()
+        },
+    );
+    let out = deliver(&mut limited, ms(0), WorkerCount::rigid(8));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer { workers: 2, .. },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    let second = Advert {
+        job: JobId(8),
+        ..advert(WorkerCount::rigid(1))
+    };
+    let out = limited.handle(
+        ms(1),
+        Input::AdvertDelivered {
+            advert: second,
+            distance: ms(1),
+        },
+    );
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Decline {
+                    reason: DeclineReason::TooManyJobs,
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
+    let mut node = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(2, 4096, 0),
+            hold_timeout: ms(500),
+            ..SchedulerConfig::default()
+        },
+    );
+    deliver(&mut node, ms(0), WorkerCount::rigid(2));
+    assert_eq!(node.next_timeout(), Some(ms(500)));
+    let out = node.handle_timeout(ms(500));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Withdraw {
+                job: JOB,
+                ranks: vec![]
+            }
+        }]
+    );
+    assert_eq!(node.free().cores, 2);
+    let out = from_home(&mut node, ms(600), grant(JOB, vec![0, 1], 3));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Withdraw {
+                job: JOB,
+                ranks: vec![0, 1]
+            }
+        }]
+    );
+}

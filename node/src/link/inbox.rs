@@ -1,0 +1,330 @@
+//! Rank inboxes: the messages and membership changes waiting for one
+//! rank's worker, and the rank's receive policy executed on them.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use zorilla_core::channel::{ChannelId, MAX_MESSAGE_BYTES, RankReceiver, footprint};
+use zorilla_overlay::PeerId;
+use zorilla_sandbox::{Delivery, MembershipChange, TransportError};
+
+use super::lock::lock;
+use super::peer_inbound::PeerInbound;
+use crate::wire::Placed;
+
+/// Unread membership changes an inbox keeps (older ones are dropped by the
+/// host API anyway).
+const MEMBERSHIP_ITEMS: usize = 64;
+
+/// How long a worker polls its empty inbox before it sleeps (see
+/// [`Inbox::recv`]).
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Where a message in an inbox came from: whom to give its credit back.
+pub(super) enum Source {
+    Local,
+    Remote(Arc<PeerInbound>, ChannelId),
+}
+
+pub(super) enum Item {
+    Message {
+        from: u32,
+        payload: Vec<u8>,
+        source: Source,
+    },
+    Membership(MembershipChange),
+}
+
+#[derive(Default)]
+pub(super) struct InboxState {
+    pub(super) items: VecDeque<Item>,
+    closed: bool,
+    memberships: usize,
+}
+
+/// The messages and membership changes waiting for one rank's worker.
+pub(crate) struct Inbox {
+    /// Which incarnation of its rank the worker is: data addressed to
+    /// another is not its.
+    incarnation: u32,
+    pub(super) state: Mutex<InboxState>,
+    /// Something was pushed (one waiter: the rank's worker).
+    ready: Notify,
+    /// A local sender got credit, or the inbox closed.
+    room: Notify,
+    /// The rank's credit for every channel to it. Locked before a peer's
+    /// receiving state, never after.
+    receiving: Mutex<Receiving>,
+}
+
+/// Who sends on a channel to a rank: a worker of this node (its rank), or
+/// one on another node (the node, and the channel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Sender {
+    Local(u32),
+    Remote(PeerId, ChannelId),
+}
+
+/// A rank's receive policy, and what executing it needs.
+#[derive(Default)]
+struct Receiving {
+    rank: RankReceiver<Sender>,
+    /// The receiving sides of the peers that send here: where the limits
+    /// of their channels are raised.
+    peers: HashMap<PeerId, Weak<PeerInbound>>,
+    /// How far each local sender has pushed (positions as the rank's).
+    local: HashMap<u32, u64>,
+}
+
+impl Inbox {
+    pub(crate) fn new(incarnation: u32) -> Arc<Inbox> {
+        Arc::new(Inbox {
+            incarnation,
+            state: Mutex::default(),
+            ready: Notify::new(),
+            room: Notify::new(),
+            receiving: Mutex::default(),
+        })
+    }
+
+    /// Raises the limits of the channels `raised` names to their credit
+    /// and tells their senders (at once, but for `reader`'s: the channel
+    /// the worker just read, whose ack may wait a little). A channel whose
+    /// state is gone is forgotten, and what that frees is given out too.
+    fn raise(&self, r: &mut Receiving, raised: Vec<Sender>, reader: Option<Sender>) {
+        let mut todo = VecDeque::from(raised);
+        let mut local = false;
+        while let Some(sender) = todo.pop_front() {
+            let credit = r.rank.credit(&sender);
+            let alive = match sender {
+                Sender::Local(_) => {
+                    local = true;
+                    true
+                }
+                Sender::Remote(peer, channel) => r
+                    .peers
+                    .get(&peer)
+                    .and_then(Weak::upgrade)
+                    .is_some_and(|p| p.raise(channel, credit, Some(sender) != reader)),
+            };
+            if !alive {
+                todo.extend(r.rank.forget(&sender));
+            }
+        }
+        if local {
+            self.room.notify_waiters();
+        }
+    }
+
+    /// `peer`'s sender on `channel` asks for room for a message of
+    /// `total` bytes, which would start at `start`.
+    pub(super) fn ask(&self, peer: &Arc<PeerInbound>, channel: ChannelId, start: u64, total: u64) {
+        let mut r = lock(&self.receiving);
+        r.peers.insert(peer.peer, Arc::downgrade(peer));
+        let raised = r
+            .rank
+            .asked(Sender::Remote(peer.peer, channel), start, total);
+        self.raise(&mut r, raised, None);
+    }
+
+    /// The worker read `len` bytes of `peer`'s `channel`.
+    pub(super) fn read_remote(&self, peer: &Arc<PeerInbound>, channel: ChannelId, len: u64) {
+        let mut r = lock(&self.receiving);
+        let sender = Sender::Remote(peer.peer, channel);
+        r.peers.insert(peer.peer, Arc::downgrade(peer));
+        let raised = r.rank.consumed(&sender, len);
+        peer.consumed(channel, len, r.rank.credit(&sender));
+        self.raise(&mut r, raised, Some(sender));
+    }
+
+    /// The worker read `len` bytes from rank `from` of this node.
+    fn read_local(&self, from: u32, len: u64) {
+        let mut r = lock(&self.receiving);
+        let raised = r.rank.consumed(&Sender::Local(from), len);
+        self.raise(&mut r, raised, None);
+    }
+
+    /// `peer`'s `channels` are gone: what the rank lent them returns.
+    pub(super) fn forget(&self, peer: &PeerInbound, channels: &[ChannelId]) {
+        let mut r = lock(&self.receiving);
+        for channel in channels {
+            let raised = r.rank.forget(&Sender::Remote(peer.peer, *channel));
+            self.raise(&mut r, raised, None);
+        }
+    }
+
+    /// Which incarnation of its rank the worker is.
+    pub(crate) fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    /// The worker is gone: later messages are refused, waiting senders
+    /// get `Closed`; what is queued can still be read.
+    pub(crate) fn close(&self) {
+        lock(&self.state).closed = true;
+        self.ready.notify_one();
+        self.room.notify_waiters();
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        lock(&self.state).closed
+    }
+
+    /// Queues a membership change (dropped if the worker lets
+    /// [`MEMBERSHIP_ITEMS`] pile up).
+    pub(crate) fn push_membership(&self, change: MembershipChange) {
+        {
+            let mut s = lock(&self.state);
+            if s.closed || s.memberships >= MEMBERSHIP_ITEMS {
+                return;
+            }
+            s.memberships += 1;
+            s.items.push_back(Item::Membership(change));
+        }
+        self.ready.notify_one();
+    }
+
+    /// Queues a message that arrived from another node (its credit was
+    /// checked by its channel). Fails if the worker is gone.
+    pub(super) fn push_remote(
+        &self,
+        from: u32,
+        payload: Vec<u8>,
+        source: Source,
+    ) -> Result<(), ()> {
+        {
+            let mut s = lock(&self.state);
+            if s.closed {
+                return Err(());
+            }
+            s.items.push_back(Item::Message {
+                from,
+                payload,
+                source,
+            });
+        }
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// Queues a message from rank `from` of this node, waiting for the
+    /// rank's credit as a sender on another node would (asking for it
+    /// when it is short).
+    pub(crate) async fn push_local(
+        &self,
+        from: u32,
+        payload: Vec<u8>,
+    ) -> Result<(), TransportError> {
+        let len = payload.len() as u64;
+        if len > MAX_MESSAGE_BYTES {
+            return Err(TransportError::TooLarge {
+                len: len as usize,
+                max: MAX_MESSAGE_BYTES as usize,
+            });
+        }
+        let sender = Sender::Local(from);
+        let mut payload = Some(payload);
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if self.is_closed() {
+                return Err(TransportError::Closed);
+            }
+            let admitted = {
+                let mut r = lock(&self.receiving);
+                let end = r.local.get(&from).copied().unwrap_or(0);
+                let after = end.saturating_add(footprint(len));
+                if after <= r.rank.credit(&sender) {
+                    r.local.insert(from, after);
+                    true
+                } else {
+                    let raised = r.rank.asked(sender, end, len);
+                    self.raise(&mut r, raised, None);
+                    false
+                }
+            };
+            if admitted {
+                {
+                    let mut s = lock(&self.state);
+                    if s.closed {
+                        return Err(TransportError::Closed);
+                    }
+                    if let Some(payload) = payload.take() {
+                        s.items.push_back(Item::Message {
+                            from,
+                            payload,
+                            source: Source::Local,
+                        });
+                    }
+                }
+                self.ready.notify_one();
+                return Ok(());
+            }
+            room.await;
+        }
+    }
+
+    /// The next delivery; `Closed` once the inbox is closed and empty.
+    /// Cancel-safe: nothing is taken until it is returned.
+    ///
+    /// A worker that finds its inbox empty first polls it for [`SPIN`],
+    /// yielding to the other tasks in between, before it sleeps: a message
+    /// that comes within that time (the partner of a ping-pong answering)
+    /// is taken without the cost of waking a sleeping task on another
+    /// thread.
+    pub(crate) async fn recv(&self) -> Result<Delivery, TransportError> {
+        let mut spin_until: Option<std::time::Instant> = None;
+        loop {
+            let item = {
+                let mut s = lock(&self.state);
+                match s.items.pop_front() {
+                    Some(Item::Membership(change)) => {
+                        s.memberships -= 1;
+                        return Ok(Delivery::Membership(change));
+                    }
+                    Some(Item::Message {
+                        from,
+                        payload,
+                        source,
+                    }) => Some((from, payload, source)),
+                    None if s.closed => return Err(TransportError::Closed),
+                    None => None,
+                }
+            };
+            match item {
+                Some((from, payload, source)) => {
+                    match source {
+                        Source::Local => self.read_local(from, payload.len() as u64),
+                        Source::Remote(peer, channel) => {
+                            self.read_remote(&peer, channel, payload.len() as u64);
+                        }
+                    }
+                    return Ok(Delivery::Message { from, payload });
+                }
+                None => {
+                    let now = std::time::Instant::now();
+                    let until = *spin_until.get_or_insert(now + SPIN);
+                    if now < until {
+                        tokio::task::yield_now().await;
+                    } else {
+                        // A push after the check above left a permit: no
+                        // wake-up is lost.
+                        self.ready.notified().await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the links need of a job that has ranks here: the inbox of each of
+/// its ranks here, and where it places each rank (as this node knows it).
+pub(crate) trait JobRoutes: Send + Sync {
+    /// The inbox of `rank`'s worker here, if it has one.
+    fn inbox(&self, rank: u32) -> Option<Arc<Inbox>>;
+    /// Where the job places `rank`.
+    fn placed(&self, rank: u32) -> Option<Placed>;
+}

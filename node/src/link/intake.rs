@@ -1,0 +1,198 @@
+//! Taking in one chunk from a peer: whether the addressed worker takes
+//! it, and what becomes of the channel's state.
+
+use std::sync::Arc;
+
+use zorilla_core::channel::{ChannelId, Inbound, Received};
+use zorilla_overlay::PeerId;
+use zorilla_overlay::streams::protocol::Refusal;
+
+use super::inbox::{Inbox, JobRoutes, Source};
+use super::lock::lock;
+use super::peer_inbound::{PeerInbound, RecvChannel};
+use crate::wire::Placed;
+
+/// Channels one peer may have open towards this node.
+const MAX_CHANNELS_PER_PEER: usize = 1 << 16;
+
+/// Whether data on `channel` from `peer` is taken by `inbox` (the
+/// receiving rank's worker here), or refused and why. `sender` is given
+/// for a channel with no state here yet: where the job places the sending
+/// rank, as this node knows it.
+pub(super) fn admit(
+    channel: ChannelId,
+    peer: PeerId,
+    inbox: &Inbox,
+    sender: Option<Option<Placed>>,
+) -> Option<Refusal> {
+    let here = inbox.incarnation();
+    if here < channel.to_incarnation {
+        // The addressed worker has not started here yet.
+        return Some(Refusal::NotHere);
+    }
+    if here > channel.to_incarnation || inbox.is_closed() {
+        // The addressed worker is gone (its rank has a newer one).
+        return Some(Refusal::Closed);
+    }
+    // A channel opens only from a worker the job places on the peer: a
+    // peer cannot make up senders (each would get a window here).
+    match sender {
+        None => None,
+        Some(Some(p)) if p.node == peer && p.incarnation == channel.from_incarnation => None,
+        // A worker its rank no longer has.
+        Some(Some(p)) if p.incarnation > channel.from_incarnation => Some(Refusal::Closed),
+        // Not placed there, as far as this node knows yet.
+        Some(_) => Some(Refusal::NotHere),
+    }
+}
+
+/// Why a chunk ended its stream.
+#[derive(Debug)]
+pub(super) enum Fault {
+    /// The peer opened a newer stream: this one's rest is stale.
+    Superseded,
+    /// The peer broke the protocol.
+    Violation(String),
+}
+
+/// Takes one chunk from `state`'s peer for `job` (if it is here).
+pub(super) fn take_chunk(
+    state: &Arc<PeerInbound>,
+    job: Option<&dyn JobRoutes>,
+    generation: u64,
+    chunk: zorilla_core::channel::Chunk<'_>,
+) -> Result<(), Fault> {
+    let channel = chunk.channel;
+    let inbox = job.and_then(|job| job.inbox(channel.to));
+    let mut forgotten = Vec::new();
+    let result = take_chunk_for(
+        state,
+        job,
+        inbox.as_ref(),
+        generation,
+        chunk,
+        &mut forgotten,
+    );
+    if let Some(inbox) = &inbox
+        && !forgotten.is_empty()
+    {
+        inbox.forget(state, &forgotten);
+    }
+    result
+}
+
+/// [`take_chunk`] for `inbox` (the receiving rank's, if here); the
+/// channels to it that a new channel replaced go to `forgotten`.
+fn take_chunk_for(
+    state: &Arc<PeerInbound>,
+    job: Option<&dyn JobRoutes>,
+    inbox: Option<&Arc<Inbox>>,
+    generation: u64,
+    chunk: zorilla_core::channel::Chunk<'_>,
+    forgotten: &mut Vec<ChannelId>,
+) -> Result<(), Fault> {
+    let channel = chunk.channel;
+    let peer = state.peer;
+    let mut s = lock(&state.state);
+    if s.stream != generation {
+        return Err(Fault::Superseded);
+    }
+    let refusal = match inbox {
+        None => Some(Refusal::NotHere),
+        Some(inbox) => {
+            // Who the job places on the peer matters only for a new channel.
+            let fresh = !s.channels.contains_key(&channel);
+            let placed = job
+                .filter(|_| fresh)
+                .and_then(|job| job.placed(channel.from));
+            admit(channel, peer, inbox, fresh.then_some(placed))
+        }
+    };
+    let expected = s.channels.get(&channel).map_or(0, |c| c.inbound.next());
+    if let Some(reason) = refusal {
+        // Refused once per attempt: the sender backs off and starts again
+        // from the first message not received.
+        let attempt = chunk.offset == 0 && chunk.seq == expected;
+        if s.refused.insert(channel, reason) != Some(reason) || attempt {
+            s.refusals.insert(channel, reason);
+            drop(s);
+            state.wake.notify_one();
+        }
+        return Ok(());
+    }
+    if s.refused.contains_key(&channel) {
+        // Until the sender starts again where this side stands, what it
+        // sent before it heard of the refusal is dropped.
+        if chunk.offset != 0 || chunk.seq != expected {
+            return Ok(());
+        }
+        s.refused.remove(&channel);
+    }
+    if !s.channels.contains_key(&channel) {
+        // A new worker of either rank: the channels of the workers it
+        // replaced are over (what they still hold was theirs).
+        let replaced = |c: &ChannelId| {
+            c.job == channel.job
+                && c.from == channel.from
+                && c.to == channel.to
+                && (c.from_incarnation < channel.from_incarnation
+                    || c.to_incarnation < channel.to_incarnation)
+        };
+        forgotten.extend(
+            s.channels
+                .keys()
+                .filter(|c| replaced(c) && c.to_incarnation == channel.to_incarnation),
+        );
+        s.channels.retain(|c, _| !replaced(c));
+        s.pending.retain(|c| !replaced(c));
+        s.refused.retain(|c, _| !replaced(c));
+        if s.channels.len() >= MAX_CHANNELS_PER_PEER {
+            return Err(Fault::Violation("too many channels".into()));
+        }
+    }
+    let c = s.channels.entry(channel).or_insert_with(|| RecvChannel {
+        inbound: Inbound::new(),
+        advertised: zorilla_core::channel::INITIAL_WINDOW,
+    });
+    let received = c.inbound.on_chunk(chunk);
+    let wake = match received {
+        Err(v) => return Err(Fault::Violation(v.to_string())),
+        Ok(Received::Partial) => false,
+        Ok(Received::Duplicate) => s.owe(channel, true),
+        Ok(Received::Asked { total }) => {
+            let start = s
+                .channels
+                .get(&channel)
+                .map_or(0, |c| c.inbound.completed());
+            drop(s);
+            if let Some(inbox) = inbox {
+                inbox.ask(state, channel, start, total);
+            }
+            return Ok(());
+        }
+        Ok(Received::Complete(message)) => {
+            let wake = s.owe(channel, false);
+            drop(s);
+            let source = Source::Remote(state.clone(), channel);
+            if let Some(inbox) = inbox
+                && inbox.push_remote(channel.from, message, source).is_err()
+            {
+                // The worker ended meanwhile.
+                let mut s = lock(&state.state);
+                s.refused.insert(channel, Refusal::Closed);
+                s.refusals.insert(channel, Refusal::Closed);
+                drop(s);
+                state.wake.notify_one();
+            }
+            if wake {
+                state.wake.notify_one();
+            }
+            return Ok(());
+        }
+    };
+    drop(s);
+    if wake {
+        state.wake.notify_one();
+    }
+    Ok(())
+}

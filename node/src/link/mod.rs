@@ -1,0 +1,539 @@
+//! The message path between workers: rank inboxes, and the long-lived
+//! streams that carry messages between nodes.
+//!
+//! Every rank running here has an [`Inbox`]. A worker's message to a rank
+//! of the same node goes straight into that rank's inbox (the sender waits
+//! for the rank's credit, like a sender on another node); nothing passes
+//! through the node's event loop. A message to a rank on another node goes into the
+//! [`OutLink`] to that node: an [`Outbox`] (zorilla-core's sequencing and
+//! credit state machine) whose writer task cuts it into chunks on a stream
+//! of the overlay's ranks protocol (one per pair of nodes and direction,
+//! opened by the sender). On the other side, the stream's reader feeds the
+//! chunks to that peer's [`Inbound`] channel states and puts complete
+//! messages into the rank's inbox; acknowledgements and credit go back on
+//! the same stream. A broken stream is opened again and everything not
+//! acknowledged is sent again; duplicates are dropped by sequence number,
+//! so each message arrives exactly once and in order per pair of ranks.
+//!
+//! # Memory
+//!
+//! - Receiver: what one rank holds is bounded by its receive policy,
+//!   zorilla-core's [`RankReceiver`] (one per inbox, over every channel to
+//!   the rank: from workers on other nodes and from this one's): each
+//!   channel has a small initial window ([`INITIAL_WINDOW`]), the rank
+//!   lends larger windows from a budget ([`RANK_BUDGET`]) to channels that
+//!   ask, and grants one larger message (up to [`MAX_MESSAGE_BYTES`],
+//!   64 MiB) at a time beyond it. So a rank holds at most the budget, plus
+//!   the initial window times the number of workers sending to it, plus one
+//!   message: about 96 MiB for a job of a thousand ranks, whatever they
+//!   send (see [`zorilla_core::channel`]). A message's memory is allocated
+//!   as its chunks arrive (an announced length allocates nothing). This
+//!   module only executes the policy: it tells the rank's receiver of asks
+//!   and reads, and raises the limits of the channels it names.
+//! - Sender: a channel's unacknowledged messages (its retransmission
+//!   buffer) are at most what the receiver's credit allowed: a worker's
+//!   `send` waits for credit before its message is queued.
+//! - Frames are at most [`MAX_FRAME_BYTES`]; each stream has one read
+//!   buffer of that size.
+//! - A peer that breaks the protocol (a frame that does not decode, a chunk
+//!   out of order or beyond its credit, an ack of what was never sent) has
+//!   its stream dropped and is reported to the overlay.
+//!
+//! A channel is between two *workers*: each end is a rank and its
+//! incarnation (the grant that placed it). A rank given to a new worker
+//! gets fresh channels at both ends, so nothing sent to or by the worker it
+//! replaced reaches it or is counted against it; data for an incarnation
+//! that is gone is refused as closed, data for one not started here yet
+//! as not here. A channel opens only from a worker the job's placement (as
+//! this node knows it) puts on the sending peer, so a peer cannot make up
+//! senders to claim windows here.
+//!
+//! # Failures
+//!
+//! A sender whose peer cannot be reached for [`GIVE_UP`] gets
+//! `TransportError::Closed` for the messages it has there; a message to a
+//! rank whose worker ended is refused (`Closed`) by its node; the job's end
+//! closes everything. A rank that is not on the receiving node yet (its
+//! worker is being prepared) is refused for now and retried, for at most
+//! [`GIVE_UP`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use zorilla_core::channel::{Admission, CHUNK_BYTES, ChannelId, MAX_MESSAGE_BYTES};
+#[cfg(doc)]
+use zorilla_core::channel::{INITIAL_WINDOW, Inbound, Outbox, RANK_BUDGET, RankReceiver};
+use zorilla_core::limits::MAX_WORKERS;
+use zorilla_overlay::streams::protocol::{Frame, MAX_FRAME_BYTES, Refusal, encode};
+use zorilla_overlay::{OverlayHandle, PeerId, PeerStream};
+use zorilla_sandbox::TransportError;
+
+/// How long a sender keeps trying to reach a peer before its messages
+/// there fail with `Closed`.
+pub(crate) const GIVE_UP: Duration = Duration::from_secs(30);
+
+/// How long a sender waits before sending again what a node refused
+/// because the rank was not there yet.
+const NOT_HERE_RETRY: Duration = Duration::from_millis(50);
+
+/// Bytes the writer batches into one write.
+const WRITE_BATCH: usize = 512 * 1024;
+
+/// Inbound streams waiting to be served.
+const ACCEPT_QUEUE: usize = 64;
+
+mod frames;
+mod inbox;
+mod intake;
+mod lock;
+mod outlink;
+mod peer_inbound;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use inbox::{Inbox, JobRoutes};
+pub(crate) use lock::lock;
+
+use frames::FrameReader;
+use intake::{Fault, take_chunk};
+use outlink::{OutLink, OutState};
+use peer_inbound::PeerInbound;
+
+/// Every link of this node: the registry of its jobs (for inbound data),
+/// its outbound links and its inbound channel states, per peer.
+pub(crate) struct Links {
+    me: PeerId,
+    overlay: OverlayHandle,
+    jobs: Mutex<HashMap<u64, Weak<dyn JobRoutes>>>,
+    out: Mutex<HashMap<PeerId, Arc<OutLink>>>,
+    inbound: Mutex<HashMap<PeerId, Arc<PeerInbound>>>,
+}
+
+impl Links {
+    pub(crate) fn new(me: PeerId, overlay: OverlayHandle) -> Arc<Links> {
+        Arc::new(Links {
+            me,
+            overlay,
+            jobs: Mutex::new(HashMap::new()),
+            out: Mutex::new(HashMap::new()),
+            inbound: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Serves the ranks streams peers open to this node, from now on.
+    pub(crate) async fn accept(self: &Arc<Self>) {
+        let mut streams = match self.overlay.accept_streams(ACCEPT_QUEUE).await {
+            Ok(rx) => rx,
+            Err(e) => {
+                tracing::warn!("cannot accept message streams: {e}");
+                return;
+            }
+        };
+        let links = self.clone();
+        tokio::spawn(async move {
+            while let Some(stream) = streams.recv().await {
+                tokio::spawn(serve_inbound(links.clone(), stream));
+            }
+        });
+    }
+
+    /// Makes `job`'s ranks here reachable for messages from other nodes,
+    /// for as long as `routes` lives.
+    pub(crate) fn add_job(&self, job: u64, routes: Weak<dyn JobRoutes>) {
+        let live: HashSet<u64> = {
+            let mut jobs = lock(&self.jobs);
+            jobs.retain(|_, j| j.strong_count() > 0);
+            jobs.insert(job, routes);
+            jobs.keys().copied().collect()
+        };
+        // The channel states of jobs no longer here go (data for them is
+        // refused before it reaches a channel).
+        let inbound: Vec<_> = lock(&self.inbound).values().cloned().collect();
+        for peer in inbound {
+            let mut s = lock(&peer.state);
+            s.channels.retain(|c, _| live.contains(&c.job));
+            s.refused.retain(|c, _| live.contains(&c.job));
+        }
+    }
+
+    fn job(&self, job: u64) -> Option<Arc<dyn JobRoutes>> {
+        lock(&self.jobs).get(&job).and_then(Weak::upgrade)
+    }
+
+    /// Forgets everything of `job`: its queued messages and channel states.
+    pub(crate) fn close_job(&self, job: u64) {
+        lock(&self.jobs).remove(&job);
+        let out: Vec<_> = lock(&self.out).values().cloned().collect();
+        for link in out {
+            {
+                let mut s = lock(&link.state);
+                s.outbox.close_job(job);
+                s.closed.retain(|c| c.job != job);
+                s.not_here.retain(|c, _| c.job != job);
+            }
+            link.credit.notify_waiters();
+        }
+        let inbound: Vec<_> = lock(&self.inbound).values().cloned().collect();
+        for peer in inbound {
+            let mut s = lock(&peer.state);
+            s.channels.retain(|c, _| c.job != job);
+            s.pending.retain(|c| c.job != job);
+            s.refused.retain(|c, _| c.job != job);
+        }
+    }
+
+    fn out_link(self: &Arc<Self>, peer: PeerId) -> Arc<OutLink> {
+        let mut out = lock(&self.out);
+        if let Some(link) = out.get(&peer) {
+            return link.clone();
+        }
+        let link = Arc::new(OutLink {
+            peer,
+            state: Mutex::new(OutState::default()),
+            wake: Notify::new(),
+            credit: Notify::new(),
+        });
+        out.insert(peer, link.clone());
+        tokio::spawn(run_link(self.clone(), link.clone()));
+        link
+    }
+
+    fn peer_inbound(&self, peer: PeerId) -> Arc<PeerInbound> {
+        lock(&self.inbound)
+            .entry(peer)
+            .or_insert_with(|| Arc::new(PeerInbound::new(peer)))
+            .clone()
+    }
+
+    /// Queues `payload` on `channel` to `peer`, waiting for credit. Gives
+    /// the payload back if `moved` fires first (the rank was placed
+    /// elsewhere).
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        peer: PeerId,
+        channel: ChannelId,
+        payload: Vec<u8>,
+        moved: impl std::future::Future<Output = ()>,
+    ) -> Result<Result<(), TransportError>, Vec<u8>> {
+        debug_assert_ne!(peer, self.me);
+        let link = self.out_link(peer);
+        let len = payload.len() as u64;
+        let mut payload = Some(payload);
+        tokio::pin!(moved);
+        loop {
+            let credit = link.credit.notified();
+            tokio::pin!(credit);
+            credit.as_mut().enable();
+            {
+                let mut s = lock(&link.state);
+                if s.closed.contains(&channel) {
+                    return Ok(Err(TransportError::Closed));
+                }
+                match s.outbox.admits(channel, len) {
+                    Admission::TooLarge => {
+                        return Ok(Err(TransportError::TooLarge {
+                            len: len as usize,
+                            max: MAX_MESSAGE_BYTES as usize,
+                        }));
+                    }
+                    Admission::Yes => {
+                        if let Some(payload) = payload.take() {
+                            s.outbox.push(channel, payload);
+                        }
+                        drop(s);
+                        link.wake.notify_one();
+                        return Ok(Ok(()));
+                    }
+                    Admission::WaitForCredit => {}
+                    Admission::Ask => {
+                        // Short of credit with everything acknowledged:
+                        // the receiving rank lends room when its policy
+                        // allows.
+                        s.outbox.ask(channel, len);
+                        drop(s);
+                        link.wake.notify_one();
+                    }
+                }
+            }
+            tokio::select! {
+                () = &mut credit => {}
+                () = &mut moved => {
+                    lock(&link.state).outbox.cancel_ask(channel);
+                    return Err(payload.take().unwrap_or_default());
+                }
+            }
+        }
+    }
+}
+
+/// Keeps a stream to the link's peer open while there is something to
+/// send, and sends again after a break what was not acknowledged.
+async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
+    let mut failing_since: Option<Instant> = None;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        // Open a stream only when there is something to send.
+        if lock(&link.state).outbox.all_acked() {
+            link.wake.notified().await;
+            continue;
+        }
+        match links.overlay.open_stream(link.peer).await {
+            Ok(stream) => {
+                failing_since = None;
+                backoff = Duration::from_millis(10);
+                if let Err(e) = serve_outbound(&links, &link, stream).await {
+                    tracing::debug!(peer = %link.peer, "message stream ended: {e}");
+                }
+                lock(&link.state).outbox.rewind();
+            }
+            Err(e) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                tracing::debug!(peer = %link.peer, "cannot open a message stream: {e}");
+                if since.elapsed() >= GIVE_UP {
+                    tracing::info!(peer = %link.peer, "peer unreachable: its messages fail");
+                    {
+                        let mut s = lock(&link.state);
+                        for channel in s.outbox.open_channels() {
+                            s.outbox.close(channel);
+                            s.closed.insert(channel);
+                        }
+                    }
+                    link.credit.notify_waiters();
+                    failing_since = None;
+                    continue;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Runs one outbound stream until it breaks: writes chunks, reads acks.
+async fn serve_outbound(
+    links: &Links,
+    link: &Arc<OutLink>,
+    stream: PeerStream,
+) -> Result<(), String> {
+    let (mut r, mut w) = stream.stream.split();
+    let writer = async {
+        let mut buf = Vec::with_capacity(WRITE_BATCH + MAX_FRAME_BYTES);
+        loop {
+            {
+                let mut s = lock(&link.state);
+                while buf.len() < WRITE_BATCH {
+                    match s.outbox.next_chunk(CHUNK_BYTES) {
+                        Some(chunk) => encode(&Frame::Data(chunk), &mut buf),
+                        None => break,
+                    }
+                }
+            }
+            if buf.is_empty() {
+                link.wake.notified().await;
+                continue;
+            }
+            w.write_all(&buf).await.map_err(|e| e.to_string())?;
+            w.flush().await.map_err(|e| e.to_string())?;
+            buf.clear();
+        }
+    };
+    let reader = async {
+        let mut frames = FrameReader::new();
+        loop {
+            if !frames.fill(&mut r).await? {
+                return Err::<(), String>("closed by the peer".into());
+            }
+            let mut credit = false;
+            let mut violation = None;
+            {
+                let mut s = lock(&link.state);
+                loop {
+                    let frame = match frames.next() {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => break,
+                        Err(e) => {
+                            violation = Some(e.to_string());
+                            break;
+                        }
+                    };
+                    match frame {
+                        Frame::Ack(ack) => match s.outbox.on_ack(ack) {
+                            Ok(changed) => {
+                                s.not_here.remove(&ack.channel);
+                                credit |= changed;
+                            }
+                            Err(v) => {
+                                violation = Some(v.to_string());
+                                break;
+                            }
+                        },
+                        Frame::Refuse(channel, Refusal::Closed) => {
+                            s.outbox.close(channel);
+                            s.closed.insert(channel);
+                            credit = true;
+                        }
+                        Frame::Refuse(channel, Refusal::NotHere) => {
+                            let since = *s.not_here.entry(channel).or_insert_with(Instant::now);
+                            if since.elapsed() >= GIVE_UP {
+                                s.outbox.close(channel);
+                                s.closed.insert(channel);
+                                s.not_here.remove(&channel);
+                                credit = true;
+                                continue;
+                            }
+                            let link = link.clone();
+                            tokio::spawn(async move {
+                                tokio::time::sleep(NOT_HERE_RETRY).await;
+                                lock(&link.state).outbox.rewind_channel(channel);
+                                link.wake.notify_one();
+                            });
+                        }
+                        Frame::Data(_) => {
+                            violation = Some("data on the acknowledgement side".into());
+                            break;
+                        }
+                    }
+                }
+            }
+            if credit {
+                link.credit.notify_waiters();
+            }
+            if let Some(v) = violation {
+                links
+                    .overlay
+                    .report_misbehaviour(link.peer, format!("message stream: {v}"));
+                return Err(v);
+            }
+        }
+    };
+    tokio::select! {
+        r = writer => r,
+        r = reader => r,
+    }
+}
+
+/// Serves one stream a peer opened: reads chunks, writes acks.
+async fn serve_inbound(links: Arc<Links>, stream: PeerStream) {
+    let peer = stream.peer;
+    let state = links.peer_inbound(peer);
+    let generation = {
+        let mut s = lock(&state.state);
+        s.stream += 1;
+        // Acks sent on a broken stream may be lost: send every channel's
+        // state again on this one.
+        let channels: Vec<_> = s.channels.keys().copied().collect();
+        for c in channels {
+            s.owe(c, true);
+        }
+        s.stream
+    };
+    state.wake.notify_one();
+    let (mut r, mut w) = stream.stream.split();
+    let reader = async {
+        let mut frames = FrameReader::new();
+        loop {
+            if !frames.fill(&mut r).await? {
+                return Ok::<(), String>(());
+            }
+            loop {
+                let frame = match frames.next() {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(e) => return Err(violation(&links, peer, &e)),
+                };
+                let Frame::Data(chunk) = frame else {
+                    return Err(violation(&links, peer, &"an ack on the data side"));
+                };
+                receive(&links, peer, &state, generation, chunk)?;
+            }
+        }
+    };
+    let writer = async {
+        let mut buf = Vec::new();
+        loop {
+            let due = {
+                let mut s = lock(&state.state);
+                if s.stream != generation {
+                    return Ok::<(), String>(()); // superseded
+                }
+                let now = Instant::now();
+                if s.urgent || s.due.is_some_and(|d| d <= now) || !s.refusals.is_empty() {
+                    let pending = std::mem::take(&mut s.pending);
+                    for channel in pending {
+                        if let Some(c) = s.channels.get_mut(&channel) {
+                            let ack = c.inbound.ack(channel);
+                            c.advertised = ack.limit;
+                            encode(&Frame::Ack(ack), &mut buf);
+                        }
+                    }
+                    for (channel, reason) in std::mem::take(&mut s.refusals) {
+                        encode(&Frame::Refuse(channel, reason), &mut buf);
+                    }
+                    s.urgent = false;
+                    s.due = None;
+                    None
+                } else {
+                    s.due
+                }
+            };
+            if !buf.is_empty() {
+                w.write_all(&buf).await.map_err(|e| e.to_string())?;
+                w.flush().await.map_err(|e| e.to_string())?;
+                buf.clear();
+                continue;
+            }
+            match due {
+                Some(at) => {
+                    tokio::select! {
+                        () = state.wake.notified() => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => state.wake.notified().await,
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = reader => r,
+        r = writer => r,
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, "inbound message stream ended: {e}");
+    }
+    let mut s = lock(&state.state);
+    if s.stream == generation {
+        for c in s.channels.values_mut() {
+            c.inbound.stream_lost();
+        }
+    }
+}
+
+fn violation(links: &Links, peer: PeerId, what: &dyn std::fmt::Display) -> String {
+    let reason = format!("message stream: {what}");
+    links.overlay.report_misbehaviour(peer, reason.clone());
+    reason
+}
+
+/// Takes one chunk from `peer`.
+fn receive(
+    links: &Links,
+    peer: PeerId,
+    state: &Arc<PeerInbound>,
+    generation: u64,
+    chunk: zorilla_core::channel::Chunk<'_>,
+) -> Result<(), String> {
+    let channel = chunk.channel;
+    if channel.from >= MAX_WORKERS || channel.to >= MAX_WORKERS {
+        return Err(violation(links, peer, &"a rank out of range"));
+    }
+    let job = links.job(channel.job);
+    match take_chunk(state, job.as_deref(), generation, chunk) {
+        Ok(()) => Ok(()),
+        Err(Fault::Superseded) => Err("superseded by a newer stream".into()),
+        Err(Fault::Violation(what)) => Err(violation(links, peer, &what)),
+    }
+}

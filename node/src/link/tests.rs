@@ -1,0 +1,281 @@
+//! The receiving path's tests: who may open a channel, and what a rank
+//! holds when many workers send to it.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use zorilla_core::channel::{INITIAL_WINDOW, Outbox, RANK_BUDGET, footprint};
+use zorilla_sandbox::Delivery;
+
+use super::inbox::Item;
+use super::intake::admit;
+use super::*;
+use crate::wire::Placed;
+
+const CH: ChannelId = ChannelId {
+    job: 1,
+    from: 2,
+    from_incarnation: 3,
+    to: 0,
+    to_incarnation: 5,
+};
+
+#[test]
+fn data_reaches_only_the_addressed_worker_from_a_placed_sender() {
+    let (peer, other) = (PeerId::random(), PeerId::random());
+    let sender = |node, incarnation| Some(Some(Placed { node, incarnation }));
+    let inbox = Inbox::new(5);
+    // The sender is where the job places it, as the worker it is.
+    assert_eq!(admit(CH, peer, &inbox, sender(peer, 3)), None);
+    // A channel with state here already is not asked again.
+    assert_eq!(admit(CH, peer, &inbox, None), None);
+    // Made-up senders open nothing: a rank placed elsewhere, a rank
+    // not placed at all, an incarnation not granted yet.
+    assert_eq!(
+        admit(CH, peer, &inbox, sender(other, 3)),
+        Some(Refusal::NotHere)
+    );
+    assert_eq!(admit(CH, peer, &inbox, Some(None)), Some(Refusal::NotHere));
+    assert_eq!(
+        admit(CH, peer, &inbox, sender(peer, 2)),
+        Some(Refusal::NotHere)
+    );
+    // A worker that was replaced since is refused for good.
+    assert_eq!(
+        admit(CH, peer, &inbox, sender(peer, 4)),
+        Some(Refusal::Closed)
+    );
+    // Data for an earlier worker of the receiving rank is refused for
+    // good; for a later one, until it starts here.
+    assert_eq!(admit(CH, peer, &Inbox::new(6), None), Some(Refusal::Closed));
+    assert_eq!(
+        admit(CH, peer, &Inbox::new(4), None),
+        Some(Refusal::NotHere)
+    );
+    // The worker ended.
+    inbox.close();
+    assert_eq!(admit(CH, peer, &inbox, None), Some(Refusal::Closed));
+}
+
+/// A job with rank 0 here and every other rank on `peer`.
+struct Routes {
+    inbox: Arc<Inbox>,
+    peer: PeerId,
+}
+
+impl JobRoutes for Routes {
+    fn inbox(&self, rank: u32) -> Option<Arc<Inbox>> {
+        (rank == 0).then(|| self.inbox.clone())
+    }
+    fn placed(&self, _rank: u32) -> Option<Placed> {
+        Some(Placed {
+            node: self.peer,
+            incarnation: 0,
+        })
+    }
+}
+
+/// Message `n` of rank `from`: tagged with both.
+fn tagged(from: u32, n: u32, len: usize) -> Vec<u8> {
+    let mut m = vec![from as u8; len.max(8)];
+    m[..4].copy_from_slice(&from.to_le_bytes());
+    m[4..8].copy_from_slice(&n.to_le_bytes());
+    m
+}
+
+impl Inbox {
+    /// Bytes of the messages queued for the worker, as the rank
+    /// counts them.
+    fn queued_bytes(&self) -> u64 {
+        lock(&self.state)
+            .items
+            .iter()
+            .map(|i| match i {
+                Item::Message { payload, .. } => footprint(payload.len() as u64),
+                Item::Membership(_) => 0,
+            })
+            .sum()
+    }
+}
+
+/// The workers of one peer node sending to rank 0 here through the
+/// receiving path of this module (no network: chunks and acks are
+/// handed across).
+struct Remote {
+    out: Outbox,
+    /// The messages each worker has yet to send: number and length
+    /// (made when sent).
+    todo: BTreeMap<u32, VecDeque<(u32, usize)>>,
+    state: Arc<PeerInbound>,
+}
+
+impl Remote {
+    fn channel(from: u32) -> ChannelId {
+        ChannelId {
+            job: 1,
+            from,
+            from_incarnation: 0,
+            to: 0,
+            to_incarnation: 0,
+        }
+    }
+
+    /// Every worker queues what its credit allows (asking when it is
+    /// short), the chunks go across, the acks come back. Whether
+    /// anything moved.
+    fn pump(&mut self, routes: &Routes) -> bool {
+        let mut moved = false;
+        for (from, todo) in &mut self.todo {
+            let channel = Remote::channel(*from);
+            while let Some(&(n, len)) = todo.front() {
+                match self.out.admits(channel, len as u64) {
+                    Admission::Yes => {
+                        todo.pop_front();
+                        self.out.push(channel, tagged(*from, n, len));
+                    }
+                    Admission::Ask => {
+                        self.out.ask(channel, len as u64);
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        while let Some(chunk) = self.out.next_chunk(CHUNK_BYTES) {
+            take_chunk(&self.state, Some(routes), 0, chunk).unwrap();
+            moved = true;
+        }
+        let acks: Vec<_> = lock(&self.state.state)
+            .channels
+            .iter()
+            .map(|(c, r)| r.inbound.ack(*c))
+            .collect();
+        for ack in acks {
+            moved |= self.out.on_ack(ack).unwrap();
+        }
+        moved
+    }
+
+    /// Bytes of messages half arrived.
+    fn partial_bytes(&self) -> u64 {
+        lock(&self.state.state)
+            .channels
+            .values()
+            .map(|c| {
+                let unread = c.inbound.completed() - c.inbound.consumed_position();
+                c.inbound.buffered_bytes() - unread
+            })
+            .sum()
+    }
+}
+
+/// Many workers, on another node and on this one, send to a rank that
+/// does not read: what it holds stays within its budget, the initial
+/// windows and one large message, far below what they want to send;
+/// once it reads, every sender's messages arrive, each sender's in
+/// order.
+#[tokio::test]
+async fn many_senders_cannot_make_a_rank_hold_more_than_its_budget() {
+    const REMOTE: u32 = 32;
+    const LOCAL: u32 = 8;
+    let peer = PeerId::random();
+    let inbox = Inbox::new(0);
+    let routes = Routes {
+        inbox: inbox.clone(),
+        peer,
+    };
+    let largest = 20 << 20;
+    let sizes = |from: u32| {
+        let mut sizes = vec![10, 100 << 10, 700 << 10];
+        if from.is_multiple_of(4) {
+            sizes.push(2 << 20);
+        }
+        if from == 1 {
+            sizes.push(largest);
+        }
+        sizes
+    };
+    let mut wanted = 0;
+    let mut count = BTreeMap::new();
+    let mut remote = Remote {
+        out: Outbox::new(),
+        todo: BTreeMap::new(),
+        state: Arc::new(PeerInbound::new(peer)),
+    };
+    for from in 1..=REMOTE {
+        let todo: VecDeque<_> = (sizes(from).into_iter().enumerate())
+            .map(|(n, len)| (n as u32, len.max(8)))
+            .collect();
+        wanted += todo.iter().map(|(_, len)| *len as u64).sum::<u64>();
+        count.insert(from, todo.len() as u32);
+        remote.todo.insert(from, todo);
+    }
+    let mut local = Vec::new();
+    for from in REMOTE + 1..=REMOTE + LOCAL {
+        let sizes = [10, 100 << 10, 1 << 20, 3 << 20];
+        wanted += sizes.iter().sum::<u64>();
+        count.insert(from, sizes.len() as u32);
+        let inbox = inbox.clone();
+        local.push(tokio::spawn(async move {
+            for (n, len) in sizes.into_iter().enumerate() {
+                let m = tagged(from, n as u32, len as usize);
+                inbox.push_local(from, m).await.unwrap();
+            }
+        }));
+    }
+    let channels = u64::from(REMOTE + LOCAL);
+    let bound = RANK_BUDGET + channels * INITIAL_WINDOW + footprint(largest as u64);
+    assert!(wanted > 2 * bound, "the senders want more than the bound");
+    let held = |remote: &Remote| inbox.queued_bytes() + remote.partial_bytes();
+    // The rank does not read: the senders push all they can.
+    let mut still = 0;
+    for _ in 0..10_000 {
+        let moved = remote.pump(&routes);
+        let before = inbox.queued_bytes();
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        assert!(held(&remote) <= bound, "{} > {bound}", held(&remote));
+        still = if moved || inbox.queued_bytes() != before {
+            0
+        } else {
+            still + 1
+        };
+        if still >= 10 {
+            break;
+        }
+    }
+    assert!(still >= 10, "the senders never stopped");
+    let stalled = held(&remote);
+    assert!(stalled > RANK_BUDGET / 4, "the budget was lent: {stalled}");
+    // Then it reads everything, in arrival order.
+    let mut next: BTreeMap<u32, u32> = BTreeMap::new();
+    let start = Instant::now();
+    let total: u32 = count.values().sum();
+    let mut read = 0;
+    while read < total {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{read} of {total} read: {next:?}"
+        );
+        remote.pump(&routes);
+        tokio::task::yield_now().await;
+        assert!(held(&remote) <= bound);
+        if inbox.queued_bytes() == 0 {
+            continue;
+        }
+        let Ok(Delivery::Message { from, payload }) = inbox.recv().await else {
+            panic!("not a message");
+        };
+        let n = u32::from_le_bytes(payload[4..8].try_into().unwrap());
+        let expected = next.entry(from).or_default();
+        assert_eq!(n, *expected, "rank {from}'s messages out of order");
+        assert!(payload[8..].iter().all(|b| *b == from as u8));
+        *expected += 1;
+        read += 1;
+    }
+    assert_eq!(next, count);
+    for task in local {
+        task.await.unwrap();
+    }
+    assert!(remote.out.all_acked() || remote.pump(&routes));
+}

@@ -1,0 +1,118 @@
+//! Churn: a node fails, its peers detect the failure, and it rejoins with
+//! a fresh state.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rand::seq::IndexedRandom;
+use zorilla_core::advert::JobId;
+use zorilla_core::node::Input;
+
+use super::mode::Mode;
+use super::node_overlay::NodeOverlay;
+use super::{Event, Sim};
+
+impl Sim {
+    pub(super) fn fail(&mut self, node: u32) {
+        if !self.nodes[node as usize].alive {
+            return;
+        }
+        self.nodes[node as usize].alive = false;
+        let jobs: Vec<(JobId, u32)> = self
+            .running
+            .range((node, JobId(0))..=(node, JobId(u64::MAX)))
+            .map(|((_, job), ranks)| (*job, ranks.len() as u32))
+            .collect();
+        for (job, count) in jobs {
+            self.running.remove(&(node, job));
+            self.workers_gone(node, job, count);
+        }
+        if let Some(churn) = &self.scenario.churn {
+            let detect = self.now + Duration::from_secs_f64(churn.detect_after_s);
+            let rejoin = self.now + Duration::from_secs_f64(churn.rejoin_after_s);
+            self.push(detect, Event::Detect { node });
+            self.push(rejoin.max(detect), Event::Rejoin { node });
+        }
+    }
+
+    /// Peers notice a failure: those linked to the node (overlay) and those
+    /// sharing a job with it (direct connections).
+    pub(super) fn detect(&mut self, failed: u32) {
+        // Nodes with a direct connection to the failed one through a job:
+        // homes of jobs it ran workers for, and nodes running workers of
+        // jobs it was home to.
+        let mut partners = BTreeSet::new();
+        for r in self.jobs.values() {
+            if r.placement.contains_key(&failed) {
+                partners.insert(r.home);
+            }
+        }
+        for (node, job) in self.running.keys() {
+            if self.jobs.get(job).is_some_and(|r| r.home == failed) {
+                partners.insert(*node);
+            }
+        }
+        // Ours: the connections to it close, and each keeper acts on that
+        // (a neighbour is redialed, which fails, and replaced). The paper's:
+        // the nodes that measured it drop it from their links.
+        let knowers: BTreeSet<u32> = self.connections_fail(failed).into_iter().collect();
+        for node in 0..self.nodes.len() as u32 {
+            if node == failed || !self.nodes[node as usize].alive {
+                continue;
+            }
+            let knows = knowers.contains(&node);
+            if knows {
+                let n = &mut self.nodes[node as usize];
+                n.router.peer_lost(&failed);
+                if let NodeOverlay::Paper(rtts) = &mut n.overlay {
+                    rtts.remove(&failed);
+                    n.neighbours.retain(|(p, _)| *p != failed);
+                }
+            }
+            if knows || partners.contains(&node) {
+                self.feed(node, Input::PeerLost(failed));
+            }
+        }
+        let lost: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|r| r.placement.contains_key(&failed))
+            .map(|r| r.id)
+            .collect();
+        for job in lost {
+            if let Some(r) = self.jobs.get_mut(&job) {
+                r.placement.remove(&failed);
+            }
+        }
+    }
+
+    pub(super) fn rejoin(&mut self, node: u32) {
+        if self.nodes[node as usize].alive {
+            return;
+        }
+        let fresh = self.fresh_node(node, None);
+        self.nodes[node as usize] = fresh;
+        let alive: Vec<u32> = (0..self.nodes.len() as u32)
+            .filter(|n| self.nodes[*n as usize].alive)
+            .collect();
+        match self.mode {
+            Mode::Ours | Mode::OursHop => self.rejoin_ours(node, &alive),
+            Mode::Paper => {
+                // A Bamboo node joins with a random set of measured peers.
+                let count = self.scenario.overlay.baseline_leaves + 16;
+                let picks: Vec<u32> = alive
+                    .choose_multiple(&mut self.rng, count)
+                    .copied()
+                    .collect();
+                let mut neighbours = Vec::new();
+                for peer in picks.into_iter().filter(|p| *p != node) {
+                    let rtt = self.measured_rtt(node, peer);
+                    neighbours.push((peer, rtt));
+                    let back = self.sample(peer, node);
+                    self.nodes[peer as usize].neighbours.push((node, back));
+                }
+                self.nodes[node as usize].neighbours = neighbours;
+            }
+        }
+    }
+}

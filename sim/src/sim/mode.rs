@@ -1,0 +1,47 @@
+//! Which Zorilla a run simulates: ours, the paper's, or an ablation.
+
+use zorilla_core::schedule::{FloodMode, ScheduleConfig};
+
+/// Which Zorilla runs: ours, the paper's as the baseline, or an ablation
+/// of ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    /// Latency-bounded floods, adaptive waits, nearest-k-plus-far overlay.
+    Ours,
+    /// The original: hop floods, doubling waits from 1 s, Bamboo-like
+    /// overlay (random leaf set plus proximity-chosen routing entries).
+    Paper,
+    /// Ours with hop-limited floods only (no latency budget): the same
+    /// overlay, adaptive waits and settling, so that a comparison with
+    /// [`Mode::Ours`] isolates what the latency budget does.
+    OursHop,
+}
+
+impl Mode {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Ours => "ours",
+            Mode::Paper => "paper",
+            Mode::OursHop => "ours-hop",
+        }
+    }
+
+    /// The flooding schedule a home uses in this mode.
+    pub fn schedule(self) -> ScheduleConfig {
+        match self {
+            Mode::Ours => ScheduleConfig::default(),
+            Mode::Paper => ScheduleConfig::paper(),
+            Mode::OursHop => ScheduleConfig {
+                flood_mode: FloodMode::Hops,
+                ..ScheduleConfig::default()
+            },
+        }
+    }
+
+    /// Whether the overlay is ours (nearest `k` plus far links) rather than
+    /// the Bamboo-like baseline.
+    pub fn our_overlay(self) -> bool {
+        self != Mode::Paper
+    }
+}

@@ -1,0 +1,128 @@
+//! What a run reports: the jobs it was given ([`JobPlan`]), what happened
+//! to each ([`JobRecord`]), and the run as a whole ([`RunReport`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use zorilla_core::Time;
+use zorilla_core::advert::JobId;
+use zorilla_core::node::{JobSpec, Phase};
+
+use super::mode::Mode;
+
+/// A job the workload submits.
+#[derive(Debug, Clone)]
+pub struct JobPlan {
+    /// When.
+    pub at: Time,
+    /// Submitted to which machine.
+    pub home: u32,
+    /// The job.
+    pub spec: JobSpec,
+    /// How long its workers run (`None`: for ever).
+    pub duration: Option<Duration>,
+}
+
+/// What happened to one job.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    /// The job.
+    pub id: JobId,
+    /// Its home machine.
+    pub home: u32,
+    /// Workers wanted (the job's `max`).
+    pub workers: u32,
+    /// Workers it needs to start (its `min`; `workers` for a rigid job).
+    pub min_workers: u32,
+    /// Submission time.
+    pub submitted: Time,
+    /// When it started (got its `min` workers).
+    pub started_at: Option<Time>,
+    /// Workers it started with (0 until it started).
+    pub started_with: u32,
+    /// When it got all its workers.
+    pub full_at: Option<Time>,
+    /// Workers per machine.
+    pub placement: BTreeMap<u32, u32>,
+    /// Mean extra RTT per worker over the oracle, in microseconds (set when
+    /// the job got its workers).
+    pub extra_rtt_us: Option<f64>,
+    /// Workers placed while a free worker nearer by more than the
+    /// within-site RTT existed.
+    pub out_of_order: u32,
+    /// Messages sent about this job (flood copies and direct messages).
+    pub messages: u64,
+    /// How it ended, if it did.
+    pub ended: Option<(Phase, String)>,
+    /// Ranks its home counted as lost (a node failed or left).
+    pub lost_ranks: u32,
+    /// Lost ranks its home granted again.
+    pub replaced_ranks: u32,
+    /// Workers still running.
+    pub(super) running: u32,
+    pub(super) duration: Option<Duration>,
+    /// Ranks granted per machine, as the home announced them (less those
+    /// it reported lost).
+    pub(super) ranks: BTreeMap<u32, BTreeSet<u32>>,
+}
+
+impl JobRecord {
+    /// Whether the job gets all its workers or none.
+    pub fn is_rigid(&self) -> bool {
+        self.min_workers == self.workers
+    }
+}
+
+/// The result of one run.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// Scenario name.
+    pub scenario: String,
+    /// Mode.
+    pub mode: Mode,
+    /// Seed.
+    pub seed: u64,
+    /// Site names.
+    pub sites: Vec<String>,
+    /// Every job.
+    pub jobs: Vec<JobRecord>,
+    /// Messages sent in all.
+    pub messages: u64,
+    /// Messages sent, by kind.
+    pub by_kind: BTreeMap<&'static str, u64>,
+    /// Floods started by homes.
+    pub floods: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Wall-clock time the run took.
+    pub wall: Duration,
+    /// Simulated time at the end.
+    pub end: Time,
+    /// Workers running per site over time: `(time, site, change)`.
+    pub timeline: Vec<(Time, usize, i64)>,
+    /// Every check of invariants that failed (empty when all held).
+    pub violations: Vec<String>,
+}
+
+/// What is wrong with a job starting with `workers` workers, if anything:
+/// a rigid job starts with all its workers, a malleable one with at least
+/// `min` and at most `max`, and the ranks granted are exactly `0..workers`.
+pub(super) fn start_violation(record: &JobRecord, workers: u32) -> Option<String> {
+    let (min, max) = (record.min_workers, record.workers);
+    if record.is_rigid() && workers != max {
+        return Some(format!("rigid job of {max} started with {workers} workers"));
+    }
+    if workers < min || workers > max {
+        return Some(format!(
+            "malleable job of {min}..={max} started with {workers} workers"
+        ));
+    }
+    let mut ranks: Vec<u32> = record.ranks.values().flatten().copied().collect();
+    ranks.sort_unstable();
+    if !ranks.iter().copied().eq(0..workers) {
+        return Some(format!(
+            "started with {workers} workers but ranks {ranks:?} granted, not 0..{workers}"
+        ));
+    }
+    None
+}
