@@ -32,6 +32,9 @@ use crate::store::checkpoints::{BlockHash, HolderLimits, MAX_BLOCK_BYTES, MAX_BL
 use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
 use crate::wire::{PeerReply, PeerRpc};
 
+// A checkpoint's blocks are cut as the files' blocks are.
+const _: () = assert!(MAX_BLOCK_BYTES == crate::wire::BLOCK_BYTES);
+
 /// Blocks in flight to one holder at once.
 const WINDOW: usize = 4;
 

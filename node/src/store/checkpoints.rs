@@ -31,9 +31,11 @@ use sha2::{Digest, Sha256};
 
 use super::schema::unix_ms;
 
-/// The largest block of a checkpoint: as the files' blocks, well under the
-/// overlay's frame cap.
-pub(crate) const MAX_BLOCK_BYTES: usize = crate::wire::BLOCK_BYTES;
+/// The largest block of a checkpoint: as the files' blocks
+/// (`wire::BLOCK_BYTES`, a test keeps them equal), well under the overlay's
+/// frame cap. Its own constant so that the store does not depend on the
+/// wire, which depends on the store's types.
+pub(crate) const MAX_BLOCK_BYTES: usize = 256 * 1024;
 /// The largest checkpoint held (as the sandbox's limit).
 pub(crate) const MAX_CHECKPOINT_BYTES: u64 = zorilla_sandbox::MAX_CHECKPOINT_BYTES;
 /// The most blocks of one checkpoint.
@@ -155,7 +157,10 @@ fn decode_rank(bytes: &[u8]) -> Result<RankRecord, HolderError> {
 }
 
 fn encode_rank(record: &RankRecord) -> Vec<u8> {
-    crate::wire::encode(record)
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail for this plain type.
+    ciborium::into_writer(record, &mut out).expect("CBOR encoding into memory");
+    out
 }
 
 impl Holder {
