@@ -91,9 +91,15 @@ pub fn decode(d: Decoder, bytes: &[u8]) -> Result<(), String> {
         Decoder::Hello => frames::<Hello>(bytes),
         Decoder::Request => frames::<Request>(bytes),
         Decoder::Response => frames::<Response>(bytes),
-        Decoder::PeerRpc => wire::decode::<PeerRpc>(bytes).map(drop),
-        Decoder::PeerReply => wire::decode::<PeerReply>(bytes).map(drop),
-        Decoder::Advert => wire::decode::<Advert<PeerId>>(bytes).map(drop),
+        Decoder::PeerRpc => wire::decode::<PeerRpc>(bytes)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Decoder::PeerReply => wire::decode::<PeerReply>(bytes)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Decoder::Advert => wire::decode::<Advert<PeerId>>(bytes)
+            .map(drop)
+            .map_err(|e| e.to_string()),
         Decoder::StoredJob => store::decode_record::<JobRecord>(bytes)
             .map(drop)
             .map_err(|e| e.to_string()),

@@ -28,7 +28,7 @@ use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Delivery, Rank, Transport, TransportError};
 
 use crate::link::{Inbox, JobRoutes, Links, lock};
-use crate::wire::{BarrierMsg, PeerReply, PeerRpc, Placed, decode, encode};
+use crate::wire::{BarrierMsg, DecodeError, PeerReply, PeerRpc, Placed, decode, encode};
 
 /// Capacity of each rank's barrier queue.
 pub(crate) const BARRIER_QUEUE: usize = 256;
@@ -61,7 +61,7 @@ pub(crate) enum CallError {
     NoAnswer(String),
     /// The answer came but does not decode.
     #[error("the peer's answer does not decode: {0}")]
-    BadAnswer(String),
+    BadAnswer(DecodeError),
     /// The peer answered with an error, in its words.
     #[error("the peer refused: {0}")]
     Refused(String),

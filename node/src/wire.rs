@@ -176,9 +176,22 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     out
 }
 
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    zorilla_overlay::cbor::check_lengths(bytes).map_err(|e| e.to_string())?;
-    ciborium::from_reader(bytes).map_err(|e| e.to_string())
+/// Why bytes from a peer are not a message: the one sentence a peer or a
+/// log sees is the inner error's own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DecodeError {
+    /// A length or count declared beyond the bytes that follow it, refused
+    /// before anything is allocated for it.
+    #[error(transparent)]
+    Lengths(#[from] zorilla_overlay::cbor::LengthError),
+    /// Not CBOR, or not the expected shape.
+    #[error("{0}")]
+    Cbor(String),
+}
+
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
+    zorilla_overlay::cbor::check_lengths(bytes)?;
+    ciborium::from_reader(bytes).map_err(|e| DecodeError::Cbor(e.to_string()))
 }
 
 #[cfg(test)]

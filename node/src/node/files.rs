@@ -6,6 +6,59 @@
 
 use super::*;
 
+/// Why a name or hash from a peer is refused before it touches the disk.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FileNameError {
+    /// Not 64 lowercase hex digits (the text, cut to 80 characters).
+    #[error("{0:?} is not a file hash (64 lowercase hex digits)")]
+    NotAHash(String),
+    /// A job file larger than [`MAX_FILE_BYTES`].
+    #[error("{name:?} has {size} bytes, more than the {max} a job file may have", max = MAX_FILE_BYTES)]
+    TooLarge { name: String, size: u64 },
+    /// An input name that is not one plain file name.
+    #[error("bad input file name {name:?}: {why}")]
+    BadInputName { name: String, why: String },
+    /// Two inputs of one name.
+    #[error("input file {0:?} appears twice")]
+    InputTwice(String),
+    /// An output name that could leave its directory.
+    #[error("output name {name:?} refused: {why}")]
+    BadOutputName { name: String, why: String },
+    /// An output name that is not `rank/path` for a rank of the sender.
+    #[error("output name {0:?} refused: not rank/file for a rank of the sender")]
+    NotSendersRank(String),
+}
+
+/// Why a job's workers cannot start on this node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PrepareError {
+    /// This node has no copy of the job to start.
+    #[error("job {0} is not under way here")]
+    NotUnderWay(JobId),
+    /// The grant carried no copy of the job.
+    #[error("the grant came without the job's copy")]
+    NoCopy,
+    /// The job's copy names a file this node refuses.
+    #[error("the home sent a job this node refuses: {0}")]
+    Refused(FileNameError),
+    /// No source gave a file.
+    #[error("cannot fetch {name}: {why}")]
+    Fetch { name: String, why: String },
+    /// A fetched file's bytes are not its hash's.
+    #[error("{0} does not match its hash")]
+    HashMismatch(String),
+    /// The sandbox does not load the module.
+    #[error("module refused: {0}")]
+    Module(String),
+    /// This node's disk or a task failed.
+    #[error("{0}")]
+    Local(String),
+}
+
+fn local(e: impl std::fmt::Display) -> PrepareError {
+    PrepareError::Local(e.to_string())
+}
+
 /// Gets the job's module and inputs (from the local file cache or in
 /// blocks from the home or another node of the job, hash-checked), and
 /// loads the module. The copy came with the grant; it is checked here
@@ -18,11 +71,9 @@ pub(super) async fn prepare(
     placement: &BTreeMap<u32, Placed>,
     dir: PathBuf,
     files: PathBuf,
-) -> Result<(JobCopy, Program, PathBuf), String> {
-    check_job_copy(&copy).map_err(|e| format!("the home sent a job this node refuses: {e}"))?;
-    tokio::fs::create_dir_all(&files)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<(JobCopy, Program, PathBuf), PrepareError> {
+    check_job_copy(&copy).map_err(PrepareError::Refused)?;
+    tokio::fs::create_dir_all(&files).await.map_err(local)?;
     // Files come from the home or from another node of the job that has
     // them already, in random order, so that a job starting on many nodes
     // does not have them all fetch from the home.
@@ -38,20 +89,18 @@ pub(super) async fn prepare(
     sources.rotate_left(start);
     let module = fetch(&net, &sources, &files, &copy.module).await?;
     let inputs = dir.join("inputs");
-    tokio::fs::create_dir_all(&inputs)
-        .await
-        .map_err(|e| e.to_string())?;
+    tokio::fs::create_dir_all(&inputs).await.map_err(local)?;
     for input in &copy.inputs {
         let data = fetch(&net, &sources, &files, input).await?;
         // The name was checked (`check_job_copy`): one plain file name.
         tokio::fs::write(inputs.join(&input.name), data)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(local)?;
     }
     let program = tokio::task::spawn_blocking(move || sandbox.load(&module))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("module refused: {e}"))?;
+        .map_err(local)?
+        .map_err(|e| PrepareError::Module(e.to_string()))?;
     Ok((copy, program, dir))
 }
 
@@ -64,7 +113,7 @@ pub(super) async fn fetch(
     sources: &[PeerId],
     files: &Path,
     file: &FileRef,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, PrepareError> {
     let path = files.join(&file.sha256);
     let cached = {
         let (files, sha256, size) = (files.to_owned(), file.sha256.clone(), file.size);
@@ -97,24 +146,23 @@ pub(super) async fn fetch(
                         Err(e) => e.to_string(),
                         Ok(_) => "the answer was not a block of it".to_owned(),
                     };
-                    return Err(format!("cannot fetch {}: {why}", file.name));
+                    return Err(PrepareError::Fetch {
+                        name: file.name.clone(),
+                        why,
+                    });
                 }
             }
         }
     }
     if hex::encode(Sha256::digest(&data)) != file.sha256 {
-        return Err(format!("{} does not match its hash", file.name));
+        return Err(PrepareError::HashMismatch(file.name.clone()));
     }
     // A temporary name of this fetch's own: two jobs of one module starting
     // here at once fetch the same file, and a shared name let one rename
     // the other's file away ("No such file or directory").
     let tmp = path.with_extension(format!("part-{:016x}", random_u64()));
-    tokio::fs::write(&tmp, &data)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::fs::rename(&tmp, &path)
-        .await
-        .map_err(|e| e.to_string())?;
+    tokio::fs::write(&tmp, &data).await.map_err(local)?;
+    tokio::fs::rename(&tmp, &path).await.map_err(local)?;
     Ok(data)
 }
 
@@ -146,52 +194,55 @@ pub(super) fn link_inputs(from: &Path, to: &Path) -> std::io::Result<()> {
 /// path outside the job's directories or allocate without bound: hashes
 /// must be 64 lowercase hex digits (they name files in the cache), sizes at
 /// most [`MAX_FILE_BYTES`], input names plain distinct file names.
-pub(super) fn check_job_copy(copy: &JobCopy) -> Result<(), String> {
+pub(super) fn check_job_copy(copy: &JobCopy) -> Result<(), FileNameError> {
     let mut names = BTreeSet::new();
     for file in std::iter::once(&copy.module).chain(&copy.inputs) {
         check_hash(&file.sha256)?;
         if file.size > MAX_FILE_BYTES {
-            return Err(format!(
-                "{:?} has {} bytes, more than the {MAX_FILE_BYTES} a job file may have",
-                file.name, file.size
-            ));
+            return Err(FileNameError::TooLarge {
+                name: file.name.clone(),
+                size: file.size,
+            });
         }
     }
     for input in &copy.inputs {
-        jobfs::check_file_name(&input.name)
-            .map_err(|e| format!("bad input file name {:?}: {e}", input.name))?;
+        jobfs::check_file_name(&input.name).map_err(|e| FileNameError::BadInputName {
+            name: input.name.clone(),
+            why: e.to_string(),
+        })?;
         if !names.insert(input.name.as_str()) {
-            return Err(format!("input file {:?} appears twice", input.name));
+            return Err(FileNameError::InputTwice(input.name.clone()));
         }
     }
     Ok(())
 }
 
 /// A file hash from a peer, before it names anything on disk.
-pub(super) fn check_hash(sha256: &str) -> Result<(), String> {
+pub(super) fn check_hash(sha256: &str) -> Result<(), FileNameError> {
     if jobfs::is_sha256_hex(sha256) {
         Ok(())
     } else {
-        Err(format!(
-            "{:?} is not a file hash (64 lowercase hex digits)",
-            sha256.chars().take(80).collect::<String>()
-        ))
+        Err(FileNameError::NotAHash(sha256.chars().take(80).collect()))
     }
 }
 
 /// Checks the name of an output file a worker node sends: `rank/path`,
 /// a relative name that stays inside a directory ([`jobfs::check_relative`]),
 /// whose rank the sender runs (`runs`).
-pub(super) fn check_output_name(name: &str, runs: impl Fn(u32) -> bool) -> Result<(), String> {
-    jobfs::check_relative(name).map_err(|e| format!("output name {name:?} refused: {e}"))?;
+pub(super) fn check_output_name(
+    name: &str,
+    runs: impl Fn(u32) -> bool,
+) -> Result<(), FileNameError> {
+    jobfs::check_relative(name).map_err(|e| FileNameError::BadOutputName {
+        name: name.to_owned(),
+        why: e.to_string(),
+    })?;
     let rank = name
         .split_once('/')
         .and_then(|(rank, _)| rank.parse::<u32>().ok().filter(|r| r.to_string() == rank));
     match rank {
         Some(rank) if runs(rank) => Ok(()),
-        _ => Err(format!(
-            "output name {name:?} refused: not rank/file for a rank of the sender"
-        )),
+        _ => Err(FileNameError::NotSendersRank(name.to_owned())),
     }
 }
 
@@ -250,7 +301,7 @@ mod tests {
         assert_eq!(cached_block(&files, &linked, 0, 100), None);
         let error = check_hash("../identity.ed25519").unwrap_err();
         assert_eq!(
-            error,
+            error.to_string(),
             "\"../identity.ed25519\" is not a file hash (64 lowercase hex digits)"
         );
     }

@@ -2,7 +2,7 @@
 //! (once their job's files are here), stopping them, and supervising each
 //! until its output and its end have reached the job's home.
 
-use super::files::{link_inputs, prepare};
+use super::files::{PrepareError, link_inputs, prepare};
 use super::*;
 
 impl Node {
@@ -22,8 +22,8 @@ impl Node {
             Some((granted, copy)) if granted == job => Ok(copy),
             _ if home == self.me => self
                 .job_copy(job)
-                .ok_or_else(|| format!("job {} is not under way here", JobId(job))),
-            _ => Err("the grant came without the job's copy".to_owned()),
+                .ok_or(PrepareError::NotUnderWay(JobId(job))),
+            _ => Err(PrepareError::NoCopy),
         };
         let member = self.members.entry(job).or_insert_with(|| MemberJob {
             home,
@@ -167,7 +167,7 @@ impl Node {
         job: u64,
         ranks: Vec<u32>,
         incarnation: u32,
-        result: Result<(JobCopy, Program, PathBuf), String>,
+        result: Result<(JobCopy, Program, PathBuf), PrepareError>,
     ) {
         let Some(member) = self.members.get_mut(&job) else {
             return;
@@ -196,7 +196,7 @@ impl Node {
                 tracing::warn!(job = %JobId(job), "cannot start workers: {e}");
                 for rank in ranks {
                     let net = self.net.clone();
-                    let end = WorkerEnd::Failed(Failure::NotStarted(cut_outcome(e.clone())));
+                    let end = WorkerEnd::Failed(Failure::NotStarted(cut_outcome(e.to_string())));
                     self.tasks.spawn(async move {
                         let rpc = PeerRpc::WorkerEnded {
                             job,

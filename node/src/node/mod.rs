@@ -92,7 +92,7 @@ enum Done {
         ranks: Vec<u32>,
         /// The grant that placed them here.
         incarnation: u32,
-        result: Box<Result<(JobCopy, Program, PathBuf), String>>,
+        result: Box<Result<(JobCopy, Program, PathBuf), files::PrepareError>>,
     },
     /// A worker here ended and its output went to the home.
     WorkerEnded { job: u64, rank: u32 },

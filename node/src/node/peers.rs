@@ -159,7 +159,7 @@ impl Node {
                 offset,
                 len,
             } => match check_hash(&sha256) {
-                Err(e) => PeerReply::Error(e),
+                Err(e) => PeerReply::Error(e.to_string()),
                 Ok(()) => {
                     match self
                         .store
@@ -311,7 +311,8 @@ impl Node {
         let sender = from.to_string();
         check_output_name(name, |rank| {
             record.ranks.get(&rank).is_some_and(|r| r.node == sender)
-        })?;
+        })
+        .map_err(|e| e.to_string())?;
         let room = output_room(&record.request, self.sched.config().resources.disk_mib);
         let store = &self.store;
         let used = self
