@@ -92,6 +92,11 @@ enum Event {
     Rejoin {
         node: u32,
     },
+    /// Our overlay: one second of `node`'s peer keeping (its pings, then
+    /// its keeper's tick), as the real overlay's timer runs it.
+    KeeperTick {
+        node: u32,
+    },
 }
 
 struct Scheduled {
@@ -161,6 +166,8 @@ pub struct Sim {
     /// Open simulated connections of our overlay: id -> (dialer, dialed).
     connections: BTreeMap<u64, (u32, u32)>,
     next_connection: u64,
+    /// Keeper ticks in the heap: they go on only while other events do.
+    keeper_ticks: usize,
 }
 
 fn kind<P>(msg: &Message<P>) -> &'static str {
@@ -220,6 +227,7 @@ impl Sim {
             epoch: Duration::ZERO,
             connections: BTreeMap::new(),
             next_connection: 0,
+            keeper_ticks: 0,
             grid,
         };
         for node in 0..sim.grid.len() as u32 {
@@ -228,6 +236,7 @@ impl Sim {
         }
         if mode.our_overlay() {
             sim.build_overlay_ours();
+            sim.start_keeper_ticks();
         } else {
             sim.build_overlay_bamboo();
         }
@@ -406,6 +415,7 @@ impl Sim {
             Event::Fail { node } => self.fail(node),
             Event::Detect { node } => self.detect(node),
             Event::Rejoin { node } => self.rejoin(node),
+            Event::KeeperTick { node } => self.keeper_tick(node),
         }
         true
     }

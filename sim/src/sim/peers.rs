@@ -8,19 +8,30 @@
 //! once and measure the connection's RTT (`samples` pings each); a peer
 //! exchange is answered at once. The keeper's ticks (one a second in the
 //! real overlay) run for `warmup_ticks` seconds before the first job, and
-//! as many for a node that rejoins; during the run a failure is noticed
-//! through its connections closing when the failure is detected.
+//! as many for a node that rejoins. During the run every node's keeper
+//! ticks once a simulated second too ([`Event::KeeperTick`], at a phase
+//! drawn from the seed), each tick after a ping of every connected peer:
+//! a live peer answers (a fresh RTT sample), a failed one does not. So a
+//! failure is noticed in two ways, as in the real overlay: its connections
+//! close when the failure is detected (the scenario's `detect_after_s`),
+//! and a peer that answered no ping for a ping interval and a ping timeout
+//! is disconnected by the keeper of each node connected to it (and
+//! replaced if it was a neighbour), whichever comes first. The ticks go on
+//! only while other events are pending, so a run still ends when its work
+//! does.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use zorilla_core::Time;
 use zorilla_core::neighbours::keeper::{Action, DialFailure, KeeperConfig, PeerFacts, PeerKeeper};
 use zorilla_core::neighbours::{LinkKind, NeighbourConfig};
 
-use super::Sim;
 use super::node_overlay::NodeOverlay;
+use super::{Event, Sim};
 
 /// Most peers in one peer-exchange answer (the overlay's limit).
 const MAX_PEER_RECORDS: usize = 32;
@@ -132,6 +143,35 @@ impl Sim {
         self.keep_peers(node);
     }
 
+    /// Schedules every node's first keeper tick of the run, each at its own
+    /// phase within the first ping interval (drawn from the seed, apart
+    /// from the run's other random choices).
+    pub(super) fn start_keeper_ticks(&mut self) {
+        let interval = self.keeper_config().ping_interval;
+        let mut phases = ChaCha8Rng::seed_from_u64(self.seed ^ 0x7ec4_e7ee);
+        for node in 0..self.grid.len() as u32 {
+            let at = interval.mul_f64(phases.random::<f64>());
+            self.push_keeper_tick(at, node);
+        }
+    }
+
+    fn push_keeper_tick(&mut self, at: Time, node: u32) {
+        self.keeper_ticks += 1;
+        self.push(at, Event::KeeperTick { node });
+    }
+
+    /// `node`'s keeper tick of the run is due: the tick (nothing for a
+    /// failed node, which ticks again once it rejoined), and the next one a
+    /// ping interval later while other events are pending.
+    pub(super) fn keeper_tick(&mut self, node: u32) {
+        self.keeper_ticks -= 1;
+        self.tick(node);
+        if self.heap.len() > self.keeper_ticks {
+            let at = self.now + self.keeper_config().ping_interval;
+            self.push_keeper_tick(at, node);
+        }
+    }
+
     /// A node that rejoins: a fresh keeper, a few random peers, then as
     /// many ticks as the warm-up at this moment.
     pub(super) fn rejoin_ours(&mut self, node: u32, alive: &[u32]) {
@@ -196,7 +236,9 @@ impl Sim {
                     work.push_back(touched);
                 }
             }
-            Action::Disconnect { peer, .. } => {
+            // A ban closes the peer's connections too; the keeper itself
+            // refuses the peer until it unbans it.
+            Action::Disconnect { peer, .. } | Action::Ban(peer) => {
                 let ids: Vec<u64> = self
                     .connections
                     .iter()
@@ -233,12 +275,9 @@ impl Sim {
                 }
             }
             Action::Forgotten(peer) => self.nodes[node as usize].router.peer_lost(&peer),
-            // Nobody misbehaves and nobody has bootstrap addresses; the
-            // links are brought up to date after the burst.
-            Action::Ban(_)
-            | Action::Unban(_)
-            | Action::DialBootstrap
-            | Action::NeighboursChanged { .. } => {}
+            // Nobody has bootstrap addresses; the links are brought up to
+            // date after the burst.
+            Action::Unban(_) | Action::DialBootstrap | Action::NeighboursChanged { .. } => {}
         }
     }
 
