@@ -25,6 +25,7 @@ impl Sim {
             return;
         }
         self.nodes[node as usize].alive = false;
+        self.watch_silent(node);
         let jobs: Vec<(JobId, u32)> = self
             .running
             .range((node, JobId(0))..=(node, JobId(u64::MAX)))

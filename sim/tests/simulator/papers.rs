@@ -32,11 +32,10 @@ fn zorilla_scenario_meets_the_locality_and_message_targets() {
         );
         // Not met: against the paper-faithful baseline (about ten
         // neighbours per node) ours sends more messages per job (measured
-        // 3643 on seed 1 since the keepers tick during the run, 3224
-        // before; the baseline 3064 and 3181 on seeds 1 and 2), so this is
-        // a regression bound a little above what was measured.
+        // 3357 and 3494 on seeds 1 and 2, the baseline 3064 and 3181), so
+        // this is a regression bound a little above what was measured.
         assert!(
-            o.messages_per_job <= 3900.0,
+            o.messages_per_job <= 3600.0,
             "seed {seed}: {} messages per job, paper {}",
             o.messages_per_job,
             p.messages_per_job
