@@ -113,7 +113,8 @@ pub struct OverlaySetup {
     pub bootstrap: usize,
     /// Ticks of the real peer keeping (one a second in the overlay:
     /// probes, peer exchange, the neighbour set) before the first job,
-    /// and for a node that rejoins.
+    /// and for a node that rejoins (during the run a keeper connected to
+    /// a failed peer ticks once a simulated second as well).
     pub warmup_ticks: usize,
     /// RTT samples per newly measured peer.
     pub samples: usize,

@@ -92,6 +92,11 @@ enum Event {
     Rejoin {
         node: u32,
     },
+    /// Our overlay: one second of `node`'s peer keeping (its pings, then
+    /// its keeper's tick), as the real overlay's timer runs it.
+    KeeperTick {
+        node: u32,
+    },
 }
 
 struct Scheduled {
@@ -128,6 +133,9 @@ struct SimNode {
     /// connection, and works both ways); the paper's, its Bamboo links.
     neighbours: Vec<(u32, Duration)>,
     wake_at: Option<Time>,
+    /// Our overlay, while the keeper ticks during the run: since when it
+    /// has been connected to no failed peer.
+    quiet_since: Option<Time>,
 }
 
 /// One simulation run. Build it with [`Sim::new`], then [`Sim::run`] (or
@@ -161,6 +169,13 @@ pub struct Sim {
     /// Open simulated connections of our overlay: id -> (dialer, dialed).
     connections: BTreeMap<u64, (u32, u32)>,
     next_connection: u64,
+    /// Keeper ticks in the heap: they go on only while other events do.
+    keeper_ticks: usize,
+    /// Per node: the phase of its keeper's ticks within a ping interval
+    /// (drawn from the seed), and whether its ticks are scheduled (only
+    /// while it watches a silent peer, see `peers`).
+    keeper_phase: Vec<Duration>,
+    keeper_ticking: Vec<bool>,
 }
 
 fn kind<P>(msg: &Message<P>) -> &'static str {
@@ -220,6 +235,9 @@ impl Sim {
             epoch: Duration::ZERO,
             connections: BTreeMap::new(),
             next_connection: 0,
+            keeper_ticks: 0,
+            keeper_phase: Vec::new(),
+            keeper_ticking: Vec::new(),
             grid,
         };
         for node in 0..sim.grid.len() as u32 {
@@ -228,6 +246,7 @@ impl Sim {
         }
         if mode.our_overlay() {
             sim.build_overlay_ours();
+            sim.keeper_phases();
         } else {
             sim.build_overlay_bamboo();
         }
@@ -286,6 +305,7 @@ impl Sim {
             overlay,
             neighbours: Vec::new(),
             wake_at: None,
+            quiet_since: None,
         }
     }
 
@@ -406,6 +426,7 @@ impl Sim {
             Event::Fail { node } => self.fail(node),
             Event::Detect { node } => self.detect(node),
             Event::Rejoin { node } => self.rejoin(node),
+            Event::KeeperTick { node } => self.keeper_tick(node),
         }
         true
     }

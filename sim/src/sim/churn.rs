@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rand::seq::IndexedRandom;
+use zorilla_core::Time;
 use zorilla_core::advert::JobId;
 use zorilla_core::node::Input;
 
@@ -13,11 +14,18 @@ use super::node_overlay::NodeOverlay;
 use super::{Event, Sim};
 
 impl Sim {
+    /// Fails `node` at `at`, as the scenario's churn would (its detection
+    /// and rejoin follow the scenario's `[churn]` times, if it has any).
+    pub fn fail_at(&mut self, node: u32, at: Time) {
+        self.push(at, Event::Fail { node });
+    }
+
     pub(super) fn fail(&mut self, node: u32) {
         if !self.nodes[node as usize].alive {
             return;
         }
         self.nodes[node as usize].alive = false;
+        self.watch_silent(node);
         let jobs: Vec<(JobId, u32)> = self
             .running
             .range((node, JobId(0))..=(node, JobId(u64::MAX)))

@@ -8,19 +8,32 @@
 //! once and measure the connection's RTT (`samples` pings each); a peer
 //! exchange is answered at once. The keeper's ticks (one a second in the
 //! real overlay) run for `warmup_ticks` seconds before the first job, and
-//! as many for a node that rejoins; during the run a failure is noticed
-//! through its connections closing when the failure is detected.
+//! as many for a node that rejoins. During the run a keeper ticks (once a
+//! ping interval, [`Event::KeeperTick`], at a phase drawn from the seed)
+//! only while its node is connected to a failed peer, and for a ping
+//! interval and a ping timeout after: each tick answers the node's pings
+//! within the tick (a live peer with the RTT the keeper already has, so
+//! the near sets do not move; a failed one not at all), then ticks the
+//! keeper. So a failure is noticed in two ways, as in the real overlay:
+//! its connections close when the failure is detected (the scenario's
+//! `detect_after_s`), and a peer that answered no ping for a ping interval
+//! and a ping timeout is disconnected by the keeper of each node connected
+//! to it (and replaced if it was a neighbour), whichever comes first. A
+//! run without failures has no ticks; the ticks go on only while other
+//! events are pending, so a run still ends when its work does.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use zorilla_core::Time;
 use zorilla_core::neighbours::keeper::{Action, DialFailure, KeeperConfig, PeerFacts, PeerKeeper};
 use zorilla_core::neighbours::{LinkKind, NeighbourConfig};
 
-use super::Sim;
 use super::node_overlay::NodeOverlay;
+use super::{Event, Sim};
 
 /// Most peers in one peer-exchange answer (the overlay's limit).
 const MAX_PEER_RECORDS: usize = 32;
@@ -132,6 +145,141 @@ impl Sim {
         self.keep_peers(node);
     }
 
+    /// Draws every node's phase of its keeper's ticks within a ping
+    /// interval (from the seed, with a generator apart from the run's
+    /// other random choices, which stay unchanged).
+    pub(super) fn keeper_phases(&mut self) {
+        let interval = self.keeper_config().ping_interval;
+        let mut phases = ChaCha8Rng::seed_from_u64(self.seed ^ 0x7ec4_e7ee);
+        let n = self.grid.len();
+        self.keeper_phase = (0..n)
+            .map(|_| interval.mul_f64(phases.random::<f64>()))
+            .collect();
+        self.keeper_ticking = vec![false; n];
+    }
+
+    /// The latest tick time of `node` at or before `at`, and the next one
+    /// after it (its ticks fall at its phase plus whole ping intervals).
+    fn tick_times(&self, node: u32, at: Time) -> (Option<Time>, Time) {
+        let interval = self.keeper_config().ping_interval;
+        let phase = self.keeper_phase[node as usize];
+        if at < phase {
+            return (None, phase);
+        }
+        let since = (at - phase).as_nanos() % interval.as_nanos().max(1);
+        let last = at - Duration::from_nanos(since as u64);
+        (Some(last), last + interval)
+    }
+
+    /// `failed` has just failed, silently: every live node connected to
+    /// it saw its last answer at its own last tick (a ping interval
+    /// apart), and its keeper starts ticking, so that it notices the
+    /// silence through its ping timeout as the real overlay would. Nodes
+    /// watching no silent peer do not tick during the run: their ticks
+    /// would only feed answers of live peers, which change nothing (see
+    /// [`Sim::keeper_tick`]), so a run without failures has no ticks.
+    pub(super) fn watch_silent(&mut self, failed: u32) {
+        if !self.scenario_mode_ours() {
+            return;
+        }
+        let watchers: BTreeSet<u32> = self
+            .connections
+            .values()
+            .filter_map(|&(a, b)| {
+                if a == failed {
+                    Some(b)
+                } else if b == failed {
+                    Some(a)
+                } else {
+                    None
+                }
+            })
+            .filter(|n| self.nodes[*n as usize].alive)
+            .collect();
+        for node in watchers {
+            let (last, next) = self.tick_times(node, self.now);
+            let answered = self.epoch + last.unwrap_or(self.now);
+            if let Some(keeper) = self.keeper(node)
+                && let Some(rtt) = keeper.table().rtt(&failed)
+            {
+                keeper.rtt(failed, rtt, answered);
+            }
+            if !self.keeper_ticking[node as usize] {
+                self.keeper_ticking[node as usize] = true;
+                self.push_keeper_tick(next, node);
+            }
+        }
+    }
+
+    fn scenario_mode_ours(&self) -> bool {
+        self.nodes
+            .first()
+            .is_some_and(|n| matches!(n.overlay, NodeOverlay::Ours(_)))
+    }
+
+    fn push_keeper_tick(&mut self, at: Time, node: u32) {
+        self.keeper_ticks += 1;
+        self.push(at, Event::KeeperTick { node });
+    }
+
+    /// `node`'s keeper tick of the run is due. Its pings are answered in
+    /// the tick itself: a live connected peer answers with the RTT the
+    /// keeper already has of it (its minimum, so nothing in the near sets
+    /// moves; the simulated RTT if it has none yet), a failed one does not;
+    /// then the keeper ticks. The node ticks again a ping interval later
+    /// while it is connected to a failed peer, and for a ping interval and
+    /// a ping timeout after (so that a replacement's probes end), and only
+    /// while other events are pending, so a run still ends when its work
+    /// does.
+    pub(super) fn keeper_tick(&mut self, node: u32) {
+        self.keeper_ticks -= 1;
+        let now = self.keeper_now();
+        let config = self.keeper_config();
+        let peers: Vec<u32> = match &self.nodes[node as usize].overlay {
+            NodeOverlay::Ours(keeper) if self.nodes[node as usize].alive => {
+                keeper.connected_peers().copied().collect()
+            }
+            _ => {
+                // A failed node ticks again once it rejoined and watches
+                // a silent peer.
+                self.keeper_ticking[node as usize] = false;
+                return;
+            }
+        };
+        let mut silent = false;
+        for peer in peers {
+            if !self.nodes[peer as usize].alive {
+                silent = true;
+                continue;
+            }
+            let simulated = Duration::from_micros(self.grid.rtt_us(node, peer));
+            if let Some(keeper) = self.keeper(node) {
+                let rtt = keeper.table().rtt(&peer).unwrap_or(simulated);
+                keeper.rtt(peer, rtt, now);
+            }
+        }
+        if let Some(keeper) = self.keeper(node) {
+            keeper.tick(now, &SimFacts);
+        }
+        self.keep_peers(node);
+        let n = &mut self.nodes[node as usize];
+        if silent {
+            n.quiet_since = None;
+        } else if n.quiet_since.is_none() {
+            n.quiet_since = Some(now);
+        }
+        let settled = n.quiet_since.is_some_and(|since| {
+            now.saturating_sub(since) >= config.ping_interval + config.ping_timeout
+        });
+        if settled || self.heap.len() <= self.keeper_ticks {
+            self.nodes[node as usize].quiet_since = None;
+            self.keeper_ticking[node as usize] = false;
+        } else {
+            let at = self.now + config.ping_interval;
+            self.push_keeper_tick(at, node);
+        }
+    }
+
     /// A node that rejoins: a fresh keeper, a few random peers, then as
     /// many ticks as the warm-up at this moment.
     pub(super) fn rejoin_ours(&mut self, node: u32, alive: &[u32]) {
@@ -196,7 +344,9 @@ impl Sim {
                     work.push_back(touched);
                 }
             }
-            Action::Disconnect { peer, .. } => {
+            // A ban closes the peer's connections too; the keeper itself
+            // refuses the peer until it unbans it.
+            Action::Disconnect { peer, .. } | Action::Ban(peer) => {
                 let ids: Vec<u64> = self
                     .connections
                     .iter()
@@ -233,12 +383,9 @@ impl Sim {
                 }
             }
             Action::Forgotten(peer) => self.nodes[node as usize].router.peer_lost(&peer),
-            // Nobody misbehaves and nobody has bootstrap addresses; the
-            // links are brought up to date after the burst.
-            Action::Ban(_)
-            | Action::Unban(_)
-            | Action::DialBootstrap
-            | Action::NeighboursChanged { .. } => {}
+            // Nobody has bootstrap addresses; the links are brought up to
+            // date after the burst.
+            Action::Unban(_) | Action::DialBootstrap | Action::NeighboursChanged { .. } => {}
         }
     }
 

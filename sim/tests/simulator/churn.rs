@@ -130,3 +130,72 @@ fn ten_thousand_nodes_scaled_down_with_churn_keep_locality() {
         "{s:?}\n{paper:?}"
     );
 }
+
+/// A node that fails silently (its connections never close: the scenario
+/// detects failures only after the run) is noticed during the run by the
+/// keepers connected to it, through their ping timeouts alone, and
+/// replaced: two seconds after it failed nodes still link to it (no keeper
+/// waited a ping interval and a ping timeout since its last answer), two
+/// seconds past that deadline none does, and every node that had it as a
+/// near neighbour has as many near neighbours again.
+#[test]
+fn a_silent_node_is_detected_and_replaced_through_the_keepers_timeouts() {
+    let mut scenario = small_grid(0, false);
+    scenario.churn = Some(Churn {
+        failures_per_s: 0.0,
+        rejoin_after_s: 1000.0,
+        detect_after_s: 1000.0,
+    });
+    scenario.until_s = 60.0;
+    let mut sim = Sim::new(&scenario, Mode::Ours, 1, Vec::new()).unwrap();
+    let near_before = sim.near_links();
+    // The node the most nodes chose as a near neighbour.
+    let chosen_by = |node: u32| near_before.iter().filter(|n| n.contains(&node)).count();
+    let failed = (0..near_before.len() as u32)
+        .max_by_key(|n| (chosen_by(*n), std::cmp::Reverse(*n)))
+        .unwrap();
+    let chose: Vec<usize> = (0..near_before.len())
+        .filter(|n| near_before[*n].contains(&failed))
+        .collect();
+    assert!(!chose.is_empty(), "some node chose node {failed}");
+    let at = Duration::from_secs(5);
+    sim.fail_at(failed, at);
+    let linking = |sim: &Sim| -> Vec<usize> {
+        let links = sim.overlay();
+        (0..links.len())
+            .filter(|n| sim.is_alive(*n as u32) && links[*n].contains(&failed))
+            .collect()
+    };
+    let run_to = |sim: &mut Sim, t: Duration| {
+        while sim.now() < t {
+            assert!(sim.step(), "the run ended at {:?}", sim.now());
+            assert_eq!(sim.check_invariants(), Ok(()));
+        }
+    };
+    // Every node ticks once a second: the first event at or after 2 s
+    // past the failure comes before 3 s, less than a ping interval (1 s)
+    // and a timeout (3 s) after the failed node's last answer.
+    run_to(&mut sim, at + Duration::from_secs(2));
+    assert!(!sim.is_alive(failed));
+    assert!(
+        !linking(&sim).is_empty(),
+        "node {failed} was dropped before any keeper's timeout"
+    );
+    run_to(&mut sim, at + Duration::from_secs(6));
+    assert_eq!(
+        linking(&sim),
+        Vec::<usize>::new(),
+        "still linked to node {failed}"
+    );
+    let near_after = sim.near_links();
+    for n in chose {
+        assert!(!near_after[n].contains(&failed));
+        assert_eq!(
+            near_after[n].len(),
+            near_before[n].len(),
+            "node {n} replaced its near neighbour {failed}: {:?} -> {:?}",
+            near_before[n],
+            near_after[n]
+        );
+    }
+}

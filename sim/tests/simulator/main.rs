@@ -12,7 +12,7 @@ use proptest::prelude::{ProptestConfig, prop_assert, proptest};
 use zorilla_core::advert::{Advert, FloodHeader, JobId, Strategy, WorkerCount};
 use zorilla_core::node::{Input, JobEvent, JobSpec, LostPolicy, Output, Phase};
 use zorilla_core::resources::Resources;
-use zorilla_sim::scenario::Scenario;
+use zorilla_sim::scenario::{Churn, Scenario};
 use zorilla_sim::sim::{JobPlan, Mode, Sim, plan_jobs, run_scenario};
 use zorilla_sim::sweep::run_case;
 
