@@ -244,27 +244,23 @@ struct Progress {
     next: u64,
 }
 
+impl Progress {
+    /// A copy the primary knows nothing of yet: it is sent from after the
+    /// log's end (a heartbeat), and its ack says where it really is.
+    fn fresh(len: u64) -> Self {
+        Progress {
+            matched: 0,
+            next: len + 1,
+        }
+    }
+}
+
 impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
     /// The job's first primary (its home), with no copies yet.
     pub fn primary(job: u64, me: P, now: Time, timing: Timing) -> Self {
-        Replica {
-            job,
-            epoch: Epoch {
-                term: 0,
-                primary: me.clone(),
-            },
-            me,
-            timing,
-            role: Role::Primary,
-            copies: BTreeSet::new(),
-            log: Vec::new(),
-            progress: BTreeMap::new(),
-            copies_to_ack: 1,
-            committed: 0,
-            heard: now,
-            heard_primary: now,
-            expected: None,
-        }
+        let mut replica = Replica::copy(job, me.clone(), me, now, timing);
+        replica.role = Role::Primary;
+        replica
     }
 
     /// A copy of `job` whose primary is `primary` (in its first epoch, or
@@ -348,10 +344,9 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.progress.retain(|p, _| copies.contains(p));
         let len = self.len();
         for p in &copies {
-            self.progress.entry(p.clone()).or_insert(Progress {
-                matched: 0,
-                next: len + 1,
-            });
+            self.progress
+                .entry(p.clone())
+                .or_insert(Progress::fresh(len));
         }
         self.copies = copies;
         let mut out = Vec::new();
@@ -605,15 +600,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.progress = self
             .copies
             .iter()
-            .map(|p| {
-                (
-                    p.clone(),
-                    Progress {
-                        matched: 0,
-                        next: len + 1,
-                    },
-                )
-            })
+            .map(|p| (p.clone(), Progress::fresh(len)))
             .collect();
         // What is committed is learnt again from the copies' acks.
         self.committed = 0;
