@@ -179,7 +179,7 @@ impl Sim {
     /// would only feed answers of live peers, which change nothing (see
     /// [`Sim::keeper_tick`]), so a run without failures has no ticks.
     pub(super) fn watch_silent(&mut self, failed: u32) {
-        if !self.scenario_mode_ours() {
+        if !self.mode.our_overlay() {
             return;
         }
         let watchers: BTreeSet<u32> = self
@@ -209,12 +209,6 @@ impl Sim {
                 self.push_keeper_tick(next, node);
             }
         }
-    }
-
-    fn scenario_mode_ours(&self) -> bool {
-        self.nodes
-            .first()
-            .is_some_and(|n| matches!(n.overlay, NodeOverlay::Ours(_)))
     }
 
     fn push_keeper_tick(&mut self, at: Time, node: u32) {
