@@ -75,12 +75,14 @@ mod member;
 mod ranks;
 mod report;
 mod spec;
+mod takeover;
 
 pub use crate::advert::{Phase, Placed};
 pub use events::{Input, JobEvent, Output};
 pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
 pub use spec::{JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError};
+pub use takeover::{JobEntry, JobState};
 
 /// A job this node is home to.
 #[derive(Debug, Clone)]

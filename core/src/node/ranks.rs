@@ -369,6 +369,23 @@ impl<P: Clone + Eq> RankTable<P> {
         (ranks, replaced)
     }
 
+    /// Places `ranks` on `node` with grant number `incarnation`, as a
+    /// grant the table's log recorded did (see
+    /// [`JobState::replay`](super::JobState::replay)).
+    pub(crate) fn restore(&mut self, node: &P, incarnation: u32, ranks: &[u32]) {
+        for &rank in ranks {
+            self.lost.remove(&rank);
+            self.ranks.insert(
+                rank,
+                Rank {
+                    node: node.clone(),
+                    incarnation,
+                    outcome: None,
+                },
+            );
+        }
+    }
+
     /// Nodes with placed (not lost) ranks.
     pub(crate) fn nodes(&self) -> BTreeSet<P>
     where

@@ -1,0 +1,237 @@
+//! A job changing home (issue 16): what a home logs of its job for the
+//! job's copies ([`JobEntry`]), the home's state rebuilt from that log
+//! ([`JobState`]), and the scheduler's three moves in a takeover:
+//!
+//! - a copy that became the job's primary **adopts** it
+//!   ([`Scheduler::adopt`]) and tells the job's nodes that it is their home
+//!   now (a [`Message::Placement`] from it);
+//! - an old primary that learnt it is a copy **steps down**
+//!   ([`Scheduler::step_down`]): it forgets the job as home, sending
+//!   nothing and ending nothing, since the job is the new primary's;
+//! - a node that runs ranks of the job **follows it** to its new home
+//!   ([`Scheduler::home_moved`]), so that its reports and offers go there.
+//!
+//! Which node is primary is [`crate::replica`]'s decision; this module only
+//! turns a log into a home and back. The log holds the home's own
+//! [`JobEvent`]s: they are the decisions the rank table is made of (a
+//! grant, a loss, an end), so replaying them rebuilds the table exactly,
+//! and a successor decides from there as the old home would have.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// One entry of a job's replicated log: the spec first, then the home's
+/// events for the job, in the order the home made them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobEntry<P> {
+    /// The job as it was submitted (the log's first entry).
+    Submitted {
+        /// What the job needs.
+        spec: JobSpec,
+    },
+    /// Something the home decided.
+    Event(JobEvent<P>),
+}
+
+impl<P: Clone> JobEntry<P> {
+    /// The entry for a home's event, if it belongs in the log (a refused
+    /// job never had one).
+    pub fn of(event: &JobEvent<P>) -> Option<Self> {
+        match event {
+            JobEvent::Rejected { .. } => None,
+            event => Some(JobEntry::Event(event.clone())),
+        }
+    }
+}
+
+/// A home's state of one job, rebuilt from its log.
+#[derive(Debug, Clone)]
+pub struct JobState<P> {
+    /// What the job needs.
+    pub spec: JobSpec,
+    /// How far it got.
+    pub phase: Phase,
+    /// Its ranks.
+    pub ranks: RankTable<P>,
+    /// Grants made so far (the next grant's incarnation).
+    pub grants: u32,
+    /// Whether the home stopped flooding because the job had all its
+    /// workers.
+    pub full: bool,
+}
+
+impl<P: Clone + Ord> JobState<P> {
+    /// The state a log describes: `None` if it does not begin with the
+    /// job's spec. Entries that do not fit the state so far (a loss of a
+    /// rank that is not placed, say) change nothing, as at the home.
+    pub fn replay<'a>(entries: impl IntoIterator<Item = &'a JobEntry<P>>) -> Option<Self>
+    where
+        P: 'a,
+    {
+        let mut entries = entries.into_iter();
+        let Some(JobEntry::Submitted { spec }) = entries.next() else {
+            return None;
+        };
+        let mut state = JobState {
+            spec: spec.clone(),
+            phase: Phase::Scheduling,
+            ranks: RankTable::default(),
+            grants: 0,
+            full: false,
+        };
+        for entry in entries {
+            if let JobEntry::Event(event) = entry {
+                state.apply(event);
+            }
+        }
+        Some(state)
+    }
+
+    fn apply(&mut self, event: &JobEvent<P>) {
+        match event {
+            JobEvent::Rejected { .. } => {}
+            JobEvent::Granted {
+                node,
+                ranks,
+                incarnation,
+                ..
+            } => {
+                self.ranks.restore(node, *incarnation, ranks);
+                self.grants = self.grants.max(incarnation.saturating_add(1));
+            }
+            JobEvent::Started { .. } => {
+                self.phase.advance(Phase::Running);
+            }
+            JobEvent::Full { .. } => self.full = true,
+            JobEvent::WorkersLost {
+                node,
+                ranks,
+                reason,
+                ..
+            } => {
+                self.ranks.lose(node, Some(ranks), *reason);
+                // A job that lost workers floods afresh for them.
+                self.full = false;
+            }
+            JobEvent::RankEnded {
+                node,
+                rank,
+                outcome,
+                ..
+            } => {
+                if let Some(incarnation) = self.ranks.get(*rank).map(|r| r.incarnation) {
+                    self.ranks.end(node, *rank, incarnation, outcome.clone());
+                }
+            }
+            JobEvent::Ended { phase, .. } => {
+                self.phase.advance(*phase);
+            }
+        }
+    }
+}
+
+/// Flood numbers of a home of term `t` start at `t` times this, so that a
+/// new home's floods are never taken for copies of an older home's by the
+/// nodes' duplicate caches (a home sends far fewer floods than this).
+const FLOODS_PER_TERM: u32 = 1 << 20;
+
+impl<P: PeerKey> Scheduler<P> {
+    /// This node becomes the home of `job` (it took over as its primary in
+    /// `term`), in the state its log describes. The job's nodes are told
+    /// that this node is their home now, with the placement and phase; a
+    /// job still short of workers floods again (its lifetime counted anew
+    /// from now); a job that ended stays ended (its nodes hear so again,
+    /// in case the old home died before telling them). Nothing happens if
+    /// this node is the job's home already.
+    pub fn adopt(
+        &mut self,
+        now: Time,
+        job_id: JobId,
+        term: u64,
+        state: JobState<P>,
+    ) -> Vec<Output<P>> {
+        let mut out = Vec::new();
+        if self.home.contains_key(&job_id) {
+            return out;
+        }
+        let JobState {
+            spec,
+            phase,
+            ranks,
+            grants,
+            full,
+        } = state;
+        let ended_with = match phase {
+            Phase::Scheduling | Phase::Running => None,
+            Phase::Completed => Some(RefuseReason::JobFull),
+            Phase::Cancelled => Some(RefuseReason::Cancelled),
+            Phase::Failed => Some(RefuseReason::Failed),
+        };
+        let granted = ranks.placed();
+        let floods = ended_with.is_none() && !full && granted < spec.workers.max;
+        let schedule = FloodSchedule::resume(
+            self.config.schedule.clone(),
+            spec.workers.max.saturating_sub(granted).max(1),
+            self.last_reach,
+        );
+        let term = u32::try_from(term).unwrap_or(u32::MAX);
+        let job = HomeJob {
+            expires_at: now.saturating_add(spec.lifetime),
+            phase,
+            schedule,
+            next_flood_at: floods.then_some(now),
+            offers: BTreeMap::new(),
+            ranks,
+            grants,
+            earlier_floods: term.saturating_mul(FLOODS_PER_TERM),
+            settle_at: None,
+            settling: false,
+            ended_with,
+            report: PendingReport {
+                needed: spec.workers.min,
+                granted,
+                ..PendingReport::default()
+            },
+            spec,
+        };
+        job.announce(job_id, Vec::new(), &BTreeSet::new(), &mut out);
+        self.home.insert(job_id, job);
+        if ended_with.is_some() {
+            self.ended.push_back(job_id);
+        }
+        // Ranks this node runs answer to itself now.
+        let me = self.id.clone();
+        self.home_moved(job_id, me);
+        self.step_home_jobs(now, &mut out);
+        self.loopback(now, out)
+    }
+
+    /// This node is no longer the home of `job`: another node took over as
+    /// its primary (`new_home`). The job is forgotten as home without a
+    /// word to anyone (its offers lapse at the nodes that hold them), and
+    /// ranks this node runs of it answer to the new home. Returns whether
+    /// this node was its home.
+    pub fn step_down(&mut self, job: JobId, new_home: P) -> bool {
+        let was = self.home.remove(&job).is_some();
+        self.ended.retain(|j| *j != job);
+        self.home_moved(job, new_home);
+        was
+    }
+
+    /// The ranks this node runs or holds of `job` answer to `home` from
+    /// now on (the job changed home).
+    pub fn home_moved(&mut self, job: JobId, home: P) {
+        if let Some(e) = self.engaged.get_mut(&job) {
+            e.home = home;
+        }
+    }
+
+    /// The home of `job` as this node's ranks of it know it.
+    pub fn home_of(&self, job: JobId) -> Option<&P> {
+        if self.home.contains_key(&job) {
+            return Some(&self.id);
+        }
+        self.engaged.get(&job).map(|e| &e.home)
+    }
+}
