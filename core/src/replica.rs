@@ -31,6 +31,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::{PeerKey, Time};
 
 /// The most entries a job's log holds; a proposal beyond it is refused.
@@ -42,7 +44,7 @@ pub const MAX_COPIES: usize = 16;
 
 /// Who is primary, and since when: a term and the peer that took it.
 /// Ordered by term, then by peer, so two primaries never share an epoch.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Epoch<P> {
     /// How many times the job changed primary.
     pub term: u64,
@@ -74,7 +76,11 @@ impl Default for Timing {
 }
 
 /// A message between the replicas of one job.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(bound(
+    serialize = "P: Serialize, E: Serialize",
+    deserialize = "P: Deserialize<'de> + Ord, E: Deserialize<'de>"
+))]
 pub enum Msg<P, E> {
     /// From the primary: entries (none: a heartbeat).
     Append {
@@ -245,12 +251,15 @@ struct Progress {
 }
 
 impl Progress {
-    /// A copy the primary knows nothing of yet: it is sent from after the
-    /// log's end (a heartbeat), and its ack says where it really is.
-    fn fresh(len: u64) -> Self {
+    /// A copy the primary knows nothing of yet: it is sent the log from
+    /// its start (at most [`MAX_ENTRIES_PER_APPEND`] entries at a time), so
+    /// that a copy made at a job's grant holds the job after one message
+    /// rather than after a round trip that finds where it is. A copy that
+    /// holds more already says so in its ack.
+    fn fresh(_len: u64) -> Self {
         Progress {
             matched: 0,
-            next: len + 1,
+            next: 1,
         }
     }
 }

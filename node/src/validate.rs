@@ -214,6 +214,77 @@ pub const MAX_OUTCOME_BYTES: usize = 2 * 1024;
 /// as 16 hex digits).
 pub const MAX_JOB_NAME_BYTES: usize = 64;
 
+/// Checks a message between a job's replicas: at most
+/// [`replica::MAX_ENTRIES_PER_APPEND`] entries of at most [`MAX_WORKERS`]
+/// ranks each, at most [`replica::MAX_COPIES`] copies, indices within
+/// [`replica::MAX_LOG`], and every event's ranks and words within their
+/// maxima.
+fn replica_msg(msg: &crate::node::ReplicaMsg) -> Result<(), Invalid> {
+    use zorilla_core::node::{EndReason, JobEntry, JobEvent, RankOutcome};
+    use zorilla_core::replica::{self, Msg};
+    let index = |field: &'static str, i: u64| limits::at_most(field, i, replica::MAX_LOG);
+    let outcome = |o: &RankOutcome| match o {
+        RankOutcome::Failed(Failure::Trapped(why) | Failure::NotStarted(why)) => {
+            limits::at_most("outcome length in bytes", why.len(), MAX_OUTCOME_BYTES)
+        }
+        _ => Ok(()),
+    };
+    match msg {
+        Msg::Append {
+            after,
+            entries,
+            copies,
+            end,
+            ..
+        } => {
+            index("append index", *after)?;
+            index("log end", *end)?;
+            limits::at_most("entries", entries.len(), replica::MAX_ENTRIES_PER_APPEND)?;
+            if let Some(copies) = copies {
+                limits::at_most("copies", copies.len(), replica::MAX_COPIES)?;
+            }
+            for (_, entry) in entries {
+                match entry {
+                    JobEntry::Submitted { spec } => {
+                        limits::at_most("workers", spec.workers.max, MAX_WORKERS)?;
+                    }
+                    JobEntry::Event(event) => match event {
+                        JobEvent::Granted {
+                            ranks, replaced, ..
+                        } => placement(ranks.iter(), replaced)?,
+                        JobEvent::WorkersLost { ranks, .. } => placement(ranks.iter(), &[])?,
+                        JobEvent::RankEnded {
+                            rank: r,
+                            outcome: o,
+                            ..
+                        } => {
+                            rank("rank", *r)?;
+                            outcome(o)?;
+                        }
+                        JobEvent::Ended { reason, .. } => match reason {
+                            EndReason::Expired { why } => limits::at_most(
+                                "reason length in bytes",
+                                why.len(),
+                                MAX_OUTCOME_BYTES,
+                            )?,
+                            EndReason::RankFailed { outcome: o, .. } => outcome(o)?,
+                            EndReason::WorkersLost { ranks, .. } => placement(ranks.iter(), &[])?,
+                            EndReason::Completed { .. } | EndReason::Cancelled => {}
+                        },
+                        JobEvent::Rejected { .. }
+                        | JobEvent::Started { .. }
+                        | JobEvent::Full { .. } => {}
+                    },
+                }
+            }
+        }
+        Msg::Ack { index: i, .. } => index("acknowledged index", *i)?,
+        Msg::Standing { len, .. } => index("log length", *len)?,
+        Msg::Alive { .. } => {}
+    }
+    Ok(())
+}
+
 /// Checks that `rank` is a rank some job can have.
 fn rank(field: &'static str, rank: u32) -> Result<(), Invalid> {
     Ok(limits::at_most(field, rank, MAX_WORKERS - 1)?)
@@ -327,6 +398,12 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
             limits::at_most("job name length in bytes", job.len(), MAX_JOB_NAME_BYTES)?;
         }
         PeerRpc::Checkpoint(rpc) => checkpoint_rpc(rpc)?,
+        PeerRpc::Replica { msg, copy, .. } => {
+            replica_msg(msg)?;
+            if let Some(copy) = copy {
+                job_copy(copy)?;
+            }
+        }
     }
     Ok(())
 }

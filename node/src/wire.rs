@@ -122,6 +122,16 @@ pub(crate) enum PeerRpc {
     /// Checkpoints: blocks to and from holders, where a rank's latest is
     /// (see [`checkpoint`]).
     Checkpoint(CheckpointRpc),
+    /// Between the replicas of a job (its primary and its copies): the
+    /// core's [`zorilla_core::replica::Msg`] of the job's log. `copy` goes
+    /// with an append that may reach a node that does not hold the job yet
+    /// (an extra copy, or one that fell behind), so that any copy can
+    /// become the job's home.
+    Replica {
+        job: u64,
+        msg: Box<crate::node::ReplicaMsg>,
+        copy: Option<Box<JobCopy>>,
+    },
 }
 
 /// What a [`PeerRpc::Barrier`] says. Every barrier call of a worker has a
@@ -500,5 +510,57 @@ mod tests {
             hash: [0; 32],
         });
         assert!(refused(get).contains("checkpoint rank"));
+    }
+}
+
+#[cfg(test)]
+mod replica_tests {
+    use std::collections::BTreeSet;
+
+    use zorilla_core::advert::{JobId, Strategy, WorkerCount};
+    use zorilla_core::node::{JobEntry, JobEvent, JobSpec, LostPolicy};
+    use zorilla_core::replica::{Epoch, Msg};
+    use zorilla_core::resources::Resources;
+    use zorilla_overlay::PeerId;
+
+    use super::*;
+
+    /// A replica's append, with the job's copy, goes through the wire
+    /// and its checks.
+    #[test]
+    fn a_replica_append_round_trips_and_passes_the_checks() {
+        let primary = PeerId::random();
+        let epoch = Epoch { term: 0, primary };
+        let spec = JobSpec {
+            per_worker: Resources::new(1, 64, 0),
+            workers: WorkerCount { min: 8, max: 8 },
+            strategy: Strategy::Concentrate,
+            lifetime: std::time::Duration::from_secs(120),
+            on_worker_lost: LostPolicy::Fail,
+        };
+        let msg = Msg::Append {
+            epoch: epoch.clone(),
+            after: 0,
+            after_epoch: None,
+            entries: vec![
+                (epoch.clone(), JobEntry::Submitted { spec }),
+                (
+                    epoch.clone(),
+                    JobEntry::Event(JobEvent::Started {
+                        job: JobId(1),
+                        workers: 8,
+                    }),
+                ),
+            ],
+            copies: Some(BTreeSet::from([PeerId::random()])),
+            end: 2,
+        };
+        let rpc = PeerRpc::Replica {
+            job: 1,
+            msg: Box::new(msg),
+            copy: None,
+        };
+        let back: PeerRpc = decode(&encode(&rpc)).expect("decodes");
+        crate::validate::peer_rpc(&back).expect("passes the checks");
     }
 }

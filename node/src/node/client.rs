@@ -172,6 +172,7 @@ impl Node {
         self.activity.send_modify(|n| *n = n.wrapping_add(1));
         self.jobs.insert(id, record);
         tracing::info!(job = %JobId(id), "job submitted");
+        self.replicate_new_job(id, spec.clone());
         let out = self.sched.handle(
             self.now(),
             Input::Submit {

@@ -85,6 +85,7 @@ impl Node {
     /// [`zorilla_core::node::RankTable`]): the record is kept and stored,
     /// liveness follows the placement.
     pub(super) fn job_event(&mut self, event: JobEvent<PeerId>) {
+        self.replicate_event(&event);
         match event {
             JobEvent::Rejected { job, error } => {
                 self.end_home_job(job.0, JobPhase::Failed, format!("rejected: {error}"));
@@ -208,6 +209,9 @@ impl Node {
         replaced: Vec<u32>,
     ) {
         self.status.job_phase(job, home, phase);
+        if self.primary_of(job) == Some(home) {
+            self.follow(job, home);
+        }
         let Some(member) = self.members.get_mut(&job) else {
             return;
         };

@@ -33,6 +33,7 @@ impl Node {
             stopped: false,
             heard: Instant::now(),
             born: HashMap::new(),
+            home_tx: watch::channel(home).0,
         });
         member.stopped = false;
         member.heard = Instant::now();
@@ -123,11 +124,15 @@ impl Node {
                 tracing::warn!(%peer, "peer does not answer; treating it as lost");
                 let out = self.sched.handle(self.now(), Input::PeerLost(peer));
                 self.execute(out);
-                // Workers of jobs whose home is gone are stopped.
+                // Copies of jobs whose primary it was choose the next.
+                self.replicas_peer_gone(peer);
+                // Workers of jobs whose home is gone are stopped, unless
+                // this node holds a copy of the job's state: then they wait
+                // for the job's next home.
                 let orphaned: Vec<u64> = self
                     .members
                     .iter()
-                    .filter(|(_, m)| m.home == peer)
+                    .filter(|(j, m)| m.home == peer && !self.is_copy(**j))
                     .map(|(j, _)| *j)
                     .collect();
                 for job in orphaned {
@@ -141,7 +146,9 @@ impl Node {
                     member.workers.remove(&rank);
                     empty = member.workers.is_empty();
                 }
-                if empty {
+                // A copy keeps the job's ranks that ended here (their
+                // outputs, for a new home) until the job is over.
+                if empty && !self.is_copy(job) {
                     self.members.remove(&job);
                 }
                 let out = self.sched.handle(
@@ -262,15 +269,20 @@ impl Node {
             // The limits in force: what the worker may leave in /outputs
             // is what may go home, and an end by a limit names its figure.
             let in_force = limits.capped_by(&self.sandbox.config().caps);
+            let Some(home_rx) = self.members.get(&job).map(|m| m.home_tx.subscribe()) else {
+                continue;
+            };
+            let log_file = dir.join("logs").join(rank.to_string());
             self.tasks.spawn(supervise(
                 net,
-                home,
+                home_rx,
                 job,
                 rank,
                 incarnation,
                 handle,
                 out_rx,
                 job_dir,
+                log_file,
                 in_force,
             ));
         }
@@ -278,46 +290,50 @@ impl Node {
 }
 
 /// Streams a worker's output to the home while it runs, then its output
-/// files (see [`send_outputs`]), then how it ended.
+/// files (see [`send_outputs`]), then how it ended. `home` is the job's
+/// home as the loop knows it: when the job changes home (see `replicas`),
+/// the new home is sent the rank's log from its start (kept in
+/// `log_file`, outside the worker's directory) and, once the worker has
+/// ended, its outputs and end again, for as long as the job lasts here
+/// (the worker's directory and log are kept until the loop forgets the
+/// job, which closes `home`). So a rank's outputs reach a node besides the
+/// home (this one) before its end is taken as known.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn supervise(
     net: Net,
-    home: PeerId,
+    mut home: watch::Receiver<PeerId>,
     job: u64,
     rank: u32,
     incarnation: u32,
     handle: zorilla_sandbox::WorkerHandle,
     mut output: mpsc::Receiver<zorilla_sandbox::OutputChunk>,
     job_dir: PathBuf,
+    log_file: PathBuf,
     limits: Limits,
 ) -> Done {
     let outputs_limit = limits.disk_bytes;
-    let send_chunk = |chunk: zorilla_sandbox::OutputChunk| {
-        let net = net.clone();
-        async move {
-            for piece in chunk.data.chunks(BLOCK_BYTES) {
-                let chunk = LogChunk {
-                    rank,
-                    stderr: chunk.kind == OutputKind::Stderr,
-                    data: piece.to_vec(),
-                };
-                let _ = net.call(home, PeerRpc::Log { job, chunk }).await;
-            }
-        }
-    };
+    let mut log = KeptLog::create(log_file).await;
     let cancel = handle.cancel_handle();
     let wait = handle.wait();
     tokio::pin!(wait);
     let report = loop {
         tokio::select! {
-            Some(chunk) = output.recv() => send_chunk(chunk).await,
+            Some(chunk) = output.recv() => {
+                let to = *home.borrow();
+                log.send(&net, to, job, rank, chunk).await;
+            }
+            Ok(()) = home.changed() => {
+                let to = *home.borrow_and_update();
+                log.resend(&net, to, job, rank).await;
+            }
             report = &mut wait => break report,
         }
     };
     let cancelled = report.outcome == Outcome::Cancelled;
     let drain = async {
         while let Ok(chunk) = output.try_recv() {
-            send_chunk(chunk).await;
+            let to = *home.borrow();
+            log.send(&net, to, job, rank, chunk).await;
         }
     };
     if cancelled {
@@ -327,17 +343,20 @@ pub(super) async fn supervise(
         // nobody waits for.
         let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
         let _ = std::fs::remove_dir_all(&job_dir);
+        log.remove();
         return Done::WorkerEnded { job, rank };
     }
     drain.await;
     let outputs = job_dir.join("outputs");
-    let sent = send_outputs(&net, home, job, rank, &outputs, outputs_limit);
+    let to = *home.borrow_and_update();
+    let sent = send_outputs(&net, to, job, rank, &outputs, outputs_limit);
     tokio::select! {
         () = sent => {}
         // The job was stopped while its outputs went home: they are not
         // wanted any more.
         () = cancel.cancelled() => {
             let _ = std::fs::remove_dir_all(&job_dir);
+            log.remove();
             return Done::WorkerEnded { job, rank };
         }
     }
@@ -349,12 +368,110 @@ pub(super) async fn supervise(
         end,
     };
     for _ in 0..3 {
-        if net.call(home, rpc.clone()).await.is_ok() {
+        if net.call(to, rpc.clone()).await.is_ok() {
             break;
         }
     }
-    let _ = std::fs::remove_dir_all(&job_dir);
+    // Until the loop forgets the job (it ended, or this node holds no
+    // copy of it), a new home gets it all again.
+    tokio::spawn(async move {
+        while home.changed().await.is_ok() {
+            let to = *home.borrow_and_update();
+            log.resend(&net, to, job, rank).await;
+            send_outputs(&net, to, job, rank, &outputs, outputs_limit).await;
+            for _ in 0..3 {
+                if net.call(to, rpc.clone()).await.is_ok() {
+                    break;
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&job_dir);
+        log.remove();
+    });
     Done::WorkerEnded { job, rank }
+}
+
+/// A rank's log as it was sent home, kept in a file so that a new home can
+/// be sent it from the start. Writing it is best effort: a log that cannot
+/// be kept is still sent, and a new home then gets what was kept.
+struct KeptLog {
+    path: PathBuf,
+    file: Option<tokio::fs::File>,
+}
+
+impl KeptLog {
+    async fn create(path: PathBuf) -> KeptLog {
+        if let Some(dir) = path.parent() {
+            let _ = tokio::fs::create_dir_all(dir).await;
+        }
+        let file = tokio::fs::File::create(&path).await.ok();
+        KeptLog { path, file }
+    }
+
+    /// Sends `chunk` to `home`, in blocks, and keeps it.
+    async fn send(
+        &mut self,
+        net: &Net,
+        home: PeerId,
+        job: u64,
+        rank: u32,
+        chunk: zorilla_sandbox::OutputChunk,
+    ) {
+        use tokio::io::AsyncWriteExt;
+        let stderr = chunk.kind == OutputKind::Stderr;
+        if let Some(file) = &mut self.file {
+            // A record: the stream, the length, the bytes.
+            let mut head = [0u8; 5];
+            head[0] = u8::from(stderr);
+            head[1..].copy_from_slice(&(chunk.data.len() as u32).to_le_bytes());
+            if file.write_all(&head).await.is_err() || file.write_all(&chunk.data).await.is_err() {
+                self.file = None;
+            }
+        }
+        send_log(net, home, job, rank, stderr, &chunk.data).await;
+    }
+
+    /// Sends everything kept to `home`.
+    async fn resend(&mut self, net: &Net, home: PeerId, job: u64, rank: u32) {
+        use tokio::io::AsyncReadExt;
+        if let Some(file) = &mut self.file {
+            use tokio::io::AsyncWriteExt;
+            let _ = file.flush().await;
+        }
+        let Ok(mut file) = tokio::fs::File::open(&self.path).await else {
+            return;
+        };
+        let mut head = [0u8; 5];
+        while file.read_exact(&mut head).await.is_ok() {
+            let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            // What this node wrote itself: a record is never larger than a
+            // worker's output chunk; anything else is not read.
+            if len > 16 * BLOCK_BYTES {
+                return;
+            }
+            let mut data = vec![0; len];
+            if file.read_exact(&mut data).await.is_err() {
+                return;
+            }
+            send_log(net, home, job, rank, head[0] == 1, &data).await;
+        }
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Sends a piece of a rank's output to `home`, in blocks.
+async fn send_log(net: &Net, home: PeerId, job: u64, rank: u32, stderr: bool, data: &[u8]) {
+    for piece in data.chunks(BLOCK_BYTES) {
+        let chunk = LogChunk {
+            rank,
+            stderr,
+            data: piece.to_vec(),
+        };
+        let _ = net.call(home, PeerRpc::Log { job, chunk }).await;
+    }
 }
 
 /// How a worker ended, for its home: the sandbox's outcome with the

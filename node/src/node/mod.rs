@@ -54,6 +54,9 @@ mod home;
 mod liveness;
 mod member;
 mod peers;
+mod replicas;
+
+pub(crate) use replicas::ReplicaMsg;
 
 /// A client request on its way into the event loop.
 pub(crate) struct Command {
@@ -149,6 +152,9 @@ struct MemberJob {
     heard: Instant,
     /// When each rank was given to this node (see `liveness`).
     born: HashMap<u32, Instant>,
+    /// The job's home as this node knows it, for the tasks that send to
+    /// it (the job may change home: see `replicas`).
+    home_tx: watch::Sender<PeerId>,
 }
 
 /// What the home keeps in memory of its finished jobs: how many there are
@@ -235,6 +241,8 @@ pub(crate) struct Node {
     ended_since_release: bool,
     /// Checkpoints held here, and where those of this home's jobs are.
     checkpoints: checkpoints::CheckpointState,
+    /// This node's replicas of jobs' state (see `replicas`).
+    replicas: BTreeMap<u64, replicas::JobReplica>,
 }
 
 /// What the loop is started with.
@@ -308,6 +316,7 @@ impl Node {
             disk_problem: None,
             ended_since_release: false,
             checkpoints,
+            replicas: BTreeMap::new(),
         };
         node.recover();
         node.net.links.accept().await;
@@ -318,6 +327,8 @@ impl Node {
         store_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ranks_check = tokio::time::interval(liveness::CHECK);
         ranks_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut replica_tick = tokio::time::interval(replicas::TICK);
+        replica_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut release_check = tokio::time::interval(RELEASE_CHECK);
         release_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -363,6 +374,7 @@ impl Node {
                 _ = store_check.tick() => node.check_store(),
                 _ = ranks_check.tick() => node.check_ranks(),
                 _ = release_check.tick() => node.release_memory(),
+                _ = replica_tick.tick() => node.tick_replicas(),
                 () = timer => {
                     let now = node.now();
                     let out = node.sched.handle_timeout(now);

@@ -142,9 +142,14 @@ impl Node {
                 self.sched_message(from, msg);
                 PeerReply::Ack
             }
+            PeerRpc::Replica { job, msg, copy } => {
+                self.replica_message(from, job, *msg, copy.map(|c| *c));
+                PeerReply::Ack
+            }
             PeerRpc::Grant { grant, copy } => {
                 // The copy waits for the core's decision: workers start
                 // with it (`start_workers`), or the grant is withdrawn.
+                self.replicate_as_member(grant.job().0, from, &copy);
                 self.granted_copy = Some((grant.job().0, *copy));
                 self.sched_message(from, grant);
                 self.granted_copy = None;

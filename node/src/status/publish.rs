@@ -119,7 +119,8 @@ impl Publisher {
             | PeerRpc::Ranks { .. }
             | PeerRpc::Status
             | PeerRpc::StatusJob { .. }
-            | PeerRpc::Checkpoint(_) => {}
+            | PeerRpc::Checkpoint(_)
+            | PeerRpc::Replica { .. } => {}
             PeerRpc::Sched(_) | PeerRpc::Grant { .. } | PeerRpc::WorkerEnded { .. } => {
                 self.dirty = true;
             }

@@ -1,0 +1,406 @@
+//! The loop's side of a job's replicated state (issue 16; the decisions
+//! are the core's [`Replica`] and [`Scheduler::adopt`]): the home logs its
+//! job's events ([`JobEntry`]) for the job's copies, which are the nodes
+//! that run its ranks and, while there are fewer than [`REPLICATION`] of
+//! them, near nodes that run none; a copy that the copies chose when the
+//! home fell silent takes the job over as its home; a node that hears of a
+//! new primary follows the job there (its workers' reports, logs and
+//! outputs go there, those of ranks that ended here sent again); an old
+//! primary that learns of a newer one steps down.
+
+use zorilla_core::node::{JobEntry, JobState};
+use zorilla_core::replica::{Action, Msg, Replica, Timing};
+
+use super::*;
+
+/// The copies a job has besides its home when it can have them: extra
+/// copies are placed on near nodes while its workers' nodes are fewer.
+pub(super) const REPLICATION: usize = 2;
+/// The most jobs this node holds replicas of (a peer cannot make it hold
+/// more: replicas of unknown jobs are taken only with the job's copy, and
+/// not beyond this).
+pub(super) const MAX_REPLICAS: usize = 4096;
+/// How often replicas are ticked (heartbeats, leases, elections): well
+/// within the heartbeat of [`Timing::default`].
+pub(super) const TICK: Duration = Duration::from_millis(100);
+/// How long the replicas of an ended job are kept, so that its copies
+/// learn the end before the primary forgets it.
+const ENDED_KEPT: Duration = Duration::from_secs(60);
+
+/// The message between the replicas of a job.
+pub(crate) type ReplicaMsg = Msg<PeerId, JobEntry<PeerId>>;
+
+/// This node's replica of one job.
+pub(super) struct JobReplica {
+    replica: Replica<PeerId, JobEntry<PeerId>>,
+    /// What a home needs of the job besides its log (a copy's; the home
+    /// has its record).
+    copy: Option<JobCopy>,
+    /// When the job ended here (the replica is dropped a while after).
+    ended_at: Option<Instant>,
+}
+
+impl Node {
+    fn timing() -> Timing {
+        Timing::default()
+    }
+
+    /// A job was submitted here: its log starts with its spec.
+    pub(super) fn replicate_new_job(&mut self, job: u64, spec: zorilla_core::node::JobSpec) {
+        let mut replica = Replica::primary(job, self.me, self.now(), Self::timing());
+        let mut out = Vec::new();
+        if let Err(e) = replica.propose(JobEntry::Submitted { spec }, &mut out) {
+            tracing::warn!(job = %JobId(job), "cannot log the job: {e}");
+        }
+        self.replicas.insert(
+            job,
+            JobReplica {
+                replica,
+                copy: None,
+                ended_at: None,
+            },
+        );
+        self.replica_actions(job, out);
+    }
+
+    /// A home job's event goes into its log; a grant or a loss changes
+    /// which nodes hold copies.
+    pub(super) fn replicate_event(&mut self, event: &JobEvent<PeerId>) {
+        let job = match event {
+            JobEvent::Rejected { job, .. }
+            | JobEvent::Granted { job, .. }
+            | JobEvent::Started { job, .. }
+            | JobEvent::Full { job }
+            | JobEvent::WorkersLost { job, .. }
+            | JobEvent::RankEnded { job, .. }
+            | JobEvent::Ended { job, .. } => job.0,
+        };
+        let Some(entry) = JobEntry::of(event) else {
+            self.replicas.remove(&job);
+            return;
+        };
+        let Some(held) = self.replicas.get_mut(&job) else {
+            return;
+        };
+        if matches!(event, JobEvent::Ended { .. }) {
+            held.ended_at = Some(Instant::now());
+        }
+        let mut out = Vec::new();
+        if let Err(e) = held.replica.propose(entry, &mut out) {
+            tracing::warn!(job = %JobId(job), "cannot log the job's event: {e}");
+        }
+        if matches!(
+            event,
+            JobEvent::Granted { .. } | JobEvent::WorkersLost { .. }
+        ) {
+            out.extend(self.choose_copies(job));
+        }
+        self.replica_actions(job, out);
+    }
+
+    /// The job's copies: the nodes running its ranks, and near nodes that
+    /// run none while those are fewer than [`REPLICATION`].
+    fn choose_copies(&mut self, job: u64) -> Vec<Action<PeerId, JobEntry<PeerId>>> {
+        let mut copies: BTreeSet<PeerId> = self
+            .sched
+            .placement(JobId(job))
+            .map(|nodes| nodes.into_keys().collect())
+            .unwrap_or_default();
+        copies.remove(&self.me);
+        if copies.len() < REPLICATION {
+            // The overlay's neighbours are the near nodes (it keeps the
+            // nearest it finds, and a few far ones).
+            let missing = REPLICATION - copies.len();
+            let near: Vec<PeerId> = self
+                .neighbours
+                .iter()
+                .filter(|p| !copies.contains(p))
+                .take(missing)
+                .copied()
+                .collect();
+            copies.extend(near);
+        }
+        let Some(held) = self.replicas.get_mut(&job) else {
+            return Vec::new();
+        };
+        held.replica.set_copies(copies, 1)
+    }
+
+    /// A worker node took a grant with the job's copy: it holds a copy of
+    /// the job's state from now on.
+    pub(super) fn replicate_as_member(&mut self, job: u64, home: PeerId, copy: &JobCopy) {
+        if home == self.me || self.replicas.contains_key(&job) {
+            return;
+        }
+        if self.replicas.len() >= MAX_REPLICAS {
+            tracing::warn!(job = %JobId(job), "holding replicas of {MAX_REPLICAS} jobs: no copy of this one");
+            return;
+        }
+        let replica = Replica::copy(job, self.me, home, self.now(), Self::timing());
+        self.replicas.insert(
+            job,
+            JobReplica {
+                replica,
+                copy: Some(copy.clone()),
+                ended_at: None,
+            },
+        );
+    }
+
+    /// A replica message from `from`. Only the job's replicas are heard:
+    /// the primary and the copies this node knows of, or, for a job this
+    /// node holds no replica of, a primary that sends the job's copy with
+    /// its log (it chose this node as an extra copy).
+    pub(super) fn replica_message(
+        &mut self,
+        from: PeerId,
+        job: u64,
+        msg: ReplicaMsg,
+        copy: Option<JobCopy>,
+    ) {
+        let now = self.now();
+        if !self.replicas.contains_key(&job) {
+            let invited = matches!(&msg, Msg::Append { epoch, .. } if epoch.primary == from);
+            let Some(copy) = copy.clone().filter(|_| invited) else {
+                return;
+            };
+            if self.replicas.len() >= MAX_REPLICAS {
+                return;
+            }
+            let replica = Replica::copy(job, self.me, from, now, Self::timing());
+            self.replicas.insert(
+                job,
+                JobReplica {
+                    replica,
+                    copy: Some(copy),
+                    ended_at: None,
+                },
+            );
+        }
+        let Some(held) = self.replicas.get_mut(&job) else {
+            return;
+        };
+        let known = from == *held.replica.primary_peer()
+            || held.replica.copies().contains(&from)
+            || msg.epoch().primary == from;
+        if !known {
+            tracing::debug!(job = %JobId(job), %from, "replica message from a node not of the job: ignored");
+            return;
+        }
+        if held.copy.is_none()
+            && let Some(copy) = copy
+        {
+            held.copy = Some(copy);
+        }
+        let before = *held.replica.primary_peer();
+        let out = held.replica.on_message(now, from, msg);
+        let after = *held.replica.primary_peer();
+        let primary = held.replica.is_primary();
+        self.replica_actions(job, out);
+        if before != after && !primary && after != self.me {
+            self.follow(job, after);
+        }
+    }
+
+    /// Heartbeats, leases and elections of every replica; replicas of jobs
+    /// that ended a while ago are dropped.
+    pub(super) fn tick_replicas(&mut self) {
+        let now = self.now();
+        let over: Vec<u64> = self
+            .replicas
+            .iter()
+            .filter(|(_, held)| held.ended_at.is_some_and(|at| at.elapsed() >= ENDED_KEPT))
+            .map(|(job, _)| *job)
+            .collect();
+        for job in over {
+            self.replicas.remove(&job);
+            self.forget_idle_member(job);
+        }
+        let jobs: Vec<u64> = self.replicas.keys().copied().collect();
+        for job in jobs {
+            let Some(held) = self.replicas.get_mut(&job) else {
+                continue;
+            };
+            let out = held.replica.tick(now);
+            self.replica_actions(job, out);
+        }
+    }
+
+    /// `peer` is gone: copies whose primary it was stand for election at
+    /// once rather than after the lease.
+    pub(super) fn replicas_peer_gone(&mut self, peer: PeerId) {
+        let now = self.now();
+        let jobs: Vec<u64> = self.replicas.keys().copied().collect();
+        for job in jobs {
+            let Some(held) = self.replicas.get_mut(&job) else {
+                continue;
+            };
+            let out = held.replica.peer_gone(now, &peer);
+            self.replica_actions(job, out);
+        }
+    }
+
+    /// Whether this node holds a replica of `job` that is not its primary
+    /// (its workers wait for the job's next home rather than stop).
+    pub(super) fn is_copy(&self, job: u64) -> bool {
+        self.replicas
+            .get(&job)
+            .is_some_and(|held| !held.replica.is_primary() && held.ended_at.is_none())
+    }
+
+    /// A job with no worker running here any more that this node holds no
+    /// live copy of is forgotten here (what its ended ranks kept goes).
+    fn forget_idle_member(&mut self, job: u64) {
+        let idle = self
+            .members
+            .get(&job)
+            .is_some_and(|m| m.workers.is_empty() && m.pending.is_empty());
+        if idle && !self.is_copy(job) {
+            self.members.remove(&job);
+        }
+    }
+
+    /// The job's primary as this node's replica knows it.
+    pub(super) fn primary_of(&self, job: u64) -> Option<PeerId> {
+        self.replicas.get(&job).map(|h| *h.replica.primary_peer())
+    }
+
+    fn replica_actions(&mut self, job: u64, actions: Vec<Action<PeerId, JobEntry<PeerId>>>) {
+        for action in actions {
+            match action {
+                Action::Send { to, msg } => {
+                    // A copy that may not hold the job yet gets it with the
+                    // log (an extra copy, or one that is behind).
+                    let copy = match &msg {
+                        Msg::Append {
+                            copies: Some(_), ..
+                        } => self.replica_copy(job).map(Box::new),
+                        _ => None,
+                    };
+                    self.send(
+                        to,
+                        PeerRpc::Replica {
+                            job,
+                            msg: Box::new(msg),
+                            copy,
+                        },
+                    );
+                }
+                Action::BecamePrimary { epoch } => self.take_over(job, epoch.term),
+                Action::SteppedDown { epoch } => self.step_down(job, epoch.primary),
+                Action::Dropped { entries } => {
+                    tracing::warn!(
+                        job = %JobId(job),
+                        entries = entries.len(),
+                        "entries of a primary that stepped down are not in the new primary's log"
+                    );
+                }
+                Action::Appended { entries, .. } => {
+                    let ended = entries
+                        .iter()
+                        .any(|e| matches!(e, JobEntry::Event(JobEvent::Ended { .. })));
+                    if ended && let Some(held) = self.replicas.get_mut(&job) {
+                        held.ended_at = Some(Instant::now());
+                        self.forget_idle_member(job);
+                    }
+                }
+                Action::Committed { .. } => {}
+            }
+        }
+    }
+
+    /// The job's copy as this node can hand it on: its record's if it is
+    /// home, else the one it was given.
+    fn replica_copy(&self, job: u64) -> Option<JobCopy> {
+        self.job_copy(job)
+            .or_else(|| self.replicas.get(&job).and_then(|h| h.copy.clone()))
+    }
+
+    /// The copies chose this node: it becomes the job's home in the state
+    /// the log describes.
+    fn take_over(&mut self, job: u64, term: u64) {
+        let Some(held) = self.replicas.get(&job) else {
+            return;
+        };
+        let Some(state) = JobState::replay(held.replica.entries()) else {
+            tracing::warn!(job = %JobId(job), "took over a job whose log lacks its spec: nothing to run");
+            return;
+        };
+        let Some(copy) = held.copy.clone() else {
+            tracing::warn!(job = %JobId(job), "took over a job this node has no copy of");
+            return;
+        };
+        let old = self
+            .members
+            .get(&job)
+            .map(|m| m.home)
+            .map_or_else(|| "its home".to_owned(), |h| format!("node {h}"));
+        tracing::warn!(job = %JobId(job), term, "took the job over from {old}, which fell silent");
+        let mut ranks = BTreeMap::new();
+        for (rank, r) in state.ranks.iter() {
+            let mut status = RankStatus::running(r.node.to_string());
+            if let Some(outcome) = &r.outcome {
+                status.ended(outcome, &r.node);
+            }
+            ranks.insert(rank, status);
+        }
+        let phase = JobPhase::from(state.phase);
+        let record = JobRecord {
+            id: job,
+            phase,
+            reason: format!("taken over from {old} (term {term})"),
+            request: copy.request,
+            module: copy.module,
+            inputs: copy.inputs,
+            ranks,
+            submitted_unix: crate::store::unix_ms() / 1000,
+        };
+        self.persist(&record);
+        if phase.is_terminal() {
+            self.finished.add(record);
+        } else {
+            self.jobs.insert(job, record);
+        }
+        let now = self.now();
+        for (node, ranks) in state.ranks.by_node() {
+            if node != self.me {
+                self.liveness.placed(now, JobId(job), node, &ranks);
+            }
+        }
+        let out = self.sched.adopt(now, JobId(job), term, state);
+        self.follow(job, self.me);
+        self.execute(out);
+        let out = self.choose_copies(job);
+        self.replica_actions(job, out);
+    }
+
+    /// A newer primary is in charge: this node is no longer the job's home.
+    fn step_down(&mut self, job: u64, primary: PeerId) {
+        if !self.sched.step_down(JobId(job), primary) {
+            return;
+        }
+        tracing::warn!(job = %JobId(job), %primary, "another node is the job's home now: stepped down");
+        self.liveness.forget_job(JobId(job));
+        if let Some(mut record) = self.jobs.remove(&job) {
+            record.reason = format!("moved to node {primary}");
+            self.persist(&record);
+        }
+        self.follow(job, primary);
+    }
+
+    /// The job's home is `home` now: the ranks here report there, and
+    /// what ranks that ended here sent to the old home is sent again.
+    pub(super) fn follow(&mut self, job: u64, home: PeerId) {
+        self.sched.home_moved(JobId(job), home);
+        let Some(member) = self.members.get_mut(&job) else {
+            return;
+        };
+        if member.home == home {
+            return;
+        }
+        tracing::info!(job = %JobId(job), %home, "the job's home moved");
+        member.home = home;
+        member.heard = Instant::now();
+        let _ = member.home_tx.send(home);
+    }
+}
