@@ -328,6 +328,13 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.log.iter().map(|(_, e)| e)
     }
 
+    /// Whether the primary dropped this copy from the job (the job's copies
+    /// as it last heard them leave it out): it will never stand for
+    /// election, and its driver may forget it.
+    pub fn is_dropped(&self) -> bool {
+        self.role == Role::Copy && !self.copies.is_empty() && !self.copies.contains(&self.me)
+    }
+
     /// The job's copies, as this replica knows them.
     pub fn copies(&self) -> &BTreeSet<P> {
         &self.copies
@@ -350,6 +357,24 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             .take(MAX_COPIES)
             .collect();
         self.copies_to_ack = copies_to_ack.max(1);
+        // A copy dropped from the job hears so (the new copies, without
+        // it), so that it never stands for election when the primary's
+        // heartbeats stop coming (see `stand`).
+        let mut out = Vec::new();
+        let len = self.len();
+        for p in self.copies.difference(&copies) {
+            out.push(Action::Send {
+                to: p.clone(),
+                msg: Msg::Append {
+                    epoch: self.epoch.clone(),
+                    after: 0,
+                    after_epoch: None,
+                    entries: Vec::new(),
+                    copies: Some(copies.clone()),
+                    end: len,
+                },
+            });
+        }
         self.progress.retain(|p, _| copies.contains(p));
         let len = self.len();
         for p in &copies {
@@ -358,7 +383,6 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                 .or_insert(Progress::fresh(len));
         }
         self.copies = copies;
-        let mut out = Vec::new();
         for p in self.copies.clone() {
             self.send_append(&p, true, &mut out);
         }

@@ -177,6 +177,32 @@ fn the_primary_replicates_and_commits_once_a_copy_holds_an_entry() {
     assert_eq!(net.primaries.len(), 1);
 }
 
+/// A copy the primary drops (an extra copy no longer needed once the
+/// ranks' nodes hold copies) hears so, and never stands for election when
+/// heartbeats stop coming to it: no second primary appears, and when the
+/// home dies only the copies it kept elect one.
+#[test]
+fn a_dropped_copy_never_stands_for_election() {
+    let mut net = Net::new(3);
+    net.propose(0, "spec");
+    net.run(2 * STEP);
+    let out = net.replicas.get_mut(&0).unwrap().set_copies([1, 2], 1);
+    net.take(0, out);
+    net.run(2 * STEP);
+    assert!(net.replicas[&3].is_dropped(), "copy 3 heard it was dropped");
+    assert!(!net.replicas[&1].is_dropped());
+    // Long past its lease: copy 3 hears nothing, and stays quiet.
+    net.run(Duration::from_secs(10));
+    assert_eq!(net.live_primaries(), vec![0]);
+    assert_eq!(net.primaries.len(), 1, "{:?}", net.primaries);
+    // The home dies: one of the copies it kept succeeds it, never 3.
+    net.down.insert(0);
+    net.run(Duration::from_secs(5));
+    let live = net.live_primaries();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert!(live[0] == 1 || live[0] == 2, "{live:?}");
+}
+
 #[test]
 fn a_dead_home_is_succeeded_by_exactly_one_copy_within_two_seconds_with_every_committed_entry() {
     let mut net = Net::new(3);

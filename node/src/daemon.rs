@@ -344,6 +344,7 @@ pub async fn run(
     let _ = std::fs::write(daemon.state_dir.join("web.addr"), web_addr.to_string());
     let poller = tokio::spawn(crate::status::poll_overlay(status.clone()));
     let (commands_tx, commands) = mpsc::channel(64);
+    let primaries = crate::forward::Primaries::default();
     let (activity, activity_rx) = watch::channel(0u64);
     let server = tokio::spawn(crate::server::serve(
         listener,
@@ -357,6 +358,7 @@ pub async fn run(
             started: Instant::now(),
             activity: activity_rx,
             store: store.clone(),
+            primaries: primaries.clone(),
         },
     ));
     tracing::info!(%peer, %client_addr, ?listen, %web_addr, %resources, "node ready");
@@ -390,6 +392,7 @@ pub async fn run(
         checkpoints: daemon.checkpoints,
         activity,
         status: Publisher::new(status),
+        primaries,
     };
     Node::run(parts, shutdown).await;
     server.abort();

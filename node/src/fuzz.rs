@@ -318,6 +318,8 @@ fn job_status(g: &mut Gen) -> JobStatus {
             needed: g.u32(),
         }),
         submitted_unix: g.int(),
+        home: g.option(Gen::string),
+        moved_from: g.option(Gen::string),
     }
 }
 
@@ -525,6 +527,8 @@ fn job_record(g: &mut Gen) -> JobRecord {
         inputs: g.vec(file_ref),
         ranks: g.map(Gen::u32, rank_status),
         submitted_unix: g.int(),
+        moved_from: g.option(Gen::string),
+        moved_to: g.option(Gen::string),
     }
 }
 
@@ -544,6 +548,7 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
                 request: job_request(g),
                 module: file_ref(g),
                 inputs: g.vec(file_ref),
+                submitted_unix: g.int(),
             }),
         },
         4 | 5 => PeerRpc::Barrier {

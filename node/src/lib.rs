@@ -21,6 +21,7 @@ mod checkpoint;
 pub mod client;
 pub mod config;
 mod daemon;
+pub(crate) mod forward;
 #[doc(hidden)]
 pub mod fuzz;
 mod heap;

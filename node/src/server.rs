@@ -71,6 +71,9 @@ pub(crate) struct ServerConfig {
     pub(crate) started: Instant,
     pub(crate) activity: watch::Receiver<u64>,
     pub(crate) store: Arc<Store>,
+    /// The primaries of the jobs this node holds copies of (see
+    /// [`crate::forward`]).
+    pub(crate) primaries: crate::forward::Primaries,
 }
 
 /// Accepts clients until the listener fails or the node stops.
@@ -206,7 +209,45 @@ async fn handle(
     }
 }
 
+/// The answer to a request: this node's, or, for a job it is not home to,
+/// the job's home's (see [`crate::forward`]).
 async fn answer(request: Request, config: &ServerConfig) -> Response {
+    let Some(job) = crate::forward::job_of(&request) else {
+        return answer_here(request, config).await;
+    };
+    let wait = match &request {
+        Request::Logs { wait_secs, .. } => *wait_secs,
+        _ => 0,
+    };
+    let here = answer_here(request.clone(), config).await;
+    if !matches!(
+        here,
+        Response::Error {
+            kind: ErrorKind::NotFound,
+            ..
+        }
+    ) {
+        return here;
+    }
+    match crate::forward::forward(&config.overlay, &config.primaries, job, request).await {
+        Some(there) => {
+            // The home does not wait for more log on a forwarded request:
+            // this connection waits a little before the client asks again.
+            if let Response::Logs(page) = &there
+                && wait > 0
+                && page.chunks.is_empty()
+                && !page.ended
+            {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            there
+        }
+        None => here,
+    }
+}
+
+/// The answer of this node itself.
+pub(crate) async fn answer_here(request: Request, config: &ServerConfig) -> Response {
     match request {
         Request::Peers => peers(&config.overlay).await,
         Request::Outputs { .. } | Request::OutputBlock { .. } => {
@@ -316,14 +357,20 @@ async fn ask(request: Request, config: &ServerConfig) -> Response {
 
 /// Answers `Outputs` and `OutputBlock` from the store (blocking: reads the
 /// database and the files).
-fn outputs(store: &Store, request: Request) -> Response {
+pub(crate) fn outputs(store: &Store, request: Request) -> Response {
     let job = match &request {
         Request::Outputs { job, .. } | Request::OutputBlock { job, .. } => *job,
         _ => return Response::error(ErrorKind::Internal, "not an outputs request"),
     };
     let id = zorilla_core::advert::JobId(job);
     match store.job(job) {
-        Ok(Some(_)) => {}
+        Ok(Some(record)) if record.moved_to.is_none() => {}
+        Ok(Some(_)) => {
+            return Response::error(
+                ErrorKind::NotFound,
+                format!("job {id} moved to another node"),
+            );
+        }
         Ok(None) => {
             return Response::error(ErrorKind::NotFound, format!("no job {id} on this node"));
         }

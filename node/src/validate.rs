@@ -59,6 +59,9 @@ pub enum Invalid {
     /// A job's copy sent with something else than a grant.
     #[error("a job's copy travels with a grant only")]
     CopyWithoutGrant,
+    /// A client request another node may not pass on.
+    #[error("only a job's status, logs, outputs and cancelling are asked through another node")]
+    NotForwardable,
 }
 
 /// A name as printed in a refusal: escaped, at most 64 characters.
@@ -398,6 +401,15 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
             limits::at_most("job name length in bytes", job.len(), MAX_JOB_NAME_BYTES)?;
         }
         PeerRpc::Checkpoint(rpc) => checkpoint_rpc(rpc)?,
+        PeerRpc::WhereIs { .. } => {}
+        PeerRpc::Client(request) => match request.as_ref() {
+            crate::protocol::Request::Status { .. }
+            | crate::protocol::Request::Cancel { .. }
+            | crate::protocol::Request::Logs { .. } => {}
+            crate::protocol::Request::Outputs { .. }
+            | crate::protocol::Request::OutputBlock { .. } => output_request(request)?,
+            _ => return Err(Invalid::NotForwardable),
+        },
         PeerRpc::Replica { msg, copy, .. } => {
             replica_msg(msg)?;
             if let Some(copy) = copy {

@@ -53,6 +53,10 @@ pub(crate) struct JobCopy {
     pub(crate) request: JobRequest,
     pub(crate) module: FileRef,
     pub(crate) inputs: Vec<FileRef>,
+    /// When the job was accepted, seconds since the Unix epoch (what a
+    /// node that takes the job over shows).
+    #[serde(default)]
+    pub(crate) submitted_unix: u64,
 }
 
 /// Where a rank runs (the core's [`zorilla_core::advert::Placed`]).
@@ -132,6 +136,13 @@ pub(crate) enum PeerRpc {
         msg: Box<crate::node::ReplicaMsg>,
         copy: Option<Box<JobCopy>>,
     },
+    /// Which node is the home of `job`, if the receiver knows? Answered
+    /// with [`PeerReply::Home`] (see [`crate::forward`]).
+    WhereIs { job: u64 },
+    /// A client's request about a job whose home the receiver is, from
+    /// the node the client asked (see [`crate::forward`]). Answered with
+    /// [`PeerReply::Client`]; never forwarded again.
+    Client(Box<crate::protocol::Request>),
 }
 
 /// What a [`PeerRpc::Barrier`] says. Every barrier call of a worker has a
@@ -177,6 +188,10 @@ pub(crate) enum PeerReply {
     /// Answer to some [`PeerRpc::Checkpoint`]s.
     Checkpoint(CheckpointReply),
     Error(String),
+    /// Answer to [`PeerRpc::WhereIs`]: the job's home, if known.
+    Home(Option<PeerId>),
+    /// Answer to [`PeerRpc::Client`].
+    Client(Box<crate::protocol::Response>),
 }
 
 pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
@@ -263,6 +278,7 @@ mod tests {
             request,
             module: file(0),
             inputs: (0..limits::MAX_INPUTS).map(file).collect(),
+            submitted_unix: 0,
         }
     }
 
@@ -419,6 +435,7 @@ mod tests {
                 size: 1,
             },
             inputs: vec![],
+            submitted_unix: 0,
         });
         assert!(
             refused(PeerRpc::Grant {

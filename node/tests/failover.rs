@@ -9,7 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{TestNode, nqueens, stdout_of, wait_completed, wasm};
-use zorilla_node::protocol::JobPhase;
+use zorilla_node::client::ClientError;
+use zorilla_node::protocol::{ErrorKind, JobPhase, JobStatus};
 
 /// A 6-node grid: the home (node 0, no cores of its own: a user's machine
 /// that only submits) and five 2-core nodes. An 8-worker nqueens job runs
@@ -32,18 +33,22 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
         ));
     }
     let mut client = nodes[0].client().await;
-    let mut request = nqueens(8, 13);
+    let mut request = nqueens(8, 14);
     request.lifetime_secs = 120;
     let job = client
         .submit(request, wasm("nqueens"), vec![])
         .await
         .unwrap();
     // Every worker runs (its node fetched the files and started it).
+    let mut workers = Vec::new();
+    for node in &nodes[1..] {
+        workers.push(node.client().await);
+    }
     let start = Instant::now();
     'running: loop {
         let mut running = 0;
-        for node in &nodes[1..] {
-            let info = node.client().await.node_info().await.unwrap();
+        for c in &mut workers {
+            let info = c.node_info().await.unwrap();
             running += info.running.get(&job).map_or(0, Vec::len);
         }
         if running == 8 {
@@ -95,8 +100,288 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
     let logs = clients[new_home].logs(job).await.unwrap();
     let out = stdout_of(&logs);
     assert!(
-        out.contains("nqueens N=13 ranks=8 solutions=73712"),
+        out.contains("nqueens N=14 ranks=8 solutions=365596"),
         "the answer at the new home: {out:?}"
     );
     assert_eq!(status.phase, JobPhase::Completed);
+}
+
+/// A 5-node grid: the home (no cores) and four 2-core nodes. A job of 6
+/// `stagger` ranks: 3 end at once (their outputs and logs reach the home),
+/// 3 run on for a while. Then the home is killed (-9): the new home gets
+/// everything again from the nodes that ran the ranks, and every node of
+/// the grid answers for the job (status, logs, outputs) by asking it. The
+/// old home, restarted, says the job is held elsewhere and runs nothing of
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_home_is_lost_every_node_shows_the_job_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-{}", std::process::id());
+    let home = TestNode::start(&dir.path().join("n0"), &network, None, 0);
+    let bootstrap = home.listen.clone();
+    let mut nodes = vec![home];
+    for i in 1..5 {
+        nodes.push(TestNode::start(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            Some(&bootstrap),
+            2,
+        ));
+    }
+    let mut client = nodes[0].client().await;
+    let mut request = nqueens(6, 0);
+    request.args = vec!["3".into(), "6".into()];
+    request.lifetime_secs = 120;
+    let job = client
+        .submit(request, wasm("stagger"), vec![])
+        .await
+        .unwrap();
+    // Three ranks ended at the home, with their outputs; three run.
+    let start = Instant::now();
+    loop {
+        let status = client.status(job).await.unwrap();
+        let ended = status
+            .ranks
+            .values()
+            .filter(|r| r.exit_status == Some(0))
+            .count();
+        let outputs = client.outputs(job).await.unwrap().len();
+        if ended == 3 && outputs == 3 && status.running_workers() == 3 {
+            break;
+        }
+        assert!(!status.phase.is_terminal(), "{status:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "three ranks never ended with their outputs while three ran: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    nodes[0].kill();
+
+    let old_home = nodes[0].peer.clone();
+    // Until a copy has taken the job over (about 2 s), the job's home
+    // cannot be reached; then it completes.
+    let mut asked = nodes[1].client().await;
+    let start = Instant::now();
+    let status = loop {
+        match asked.status(job).await {
+            Ok(status) if status.phase.is_terminal() => break status,
+            Ok(_) => {}
+            Err(ClientError::Node {
+                kind: ErrorKind::Unreachable,
+                ..
+            }) => {}
+            Err(e) => panic!("asking through another node: {e}"),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job never completed at its new home"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let new_home = status
+        .home
+        .clone()
+        .expect("the status names the job's home");
+    assert_ne!(new_home, old_home);
+    assert_eq!(
+        status.moved_from.as_deref(),
+        Some(old_home.as_str()),
+        "{status:?}"
+    );
+    assert_eq!(status.ranks.len(), 6);
+    // Every surviving node answers for the job, all alike.
+    for node in &nodes[1..] {
+        let mut c = node.client().await;
+        let s = c.status(job).await.unwrap();
+        assert_eq!(s.phase, JobPhase::Completed, "through {}: {s:?}", node.peer);
+        assert_eq!(s.home.as_deref(), Some(new_home.as_str()));
+        let logs = c.logs(job).await.unwrap();
+        for rank in 0..6u32 {
+            let of_rank: Vec<_> = logs.iter().filter(|l| l.rank == rank).cloned().collect();
+            let want = if rank < 3 {
+                format!("rank {rank} of 6\n")
+            } else {
+                format!("rank {rank} of 6\nrank {rank} done\n")
+            };
+            assert_eq!(
+                stdout_of(&of_rank),
+                want,
+                "rank {rank}'s log, once and whole, through {}",
+                node.peer
+            );
+        }
+        let files = c.outputs(job).await.unwrap();
+        assert_eq!(files.len(), 6, "outputs through {}: {files:?}", node.peer);
+        for rank in 0..6u32 {
+            let data = c
+                .read_output(job, &format!("{rank}/rank.txt"))
+                .await
+                .unwrap();
+            assert_eq!(data, format!("rank {rank} of 6\n").into_bytes());
+        }
+    }
+
+    // The old home, restarted (joining through a node of the grid: it was
+    // the first, and listens on a new port), hands the job to its new home.
+    let peer = nodes[1].listen.clone();
+    nodes[0].args.extend(["--peer".to_string(), peer]);
+    nodes[0].restart();
+    let mut old = nodes[0].client().await;
+    let start = Instant::now();
+    loop {
+        let s = old.status(job).await.unwrap();
+        if s.home.as_deref() == Some(new_home.as_str()) {
+            assert_eq!(s.phase, JobPhase::Completed, "{s:?}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the restarted home still answers for the job itself: {s:?}\n{}",
+            nodes[0].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let info = old.node_info().await.unwrap();
+    assert!(info.running.is_empty(), "{info:?}");
+}
+
+/// Sends `signal` to `node`'s process (`STOP` freezes it: its peers see it
+/// go silent, as behind a partition; `CONT` brings it back).
+fn signal(node: &TestNode, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{signal}"), node.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} failed");
+}
+
+/// The status of `job` through `client`, waiting out the seconds when its
+/// home cannot be reached (a takeover under way).
+async fn status_through(client: &mut zorilla_node::client::Client, job: u64) -> Option<JobStatus> {
+    match client.status(job).await {
+        Ok(status) => Some(status),
+        Err(ClientError::Node {
+            kind: ErrorKind::Unreachable,
+            ..
+        }) => None,
+        Err(e) => panic!("asking for the job: {e}"),
+    }
+}
+
+/// The home of a running job is cut off from the grid (frozen with
+/// SIGSTOP: its connections stay open but it says nothing, as behind a
+/// partition) until a copy has taken the job over, then comes back
+/// (SIGCONT) believing it is still the home. It learns of the newer epoch
+/// and steps down: afterwards every node, the old home included, names the
+/// same home, and the job completes once, every rank's log whole and once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_cut_off_and_back_steps_down_and_the_job_has_one_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-{}", std::process::id());
+    let home = TestNode::start(&dir.path().join("n0"), &network, None, 0);
+    let bootstrap = home.listen.clone();
+    let mut nodes = vec![home];
+    for i in 1..5 {
+        nodes.push(TestNode::start(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            Some(&bootstrap),
+            2,
+        ));
+    }
+    let mut client = nodes[0].client().await;
+    let mut request = nqueens(6, 0);
+    request.args = vec!["0".into(), "12".into()];
+    request.lifetime_secs = 120;
+    let job = client
+        .submit(request, wasm("stagger"), vec![])
+        .await
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let status = client.status(job).await.unwrap();
+        let logged = stdout_of(&client.logs(job).await.unwrap());
+        if (0..6).all(|r| logged.contains(&format!("rank {r} of 6"))) {
+            break;
+        }
+        assert!(!status.phase.is_terminal(), "{status:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the six ranks never all ran: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let old_home = nodes[0].peer.clone();
+    signal(&nodes[0], "STOP");
+
+    let mut asked = nodes[1].client().await;
+    let start = Instant::now();
+    let new_home = loop {
+        if let Some(status) = status_through(&mut asked, job).await
+            && let Some(home) = status.home
+            && home != old_home
+        {
+            break home;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no copy took the job over while its home was cut off"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    signal(&nodes[0], "CONT");
+
+    // The old home steps down: it answers with the new home's status.
+    let mut old = nodes[0].client().await;
+    let start = Instant::now();
+    loop {
+        let s = status_through(&mut old, job).await;
+        if s.as_ref().and_then(|s| s.home.as_deref()) == Some(new_home.as_str()) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the old home still answers for the job itself: {s:?}\n{}",
+            nodes[0].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = loop {
+        let s = status_through(&mut asked, job).await;
+        if let Some(s) = s.filter(|s| s.phase.is_terminal()) {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never completed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    for node in &nodes {
+        let mut c = node.client().await;
+        let s = status_through(&mut c, job).await.expect("the home answers");
+        assert_eq!(
+            s.home.as_deref(),
+            Some(new_home.as_str()),
+            "through {}",
+            node.peer
+        );
+        assert_eq!(s.phase, JobPhase::Completed);
+        let logs = c.logs(job).await.unwrap();
+        for rank in 0..6u32 {
+            let of_rank: Vec<_> = logs.iter().filter(|l| l.rank == rank).cloned().collect();
+            assert_eq!(
+                stdout_of(&of_rank),
+                format!("rank {rank} of 6\nrank {rank} done\n"),
+                "rank {rank}'s log through {}",
+                node.peer
+            );
+        }
+    }
+    assert!(
+        std::fs::read_to_string(nodes[0].dir.join("node.log"))
+            .unwrap_or_default()
+            .contains("stepped down"),
+        "the old home says it stepped down"
+    );
 }

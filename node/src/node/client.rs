@@ -24,7 +24,7 @@ impl Node {
                 });
                 let mut all: BTreeMap<u64, JobStatus> = stored
                     .iter()
-                    .filter(|j| !self.jobs.contains_key(&j.id))
+                    .filter(|j| !self.jobs.contains_key(&j.id) && j.moved_to.is_none())
                     .map(|j| (j.id, self.status_of(j)))
                     .collect();
                 all.extend(self.jobs.values().map(|j| (j.id, self.status_of(j))));
@@ -42,29 +42,7 @@ impl Node {
             }
             // Waiting for more (`wait_secs`) is the connection's business
             // (see `server`): the loop answers at once.
-            Request::Logs { job, from, .. } => {
-                let Some(record) = self.record(job) else {
-                    return not_found(job);
-                };
-                let terminal = record.phase.is_terminal();
-                match self.store.logs_from(job, from, MAX_LOG_PAGE_BYTES) {
-                    Ok((_, _, stored)) if from > stored => Response::error(
-                        ErrorKind::BadRequest,
-                        format!(
-                            "from is {from}, past the end of job {}'s log ({stored} chunks so far)",
-                            JobId(job)
-                        ),
-                    ),
-                    // Ended with the page that carries the last chunk of a
-                    // job that is over, not one call later.
-                    Ok((chunks, next, stored)) => Response::Logs(LogPage {
-                        ended: terminal && next >= stored,
-                        chunks,
-                        next,
-                    }),
-                    Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
-                }
-            }
+            Request::Logs { job, from, .. } => self.logs_page(job, from, MAX_LOG_PAGE_BYTES),
             Request::Resize { job, max_workers } => self.resize(job, max_workers),
             // Answered by the connection from the overlay handle.
             Request::Peers => Response::error(ErrorKind::Internal, "peers are not the loop's"),
@@ -159,6 +137,8 @@ impl Node {
             submitted_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            moved_from: None,
+            moved_to: None,
         };
         // Stored before anything else happens: an accepted job is never lost.
         match self.store.put_submission(&record, &files) {
@@ -208,12 +188,16 @@ impl Node {
     /// kept in memory, or else the store).
     pub(super) fn record(&self, id: u64) -> Option<JobRecord> {
         if let Some(job) = self.jobs.get(&id).or_else(|| self.finished.recent(id)) {
-            return Some(job.clone());
+            return Some(job.clone()).filter(|job| job.moved_to.is_none());
         }
-        self.store.job(id).unwrap_or_else(|e| {
-            tracing::warn!(job = %JobId(id), "cannot read the job: {e}");
-            None
-        })
+        // A job that moved to another node is that node's to answer for.
+        self.store
+            .job(id)
+            .unwrap_or_else(|e| {
+                tracing::warn!(job = %JobId(id), "cannot read the job: {e}");
+                None
+            })
+            .filter(|job| job.moved_to.is_none())
     }
 
     /// Puts a changed record of a job back where it is kept in memory.
@@ -227,6 +211,88 @@ impl Node {
 
     pub(super) fn status(&self, id: u64) -> Option<JobStatus> {
         Some(self.status_of(&self.record(id)?))
+    }
+
+    /// The home of `job` as this node knows it: itself if it holds the
+    /// job's record and no newer primary, else the primary its copy knows.
+    pub(super) fn home_of(&self, job: u64) -> Option<PeerId> {
+        if let Some(primary) = self.primary_of(job) {
+            return Some(primary);
+        }
+        self.record(job).map(|_| self.me)
+    }
+
+    /// A client's request that another node passed on (see
+    /// [`crate::forward`]): answered here if this node is the job's home,
+    /// never passed on again. A cancel is taken only from a node holding a
+    /// copy of the job.
+    pub(super) fn forwarded(&mut self, from: PeerId, request: Request, reply: Reply) {
+        let Some(job) = crate::forward::job_of(&request) else {
+            return self.reply(reply, PeerReply::Error("not a request about a job".into()));
+        };
+        if self.home_of(job) != Some(self.me) {
+            let answer = Response::Error {
+                kind: ErrorKind::NotFound,
+                message: format!("node {} is not the home of job {}", self.me, JobId(job)),
+            };
+            return self.reply(reply, PeerReply::Client(Box::new(answer)));
+        }
+        let answer = match request {
+            Request::Cancel { .. } if !self.holds_copy(job, &from) => Response::error(
+                ErrorKind::Unauthorized,
+                format!(
+                    "job {} is cancelled at its home, node {}, or through a node of the job",
+                    JobId(job),
+                    self.me
+                ),
+            ),
+            Request::Logs { job, from, .. } => {
+                self.logs_page(job, from, crate::forward::MAX_FORWARDED_BYTES)
+            }
+            request @ (Request::Outputs { .. } | Request::OutputBlock { .. }) => {
+                let store = self.store.clone();
+                let overlay_reply = reply;
+                self.tasks.spawn(async move {
+                    let answer = tokio::task::spawn_blocking(move || {
+                        crate::server::outputs(&store, request)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Response::error(ErrorKind::Internal, e.to_string()));
+                    Done::Reply {
+                        to: overlay_reply,
+                        reply: PeerReply::Client(Box::new(answer)),
+                    }
+                });
+                return;
+            }
+            request => self.command(request),
+        };
+        self.reply(reply, PeerReply::Client(Box::new(answer)));
+    }
+
+    /// A page of `job`'s log from chunk `from`, of at most `max_bytes`.
+    pub(super) fn logs_page(&self, job: u64, from: u64, max_bytes: usize) -> Response {
+        let Some(record) = self.record(job) else {
+            return not_found(job);
+        };
+        let terminal = record.phase.is_terminal();
+        match self.store.logs_from(job, from, max_bytes) {
+            Ok((_, _, stored)) if from > stored => Response::error(
+                ErrorKind::BadRequest,
+                format!(
+                    "from is {from}, past the end of job {}'s log ({stored} chunks so far)",
+                    JobId(job)
+                ),
+            ),
+            // Ended with the page that carries the last chunk of a
+            // job that is over, not one call later.
+            Ok((chunks, next, stored)) => Response::Logs(LogPage {
+                ended: terminal && next >= stored,
+                chunks,
+                next,
+            }),
+            Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
+        }
     }
 
     pub(super) fn status_of(&self, job: &JobRecord) -> JobStatus {
@@ -272,6 +338,8 @@ impl Node {
             request: job.request.clone(),
             pending,
             submitted_unix: job.submitted_unix,
+            home: Some(self.me.to_string()),
+            moved_from: job.moved_from.clone(),
         }
     }
 }

@@ -312,6 +312,7 @@ mod tests {
             request: crate::protocol::JobRequest::default(),
             module,
             inputs,
+            submitted_unix: 0,
         };
         let module = file("module.wasm", b"\0asm");
         assert!(check_job_copy(&info(module.clone(), vec![file("in.txt", b"x")])).is_ok());

@@ -78,6 +78,7 @@ impl Node {
             request: record.request.clone(),
             module: record.module.clone(),
             inputs: record.inputs.clone(),
+            submitted_unix: record.submitted_unix,
         })
     }
 

@@ -100,6 +100,8 @@ impl Node {
     pub(super) fn done(&mut self, done: Done) {
         match done {
             Done::Nothing => {}
+            Done::Reply { to, reply } => self.reply(to, reply),
+            Done::Moved(found) => self.moved(found),
             Done::RanksAnswered { peer, answer } => self.ranks_answered(peer, answer),
             Done::Granted { peer, boot } => {
                 let now = self.now();

@@ -77,6 +77,10 @@ const STORE_CHECK: Duration = Duration::from_secs(1);
 /// when jobs or workers ended since it last did (see [`crate::heap`]).
 const RELEASE_CHECK: Duration = Duration::from_secs(1);
 
+/// How long a restarted node waits for peers before it asks where the
+/// jobs it was home to went.
+const MOVED_WAIT: Duration = Duration::from_secs(30);
+
 /// Pauses between the liveness probes of a peer whose connection was
 /// lost: three probes in all.
 const PROBE_PAUSES: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
@@ -114,6 +118,10 @@ enum Done {
         job: u64,
         info: Result<Box<JobInfo>, NoState>,
     },
+    /// Which nodes hold the jobs that were under way at the restart.
+    Moved(Vec<(u64, Option<PeerId>)>),
+    /// An answer to a peer, made off the loop.
+    Reply { to: Reply, reply: PeerReply },
     /// Nothing to do.
     Nothing,
 }
@@ -243,6 +251,8 @@ pub(crate) struct Node {
     checkpoints: checkpoints::CheckpointState,
     /// This node's replicas of jobs' state (see `replicas`).
     replicas: BTreeMap<u64, replicas::JobReplica>,
+    /// The primaries of those, for the client connections.
+    primaries: crate::forward::Primaries,
 }
 
 /// What the loop is started with.
@@ -260,6 +270,7 @@ pub(crate) struct Parts {
     pub(crate) checkpoints: crate::checkpoint::CheckpointSettings,
     pub(crate) activity: watch::Sender<u64>,
     pub(crate) status: Publisher,
+    pub(crate) primaries: crate::forward::Primaries,
 }
 
 fn cbor_advert(advert: &Advert<PeerId>) -> Vec<u8> {
@@ -281,6 +292,7 @@ impl Node {
             checkpoints,
             activity,
             status,
+            primaries,
         } = parts;
         let me = overlay.local_peer_id();
         let (local_tx, mut local_rx) = mpsc::channel::<LocalCall>(1024);
@@ -317,6 +329,7 @@ impl Node {
             ended_since_release: false,
             checkpoints,
             replicas: BTreeMap::new(),
+            primaries,
         };
         node.recover();
         node.net.links.accept().await;
@@ -451,9 +464,11 @@ impl Node {
         });
     }
 
-    /// After a restart: jobs that were under way cannot be resumed (the
-    /// scheduler's state and the workers' state are gone), so they are
-    /// marked failed with the reason; finished jobs stay as they were.
+    /// After a restart: jobs that were under way cannot be resumed here
+    /// (the scheduler's state and the workers' state are gone), but one of
+    /// their copies may have taken them over (see `replicas`): this node
+    /// asks the grid (see [`Node::find_moved`]), and a job no node holds is
+    /// marked failed with the reason. Finished jobs stay as they were.
     fn recover(&mut self) {
         let mut jobs = match self.store.jobs() {
             Ok(jobs) => jobs,
@@ -464,23 +479,87 @@ impl Node {
         };
         // The newest are the ones kept in memory (see `Finished`).
         jobs.sort_by_key(|j| (j.submitted_unix, j.id));
-        for mut job in jobs {
+        let mut under_way = Vec::new();
+        for job in jobs {
+            if job.moved_to.is_some() {
+                continue;
+            }
             if !job.phase.is_terminal() {
-                let was = job.phase;
-                job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
-                job.advance(
-                    JobPhase::Failed,
-                    format!(
-                        "the home node restarted while the job was {was:?}; its workers were lost"
-                    ),
-                );
-                self.persist(&job);
-                tracing::warn!(job = %JobId(job.id), "job was {was:?} at restart; marked failed");
+                under_way.push(job.id);
             }
             self.finished.add(job);
         }
+        if !under_way.is_empty() {
+            tracing::info!(
+                jobs = under_way.len(),
+                "jobs were under way at the restart: asking the grid which nodes hold them now"
+            );
+            let overlay = self.overlay.clone();
+            self.tasks.spawn(Self::find_moved(overlay, under_way));
+        }
         let jobs: u64 = self.finished.counts.values().sum();
         tracing::info!(jobs, "state recovered");
+    }
+
+    /// Asks the grid which node holds each of `jobs` now (once this node
+    /// knows peers, within [`MOVED_WAIT`]).
+    async fn find_moved(overlay: OverlayHandle, jobs: Vec<u64>) -> Done {
+        let start = Instant::now();
+        let mut found: BTreeMap<u64, Option<PeerId>> = jobs.iter().map(|j| (*j, None)).collect();
+        // Asked again while the grid is still being joined (the peers
+        // connected so far may not be the job's), within MOVED_WAIT.
+        while start.elapsed() < MOVED_WAIT {
+            let connected = overlay
+                .known_peers()
+                .await
+                .is_ok_and(|peers| peers.iter().any(|p| p.connected));
+            if connected {
+                for (job, home) in found.iter_mut().filter(|(_, h)| h.is_none()) {
+                    *home = crate::forward::find_home(&overlay, *job)
+                        .await
+                        .filter(|p| *p != overlay.local_peer_id());
+                }
+                if found.values().all(Option::is_some) {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Done::Moved(found.into_iter().collect())
+    }
+
+    /// Where this node's jobs that were under way at its restart are now:
+    /// a job another node holds is that node's; one nobody holds failed.
+    fn moved(&mut self, found: Vec<(u64, Option<PeerId>)>) {
+        for (id, home) in found {
+            let Ok(Some(mut job)) = self.store.job(id) else {
+                continue;
+            };
+            if job.phase.is_terminal() {
+                continue;
+            }
+            match home {
+                Some(home) => {
+                    tracing::info!(job = %JobId(id), %home, "the job is held by another node since this one restarted");
+                    job.moved_to = Some(home.to_string());
+                }
+                None => {
+                    let was = job.phase;
+                    job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
+                    job.advance(
+                        JobPhase::Failed,
+                        format!(
+                            "the home node restarted while the job was {was:?}; its workers were lost"
+                        ),
+                    );
+                    tracing::warn!(job = %JobId(id), "job was {was:?} at restart and no node holds it; marked failed");
+                }
+            }
+            self.persist(&job);
+            if let Some(recent) = self.finished.recent_mut(id) {
+                *recent = job;
+            }
+        }
     }
 
     fn shutdown(&mut self) {

@@ -142,6 +142,8 @@ impl Node {
                 self.sched_message(from, msg);
                 PeerReply::Ack
             }
+            PeerRpc::WhereIs { job } => PeerReply::Home(self.home_of(job)),
+            PeerRpc::Client(request) => return self.forwarded(from, *request, reply),
             PeerRpc::Replica { job, msg, copy } => {
                 self.replica_message(from, job, *msg, copy.map(|c| *c));
                 PeerReply::Ack

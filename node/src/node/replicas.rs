@@ -206,10 +206,14 @@ impl Node {
     /// that ended a while ago are dropped.
     pub(super) fn tick_replicas(&mut self) {
         let now = self.now();
+        // Replicas of jobs long over, and copies the primary dropped.
         let over: Vec<u64> = self
             .replicas
             .iter()
-            .filter(|(_, held)| held.ended_at.is_some_and(|at| at.elapsed() >= ENDED_KEPT))
+            .filter(|(_, held)| {
+                held.ended_at.is_some_and(|at| at.elapsed() >= ENDED_KEPT)
+                    || held.replica.is_dropped()
+            })
             .map(|(job, _)| *job)
             .collect();
         for job in over {
@@ -224,6 +228,7 @@ impl Node {
             let out = held.replica.tick(now);
             self.replica_actions(job, out);
         }
+        self.publish_primaries();
     }
 
     /// `peer` is gone: copies whose primary it was stand for election at
@@ -260,12 +265,40 @@ impl Node {
         }
     }
 
+    /// Whether `peer` holds a copy of `job` as this node's replica knows.
+    pub(super) fn holds_copy(&self, job: u64, peer: &PeerId) -> bool {
+        self.replicas
+            .get(&job)
+            .is_some_and(|h| h.replica.copies().contains(peer))
+    }
+
+    /// Hands the client connections the primaries of the jobs this node
+    /// holds copies of (see [`crate::forward`]), when they changed.
+    fn publish_primaries(&mut self) {
+        let now: BTreeMap<u64, PeerId> = self
+            .replicas
+            .iter()
+            .filter(|(_, h)| !h.replica.is_primary())
+            .map(|(job, h)| (*job, *h.replica.primary_peer()))
+            .collect();
+        let mut shared = self.primaries.write().unwrap_or_else(|e| e.into_inner());
+        if *shared != now {
+            *shared = now;
+        }
+    }
+
     /// The job's primary as this node's replica knows it.
     pub(super) fn primary_of(&self, job: u64) -> Option<PeerId> {
         self.replicas.get(&job).map(|h| *h.replica.primary_peer())
     }
 
-    fn replica_actions(&mut self, job: u64, actions: Vec<Action<PeerId, JobEntry<PeerId>>>) {
+    fn replica_actions(&mut self, job: u64, mut actions: Vec<Action<PeerId, JobEntry<PeerId>>>) {
+        // Messages first: a new primary's first appends (sent when it
+        // takes over) must not overtake what it said as a copy.
+        actions.sort_by_key(|a| match a {
+            Action::Send { .. } => 0,
+            _ => 1,
+        });
         for action in actions {
             match action {
                 Action::Send { to, msg } => {
@@ -330,11 +363,8 @@ impl Node {
             tracing::warn!(job = %JobId(job), "took over a job this node has no copy of");
             return;
         };
-        let old = self
-            .members
-            .get(&job)
-            .map(|m| m.home)
-            .map_or_else(|| "its home".to_owned(), |h| format!("node {h}"));
+        let old_home = self.members.get(&job).map(|m| m.home);
+        let old = old_home.map_or_else(|| "its home".to_owned(), |h| format!("node {h}"));
         tracing::warn!(job = %JobId(job), term, "took the job over from {old}, which fell silent");
         let mut ranks = BTreeMap::new();
         for (rank, r) in state.ranks.iter() {
@@ -353,7 +383,9 @@ impl Node {
             module: copy.module,
             inputs: copy.inputs,
             ranks,
-            submitted_unix: crate::store::unix_ms() / 1000,
+            submitted_unix: copy.submitted_unix,
+            moved_from: old_home.map(|h| h.to_string()),
+            moved_to: None,
         };
         self.persist(&record);
         if phase.is_terminal() {
@@ -382,7 +414,7 @@ impl Node {
         tracing::warn!(job = %JobId(job), %primary, "another node is the job's home now: stepped down");
         self.liveness.forget_job(JobId(job));
         if let Some(mut record) = self.jobs.remove(&job) {
-            record.reason = format!("moved to node {primary}");
+            record.moved_to = Some(primary.to_string());
             self.persist(&record);
         }
         self.follow(job, primary);

@@ -417,6 +417,15 @@ pub struct JobStatus {
     /// When it was submitted, seconds since the Unix epoch.
     #[serde(default)]
     pub submitted_unix: u64,
+    /// The node that is the job's home (the peer id), as the answer's
+    /// node knows it: the node asked, or the one it asked on the client's
+    /// behalf.
+    #[serde(default)]
+    pub home: Option<String>,
+    /// The node the job's home moved from, if its first home was lost and
+    /// a copy took the job over.
+    #[serde(default)]
+    pub moved_from: Option<String>,
 }
 
 impl JobStatus {
@@ -546,6 +555,9 @@ pub enum ErrorKind {
     Busy,
     /// The node failed to do it.
     Internal,
+    /// The job's home, which this node asked on the client's behalf, did
+    /// not answer; try again (perhaps through another node).
+    Unreachable,
 }
 
 /// A node's reply.

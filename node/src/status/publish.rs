@@ -120,7 +120,9 @@ impl Publisher {
             | PeerRpc::Status
             | PeerRpc::StatusJob { .. }
             | PeerRpc::Checkpoint(_)
-            | PeerRpc::Replica { .. } => {}
+            | PeerRpc::Replica { .. }
+            | PeerRpc::WhereIs { .. }
+            | PeerRpc::Client(_) => {}
             PeerRpc::Sched(_) | PeerRpc::Grant { .. } | PeerRpc::WorkerEnded { .. } => {
                 self.dirty = true;
             }
@@ -471,6 +473,8 @@ mod tests {
                     inputs: Vec::new(),
                     ranks,
                     submitted_unix: 1_700_000_000 + id,
+                    moved_from: None,
+                    moved_to: None,
                 };
                 (id, record)
             })

@@ -97,6 +97,8 @@ fn unexpected(reply: &PeerReply) -> RemoteError {
         PeerReply::StatusJob(_) => "a job",
         PeerReply::Ranks { .. } => "a list of ranks",
         PeerReply::Checkpoint(_) => "a checkpoint answer",
+        PeerReply::Home(_) => "a job's home",
+        PeerReply::Client(_) => "a client answer",
         PeerReply::Error(_) => "an error",
     };
     RemoteError::Unreachable(format!("the peer answered with {what}"))

@@ -46,6 +46,13 @@ pub(crate) struct JobRecord {
     /// When the job was accepted, seconds since the Unix epoch.
     #[serde(default)]
     pub(crate) submitted_unix: u64,
+    /// The node this one took the job over from (its first home, lost).
+    #[serde(default)]
+    pub(crate) moved_from: Option<String>,
+    /// The node that took the job over from this one: the record is kept
+    /// for the log, but the job is that node's (requests go there).
+    #[serde(default)]
+    pub(crate) moved_to: Option<String>,
 }
 
 /// Now, in milliseconds since the Unix epoch.

@@ -29,6 +29,8 @@ fn everything_survives_a_reopen() {
         inputs: vec![],
         ranks: Default::default(),
         submitted_unix: 0,
+        moved_from: None,
+        moved_to: None,
     };
     {
         let store = Store::open(&path).unwrap();
@@ -359,6 +361,8 @@ fn job(id: u64, phase: JobPhase) -> JobRecord {
         inputs: vec![],
         ranks: Default::default(),
         submitted_unix: 0,
+        moved_from: None,
+        moved_to: None,
     }
 }
 
@@ -517,6 +521,8 @@ fn phases_only_move_forward() {
         inputs: vec![],
         ranks: Default::default(),
         submitted_unix: 0,
+        moved_from: None,
+        moved_to: None,
     };
     assert!(!job.advance(JobPhase::Submitted, "back"));
     assert!(job.advance(JobPhase::Running, "go"));
@@ -549,6 +555,8 @@ fn a_job_that_ends_lists_no_rank_running() {
             .into_iter()
             .collect(),
         submitted_unix: 0,
+        moved_from: None,
+        moved_to: None,
     };
     job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
     assert!(job.advance(JobPhase::Failed, "the home node restarted"));

@@ -203,6 +203,21 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench -p zorilla-sandbox --bench sandbox",
     ),
     (
+        "failover.takeover_p50",
+        "a job's home killed (-9): time until a copy answers as its home (p50)",
+        "cargo bench --workspace --bench failover",
+    ),
+    (
+        "failover.takeover_max",
+        "a job's home killed (-9): time until a copy answers as its home (worst run)",
+        "cargo bench --workspace --bench failover",
+    ),
+    (
+        "failover.workers_lost",
+        "workers stopped by the home's loss",
+        "cargo bench --workspace --bench failover",
+    ),
+    (
         "pingpong.nodes_rtt_8",
         "message round trip, 8 B, two nodes",
         "cargo bench --workspace --bench pingpong",

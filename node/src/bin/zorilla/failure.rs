@@ -39,7 +39,9 @@ impl From<ClientError> for Failure {
             ClientError::Node { kind, message } => {
                 let code = match kind {
                     ErrorKind::NotFound => EXIT_NOT_FOUND,
-                    ErrorKind::Internal | ErrorKind::Version => EXIT_UNREACHABLE,
+                    ErrorKind::Internal | ErrorKind::Version | ErrorKind::Unreachable => {
+                        EXIT_UNREACHABLE
+                    }
                     ErrorKind::BadRequest | ErrorKind::Unauthorized | ErrorKind::Busy => {
                         EXIT_REFUSED
                     }

@@ -192,6 +192,14 @@ pub(crate) fn describe(status: &JobStatus) -> String {
         age(status),
         r.args.join(" ")
     );
+    if let Some(home) = &status.home {
+        out.push_str(&format!("home      node {home}\n"));
+    }
+    if let Some(from) = &status.moved_from {
+        out.push_str(&format!(
+            "moved     here from node {from}, its first home, which was lost\n"
+        ));
+    }
     if let Some(p) = &status.pending {
         out.push_str(&format!(
             "pending   {} of {} workers granted; {} floods, radius {}{}; {} nodes answered, \

@@ -1,0 +1,166 @@
+//! Clients reach a job through any node (issue 16): a request about a job
+//! that this node is not home to (`Status`, `Logs`, `Outputs`,
+//! `OutputBlock`, `Cancel`) goes to the job's home, and its answer comes
+//! back as if this node had given it (the job's status names its home, so
+//! the client can say where the job is).
+//!
+//! Finding the home costs little and is bounded: a node holding a copy of
+//! the job knows its primary ([`Primaries`], published by the loop); any
+//! other node asks at most [`MAX_ASKED`] of the peers it knows, all at
+//! once, which of them is the job's home or knows it
+//! ([`PeerRpc::WhereIs`]). A forwarded request is answered by the node
+//! that gets it and is never forwarded again, so a request crosses at most
+//! one hop. A forwarded `Cancel` is taken only from a node that holds a
+//! copy of the job (see `Node::forwarded`): the home does not let any
+//! stranger of the grid cancel its jobs through another node.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use zorilla_overlay::{OverlayHandle, PeerId};
+
+use crate::protocol::{ErrorKind, Request, Response};
+use crate::wire::{PeerReply, PeerRpc, decode, encode};
+
+/// The most peers asked where a job's home is.
+pub(crate) const MAX_ASKED: usize = 32;
+/// How long the peers asked have to answer.
+const ASK_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the job's home has to answer a forwarded request.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
+/// The largest log page or output block a forwarded answer carries: well
+/// within the overlay's 1 MiB message cap (clients read on from where a
+/// short page or block ends).
+pub(crate) const MAX_FORWARDED_BYTES: usize = 512 * 1024;
+
+/// The primary of each job this node holds a copy of, as the loop last
+/// published it.
+pub(crate) type Primaries = Arc<RwLock<BTreeMap<u64, PeerId>>>;
+
+/// The job a request is about, if it can be answered by the job's home.
+pub(crate) fn job_of(request: &Request) -> Option<u64> {
+    match request {
+        Request::Status { job }
+        | Request::Cancel { job }
+        | Request::Logs { job, .. }
+        | Request::Outputs { job, .. }
+        | Request::OutputBlock { job, .. } => Some(*job),
+        _ => None,
+    }
+}
+
+/// The answer of `job`'s home to `request`, if some node is its home and
+/// answers: `None` when no node the asked peers know of holds it.
+pub(crate) async fn forward(
+    overlay: &OverlayHandle,
+    primaries: &Primaries,
+    job: u64,
+    request: Request,
+) -> Option<Response> {
+    let me = overlay.local_peer_id();
+    let known = primaries
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&job)
+        .copied()
+        .filter(|p| *p != me);
+    let home = match known {
+        Some(home) => home,
+        None => find_home(overlay, job).await?,
+    };
+    let request = shrink(request);
+    let rpc = PeerRpc::Client(Box::new(request));
+    let call = overlay.request(home, encode(&rpc));
+    let answer = match tokio::time::timeout(FORWARD_TIMEOUT, call).await {
+        Ok(Ok(bytes)) => decode::<PeerReply>(&bytes),
+        Ok(Err(e)) => {
+            return Some(Response::error(
+                ErrorKind::Unreachable,
+                format!("the job's home, node {home}, did not answer: {e}"),
+            ));
+        }
+        Err(_) => {
+            return Some(Response::error(
+                ErrorKind::Unreachable,
+                format!(
+                    "the job's home, node {home}, did not answer within {} s",
+                    FORWARD_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+    };
+    Some(match answer {
+        Ok(PeerReply::Client(response)) => *response,
+        Ok(PeerReply::Error(e)) => Response::error(
+            ErrorKind::Unreachable,
+            format!("the job's home, node {home}, refused: {e}"),
+        ),
+        Ok(_) | Err(_) => Response::error(
+            ErrorKind::Unreachable,
+            format!("the job's home, node {home}, answered with something else"),
+        ),
+    })
+}
+
+/// Asks at most [`MAX_ASKED`] known peers, nearest first, where `job`'s
+/// home is; the first that names one wins.
+pub(crate) async fn find_home(overlay: &OverlayHandle, job: u64) -> Option<PeerId> {
+    let mut known = overlay.known_peers().await.ok()?;
+    known.sort_by_key(|p| (!p.connected, p.rtt.is_none(), p.rtt));
+    let mut asks: futures::stream::FuturesUnordered<_> = known
+        .into_iter()
+        .take(MAX_ASKED)
+        .map(|p| {
+            let overlay = overlay.clone();
+            async move {
+                let bytes = overlay
+                    .request(p.peer, encode(&PeerRpc::WhereIs { job }))
+                    .await
+                    .ok()?;
+                match decode::<PeerReply>(&bytes).ok()? {
+                    PeerReply::Home(home) => home,
+                    _ => None,
+                }
+            }
+        })
+        .collect();
+    let found = async {
+        while let Some(answer) = asks.next().await {
+            if answer.is_some() {
+                return answer;
+            }
+        }
+        None
+    };
+    tokio::time::timeout(ASK_TIMEOUT, found)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The request as it is forwarded: pages and blocks cut to what one
+/// overlay message carries, and no waiting at the home (this node's
+/// connection waits, asking again).
+fn shrink(request: Request) -> Request {
+    match request {
+        Request::OutputBlock {
+            job,
+            name,
+            offset,
+            len,
+        } => Request::OutputBlock {
+            job,
+            name,
+            offset,
+            len: len.min(MAX_FORWARDED_BYTES as u32),
+        },
+        Request::Logs { job, from, .. } => Request::Logs {
+            job,
+            from,
+            wait_secs: 0,
+        },
+        request => request,
+    }
+}
