@@ -686,13 +686,14 @@ impl Sim {
             .iter()
             .map(|(n, ranks)| (*n, ranks.len() as u32))
             .collect();
-        if phase.is_some_and(|p| p <= Phase::Running) && record.ended.take().is_some() {
-            if let Some(f) = self.failover.as_mut() {
-                f.report.ends_redone += 1;
-                if let Some(r) = f.jobs.get_mut(&job) {
-                    r.ended_at = None;
-                    r.retired = false;
-                }
+        if phase.is_some_and(|p| p <= Phase::Running)
+            && record.ended.take().is_some()
+            && let Some(f) = self.failover.as_mut()
+        {
+            f.report.ends_redone += 1;
+            if let Some(r) = f.jobs.get_mut(&job) {
+                r.ended_at = None;
+                r.retired = false;
             }
         }
     }

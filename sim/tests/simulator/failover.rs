@@ -188,20 +188,27 @@ fn churning(jobs: u32, seed: u64) -> Sim {
     let plans = plan_jobs(&scenario, &grid, seed);
     let mut sim = Sim::new(&scenario, Mode::Ours, seed, plans).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xfa11);
-    let mut poisson = |rate: f64, mut each: Box<dyn FnMut(&mut Sim, Duration, u32) + '_>| {
-        let mut t = 0.0;
-        loop {
-            t += -rng.random_range(f64::EPSILON..1.0f64).ln() / rate;
-            if t >= 60.0 {
-                break;
-            }
-            let node = rng.random_range(0..grid.len() as u32);
-            each(&mut sim, Duration::from_secs_f64(t), node);
-        }
-    };
-    poisson(0.2, Box::new(|sim, at, node| sim.fail_at(node, at)));
-    poisson(0.1, Box::new(|sim, at, _| sim.fail_a_home_at(at)));
+    for (at, node) in poisson(&mut rng, 0.2, grid.len() as u32) {
+        sim.fail_at(node, at);
+    }
+    for (at, _) in poisson(&mut rng, 0.1, 1) {
+        sim.fail_a_home_at(at);
+    }
     sim
+}
+
+/// Times of a Poisson process of `rate` a second over the first minute,
+/// each with a random node of `nodes`.
+fn poisson(rng: &mut ChaCha8Rng, rate: f64, nodes: u32) -> Vec<(Duration, u32)> {
+    let mut times = Vec::new();
+    let mut t = 0.0;
+    loop {
+        t += -rng.random_range(f64::EPSILON..1.0f64).ln() / rate;
+        if t >= 60.0 {
+            return times;
+        }
+        times.push((Duration::from_secs_f64(t), rng.random_range(0..nodes)));
+    }
 }
 
 /// Takeover times, in milliseconds: median, 95th percentile, max.
