@@ -226,6 +226,7 @@ fn percentiles(mut ms: Vec<u64>) -> (u64, u64, u64) {
 fn churn_with_home_failures_keeps_the_failover_invariants_over_many_seeds() {
     let (mut takeovers, mut times, mut orphaned) = (0, Vec::new(), 0);
     let (mut jobs, mut replica_messages, mut moved, mut completed) = (0, 0, 0, 0);
+    let (mut redone, mut orphan_workers, mut stale) = (0, 0, 0);
     for seed in 1..=50 {
         let mut sim = churning(15, seed);
         let mut steps = 0u64;
@@ -251,6 +252,9 @@ fn churn_with_home_failures_keeps_the_failover_invariants_over_many_seeds() {
                 .map(|d| d.as_millis() as u64),
         );
         orphaned += r.orphaned.len();
+        redone += r.ends_redone;
+        orphan_workers += r.orphan_workers;
+        stale += r.stale_events;
         replica_messages += r.replica_messages;
         let run = sim.run();
         jobs += run.jobs.len();
@@ -265,7 +269,8 @@ fn churn_with_home_failures_keeps_the_failover_invariants_over_many_seeds() {
     eprintln!(
         "{jobs} jobs, {moved} moved home ({completed} of them completed), {takeovers} \
          takeovers, {orphaned} orphaned; takeover after median {median} ms, 95th {p95} ms, \
-         max {max} ms; {:.0} replica messages per job",
+         max {max} ms; {:.0} replica messages per job; {redone} ends redone, {orphan_workers} \
+         orphan workers stopped, {stale} events of old primaries",
         replica_messages as f64 / jobs as f64
     );
     assert!(moved >= 50, "only {moved} jobs changed home");
