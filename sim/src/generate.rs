@@ -137,6 +137,7 @@ pub fn scenario(seed: u64, size: Size) -> Scenario {
             sweep: None,
         },
         churn: None,
+        failover: None,
         until_s: f64::from(size.jobs) * 5.0 + 300.0,
     }
 }

@@ -36,6 +36,10 @@ pub struct Scenario {
     /// Nodes failing and joining.
     #[serde(default)]
     pub churn: Option<Churn>,
+    /// Home jobs' state replicated, and homes that fail and are taken over
+    /// (issue 16); `None`: a job is lost with its home.
+    #[serde(default)]
+    pub failover: Option<FailoverSetup>,
     /// Simulated time after which the run stops, in seconds.
     pub until_s: f64,
 }
@@ -222,6 +226,35 @@ pub struct Churn {
     pub rejoin_after_s: f64,
     /// Seconds until peers notice a failure.
     pub detect_after_s: f64,
+}
+
+/// Replicated home jobs (issue 16): each home job's state is held by its
+/// home and by copies, which elect a successor when the home is gone.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailoverSetup {
+    /// The fewest copies a job has besides its home: nodes that run its
+    /// workers, and near nodes that run none when those are fewer.
+    #[serde(default = "default_degree")]
+    pub degree: usize,
+    /// Failures per second that hit the home of a running job (Poisson),
+    /// on top of the churn's failures of random machines (which detect and
+    /// rejoin as the churn says).
+    #[serde(default)]
+    pub home_failures_per_s: f64,
+}
+
+fn default_degree() -> usize {
+    2
+}
+
+impl Default for FailoverSetup {
+    fn default() -> Self {
+        FailoverSetup {
+            degree: default_degree(),
+            home_failures_per_s: 0.0,
+        }
+    }
 }
 
 /// The grid a scenario describes, resolved: machines with their site and

@@ -14,7 +14,7 @@
 //! future input of another after the link's one-way delay.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -33,12 +33,14 @@ use crate::scenario::{Grid, Scenario};
 use node_overlay::NodeOverlay;
 use record::start_violation;
 
+pub use failover::{FailoverConfig, FailoverReport, STOP_BOUND, Takeover};
 pub use mode::Mode;
 pub use record::{JobPlan, JobRecord, RunReport};
 pub use workload::{plan_jobs, shuffled, sweep_job};
 
 mod bamboo;
 mod churn;
+mod failover;
 mod invariants;
 mod mode;
 mod node_overlay;
@@ -90,6 +92,46 @@ enum Event {
         node: u32,
     },
     Rejoin {
+        node: u32,
+    },
+    /// Failover: a replica message of a job between two nodes.
+    Replica {
+        to: u32,
+        from: u32,
+        job: JobId,
+        msg: failover::ReplicaMsg,
+    },
+    /// Failover: a job's primary tells a node it holds no copy any more.
+    ReplicaDropped {
+        to: u32,
+        from: u32,
+        job: JobId,
+    },
+    /// Failover: the replicas of a job tick.
+    ReplicaTick {
+        job: JobId,
+    },
+    /// Failover: a member reports again the ends not acknowledged yet.
+    ReportRetry {
+        node: u32,
+        job: JobId,
+    },
+    /// Failover: a job's primary acknowledges a rank's end to its member.
+    RankAck {
+        to: u32,
+        from: u32,
+        job: JobId,
+        rank: u32,
+        incarnation: u32,
+    },
+    /// Failover: the home of a running job fails.
+    FailHome,
+    /// A node is cut off from every other (it runs on).
+    Isolate {
+        node: u32,
+    },
+    /// A node cut off reaches the others again.
+    Heal {
         node: u32,
     },
     /// Our overlay: one second of `node`'s peer keeping (its pings, then
@@ -176,6 +218,10 @@ pub struct Sim {
     /// while it watches a silent peer, see `peers`).
     keeper_phase: Vec<Duration>,
     keeper_ticking: Vec<bool>,
+    /// Home jobs replicated (issue 16), if the run does.
+    failover: Option<Box<failover::Failover>>,
+    /// Nodes cut off from every other.
+    isolated: BTreeSet<u32>,
 }
 
 fn kind<P>(msg: &Message<P>) -> &'static str {
@@ -238,8 +284,16 @@ impl Sim {
             keeper_ticks: 0,
             keeper_phase: Vec::new(),
             keeper_ticking: Vec::new(),
+            failover: None,
+            isolated: BTreeSet::new(),
             grid,
         };
+        if let Some(setup) = &scenario.failover {
+            sim.enable_failover(FailoverConfig {
+                degree: setup.degree,
+                ..FailoverConfig::default()
+            });
+        }
         for node in 0..sim.grid.len() as u32 {
             let fresh = sim.fresh_node(node, max_workers_per_job);
             sim.nodes.push(fresh);
@@ -266,6 +320,19 @@ impl Sim {
                 }
                 let node = sim.rng.random_range(0..sim.grid.len() as u32);
                 sim.push(Duration::from_secs_f64(t), Event::Fail { node });
+            }
+        }
+        if let Some(setup) = sim.scenario.failover.clone()
+            && setup.home_failures_per_s > 0.0
+        {
+            let mut t = 0.0;
+            loop {
+                let u: f64 = sim.rng.random_range(f64::EPSILON..1.0);
+                t += -u.ln() / setup.home_failures_per_s;
+                if t >= scenario.until_s {
+                    break;
+                }
+                sim.push(Duration::from_secs_f64(t), Event::FailHome);
             }
         }
         Ok(sim)
@@ -362,7 +429,7 @@ impl Sim {
                 also_sent,
             } => self.on_flood(to, from, advert, &also_sent),
             Event::Direct { to, from, msg } => {
-                if self.nodes[to as usize].alive && self.nodes[from as usize].alive {
+                if self.reachable(from, to) {
                     let rtt = self.sample(to, from);
                     self.feed(
                         to,
@@ -388,6 +455,11 @@ impl Sim {
                     self.workers_gone(node, job, ranks.len() as u32);
                     let ended: Vec<u32> = ranks.keys().copied().collect();
                     self.feed(node, Input::WorkersEnded { job, ranks: ended });
+                    if self.failover.is_some() {
+                        // Reported to the primary until it acknowledges.
+                        self.failover_workers_ended(node, job, &ranks);
+                        return true;
+                    }
                     // Each worker reports its end to the home, which
                     // decides what becomes of the job (the core's rules).
                     if let Some(home) = self.jobs.get(&job).map(|r| r.home) {
@@ -412,7 +484,9 @@ impl Sim {
                 rank,
                 incarnation,
             } => {
-                if self.nodes[home as usize].alive && self.nodes[from as usize].alive {
+                if self.failover.is_some() {
+                    self.report_received(home, from, job, rank, incarnation);
+                } else if self.nodes[home as usize].alive && self.nodes[from as usize].alive {
                     let input = Input::RankEnded {
                         job,
                         node: from,
@@ -427,6 +501,22 @@ impl Sim {
             Event::Detect { node } => self.detect(node),
             Event::Rejoin { node } => self.rejoin(node),
             Event::KeeperTick { node } => self.keeper_tick(node),
+            Event::Replica { to, from, job, msg } => self.replica_message(to, from, job, msg),
+            Event::ReplicaDropped { to, from, job } => self.replica_dropped(to, from, job),
+            Event::ReplicaTick { job } => self.replica_tick(job),
+            Event::ReportRetry { node, job } => self.report_retry(node, job),
+            Event::RankAck {
+                to,
+                from,
+                job,
+                rank,
+                incarnation,
+            } => self.ack_received(to, from, job, rank, incarnation),
+            Event::FailHome => self.fail_a_home(),
+            Event::Isolate { node } => self.isolate(node),
+            Event::Heal { node } => {
+                self.isolated.remove(&node);
+            }
         }
         true
     }
@@ -455,6 +545,8 @@ impl Sim {
                 running: 0,
                 duration: plan.duration,
                 ranks: BTreeMap::new(),
+                replica_messages: 0,
+                home_moves: 0,
             },
         );
         if !self.nodes[plan.home as usize].alive {
@@ -463,6 +555,7 @@ impl Sim {
             }
             return;
         }
+        self.failover_submit(plan.home, id, &plan.spec);
         self.feed(
             plan.home,
             Input::Submit {
@@ -473,7 +566,10 @@ impl Sim {
     }
 
     fn on_flood(&mut self, to: u32, from: u32, advert: Advert<u32>, also_sent: &[u32]) {
-        if !self.nodes[to as usize].alive {
+        if !self.nodes[to as usize].alive
+            || self.isolated.contains(&to)
+            || self.isolated.contains(&from)
+        {
             return;
         }
         let id = FloodId {
@@ -561,10 +657,12 @@ impl Sim {
                 }
                 Output::StartWorkers {
                     job,
+                    home,
                     ranks,
                     incarnation,
                     ..
                 } => {
+                    self.workers_started(node, job, home);
                     self.check_start(node, job, &ranks);
                     let count = ranks.len() as u32;
                     let running = self.running.entry((node, job)).or_default();
@@ -594,9 +692,19 @@ impl Sim {
                         self.workers_gone(node, job, ranks.len() as u32);
                     }
                 }
-                Output::Job(event) => self.job_event(event),
-                // Simulated workers do not talk to each other.
-                Output::PlacementChanged { .. } => {}
+                Output::Job(event) => {
+                    if self.replicate_event(node, &event) {
+                        self.job_event(event);
+                    }
+                }
+                // Simulated workers do not talk to each other; a placement
+                // from a new home moves the job there (failover).
+                Output::PlacementChanged {
+                    job,
+                    home,
+                    placement,
+                    ..
+                } => self.placement_heard(node, job, home, &placement),
             }
         }
         let n = &mut self.nodes[node as usize];

@@ -26,6 +26,7 @@ impl Sim {
         }
         self.nodes[node as usize].alive = false;
         self.watch_silent(node);
+        self.failover_fail(node);
         let jobs: Vec<(JobId, u32)> = self
             .running
             .range((node, JobId(0))..=(node, JobId(u64::MAX)))
@@ -92,6 +93,7 @@ impl Sim {
                 r.placement.remove(&failed);
             }
         }
+        self.failover_detect(failed);
     }
 
     pub(super) fn rejoin(&mut self, node: u32) {
@@ -100,6 +102,7 @@ impl Sim {
         }
         let fresh = self.fresh_node(node, None);
         self.nodes[node as usize] = fresh;
+        self.failover_rejoin(node);
         let alive: Vec<u32> = (0..self.nodes.len() as u32)
             .filter(|n| self.nodes[*n as usize].alive)
             .collect();

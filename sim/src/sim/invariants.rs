@@ -23,6 +23,7 @@ impl Sim {
         if let Some(v) = self.violations.first() {
             return Err(v.clone());
         }
+        self.check_failover()?;
         for (i, node) in self.nodes.iter().enumerate() {
             if !node.alive {
                 continue;
@@ -51,7 +52,10 @@ impl Sim {
                     ));
                 }
             }
-            for (job, phase) in s.home_jobs() {
+            for (job, phase) in s
+                .home_jobs()
+                .filter(|(job, _)| self.in_charge(i as u32, *job))
+            {
                 let offers = s.held_offers(job).count();
                 let full = s.placement(job).is_some_and(|p| {
                     p.values().map(Vec::len).sum::<usize>() >= self.jobs[&job].workers as usize
@@ -63,7 +67,10 @@ impl Sim {
                     ));
                 }
             }
-            for (job, phase) in s.home_jobs() {
+            for (job, phase) in s
+                .home_jobs()
+                .filter(|(job, _)| self.in_charge(i as u32, *job))
+            {
                 let placement = s.placement(job).expect("home job has a placement");
                 let granted: usize = placement.values().map(Vec::len).sum();
                 let record = &self.jobs[&job];
@@ -86,6 +93,14 @@ impl Sim {
             }
         }
         Ok(())
+    }
+
+    /// Whether `node` is the home in charge of `job`: with failover, an
+    /// old primary cut off from its copies may still take itself for the
+    /// home until it hears of its successor; only the one in charge is
+    /// checked.
+    fn in_charge(&self, node: u32, job: JobId) -> bool {
+        self.failover.is_none() || self.jobs.get(&job).is_some_and(|r| r.home == node)
     }
 
     /// The rank lifecycle of one job its home still remembers: it ended

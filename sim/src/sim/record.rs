@@ -28,7 +28,7 @@ pub struct JobPlan {
 pub struct JobRecord {
     /// The job.
     pub id: JobId,
-    /// Its home machine.
+    /// Its home machine (the one in charge now: a takeover moves it).
     pub home: u32,
     /// Workers wanted (the job's `max`).
     pub workers: u32,
@@ -58,6 +58,10 @@ pub struct JobRecord {
     pub lost_ranks: u32,
     /// Lost ranks its home granted again.
     pub replaced_ranks: u32,
+    /// Replica messages sent about this job (failover).
+    pub replica_messages: u64,
+    /// Times a copy took the job over from its home (failover).
+    pub home_moves: u32,
     /// Workers still running.
     pub(super) running: u32,
     pub(super) duration: Option<Duration>,

@@ -1,0 +1,1190 @@
+//! Failover (issue 16): every home job's state is replicated, and a home
+//! that fails is taken over by one of its copies.
+//!
+//! With a scenario's `[failover]` (or [`Sim::enable_failover`]), the home
+//! of every job holds the primary [`Replica`] of the job's log: the job's
+//! spec first ([`JobEntry::Submitted`]), then each of the home's job
+//! events as its scheduler outputs them. The copies are the nodes that run
+//! the job's ranks, and near nodes of the home that run none while those
+//! are fewer than the replication degree (the home's own measured links,
+//! nearest first). Replica messages travel through the simulated network
+//! with its latencies and are lost to and from failed or isolated nodes;
+//! the replicas of a job are ticked every [`TICK`].
+//!
+//! When a copy wins an election ([`Action::BecamePrimary`]), the simulator
+//! replays its log into a [`JobState`] and hands it to that node's
+//! scheduler ([`Scheduler::adopt`](zorilla_core::node::Scheduler::adopt)),
+//! which tells the job's nodes with a placement; a member whose replica
+//! follows the new primary then moves the job's home
+//! ([`Scheduler::home_moved`](zorilla_core::node::Scheduler::home_moved)).
+//! An old primary that learns of a newer epoch drops the job
+//! ([`Scheduler::step_down`](zorilla_core::node::Scheduler::step_down)).
+//!
+//! A member reports each worker's end to the primary its replica follows
+//! and again every [`REPORT_RETRY`] until the primary acknowledges it; the
+//! primary acknowledges only once the end is committed (held by a copy),
+//! so an acknowledged output is never lost with the home.
+//!
+//! The replica protocol tells a node that it is a copy, never that it no
+//! longer is: a copy that the primary drops (a near node once the ranks'
+//! nodes are copies enough, the old primary after an election) would stand
+//! for election when its lease runs out, and two of them would elect one.
+//! The simulator's primary tells each copy it drops
+//! (`Event::ReplicaDropped`, counted as a replica message), and the copy
+//! forgets its replica.
+//!
+//! The checks ([`Sim::check_failover`], after every event through
+//! [`Sim::check_invariants`]; [`Sim::check_jobs_ended`] at the end): at
+//! most one primary per epoch of a job, every acknowledged rank end in the
+//! log of the primary in charge, no worker running [`STOP_BOUND`] after
+//! its job ended, and every job ended by the end of the run (unless every
+//! node that held its state failed: beyond what a degree covers).
+
+use std::collections::btree_map::Entry as MapEntry;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rand::seq::IndexedRandom;
+use zorilla_core::Time;
+use zorilla_core::advert::{JobId, Phase, Placed};
+use zorilla_core::node::{Input, JobEntry, JobEvent, JobSpec, JobState, WorkerEnd};
+use zorilla_core::replica::{Action, MAX_COPIES, Msg, Replica, Timing};
+
+use super::{Event, Sim};
+
+/// How often the replicas of a job are ticked.
+pub(super) const TICK: Duration = Duration::from_millis(50);
+/// How often a member reports again a worker's end not yet acknowledged.
+pub(super) const REPORT_RETRY: Duration = Duration::from_secs(1);
+/// How long after its job ended a worker may still run: the stop on its
+/// way, or a member that learns of a new home first.
+pub const STOP_BOUND: Duration = Duration::from_secs(3);
+
+/// What a job's log holds.
+pub(super) type Entry = JobEntry<u32>;
+/// A replica message between simulated nodes.
+pub(super) type ReplicaMsg = Msg<u32, Entry>;
+type Rep = Replica<u32, Entry>;
+
+/// How a run replicates its home jobs.
+#[derive(Debug, Clone, Copy)]
+pub struct FailoverConfig {
+    /// The lease and the election.
+    pub timing: Timing,
+    /// The fewest copies a job has besides its home.
+    pub degree: usize,
+}
+
+impl Default for FailoverConfig {
+    fn default() -> Self {
+        FailoverConfig {
+            timing: Timing::default(),
+            degree: 2,
+        }
+    }
+}
+
+/// A copy took a job over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Takeover {
+    /// The job.
+    pub job: JobId,
+    /// The primary it took over from.
+    pub from: u32,
+    /// The new primary.
+    pub to: u32,
+    /// Its term.
+    pub term: u64,
+    /// From the old primary's failure (or isolation) to the new one
+    /// acting; `None` when the simulator knows of no loss (an election
+    /// with the old primary alive).
+    pub after: Option<Duration>,
+}
+
+/// What the replication did in a run.
+#[derive(Debug, Clone, Default)]
+pub struct FailoverReport {
+    /// Every takeover, in order.
+    pub takeovers: Vec<Takeover>,
+    /// Replica messages sent (appends, heartbeats, acks, standings).
+    pub replica_messages: u64,
+    /// Rank ends acknowledged by the primaries (committed first).
+    pub acknowledged: usize,
+    /// Old primaries that learnt of a newer epoch and dropped the job.
+    pub stepped_down: u64,
+    /// Jobs all of whose state holders failed (lost beyond the degree).
+    pub orphaned: Vec<JobId>,
+    /// Job events of old primaries not counted (a primary cut off that did
+    /// not know yet it had been succeeded).
+    pub stale_events: u64,
+    /// Jobs whose old home ended them but whose end no copy held: the new
+    /// home ends them again.
+    pub ends_redone: u64,
+    /// Workers a member stopped because the new home's placement did not
+    /// place them there (the grant was lost with the old home).
+    pub orphan_workers: u64,
+}
+
+/// A rank end waiting for its entry to be committed before the primary
+/// acknowledges it.
+#[derive(Debug, Clone)]
+struct Waiting {
+    primary: u32,
+    index: u64,
+    member: u32,
+    rank: u32,
+    incarnation: u32,
+}
+
+/// The replicas of one job, by node.
+#[derive(Debug, Default)]
+struct Replicated {
+    replicas: BTreeMap<u32, Rep>,
+    /// Copies on near nodes that run none of the job's ranks.
+    extras: BTreeSet<u32>,
+    /// Nodes the job's primary was told are gone (until they rejoin).
+    gone: BTreeSet<u32>,
+    waiting: Vec<Waiting>,
+    /// The primary in charge was lost (failed or cut off): who, when.
+    lost_at: Option<(u32, Time)>,
+    /// The job ended and its end is committed: its replicas tick no more.
+    retired: bool,
+    /// Every node holding its state failed.
+    orphaned: bool,
+    /// When the job ended (as the primary in charge said).
+    ended_at: Option<Time>,
+}
+
+/// The simulator's replication state (see the [module docs](self)).
+#[derive(Debug, Default)]
+pub(super) struct Failover {
+    config: FailoverConfig,
+    jobs: BTreeMap<JobId, Replicated>,
+    /// Every (job, term) and its primary, ever seen.
+    primaries: BTreeMap<(JobId, u64), u32>,
+    /// Rank ends acknowledged, per job: (node, rank).
+    acknowledged: BTreeMap<JobId, BTreeSet<(u32, u32)>>,
+    /// Members' worker ends not yet acknowledged: rank -> incarnation.
+    unacked: BTreeMap<(u32, JobId), BTreeMap<u32, u32>>,
+    /// The job's home as each member knows it (from its grant, then moved).
+    known_home: BTreeMap<(u32, JobId), u32>,
+    report: FailoverReport,
+}
+
+impl Failover {
+    pub(super) fn new(config: FailoverConfig) -> Self {
+        Failover {
+            config,
+            ..Failover::default()
+        }
+    }
+}
+
+fn job_of(event: &JobEvent<u32>) -> JobId {
+    match event {
+        JobEvent::Rejected { job, .. }
+        | JobEvent::Granted { job, .. }
+        | JobEvent::Started { job, .. }
+        | JobEvent::Full { job }
+        | JobEvent::WorkersLost { job, .. }
+        | JobEvent::RankEnded { job, .. }
+        | JobEvent::Ended { job, .. } => *job,
+    }
+}
+
+/// The index of the entry that logged the end of `rank` on `node`.
+fn end_index<'a>(entries: impl Iterator<Item = &'a Entry>, node: u32, rank: u32) -> Option<u64> {
+    entries
+        .enumerate()
+        .filter(|(_, e)| {
+            matches!(e, JobEntry::Event(JobEvent::RankEnded { node: n, rank: r, .. })
+                if *n == node && *r == rank)
+        })
+        .map(|(i, _)| i as u64 + 1)
+        .last()
+}
+
+impl Sim {
+    /// Replicates every home job from now on, with `config` (see the
+    /// [module docs](self)). Call it before the first event.
+    pub fn enable_failover(&mut self, config: FailoverConfig) {
+        self.failover = Some(Box::new(Failover::new(config)));
+    }
+
+    /// Cuts `node` off from every other node at `at` (a partition: it runs
+    /// on, but no message reaches it or leaves it).
+    pub fn isolate_at(&mut self, node: u32, at: Time) {
+        self.push(at, Event::Isolate { node });
+    }
+
+    /// Fails the home of a random running job at `at` (as the scenario's
+    /// `home_failures_per_s` does).
+    pub fn fail_a_home_at(&mut self, at: Time) {
+        self.push(at, Event::FailHome);
+    }
+
+    /// Ends the partition of `node` at `at`.
+    pub fn heal_at(&mut self, node: u32, at: Time) {
+        self.push(at, Event::Heal { node });
+    }
+
+    /// What the replication did so far (`None` without failover).
+    pub fn failover_report(&self) -> Option<FailoverReport> {
+        let f = self.failover.as_ref()?;
+        let mut report = f.report.clone();
+        report.acknowledged = f.acknowledged.values().map(BTreeSet::len).sum();
+        report.orphaned = f
+            .jobs
+            .iter()
+            .filter(|(_, r)| r.orphaned)
+            .map(|(job, _)| *job)
+            .collect();
+        Some(report)
+    }
+
+    /// The live primary in charge of `job` (the highest term), if any.
+    pub fn primary_of(&self, job: JobId) -> Option<u32> {
+        let r = self.failover.as_ref()?.jobs.get(&job)?;
+        r.replicas
+            .iter()
+            .filter(|(n, rep)| rep.is_primary() && self.nodes[**n as usize].alive)
+            .max_by_key(|(_, rep)| rep.epoch().term)
+            .map(|(n, _)| *n)
+    }
+
+    /// The nodes holding a replica of `job` (the primary included).
+    pub fn replica_holders(&self, job: JobId) -> Vec<u32> {
+        self.failover
+            .as_ref()
+            .and_then(|f| f.jobs.get(&job))
+            .map(|r| r.replicas.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether a message from `a` gets to `b`: both up, and neither cut
+    /// off (a node always reaches itself).
+    pub(super) fn reachable(&self, a: u32, b: u32) -> bool {
+        self.nodes[a as usize].alive
+            && self.nodes[b as usize].alive
+            && (a == b || (!self.isolated.contains(&a) && !self.isolated.contains(&b)))
+    }
+
+    /// A job is submitted to `home`: its primary replica logs the spec and
+    /// places its first copies.
+    pub(super) fn failover_submit(&mut self, home: u32, job: JobId, spec: &JobSpec) {
+        let now = self.now;
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        let mut replica = Rep::primary(job.0, home, now, f.config.timing);
+        let mut out = Vec::new();
+        let entry = JobEntry::Submitted { spec: spec.clone() };
+        if replica.propose(entry, &mut out).is_err() {
+            return;
+        }
+        let r = f.jobs.entry(job).or_default();
+        r.replicas.insert(home, replica);
+        f.primaries.insert((job, 0), home);
+        self.replica_actions(home, job, out);
+        self.place_copies(job);
+        self.push(now + TICK, Event::ReplicaTick { job });
+    }
+
+    /// A job event a node's scheduler output: the primary logs it. Whether
+    /// it is the job's (from the primary in charge) and counts in its
+    /// record.
+    pub(super) fn replicate_event(&mut self, node: u32, event: &JobEvent<u32>) -> bool {
+        let now = self.now;
+        let Some(f) = self.failover.as_mut() else {
+            return true;
+        };
+        let Some(entry) = JobEntry::of(event) else {
+            return true;
+        };
+        let job = job_of(event);
+        let Some(r) = f.jobs.get_mut(&job) else {
+            return true;
+        };
+        let in_charge = self.jobs.get(&job).is_some_and(|rec| rec.home == node);
+        let Some(replica) = r.replicas.get_mut(&node).filter(|rep| rep.is_primary()) else {
+            f.report.stale_events += 1;
+            return false;
+        };
+        if !in_charge {
+            f.report.stale_events += 1;
+        }
+        if in_charge && matches!(event, JobEvent::Ended { .. }) {
+            r.ended_at.get_or_insert(now);
+        }
+        let mut out = Vec::new();
+        // A full log (MAX_LOG entries) takes nothing more: the job's later
+        // events live at the home only.
+        let _ = replica.propose(entry, &mut out);
+        self.replica_actions(node, job, out);
+        if matches!(
+            event,
+            JobEvent::Granted { .. } | JobEvent::WorkersLost { .. } | JobEvent::Started { .. }
+        ) {
+            self.place_copies(job);
+        }
+        in_charge
+    }
+
+    /// The primary in charge of `job` places its copies: the nodes running
+    /// its ranks, and near nodes running none while those are fewer than
+    /// the degree (those placed before kept first).
+    fn place_copies(&mut self, job: JobId) {
+        let Some(primary) = self.primary_of(job) else {
+            return;
+        };
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        let degree = f.config.degree;
+        let Some(r) = f.jobs.get_mut(&job) else {
+            return;
+        };
+        let node = &self.nodes[primary as usize];
+        let usable = |p: &u32| *p != primary && !r.gone.contains(p);
+        let mut copies: BTreeSet<u32> = node
+            .scheduler
+            .placement(job)
+            .map(|p| p.keys().copied().filter(usable).collect())
+            .unwrap_or_default();
+        copies = copies.into_iter().take(MAX_COPIES).collect();
+        let need = degree.saturating_sub(copies.len());
+        let mut extras: Vec<u32> = r
+            .extras
+            .iter()
+            .copied()
+            .filter(|p| usable(p) && !copies.contains(p))
+            .take(need)
+            .collect();
+        if extras.len() < need {
+            let mut near: Vec<(Duration, u32)> = node
+                .neighbours
+                .iter()
+                .filter(|(p, _)| usable(p) && !copies.contains(p))
+                .map(|(p, rtt)| (*rtt, *p))
+                .collect();
+            near.sort_unstable();
+            for (_, p) in near {
+                if extras.len() >= need {
+                    break;
+                }
+                if !extras.contains(&p) {
+                    extras.push(p);
+                }
+            }
+        }
+        r.extras = extras.iter().copied().collect();
+        copies.extend(extras);
+        let Some(replica) = r.replicas.get_mut(&primary) else {
+            return;
+        };
+        if *replica.copies() == copies {
+            return;
+        }
+        let dropped: Vec<u32> = replica.copies().difference(&copies).copied().collect();
+        let out = replica.set_copies(copies, 1);
+        self.replica_actions(primary, job, out);
+        // `set_copies` tells the copies it keeps, not those it drops: left
+        // alone, two dropped copies would elect one of them when their
+        // lease runs out. The primary tells them (a message the replica
+        // protocol lacks; see the module docs).
+        for to in dropped {
+            self.count_replica_message(job);
+            let at = self.now + self.one_way(primary, to);
+            self.push(
+                at,
+                Event::ReplicaDropped {
+                    to,
+                    from: primary,
+                    job,
+                },
+            );
+        }
+    }
+
+    fn count_replica_message(&mut self, job: JobId) {
+        self.messages += 1;
+        *self.by_kind.entry("replica").or_default() += 1;
+        if let Some(f) = self.failover.as_mut() {
+            f.report.replica_messages += 1;
+        }
+        if let Some(record) = self.jobs.get_mut(&job) {
+            record.replica_messages += 1;
+        }
+    }
+
+    /// A copy hears from the primary it follows that it is no copy of the
+    /// job any more: it forgets its replica.
+    pub(super) fn replica_dropped(&mut self, to: u32, from: u32, job: JobId) {
+        if !self.reachable(from, to) {
+            return;
+        }
+        if let Some(r) = self.failover.as_mut().and_then(|f| f.jobs.get_mut(&job))
+            && r.replicas
+                .get(&to)
+                .is_some_and(|rep| !rep.is_primary() && *rep.primary_peer() == from)
+        {
+            r.replicas.remove(&to);
+        }
+    }
+
+    /// Executes a replica's actions at `node`.
+    fn replica_actions(&mut self, node: u32, job: JobId, actions: Vec<Action<u32, Entry>>) {
+        // A new primary's first appends go out before anything its
+        // adoption sends (the copies it places next among them): a copy
+        // must learn the copies from the latest append, not an older one.
+        let mut became = None;
+        for action in actions {
+            match action {
+                Action::Send { to, msg } => {
+                    if to == node {
+                        continue;
+                    }
+                    self.count_replica_message(job);
+                    let at = self.now + self.one_way(node, to);
+                    self.push(
+                        at,
+                        Event::Replica {
+                            to,
+                            from: node,
+                            job,
+                            msg,
+                        },
+                    );
+                }
+                // A copy replays its log only when it takes over.
+                Action::Appended { .. } => {}
+                Action::Committed { index } => self.committed(node, job, index),
+                Action::BecamePrimary { epoch } => became = Some(epoch.term),
+                Action::SteppedDown { epoch } => {
+                    if let Some(f) = self.failover.as_mut() {
+                        f.report.stepped_down += 1;
+                        if let Some(r) = f.jobs.get_mut(&job) {
+                            r.waiting.retain(|w| w.primary != node);
+                        }
+                    }
+                    self.nodes[node as usize]
+                        .scheduler
+                        .step_down(job, epoch.primary);
+                }
+                // Entries only an old primary held: job events of a home
+                // that was cut off. Nothing of them was acknowledged (none
+                // was committed), and the members whose reports they logged
+                // report again to the primary in charge.
+                Action::Dropped { .. } => {}
+            }
+        }
+        if let Some(term) = became {
+            self.became_primary(node, job, term);
+        }
+    }
+
+    /// A replica message arrives. A node that holds no replica of the job
+    /// becomes a copy on the first append it gets.
+    pub(super) fn replica_message(&mut self, to: u32, from: u32, job: JobId, msg: ReplicaMsg) {
+        if !self.reachable(from, to) {
+            return;
+        }
+        let now = self.now;
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        let timing = f.config.timing;
+        let Some(r) = f.jobs.get_mut(&job) else {
+            return;
+        };
+        let replica = match r.replicas.entry(to) {
+            MapEntry::Occupied(e) => e.into_mut(),
+            MapEntry::Vacant(e) => {
+                if !matches!(msg, Msg::Append { .. }) {
+                    return;
+                }
+                e.insert(Rep::copy(job.0, to, from, now, timing))
+            }
+        };
+        let out = replica.on_message(now, from, msg);
+        self.replica_actions(to, job, out);
+    }
+
+    /// Time passes for the replicas of `job`.
+    pub(super) fn replica_tick(&mut self, job: JobId) {
+        let now = self.now;
+        let Some(r) = self.failover.as_ref().and_then(|f| f.jobs.get(&job)) else {
+            return;
+        };
+        if r.retired {
+            return;
+        }
+        let nodes: Vec<u32> = r
+            .replicas
+            .keys()
+            .copied()
+            .filter(|n| self.nodes[*n as usize].alive)
+            .collect();
+        if nodes.is_empty() {
+            return;
+        }
+        for node in nodes {
+            let out = self
+                .failover
+                .as_mut()
+                .and_then(|f| f.jobs.get_mut(&job))
+                .and_then(|r| r.replicas.get_mut(&node))
+                .map(|rep| rep.tick(now))
+                .unwrap_or_default();
+            self.replica_actions(node, job, out);
+        }
+        self.push(now + TICK, Event::ReplicaTick { job });
+    }
+
+    /// Entries up to `index` are committed at primary `node`: the rank
+    /// ends waiting for them are acknowledged, and a job whose end is
+    /// committed retires its replicas.
+    fn committed(&mut self, node: u32, job: JobId, index: u64) {
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        let Some(r) = f.jobs.get_mut(&job) else {
+            return;
+        };
+        let (ready, waiting): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut r.waiting)
+            .into_iter()
+            .partition(|w| w.primary == node && w.index <= index);
+        r.waiting = waiting;
+        let ended = r.replicas.get(&node).is_some_and(|rep| {
+            rep.entries()
+                .take(index as usize)
+                .any(|e| matches!(e, JobEntry::Event(JobEvent::Ended { .. })))
+        });
+        let in_charge = self.jobs.get(&job).is_some_and(|rec| rec.home == node);
+        if ended && in_charge {
+            r.retired = true;
+        }
+        for w in ready {
+            self.acknowledge(node, job, w.member, w.rank, w.incarnation, true);
+        }
+    }
+
+    /// The primary at `home` acknowledges a rank's end to its member
+    /// (`kept`: its end is in the log; otherwise the worker was stale and
+    /// its end is not the job's).
+    fn acknowledge(
+        &mut self,
+        home: u32,
+        job: JobId,
+        member: u32,
+        rank: u32,
+        incarnation: u32,
+        kept: bool,
+    ) {
+        if kept && let Some(f) = self.failover.as_mut() {
+            f.acknowledged
+                .entry(job)
+                .or_default()
+                .insert((member, rank));
+        }
+        let at = self.now + self.one_way(home, member);
+        self.push(
+            at,
+            Event::RankAck {
+                to: member,
+                from: home,
+                job,
+                rank,
+                incarnation,
+            },
+        );
+    }
+
+    /// A copy at `node` won the election for `job`: the simulator replays
+    /// its log and the node's scheduler adopts the job.
+    fn became_primary(&mut self, node: u32, job: JobId, term: u64) {
+        let now = self.now;
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        if let Some(other) = f.primaries.insert((job, term), node)
+            && other != node
+        {
+            self.violations.push(format!(
+                "{now:?}: {job}: two primaries in term {term}: nodes {other} and {node} \
+                 (at most one primary per epoch)"
+            ));
+        }
+        let Some(r) = f.jobs.get_mut(&job) else {
+            return;
+        };
+        let lost = r.lost_at.take();
+        let from = lost.map_or_else(
+            || self.jobs.get(&job).map_or(node, |rec| rec.home),
+            |(n, _)| n,
+        );
+        f.report.takeovers.push(Takeover {
+            job,
+            from,
+            to: node,
+            term,
+            after: lost.map(|(_, at)| now.saturating_sub(at)),
+        });
+        let entries: Vec<Entry> = r
+            .replicas
+            .get(&node)
+            .map(|rep| rep.entries().cloned().collect())
+            .unwrap_or_default();
+        if let Some(record) = self.jobs.get_mut(&job) {
+            record.home = node;
+            record.home_moves += 1;
+        }
+        if let Some(state) = JobState::replay(&entries) {
+            let out = self.nodes[node as usize]
+                .scheduler
+                .adopt(now, job, term, state);
+            self.resync_record(node, job);
+            self.execute(node, out);
+            // The log says where ranks run; the new home also knows which
+            // of those nodes are gone (the old home among them, most
+            // often), as a home does when its connections to them close.
+            let gone = self
+                .failover
+                .as_ref()
+                .and_then(|f| f.jobs.get(&job))
+                .map(|r| r.gone.clone());
+            let placed = self.nodes[node as usize]
+                .scheduler
+                .placement(job)
+                .unwrap_or_default();
+            for peer in placed
+                .into_keys()
+                .filter(|p| gone.as_ref().is_some_and(|g| g.contains(p)))
+            {
+                self.feed(node, Input::PeerLost(peer));
+            }
+        }
+        self.place_copies(job);
+    }
+
+    /// After a takeover the job is what the new home's log says: grants
+    /// and an end the old home made but did not get to a copy are undone
+    /// in the simulator's record (the new home grants those ranks again,
+    /// and ends the job again).
+    fn resync_record(&mut self, node: u32, job: JobId) {
+        let scheduler = &self.nodes[node as usize].scheduler;
+        let phase = scheduler.phase(job);
+        let placement = scheduler.placement(job).unwrap_or_default();
+        let Some(record) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        record.ranks = placement
+            .iter()
+            .map(|(n, ranks)| (*n, ranks.iter().copied().collect()))
+            .collect();
+        record.placement = placement
+            .iter()
+            .map(|(n, ranks)| (*n, ranks.len() as u32))
+            .collect();
+        if phase.is_some_and(|p| p <= Phase::Running)
+            && record.ended.take().is_some()
+            && let Some(f) = self.failover.as_mut()
+        {
+            f.report.ends_redone += 1;
+            if let Some(r) = f.jobs.get_mut(&job) {
+                r.ended_at = None;
+                r.retired = false;
+            }
+        }
+    }
+
+    /// A member heard a job's placement: from a node its replica follows
+    /// as the job's primary, the job's home moves there. Ranks running here
+    /// that the new home does not place here were granted by an old home
+    /// whose grant was lost with it: they stop.
+    pub(super) fn placement_heard(
+        &mut self,
+        node: u32,
+        job: JobId,
+        home: u32,
+        placement: &BTreeMap<u32, Placed<u32>>,
+    ) {
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        let known = f.known_home.get(&(node, job)).copied();
+        if known.is_none_or(|k| k == home) {
+            return;
+        }
+        let follows = f
+            .jobs
+            .get(&job)
+            .and_then(|r| r.replicas.get(&node))
+            .is_some_and(|rep| *rep.primary_peer() == home);
+        if !follows {
+            return;
+        }
+        f.known_home.insert((node, job), home);
+        let orphans: Vec<u32> = self
+            .running
+            .get(&(node, job))
+            .map(|ranks| {
+                ranks
+                    .iter()
+                    .filter(|(rank, inc)| {
+                        placement
+                            .get(rank)
+                            .is_none_or(|p| p.node != node || p.incarnation != **inc)
+                    })
+                    .map(|(rank, _)| *rank)
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.nodes[node as usize].scheduler.home_moved(job, home);
+        if !orphans.is_empty() {
+            if let Some(f) = self.failover.as_mut() {
+                f.report.orphan_workers += orphans.len() as u64;
+            }
+            if let Some(ranks) = self.running.get_mut(&(node, job)) {
+                for rank in &orphans {
+                    ranks.remove(rank);
+                }
+                if ranks.is_empty() {
+                    self.running.remove(&(node, job));
+                }
+            }
+            self.workers_gone(node, job, orphans.len() as u32);
+            self.feed(
+                node,
+                Input::WorkersEnded {
+                    job,
+                    ranks: orphans,
+                },
+            );
+        }
+    }
+
+    /// A member starts workers of a job granted by `home`.
+    pub(super) fn workers_started(&mut self, node: u32, job: JobId, home: u32) {
+        if let Some(f) = self.failover.as_mut() {
+            f.known_home.entry((node, job)).or_insert(home);
+        }
+    }
+
+    /// Workers of a job ended on `node`: their ends wait to be
+    /// acknowledged, reported now and again until they are.
+    pub(super) fn failover_workers_ended(
+        &mut self,
+        node: u32,
+        job: JobId,
+        ranks: &BTreeMap<u32, u32>,
+    ) {
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        f.unacked
+            .entry((node, job))
+            .or_default()
+            .extend(ranks.iter().map(|(r, i)| (*r, *i)));
+        self.send_reports(node, job);
+    }
+
+    /// A member reports its unacknowledged ends of `job` to the primary it
+    /// knows, and again after [`REPORT_RETRY`].
+    fn send_reports(&mut self, node: u32, job: JobId) {
+        let Some(f) = self.failover.as_ref() else {
+            return;
+        };
+        let Some(ranks) = f.unacked.get(&(node, job)).filter(|r| !r.is_empty()) else {
+            return;
+        };
+        let ranks = ranks.clone();
+        let target = f
+            .jobs
+            .get(&job)
+            .and_then(|r| r.replicas.get(&node))
+            .map(|rep| *rep.primary_peer())
+            .or_else(|| f.known_home.get(&(node, job)).copied())
+            .or_else(|| self.jobs.get(&job).map(|rec| rec.home));
+        if let Some(home) = target {
+            let at = self.now + self.one_way(node, home);
+            for (rank, incarnation) in ranks {
+                self.push(
+                    at,
+                    Event::RankReport {
+                        home,
+                        from: node,
+                        job,
+                        rank,
+                        incarnation,
+                    },
+                );
+            }
+        }
+        self.push(self.now + REPORT_RETRY, Event::ReportRetry { node, job });
+    }
+
+    /// A member's retry timer.
+    pub(super) fn report_retry(&mut self, node: u32, job: JobId) {
+        if self.nodes[node as usize].alive {
+            self.send_reports(node, job);
+        }
+    }
+
+    /// A rank's end reaches `home`. Only the primary takes it; it
+    /// acknowledges once the end is committed.
+    pub(super) fn report_received(
+        &mut self,
+        home: u32,
+        from: u32,
+        job: JobId,
+        rank: u32,
+        incarnation: u32,
+    ) {
+        if !self.reachable(from, home) {
+            return;
+        }
+        let primary = |sim: &Sim| {
+            sim.failover
+                .as_ref()
+                .and_then(|f| f.jobs.get(&job))
+                .and_then(|r| r.replicas.get(&home))
+                .filter(|rep| rep.is_primary())
+                .is_some()
+        };
+        if !primary(self) {
+            return;
+        }
+        let input = Input::RankEnded {
+            job,
+            node: from,
+            rank,
+            incarnation,
+            end: WorkerEnd::Exited(0),
+        };
+        self.feed(home, input);
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        let Some(r) = f.jobs.get_mut(&job) else {
+            return;
+        };
+        let Some(rep) = r.replicas.get(&home) else {
+            return;
+        };
+        let committed = rep.committed();
+        match end_index(rep.entries(), from, rank) {
+            Some(index) if index <= committed => {
+                self.acknowledge(home, job, from, rank, incarnation, true);
+            }
+            Some(index) => r.waiting.push(Waiting {
+                primary: home,
+                index,
+                member: from,
+                rank,
+                incarnation,
+            }),
+            None => self.acknowledge(home, job, from, rank, incarnation, false),
+        }
+    }
+
+    /// A member hears that its rank's end is acknowledged.
+    pub(super) fn ack_received(
+        &mut self,
+        to: u32,
+        from: u32,
+        job: JobId,
+        rank: u32,
+        incarnation: u32,
+    ) {
+        if !self.reachable(from, to) {
+            return;
+        }
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        if let Some(ranks) = f.unacked.get_mut(&(to, job)) {
+            if ranks.get(&rank) == Some(&incarnation) {
+                ranks.remove(&rank);
+            }
+            if ranks.is_empty() {
+                f.unacked.remove(&(to, job));
+            }
+        }
+    }
+
+    /// `node` fails: its replicas, unacknowledged ends and knowledge go
+    /// with it.
+    pub(super) fn failover_fail(&mut self, node: u32) {
+        let now = self.now;
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        let ended: BTreeSet<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, rec)| rec.ended.is_some())
+            .map(|(job, _)| *job)
+            .collect();
+        for (job, r) in f.jobs.iter_mut() {
+            let Some(rep) = r.replicas.remove(&node) else {
+                continue;
+            };
+            let in_charge = self.jobs.get(job).is_some_and(|rec| rec.home == node);
+            if rep.is_primary() && in_charge && !r.retired {
+                r.lost_at.get_or_insert((node, now));
+            }
+            r.waiting.retain(|w| w.primary != node);
+            let holders_alive = r
+                .replicas
+                .keys()
+                .any(|n| self.nodes[*n as usize].alive && *n != node);
+            if !holders_alive && !ended.contains(job) {
+                r.orphaned = true;
+            }
+        }
+        f.unacked.retain(|(n, _), _| *n != node);
+        f.known_home.retain(|(n, _), _| *n != node);
+    }
+
+    /// Peers notice that `failed` is gone: every replica of every job is
+    /// told (a copy whose primary it was stands at once), and primaries
+    /// place copies elsewhere.
+    pub(super) fn failover_detect(&mut self, failed: u32) {
+        let now = self.now;
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        let mut replace = Vec::new();
+        let mut actions = Vec::new();
+        for (job, r) in f.jobs.iter_mut() {
+            r.gone.insert(failed);
+            if r.retired {
+                continue;
+            }
+            for (node, rep) in r.replicas.iter_mut() {
+                if *node == failed || !self.nodes[*node as usize].alive {
+                    continue;
+                }
+                if rep.is_primary() && rep.copies().contains(&failed) {
+                    replace.push(*job);
+                }
+                let out = rep.peer_gone(now, &failed);
+                if !out.is_empty() {
+                    actions.push((*node, *job, out));
+                }
+            }
+        }
+        for (node, job, out) in actions {
+            self.replica_actions(node, job, out);
+        }
+        for job in replace {
+            self.place_copies(job);
+        }
+    }
+
+    /// `node` rejoined with a fresh state: it may hold copies again.
+    pub(super) fn failover_rejoin(&mut self, node: u32) {
+        if let Some(f) = self.failover.as_mut() {
+            for r in f.jobs.values_mut() {
+                r.gone.remove(&node);
+            }
+        }
+    }
+
+    /// `node` is cut off: the jobs whose primary in charge it is are lost
+    /// to their copies from now.
+    pub(super) fn isolate(&mut self, node: u32) {
+        self.isolated.insert(node);
+        let now = self.now;
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        for (job, r) in f.jobs.iter_mut() {
+            let in_charge = self.jobs.get(job).is_some_and(|rec| rec.home == node);
+            if in_charge && !r.retired {
+                r.lost_at.get_or_insert((node, now));
+            }
+        }
+    }
+
+    /// Fails the home of a random job that runs (the scenario's
+    /// `home_failures_per_s`).
+    pub(super) fn fail_a_home(&mut self) {
+        let homes: Vec<u32> = self
+            .jobs
+            .values()
+            .filter(|rec| rec.started_at.is_some() && rec.ended.is_none())
+            .map(|rec| rec.home)
+            .filter(|home| self.nodes[*home as usize].alive)
+            .collect();
+        if let Some(home) = homes.choose(&mut self.rng).copied() {
+            self.fail(home);
+        }
+    }
+
+    /// The failover invariants that hold after every event: at most one
+    /// primary per epoch of a job, every acknowledged rank end in the log
+    /// of the job's primary in charge, and no worker running
+    /// [`STOP_BOUND`] after its job ended.
+    pub fn check_failover(&self) -> Result<(), String> {
+        let Some(f) = self.failover.as_ref() else {
+            return Ok(());
+        };
+        let now = self.now;
+        for (job, r) in &f.jobs {
+            for (node, rep) in &r.replicas {
+                if !rep.is_primary() || !self.nodes[*node as usize].alive {
+                    continue;
+                }
+                let term = rep.epoch().term;
+                if f.primaries.get(&(*job, term)) != Some(node) {
+                    return Err(format!(
+                        "{now:?}: {job}: node {node} is primary in term {term}, which node {:?} \
+                         took (at most one primary per epoch)",
+                        f.primaries.get(&(*job, term))
+                    ));
+                }
+            }
+            if r.orphaned {
+                continue;
+            }
+            if let (Some(primary), Some(acked)) = (self.primary_of(*job), f.acknowledged.get(job))
+                && let Some(rep) = r.replicas.get(&primary)
+            {
+                let held: BTreeSet<(u32, u32)> = rep
+                    .entries()
+                    .filter_map(|e| match e {
+                        JobEntry::Event(JobEvent::RankEnded { node, rank, .. }) => {
+                            Some((*node, *rank))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                if let Some((node, rank)) = acked.difference(&held).next() {
+                    return Err(format!(
+                        "{now:?}: {job}: the end of rank {rank} on node {node} was acknowledged \
+                         but is not in the log of its primary, node {primary} (no output lost)"
+                    ));
+                }
+            }
+            if let Some(ended) = r.ended_at
+                && now > ended + STOP_BOUND
+            {
+                let running: Vec<u32> = self
+                    .running
+                    .iter()
+                    .filter(|((node, j), ranks)| {
+                        j == job && !ranks.is_empty() && self.nodes[*node as usize].alive
+                    })
+                    .map(|((node, _), _)| *node)
+                    .collect();
+                if !running.is_empty() {
+                    let phase = self.jobs.get(job).and_then(|rec| rec.ended.as_ref());
+                    return Err(format!(
+                        "{now:?}: {job}: nodes {running:?} still run its workers {:?} after it \
+                         ended {:?} at {ended:?} (no worker left running for a job that ended)",
+                        now - ended,
+                        phase.map(|(p, _)| *p)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Where a job stands, for failure messages: its home, the home's
+    /// phase and ranks, its replicas, the workers running and the ends not
+    /// acknowledged.
+    pub fn describe_job(&self, job: JobId) -> String {
+        let Some(rec) = self.jobs.get(&job) else {
+            return format!("{job} unknown");
+        };
+        let home = &self.nodes[rec.home as usize];
+        let table = home.scheduler.ranks(job).map(|t| {
+            t.iter()
+                .map(|(rank, r)| format!("{rank}@{}#{}:{:?}", r.node, r.incarnation, r.outcome))
+                .collect::<Vec<_>>()
+        });
+        let lost: Vec<u32> = home
+            .scheduler
+            .ranks(job)
+            .map(|t| t.lost().collect())
+            .unwrap_or_default();
+        let running: Vec<_> = self
+            .running
+            .iter()
+            .filter(|((_, j), _)| *j == job)
+            .map(|((n, _), ranks)| (*n, ranks.clone()))
+            .collect();
+        let f = self.failover.as_ref();
+        let unacked: Vec<_> = f
+            .map(|f| {
+                f.unacked
+                    .iter()
+                    .filter(|((_, j), _)| *j == job)
+                    .map(|((n, _), ranks)| (*n, ranks.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let replicas: Vec<String> = f
+            .and_then(|f| f.jobs.get(&job))
+            .map(|r| {
+                r.replicas
+                    .iter()
+                    .map(|(n, rep)| {
+                        format!(
+                            "{n}{}:t{}p{}{}len{}",
+                            if self.nodes[*n as usize].alive {
+                                ""
+                            } else {
+                                "(down)"
+                            },
+                            rep.epoch().term,
+                            rep.epoch().primary,
+                            if rep.is_primary() { "*" } else { "" },
+                            rep.len()
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        format!(
+            "home node {} ({}, moved {} times), phase {:?}, ranks {table:?}, lost {lost:?}, \
+             running {running:?}, unacknowledged {unacked:?}, replicas {replicas:?}",
+            rec.home,
+            if home.alive { "up" } else { "down" },
+            rec.home_moves,
+            home.scheduler.phase(job)
+        )
+    }
+
+    /// No job lost, checked at the end of a run: every job submitted to a
+    /// live home ended, but those all of whose state holders failed.
+    pub fn check_jobs_ended(&self) -> Result<(), String> {
+        let orphaned: BTreeSet<JobId> = self
+            .failover
+            .as_ref()
+            .map(|f| {
+                f.jobs
+                    .iter()
+                    .filter(|(_, r)| r.orphaned)
+                    .map(|(job, _)| *job)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (job, rec) in &self.jobs {
+            if orphaned.contains(job) {
+                continue;
+            }
+            if rec.ended.is_none() {
+                return Err(format!(
+                    "{:?}: {job} never ended (no job lost): {}",
+                    self.now,
+                    self.describe_job(*job)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
