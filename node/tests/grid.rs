@@ -43,6 +43,54 @@ async fn nodes_join(net: Net) {
     );
 }
 
+/// The hosts' namespaces go when the test panics (their guard's drop), and
+/// hosts of two sites reach each other through the router, not only
+/// within a site.
+#[test]
+fn namespace_hosts_route_between_sites_and_are_deleted_when_a_test_panics() {
+    let names = std::sync::Mutex::new(Vec::new());
+    let outcome = std::panic::catch_unwind(|| {
+        let hosts = common::netns::Hosts::new(&[1, 1]);
+        names
+            .lock()
+            .unwrap()
+            .extend(hosts.namespaces().iter().cloned());
+        let [a, b] = [&hosts.hosts[0], &hosts.hosts[1]];
+        assert_ne!(a.site, b.site);
+        // b listens, a connects from its own namespace through the router.
+        let listener = std::thread::scope(|s| {
+            s.spawn(|| {
+                let path = format!("/run/netns/{}", b.netns);
+                let ns = std::fs::File::open(path).unwrap();
+                rustix::thread::move_into_link_name_space(
+                    std::os::fd::AsFd::as_fd(&ns),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )
+                .unwrap();
+                std::net::TcpListener::bind((b.ip, 0)).unwrap()
+            })
+            .join()
+            .unwrap()
+        });
+        let addr = listener.local_addr().unwrap();
+        let stream = common::netns::connect_in(&a.netns, addr).unwrap();
+        let (_, from) = listener.accept().unwrap();
+        assert_eq!(from.ip(), std::net::IpAddr::V4(a.ip), "{stream:?}");
+        // Unwinds as a failed assertion would (without the panic hook's
+        // message, which would read as a failure).
+        std::panic::resume_unwind(Box::new("the test fails here"));
+    });
+    assert!(outcome.is_err());
+    let names = names.into_inner().unwrap();
+    assert_eq!(names.len(), 5, "router, 2 sites, 2 hosts: {names:?}");
+    for name in names {
+        assert!(
+            !std::path::Path::new("/run/netns").join(&name).exists(),
+            "{name} is left behind"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_join_and_measure_each_other() {
     nodes_join(Net::Loopback).await;

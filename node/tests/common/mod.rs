@@ -159,13 +159,16 @@ impl TestNode {
             .spawn()
             .expect("start zorilla-node");
         let stdout = child.stdout.take().unwrap();
-        let ready = ReadyLine::wait(stdout, Duration::from_secs(30)).unwrap_or_else(|| {
+        let Some(ready) = ReadyLine::wait(stdout, Duration::from_secs(30)) else {
+            // Not left running (on a host, in a namespace about to go).
+            let _ = child.kill();
+            let _ = child.wait();
             panic!(
                 "node in {} did not get ready; its log ends:\n{}",
                 dir.display(),
                 log_tail(dir, 20)
             )
-        });
+        };
         let mut listen = ready.listen[0].clone();
         if let Some(host) = &host {
             let port = listen

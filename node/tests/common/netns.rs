@@ -181,6 +181,11 @@ impl Hosts {
         made
     }
 
+    /// Every namespace made, in the order made.
+    pub(crate) fn namespaces(&self) -> &[String] {
+        &self.namespaces
+    }
+
     fn add_netns(&mut self, name: String) -> String {
         ip(&["netns", "add", &name]);
         self.namespaces.push(name.clone());
