@@ -101,6 +101,7 @@ impl Hosts {
             "1 to {MAX_SITES} sites of 1 to {MAX_HOSTS_PER_SITE} hosts, not {sizes:?}"
         );
         SWEEP.call_once(sweep_stale);
+        let started = std::time::Instant::now();
         let prefix = format!(
             "{PREFIX}{}n{}",
             std::process::id(),
@@ -178,6 +179,12 @@ impl Hosts {
                 });
             }
         }
+        eprintln!(
+            "{} hosts in {} sites set up in {:?}",
+            made.hosts.len(),
+            sizes.len(),
+            started.elapsed()
+        );
         made
     }
 
@@ -255,6 +262,15 @@ fn sweep_stale() {
             (Some(_), None) => false,
         };
         if stale {
+            // Nodes a killed test binary left running there go first: a
+            // namespace lives as long as a process is inside.
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", &name]).output() {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    if let Some(pid) = pid.parse().ok().and_then(rustix::process::Pid::from_raw) {
+                        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                    }
+                }
+            }
             let _ = Command::new("ip").args(["netns", "delete", &name]).output();
             eprintln!("deleted the stale network namespace {name}");
         }
