@@ -68,6 +68,17 @@ impl Client {
         let stream = TcpStream::connect(addr)
             .await
             .map_err(ConnectionError::from)?;
+        Self::over(stream, token, name).await
+    }
+
+    /// Shakes hands over `stream`, already connected to a node's client
+    /// port by the caller (the tests connect from inside a network
+    /// namespace), presenting `token`.
+    pub async fn over(
+        stream: TcpStream,
+        token: Option<&str>,
+        name: &str,
+    ) -> Result<Client, ClientError> {
         stream.set_nodelay(true).map_err(ConnectionError::from)?;
         let mut conn = Connection::new(stream, DEFAULT_MAX_FRAME);
         conn.write(&Hello {

@@ -1,24 +1,112 @@
 //! End-to-end tests: real `zorilla-node` processes on 127.0.0.1 (ports
 //! chosen by the OS, temp state directories), driven through the client
 //! library. Every wait has a deadline; nothing sleeps a fixed time to let
-//! things happen.
+//! things happen. The key ones (joining, a parallel job, locality across
+//! sites, a worker node killed) run twice: on loopback, and on separate
+//! hosts in network namespaces of their own (`..._on_hosts`, see
+//! `common::netns`; needs root).
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{
-    TestNode, grid, nqueens, stdout_of, wait_completed, wait_for, wait_for_neighbours, wait_idle,
-    wasm,
+    Net, grid, grid_on, host_ip, nqueens, sites_grid, stdout_of, wait_all_measured, wait_completed,
+    wait_for, wait_for_neighbours, wait_idle, wasm,
 };
 use zorilla_node::protocol::{JobPhase, JobRequest};
 
-/// 8 nodes of one core each: nqueens with 8 workers lands on all of them,
-/// the answer and every log arrive at the home; then the home is killed
-/// (-9) and restarted and still has the job and its outputs.
+/// Five nodes joined through the first: each comes to know every other
+/// one and measures its RTT (a connection was made both ways or one), and
+/// keeps for it only addresses it can reach: on separate hosts, never a
+/// loopback address of another host.
+async fn nodes_join(net: Net) {
+    let grid = grid_on(net, 5, 1);
+    let start = Instant::now();
+    let lists = wait_all_measured(&grid.nodes, Duration::from_secs(60)).await;
+    if net == Net::Hosts {
+        for (node, peers) in grid.nodes.iter().zip(&lists) {
+            for p in peers {
+                assert!(
+                    !p.addrs.is_empty() && p.addrs.iter().all(|a| a.starts_with("/ip4/10.77.")),
+                    "{} keeps the addresses {:?} for {}",
+                    node.peer,
+                    p.addrs,
+                    p.peer
+                );
+            }
+        }
+    }
+    eprintln!(
+        "{net:?}: 5 nodes knew and measured each other after {:?}",
+        start.elapsed()
+    );
+}
+
+/// The hosts' namespaces go when the test panics (their guard's drop), and
+/// hosts of two sites reach each other through the router, not only
+/// within a site.
+#[test]
+fn namespace_hosts_route_between_sites_and_are_deleted_when_a_test_panics() {
+    let names = std::sync::Mutex::new(Vec::new());
+    let outcome = std::panic::catch_unwind(|| {
+        let hosts = common::netns::Hosts::new(&[1, 1]);
+        names
+            .lock()
+            .unwrap()
+            .extend(hosts.namespaces().iter().cloned());
+        let [a, b] = [&hosts.hosts[0], &hosts.hosts[1]];
+        assert_ne!(a.site, b.site);
+        // b listens, a connects from its own namespace through the router.
+        let listener = std::thread::scope(|s| {
+            s.spawn(|| {
+                let path = format!("/run/netns/{}", b.netns);
+                let ns = std::fs::File::open(path).unwrap();
+                rustix::thread::move_into_link_name_space(
+                    std::os::fd::AsFd::as_fd(&ns),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )
+                .unwrap();
+                std::net::TcpListener::bind((b.ip, 0)).unwrap()
+            })
+            .join()
+            .unwrap()
+        });
+        let addr = listener.local_addr().unwrap();
+        let stream = common::netns::connect_in(&a.netns, addr).unwrap();
+        let (_, from) = listener.accept().unwrap();
+        assert_eq!(from.ip(), std::net::IpAddr::V4(a.ip), "{stream:?}");
+        // Unwinds as a failed assertion would (without the panic hook's
+        // message, which would read as a failure).
+        std::panic::resume_unwind(Box::new("the test fails here"));
+    });
+    assert!(outcome.is_err());
+    let names = names.into_inner().unwrap();
+    assert_eq!(names.len(), 5, "router, 2 sites, 2 hosts: {names:?}");
+    for name in names {
+        assert!(
+            !std::path::Path::new("/run/netns").join(&name).exists(),
+            "{name} is left behind"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nqueens_on_eight_nodes_then_home_restart() {
-    let mut grid = grid(8, 1);
+async fn nodes_join_and_measure_each_other() {
+    nodes_join(Net::Loopback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_join_and_measure_each_other_on_hosts() {
+    nodes_join(Net::Hosts).await;
+}
+
+/// 8 nodes of one core each, in two sites of 4: nqueens with 8 workers
+/// lands on all of them, the answer and every log arrive at the home; then
+/// the home is killed (-9) and restarted and still has the job and its
+/// outputs.
+async fn nqueens_on_eight_nodes(net: Net) {
+    let mut grid = sites_grid(net, &[4, 4], 1, |_| Vec::new());
     let mut client = grid.nodes[0].client().await;
     let job = client
         .submit(nqueens(8, 12), wasm("nqueens"), vec![])
@@ -44,6 +132,16 @@ async fn nqueens_on_eight_nodes_then_home_restart() {
     assert_eq!(again.ranks, status.ranks);
     let out = stdout_of(&client.logs(job).await.unwrap());
     assert!(out.contains("solutions=14200"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nqueens_on_eight_nodes_then_home_restart() {
+    nqueens_on_eight_nodes(Net::Loopback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nqueens_on_eight_nodes_then_home_restart_on_hosts() {
+    nqueens_on_eight_nodes(Net::Hosts).await;
 }
 
 /// A job needing more workers than the grid has waits with a reason, then
@@ -141,17 +239,12 @@ async fn cancel_stops_every_worker_quickly() {
 /// job that fits in the submitter's
 /// site runs there only; a larger one spills to the nearest other site
 /// before the farthest.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_sites_workers_land_on_the_submitters_site_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let network = format!("sites-{}", std::process::id());
+async fn three_sites(net: Net) {
+    let topology_dir = tempfile::tempdir().unwrap();
     let sites = ["a", "b", "c"];
-    // Each site its own loopback addresses (all of 127/8 is loopback), so
-    // the ports stay 0: a port picked in advance can be taken by another
-    // test before the node binds it.
-    let ips: Vec<String> = (0..12)
-        .map(|i| format!("127.0.{}.{}", i / 4 + 1, i % 4 + 1))
-        .collect();
+    // Each site its own addresses (on loopback, all of 127/8 is loopback),
+    // so the ports stay 0: a port picked in advance can be taken by
+    // another test before the node binds it.
     let mut topology = String::from(
         "default_rtt_ms = 150\n\
          [[sites]]\nname = \"a\"\nrtt_within_ms = 1\n\
@@ -160,34 +253,26 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
          [[links]]\na = \"a\"\nb = \"b\"\nrtt_ms = 60\n\
          [hosts]\n",
     );
-    for (i, ip) in ips.iter().enumerate() {
+    for i in 0..12 {
+        let ip = host_ip(net, i / 4, i % 4);
         topology.push_str(&format!("\"{ip}\" = \"{}\"\n", sites[i / 4]));
     }
-    let topology_file = dir.path().join("sites.toml");
+    let topology_file = topology_dir.path().join("sites.toml");
     std::fs::write(&topology_file, topology).unwrap();
-    let mut nodes: Vec<TestNode> = Vec::new();
-    for (i, ip) in ips.iter().enumerate() {
-        let extra = [
+    let grid = sites_grid(net, &[4, 4, 4], 2, |i| {
+        vec![
             "--topology".to_string(),
             topology_file.display().to_string(),
             "--site".into(),
             sites[i / 4].into(),
-        ];
-        let bootstrap = nodes.first().map(|n| n.listen.clone());
-        nodes.push(TestNode::start_with(
-            &dir.path().join(format!("n{i}")),
-            &network,
-            bootstrap.as_deref(),
-            2,
-            ip,
-            &extra,
-        ));
-    }
+        ]
+    });
+    let nodes = &grid.nodes;
     let site_of = |peer: &str| -> &str {
         let i = nodes.iter().position(|n| n.peer == peer).unwrap();
         sites[i / 4]
     };
-    wait_for_neighbours(&nodes, 3, Duration::from_secs(30)).await;
+    wait_for_neighbours(nodes, 3, Duration::from_secs(30)).await;
 
     // 8 workers: exactly site a's cores.
     let mut client = nodes[0].client().await;
@@ -208,7 +293,7 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
     // The home calls a job completed when every rank has reported its end,
     // which is just before the rank's node frees its core: wait until the
     // grid is idle, or a node still busy offers less than it has.
-    wait_idle(&nodes, Duration::from_secs(10)).await;
+    wait_idle(nodes, Duration::from_secs(10)).await;
 
     // 12 workers: site a's 8, then 4 on site b (60 ms), none on c (150 ms).
     let job = client
@@ -229,12 +314,21 @@ async fn three_sites_workers_land_on_the_submitters_site_first() {
     assert!(out.contains("solutions=14200"), "{out:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sites_workers_land_on_the_submitters_site_first() {
+    three_sites(Net::Loopback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sites_workers_land_on_the_submitters_site_first_on_hosts() {
+    three_sites(Net::Hosts).await;
+}
+
 /// A malleable nqueens job on 4 of 6 one-core nodes; the node of a non-zero
 /// rank is killed (-9) mid-run: the rank is replaced on another node, the
 /// master re-queues the task it held, and the count is still right.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_worker_node_is_replaced_and_the_answer_is_right() {
-    let mut grid = grid(6, 1);
+async fn killed_worker_node(net: Net) {
+    let mut grid = grid_on(net, 6, 1);
     let mut client = grid.nodes[0].client().await;
     let mut request = nqueens(4, 16);
     request.min_workers = 3;
@@ -285,6 +379,16 @@ async fn killed_worker_node_is_replaced_and_the_answer_is_right() {
         out.contains("nqueens N=16 ranks=4 solutions=14772512"),
         "{out:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_worker_node_is_replaced_and_the_answer_is_right() {
+    killed_worker_node(Net::Loopback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_worker_node_is_replaced_and_the_answer_is_right_on_hosts() {
+    killed_worker_node(Net::Hosts).await;
 }
 
 /// The home of a running job is killed (-9) and restarted: it marks the

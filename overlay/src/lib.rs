@@ -17,7 +17,8 @@
 //! - [`config`]: the [`OverlayConfig`] with its defaults.
 //! - [`identity`]: the persistent ed25519 identity.
 //! - [`addrs`]: which addresses of a peer are true for whom (no loopback
-//!   address kept for, or passed on to, a node on another host).
+//!   address kept for, or passed on to, a node on another host), and what
+//!   the node believes of its own (observed ones confirmed before use).
 //! - [`latency`]: emulated latency between sites on one machine.
 //! - [`streams`]: long-lived raw streams between nodes for the messages
 //!   between workers (`/zorilla/<network>/ranks/3`), and their frames.

@@ -51,6 +51,27 @@ pub struct NodeOverview {
     /// cannot be written), if anything.
     #[serde(default)]
     pub problem: Option<String>,
+    /// The node's own addresses (listened on, or seen by peers) with what
+    /// it believes of each. Shown for this node only: a remote view leaves
+    /// it empty, and empty it is left out (so that the model still encodes
+    /// as the remote view's wire type does).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<AddressInfo>,
+}
+
+/// One of the node's own addresses: whether the node believes nodes on
+/// other hosts can reach it there, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddressInfo {
+    /// The address (a multiaddr as text).
+    pub address: String,
+    /// Whether the node believes nodes on other hosts can reach it there
+    /// (and tells them about it).
+    pub reachable: bool,
+    /// Why, in one sentence: loopback (this machine only), link-local (not
+    /// passed on), listening but unconfirmed, confirmed by how many peers,
+    /// or observed by peers but not confirmed.
+    pub why: String,
 }
 
 /// Which kind of overlay link a peer is.

@@ -10,8 +10,8 @@
 use maud::{DOCTYPE, Markup, html};
 
 use crate::model::{
-    JobDetail, JobRole, JobSummary, NodeOverview, NodeSnapshot, PeerInfo, PendingAdvert, Resources,
-    WorkerInfo,
+    AddressInfo, JobDetail, JobRole, JobSummary, NodeOverview, NodeSnapshot, PeerInfo,
+    PendingAdvert, Resources, WorkerInfo,
 };
 use crate::{MAX_LOG_LINE_BYTES, MAX_LOG_LINES};
 use crate::{escape, svg};
@@ -282,6 +282,30 @@ fn resources_row(label: &str, r: Resources) -> Markup {
     }
 }
 
+/// The node's own addresses, and whether others can reach it there (for
+/// this node only: a remote view has none).
+fn addresses(addresses: &[AddressInfo]) -> Markup {
+    html! {
+        @if !addresses.is_empty() {
+            h2 { "Addresses" }
+            div.scroll {
+                table #addresses {
+                    thead { tr { th { "Address" } th { "Reachable from other hosts" } th { "Why" } } }
+                    tbody {
+                        @for a in addresses {
+                            tr {
+                                td { code { (a.address) } }
+                                td { @if a.reachable { "yes" } @else { "no" } }
+                                td { (a.why) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn overview(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
     html! {
         h1 { (node.name) }
@@ -305,6 +329,7 @@ fn overview(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
                 tr { th { "Workers running" } td #workers-running { (node.workers_running) } }
             }
         }
+        (addresses(&node.addresses))
         h2 { "Resources" }
         div.scroll {
             table {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use zorilla_core::neighbours::LinkKind as CoreLink;
 use zorilla_webui::Change;
-use zorilla_webui::model::{LinkKind, PeerInfo};
+use zorilla_webui::model::{AddressInfo, LinkKind, PeerInfo};
 
 use super::source::NodeStatus;
 use super::view::NetView;
@@ -16,6 +16,9 @@ use super::view::NetView;
 pub(crate) const POLL_EVERY: Duration = Duration::from_millis(200);
 /// Peers listed.
 pub(super) const MAX_PEERS: usize = 1000;
+/// Own addresses listed (the overlay bounds them already: interfaces
+/// plus a few observed).
+const MAX_ADDRESSES: usize = 64;
 
 /// Reads the overlay's peers, addresses and counters every [`POLL_EVERY`]
 /// into `status`, announcing changes, until the overlay stops.
@@ -25,9 +28,10 @@ pub(crate) async fn poll_overlay(status: Arc<NodeStatus>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let (Ok(known), Ok(listen), Ok(stats)) = (
+        let (Ok(known), Ok(listen), Ok(own), Ok(stats)) = (
             overlay.known_peers().await,
             overlay.listen_addrs().await,
+            overlay.own_addrs().await,
             overlay.stats().await,
         ) else {
             return; // The overlay stopped.
@@ -53,13 +57,22 @@ pub(crate) async fn poll_overlay(status: Arc<NodeStatus>) {
         let view = NetView {
             peers,
             listen: listen.iter().map(|a| a.to_string()).collect(),
+            addresses: own
+                .into_iter()
+                .take(MAX_ADDRESSES)
+                .map(|a| AddressInfo {
+                    address: a.addr.to_string(),
+                    reachable: a.reach.reachable_from_other_hosts(),
+                    why: a.reach.why(a.origin),
+                })
+                .collect(),
             stats,
         };
         let old = status.net.borrow().clone();
         if old.peers != view.peers {
             status.announce(Change::Peers);
         }
-        if old.listen != view.listen {
+        if old.listen != view.listen || old.addresses != view.addresses {
             status.announce(Change::Node);
         }
         status.net.send_replace(Arc::new(view));

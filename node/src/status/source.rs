@@ -134,6 +134,7 @@ impl StatusSource for NodeStatus {
             uptime_secs: self.started.elapsed().as_secs(),
             network: self.network.clone(),
             listen_addresses: net.listen.clone(),
+            addresses: net.addresses.clone(),
             offered: self.offered,
             in_use: local.in_use,
             workers_running: local.workers_running,

@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use zorilla_overlay::OverlayStats;
 use zorilla_webui::Change;
-use zorilla_webui::model::{JobRole, JobSummary, PeerInfo, PendingAdvert, Resources, WorkerInfo};
+use zorilla_webui::model::{
+    AddressInfo, JobRole, JobSummary, PeerInfo, PendingAdvert, Resources, WorkerInfo,
+};
 
 /// What the loop publishes.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -55,6 +57,8 @@ pub(super) struct PendingEntry {
 pub(super) struct NetView {
     pub(super) peers: Vec<PeerInfo>,
     pub(super) listen: Vec<String>,
+    /// Our addresses with what we believe of each.
+    pub(super) addresses: Vec<AddressInfo>,
     pub(super) stats: OverlayStats,
 }
 

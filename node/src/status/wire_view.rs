@@ -85,6 +85,9 @@ impl From<w::Overview> for m::NodeOverview {
             workers_running: o.workers_running,
             home_jobs: o.home_jobs,
             problem: o.problem,
+            // Not on the wire: what a node believes of its own addresses
+            // is for its own page.
+            addresses: Vec::new(),
         }
     }
 }
@@ -401,6 +404,7 @@ mod tests {
                 workers_running: 1,
                 home_jobs: vec!["00000000000000aa".into()],
                 problem: Some("disk full".into()),
+                addresses: Vec::new(),
             },
             peers: vec![m::PeerInfo {
                 peer_id: "p".into(),

@@ -1,9 +1,12 @@
-//! What the multi-node tests share: real `zorilla-node` processes on
-//! loopback (ports chosen by the OS, temp state directories), and waits
-//! that poll with a deadline instead of sleeping a fixed time.
+//! What the multi-node tests share: real `zorilla-node` processes (ports
+//! chosen by the OS, temp state directories) on loopback or on separate
+//! hosts in network namespaces of the test's own ([`Net`], [`netns`]), and
+//! waits that poll with a deadline instead of sleeping a fixed time.
 
 // Each test crate uses only part of this.
 #![allow(dead_code)]
+
+pub(crate) mod netns;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,6 +16,20 @@ use std::time::{Duration, Instant};
 use zorilla_node::ReadyLine;
 use zorilla_node::client::Client;
 use zorilla_node::protocol::{JobPhase, JobRequest, JobStatus, NodeInfo};
+
+use netns::{Host, Hosts};
+
+/// Where a test grid's nodes run. The same test body runs on either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Net {
+    /// All on this machine's loopback: site S's host H listens on
+    /// 127.0.S.H.
+    Loopback,
+    /// Each node on a host of its own (a network namespace), site S's host
+    /// H at 10.77.S.H behind its site's bridge, listening on 0.0.0.0 as an
+    /// operator's node would (see [`netns`]).
+    Hosts,
+}
 
 /// The last `lines` lines of the log of the node in `dir`.
 fn log_tail(dir: &Path, lines: usize) -> String {
@@ -39,6 +56,8 @@ pub(crate) struct TestNode {
     pub(crate) args: Vec<String>,
     /// Environment variables the node was started with.
     pub(crate) env: Vec<(String, String)>,
+    /// The host (network namespace) it runs on; `None` on loopback.
+    pub(crate) host: Option<Host>,
 }
 
 impl TestNode {
@@ -101,13 +120,37 @@ impl TestNode {
 
     /// Starts a node with `args` and environment variables `env` added.
     pub(crate) fn spawn_env(dir: &Path, args: Vec<String>, env: Vec<(String, String)>) -> TestNode {
+        Self::spawn_on(dir, args, env, None)
+    }
+
+    /// Starts a node with `args` and `env` on `host` (its own network
+    /// namespace), or on this machine if `None`. On a host, its overlay
+    /// address is the host's (it may listen on 0.0.0.0, whose first
+    /// address the ready line names could be loopback).
+    pub(crate) fn spawn_on(
+        dir: &Path,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        host: Option<Host>,
+    ) -> TestNode {
         std::fs::create_dir_all(dir).unwrap();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.join("node.log"))
             .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_zorilla-node"))
+        let node = env!("CARGO_BIN_EXE_zorilla-node");
+        let mut command = match &host {
+            None => Command::new(node),
+            Some(host) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{}", host.netns))
+                    .arg("--")
+                    .arg(node);
+                c
+            }
+        };
+        let mut child = command
             .args(&args)
             .env("RUST_LOG", "info,zorilla_overlay=warn,libp2p=warn")
             .envs(env.iter().map(|(k, v)| (k, v)))
@@ -116,14 +159,24 @@ impl TestNode {
             .spawn()
             .expect("start zorilla-node");
         let stdout = child.stdout.take().unwrap();
-        let ready = ReadyLine::wait(stdout, Duration::from_secs(30)).unwrap_or_else(|| {
+        let Some(ready) = ReadyLine::wait(stdout, Duration::from_secs(30)) else {
+            // Not left running (on a host, in a namespace about to go).
+            let _ = child.kill();
+            let _ = child.wait();
             panic!(
                 "node in {} did not get ready; its log ends:\n{}",
                 dir.display(),
                 log_tail(dir, 20)
             )
-        });
-        let listen = ready.listen[0].clone();
+        };
+        let mut listen = ready.listen[0].clone();
+        if let Some(host) = &host {
+            let port = listen
+                .rsplit_once("/tcp/")
+                .map(|(_, port)| port.to_string())
+                .unwrap_or_else(|| panic!("listen address {listen} has no TCP port"));
+            listen = format!("/ip4/{}/tcp/{port}", host.ip);
+        }
         let web = ready
             .web
             .strip_prefix("http://")
@@ -139,6 +192,7 @@ impl TestNode {
             web,
             args,
             env,
+            host,
         }
     }
 
@@ -155,11 +209,37 @@ impl TestNode {
     pub(crate) fn restart(&mut self) {
         self.kill();
         // The old value's drop kills the already dead process again: harmless.
-        *self = TestNode::spawn_env(&self.dir, self.args.clone(), self.env.clone());
+        *self = TestNode::spawn_on(
+            &self.dir,
+            self.args.clone(),
+            self.env.clone(),
+            self.host.clone(),
+        );
     }
 
+    /// A client of the node (made inside its host's namespace, if any).
     pub(crate) async fn client(&self) -> Client {
-        Client::connect(self.client.as_str()).await.unwrap()
+        let Some(host) = &self.host else {
+            return Client::connect(self.client.as_str()).await.unwrap();
+        };
+        let addr: SocketAddr = self.client.parse().unwrap();
+        let stream = netns::connect_in(&host.netns, addr)
+            .unwrap_or_else(|e| panic!("cannot reach the client port of {}: {e}", self.peer));
+        stream.set_nonblocking(true).unwrap();
+        let stream = tokio::net::TcpStream::from_std(stream).unwrap();
+        Client::over(stream, None, "zorilla test").await.unwrap()
+    }
+
+    /// `GET path` from the node's status page: the status code and body.
+    pub(crate) async fn http_get(&self, path: &str) -> (u16, String) {
+        let netns = self.host.as_ref().map(|h| h.netns.clone());
+        let (web, path) = (self.web, path.to_string());
+        tokio::task::spawn_blocking(move || match netns {
+            Some(netns) => netns::http_get_in(&netns, web, &path),
+            None => netns::http_get(web, &path),
+        })
+        .await
+        .unwrap()
     }
 }
 
@@ -170,9 +250,12 @@ impl Drop for TestNode {
 }
 
 pub(crate) struct Grid {
+    /// Killed (on drop) before their hosts go.
+    pub(crate) nodes: Vec<TestNode>,
+    /// The namespaces of [`Net::Hosts`].
+    pub(crate) hosts: Option<Hosts>,
     pub(crate) _dir: tempfile::TempDir,
     pub(crate) network: String,
-    pub(crate) nodes: Vec<TestNode>,
 }
 
 impl Drop for Grid {
@@ -200,26 +283,72 @@ impl Drop for Grid {
     }
 }
 
+/// `n` nodes of `cores` cores on loopback, all joined through the first.
 pub(crate) fn grid(n: usize, cores: u32) -> Grid {
+    grid_on(Net::Loopback, n, cores)
+}
+
+/// `n` nodes of `cores` cores on `net` (one site), all joined through the
+/// first.
+pub(crate) fn grid_on(net: Net, n: usize, cores: u32) -> Grid {
+    sites_grid(net, &[n], cores, |_| Vec::new())
+}
+
+/// The address of host `h` (from 0) of site `s` (from 0) on `net`.
+pub(crate) fn host_ip(net: Net, s: usize, h: usize) -> std::net::Ipv4Addr {
+    let (site, host) = (s as u8 + 1, h as u8 + 1);
+    match net {
+        Net::Loopback => std::net::Ipv4Addr::new(127, 0, site, host),
+        Net::Hosts => std::net::Ipv4Addr::new(10, 77, site, host),
+    }
+}
+
+/// Sites of `sizes[s]` nodes of `cores` cores on `net`, all joined through
+/// the first node; node `i` (site by site) is `nodes[i]`. `extra(i)`
+/// gives the arguments node `i` gets besides the harness's.
+pub(crate) fn sites_grid(
+    net: Net,
+    sizes: &[usize],
+    cores: u32,
+    extra: impl Fn(usize) -> Vec<String>,
+) -> Grid {
     let dir = tempfile::tempdir().unwrap();
     let network = format!("test-{}", std::process::id());
-    let first = TestNode::start(&dir.path().join("n0"), &network, None, cores);
-    let bootstrap = first.listen.clone();
-    let mut nodes = vec![first];
-    for i in 1..n {
-        let node = TestNode::start(
-            &dir.path().join(format!("n{i}")),
-            &network,
-            Some(&bootstrap),
-            cores,
-        );
-        nodes.push(node);
-    }
-    Grid {
+    let hosts = (net == Net::Hosts).then(|| Hosts::new(sizes));
+    let mut grid = Grid {
+        nodes: Vec::new(),
+        hosts,
         _dir: dir,
         network,
-        nodes,
+    };
+    let mut i = 0;
+    for (s, &size) in sizes.iter().enumerate() {
+        for h in 0..size {
+            let bootstrap = grid.nodes.first().map(|n| n.listen.clone());
+            let node_dir = grid._dir.path().join(format!("n{i}"));
+            let listen_ip = match net {
+                Net::Loopback => host_ip(net, s, h).to_string(),
+                Net::Hosts => "0.0.0.0".to_string(),
+            };
+            // The client port and the status page stay on 127.0.0.1 (the
+            // harness's and the node's default), on a host inside its
+            // namespace only.
+            let more = extra(i);
+            let args = TestNode::args(
+                &node_dir,
+                &grid.network,
+                bootstrap.as_deref(),
+                cores,
+                &listen_ip,
+                &more,
+            );
+            let host = grid.hosts.as_ref().map(|hosts| hosts.hosts[i].clone());
+            let node = TestNode::spawn_on(&node_dir, args, Vec::new(), host);
+            grid.nodes.push(node);
+            i += 1;
+        }
     }
+    grid
 }
 
 pub(crate) fn wasm(name: &str) -> Vec<u8> {
@@ -318,4 +447,42 @@ pub(crate) async fn wait_for_neighbours(nodes: &[TestNode], min: usize, deadline
 /// Waits until no node runs a worker of any job.
 pub(crate) async fn wait_idle(nodes: &[TestNode], deadline: Duration) {
     wait_nodes(nodes, deadline, "idle grid", |info| info.running.is_empty()).await;
+}
+
+/// Waits until every node knows every other one and has measured its RTT
+/// (a connection was made between them, one way or both); returns each
+/// node's peers as it last listed them.
+pub(crate) async fn wait_all_measured(
+    nodes: &[TestNode],
+    deadline: Duration,
+) -> Vec<Vec<zorilla_node::protocol::PeerEntry>> {
+    let start = Instant::now();
+    let mut lists = Vec::new();
+    for node in nodes {
+        let mut client = node.client().await;
+        loop {
+            let peers = client.peers().await.unwrap();
+            let measured = nodes
+                .iter()
+                .filter(|other| other.peer != node.peer)
+                .filter(|other| {
+                    peers
+                        .iter()
+                        .any(|p| p.peer == other.peer && p.rtt_us.is_some())
+                })
+                .count();
+            if measured == nodes.len() - 1 {
+                lists.push(peers);
+                break;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "{} measured {measured} of the {} others after {deadline:?}: {peers:?}",
+                node.peer,
+                nodes.len() - 1
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    lists
 }

@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use zorilla_core::advert::FloodHeader;
 use zorilla_core::flood::FloodId;
 
+use crate::addrs::OwnAddr;
 use crate::streams::{PeerStream, StreamError};
 
 use super::types::{KnownPeer, Neighbour, OverlayError, OverlayStats, RequestError, Responder};
@@ -37,6 +38,7 @@ pub(super) enum Command {
     Links(oneshot::Sender<Vec<(PeerId, Duration)>>),
     KnownPeers(oneshot::Sender<Vec<KnownPeer>>),
     ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
+    OwnAddrs(oneshot::Sender<Vec<OwnAddr>>),
     Stats(oneshot::Sender<OverlayStats>),
     Misbehaved {
         peer: PeerId,
@@ -190,6 +192,13 @@ impl OverlayHandle {
     /// The addresses this node listens on.
     pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, OverlayError> {
         self.call(Command::ListenAddrs).await
+    }
+
+    /// This node's addresses (listened on, or seen by peers) with what it
+    /// believes of each: whether peers on other hosts can reach it, and
+    /// why ([`crate::addrs`]).
+    pub async fn own_addrs(&self) -> Result<Vec<OwnAddr>, OverlayError> {
+        self.call(Command::OwnAddrs).await
     }
 
     /// Counters of what the overlay did.

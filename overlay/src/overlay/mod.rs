@@ -71,6 +71,7 @@ use zorilla_core::Time;
 use zorilla_core::flood::FloodRouter;
 use zorilla_core::neighbours::keeper::PeerKeeper;
 
+use crate::addrs::OwnAddrs;
 use crate::config::OverlayConfig;
 use crate::identity;
 use crate::wire;
@@ -180,6 +181,13 @@ impl Overlay {
             commands: command_rx,
             events: event_tx,
             start: Instant::now(),
+            own: {
+                let mut own = OwnAddrs::default();
+                for addr in &listen_addrs {
+                    own.listening(addr.clone());
+                }
+                own
+            },
             listen_addrs,
             addrs: HashMap::new(),
             via: HashMap::new(),

@@ -103,6 +103,11 @@ pub fn node_snapshot(id: &str, name: &str, jobs: Vec<JobSummary>) -> NodeSnapsho
                 .map(|j| j.id.clone())
                 .collect(),
             problem: None,
+            addresses: vec![AddressInfo {
+                address: format!("/dns/{XSS1}/tcp/4001"),
+                reachable: false,
+                why: XSS2.into(),
+            }],
         },
         peers: vec![
             peer(NEAR, Some(XSS1), Some(4.5), LinkKind::Near, true),

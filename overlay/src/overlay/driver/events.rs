@@ -13,7 +13,7 @@ use crate::wire::{Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResp
 use super::super::swarm::{BehaviourEvent, dialable, tcp_port};
 use super::super::types::{Event, RequestError, Responder};
 use super::{Driver, Facts};
-use crate::addrs::reachable_from;
+use crate::addrs::{passable_to, reachable_from};
 
 /// Most addresses remembered per peer.
 const MAX_ADDRS_PER_PEER: usize = 8;
@@ -30,10 +30,12 @@ impl Driver {
                 if !self.listen_addrs.contains(&address) {
                     self.listen_addrs.push(address.clone());
                 }
+                self.own.listening(address.clone());
                 self.emit(Event::Listening { addr: address }).await;
             }
             SwarmEvent::ExpiredListenAddr { address, .. } => {
                 self.listen_addrs.retain(|a| *a != address);
+                self.own.expired(&address);
             }
             SwarmEvent::ConnectionEstablished {
                 peer_id,
@@ -44,8 +46,14 @@ impl Driver {
                 self.stats.connections += 1;
                 self.via
                     .insert(peer_id, endpoint.get_remote_address().clone());
-                if let ConnectedPoint::Dialer { address, .. } = &endpoint {
-                    self.remember_addrs(peer_id, [address.clone()]);
+                match &endpoint {
+                    ConnectedPoint::Dialer { address, .. } => {
+                        self.remember_addrs(peer_id, [address.clone()]);
+                    }
+                    ConnectedPoint::Listener {
+                        local_addr,
+                        send_back_addr,
+                    } => self.own.reached(local_addr, &peer_id, send_back_addr),
                 }
                 let now = self.now();
                 self.keeper
@@ -164,6 +172,15 @@ impl Driver {
             let now = self.now();
             self.keeper.identified(peer, false, now);
             return;
+        }
+        // Where it sees us: a candidate address of ours until enough peers
+        // agree (crate::addrs), then advertised (identify sends our
+        // external addresses with the listen addresses).
+        if let Some(via) = self.via.get(&peer)
+            && let Some(confirmed) = self.own.observed(&info.observed_addr, &peer, via)
+        {
+            tracing::info!(addr = %confirmed, "peers confirm an address of ours; advertising it");
+            self.swarm.add_external_address(confirmed);
         }
         // Of what it says it listens on, what is true for us (not its
         // loopback address unless it runs on our machine).
@@ -346,7 +363,8 @@ impl Driver {
     /// first, then other connected peers, then other measured ones).
     fn peer_records(&mut self, asker: &PeerId) -> Vec<PeerRecord> {
         // All of them: only those with an address true for the asker are
-        // sent (no loopback address to a node on another host).
+        // sent (no loopback address to a node on another host, no
+        // link-local address to anyone).
         let via = self.via.get(asker);
         self.keeper
             .peers_requested(asker, usize::MAX)
@@ -356,7 +374,7 @@ impl Driver {
                     .addrs
                     .get(&peer)?
                     .iter()
-                    .filter(|a| reachable_from(a, via))
+                    .filter(|a| passable_to(a, via))
                     .cloned()
                     .collect();
                 (!addrs.is_empty()).then_some(PeerRecord { peer, addrs })
@@ -368,7 +386,8 @@ impl Driver {
     /// The answer to our peer exchange from a peer of our network.
     async fn on_peer_records(&mut self, from: PeerId, records: Vec<PeerRecord>) {
         // What `from` tells is true for it; a loopback address from a peer
-        // on another host is not true for us.
+        // on another host is not true for us, nor a link-local one of a
+        // third peer from anyone.
         let via = self.via.get(&from).cloned();
         let mut learned = Vec::new();
         for record in records.into_iter().take(MAX_PEER_RECORDS) {
@@ -378,7 +397,7 @@ impl Driver {
             let addrs: Vec<Multiaddr> = record
                 .addrs
                 .into_iter()
-                .filter(|a| dialable(a) && reachable_from(a, via.as_ref()))
+                .filter(|a| dialable(a) && passable_to(a, via.as_ref()))
                 .collect();
             if addrs.is_empty() {
                 continue;

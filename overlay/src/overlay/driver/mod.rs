@@ -17,6 +17,7 @@ use zorilla_core::neighbours::keeper::{
     Action, DialFailure, DisconnectReason, PeerFacts, PeerKeeper,
 };
 
+use crate::addrs::OwnAddrs;
 use crate::config::OverlayConfig;
 use crate::wire::{self, Checked, FloodFrame, RpcRequest, RpcResponse};
 
@@ -55,6 +56,8 @@ pub(super) struct Driver {
     pub(super) router: FloodRouter<PeerId>,
     pub(super) start: Instant,
     pub(super) listen_addrs: Vec<Multiaddr>,
+    /// Our addresses and what we believe of each ([`crate::addrs`]).
+    pub(super) own: OwnAddrs<PeerId>,
     /// Listen addresses of peers, for dialing; pruned to known peers.
     pub(super) addrs: HashMap<PeerId, Vec<Multiaddr>>,
     /// Where each connected peer's connection comes from (its remote
@@ -274,6 +277,9 @@ impl Driver {
             }
             Command::ListenAddrs(reply) => {
                 let _ = reply.send(self.listen_addrs.clone());
+            }
+            Command::OwnAddrs(reply) => {
+                let _ = reply.send(self.own.report());
             }
             Command::Stats(reply) => {
                 let open = self
