@@ -257,7 +257,7 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
             limits::check_message(grant)?;
             job_copy(copy)?;
         }
-        PeerRpc::GetJob { .. } | PeerRpc::Ping | PeerRpc::Status => {}
+        PeerRpc::GetJob { .. } | PeerRpc::Ping | PeerRpc::Status | PeerRpc::Summary => {}
         PeerRpc::GetBlock { sha256, len, .. } => {
             if !zorilla_sandbox::jobfs::is_sha256_hex(sha256) {
                 return Err(Invalid::BadName {
@@ -456,6 +456,33 @@ pub(crate) fn remote_job(job: &view::JobDetail) -> Result<(), Invalid> {
     limits::at_most("log lines", job.log_tail.len(), view::MAX_LOG_LINES)?;
     for l in &job.log_tail {
         text("log line length in bytes", &l.text)?;
+    }
+    Ok(())
+}
+
+/// Checks a peer's answer to [`PeerRpc::Summary`] before it is shown:
+/// every list and text within the maxima of [`view::Summary`], and no more
+/// cores in use than offered.
+pub(crate) fn summary(s: &view::Summary) -> Result<(), Invalid> {
+    let short = |field: &'static str, text: &str| {
+        limits::at_most(field, text.len(), view::MAX_SUMMARY_TEXT_BYTES)
+    };
+    let id = |field: &'static str, text: &str| {
+        limits::at_most(field, text.len(), view::MAX_SUMMARY_ID_BYTES)
+    };
+    short("node name length in bytes", &s.name)?;
+    short("site length in bytes", s.site.as_deref().unwrap_or(""))?;
+    limits::at_most(
+        "cores in use",
+        s.used_cores as usize,
+        s.offered_cores as usize,
+    )?;
+    limits::at_most("jobs", s.jobs.len(), view::MAX_SUMMARY_JOBS)?;
+    for j in &s.jobs {
+        id("job id length in bytes", &j.id)?;
+        short("job name length in bytes", &j.name)?;
+        id("home id length in bytes", &j.home)?;
+        limits::at_most("workers of a job", j.ranks as usize, view::MAX_WORKERS)?;
     }
     Ok(())
 }

@@ -119,6 +119,7 @@ impl Publisher {
             | PeerRpc::Ranks { .. }
             | PeerRpc::Status
             | PeerRpc::StatusJob { .. }
+            | PeerRpc::Summary
             | PeerRpc::Checkpoint(_) => {}
             PeerRpc::Sched(_) | PeerRpc::Grant { .. } | PeerRpc::WorkerEnded { .. } => {
                 self.dirty = true;
@@ -434,6 +435,7 @@ mod tests {
         let status = NodeStatus::new(
             overlay,
             "test".into(),
+            None,
             CoreResources::new(4, 1024, 1024),
             store,
         );
@@ -538,11 +540,11 @@ mod tests {
         );
         assert!(changes.try_recv().is_err());
         // The remote view's answer fits.
-        match answer(&status, None) {
+        match answer(&status, &crate::status::Asked::Node) {
             PeerReply::Status(snap) => assert_eq!(snap.jobs.len(), MAX_JOBS),
             other => panic!("{other:?}"),
         }
-        match answer(&status, Some("nonsense")) {
+        match answer(&status, &crate::status::Asked::Job("nonsense".into())) {
             PeerReply::StatusJob(None) => {}
             other => panic!("{other:?}"),
         }
@@ -586,7 +588,7 @@ mod tests {
             }
             let publish = start.elapsed() / rounds;
             let start = Instant::now();
-            let bytes = encode(&answer(&status, None)).len();
+            let bytes = encode(&answer(&status, &crate::status::Asked::Node)).len();
             let remote = start.elapsed();
             println!(
                 "{n} stored jobs: publish {:.2} ms; remote-view answer {:.2} ms, {bytes} bytes",
