@@ -693,7 +693,7 @@ svg circle.peer.none { color:var(--mut); stroke:var(--mut); }
 svg circle.me { fill:var(--fg); }
 svg text.me { fill:var(--bg); font-size:9px; }
 figure.grid svg { width:100%; max-width: 48rem; height:auto; display:block; }
-svg .band { fill: rgba(127,127,127,.07); stroke: var(--line); }
+svg rect.band { fill: rgba(127,127,127,.07); stroke: var(--line); }
 svg .bandlabel { fill: var(--fg); font-size: 12px; font-weight: 600; }
 svg .bandnote { fill: var(--mut); font-size: 10px; }
 svg rect.gridnode { fill: var(--bg); stroke: var(--mut); stroke-width: 1; }

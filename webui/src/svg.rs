@@ -128,7 +128,7 @@ pub(crate) fn grid(view: &GridView) -> Markup {
             viewBox=(format!("0 0 {GRID_WIDTH} {}", fmt(total))) role="img"
             aria-label=(format!("The grid: {drawn} nodes in {} groups", bands.len())) {
             @for (g, nodes, top, height) in &bands {
-                g.band {
+                g.gridgroup {
                     rect.band x="0" y=(fmt(*top)) width=(GRID_WIDTH) height=(fmt(*height)) rx="6" {}
                     text.bandlabel x="10" y=(fmt(top + 16.0)) { (g.label) }
                     text.bandnote x=(fmt(GRID_WIDTH - 10.0)) y=(fmt(top + 16.0)) text-anchor="end" {
