@@ -665,4 +665,57 @@ mod tests {
         let err = submission(&JobRequest::default(), b"", &[]).unwrap_err();
         assert_eq!(err, Invalid::EmptyModule);
     }
+
+    #[test]
+    fn a_grid_summary_beyond_its_maxima_is_refused() {
+        let job = |ranks: u32| view::SummaryJob {
+            id: "0123456789abcdef".into(),
+            name: "nqueens 16".into(),
+            home: "12D3KooWHome".into(),
+            ranks,
+        };
+        let ok = view::Summary {
+            name: "n".repeat(view::MAX_SUMMARY_TEXT_BYTES),
+            site: Some("amsterdam".into()),
+            offered_cores: 4,
+            used_cores: 4,
+            workers_running: 4,
+            jobs: vec![job(4); view::MAX_SUMMARY_JOBS],
+        };
+        assert_eq!(summary(&ok), Ok(()));
+        // At its maxima, a summary is a small answer.
+        assert!(crate::wire::encode(&ok).len() < 32 * 1024);
+        let bad = [
+            view::Summary {
+                name: "n".repeat(view::MAX_SUMMARY_TEXT_BYTES + 1),
+                ..ok.clone()
+            },
+            view::Summary {
+                site: Some("s".repeat(view::MAX_SUMMARY_TEXT_BYTES + 1)),
+                ..ok.clone()
+            },
+            view::Summary {
+                used_cores: 5,
+                ..ok.clone()
+            },
+            view::Summary {
+                jobs: vec![job(1); view::MAX_SUMMARY_JOBS + 1],
+                ..ok.clone()
+            },
+            view::Summary {
+                jobs: vec![job(view::MAX_WORKERS as u32 + 1)],
+                ..ok.clone()
+            },
+            view::Summary {
+                jobs: vec![view::SummaryJob {
+                    id: "i".repeat(view::MAX_SUMMARY_ID_BYTES + 1),
+                    ..job(1)
+                }],
+                ..ok.clone()
+            },
+        ];
+        for s in bad {
+            assert!(summary(&s).is_err(), "{s:?}");
+        }
+    }
 }
