@@ -212,7 +212,7 @@ pub(crate) struct SummaryJob {
 /// What a node says about itself for a peer's grid view
 /// ([`super::PeerReply::Summary`]): a node answers for itself only, so
 /// that a view asking dozens of peers costs each a few hundred bytes
-/// (at most about 25 KiB by the maxima), not a whole [`Snapshot`] (up to
+/// (at most about 26 KiB by the maxima), not a whole [`Snapshot`] (up to
 /// 768 KiB: every peer, job and advert the node knows).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Summary {
