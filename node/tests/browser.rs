@@ -6,8 +6,8 @@
 //! without a reload and with its name as text; then it follows the job's
 //! page live until the job is cancelled, opens a remote view of another
 //! node through the first, and the peers page with its picture.
-//! Then it opens the grid view with the job's placement drawn (every node
-//! running one worker, the home marked).
+//! Then it opens the grid view with the job's placement drawn (the nodes
+//! on their two sites, every node running one worker, the home marked).
 //! Screenshots go to `target/tmp/zorilla-node-browser/` (overwritten each
 //! run); the test prints their paths. With `ZORILLA_DOC_SCREENSHOTS` set it
 //! also copies those of the pages into `docs/screenshots/` (see
@@ -164,7 +164,9 @@ async fn scenario(browser: &Client, grid: &Grid, shots: &Path) -> anyhow::Result
          var placed = document.querySelectorAll('svg#grid-picture rect.gridnode.placed');
          var rows = document.querySelectorAll('#grid tbody tr.placed');
          var p = document.getElementById('placement');
+         var bands = document.querySelectorAll('svg#grid-picture text.bandlabel');
          return boxes.length === 3 && placed.length === 3 && rows.length === 3 &&
+                bands.length === 2 && bands[0].textContent === 'amsterdam' &&
                 document.querySelectorAll('svg#grid-picture rect.gridnode.silent').length === 0 &&
                 !!p && p.textContent.indexOf('3 workers on 3 nodes') >= 0 &&
                 document.querySelectorAll('#grid .homebadge').length === 1",
@@ -250,7 +252,26 @@ async fn scenario(browser: &Client, grid: &Grid, shots: &Path) -> anyhow::Result
 async fn live_status_page_of_a_real_grid_in_headless_chromium() {
     let chromium = find_binary("ZORILLA_CHROMIUM", &["chromium", "chromium-browser"]);
     let chromedriver = find_binary("ZORILLA_CHROMEDRIVER", &["chromedriver"]);
-    let grid = grid(3, 1);
+    // Two sites (labels only, `--site`), so that the grid view groups by them.
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-browser-{}", std::process::id());
+    let mut nodes: Vec<TestNode> = Vec::new();
+    for (i, site) in ["amsterdam", "amsterdam", "delft"].into_iter().enumerate() {
+        let bootstrap = nodes.first().map(|n| n.listen.clone());
+        nodes.push(TestNode::start_with(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            bootstrap.as_deref(),
+            1,
+            "127.0.0.1",
+            &["--site".into(), site.into()],
+        ));
+    }
+    let grid = Grid {
+        _dir: dir,
+        network,
+        nodes,
+    };
     wait_for_neighbours(&grid.nodes, 2, GRID_WAIT).await;
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("zorilla-node-browser");
     std::fs::create_dir_all(&shots).unwrap();

@@ -184,12 +184,18 @@ fn node_box(n: &GridNode, x: f64, y: f64) -> Markup {
         Some(s) => clip(&s.name, 17),
         None => clip(&n.node_id, 17),
     };
+    // The end of the id tells apart nodes of one name (machines named
+    // alike, or several nodes on one machine).
+    let tail: String = {
+        let chars: Vec<char> = n.node_id.chars().collect();
+        chars[chars.len().saturating_sub(6)..].iter().collect()
+    };
     let note = if n.this_node {
         "this node".to_string()
     } else {
         match n.rtt_ms {
-            Some(ms) => format!("{ms:.1} ms"),
-            None => "RTT not measured".into(),
+            Some(ms) => format!("{ms:.1} ms · {tail}"),
+            None => format!("no RTT · {tail}"),
         }
     };
     let title = match &n.summary {
