@@ -19,8 +19,9 @@
 //! max_wall_time_secs = 86400         # wall-clock time per worker (default: no cap)
 //! deny = ["12D3Koo..."]              # homes whose jobs never run here
 //! topology = "sites.toml"            # emulated latency (tests, demos)
-//! site = "amsterdam"
+//! site = "amsterdam"                  # grid view's group; the topology's site
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
+//! grid_view_peers = 32               # peers the status page's grid view asks
 //! token = "long-random-secret"       # at least 16 bytes; then asked of every client; required off loopback
 //! max_clients = 128                  # client connections at once
 //! finished_in_memory = 500           # newest finished home jobs kept in memory
@@ -154,10 +155,17 @@ pub struct Config {
     pub deny: Option<Vec<String>>,
     /// Emulated-latency topology file (see `zorilla_overlay::latency`).
     pub topology: Option<PathBuf>,
-    /// This node's site in the topology.
+    /// Where this machine is, in a word (a site, a building): the status
+    /// page's grid view groups nodes by it, and with `topology` it is this
+    /// node's site there (then required).
     pub site: Option<String>,
     /// Status page address. Default [`DEFAULT_WEB`].
     pub web: Option<SocketAddr>,
+    /// The most peers the status page's grid view asks about themselves
+    /// (the nearest; 0: this node only). Default
+    /// [`zorilla_webui::grid::GridSettings::DEFAULT_MAX_PEERS`], at most
+    /// [`zorilla_webui::grid::GridSettings::MOST_PEERS`].
+    pub grid_view_peers: Option<usize>,
     /// The secret every client and browser must present once it is set
     /// (on loopback too). Required when the client or web address is not a
     /// loopback address, because an open submit port runs anyone's code. At
@@ -258,6 +266,7 @@ impl Config {
             topology,
             site,
             web,
+            grid_view_peers,
             token,
             max_clients,
             finished_in_memory,

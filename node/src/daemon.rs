@@ -55,6 +55,11 @@ pub struct Daemon {
     /// How workers' checkpoints are kept, and how many of other nodes'
     /// this node holds (see [`Config::checkpoint_max_mib`] and after).
     pub(crate) checkpoints: crate::checkpoint::CheckpointSettings,
+    /// Where this machine is (see [`Config::site`]).
+    pub site: Option<String>,
+    /// How the status page's grid view asks the peers (see
+    /// [`Config::grid_view_peers`]).
+    pub grid_view: zorilla_webui::grid::GridSettings,
 }
 
 /// The owner's caps on how long one worker may run; a job's own limits are
@@ -120,6 +125,17 @@ impl Daemon {
             Some(kib) => (kib * 1024) as usize,
         };
         let checkpoints = crate::checkpoint::CheckpointSettings::from_config(config)?;
+        let grid_view = zorilla_webui::grid::GridSettings {
+            max_peers: match config.grid_view_peers {
+                None => zorilla_webui::grid::GridSettings::DEFAULT_MAX_PEERS,
+                Some(n) if n > zorilla_webui::grid::GridSettings::MOST_PEERS => anyhow::bail!(
+                    "grid_view_peers: {n} is more than the most, {}",
+                    zorilla_webui::grid::GridSettings::MOST_PEERS
+                ),
+                Some(n) => n,
+            },
+            ..zorilla_webui::grid::GridSettings::default()
+        };
         let scheduler = SchedulerConfig {
             resources,
             limits: OwnerLimits {
@@ -217,6 +233,8 @@ impl Daemon {
             finished_in_memory,
             store_cache_bytes,
             checkpoints,
+            site: config.site.clone(),
+            grid_view,
         })
     }
 }
@@ -330,12 +348,14 @@ pub async fn run(
     let status = NodeStatus::new(
         overlay.clone(),
         daemon.overlay.network.clone(),
+        daemon.site.clone(),
         resources,
         store.clone(),
     );
     let web_config = zorilla_webui::WebConfig {
         listen: daemon.web,
         token: daemon.token.clone(),
+        grid: daemon.grid_view,
         ..zorilla_webui::WebConfig::default()
     };
     let web_addr = zorilla_webui::serve(web_config, status.clone())

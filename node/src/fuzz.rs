@@ -534,7 +534,7 @@ fn job_record(g: &mut Gen) -> JobRecord {
 
 fn peer_rpc(g: &mut Gen) -> PeerRpc {
     let job = g.int();
-    match g.below(14) {
+    match g.below(15) {
         0 => PeerRpc::Sched(message(g)),
         1 => PeerRpc::GetJob { job },
         2 => PeerRpc::GetBlock {
@@ -597,6 +597,7 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
         10 => PeerRpc::Status,
         11 => PeerRpc::StatusJob { job: g.string() },
         12 => PeerRpc::Checkpoint(checkpoint_rpc(g)),
+        13 => PeerRpc::Summary,
         _ => PeerRpc::Sched(Message::Advert(advert(g))),
     }
 }
@@ -722,7 +723,7 @@ fn snapshot(g: &mut Gen) -> view::Snapshot {
 }
 
 fn peer_reply(g: &mut Gen) -> PeerReply {
-    match g.below(8) {
+    match g.below(9) {
         0 => PeerReply::Ack,
         6 => PeerReply::Checkpoint(match g.below(2) {
             0 => CheckpointReply::At(g.option(|g| Located {
@@ -733,6 +734,19 @@ fn peer_reply(g: &mut Gen) -> PeerReply {
             _ => CheckpointReply::Manifest(g.option(manifest)),
         }),
         5 => PeerReply::Granted { boot: g.int() },
+        7 => PeerReply::Summary(Box::new(view::Summary {
+            name: g.string(),
+            site: g.option(Gen::string),
+            offered_cores: g.u32(),
+            used_cores: g.u32(),
+            workers_running: g.u32(),
+            jobs: g.vec(|g| view::SummaryJob {
+                id: g.string(),
+                name: g.string(),
+                home: g.string(),
+                ranks: g.u32(),
+            }),
+        })),
         1 => PeerReply::Job(Box::new(job_info(g))),
         2 => PeerReply::Block(g.bytes()),
         3 => PeerReply::Status(Box::new(snapshot(g))),

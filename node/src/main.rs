@@ -64,12 +64,16 @@ struct Cli {
     /// Emulated-latency topology file.
     #[arg(long, env = "ZORILLA_TOPOLOGY")]
     topology: Option<PathBuf>,
-    /// This node's site in the topology.
+    /// Where this machine is (a site's name): the status page's grid view
+    /// groups nodes by it; with a topology, this node's site in it.
     #[arg(long, env = "ZORILLA_SITE")]
     site: Option<String>,
     /// Status page address.
     #[arg(long, env = "ZORILLA_WEB")]
     web: Option<SocketAddr>,
+    /// The most peers the status page's grid view asks (0 to 256; default 32).
+    #[arg(long, env = "ZORILLA_GRID_VIEW_PEERS")]
+    grid_view_peers: Option<usize>,
     /// Secret that every client and browser must then present, on loopback
     /// too. Required when the client or web address is not on loopback (the
     /// node refuses to start without one). At least 16 bytes, not only
@@ -122,6 +126,7 @@ impl Cli {
             topology: self.topology.clone(),
             site: self.site.clone(),
             web: self.web,
+            grid_view_peers: self.grid_view_peers,
             token: self.token.clone(),
             max_clients: self.max_clients,
             finished_in_memory: self.finished_in_memory,

@@ -331,7 +331,7 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
             limits::check_message(grant)?;
             job_copy(copy)?;
         }
-        PeerRpc::GetJob { .. } | PeerRpc::Ping | PeerRpc::Status => {}
+        PeerRpc::GetJob { .. } | PeerRpc::Ping | PeerRpc::Status | PeerRpc::Summary => {}
         PeerRpc::GetBlock { sha256, len, .. } => {
             if !zorilla_sandbox::jobfs::is_sha256_hex(sha256) {
                 return Err(Invalid::BadName {
@@ -549,6 +549,33 @@ pub(crate) fn remote_job(job: &view::JobDetail) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// Checks a peer's answer to [`PeerRpc::Summary`] before it is shown:
+/// every list and text within the maxima of [`view::Summary`], and no more
+/// cores in use than offered.
+pub(crate) fn summary(s: &view::Summary) -> Result<(), Invalid> {
+    let short = |field: &'static str, text: &str| {
+        limits::at_most(field, text.len(), view::MAX_SUMMARY_TEXT_BYTES)
+    };
+    let id = |field: &'static str, text: &str| {
+        limits::at_most(field, text.len(), view::MAX_SUMMARY_ID_BYTES)
+    };
+    short("node name length in bytes", &s.name)?;
+    short("site length in bytes", s.site.as_deref().unwrap_or(""))?;
+    limits::at_most(
+        "cores in use",
+        s.used_cores as usize,
+        s.offered_cores as usize,
+    )?;
+    limits::at_most("jobs", s.jobs.len(), view::MAX_SUMMARY_JOBS)?;
+    for j in &s.jobs {
+        id("job id length in bytes", &j.id)?;
+        short("job name length in bytes", &j.name)?;
+        id("home id length in bytes", &j.home)?;
+        limits::at_most("workers of a job", j.ranks as usize, view::MAX_WORKERS)?;
+    }
+    Ok(())
+}
+
 /// Checks a job's state as its home sent it: the request, the input names
 /// and the placement, as the home itself checked them.
 pub(crate) fn job_info(info: &JobInfo) -> Result<(), Invalid> {
@@ -726,5 +753,58 @@ mod tests {
         assert!(err.to_string().contains("number of input files"), "{err}");
         let err = submission(&JobRequest::default(), b"", &[]).unwrap_err();
         assert_eq!(err, Invalid::EmptyModule);
+    }
+
+    #[test]
+    fn a_grid_summary_beyond_its_maxima_is_refused() {
+        let job = |ranks: u32| view::SummaryJob {
+            id: "0123456789abcdef".into(),
+            name: "nqueens 16".into(),
+            home: "12D3KooWHome".into(),
+            ranks,
+        };
+        let ok = view::Summary {
+            name: "n".repeat(view::MAX_SUMMARY_TEXT_BYTES),
+            site: Some("amsterdam".into()),
+            offered_cores: 4,
+            used_cores: 4,
+            workers_running: 4,
+            jobs: vec![job(4); view::MAX_SUMMARY_JOBS],
+        };
+        assert_eq!(summary(&ok), Ok(()));
+        // At its maxima, a summary is a small answer.
+        assert!(crate::wire::encode(&ok).len() < 32 * 1024);
+        let bad = [
+            view::Summary {
+                name: "n".repeat(view::MAX_SUMMARY_TEXT_BYTES + 1),
+                ..ok.clone()
+            },
+            view::Summary {
+                site: Some("s".repeat(view::MAX_SUMMARY_TEXT_BYTES + 1)),
+                ..ok.clone()
+            },
+            view::Summary {
+                used_cores: 5,
+                ..ok.clone()
+            },
+            view::Summary {
+                jobs: vec![job(1); view::MAX_SUMMARY_JOBS + 1],
+                ..ok.clone()
+            },
+            view::Summary {
+                jobs: vec![job(view::MAX_WORKERS as u32 + 1)],
+                ..ok.clone()
+            },
+            view::Summary {
+                jobs: vec![view::SummaryJob {
+                    id: "i".repeat(view::MAX_SUMMARY_ID_BYTES + 1),
+                    ..job(1)
+                }],
+                ..ok.clone()
+            },
+        ];
+        for s in bad {
+            assert!(summary(&s).is_err(), "{s:?}");
+        }
     }
 }

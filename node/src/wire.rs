@@ -1,7 +1,7 @@
 //! What nodes say to each other over the overlay's rpc protocol (CBOR): the
 //! core's scheduling messages, job copies and placement pushes, file blocks,
 //! rank-to-rank messages, worker output streaming to the home, and the
-//! status page's remote views.
+//! status page's remote views and grid view.
 
 use std::collections::BTreeMap;
 
@@ -143,6 +143,9 @@ pub(crate) enum PeerRpc {
     /// the node the client asked (see [`crate::forward`]). Answered with
     /// [`PeerReply::Client`]; never forwarded again.
     Client(Box<crate::protocol::Request>),
+    /// The status page's grid view: what the receiver says about itself
+    /// (answered with [`PeerReply::Summary`]).
+    Summary,
 }
 
 /// What a [`PeerRpc::Barrier`] says. Every barrier call of a worker has a
@@ -176,6 +179,8 @@ pub(crate) enum PeerReply {
     Status(Box<view::Snapshot>),
     /// Answer to [`PeerRpc::StatusJob`]; `None` if the job is unknown here.
     StatusJob(Option<Box<view::JobDetail>>),
+    /// Answer to [`PeerRpc::Summary`].
+    Summary(Box<view::Summary>),
     /// Answer to [`PeerRpc::Ranks`]: this run of the node (`boot`, random
     /// at every start, and how long it has been up) and the ranks it runs
     /// or is starting of the jobs asked about (jobs it does not know are

@@ -6,8 +6,12 @@
 //! without a reload and with its name as text; then it follows the job's
 //! page live until the job is cancelled, opens a remote view of another
 //! node through the first, and the peers page with its picture.
+//! Then it opens the grid view with the job's placement drawn (the nodes
+//! on their two sites, every node running one worker, the home marked).
 //! Screenshots go to `target/tmp/zorilla-node-browser/` (overwritten each
-//! run); the test prints their paths.
+//! run); the test prints their paths. With `ZORILLA_DOC_SCREENSHOTS` set it
+//! also copies those of the pages into `docs/screenshots/` (see
+//! [`DOC_SCREENSHOTS`]): the README shows them.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (or `ZORILLA_CHROMIUM`
 //! and `ZORILLA_CHROMEDRIVER` naming the binaries). Without them the test
@@ -146,7 +150,49 @@ async fn scenario(browser: &Client, grid: &Grid, shots: &Path) -> anyhow::Result
             .display()
     );
 
+    // The grid view with the job's placement: the three nodes, each
+    // running one of its workers, the home marked; the job's name (markup)
+    // as text.
+    browser.set_window_size(1000, 1000).await?;
+    browser.goto(&format!("{base}/grid?job={id}")).await?;
+    live(browser).await?;
+    mark(browser).await?;
+    wait_until_within(
+        browser,
+        "the grid view with the job on three nodes",
+        "var boxes = document.querySelectorAll('svg#grid-picture rect.gridnode');
+         var placed = document.querySelectorAll('svg#grid-picture rect.gridnode.placed');
+         var rows = document.querySelectorAll('#grid tbody tr.placed');
+         var p = document.getElementById('placement');
+         var bands = document.querySelectorAll('svg#grid-picture text.bandlabel');
+         return boxes.length === 3 && placed.length === 3 && rows.length === 3 &&
+                bands.length === 2 && bands[0].textContent === 'amsterdam' &&
+                document.querySelectorAll('svg#grid-picture rect.gridnode.silent').length === 0 &&
+                !!p && p.textContent.indexOf('3 workers on 3 nodes') >= 0 &&
+                document.querySelectorAll('#grid .homebadge').length === 1",
+        GRID_WAIT,
+    )
+    .await?;
+    let cores = browser
+        .execute(
+            "return document.querySelectorAll('svg#grid-picture rect.core.used').length",
+            vec![],
+        )
+        .await?;
+    anyhow::ensure!(cores == json!(3), "{cores} cores drawn in use, wanted 3");
+    unmarked(browser, "grid view").await?;
+    println!(
+        "screenshot: {}",
+        save_screenshot(browser, shots, "grid-job.png")
+            .await?
+            .display()
+    );
+
     // Cancelled through the client: the open page follows.
+    browser.set_window_size(1000, 900).await?;
+    browser.goto(&format!("{base}/jobs/{id}")).await?;
+    live(browser).await?;
+    mark(browser).await?;
     let status = client.cancel(job).await?;
     anyhow::ensure!(status.phase == JobPhase::Cancelled, "{status:?}");
     wait_until_within(
@@ -206,7 +252,27 @@ async fn scenario(browser: &Client, grid: &Grid, shots: &Path) -> anyhow::Result
 async fn live_status_page_of_a_real_grid_in_headless_chromium() {
     let chromium = find_binary("ZORILLA_CHROMIUM", &["chromium", "chromium-browser"]);
     let chromedriver = find_binary("ZORILLA_CHROMEDRIVER", &["chromedriver"]);
-    let grid = grid(3, 1);
+    // Two sites (labels only, `--site`), so that the grid view groups by them.
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-browser-{}", std::process::id());
+    let mut nodes: Vec<TestNode> = Vec::new();
+    for (i, site) in ["amsterdam", "amsterdam", "delft"].into_iter().enumerate() {
+        let bootstrap = nodes.first().map(|n| n.listen.clone());
+        nodes.push(TestNode::start_with(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            bootstrap.as_deref(),
+            1,
+            "127.0.0.1",
+            &["--site".into(), site.into()],
+        ));
+    }
+    let grid = Grid {
+        nodes,
+        hosts: None,
+        _dir: dir,
+        network,
+    };
     wait_for_neighbours(&grid.nodes, 2, GRID_WAIT).await;
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("zorilla-node-browser");
     std::fs::create_dir_all(&shots).unwrap();
@@ -236,4 +302,24 @@ async fn live_status_page_of_a_real_grid_in_headless_chromium() {
         Ok(Err(e)) => panic!("browser test: {e:#}\n{}", logs()),
         Err(_) => panic!("browser test took over 150 s\n{}", logs()),
     }
+    if std::env::var_os(DOC_SCREENSHOTS).is_some() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/screenshots");
+        std::fs::create_dir_all(&docs).unwrap();
+        for name in DOCUMENTED {
+            std::fs::copy(shots.join(name), docs.join(name)).unwrap();
+            println!("kept in docs: {}", docs.join(name).display());
+        }
+    }
 }
+
+/// Set (to anything), the test also copies its screenshots of the pages
+/// into `docs/screenshots/`, where the README shows them:
+/// `ZORILLA_DOC_SCREENSHOTS=1 cargo test --workspace --test browser`.
+const DOC_SCREENSHOTS: &str = "ZORILLA_DOC_SCREENSHOTS";
+/// The screenshots kept in `docs/screenshots/`.
+const DOCUMENTED: [&str; 4] = [
+    "overview.png",
+    "job-running.png",
+    "grid-job.png",
+    "peers.png",
+];

@@ -415,7 +415,7 @@ async fn cli_submits_waits_and_reads_everything_back() {
 /// Time limits end workers with a sentence a user understands: the node
 /// owner's CPU cap, a job's own (smaller) CPU limit, and a job's
 /// wall-clock limit on a worker that waits without computing (which the
-/// CPU cap does not touch).
+/// CPU cap does not touch); and a trap, with the function it happened in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_says_which_time_limit_ended_a_worker() {
     let dir = tempfile::tempdir().unwrap();
@@ -423,7 +423,7 @@ async fn cli_says_which_time_limit_ended_a_worker() {
         &dir.path().join("n0"),
         &format!("test-{}", std::process::id()),
         None,
-        3,
+        4,
         "127.0.0.1",
         &["--max-cpu-time-secs".into(), "2".into()],
     );
@@ -445,14 +445,19 @@ async fn cli_says_which_time_limit_ended_a_worker() {
             .spawn()
             .expect("run zorilla")
     };
-    // All three at once (the node offers three cores).
+    // All four at once (the node offers four cores).
     let capped = submit("spin", &[]);
     let asked = submit("spin", &["--cpu-time-secs", "1"]);
     let waiting = submit("idle", &["--wall-time-secs", "1"]);
+    let trapped = submit("trap", &[]);
     for (child, sentence) in [
         (capped, "used its CPU-time limit of 2 s"),
         (asked, "used its CPU-time limit of 1 s"),
         (waiting, "ran past its wall-clock limit of 1 s"),
+        (
+            trapped,
+            "crashed: wasm `unreachable` instruction executed in function explode",
+        ),
     ] {
         let out = child.wait_with_output().unwrap();
         let stderr = text(&out.stderr);

@@ -50,6 +50,11 @@ fn the_demo_runs_nqueens_on_the_nearest_sites_and_shuts_down_cleanly() {
         stdout.contains("Status page of the submitting node: http://127.0.0.1:"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("drawn on the grid view by site: http://127.0.0.1:")
+            && stdout.contains("/grid?job="),
+        "{stdout}"
+    );
 }
 
 /// The pids of the running `zorilla-node` processes whose parent is `parent`.

@@ -401,3 +401,109 @@ async fn status_pages_of_a_real_grid() {
     .await;
     println!("status pages of a real grid: {:?}", started.elapsed());
 }
+
+/// The grid view of real nodes: four nodes on two sites (named with
+/// `--site`), with 1, 2, 3 and 2 cores; a job of three idle workers
+/// spread from the first. The first node's grid view lists every node by
+/// its site with the cores it offers and uses, and draws the job where
+/// the nodes themselves say its workers run, with its home.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grid_view_shows_every_node_by_site_and_where_a_job_runs() {
+    use zorilla_webui::model::{GridView, Grouping};
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-grid-view-{}", std::process::id());
+    let sites = ["amsterdam", "amsterdam", "delft", "delft"];
+    let cores = [1u32, 2, 3, 2];
+    let mut nodes: Vec<TestNode> = Vec::new();
+    for i in 0..4 {
+        let bootstrap = nodes.first().map(|n| n.listen.clone());
+        nodes.push(TestNode::start_with(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            bootstrap.as_deref(),
+            cores[i],
+            "127.0.0.1",
+            &["--site".into(), sites[i].into()],
+        ));
+    }
+    wait_for_neighbours(&nodes, 3, Duration::from_secs(30)).await;
+    let home = &nodes[0];
+    let mut client = home.client().await;
+    let request = JobRequest {
+        min_workers: 3,
+        max_workers: 3,
+        strategy: zorilla_core::advert::Strategy::Spread,
+        lifetime_secs: 30,
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, wasm("idle"), vec![]).await.unwrap();
+    let id = format!("{job:016x}");
+    let path = format!("/api/grid?job={id}");
+    // Answers are kept for a few seconds: poll until they show the job.
+    let view: GridView = poll_json(
+        home.web,
+        &path,
+        Duration::from_secs(60),
+        "every node answering, and the job's three workers on the nodes' own word",
+        |v: &GridView| {
+            let all = v.groups.iter().flat_map(|g| g.nodes.iter());
+            v.answered == 3
+                && v.job.as_ref().is_some_and(|j| j.ranks == 3)
+                && all
+                    .filter_map(|n| n.summary.as_ref())
+                    .flat_map(|s| s.jobs.iter())
+                    .filter(|j| j.id == id)
+                    .map(|j| j.ranks)
+                    .sum::<u32>()
+                    == 3
+        },
+    )
+    .await;
+    assert_eq!(view.grouped_by, Grouping::Site);
+    assert_eq!((view.known_peers, view.asked, view.limit), (3, 3, 32));
+    let labels: Vec<&str> = view.groups.iter().map(|g| g.label.as_str()).collect();
+    assert_eq!(labels, ["amsterdam", "delft"], "this node's site first");
+    assert!(view.groups[0].nodes[0].this_node);
+    for (i, node) in nodes.iter().enumerate() {
+        let group = view
+            .groups
+            .iter()
+            .find(|g| g.nodes.iter().any(|n| n.node_id == node.peer))
+            .unwrap_or_else(|| panic!("node {i} is not in the view: {view:?}"));
+        assert_eq!(group.label, sites[i]);
+        let shown = group.nodes.iter().find(|n| n.node_id == node.peer).unwrap();
+        let summary = shown.summary.as_ref().expect("it answered");
+        assert_eq!(summary.offered_cores, cores[i], "node {i}");
+        assert_eq!(summary.site.as_deref(), Some(sites[i]));
+        // What the home placed there is what the node says it runs, each
+        // worker on a core of its own.
+        let said = summary
+            .jobs
+            .iter()
+            .find(|j| j.id == id)
+            .map_or(0, |j| j.ranks);
+        assert_eq!(shown.job_ranks, said, "node {i}: {view:?}");
+        assert!(said <= 1, "spread: one worker a node");
+        assert_eq!(summary.used_cores, said, "node {i}");
+        assert_eq!(summary.free_cores(), cores[i] - said, "node {i}");
+        assert_eq!(shown.job_home, i == 0);
+        if i > 0 {
+            assert!(shown.rtt_ms.is_some(), "node {i}: RTT measured");
+        }
+    }
+    let placed = view.job.as_ref().unwrap();
+    assert_eq!((placed.ranks, placed.nodes), (3, 3));
+    assert_eq!(placed.home.as_deref(), Some(home.peer.as_str()));
+
+    // The page draws the same, the job's nodes marked.
+    let r = get(home.web, &format!("/grid?job={id}")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("3 workers on 3 nodes"), "{}", r.body);
+    assert_eq!(r.body.matches("<tr class=\"placed\"").count(), 3);
+    assert_eq!(
+        r.body.matches("<rect class=\"gridnode").count(),
+        4,
+        "four boxes"
+    );
+    client.cancel(job).await.unwrap();
+}

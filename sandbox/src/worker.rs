@@ -387,10 +387,60 @@ fn classify(result: wasmtime::Result<()>, flag: &LimitFlag) -> Outcome {
     if let Some(exit) = error.downcast_ref::<I32Exit>() {
         return Outcome::Exited(exit.0);
     }
-    match error.downcast_ref::<Trap>() {
-        Some(trap) => Outcome::Trapped(trap.to_string()),
-        None => Outcome::Trapped(format!("{error:#}")),
+    let what = match error.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{error:#}"),
+    };
+    match error
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .and_then(|trace| trace.frames().first())
+    {
+        Some(frame) => Outcome::Trapped(format!(
+            "{what} in function {}",
+            function_name(frame.func_name(), frame.func_index())
+        )),
+        None => Outcome::Trapped(what),
     }
+}
+
+/// The longest function name a trap's sentence shows, in bytes (a C++
+/// name demangles to any length); longer ones are cut, ending in `...`.
+pub(crate) const MAX_FUNCTION_NAME_BYTES: usize = 256;
+
+/// The name of the function a guest trapped in, as a user reads it: from
+/// the module's name section, demangled if it is a Rust or C++ symbol
+/// (C names as they are, `main` for the names clang gives a C `main`), or
+/// `#index` (in the module's function index space) without a name section.
+/// At most [`MAX_FUNCTION_NAME_BYTES`].
+pub(crate) fn function_name(name: Option<&str>, index: u32) -> String {
+    let Some(name) = name else {
+        return format!("#{index}");
+    };
+    let mut shown = match name {
+        "__original_main" | "__main_argc_argv" | "__main_void" => "main".to_string(),
+        _ => {
+            if let Ok(rust) = rustc_demangle::try_demangle(name) {
+                // Without the hash suffix: `nqueens::solve`, not `...::h1234`.
+                format!("{rust:#}")
+            } else if let Some(cpp) = cpp_demangle::Symbol::new(name)
+                .ok()
+                .and_then(|symbol| symbol.demangle().ok())
+            {
+                cpp
+            } else {
+                name.to_string()
+            }
+        }
+    };
+    if shown.len() > MAX_FUNCTION_NAME_BYTES {
+        let mut end = MAX_FUNCTION_NAME_BYTES - 3;
+        while !shown.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.truncate(end);
+        shown.push_str("...");
+    }
+    shown
 }
 
 /// A started worker.
@@ -452,6 +502,24 @@ mod tests {
             classify(Err(wasmtime::format_err!("grow failed")), &hit),
             Outcome::OutOfMemory
         );
+    }
+
+    #[test]
+    fn trapped_functions_are_named_as_users_read_them() {
+        assert_eq!(function_name(Some("solve"), 3), "solve");
+        assert_eq!(function_name(Some("__original_main"), 3), "main");
+        assert_eq!(function_name(None, 17), "#17");
+        assert_eq!(
+            function_name(Some("_ZN7nqueens5solve17h0123456789abcdefE"), 3),
+            "nqueens::solve"
+        );
+        assert_eq!(
+            function_name(Some("_ZN5board5placeEii"), 3),
+            "board::place(int, int)"
+        );
+        let long = function_name(Some(&"x".repeat(5000)), 3);
+        assert_eq!(long.len(), MAX_FUNCTION_NAME_BYTES);
+        assert!(long.ends_with("..."));
     }
 
     #[test]

@@ -404,10 +404,63 @@ async fn trap_is_reported_as_a_trap() {
     let sandbox = sandbox(dir.path());
     let done = run(&sandbox, &load(&sandbox, "trap"), WorkerSpec::default()).await;
     match &done.report.outcome {
-        Outcome::Trapped(message) => assert!(message.contains("unreachable"), "{message}"),
+        // The trap and the function it happened in, by the module's name
+        // section (trap.c traps in `explode`, called from `main`).
+        Outcome::Trapped(message) => assert_eq!(
+            message, "wasm trap: wasm `unreachable` instruction executed in function explode",
+            "{message}"
+        ),
         other => panic!("expected a trap, got {other:?}"),
     }
     assert_eq!(done.stdout, "about to trap\n");
+}
+
+/// The module without its custom sections (the name section among them).
+fn without_custom_sections(wasm: &[u8]) -> Vec<u8> {
+    fn leb(bytes: &[u8], at: &mut usize) -> usize {
+        let (mut value, mut shift) = (0usize, 0);
+        loop {
+            let byte = bytes[*at];
+            *at += 1;
+            value |= usize::from(byte & 0x7f) << shift;
+            shift += 7;
+            if byte < 0x80 {
+                return value;
+            }
+        }
+    }
+    let mut out = wasm[..8].to_vec();
+    let mut at = 8;
+    while at < wasm.len() {
+        let start = at;
+        let id = wasm[at];
+        at += 1;
+        let size = leb(wasm, &mut at);
+        at += size;
+        if id != 0 {
+            out.extend_from_slice(&wasm[start..at]);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trap_without_a_name_section_names_the_function_by_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let stripped = without_custom_sections(&guest("trap"));
+    assert!(stripped.len() < guest("trap").len());
+    let program = sandbox.load(&stripped).expect("load");
+    let done = run(&sandbox, &program, WorkerSpec::default()).await;
+    match &done.report.outcome {
+        Outcome::Trapped(message) => {
+            let index = message
+                .strip_prefix("wasm trap: wasm `unreachable` instruction executed in function #")
+                .unwrap_or_else(|| panic!("{message}"));
+            assert!(index.parse::<u32>().is_ok(), "{message}");
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@
 //! Parts:
 //! - [`model`]: the data shown, serde structs (the JSON API is these);
 //! - [`source`]: the trait, the change notifications, the remote errors;
+//! - [`grid`]: the grid view, gathered from the peers at a bounded cost;
 //! - `pages`: HTML rendering with `maud` (escapes by default), style sheet and
 //!   the small live-update script, both served from the binary;
 //! - `svg`: the neighbourhood picture laid out by RTT;
@@ -39,6 +40,7 @@
 //! never read). So the page's connections hold at most about
 //! `max_connections` × [`MAX_CONNECTION_BUFFER`] of buffers.
 
+pub mod grid;
 pub mod model;
 pub mod source;
 
@@ -87,6 +89,8 @@ pub struct WebConfig {
     /// The most connections served at once (live streams included); more
     /// wait to be accepted until one closes.
     pub max_connections: usize,
+    /// How the grid view asks the peers.
+    pub grid: grid::GridSettings,
 }
 
 impl WebConfig {
@@ -109,6 +113,7 @@ impl Default for WebConfig {
             max_live_streams: Self::DEFAULT_MAX_LIVE_STREAMS,
             remote_refresh: Self::DEFAULT_REMOTE_REFRESH,
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+            grid: grid::GridSettings::default(),
         }
     }
 }
@@ -159,6 +164,7 @@ pub async fn serve(
         access,
         config.max_live_streams.max(1),
         config.remote_refresh.max(Duration::from_millis(10)),
+        config.grid,
     );
     tokio::spawn(accept_loop(listener, app, config.max_connections.max(1)));
     tracing::info!(%addr, "web interface listening");

@@ -320,3 +320,122 @@ pub struct NodeSnapshot {
     /// The counters.
     pub counters: Counters,
 }
+
+/// A job with workers on a node, as that node says in its [`NodeSummary`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeJob {
+    /// The job's id.
+    pub id: String,
+    /// The job's name.
+    pub name: String,
+    /// The job's home node.
+    pub home: String,
+    /// Its workers (ranks) running or starting on the node.
+    pub ranks: u32,
+}
+
+/// What a node says about itself for the grid view: who it is, its cores
+/// and the jobs it runs workers of. Small on purpose: a node asks many
+/// peers for it at once (see [`crate::grid`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    /// The node's name.
+    pub name: String,
+    /// The site its operator gave it (`site` in its configuration), if any.
+    pub site: Option<String>,
+    /// Cores it offers to the grid.
+    pub offered_cores: u32,
+    /// Of those, cores its workers use now.
+    pub used_cores: u32,
+    /// Workers running on it now.
+    pub workers_running: u32,
+    /// The jobs it runs workers of now.
+    pub jobs: Vec<NodeJob>,
+}
+
+impl NodeSummary {
+    /// Cores offered and not in use.
+    pub fn free_cores(&self) -> u32 {
+        self.offered_cores.saturating_sub(self.used_cores)
+    }
+}
+
+/// How the grid view groups nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Grouping {
+    /// By the site each node says it is at.
+    Site,
+    /// By RTT from this node, in classes (below 1 ms, 1-10, 10-50, over 50).
+    Distance,
+}
+
+/// One node of the grid view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GridNode {
+    /// The node's peer id.
+    pub node_id: String,
+    /// Whether it is the node showing the view.
+    pub this_node: bool,
+    /// The RTT this node measured to it, ms (`None` for this node itself,
+    /// or if not measured).
+    pub rtt_ms: Option<f64>,
+    /// What it said about itself, if it answered.
+    pub summary: Option<NodeSummary>,
+    /// Why it is shown without a summary: it did not answer in time, could
+    /// not be reached, or was not asked (more known peers than the view
+    /// asks).
+    pub no_answer: Option<String>,
+    /// With a job shown: how many of its workers are (or were) on this node.
+    pub job_ranks: u32,
+    /// With a job shown: whether this node is the job's home.
+    pub job_home: bool,
+}
+
+/// A group of the grid view: a site, or a distance class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GridGroup {
+    /// The site's name or the distance class, as shown.
+    pub label: String,
+    /// Its nodes, nearest first.
+    pub nodes: Vec<GridNode>,
+}
+
+/// The job whose placement the grid view draws.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GridJob {
+    /// The job's id.
+    pub id: String,
+    /// Its name, if known.
+    pub name: String,
+    /// Its home node, if known.
+    pub home: Option<String>,
+    /// Its workers on the nodes of the view.
+    pub ranks: u32,
+    /// On how many nodes.
+    pub nodes: u32,
+    /// Where the placement comes from, in words.
+    pub source: String,
+}
+
+/// The grid as this node sees it: the nodes it knows, grouped, each with
+/// what it said about itself (`/grid`, `/api/grid`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GridView {
+    /// By site or by distance.
+    pub grouped_by: Grouping,
+    /// The groups, this node's first.
+    pub groups: Vec<GridGroup>,
+    /// Peers this node knows.
+    pub known_peers: u32,
+    /// Of those, how many the view asks at most (the node's
+    /// `grid_view_peers`).
+    pub limit: u32,
+    /// Peers asked for this view (their answers may be a few seconds old:
+    /// answers are kept for [`crate::grid::GridSettings::fresh_for`]).
+    pub asked: u32,
+    /// Peers that answered.
+    pub answered: u32,
+    /// The job shown, with `?job=ID`.
+    pub job: Option<GridJob>,
+}

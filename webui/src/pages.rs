@@ -10,8 +10,8 @@
 use maud::{DOCTYPE, Markup, html};
 
 use crate::model::{
-    AddressInfo, JobDetail, JobRole, JobSummary, NodeOverview, NodeSnapshot, PeerInfo,
-    PendingAdvert, Resources, WorkerInfo,
+    AddressInfo, GridView, Grouping, JobDetail, JobRole, JobSummary, NodeOverview, NodeSnapshot,
+    PeerInfo, PendingAdvert, Resources, WorkerInfo,
 };
 use crate::{MAX_LOG_LINE_BYTES, MAX_LOG_LINES};
 use crate::{escape, svg};
@@ -29,6 +29,8 @@ pub(crate) enum View {
     Job(String),
     /// `/pending`
     Pending,
+    /// `/grid`, `/grid?job=ID`: this node's only (no remote scope).
+    Grid(Option<String>),
 }
 
 impl View {
@@ -40,6 +42,8 @@ impl View {
             Self::Jobs => "/jobs".into(),
             Self::Job(id) => format!("/jobs/{}", escape::path_segment(id)),
             Self::Pending => "/pending".into(),
+            Self::Grid(None) => "/grid".into(),
+            Self::Grid(Some(job)) => format!("/grid?job={}", escape::path_segment(job)),
         }
     }
 
@@ -50,6 +54,7 @@ impl View {
             Self::Jobs => "Jobs",
             Self::Job(_) => "Job",
             Self::Pending => "Pending queue",
+            Self::Grid(_) => "Grid",
         }
     }
 }
@@ -159,7 +164,11 @@ pub(crate) fn layout(
     live: Option<&str>,
     body: Markup,
 ) -> Markup {
-    let tabs = [View::Overview, View::Peers, View::Jobs, View::Pending];
+    let mut tabs = vec![View::Overview, View::Peers, View::Jobs, View::Pending];
+    // The grid is gathered by this node: no remote view of it.
+    if scope.remote.is_none() {
+        tabs.push(View::Grid(None));
+    }
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -234,10 +243,12 @@ pub(crate) fn body(
         View::Peers => peers(&snap.overview, &snap.peers),
         View::Jobs => jobs(scope, &snap.overview, &snap.jobs),
         View::Job(id) => match job {
-            Some(job) => job_detail(&snap.overview, job),
+            Some(job) => job_detail(scope, &snap.overview, job),
             None => not_found_body(&format!("No job {id} on this node.")),
         },
         View::Pending => pending(scope, &snap.overview, &snap.pending),
+        // Rendered by `grid` from a gathered view, never from a snapshot.
+        View::Grid(_) => not_found_body("The grid view is shown by this node only."),
     }
 }
 
@@ -460,7 +471,7 @@ fn cut(text: &str) -> &str {
     &text[..end]
 }
 
-fn job_detail(node: &NodeOverview, job: &JobDetail) -> Markup {
+fn job_detail(scope: &Scope, node: &NodeOverview, job: &JobDetail) -> Markup {
     let j = &job.summary;
     // Workers grouped per node, nodes in order of their ids.
     let mut workers: Vec<&WorkerInfo> = job.workers.iter().collect();
@@ -481,6 +492,9 @@ fn job_detail(node: &NodeOverview, job: &JobDetail) -> Markup {
                     tr { th { "Why pending" } td { (why) } }
                 }
             }
+        }
+        @if scope.remote.is_none() {
+            p { a #placement-link href=(View::Grid(Some(j.id.clone())).path()) { "Where its workers run on the grid, and how far" } }
         }
         h2 { "Workers (" (workers.len()) ")" }
         @if workers.is_empty() {
@@ -545,6 +559,119 @@ fn pending(scope: &Scope, node: &NodeOverview, adverts: &[PendingAdvert]) -> Mar
     }
 }
 
+/// The grid view's body: the picture, the job's placement and the table.
+pub(crate) fn grid(view: &GridView) -> Markup {
+    let nodes: usize = view.groups.iter().map(|g| g.nodes.len()).sum();
+    let me = view
+        .groups
+        .iter()
+        .flat_map(|g| g.nodes.iter())
+        .find(|n| n.this_node)
+        .map(|n| n.node_id.clone())
+        .unwrap_or_default();
+    let grouped = match view.grouped_by {
+        Grouping::Site => "by the site each node says it is at",
+        Grouping::Distance => "by RTT from this node (no node names a site)",
+    };
+    html! {
+        h1 { "Grid (" (nodes) " nodes)" }
+        p #grid-asked {
+            "The nodes this node knows, grouped " (grouped) ", each as it describes itself. "
+            "Asked " (view.asked) " of " (view.known_peers) " known peers (the nearest"
+            @if view.job.is_some() { ", the job's nodes first" }
+            "; at most " (view.limit) ", the node's " code { "grid_view_peers" } "); "
+            (view.answered) " answered. Answers are at most a few seconds old."
+        }
+        @if let Some(job) = &view.job {
+            section #placement {
+                h2 {
+                    "Where job "
+                    @if job.name.is_empty() { (job.id) } @else { (job.name) }
+                    " runs"
+                }
+                p {
+                    @if job.ranks == 0 {
+                        "No node of this view runs workers of it (from " (job.source) ")."
+                    } @else {
+                        (job.ranks) " workers on " (job.nodes) " nodes, by " (job.source) ". "
+                    }
+                    @if let Some(home) = &job.home {
+                        " Its home: " (node_link(home, &me)) ". "
+                        @if *home == me {
+                            "Distances are RTTs from this node, the home that placed the workers: "
+                            "the nearest nodes with free cores get them first."
+                        } @else {
+                            "Distances are RTTs from this node, not from the home that placed the "
+                            "workers: the home's own grid view shows its distances."
+                        }
+                    }
+                }
+            }
+        }
+        figure.grid {
+            (svg::grid(view))
+            figcaption {
+                "Each box a node: its cores, "
+                span.key-used { "■ in use" } " and "
+                span.key-free { "□ free" } "; "
+                @if view.job.is_some() {
+                    span.key-placed { "thick border: runs workers of the job" } ", "
+                }
+                "dashed: did not answer. RTTs as this node measured them."
+            }
+        }
+        div.scroll {
+            table #grid {
+                thead {
+                    tr {
+                        th { @match view.grouped_by { Grouping::Site => "Site", Grouping::Distance => "Distance" } }
+                        th { "Node" } th { "Name" } th { "RTT" } th { "Cores used" } th { "Cores free" }
+                        th { "Workers" } th { "Jobs (workers here)" }
+                        @if view.job.is_some() { th { "Workers of the job" } }
+                    }
+                }
+                tbody {
+                    @for g in &view.groups {
+                        @for n in &g.nodes {
+                            tr.placed[n.job_ranks > 0] data-node=(n.node_id) {
+                                td { (g.label) }
+                                td { (node_link(&n.node_id, &me)) }
+                                @match &n.summary {
+                                    Some(s) => {
+                                        td { (s.name) }
+                                        td.num { @if n.this_node { "–" } @else { (rtt(n.rtt_ms)) } }
+                                        td.num.used { (s.used_cores) " of " (s.offered_cores) }
+                                        td.num.free { (s.free_cores()) }
+                                        td.num { (s.workers_running) }
+                                        td {
+                                            @for (i, j) in s.jobs.iter().enumerate() {
+                                                @if i > 0 { ", " }
+                                                a href=(View::Grid(Some(j.id.clone())).path()) title=(j.id) { (j.name) }
+                                                " ×" (j.ranks)
+                                            }
+                                        }
+                                    }
+                                    None => {
+                                        td.silent { "no answer: " (n.no_answer.as_deref().unwrap_or("unknown")) }
+                                        td.num { (rtt(n.rtt_ms)) }
+                                        td.num {} td.num {} td.num {} td {}
+                                    }
+                                }
+                                @if view.job.is_some() {
+                                    td.num.ranks {
+                                        @if n.job_ranks > 0 { (n.job_ranks) }
+                                        @if n.job_home { " " span.homebadge { "home" } }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The style sheet, served at `/static/style.css`.
 pub(crate) const STYLE: &str = r#"
 :root { color-scheme: light dark; --fg:#1d232a; --bg:#fbfbf8; --mut:#667; --line:#d8d8d0; --acc:#0b6e4f; --far:#3a5fcd; }
@@ -590,6 +717,24 @@ svg circle.peer.far { color:var(--far); stroke:var(--far); }
 svg circle.peer.none { color:var(--mut); stroke:var(--mut); }
 svg circle.me { fill:var(--fg); }
 svg text.me { fill:var(--bg); font-size:9px; }
+figure.grid svg { width:100%; max-width: 48rem; height:auto; display:block; }
+svg rect.band { fill: rgba(127,127,127,.07); stroke: var(--line); }
+svg .bandlabel { fill: var(--fg); font-size: 12px; font-weight: 600; }
+svg .bandnote { fill: var(--mut); font-size: 10px; }
+svg rect.gridnode { fill: var(--bg); stroke: var(--mut); stroke-width: 1; }
+svg rect.gridnode.me { stroke: var(--fg); stroke-width: 2; }
+svg rect.gridnode.silent { stroke-dasharray: 4 3; fill: none; }
+svg rect.gridnode.placed { stroke: var(--acc); stroke-width: 3.5; }
+svg .nodename { fill: var(--fg); font-size: 11px; }
+svg .nodenote { fill: var(--mut); font-size: 9.5px; }
+svg rect.core { stroke: var(--mut); stroke-width: 1; fill: none; }
+svg rect.core.used { fill: var(--far); stroke: var(--far); }
+svg .ranks { fill: var(--acc); font-size: 11px; font-weight: 700; }
+svg .homemark { fill: #b8860b; font-size: 10px; font-weight: 700; }
+tr.placed td { background: rgba(11,110,79,.08); }
+td.silent { color: #c0392b; }
+.homebadge { color:#b8860b; border:1px solid #b8860b; border-radius:.7rem; padding:0 .35rem; font-size:.85em; }
+.key-used { color:var(--far); } .key-free { color:var(--mut); } .key-placed { color:var(--acc); font-weight:600; }
 .key-near { color:var(--acc); } .key-far { color:var(--far); } .key-none { color:var(--mut); }
 "#;
 

@@ -10,9 +10,11 @@
 //! | `/jobs` | `/api/jobs` | jobs |
 //! | `/jobs/{id}` | `/api/jobs/{id}` | one job, its workers and log tail |
 //! | `/pending` | `/api/pending` | adverts held |
+//! | `/grid`, `/grid?job=ID` | `/api/grid`, `/api/grid?job=ID` | the grid: the nodes this node knows by site or distance, their cores and jobs as each says (at most `grid_view_peers` asked, answers kept a few seconds: see [`crate::grid`]), and where job ID's workers are |
 //! | | `/api/counters`, `/api/snapshot` | counters; everything at once |
 //! | `/peers/{peer}`, `/peers/{peer}/{peers,jobs,pending}`, `/peers/{peer}/jobs/{id}` | `/api/peers/{peer}/{overview,peers,jobs,pending}`, `/api/peers/{peer}/jobs/{id}`, `/api/peers/{peer}` | the same pages of a peer, fetched through the overlay |
 //! | `/events/{overview,peers,jobs,pending}`, `/events/jobs/{id}` | | server-sent events: `update` events carrying the page body, after each [`Change`] that affects it |
+//! | `/events/grid`, `/events/grid?job=ID` | | the same for the grid view, gathered again every [`crate::WebConfig::remote_refresh`] (from the answers kept) |
 //! | `/events/peers/{peer}`, `/events/peers/{peer}/...` | | the same for remote views, polling the peer every [`crate::WebConfig::remote_refresh`] |
 //! | `/metrics` | | Prometheus text |
 //! | `/static/style.css`, `/static/live.js` | | served from the binary |
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -38,9 +40,10 @@ use axum::routing::get;
 use base64::Engine as _;
 use futures::stream;
 use maud::Markup;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, broadcast};
 
+use crate::grid::{Gatherer, GridSettings};
 use crate::model::{JobDetail, NodeSnapshot};
 use crate::pages::{self, Scope, View};
 use crate::source::{Change, RemoteError, StatusSource, snapshot};
@@ -69,6 +72,7 @@ struct AppState {
     access: Access,
     streams: Arc<Semaphore>,
     remote_refresh: Duration,
+    grid: Arc<Gatherer>,
 }
 
 /// The router over a source, with the given access rule, at most
@@ -79,12 +83,14 @@ pub(crate) fn router(
     access: Access,
     max_streams: usize,
     remote_refresh: Duration,
+    grid: GridSettings,
 ) -> Router {
     let state = AppState {
         source,
         access,
         streams: Arc::new(Semaphore::new(max_streams)),
         remote_refresh,
+        grid: Arc::new(Gatherer::new(grid)),
     };
     Router::new()
         .route("/", get(|s: State<AppState>| local_page(s, View::Overview)))
@@ -101,6 +107,9 @@ pub(crate) fn router(
             "/pending",
             get(|s: State<AppState>| local_page(s, View::Pending)),
         )
+        .route("/grid", get(grid_page))
+        .route("/api/grid", get(api_grid))
+        .route("/events/grid", get(grid_events))
         .route(
             "/peers/{peer}",
             get(|s: State<AppState>, Path(p): Path<String>| remote_page(s, p, View::Overview)),
@@ -602,6 +611,78 @@ async fn api_remote_job(
         Ok(job) => json(&job),
         Err(e) => e.json(),
     }
+}
+
+/// The query of the grid view's routes.
+#[derive(Deserialize)]
+struct GridQuery {
+    /// The job whose placement is drawn.
+    job: Option<String>,
+}
+
+async fn grid_page(State(state): State<AppState>, Query(q): Query<GridQuery>) -> Response {
+    let view = state
+        .grid
+        .view(state.source.as_ref(), q.job.as_deref())
+        .await;
+    let page = View::Grid(q.job);
+    let live = live_url(&page);
+    let overview = state.source.overview();
+    html(
+        StatusCode::OK,
+        pages::layout(
+            &Scope::local(),
+            &page,
+            &overview,
+            Some(&live),
+            pages::grid(&view),
+        ),
+    )
+}
+
+async fn api_grid(State(state): State<AppState>, Query(q): Query<GridQuery>) -> Response {
+    json(
+        &state
+            .grid
+            .view(state.source.as_ref(), q.job.as_deref())
+            .await,
+    )
+}
+
+/// A live stream of the grid view: gathered again every `remote_refresh`
+/// (peers are asked at most once per the gatherer's `fresh_for`, however
+/// many streams are open), an update sent when what it shows changed.
+async fn grid_events(State(state): State<AppState>, Query(q): Query<GridQuery>) -> Response {
+    let Ok(permit) = state.streams.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many live streams open\n",
+        )
+            .into_response();
+    };
+    let every = state.remote_refresh;
+    let start = (state, q.job, permit, None::<String>);
+    let updates = stream::unfold(start, move |(state, job, permit, last)| async move {
+        let mut wait = last.is_some();
+        loop {
+            if wait {
+                tokio::time::sleep(every).await;
+            }
+            wait = true;
+            let view = state.grid.view(state.source.as_ref(), job.as_deref()).await;
+            let body = pages::grid(&view).into_string();
+            if last.as_deref() != Some(body.as_str()) {
+                let event = update_event(&body);
+                return Some((
+                    Ok::<Event, Infallible>(event),
+                    (state, job, permit, Some(body)),
+                ));
+            }
+        }
+    });
+    Sse::new(updates)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {

@@ -13,13 +13,16 @@
 //! The remote view ("other nodes") goes through [`StatusSource::remote`] and
 //! [`StatusSource::remote_job`]: the node asks the peer over the overlay (an
 //! rpc) and the peer answers with [`crate::snapshot`] of its own source and
-//! [`StatusSource::job`].
+//! [`StatusSource::job`]. The grid view goes through
+//! [`StatusSource::remote_summary`], answered with the peer's
+//! [`StatusSource::summary`].
 
 use futures::future::BoxFuture;
 use tokio::sync::broadcast;
 
 use crate::model::{
-    Counters, JobDetail, JobSummary, NodeOverview, NodeSnapshot, PeerInfo, PendingAdvert,
+    Counters, JobDetail, JobSummary, NodeOverview, NodeSnapshot, NodeSummary, PeerInfo,
+    PendingAdvert,
 };
 
 /// Something changed on the node; pages that show it update.
@@ -75,6 +78,14 @@ pub trait StatusSource: Send + Sync + 'static {
         peer: &str,
         job: &str,
     ) -> BoxFuture<'static, Result<Option<JobDetail>, RemoteError>>;
+    /// What this node says about itself in a grid view (its own, and its
+    /// answer to a peer's): its name, site, cores and the jobs it runs
+    /// workers of.
+    fn summary(&self) -> NodeSummary;
+    /// Fetch a peer's [`NodeSummary`] through the overlay. The grid view
+    /// bounds how many peers it asks, how long it waits and how often
+    /// (see [`crate::grid`]).
+    fn remote_summary(&self, peer: &str) -> BoxFuture<'static, Result<NodeSummary, RemoteError>>;
 }
 
 /// Everything a source shows at once: what a node answers a peer's remote

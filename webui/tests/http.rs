@@ -526,3 +526,61 @@ async fn live_remote_views_poll_the_peer() {
     let mut job = EventStream::open(addr, &format!("/events/peers/{FAR}/jobs/far-job")).await;
     assert!(job.next_update().await.contains("id=\"workers\""));
 }
+
+#[tokio::test]
+async fn grid_page_groups_the_nodes_and_draws_a_jobs_placement() {
+    let addr = start(Fake::new()).await;
+    let r = get(addr, "/grid").await;
+    html_ok("/grid", &r);
+    let b = &r.body;
+    for want in [
+        "<h1>Grid (4 nodes)</h1>",
+        "Asked 3 of 3 known peers",
+        "2 answered",
+        "below 1 ms",
+        "1 to 10 ms",
+        "over 50 ms",
+        "RTT not measured",
+        "no answer: peer unreachable: no route",
+        "<svg id=\"grid-picture\"",
+        "data-live=\"/events/grid\"",
+        // NEAR's name is markup: escaped.
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+        "href=\"/api/grid\"",
+    ] {
+        assert!(b.contains(want), "/grid lacks {want:?}:\n{b}");
+    }
+    // Every node a box; the silent one dashed.
+    assert_eq!(b.matches("<rect class=\"gridnode").count(), 4, "{b}");
+    assert_eq!(b.matches("gridnode silent").count(), 1, "{b}");
+
+    // A job's placement: its two workers on this node and NEAR.
+    let r = get(addr, "/grid?job=job-1").await;
+    html_ok("/grid?job=job-1", &r);
+    let b = &r.body;
+    assert!(b.contains("2 workers on 2 nodes"), "{b}");
+    assert!(b.contains("the job's record on this node, its home"), "{b}");
+    assert_eq!(b.matches("<tr class=\"placed\"").count(), 2, "{b}");
+    assert!(b.contains("class=\"homebadge\""), "{b}");
+    assert!(b.contains("data-live=\"/events/grid?job=job-1\""), "{b}");
+
+    // The JSON twin.
+    let view: zorilla_webui::model::GridView =
+        json_ok("/api/grid", &get(addr, "/api/grid?job=job-1").await);
+    assert_eq!((view.asked, view.answered, view.limit), (3, 2, 32));
+    let job = view.job.expect("the job");
+    assert_eq!((job.ranks, job.nodes), (2, 2));
+    assert_eq!(job.home.as_deref(), Some(ME));
+    let near = view
+        .groups
+        .iter()
+        .flat_map(|g| g.nodes.iter())
+        .find(|n| n.node_id == NEAR)
+        .expect("NEAR");
+    assert_eq!(near.rtt_ms, Some(4.5));
+    assert_eq!(near.summary.as_ref().map(|s| s.free_cores()), Some(1));
+
+    // The job page links to it.
+    let r = get(addr, "/jobs/job-1").await;
+    assert!(r.body.contains("href=\"/grid?job=job-1\""), "{}", r.body);
+}

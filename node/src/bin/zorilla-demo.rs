@@ -348,6 +348,11 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
                 hosts.len()
             );
         }
+        println!(
+            "  drawn on the grid view by site: {}grid?job={}",
+            nodes[0].web,
+            JobId(job.job)
+        );
         let logs = client.logs(job.job).await.map_err(|e| e.to_string())?;
         let stdout: String = logs
             .iter()

@@ -135,8 +135,9 @@ impl Node {
         let answer = match rpc {
             PeerRpc::Ping => PeerReply::Ack,
             PeerRpc::Ranks { jobs } => self.ranks_asked(from, jobs),
-            PeerRpc::Status => return self.status_reply(reply, None),
-            PeerRpc::StatusJob { job } => return self.status_reply(reply, Some(job)),
+            PeerRpc::Status => return self.status_reply(reply, status::Asked::Node),
+            PeerRpc::StatusJob { job } => return self.status_reply(reply, status::Asked::Job(job)),
+            PeerRpc::Summary => return self.status_reply(reply, status::Asked::Summary),
             PeerRpc::Checkpoint(rpc) => return self.checkpoint_rpc(from, rpc, reply),
             PeerRpc::Sched(msg) => {
                 self.sched_message(from, msg);
@@ -248,14 +249,13 @@ impl Node {
 
     /// Answers a remote view off the loop: the answer reads the database
     /// and is encoded and cut to size there.
-    pub(super) fn status_reply(&self, to: Reply, job: Option<String>) {
+    pub(super) fn status_reply(&self, to: Reply, asked: status::Asked) {
         let status = self.status.status();
         let overlay = self.overlay.clone();
         tokio::spawn(async move {
-            let answer =
-                tokio::task::spawn_blocking(move || status::answer(&status, job.as_deref()))
-                    .await
-                    .unwrap_or_else(|e| PeerReply::Error(format!("status: {e}")));
+            let answer = tokio::task::spawn_blocking(move || status::answer(&status, &asked))
+                .await
+                .unwrap_or_else(|e| PeerReply::Error(format!("status: {e}")));
             match to {
                 Reply::Local(tx) => {
                     let _ = tx.send(answer);

@@ -21,6 +21,12 @@
 //!   before; the changes go out on a bounded broadcast channel. A log chunk
 //!   arriving announces its job's page (at most every `PUBLISH_EVERY` too).
 //!
+//! The grid view: [`NodeStatus`]'s `StatusSource::summary` is what this
+//! node says about itself (its site, cores, and the jobs it runs workers
+//! of), and `StatusSource::remote_summary` asks a peer for its own with a
+//! [`PeerRpc::Summary`](crate::wire::PeerRpc::Summary); the web interface
+//! bounds how many peers it asks and how often (`zorilla_webui::grid`).
+//!
 //! Remote views: [`NodeStatus`]'s `StatusSource::remote` and
 //! `StatusSource::remote_job` send the peer a
 //! [`PeerRpc::Status`](crate::wire::PeerRpc::Status) or
@@ -51,4 +57,5 @@ mod wire_view;
 
 pub(crate) use poll::poll_overlay;
 pub(crate) use publish::{LoopState, MAX_JOBS, Member, Publisher};
+pub(crate) use remote::Asked;
 pub(crate) use source::{NodeStatus, answer};

@@ -119,6 +119,7 @@ impl Publisher {
             | PeerRpc::Ranks { .. }
             | PeerRpc::Status
             | PeerRpc::StatusJob { .. }
+            | PeerRpc::Summary
             | PeerRpc::Checkpoint(_)
             | PeerRpc::Replica { .. }
             | PeerRpc::WhereIs { .. }
@@ -437,6 +438,7 @@ mod tests {
         let status = NodeStatus::new(
             overlay,
             "test".into(),
+            None,
             CoreResources::new(4, 1024, 1024),
             store,
         );
@@ -543,11 +545,11 @@ mod tests {
         );
         assert!(changes.try_recv().is_err());
         // The remote view's answer fits.
-        match answer(&status, None) {
+        match answer(&status, &crate::status::Asked::Node) {
             PeerReply::Status(snap) => assert_eq!(snap.jobs.len(), MAX_JOBS),
             other => panic!("{other:?}"),
         }
-        match answer(&status, Some("nonsense")) {
+        match answer(&status, &crate::status::Asked::Job("nonsense".into())) {
             PeerReply::StatusJob(None) => {}
             other => panic!("{other:?}"),
         }
@@ -591,7 +593,7 @@ mod tests {
             }
             let publish = start.elapsed() / rounds;
             let start = Instant::now();
-            let bytes = encode(&answer(&status, None)).len();
+            let bytes = encode(&answer(&status, &crate::status::Asked::Node)).len();
             let remote = start.elapsed();
             println!(
                 "{n} stored jobs: publish {:.2} ms; remote-view answer {:.2} ms, {bytes} bytes",

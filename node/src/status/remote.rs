@@ -1,12 +1,13 @@
 //! Remote views, both sides: asking a peer for its status page's data
-//! ([`remote_view`], [`remote_job`], for [`super::NodeStatus`]'s `remote`
-//! and `remote_job`), and answering a peer's request ([`answer_from`]).
+//! ([`remote_view`], [`remote_job`], [`remote_summary`], for
+//! [`super::NodeStatus`]'s `remote`, `remote_job` and `remote_summary`),
+//! and answering a peer's request ([`answer_from`]).
 //! Answers travel as the wire's own types ([`crate::wire::view`]; the
 //! conversions are in [`super::wire_view`]), cut to [`MAX_REPLY_BYTES`]
 //! when sent and checked against the wire's maxima when received.
 
 use zorilla_overlay::{OverlayHandle, PeerId};
-use zorilla_webui::model::{JobDetail, NodeSnapshot};
+use zorilla_webui::model::{JobDetail, NodeSnapshot, NodeSummary};
 use zorilla_webui::{RemoteError, StatusSource};
 
 use crate::validate;
@@ -31,6 +32,22 @@ pub(super) async fn remote_view(
         PeerReply::Status(snap) => {
             validate::remote_view(&snap).map_err(refused)?;
             Ok(NodeSnapshot::from(*snap))
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// What `peer` says about itself for the grid view, asked through the
+/// overlay (the grid view bounds how many peers, how long and how often).
+pub(super) async fn remote_summary(
+    overlay: &OverlayHandle,
+    peer: PeerId,
+    known: bool,
+) -> Result<NodeSummary, RemoteError> {
+    match ask(overlay, peer, PeerRpc::Summary, known).await? {
+        PeerReply::Summary(summary) => {
+            validate::summary(&summary).map_err(refused)?;
+            Ok(NodeSummary::from(*summary))
         }
         other => Err(unexpected(&other)),
     }
@@ -95,6 +112,7 @@ fn unexpected(reply: &PeerReply) -> RemoteError {
         PeerReply::Block(_) => "a file block",
         PeerReply::Status(_) => "a node snapshot",
         PeerReply::StatusJob(_) => "a job",
+        PeerReply::Summary(_) => "a node summary",
         PeerReply::Ranks { .. } => "a list of ranks",
         PeerReply::Checkpoint(_) => "a checkpoint answer",
         PeerReply::Home(_) => "a job's home",
@@ -104,20 +122,33 @@ fn unexpected(reply: &PeerReply) -> RemoteError {
     RemoteError::Unreachable(format!("the peer answered with {what}"))
 }
 
-/// A peer's remote-view request (`job` `None` for the whole node),
-/// answered from `status`, cut to [`MAX_REPLY_BYTES`].
-pub(super) fn answer_from(status: &impl StatusSource, job: Option<&str>) -> PeerReply {
-    match job {
-        None => {
+/// What a peer asked of this node's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// The whole node ([`PeerRpc::Status`]).
+    Node,
+    /// One job ([`PeerRpc::StatusJob`]).
+    Job(String),
+    /// Its summary for a grid view ([`PeerRpc::Summary`]).
+    Summary,
+}
+
+/// A peer's remote-view or grid-view request, answered from `status`, cut
+/// to [`MAX_REPLY_BYTES`] (a summary is cut to the wire's maxima, far
+/// below).
+pub(super) fn answer_from(status: &impl StatusSource, asked: &Asked) -> PeerReply {
+    match asked {
+        Asked::Node => {
             let mut snap = view::Snapshot::from(zorilla_webui::snapshot(status));
             fit_snapshot(&mut snap, MAX_REPLY_BYTES);
             PeerReply::Status(Box::new(snap))
         }
-        Some(id) => PeerReply::StatusJob(status.job(id).map(|detail| {
+        Asked::Job(id) => PeerReply::StatusJob(status.job(id).map(|detail| {
             let mut detail = view::JobDetail::from(detail);
             fit_job(&mut detail, MAX_REPLY_BYTES);
             Box::new(detail)
         })),
+        Asked::Summary => PeerReply::Summary(Box::new(view::Summary::from(status.summary()))),
     }
 }
 

@@ -12,13 +12,13 @@ use zorilla_core::advert::JobId;
 use zorilla_core::resources::Resources as CoreResources;
 use zorilla_overlay::{OverlayHandle, PeerId};
 use zorilla_webui::model::{
-    Counters, JobDetail, JobRole, JobSummary, LogLine, NodeOverview, NodeSnapshot, PeerInfo,
-    PendingAdvert, Resources,
+    Counters, JobDetail, JobRole, JobSummary, LogLine, NodeJob, NodeOverview, NodeSnapshot,
+    NodeSummary, PeerInfo, PendingAdvert, Resources, WorkerState,
 };
 use zorilla_webui::{Change, MAX_LOG_LINES, RemoteError, StatusSource};
 
 use super::convert::{home_entry, hostname, log_lines, parse_job, resources};
-use super::remote::{self, answer_from};
+use super::remote::{self, Asked, answer_from};
 use super::view::{LoopView, NetView};
 use crate::store::{Store, unix_ms};
 use crate::wire::PeerReply;
@@ -39,6 +39,8 @@ pub(crate) struct NodeStatus {
     started: Instant,
     pub(super) started_ms: u64,
     offered: Resources,
+    /// The site its operator named (`site`), shown in grid views.
+    site: Option<String>,
     pub(super) store: Arc<Store>,
     pub(super) overlay: OverlayHandle,
     pub(super) local: watch::Sender<Arc<LoopView>>,
@@ -47,11 +49,12 @@ pub(crate) struct NodeStatus {
 }
 
 impl NodeStatus {
-    /// The status of node `overlay.local_peer_id()` in grid `network`,
-    /// offering `offered`.
+    /// The status of node `overlay.local_peer_id()` in grid `network`, at
+    /// `site` if its operator named one, offering `offered`.
     pub(crate) fn new(
         overlay: OverlayHandle,
         network: String,
+        site: Option<String>,
         offered: CoreResources,
         store: Arc<Store>,
     ) -> Arc<NodeStatus> {
@@ -62,6 +65,7 @@ impl NodeStatus {
             started: Instant::now(),
             started_ms: unix_ms(),
             offered: resources(offered),
+            site,
             store,
             overlay,
             local: watch::Sender::new(Arc::default()),
@@ -225,6 +229,53 @@ impl StatusSource for NodeStatus {
         Box::pin(async move { remote::remote_view(&overlay, target, known).await })
     }
 
+    fn summary(&self) -> NodeSummary {
+        let me = self.me.to_string();
+        let local = self.local.borrow().clone();
+        let jobs = local
+            .jobs
+            .iter()
+            .filter_map(|j| {
+                let ranks = j
+                    .workers
+                    .iter()
+                    .filter(|w| {
+                        w.node == me
+                            && matches!(w.state, WorkerState::Starting | WorkerState::Running)
+                    })
+                    .count() as u32;
+                (ranks > 0).then(|| NodeJob {
+                    id: j.summary.id.clone(),
+                    name: j.summary.name.clone(),
+                    home: j.summary.home.clone(),
+                    ranks,
+                })
+            })
+            .take(crate::wire::view::MAX_SUMMARY_JOBS)
+            .collect();
+        NodeSummary {
+            name: self.name.clone(),
+            site: self.site.clone(),
+            offered_cores: self.offered.cores,
+            used_cores: local.in_use.cores.min(self.offered.cores),
+            workers_running: local.workers_running,
+            jobs,
+        }
+    }
+
+    fn remote_summary(&self, peer: &str) -> BoxFuture<'static, Result<NodeSummary, RemoteError>> {
+        let target = match self.peer(peer) {
+            Ok(p) => p,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        if target == self.me {
+            return Box::pin(std::future::ready(Ok(self.summary())));
+        }
+        let known = self.knows(peer);
+        let overlay = self.overlay.clone();
+        Box::pin(async move { remote::remote_summary(&overlay, target, known).await })
+    }
+
     fn remote_job(
         &self,
         peer: &str,
@@ -244,10 +295,10 @@ impl StatusSource for NodeStatus {
     }
 }
 
-/// A peer's remote-view request (`job` `None` for the whole node),
-/// answered from this node's status, cut to
+/// A peer's remote-view or grid-view request, answered from this node's
+/// status, cut to
 /// [`MAX_REPLY_BYTES`](super::remote::MAX_REPLY_BYTES). Reads the database:
 /// run it off the loop.
-pub(crate) fn answer(status: &NodeStatus, job: Option<&str>) -> PeerReply {
-    answer_from(status, job)
+pub(crate) fn answer(status: &NodeStatus, asked: &Asked) -> PeerReply {
+    answer_from(status, asked)
 }

@@ -381,6 +381,53 @@ impl From<w::Snapshot> for m::NodeSnapshot {
     }
 }
 
+impl From<m::NodeSummary> for w::Summary {
+    fn from(s: m::NodeSummary) -> Self {
+        let short = |t: String| cut(t, w::MAX_SUMMARY_TEXT_BYTES);
+        let id = |t: String| cut(t, w::MAX_SUMMARY_ID_BYTES);
+        w::Summary {
+            name: short(s.name),
+            site: s.site.map(short),
+            offered_cores: s.offered_cores,
+            used_cores: s.used_cores.min(s.offered_cores),
+            workers_running: s.workers_running,
+            jobs: s
+                .jobs
+                .into_iter()
+                .take(w::MAX_SUMMARY_JOBS)
+                .map(|j| w::SummaryJob {
+                    id: id(j.id),
+                    name: short(j.name),
+                    home: id(j.home),
+                    ranks: j.ranks.min(w::MAX_WORKERS as u32),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<w::Summary> for m::NodeSummary {
+    fn from(s: w::Summary) -> Self {
+        m::NodeSummary {
+            name: s.name,
+            site: s.site,
+            offered_cores: s.offered_cores,
+            used_cores: s.used_cores,
+            workers_running: s.workers_running,
+            jobs: s
+                .jobs
+                .into_iter()
+                .map(|j| m::NodeJob {
+                    id: j.id,
+                    name: j.name,
+                    home: j.home,
+                    ranks: j.ranks,
+                })
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

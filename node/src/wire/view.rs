@@ -188,3 +188,41 @@ pub(crate) struct Snapshot {
     pub(crate) pending: Vec<Advert>,
     pub(crate) counters: Counters,
 }
+
+/// The most jobs a [`Summary`] lists (a node runs workers of at most its
+/// owner's `max_jobs` jobs at once, 16 by default).
+pub(crate) const MAX_SUMMARY_JOBS: usize = 64;
+/// The longest name or site in a [`Summary`], in bytes.
+pub(crate) const MAX_SUMMARY_TEXT_BYTES: usize = 256;
+/// The longest id in a [`Summary`] (a job's or a home's), in bytes.
+pub(crate) const MAX_SUMMARY_ID_BYTES: usize = 64;
+
+/// A job with workers on the answering node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SummaryJob {
+    /// At most [`MAX_SUMMARY_ID_BYTES`].
+    pub(crate) id: String,
+    /// At most [`MAX_SUMMARY_TEXT_BYTES`].
+    pub(crate) name: String,
+    /// At most [`MAX_SUMMARY_ID_BYTES`].
+    pub(crate) home: String,
+    pub(crate) ranks: u32,
+}
+
+/// What a node says about itself for a peer's grid view
+/// ([`super::PeerReply::Summary`]): a node answers for itself only, so
+/// that a view asking dozens of peers costs each a few hundred bytes
+/// (at most about 26 KiB by the maxima), not a whole [`Snapshot`] (up to
+/// 768 KiB: every peer, job and advert the node knows).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Summary {
+    /// At most [`MAX_SUMMARY_TEXT_BYTES`].
+    pub(crate) name: String,
+    /// At most [`MAX_SUMMARY_TEXT_BYTES`].
+    pub(crate) site: Option<String>,
+    pub(crate) offered_cores: u32,
+    pub(crate) used_cores: u32,
+    pub(crate) workers_running: u32,
+    /// At most [`MAX_SUMMARY_JOBS`].
+    pub(crate) jobs: Vec<SummaryJob>,
+}

@@ -260,6 +260,59 @@ impl StatusSource for Fake {
         };
         async move { answer }.boxed()
     }
+    fn summary(&self) -> NodeSummary {
+        let s = self.state.lock().unwrap();
+        summary_of(&s.snap)
+    }
+    fn remote_summary(&self, peer: &str) -> BoxFuture<'static, Result<NodeSummary, RemoteError>> {
+        let s = self.state.lock().unwrap();
+        let answer = if peer == GONE {
+            Err(RemoteError::Unreachable("no route".into()))
+        } else if peer == NEAR {
+            Ok(NodeSummary {
+                name: XSS1.into(),
+                site: None,
+                offered_cores: 2,
+                used_cores: 1,
+                workers_running: 1,
+                jobs: vec![NodeJob {
+                    id: "job-1".into(),
+                    name: XSS1.into(),
+                    home: ME.into(),
+                    ranks: 1,
+                }],
+            })
+        } else {
+            s.remotes
+                .get(peer)
+                .map(|(snap, _)| summary_of(snap))
+                .ok_or(RemoteError::UnknownPeer)
+        };
+        async move { answer }.boxed()
+    }
+}
+
+/// What a node of the fake says about itself: its cores, and one worker of
+/// each running job it lists.
+pub fn summary_of(snap: &NodeSnapshot) -> NodeSummary {
+    NodeSummary {
+        name: snap.overview.name.clone(),
+        site: None,
+        offered_cores: snap.overview.offered.cores,
+        used_cores: snap.overview.in_use.cores,
+        workers_running: snap.overview.workers_running,
+        jobs: snap
+            .jobs
+            .iter()
+            .filter(|j| j.phase == JobPhase::Running)
+            .map(|j| NodeJob {
+                id: j.id.clone(),
+                name: j.name.clone(),
+                home: j.home.clone(),
+                ranks: 1,
+            })
+            .collect(),
+    }
 }
 
 /// Serves the fake on an ephemeral loopback port.
