@@ -102,7 +102,9 @@ pub(crate) struct NetCheckpoints {
     pub(crate) neighbours: Neighbours,
     pub(crate) settings: CheckpointSettings,
     pub(crate) job: u64,
-    pub(crate) home: PeerId,
+    /// The job's home as the worker's node knows it now (the job may
+    /// change home while the worker runs).
+    pub(crate) home: tokio::sync::watch::Receiver<PeerId>,
     pub(crate) rank: u32,
     pub(crate) incarnation: u32,
     pub(crate) saves: AtomicU32,
@@ -221,11 +223,12 @@ impl NetCheckpoints {
         }
         let data = Arc::new(data);
         let sends = chosen.peers.iter().map(|holder| {
+            let home = *self.home.borrow();
             let send = Self::send_to(
                 self.net.clone(),
                 *holder,
                 self.job,
-                self.home,
+                home,
                 self.rank,
                 data.clone(),
                 manifest.clone(),
@@ -263,8 +266,9 @@ impl NetCheckpoints {
             size,
             holders,
         });
+        let home = *self.home.borrow();
         self.net
-            .call_ok(self.home, stored)
+            .call_ok(home, stored)
             .await
             .map_err(|e| store_error(format!("the job's home was not told: {e}")))?;
         tracing::info!(
@@ -336,9 +340,20 @@ impl NetCheckpoints {
         let started = std::time::Instant::now();
         let (job, rank) = (self.job, self.rank);
         let ask = PeerRpc::Checkpoint(CheckpointRpc::Where { job, rank });
-        let located = match self.net.call_ok(self.home, ask).await {
+        let home = *self.home.borrow();
+        let located = match self.net.call_ok(home, ask).await {
             Ok(PeerReply::Checkpoint(CheckpointReply::At(Some(located)))) => located,
             Ok(PeerReply::Checkpoint(CheckpointReply::At(None))) => {
+                // A worker that finds nothing starts from the beginning:
+                // say so, and why it may be (for a replacement, the work is
+                // redone).
+                tracing::info!(
+                    job = %zorilla_core::advert::JobId(job),
+                    rank,
+                    %home,
+                    "no checkpoint of the rank is known at the job's home (none was saved yet, \
+                     or it was saved under an earlier home of the job): it starts from the beginning"
+                );
                 return Err(CheckpointError::None);
             }
             Ok(_) => return Err(store_error("the job's home answered something else")),

@@ -222,7 +222,7 @@ pub const MAX_JOB_NAME_BYTES: usize = 64;
 /// ranks each, at most [`replica::MAX_COPIES`] copies, indices within
 /// [`replica::MAX_LOG`], and every event's ranks and words within their
 /// maxima.
-fn replica_msg(msg: &crate::node::ReplicaMsg) -> Result<(), Invalid> {
+fn replica_msg(msg: &crate::wire::ReplicaMsg) -> Result<(), Invalid> {
     use zorilla_core::node::{EndReason, JobEntry, JobEvent, RankOutcome};
     use zorilla_core::replica::{self, Msg};
     let index = |field: &'static str, i: u64| limits::at_most(field, i, replica::MAX_LOG);

@@ -62,6 +62,12 @@ pub(crate) struct JobCopy {
 /// Where a rank runs (the core's [`zorilla_core::advert::Placed`]).
 pub(crate) type Placed = zorilla_core::advert::Placed<PeerId>;
 
+/// A message between the replicas of a job (the core's
+/// [`zorilla_core::replica::Msg`] of its [`zorilla_core::node::JobEntry`]
+/// log).
+pub(crate) type ReplicaMsg =
+    zorilla_core::replica::Msg<PeerId, zorilla_core::node::JobEntry<PeerId>>;
+
 /// A request from one node to another.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum PeerRpc {
@@ -133,7 +139,7 @@ pub(crate) enum PeerRpc {
     /// become the job's home.
     Replica {
         job: u64,
-        msg: Box<crate::node::ReplicaMsg>,
+        msg: Box<ReplicaMsg>,
         copy: Option<Box<JobCopy>>,
     },
     /// Which node is the home of `job`, if the receiver knows? Answered

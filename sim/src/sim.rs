@@ -33,7 +33,7 @@ use crate::scenario::{Grid, Scenario};
 use node_overlay::NodeOverlay;
 use record::start_violation;
 
-pub use failover::{FailoverConfig, FailoverReport, STOP_BOUND, Takeover};
+pub use failover_report::{FailoverConfig, FailoverReport, STOP_BOUND, Takeover};
 pub use mode::Mode;
 pub use record::{JobPlan, JobRecord, RunReport};
 pub use workload::{plan_jobs, shuffled, sweep_job};
@@ -41,6 +41,8 @@ pub use workload::{plan_jobs, shuffled, sweep_job};
 mod bamboo;
 mod churn;
 mod failover;
+mod failover_churn;
+mod failover_report;
 mod invariants;
 mod mode;
 mod node_overlay;

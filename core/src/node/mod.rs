@@ -71,6 +71,7 @@ use crate::{PeerKey, Time};
 
 mod events;
 mod home;
+mod joblog;
 mod member;
 mod ranks;
 mod report;
@@ -79,10 +80,10 @@ mod takeover;
 
 pub use crate::advert::{Phase, Placed};
 pub use events::{Input, JobEvent, Output};
+pub use joblog::{JobEntry, JobState};
 pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
 pub use spec::{JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError};
-pub use takeover::{JobEntry, JobState};
 
 /// A job this node is home to.
 #[derive(Debug, Clone)]

@@ -81,7 +81,7 @@ impl Node {
     pub(super) fn worker_checkpoints(
         &self,
         job: u64,
-        home: PeerId,
+        home: watch::Receiver<PeerId>,
         rank: u32,
         incarnation: u32,
     ) -> Arc<dyn zorilla_sandbox::Checkpoints> {

@@ -234,6 +234,10 @@ impl Node {
                 mib => mib.saturating_mul(1024 * 1024),
             },
         };
+        // The job's home as it is now and as it moves (see `replicas`).
+        let Some(home_rx) = self.members.get(&job).map(|m| m.home_tx.subscribe()) else {
+            return;
+        };
         for (rank, (inbox, barrier_rx)) in ends {
             let job_dir = dir.join(rank.to_string());
             if let Err(e) = link_inputs(&dir.join("inputs"), &job_dir.join("inputs")) {
@@ -259,7 +263,7 @@ impl Node {
                 limits,
                 output: Some(out_tx),
                 transport: Some(Box::new(transport)),
-                checkpoints: Some(self.worker_checkpoints(job, home, rank, incarnation)),
+                checkpoints: Some(self.worker_checkpoints(job, home_rx.clone(), rank, incarnation)),
             };
             let handle = self.sandbox.start(&program, spec);
             if let Some(member) = self.members.get_mut(&job) {
@@ -271,13 +275,10 @@ impl Node {
             // The limits in force: what the worker may leave in /outputs
             // is what may go home, and an end by a limit names its figure.
             let in_force = limits.capped_by(&self.sandbox.config().caps);
-            let Some(home_rx) = self.members.get(&job).map(|m| m.home_tx.subscribe()) else {
-                continue;
-            };
             let log_file = dir.join("logs").join(rank.to_string());
             self.tasks.spawn(supervise(
                 net,
-                home_rx,
+                home_rx.clone(),
                 job,
                 rank,
                 incarnation,

@@ -56,8 +56,6 @@ mod member;
 mod peers;
 mod replicas;
 
-pub(crate) use replicas::ReplicaMsg;
-
 /// A client request on its way into the event loop.
 pub(crate) struct Command {
     pub(crate) request: Request,

@@ -12,6 +12,7 @@ use zorilla_core::node::{JobEntry, JobState};
 use zorilla_core::replica::{Action, Msg, Replica, Timing};
 
 use super::*;
+use crate::wire::ReplicaMsg;
 
 /// The copies a job has besides its home when it can have them: extra
 /// copies are placed on near nodes while its workers' nodes are fewer.
@@ -26,9 +27,6 @@ pub(super) const TICK: Duration = Duration::from_millis(100);
 /// How long the replicas of an ended job are kept, so that its copies
 /// learn the end before the primary forgets it.
 const ENDED_KEPT: Duration = Duration::from_secs(60);
-
-/// The message between the replicas of a job.
-pub(crate) type ReplicaMsg = Msg<PeerId, JobEntry<PeerId>>;
 
 /// This node's replica of one job.
 pub(super) struct JobReplica {

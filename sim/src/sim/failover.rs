@@ -44,131 +44,68 @@ use std::collections::btree_map::Entry as MapEntry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use rand::seq::IndexedRandom;
 use zorilla_core::Time;
 use zorilla_core::advert::{JobId, Phase, Placed};
 use zorilla_core::node::{Input, JobEntry, JobEvent, JobSpec, JobState, WorkerEnd};
-use zorilla_core::replica::{Action, MAX_COPIES, Msg, Replica, Timing};
+use zorilla_core::replica::{Action, MAX_COPIES, Msg, Replica};
 
+use super::failover_report::*;
 use super::{Event, Sim};
 
 /// How often the replicas of a job are ticked.
 pub(super) const TICK: Duration = Duration::from_millis(50);
 /// How often a member reports again a worker's end not yet acknowledged.
 pub(super) const REPORT_RETRY: Duration = Duration::from_secs(1);
-/// How long after its job ended a worker may still run: the stop on its
-/// way, or a member that learns of a new home first.
-pub const STOP_BOUND: Duration = Duration::from_secs(3);
-
 /// What a job's log holds.
 pub(super) type Entry = JobEntry<u32>;
 /// A replica message between simulated nodes.
 pub(super) type ReplicaMsg = Msg<u32, Entry>;
-type Rep = Replica<u32, Entry>;
-
-/// How a run replicates its home jobs.
-#[derive(Debug, Clone, Copy)]
-pub struct FailoverConfig {
-    /// The lease and the election.
-    pub timing: Timing,
-    /// The fewest copies a job has besides its home.
-    pub degree: usize,
-}
-
-impl Default for FailoverConfig {
-    fn default() -> Self {
-        FailoverConfig {
-            timing: Timing::default(),
-            degree: 2,
-        }
-    }
-}
-
-/// A copy took a job over.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Takeover {
-    /// The job.
-    pub job: JobId,
-    /// The primary it took over from.
-    pub from: u32,
-    /// The new primary.
-    pub to: u32,
-    /// Its term.
-    pub term: u64,
-    /// From the old primary's failure (or isolation) to the new one
-    /// acting; `None` when the simulator knows of no loss (an election
-    /// with the old primary alive).
-    pub after: Option<Duration>,
-}
-
-/// What the replication did in a run.
-#[derive(Debug, Clone, Default)]
-pub struct FailoverReport {
-    /// Every takeover, in order.
-    pub takeovers: Vec<Takeover>,
-    /// Replica messages sent (appends, heartbeats, acks, standings).
-    pub replica_messages: u64,
-    /// Rank ends acknowledged by the primaries (committed first).
-    pub acknowledged: usize,
-    /// Old primaries that learnt of a newer epoch and dropped the job.
-    pub stepped_down: u64,
-    /// Jobs all of whose state holders failed (lost beyond the degree).
-    pub orphaned: Vec<JobId>,
-    /// Job events of old primaries not counted (a primary cut off that did
-    /// not know yet it had been succeeded).
-    pub stale_events: u64,
-    /// Jobs whose old home ended them but whose end no copy held: the new
-    /// home ends them again.
-    pub ends_redone: u64,
-    /// Workers a member stopped because the new home's placement did not
-    /// place them there (the grant was lost with the old home).
-    pub orphan_workers: u64,
-}
+pub(super) type Rep = Replica<u32, Entry>;
 
 /// A rank end waiting for its entry to be committed before the primary
 /// acknowledges it.
 #[derive(Debug, Clone)]
-struct Waiting {
-    primary: u32,
-    index: u64,
-    member: u32,
-    rank: u32,
-    incarnation: u32,
+pub(super) struct Waiting {
+    pub(super) primary: u32,
+    pub(super) index: u64,
+    pub(super) member: u32,
+    pub(super) rank: u32,
+    pub(super) incarnation: u32,
 }
 
 /// The replicas of one job, by node.
 #[derive(Debug, Default)]
-struct Replicated {
-    replicas: BTreeMap<u32, Rep>,
+pub(super) struct Replicated {
+    pub(super) replicas: BTreeMap<u32, Rep>,
     /// Copies on near nodes that run none of the job's ranks.
-    extras: BTreeSet<u32>,
+    pub(super) extras: BTreeSet<u32>,
     /// Nodes the job's primary was told are gone (until they rejoin).
-    gone: BTreeSet<u32>,
-    waiting: Vec<Waiting>,
+    pub(super) gone: BTreeSet<u32>,
+    pub(super) waiting: Vec<Waiting>,
     /// The primary in charge was lost (failed or cut off): who, when.
-    lost_at: Option<(u32, Time)>,
+    pub(super) lost_at: Option<(u32, Time)>,
     /// The job ended and its end is committed: its replicas tick no more.
-    retired: bool,
+    pub(super) retired: bool,
     /// Every node holding its state failed.
-    orphaned: bool,
+    pub(super) orphaned: bool,
     /// When the job ended (as the primary in charge said).
-    ended_at: Option<Time>,
+    pub(super) ended_at: Option<Time>,
 }
 
 /// The simulator's replication state (see the [module docs](self)).
 #[derive(Debug, Default)]
 pub(super) struct Failover {
-    config: FailoverConfig,
-    jobs: BTreeMap<JobId, Replicated>,
+    pub(super) config: FailoverConfig,
+    pub(super) jobs: BTreeMap<JobId, Replicated>,
     /// Every (job, term) and its primary, ever seen.
-    primaries: BTreeMap<(JobId, u64), u32>,
+    pub(super) primaries: BTreeMap<(JobId, u64), u32>,
     /// Rank ends acknowledged, per job: (node, rank).
-    acknowledged: BTreeMap<JobId, BTreeSet<(u32, u32)>>,
+    pub(super) acknowledged: BTreeMap<JobId, BTreeSet<(u32, u32)>>,
     /// Members' worker ends not yet acknowledged: rank -> incarnation.
-    unacked: BTreeMap<(u32, JobId), BTreeMap<u32, u32>>,
+    pub(super) unacked: BTreeMap<(u32, JobId), BTreeMap<u32, u32>>,
     /// The job's home as each member knows it (from its grant, then moved).
-    known_home: BTreeMap<(u32, JobId), u32>,
-    report: FailoverReport,
+    pub(super) known_home: BTreeMap<(u32, JobId), u32>,
+    pub(super) report: FailoverReport,
 }
 
 impl Failover {
@@ -180,7 +117,7 @@ impl Failover {
     }
 }
 
-fn job_of(event: &JobEvent<u32>) -> JobId {
+pub(super) fn job_of(event: &JobEvent<u32>) -> JobId {
     match event {
         JobEvent::Rejected { job, .. }
         | JobEvent::Granted { job, .. }
@@ -193,7 +130,11 @@ fn job_of(event: &JobEvent<u32>) -> JobId {
 }
 
 /// The index of the entry that logged the end of `rank` on `node`.
-fn end_index<'a>(entries: impl Iterator<Item = &'a Entry>, node: u32, rank: u32) -> Option<u64> {
+pub(super) fn end_index<'a>(
+    entries: impl Iterator<Item = &'a Entry>,
+    node: u32,
+    rank: u32,
+) -> Option<u64> {
     entries
         .enumerate()
         .filter(|(_, e)| {
@@ -333,7 +274,7 @@ impl Sim {
     /// The primary in charge of `job` places its copies: the nodes running
     /// its ranks, and near nodes running none while those are fewer than
     /// the degree (those placed before kept first).
-    fn place_copies(&mut self, job: JobId) {
+    pub(super) fn place_copies(&mut self, job: JobId) {
         let Some(primary) = self.primary_of(job) else {
             return;
         };
@@ -406,7 +347,7 @@ impl Sim {
         }
     }
 
-    fn count_replica_message(&mut self, job: JobId) {
+    pub(super) fn count_replica_message(&mut self, job: JobId) {
         self.messages += 1;
         *self.by_kind.entry("replica").or_default() += 1;
         if let Some(f) = self.failover.as_mut() {
@@ -433,7 +374,12 @@ impl Sim {
     }
 
     /// Executes a replica's actions at `node`.
-    fn replica_actions(&mut self, node: u32, job: JobId, actions: Vec<Action<u32, Entry>>) {
+    pub(super) fn replica_actions(
+        &mut self,
+        node: u32,
+        job: JobId,
+        actions: Vec<Action<u32, Entry>>,
+    ) {
         // A new primary's first appends go out before anything its
         // adoption sends (the copies it places next among them): a copy
         // must learn the copies from the latest append, not an older one.
@@ -544,7 +490,7 @@ impl Sim {
     /// Entries up to `index` are committed at primary `node`: the rank
     /// ends waiting for them are acknowledged, and a job whose end is
     /// committed retires its replicas.
-    fn committed(&mut self, node: u32, job: JobId, index: u64) {
+    pub(super) fn committed(&mut self, node: u32, job: JobId, index: u64) {
         let Some(f) = self.failover.as_mut() else {
             return;
         };
@@ -572,7 +518,7 @@ impl Sim {
     /// The primary at `home` acknowledges a rank's end to its member
     /// (`kept`: its end is in the log; otherwise the worker was stale and
     /// its end is not the job's).
-    fn acknowledge(
+    pub(super) fn acknowledge(
         &mut self,
         home: u32,
         job: JobId,
@@ -602,7 +548,7 @@ impl Sim {
 
     /// A copy at `node` won the election for `job`: the simulator replays
     /// its log and the node's scheduler adopts the job.
-    fn became_primary(&mut self, node: u32, job: JobId, term: u64) {
+    pub(super) fn became_primary(&mut self, node: u32, job: JobId, term: u64) {
         let now = self.now;
         let Some(f) = self.failover.as_mut() else {
             return;
@@ -671,7 +617,7 @@ impl Sim {
     /// and an end the old home made but did not get to a copy are undone
     /// in the simulator's record (the new home grants those ranks again,
     /// and ends the job again).
-    fn resync_record(&mut self, node: u32, job: JobId) {
+    pub(super) fn resync_record(&mut self, node: u32, job: JobId) {
         let scheduler = &self.nodes[node as usize].scheduler;
         let phase = scheduler.phase(job);
         let placement = scheduler.placement(job).unwrap_or_default();
@@ -791,7 +737,7 @@ impl Sim {
 
     /// A member reports its unacknowledged ends of `job` to the primary it
     /// knows, and again after [`REPORT_RETRY`].
-    fn send_reports(&mut self, node: u32, job: JobId) {
+    pub(super) fn send_reports(&mut self, node: u32, job: JobId) {
         let Some(f) = self.failover.as_ref() else {
             return;
         };
@@ -911,280 +857,5 @@ impl Sim {
                 f.unacked.remove(&(to, job));
             }
         }
-    }
-
-    /// `node` fails: its replicas, unacknowledged ends and knowledge go
-    /// with it.
-    pub(super) fn failover_fail(&mut self, node: u32) {
-        let now = self.now;
-        let Some(f) = self.failover.as_mut() else {
-            return;
-        };
-        let ended: BTreeSet<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, rec)| rec.ended.is_some())
-            .map(|(job, _)| *job)
-            .collect();
-        for (job, r) in f.jobs.iter_mut() {
-            let Some(rep) = r.replicas.remove(&node) else {
-                continue;
-            };
-            let in_charge = self.jobs.get(job).is_some_and(|rec| rec.home == node);
-            if rep.is_primary() && in_charge && !r.retired {
-                r.lost_at.get_or_insert((node, now));
-            }
-            r.waiting.retain(|w| w.primary != node);
-            let holders_alive = r
-                .replicas
-                .keys()
-                .any(|n| self.nodes[*n as usize].alive && *n != node);
-            if !holders_alive && !ended.contains(job) {
-                r.orphaned = true;
-            }
-        }
-        f.unacked.retain(|(n, _), _| *n != node);
-        f.known_home.retain(|(n, _), _| *n != node);
-    }
-
-    /// Peers notice that `failed` is gone: every replica of every job is
-    /// told (a copy whose primary it was stands at once), and primaries
-    /// place copies elsewhere.
-    pub(super) fn failover_detect(&mut self, failed: u32) {
-        let now = self.now;
-        let Some(f) = self.failover.as_mut() else {
-            return;
-        };
-        let mut replace = Vec::new();
-        let mut actions = Vec::new();
-        for (job, r) in f.jobs.iter_mut() {
-            r.gone.insert(failed);
-            if r.retired {
-                continue;
-            }
-            for (node, rep) in r.replicas.iter_mut() {
-                if *node == failed || !self.nodes[*node as usize].alive {
-                    continue;
-                }
-                if rep.is_primary() && rep.copies().contains(&failed) {
-                    replace.push(*job);
-                }
-                let out = rep.peer_gone(now, &failed);
-                if !out.is_empty() {
-                    actions.push((*node, *job, out));
-                }
-            }
-        }
-        for (node, job, out) in actions {
-            self.replica_actions(node, job, out);
-        }
-        for job in replace {
-            self.place_copies(job);
-        }
-    }
-
-    /// `node` rejoined with a fresh state: it may hold copies again.
-    pub(super) fn failover_rejoin(&mut self, node: u32) {
-        if let Some(f) = self.failover.as_mut() {
-            for r in f.jobs.values_mut() {
-                r.gone.remove(&node);
-            }
-        }
-    }
-
-    /// `node` is cut off: the jobs whose primary in charge it is are lost
-    /// to their copies from now.
-    pub(super) fn isolate(&mut self, node: u32) {
-        self.isolated.insert(node);
-        let now = self.now;
-        let Some(f) = self.failover.as_mut() else {
-            return;
-        };
-        for (job, r) in f.jobs.iter_mut() {
-            let in_charge = self.jobs.get(job).is_some_and(|rec| rec.home == node);
-            if in_charge && !r.retired {
-                r.lost_at.get_or_insert((node, now));
-            }
-        }
-    }
-
-    /// Fails the home of a random job that runs (the scenario's
-    /// `home_failures_per_s`).
-    pub(super) fn fail_a_home(&mut self) {
-        let homes: Vec<u32> = self
-            .jobs
-            .values()
-            .filter(|rec| rec.started_at.is_some() && rec.ended.is_none())
-            .map(|rec| rec.home)
-            .filter(|home| self.nodes[*home as usize].alive)
-            .collect();
-        if let Some(home) = homes.choose(&mut self.rng).copied() {
-            self.fail(home);
-        }
-    }
-
-    /// The failover invariants that hold after every event: at most one
-    /// primary per epoch of a job, every acknowledged rank end in the log
-    /// of the job's primary in charge, and no worker running
-    /// [`STOP_BOUND`] after its job ended.
-    pub fn check_failover(&self) -> Result<(), String> {
-        let Some(f) = self.failover.as_ref() else {
-            return Ok(());
-        };
-        let now = self.now;
-        for (job, r) in &f.jobs {
-            for (node, rep) in &r.replicas {
-                if !rep.is_primary() || !self.nodes[*node as usize].alive {
-                    continue;
-                }
-                let term = rep.epoch().term;
-                if f.primaries.get(&(*job, term)) != Some(node) {
-                    return Err(format!(
-                        "{now:?}: {job}: node {node} is primary in term {term}, which node {:?} \
-                         took (at most one primary per epoch)",
-                        f.primaries.get(&(*job, term))
-                    ));
-                }
-            }
-            if r.orphaned {
-                continue;
-            }
-            if let (Some(primary), Some(acked)) = (self.primary_of(*job), f.acknowledged.get(job))
-                && let Some(rep) = r.replicas.get(&primary)
-            {
-                let held: BTreeSet<(u32, u32)> = rep
-                    .entries()
-                    .filter_map(|e| match e {
-                        JobEntry::Event(JobEvent::RankEnded { node, rank, .. }) => {
-                            Some((*node, *rank))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                if let Some((node, rank)) = acked.difference(&held).next() {
-                    return Err(format!(
-                        "{now:?}: {job}: the end of rank {rank} on node {node} was acknowledged \
-                         but is not in the log of its primary, node {primary} (no output lost)"
-                    ));
-                }
-            }
-            if let Some(ended) = r.ended_at
-                && now > ended + STOP_BOUND
-            {
-                let running: Vec<u32> = self
-                    .running
-                    .iter()
-                    .filter(|((node, j), ranks)| {
-                        j == job && !ranks.is_empty() && self.nodes[*node as usize].alive
-                    })
-                    .map(|((node, _), _)| *node)
-                    .collect();
-                if !running.is_empty() {
-                    let phase = self.jobs.get(job).and_then(|rec| rec.ended.as_ref());
-                    return Err(format!(
-                        "{now:?}: {job}: nodes {running:?} still run its workers {:?} after it \
-                         ended {:?} at {ended:?} (no worker left running for a job that ended)",
-                        now - ended,
-                        phase.map(|(p, _)| *p)
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Where a job stands, for failure messages: its home, the home's
-    /// phase and ranks, its replicas, the workers running and the ends not
-    /// acknowledged.
-    pub fn describe_job(&self, job: JobId) -> String {
-        let Some(rec) = self.jobs.get(&job) else {
-            return format!("{job} unknown");
-        };
-        let home = &self.nodes[rec.home as usize];
-        let table = home.scheduler.ranks(job).map(|t| {
-            t.iter()
-                .map(|(rank, r)| format!("{rank}@{}#{}:{:?}", r.node, r.incarnation, r.outcome))
-                .collect::<Vec<_>>()
-        });
-        let lost: Vec<u32> = home
-            .scheduler
-            .ranks(job)
-            .map(|t| t.lost().collect())
-            .unwrap_or_default();
-        let running: Vec<_> = self
-            .running
-            .iter()
-            .filter(|((_, j), _)| *j == job)
-            .map(|((n, _), ranks)| (*n, ranks.clone()))
-            .collect();
-        let f = self.failover.as_ref();
-        let unacked: Vec<_> = f
-            .map(|f| {
-                f.unacked
-                    .iter()
-                    .filter(|((_, j), _)| *j == job)
-                    .map(|((n, _), ranks)| (*n, ranks.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let replicas: Vec<String> = f
-            .and_then(|f| f.jobs.get(&job))
-            .map(|r| {
-                r.replicas
-                    .iter()
-                    .map(|(n, rep)| {
-                        format!(
-                            "{n}{}:t{}p{}{}len{}",
-                            if self.nodes[*n as usize].alive {
-                                ""
-                            } else {
-                                "(down)"
-                            },
-                            rep.epoch().term,
-                            rep.epoch().primary,
-                            if rep.is_primary() { "*" } else { "" },
-                            rep.len()
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        format!(
-            "home node {} ({}, moved {} times), phase {:?}, ranks {table:?}, lost {lost:?}, \
-             running {running:?}, unacknowledged {unacked:?}, replicas {replicas:?}",
-            rec.home,
-            if home.alive { "up" } else { "down" },
-            rec.home_moves,
-            home.scheduler.phase(job)
-        )
-    }
-
-    /// No job lost, checked at the end of a run: every job submitted to a
-    /// live home ended, but those all of whose state holders failed.
-    pub fn check_jobs_ended(&self) -> Result<(), String> {
-        let orphaned: BTreeSet<JobId> = self
-            .failover
-            .as_ref()
-            .map(|f| {
-                f.jobs
-                    .iter()
-                    .filter(|(_, r)| r.orphaned)
-                    .map(|(job, _)| *job)
-                    .collect()
-            })
-            .unwrap_or_default();
-        for (job, rec) in &self.jobs {
-            if orphaned.contains(job) {
-                continue;
-            }
-            if rec.ended.is_none() {
-                return Err(format!(
-                    "{:?}: {job} never ended (no job lost): {}",
-                    self.now,
-                    self.describe_job(*job)
-                ));
-            }
-        }
-        Ok(())
     }
 }
