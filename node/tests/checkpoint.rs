@@ -222,3 +222,147 @@ async fn resume_after_a_kill(and_a_holder: bool) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The job's home and a holder of a rank's checkpoint are killed together
+/// (issue 16). The home runs no rank (it has no cores); the holder killed
+/// is the node of the other rank if that node holds the checkpoint, else
+/// either holder. A copy takes the job over; a rank lost with the holder
+/// is replaced, and its fresh worker starts from the beginning (the index
+/// of checkpoints was the lost home's), which its node logs with the
+/// reason; the job completes with both ranks' exact results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_home_and_a_checkpoint_holder_killed_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-{}", std::process::id());
+    let home = common::TestNode::start(&dir.path().join("n0"), &network, None, 0);
+    let bootstrap = home.listen.clone();
+    let mut nodes = vec![home];
+    for i in 1..5 {
+        nodes.push(common::TestNode::start(
+            &dir.path().join(format!("n{i}")),
+            &network,
+            Some(&bootstrap),
+            1,
+        ));
+    }
+    wait_for_neighbours(&nodes, 4, Duration::from_secs(60)).await;
+    let mut client = nodes[0].client().await;
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 2,
+        strategy: Strategy::Spread,
+        lifetime_secs: 120,
+        on_worker_lost: LostPolicy::Replace,
+        args: [CELLS as u64, ITERATIONS, EVERY, PAUSE_US]
+            .iter()
+            .map(u64::to_string)
+            .collect(),
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, wasm("heat"), vec![]).await.unwrap();
+    let running = wait_for(&mut client, job, Duration::from_secs(60), "2 ranks", |s| {
+        s.running_workers() == 2
+    })
+    .await;
+    let node_of = |peer: &String| nodes.iter().position(|n| &n.peer == peer).unwrap();
+    let start = Instant::now();
+    loop {
+        let stdout = stdout_of(&client.logs(job).await.unwrap());
+        if last_value(&stdout, 0, "checkpoint").is_some_and(|at| at >= 5 * EVERY) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "rank 0 saved no checkpoint past {}: {stdout}",
+            5 * EVERY
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let worker0 = node_of(&running.ranks[&0].node);
+    let worker1 = node_of(&running.ranks[&1].node);
+    let holders: Vec<usize> = holders_logged(&nodes[worker0].dir, job, 0)
+        .iter()
+        .map(node_of)
+        .collect();
+    let holder = if holders.contains(&worker1) {
+        worker1
+    } else {
+        *holders
+            .iter()
+            .find(|h| **h != 0)
+            .expect("a holder besides the home")
+    };
+    nodes[0].kill();
+    nodes[holder].kill();
+
+    // Through a node that lives on (rank 0's), until the new home answers.
+    let mut asked = nodes[worker0].client().await;
+    let start = Instant::now();
+    let status = loop {
+        match asked.status(job).await {
+            Ok(s) if s.phase.is_terminal() => break s,
+            Ok(_) | Err(_) => {}
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the job never completed after its home and a holder died"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let logs = asked.logs(job).await.unwrap();
+    let stdout = stdout_of(&logs);
+    let context = format!(
+        "{status:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        stderr_of(&logs)
+    );
+    assert_eq!(
+        status.phase,
+        zorilla_node::protocol::JobPhase::Completed,
+        "{context}"
+    );
+    assert_ne!(
+        status.home.as_deref(),
+        Some(nodes[0].peer.as_str()),
+        "{context}"
+    );
+    for r in [0u32, 1] {
+        let computed = last_value(&stdout, r, "computed").expect("each rank finished");
+        let line = format!(
+            "heat rank={r} done iterations={ITERATIONS} computed={computed} checksum={:016x}",
+            heat_checksum(u64::from(r))
+        );
+        assert!(stdout.contains(&line), "missing {line:?}; {context}");
+    }
+    if holder == worker1 {
+        // Rank 1 was lost with the holder: its replacement started over,
+        // and its node said why. (What its first worker printed went to
+        // the lost home and died with its own node: two failures at once;
+        // the replacement's start is the last.)
+        let starts: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("heat rank=1 start="))
+            .collect();
+        assert_eq!(starts.last(), Some(&"heat rank=1 start=0"), "{context}");
+        assert_eq!(
+            last_value(&stdout, 1, "computed"),
+            Some(ITERATIONS),
+            "{context}"
+        );
+        // (Its first worker ran on the holder, now dead: a line about
+        // rank 1 on another node is the replacement's.)
+        let id = format!("{job:016x}");
+        let said = nodes.iter().enumerate().any(|(i, n)| {
+            i != 0
+                && i != holder
+                && std::fs::read_to_string(n.dir.join("node.log"))
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| {
+                        l.contains("it starts from the beginning")
+                            && l.contains(&id)
+                            && l.contains("rank=1 ")
+                    })
+        });
+        assert!(said, "no node logged why rank 1 starts over; {context}");
+    }
+}

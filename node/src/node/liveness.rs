@@ -148,6 +148,30 @@ impl Node {
                 running.insert(*job, here.into_iter().collect());
             }
         }
+        // Jobs whose home this node knows to be another node now (the job
+        // moved while the asker was cut off): their ranks run all the
+        // same, and the asker is told of the newer primary, so that it
+        // steps down rather than take them for lost (nothing is stopped).
+        let moved: Vec<u64> = jobs
+            .keys()
+            .filter(|job| !running.contains_key(*job))
+            .copied()
+            .collect();
+        for job in &moved {
+            let Some(member) = self.members.get(job).filter(|m| m.home != from) else {
+                continue;
+            };
+            let here: Vec<u32> = member
+                .workers
+                .keys()
+                .chain(member.pending.keys())
+                .copied()
+                .collect::<BTreeSet<u32>>()
+                .into_iter()
+                .collect();
+            running.insert(*job, here);
+            self.tell_newer_primary(*job, from);
+        }
         PeerReply::Ranks {
             boot: self.boot,
             uptime_ms: u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX),

@@ -263,6 +263,27 @@ impl Node {
         }
     }
 
+    /// Tells `peer`, which acts as `job`'s home, of the primary in charge
+    /// now, if this node's replica knows a newer one (it steps down on
+    /// hearing it).
+    pub(super) fn tell_newer_primary(&mut self, job: u64, peer: PeerId) {
+        let Some(held) = self.replicas.get(&job) else {
+            return;
+        };
+        let epoch = held.replica.epoch().clone();
+        if epoch.primary == peer {
+            return;
+        }
+        self.send(
+            peer,
+            PeerRpc::Replica {
+                job,
+                msg: Box::new(Msg::Alive { epoch }),
+                copy: None,
+            },
+        );
+    }
+
     /// Whether `peer` holds a copy of `job` as this node's replica knows.
     pub(super) fn holds_copy(&self, job: u64, peer: &PeerId) -> bool {
         self.replicas
@@ -411,9 +432,21 @@ impl Node {
         }
         tracing::warn!(job = %JobId(job), %primary, "another node is the job's home now: stepped down");
         self.liveness.forget_job(JobId(job));
-        if let Some(mut record) = self.jobs.remove(&job) {
+        // The record stays for what it holds, marked as the new home's (also
+        // when this node ended the job on stale knowledge before it heard
+        // of the new primary: that end is not the job's).
+        let record = self.jobs.remove(&job).or_else(|| {
+            self.finished
+                .recent(job)
+                .cloned()
+                .or_else(|| self.store.job(job).ok().flatten())
+        });
+        if let Some(mut record) = record {
             record.moved_to = Some(primary.to_string());
             self.persist(&record);
+            if let Some(recent) = self.finished.recent_mut(job) {
+                *recent = record;
+            }
         }
         self.follow(job, primary);
     }

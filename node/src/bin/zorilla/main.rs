@@ -117,7 +117,10 @@ async fn job_id(client: &mut Client, text: &str) -> Result<u64> {
         [one] => Ok(*one),
         [] => Err(Failure::new(
             EXIT_NOT_FOUND,
-            format!("no job starting with {hex} on this node: `zorilla list` shows its jobs"),
+            format!(
+                "no job starting with {hex} on this node: `zorilla list` shows its jobs \
+                 (a job of another home is asked for by all 16 digits)"
+            ),
         )),
         _ => Err(Failure::new(
             EXIT_USAGE,
