@@ -379,6 +379,7 @@ pub async fn run(
             activity: activity_rx,
             store: store.clone(),
             primaries: primaries.clone(),
+            lookups: crate::forward::Lookups::default(),
         },
     ));
     tracing::info!(%peer, %client_addr, ?listen, %web_addr, %resources, "node ready");

@@ -39,6 +39,54 @@ pub(crate) const MAX_FORWARDED_BYTES: usize = 512 * 1024;
 /// published it.
 pub(crate) type Primaries = Arc<RwLock<BTreeMap<u64, PeerId>>>;
 
+/// How long a job that no peer asked knew is not asked about again.
+const MISS_KEPT: Duration = Duration::from_secs(10);
+/// The most jobs remembered as not found.
+const MAX_MISSES: usize = 1024;
+/// The most lookups under way at once (each asks up to [`MAX_ASKED`]
+/// peers).
+const MAX_LOOKUPS: usize = 4;
+
+/// What keeps clients from making this node ask its peers without end:
+/// jobs nobody knew are not asked about again for a while, and few
+/// lookups run at once (a client asking for random job ids gets
+/// `NotFound` at once rather than sending 32 messages each time).
+#[derive(Clone)]
+pub(crate) struct Lookups {
+    misses: Arc<std::sync::Mutex<std::collections::VecDeque<(u64, std::time::Instant)>>>,
+    running: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Lookups {
+    fn default() -> Self {
+        Lookups {
+            misses: Default::default(),
+            running: Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS)),
+        }
+    }
+}
+
+impl Lookups {
+    fn missed_lately(&self, job: u64) -> bool {
+        let mut misses = self.misses.lock().unwrap_or_else(|e| e.into_inner());
+        while misses
+            .front()
+            .is_some_and(|(_, at)| at.elapsed() >= MISS_KEPT)
+        {
+            misses.pop_front();
+        }
+        misses.iter().any(|(j, _)| *j == job)
+    }
+
+    fn missed(&self, job: u64) {
+        let mut misses = self.misses.lock().unwrap_or_else(|e| e.into_inner());
+        if misses.len() >= MAX_MISSES {
+            misses.pop_front();
+        }
+        misses.push_back((job, std::time::Instant::now()));
+    }
+}
+
 /// The job a request is about, if it can be answered by the job's home.
 pub(crate) fn job_of(request: &Request) -> Option<u64> {
     match request {
@@ -56,6 +104,7 @@ pub(crate) fn job_of(request: &Request) -> Option<u64> {
 pub(crate) async fn forward(
     overlay: &OverlayHandle,
     primaries: &Primaries,
+    lookups: &Lookups,
     job: u64,
     request: Request,
 ) -> Option<Response> {
@@ -68,7 +117,24 @@ pub(crate) async fn forward(
         .filter(|p| *p != me);
     let home = match known {
         Some(home) => home,
-        None => find_home(overlay, job).await?,
+        None => {
+            if lookups.missed_lately(job) {
+                return None;
+            }
+            let Ok(_slot) = lookups.running.try_acquire() else {
+                return Some(Response::error(
+                    ErrorKind::Busy,
+                    "this node is looking for other jobs' homes; try again",
+                ));
+            };
+            match find_home(overlay, job).await {
+                Some(home) => home,
+                None => {
+                    lookups.missed(job);
+                    return None;
+                }
+            }
+        }
     };
     let request = shrink(request);
     let rpc = PeerRpc::Client(Box::new(request));

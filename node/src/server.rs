@@ -74,6 +74,8 @@ pub(crate) struct ServerConfig {
     /// The primaries of the jobs this node holds copies of (see
     /// [`crate::forward`]).
     pub(crate) primaries: crate::forward::Primaries,
+    /// Bounds on looking for jobs' homes (see [`crate::forward`]).
+    pub(crate) lookups: crate::forward::Lookups,
 }
 
 /// Accepts clients until the listener fails or the node stops.
@@ -229,7 +231,14 @@ async fn answer(request: Request, config: &ServerConfig) -> Response {
     ) {
         return here;
     }
-    match crate::forward::forward(&config.overlay, &config.primaries, job, request).await {
+    let forwarded = crate::forward::forward(
+        &config.overlay,
+        &config.primaries,
+        &config.lookups,
+        job,
+        request,
+    );
+    match forwarded.await {
         Some(there) => {
             // The home does not wait for more log on a forwarded request:
             // this connection waits a little before the client asks again.

@@ -348,11 +348,15 @@ async fn a_lost_worker_is_replaced_on_a_node_already_running_the_job() {
     client.cancel(job).await.unwrap();
 }
 
-/// The home of a running job is killed (-9) and restarted: the job is
-/// failed, and no rank of it is listed as running.
+/// The home of a running job, alone in its grid (it runs both ranks, so no
+/// other node holds a copy of the job), is killed (-9) and restarted: it
+/// finds nobody to ask, the job is failed, and no rank of it is listed as
+/// running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_home_restart_the_failed_job_lists_no_rank_running() {
-    let mut grid = grid(2, 1);
+    let mut grid = grid(2, 2);
+    // Node 1 alone: node 0 is gone before the job.
+    grid.nodes[0].kill();
     let mut home = grid.nodes[1].client().await;
     let request = JobRequest {
         min_workers: 2,
@@ -367,7 +371,15 @@ async fn after_a_home_restart_the_failed_job_lists_no_rank_running() {
     .await;
     grid.nodes[1].restart();
     let mut home = grid.nodes[1].client().await;
-    let status = home.status(job).await.unwrap();
+    // It asks the grid first (nobody there: within 5 s it stops asking).
+    let status = wait_for(
+        &mut home,
+        job,
+        Duration::from_secs(30),
+        "the failure",
+        |s| s.phase.is_terminal(),
+    )
+    .await;
     assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
     assert_eq!(status.running_workers(), 0, "{status:?}");
     for rank in status.ranks.values() {

@@ -78,6 +78,9 @@ const RELEASE_CHECK: Duration = Duration::from_secs(1);
 /// How long a restarted node waits for peers before it asks where the
 /// jobs it was home to went.
 const MOVED_WAIT: Duration = Duration::from_secs(30);
+/// How long a restarted node waits for any peer before it concludes that
+/// nobody can hold the jobs it was home to.
+const JOIN_WAIT: Duration = Duration::from_secs(5);
 
 /// Pauses between the liveness probes of a peer whose connection was
 /// lost: three probes in all.
@@ -478,12 +481,15 @@ impl Node {
         // The newest are the ones kept in memory (see `Finished`).
         jobs.sort_by_key(|j| (j.submitted_unix, j.id));
         let mut under_way = Vec::new();
-        for job in jobs {
+        for mut job in jobs {
             if job.moved_to.is_some() {
                 continue;
             }
             if !job.phase.is_terminal() {
                 under_way.push(job.id);
+                job.reason = "this node, its home, restarted: asking the grid which node holds \
+                              the job now"
+                    .into();
             }
             self.finished.add(job);
         }
@@ -500,17 +506,24 @@ impl Node {
     }
 
     /// Asks the grid which node holds each of `jobs` now (once this node
-    /// knows peers, within [`MOVED_WAIT`]).
+    /// knows peers, within [`MOVED_WAIT`]; not at all if it has found no
+    /// peer within [`JOIN_WAIT`]).
     async fn find_moved(overlay: OverlayHandle, jobs: Vec<u64>) -> Done {
         let start = Instant::now();
         let mut found: BTreeMap<u64, Option<PeerId>> = jobs.iter().map(|j| (*j, None)).collect();
         // Asked again while the grid is still being joined (the peers
-        // connected so far may not be the job's), within MOVED_WAIT.
+        // connected so far may not be the job's), within MOVED_WAIT; a node
+        // that finds no peer at all within JOIN_WAIT has nobody to ask.
+        let mut ever_connected = false;
         while start.elapsed() < MOVED_WAIT {
             let connected = overlay
                 .known_peers()
                 .await
                 .is_ok_and(|peers| peers.iter().any(|p| p.connected));
+            ever_connected |= connected;
+            if !ever_connected && start.elapsed() >= JOIN_WAIT {
+                break;
+            }
             if connected {
                 for (job, home) in found.iter_mut().filter(|(_, h)| h.is_none()) {
                     *home = crate::forward::find_home(&overlay, *job)
