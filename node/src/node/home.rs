@@ -212,6 +212,11 @@ impl Node {
         self.status.job_phase(job, home, phase);
         if self.primary_of(job) == Some(home) {
             self.follow(job, home);
+            if phase.is_terminal() {
+                // The home says the job is over: the copy here need not
+                // wait for the end in the log to stop watching the home.
+                self.replica_job_over(job);
+            }
         }
         let Some(member) = self.members.get_mut(&job) else {
             return;

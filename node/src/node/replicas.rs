@@ -24,8 +24,9 @@ pub(super) const MAX_REPLICAS: usize = 4096;
 /// How often replicas are ticked (heartbeats, leases, elections): well
 /// within the heartbeat of [`Timing::default`].
 pub(super) const TICK: Duration = Duration::from_millis(100);
-/// How long the replicas of an ended job are kept, so that its copies
-/// learn the end before the primary forgets it.
+/// How long a copy keeps the replica of a job it knows ended (it names
+/// the job's home to clients meanwhile; it holds no election for it). The
+/// primary forgets an ended job once its copies hold the end.
 const ENDED_KEPT: Duration = Duration::from_secs(60);
 
 /// This node's replica of one job.
@@ -94,6 +95,15 @@ impl Node {
             out.extend(self.choose_copies(job));
         }
         self.replica_actions(job, out);
+        // A job that ended with no copy has nothing left to replicate.
+        if matches!(event, JobEvent::Ended { .. })
+            && self
+                .replicas
+                .get(&job)
+                .is_some_and(|h| h.replica.copies().is_empty())
+        {
+            self.replicas.remove(&job);
+        }
     }
 
     /// The job's copies: the nodes running its ranks, and near nodes that
@@ -223,6 +233,10 @@ impl Node {
             let Some(held) = self.replicas.get_mut(&job) else {
                 continue;
             };
+            // A copy that knows the job ended holds no election for it.
+            if held.ended_at.is_some() && !held.replica.is_primary() {
+                continue;
+            }
             let out = held.replica.tick(now);
             self.replica_actions(job, out);
         }
@@ -282,6 +296,17 @@ impl Node {
                 copy: None,
             },
         );
+    }
+
+    /// The job's home said it is over: this node's copy of it holds no
+    /// election for it any more, and is dropped after [`ENDED_KEPT`].
+    pub(super) fn replica_job_over(&mut self, job: u64) {
+        if let Some(held) = self.replicas.get_mut(&job)
+            && !held.replica.is_primary()
+            && held.ended_at.is_none()
+        {
+            held.ended_at = Some(Instant::now());
+        }
     }
 
     /// Whether `peer` holds a copy of `job` as this node's replica knows.
@@ -356,7 +381,16 @@ impl Node {
                         self.forget_idle_member(job);
                     }
                 }
-                Action::Committed { .. } => {}
+                // The primary of a job that ended forgets it once the copies
+                // hold the whole log, its end included.
+                Action::Committed { index } => {
+                    let done = self.replicas.get(&job).is_some_and(|h| {
+                        h.ended_at.is_some() && h.replica.is_primary() && index >= h.replica.len()
+                    });
+                    if done {
+                        self.replicas.remove(&job);
+                    }
+                }
             }
         }
     }
