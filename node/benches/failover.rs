@@ -16,7 +16,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestNode, nqueens, wasm};
+use common::{grid_with_idle_home, nqueens, wasm};
 
 fn short() -> bool {
     std::env::var_os("ZORILLA_BENCH_SHORT").is_some()
@@ -24,19 +24,9 @@ fn short() -> bool {
 
 /// One run: the time from the kill to a new home answering, and how many
 /// of the job's workers still ran then.
-async fn one_run(network: &str) -> (Duration, usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let home = TestNode::start(&dir.path().join("n0"), network, None, 0);
-    let bootstrap = home.listen.clone();
-    let mut nodes = vec![home];
-    for i in 1..4 {
-        nodes.push(TestNode::start(
-            &dir.path().join(format!("n{i}")),
-            network,
-            Some(&bootstrap),
-            2,
-        ));
-    }
+async fn one_run() -> (Duration, usize) {
+    let mut grid = grid_with_idle_home(3, 2);
+    let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
     let mut request = nqueens(6, 0);
     request.args = vec!["0".into(), "60".into()];
@@ -89,10 +79,9 @@ async fn one_run(network: &str) -> (Duration, usize) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let runs = if short() { 2 } else { 8 };
-    let network = format!("bench-{}", std::process::id());
     let mut times = Vec::new();
     for run in 0..runs {
-        let (took, still) = one_run(&format!("{network}-{run}")).await;
+        let (took, still) = one_run().await;
         println!(
             "failover run={run} takeover_ms={} workers_running_after={still}/6",
             took.as_millis()

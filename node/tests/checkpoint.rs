@@ -232,20 +232,9 @@ async fn resume_after_a_kill(and_a_holder: bool) {
 /// reason; the job completes with both ranks' exact results.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_home_and_a_checkpoint_holder_killed_together() {
-    let dir = tempfile::tempdir().unwrap();
-    let network = format!("test-{}", std::process::id());
-    let home = common::TestNode::start(&dir.path().join("n0"), &network, None, 0);
-    let bootstrap = home.listen.clone();
-    let mut nodes = vec![home];
-    for i in 1..5 {
-        nodes.push(common::TestNode::start(
-            &dir.path().join(format!("n{i}")),
-            &network,
-            Some(&bootstrap),
-            1,
-        ));
-    }
-    wait_for_neighbours(&nodes, 4, Duration::from_secs(60)).await;
+    let mut grid = common::grid_with_idle_home(4, 1);
+    let nodes = &mut grid.nodes;
+    wait_for_neighbours(nodes, 4, Duration::from_secs(60)).await;
     let mut client = nodes[0].client().await;
     let request = JobRequest {
         min_workers: 2,

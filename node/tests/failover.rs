@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestNode, nqueens, stdout_of, wait_completed, wasm};
+use common::{TestNode, grid_with_idle_home, nqueens, stdout_of, wait_completed, wasm};
 use zorilla_node::client::ClientError;
 use zorilla_node::protocol::{ErrorKind, JobPhase, JobStatus};
 
@@ -19,19 +19,8 @@ use zorilla_node::protocol::{ErrorKind, JobPhase, JobStatus};
 /// rank's end and the whole log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let network = format!("test-{}", std::process::id());
-    let home = TestNode::start(&dir.path().join("n0"), &network, None, 0);
-    let bootstrap = home.listen.clone();
-    let mut nodes = vec![home];
-    for i in 1..6 {
-        nodes.push(TestNode::start(
-            &dir.path().join(format!("n{i}")),
-            &network,
-            Some(&bootstrap),
-            2,
-        ));
-    }
+    let mut grid = grid_with_idle_home(5, 2);
+    let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
     let mut request = nqueens(8, 14);
     request.lifetime_secs = 120;
@@ -115,19 +104,8 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
 /// it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_the_home_is_lost_every_node_shows_the_job_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let network = format!("test-{}", std::process::id());
-    let home = TestNode::start(&dir.path().join("n0"), &network, None, 0);
-    let bootstrap = home.listen.clone();
-    let mut nodes = vec![home];
-    for i in 1..5 {
-        nodes.push(TestNode::start(
-            &dir.path().join(format!("n{i}")),
-            &network,
-            Some(&bootstrap),
-            2,
-        ));
-    }
+    let mut grid = grid_with_idle_home(4, 2);
+    let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
     let mut request = nqueens(6, 0);
     request.args = vec!["3".into(), "6".into()];
@@ -164,14 +142,10 @@ async fn after_the_home_is_lost_every_node_shows_the_job_whole() {
     let mut asked = nodes[1].client().await;
     let start = Instant::now();
     let status = loop {
-        match asked.status(job).await {
-            Ok(status) if status.phase.is_terminal() => break status,
-            Ok(_) => {}
-            Err(ClientError::Node {
-                kind: ErrorKind::Unreachable,
-                ..
-            }) => {}
-            Err(e) => panic!("asking through another node: {e}"),
+        if let Some(status) = status_through(&mut asked, job).await
+            && status.phase.is_terminal()
+        {
+            break status;
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
@@ -278,19 +252,8 @@ async fn status_through(client: &mut zorilla_node::client::Client, job: u64) -> 
 /// same home, and the job completes once, every rank's log whole and once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_home_cut_off_and_back_steps_down_and_the_job_has_one_home() {
-    let dir = tempfile::tempdir().unwrap();
-    let network = format!("test-{}", std::process::id());
-    let home = TestNode::start(&dir.path().join("n0"), &network, None, 0);
-    let bootstrap = home.listen.clone();
-    let mut nodes = vec![home];
-    for i in 1..5 {
-        nodes.push(TestNode::start(
-            &dir.path().join(format!("n{i}")),
-            &network,
-            Some(&bootstrap),
-            2,
-        ));
-    }
+    let mut grid = grid_with_idle_home(4, 2);
+    let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
     let mut request = nqueens(6, 0);
     request.args = vec!["0".into(), "12".into()];
@@ -357,7 +320,7 @@ async fn a_home_cut_off_and_back_steps_down_and_the_job_has_one_home() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
-    for node in &nodes {
+    for node in nodes.iter() {
         let mut c = node.client().await;
         let s = status_through(&mut c, job).await.expect("the home answers");
         assert_eq!(

@@ -204,3 +204,18 @@ pub enum JobEvent<P> {
         reason: EndReason<P>,
     },
 }
+
+impl<P> JobEvent<P> {
+    /// The job the event is about.
+    pub fn job(&self) -> JobId {
+        match self {
+            JobEvent::Rejected { job, .. }
+            | JobEvent::Granted { job, .. }
+            | JobEvent::Started { job, .. }
+            | JobEvent::Full { job }
+            | JobEvent::WorkersLost { job, .. }
+            | JobEvent::RankEnded { job, .. }
+            | JobEvent::Ended { job, .. } => *job,
+        }
+    }
+}

@@ -356,14 +356,7 @@ impl<P: Clone + Eq> RankTable<P> {
                     .last_key_value()
                     .map_or(0, |(r, _)| r.saturating_add(1)),
             };
-            self.ranks.insert(
-                rank,
-                Rank {
-                    node: node.clone(),
-                    incarnation,
-                    outcome: None,
-                },
-            );
+            self.restore(node, incarnation, &[rank]);
             ranks.push(rank);
         }
         (ranks, replaced)

@@ -65,15 +65,7 @@ impl Node {
     /// A home job's event goes into its log; a grant or a loss changes
     /// which nodes hold copies.
     pub(super) fn replicate_event(&mut self, event: &JobEvent<PeerId>) {
-        let job = match event {
-            JobEvent::Rejected { job, .. }
-            | JobEvent::Granted { job, .. }
-            | JobEvent::Started { job, .. }
-            | JobEvent::Full { job }
-            | JobEvent::WorkersLost { job, .. }
-            | JobEvent::RankEnded { job, .. }
-            | JobEvent::Ended { job, .. } => job.0,
-        };
+        let job = event.job().0;
         let Some(entry) = JobEntry::of(event) else {
             self.replicas.remove(&job);
             return;

@@ -294,6 +294,32 @@ pub(crate) fn grid_on(net: Net, n: usize, cores: u32) -> Grid {
     sites_grid(net, &[n], cores, |_| Vec::new())
 }
 
+/// A home with no cores of its own (node 0: a machine that only submits,
+/// so that it runs no rank of its jobs) and `n` nodes of `cores` cores,
+/// all joined through it, on 127.0.0.1.
+pub(crate) fn grid_with_idle_home(n: usize, cores: u32) -> Grid {
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-{}", std::process::id());
+    let home = TestNode::start(&dir.path().join("n0"), &network, None, 0);
+    let bootstrap = home.listen.clone();
+    let mut nodes = vec![home];
+    for i in 1..=n {
+        let node_dir = dir.path().join(format!("n{i}"));
+        nodes.push(TestNode::start(
+            &node_dir,
+            &network,
+            Some(&bootstrap),
+            cores,
+        ));
+    }
+    Grid {
+        nodes,
+        hosts: None,
+        _dir: dir,
+        network,
+    }
+}
+
 /// The address of host `h` (from 0) of site `s` (from 0) on `net`.
 pub(crate) fn host_ip(net: Net, s: usize, h: usize) -> std::net::Ipv4Addr {
     let (site, host) = (s as u8 + 1, h as u8 + 1);

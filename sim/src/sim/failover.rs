@@ -117,18 +117,6 @@ impl Failover {
     }
 }
 
-pub(super) fn job_of(event: &JobEvent<u32>) -> JobId {
-    match event {
-        JobEvent::Rejected { job, .. }
-        | JobEvent::Granted { job, .. }
-        | JobEvent::Started { job, .. }
-        | JobEvent::Full { job }
-        | JobEvent::WorkersLost { job, .. }
-        | JobEvent::RankEnded { job, .. }
-        | JobEvent::Ended { job, .. } => *job,
-    }
-}
-
 /// The index of the entry that logged the end of `rank` on `node`.
 pub(super) fn end_index<'a>(
     entries: impl Iterator<Item = &'a Entry>,
@@ -242,7 +230,7 @@ impl Sim {
         let Some(entry) = JobEntry::of(event) else {
             return true;
         };
-        let job = job_of(event);
+        let job = event.job();
         let Some(r) = f.jobs.get_mut(&job) else {
             return true;
         };
