@@ -591,4 +591,56 @@ mod replica_tests {
         let back: PeerRpc = decode(&encode(&rpc)).expect("decodes");
         crate::validate::peer_rpc(&back).expect("passes the checks");
     }
+
+    /// A peer may pass on only a client's questions about a job (status,
+    /// logs, outputs, cancel): a submit, a resize or a list through another
+    /// node is refused with a sentence, and an append beyond the entries an
+    /// append may carry is refused too.
+    #[test]
+    fn a_peer_passes_on_only_questions_about_a_job_and_bounded_appends() {
+        use crate::protocol::{JobRequest, Request};
+        let passed =
+            |request: Request| crate::validate::peer_rpc(&PeerRpc::Client(Box::new(request)));
+        assert!(passed(Request::Status { job: 1 }).is_ok());
+        assert!(passed(Request::Cancel { job: 1 }).is_ok());
+        for request in [
+            Request::List,
+            Request::NodeInfo,
+            Request::Resize {
+                job: 1,
+                max_workers: 2,
+            },
+            Request::Submit {
+                job: JobRequest::default(),
+                module: vec![0; 8],
+                inputs: Vec::new(),
+            },
+        ] {
+            let refused = passed(request).expect_err("not passed on");
+            assert!(
+                refused.to_string().contains("through another node"),
+                "{refused}"
+            );
+        }
+        let primary = PeerId::random();
+        let epoch = Epoch { term: 0, primary };
+        let entry = JobEntry::Event(JobEvent::Started {
+            job: JobId(1),
+            workers: 1,
+        });
+        let too_many = Msg::Append {
+            epoch: epoch.clone(),
+            after: 0,
+            after_epoch: None,
+            entries: vec![(epoch, entry); zorilla_core::replica::MAX_ENTRIES_PER_APPEND + 1],
+            copies: None,
+            end: 0,
+        };
+        let rpc = PeerRpc::Replica {
+            job: 1,
+            msg: Box::new(too_many),
+            copy: None,
+        };
+        assert!(crate::validate::peer_rpc(&rpc).is_err());
+    }
 }
