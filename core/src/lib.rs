@@ -28,6 +28,7 @@
 //!   between the ranks of a job (sequencing, acks, credit).
 //! - [`replica`]: a job's replicated state: the primary's numbered log,
 //!   its copies, the lease and the deterministic choice of a successor.
+//! - [`copies`]: which nodes hold copies of a job's replicated state.
 //! - [`checkpoint`]: which nodes hold a rank's checkpoint, and the home's
 //!   index of each rank's latest one.
 //! - [`node`]: the per-node state machine that ties the above together, both
@@ -41,6 +42,7 @@ pub mod advert;
 pub mod allocation;
 pub mod channel;
 pub mod checkpoint;
+pub mod copies;
 pub mod flood;
 pub mod limits;
 pub mod liveness;

@@ -565,7 +565,9 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         }
     }
 
-    fn last_epoch(&self) -> Option<Epoch<P>> {
+    /// The epoch of the last entry held: its primary wrote it (a new
+    /// primary names the home it took the job over from by it).
+    pub fn last_epoch(&self) -> Option<Epoch<P>> {
         self.log.last().map(|(e, _)| e.clone())
     }
 

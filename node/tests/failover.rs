@@ -348,3 +348,92 @@ async fn a_home_cut_off_and_back_steps_down_and_the_job_has_one_home() {
         "the old home says it stepped down"
     );
 }
+
+/// A job that never got a worker outlives its home too: the home (no
+/// cores) and two 1-core nodes with 1 GiB each; the job needs 2 GiB per
+/// worker, so it waits. Its home placed copies on the two near nodes, and
+/// they fetched its module (it is in their file cache: the module is held
+/// by three nodes). The home is killed (-9); a copy takes the job over.
+/// Then a node with 4 GiB joins: the new home places the worker there,
+/// which fetches the module from the new home, and the job completes with
+/// the right answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waiting_for_workers_outlives_its_home() {
+    use sha2::{Digest, Sha256};
+    let mut grid = grid_with_idle_home(2, 1);
+    let mut client = grid.nodes[0].client().await;
+    let mut request = nqueens(1, 8);
+    request.memory_mib = 2048;
+    request.lifetime_secs = 300;
+    let module = wasm("nqueens");
+    let sha256 = hex::encode(Sha256::digest(&module));
+    let job = client.submit(request, module, vec![]).await.unwrap();
+
+    // Both near nodes hold a copy, with the module.
+    let start = Instant::now();
+    for node in &grid.nodes[1..] {
+        let cached = node.dir.join("files").join(&sha256);
+        while !cached.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{} never fetched the job's module as its copy; its log:\n{}",
+                node.peer,
+                node.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let status = client.status(job).await.unwrap();
+    assert!(
+        !status.phase.is_terminal() && status.running_workers() == 0,
+        "no node can run the job yet: {status:?}"
+    );
+    grid.nodes[0].kill();
+    let old_home = grid.nodes[0].peer.clone();
+
+    let mut asked = grid.nodes[1].client().await;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = status_through(&mut asked, job).await
+            && status.home.as_deref() != Some(old_home.as_str())
+        {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no copy took the waiting job over; the nodes' logs:{}",
+            grid.nodes[1..]
+                .iter()
+                .map(|n| format!("\n--- {}\n{}", n.peer, n.log_tail()))
+                .collect::<String>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        !status.phase.is_terminal() && status.running_workers() == 0,
+        "{status:?}"
+    );
+    assert_eq!(status.moved_from.as_deref(), Some(old_home.as_str()));
+
+    // A node that can run it joins (through node 1).
+    let dir = grid._dir.path().join("big");
+    let mut args = TestNode::args(
+        &dir,
+        &grid.network,
+        Some(&grid.nodes[1].listen),
+        1,
+        "127.0.0.1",
+        &[],
+    );
+    let memory = args.iter().position(|a| a == "--memory-mib").unwrap() + 1;
+    args[memory] = "4096".into();
+    grid.nodes.push(TestNode::spawn(&dir, args));
+    let status = wait_completed(&mut asked, job, Duration::from_secs(120)).await;
+    assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
+    let logs = asked.logs(job).await.unwrap();
+    assert!(
+        stdout_of(&logs).contains("nqueens N=8 ranks=1 solutions=92"),
+        "{:?}",
+        stdout_of(&logs)
+    );
+}

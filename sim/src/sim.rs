@@ -103,12 +103,6 @@ enum Event {
         job: JobId,
         msg: failover::ReplicaMsg,
     },
-    /// Failover: a job's primary tells a node it holds no copy any more.
-    ReplicaDropped {
-        to: u32,
-        from: u32,
-        job: JobId,
-    },
     /// Failover: the replicas of a job tick.
     ReplicaTick {
         job: JobId,
@@ -504,7 +498,6 @@ impl Sim {
             Event::Rejoin { node } => self.rejoin(node),
             Event::KeeperTick { node } => self.keeper_tick(node),
             Event::Replica { to, from, job, msg } => self.replica_message(to, from, job, msg),
-            Event::ReplicaDropped { to, from, job } => self.replica_dropped(to, from, job),
             Event::ReplicaTick { job } => self.replica_tick(job),
             Event::ReportRetry { node, job } => self.report_retry(node, job),
             Event::RankAck {

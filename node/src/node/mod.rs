@@ -236,6 +236,8 @@ pub(crate) struct Node {
     probing: BTreeSet<PeerId>,
     /// The overlay's current neighbours (from its change events).
     neighbours: BTreeSet<PeerId>,
+    /// Turns of the extra copies' fetches of their jobs' files.
+    copy_fetches: Arc<tokio::sync::Semaphore>,
     messages_sent: u64,
     /// Bumped whenever a job of this home changes or gets log output, so
     /// that clients following a job wake up (see `server`).
@@ -323,6 +325,7 @@ impl Node {
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),
             neighbours: BTreeSet::new(),
+            copy_fetches: Arc::new(tokio::sync::Semaphore::new(replicas::MAX_COPY_FETCHES)),
             messages_sent: 0,
             activity,
             status,

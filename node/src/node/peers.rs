@@ -66,6 +66,7 @@ impl Node {
                 }
                 self.neighbours.extend(added);
                 self.checkpoint_neighbours();
+                self.replicas_neighbours_changed();
             }
             Event::PeerConnected { .. } | Event::Listening { .. } => {}
         }

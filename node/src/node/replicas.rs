@@ -8,9 +8,11 @@
 //! outputs go there, those of ranks that ended here sent again); an old
 //! primary that learns of a newer one steps down.
 
+use zorilla_core::copies::choose_copies;
 use zorilla_core::node::{JobEntry, JobState};
 use zorilla_core::replica::{Action, Msg, Replica, Timing};
 
+use super::files::{check_job_copy, fetch};
 use super::*;
 use crate::wire::ReplicaMsg;
 
@@ -28,6 +30,8 @@ pub(super) const TICK: Duration = Duration::from_millis(100);
 /// the job's home to clients meanwhile; it holds no election for it). The
 /// primary forgets an ended job once its copies hold the end.
 const ENDED_KEPT: Duration = Duration::from_secs(60);
+/// How many extra copies fetch their job's files at once.
+pub(super) const MAX_COPY_FETCHES: usize = 4;
 
 /// This node's replica of one job.
 pub(super) struct JobReplica {
@@ -37,6 +41,9 @@ pub(super) struct JobReplica {
     copy: Option<JobCopy>,
     /// When the job ended here (the replica is dropped a while after).
     ended_at: Option<Instant>,
+    /// The primary's extra copies: nodes that run none of the job's ranks
+    /// (kept while they can serve, see [`choose_copies`]).
+    extras: BTreeSet<PeerId>,
 }
 
 impl Node {
@@ -57,8 +64,12 @@ impl Node {
                 replica,
                 copy: None,
                 ended_at: None,
+                extras: BTreeSet::new(),
             },
         );
+        // Copies from the start: a job still waiting for its workers
+        // survives its home as well.
+        out.extend(self.choose_copies(job));
         self.replica_actions(job, out);
     }
 
@@ -99,31 +110,53 @@ impl Node {
     }
 
     /// The job's copies: the nodes running its ranks, and near nodes that
-    /// run none while those are fewer than [`REPLICATION`].
+    /// run none while those are fewer than [`REPLICATION`] (the core's
+    /// [`choose_copies`]). The overlay's neighbours are the near nodes (it
+    /// keeps the nearest it finds, and a few far ones); the loop does not
+    /// know their distances, so among them the rendezvous hash spreads the
+    /// extra copies of different jobs.
     fn choose_copies(&mut self, job: u64) -> Vec<Action<PeerId, JobEntry<PeerId>>> {
-        let mut copies: BTreeSet<PeerId> = self
+        let members: Vec<PeerId> = self
             .sched
             .placement(JobId(job))
             .map(|nodes| nodes.into_keys().collect())
             .unwrap_or_default();
-        copies.remove(&self.me);
-        if copies.len() < REPLICATION {
-            // The overlay's neighbours are the near nodes (it keeps the
-            // nearest it finds, and a few far ones).
-            let missing = REPLICATION - copies.len();
-            let near: Vec<PeerId> = self
-                .neighbours
-                .iter()
-                .filter(|p| !copies.contains(p))
-                .take(missing)
-                .copied()
-                .collect();
-            copies.extend(near);
-        }
+        let near: Vec<(PeerId, Option<Duration>)> =
+            self.neighbours.iter().map(|p| (*p, None)).collect();
         let Some(held) = self.replicas.get_mut(&job) else {
             return Vec::new();
         };
-        held.replica.set_copies(copies, 1)
+        let copies = choose_copies(
+            job,
+            &self.me,
+            members,
+            &held.extras,
+            &near,
+            |_| true,
+            REPLICATION,
+        );
+        held.extras = copies.extras;
+        held.replica.set_copies(copies.all, 1)
+    }
+
+    /// The overlay's neighbours changed: home jobs that have fewer copies
+    /// than they should (a job submitted before this node knew its
+    /// neighbours, or whose extra copy went) place them now.
+    pub(super) fn replicas_neighbours_changed(&mut self) {
+        let short: Vec<u64> = self
+            .replicas
+            .iter()
+            .filter(|(_, h)| {
+                h.replica.is_primary()
+                    && h.ended_at.is_none()
+                    && h.replica.copies().len() < REPLICATION
+            })
+            .map(|(job, _)| *job)
+            .collect();
+        for job in short {
+            let out = self.choose_copies(job);
+            self.replica_actions(job, out);
+        }
     }
 
     /// A worker node took a grant with the job's copy: it holds a copy of
@@ -143,8 +176,38 @@ impl Node {
                 replica,
                 copy: Some(copy.clone()),
                 ended_at: None,
+                extras: BTreeSet::new(),
             },
         );
+    }
+
+    /// An extra copy (a node that runs none of the job's ranks) gets the
+    /// job's module and inputs into its file cache, so that if it takes
+    /// the job over it can hand them to the workers it places: the files
+    /// are then held by at least two nodes. At most [`MAX_COPY_FETCHES`]
+    /// fetches run at once; the others wait their turn.
+    fn fetch_job_files(&mut self, job: u64, primary: PeerId, copy: &JobCopy) {
+        let net = self.net.clone();
+        let files = self.dir.join("files");
+        let wanted: Vec<FileRef> = std::iter::once(copy.module.clone())
+            .chain(copy.inputs.iter().cloned())
+            .collect();
+        let slots = self.copy_fetches.clone();
+        self.tasks.spawn(async move {
+            let Ok(_slot) = slots.acquire_owned().await else {
+                return Done::Nothing;
+            };
+            if let Err(e) = tokio::fs::create_dir_all(&files).await {
+                tracing::warn!(job = %JobId(job), "as a copy of the job, cannot keep its files: {e}");
+                return Done::Nothing;
+            }
+            for file in &wanted {
+                if let Err(e) = fetch(&net, &[primary], &files, file).await {
+                    tracing::warn!(job = %JobId(job), "as a copy of the job, could not get its file {}: {e}", file.name);
+                }
+            }
+            Done::Nothing
+        });
     }
 
     /// A replica message from `from`. Only the job's replicas are heard:
@@ -160,13 +223,21 @@ impl Node {
     ) {
         let now = self.now();
         if !self.replicas.contains_key(&job) {
-            let invited = matches!(&msg, Msg::Append { epoch, .. } if epoch.primary == from);
+            // Only a primary that names this node among the job's copies
+            // invites it (an append that leaves it out tells a dropped copy).
+            let invited = matches!(&msg, Msg::Append { epoch, copies: Some(copies), .. }
+                if epoch.primary == from && copies.contains(&self.me));
             let Some(copy) = copy.clone().filter(|_| invited) else {
                 return;
             };
+            if let Err(e) = check_job_copy(&copy) {
+                tracing::warn!(job = %JobId(job), %from, "refused to hold a copy of the job: {e}");
+                return;
+            }
             if self.replicas.len() >= MAX_REPLICAS {
                 return;
             }
+            self.fetch_job_files(job, from, &copy);
             let replica = Replica::copy(job, self.me, from, now, Self::timing());
             self.replicas.insert(
                 job,
@@ -174,6 +245,7 @@ impl Node {
                     replica,
                     copy: Some(copy),
                     ended_at: None,
+                    extras: BTreeSet::new(),
                 },
             );
         }
@@ -408,7 +480,14 @@ impl Node {
             tracing::warn!(job = %JobId(job), "took over a job this node has no copy of");
             return;
         };
-        let old_home = self.members.get(&job).map(|m| m.home);
+        // The home it ran under: a member follows it; an extra copy knows
+        // it as the primary that wrote the log.
+        let old_home = self.members.get(&job).map(|m| m.home).or_else(|| {
+            held.replica
+                .last_epoch()
+                .map(|e| e.primary)
+                .filter(|p| *p != self.me)
+        });
         let old = old_home.map_or_else(|| "its home".to_owned(), |h| format!("node {h}"));
         tracing::warn!(job = %JobId(job), term, "took the job over from {old}, which fell silent");
         let mut ranks = BTreeMap::new();

@@ -25,13 +25,13 @@
 //! primary acknowledges only once the end is committed (held by a copy),
 //! so an acknowledged output is never lost with the home.
 //!
-//! The replica protocol tells a node that it is a copy, never that it no
-//! longer is: a copy that the primary drops (a near node once the ranks'
-//! nodes are copies enough, the old primary after an election) would stand
-//! for election when its lease runs out, and two of them would elect one.
-//! The simulator's primary tells each copy it drops
-//! (`Event::ReplicaDropped`, counted as a replica message), and the copy
-//! forgets its replica.
+//! A copy that the primary drops (a near node once the ranks' nodes are
+//! copies enough, the old primary after an election) hears so from the
+//! primary's append that leaves it out
+//! ([`Replica::is_dropped`](zorilla_core::replica::Replica::is_dropped)) and
+//! forgets its replica: left alone, two dropped copies would elect one of
+//! them when their lease runs out. Copies are placed by the core's
+//! [`choose_copies`], as in the node.
 //!
 //! The checks ([`Sim::check_failover`], after every event through
 //! [`Sim::check_invariants`]; [`Sim::check_jobs_ended`] at the end): at
@@ -46,8 +46,9 @@ use std::time::Duration;
 
 use zorilla_core::Time;
 use zorilla_core::advert::{JobId, Phase, Placed};
+use zorilla_core::copies::choose_copies;
 use zorilla_core::node::{Input, JobEntry, JobEvent, JobSpec, JobState, WorkerEnd};
-use zorilla_core::replica::{Action, MAX_COPIES, Msg, Replica};
+use zorilla_core::replica::{Action, Msg, Replica};
 
 use super::failover_report::*;
 use super::{Event, Sim};
@@ -274,65 +275,36 @@ impl Sim {
             return;
         };
         let node = &self.nodes[primary as usize];
-        let usable = |p: &u32| *p != primary && !r.gone.contains(p);
-        let mut copies: BTreeSet<u32> = node
+        let members: Vec<u32> = node
             .scheduler
             .placement(job)
-            .map(|p| p.keys().copied().filter(usable).collect())
+            .map(|p| p.keys().copied().collect())
             .unwrap_or_default();
-        copies = copies.into_iter().take(MAX_COPIES).collect();
-        let need = degree.saturating_sub(copies.len());
-        let mut extras: Vec<u32> = r
-            .extras
+        let near: Vec<(u32, Option<Duration>)> = node
+            .neighbours
             .iter()
-            .copied()
-            .filter(|p| usable(p) && !copies.contains(p))
-            .take(need)
+            .map(|(p, rtt)| (*p, Some(*rtt)))
             .collect();
-        if extras.len() < need {
-            let mut near: Vec<(Duration, u32)> = node
-                .neighbours
-                .iter()
-                .filter(|(p, _)| usable(p) && !copies.contains(p))
-                .map(|(p, rtt)| (*rtt, *p))
-                .collect();
-            near.sort_unstable();
-            for (_, p) in near {
-                if extras.len() >= need {
-                    break;
-                }
-                if !extras.contains(&p) {
-                    extras.push(p);
-                }
-            }
-        }
-        r.extras = extras.iter().copied().collect();
-        copies.extend(extras);
+        let gone = &r.gone;
+        let placed = choose_copies(
+            job.0,
+            &primary,
+            members,
+            &r.extras,
+            &near,
+            |p| !gone.contains(p),
+            degree,
+        );
+        r.extras = placed.extras;
+        let copies = placed.all;
         let Some(replica) = r.replicas.get_mut(&primary) else {
             return;
         };
         if *replica.copies() == copies {
             return;
         }
-        let dropped: Vec<u32> = replica.copies().difference(&copies).copied().collect();
         let out = replica.set_copies(copies, 1);
         self.replica_actions(primary, job, out);
-        // `set_copies` tells the copies it keeps, not those it drops: left
-        // alone, two dropped copies would elect one of them when their
-        // lease runs out. The primary tells them (a message the replica
-        // protocol lacks; see the module docs).
-        for to in dropped {
-            self.count_replica_message(job);
-            let at = self.now + self.one_way(primary, to);
-            self.push(
-                at,
-                Event::ReplicaDropped {
-                    to,
-                    from: primary,
-                    job,
-                },
-            );
-        }
     }
 
     pub(super) fn count_replica_message(&mut self, job: JobId) {
@@ -343,21 +315,6 @@ impl Sim {
         }
         if let Some(record) = self.jobs.get_mut(&job) {
             record.replica_messages += 1;
-        }
-    }
-
-    /// A copy hears from the primary it follows that it is no copy of the
-    /// job any more: it forgets its replica.
-    pub(super) fn replica_dropped(&mut self, to: u32, from: u32, job: JobId) {
-        if !self.reachable(from, to) {
-            return;
-        }
-        if let Some(r) = self.failover.as_mut().and_then(|f| f.jobs.get_mut(&job))
-            && r.replicas
-                .get(&to)
-                .is_some_and(|rep| !rep.is_primary() && *rep.primary_peer() == from)
-        {
-            r.replicas.remove(&to);
         }
     }
 
@@ -441,6 +398,9 @@ impl Sim {
             }
         };
         let out = replica.on_message(now, from, msg);
+        if replica.is_dropped() {
+            r.replicas.remove(&to);
+        }
         self.replica_actions(to, job, out);
     }
 
