@@ -1,14 +1,19 @@
 //! A job outlives its home (issue 16), with real `zorilla-node` processes
-//! on 127.0.0.1: the home of a running job is killed (-9), one of the
+//! on loopback: the home of a running job is killed (-9), one of the
 //! job's copies takes it over, the workers keep running, and the job
 //! completes with the right answer, its status and logs whole at the new
-//! home.
+//! home. A home frozen, and one cut off by a network partition (hosts in
+//! network namespaces), steps down when it comes back; a job that had no
+//! worker yet survives its home too.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestNode, grid_with_idle_home, nqueens, stdout_of, wait_completed, wasm};
+use common::{
+    Grid, Net, TestNode, grid_with_idle_home, grid_with_idle_home_on, nqueens, stdout_of,
+    wait_completed, wasm,
+};
 use zorilla_node::client::ClientError;
 use zorilla_node::protocol::{ErrorKind, JobPhase, JobStatus};
 
@@ -244,6 +249,17 @@ async fn status_through(client: &mut zorilla_node::client::Client, job: u64) -> 
     }
 }
 
+/// How a test cuts the home off the grid.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// Frozen with SIGSTOP: its connections stay open but it says nothing.
+    Freeze,
+    /// A network partition: the home runs on a host of its own (a network
+    /// namespace) whose port on the site's bridge goes down, so nothing
+    /// passes either way until it comes back up.
+    Link,
+}
+
 /// The home of a running job is cut off from the grid (frozen with
 /// SIGSTOP: its connections stay open but it says nothing, as behind a
 /// partition) until a copy has taken the job over, then comes back
@@ -252,7 +268,29 @@ async fn status_through(client: &mut zorilla_node::client::Client, job: u64) -> 
 /// same home, and the job completes once, every rank's log whole and once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_home_cut_off_and_back_steps_down_and_the_job_has_one_home() {
-    let mut grid = grid_with_idle_home(4, 2);
+    home_cut_off_and_back(Cut::Freeze).await;
+}
+
+/// The same across a real network partition: five hosts on one site's
+/// bridge, the home's port goes down until a copy took the job over, then
+/// up again; the partition heals with one home for the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_partition_heals_with_one_home_for_the_job() {
+    home_cut_off_and_back(Cut::Link).await;
+}
+
+async fn home_cut_off_and_back(cut: Cut) {
+    let mut grid = match cut {
+        Cut::Freeze => grid_with_idle_home(4, 2),
+        Cut::Link => grid_with_idle_home_on(Net::Hosts, 4, 2),
+    };
+    let cut_off = |grid: &Grid, off: bool| match cut {
+        Cut::Freeze => signal(&grid.nodes[0], if off { "STOP" } else { "CONT" }),
+        Cut::Link => {
+            let hosts = grid.hosts.as_ref().expect("a grid on hosts");
+            hosts.set_link(&hosts.hosts[0], !off);
+        }
+    };
     let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
     let mut request = nqueens(6, 0);
@@ -277,7 +315,8 @@ async fn a_home_cut_off_and_back_steps_down_and_the_job_has_one_home() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let old_home = nodes[0].peer.clone();
-    signal(&nodes[0], "STOP");
+    cut_off(&grid, true);
+    let nodes = &mut grid.nodes;
 
     let mut asked = nodes[1].client().await;
     let start = Instant::now();
@@ -294,7 +333,8 @@ async fn a_home_cut_off_and_back_steps_down_and_the_job_has_one_home() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    signal(&nodes[0], "CONT");
+    cut_off(&grid, false);
+    let nodes = &mut grid.nodes;
 
     // The old home steps down: it answers with the new home's status.
     let mut old = nodes[0].client().await;

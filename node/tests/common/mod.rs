@@ -296,28 +296,19 @@ pub(crate) fn grid_on(net: Net, n: usize, cores: u32) -> Grid {
 
 /// A home with no cores of its own (node 0: a machine that only submits,
 /// so that it runs no rank of its jobs) and `n` nodes of `cores` cores,
-/// all joined through it, on 127.0.0.1.
+/// all joined through it, on loopback.
 pub(crate) fn grid_with_idle_home(n: usize, cores: u32) -> Grid {
-    let dir = tempfile::tempdir().unwrap();
-    let network = format!("test-{}", std::process::id());
-    let home = TestNode::start(&dir.path().join("n0"), &network, None, 0);
-    let bootstrap = home.listen.clone();
-    let mut nodes = vec![home];
-    for i in 1..=n {
-        let node_dir = dir.path().join(format!("n{i}"));
-        nodes.push(TestNode::start(
-            &node_dir,
-            &network,
-            Some(&bootstrap),
-            cores,
-        ));
-    }
-    Grid {
-        nodes,
-        hosts: None,
-        _dir: dir,
-        network,
-    }
+    grid_with_idle_home_on(Net::Loopback, n, cores)
+}
+
+/// [`grid_with_idle_home`] on `net` (one site).
+pub(crate) fn grid_with_idle_home_on(net: Net, n: usize, cores: u32) -> Grid {
+    sites_grid_of(
+        net,
+        &[n + 1],
+        |i| if i == 0 { 0 } else { cores },
+        |_| Vec::new(),
+    )
 }
 
 /// The address of host `h` (from 0) of site `s` (from 0) on `net`.
@@ -336,6 +327,16 @@ pub(crate) fn sites_grid(
     net: Net,
     sizes: &[usize],
     cores: u32,
+    extra: impl Fn(usize) -> Vec<String>,
+) -> Grid {
+    sites_grid_of(net, sizes, |_| cores, extra)
+}
+
+/// [`sites_grid`] where node `i` has `cores(i)` cores.
+pub(crate) fn sites_grid_of(
+    net: Net,
+    sizes: &[usize],
+    cores: impl Fn(usize) -> u32,
     extra: impl Fn(usize) -> Vec<String>,
 ) -> Grid {
     let dir = tempfile::tempdir().unwrap();
@@ -364,7 +365,7 @@ pub(crate) fn sites_grid(
                 &node_dir,
                 &grid.network,
                 bootstrap.as_deref(),
-                cores,
+                cores(i),
                 &listen_ip,
                 &more,
             );

@@ -188,6 +188,32 @@ impl Hosts {
         made
     }
 
+    /// Cuts `host` off the network (`up == false`: its port on its site's
+    /// bridge goes down, so nothing it sends arrives and nothing reaches
+    /// it; its own interface and routes stay as they are, as behind a
+    /// broken switch port), or joins it again (`up == true`).
+    pub(crate) fn set_link(&self, host: &Host, up: bool) {
+        let (prefix, rest) = host
+            .netns
+            .rsplit_once("-h")
+            .expect("a host's namespace is PREFIX-hS.H");
+        let net = host.site + 1;
+        let h = rest
+            .rsplit('.')
+            .next()
+            .expect("a host's namespace is PREFIX-hS.H");
+        let site = format!("{prefix}-s{net}");
+        let port = format!("h{h}");
+        ip(&[
+            "-n",
+            &site,
+            "link",
+            "set",
+            &port,
+            if up { "up" } else { "down" },
+        ]);
+    }
+
     /// Every namespace made, in the order made.
     pub(crate) fn namespaces(&self) -> &[String] {
         &self.namespaces
