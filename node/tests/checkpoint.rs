@@ -494,7 +494,7 @@ async fn a_rigid_stencil_rolls_every_rank_back_to_a_common_checkpoint() {
         "the ranks restarted from different steps {restarts:?}; {context}"
     );
     assert!(
-        resumed >= 5 * HALO_EVERY && resumed < HALO_ITERATIONS,
+        (5 * HALO_EVERY..HALO_ITERATIONS).contains(&resumed),
         "{context}"
     );
     // Each fresh worker computed only the steps after the generation: the
