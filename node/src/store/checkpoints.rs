@@ -571,6 +571,58 @@ mod tests {
         assert_eq!(h.total_bytes(), 110);
     }
 
+    fn generation(seq: u64, generation: u64, blocks: &[&[u8]]) -> Manifest {
+        Manifest {
+            generation: Some(generation),
+            ..manifest(seq, blocks)
+        }
+    }
+
+    #[test]
+    fn a_generation_keeps_the_one_before_it_in_the_timeline() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = holder(dir.path(), HolderLimits::default());
+        let block = |n: u8| vec![n; 10];
+        let (one, two, three, again) = (block(1), block(2), block(3), block(4));
+        let commit = |h: &mut Holder, m: Manifest, data: &[u8]| {
+            h.put("w", "home", 1, 0, m.seq, data).unwrap();
+            h.commit("w", 1, 0, m).unwrap();
+        };
+        commit(&mut h, generation(1, 1, &[&one]), &one);
+        commit(&mut h, generation(2, 2, &[&two]), &two);
+        // Both are held whole, each found by its number.
+        assert_eq!(h.total_bytes(), 20);
+        assert_eq!(
+            h.manifest(1, 0, Some(1)).unwrap().unwrap().generation,
+            Some(1)
+        );
+        assert_eq!(h.manifest(1, 0, None).unwrap().unwrap().seq, 2);
+        // Generation 3 drops generation 1 and its blocks.
+        commit(&mut h, generation(3, 3, &[&three]), &three);
+        assert_eq!(h.total_bytes(), 20);
+        assert_eq!(h.manifest(1, 0, Some(1)).unwrap(), None);
+        let hash: BlockHash = Sha256::digest(&one).into();
+        assert_eq!(h.block(1, 0, &hash).unwrap(), None);
+        // The job rolled back to generation 2: the new timeline's
+        // generation 3 (a newer number) keeps generation 2, not the old 3.
+        commit(&mut h, generation(5 << 32, 3, &[&again]), &again);
+        assert_eq!(h.manifest(1, 0, Some(3)).unwrap(), None);
+        assert_eq!(
+            h.manifest(1, 0, Some(2)).unwrap().unwrap().generation,
+            Some(2)
+        );
+        assert_eq!(h.total_bytes(), 20);
+        // A checkpoint with no generation keeps nothing before it.
+        let plain = block(5);
+        commit(&mut h, manifest(6 << 32, &[&plain]), &plain);
+        assert_eq!(h.manifest(1, 0, Some(2)).unwrap(), None);
+        assert_eq!(h.total_bytes(), 10);
+        // Counted again the same after a restart.
+        drop(h);
+        let h = holder(dir.path(), HolderLimits::default());
+        assert_eq!(h.total_bytes(), 10);
+    }
+
     #[test]
     fn quotas_of_a_rank_a_sender_and_the_holder_are_checked_before_writing() {
         let dir = tempfile::tempdir().unwrap();
@@ -619,7 +671,7 @@ mod tests {
             Err(HolderError::TooLarge { .. })
         ));
         let a_rank_quota = RANK_QUOTA;
-        assert!(a_rank_quota >= 2 * MAX_CHECKPOINT_BYTES);
+        assert!(a_rank_quota >= 3 * MAX_CHECKPOINT_BYTES);
     }
 
     #[test]
