@@ -220,17 +220,15 @@ fn a_lost_rank_rolls_every_rank_back_to_the_latest_common_generation() {
         "the home floods for the whole job"
     );
     assert_eq!(home.sched.phase(JOB), Some(Phase::Running));
-    // The home's own core, free again, takes rank 0 back at once (a fresh
-    // worker); the others wait.
+    // Every rank waits for a fresh worker: the home's own core, free
+    // again, is offered but not granted alone (the ranks restart together).
     let table = home.sched.ranks(JOB).unwrap();
-    assert_eq!(table.lost().collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(table.lost().collect::<Vec<_>>(), vec![0, 1, 2]);
     assert_eq!(
         table.get(1).unwrap().outcome,
         Some(RankOutcome::Lost(LostReason::RolledBack))
     );
-    let (node, incarnation) = home.placed[&0];
-    assert_eq!(node, 0);
-    assert!(incarnation > old[0].1.1);
+    assert!(!out.iter().any(|o| matches!(o, Output::StartWorkers { .. })));
 
     // The old workers' ends and checkpoints count for nothing now.
     let (node, incarnation) = home.placed[&1];
@@ -263,8 +261,31 @@ fn a_lost_rank_rolls_every_rank_back_to_the_latest_common_generation() {
     // home's core is free again); every incarnation is new, so no channel
     // of an old worker is a channel of a new one.
     let before: Vec<u32> = old.iter().map(|(_, (_, i))| *i).collect();
-    home.offer(ms(200), 3, 1);
-    home.offer(ms(201), 4, 1);
+    let first = home.offer(ms(200), 3, 1);
+    assert!(
+        !first.iter().any(|o| matches!(
+            o,
+            Output::Send {
+                msg: Message::Grant { .. },
+                ..
+            }
+        )),
+        "not granted until all the ranks can be"
+    );
+    let all = home.offer(ms(201), 4, 1);
+    // One step grants every rank, each grant with the whole placement.
+    let placements: Vec<usize> = all
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                msg: Message::Grant { placement, .. },
+                ..
+            } => Some(placement.len()),
+            Output::StartWorkers { placement, .. } => Some(placement.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(placements, vec![3, 3, 3], "{all:?}");
     for (rank, (_, (_, old_incarnation))) in old.iter().enumerate() {
         let (_, incarnation) = home.placed[&(rank as u32)];
         assert!(
@@ -327,24 +348,22 @@ fn a_rank_lost_during_a_rollback_rolls_the_job_back_again() {
     }
     let out = home.handle(ms(100), Input::PeerLost(home.placed[&2].0));
     assert_eq!(Home::rolled_back(&out), vec![(Some(1), vec![0, 1])]);
-    // Ranks 0 and 1 get fresh workers on node 4; rank 2 waits for one.
-    // Rank 0 gets as far as generation 2 again.
+    // Ranks 0 and 1 get fresh workers on node 4, rank 2 on node 5; rank
+    // 0 gets as far as generation 2 again.
     home.offer(ms(200), 4, 2);
+    home.offer(ms(201), 5, 1);
     assert_eq!(home.placed[&0].0, 4);
     assert_eq!(home.placed[&1].0, 4);
-    assert_eq!(
-        home.sched.ranks(JOB).unwrap().lost().collect::<Vec<_>>(),
-        vec![2]
-    );
+    assert_eq!(home.placed[&2].0, 5);
     home.save(0, 1, 2, 9);
-    // Node 4 is lost before rank 2 ever started: back to generation 1
-    // again (rank 1 never held 2), no worker left to stop.
+    // Node 4 is lost: back to generation 1 again (rank 1 never held 2),
+    // and rank 2's fresh worker stops too.
     let out = home.handle(ms(300), Input::PeerLost(4));
-    assert_eq!(Home::rolled_back(&out), vec![(Some(1), vec![])]);
-    assert!(refused_for_rollback(&out).is_empty());
-    home.offer(ms(400), 5, 3);
+    assert_eq!(Home::rolled_back(&out), vec![(Some(1), vec![2])]);
+    assert_eq!(refused_for_rollback(&out), vec![5]);
+    home.offer(ms(400), 6, 3);
     for rank in 0..3 {
-        assert_eq!(home.placed[&rank].0, 5);
+        assert_eq!(home.placed[&rank].0, 6);
         assert_eq!(home.start_generation(rank), Some(1), "rank {rank}");
     }
 }
@@ -375,17 +394,35 @@ fn a_home_that_takes_the_job_over_rolls_back_from_the_logged_checkpoints() {
         .collect();
     assert_eq!(rolled, vec![Some(2)]);
     assert!(out.iter().any(|o| matches!(o, Output::Flood(_))));
-    // The log with the rollback rebuilds the same: rank 0 has a fresh
-    // worker (on the new home's free core), rank 1 waits, and both start
-    // from generation 2.
+    // The log with the rollback rebuilds the same: both ranks wait for
+    // fresh workers, which start from generation 2.
     let mut log = home.log.clone();
     log.extend(out.iter().filter_map(|o| match o {
         Output::Job(event) => JobEntry::of(event),
         _ => None,
     }));
     let state = JobState::replay(&log).unwrap();
-    assert_eq!(state.ranks.lost().collect::<Vec<_>>(), vec![1]);
-    assert_eq!(state.ranks.get(0).unwrap().node, 1);
+    assert_eq!(state.ranks.lost().collect::<Vec<_>>(), vec![0, 1]);
+    successor.handle(
+        ms(700),
+        Input::Message {
+            from: 3,
+            msg: Message::Offer {
+                job: JOB,
+                workers: 1,
+                distance: ms(1),
+                residue: Resources::ZERO,
+            },
+            rtt: Some(ms(1)),
+        },
+    );
+    let state = JobState::replay(&log).unwrap();
+    let placed = successor.placement(JOB).unwrap();
+    assert_eq!(
+        placed.values().map(Vec::len).sum::<usize>(),
+        2,
+        "{placed:?}"
+    );
     for rank in 0..2 {
         assert_eq!(
             state
@@ -394,9 +431,10 @@ fn a_home_that_takes_the_job_over_rolls_back_from_the_logged_checkpoints() {
                 .and_then(|l| l.generation),
             Some(2)
         );
+        let node = successor.ranks(JOB).unwrap().get(rank).unwrap().node;
         assert_eq!(
             successor
-                .checkpoint_of(JOB, &state.ranks.get(rank).unwrap().node, rank)
+                .checkpoint_of(JOB, &node, rank)
                 .unwrap()
                 .and_then(|l| l.generation),
             Some(2)

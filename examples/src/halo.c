@@ -18,9 +18,11 @@
  * Integer arithmetic makes the result exact and independent of where and
  * how often the job rolled back. Each rank prints:
  *   halo rank=R start=I generation=G   (I: 0, or the checkpoint's iteration G * EVERY)
+ *   halo rank=R at=I                   (every EVERY / 10 steps, at least every step)
  *   halo rank=R checkpoint=I generation=G copies=C
  *   halo rank=R done iterations=N computed=K checksum=XXXXXXXXXXXXXXXX
- * where K is the number of steps this worker computed itself and the
+ * where the `at` lines show how far a worker got before it was lost or
+ * stopped, K is the number of steps this worker computed itself and the
  * checksum is sum over its cells of cell * (global index + 1), modulo 2^64.
  *
  * The initial rod: cell[i] = ((i * 2654435761) mod 1000003) * 65536 for the
@@ -153,6 +155,7 @@ int main(int argc, char **argv)
     struct side sides[2] = {{rank > 0 ? rank - 1 : -1, 0, {0, 0}},
                             {rank + 1 < size ? rank + 1 : -1, 0, {0, 0}}};
     int checkpoints = 1;
+    uint64_t report = (uint64_t)every / 10 > 0 ? (uint64_t)every / 10 : 1;
     unsigned long long computed = 0;
     while (h->iteration < (uint64_t)iterations) {
         uint64_t got[2] = {0, 0};
@@ -173,6 +176,10 @@ int main(int argc, char **argv)
         computed++;
         if (pause_us > 0)
             usleep((useconds_t)pause_us);
+        if (h->iteration % report == 0) {
+            printf("halo rank=%d at=%llu\n", rank, (unsigned long long)h->iteration);
+            fflush(stdout);
+        }
         if (checkpoints && h->iteration % (uint64_t)every == 0 &&
             h->iteration < (uint64_t)iterations) {
             /* Every rank saved the generation before before any saves this

@@ -387,19 +387,45 @@ fn halo_checksum(rank: u32) -> u64 {
         })
 }
 
+/// The `halo` guest's lines for `rank`, in order, without their prefix.
+/// (Found wherever they start: the job's log joins its ranks' output as it
+/// comes, so a rank's line may follow another's unfinished one.)
+fn halo_lines(stdout: &str, rank: u32) -> impl Iterator<Item = &str> {
+    let prefix = format!("{rank} ");
+    stdout
+        .split("halo rank=")
+        .filter_map(move |seg| seg.strip_prefix(prefix.as_str()))
+        .map(|rest| rest.lines().next().unwrap_or(""))
+}
+
 /// The values of `key=` in the `halo` guest's lines for `rank` that have
 /// it, in order.
 fn halo_values(stdout: &str, rank: u32, key: &str) -> Vec<u64> {
-    let prefix = format!("halo rank={rank} ");
-    stdout
-        .lines()
-        .filter(|l| l.starts_with(&prefix))
+    halo_lines(stdout, rank)
         .filter_map(|l| {
             l.split_whitespace()
                 .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
                 .and_then(|v| v.parse().ok())
         })
         .collect()
+}
+
+/// How far the first worker of `rank` got: its last `at=` line before the
+/// rank's second start.
+fn halo_reached(stdout: &str, rank: u32) -> u64 {
+    let mut starts = 0;
+    let mut reached = 0;
+    for rest in halo_lines(stdout, rank) {
+        if rest.starts_with("start=") {
+            starts += 1;
+            if starts == 2 {
+                break;
+            }
+        } else if let Some(at) = rest.strip_prefix("at=").and_then(|v| v.parse().ok()) {
+            reached = reached.max(at);
+        }
+    }
+    reached
 }
 
 /// A rigid stencil whose ranks exchange their boundaries every step, with
@@ -472,7 +498,48 @@ async fn a_rigid_stencil_rolls_every_rank_back_to_a_common_checkpoint() {
     };
     grid.nodes[victim].kill();
 
-    let status = wait_completed(&mut client, job, Duration::from_secs(240)).await;
+    // Until the job ends; on the deadline, what every rank printed and what
+    // the nodes said of the job.
+    let start = Instant::now();
+    let status = loop {
+        let status = client.status(job).await;
+        if let Ok(status) = &status
+            && status.phase.is_terminal()
+        {
+            break status.clone();
+        }
+        if start.elapsed() > Duration::from_secs(240) {
+            let stdout = client
+                .logs(job)
+                .await
+                .map(|logs| stdout_of(&logs))
+                .unwrap_or_default();
+            let id = format!("{job:016x}");
+            let said: Vec<String> = grid
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != victim)
+                .flat_map(|(i, n)| {
+                    let log = std::fs::read_to_string(n.dir.join("node.log")).unwrap_or_default();
+                    log.lines()
+                        .filter(|l| l.contains(&id) || l.contains("WARN"))
+                        .map(|l| format!("n{i}: {l}"))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            panic!(
+                "the job did not end after the rollback: {status:?}\nstdout:\n{stdout}\nnodes:\n{}",
+                said.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        status.phase,
+        zorilla_node::protocol::JobPhase::Completed,
+        "{status:?}"
+    );
     let logs = client.logs(job).await.unwrap();
     let stdout = stdout_of(&logs);
     let context = format!("stdout:\n{stdout}\nstderr:\n{}", stderr_of(&logs));
@@ -508,8 +575,15 @@ async fn a_rigid_stencil_rolls_every_rank_back_to_a_common_checkpoint() {
             "rank {r}; {context}"
         );
     }
-    let redone = progress.saturating_sub(resumed);
-    assert!(redone < progress, "{context}");
+    // How far each rank's first worker got (to the tenth of a checkpoint
+    // interval): the steps redone are those from the generation on.
+    let reached: Vec<u64> = (0..HALO_RANKS).map(|r| halo_reached(&stdout, r)).collect();
+    for (r, at) in reached.iter().enumerate() {
+        assert!(*at >= resumed, "rank {r} reached {at}; {context}");
+        assert!(at - resumed < *at, "rank {r}; {context}");
+    }
+    let redone: u64 = reached.iter().map(|at| at - resumed).sum();
+    let without: u64 = reached.iter().sum();
     // The home said why, and from which generation.
     let home_log = std::fs::read_to_string(grid.nodes[0].dir.join("node.log")).unwrap();
     let generation = resumed / HALO_EVERY;
@@ -522,11 +596,11 @@ async fn a_rigid_stencil_rolls_every_rank_back_to_a_common_checkpoint() {
     );
     // The work a failure cost (BENCHMARKS.md).
     eprintln!(
-        "rollback test: {HALO_RANKS} ranks, checkpoint generation every {HALO_EVERY} steps; \
-         killed a worker node with the job at step >= {progress}; every rank restarted \
-         from generation {generation} (step {resumed}); steps redone per rank about {redone} \
-         (+ what was computed after the last checkpoint line was read), against {progress} \
-         without checkpoints; each fresh worker computed {} of {HALO_ITERATIONS}",
+        "rollback test: {HALO_RANKS} ranks, a checkpoint generation every {HALO_EVERY} \
+         steps; the last checkpoint read before the kill: step {progress}; the ranks had \
+         reached steps {reached:?}; every rank restarted from generation {generation} \
+         (step {resumed}): {redone} rank-steps redone in all, against {without} from the \
+         start without checkpoints; each fresh worker computed {} of {HALO_ITERATIONS}",
         HALO_ITERATIONS - resumed
     );
     // And every rank's result is exact.

@@ -120,6 +120,12 @@ impl<P: PeerKey> Scheduler<P> {
         let needed_now = match job.phase {
             // Before the start the job needs `min` in all.
             Phase::Scheduling => job.spec.workers.min.saturating_sub(granted),
+            // A rigid job rolling back restarts its ranks together, as it
+            // started: each fresh worker's grant names where all the
+            // others are (the job's size among them).
+            _ if job.spec.workers.is_rigid() && job.spec.on_worker_lost == LostPolicy::Rollback => {
+                wanted
+            }
             // A running (malleable, or rigid replacing) job takes any.
             _ => 1,
         };

@@ -20,8 +20,9 @@
 //! 3. drops the checkpoints of the abandoned timeline from the index
 //!    ([`CheckpointIndex::roll_back`]), so that every rank's fresh worker
 //!    is told of the generation chosen and nothing newer;
-//! 4. floods for the whole job afresh, as for replacements: every rank is
-//!    granted again, with a new incarnation.
+//! 4. floods for the whole job afresh and grants its ranks together, as
+//!    at its start (so every fresh worker's grant names where all the
+//!    others are, and the job's size): every rank gets a new incarnation.
 //!
 //! A rank's messages are carried by channels named by the incarnations of
 //! both ends ([`crate::channel::ChannelId`]), so nothing a worker of the
