@@ -55,7 +55,10 @@
 //! the home decides what that means for the job ([`JobEvent::RankEnded`],
 //! [`JobEvent::WorkersLost`], a replacement grant, and at most one
 //! [`JobEvent::Ended`] with its [`EndReason`]). See [`ranks`](RankTable)
-//! for the rules.
+//! for the rules. The home also keeps the index of its jobs' checkpoints
+//! ([`Scheduler::checkpoint_stored`]) and rolls a rigid job back to a
+//! checkpoint generation all its ranks hold when it asks for that
+//! ([`LostPolicy::Rollback`]).
 //!
 //! [`FloodRouter`]: crate::flood::FloodRouter
 

@@ -7,7 +7,9 @@
 //! a rank whose worker exits with status 0 is done; a rank that fails
 //! fails its job (once: phases only move forward) unless it was
 //! cancelled; a lost rank of a job that replaces lost workers waits in the
-//! table for a new grant, and a rigid job that loses one fails; the job
+//! table for a new grant, a rigid job that rolls back counts every rank
+//! lost ([`LostReason::RolledBack`]) and has them all granted again, and a
+//! rigid job that loses one otherwise fails; the job
 //! completes once every placed rank exited with status 0 and at least its
 //! `min` workers were placed. A report from a worker the table no longer
 //! places (another node, or an older incarnation on the same node) is
