@@ -147,6 +147,10 @@ pub enum RefuseReason {
     NotChosen,
     /// The home does not know the job (it finished or never existed).
     UnknownJob,
+    /// The job rolls back to a common checkpoint: its workers stop, and
+    /// every rank gets a fresh one (see
+    /// [`LostPolicy::Rollback`](crate::node::LostPolicy::Rollback)).
+    RolledBack,
 }
 
 impl std::fmt::Display for RefuseReason {
@@ -158,6 +162,7 @@ impl std::fmt::Display for RefuseReason {
             RefuseReason::Failed => "job failed",
             RefuseReason::NotChosen => "nearer nodes were chosen",
             RefuseReason::UnknownJob => "job unknown at its home",
+            RefuseReason::RolledBack => "job rolls back to a common checkpoint",
         })
     }
 }

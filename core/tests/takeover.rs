@@ -146,10 +146,10 @@ fn the_log_rebuilds_the_rank_table_at_every_step_of_random_runs() {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let max = 1 + rng.below(6) as u32;
         let min = 1 + rng.below(u64::from(max)) as u32;
-        let policy = if rng.below(2) == 0 {
-            LostPolicy::Fail
-        } else {
-            LostPolicy::Replace
+        let policy = match rng.below(3) {
+            0 => LostPolicy::Fail,
+            1 => LostPolicy::Replace,
+            _ => LostPolicy::Rollback,
         };
         let mut now = ms(0);
         let (mut home, _) = Logged::submit(0, now, spec(min, max, policy));
@@ -215,13 +215,21 @@ fn the_log_rebuilds_the_rank_table_at_every_step_of_random_runs() {
                 JobEntry::Event(JobEvent::Granted { .. }) => "grant",
                 JobEntry::Event(JobEvent::WorkersLost { .. }) => "lost",
                 JobEntry::Event(JobEvent::RankEnded { .. }) => "rank ended",
+                JobEntry::Event(JobEvent::RolledBack { .. }) => "rolled back",
                 JobEntry::Event(JobEvent::Ended { .. }) => "ended",
                 _ => "other",
             };
             *seen.entry(kind).or_default() += 1;
         }
     }
-    for kind in ["replacement", "grant", "lost", "rank ended", "ended"] {
+    for kind in [
+        "replacement",
+        "grant",
+        "lost",
+        "rank ended",
+        "rolled back",
+        "ended",
+    ] {
         assert!(
             seen.get(kind).copied().unwrap_or(0) >= 10,
             "{kind}: {seen:?}"

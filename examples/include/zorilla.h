@@ -64,10 +64,15 @@ extern "C" {
 /* The node could not keep or give back the checkpoint (no holder could be
  * reached, or one refused); the node's log says why. */
 #define ZORILLA_ECHECKPOINT (-9)
+/* An argument is out of its range (a checkpoint generation). */
+#define ZORILLA_EINVAL (-10)
 
 /* The largest checkpoint any node takes: 256 MiB. A node may set a smaller
  * limit (its `checkpoint_max_mib`); a larger checkpoint gets ZORILLA_ETOOBIG. */
 #define ZORILLA_MAX_CHECKPOINT (256 * 1024 * 1024)
+
+/* The highest checkpoint generation (zorilla_checkpoint_save_generation). */
+#define ZORILLA_MAX_GENERATION (1LL << 48)
 
 /* The largest message the sandbox accepts: 64 MiB. A larger one gets
  * ZORILLA_ETOOBIG at once. */
@@ -161,6 +166,31 @@ ZORILLA_IMPORT("checkpoint_size") int32_t zorilla_checkpoint_size(void);
  * copied: call again with a larger buffer). Errors as zorilla_checkpoint_size,
  * and ZORILLA_EFAULT. */
 ZORILLA_IMPORT("checkpoint_load") int32_t zorilla_checkpoint_load(void *buf, uint32_t cap);
+
+/*
+ * Checkpoints taken together. The ranks of an iterative code that exchange
+ * data every step (a stencil's halos) cannot restart one rank alone from
+ * its checkpoint: the others are further on. Such a job asks for
+ * on_worker_lost = "rollback", and its ranks save at a barrier, all under
+ * the same generation (1, 2, ...: every rank's checkpoint of generation g
+ * describes the same step). When a rank is lost, every rank restarts from
+ * the latest generation all of them hold (the node keeps each rank's two
+ * latest, so one is common while a save is on its way), or from the start
+ * if there is none:
+ *
+ *     zorilla_barrier();
+ *     zorilla_checkpoint_save_generation(step / every, state, len);
+ */
+
+/* As zorilla_checkpoint_save(), as checkpoint `generation` (1 to
+ * ZORILLA_MAX_GENERATION, else ZORILLA_EINVAL). */
+ZORILLA_IMPORT("checkpoint_save_generation") int32_t zorilla_checkpoint_save_generation(int64_t generation, const void *data, uint32_t len);
+
+/* The generation of this rank's latest checkpoint (fetching it, as
+ * zorilla_checkpoint_size() does): the one to load after a rollback; 0 if
+ * the checkpoint has none (saved by zorilla_checkpoint_save()). Errors as
+ * zorilla_checkpoint_size(). */
+ZORILLA_IMPORT("checkpoint_generation") int64_t zorilla_checkpoint_generation(void);
 
 #ifdef __cplusplus
 }

@@ -13,15 +13,19 @@
 //! gives all of it, each block checked against its hash.
 //!
 //! Checkpoint numbers are the worker's incarnation (the grant that placed
-//! it, which grows when a rank is replaced) above a count of its saves, so
-//! that a fresh worker's checkpoints are newer than its predecessor's.
+//! it, which grows when a rank is replaced) above a count of its saves
+//! ([`zorilla_core::checkpoint::checkpoint_seq`]), so that a fresh
+//! worker's checkpoints are newer than its predecessor's. A load fetches
+//! the checkpoint the home names by its number (after a job rolled back,
+//! one of the generation it rolled back to, which a holder keeps beside a
+//! newer one).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
-use zorilla_core::checkpoint::{MAX_REPLICAS, Shortfall, choose_holders};
+use zorilla_core::checkpoint::{MAX_REPLICAS, Shortfall, checkpoint_seq, choose_holders};
 use zorilla_overlay::PeerId;
 use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Checkpoint, CheckpointError, Checkpoints};
@@ -34,6 +38,8 @@ use crate::wire::{PeerReply, PeerRpc};
 
 // A checkpoint's blocks are cut as the files' blocks are.
 const _: () = assert!(MAX_BLOCK_BYTES == crate::wire::BLOCK_BYTES);
+// A guest's generations are the ones the core takes.
+const _: () = assert!(zorilla_sandbox::MAX_GENERATION == zorilla_core::checkpoint::MAX_GENERATION);
 
 /// Blocks in flight to one holder at once.
 const WINDOW: usize = 4;
@@ -124,7 +130,9 @@ enum HolderError {
     Missing,
     #[error("it answered something else")]
     Unexpected,
-    #[error("its checkpoint ({seq} of {size} bytes) is older or larger than allowed")]
+    #[error(
+        "its checkpoint ({seq} of {size} bytes) is not the one asked for, or larger than allowed"
+    )]
     Unfit { seq: u64, size: u64 },
     #[error("it sent a block that is not the checkpoint's")]
     ForeignBlock,
@@ -173,7 +181,11 @@ impl NetCheckpoints {
         Ok(())
     }
 
-    async fn save_now(&self, data: Vec<u8>) -> Result<u32, CheckpointError> {
+    async fn save_now(
+        &self,
+        data: Vec<u8>,
+        generation: Option<u64>,
+    ) -> Result<u32, CheckpointError> {
         let started = std::time::Instant::now();
         let size = data.len() as u64;
         if size > self.settings.limit {
@@ -183,7 +195,7 @@ impl NetCheckpoints {
             });
         }
         let count = self.saves.fetch_add(1, Ordering::Relaxed).saturating_add(1);
-        let seq = (u64::from(self.incarnation) << 32) | u64::from(count);
+        let seq = checkpoint_seq(self.incarnation, count);
         let blocks: Vec<BlockHash> = if data.is_empty() {
             vec![Sha256::digest([]).into()]
         } else {
@@ -191,7 +203,12 @@ impl NetCheckpoints {
                 .map(|b| Sha256::digest(b).into())
                 .collect()
         };
-        let manifest = Manifest { seq, size, blocks };
+        let manifest = Manifest {
+            seq,
+            generation,
+            size,
+            blocks,
+        };
         let candidates: Vec<(PeerId, Option<std::time::Duration>)> = self
             .neighbours
             .read()
@@ -263,6 +280,7 @@ impl NetCheckpoints {
             job: self.job,
             rank: self.rank,
             seq,
+            generation,
             size,
             holders,
         });
@@ -275,6 +293,7 @@ impl NetCheckpoints {
             job = %zorilla_core::advert::JobId(self.job),
             rank = self.rank,
             seq,
+            ?generation,
             bytes = size,
             copies,
             sent_bytes = size.saturating_mul(u64::from(copies)),
@@ -285,14 +304,18 @@ impl NetCheckpoints {
         Ok(copies)
     }
 
-    /// Fetches checkpoint `located` (or a newer one) whole from `holder`.
+    /// Fetches checkpoint `located` whole from `holder`.
     async fn fetch_from(
         &self,
         holder: PeerId,
         located: &Located,
     ) -> Result<Checkpoint, HolderError> {
         let (job, rank) = (self.job, self.rank);
-        let ask = PeerRpc::Checkpoint(CheckpointRpc::Manifest { job, rank });
+        let ask = PeerRpc::Checkpoint(CheckpointRpc::Manifest {
+            job,
+            rank,
+            seq: Some(located.seq),
+        });
         let manifest = match self.net.call_ok(holder, ask).await? {
             PeerReply::Checkpoint(CheckpointReply::Manifest(Some(m))) => m,
             PeerReply::Checkpoint(CheckpointReply::Manifest(None)) => {
@@ -300,7 +323,8 @@ impl NetCheckpoints {
             }
             _ => return Err(HolderError::Unexpected),
         };
-        if manifest.seq < located.seq
+        if manifest.seq != located.seq
+            || manifest.generation != located.generation
             || manifest.size > self.settings.limit
             || manifest.blocks.len() > MAX_BLOCKS
         {
@@ -332,6 +356,7 @@ impl NetCheckpoints {
         }
         Ok(Checkpoint {
             seq: manifest.seq,
+            generation: manifest.generation,
             data: Arc::new(data),
         })
     }
@@ -395,8 +420,12 @@ impl Checkpoints for NetCheckpoints {
         self.settings.limit
     }
 
-    fn save(&self, data: Vec<u8>) -> BoxFuture<'_, Result<u32, CheckpointError>> {
-        Box::pin(self.save_now(data))
+    fn save(
+        &self,
+        data: Vec<u8>,
+        generation: Option<u64>,
+    ) -> BoxFuture<'_, Result<u32, CheckpointError>> {
+        Box::pin(self.save_now(data, generation))
     }
 
     fn load(&self) -> BoxFuture<'_, Result<Checkpoint, CheckpointError>> {

@@ -233,7 +233,7 @@ fn job_request(g: &mut Gen) -> JobRequest {
         disk_mib: g.int(),
         strategy: g.pick(&[Strategy::Spread, Strategy::Concentrate]),
         lifetime_secs: g.int(),
-        on_worker_lost: g.pick(&[LostPolicy::Fail, LostPolicy::Replace]),
+        on_worker_lost: g.pick(&[LostPolicy::Fail, LostPolicy::Replace, LostPolicy::Rollback]),
         args: g.vec(Gen::string),
         wall_time_secs: g.int(),
         cpu_time_secs: g.int(),
@@ -613,6 +613,7 @@ fn block_hash(g: &mut Gen) -> [u8; 32] {
 fn manifest(g: &mut Gen) -> Manifest {
     Manifest {
         seq: g.int(),
+        generation: g.option(Gen::int),
         size: g.int(),
         blocks: g.vec(block_hash),
     }
@@ -637,11 +638,16 @@ fn checkpoint_rpc(g: &mut Gen) -> CheckpointRpc {
             job,
             rank,
             seq: g.int(),
+            generation: g.option(Gen::int),
             size: g.int(),
             holders: g.vec(peer),
         },
         3 => CheckpointRpc::Where { job, rank },
-        4 => CheckpointRpc::Manifest { job, rank },
+        4 => CheckpointRpc::Manifest {
+            job,
+            rank,
+            seq: g.option(Gen::int),
+        },
         5 => CheckpointRpc::Get {
             job,
             rank,
@@ -728,6 +734,7 @@ fn peer_reply(g: &mut Gen) -> PeerReply {
         6 => PeerReply::Checkpoint(match g.below(2) {
             0 => CheckpointReply::At(g.option(|g| Located {
                 seq: g.int(),
+                generation: g.option(Gen::int),
                 size: g.int(),
                 holders: g.vec(peer),
             })),

@@ -15,7 +15,7 @@
 //! cpu_time_secs = 300           # CPU time per worker; 0 = the node's cap
 //! wall_time_secs = 600          # per worker; 0 = the node's cap
 //! lifetime_secs = 120           # how long the job may wait for workers
-//! on_worker_lost = "replace"    # rigid job losing a worker: "fail" or "replace"
+//! on_worker_lost = "replace"    # rigid job losing a worker: "fail", "replace" or "rollback"
 //! inputs = ["data/board.txt"]   # files workers read under /inputs, relative to this file
 //! outputs = "results"           # where `submit --wait` and `fetch` put outputs
 //! mpi = false                   # an MPI program (sdk/bin/zmpicc): must be rigid
@@ -198,10 +198,18 @@ impl JobFile {
                 return Err(SpecError::Invalid(
                     "an MPI job cannot replace a lost worker: the replacement would start \
                      the program again while the other ranks are in the middle of it; use \
-                     on_worker_lost = \"fail\""
+                     on_worker_lost = \"rollback\" (every rank restarts from the latest \
+                     checkpoint all of them hold, see ZMPI_Checkpoint_save) or \"fail\""
                         .into(),
                 ));
             }
+        }
+        if self.on_worker_lost == Some(LostPolicy::Rollback) && min != max {
+            return Err(SpecError::Invalid(format!(
+                "on_worker_lost = \"rollback\" is for a rigid job (its ranks roll back \
+                 together to a checkpoint they all hold); give `workers` instead of a range \
+                 of {min} to {max} (a malleable job always has lost workers replaced)"
+            )));
         }
         let request = JobRequest {
             min_workers: min,
@@ -402,5 +410,19 @@ mod tests {
         let plain: JobFile = toml::from_str("min_workers = 1\nmax_workers = 8").unwrap();
         assert!(plain.clone().request().is_ok());
         assert!(plain.overridden_by(flags).request().is_err());
+    }
+
+    #[test]
+    fn a_rigid_job_may_roll_back_and_a_malleable_one_may_not() {
+        let file: JobFile =
+            toml::from_str("mpi = true\nworkers = 4\non_worker_lost = \"rollback\"").unwrap();
+        let request = file.request().unwrap();
+        assert_eq!(request.on_worker_lost, LostPolicy::Rollback);
+        let malleable: JobFile =
+            toml::from_str("min_workers = 2\nmax_workers = 4\non_worker_lost = \"rollback\"")
+                .unwrap();
+        let err = malleable.request().unwrap_err().to_string();
+        assert!(err.contains("for a rigid job"), "{err}");
+        assert!(err.contains("2 to 4"), "{err}");
     }
 }

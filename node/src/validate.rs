@@ -274,6 +274,20 @@ fn replica_msg(msg: &crate::wire::ReplicaMsg) -> Result<(), Invalid> {
                             EndReason::WorkersLost { ranks, .. } => placement(ranks.iter(), &[])?,
                             EndReason::Completed { .. } | EndReason::Cancelled => {}
                         },
+                        JobEvent::Checkpointed {
+                            rank: r,
+                            checkpoint,
+                            ..
+                        } => {
+                            rank("checkpoint rank", *r)?;
+                            limits::at_most(
+                                "checkpoint holders",
+                                checkpoint.holders.len(),
+                                zorilla_core::checkpoint::MAX_REPLICAS,
+                            )?;
+                            generation(checkpoint.generation)?;
+                        }
+                        JobEvent::RolledBack { stopped, .. } => placement(stopped.iter(), &[])?,
                         JobEvent::Rejected { .. }
                         | JobEvent::Started { .. }
                         | JobEvent::Full { .. } => {}
@@ -284,6 +298,19 @@ fn replica_msg(msg: &crate::wire::ReplicaMsg) -> Result<(), Invalid> {
         Msg::Ack { index: i, .. } => index("acknowledged index", *i)?,
         Msg::Standing { len, .. } => index("log length", *len)?,
         Msg::Alive { .. } => {}
+    }
+    Ok(())
+}
+
+/// Checks a checkpoint's generation against
+/// [`zorilla_core::checkpoint::MAX_GENERATION`].
+fn generation(generation: Option<u64>) -> Result<(), Invalid> {
+    if let Some(g) = generation {
+        limits::at_most(
+            "checkpoint generation",
+            g,
+            zorilla_core::checkpoint::MAX_GENERATION,
+        )?;
     }
     Ok(())
 }
@@ -443,13 +470,16 @@ fn checkpoint_rpc(rpc: &CheckpointRpc) -> Result<(), Invalid> {
                 manifest.size,
                 MAX_CHECKPOINT_BYTES,
             )?;
+            generation(manifest.generation)?;
         }
         CheckpointRpc::Stored {
             rank: r,
             size,
             holders,
+            generation: g,
             ..
         } => {
+            generation(*g)?;
             rank("checkpoint rank", *r)?;
             limits::at_most("checkpoint size in bytes", *size, MAX_CHECKPOINT_BYTES)?;
             limits::at_most(

@@ -368,6 +368,7 @@ mod tests {
         });
         let manifest = Manifest {
             seq: u64::MAX,
+            generation: Some(zorilla_core::checkpoint::MAX_GENERATION),
             size: MAX_CHECKPOINT_BYTES,
             blocks: vec![[0xff; 32]; MAX_BLOCKS],
         };
@@ -380,6 +381,7 @@ mod tests {
             job: u64::MAX,
             rank: limits::MAX_WORKERS - 1,
             seq: u64::MAX,
+            generation: Some(zorilla_core::checkpoint::MAX_GENERATION),
             size: MAX_CHECKPOINT_BYTES,
             holders: vec![PeerId::random(); zorilla_core::checkpoint::MAX_REPLICAS],
         });
@@ -519,6 +521,7 @@ mod tests {
             rank: 0,
             manifest: crate::store::checkpoints::Manifest {
                 seq: 1,
+                generation: None,
                 size: u64::MAX,
                 blocks: vec![],
             },
@@ -528,10 +531,20 @@ mod tests {
             job: 1,
             rank: 0,
             seq: 1,
+            generation: None,
             size: 1,
             holders: vec![PeerId::random(); zorilla_core::checkpoint::MAX_REPLICAS + 1],
         });
         assert!(refused(stored).contains("checkpoint holders"));
+        let stored = PeerRpc::Checkpoint(CheckpointRpc::Stored {
+            job: 1,
+            rank: 0,
+            seq: 1,
+            generation: Some(zorilla_core::checkpoint::MAX_GENERATION + 1),
+            size: 1,
+            holders: vec![PeerId::random()],
+        });
+        assert!(refused(stored).contains("checkpoint generation"));
         let get = PeerRpc::Checkpoint(CheckpointRpc::Get {
             job: 1,
             rank: u32::MAX,
@@ -642,5 +655,54 @@ mod replica_tests {
             copy: None,
         };
         assert!(crate::validate::peer_rpc(&rpc).is_err());
+    }
+
+    /// The largest append of checkpoint entries (a rollback job's log)
+    /// passes the checks and fits a frame; one with a generation beyond
+    /// the maximum is refused.
+    #[test]
+    fn an_append_of_the_largest_checkpoint_entries_fits_a_frame() {
+        use zorilla_core::checkpoint::{Latest, MAX_GENERATION, MAX_REPLICAS};
+        let primary = PeerId::random();
+        let epoch = Epoch { term: 0, primary };
+        let entry = |generation| {
+            JobEntry::Event(JobEvent::Checkpointed {
+                job: JobId(u64::MAX),
+                rank: zorilla_core::limits::MAX_WORKERS - 1,
+                checkpoint: Latest {
+                    seq: u64::MAX,
+                    generation: Some(generation),
+                    size: u64::MAX,
+                    holders: vec![PeerId::random(); MAX_REPLICAS],
+                },
+            })
+        };
+        let append = |generation| PeerRpc::Replica {
+            job: u64::MAX,
+            msg: Box::new(Msg::Append {
+                epoch: epoch.clone(),
+                after: 0,
+                after_epoch: Some(epoch.clone()),
+                entries: vec![
+                    (epoch.clone(), entry(generation));
+                    zorilla_core::replica::MAX_ENTRIES_PER_APPEND
+                ],
+                copies: None,
+                end: zorilla_core::replica::MAX_LOG,
+            }),
+            copy: None,
+        };
+        let largest = append(MAX_GENERATION);
+        assert_eq!(crate::validate::peer_rpc(&largest), Ok(()));
+        let bytes = encode(&largest).len();
+        assert!(
+            bytes < zorilla_overlay::config::DEFAULT_MAX_MESSAGE_SIZE,
+            "{bytes} bytes"
+        );
+        let refused = crate::validate::peer_rpc(&append(MAX_GENERATION + 1)).unwrap_err();
+        assert!(
+            refused.to_string().contains("checkpoint generation"),
+            "{refused}"
+        );
     }
 }

@@ -355,3 +355,261 @@ async fn the_home_and_a_checkpoint_holder_killed_together() {
         assert!(said, "no node logged why rank 1 starts over; {context}");
     }
 }
+
+/// The `halo` stencil's run: cells per rank, steps, checkpoint generation
+/// every so many steps, and the pause after each step.
+const HALO_CELLS: usize = 100;
+const HALO_RANKS: u32 = 3;
+const HALO_ITERATIONS: u64 = 2000;
+const HALO_EVERY: u64 = 100;
+const HALO_PAUSE_US: u64 = 2000;
+
+/// The `halo` guest's checksum of `rank`'s cells, computed here
+/// independently of it (one rod of `HALO_RANKS * HALO_CELLS` cells).
+fn halo_checksum(rank: u32) -> u64 {
+    let total = HALO_RANKS as usize * HALO_CELLS;
+    let mut rod: Vec<u64> = (0..total as u64)
+        .map(|i| (i.wrapping_mul(2654435761) % 1000003) << 16)
+        .collect();
+    let mut next = rod.clone();
+    for _ in 0..HALO_ITERATIONS {
+        for i in 1..total - 1 {
+            next[i] = (rod[i - 1] + 2 * rod[i] + rod[i + 1]) >> 2;
+        }
+        rod.clone_from(&next);
+    }
+    let base = rank as usize * HALO_CELLS;
+    rod[base..base + HALO_CELLS]
+        .iter()
+        .enumerate()
+        .fold(0u64, |sum, (i, v)| {
+            sum.wrapping_add(v.wrapping_mul((base + i) as u64 + 1))
+        })
+}
+
+/// The `halo` guest's lines for `rank`, in order, without their prefix.
+/// (Found wherever they start: the job's log joins its ranks' output as it
+/// comes, so a rank's line may follow another's unfinished one.)
+fn halo_lines(stdout: &str, rank: u32) -> impl Iterator<Item = &str> {
+    let prefix = format!("{rank} ");
+    stdout
+        .split("halo rank=")
+        .filter_map(move |seg| seg.strip_prefix(prefix.as_str()))
+        .map(|rest| rest.lines().next().unwrap_or(""))
+}
+
+/// The values of `key=` in the `halo` guest's lines for `rank` that have
+/// it, in order.
+fn halo_values(stdout: &str, rank: u32, key: &str) -> Vec<u64> {
+    halo_lines(stdout, rank)
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+        })
+        .collect()
+}
+
+/// How far the first worker of `rank` got: its last `at=` line before the
+/// rank's second start.
+fn halo_reached(stdout: &str, rank: u32) -> u64 {
+    let mut starts = 0;
+    let mut reached = 0;
+    for rest in halo_lines(stdout, rank) {
+        if rest.starts_with("start=") {
+            starts += 1;
+            if starts == 2 {
+                break;
+            }
+        } else if let Some(at) = rest.strip_prefix("at=").and_then(|v| v.parse().ok()) {
+            reached = reached.max(at);
+        }
+    }
+    reached
+}
+
+/// A rigid stencil whose ranks exchange their boundaries every step, with
+/// `on_worker_lost = "rollback"` (the LBG-SQUARE case, issue 16): a worker
+/// node is killed (-9) after the ranks saved a few checkpoint generations
+/// together; the home stops the other workers and every rank restarts from
+/// the same generation, the latest all of them hold (the lost one on
+/// another node); the steps redone are fewer than a start over would redo,
+/// and every rank's result is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rigid_stencil_rolls_every_rank_back_to_a_common_checkpoint() {
+    let mut grid = grid(5, 1);
+    wait_for_neighbours(&grid.nodes, 4, Duration::from_secs(60)).await;
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        min_workers: HALO_RANKS,
+        max_workers: HALO_RANKS,
+        strategy: Strategy::Spread,
+        lifetime_secs: 120,
+        on_worker_lost: LostPolicy::Rollback,
+        args: [
+            HALO_CELLS as u64,
+            HALO_ITERATIONS,
+            HALO_EVERY,
+            HALO_PAUSE_US,
+        ]
+        .iter()
+        .map(u64::to_string)
+        .collect(),
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, wasm("halo"), vec![]).await.unwrap();
+    let running = wait_for(&mut client, job, Duration::from_secs(60), "3 ranks", |s| {
+        s.running_workers() == HALO_RANKS
+    })
+    .await;
+    let (&rank, placed) = running
+        .ranks
+        .iter()
+        .find(|(_, r)| r.node != grid.nodes[0].peer)
+        .expect("a rank away from the home");
+    let victim = grid
+        .nodes
+        .iter()
+        .position(|n| n.peer == placed.node)
+        .unwrap();
+
+    // Every rank saved generation 5 or later (a save returns once the home
+    // indexed it): the common generation is at least 5. Then the kill.
+    let start = Instant::now();
+    let progress = loop {
+        let stdout = stdout_of(&client.logs(job).await.unwrap());
+        let last: Vec<u64> = (0..HALO_RANKS)
+            .map(|r| {
+                halo_values(&stdout, r, "checkpoint")
+                    .last()
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .collect();
+        if last.iter().all(|at| *at >= 5 * HALO_EVERY) {
+            break last.into_iter().max().unwrap();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the ranks saved no common checkpoint past {}: {stdout}",
+            5 * HALO_EVERY
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    grid.nodes[victim].kill();
+
+    // Until the job ends; on the deadline, what every rank printed and what
+    // the nodes said of the job.
+    let start = Instant::now();
+    let status = loop {
+        let status = client.status(job).await;
+        if let Ok(status) = &status
+            && status.phase.is_terminal()
+        {
+            break status.clone();
+        }
+        if start.elapsed() > Duration::from_secs(240) {
+            let stdout = client
+                .logs(job)
+                .await
+                .map(|logs| stdout_of(&logs))
+                .unwrap_or_default();
+            let id = format!("{job:016x}");
+            let said: Vec<String> = grid
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != victim)
+                .flat_map(|(i, n)| {
+                    let log = std::fs::read_to_string(n.dir.join("node.log")).unwrap_or_default();
+                    log.lines()
+                        .filter(|l| l.contains(&id) || l.contains("WARN"))
+                        .map(|l| format!("n{i}: {l}"))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            panic!(
+                "the job did not end after the rollback: {status:?}\nstdout:\n{stdout}\nnodes:\n{}",
+                said.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        status.phase,
+        zorilla_node::protocol::JobPhase::Completed,
+        "{status:?}"
+    );
+    let logs = client.logs(job).await.unwrap();
+    let stdout = stdout_of(&logs);
+    let context = format!("stdout:\n{stdout}\nstderr:\n{}", stderr_of(&logs));
+    assert_ne!(
+        status.ranks[&rank].node, placed.node,
+        "the lost rank runs elsewhere; {context}"
+    );
+    // Every rank started twice: at 0, then from the same generation.
+    let mut restarts = Vec::new();
+    for r in 0..HALO_RANKS {
+        let starts = halo_values(&stdout, r, "start");
+        assert_eq!(starts.len(), 2, "rank {r}; {context}");
+        assert_eq!(starts[0], 0, "rank {r}; {context}");
+        restarts.push(starts[1]);
+    }
+    let resumed = restarts[0];
+    assert!(
+        restarts.iter().all(|at| *at == resumed),
+        "the ranks restarted from different steps {restarts:?}; {context}"
+    );
+    assert!(
+        (5 * HALO_EVERY..HALO_ITERATIONS).contains(&resumed),
+        "{context}"
+    );
+    // Each fresh worker computed only the steps after the generation: the
+    // steps redone (from the generation to where the job was) are fewer
+    // than a start over would redo.
+    for r in 0..HALO_RANKS {
+        let computed = halo_values(&stdout, r, "computed");
+        assert_eq!(
+            computed.last().copied(),
+            Some(HALO_ITERATIONS - resumed),
+            "rank {r}; {context}"
+        );
+    }
+    // How far each rank's first worker got (to the tenth of a checkpoint
+    // interval): the steps redone are those from the generation on.
+    let reached: Vec<u64> = (0..HALO_RANKS).map(|r| halo_reached(&stdout, r)).collect();
+    for (r, at) in reached.iter().enumerate() {
+        assert!(*at >= resumed, "rank {r} reached {at}; {context}");
+        assert!(at - resumed < *at, "rank {r}; {context}");
+    }
+    let redone: u64 = reached.iter().map(|at| at - resumed).sum();
+    let without: u64 = reached.iter().sum();
+    // The home said why, and from which generation.
+    let home_log = std::fs::read_to_string(grid.nodes[0].dir.join("node.log")).unwrap();
+    let generation = resumed / HALO_EVERY;
+    assert!(
+        home_log
+            .lines()
+            .any(|l| l.contains("the job rolls back")
+                && l.contains(&format!("generation={generation}"))),
+        "the home logged no rollback to generation {generation}"
+    );
+    // The work a failure cost (BENCHMARKS.md).
+    eprintln!(
+        "rollback test: {HALO_RANKS} ranks, a checkpoint generation every {HALO_EVERY} \
+         steps; the last checkpoint read before the kill: step {progress}; the ranks had \
+         reached steps {reached:?}; every rank restarted from generation {generation} \
+         (step {resumed}): {redone} rank-steps redone in all, against {without} from the \
+         start without checkpoints; each fresh worker computed {} of {HALO_ITERATIONS}",
+        HALO_ITERATIONS - resumed
+    );
+    // And every rank's result is exact.
+    for r in 0..HALO_RANKS {
+        let line = format!(
+            "halo rank={r} done iterations={HALO_ITERATIONS} computed={} checksum={:016x}",
+            HALO_ITERATIONS - resumed,
+            halo_checksum(r)
+        );
+        assert!(stdout.contains(&line), "missing {line:?}; {context}");
+    }
+}

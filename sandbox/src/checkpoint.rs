@@ -20,6 +20,11 @@ use crate::transport::BoxFuture;
 /// in `examples/include/zorilla.h`). A node may set a smaller limit.
 pub const MAX_CHECKPOINT_BYTES: u64 = 256 * 1024 * 1024;
 
+/// The highest generation a checkpoint may carry (as
+/// `zorilla_core::checkpoint::MAX_GENERATION`; `ZORILLA_MAX_GENERATION` in
+/// `zorilla.h`).
+pub const MAX_GENERATION: u64 = 1 << 48;
+
 /// Why a checkpoint was not saved or loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CheckpointError {
@@ -48,6 +53,9 @@ pub enum CheckpointError {
 pub struct Checkpoint {
     /// Increases with every save of the rank, across its workers.
     pub seq: u64,
+    /// The generation the job's ranks took it at together, if they did
+    /// (`zorilla_checkpoint_save_generation`).
+    pub generation: Option<u64>,
     /// The guest's bytes.
     pub data: Arc<Vec<u8>>,
 }
@@ -59,9 +67,14 @@ pub trait Checkpoints: Send + Sync + 'static {
     /// [`MAX_CHECKPOINT_BYTES`].
     fn limit(&self) -> u64;
 
-    /// Stores `data` as the rank's latest checkpoint. Returns on how many
-    /// places it is kept (at least 1).
-    fn save(&self, data: Vec<u8>) -> BoxFuture<'_, Result<u32, CheckpointError>>;
+    /// Stores `data` as the rank's latest checkpoint, of `generation` (at
+    /// most [`MAX_GENERATION`]) if the job's ranks take it together.
+    /// Returns on how many places it is kept (at least 1).
+    fn save(
+        &self,
+        data: Vec<u8>,
+        generation: Option<u64>,
+    ) -> BoxFuture<'_, Result<u32, CheckpointError>>;
 
     /// The rank's latest complete checkpoint.
     fn load(&self) -> BoxFuture<'_, Result<Checkpoint, CheckpointError>>;
@@ -95,7 +108,11 @@ impl Checkpoints for MemoryCheckpoints {
         self.limit
     }
 
-    fn save(&self, data: Vec<u8>) -> BoxFuture<'_, Result<u32, CheckpointError>> {
+    fn save(
+        &self,
+        data: Vec<u8>,
+        generation: Option<u64>,
+    ) -> BoxFuture<'_, Result<u32, CheckpointError>> {
         Box::pin(async move {
             let len = data.len() as u64;
             if len > self.limit {
@@ -108,6 +125,7 @@ impl Checkpoints for MemoryCheckpoints {
             let seq = latest.as_ref().map_or(1, |c| c.seq.saturating_add(1));
             *latest = Some(Checkpoint {
                 seq,
+                generation,
                 data: Arc::new(data),
             });
             Ok(1)

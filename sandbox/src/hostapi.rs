@@ -14,6 +14,8 @@
 //! | `membership_next` | `(event_ptr: i32) -> i32` | take the oldest membership change: 1 and a 12-byte event, or 0 |
 //! | `watch_membership` | `(enable: i32) -> i32` | make blocking `recv` return `EMEMBERSHIP` on a change |
 //! | `checkpoint_save` | `(ptr: i32, len: i32) -> i32` | keep `len` bytes at `ptr` as the rank's latest checkpoint: on how many places it is kept (>= 1) |
+//! | `checkpoint_save_generation` | `(generation: i64, ptr: i32, len: i32) -> i32` | the same, as checkpoint `generation` (1 to `MAX_GENERATION`, else `EINVAL`) that every rank takes at the same barrier |
+//! | `checkpoint_generation` | `() -> i64` | generation of the rank's latest checkpoint (0 if it has none), or `ENOCHECKPOINT` |
 //! | `checkpoint_size` | `() -> i32` | size of the rank's latest checkpoint, or `ENOCHECKPOINT` |
 //! | `checkpoint_load` | `(ptr: i32, cap: i32) -> i32` | the latest checkpoint: its size, copied to `ptr` if it fits in `cap` |
 //!
@@ -29,7 +31,7 @@ use std::time::Duration;
 
 use wasmtime::{Caller, Linker, Memory};
 
-use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints};
+use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, MAX_GENERATION};
 use crate::transport::{
     Delivery, MAX_MESSAGE_BYTES, MembershipChange, Rank, Transport, TransportError,
 };
@@ -48,6 +50,7 @@ const EMEMBERSHIP: i32 = -6;
 const ENOCHECKPOINT: i32 = -7;
 const ENOTSUP: i32 = -8;
 const ECHECKPOINT: i32 = -9;
+const EINVAL: i32 = -10;
 
 /// Unread membership changes kept per worker; older ones are dropped (a
 /// guest that never reads them must not make the host grow without bound).
@@ -180,6 +183,36 @@ fn poll_once<F: std::future::Future>(future: F) -> Option<F::Output> {
     match future.as_mut().poll(&mut cx) {
         std::task::Poll::Ready(output) => Some(output),
         std::task::Poll::Pending => None,
+    }
+}
+
+/// `checkpoint_save` and `checkpoint_save_generation`: keeps `len` bytes at
+/// `ptr` as the rank's latest checkpoint.
+async fn save_checkpoint<T: HostApiState>(
+    caller: &mut Caller<'_, T>,
+    ptr: i32,
+    len: i32,
+    generation: Option<u64>,
+) -> i32 {
+    let Some(store) = caller.data_mut().net().checkpoints.clone() else {
+        return ENOTSUP;
+    };
+    let len = len as u32 as usize;
+    if len as u64 > store.limit() {
+        return ETOOBIG;
+    }
+    let Some(mem) = memory(caller) else {
+        return EFAULT;
+    };
+    let Some(range) = guest_range(caller, mem, ptr, len) else {
+        return EFAULT;
+    };
+    let data = mem.data(&*caller)[range].to_vec();
+    // What was fetched before is no longer the latest.
+    caller.data_mut().net().loaded = None;
+    match store.save(data, generation).await {
+        Ok(copies) => i32::try_from(copies.max(1)).unwrap_or(i32::MAX),
+        Err(e) => checkpoint_status(e),
     }
 }
 
@@ -380,26 +413,34 @@ pub(crate) fn add_to_linker<T: HostApiState>(linker: &mut Linker<T>) -> wasmtime
         MODULE,
         "checkpoint_save",
         |mut caller: Caller<'_, T>, (ptr, len): (i32, i32)| {
+            Box::new(async move { save_checkpoint(&mut caller, ptr, len, None).await })
+        },
+    )?;
+
+    linker.func_wrap_async(
+        MODULE,
+        "checkpoint_save_generation",
+        |mut caller: Caller<'_, T>, (generation, ptr, len): (i64, i32, i32)| {
             Box::new(async move {
-                let Some(store) = caller.data_mut().net().checkpoints.clone() else {
-                    return ENOTSUP;
-                };
-                let len = len as u32 as usize;
-                if len as u64 > store.limit() {
-                    return ETOOBIG;
+                match u64::try_from(generation) {
+                    Ok(g @ 1..=MAX_GENERATION) => {
+                        save_checkpoint(&mut caller, ptr, len, Some(g)).await
+                    }
+                    _ => EINVAL,
                 }
-                let Some(mem) = memory(&mut caller) else {
-                    return EFAULT;
-                };
-                let Some(range) = guest_range(&caller, mem, ptr, len) else {
-                    return EFAULT;
-                };
-                let data = mem.data(&caller)[range].to_vec();
-                // What was fetched before is no longer the latest.
-                caller.data_mut().net().loaded = None;
-                match store.save(data).await {
-                    Ok(copies) => i32::try_from(copies.max(1)).unwrap_or(i32::MAX),
-                    Err(e) => checkpoint_status(e),
+            })
+        },
+    )?;
+
+    linker.func_wrap_async(
+        MODULE,
+        "checkpoint_generation",
+        |mut caller: Caller<'_, T>, (): ()| {
+            Box::new(async move {
+                match caller.data_mut().net().latest_checkpoint().await {
+                    // At most MAX_GENERATION: it fits.
+                    Ok(checkpoint) => checkpoint.generation.map_or(0, |g| g as i64),
+                    Err(code) => i64::from(code),
                 }
             })
         },

@@ -63,7 +63,8 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 pub use cache::CacheStats;
 pub use checkpoint::{
-    Checkpoint, CheckpointError, Checkpoints, MAX_CHECKPOINT_BYTES, MemoryCheckpoints,
+    Checkpoint, CheckpointError, Checkpoints, MAX_CHECKPOINT_BYTES, MAX_GENERATION,
+    MemoryCheckpoints,
 };
 pub use diskquota::DISK_POLL;
 pub use error::SandboxError;

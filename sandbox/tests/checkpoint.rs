@@ -146,3 +146,44 @@ async fn checkpoint_calls_check_every_pointer_length_and_limit() {
     "#;
     assert_eq!(exit_code(None, unsupported).await, Outcome::Exited(0));
 }
+
+/// A checkpoint saved with a generation (`checkpoint_save_generation`, the
+/// `halo` guest alone: one rank, its barrier its own) comes back with it
+/// (`checkpoint_generation`), and the next worker starts from it.
+#[tokio::test]
+async fn a_checkpoint_keeps_its_generation_for_the_next_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let program = load(&sandbox, "halo");
+    let store = MemoryCheckpoints::new(1 << 20);
+    let first = run(&sandbox, &program, spec(Some(&store), &["16", "50", "10"])).await;
+    assert_eq!(first.report.outcome, Outcome::Exited(0), "{first:?}");
+    assert!(
+        first
+            .stdout
+            .starts_with("halo rank=0 start=0 generation=0\n"),
+        "{first:?}"
+    );
+    for (at, generation) in [(10, 1), (20, 2), (30, 3), (40, 4)] {
+        let line = format!("halo rank=0 checkpoint={at} generation={generation} copies=1\n");
+        assert!(first.stdout.contains(&line), "{first:?}");
+    }
+    let saved = store.load().await.unwrap();
+    assert_eq!(saved.generation, Some(4));
+    let second = run(&sandbox, &program, spec(Some(&store), &["16", "50", "10"])).await;
+    assert_eq!(second.report.outcome, Outcome::Exited(0), "{second:?}");
+    assert!(
+        second
+            .stdout
+            .starts_with("halo rank=0 start=40 generation=4\n"),
+        "{second:?}"
+    );
+    let done = |computed| {
+        let line = first.stdout.lines().last().unwrap().to_owned();
+        line.replace("computed=50", &format!("computed={computed}"))
+    };
+    assert!(
+        second.stdout.ends_with(&format!("{}\n", done(10))),
+        "{second:?}"
+    );
+}

@@ -358,13 +358,19 @@ int MPI_Topo_test(MPI_Comm comm, int *status);
  * A rank hands the node its state as bytes; the node keeps the latest
  * complete checkpoint of each rank on other machines of the grid, and the
  * fresh worker that replaces a lost rank loads it instead of starting over.
- * Each rank checkpoints on its own: the ranks of a job are not rolled back
- * together. Errors go to MPI_COMM_WORLD's error handler.
+ * A save is collective over MPI_COMM_WORLD (a barrier, then every rank saves
+ * under the same generation): with on_worker_lost = "rollback", a lost rank
+ * sends every rank back to the latest generation all of them hold, and
+ * each fresh worker finds its rank's checkpoint of that generation
+ * (ZMPI_Checkpoint_size / _load). Errors go to MPI_COMM_WORLD's error
+ * handler.
  */
-/* Keeps `size` bytes at `buf` as this rank's latest checkpoint (at most
- * ZORILLA_MAX_CHECKPOINT, 256 MiB, or the node's smaller limit:
- * MPI_ERR_COUNT beyond it). `copies` (may be NULL) receives on how many
- * machines it is kept. MPI_ERR_OTHER if the node could not keep it. */
+/* Collective: keeps `size` bytes at `buf` as this rank's latest checkpoint
+ * (at most ZORILLA_MAX_CHECKPOINT, 256 MiB, or the node's smaller limit:
+ * MPI_ERR_COUNT beyond it), under the generation after the last one. Every
+ * rank must call it at the same point of the computation. `copies` (may be
+ * NULL) receives on how many machines it is kept. MPI_ERR_OTHER if the node
+ * could not keep it. */
 int ZMPI_Checkpoint_save(const void *buf, int size, int *copies);
 /* Whether this rank has a checkpoint (`flag`, 0 on a first start) and its
  * size in bytes. */

@@ -806,7 +806,22 @@ impl Sim {
                     }
                 }
             }
-            JobEvent::Rejected { .. } => {}
+            // The ranks a rollback stopped are granted no more (the
+            // simulated jobs do not checkpoint).
+            JobEvent::RolledBack { job, stopped, .. } => {
+                if let Some(record) = self.jobs.get_mut(&job) {
+                    for granted in record.ranks.values_mut() {
+                        granted.retain(|rank| !stopped.contains(rank));
+                    }
+                    record.ranks.retain(|_, granted| !granted.is_empty());
+                    record.placement = record
+                        .ranks
+                        .iter()
+                        .map(|(node, granted)| (*node, granted.len() as u32))
+                        .collect();
+                }
+            }
+            JobEvent::Rejected { .. } | JobEvent::Checkpointed { .. } => {}
         }
     }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::ranks::{EndReason, LostReason, RankOutcome, WorkerEnd};
 use super::spec::{JobSpec, SpecError};
 use crate::advert::{Advert, JobId, Message, Phase, Placed, RefuseReason};
+use crate::checkpoint::Latest;
 use crate::liveness::LostCause;
 
 /// An event for the scheduler.
@@ -193,6 +194,33 @@ pub enum JobEvent<P> {
         /// How it ended.
         outcome: RankOutcome,
     },
+    /// A rank of a job whose ranks roll back together
+    /// ([`LostPolicy::Rollback`](super::LostPolicy::Rollback)) stored a
+    /// checkpoint of a generation, and the home's index took it: logged,
+    /// so that a home that takes the job over knows where each rank's
+    /// checkpoints are. At most
+    /// [`MAX_LOGGED_CHECKPOINTS`](super::MAX_LOGGED_CHECKPOINTS) per job.
+    Checkpointed {
+        /// The job.
+        job: JobId,
+        /// The rank.
+        rank: u32,
+        /// The checkpoint: its number, generation, size and holders.
+        checkpoint: Latest<P>,
+    },
+    /// A job whose ranks roll back together lost a rank: every worker it
+    /// still had was stopped, and every rank waits for a fresh worker that
+    /// starts from `generation` (from the start if `None`: the ranks held
+    /// no checkpoint generation in common).
+    RolledBack {
+        /// The job.
+        job: JobId,
+        /// The generation every rank restarts from.
+        generation: Option<u64>,
+        /// The ranks whose workers were stopped (running or ended) for it;
+        /// the lost ones are in the [`JobEvent::WorkersLost`] before.
+        stopped: Vec<u32>,
+    },
     /// The job ended: completed, cancelled or failed. Exactly once per
     /// job; nothing changes its phase afterwards.
     Ended {
@@ -215,6 +243,8 @@ impl<P> JobEvent<P> {
             | JobEvent::Full { job }
             | JobEvent::WorkersLost { job, .. }
             | JobEvent::RankEnded { job, .. }
+            | JobEvent::Checkpointed { job, .. }
+            | JobEvent::RolledBack { job, .. }
             | JobEvent::Ended { job, .. } => *job,
         }
     }

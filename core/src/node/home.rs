@@ -48,6 +48,7 @@ impl<P: PeerKey> Scheduler<P> {
                 settling: false,
                 ended_with: None,
                 report,
+                logged_checkpoints: 0,
             },
         );
     }
@@ -119,6 +120,12 @@ impl<P: PeerKey> Scheduler<P> {
         let needed_now = match job.phase {
             // Before the start the job needs `min` in all.
             Phase::Scheduling => job.spec.workers.min.saturating_sub(granted),
+            // A rigid job rolling back restarts its ranks together, as it
+            // started: each fresh worker's grant names where all the
+            // others are (the job's size among them).
+            _ if job.spec.workers.is_rigid() && job.spec.on_worker_lost == LostPolicy::Rollback => {
+                wanted
+            }
             // A running (malleable, or rigid replacing) job takes any.
             _ => 1,
         };
@@ -413,8 +420,19 @@ impl<P: PeerKey> Scheduler<P> {
             ranks: lost.clone(),
             reason,
         }));
-        let replace =
-            !job.spec.workers.is_rigid() || job.spec.on_worker_lost == LostPolicy::Replace;
+        let rigid = job.spec.workers.is_rigid();
+        // A rank given back before it started computed nothing the others
+        // depend on (they wait for it at their next exchange): its fresh
+        // worker starts from the rank's checkpoint as a replacement does.
+        if job.phase == Phase::Running
+            && rigid
+            && job.spec.on_worker_lost == LostPolicy::Rollback
+            && reason != LostReason::Withdrawn
+        {
+            self.roll_back(now, job_id, out);
+            return;
+        }
+        let replace = !rigid || job.spec.on_worker_lost != LostPolicy::Fail;
         if job.phase == Phase::Running && !replace {
             self.end_job(
                 job_id,

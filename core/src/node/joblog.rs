@@ -9,9 +9,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::events::JobEvent;
+use super::ranks::LostReason;
 use super::ranks::RankTable;
 use super::spec::JobSpec;
-use crate::advert::Phase;
+use crate::advert::{JobId, Phase};
+use crate::checkpoint::CheckpointIndex;
 
 /// One entry of a job's replicated log: the spec first, then the home's
 /// events for the job, in the order the home made them.
@@ -51,6 +53,12 @@ pub struct JobState<P> {
     /// Whether the home stopped flooding because the job had all its
     /// workers.
     pub full: bool,
+    /// Where the checkpoints of its ranks are, as far as the log says
+    /// (those of a job whose ranks roll back together: see
+    /// [`JobEvent::Checkpointed`]).
+    pub checkpoints: CheckpointIndex<P>,
+    /// How many [`JobEvent::Checkpointed`] entries the log holds.
+    pub logged_checkpoints: u32,
 }
 
 impl<P: Clone + Ord> JobState<P> {
@@ -71,6 +79,8 @@ impl<P: Clone + Ord> JobState<P> {
             ranks: RankTable::default(),
             grants: 0,
             full: false,
+            checkpoints: CheckpointIndex::new(),
+            logged_checkpoints: 0,
         };
         for entry in entries {
             if let JobEntry::Event(event) = entry {
@@ -115,6 +125,24 @@ impl<P: Clone + Ord> JobState<P> {
                 if let Some(incarnation) = self.ranks.get(*rank).map(|r| r.incarnation) {
                     self.ranks.end(node, *rank, incarnation, outcome.clone());
                 }
+            }
+            JobEvent::Checkpointed {
+                job: JobId(job),
+                rank,
+                checkpoint,
+            } => {
+                self.logged_checkpoints = self.logged_checkpoints.saturating_add(1);
+                // One out of range changes nothing, as at the home.
+                let _ = self.checkpoints.record(*job, *rank, checkpoint.clone());
+            }
+            JobEvent::RolledBack {
+                job: JobId(job),
+                generation,
+                ..
+            } => {
+                self.ranks.lose_all(LostReason::RolledBack);
+                self.checkpoints.roll_back(*job, *generation);
+                self.full = false;
             }
             JobEvent::Ended { phase, .. } => {
                 self.phase.advance(*phase);

@@ -55,7 +55,10 @@
 //! the home decides what that means for the job ([`JobEvent::RankEnded`],
 //! [`JobEvent::WorkersLost`], a replacement grant, and at most one
 //! [`JobEvent::Ended`] with its [`EndReason`]). See [`ranks`](RankTable)
-//! for the rules.
+//! for the rules. The home also keeps the index of its jobs' checkpoints
+//! ([`Scheduler::checkpoint_stored`]) and rolls a rigid job back to a
+//! checkpoint generation all its ranks hold when it asks for that
+//! ([`LostPolicy::Rollback`]).
 //!
 //! [`FloodRouter`]: crate::flood::FloodRouter
 
@@ -64,6 +67,7 @@ use std::time::Duration;
 
 use crate::advert::{Advert, DeclineReason, JobId, Message, RefuseReason, Strategy, WorkerCount};
 use crate::allocation::{Candidate, allocate};
+use crate::checkpoint::CheckpointIndex;
 use crate::limits;
 use crate::resources::Resources;
 use crate::schedule::{FloodSchedule, Reach, WaitMode};
@@ -75,6 +79,7 @@ mod joblog;
 mod member;
 mod ranks;
 mod report;
+mod rollback;
 mod spec;
 mod takeover;
 
@@ -83,6 +88,7 @@ pub use events::{Input, JobEvent, Output};
 pub use joblog::{JobEntry, JobState};
 pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
+pub use rollback::CheckpointRefused;
 pub use spec::{JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError};
 
 /// A job this node is home to.
@@ -114,7 +120,17 @@ struct HomeJob<P> {
     /// same as an early one.
     ended_with: Option<RefuseReason>,
     report: PendingReport,
+    /// [`JobEvent::Checkpointed`] events given for the job so far (at most
+    /// [`MAX_LOGGED_CHECKPOINTS`]).
+    logged_checkpoints: u32,
 }
+
+/// The most [`JobEvent::Checkpointed`] events a job gives (they go into
+/// its replicated log, which holds at most [`crate::replica::MAX_LOG`]
+/// entries): half the log, so that the job's other events always fit.
+/// Beyond it the home still indexes the job's checkpoints, but a home that
+/// takes the job over knows only those logged before.
+pub const MAX_LOGGED_CHECKPOINTS: u32 = (crate::replica::MAX_LOG / 2) as u32;
 
 #[derive(Debug, Clone, Copy)]
 struct HeldOffer {
@@ -233,6 +249,9 @@ pub struct Scheduler<P: Ord> {
     ended: VecDeque<JobId>,
     /// The driver cannot take workers now (see [`Scheduler::set_paused`]).
     paused: bool,
+    /// Where the checkpoints of the ranks of this node's home jobs are
+    /// (see [`Scheduler::checkpoint_stored`]).
+    checkpoints: CheckpointIndex<P>,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -248,6 +267,7 @@ impl<P: PeerKey> Scheduler<P> {
             last_reach: None,
             ended: VecDeque::new(),
             paused: false,
+            checkpoints: CheckpointIndex::new(),
         }
     }
 
@@ -644,7 +664,10 @@ impl<P: PeerKey> Scheduler<P> {
                 if !e.running.is_empty()
                     && matches!(
                         reason,
-                        RefuseReason::Cancelled | RefuseReason::Expired | RefuseReason::Failed
+                        RefuseReason::Cancelled
+                            | RefuseReason::Expired
+                            | RefuseReason::Failed
+                            | RefuseReason::RolledBack
                     )
                 {
                     e.running.clear();

@@ -7,7 +7,9 @@
 //! a rank whose worker exits with status 0 is done; a rank that fails
 //! fails its job (once: phases only move forward) unless it was
 //! cancelled; a lost rank of a job that replaces lost workers waits in the
-//! table for a new grant, and a rigid job that loses one fails; the job
+//! table for a new grant, a rigid job that rolls back counts every rank
+//! lost ([`LostReason::RolledBack`]) and has them all granted again, and a
+//! rigid job that loses one otherwise fails; the job
 //! completes once every placed rank exited with status 0 and at least its
 //! `min` workers were placed. A report from a worker the table no longer
 //! places (another node, or an older incarnation on the same node) is
@@ -131,6 +133,9 @@ pub enum LostReason {
     Withdrawn,
     /// The node no longer runs the rank, by the home's liveness checks.
     Liveness(LostCause),
+    /// The home stopped the rank's worker to roll the whole job back to a
+    /// common checkpoint (another rank was lost).
+    RolledBack,
 }
 
 impl fmt::Display for LostReason {
@@ -140,6 +145,9 @@ impl fmt::Display for LostReason {
             LostReason::Left => f.write_str("failed or left"),
             LostReason::Withdrawn => f.write_str("gave the rank back before it started"),
             LostReason::Liveness(cause) => cause.fmt(f),
+            LostReason::RolledBack => {
+                f.write_str("was stopped to roll the job back to a common checkpoint")
+            }
         }
     }
 }
@@ -399,6 +407,21 @@ impl<P: Clone + Eq> RankTable<P> {
         for (r, rank) in &mut self.ranks {
             let named = ranks.is_none_or(|named| named.contains(r));
             if named && rank.node == *node && rank.outcome.is_none() {
+                rank.outcome = Some(RankOutcome::Lost(reason));
+                lost.push(*r);
+            }
+        }
+        self.lost.extend(&lost);
+        lost
+    }
+
+    /// Every rank not lost yet, running or ended, becomes lost for
+    /// `reason` (the job rolls back: every rank gets a fresh worker);
+    /// returns them.
+    pub(crate) fn lose_all(&mut self, reason: LostReason) -> Vec<u32> {
+        let mut lost = Vec::new();
+        for (r, rank) in &mut self.ranks {
+            if !rank.is_lost() {
                 rank.outcome = Some(RankOutcome::Lost(reason));
                 lost.push(*r);
             }

@@ -81,8 +81,18 @@ pub enum LostPolicy {
     /// The job fails.
     #[default]
     Fail,
-    /// The home floods for a replacement and the job goes on.
+    /// The home floods for a replacement and the job goes on (the
+    /// replacement loads the rank's latest checkpoint, if it has one).
     Replace,
+    /// Every rank of the job rolls back together to the latest checkpoint
+    /// generation all of them hold (the LBG-SQUARE way, for iterative
+    /// codes whose ranks exchange data every step and checkpoint at a
+    /// barrier): the home stops the surviving workers, and every rank
+    /// gets a fresh worker (the lost ones on replacement nodes found by
+    /// flooding) that loads its checkpoint of that generation; with no
+    /// common generation, all ranks start over. See
+    /// [`crate::checkpoint::CheckpointIndex::common_generation`].
+    Rollback,
 }
 
 /// What a user asks for when submitting a job.

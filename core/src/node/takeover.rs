@@ -50,7 +50,10 @@ impl<P: PeerKey> Scheduler<P> {
             ranks,
             grants,
             full,
+            checkpoints,
+            logged_checkpoints,
         } = state;
+        self.checkpoints.absorb(checkpoints);
         let ended_with = match phase {
             Phase::Scheduling | Phase::Running => None,
             Phase::Completed => Some(RefuseReason::JobFull),
@@ -77,6 +80,7 @@ impl<P: PeerKey> Scheduler<P> {
             settle_at: None,
             settling: false,
             ended_with,
+            logged_checkpoints,
             report: PendingReport {
                 needed: spec.workers.min,
                 granted,
@@ -104,6 +108,8 @@ impl<P: PeerKey> Scheduler<P> {
     pub fn step_down(&mut self, job: JobId, new_home: P) -> bool {
         let was = self.home.remove(&job).is_some();
         self.ended.retain(|j| *j != job);
+        // The checkpoints are the new home's to keep (and to drop).
+        drop(self.checkpoints.take_job(job.0));
         self.home_moved(job, new_home);
         was
     }

@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use zorilla_core::checkpoint::{CheckpointIndex, Latest};
+use zorilla_core::checkpoint::Latest;
 
 use super::*;
 use crate::checkpoint::{CheckpointSettings, Neighbours, NetCheckpoints};
@@ -20,8 +20,6 @@ pub(super) struct CheckpointState {
     /// The checkpoints this node holds for others (`None`: its database
     /// could not be opened; blocks are refused with the reason).
     holder: Result<Arc<Mutex<Holder>>, String>,
-    /// Where the latest checkpoint of each rank of this home's jobs is.
-    index: CheckpointIndex<PeerId>,
     /// The overlay's neighbours, for the workers' saves.
     pub(super) neighbours: Neighbours,
     pub(super) settings: CheckpointSettings,
@@ -39,7 +37,6 @@ impl CheckpointState {
             });
         CheckpointState {
             holder,
-            index: CheckpointIndex::new(),
             neighbours: Neighbours::default(),
             settings,
             last_expire: Instant::now(),
@@ -136,9 +133,9 @@ impl Node {
                         .map(|()| PeerReply::Ack)
                 });
             }
-            CheckpointRpc::Manifest { job, rank } => {
+            CheckpointRpc::Manifest { job, rank, seq } => {
                 return on_holder(overlay, holder, reply, move |h| {
-                    h.manifest(job, rank)
+                    h.manifest(job, rank, seq)
                         .map(|m| PeerReply::Checkpoint(CheckpointReply::Manifest(m)))
                 });
             }
@@ -164,35 +161,40 @@ impl Node {
                 job,
                 rank,
                 seq,
+                generation,
                 size,
                 holders,
-            } => self.checkpoint_stored(from, job, rank, Latest { seq, size, holders }),
+            } => {
+                let latest = Latest {
+                    seq,
+                    generation,
+                    size,
+                    holders,
+                };
+                self.checkpoint_stored(from, job, rank, latest)
+            }
             // Told only to the node the rank is placed on: its fresh
             // worker is the one that loads it.
-            CheckpointRpc::Where { job, rank } => match self.jobs.get(&job) {
-                Some(record)
-                    if record
-                        .ranks
-                        .get(&rank)
-                        .is_some_and(|r| r.node == from.to_string()) =>
-                {
-                    PeerReply::Checkpoint(CheckpointReply::At(
-                        self.checkpoints.index.latest(job, rank).map(|l| Located {
+            CheckpointRpc::Where { job, rank } => {
+                match self.sched.checkpoint_of(JobId(job), &from, rank) {
+                    Ok(latest) => {
+                        PeerReply::Checkpoint(CheckpointReply::At(latest.map(|l| Located {
                             seq: l.seq,
+                            generation: l.generation,
                             size: l.size,
                             holders: l.holders.clone(),
-                        }),
-                    ))
+                        })))
+                    }
+                    Err(e) => PeerReply::Error(e.to_string()),
                 }
-                Some(_) => PeerReply::Error(format!("rank {rank} is not placed on the sender")),
-                None => PeerReply::Error(format!("job {} is not under way here", JobId(job))),
-            },
+            }
         };
         self.reply(reply, answer);
     }
 
-    /// A node running `rank` of `job` stored a checkpoint: the index keeps
-    /// it if the job is under way here and the sender runs the rank.
+    /// A node running `rank` of `job` stored a checkpoint: the home's
+    /// index (the core's) keeps it if the job is under way here and the
+    /// sender's worker is the one placed for the rank.
     fn checkpoint_stored(
         &mut self,
         from: PeerId,
@@ -200,28 +202,35 @@ impl Node {
         rank: u32,
         latest: Latest<PeerId>,
     ) -> PeerReply {
-        let Some(record) = self.jobs.get(&job) else {
-            return PeerReply::Error(format!("job {} is not under way here", JobId(job)));
-        };
-        let sender = from.to_string();
-        if record.ranks.get(&rank).is_none_or(|r| r.node != sender) {
-            return PeerReply::Error(format!("rank {rank} does not run on the sender"));
+        let (seq, generation, holders) = (latest.seq, latest.generation, latest.holders.len());
+        match self
+            .sched
+            .checkpoint_stored(JobId(job), &from, rank, latest)
+        {
+            Ok(out) => {
+                tracing::debug!(
+                    job = %JobId(job),
+                    rank,
+                    seq,
+                    ?generation,
+                    holders,
+                    "checkpoint recorded"
+                );
+                self.execute(out);
+                PeerReply::Ack
+            }
+            Err(e) => PeerReply::Error(e.to_string()),
         }
-        let (seq, holders) = (latest.seq, latest.holders.len());
-        if self.checkpoints.index.record(job, rank, latest) {
-            tracing::debug!(job = %JobId(job), rank, seq, holders, "checkpoint recorded");
-        }
-        PeerReply::Ack
     }
 
     /// Tells the holders of checkpoints of jobs that ended here to drop
     /// them, and lets the holder delete ranks unwritten for too long.
     pub(super) fn collect_checkpoints(&mut self) {
-        for job in self.checkpoints.index.jobs() {
+        for job in self.sched.checkpoints().jobs() {
             if self.jobs.contains_key(&job) {
                 continue;
             }
-            for holder in self.checkpoints.index.end_job(job) {
+            for holder in self.sched.forget_checkpoints(JobId(job)) {
                 let net = self.net.clone();
                 self.tasks.spawn(async move {
                     let rpc = PeerRpc::Checkpoint(CheckpointRpc::Drop { job });

@@ -145,6 +145,56 @@ impl Node {
                 self.liveness.ended(job, &node, rank);
                 self.record_outcomes(job.0, &node, &[rank], &outcome);
             }
+            JobEvent::Checkpointed {
+                job,
+                rank,
+                checkpoint,
+            } => {
+                tracing::debug!(
+                    job = %job,
+                    rank,
+                    generation = ?checkpoint.generation,
+                    "checkpoint logged"
+                );
+            }
+            JobEvent::RolledBack {
+                job,
+                generation,
+                stopped,
+            } => {
+                match generation {
+                    Some(generation) => tracing::warn!(
+                        job = %job,
+                        generation,
+                        "the job rolls back: every rank restarts from checkpoint generation \
+                         {generation}, the latest all of them hold"
+                    ),
+                    None => tracing::warn!(
+                        job = %job,
+                        "the job rolls back to its start: its ranks hold no checkpoint \
+                         generation in common (none was saved by every rank, or the holders \
+                         were lost)"
+                    ),
+                }
+                // The stopped workers' nodes, as the record knows them.
+                let mut by_node: BTreeMap<PeerId, Vec<u32>> = BTreeMap::new();
+                if let Some(record) = self.jobs.get(&job.0) {
+                    for rank in &stopped {
+                        if let Some(node) = record
+                            .ranks
+                            .get(rank)
+                            .and_then(|r| r.node.parse::<PeerId>().ok())
+                        {
+                            by_node.entry(node).or_default().push(*rank);
+                        }
+                    }
+                }
+                let outcome = RankOutcome::Lost(LostReason::RolledBack);
+                for (node, ranks) in by_node {
+                    self.liveness.forget(job, &node, &ranks);
+                    self.record_outcomes(job.0, &node, &ranks, &outcome);
+                }
+            }
             JobEvent::Ended { job, phase, reason } => {
                 self.liveness.forget_job(job);
                 if phase.is_end() {

@@ -29,12 +29,19 @@ impl Node {
             home,
             net: JobNet::new(job, self.net.links.clone()),
             workers: HashMap::new(),
+            incarnations: HashMap::new(),
             pending: HashMap::new(),
             stopped: false,
             heard: Instant::now(),
             born: HashMap::new(),
             home_tx: watch::channel(home).0,
         });
+        if member.stopped {
+            // Stopped before (the job rolled back) and given ranks again:
+            // the stopped workers' network is closed for good, the fresh
+            // ones get a network of their own.
+            member.net = JobNet::new(job, self.net.links.clone());
+        }
         member.stopped = false;
         member.heard = Instant::now();
         member.net.set_ranks(placement.clone());
@@ -42,6 +49,7 @@ impl Node {
         // while the module is fetched.
         for rank in &ranks {
             member.born.insert(*rank, Instant::now());
+            member.incarnations.insert(*rank, incarnation);
             let ends = member.net.register(*rank, incarnation);
             member.pending.insert(*rank, ends);
         }
@@ -141,11 +149,25 @@ impl Node {
                     self.stop_workers(job);
                 }
             }
-            Done::WorkerEnded { job, rank } => {
+            Done::WorkerEnded {
+                job,
+                rank,
+                incarnation,
+            } => {
                 self.ended_since_release = true;
                 let mut empty = false;
                 if let Some(member) = self.members.get_mut(&job) {
+                    if member
+                        .incarnations
+                        .get(&rank)
+                        .is_some_and(|latest| *latest != incarnation)
+                    {
+                        // A stopped worker of a rank that runs here again:
+                        // the fresh worker's resources stay taken.
+                        return;
+                    }
                     member.workers.remove(&rank);
+                    member.incarnations.remove(&rank);
                     empty = member.workers.is_empty();
                 }
                 // A copy keeps the job's ranks that ended here (their
@@ -196,8 +218,13 @@ impl Node {
             Ok(ok) if !stopped => ok,
             Ok(_) => {
                 for rank in ranks {
-                    self.tasks
-                        .spawn(async move { Done::WorkerEnded { job, rank } });
+                    self.tasks.spawn(async move {
+                        Done::WorkerEnded {
+                            job,
+                            rank,
+                            incarnation,
+                        }
+                    });
                 }
                 return;
             }
@@ -214,7 +241,11 @@ impl Node {
                             end,
                         };
                         let _ = net.call(home, rpc).await;
-                        Done::WorkerEnded { job, rank }
+                        Done::WorkerEnded {
+                            job,
+                            rank,
+                            incarnation,
+                        }
                     });
                 }
                 return;
@@ -239,7 +270,9 @@ impl Node {
             return;
         };
         for (rank, (inbox, barrier_rx)) in ends {
-            let job_dir = dir.join(rank.to_string());
+            // Per incarnation: a worker stopped for a rollback cleans up
+            // its own directory and log, never its rank's fresh worker's.
+            let job_dir = dir.join(format!("{rank}.{incarnation}"));
             if let Err(e) = link_inputs(&dir.join("inputs"), &job_dir.join("inputs")) {
                 tracing::warn!("cannot prepare the job directory: {e}");
             }
@@ -275,7 +308,7 @@ impl Node {
             // The limits in force: what the worker may leave in /outputs
             // is what may go home, and an end by a limit names its figure.
             let in_force = limits.capped_by(&self.sandbox.config().caps);
-            let log_file = dir.join("logs").join(rank.to_string());
+            let log_file = dir.join("logs").join(format!("{rank}.{incarnation}"));
             self.tasks.spawn(supervise(
                 net,
                 home_rx.clone(),
@@ -347,7 +380,11 @@ pub(super) async fn supervise(
         let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
         let _ = std::fs::remove_dir_all(&job_dir);
         log.remove();
-        return Done::WorkerEnded { job, rank };
+        return Done::WorkerEnded {
+            job,
+            rank,
+            incarnation,
+        };
     }
     drain.await;
     let outputs = job_dir.join("outputs");
@@ -360,7 +397,11 @@ pub(super) async fn supervise(
         () = cancel.cancelled() => {
             let _ = std::fs::remove_dir_all(&job_dir);
             log.remove();
-            return Done::WorkerEnded { job, rank };
+            return Done::WorkerEnded {
+            job,
+            rank,
+            incarnation,
+        };
         }
     }
     let end = worker_end(report.outcome, &limits);
@@ -391,7 +432,11 @@ pub(super) async fn supervise(
         let _ = std::fs::remove_dir_all(&job_dir);
         log.remove();
     });
-    Done::WorkerEnded { job, rank }
+    Done::WorkerEnded {
+        job,
+        rank,
+        incarnation,
+    }
 }
 
 /// A rank's log as it was sent home, kept in a file so that a new home can

@@ -103,7 +103,11 @@ enum Done {
         result: Box<Result<(JobCopy, Program, PathBuf), files::PrepareError>>,
     },
     /// A worker here ended and its output went to the home.
-    WorkerEnded { job: u64, rank: u32 },
+    WorkerEnded {
+        job: u64,
+        rank: u32,
+        incarnation: u32,
+    },
     /// A liveness probe of a peer failed.
     PeerDead(PeerId),
     /// A node holding ranks of our jobs answered which it runs (`Err`:
@@ -154,6 +158,10 @@ struct MemberJob {
     home: PeerId,
     net: Arc<JobNet>,
     workers: HashMap<u32, CancelHandle>,
+    /// The incarnation of each rank's latest worker here: an older one's
+    /// end (stopped for a rollback, its rank since given a fresh worker
+    /// here) changes nothing of the new one's.
+    incarnations: HashMap<u32, u32>,
     /// Inbox ends of ranks whose workers are being prepared.
     pending: HashMap<u32, Ends>,
     stopped: bool,

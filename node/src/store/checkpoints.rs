@@ -7,8 +7,12 @@
 //! A checkpoint arrives as blocks ([`Holder::put`]), then a manifest that
 //! lists them in order ([`Holder::commit`]): only then does it replace the
 //! rank's previous one, whose blocks the new one does not use are deleted
-//! in the same transaction. So a rank has at most its committed checkpoint
-//! and the blocks of one on its way.
+//! in the same transaction. A checkpoint the job's ranks took together
+//! (with a generation: see [`zorilla_core::checkpoint::Latest`]) keeps
+//! the one before it in the rank's timeline (the newest with a lower
+//! generation), as the home's index does, so that a job rolling back finds
+//! the generation all its ranks hold. So a rank has at most two committed
+//! checkpoints and the blocks of one on its way.
 //!
 //! Bounded: a block is at most [`MAX_BLOCK_BYTES`], a checkpoint at most
 //! [`MAX_CHECKPOINT_BYTES`] and [`MAX_BLOCKS`] blocks, a rank at most
@@ -40,9 +44,9 @@ pub(crate) const MAX_BLOCK_BYTES: usize = 256 * 1024;
 pub(crate) const MAX_CHECKPOINT_BYTES: u64 = zorilla_sandbox::MAX_CHECKPOINT_BYTES;
 /// The most blocks of one checkpoint.
 pub(crate) const MAX_BLOCKS: usize = (MAX_CHECKPOINT_BYTES as usize).div_ceil(MAX_BLOCK_BYTES);
-/// The most bytes held for one rank: its committed checkpoint and one on
-/// its way.
-pub(crate) const RANK_QUOTA: u64 = 2 * MAX_CHECKPOINT_BYTES;
+/// The most bytes held for one rank: its two committed checkpoints and
+/// one on its way.
+pub(crate) const RANK_QUOTA: u64 = 3 * MAX_CHECKPOINT_BYTES;
 
 /// A block's name: the SHA-256 of its bytes.
 pub(crate) type BlockHash = [u8; 32];
@@ -56,6 +60,9 @@ const RANKS: TableDefinition<'_, (u64, u32), &[u8]> = TableDefinition::new("rank
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Manifest {
     pub(crate) seq: u64,
+    /// The generation the job's ranks took it at, if they took it together.
+    #[serde(default)]
+    pub(crate) generation: Option<u64>,
     pub(crate) size: u64,
     pub(crate) blocks: Vec<BlockHash>,
 }
@@ -71,6 +78,10 @@ struct RankRecord {
     /// When a block or manifest was last written, ms since the Unix epoch.
     touched_ms: u64,
     committed: Option<Manifest>,
+    /// The one before `committed` in the rank's timeline, kept when
+    /// `committed` has a generation (a lower generation).
+    #[serde(default)]
+    previous: Option<Manifest>,
 }
 
 /// What a holder takes at most.
@@ -252,6 +263,7 @@ impl Holder {
                     home: home.to_owned(),
                     touched_ms: 0,
                     committed: None,
+                    previous: None,
                 },
             };
             if let Some(held) = &record.committed
@@ -330,7 +342,8 @@ impl Holder {
 
     /// Makes `manifest` the rank's latest checkpoint if all its blocks are
     /// here and add up to its size, deleting the blocks of the rank it does
-    /// not use (its previous checkpoint's, a broken-off one's).
+    /// not use (its previous checkpoint's, a broken-off one's) unless the
+    /// previous one is kept (see the module docs).
     pub(crate) fn commit(
         &mut self,
         owner: &str,
@@ -374,7 +387,19 @@ impl Holder {
             if size != manifest.size {
                 return Err(HolderError::Incomplete);
             }
-            let used: BTreeSet<&BlockHash> = manifest.blocks.iter().collect();
+            let previous = match manifest.generation {
+                None => None,
+                Some(g) => [record.committed.take(), record.previous.take()]
+                    .into_iter()
+                    .flatten()
+                    .filter(|m| m.generation.is_some_and(|h| h < g))
+                    .max_by_key(|m| m.seq),
+            };
+            let used: BTreeSet<&BlockHash> = manifest
+                .blocks
+                .iter()
+                .chain(previous.iter().flat_map(|m| m.blocks.iter()))
+                .collect();
             let mut unused = Vec::new();
             for entry in blocks.range((job, rank, &[][..])..(job, rank + 1, &[][..]))? {
                 let (key, value) = entry?;
@@ -388,6 +413,7 @@ impl Holder {
                 blocks.remove((job, rank, &hash[..]))?;
             }
             record.committed = Some(manifest);
+            record.previous = previous;
             record.touched_ms = unix_ms();
             ranks.insert((job, rank), &encode_rank(&record)[..])?;
         }
@@ -396,13 +422,25 @@ impl Holder {
         Ok(())
     }
 
-    /// The rank's latest complete checkpoint.
-    pub(crate) fn manifest(&self, job: u64, rank: u32) -> Result<Option<Manifest>, HolderError> {
+    /// The rank's complete checkpoint `seq`, or its latest if `None`.
+    pub(crate) fn manifest(
+        &self,
+        job: u64,
+        rank: u32,
+        seq: Option<u64>,
+    ) -> Result<Option<Manifest>, HolderError> {
         let tx = self.db.begin_read()?;
         let ranks = tx.open_table(RANKS)?;
-        Ok(match ranks.get((job, rank))? {
-            Some(bytes) => decode_rank(bytes.value())?.committed,
-            None => None,
+        let Some(bytes) = ranks.get((job, rank))? else {
+            return Ok(None);
+        };
+        let record = decode_rank(bytes.value())?;
+        Ok(match seq {
+            None => record.committed,
+            Some(seq) => [record.committed, record.previous]
+                .into_iter()
+                .flatten()
+                .find(|m| m.seq == seq),
         })
     }
 
@@ -483,6 +521,7 @@ mod tests {
     fn manifest(seq: u64, blocks: &[&[u8]]) -> Manifest {
         Manifest {
             seq,
+            generation: None,
             size: blocks.iter().map(|b| b.len() as u64).sum(),
             blocks: blocks.iter().map(|b| Sha256::digest(b).into()).collect(),
         }
@@ -512,7 +551,7 @@ mod tests {
         assert_eq!(h.total_bytes(), 160);
         h.commit("w", 1, 0, manifest(2, &[a, c])).unwrap();
         assert_eq!(h.total_bytes(), 110);
-        assert_eq!(h.manifest(1, 0).unwrap(), Some(manifest(2, &[a, c])));
+        assert_eq!(h.manifest(1, 0, None).unwrap(), Some(manifest(2, &[a, c])));
         let hash_b: BlockHash = Sha256::digest(b).into();
         assert_eq!(h.block(1, 0, &hash_b).unwrap(), None);
         let hash_c: BlockHash = Sha256::digest(c).into();
@@ -530,6 +569,58 @@ mod tests {
         drop(h);
         let h = holder(dir.path(), HolderLimits::default());
         assert_eq!(h.total_bytes(), 110);
+    }
+
+    fn generation(seq: u64, generation: u64, blocks: &[&[u8]]) -> Manifest {
+        Manifest {
+            generation: Some(generation),
+            ..manifest(seq, blocks)
+        }
+    }
+
+    #[test]
+    fn a_generation_keeps_the_one_before_it_in_the_timeline() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = holder(dir.path(), HolderLimits::default());
+        let block = |n: u8| vec![n; 10];
+        let (one, two, three, again) = (block(1), block(2), block(3), block(4));
+        let commit = |h: &mut Holder, m: Manifest, data: &[u8]| {
+            h.put("w", "home", 1, 0, m.seq, data).unwrap();
+            h.commit("w", 1, 0, m).unwrap();
+        };
+        commit(&mut h, generation(1, 1, &[&one]), &one);
+        commit(&mut h, generation(2, 2, &[&two]), &two);
+        // Both are held whole, each found by its number.
+        assert_eq!(h.total_bytes(), 20);
+        assert_eq!(
+            h.manifest(1, 0, Some(1)).unwrap().unwrap().generation,
+            Some(1)
+        );
+        assert_eq!(h.manifest(1, 0, None).unwrap().unwrap().seq, 2);
+        // Generation 3 drops generation 1 and its blocks.
+        commit(&mut h, generation(3, 3, &[&three]), &three);
+        assert_eq!(h.total_bytes(), 20);
+        assert_eq!(h.manifest(1, 0, Some(1)).unwrap(), None);
+        let hash: BlockHash = Sha256::digest(&one).into();
+        assert_eq!(h.block(1, 0, &hash).unwrap(), None);
+        // The job rolled back to generation 2: the new timeline's
+        // generation 3 (a newer number) keeps generation 2, not the old 3.
+        commit(&mut h, generation(5 << 32, 3, &[&again]), &again);
+        assert_eq!(h.manifest(1, 0, Some(3)).unwrap(), None);
+        assert_eq!(
+            h.manifest(1, 0, Some(2)).unwrap().unwrap().generation,
+            Some(2)
+        );
+        assert_eq!(h.total_bytes(), 20);
+        // A checkpoint with no generation keeps nothing before it.
+        let plain = block(5);
+        commit(&mut h, manifest(6 << 32, &[&plain]), &plain);
+        assert_eq!(h.manifest(1, 0, Some(2)).unwrap(), None);
+        assert_eq!(h.total_bytes(), 10);
+        // Counted again the same after a restart.
+        drop(h);
+        let h = holder(dir.path(), HolderLimits::default());
+        assert_eq!(h.total_bytes(), 10);
     }
 
     #[test]
@@ -571,6 +662,7 @@ mod tests {
         // A checkpoint beyond the largest is refused from its manifest.
         let huge = Manifest {
             seq: 9,
+            generation: None,
             size: MAX_CHECKPOINT_BYTES + 1,
             blocks: vec![],
         };
@@ -579,7 +671,7 @@ mod tests {
             Err(HolderError::TooLarge { .. })
         ));
         let a_rank_quota = RANK_QUOTA;
-        assert!(a_rank_quota >= 2 * MAX_CHECKPOINT_BYTES);
+        assert!(a_rank_quota >= 3 * MAX_CHECKPOINT_BYTES);
     }
 
     #[test]
@@ -596,8 +688,8 @@ mod tests {
         assert_eq!(h.drop_job("stranger", 1).unwrap(), 0);
         assert_eq!(h.drop_job("home", 1).unwrap(), 2);
         assert_eq!(h.total_bytes(), 100);
-        assert_eq!(h.manifest(1, 0).unwrap(), None);
-        assert!(h.manifest(2, 0).unwrap().is_some());
+        assert_eq!(h.manifest(1, 0, None).unwrap(), None);
+        assert!(h.manifest(2, 0, None).unwrap().is_some());
         // Nothing is old enough yet; with no age allowed, everything is.
         assert_eq!(h.expire().unwrap(), 0);
         h.limits.max_age = Duration::ZERO;

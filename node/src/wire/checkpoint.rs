@@ -33,21 +33,27 @@ pub(crate) enum CheckpointRpc {
         manifest: Manifest,
     },
     /// Worker node to the home: the rank's checkpoint `seq` of `size`
-    /// bytes is held whole by `holders` (at most
-    /// [`zorilla_core::checkpoint::MAX_REPLICAS`]).
+    /// bytes (of `generation`, if the ranks took it together: at most
+    /// [`zorilla_core::checkpoint::MAX_GENERATION`]) is held whole by
+    /// `holders` (at most [`zorilla_core::checkpoint::MAX_REPLICAS`]).
     Stored {
         job: u64,
         rank: u32,
         seq: u64,
+        generation: Option<u64>,
         size: u64,
         holders: Vec<PeerId>,
     },
     /// Worker node to the home: where is the rank's latest checkpoint?
     /// Answered with [`CheckpointReply::At`].
     Where { job: u64, rank: u32 },
-    /// To a holder: the rank's latest complete checkpoint's manifest.
-    /// Answered with [`CheckpointReply::Manifest`].
-    Manifest { job: u64, rank: u32 },
+    /// To a holder: the manifest of the rank's complete checkpoint `seq`
+    /// (the latest if `None`). Answered with [`CheckpointReply::Manifest`].
+    Manifest {
+        job: u64,
+        rank: u32,
+        seq: Option<u64>,
+    },
     /// To a holder: a block of the rank's checkpoint. Answered with
     /// [`super::PeerReply::Block`].
     Get {
@@ -63,6 +69,7 @@ pub(crate) enum CheckpointRpc {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Located {
     pub(crate) seq: u64,
+    pub(crate) generation: Option<u64>,
     pub(crate) size: u64,
     pub(crate) holders: Vec<PeerId>,
 }
@@ -73,6 +80,6 @@ pub(crate) enum CheckpointReply {
     /// Answer to [`CheckpointRpc::Where`]: `None` if no checkpoint of the
     /// rank was stored.
     At(Option<Located>),
-    /// Answer to [`CheckpointRpc::Manifest`]: `None` if none is held.
+    /// Answer to [`CheckpointRpc::Manifest`]: `None` if it is not held.
     Manifest(Option<Manifest>),
 }

@@ -154,7 +154,9 @@ pub(crate) struct SubmitArgs {
     /// How long the job may wait for its workers, seconds.
     #[arg(long)]
     pub(crate) lifetime_secs: Option<u64>,
-    /// What a rigid job does when it loses a worker: fail or replace.
+    /// What a rigid job does when it loses a worker: fail, replace (the
+    /// lost rank restarts from its checkpoint) or rollback (every rank
+    /// restarts from the latest checkpoint generation all of them hold).
     #[arg(long, value_parser = parse_lost_policy)]
     pub(crate) on_worker_lost: Option<LostPolicy>,
     /// An input file (repeatable); workers read it under /inputs.
@@ -189,6 +191,7 @@ pub(crate) fn parse_lost_policy(s: &str) -> Result<LostPolicy, String> {
     match s {
         "fail" => Ok(LostPolicy::Fail),
         "replace" => Ok(LostPolicy::Replace),
-        _ => Err(format!("{s:?}: use fail or replace")),
+        "rollback" => Ok(LostPolicy::Rollback),
+        _ => Err(format!("{s:?}: use fail, replace or rollback")),
     }
 }
