@@ -284,7 +284,7 @@ impl<P: PeerKey> Scheduler<P> {
         let refuse = match self.home.get_mut(&job_id) {
             None => Some(RefuseReason::UnknownJob),
             Some(job) => {
-                job.schedule.answer(now);
+                job.schedule.answer_from(now, rtt);
                 job.report.nodes_answered += 1;
                 job.report.offers += 1;
                 job.report.workers_offered = job
