@@ -127,9 +127,6 @@ pub struct FloodSchedule {
     last_flood_at: Option<Time>,
     /// How far the last flood went.
     last: Option<Reach>,
-    /// How far the flood before the last went.
-    #[serde(default)]
-    before_last: Option<Reach>,
     /// Answers to the last flood, and the delay of the slowest one.
     answers: u32,
     slowest_answer: Duration,
@@ -148,7 +145,6 @@ impl FloodSchedule {
             floods: 0,
             last_flood_at: None,
             last: None,
-            before_last: None,
             answers: 0,
             slowest_answer: Duration::ZERO,
             silent_floods: 0,
@@ -248,7 +244,6 @@ impl FloodSchedule {
             };
         }
         self.floods = self.floods.saturating_add(1);
-        self.before_last = self.last;
         self.last = Some(Reach {
             radius: ttl,
             budget: self.budget,
@@ -259,24 +254,6 @@ impl FloodSchedule {
         self.answers = 0;
         self.slowest_answer = Duration::ZERO;
         header
-    }
-
-    /// Records an answer from a node at `distance` (an offer) that arrived
-    /// at `now`. In latency-bounded mode, a node within the budget of the
-    /// flood before the last had that flood already: its offer (a node
-    /// whose cores freed up, or a raised offer) would have come without the
-    /// last flood, so it does not count as an answer to it. Otherwise a job
-    /// waiting in a busy grid would flood the same nodes again at the short
-    /// pace of those answers; now such floods go quiet and their waits
-    /// double.
-    pub fn answer_from(&mut self, now: Time, distance: Duration) {
-        let reached_before = self.config.flood_mode == FloodMode::LatencyBounded
-            && self
-                .before_last
-                .is_some_and(|reach| distance <= reach.budget);
-        if !reached_before {
-            self.answer(now);
-        }
     }
 
     /// Records an answer (offer or decline) that arrived at `now`.
@@ -387,31 +364,6 @@ mod tests {
         assert_eq!(schedule.next_flood_at(), ms(80 + 160));
         schedule.next_flood(ms(240));
         assert_eq!(schedule.next_flood_at(), ms(240 + 320));
-    }
-
-    /// An offer from a node the flood before the last reached already (its
-    /// cores freed up, or it raised its offer) does not keep a waiting job
-    /// flooding at the short pace of answers: the flood counts as silent
-    /// and the wait doubles. An offer from beyond that budget counts.
-    #[test]
-    fn offers_from_nodes_reached_before_do_not_keep_the_floods_going() {
-        let ms = Duration::from_millis;
-        let mut schedule = FloodSchedule::new(ScheduleConfig::default(), 8);
-        schedule.next_flood(ms(0)); // budget 1 ms
-        schedule.answer_from(ms(1), ms(1));
-        assert_eq!(schedule.next_flood_at(), ms(10), "first flood: counts");
-        schedule.next_flood(ms(10)); // budget 2 ms
-        schedule.answer_from(ms(30), ms(1));
-        assert!(schedule.quiet(), "a node within the 1 ms budget of before");
-        assert_eq!(schedule.next_flood_at(), ms(10 + 20), "the wait doubles");
-        schedule.answer_from(ms(31), ms(2));
-        assert!(!schedule.quiet(), "a node beyond it is a new answer");
-        // The paper's hop floods count every answer.
-        let mut paper = FloodSchedule::new(ScheduleConfig::paper(), 8);
-        paper.next_flood(ms(0));
-        paper.next_flood(ms(1000));
-        paper.answer_from(ms(1001), ms(0));
-        assert!(!paper.quiet());
     }
 
     mod properties {

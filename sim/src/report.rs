@@ -261,8 +261,12 @@ pub fn plot_random(path: &Path, title: &str, runs: &[crate::random::Run]) -> any
         ("extra RTT per worker over the oracle", "ms", |s| {
             s.extra_rtt_ms
         }),
-        ("workers placed out of order", "%", |s| s.out_of_order * 100.0),
-        ("messages per job (log)", "", |s| s.messages_per_job.max(1.0)),
+        ("workers placed out of order", "%", |s| {
+            s.out_of_order * 100.0
+        }),
+        ("messages per job (log)", "", |s| {
+            s.messages_per_job.max(1.0)
+        }),
         ("mean allocation time (log)", "s", |s| {
             s.mean_allocation.as_secs_f64().max(1e-3)
         }),
@@ -270,7 +274,10 @@ pub fn plot_random(path: &Path, title: &str, runs: &[crate::random::Run]) -> any
     let mut modes: Vec<Mode> = runs.iter().map(|r| r.mode).collect();
     modes.sort();
     modes.dedup();
-    let topologies = runs.iter().map(|r| r.seed).collect::<std::collections::BTreeSet<_>>();
+    let topologies = runs
+        .iter()
+        .map(|r| r.seed)
+        .collect::<std::collections::BTreeSet<_>>();
     let root = SVGBackend::new(path, (1000, 760)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let root = root

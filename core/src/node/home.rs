@@ -48,6 +48,7 @@ impl<P: PeerKey> Scheduler<P> {
                 settling: false,
                 ended_with: None,
                 report,
+                answered: BTreeSet::new(),
             },
         );
     }
@@ -284,7 +285,7 @@ impl<P: PeerKey> Scheduler<P> {
         let refuse = match self.home.get_mut(&job_id) {
             None => Some(RefuseReason::UnknownJob),
             Some(job) => {
-                job.schedule.answer_from(now, rtt);
+                job.new_answer(&from, now);
                 job.report.nodes_answered += 1;
                 job.report.offers += 1;
                 job.report.workers_offered = job

@@ -114,12 +114,40 @@ struct HomeJob<P> {
     /// same as an early one.
     ended_with: Option<RefuseReason>,
     report: PendingReport,
+    /// Nodes that answered (offered or declined) so far, at most
+    /// [`MAX_ANSWERED`]: a later offer of one of them (its cores freed up,
+    /// or it raised its offer) would have come without the last flood, so
+    /// it does not keep the floods going (see [`HomeJob::new_answer`]).
+    answered: BTreeSet<P>,
 }
+
+/// The most nodes a home remembers as having answered one job; beyond it,
+/// every answer counts as new (the floods go on at the pace of answers).
+pub const MAX_ANSWERED: usize = 16_384;
 
 #[derive(Debug, Clone, Copy)]
 struct HeldOffer {
     workers: u32,
     rtt: Duration,
+}
+
+impl<P: Ord + Clone> HomeJob<P> {
+    /// Records an answer from `node` at `now`; it counts as an answer to
+    /// the last flood (and keeps the adaptive waits short) only the first
+    /// time the node answers this job. Otherwise a job waiting in a busy
+    /// grid would flood the same nodes again at the short pace of the
+    /// offers of nodes whose cores free up one by one, which its pending
+    /// adverts bring anyway; now such floods go quiet and their waits
+    /// double.
+    fn new_answer(&mut self, node: &P, now: Time) {
+        let known = self.answered.contains(node);
+        if !known && self.answered.len() < MAX_ANSWERED {
+            self.answered.insert(node.clone());
+        }
+        if !known {
+            self.schedule.answer(now);
+        }
+    }
 }
 
 impl<P> HomeJob<P> {
@@ -597,7 +625,7 @@ impl<P: PeerKey> Scheduler<P> {
             } => self.offer_received(now, from, job, workers, rtt.unwrap_or(distance), out),
             Message::Decline { job, reason } => {
                 if let Some(j) = self.home.get_mut(&job) {
-                    j.schedule.answer(now);
+                    j.new_answer(&from, now);
                     j.report.nodes_answered += 1;
                     *j.report.declines.entry(reason).or_default() += 1;
                 }
