@@ -41,7 +41,7 @@ fn on_random_topologies_ours_places_workers_nearer_than_the_papers_scheduler() {
     // Locality: the median topology is near the oracle (0.14 ms, 1.1%
     // when written), the 95th percentile within a few ms (4.5 ms, 11%:
     // workers of jobs that waited for cores in a full grid), and both well
-    // below the paper's scheduler (4.5 and 8.9 ms, 13% and 29%).
+    // below the paper's scheduler (3.0 and 8.9 ms, 13% and 25%).
     let (ours, paper) = (
         figure(&runs, Mode::Ours, extra),
         figure(&runs, Mode::Paper, extra),
