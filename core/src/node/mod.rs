@@ -115,14 +115,13 @@ struct HomeJob<P> {
     ended_with: Option<RefuseReason>,
     report: PendingReport,
     /// Nodes that answered (offered or declined) so far, at most
-    /// [`MAX_ANSWERED`]: a later offer of one of them (its cores freed up,
-    /// or it raised its offer) would have come without the last flood, so
-    /// it does not keep the floods going (see [`HomeJob::new_answer`]).
+    /// [`MAX_ANSWERED`]: a later offer of one of them is not a new answer
+    /// (see [`HomeJob::new_answer`]).
     answered: BTreeSet<P>,
 }
 
 /// The most nodes a home remembers as having answered one job; beyond it,
-/// every answer counts as new (the floods go on at the pace of answers).
+/// every answer of a node not remembered counts as new.
 pub const MAX_ANSWERED: usize = 16_384;
 
 #[derive(Debug, Clone, Copy)]
@@ -133,12 +132,13 @@ struct HeldOffer {
 
 impl<P: Ord + Clone> HomeJob<P> {
     /// Records an answer from `node` at `now`; it counts as an answer to
-    /// the last flood (and keeps the adaptive waits short) only the first
-    /// time the node answers this job. Otherwise a job waiting in a busy
-    /// grid would flood the same nodes again at the short pace of the
-    /// offers of nodes whose cores free up one by one, which its pending
-    /// adverts bring anyway; now such floods go quiet and their waits
-    /// double.
+    /// the last flood only the first time the node answers this job. A
+    /// later offer of a node heard before (its cores freed up, or it raised
+    /// its offer) would have come without the last flood: it does not show
+    /// that floods still find new nodes, so a spread job that waits for
+    /// more nodes than it has offers from stops waiting after three floods
+    /// that found nobody new ([`FloodSchedule::exhausted`]) instead of
+    /// waiting for ever while the nodes it has keep answering.
     fn new_answer(&mut self, node: &P, now: Time) {
         let known = self.answered.contains(node);
         if !known && self.answered.len() < MAX_ANSWERED {
