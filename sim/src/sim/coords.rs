@@ -6,9 +6,10 @@
 //! has one (the path's sum decides the rest), as the real node does.
 //! [`Sim::exact_distances`] is a diagnostic: every node knows its own and
 //! its neighbours' true RTTs to the home, the best any coordinate system
-//! could estimate. On the generated topologies it changed no placement
-//! (BENCHMARKS.md, "Generated topologies"), which is how the cause of the
-//! workers placed out of order was found to lie elsewhere.
+//! could estimate. On the generated topologies it did not improve
+//! locality and cost messages (BENCHMARKS.md, "Generated topologies"),
+//! which is how the cause of the workers placed out of order was found to
+//! lie elsewhere.
 
 use std::time::Duration;
 
