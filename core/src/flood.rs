@@ -5,8 +5,9 @@
 //!    adverts per second (a token bucket with a burst of as many); excess
 //!    copies are dropped.
 //! 2. **Latency budget**: a node whose distance to the home (its own
-//!    measurement if it has one, else the RTT summed along the path the copy
-//!    took) exceeds the advert's budget neither joins nor forwards.
+//!    measurement or estimate if it has one and it is shorter, else the RTT
+//!    summed along the path the copy took; see [`HomeDistance`]) exceeds the
+//!    advert's budget neither joins nor forwards.
 //! 3. **Duplicates**: every flood `(job, seq)` is delivered to the local node
 //!    once. A later copy is forwarded again only if it may travel farther
 //!    (more TTL left) or came by a clearly shorter path; otherwise it is
@@ -19,8 +20,9 @@
 //!    flood of the same job told their distance: they get a new flood before
 //!    this node does, by a shorter way), with the TTL less
 //!    one (capped by the node's own `max_forward_ttl`) and the link's RTT
-//!    added to the path; nothing when no TTL is left, and nothing over a
-//!    link whose RTT alone takes the copy past its latency budget (the
+//!    added to the path; nothing when no TTL is left, and nothing to a
+//!    neighbour that the path through this node takes past the latency
+//!    budget unless its estimated distance to the home is within it (the
 //!    receiver would only drop it).
 //!
 //! The seen-cache holds at most `seen_capacity` floods (oldest forgotten
@@ -35,6 +37,31 @@ use serde::{Deserialize, Serialize};
 
 use crate::advert::{FloodHeader, JobId};
 use crate::{PeerKey, Time};
+
+/// What a node knows of distances to a flood's home besides the path its
+/// copy took: its own measurement or estimate, and estimates of its
+/// neighbours' (network coordinates, [`crate::vivaldi`]). A distance that
+/// does not depend on the path lets a flood reach a near node whose only
+/// overlay way from the home passes through a far site, and keeps a copy
+/// from a neighbour that is farther than the budget whatever the path.
+pub trait HomeDistance<P> {
+    /// This node's distance to the home, if it knows one.
+    fn own(&self) -> Option<Duration>;
+    /// A neighbour's estimated distance to the home, if known.
+    fn peer(&self, peer: &P) -> Option<Duration>;
+}
+
+/// Only a direct measurement of this node's RTT to the home (or none): the
+/// path decides everything else.
+impl<P> HomeDistance<P> for Option<Duration> {
+    fn own(&self) -> Option<Duration> {
+        *self
+    }
+
+    fn peer(&self, _: &P) -> Option<Duration> {
+        None
+    }
+}
 
 /// Node-side limits on flooding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -211,7 +238,7 @@ impl<P: PeerKey> FloodRouter<P> {
             path_rtt: Duration::ZERO,
             ..header
         };
-        self.copies(None, &[], header, header.ttl, neighbours)
+        self.copies(None, &[], header, header.ttl, neighbours, &None)
     }
 
     /// Decides what to do with a copy of flood `id` that arrived from `from`.
@@ -248,6 +275,35 @@ impl<P: PeerKey> FloodRouter<P> {
         neighbours: &[(P, Duration)],
         now: Time,
     ) -> Verdict<P> {
+        self.receive_with(
+            from,
+            id,
+            header,
+            also_sent,
+            &direct_distance,
+            neighbours,
+            now,
+        )
+    }
+
+    /// Like [`receive_from`](Self::receive_from), with distances to the
+    /// home that do not depend on the path: this node's own (a measurement
+    /// or an estimate) decides whether it is within the budget (the path's
+    /// sum still counts where it is shorter), and a neighbour is sent a
+    /// copy when its estimated distance, or the path through this node, is
+    /// within the budget.
+    #[allow(clippy::too_many_arguments)]
+    pub fn receive_with(
+        &mut self,
+        from: &P,
+        id: FloodId,
+        header: FloodHeader,
+        also_sent: &[P],
+        distances: &dyn HomeDistance<P>,
+        neighbours: &[(P, Duration)],
+        now: Time,
+    ) -> Verdict<P> {
+        let direct_distance = distances.own();
         if !self.take_token(from, now) {
             self.stats.rate_limited += 1;
             return Verdict::Drop(DropReason::RateLimited);
@@ -298,7 +354,14 @@ impl<P: PeerKey> FloodRouter<P> {
                 }
                 seen.best_ttl = seen.best_ttl.max(forward_ttl);
                 seen.best_path = seen.best_path.min(header.path_rtt);
-                let forward = self.copies(Some(from), also_sent, header, forward_ttl, neighbours);
+                let forward = self.copies(
+                    Some(from),
+                    also_sent,
+                    header,
+                    forward_ttl,
+                    neighbours,
+                    distances,
+                );
                 Verdict::Reforward { forward }
             }
             None => {
@@ -311,7 +374,14 @@ impl<P: PeerKey> FloodRouter<P> {
                     },
                 );
                 self.stats.delivered += 1;
-                let forward = self.copies(Some(from), also_sent, header, forward_ttl, neighbours);
+                let forward = self.copies(
+                    Some(from),
+                    also_sent,
+                    header,
+                    forward_ttl,
+                    neighbours,
+                    distances,
+                );
                 Verdict::Deliver { forward, distance }
             }
         }
@@ -327,6 +397,7 @@ impl<P: PeerKey> FloodRouter<P> {
         self.buckets.remove(peer);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn copies(
         &mut self,
         from: Option<&P>,
@@ -334,19 +405,24 @@ impl<P: PeerKey> FloodRouter<P> {
         header: FloodHeader,
         ttl: u8,
         neighbours: &[(P, Duration)],
+        distances: &dyn HomeDistance<P>,
     ) -> Vec<(P, FloodHeader)> {
         if ttl == 0 {
             return Vec::new();
         }
-        let within_budget = |rtt: &Duration| {
-            header
-                .latency_budget
-                .is_none_or(|budget| header.path_rtt.saturating_add(*rtt) <= budget)
+        let within_budget = |peer: &P, rtt: &Duration| {
+            header.latency_budget.is_none_or(|budget| {
+                let by_path = header.path_rtt.saturating_add(*rtt);
+                distances
+                    .peer(peer)
+                    .map_or(by_path, |estimate| estimate.min(by_path))
+                    <= budget
+            })
         };
         let forward: Vec<(P, FloodHeader)> = neighbours
             .iter()
             .filter(|(peer, rtt)| {
-                Some(peer) != from && !also_sent.contains(peer) && within_budget(rtt)
+                Some(peer) != from && !also_sent.contains(peer) && within_budget(peer, rtt)
             })
             .map(|(peer, rtt)| {
                 let copy = FloodHeader {
@@ -484,6 +560,43 @@ mod tests {
             panic!("{verdict:?}");
         };
         assert_eq!(forward.len(), 3);
+    }
+
+    /// Distances that do not depend on the path: a node whose path is long
+    /// but whose own distance is within the budget delivers, and a
+    /// neighbour estimated within the budget gets a copy the path alone
+    /// would not send it; one estimated beyond it gets none.
+    #[test]
+    fn distances_that_do_not_depend_on_the_path_decide_the_budget() {
+        struct Known;
+        impl HomeDistance<u32> for Known {
+            fn own(&self) -> Option<Duration> {
+                Some(ms(4))
+            }
+            fn peer(&self, peer: &u32) -> Option<Duration> {
+                match peer {
+                    2 => Some(ms(5)),
+                    3 => Some(ms(30)),
+                    _ => None,
+                }
+            }
+        }
+        let mut router = FloodRouter::new(FloodConfig::default());
+        let copy = FloodHeader {
+            latency_budget: Some(ms(10)),
+            path_rtt: ms(9),
+            ..header(5)
+        };
+        // Links of 8 ms: by the path (17 ms) no copy would go anywhere.
+        let neighbours = [(2u32, ms(8)), (3, ms(8)), (4, ms(8))];
+        let verdict = router.receive_with(&1, ID, copy, &[], &Known, &neighbours, ms(0));
+        let Verdict::Deliver { forward, distance } = verdict else {
+            panic!("{verdict:?}");
+        };
+        assert_eq!(distance, ms(4));
+        let peers: Vec<u32> = forward.iter().map(|(p, _)| *p).collect();
+        assert_eq!(peers, vec![2]);
+        assert_eq!(forward[0].1.path_rtt, ms(17), "the path still grows");
     }
 
     const ID: FloodId = FloodId {

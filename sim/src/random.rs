@@ -111,3 +111,41 @@ pub fn compare(runs: &[Run], a: Mode, b: Mode) -> (usize, usize, usize) {
     }
     (both, fewer_messages, no_slower)
 }
+
+/// Reads back the runs of a `random.csv` that `zorilla-sim --random`
+/// wrote (to plot them again without running them again). The longest
+/// allocation time and the workers placed are not in the file: zero.
+pub fn from_csv(text: &str) -> anyhow::Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let bad = || anyhow::anyhow!("line {} of the CSV is not a run: {line}", i + 1);
+        if f.len() != 11 {
+            return Err(bad());
+        }
+        let mode = [Mode::Ours, Mode::Paper, Mode::OursHop]
+            .into_iter()
+            .find(|m| m.name() == f[1])
+            .ok_or_else(bad)?;
+        let num = |k: usize| f[k].parse::<f64>().map_err(|_| bad());
+        let int = |k: usize| f[k].parse::<usize>().map_err(|_| bad());
+        runs.push(Run {
+            seed: f[0].parse().map_err(|_| bad())?,
+            mode,
+            sites: int(2)?,
+            machines: int(3)?,
+            summary: Summary {
+                jobs: int(4)?,
+                allocated: int(5)?,
+                workers: 0,
+                extra_rtt_ms: num(6)?,
+                out_of_order: num(7)?,
+                messages_per_job: num(8)?,
+                mean_allocation: Duration::from_secs_f64(num(9)?.max(0.0)),
+                max_allocation: Duration::ZERO,
+            },
+            violations: int(10)?,
+        });
+    }
+    Ok(runs)
+}

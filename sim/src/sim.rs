@@ -40,6 +40,7 @@ pub use workload::{plan_jobs, shuffled, sweep_job};
 
 mod bamboo;
 mod churn;
+mod coords;
 mod failover;
 mod failover_churn;
 mod failover_report;
@@ -218,6 +219,9 @@ pub struct Sim {
     failover: Option<Box<failover::Failover>>,
     /// Nodes cut off from every other.
     isolated: BTreeSet<u32>,
+    /// Nodes know true distances to a flood's home (a diagnostic, see
+    /// `coords`).
+    exact_distances: bool,
 }
 
 fn kind<P>(msg: &Message<P>) -> &'static str {
@@ -282,6 +286,7 @@ impl Sim {
             keeper_ticking: Vec::new(),
             failover: None,
             isolated: BTreeSet::new(),
+            exact_distances: false,
             grid,
         };
         if let Some(setup) = &scenario.failover {
@@ -571,14 +576,14 @@ impl Sim {
             job: advert.job,
             seq: advert.flood.seq,
         };
+        let distances = self.home_distances(to, &advert);
         let node = &mut self.nodes[to as usize];
-        let direct = node.overlay.rtt(&advert.home);
-        let verdict = node.router.receive_from(
+        let verdict = node.router.receive_with(
             &from,
             id,
             advert.flood,
             also_sent,
-            direct,
+            &distances,
             &node.neighbours,
             self.now,
         );

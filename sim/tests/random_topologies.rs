@@ -1,16 +1,28 @@
 //! Generated topologies (issue 17): the real core on random grids, ours
 //! and the paper's scheduler side by side. The simulator is deterministic,
-//! so the bounds below are regression bounds on fixed seeds; the full
-//! evaluation is `zorilla-sim --random 200 --size full` (BENCHMARKS.md).
+//! so the bounds below are regression bounds on fixed seeds, set a little
+//! above what the code gives (BENCHMARKS.md, "Generated topologies", has
+//! the figures and the full evaluation, `zorilla-sim --random 200`).
 
 use zorilla_sim::generate::Size;
-use zorilla_sim::random::{self, spread};
+use zorilla_sim::random::{self, Run, spread};
+use zorilla_sim::report::Summary;
 use zorilla_sim::sim::Mode;
+
+/// Median, 95th percentile and worst of one figure of one mode's runs.
+fn figure(runs: &[Run], mode: Mode, f: fn(&Summary) -> f64) -> (f64, f64, f64) {
+    spread(
+        runs.iter()
+            .filter(|r| r.mode == mode)
+            .map(|r| f(&r.summary))
+            .collect(),
+    )
+}
 
 #[test]
 fn on_random_topologies_ours_places_workers_nearer_than_the_papers_scheduler() {
-    let runs = random::run(1..=8, Size::SMALL, &[Mode::Ours, Mode::Paper]).unwrap();
-    assert_eq!(runs.len(), 16);
+    let runs = random::run(1..=16, Size::SMALL, &[Mode::Ours, Mode::Paper]).unwrap();
+    assert_eq!(runs.len(), 32);
     for run in &runs {
         assert_eq!(run.violations, 0, "seed {} {:?}", run.seed, run.mode);
         assert!(
@@ -20,25 +32,70 @@ fn on_random_topologies_ours_places_workers_nearer_than_the_papers_scheduler() {
             run.mode
         );
     }
-    let median = |mode: Mode, f: &dyn Fn(&zorilla_sim::report::Summary) -> f64| {
-        spread(
-            runs.iter()
-                .filter(|r| r.mode == mode)
-                .map(|r| f(&r.summary))
-                .collect(),
-        )
-        .0
-    };
-    let extra = |s: &zorilla_sim::report::Summary| s.extra_rtt_ms;
-    let ooo = |s: &zorilla_sim::report::Summary| s.out_of_order;
-    let (ours, paper) = (median(Mode::Ours, &extra), median(Mode::Paper, &extra));
-    assert!(
-        ours <= paper,
-        "median extra RTT per worker: ours {ours:.3} ms, paper {paper:.3} ms"
+    let extra = |s: &Summary| s.extra_rtt_ms;
+    let ooo = |s: &Summary| s.out_of_order * 100.0;
+    let messages = |s: &Summary| s.messages_per_job;
+    let allocation = |s: &Summary| s.mean_allocation.as_secs_f64();
+    let never = |s: &Summary| 100.0 * (s.jobs - s.allocated) as f64 / s.jobs.max(1) as f64;
+
+    // Locality: the median topology is near the oracle (0.14 ms, 1.1%
+    // when written), the 95th percentile within a few ms (4.5 ms, 11%:
+    // workers of jobs that waited for cores in a full grid), and both well
+    // below the paper's scheduler (3.0 and 8.9 ms, 13% and 25%).
+    let (ours, paper) = (
+        figure(&runs, Mode::Ours, extra),
+        figure(&runs, Mode::Paper, extra),
     );
-    let (ours, paper) = (median(Mode::Ours, &ooo), median(Mode::Paper, &ooo));
     assert!(
-        ours <= paper,
-        "median out of order: ours {ours:.3}, paper {paper:.3}"
+        ours.0 <= 0.3 && ours.1 <= 5.5,
+        "extra RTT per worker, ours {ours:?}"
+    );
+    assert!(
+        ours.0 < paper.0 && ours.1 < paper.1,
+        "ours {ours:?}, paper {paper:?}"
+    );
+    let (ours, paper) = (
+        figure(&runs, Mode::Ours, ooo),
+        figure(&runs, Mode::Paper, ooo),
+    );
+    assert!(
+        ours.0 <= 2.0 && ours.1 <= 13.0,
+        "out of order (%), ours {ours:?}"
+    );
+    assert!(
+        ours.0 < paper.0 && ours.1 < paper.1,
+        "ours {ours:?}, paper {paper:?}"
+    );
+
+    // Allocation: faster at the median, and no more jobs left without
+    // their workers at the 95th percentile.
+    let (ours, paper) = (
+        figure(&runs, Mode::Ours, allocation),
+        figure(&runs, Mode::Paper, allocation),
+    );
+    assert!(
+        ours.0 <= paper.0,
+        "allocation (s): ours {ours:?}, paper {paper:?}"
+    );
+    let (ours, paper) = (
+        figure(&runs, Mode::Ours, never),
+        figure(&runs, Mode::Paper, never),
+    );
+    assert!(
+        ours.1 <= paper.1,
+        "never allocated (%): ours {ours:?}, paper {paper:?}"
+    );
+
+    // Messages: issue 17's target (at most the paper's on 95% of
+    // topologies) is not met; walking the budget up from 1 ms costs ours
+    // 1.8 times the paper's messages at the median here. The bound keeps
+    // it from growing.
+    let (ours, paper) = (
+        figure(&runs, Mode::Ours, messages),
+        figure(&runs, Mode::Paper, messages),
+    );
+    assert!(
+        ours.0 <= 2.0 * paper.0,
+        "messages per job: ours {ours:?}, paper {paper:?}"
     );
 }

@@ -49,6 +49,7 @@ impl<P: PeerKey> Scheduler<P> {
                 ended_with: None,
                 report,
                 logged_checkpoints: 0,
+                answered: BTreeSet::new(),
             },
         );
     }
@@ -291,7 +292,7 @@ impl<P: PeerKey> Scheduler<P> {
         let refuse = match self.home.get_mut(&job_id) {
             None => Some(RefuseReason::UnknownJob),
             Some(job) => {
-                job.schedule.answer(now);
+                job.new_answer(&from, now);
                 job.report.nodes_answered += 1;
                 job.report.offers += 1;
                 job.report.workers_offered = job

@@ -123,7 +123,15 @@ struct HomeJob<P> {
     /// [`JobEvent::Checkpointed`] events given for the job so far (at most
     /// [`MAX_LOGGED_CHECKPOINTS`]).
     logged_checkpoints: u32,
+    /// Nodes that answered (offered or declined) so far, at most
+    /// [`MAX_ANSWERED`]: a later offer of one of them is not a new answer
+    /// (see [`HomeJob::new_answer`]).
+    answered: BTreeSet<P>,
 }
+
+/// The most nodes a home remembers as having answered one job; beyond it,
+/// every answer of a node not remembered counts as new.
+pub const MAX_ANSWERED: usize = 16_384;
 
 /// The most [`JobEvent::Checkpointed`] events a job gives (they go into
 /// its replicated log, which holds at most [`crate::replica::MAX_LOG`]
@@ -136,6 +144,26 @@ pub const MAX_LOGGED_CHECKPOINTS: u32 = (crate::replica::MAX_LOG / 2) as u32;
 struct HeldOffer {
     workers: u32,
     rtt: Duration,
+}
+
+impl<P: Ord + Clone> HomeJob<P> {
+    /// Records an answer from `node` at `now`; it counts as an answer to
+    /// the last flood only the first time the node answers this job. A
+    /// later offer of a node heard before (its cores freed up, or it raised
+    /// its offer) would have come without the last flood: it does not show
+    /// that floods still find new nodes, so a spread job that waits for
+    /// more nodes than it has offers from stops waiting after three floods
+    /// that found nobody new ([`FloodSchedule::exhausted`]) instead of
+    /// waiting for ever while the nodes it has keep answering.
+    fn new_answer(&mut self, node: &P, now: Time) {
+        let known = self.answered.contains(node);
+        if !known && self.answered.len() < MAX_ANSWERED {
+            self.answered.insert(node.clone());
+        }
+        if !known {
+            self.schedule.answer(now);
+        }
+    }
 }
 
 impl<P> HomeJob<P> {
@@ -617,7 +645,7 @@ impl<P: PeerKey> Scheduler<P> {
             } => self.offer_received(now, from, job, workers, rtt.unwrap_or(distance), out),
             Message::Decline { job, reason } => {
                 if let Some(j) = self.home.get_mut(&job) {
-                    j.schedule.answer(now);
+                    j.new_answer(&from, now);
                     j.report.nodes_answered += 1;
                     *j.report.declines.entry(reason).or_default() += 1;
                 }

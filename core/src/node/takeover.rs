@@ -86,6 +86,7 @@ impl<P: PeerKey> Scheduler<P> {
                 granted,
                 ..PendingReport::default()
             },
+            answered: BTreeSet::new(),
             spec,
         };
         job.announce(job_id, Vec::new(), &BTreeSet::new(), &mut out);

@@ -413,3 +413,40 @@ fn invalid_specs_are_rejected_with_a_reason() {
         "min workers (3) is more than max workers (2)"
     );
 }
+
+/// A spread job waits for more nodes while floods still find new ones;
+/// a node that answered before (here one that raises its offer at every
+/// flood) is not a new one, so after three floods that found nobody new
+/// the job takes the one node it has, two workers on it.
+#[test]
+fn only_a_nodes_first_answer_keeps_a_spread_job_waiting_for_new_nodes() {
+    let mut node = home(ScheduleConfig::default());
+    node.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec: JobSpec {
+                strategy: Strategy::Spread,
+                ..spec(WorkerCount::rigid(2))
+            },
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    let mut floods = 1;
+    for _ in 0..20 {
+        let Some(at) = node.next_timeout() else {
+            panic!("the home stopped without granting");
+        };
+        let out = node.handle_timeout(at);
+        if granted(&out, 10, vec![0, 1], 0) {
+            assert!(floods <= 5, "granted after {floods} floods");
+            return;
+        }
+        if out.iter().any(|o| matches!(o, Output::Flood(_))) {
+            floods += 1;
+            // The same node answers every flood again, with both workers.
+            offer_from(&mut node, at + ms(1), 10, 2, 1);
+        }
+    }
+    panic!("no grant after 20 steps ({floods} floods)");
+}

@@ -46,13 +46,17 @@ enum Sizes {
 #[command(version, about)]
 struct Args {
     /// The scenario file (TOML), e.g. sim/scenarios/zorilla-4.2.toml.
-    #[arg(required_unless_present = "random")]
+    #[arg(required_unless_present_any = ["random", "plot"])]
     scenario: Option<PathBuf>,
     /// Instead of a scenario file: this many generated topologies (seeds 1
     /// to N; random sites, sizes, cores, RTTs and workloads), each run with
     /// every mode, and the distribution of the figures over them.
     #[arg(long, conflicts_with = "scenario")]
     random: Option<u64>,
+    /// Instead of running: plot again the `random.csv` a `--random` run
+    /// wrote, into `random.svg` in `--out`.
+    #[arg(long, conflicts_with_all = ["scenario", "random"])]
+    plot: Option<PathBuf>,
     /// The size of generated topologies: small (up to 6 sites of 30
     /// machines) or full (up to 12 sites of 500, jobs up to 1,000 workers).
     #[arg(long, value_enum, default_value = "full")]
@@ -87,6 +91,17 @@ fn main() -> anyhow::Result<()> {
     let modes = modes(&args.mode);
     if let Some(n) = args.random {
         return random(&args, n, &modes);
+    }
+    if let Some(csv) = &args.plot {
+        let text = std::fs::read_to_string(csv)
+            .with_context(|| format!("cannot read {}", csv.display()))?;
+        let runs = random::from_csv(&text)?;
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
+        let svg = args.out.join("random.svg");
+        zorilla_sim::report::plot_random(&svg, "generated topologies", &runs)?;
+        println!("wrote {}", svg.display());
+        return Ok(());
     }
     let path = args.scenario.clone().context("no scenario file")?;
     let mut scenario = Scenario::load(&path)?;
@@ -251,6 +266,9 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     }
     let path = args.out.join("random.csv");
     std::fs::write(&path, csv).with_context(|| format!("cannot write {}", path.display()))?;
+    let svg = args.out.join("random.svg");
+    zorilla_sim::report::plot_random(&svg, "generated topologies", &runs)?;
+    println!("wrote {}", svg.display());
     println!(
         "\nwrote {} in {:.1} s",
         path.display(),

@@ -2,13 +2,17 @@
 //! workers nearest to a job's home were (omniscient bookkeeping, never seen
 //! by a node).
 
-use zorilla_core::advert::JobId;
+use std::time::Duration;
+
+use zorilla_core::advert::{JobId, Strategy};
+use zorilla_core::allocation::{Candidate, allocate};
 
 use super::Sim;
 
 impl Sim {
-    /// The oracle: the free workers nearest to the job's home right now
-    /// (before this job's workers start), against where its workers went.
+    /// The oracle: the placement the job's strategy gives over every free
+    /// worker of the grid right now (before this job's workers start),
+    /// sorted by true RTT from its home, against where its workers went.
     /// Returns the mean extra RTT per worker (µs) and the count of workers
     /// placed while a free one nearer by more than the within-site RTT
     /// existed.
@@ -26,38 +30,45 @@ impl Sim {
             }
         }
         chosen.sort_unstable();
-        // Free workers per site (and the home's own machine), from the
-        // omniscient bookkeeping; workers of this job have not started yet
-        // at its home's Full event, except on the home itself.
-        let home_site = self.grid.site_of[home as usize];
-        let mut free_by_site = vec![0u64; self.grid.sites.len()];
-        let mut free_home = 0u64;
-        for (m, alive) in self.nodes.iter().map(|n| n.alive).enumerate() {
-            if !alive {
-                continue;
-            }
-            let mine = self
-                .running
-                .get(&(m as u32, job))
-                .map_or(0, |r| r.len() as u32);
-            let free = u64::from(self.grid.cores[m] - self.used[m] + mine);
-            if m as u32 == home {
-                free_home = free;
-            } else {
-                free_by_site[self.grid.site_of[m]] += free;
-            }
-        }
+        // Free workers per machine, from the omniscient bookkeeping;
+        // workers of this job have not started yet at its home's Full
+        // event, except on the home itself.
+        let strategy = self
+            .plans
+            .get((job.0 as usize).wrapping_sub(1))
+            .map_or(Strategy::Concentrate, |plan| plan.spec.strategy);
+        let candidates: Vec<Candidate<u32>> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, node)| node.alive)
+            .map(|(m, _)| {
+                let mine = self
+                    .running
+                    .get(&(m as u32, job))
+                    .map_or(0, |r| r.len() as u32);
+                Candidate {
+                    node: m as u32,
+                    rtt: Duration::from_micros(self.grid.rtt_us(home, m as u32)),
+                    offered: self.grid.cores[m] - self.used[m] + mine,
+                }
+            })
+            .collect();
+        // The job's own strategy over every free worker by true RTT: a
+        // spread job's best placement is one worker on each of the nearest
+        // machines, not every core of the nearest ones. Where the strategy
+        // cannot place them all (spread over too few free machines), the
+        // nearest free workers.
+        let assignments = allocate(strategy, &candidates, n as u32)
+            .or_else(|| allocate(Strategy::Concentrate, &candidates, n as u32))
+            .unwrap_or_default();
         let mut oracle: Vec<u64> = Vec::with_capacity(n);
-        oracle.extend(std::iter::repeat_n(0, (free_home as usize).min(n)));
-        let mut sites: Vec<usize> = (0..self.grid.sites.len()).collect();
-        sites.sort_by_key(|s| self.grid.rtt_us[home_site][*s]);
-        for site in sites {
-            if oracle.len() >= n {
-                break;
-            }
-            let take = (free_by_site[site] as usize).min(n - oracle.len());
-            oracle.extend(std::iter::repeat_n(self.grid.rtt_us[home_site][site], take));
+        for a in &assignments {
+            let rtt = self.grid.rtt_us(home, a.node);
+            oracle.extend(std::iter::repeat_n(rtt, a.workers as usize));
         }
+        oracle.sort_unstable();
+        let home_site = self.grid.site_of[home as usize];
         let within = self.grid.rtt_us[home_site][home_site];
         let extra: f64 = chosen.iter().sum::<u64>() as f64 - oracle.iter().sum::<u64>() as f64;
         let out_of_order = chosen
