@@ -21,7 +21,8 @@
 //!   direct one, and the ranks' 1 MiB message throughput.
 //!
 //! Run: `cargo bench --workspace --bench realnet` (as root).
-//! `ZORILLA_BENCH_SHORT=1`: 8 nodes, 5 floods, 5 set-ups, no NAT runs.
+//! `ZORILLA_BENCH_SHORT=1`: 8 nodes, 5 floods, 5 set-ups, no NAT runs;
+//! `ZORILLA_BENCH_NAT_RUNS=N`: N runs per NAT kind.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -110,12 +111,22 @@ async fn start(netns: &str, ip: std::net::Ipv4Addr, config: OverlayConfig) -> No
         })
     });
     let (handle, floods, connected) = rx.await.expect("the node's thread failed");
-    let addrs = handle.listen_addrs().await.unwrap();
-    let addr = addrs
-        .iter()
-        .find(|a| a.to_string().starts_with(&format!("/ip4/{ip}/")))
-        .unwrap_or_else(|| panic!("no address on {ip}: {addrs:?}"))
-        .clone();
+    // 0.0.0.0's interfaces come one by one (loopback may be first).
+    let began = Instant::now();
+    let addr = loop {
+        let addrs = handle.listen_addrs().await.unwrap();
+        if let Some(a) = addrs
+            .iter()
+            .find(|a| a.to_string().starts_with(&format!("/ip4/{ip}/")))
+        {
+            break a.clone();
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "no address on {ip}: {addrs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     Node {
         handle,
         addr,
@@ -253,11 +264,17 @@ fn main() {
 }
 
 async fn run() {
-    let (n, floods, setup_runs, nat_runs) = if short() {
+    let (n, floods, setup_runs, mut nat_runs) = if short() {
         (8, 5, 5, 0)
     } else {
         (32, 20, 20, 5)
     };
+    if let Some(runs) = std::env::var("ZORILLA_BENCH_NAT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        nat_runs = runs;
+    }
     for transport in [Transport::Tcp, Transport::Quic] {
         let hosts = Hosts::new(&[2]);
         let times = setups(&hosts, transport, setup_runs).await;

@@ -267,11 +267,6 @@ pub(super) fn dialable(addr: &Multiaddr) -> bool {
     ip_ok && transport_ok && rest_ok
 }
 
-/// Whether `addr` goes through a relay (`.../p2p-circuit...`).
-pub(super) fn is_relayed(addr: &Multiaddr) -> bool {
-    addr.iter().any(|p| matches!(p, Protocol::P2pCircuit))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,10 +10,10 @@ use zorilla_core::neighbours::keeper::DialFailure;
 
 use crate::wire::{Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse};
 
-use super::super::swarm::{BehaviourEvent, dialable, is_relayed, tcp_port};
+use super::super::swarm::{BehaviourEvent, dialable, tcp_port};
 use super::super::types::{Event, RequestError, Responder};
 use super::{Driver, Facts};
-use crate::addrs::{passable_to, reachable_from};
+use crate::addrs::{is_relayed, passable_to, reachable_from};
 
 /// Most addresses remembered per peer.
 const MAX_ADDRS_PER_PEER: usize = 8;
