@@ -62,6 +62,7 @@ run_bench zorilla-node mpi
 run_bench zorilla-node pingpong
 run_bench zorilla-node checkpoint
 run_bench zorilla-node failover
+run_bench zorilla-node realnet
 
 "${CARGO_TARGET_DIR:-target}/$sim_target/bench-report" --logs "$logs" --markdown "$markdown" \
     --svg-dir "$svg_dir" --kind "$kind"

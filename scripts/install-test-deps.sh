@@ -3,6 +3,8 @@
 # clang and wasi-libc (to check that the committed guest modules rebuild
 # identically), chromium and chromedriver (the status page's browser test),
 # iproute2 and util-linux (tests that create their own network namespace),
+# nftables (node/tests/nat.rs and the realnet benchmark masquerade in NAT
+# routers of their own namespaces),
 # systemd (systemd-analyze checks deploy/zorilla-node.service), gcc (the
 # compute benchmark builds the native baseline of nqueens.c), mount (the
 # full-disk test mounts a small tmpfs in a mount namespace of its own),
@@ -17,7 +19,7 @@ set -euo pipefail
 packages=(
   clang lld wasi-libc libclang-rt-14-dev-wasm32
   chromium chromium-driver
-  iproute2 util-linux
+  iproute2 util-linux nftables
   systemd
   gcc mount
   llvm openmpi-bin libopenmpi-dev

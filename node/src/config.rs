@@ -10,6 +10,10 @@
 //! peers = ["/ip4/192.0.2.7/tcp/4001"]
 //! mdns = true
 //! max_connections = 128              # overlay connections at once
+//! quic = false                       # listen on QUIC too, beside TCP
+//! relay_max_reservations = 16        # nodes this node relays for (behind NATs)
+//! relay_circuit_secs = 3600          # longest relayed circuit through this node
+//! relay_circuit_mib = 1024           # most data of one relayed circuit
 //! cores = 4                          # offered to jobs (default: detected)
 //! memory_mib = 8192                  # offered to jobs (default: detected)
 //! disk_mib = 10000                   # offered to jobs (default: free disk of state_dir)
@@ -129,6 +133,21 @@ pub struct Config {
     /// `zorilla_overlay::OverlayConfig::max_connections`). Default
     /// [`zorilla_overlay::config::DEFAULT_MAX_CONNECTIONS`].
     pub max_connections: Option<u32>,
+    /// Listen on QUIC too (UDP, the listen addresses' IP addresses, a port
+    /// chosen by the OS), beside TCP. Default false: the latency emulation
+    /// (`topology`) covers TCP only.
+    pub quic: Option<bool>,
+    /// How many nodes that are not reachable (behind NATs) this node
+    /// relays for at once, when it is reachable itself; 0 relays for none.
+    /// Default [`zorilla_overlay::config::DEFAULT_RELAY_MAX_RESERVATIONS`].
+    pub relay_max_reservations: Option<usize>,
+    /// Seconds a relayed circuit through this node lasts at most. Default
+    /// 3600 (libp2p's is 120: too short for a job whose two nodes could
+    /// not punch a hole to each other).
+    pub relay_circuit_secs: Option<u64>,
+    /// MiB a relayed circuit through this node carries at most. Default
+    /// 1024 (libp2p's is 128 KiB).
+    pub relay_circuit_mib: Option<u64>,
     /// Cores offered to jobs. Default: all detected.
     pub cores: Option<u32>,
     /// Memory offered to jobs, MiB. Default: [`DEFAULT_MEMORY_SHARE`] of
@@ -255,6 +274,10 @@ impl Config {
             peers,
             mdns,
             max_connections,
+            quic,
+            relay_max_reservations,
+            relay_circuit_secs,
+            relay_circuit_mib,
             cores,
             memory_mib,
             disk_mib,

@@ -195,6 +195,24 @@ impl Daemon {
                 .unwrap_or(zorilla_overlay::config::DEFAULT_MAX_CONNECTIONS),
             state_dir: Some(state_dir.clone()),
             latency,
+            quic: config.quic.unwrap_or(false),
+            nat: {
+                let default = zorilla_overlay::config::NatConfig::default();
+                zorilla_overlay::config::NatConfig {
+                    relay_server: config.relay_max_reservations != Some(0),
+                    relay_max_reservations: config
+                        .relay_max_reservations
+                        .unwrap_or(default.relay_max_reservations),
+                    relay_circuit_duration: config.relay_circuit_secs.map_or(
+                        default.relay_circuit_duration,
+                        std::time::Duration::from_secs,
+                    ),
+                    relay_circuit_bytes: config
+                        .relay_circuit_mib
+                        .map_or(default.relay_circuit_bytes, |m| m.saturating_mul(1 << 20)),
+                    ..default
+                }
+            },
             ..OverlayConfig::default()
         };
         overlay.validate().map_err(|e| anyhow::anyhow!(e))?;

@@ -37,6 +37,18 @@ struct Cli {
     /// The most overlay connections open at once.
     #[arg(long, env = "ZORILLA_MAX_CONNECTIONS")]
     max_connections: Option<u32>,
+    /// Listen on QUIC too, beside TCP.
+    #[arg(long, env = "ZORILLA_QUIC")]
+    quic: Option<bool>,
+    /// Nodes this node relays for at most (0: it relays for none).
+    #[arg(long, env = "ZORILLA_RELAY_MAX_RESERVATIONS")]
+    relay_max_reservations: Option<usize>,
+    /// Seconds a relayed circuit through this node lasts at most.
+    #[arg(long, env = "ZORILLA_RELAY_CIRCUIT_SECS")]
+    relay_circuit_secs: Option<u64>,
+    /// MiB a relayed circuit through this node carries at most.
+    #[arg(long, env = "ZORILLA_RELAY_CIRCUIT_MIB")]
+    relay_circuit_mib: Option<u64>,
     /// Cores offered to jobs.
     #[arg(long, env = "ZORILLA_CORES")]
     cores: Option<u32>,
@@ -115,6 +127,10 @@ impl Cli {
             peers: list(&self.peers),
             mdns: self.mdns,
             max_connections: self.max_connections,
+            quic: self.quic,
+            relay_max_reservations: self.relay_max_reservations,
+            relay_circuit_secs: self.relay_circuit_secs,
+            relay_circuit_mib: self.relay_circuit_mib,
             cores: self.cores,
             memory_mib: self.memory_mib,
             disk_mib: self.disk_mib,

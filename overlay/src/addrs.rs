@@ -25,12 +25,15 @@
 //! reachable as far as its scope goes, and *confirmed* once peers on other
 //! hosts connected to us at it. An address a peer says it sees us at
 //! (identify's observed address, as behind a NAT) that is none of our
-//! interfaces' is only a candidate: it is not advertised until
-//! [`CONFIRMING_OBSERVERS`] different peers, connected over the network
-//! (not loopback), saw us there, so that one peer alone cannot make us
-//! advertise an address of its choosing. (A dial-back check, AutoNAT, is
-//! the NAT traversal's to add.) The status page shows each address with
-//! what we believe of it and why ([`OwnAddr`]).
+//! interfaces' is only a candidate: with AutoNAT (the default) it is
+//! advertised once a peer dialed back to it (AutoNAT v2, a new connection
+//! from the peer to that address: a NAT that lets nobody in fails it);
+//! without, once [`CONFIRMING_OBSERVERS`] different peers, connected over
+//! the network (not loopback), saw us there, so that one peer alone cannot
+//! make us advertise an address of its choosing. A relayed address (a
+//! reservation on a relay, `.../p2p/RELAY/p2p-circuit`) is advertised as
+//! long as the relay keeps the reservation. The status page shows each
+//! address with what we believe of it and why ([`OwnAddr`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -136,12 +139,28 @@ pub enum Reach {
         /// How many different peers saw us there.
         peers: usize,
     },
+    /// Peers saw us at it and no dial-back (AutoNAT) has reached us there
+    /// yet: not advertised.
+    AwaitingDialBack {
+        /// How many different peers saw us there.
+        peers: usize,
+    },
+    /// A peer dialed back to it and reached us (AutoNAT v2): advertised.
+    DialedBack,
+    /// A peer's dial-back to it failed (behind a NAT or firewall): not
+    /// advertised.
+    DialBackFailed,
+    /// Through a relay that holds a reservation for us: advertised.
+    Relayed,
 }
 
 impl Reach {
     /// Whether we believe peers on other hosts can reach us at it.
     pub fn reachable_from_other_hosts(self) -> bool {
-        matches!(self, Reach::Unconfirmed | Reach::Confirmed { .. })
+        matches!(
+            self,
+            Reach::Unconfirmed | Reach::Confirmed { .. } | Reach::DialedBack | Reach::Relayed
+        )
     }
 
     /// Why, in words for the status page.
@@ -179,6 +198,20 @@ impl Reach {
                 "observed by {}, not confirmed (needs {CONFIRMING_OBSERVERS}): not advertised",
                 peers(n)
             ),
+            (Reach::AwaitingDialBack { peers: n }, _) => format!(
+                "observed by {}, unconfirmed: not advertised until a peer dials back to it \
+                 (AutoNAT)",
+                peers(n)
+            ),
+            (Reach::DialedBack, _) => {
+                "confirmed: a peer dialed back to it and reached this node (AutoNAT)".into()
+            }
+            (Reach::DialBackFailed, _) => "unconfirmed: a peer's dial-back to it failed (behind a \
+                 NAT or firewall): not advertised"
+                .into(),
+            (Reach::Relayed, _) => "through a relay that holds a reservation for this node: \
+                 advertised; hole punching makes connections through it direct"
+                .into(),
         }
     }
 }
@@ -203,18 +236,44 @@ pub struct OwnAddrs<P> {
     listen: BTreeMap<Multiaddr, BTreeSet<P>>,
     /// Addresses peers saw us at that we do not listen on, with who.
     observed: BTreeMap<Multiaddr, BTreeSet<P>>,
+    /// Whether a dial-back (AutoNAT) confirms observed addresses, rather
+    /// than [`CONFIRMING_OBSERVERS`] peers' word.
+    autonat: bool,
+    /// Addresses a dial-back reached us at (at most [`MAX_OBSERVED`] plus
+    /// the listen addresses).
+    dialed_back: BTreeSet<Multiaddr>,
+    /// Observed addresses a dial-back failed to reach us at.
+    dial_back_failed: BTreeSet<Multiaddr>,
 }
 
 impl<P> Default for OwnAddrs<P> {
+    /// Without AutoNAT.
     fn default() -> Self {
         OwnAddrs {
             listen: BTreeMap::new(),
             observed: BTreeMap::new(),
+            autonat: false,
+            dialed_back: BTreeSet::new(),
+            dial_back_failed: BTreeSet::new(),
         }
     }
 }
 
+/// Whether `addr` goes through a relay (`.../p2p-circuit`).
+pub fn is_relayed(addr: &Multiaddr) -> bool {
+    addr.iter().any(|p| matches!(p, Protocol::P2pCircuit))
+}
+
 impl<P: Ord + Clone> OwnAddrs<P> {
+    /// Our addresses, observed ones confirmed by a dial-back (AutoNAT) if
+    /// `autonat`, else by [`CONFIRMING_OBSERVERS`] peers.
+    pub fn new(autonat: bool) -> Self {
+        OwnAddrs {
+            autonat,
+            ..OwnAddrs::default()
+        }
+    }
+
     /// We listen on `addr` now.
     pub fn listening(&mut self, addr: Multiaddr) {
         self.observed.remove(&addr);
@@ -224,6 +283,69 @@ impl<P: Ord + Clone> OwnAddrs<P> {
     /// We no longer listen on `addr`.
     pub fn expired(&mut self, addr: &Multiaddr) {
         self.listen.remove(addr);
+        self.dialed_back.remove(addr);
+    }
+
+    /// A peer dialed back to `addr` and reached us (AutoNAT): it is
+    /// reachable, and advertised. Only addresses of network scope count
+    /// (AutoNAT would confirm a loopback address over loopback); returns
+    /// whether this one did.
+    pub fn dialed_back(&mut self, addr: &Multiaddr) -> bool {
+        if scope(addr) != Some(Scope::Network) || is_relayed(addr) {
+            return false;
+        }
+        self.dial_back_failed.remove(addr);
+        if !self.listen.contains_key(addr) && !self.observed.contains_key(addr) {
+            if self.observed.len() >= MAX_OBSERVED {
+                return false;
+            }
+            self.observed.insert(addr.clone(), BTreeSet::new());
+        }
+        self.dialed_back.insert(addr.clone());
+        true
+    }
+
+    /// A peer's dial-back to `addr` failed (or the address stopped being
+    /// reachable).
+    pub fn dial_back_failed(&mut self, addr: &Multiaddr) {
+        self.dialed_back.remove(addr);
+        if self.observed.contains_key(addr) {
+            self.dial_back_failed.insert(addr.clone());
+        }
+    }
+
+    /// Whether others can reach us without a relay: a dial-back confirmed
+    /// an address of ours, or peers on other hosts connected to us at a
+    /// network listen address and none saw us at an address that is not
+    /// our interfaces' (no NAT between us and them). The latter is what a
+    /// node that only ever accepts connections (a bootstrap node, which
+    /// AutoNAT cannot test: it asks only peers it dialed) has to go by.
+    pub fn reachable(&self) -> bool {
+        !self.dialed_back.is_empty() || !self.reached_listen().is_empty()
+    }
+
+    /// Listen addresses of network scope that peers on other hosts
+    /// connected to, while none saw us behind a NAT: what a node that only
+    /// accepts connections knows reachable (see [`reachable`](Self::reachable)).
+    pub fn reached_listen(&self) -> Vec<Multiaddr> {
+        if self.behind_nat() {
+            return Vec::new();
+        }
+        self.listen
+            .iter()
+            .filter(|(addr, peers)| {
+                !peers.is_empty() && scope(addr) == Some(Scope::Network) && !is_relayed(addr)
+            })
+            .map(|(addr, _)| addr.clone())
+            .collect()
+    }
+
+    /// Whether peers on other hosts saw us at an address that is none of
+    /// our interfaces' (as behind a NAT), not confirmed by a dial-back.
+    pub fn behind_nat(&self) -> bool {
+        self.observed
+            .keys()
+            .any(|addr| !self.dialed_back.contains(addr))
     }
 
     /// `peer`, whose connection comes from `via`, connected to us at our
@@ -270,13 +392,15 @@ impl<P: Ord + Clone> OwnAddrs<P> {
                 return None; // Every slot holds a confirmed address.
             }
             self.observed.remove(&weakest);
+            self.dial_back_failed.remove(&weakest);
         }
         let peers = self.observed.entry(addr.clone()).or_default();
         let before = peers.len();
         if before < MAX_COUNTED_PEERS {
             peers.insert(peer.clone());
         }
-        (before < CONFIRMING_OBSERVERS && peers.len() >= CONFIRMING_OBSERVERS).then_some(addr)
+        (!self.autonat && before < CONFIRMING_OBSERVERS && peers.len() >= CONFIRMING_OBSERVERS)
+            .then_some(addr)
     }
 
     /// Every address with what we believe of it: listen addresses first.
@@ -285,16 +409,24 @@ impl<P: Ord + Clone> OwnAddrs<P> {
             addr: addr.clone(),
             origin: Origin::Listen,
             reach: match scope(addr) {
+                _ if is_relayed(addr) => Reach::Relayed,
                 Some(Scope::Host) => Reach::ThisHostOnly,
                 Some(Scope::Link) => Reach::ThisLinkOnly,
-                _ if peers.is_empty() => Reach::Unconfirmed,
-                _ => Reach::Confirmed { peers: peers.len() },
+                _ if !peers.is_empty() => Reach::Confirmed { peers: peers.len() },
+                _ if self.dialed_back.contains(addr) => Reach::DialedBack,
+                _ => Reach::Unconfirmed,
             },
         });
         let observed = self.observed.iter().map(|(addr, peers)| OwnAddr {
             addr: addr.clone(),
             origin: Origin::Observed,
-            reach: if peers.len() >= CONFIRMING_OBSERVERS {
+            reach: if self.dialed_back.contains(addr) {
+                Reach::DialedBack
+            } else if self.dial_back_failed.contains(addr) {
+                Reach::DialBackFailed
+            } else if self.autonat {
+                Reach::AwaitingDialBack { peers: peers.len() }
+            } else if peers.len() >= CONFIRMING_OBSERVERS {
                 Reach::Confirmed { peers: peers.len() }
             } else {
                 Reach::Candidate { peers: peers.len() }
@@ -507,6 +639,81 @@ mod tests {
         assert_eq!(own.observed(&seen, &3, &far), None, "confirmed once only");
         let confirmed = own.report().into_iter().find(|o| o.addr == public).unwrap();
         assert_eq!(confirmed.reach, Reach::Confirmed { peers: 3 });
+    }
+
+    /// With AutoNAT, an observed address is advertised only once a peer
+    /// dialed back to it, however many peers saw us there; a failed
+    /// dial-back says so; loopback confirmations do not count.
+    #[test]
+    fn with_autonat_a_dial_back_confirms_an_observed_address() {
+        let mut own = OwnAddrs::<u32>::new(true);
+        own.listening(a("/ip4/10.0.0.5/tcp/4001"));
+        let far = a("/ip4/203.0.113.1/tcp/4001");
+        let seen = a("/ip4/198.51.100.7/tcp/61000");
+        let public = a("/ip4/198.51.100.7/tcp/4001");
+        for peer in 1..=3 {
+            assert_eq!(own.observed(&seen, &peer, &far), None);
+        }
+        let reach = |own: &OwnAddrs<u32>| {
+            own.report()
+                .into_iter()
+                .find(|o| o.addr == public)
+                .unwrap()
+                .reach
+        };
+        assert_eq!(reach(&own), Reach::AwaitingDialBack { peers: 3 });
+        assert!(!reach(&own).reachable_from_other_hosts());
+        assert!(own.behind_nat() && !own.reachable());
+        // Peers connecting at the listen address do not outweigh them.
+        own.reached(&a("/ip4/10.0.0.5/tcp/4001"), &9, &far);
+        assert!(!own.reachable());
+        own.dial_back_failed(&public);
+        assert_eq!(reach(&own), Reach::DialBackFailed);
+        assert!(reach(&own).why(Origin::Observed).contains("NAT"));
+        assert!(!own.dialed_back(&a("/ip4/127.0.0.1/tcp/4001")));
+        assert!(!own.reachable());
+        assert!(own.dialed_back(&public));
+        assert_eq!(reach(&own), Reach::DialedBack);
+        assert!(own.reachable() && !own.behind_nat());
+        let relayed = a(
+            "/ip4/203.0.113.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit",
+        );
+        own.listening(relayed.clone());
+        let shown = own
+            .report()
+            .into_iter()
+            .find(|o| o.addr == relayed)
+            .unwrap();
+        assert_eq!(shown.reach, Reach::Relayed);
+        assert!(shown.reach.reachable_from_other_hosts());
+    }
+
+    /// A node that only accepts connections (AutoNAT asks only peers it
+    /// dialed): reachable once peers on other hosts connected to it, as
+    /// long as none saw it behind a NAT; loopback connections prove
+    /// nothing.
+    #[test]
+    fn a_node_peers_connect_to_is_reachable() {
+        let mut own = OwnAddrs::<u32>::new(true);
+        let lan = a("/ip4/10.77.200.1/tcp/4001");
+        own.listening(lan.clone());
+        own.listening(a("/ip4/127.0.0.1/tcp/4001"));
+        assert!(!own.reachable());
+        own.reached(
+            &a("/ip4/127.0.0.1/tcp/4001"),
+            &1,
+            &a("/ip4/127.0.0.1/tcp/5000"),
+        );
+        assert!(!own.reachable());
+        own.reached(&lan, &2, &a("/ip4/10.77.200.101/tcp/5000"));
+        assert!(own.reachable() && !own.behind_nat());
+        // Seen at its own interface's address: no NAT.
+        own.observed(
+            &a("/ip4/10.77.200.1/tcp/4001"),
+            &2,
+            &a("/ip4/10.77.200.101/tcp/5000"),
+        );
+        assert!(own.reachable());
     }
 
     /// Peers that report made-up addresses fill at most [`MAX_OBSERVED`]

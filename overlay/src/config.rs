@@ -43,6 +43,92 @@ pub const DEFAULT_BAN_DURATION: Duration = Duration::from_secs(300);
 pub const DEFAULT_DEAD_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// Default capacity of the event and command channels.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 1024;
+/// Most relays a node reserves a slot on.
+pub const MAX_RELAY_RESERVATIONS: usize = 8;
+/// Default number of relays a node that is not reachable reserves a slot
+/// on (see [`NatConfig::reservations`]).
+pub const DEFAULT_RELAY_RESERVATIONS: usize = 2;
+/// Default time a node waits, once peers saw it at a network address, for
+/// a dial-back to confirm one before it takes itself for unreachable.
+pub const DEFAULT_REACHABILITY_GRACE: Duration = Duration::from_secs(10);
+/// Default time a stream for rank traffic waits for a direct connection to
+/// a peer reached only through a relay.
+pub const DEFAULT_DIRECT_WAIT: Duration = Duration::from_secs(10);
+/// Default number of nodes this node relays for (reservations held).
+pub const DEFAULT_RELAY_MAX_RESERVATIONS: usize = 16;
+/// Default number of relayed circuits through this node at once.
+pub const DEFAULT_RELAY_MAX_CIRCUITS: usize = 16;
+/// Default number of relayed circuits of one peer at once.
+pub const DEFAULT_RELAY_MAX_CIRCUITS_PER_PEER: usize = 4;
+/// Default longest life of one relayed circuit: an hour, not libp2p's two
+/// minutes, so that a job between two nodes whose hole punch failed runs
+/// over a relay of the grid (only peers of the same network reach it).
+pub const DEFAULT_RELAY_CIRCUIT_DURATION: Duration = Duration::from_secs(3600);
+/// Default most bytes one relayed circuit carries (1 GiB, not libp2p's
+/// 128 KiB; see [`DEFAULT_RELAY_CIRCUIT_DURATION`]).
+pub const DEFAULT_RELAY_CIRCUIT_BYTES: u64 = 1 << 30;
+
+/// NAT traversal: AutoNAT, circuit relays, hole punching, UPnP.
+///
+/// A node learns whether it is reachable from AutoNAT v2 (a peer dials
+/// back to an address others saw it at); a node that is not reserves a
+/// slot on [`reservations`](Self::reservations) reachable peers and
+/// advertises the relayed addresses; DCUtR turns a relayed connection
+/// into a direct one (hole punching). Every node serves as a relay for a
+/// bounded number of others ([`relay_max_reservations`](Self::relay_max_reservations),
+/// [`relay_max_circuits`](Self::relay_max_circuits)), with limits raised
+/// above libp2p's (2 minutes, 128 KiB) because a grid's peers relay for
+/// each other's jobs when a hole punch fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatConfig {
+    /// Test reachability with AutoNAT v2 (client and server). Off, a
+    /// node takes an address two peers saw it at for reachable.
+    pub autonat: bool,
+    /// Ask a UPnP router on the local network for a port mapping
+    /// (harmless where none answers).
+    pub upnp: bool,
+    /// How many relays a node that is not reachable reserves a slot on
+    /// (0: none; it is then reachable only by the nodes it dials).
+    pub reservations: usize,
+    /// How long, once peers saw this node at a network address, it waits
+    /// for a dial-back to confirm one before it takes itself for
+    /// unreachable and reserves relay slots.
+    pub reachability_grace: Duration,
+    /// How long opening a stream for rank traffic to a peer connected only
+    /// through a relay waits for the hole punch's direct connection before
+    /// it uses the relayed one.
+    pub direct_wait: Duration,
+    /// Serve as a relay for others (only useful on a reachable node).
+    pub relay_server: bool,
+    /// Most nodes this node holds a relay reservation for.
+    pub relay_max_reservations: usize,
+    /// Most relayed circuits through this node at once.
+    pub relay_max_circuits: usize,
+    /// Most relayed circuits of one peer at once.
+    pub relay_max_circuits_per_peer: usize,
+    /// Longest life of a relayed circuit.
+    pub relay_circuit_duration: Duration,
+    /// Most bytes a relayed circuit carries (each way).
+    pub relay_circuit_bytes: u64,
+}
+
+impl Default for NatConfig {
+    fn default() -> Self {
+        NatConfig {
+            autonat: true,
+            upnp: true,
+            reservations: DEFAULT_RELAY_RESERVATIONS,
+            reachability_grace: DEFAULT_REACHABILITY_GRACE,
+            direct_wait: DEFAULT_DIRECT_WAIT,
+            relay_server: true,
+            relay_max_reservations: DEFAULT_RELAY_MAX_RESERVATIONS,
+            relay_max_circuits: DEFAULT_RELAY_MAX_CIRCUITS,
+            relay_max_circuits_per_peer: DEFAULT_RELAY_MAX_CIRCUITS_PER_PEER,
+            relay_circuit_duration: DEFAULT_RELAY_CIRCUIT_DURATION,
+            relay_circuit_bytes: DEFAULT_RELAY_CIRCUIT_BYTES,
+        }
+    }
+}
 
 /// Configuration of one overlay node.
 #[derive(Debug, Clone)]
@@ -103,6 +189,13 @@ pub struct OverlayConfig {
     pub latency: Option<LatencyEmulation>,
     /// Seed of the far-link choice; `None` derives one from the peer id.
     pub seed: Option<u64>,
+    /// Listen on QUIC too (UDP, the same addresses as the TCP listen
+    /// addresses, a port chosen by the OS), and dial peers' QUIC
+    /// addresses. The latency emulation covers TCP only, so it is off by
+    /// default.
+    pub quic: bool,
+    /// NAT traversal.
+    pub nat: NatConfig,
 }
 
 impl Default for OverlayConfig {
@@ -132,6 +225,8 @@ impl Default for OverlayConfig {
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,
             latency: None,
             seed: None,
+            quic: false,
+            nat: NatConfig::default(),
         }
     }
 }
@@ -191,6 +286,17 @@ impl OverlayConfig {
             if value.is_zero() {
                 return Err(format!("{what} must not be zero"));
             }
+        }
+        if self.nat.reachability_grace.is_zero() || self.nat.relay_circuit_duration.is_zero() {
+            return Err(
+                "nat.reachability_grace and nat.relay_circuit_duration must not be zero".into(),
+            );
+        }
+        if self.nat.reservations > MAX_RELAY_RESERVATIONS {
+            return Err(format!(
+                "a node reserves a slot on at most {MAX_RELAY_RESERVATIONS} relays, not {}",
+                self.nat.reservations
+            ));
         }
         if self.max_message_size < 1024 {
             return Err("max_message_size must be at least 1024 bytes".into());

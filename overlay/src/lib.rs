@@ -25,8 +25,12 @@
 //! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
 //!   `/zorilla/<network>/rpc/1` and their size-capped codec.
 //!
-//! Transport: TCP, noise, yamux. Joining: bootstrap addresses, mDNS (on by
-//! default), and peer exchange over the rpc protocol. Separate grids never
+//! Transport: TCP, noise, yamux; QUIC beside it if configured
+//! (`OverlayConfig::quic`); circuit relay v2 for nodes behind NATs, with
+//! AutoNAT v2 (is this node reachable?), DCUtR hole punching and UPnP
+//! ([`config::NatConfig`]; the event loop's `nat` module). Joining:
+//! bootstrap addresses, mDNS (on by default), and peer exchange over the
+//! rpc protocol. Separate grids never
 //! mix: the network name is part of every protocol name and of identify's
 //! protocol version, and peers announcing another one are disconnected and
 //! refused.

@@ -6,6 +6,7 @@
 // Each test crate uses only part of this.
 #![allow(dead_code)]
 
+pub(crate) mod natgrid;
 pub(crate) mod netns;
 
 use std::net::SocketAddr;
@@ -49,7 +50,10 @@ pub(crate) struct TestNode {
     pub(crate) child: Child,
     pub(crate) dir: PathBuf,
     pub(crate) client: String,
+    /// Its first TCP listen address (on a host, at the host's address).
     pub(crate) listen: String,
+    /// Every listen address its ready line names (QUIC ones too).
+    pub(crate) listen_all: Vec<String>,
     pub(crate) peer: String,
     /// The status page, from `web=http://ADDR/` on the ready line.
     pub(crate) web: SocketAddr,
@@ -169,7 +173,12 @@ impl TestNode {
                 log_tail(dir, 20)
             )
         };
-        let mut listen = ready.listen[0].clone();
+        let mut listen = ready
+            .listen
+            .iter()
+            .find(|a| a.contains("/tcp/"))
+            .unwrap_or(&ready.listen[0])
+            .clone();
         if let Some(host) = &host {
             let port = listen
                 .rsplit_once("/tcp/")
@@ -188,6 +197,7 @@ impl TestNode {
             dir: dir.to_owned(),
             client: ready.client,
             listen,
+            listen_all: ready.listen,
             peer: ready.peer,
             web,
             args,

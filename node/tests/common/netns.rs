@@ -28,6 +28,15 @@
 //! opening its sockets from a thread that entered the namespace
 //! ([`connect_in`]): a socket stays in the namespace it was made in.
 //!
+//! **NAT** ([`Hosts::behind_nats`]): an "internet" (one bridge, 10.77.200.0/24)
+//! with public hosts on it (10.77.200.H), and private hosts each behind a
+//! NAT router of its own (host 10.77.K.1, router 10.77.K.254 on the LAN
+//! side, 10.77.200.(100+K) on the internet), the router masquerading
+//! (nftables) what leaves on its internet leg, dropping what comes in
+//! unasked, as a home router does ([`Nat`] says how it maps ports). The
+//! public hosts have no route to the LANs: a private host is reached only
+//! through its router's mappings.
+//!
 //! Everything is deleted on drop, also when the test panics; namespaces of
 //! earlier runs that died without dropping them (a killed test binary) are
 //! swept at the first [`Hosts::new`] of a run. Needs root (CI runs as root);
@@ -51,6 +60,51 @@ pub(crate) const MAX_SITES: usize = 50;
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 /// The sweep of stale namespaces, once per process.
 static SWEEP: std::sync::Once = std::sync::Once::new();
+
+/// How a NAT router maps a private host's outgoing connections to ports of
+/// its public address (nftables 1.0.6 on Linux, checked by
+/// `nat.rs`'s `nat_routers_map_ports_as_their_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nat {
+    /// Endpoint-independent mapping: a host's port keeps its number on
+    /// the router (plain `masquerade`, which keeps the source port when
+    /// it is free), whatever the destination; filtering is still per
+    /// connection (conntrack lets in only answers), so a peer gets in only
+    /// by sending to the mapping while the host sends to it (hole
+    /// punching).
+    EndpointIndependent,
+    /// Symmetric: every connection gets a random port (`masquerade
+    /// fully-random`), so the port a peer saw is of no use to another.
+    Symmetric,
+}
+
+impl Nat {
+    /// The nftables ruleset of a router whose internet leg is `wan`.
+    fn ruleset(self) -> String {
+        let flags = match self {
+            Nat::EndpointIndependent => "",
+            Nat::Symmetric => " fully-random",
+        };
+        format!(
+            "table ip nat {{\n\
+             \tchain postrouting {{\n\
+             \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
+             \t\toifname \"wan\" masquerade{flags}\n\
+             \t}}\n\
+             }}\n\
+             table inet filter {{\n\
+             \tchain input {{\n\
+             \t\ttype filter hook input priority filter; policy accept;\n\
+             \t\tiifname \"wan\" ct state new drop\n\
+             \t}}\n\
+             \tchain forward {{\n\
+             \t\ttype filter hook forward priority filter; policy accept;\n\
+             \t\tiifname \"wan\" ct state new drop\n\
+             \t}}\n\
+             }}\n"
+        )
+    }
+}
 
 /// One host of a [`Hosts`]: its namespace and its address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,6 +268,124 @@ impl Hosts {
         ]);
     }
 
+    /// `public` hosts on an internet bridge (10.77.200.1, ...; site 0),
+    /// then one private host behind a NAT router of each kind in `nats`
+    /// (10.77.K.1 for the K-th, from 1; site K): see the module's doc.
+    pub(crate) fn behind_nats(public: usize, nats: &[Nat]) -> Hosts {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test runs its nodes behind NAT routers in network namespaces it creates \
+             (`ip netns add`, nftables), which needs root: run it as root, as CI does"
+        );
+        assert!(
+            (1..=50).contains(&public) && nats.len() <= 50,
+            "1 to 50 public hosts and at most 50 NATs, not {public} and {}",
+            nats.len()
+        );
+        SWEEP.call_once(sweep_stale);
+        let started = std::time::Instant::now();
+        let prefix = format!(
+            "{PREFIX}{}n{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut made = Hosts {
+            namespaces: Vec::new(),
+            hosts: Vec::new(),
+        };
+        let inet = made.add_netns(format!("{prefix}-i"));
+        ip(&["-n", &inet, "link", "add", "br0", "type", "bridge"]);
+        ip(&["-n", &inet, "link", "set", "br0", "up"]);
+        for h in 1..=public {
+            let host = made.add_netns(format!("{prefix}-p{h}"));
+            let port = format!("p{h}");
+            ip(&[
+                "-n", &host, "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns",
+                &inet,
+            ]);
+            ip(&["-n", &inet, "link", "set", &port, "master", "br0", "up"]);
+            ip(&["-n", &host, "link", "set", "lo", "up"]);
+            let addr = format!("10.77.200.{h}/24");
+            ip(&["-n", &host, "addr", "add", &addr, "dev", "eth0"]);
+            ip(&["-n", &host, "link", "set", "eth0", "up"]);
+            made.hosts.push(Host {
+                netns: host,
+                ip: Ipv4Addr::new(10, 77, 200, h as u8),
+                site: 0,
+            });
+        }
+        for (k, nat) in nats.iter().enumerate() {
+            let k = k + 1;
+            let router = made.add_netns(format!("{prefix}-nat{k}"));
+            let host = made.add_netns(format!("{prefix}-h{k}.1"));
+            // The router's internet leg: `wan` there, `n{k}` on the bridge.
+            let port = format!("n{k}");
+            ip(&[
+                "-n", &router, "link", "add", "wan", "type", "veth", "peer", "name", &port,
+                "netns", &inet,
+            ]);
+            ip(&["-n", &inet, "link", "set", &port, "master", "br0", "up"]);
+            let wan = format!("10.77.200.{}/24", 100 + k);
+            ip(&["-n", &router, "addr", "add", &wan, "dev", "wan"]);
+            ip(&["-n", &router, "link", "set", "wan", "up"]);
+            // The LAN: a veth pair straight to the host.
+            ip(&[
+                "-n", &router, "link", "add", "lan", "type", "veth", "peer", "name", "eth0",
+                "netns", &host,
+            ]);
+            ip(&[
+                "-n",
+                &router,
+                "addr",
+                "add",
+                &format!("10.77.{k}.254/24"),
+                "dev",
+                "lan",
+            ]);
+            ip(&["-n", &router, "link", "set", "lan", "up"]);
+            ip(&["-n", &host, "link", "set", "lo", "up"]);
+            ip(&[
+                "-n",
+                &host,
+                "addr",
+                "add",
+                &format!("10.77.{k}.1/24"),
+                "dev",
+                "eth0",
+            ]);
+            ip(&["-n", &host, "link", "set", "eth0", "up"]);
+            ip(&[
+                "-n",
+                &host,
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("10.77.{k}.254"),
+            ]);
+            ip(&[
+                "netns",
+                "exec",
+                &router,
+                "sh",
+                "-c",
+                "echo 1 > /proc/sys/net/ipv4/ip_forward",
+            ]);
+            nft(&router, &nat.ruleset());
+            made.hosts.push(Host {
+                netns: host,
+                ip: Ipv4Addr::new(10, 77, k as u8, 1),
+                site: k,
+            });
+        }
+        eprintln!(
+            "{public} public hosts and {} behind NATs {nats:?} set up in {:?}",
+            nats.len(),
+            started.elapsed()
+        );
+        made
+    }
+
     /// Every namespace made, in the order made.
     pub(crate) fn namespaces(&self) -> &[String] {
         &self.namespaces
@@ -224,6 +396,50 @@ impl Hosts {
         self.namespaces.push(name.clone());
         name
     }
+}
+
+/// Loads the nftables `ruleset` in namespace `netns`, failing the test
+/// with what `nft` said if it fails.
+fn nft(netns: &str, ruleset: &str) {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", netns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run `nft` (nftables), which the NAT tests need: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(ruleset.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "nft failed ({}; is nftables installed?) on:\n{ruleset}",
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+}
+
+/// Runs `f` on a thread inside the network namespace `netns` (sockets it
+/// makes stay there).
+pub(crate) fn in_netns<T: Send + 'static>(
+    netns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let path = format!("/run/netns/{netns}");
+    std::thread::spawn(move || {
+        let ns = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        rustix::thread::move_into_link_name_space(
+            ns.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .unwrap_or_else(|e| panic!("cannot enter {path}: {e}"));
+        f()
+    })
+    .join()
+    .expect("the thread in the namespace panicked")
 }
 
 impl Drop for Hosts {

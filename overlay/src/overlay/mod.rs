@@ -113,7 +113,11 @@ impl Overlay {
 
         let mut listen_addrs = Vec::new();
         let mut pending = HashSet::new();
-        for addr in &config.listen {
+        let mut listen = config.listen.clone();
+        if config.quic {
+            listen.extend(config.listen.iter().filter_map(quic_twin));
+        }
+        for addr in &listen {
             let id = swarm
                 .listen_on(addr.clone())
                 .map_err(|e| OverlayError::Listen {
@@ -182,7 +186,7 @@ impl Overlay {
             events: event_tx,
             start: Instant::now(),
             own: {
-                let mut own = OwnAddrs::default();
+                let mut own = OwnAddrs::new(config.nat.autonat);
                 for addr in &listen_addrs {
                     own.listening(addr.clone());
                 }
@@ -194,6 +198,7 @@ impl Overlay {
             pending_requests: HashMap::new(),
             peer_exchanges: HashMap::new(),
             stats: OverlayStats::default(),
+            nat: driver::NatState::default(),
             config,
         };
         tokio::spawn(driver.run(early));
@@ -205,4 +210,21 @@ impl Overlay {
             event_rx,
         ))
     }
+}
+
+/// The QUIC address beside TCP listen address `addr`: the same IP address,
+/// UDP, a port chosen by the OS (the TCP port may be taken on UDP).
+fn quic_twin(addr: &libp2p::Multiaddr) -> Option<libp2p::Multiaddr> {
+    use libp2p::multiaddr::Protocol;
+    let mut parts = addr.iter();
+    let ip = parts.next()?;
+    if !matches!(ip, Protocol::Ip4(_) | Protocol::Ip6(_)) {
+        return None;
+    }
+    matches!(parts.next()?, Protocol::Tcp(_)).then(|| {
+        libp2p::Multiaddr::empty()
+            .with(ip)
+            .with(Protocol::Udp(0))
+            .with(Protocol::QuicV1)
+    })
 }

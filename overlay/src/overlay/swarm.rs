@@ -1,8 +1,11 @@
-//! The libp2p swarm the overlay runs: its behaviours, its transport (TCP,
-//! noise, yamux, the latency emulation) and the keeper's settings.
+//! The libp2p swarm the overlay runs: its behaviours, its transports (TCP
+//! with noise, yamux and the latency emulation; circuit relay v2 over the
+//! same upgrade; QUIC if configured) and the keeper's settings.
 
 use std::time::Duration;
 
+use futures::future::Either;
+use libp2p::core::muxing::StreamMuxerBox;
 use libp2p::core::transport::Transport;
 use libp2p::core::{ConnectedPoint, upgrade};
 use libp2p::identity::Keypair;
@@ -11,8 +14,8 @@ use libp2p::request_response::{self, ProtocolSupport};
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::{
-    Multiaddr, StreamProtocol, Swarm, allow_block_list, connection_limits, identify, mdns, noise,
-    ping, yamux,
+    Multiaddr, StreamProtocol, Swarm, allow_block_list, autonat, connection_limits, dcutr,
+    identify, mdns, noise, ping, quic, relay, upnp, yamux,
 };
 use zorilla_core::neighbours::keeper::KeeperConfig;
 
@@ -38,6 +41,36 @@ pub(super) struct Behaviour {
     pub(super) flood: request_response::Behaviour<CborCodec<FloodFrame, FloodAck>>,
     pub(super) rpc: request_response::Behaviour<CborCodec<RpcRequest, RpcResponse>>,
     pub(super) streams: crate::streams::Behaviour,
+    /// Circuit relay v2, serving: relays for a bounded number of others.
+    pub(super) relay: Toggle<relay::Behaviour>,
+    /// Circuit relay v2, using relays: reservations and relayed dials.
+    pub(super) relay_client: relay::client::Behaviour,
+    /// Hole punching over relayed connections.
+    pub(super) dcutr: dcutr::Behaviour,
+    /// AutoNAT v2: asks peers to dial back to addresses others saw us at.
+    pub(super) autonat: Toggle<autonat::v2::client::Behaviour>,
+    /// AutoNAT v2: dials back to peers' addresses when asked.
+    pub(super) autonat_server: Toggle<autonat::v2::server::Behaviour>,
+    /// Port mappings from a UPnP router, where one answers.
+    pub(super) upnp: Toggle<upnp::tokio::Behaviour>,
+}
+
+/// Most connections to one peer: two (both sides dialed at once), a
+/// relayed one and its hole punch's direct one, and an AutoNAT dial-back.
+const MAX_CONNECTIONS_PER_PEER: u32 = 4;
+
+/// The relay server's settings from the overlay's: its bounds, and
+/// libp2p's rate limits per peer and per IP address.
+fn relay_config(nat: &crate::config::NatConfig) -> relay::Config {
+    relay::Config {
+        max_reservations: nat.relay_max_reservations,
+        max_reservations_per_peer: 1,
+        max_circuits: nat.relay_max_circuits,
+        max_circuits_per_peer: nat.relay_max_circuits_per_peer,
+        max_circuit_duration: nat.relay_circuit_duration,
+        max_circuit_bytes: nat.relay_circuit_bytes,
+        ..relay::Config::default()
+    }
 }
 
 /// The keeper's settings from the overlay's.
@@ -66,30 +99,49 @@ pub(super) fn build_swarm(
     let setup = |e: &dyn std::fmt::Display| OverlayError::Setup(e.to_string());
     let local = key.public().to_peer_id();
     let latency = config.latency.clone();
-    let transport =
-        libp2p::tcp::tokio::Transport::new(libp2p::tcp::Config::default().nodelay(true))
-            .map(move |stream, endpoint| {
-                // Only the dialer delays (see the latency module): it knows the
-                // remote's listen port, hence its site.
-                let delay = match (&latency, &endpoint) {
-                    (Some(l), ConnectedPoint::Dialer { address, .. }) => {
-                        l.topology.route_to(&l.site, address).map(|(remote, _)| {
-                            Delay::Route(Route {
-                                topology: l.topology.clone(),
-                                local: l.site.clone(),
-                                remote,
-                            })
+    let tcp = libp2p::tcp::tokio::Transport::new(libp2p::tcp::Config::default().nodelay(true)).map(
+        move |stream, endpoint| {
+            // Only the dialer delays (see the latency module): it knows the
+            // remote's listen port, hence its site.
+            let delay = match (&latency, &endpoint) {
+                (Some(l), ConnectedPoint::Dialer { address, .. }) => {
+                    l.topology.route_to(&l.site, address).map(|(remote, _)| {
+                        Delay::Route(Route {
+                            topology: l.topology.clone(),
+                            local: l.site.clone(),
+                            remote,
                         })
-                    }
-                    _ => None,
-                };
-                MaybeDelayed::new(stream, delay)
+                    })
+                }
+                _ => None,
+            };
+            MaybeDelayed::new(stream, delay)
+        },
+    );
+    // Relayed connections get the same upgrade as TCP ones (the relay
+    // sees only noise's ciphertext).
+    let (relay_transport, relay_client) = relay::client::new(local);
+    let upgraded = relay_transport
+        .or_transport(tcp)
+        .upgrade(upgrade::Version::V1Lazy)
+        .authenticate(noise::Config::new(key).map_err(|e| setup(&e))?)
+        .multiplex(yamux::Config::default())
+        .timeout(HANDSHAKE_TIMEOUT);
+    let transport = if config.quic {
+        let mut quic_config = quic::Config::new(key);
+        quic_config.handshake_timeout = HANDSHAKE_TIMEOUT;
+        upgraded
+            .or_transport(quic::tokio::Transport::new(quic_config))
+            .map(|either, _| match either {
+                Either::Left((peer, muxer)) => (peer, StreamMuxerBox::new(muxer)),
+                Either::Right((peer, muxer)) => (peer, StreamMuxerBox::new(muxer)),
             })
-            .upgrade(upgrade::Version::V1Lazy)
-            .authenticate(noise::Config::new(key).map_err(|e| setup(&e))?)
-            .multiplex(yamux::Config::default())
-            .timeout(HANDSHAKE_TIMEOUT)
-            .boxed();
+            .boxed()
+    } else {
+        upgraded
+            .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)))
+            .boxed()
+    };
 
     let network = &config.network;
     let protocol = |name: String| StreamProtocol::try_from_owned(name).map_err(|e| setup(&e));
@@ -114,18 +166,20 @@ pub(super) fn build_swarm(
     } else {
         None
     };
-    let per_peer = 2;
+    let nat = &config.nat;
     let behaviour = Behaviour {
         limits: connection_limits::Behaviour::new(
             connection_limits::ConnectionLimits::default()
                 .with_max_established(Some(config.max_connections))
-                .with_max_established_per_peer(Some(per_peer))
+                .with_max_established_per_peer(Some(MAX_CONNECTIONS_PER_PEER))
                 .with_max_pending_incoming(Some(config.max_connections / 2 + 1)),
         ),
         blocked: allow_block_list::Behaviour::default(),
         identify: identify::Behaviour::new(
             identify::Config::new(wire::identify_version(network), key.public())
-                .with_agent_version(format!("zorilla/{}", env!("CARGO_PKG_VERSION"))),
+                .with_agent_version(format!("zorilla/{}", env!("CARGO_PKG_VERSION")))
+                // Peers learn a relayed address (or a new one) at once.
+                .with_push_listen_addr_updates(true),
         ),
         ping: ping::Behaviour::new(
             ping::Config::new()
@@ -149,7 +203,20 @@ pub(super) fn build_swarm(
             )],
             rr_config,
         ),
-        streams: crate::streams::Behaviour::new(protocol(wire::ranks_protocol(network))?),
+        streams: crate::streams::Behaviour::new(
+            protocol(wire::ranks_protocol(network))?,
+            nat.direct_wait,
+        ),
+        relay: Toggle::from(
+            nat.relay_server
+                .then(|| relay::Behaviour::new(local, relay_config(nat))),
+        ),
+        relay_client,
+        dcutr: dcutr::Behaviour::new(local),
+        // libp2p's own random generators (it uses another rand than ours).
+        autonat: Toggle::from(nat.autonat.then(autonat::v2::client::Behaviour::default)),
+        autonat_server: Toggle::from(nat.autonat.then(autonat::v2::server::Behaviour::default)),
+        upnp: Toggle::from(nat.upnp.then(upnp::tokio::Behaviour::default)),
     };
     Ok(Swarm::new(
         transport,
@@ -167,8 +234,10 @@ pub(super) fn tcp_port(addr: &Multiaddr) -> Option<u16> {
     })
 }
 
-/// Whether `addr` is worth remembering as a peer's listen address: TCP on a
-/// concrete IP address.
+/// Whether `addr` is worth remembering as a peer's listen address: TCP or
+/// QUIC on a concrete IP address, or such an address of a relay followed
+/// by `/p2p/RELAY/p2p-circuit` and perhaps the peer's `/p2p/ID` (and
+/// nothing else: no relay of a relay).
 pub(super) fn dialable(addr: &Multiaddr) -> bool {
     let mut iter = addr.iter();
     let ip_ok = match iter.next() {
@@ -177,12 +246,51 @@ pub(super) fn dialable(addr: &Multiaddr) -> bool {
         Some(Protocol::Dns(_) | Protocol::Dns4(_) | Protocol::Dns6(_)) => true,
         _ => false,
     };
-    ip_ok && matches!(iter.next(), Some(Protocol::Tcp(port)) if port != 0)
+    let transport_ok = match iter.next() {
+        Some(Protocol::Tcp(port)) => port != 0,
+        Some(Protocol::Udp(port)) => port != 0 && matches!(iter.next(), Some(Protocol::QuicV1)),
+        _ => false,
+    };
+    let rest_ok = match iter.next() {
+        None => true,
+        Some(Protocol::P2p(_)) => match iter.next() {
+            None => true,
+            Some(Protocol::P2pCircuit) => match iter.next() {
+                None => true,
+                Some(Protocol::P2p(_)) => iter.next().is_none(),
+                Some(_) => false,
+            },
+            Some(_) => false,
+        },
+        Some(_) => false,
+    };
+    ip_ok && transport_ok && rest_ok
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dialable_addresses() {
+        let ok = |s: &str| dialable(&s.parse().unwrap());
+        assert!(ok("/ip4/10.0.0.1/tcp/4001"));
+        assert!(ok("/ip4/10.0.0.1/udp/4001/quic-v1"));
+        assert!(ok(
+            "/ip4/10.0.0.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit"
+        ));
+        assert!(!ok("/ip4/0.0.0.0/tcp/4001"));
+        assert!(!ok("/ip4/10.0.0.1/tcp/0"));
+        assert!(!ok("/ip4/10.0.0.1/udp/4001"));
+        assert!(!ok("/ip4/10.0.0.1/udp/4001/quic-v1/webtransport"));
+        assert!(ok(
+            "/ip4/10.0.0.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+        ));
+        assert!(!ok("/p2p-circuit"));
+        assert!(!ok(
+            "/ip4/10.0.0.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit"
+        ));
+    }
 
     /// The core's default peer keeping (which the simulator runs) is the
     /// overlay's default.

@@ -71,6 +71,13 @@ pub struct OverlayStats {
     /// Incoming connections that failed before they were established
     /// (garbage, failed handshakes, refused peers).
     pub failed_incoming: u64,
+    /// Hole punches (DCUtR) that made a relayed connection direct.
+    pub hole_punches: u64,
+    /// Hole punches that failed (the peers stay connected through the
+    /// relay).
+    pub hole_punch_failures: u64,
+    /// Relay reservations held for this node now (by reachable peers).
+    pub relay_reservations: u64,
 }
 
 /// What the overlay tells the node.

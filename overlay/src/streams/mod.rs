@@ -8,14 +8,23 @@
 //! pass through the overlay's (or the node's) event loop. What flows on a
 //! stream is [`protocol`]'s frames.
 //!
+//! Rank traffic never depends on a relayed circuit when it need not: a
+//! stream goes on a direct connection; to a peer connected only through a
+//! relay it waits (a bounded time, `nat.direct_wait`) for the hole punch's
+//! direct connection, and only then takes the relayed one (whose limits a
+//! Zorilla relay raises; see [`NatConfig`](crate::config::NatConfig)).
+//!
 //! The parts, as libp2p's own protocols: this behaviour (which connection
 //! gets an open request, dialing when there is none), the per-connection
 //! [`handler`] (opens and accepts substreams), and [`protocol`] (the frames
 //! and their checked codec).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use libp2p::core::Endpoint;
 use libp2p::core::transport::PortUse;
@@ -26,6 +35,7 @@ use libp2p::swarm::{
 };
 use libp2p::{Multiaddr, PeerId, Stream, StreamProtocol};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 pub(crate) mod handler;
 pub mod protocol;
@@ -97,20 +107,31 @@ impl Shared {
 pub(crate) struct Behaviour {
     protocol: StreamProtocol,
     shared: Shared,
-    connected: HashSet<PeerId>,
+    /// Each connected peer's connections, with whether each is relayed.
+    connected: HashMap<PeerId, Vec<(ConnectionId, bool)>>,
     /// Open requests waiting for a connection to their peer.
     waiting: HashMap<PeerId, Vec<OpenReply>>,
+    /// Open requests to peers connected only through a relay, waiting for
+    /// a direct connection until their deadline.
+    waiting_direct: HashMap<PeerId, (Instant, Vec<OpenReply>)>,
+    /// How long a stream waits for a direct connection.
+    direct_wait: Duration,
+    /// Wakes the behaviour at the next deadline of `waiting_direct`.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
     actions: VecDeque<ToSwarm<(), OpenReply>>,
     waker: Option<Waker>,
 }
 
 impl Behaviour {
-    pub(crate) fn new(protocol: StreamProtocol) -> Self {
+    pub(crate) fn new(protocol: StreamProtocol, direct_wait: Duration) -> Self {
         Behaviour {
             protocol,
             shared: Shared::default(),
-            connected: HashSet::new(),
+            connected: HashMap::new(),
             waiting: HashMap::new(),
+            waiting_direct: HashMap::new(),
+            direct_wait,
+            timer: None,
             actions: VecDeque::new(),
             waker: None,
         }
@@ -121,14 +142,21 @@ impl Behaviour {
         *lock(&self.shared.inbound) = Some(tx);
     }
 
+    /// A direct (not relayed) connection to `peer`, if any.
+    fn direct(&self, peer: &PeerId) -> Option<ConnectionId> {
+        self.connected
+            .get(peer)?
+            .iter()
+            .find(|(_, relayed)| !relayed)
+            .map(|(id, _)| *id)
+    }
+
     /// Opens a stream to `peer`, dialing `addrs` first if not connected.
     pub(crate) fn open(&mut self, peer: PeerId, addrs: Vec<Multiaddr>, reply: OpenReply) {
-        if self.connected.contains(&peer) {
-            self.actions.push_back(ToSwarm::NotifyHandler {
-                peer_id: peer,
-                handler: NotifyHandler::Any,
-                event: reply,
-            });
+        if let Some(id) = self.direct(&peer) {
+            self.send_to(peer, id, reply);
+        } else if self.connected.contains_key(&peer) {
+            self.wait_direct(peer, vec![reply]);
         } else {
             let first = !self.waiting.contains_key(&peer);
             self.waiting.entry(peer).or_default().push(reply);
@@ -144,6 +172,72 @@ impl Behaviour {
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
+    }
+
+    fn send_to(&mut self, peer: PeerId, id: ConnectionId, reply: OpenReply) {
+        self.actions.push_back(ToSwarm::NotifyHandler {
+            peer_id: peer,
+            handler: NotifyHandler::One(id),
+            event: reply,
+        });
+    }
+
+    /// Holds `replies` until a direct connection to `peer` comes, or the
+    /// wait ends.
+    fn wait_direct(&mut self, peer: PeerId, replies: Vec<OpenReply>) {
+        let deadline = Instant::now() + self.direct_wait;
+        let entry = self
+            .waiting_direct
+            .entry(peer)
+            .or_insert_with(|| (deadline, Vec::new()));
+        entry.1.extend(replies);
+        let earliest = self.waiting_direct.values().map(|(at, _)| *at).min();
+        if let Some(at) = earliest {
+            self.timer = Some(Box::pin(tokio::time::sleep_until(at)));
+        }
+    }
+
+    /// Requests whose wait for a direct connection ended go on a relayed
+    /// one.
+    fn direct_wait_ended(&mut self, now: Instant) {
+        let due: Vec<PeerId> = self
+            .waiting_direct
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(peer, _)| *peer)
+            .collect();
+        for peer in due {
+            let Some((_, replies)) = self.waiting_direct.remove(&peer) else {
+                continue;
+            };
+            let relayed = self
+                .connected
+                .get(&peer)
+                .and_then(|c| c.first())
+                .map(|c| c.0);
+            match relayed {
+                Some(id) => {
+                    tracing::info!(
+                        %peer,
+                        wait = ?self.direct_wait,
+                        "no direct connection to the peer (hole punching failed): rank \
+                         traffic goes through a relay"
+                    );
+                    for reply in replies {
+                        self.send_to(peer, id, reply);
+                    }
+                }
+                None => {
+                    for reply in replies {
+                        let _ = reply.send(Err(StreamError::Unreachable(
+                            "the connection closed".into(),
+                        )));
+                    }
+                }
+            }
+        }
+        let earliest = self.waiting_direct.values().map(|(at, _)| *at).min();
+        self.timer = earliest.map(|at| Box::pin(tokio::time::sleep_until(at)));
     }
 
     /// Whether a stream to or from `peer` is alive (its connection is in
@@ -194,21 +288,41 @@ impl NetworkBehaviour for Behaviour {
     fn on_swarm_event(&mut self, event: FromSwarm<'_>) {
         match event {
             FromSwarm::ConnectionEstablished(e) => {
-                self.connected.insert(e.peer_id);
-                for reply in self.waiting.remove(&e.peer_id).unwrap_or_default() {
-                    self.actions.push_back(ToSwarm::NotifyHandler {
-                        peer_id: e.peer_id,
-                        handler: NotifyHandler::One(e.connection_id),
-                        event: reply,
-                    });
+                let relayed = e.endpoint.is_relayed();
+                self.connected
+                    .entry(e.peer_id)
+                    .or_default()
+                    .push((e.connection_id, relayed));
+                let mut replies = self.waiting.remove(&e.peer_id).unwrap_or_default();
+                if relayed {
+                    if !replies.is_empty() {
+                        self.wait_direct(e.peer_id, replies);
+                    }
+                } else {
+                    if let Some((_, more)) = self.waiting_direct.remove(&e.peer_id) {
+                        replies.extend(more);
+                    }
+                    for reply in replies {
+                        self.send_to(e.peer_id, e.connection_id, reply);
+                    }
                 }
             }
-            FromSwarm::ConnectionClosed(e) if e.remaining_established == 0 => {
-                self.connected.remove(&e.peer_id);
+            FromSwarm::ConnectionClosed(e) => {
+                if let Some(conns) = self.connected.get_mut(&e.peer_id) {
+                    conns.retain(|(id, _)| *id != e.connection_id);
+                    if conns.is_empty() {
+                        self.connected.remove(&e.peer_id);
+                        // Nothing left to wait on: they fail at once.
+                        if let Some((at, _)) = self.waiting_direct.get_mut(&e.peer_id) {
+                            *at = Instant::now();
+                            self.timer = Some(Box::pin(tokio::time::sleep_until(*at)));
+                        }
+                    }
+                }
             }
             FromSwarm::DialFailure(e) => {
                 if let Some(peer) = e.peer_id
-                    && !self.connected.contains(&peer)
+                    && !self.connected.contains_key(&peer)
                 {
                     for reply in self.waiting.remove(&peer).unwrap_or_default() {
                         let _ = reply.send(Err(StreamError::Unreachable(e.error.to_string())));
@@ -229,6 +343,13 @@ impl NetworkBehaviour for Behaviour {
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<ToSwarm<(), THandlerInEvent<Self>>> {
+        while let Some(timer) = self.timer.as_mut() {
+            if timer.as_mut().poll(cx).is_pending() {
+                break;
+            }
+            self.timer = None;
+            self.direct_wait_ended(Instant::now());
+        }
         match self.actions.pop_front() {
             Some(action) => Poll::Ready(action),
             None => {

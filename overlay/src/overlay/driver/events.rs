@@ -13,7 +13,7 @@ use crate::wire::{Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResp
 use super::super::swarm::{BehaviourEvent, dialable, tcp_port};
 use super::super::types::{Event, RequestError, Responder};
 use super::{Driver, Facts};
-use crate::addrs::{passable_to, reachable_from};
+use crate::addrs::{is_relayed, passable_to, reachable_from};
 
 /// Most addresses remembered per peer.
 const MAX_ADDRS_PER_PEER: usize = 8;
@@ -24,7 +24,9 @@ impl Driver {
     pub(super) async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
-                if let (Some(latency), Some(port)) = (&self.config.latency, tcp_port(&address)) {
+                if let (Some(latency), Some(port)) = (&self.config.latency, tcp_port(&address))
+                    && !is_relayed(&address)
+                {
                     latency.topology.assign_port(port, &latency.site);
                 }
                 if !self.listen_addrs.contains(&address) {
@@ -37,6 +39,31 @@ impl Driver {
                 self.listen_addrs.retain(|a| *a != address);
                 self.own.expired(&address);
             }
+            SwarmEvent::ListenerClosed {
+                listener_id,
+                reason,
+                ..
+            } => {
+                let reason = match reason {
+                    Ok(()) => "closed".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                self.relay_listener_closed(listener_id, &reason);
+            }
+            SwarmEvent::ExternalAddrConfirmed { address } => {
+                // A dial-back (AutoNAT), a UPnP mapping or a relay's
+                // reservation confirmed it; a loopback or link address is
+                // no address for others (AutoNAT confirms one over
+                // loopback), so it is not advertised.
+                if is_relayed(&address) || self.own.dialed_back(&address) {
+                    tracing::info!(addr = %address, "an address of ours is confirmed; advertising it");
+                } else {
+                    self.swarm.remove_external_address(&address);
+                }
+            }
+            SwarmEvent::ExternalAddrExpired { address } => {
+                self.own.dial_back_failed(&address);
+            }
             SwarmEvent::ConnectionEstablished {
                 peer_id,
                 connection_id,
@@ -44,8 +71,14 @@ impl Driver {
                 ..
             } => {
                 self.stats.connections += 1;
-                self.via
-                    .insert(peer_id, endpoint.get_remote_address().clone());
+                let relayed = endpoint.is_relayed();
+                self.nat_connected(peer_id, connection_id, relayed);
+                // A relayed connection says nothing of where the peer is;
+                // a direct one does.
+                if !relayed || !self.via.contains_key(&peer_id) {
+                    self.via
+                        .insert(peer_id, endpoint.get_remote_address().clone());
+                }
                 match &endpoint {
                     ConnectedPoint::Dialer { address, .. } => {
                         self.remember_addrs(peer_id, [address.clone()]);
@@ -65,6 +98,7 @@ impl Driver {
                 num_established,
                 ..
             } => {
+                self.nat_disconnected(peer_id, connection_id, num_established);
                 let now = self.now();
                 if self.keeper.disconnected(&peer_id, &connection_id, now) {
                     self.emit(Event::PeerLost { peer: peer_id }).await;
@@ -116,7 +150,15 @@ impl Driver {
             BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
                 self.on_identified(peer_id, info).await;
             }
+            // Pushes (a peer's new addresses, say a relayed one, or
+            // protocols) arrive as `Received` too.
             BehaviourEvent::Identify(_) => {}
+            BehaviourEvent::Autonat(event) => self.on_autonat(event),
+            BehaviourEvent::AutonatServer(_) => {}
+            BehaviourEvent::Relay(event) => self.on_relay_server(event),
+            BehaviourEvent::RelayClient(event) => self.on_relay_client(event),
+            BehaviourEvent::Dcutr(event) => self.on_dcutr(event),
+            BehaviourEvent::Upnp(event) => self.on_upnp(event),
             BehaviourEvent::Ping(ping::Event {
                 peer,
                 connection,
@@ -173,14 +215,20 @@ impl Driver {
             self.keeper.identified(peer, false, now);
             return;
         }
-        // Where it sees us: a candidate address of ours until enough peers
-        // agree (crate::addrs), then advertised (identify sends our
-        // external addresses with the listen addresses).
-        if let Some(via) = self.via.get(&peer)
-            && let Some(confirmed) = self.own.observed(&info.observed_addr, &peer, via)
-        {
-            tracing::info!(addr = %confirmed, "peers confirm an address of ours; advertising it");
-            self.swarm.add_external_address(confirmed);
+        self.note_protocols(peer, &info);
+        // Where it sees us: a candidate address of ours until a dial-back
+        // (AutoNAT) confirms it, or without AutoNAT enough peers agree
+        // (crate::addrs), then advertised (identify sends our external
+        // addresses with the listen addresses).
+        if let Some(via) = self.via.get(&peer).filter(|v| !is_relayed(v)) {
+            let via = via.clone();
+            if let Some(confirmed) = self.own.observed(&info.observed_addr, &peer, &via) {
+                tracing::info!(addr = %confirmed, "peers confirm an address of ours; advertising it");
+                self.swarm.add_external_address(confirmed);
+            }
+            if self.nat.observed_since.is_none() && self.own.behind_nat() {
+                self.nat.observed_since = Some(tokio::time::Instant::now());
+            }
         }
         // Of what it says it listens on, what is true for us (not its
         // loopback address unless it runs on our machine).
@@ -402,9 +450,9 @@ impl Driver {
             if addrs.is_empty() {
                 continue;
             }
-            if !self.addrs.contains_key(&record.peer) {
-                self.remember_addrs(record.peer, addrs);
-            }
+            // New addresses of a known peer too (a relayed one comes
+            // after the peer's first, unreachable, ones); bounded per peer.
+            self.remember_addrs(record.peer, addrs);
             learned.push(record.peer);
         }
         self.learned(learned).await;
@@ -420,6 +468,17 @@ impl Driver {
         };
         self.keeper.learned(peers, now, &facts);
         self.execute().await;
+    }
+
+    /// Whether `peer` serves as a relay (identify lists the hop protocol).
+    fn note_protocols(&mut self, peer: PeerId, info: &identify::Info) {
+        if info.protocols.contains(&libp2p::relay::HOP_PROTOCOL_NAME)
+            && self.swarm.is_connected(&peer)
+        {
+            self.nat.relay_capable.insert(peer);
+        } else {
+            self.nat.relay_capable.remove(&peer);
+        }
     }
 
     fn remember_addrs(&mut self, peer: PeerId, addrs: impl IntoIterator<Item = Multiaddr>) {
@@ -475,6 +534,7 @@ impl Driver {
         };
         self.keeper.tick(now, &facts);
         self.execute().await;
+        self.nat_tick();
         let keeper = &self.keeper;
         self.addrs.retain(|peer, _| keeper.remembers(peer));
     }

@@ -2,9 +2,10 @@
 //! router libp2p's events and the time, and executes what they decide and
 //! what the node asks ([`Command`]s).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::StreamExt;
+use libp2p::core::transport::ListenerId;
 use libp2p::request_response::OutboundRequestId;
 use libp2p::swarm::ConnectionId;
 use libp2p::{Multiaddr, PeerId, Swarm};
@@ -26,6 +27,7 @@ use super::swarm::{Behaviour, BehaviourEvent};
 use super::types::{Event, KnownPeer, Neighbour, OverlayError, OverlayStats, RequestError};
 
 mod events;
+mod nat;
 
 /// What only the event loop knows about a peer, for the keeper.
 struct Facts<'a> {
@@ -68,6 +70,36 @@ pub(super) struct Driver {
     /// Our outstanding peer-exchange requests, with whom.
     pub(super) peer_exchanges: HashMap<OutboundRequestId, PeerId>,
     pub(super) stats: OverlayStats,
+    /// NAT traversal's state ([`nat`]).
+    pub(super) nat: NatState,
+}
+
+/// What the event loop keeps for NAT traversal: relay reservations and
+/// how connections through relays became direct. Every map is bounded by
+/// the connected peers (entries go with their last connection) or by the
+/// configured number of reservations.
+#[derive(Default)]
+pub(super) struct NatState {
+    /// Relays we asked for a reservation, with the relayed listener.
+    pub(super) relays: BTreeMap<PeerId, ListenerId>,
+    /// Relays not to ask again before then (a reservation failed or ended).
+    pub(super) relay_retry: HashMap<PeerId, Instant>,
+    /// Connected peers that serve as relays (identify lists the hop protocol).
+    pub(super) relay_capable: HashSet<PeerId>,
+    /// When peers first saw us at an address none of our interfaces has.
+    pub(super) observed_since: Option<Instant>,
+    /// Whether a dial-back (AutoNAT) to an address of ours failed.
+    pub(super) dial_back_failed: bool,
+    /// Peers connected through a relay, with when the first such
+    /// connection came and its connections.
+    pub(super) relayed: HashMap<PeerId, (Instant, Vec<ConnectionId>)>,
+    /// Direct (not relayed) connections open to each peer.
+    pub(super) direct: HashMap<PeerId, u32>,
+    /// Relays that accepted our reservation.
+    pub(super) relay_reserved: HashSet<PeerId>,
+    /// Whether our relay server offers the hop protocol (`None` before the
+    /// first tick).
+    pub(super) serving: Option<bool>,
 }
 
 impl Driver {
@@ -289,6 +321,7 @@ impl Driver {
                     .num_established();
                 let stats = OverlayStats {
                     router: self.router.stats(),
+                    relay_reservations: self.nat.relay_reserved.len() as u64,
                     open_connections: u64::from(open),
                     foreign_peers: self.keeper.foreign_peers() as u64,
                     ..self.stats

@@ -1,0 +1,103 @@
+//! NAT traversal (issue 18) on hosts behind NAT routers: network namespaces
+//! and nftables rules the test makes itself (`common::netns`, needs root
+//! and nftables), addresses only inside them.
+//!
+//! The grid of each test: a public node on the "internet" (a home with no
+//! cores: it runs no rank) and two nodes behind NAT routers of their own,
+//! joined through the public one. Each NATed node learns that it is not
+//! reachable (a dial-back fails or never comes), reserves a slot on the
+//! public node (circuit relay v2), and advertises the relayed address; a
+//! 2-worker job then runs one rank behind each NAT, its ranks exchanging
+//! messages: over a direct connection where DCUtR punches a hole, else over
+//! the relay (whose limits a Zorilla node raises).
+
+mod common;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use common::natgrid::two_nodes_behind_nats_run_a_job;
+use common::netns::{Hosts, Nat, in_netns};
+
+/// The port of `sender` on the public hosts as each of them sees it, for
+/// one UDP socket of a private host sending to each in turn.
+fn ports_seen(hosts: &Hosts, sender: usize, public: &[usize]) -> Vec<u16> {
+    let receivers: Vec<(String, SocketAddr, UdpSocket)> = public
+        .iter()
+        .map(|&p| {
+            let host = hosts.hosts[p].clone();
+            let addr = SocketAddr::from((host.ip, 0));
+            let socket = in_netns(&host.netns, move || UdpSocket::bind(addr).unwrap());
+            let addr = socket.local_addr().unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            (host.netns, addr, socket)
+        })
+        .collect();
+    let targets: Vec<SocketAddr> = receivers.iter().map(|r| r.1).collect();
+    let private = hosts.hosts[sender].clone();
+    let local = SocketAddr::from((private.ip, 40_000));
+    in_netns(&private.netns, move || {
+        let socket = UdpSocket::bind(local).unwrap();
+        for target in targets {
+            socket.send_to(b"where am I", target).unwrap();
+        }
+    });
+    receivers
+        .iter()
+        .map(|(netns, _, socket)| {
+            let mut buf = [0u8; 64];
+            let (_, from) = socket
+                .recv_from(&mut buf)
+                .unwrap_or_else(|e| panic!("nothing came through the NAT to {netns}: {e}"));
+            assert_eq!(
+                from.ip(),
+                std::net::Ipv4Addr::new(10, 77, 200, 100 + private.site as u8),
+                "the packet comes from the NAT router's public address"
+            );
+            from.port()
+        })
+        .collect()
+}
+
+/// What nftables here gives: an endpoint-independent NAT keeps the host's
+/// port for every destination (plain masquerade keeps a free source port);
+/// a symmetric one (`fully-random`) gives each destination another.
+#[test]
+fn nat_routers_map_ports_as_their_kind() {
+    let hosts = Hosts::behind_nats(2, &[Nat::EndpointIndependent, Nat::Symmetric]);
+    let eim = ports_seen(&hosts, 2, &[0, 1]);
+    assert_eq!(eim, vec![40_000, 40_000], "endpoint-independent: {eim:?}");
+    let sym = ports_seen(&hosts, 3, &[0, 1]);
+    assert!(
+        sym[0] != sym[1] && !sym.contains(&40_000),
+        "symmetric: a random port per destination, not {sym:?}"
+    );
+    eprintln!("ports seen: endpoint-independent {eim:?}, symmetric {sym:?}");
+}
+
+/// Behind endpoint-independent NATs the hole punch succeeds, and the
+/// ranks' messages go over the direct connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_endpoint_independent_nats_a_hole_punch_makes_the_job_direct() {
+    let outcome = two_nodes_behind_nats_run_a_job(Nat::EndpointIndependent).await;
+    eprintln!("endpoint-independent NATs: {outcome:?}");
+    assert!(
+        outcome.time_to_direct.is_some(),
+        "no hole punch succeeded: {outcome:?}"
+    );
+    assert!(!outcome.over_relay, "{outcome:?}");
+}
+
+/// Behind symmetric NATs no hole can be punched (each destination sees
+/// another port): the job still completes, its messages through the
+/// public node's relay, whose limits the node raises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_symmetric_nats_the_job_runs_through_the_relay() {
+    let outcome = two_nodes_behind_nats_run_a_job(Nat::Symmetric).await;
+    eprintln!("symmetric NATs: {outcome:?}");
+    if outcome.time_to_direct.is_none() {
+        assert!(outcome.over_relay, "{outcome:?}");
+    }
+}
