@@ -2,10 +2,14 @@
 //! schedulers side by side and reports the distribution of the figures
 //! over the topologies: what `zorilla-sim --random N` prints.
 
+use std::path::Path;
 use std::time::Duration;
 
+use anyhow::Context;
+use plotters::prelude::*;
+
 use crate::generate::{self, Size};
-use crate::report::Summary;
+use crate::report::{Summary, mode_color};
 use crate::sim::{Mode, run_scenario};
 
 /// The figures of one scheduler on one generated topology.
@@ -148,4 +152,144 @@ pub fn from_csv(text: &str) -> anyhow::Result<Vec<Run>> {
         });
     }
     Ok(runs)
+}
+
+/// One figure of the generated-topology plot: its name, unit and value.
+type Figure = (&'static str, &'static str, fn(&Summary) -> f64);
+
+/// Plots the distribution over generated topologies (this module) of
+/// each figure (extra RTT per worker, out of order, messages per job, mean
+/// allocation time), one panel each: every mode's per-topology values
+/// sorted, against the share of topologies at or below them, so that the
+/// median and the 95th percentile read off at 50% and 95%.
+pub fn plot_random(path: &Path, title: &str, runs: &[Run]) -> anyhow::Result<()> {
+    let figures: [Figure; 4] = [
+        ("extra RTT per worker over the oracle", "ms", |s| {
+            s.extra_rtt_ms
+        }),
+        ("workers placed out of order", "%", |s| {
+            s.out_of_order * 100.0
+        }),
+        ("messages per job (log)", "", |s| {
+            s.messages_per_job.max(1.0)
+        }),
+        ("mean allocation time (log)", "s", |s| {
+            s.mean_allocation.as_secs_f64().max(1e-3)
+        }),
+    ];
+    let mut modes: Vec<Mode> = runs.iter().map(|r| r.mode).collect();
+    modes.sort();
+    modes.dedup();
+    let topologies = runs
+        .iter()
+        .map(|r| r.seed)
+        .collect::<std::collections::BTreeSet<_>>();
+    let root = SVGBackend::new(path, (1000, 760)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let root = root
+        .titled(
+            &format!("{title}: {} topologies", topologies.len()),
+            ("sans-serif", 20),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let panels = root.split_evenly((2, 2));
+    for (index, (panel, (name, unit, value))) in panels.iter().zip(figures).enumerate() {
+        let series: Vec<(Mode, Vec<(f64, f64)>)> = modes
+            .iter()
+            .map(|&mode| {
+                let mut values: Vec<f64> = runs
+                    .iter()
+                    .filter(|r| r.mode == mode)
+                    .map(|r| value(&r.summary))
+                    .filter(|v| v.is_finite())
+                    .collect();
+                values.sort_by(f64::total_cmp);
+                let n = values.len().max(1) as f64;
+                let points = values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (*v, 100.0 * (i + 1) as f64 / n))
+                    .collect();
+                (mode, points)
+            })
+            .collect();
+        let x_max = series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+            .fold(0.0f64, f64::max);
+        let caption = if unit.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name} ({unit})")
+        };
+        let mut builder = ChartBuilder::on(panel);
+        builder
+            .caption(caption, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(32)
+            .y_label_area_size(44);
+        // Messages and allocation times span orders of magnitude.
+        if index >= 2 {
+            let x_min = series
+                .iter()
+                .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+                .fold(f64::INFINITY, f64::min)
+                .min(x_max)
+                .max(1e-3);
+            let mut chart = builder
+                .build_cartesian_2d((x_min..x_max.max(x_min * 10.0)).log_scale(), 0.0..100.0)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            chart
+                .configure_mesh()
+                .y_desc("topologies at or below (%)")
+                .draw()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            for (mode, points) in series {
+                let color = mode_color(mode);
+                chart
+                    .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+                    .label(mode.name())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .border_style(BLACK)
+                .background_style(WHITE.mix(0.8))
+                .draw()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        } else {
+            let mut chart = builder
+                .build_cartesian_2d(0.0..x_max.max(1e-3) * 1.05, 0.0..100.0)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            chart
+                .configure_mesh()
+                .y_desc("topologies at or below (%)")
+                .draw()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            for (mode, points) in series {
+                let color = mode_color(mode);
+                chart
+                    .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+                    .label(mode.name())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .border_style(BLACK)
+                .background_style(WHITE.mix(0.8))
+                .draw()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+    }
+    root.present()
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
 }

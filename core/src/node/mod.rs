@@ -84,11 +84,10 @@ mod spec;
 mod takeover;
 
 pub use crate::advert::{Phase, Placed};
-pub use events::{Input, JobEvent, Output};
+pub use events::{CheckpointRefused, Input, JobEvent, Output};
 pub use joblog::{JobEntry, JobState};
 pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
-pub use rollback::CheckpointRefused;
 pub use spec::{JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError};
 
 /// A job this node is home to.

@@ -36,35 +36,6 @@
 use super::*;
 use crate::checkpoint::{Latest, NotRecorded, incarnation_of};
 
-/// Why the home did not take a rank's checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CheckpointRefused {
-    /// This node is not the job's home (or forgot it).
-    #[error("job {0} is not under way here")]
-    UnknownJob(JobId),
-    /// The job is over.
-    #[error("job {0} is over")]
-    Ended(JobId),
-    /// The sender's worker is not the one the home places for the rank now
-    /// (another node, an older incarnation, or the rank is lost).
-    #[error("rank {rank} of job {job} does not run on the sender as this worker")]
-    NotPlaced {
-        /// The job.
-        job: JobId,
-        /// The rank.
-        rank: u32,
-    },
-    /// A newer checkpoint of the rank is known.
-    #[error("a newer checkpoint of rank {rank} is known")]
-    Older {
-        /// The rank.
-        rank: u32,
-    },
-    /// The rank, holders or generation are beyond their maxima.
-    #[error("the checkpoint's rank, holders or generation are beyond their maxima")]
-    OutOfRange,
-}
-
 impl<P: PeerKey> Scheduler<P> {
     /// The worker of `rank` of `job` on `node` stored `checkpoint`: the
     /// home's index takes it if the job is under way here and the worker

@@ -99,7 +99,7 @@ fn main() -> anyhow::Result<()> {
         std::fs::create_dir_all(&args.out)
             .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
         let svg = args.out.join("random.svg");
-        zorilla_sim::report::plot_random(&svg, "generated topologies", &runs)?;
+        zorilla_sim::random::plot_random(&svg, "generated topologies", &runs)?;
         println!("wrote {}", svg.display());
         return Ok(());
     }
@@ -267,7 +267,7 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     let path = args.out.join("random.csv");
     std::fs::write(&path, csv).with_context(|| format!("cannot write {}", path.display()))?;
     let svg = args.out.join("random.svg");
-    zorilla_sim::report::plot_random(&svg, "generated topologies", &runs)?;
+    zorilla_sim::random::plot_random(&svg, "generated topologies", &runs)?;
     println!("wrote {}", svg.display());
     println!(
         "\nwrote {} in {:.1} s",
