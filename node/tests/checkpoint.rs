@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{grid, stderr_of, stdout_of, wait_completed, wait_for, wait_for_neighbours, wasm};
 use zorilla_core::advert::Strategy;
 use zorilla_core::node::LostPolicy;
-use zorilla_node::protocol::JobRequest;
+use zorilla_node::protocol::{JobRequest, JobStatus};
 
 const CELLS: usize = 500;
 const ITERATIONS: u64 = 3000;
@@ -89,12 +89,9 @@ async fn a_checkpoint_survives_the_loss_of_one_of_its_holders() {
     resume_after_a_kill(true).await;
 }
 
-async fn resume_after_a_kill(and_a_holder: bool) {
-    let mut grid = grid(4, 1);
-    // Every node knows the three others: each checkpoint goes to two
-    // nodes besides its worker's.
-    wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(60)).await;
-    let mut client = grid.nodes[0].client().await;
+/// Submits the two-rank `heat` job (a rank lost is replaced) and waits
+/// until both ranks run: the job and its status then.
+async fn start_heat(client: &mut zorilla_node::client::Client) -> (u64, JobStatus) {
     let request = JobRequest {
         min_workers: 2,
         max_workers: 2,
@@ -108,10 +105,20 @@ async fn resume_after_a_kill(and_a_holder: bool) {
         ..JobRequest::default()
     };
     let job = client.submit(request, wasm("heat"), vec![]).await.unwrap();
-    let running = wait_for(&mut client, job, Duration::from_secs(60), "2 ranks", |s| {
+    let running = wait_for(client, job, Duration::from_secs(60), "2 ranks", |s| {
         s.running_workers() == 2
     })
     .await;
+    (job, running)
+}
+
+async fn resume_after_a_kill(and_a_holder: bool) {
+    let mut grid = grid(4, 1);
+    // Every node knows the three others: each checkpoint goes to two
+    // nodes besides its worker's.
+    wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(60)).await;
+    let mut client = grid.nodes[0].client().await;
+    let (job, running) = start_heat(&mut client).await;
     // The rank that does not run on the home (killing the home is another
     // story).
     let (&rank, placed) = running
@@ -236,23 +243,7 @@ async fn the_home_and_a_checkpoint_holder_killed_together() {
     let nodes = &mut grid.nodes;
     wait_for_neighbours(nodes, 4, Duration::from_secs(60)).await;
     let mut client = nodes[0].client().await;
-    let request = JobRequest {
-        min_workers: 2,
-        max_workers: 2,
-        strategy: Strategy::Spread,
-        lifetime_secs: 120,
-        on_worker_lost: LostPolicy::Replace,
-        args: [CELLS as u64, ITERATIONS, EVERY, PAUSE_US]
-            .iter()
-            .map(u64::to_string)
-            .collect(),
-        ..JobRequest::default()
-    };
-    let job = client.submit(request, wasm("heat"), vec![]).await.unwrap();
-    let running = wait_for(&mut client, job, Duration::from_secs(60), "2 ranks", |s| {
-        s.running_workers() == 2
-    })
-    .await;
+    let (job, running) = start_heat(&mut client).await;
     let node_of = |peer: &String| nodes.iter().position(|n| &n.peer == peer).unwrap();
     let start = Instant::now();
     loop {

@@ -112,13 +112,7 @@ async fn after_the_home_is_lost_every_node_shows_the_job_whole() {
     let mut grid = grid_with_idle_home(4, 2);
     let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
-    let mut request = nqueens(6, 0);
-    request.args = vec!["3".into(), "6".into()];
-    request.lifetime_secs = 120;
-    let job = client
-        .submit(request, wasm("stagger"), vec![])
-        .await
-        .unwrap();
+    let job = submit_stagger(&mut client, 3, 6).await;
     // Three ranks ended at the home, with their outputs; three run.
     let start = Instant::now();
     loop {
@@ -226,6 +220,22 @@ async fn after_the_home_is_lost_every_node_shows_the_job_whole() {
     assert!(info.running.is_empty(), "{info:?}");
 }
 
+/// Submits a job of 6 `stagger` ranks (examples/src/stagger.c): the first
+/// `early` end at once, the others after `seconds` seconds.
+async fn submit_stagger(
+    client: &mut zorilla_node::client::Client,
+    early: u32,
+    seconds: u32,
+) -> u64 {
+    let mut request = nqueens(6, 0);
+    request.args = vec![early.to_string(), seconds.to_string()];
+    request.lifetime_secs = 120;
+    client
+        .submit(request, wasm("stagger"), vec![])
+        .await
+        .unwrap()
+}
+
 /// Sends `signal` to `node`'s process (`STOP` freezes it: its peers see it
 /// go silent, as behind a partition; `CONT` brings it back).
 fn signal(node: &TestNode, signal: &str) {
@@ -293,13 +303,7 @@ async fn home_cut_off_and_back(cut: Cut) {
     };
     let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
-    let mut request = nqueens(6, 0);
-    request.args = vec!["0".into(), "12".into()];
-    request.lifetime_secs = 120;
-    let job = client
-        .submit(request, wasm("stagger"), vec![])
-        .await
-        .unwrap();
+    let job = submit_stagger(&mut client, 0, 12).await;
     let start = Instant::now();
     loop {
         let status = client.status(job).await.unwrap();

@@ -140,6 +140,18 @@ fn ip(args: &[&str]) {
     );
 }
 
+/// Turns IP forwarding on in the namespace `router`.
+fn forward(router: &str) {
+    ip(&[
+        "netns",
+        "exec",
+        router,
+        "sh",
+        "-c",
+        "echo 1 > /proc/sys/net/ipv4/ip_forward",
+    ]);
+}
+
 impl Hosts {
     /// Sites of `sizes[s]` hosts each (site s gets 10.77.(s+1).0/24).
     pub(crate) fn new(sizes: &[usize]) -> Hosts {
@@ -154,28 +166,12 @@ impl Hosts {
                 && sizes.iter().all(|&n| (1..=MAX_HOSTS_PER_SITE).contains(&n)),
             "1 to {MAX_SITES} sites of 1 to {MAX_HOSTS_PER_SITE} hosts, not {sizes:?}"
         );
-        SWEEP.call_once(sweep_stale);
         let started = std::time::Instant::now();
-        let prefix = format!(
-            "{PREFIX}{}n{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut made = Hosts {
-            namespaces: Vec::new(),
-            hosts: Vec::new(),
-        };
+        let (mut made, prefix) = Hosts::begin();
         // From here on a failure panics with `made` alive: its drop
         // deletes what was made so far.
         let router = made.add_netns(format!("{prefix}-r"));
-        ip(&[
-            "netns",
-            "exec",
-            &router,
-            "sh",
-            "-c",
-            "echo 1 > /proc/sys/net/ipv4/ip_forward",
-        ]);
+        forward(&router);
         for (s, &size) in sizes.iter().enumerate() {
             let net = s + 1;
             let site = made.add_netns(format!("{prefix}-s{net}"));
@@ -199,33 +195,13 @@ impl Hosts {
             ]);
             ip(&["-n", &router, "link", "set", &leg, "up"]);
             for h in 1..=size {
-                let host = made.add_netns(format!("{prefix}-h{net}.{h}"));
-                let port = format!("h{h}");
-                ip(&[
-                    "-n", &host, "link", "add", "eth0", "type", "veth", "peer", "name", &port,
-                    "netns", &site,
-                ]);
-                ip(&["-n", &site, "link", "set", &port, "master", "br0", "up"]);
-                ip(&["-n", &host, "link", "set", "lo", "up"]);
-                ip(&[
-                    "-n",
-                    &host,
-                    "addr",
-                    "add",
+                let host = made.add_bridged_host(
+                    format!("{prefix}-h{net}.{h}"),
+                    &site,
+                    &format!("h{h}"),
                     &format!("10.77.{net}.{h}/24"),
-                    "dev",
-                    "eth0",
-                ]);
-                ip(&["-n", &host, "link", "set", "eth0", "up"]);
-                ip(&[
-                    "-n",
-                    &host,
-                    "route",
-                    "add",
-                    "default",
-                    "via",
-                    &format!("10.77.{net}.254"),
-                ]);
+                    Some(&format!("10.77.{net}.254")),
+                );
                 made.hosts.push(Host {
                     netns: host,
                     ip: Ipv4Addr::new(10, 77, net as u8, h as u8),
@@ -282,32 +258,19 @@ impl Hosts {
             "1 to 50 public hosts and at most 50 NATs, not {public} and {}",
             nats.len()
         );
-        SWEEP.call_once(sweep_stale);
         let started = std::time::Instant::now();
-        let prefix = format!(
-            "{PREFIX}{}n{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut made = Hosts {
-            namespaces: Vec::new(),
-            hosts: Vec::new(),
-        };
+        let (mut made, prefix) = Hosts::begin();
         let inet = made.add_netns(format!("{prefix}-i"));
         ip(&["-n", &inet, "link", "add", "br0", "type", "bridge"]);
         ip(&["-n", &inet, "link", "set", "br0", "up"]);
         for h in 1..=public {
-            let host = made.add_netns(format!("{prefix}-p{h}"));
-            let port = format!("p{h}");
-            ip(&[
-                "-n", &host, "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns",
+            let host = made.add_bridged_host(
+                format!("{prefix}-p{h}"),
                 &inet,
-            ]);
-            ip(&["-n", &inet, "link", "set", &port, "master", "br0", "up"]);
-            ip(&["-n", &host, "link", "set", "lo", "up"]);
-            let addr = format!("10.77.200.{h}/24");
-            ip(&["-n", &host, "addr", "add", &addr, "dev", "eth0"]);
-            ip(&["-n", &host, "link", "set", "eth0", "up"]);
+                &format!("p{h}"),
+                &format!("10.77.200.{h}/24"),
+                None,
+            );
             made.hosts.push(Host {
                 netns: host,
                 ip: Ipv4Addr::new(10, 77, 200, h as u8),
@@ -363,14 +326,7 @@ impl Hosts {
                 "via",
                 &format!("10.77.{k}.254"),
             ]);
-            ip(&[
-                "netns",
-                "exec",
-                &router,
-                "sh",
-                "-c",
-                "echo 1 > /proc/sys/net/ipv4/ip_forward",
-            ]);
+            forward(&router);
             nft(&router, &nat.ruleset());
             made.hosts.push(Host {
                 netns: host,
@@ -389,6 +345,48 @@ impl Hosts {
     /// Every namespace made, in the order made.
     pub(crate) fn namespaces(&self) -> &[String] {
         &self.namespaces
+    }
+
+    /// An empty set of hosts and the prefix of its namespaces' names
+    /// (stale namespaces of earlier runs swept first, once per run).
+    fn begin() -> (Hosts, String) {
+        SWEEP.call_once(sweep_stale);
+        let prefix = format!(
+            "{PREFIX}{}n{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let made = Hosts {
+            namespaces: Vec::new(),
+            hosts: Vec::new(),
+        };
+        (made, prefix)
+    }
+
+    /// A host namespace `name` whose `eth0` (address `cidr`, default route
+    /// through `gateway` if any) is a veth pair with its other end `port`
+    /// on the bridge `br0` of namespace `bridge`; its name.
+    fn add_bridged_host(
+        &mut self,
+        name: String,
+        bridge: &str,
+        port: &str,
+        cidr: &str,
+        gateway: Option<&str>,
+    ) -> String {
+        let host = self.add_netns(name);
+        ip(&[
+            "-n", &host, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns",
+            bridge,
+        ]);
+        ip(&["-n", bridge, "link", "set", port, "master", "br0", "up"]);
+        ip(&["-n", &host, "link", "set", "lo", "up"]);
+        ip(&["-n", &host, "addr", "add", cidr, "dev", "eth0"]);
+        ip(&["-n", &host, "link", "set", "eth0", "up"]);
+        if let Some(gateway) = gateway {
+            ip(&["-n", &host, "route", "add", "default", "via", gateway]);
+        }
+        host
     }
 
     fn add_netns(&mut self, name: String) -> String {
