@@ -326,11 +326,20 @@ impl<P: PeerKey> FloodRouter<P> {
                 .map_or(Duration::ZERO, |(_, rtt)| *rtt);
             self.note_distance(id.job, from, header.path_rtt.saturating_sub(link));
         }
+        let forward_ttl = (header.ttl - 1).min(self.config.max_forward_ttl);
+        // A copy that carries more TTL than the one seen goes again also to
+        // peers nearer the home: they may have had the flood with too little
+        // TTL left to pass it on (nearer in latency is not fewer hops).
+        let more_ttl = self
+            .seen
+            .get(&id)
+            .is_some_and(|seen| forward_ttl > seen.best_ttl);
         let mut skip: Vec<P> = Vec::new();
         if self.config.prune {
             skip.extend_from_slice(also_sent);
         }
         if self.config.prune
+            && !more_ttl
             && let Some(known) = self.nearer.get(&id.job)
         {
             skip.extend(
@@ -341,10 +350,9 @@ impl<P: PeerKey> FloodRouter<P> {
             );
         }
         let also_sent = &skip[..];
-        let forward_ttl = (header.ttl - 1).min(self.config.max_forward_ttl);
         match self.seen.get_mut(&id) {
             Some(seen) => {
-                let farther = forward_ttl > seen.best_ttl;
+                let farther = more_ttl;
                 let shorter = header.latency_budget.is_some()
                     && header.path_rtt.as_secs_f64()
                         < seen.best_path.as_secs_f64() * PATH_IMPROVEMENT;
