@@ -293,6 +293,32 @@ impl<P: Clone + Ord> CheckpointIndex<P> {
         }
     }
 
+    /// `peer` is gone: it holds no checkpoint any more. A checkpoint left
+    /// with no holder is forgotten (the one before it, if held, becomes
+    /// the rank's latest), so that neither a replaced rank nor a rollback
+    /// is sent to load what no live node has.
+    pub fn holder_lost(&mut self, peer: &P) {
+        self.kept.retain(|_, kept| {
+            let held: Vec<Latest<P>> = kept
+                .entries()
+                .cloned()
+                .filter_map(|mut e| {
+                    e.holders.retain(|h| h != peer);
+                    (!e.holders.is_empty()).then_some(e)
+                })
+                .collect();
+            let mut held = held.into_iter();
+            let Some(latest) = held.next() else {
+                return false;
+            };
+            *kept = Kept {
+                latest,
+                previous: held.next(),
+            };
+            true
+        });
+    }
+
     /// The jobs with checkpoints in the index.
     pub fn jobs(&self) -> BTreeSet<u64> {
         self.holders.keys().copied().collect()
@@ -466,6 +492,32 @@ mod tests {
         // Checkpoints without a generation are in no generation.
         index.record(3, 0, at(1, &[10])).unwrap();
         assert_eq!(index.common_generation(3, 0..1), None);
+    }
+
+    #[test]
+    fn a_checkpoint_whose_holders_are_gone_is_not_chosen() {
+        let mut index = CheckpointIndex::new();
+        for rank in 0..2 {
+            index.record(1, rank, generation_at(1, 1, 10)).unwrap();
+        }
+        index.record(1, 0, generation_at(2, 2, 20)).unwrap();
+        index.record(1, 1, generation_at(2, 2, 21)).unwrap();
+        assert_eq!(index.common_generation(1, 0..2), Some(2));
+        // Rank 0's generation 2 was held by node 20 alone: generation 1
+        // is the latest every rank can still load.
+        index.holder_lost(&20);
+        assert_eq!(index.common_generation(1, 0..2), Some(1));
+        assert_eq!(index.latest(1, 0), Some(&generation_at(1, 1, 10)));
+        assert_eq!(index.latest(1, 1), Some(&generation_at(2, 2, 21)));
+        // A holder of several keeps none of them; a checkpoint with
+        // another holder keeps it.
+        index.record(2, 0, at(1, &[10, 11])).unwrap();
+        index.holder_lost(&10);
+        assert_eq!(index.latest(1, 0), None);
+        assert_eq!(index.common_generation(1, 0..2), None);
+        assert_eq!(index.latest(2, 0), Some(&at(1, &[11])));
+        // The gone node still hears when the job ends (it may come back).
+        assert!(index.end_job(1).contains(&20));
     }
 
     #[test]

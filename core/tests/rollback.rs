@@ -337,6 +337,31 @@ fn with_no_common_generation_every_rank_starts_over() {
     }
 }
 
+/// The node lost also held the only copy of a rank's newest checkpoint:
+/// the job rolls back to the generation before, which live nodes hold,
+/// rather than to one no worker could load.
+#[test]
+fn a_generation_held_only_by_the_lost_node_is_not_rolled_back_to() {
+    let (mut home, _) = Home::new(0, 3);
+    home.offer(ms(1), 1, 1);
+    home.offer(ms(2), 2, 1);
+    home.offer(ms(3), 3, 1);
+    let lost = home.placed[&2].0;
+    for rank in 0..3 {
+        home.save(rank, 1, 1, 9);
+    }
+    // Generation 2 of rank 0 is held by the node that runs rank 2 alone.
+    home.save(0, 2, 2, lost);
+    home.save(1, 2, 2, 9);
+    home.save(2, 2, 2, 9);
+    let out = home.handle(ms(100), Input::PeerLost(lost));
+    assert_eq!(Home::rolled_back(&out), vec![(Some(1), vec![0, 1])]);
+    home.offer(ms(200), 4, 3);
+    for rank in 0..3 {
+        assert_eq!(home.start_generation(rank), Some(1), "rank {rank}");
+    }
+}
+
 #[test]
 fn a_rank_lost_during_a_rollback_rolls_the_job_back_again() {
     let (mut home, _) = Home::new(0, 3);

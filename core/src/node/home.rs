@@ -459,6 +459,9 @@ impl<P: PeerKey> Scheduler<P> {
     }
 
     pub(super) fn peer_lost(&mut self, now: Time, peer: P, out: &mut Vec<Output<P>>) {
+        // First: what the losses below restart or roll back from must be
+        // held by a live node.
+        self.checkpoints.holder_lost(&peer);
         let jobs: Vec<JobId> = self.home.keys().copied().collect();
         for job_id in jobs {
             let Some(job) = self.home.get_mut(&job_id) else {
