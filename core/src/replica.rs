@@ -8,7 +8,16 @@
 //! (how far their log goes) for a short window, and each picks the same
 //! successor among those it heard: the most up-to-date log (the epoch of its
 //! last entry, then its length), ties broken by a rendezvous hash of the job
-//! and the peer. The successor takes the next term.
+//! and the peer. The successor takes the next term, but only if more than
+//! half the copies it knows stood: the primary's answer to a standing (it
+//! is sent one too) ends the election when it lives.
+//!
+//! Messages between nodes are not ordered. So a copy takes a set of copies
+//! only from an append at least as new as the one it took its set from
+//! (their `version`), and the primary repeats the notice to a copy it
+//! dropped until that copy acknowledges it: a copy that missed it would
+//! stand, alone or with others dropped likewise, for a job it no longer
+//! follows.
 //!
 //! An epoch names its primary, so there is **at most one primary per epoch**
 //! by construction, and epochs are totally ordered: when two primaries meet
@@ -20,7 +29,8 @@
 //!
 //! An entry is [committed](Action::Committed) once `copies_to_ack` copies
 //! hold it: the driver acknowledges a worker's end only then, so an output
-//! survives the loss of the home.
+//! survives the loss of the home, and sends a grant only then, so a
+//! successor knows every worker the home started.
 //!
 //! This module is a sans-IO state machine: time and messages in, messages
 //! and events out. It knows nothing of what an entry means (the home's rank
@@ -41,6 +51,9 @@ pub const MAX_LOG: u64 = 1 << 16;
 pub const MAX_ENTRIES_PER_APPEND: usize = 256;
 /// The most copies a job has.
 pub const MAX_COPIES: usize = 16;
+/// How many heartbeats repeat the notice to a dropped copy that has not
+/// acknowledged it.
+const DROP_NOTICES: u8 = 5;
 
 /// Who is primary, and since when: a term and the peer that took it.
 /// Ordered by term, then by peer, so two primaries never share an epoch.
@@ -94,6 +107,10 @@ pub enum Msg<P, E> {
         entries: Vec<(Epoch<P>, E)>,
         /// The job's copies, when they changed or the copy is behind.
         copies: Option<BTreeSet<P>>,
+        /// How many times the primary changed the copies in this epoch: a
+        /// copy never takes an older set than it holds from an append that
+        /// overtook this one.
+        version: u64,
         /// The primary's log length when it sent this: what a copy holds
         /// beyond it from an older epoch is not the job's.
         end: u64,
@@ -123,6 +140,17 @@ pub enum Msg<P, E> {
         /// The epoch in charge.
         epoch: Epoch<P>,
     },
+    /// From a node that holds no replica of the job, to one that stood for
+    /// election in `epoch` ([`Replica::answer_without_replica`]): a copy
+    /// the primary named but never reached, or one that lost its state.
+    /// It follows no primary, so it counts toward the candidate's majority
+    /// (it never wins: it has no log). A node whose copy the primary
+    /// dropped does not send it (for a while): its word would let another
+    /// copy that missed its drop win.
+    Absent {
+        /// The epoch of the standing answered.
+        epoch: Epoch<P>,
+    },
 }
 
 impl<P, E> Msg<P, E> {
@@ -132,7 +160,8 @@ impl<P, E> Msg<P, E> {
             Msg::Append { epoch, .. }
             | Msg::Ack { epoch, .. }
             | Msg::Standing { epoch, .. }
-            | Msg::Alive { epoch } => epoch,
+            | Msg::Alive { epoch }
+            | Msg::Absent { epoch } => epoch,
         }
     }
 }
@@ -209,6 +238,8 @@ enum Role<P> {
     Candidate {
         until: Time,
         heard: BTreeMap<P, (Option<Epoch<P>>, u64)>,
+        /// Copies that answered that they hold no replica.
+        absent: BTreeSet<P>,
     },
 }
 
@@ -222,6 +253,12 @@ pub struct Replica<P, E> {
     role: Role<P>,
     /// The replicas besides the primary.
     copies: BTreeSet<P>,
+    /// The version of `copies` (see [`Msg::Append`]'s `version`).
+    copies_version: u64,
+    /// Primary: copies it dropped that have not acknowledged the notice
+    /// yet, with how many more heartbeats repeat it (a lost or overtaken
+    /// notice would leave a copy that takes itself for one).
+    unnotified: BTreeMap<P, u8>,
     /// Entries, index `i` at position `i - 1`, with the epoch that
     /// appended them.
     log: Vec<(Epoch<P>, E)>,
@@ -282,6 +319,8 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             epoch: Epoch { term: 0, primary },
             role: Role::Copy,
             copies: BTreeSet::new(),
+            copies_version: 0,
+            unnotified: BTreeMap::new(),
             log: Vec::new(),
             progress: BTreeMap::new(),
             copies_to_ack: 1,
@@ -361,20 +400,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         // it), so that it never stands for election when the primary's
         // heartbeats stop coming (see `stand`).
         let mut out = Vec::new();
-        let len = self.len();
-        for p in self.copies.difference(&copies) {
-            out.push(Action::Send {
-                to: p.clone(),
-                msg: Msg::Append {
-                    epoch: self.epoch.clone(),
-                    after: 0,
-                    after_epoch: None,
-                    entries: Vec::new(),
-                    copies: Some(copies.clone()),
-                    end: len,
-                },
-            });
-        }
+        let dropped: Vec<P> = self.copies.difference(&copies).cloned().collect();
         self.progress.retain(|p, _| copies.contains(p));
         let len = self.len();
         for p in &copies {
@@ -383,11 +409,36 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                 .or_insert(Progress::fresh(len));
         }
         self.copies = copies;
+        self.copies_version = self.copies_version.saturating_add(1);
+        self.unnotified.retain(|p, _| !self.copies.contains(p));
+        for p in &dropped {
+            if self.unnotified.len() < MAX_COPIES {
+                self.unnotified.insert(p.clone(), DROP_NOTICES);
+            }
+        }
+        out.extend(dropped.into_iter().map(|p| self.dropped_notice(p)));
         for p in self.copies.clone() {
             self.send_append(&p, true, &mut out);
         }
         self.advance_commit(&mut out);
         out
+    }
+
+    /// Primary: an append with no entries that names the job's copies, to
+    /// a replica that is not among them (it takes itself for dropped).
+    fn dropped_notice(&self, to: P) -> Action<P, E> {
+        Action::Send {
+            to,
+            msg: Msg::Append {
+                epoch: self.epoch.clone(),
+                after: 0,
+                after_epoch: None,
+                entries: Vec::new(),
+                copies: Some(self.copies.clone()),
+                version: self.copies_version,
+                end: self.len(),
+            },
+        }
     }
 
     /// Primary: appends `entry`; its index.
@@ -423,6 +474,13 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                     for p in self.copies.clone() {
                         self.send_append(&p, false, &mut out);
                     }
+                    for p in self.unnotified.keys() {
+                        out.push(self.dropped_notice(p.clone()));
+                    }
+                    self.unnotified.retain(|_, left| {
+                        *left = left.saturating_sub(1);
+                        *left > 0
+                    });
                 }
             }
             Role::Copy => {
@@ -462,7 +520,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             // A stale replica (an old primary come back, a copy that missed
             // an election): tell it of the epoch now in charge. The
             // primary sends a copy what it misses, which says the same.
-            if matches!(msg, Msg::Alive { .. }) {
+            if matches!(msg, Msg::Alive { .. } | Msg::Absent { .. }) {
                 return out;
             }
             if self.role == Role::Primary && self.progress.contains_key(&from) {
@@ -470,6 +528,10 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             } else {
                 out.push(self.alive_to(from));
             }
+            return out;
+        }
+        if matches!(msg, Msg::Absent { .. }) && theirs != self.epoch {
+            // It echoes a standing of this replica's epoch, or is nonsense.
             return out;
         }
         if theirs > self.epoch {
@@ -481,9 +543,11 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                 after_epoch,
                 entries,
                 copies,
+                version,
                 end,
                 ..
             } => {
+                let copies = copies.map(|c| (version, c));
                 let appended =
                     self.on_append(now, from, after, after_epoch, entries, copies, &mut out);
                 if appended {
@@ -499,8 +563,28 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                     self.heard = now;
                 }
             }
+            Msg::Absent { .. } => {
+                let named = self.copies.contains(&from);
+                if let Role::Candidate { absent, .. } = &mut self.role
+                    && named
+                {
+                    absent.insert(from);
+                }
+            }
         }
         out
+    }
+
+    /// What a node that holds no replica of a job answers a message of
+    /// it: a standing hears that it is absent (see [`Msg::Absent`]);
+    /// anything else, nothing.
+    pub fn answer_without_replica(msg: &Msg<P, E>) -> Option<Msg<P, E>> {
+        match msg {
+            Msg::Standing { epoch, .. } => Some(Msg::Absent {
+                epoch: epoch.clone(),
+            }),
+            _ => None,
+        }
     }
 
     /// Whether this replica heard from the primary itself within a lease.
@@ -524,11 +608,13 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.role = Role::Copy;
         self.heard = now;
         self.progress.clear();
+        self.unnotified.clear();
         self.committed = 0;
         self.expected = None;
         // Whether this replica is a copy in the new epoch, and of what
         // others, only the new primary's appends say.
         self.copies.clear();
+        self.copies_version = 0;
         if was_primary {
             out.push(Action::SteppedDown { epoch });
         }
@@ -549,14 +635,19 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.role = Role::Candidate {
             until: now.saturating_add(self.timing.election),
             heard,
+            absent: BTreeSet::new(),
         };
         let msg = Msg::Standing {
             epoch: self.epoch.clone(),
             last: self.last_epoch(),
             len: self.len(),
         };
-        for p in &self.copies {
-            if *p != self.me && *p != self.epoch.primary {
+        // The primary hears it too: if it lives (its heartbeats were lost,
+        // or this copy was dropped by a message that overtook the one that
+        // placed it), its answer ends the election before it is won.
+        let primary = std::iter::once(&self.epoch.primary);
+        for p in self.copies.iter().chain(primary) {
+            if *p != self.me {
                 out.push(Action::Send {
                     to: p.clone(),
                     msg: msg.clone(),
@@ -579,16 +670,23 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         len: u64,
         out: &mut Vec<Action<P, E>>,
     ) {
+        if self.role == Role::Primary {
+            // The primary is alive: its append (a heartbeat, or what the
+            // copy misses) says so; one it dropped hears the copies
+            // without it, and never stands again.
+            if self.copies.contains(&from) {
+                self.send_append(&from, true, out);
+            } else {
+                out.push(self.dropped_notice(from));
+            }
+            return;
+        }
         if !self.copies.contains(&from) || len > MAX_LOG {
             return;
         }
         let alive = self.lease_alive(now);
         match &mut self.role {
-            Role::Primary => {
-                // The primary is alive: its append (a heartbeat, or what
-                // the copy misses) says so.
-                self.send_append(&from, true, out);
-            }
+            Role::Primary => {}
             Role::Copy if alive => out.push(self.alive_to(from)),
             Role::Copy => {
                 self.stand(now, out);
@@ -604,16 +702,24 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
 
     /// The election's window closed: the best log among those heard wins.
     fn elect(&mut self, now: Time, out: &mut Vec<Action<P, E>>) {
-        let Role::Candidate { heard, .. } = std::mem::replace(&mut self.role, Role::Copy) else {
+        let Role::Candidate { heard, absent, .. } = std::mem::replace(&mut self.role, Role::Copy)
+        else {
             return;
         };
+        self.heard = now;
+        // A majority of the copies this replica knows must have stood or
+        // said they hold none: a copy cut off alone, or one that missed
+        // that the primary dropped it (the copies it names do not answer
+        // it), never takes over; it tries again after another lease.
+        if heard.len() + absent.len() <= self.copies.len() / 2 {
+            return;
+        }
         let job = self.job;
         let winner = heard
             .iter()
             .max_by_key(|(p, (last, len))| (last.clone(), *len, score(job, *p)))
             .map(|(p, _)| p.clone())
             .unwrap_or_else(|| self.me.clone());
-        self.heard = now;
         if winner != self.me {
             // Wait for the winner's first append (a lease): if it never
             // comes, the next election goes without it.
@@ -631,6 +737,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         // the driver places it again.
         self.copies.remove(&self.me);
         self.copies.remove(&old);
+        self.copies_version = self.copies_version.saturating_add(1);
         let len = self.len();
         self.progress = self
             .copies
@@ -675,6 +782,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                 after_epoch,
                 entries,
                 copies,
+                version: self.copies_version,
                 end: len,
             },
         });
@@ -688,7 +796,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         after: u64,
         after_epoch: Option<Epoch<P>>,
         entries: Vec<(Epoch<P>, E)>,
-        copies: Option<BTreeSet<P>>,
+        copies: Option<(u64, BTreeSet<P>)>,
         out: &mut Vec<Action<P, E>>,
     ) -> bool {
         if from != self.epoch.primary || self.role == Role::Primary {
@@ -700,8 +808,11 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.heard = now;
         self.heard_primary = now;
         self.expected = None;
-        if let Some(copies) = copies {
+        if let Some((version, copies)) = copies
+            && version >= self.copies_version
+        {
             self.copies = copies.into_iter().take(MAX_COPIES).collect();
+            self.copies_version = version;
         }
         let ack = |index: u64, matched: bool, epoch: &Epoch<P>| Action::Send {
             to: from.clone(),
@@ -784,6 +895,9 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         if self.role != Role::Primary {
             return;
         }
+        // A dropped copy acknowledges its notice (it acknowledges nothing
+        // else: it is sent nothing else).
+        self.unnotified.remove(&from);
         let len = self.len();
         let Some(progress) = self.progress.get_mut(&from) else {
             return;

@@ -102,11 +102,13 @@ impl Net {
                     continue;
                 }
                 let now = self.now;
-                let out = self
-                    .replicas
-                    .get_mut(&to)
-                    .unwrap()
-                    .on_message(now, from, msg);
+                let Some(replica) = self.replicas.get_mut(&to) else {
+                    if let Some(answer) = R::answer_without_replica(&msg) {
+                        self.queue.push_back((now + DELAY, to, from, answer));
+                    }
+                    continue;
+                };
+                let out = replica.on_message(now, from, msg);
                 self.take(to, out);
                 self.check();
             }
@@ -201,6 +203,72 @@ fn a_dropped_copy_never_stands_for_election() {
     let live = net.live_primaries();
     assert_eq!(live.len(), 1, "{live:?}");
     assert!(live[0] == 1 || live[0] == 2, "{live:?}");
+}
+
+/// Messages between nodes are not ordered (each goes on its own stream):
+/// a copy can miss that it was dropped (here the notice and its repeats
+/// are lost; an invitation that overtakes the notice does the same). Its
+/// lease then runs out, and the copies it names do not answer it (they
+/// know it is none): alone it never wins an election, and once it reaches
+/// the live home again, the home tells it.
+#[test]
+fn a_copy_that_missed_its_drop_does_not_take_over_from_a_live_home() {
+    let mut net = Net::new(3);
+    net.propose(0, "spec");
+    net.run(2 * STEP);
+    net.cut.insert((0, 3));
+    let out = net.replicas.get_mut(&0).unwrap().set_copies([1], 1);
+    net.take(0, out);
+    net.run(Duration::from_secs(4));
+    assert!(!net.replicas[&3].is_dropped(), "copy 3 missed the notice");
+    assert_eq!(net.primaries.len(), 1, "{:?}", net.primaries);
+    net.cut.clear();
+    assert!(net.replicas[&2].is_dropped());
+    net.run(Duration::from_secs(10));
+    assert_eq!(net.live_primaries(), vec![0]);
+    assert_eq!(net.primaries.len(), 1, "{:?}", net.primaries);
+    assert!(net.replicas[&3].is_dropped(), "the home told copy 3");
+}
+
+/// A copy the primary named but that holds no replica (never reached, or
+/// it restarted without its state) says so when the other stands: with
+/// it, the survivor is a majority of the copies, and takes over.
+#[test]
+fn a_copy_that_holds_no_replica_counts_toward_the_majority() {
+    let mut net = Net::new(2);
+    net.propose(0, "spec");
+    net.run(2 * STEP);
+    net.replicas.remove(&2);
+    net.down.insert(0);
+    net.run(Duration::from_secs(3));
+    assert_eq!(net.live_primaries(), vec![1]);
+    assert_eq!(net.log(1), vec!["spec".to_string()]);
+}
+
+/// An append that names an older set of copies and arrives after a newer
+/// one does not undo it: a copy the home dropped and placed again stays a
+/// copy, whatever order the two messages come in.
+#[test]
+fn an_older_set_of_copies_that_arrives_late_is_ignored() {
+    let mut net = Net::new(3);
+    net.propose(0, "spec");
+    net.run(2 * STEP);
+    let out = net.replicas.get_mut(&0).unwrap().set_copies([1, 2], 1);
+    net.take(0, out);
+    let out = net.replicas.get_mut(&0).unwrap().set_copies([1, 2, 3], 1);
+    net.take(0, out);
+    // What goes to copy 3 arrives newest first.
+    let to_3: Vec<usize> = (0..net.queue.len())
+        .filter(|i| net.queue[*i].2 == 3)
+        .collect();
+    assert!(to_3.len() >= 2, "a notice and an append for copy 3");
+    let msgs: Vec<_> = to_3.iter().map(|i| net.queue[*i].clone()).collect();
+    for (i, m) in to_3.iter().zip(msgs.into_iter().rev()) {
+        net.queue[*i] = m;
+    }
+    net.run(2 * STEP);
+    assert!(!net.replicas[&3].is_dropped(), "copy 3 kept the newer set");
+    assert_eq!(net.replicas[&3].copies(), &BTreeSet::from([1, 2, 3]));
 }
 
 #[test]
@@ -362,6 +430,7 @@ fn nonsense_from_peers_changes_nothing() {
             after_epoch: None,
             entries: vec![(epoch.clone(), "forged".to_string())],
             copies: None,
+            version: 0,
             end: 1,
         },
     );
@@ -380,6 +449,7 @@ fn nonsense_from_peers_changes_nothing() {
                 after_epoch: Some(epoch.clone()),
                 entries,
                 copies: None,
+                version: 0,
                 end: 1000,
             },
         );
@@ -396,7 +466,8 @@ fn nonsense_from_peers_changes_nothing() {
         );
         assert!(copy.is_empty());
     }
-    // A standing from a stranger is ignored by the primary.
+    // A standing from a stranger changes nothing at the primary: it is
+    // only told that it is no copy (as a copy dropped unawares is).
     let mut home = R::primary(7, 0, Duration::ZERO, timing);
     let _ = home.set_copies([1], 1);
     let out = home.on_message(
@@ -408,7 +479,13 @@ fn nonsense_from_peers_changes_nothing() {
             len: u64::MAX,
         },
     );
-    assert!(out.is_empty());
+    assert!(
+        matches!(&out[..], [Action::Send { to: 9, msg: Msg::Append { entries, copies: Some(copies), .. } }]
+            if entries.is_empty() && copies == &BTreeSet::from([1])),
+        "{out:?}"
+    );
+    assert!(home.is_primary());
+    assert_eq!(home.copies(), &BTreeSet::from([1]));
     // An ack from a stranger, or of more than the log holds, commits
     // nothing.
     let mut out = Vec::new();

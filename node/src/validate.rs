@@ -297,7 +297,7 @@ fn replica_msg(msg: &crate::wire::ReplicaMsg) -> Result<(), Invalid> {
         }
         Msg::Ack { index: i, .. } => index("acknowledged index", *i)?,
         Msg::Standing { len, .. } => index("log length", *len)?,
-        Msg::Alive { .. } => {}
+        Msg::Alive { .. } | Msg::Absent { .. } => {}
     }
     Ok(())
 }

@@ -594,6 +594,7 @@ mod replica_tests {
                 ),
             ],
             copies: Some(BTreeSet::from([PeerId::random()])),
+            version: 0,
             end: 2,
         };
         let rpc = PeerRpc::Replica {
@@ -647,6 +648,7 @@ mod replica_tests {
             after_epoch: None,
             entries: vec![(epoch, entry); zorilla_core::replica::MAX_ENTRIES_PER_APPEND + 1],
             copies: None,
+            version: 0,
             end: 0,
         };
         let rpc = PeerRpc::Replica {
@@ -688,6 +690,7 @@ mod replica_tests {
                     zorilla_core::replica::MAX_ENTRIES_PER_APPEND
                 ],
                 copies: None,
+                version: 0,
                 end: zorilla_core::replica::MAX_LOG,
             }),
             copy: None,

@@ -49,9 +49,17 @@ impl Node {
         }
     }
 
-    /// Sends a scheduling message of the core; a grant goes with the job's
-    /// copy (see [`PeerRpc::Grant`]).
+    /// Sends a scheduling message of the core; a grant goes once a copy
+    /// holds it ([`Node::hold_grant`]), with the job's copy (see
+    /// [`PeerRpc::Grant`]).
     fn send_msg(&mut self, to: PeerId, msg: Message<PeerId>) {
+        if let Some(msg) = self.hold_grant(to, msg) {
+            self.send_grant(to, msg);
+        }
+    }
+
+    /// Sends a scheduling message now (a grant with the job's copy).
+    pub(super) fn send_grant(&mut self, to: PeerId, msg: Message<PeerId>) {
         let rpc = match msg {
             Message::Grant { job, .. } => match self.job_copy(job.0) {
                 Some(copy) => PeerRpc::Grant {

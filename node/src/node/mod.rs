@@ -262,6 +262,10 @@ pub(crate) struct Node {
     checkpoints: checkpoints::CheckpointState,
     /// This node's replicas of jobs' state (see `replicas`).
     replicas: BTreeMap<u64, replicas::JobReplica>,
+    /// Jobs whose primary dropped this node's copy, and when (see
+    /// [`zorilla_core::replica::Msg::Absent`]: such a node does not say it
+    /// holds none).
+    dropped_copies: BTreeMap<u64, Instant>,
     /// The primaries of those, for the client connections.
     primaries: crate::forward::Primaries,
 }
@@ -341,6 +345,7 @@ impl Node {
             ended_since_release: false,
             checkpoints,
             replicas: BTreeMap::new(),
+            dropped_copies: BTreeMap::new(),
             primaries,
         };
         node.recover();

@@ -30,6 +30,9 @@ pub(super) const TICK: Duration = Duration::from_millis(100);
 /// the job's home to clients meanwhile; it holds no election for it). The
 /// primary forgets an ended job once its copies hold the end.
 const ENDED_KEPT: Duration = Duration::from_secs(60);
+/// How long a node remembers that a job's primary dropped its copy
+/// (longer than a copy that missed its drop takes to stand and hear so).
+const DROPPED_KEPT: Duration = Duration::from_secs(60);
 /// How many extra copies fetch their job's files at once.
 pub(super) const MAX_COPY_FETCHES: usize = 4;
 
@@ -44,6 +47,9 @@ pub(super) struct JobReplica {
     /// The primary's extra copies: nodes that run none of the job's ranks
     /// (kept while they can serve, see [`choose_copies`]).
     extras: BTreeSet<PeerId>,
+    /// The primary's grants that wait until a copy holds the log up to
+    /// their index (see [`Node::hold_grant`]).
+    grants: Vec<(u64, PeerId, Message<PeerId>)>,
 }
 
 impl Node {
@@ -65,6 +71,7 @@ impl Node {
                 copy: None,
                 ended_at: None,
                 extras: BTreeSet::new(),
+                grants: Vec::new(),
             },
         );
         // Copies from the start: a job still waiting for its workers
@@ -86,6 +93,12 @@ impl Node {
         };
         if matches!(event, JobEvent::Ended { .. }) {
             held.ended_at = Some(Instant::now());
+        }
+        // A grant still held that the home took back goes nowhere.
+        match event {
+            JobEvent::Ended { .. } | JobEvent::RolledBack { .. } => held.grants.clear(),
+            JobEvent::WorkersLost { node, .. } => held.grants.retain(|(_, to, _)| to != node),
+            _ => {}
         }
         let mut out = Vec::new();
         if let Err(e) = held.replica.propose(entry, &mut out) {
@@ -177,6 +190,7 @@ impl Node {
                 copy: Some(copy.clone()),
                 ended_at: None,
                 extras: BTreeSet::new(),
+                grants: Vec::new(),
             },
         );
     }
@@ -228,6 +242,22 @@ impl Node {
             let invited = matches!(&msg, Msg::Append { epoch, copies: Some(copies), .. }
                 if epoch.primary == from && copies.contains(&self.me));
             let Some(copy) = copy.clone().filter(|_| invited) else {
+                // A copy that stands for election hears that this node holds
+                // none (it was named but never reached, or lost its state);
+                // not from a node the primary dropped, whose word would let
+                // another dropped copy win.
+                let answer = Replica::answer_without_replica(&msg)
+                    .filter(|_| !self.dropped_copies.contains_key(&job));
+                if let Some(answer) = answer {
+                    self.send(
+                        from,
+                        PeerRpc::Replica {
+                            job,
+                            msg: Box::new(answer),
+                            copy: None,
+                        },
+                    );
+                }
                 return;
             };
             if let Err(e) = check_job_copy(&copy) {
@@ -246,15 +276,23 @@ impl Node {
                     copy: Some(copy),
                     ended_at: None,
                     extras: BTreeSet::new(),
+                    grants: Vec::new(),
                 },
             );
         }
         let Some(held) = self.replicas.get_mut(&job) else {
             return;
         };
+        // A primary also hears a replica it dropped, in its epoch: one that
+        // missed that it was dropped stands for election (the answer tells
+        // it), one that heard acknowledges (the notice stops).
+        let dropped_standing = held.replica.is_primary()
+            && matches!(msg, Msg::Standing { .. } | Msg::Ack { .. })
+            && msg.epoch() == held.replica.epoch();
         let known = from == *held.replica.primary_peer()
             || held.replica.copies().contains(&from)
-            || msg.epoch().primary == from;
+            || msg.epoch().primary == from
+            || dropped_standing;
         if !known {
             tracing::debug!(job = %JobId(job), %from, "replica message from a node not of the job: ignored");
             return;
@@ -279,18 +317,23 @@ impl Node {
     pub(super) fn tick_replicas(&mut self) {
         let now = self.now();
         // Replicas of jobs long over, and copies the primary dropped.
-        let over: Vec<u64> = self
+        let over: Vec<(u64, bool)> = self
             .replicas
             .iter()
             .filter(|(_, held)| {
                 held.ended_at.is_some_and(|at| at.elapsed() >= ENDED_KEPT)
                     || held.replica.is_dropped()
             })
-            .map(|(job, _)| *job)
+            .map(|(job, held)| (*job, held.replica.is_dropped()))
             .collect();
-        for job in over {
+        self.dropped_copies
+            .retain(|_, at| at.elapsed() < DROPPED_KEPT);
+        for (job, dropped) in over {
             self.replicas.remove(&job);
             self.forget_idle_member(job);
+            if dropped && self.dropped_copies.len() < MAX_REPLICAS {
+                self.dropped_copies.insert(job, Instant::now());
+            }
         }
         let jobs: Vec<u64> = self.replicas.keys().copied().collect();
         for job in jobs {
@@ -428,7 +471,13 @@ impl Node {
                     );
                 }
                 Action::BecamePrimary { epoch } => self.take_over(job, epoch.term),
-                Action::SteppedDown { epoch } => self.step_down(job, epoch.primary),
+                Action::SteppedDown { epoch } => {
+                    // Grants not sent are the new primary's to make.
+                    if let Some(held) = self.replicas.get_mut(&job) {
+                        held.grants.clear();
+                    }
+                    self.step_down(job, epoch.primary);
+                }
                 Action::Dropped { entries } => {
                     tracing::warn!(
                         job = %JobId(job),
@@ -448,6 +497,19 @@ impl Node {
                 // The primary of a job that ended forgets it once the copies
                 // hold the whole log, its end included.
                 Action::Committed { index } => {
+                    let ready: Vec<(PeerId, Message<PeerId>)> = self
+                        .replicas
+                        .get_mut(&job)
+                        .map(|h| {
+                            h.grants
+                                .extract_if(.., |(at, ..)| *at <= index)
+                                .map(|(_, to, msg)| (to, msg))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    for (to, msg) in ready {
+                        self.send_grant(to, msg);
+                    }
                     let done = self.replicas.get(&job).is_some_and(|h| {
                         h.ended_at.is_some() && h.replica.is_primary() && index >= h.replica.len()
                     });
@@ -457,6 +519,30 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// A grant of a job this node is primary of goes out only once a copy
+    /// holds the log up to it (its entry and those before): a copy that
+    /// takes the job over then knows of every worker the home started,
+    /// rather than placing the rank again while the first worker runs.
+    /// The message back if it can go now (no copies, or all is held).
+    pub(super) fn hold_grant(
+        &mut self,
+        to: PeerId,
+        msg: Message<PeerId>,
+    ) -> Option<Message<PeerId>> {
+        let Message::Grant { job, .. } = &msg else {
+            return Some(msg);
+        };
+        let Some(held) = self.replicas.get_mut(&job.0) else {
+            return Some(msg);
+        };
+        let len = held.replica.len();
+        if !held.replica.is_primary() || held.replica.committed() >= len {
+            return Some(msg);
+        }
+        held.grants.push((len, to, msg));
+        None
     }
 
     /// The job's copy as this node can hand it on: its record's if it is

@@ -47,6 +47,7 @@ use std::time::Duration;
 use zorilla_core::Time;
 use zorilla_core::advert::{JobId, Phase, Placed};
 use zorilla_core::copies::choose_copies;
+use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{Input, JobEntry, JobEvent, JobSpec, JobState, WorkerEnd};
 use zorilla_core::replica::{Action, Msg, Replica};
 
@@ -89,6 +90,11 @@ pub(super) struct Replicated {
     pub(super) retired: bool,
     /// Every node holding its state failed.
     pub(super) orphaned: bool,
+    /// Nodes whose copy the primary dropped (they never say they hold
+    /// none, see the core's `Msg::Absent`).
+    pub(super) dropped: BTreeSet<u32>,
+    /// Nodes that failed while the job ran (also those that came back).
+    pub(super) failed: BTreeSet<u32>,
     /// When the job ended (as the primary in charge said).
     pub(super) ended_at: Option<Time>,
 }
@@ -392,6 +398,12 @@ impl Sim {
             MapEntry::Occupied(e) => e.into_mut(),
             MapEntry::Vacant(e) => {
                 if !matches!(msg, Msg::Append { .. }) {
+                    // A standing hears that this node holds no replica,
+                    // unless the primary dropped this node's copy.
+                    let answer =
+                        Rep::answer_without_replica(&msg).filter(|_| !r.dropped.contains(&to));
+                    let send = answer.map(|msg| Action::Send { to: from, msg });
+                    self.replica_actions(to, job, send.into_iter().collect());
                     return;
                 }
                 e.insert(Rep::copy(job.0, to, from, now, timing))
@@ -400,6 +412,7 @@ impl Sim {
         let out = replica.on_message(now, from, msg);
         if replica.is_dropped() {
             r.replicas.remove(&to);
+            r.dropped.insert(to);
         }
         self.replica_actions(to, job, out);
     }
@@ -557,8 +570,50 @@ impl Sim {
             {
                 self.feed(node, Input::PeerLost(peer));
             }
+            // A node that failed and came back since forgot the ranks it
+            // ran: the new home's liveness checks find them not running
+            // (see the core's `liveness`), modelled here at once.
+            self.restarted_ranks_lost(node, job);
         }
         self.place_copies(job);
+    }
+
+    /// The new home `home` of `job` learns which ranks placed on nodes
+    /// that failed and rejoined since do not run there.
+    fn restarted_ranks_lost(&mut self, home: u32, job: JobId) {
+        let Some(restarted) = self
+            .failover
+            .as_ref()
+            .and_then(|f| f.jobs.get(&job))
+            .map(|r| r.failed.clone())
+        else {
+            return;
+        };
+        let mut lost: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        if let Some(table) = self.nodes[home as usize].scheduler.ranks(job) {
+            for (rank, r) in table.iter() {
+                let runs = self
+                    .running
+                    .get(&(r.node, job))
+                    .is_some_and(|ranks| ranks.get(&rank) == Some(&r.incarnation));
+                let alive = self.nodes[r.node as usize].alive;
+                if r.outcome.is_none() && alive && restarted.contains(&r.node) && !runs {
+                    lost.entry(r.node).or_default().push(rank);
+                }
+            }
+        }
+        for (node, ranks) in lost {
+            let cause = LostCause::Restarted;
+            self.feed(
+                home,
+                Input::RanksLost {
+                    job,
+                    node,
+                    ranks,
+                    cause,
+                },
+            );
+        }
     }
 
     /// After a takeover the job is what the new home's log says: grants

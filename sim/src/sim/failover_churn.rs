@@ -26,6 +26,9 @@ impl Sim {
             .map(|(job, _)| *job)
             .collect();
         for (job, r) in f.jobs.iter_mut() {
+            // What the node remembered is gone with it.
+            r.dropped.remove(&node);
+            r.failed.insert(node);
             let Some(rep) = r.replicas.remove(&node) else {
                 continue;
             };
