@@ -50,16 +50,17 @@ impl Node {
     }
 
     /// Sends a scheduling message of the core; a grant goes once a copy
-    /// holds it ([`Node::hold_grant`]), with the job's copy (see
+    /// holds it, and what follows it to the same node after it
+    /// ([`Node::hold_message`]), with the job's copy (see
     /// [`PeerRpc::Grant`]).
     fn send_msg(&mut self, to: PeerId, msg: Message<PeerId>) {
-        if let Some(msg) = self.hold_grant(to, msg) {
-            self.send_grant(to, msg);
+        if let Some(msg) = self.hold_message(to, msg) {
+            self.send_now(to, msg);
         }
     }
 
     /// Sends a scheduling message now (a grant with the job's copy).
-    pub(super) fn send_grant(&mut self, to: PeerId, msg: Message<PeerId>) {
+    pub(super) fn send_now(&mut self, to: PeerId, msg: Message<PeerId>) {
         let rpc = match msg {
             Message::Grant { job, .. } => match self.job_copy(job.0) {
                 Some(copy) => PeerRpc::Grant {

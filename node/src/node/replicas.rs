@@ -48,8 +48,9 @@ pub(super) struct JobReplica {
     /// (kept while they can serve, see [`choose_copies`]).
     extras: BTreeSet<PeerId>,
     /// The primary's grants that wait until a copy holds the log up to
-    /// their index (see [`Node::hold_grant`]).
-    grants: Vec<(u64, PeerId, Message<PeerId>)>,
+    /// their index, and what it sent the same nodes after them (see
+    /// [`Node::hold_message`]), in order.
+    held: Vec<(u64, PeerId, Message<PeerId>)>,
 }
 
 impl Node {
@@ -71,7 +72,7 @@ impl Node {
                 copy: None,
                 ended_at: None,
                 extras: BTreeSet::new(),
-                grants: Vec::new(),
+                held: Vec::new(),
             },
         );
         // Copies from the start: a job still waiting for its workers
@@ -88,17 +89,32 @@ impl Node {
             self.replicas.remove(&job);
             return;
         };
+        // A grant still held that the home took back goes nowhere; what
+        // waited behind it goes now.
+        let taken_back = |to: &PeerId| match event {
+            JobEvent::Ended { .. } | JobEvent::RolledBack { .. } => true,
+            JobEvent::WorkersLost { node, .. } => to == node,
+            _ => false,
+        };
+        let now: Vec<(PeerId, Message<PeerId>)> = self
+            .replicas
+            .get_mut(&job)
+            .map(|h| {
+                h.held
+                    .extract_if(.., |(_, to, _)| taken_back(to))
+                    .filter(|(_, _, msg)| !matches!(msg, Message::Grant { .. }))
+                    .map(|(_, to, msg)| (to, msg))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (to, msg) in now {
+            self.send_now(to, msg);
+        }
         let Some(held) = self.replicas.get_mut(&job) else {
             return;
         };
         if matches!(event, JobEvent::Ended { .. }) {
             held.ended_at = Some(Instant::now());
-        }
-        // A grant still held that the home took back goes nowhere.
-        match event {
-            JobEvent::Ended { .. } | JobEvent::RolledBack { .. } => held.grants.clear(),
-            JobEvent::WorkersLost { node, .. } => held.grants.retain(|(_, to, _)| to != node),
-            _ => {}
         }
         let mut out = Vec::new();
         if let Err(e) = held.replica.propose(entry, &mut out) {
@@ -190,7 +206,7 @@ impl Node {
                 copy: Some(copy.clone()),
                 ended_at: None,
                 extras: BTreeSet::new(),
-                grants: Vec::new(),
+                held: Vec::new(),
             },
         );
     }
@@ -276,7 +292,7 @@ impl Node {
                     copy: Some(copy),
                     ended_at: None,
                     extras: BTreeSet::new(),
-                    grants: Vec::new(),
+                    held: Vec::new(),
                 },
             );
         }
@@ -472,9 +488,10 @@ impl Node {
                 }
                 Action::BecamePrimary { epoch } => self.take_over(job, epoch.term),
                 Action::SteppedDown { epoch } => {
-                    // Grants not sent are the new primary's to make.
+                    // Grants not sent are the new primary's to make (and what
+                    // waited behind them is stale).
                     if let Some(held) = self.replicas.get_mut(&job) {
-                        held.grants.clear();
+                        held.held.clear();
                     }
                     self.step_down(job, epoch.primary);
                 }
@@ -501,14 +518,14 @@ impl Node {
                         .replicas
                         .get_mut(&job)
                         .map(|h| {
-                            h.grants
+                            h.held
                                 .extract_if(.., |(at, ..)| *at <= index)
                                 .map(|(_, to, msg)| (to, msg))
                                 .collect()
                         })
                         .unwrap_or_default();
                     for (to, msg) in ready {
-                        self.send_grant(to, msg);
+                        self.send_now(to, msg);
                     }
                     let done = self.replicas.get(&job).is_some_and(|h| {
                         h.ended_at.is_some() && h.replica.is_primary() && index >= h.replica.len()
@@ -525,23 +542,30 @@ impl Node {
     /// holds the log up to it (its entry and those before): a copy that
     /// takes the job over then knows of every worker the home started,
     /// rather than placing the rank again while the first worker runs.
-    /// The message back if it can go now (no copies, or all is held).
-    pub(super) fn hold_grant(
+    /// What the home sends the same node about the job meanwhile waits
+    /// behind the grant (a refusal of a later offer overtaking the grant
+    /// would make the node give the rank back). The message back if it can
+    /// go now.
+    pub(super) fn hold_message(
         &mut self,
         to: PeerId,
         msg: Message<PeerId>,
     ) -> Option<Message<PeerId>> {
-        let Message::Grant { job, .. } = &msg else {
+        let Some(held) = self.replicas.get_mut(&msg.job().0) else {
             return Some(msg);
         };
-        let Some(held) = self.replicas.get_mut(&job.0) else {
-            return Some(msg);
-        };
-        let len = held.replica.len();
-        if !held.replica.is_primary() || held.replica.committed() >= len {
+        if !held.replica.is_primary() {
             return Some(msg);
         }
-        held.grants.push((len, to, msg));
+        let behind = held.held.iter().rev().find(|(_, t, _)| *t == to);
+        let at = match (&msg, behind) {
+            (_, Some((at, ..))) => *at,
+            (Message::Grant { .. }, None) if held.replica.committed() < held.replica.len() => {
+                held.replica.len()
+            }
+            _ => return Some(msg),
+        };
+        held.held.push((at, to, msg));
         None
     }
 
