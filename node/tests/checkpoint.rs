@@ -5,14 +5,19 @@
 //! loads the latest checkpoint and computes only the steps after it, and
 //! the result is exactly that of an uninterrupted run, also when one of
 //! the checkpoint's two holders is killed with it. When the job ends,
-//! its home tells the holders to drop its checkpoints. Every wait has a
-//! deadline.
+//! its home tells the holders to drop its checkpoints. A rigid stencil
+//! whose ranks exchange boundaries every step (`halo`, and the same in
+//! MPI with collective checkpoints, `sdk/tests/halo_mpi.c`) rolls every
+//! rank back to one checkpoint generation when a worker node is killed.
+//! Every wait has a deadline.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{grid, stderr_of, stdout_of, wait_completed, wait_for, wait_for_neighbours, wasm};
+use common::{
+    grid, stderr_of, stdout_of, wait_completed, wait_for, wait_for_neighbours, wasm, zmpicc,
+};
 use zorilla_core::advert::Strategy;
 use zorilla_core::node::LostPolicy;
 use zorilla_node::protocol::{JobRequest, JobStatus};
@@ -428,6 +433,23 @@ fn halo_reached(stdout: &str, rank: u32) -> u64 {
 /// and every rank's result is exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rigid_stencil_rolls_every_rank_back_to_a_common_checkpoint() {
+    rolls_back_to_a_common_checkpoint(wasm("halo"), "halo").await;
+}
+
+/// The same stencil written with MPI (sdk/tests/halo_mpi.c, built with
+/// zmpicc): its checkpoints are ZMPI_Checkpoint_save's, collective (a
+/// barrier, then every rank saves the same generation), and the same
+/// rollback brings every rank back to one generation with exact results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mpi_stencil_rolls_back_with_collective_checkpoints() {
+    let build = tempfile::tempdir().unwrap();
+    let module = zmpicc(build.path(), "halo_mpi");
+    rolls_back_to_a_common_checkpoint(module, "halo_mpi").await;
+}
+
+/// The rollback tests' body: `module` is a halo stencil (its output lines
+/// and checksums are halo's), `what` names it in the figures printed.
+async fn rolls_back_to_a_common_checkpoint(module: Vec<u8>, what: &str) {
     let mut grid = grid(5, 1);
     wait_for_neighbours(&grid.nodes, 4, Duration::from_secs(60)).await;
     let mut client = grid.nodes[0].client().await;
@@ -436,6 +458,8 @@ async fn a_rigid_stencil_rolls_every_rank_back_to_a_common_checkpoint() {
         max_workers: HALO_RANKS,
         strategy: Strategy::Spread,
         lifetime_secs: 120,
+        // The MPI library's buffers need more than the default.
+        memory_mib: 160,
         on_worker_lost: LostPolicy::Rollback,
         args: [
             HALO_CELLS as u64,
@@ -448,7 +472,7 @@ async fn a_rigid_stencil_rolls_every_rank_back_to_a_common_checkpoint() {
         .collect(),
         ..JobRequest::default()
     };
-    let job = client.submit(request, wasm("halo"), vec![]).await.unwrap();
+    let job = client.submit(request, module, vec![]).await.unwrap();
     let running = wait_for(&mut client, job, Duration::from_secs(60), "3 ranks", |s| {
         s.running_workers() == HALO_RANKS
     })
@@ -587,7 +611,7 @@ async fn a_rigid_stencil_rolls_every_rank_back_to_a_common_checkpoint() {
     );
     // The work a failure cost (BENCHMARKS.md).
     eprintln!(
-        "rollback test: {HALO_RANKS} ranks, a checkpoint generation every {HALO_EVERY} \
+        "rollback test ({what}): {HALO_RANKS} ranks, a checkpoint generation every {HALO_EVERY} \
          steps; the last checkpoint read before the kill: step {progress}; the ranks had \
          reached steps {reached:?}; every rank restarted from generation {generation} \
          (step {resumed}): {redone} rank-steps redone in all, against {without} from the \

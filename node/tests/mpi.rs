@@ -12,11 +12,11 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{TestNode, grid, stderr_of, stdout_of, wait_for};
+use common::{TestNode, grid, run, sdk, stderr_of, stdout_of, wait_for, zmpicc};
 use zorilla_core::advert::Strategy;
 use zorilla_node::protocol::{JobPhase, JobRequest};
 
@@ -35,42 +35,12 @@ const SIZES: [u32; 4] = [1, 3, 4, 7];
 const NODES: usize = 4;
 const CORES: u32 = 2;
 
-fn sdk() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk")
-}
-
-fn run(cmd: &mut Command, what: &str) -> Output {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 /// Builds the library and every test program for WebAssembly.
 fn build_wasm(dir: &Path) -> BTreeMap<&'static str, Vec<u8>> {
     run(&mut Command::new(sdk().join("build.sh")), "sdk/build.sh");
     PROGRAMS
         .iter()
-        .map(|name| {
-            let out = dir.join(format!("{name}.wasm"));
-            run(
-                Command::new(sdk().join("bin/zmpicc"))
-                    .args(["-O2", "-Wall", "-Wextra", "-Werror"])
-                    .arg(sdk().join(format!("tests/{name}.c")))
-                    .arg("-o")
-                    .arg(&out),
-                &format!("zmpicc {name}.c"),
-            );
-            (*name, std::fs::read(&out).unwrap())
-        })
+        .map(|name| (*name, zmpicc(dir, name)))
         .collect()
 }
 

@@ -388,6 +388,42 @@ pub(crate) fn sites_grid_of(
     grid
 }
 
+/// The MPI library's directory (sdk/).
+pub(crate) fn sdk() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk")
+}
+
+/// Runs a build step; a failure panics with what it printed.
+pub(crate) fn run(cmd: &mut Command, what: &str) -> std::process::Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Builds sdk/tests/NAME.c with sdk/bin/zmpicc into `dir`: the module.
+/// The library is built first (sdk/build.sh) if a source changed.
+pub(crate) fn zmpicc(dir: &Path, name: &str) -> Vec<u8> {
+    let out = dir.join(format!("{name}.wasm"));
+    run(
+        Command::new(sdk().join("bin/zmpicc"))
+            .args(["-O2", "-Wall", "-Wextra", "-Werror"])
+            .arg(sdk().join(format!("tests/{name}.c")))
+            .arg("-o")
+            .arg(&out),
+        &format!("zmpicc {name}.c"),
+    );
+    std::fs::read(&out).unwrap()
+}
+
 pub(crate) fn wasm(name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/wasm/{name}.wasm"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
