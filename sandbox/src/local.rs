@@ -121,7 +121,8 @@ impl LocalGroup {
 
     /// Gives `rank` a fresh endpoint with an empty inbox, and tells every
     /// other rank ([`ChangeKind::Replaced`]). The old endpoint sees the
-    /// transport closed: its inbox once drained, its barrier at once; if it
+    /// transport closed: its sends at once, its inbox once drained, its
+    /// barrier at once; if it
     /// was waiting in a barrier, that arrival no longer counts, and the
     /// barrier waits for the new endpoint to arrive. Returns the new endpoint.
     pub async fn replace(&self, rank: Rank) -> Result<LocalTransport, TransportError> {
@@ -258,6 +259,17 @@ impl Transport for LocalTransport {
             }
             let tx = {
                 let state = self.group.lock();
+                // A replaced endpoint no longer belongs to the job: what it
+                // sends is refused, as the node drops what an old
+                // incarnation sends (else rank 0 of nqueens could take its
+                // late request for the fresh worker's and dismiss the rank).
+                if state
+                    .ranks
+                    .get(self.rank as usize)
+                    .is_some_and(|slot| slot.endpoint != self.id)
+                {
+                    return Err(TransportError::Closed);
+                }
                 match state.ranks.get(to as usize) {
                     Some(slot) => slot.inbox.clone(),
                     None => {
