@@ -95,6 +95,15 @@ static void send_msg(int dest, struct msg m) {
     check(zorilla_send(dest, &m, sizeof m), "send");
 }
 
+/* A worker's request to the master. The master exits once it dismissed
+ * every rank, so a request it can no longer take (a second one sent as
+ * the first was answered with TAG_DONE) is refused as closed: this rank's
+ * TAG_DONE is already in its inbox, so that is no error. */
+static void request(struct msg m) {
+    int32_t status = zorilla_send(0, &m, sizeof m);
+    if (status != ZORILLA_ECLOSED) check(status, "send");
+}
+
 /* The master's bookkeeping. */
 static char *done;        /* per task: its count has arrived */
 static int ndone;
@@ -242,7 +251,7 @@ static void master(void) {
 /* Solves a task and sends its count, which also asks for the next. */
 static void solve_and_report(struct msg t) {
     int64_t count = solve(t.row, t.cols, t.ld, t.rd);
-    send_msg(0, (struct msg){count, TAG_REQUEST, 0, 0, 0, 0, t.task});
+    request((struct msg){count, TAG_REQUEST, 0, 0, 0, 0, t.task});
 }
 
 static void worker(void) {
@@ -252,8 +261,8 @@ static void worker(void) {
     struct msg m, held[ROOM];
     int nheld = 0;
     int32_t src;
-    send_msg(0, (struct msg){0, TAG_REQUEST, 0, 0, 0, 0, FRESH});
-    send_msg(0, (struct msg){0, TAG_REQUEST, 0, 0, 0, 0, ONE_MORE});
+    request((struct msg){0, TAG_REQUEST, 0, 0, 0, 0, FRESH});
+    request((struct msg){0, TAG_REQUEST, 0, 0, 0, 0, ONE_MORE});
     for (;;) {
         /* Take what has arrived; wait only when there is nothing to solve.
          * The master sends TAG_DONE only once this rank holds no task. */
