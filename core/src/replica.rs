@@ -255,6 +255,9 @@ pub struct Replica<P, E> {
     copies: BTreeSet<P>,
     /// The version of `copies` (see [`Msg::Append`]'s `version`).
     copies_version: u64,
+    /// Copies the driver said are gone and not heard from since (at most
+    /// [`MAX_COPIES`]: only copies are taken).
+    gone: BTreeSet<P>,
     /// Primary: copies it dropped that have not acknowledged the notice
     /// yet, with how many more heartbeats repeat it (a lost or overtaken
     /// notice would leave a copy that takes itself for one).
@@ -321,6 +324,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             copies: BTreeSet::new(),
             copies_version: 0,
             unnotified: BTreeMap::new(),
+            gone: BTreeSet::new(),
             log: Vec::new(),
             progress: BTreeMap::new(),
             copies_to_ack: 1,
@@ -497,11 +501,15 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         out
     }
 
-    /// The driver learnt that `peer` is gone (its connection closed, the
-    /// overlay gave up on it). A copy whose primary is gone does not wait
-    /// for the lease.
+    /// The driver learnt that `peer` is gone (it does not answer the
+    /// node's probes). A copy whose primary is gone does not wait for the
+    /// lease; a copy gone counts in no election's majority until it is
+    /// heard from again.
     pub fn peer_gone(&mut self, now: Time, peer: &P) -> Vec<Action<P, E>> {
         let mut out = Vec::new();
+        if self.copies.contains(peer) && *peer != self.me {
+            self.gone.insert(peer.clone());
+        }
         let awaited = *peer == self.epoch.primary || self.expected.as_ref() == Some(peer);
         if self.role == Role::Copy && awaited {
             self.stand(now, &mut out);
@@ -515,6 +523,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         if from == self.me {
             return out;
         }
+        self.gone.remove(&from);
         let theirs = msg.epoch().clone();
         if theirs < self.epoch {
             // A stale replica (an old primary come back, a copy that missed
@@ -707,11 +716,19 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             return;
         };
         self.heard = now;
-        // A majority of the copies this replica knows must have stood or
-        // said they hold none: a copy cut off alone, or one that missed
-        // that the primary dropped it (the copies it names do not answer
-        // it), never takes over; it tries again after another lease.
-        if heard.len() + absent.len() <= self.copies.len() / 2 {
+        // A majority of the copies this replica knows, but those its node
+        // found gone, must have stood or said they hold none: a copy that
+        // missed that the primary dropped it (the copies it names live but
+        // do not answer it) never takes over, nor does one cut off alone
+        // before its node gives up on the others; it tries again after
+        // another lease. The home and a copy that die together leave the
+        // other copy to take over once its node found them gone.
+        let counted = self
+            .copies
+            .iter()
+            .filter(|p| !self.gone.contains(*p) || heard.contains_key(*p) || absent.contains(*p))
+            .count();
+        if heard.len() + absent.len() <= counted / 2 {
             return;
         }
         let job = self.job;

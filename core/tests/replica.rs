@@ -245,6 +245,28 @@ fn a_copy_that_holds_no_replica_counts_toward_the_majority() {
     assert_eq!(net.log(1), vec!["spec".to_string()]);
 }
 
+/// The home and one of its two copies die together: the other copy alone
+/// is no majority of the two, until its node finds the dead copy gone;
+/// then it takes over.
+#[test]
+fn a_copy_left_alone_takes_over_once_its_node_found_the_other_gone() {
+    let mut net = Net::new(2);
+    net.propose(0, "spec");
+    net.run(2 * STEP);
+    net.down.insert(0);
+    net.down.insert(2);
+    net.run(Duration::from_secs(5));
+    assert!(net.live_primaries().is_empty(), "no majority yet");
+    let now = net.now;
+    for dead in [0, 2] {
+        let out = net.replicas.get_mut(&1).unwrap().peer_gone(now, &dead);
+        net.take(1, out);
+    }
+    net.run(Duration::from_secs(1));
+    assert_eq!(net.live_primaries(), vec![1]);
+    assert_eq!(net.log(1), vec!["spec".to_string()]);
+}
+
 /// An append that names an older set of copies and arrives after a newer
 /// one does not undo it: a copy the home dropped and placed again stays a
 /// copy, whatever order the two messages come in.

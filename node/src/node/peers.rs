@@ -76,7 +76,11 @@ impl Node {
     /// connection is not a lost peer: peers we have jobs with are probed,
     /// and only a failed probe counts.
     pub(super) fn maybe_probe(&mut self, peer: PeerId) {
-        let involved = self.runs_ours(&peer) || self.members.values().any(|m| m.home == peer);
+        // Copies of the same job too: whether a copy is gone decides
+        // whether the others are a majority after the home's death.
+        let involved = self.runs_ours(&peer)
+            || self.members.values().any(|m| m.home == peer)
+            || self.shares_replica_with(&peer);
         if !involved || !self.probing.insert(peer) {
             return;
         }

@@ -380,6 +380,14 @@ impl Node {
         }
     }
 
+    /// Whether `peer` is the primary or a copy of a job this node holds a
+    /// replica of.
+    pub(super) fn shares_replica_with(&self, peer: &PeerId) -> bool {
+        self.replicas
+            .values()
+            .any(|h| h.replica.primary_peer() == peer || h.replica.copies().contains(peer))
+    }
+
     /// Whether this node holds a replica of `job` that is not its primary
     /// (its workers wait for the job's next home rather than stop).
     pub(super) fn is_copy(&self, job: u64) -> bool {
