@@ -501,11 +501,17 @@ pub(crate) async fn wait_nodes(
             if done(&info) {
                 break;
             }
-            assert!(
-                start.elapsed() < deadline,
-                "{}: no {what} after {deadline:?}; last {info:?}",
-                node.peer
-            );
+            if start.elapsed() >= deadline {
+                // What the node said, for a failure seen once in a while.
+                let log = std::fs::read_to_string(node.dir.join("node.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "{}: no {what} after {deadline:?}; last {info:?}\nits log's end:\n{}",
+                    node.peer,
+                    tail.join("\n")
+                );
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
