@@ -30,6 +30,9 @@ pub(super) const TICK: Duration = Duration::from_millis(100);
 /// the job's home to clients meanwhile; it holds no election for it). The
 /// primary forgets an ended job once its copies hold the end.
 const ENDED_KEPT: Duration = Duration::from_secs(60);
+/// The most messages a home holds for one job until a copy holds their
+/// grants (see [`Node::hold_message`]).
+const MAX_HELD: usize = 1024;
 /// How long a node remembers that a job's primary dropped its copy
 /// (longer than a copy that missed its drop takes to stand and hear so).
 const DROPPED_KEPT: Duration = Duration::from_secs(60);
@@ -562,7 +565,9 @@ impl Node {
         let Some(held) = self.replicas.get_mut(&msg.job().0) else {
             return Some(msg);
         };
-        if !held.replica.is_primary() {
+        // Past the bound (copies that never acknowledge), messages go at
+        // once, as they did before grants waited.
+        if !held.replica.is_primary() || held.held.len() >= MAX_HELD {
             return Some(msg);
         }
         let behind = held.held.iter().rev().find(|(_, t, _)| *t == to);
