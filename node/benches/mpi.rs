@@ -16,11 +16,11 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
-use common::{stdout_of, wait_completed};
+use common::{run, sdk, stdout_of, wait_completed};
 use zorilla_core::advert::Strategy;
 use zorilla_node::client::Client;
 use zorilla_node::protocol::JobRequest;
@@ -29,22 +29,9 @@ fn short() -> bool {
     std::env::var_os("ZORILLA_BENCH_SHORT").is_some()
 }
 
-fn sdk() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk")
-}
-
+/// Runs a build or a baseline; its stdout.
 fn check(cmd: &mut Command, what: &str) -> String {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&run(cmd, what).stdout).into_owned()
 }
 
 /// The number after `key` in a program's output.
