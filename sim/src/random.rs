@@ -6,10 +6,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::generate::{self, Size};
-use crate::report::{Summary, mode_color};
+use crate::report::{Summary, draw_lines, mode_color};
 use crate::sim::{Mode, run_scenario};
 
 /// The figures of one scheduler on one generated topology.
@@ -228,68 +230,48 @@ pub fn plot_random(path: &Path, title: &str, runs: &[Run]) -> anyhow::Result<()>
             .margin(12)
             .x_label_area_size(32)
             .y_label_area_size(44);
+        let x_min = series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+            .fold(f64::INFINITY, f64::min)
+            .min(x_max)
+            .max(1e-3);
+        let lines = series
+            .into_iter()
+            .map(|(mode, points)| (mode.name().to_string(), mode_color(mode), points));
         // Messages and allocation times span orders of magnitude.
         if index >= 2 {
-            let x_min = series
-                .iter()
-                .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
-                .fold(f64::INFINITY, f64::min)
-                .min(x_max)
-                .max(1e-3);
             let mut chart = builder
                 .build_cartesian_2d((x_min..x_max.max(x_min * 10.0)).log_scale(), 0.0..100.0)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            chart
-                .configure_mesh()
-                .y_desc("topologies at or below (%)")
-                .draw()
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            for (mode, points) in series {
-                let color = mode_color(mode);
-                chart
-                    .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                    .map_err(|e| anyhow::anyhow!("{e}"))?
-                    .label(mode.name())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                    });
-            }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .border_style(BLACK)
-                .background_style(WHITE.mix(0.8))
-                .draw()
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            cdf_mesh(&mut chart)?;
+            draw_lines(&mut chart, lines, SeriesLabelPosition::LowerRight)?;
         } else {
             let mut chart = builder
                 .build_cartesian_2d(0.0..x_max.max(1e-3) * 1.05, 0.0..100.0)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            chart
-                .configure_mesh()
-                .y_desc("topologies at or below (%)")
-                .draw()
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            for (mode, points) in series {
-                let color = mode_color(mode);
-                chart
-                    .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                    .map_err(|e| anyhow::anyhow!("{e}"))?
-                    .label(mode.name())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                    });
-            }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .border_style(BLACK)
-                .background_style(WHITE.mix(0.8))
-                .draw()
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            cdf_mesh(&mut chart)?;
+            draw_lines(&mut chart, lines, SeriesLabelPosition::LowerRight)?;
         }
     }
     root.present()
         .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// The grid and the y axis of a distribution panel.
+fn cdf_mesh<'a, DB, X>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, RangedCoordf64>>,
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: Ranged + ValueFormatter<X::ValueType>,
+{
+    chart
+        .configure_mesh()
+        .y_desc("topologies at or below (%)")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }

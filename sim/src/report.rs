@@ -216,27 +216,48 @@ pub fn plot_sites(path: &Path, title: &str, runs: &[&RunReport]) -> anyhow::Resu
             .y_desc("workers running")
             .draw()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        for (site, points) in series.iter().enumerate() {
+        let lines = series.iter().enumerate().map(|(site, points)| {
             let color = Palette99::pick(site).to_rgba();
-            let steps = step_line(points);
-            chart
-                .draw_series(LineSeries::new(steps, color.stroke_width(2)))
-                .map_err(|e| anyhow::anyhow!("{e}"))?
-                .label(run.sites[site].clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            (run.sites[site].clone(), color, step_line(points))
+        });
+        draw_lines(&mut chart, lines, SeriesLabelPosition::UpperLeft)?;
     }
     root.present()
         .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Draws each of `lines` (a label, a colour, its points) on `chart`, and
+/// their legend at `position`.
+pub(crate) fn draw_lines<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    lines: impl IntoIterator<Item = (String, RGBAColor, Vec<(X::ValueType, Y::ValueType)>)>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: Ranged,
+    Y: Ranged,
+    X::ValueType: Clone + 'static,
+    Y::ValueType: Clone + 'static,
+{
+    for (label, color, points) in lines {
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(position)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }
 
