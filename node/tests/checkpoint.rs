@@ -126,32 +126,14 @@ async fn resume_after_a_kill(and_a_holder: bool) {
     let (job, running) = start_heat(&mut client).await;
     // The rank that does not run on the home (killing the home is another
     // story).
-    let (&rank, placed) = running
-        .ranks
-        .iter()
-        .find(|(_, r)| r.node != grid.nodes[0].peer)
-        .expect("a rank away from the home");
-    let victim = grid
-        .nodes
-        .iter()
-        .position(|n| n.peer == placed.node)
-        .unwrap();
+    let (rank, victim) = rank_away_from_home(&grid, &running);
 
     // Wait for a checkpoint well into the run, then kill its node.
-    let start = Instant::now();
-    let seen = loop {
-        let stdout = stdout_of(&client.logs(job).await.unwrap());
-        match last_value(&stdout, rank, "checkpoint") {
-            Some(at) if at >= 5 * EVERY => break at,
-            _ => {}
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "rank {rank} saved no checkpoint past {}: {stdout}",
-            5 * EVERY
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let what = format!("rank {rank}'s checkpoint past {}", 5 * EVERY);
+    let seen = wait_stdout(&mut client, job, Duration::from_secs(90), &what, |stdout| {
+        last_value(stdout, rank, "checkpoint").filter(|at| *at >= 5 * EVERY)
+    })
+    .await;
     grid.nodes[victim].kill();
     let mut killed = vec![victim];
     if and_a_holder {
@@ -173,7 +155,7 @@ async fn resume_after_a_kill(and_a_holder: bool) {
     let stdout = stdout_of(&logs);
     let context = format!("stdout:\n{stdout}\nstderr:\n{}", stderr_of(&logs));
     assert_ne!(
-        status.ranks[&rank].node, placed.node,
+        status.ranks[&rank].node, grid.nodes[victim].peer,
         "the rank was replaced elsewhere; {context}"
     );
     // Two starts of the rank: the first at 0, the replacement at its
@@ -250,19 +232,11 @@ async fn the_home_and_a_checkpoint_holder_killed_together() {
     let mut client = nodes[0].client().await;
     let (job, running) = start_heat(&mut client).await;
     let node_of = |peer: &String| nodes.iter().position(|n| &n.peer == peer).unwrap();
-    let start = Instant::now();
-    loop {
-        let stdout = stdout_of(&client.logs(job).await.unwrap());
-        if last_value(&stdout, 0, "checkpoint").is_some_and(|at| at >= 5 * EVERY) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "rank 0 saved no checkpoint past {}: {stdout}",
-            5 * EVERY
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("rank 0's checkpoint past {}", 5 * EVERY);
+    wait_stdout(&mut client, job, Duration::from_secs(90), &what, |stdout| {
+        last_value(stdout, 0, "checkpoint").filter(|at| *at >= 5 * EVERY)
+    })
+    .await;
     let worker0 = node_of(&running.ranks[&0].node);
     let worker1 = node_of(&running.ranks[&1].node);
     let holders: Vec<usize> = holders_logged(&nodes[worker0].dir, job, 0)
@@ -349,6 +323,45 @@ async fn the_home_and_a_checkpoint_holder_killed_together() {
                     })
         });
         assert!(said, "no node logged why rank 1 starts over; {context}");
+    }
+}
+
+/// A rank that does not run on the home (node 0; killing the home is
+/// another story), and the index of the node it runs on.
+fn rank_away_from_home(grid: &common::Grid, running: &JobStatus) -> (u32, usize) {
+    let (&rank, placed) = running
+        .ranks
+        .iter()
+        .find(|(_, r)| r.node != grid.nodes[0].peer)
+        .expect("a rank away from the home");
+    let node = grid
+        .nodes
+        .iter()
+        .position(|n| n.peer == placed.node)
+        .unwrap();
+    (rank, node)
+}
+
+/// Reads the job's stdout every 50 ms until `found` finds in it what is
+/// waited for; panics after `deadline` naming `what`, with the stdout.
+async fn wait_stdout<T>(
+    client: &mut zorilla_node::client::Client,
+    job: u64,
+    deadline: Duration,
+    what: &str,
+    found: impl Fn(&str) -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        let stdout = stdout_of(&client.logs(job).await.unwrap());
+        if let Some(value) = found(&stdout) {
+            return value;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "no {what} after {deadline:?}: {stdout}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -477,40 +490,31 @@ async fn rolls_back_to_a_common_checkpoint(module: Vec<u8>, what: &str) {
         s.running_workers() == HALO_RANKS
     })
     .await;
-    let (&rank, placed) = running
-        .ranks
-        .iter()
-        .find(|(_, r)| r.node != grid.nodes[0].peer)
-        .expect("a rank away from the home");
-    let victim = grid
-        .nodes
-        .iter()
-        .position(|n| n.peer == placed.node)
-        .unwrap();
+    let (rank, victim) = rank_away_from_home(&grid, &running);
 
     // Every rank saved generation 5 or later (a save returns once the home
     // indexed it): the common generation is at least 5. Then the kill.
-    let start = Instant::now();
-    let progress = loop {
-        let stdout = stdout_of(&client.logs(job).await.unwrap());
-        let last: Vec<u64> = (0..HALO_RANKS)
-            .map(|r| {
-                halo_values(&stdout, r, "checkpoint")
-                    .last()
-                    .copied()
-                    .unwrap_or(0)
-            })
-            .collect();
-        if last.iter().all(|at| *at >= 5 * HALO_EVERY) {
-            break last.into_iter().max().unwrap();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "the ranks saved no common checkpoint past {}: {stdout}",
-            5 * HALO_EVERY
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let waited = format!("a common checkpoint past {}", 5 * HALO_EVERY);
+    let progress = wait_stdout(
+        &mut client,
+        job,
+        Duration::from_secs(120),
+        &waited,
+        |stdout| {
+            let last: Vec<u64> = (0..HALO_RANKS)
+                .map(|r| {
+                    halo_values(stdout, r, "checkpoint")
+                        .last()
+                        .copied()
+                        .unwrap_or(0)
+                })
+                .collect();
+            last.iter()
+                .all(|at| *at >= 5 * HALO_EVERY)
+                .then(|| last.into_iter().max().unwrap())
+        },
+    )
+    .await;
     grid.nodes[victim].kill();
 
     // Until the job ends; on the deadline, what every rank printed and what
@@ -559,7 +563,7 @@ async fn rolls_back_to_a_common_checkpoint(module: Vec<u8>, what: &str) {
     let stdout = stdout_of(&logs);
     let context = format!("stdout:\n{stdout}\nstderr:\n{}", stderr_of(&logs));
     assert_ne!(
-        status.ranks[&rank].node, placed.node,
+        status.ranks[&rank].node, grid.nodes[victim].peer,
         "the lost rank runs elsewhere; {context}"
     );
     // Every rank started twice: at 0, then from the same generation.
