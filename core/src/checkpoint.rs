@@ -18,7 +18,7 @@
 //! ([`CheckpointIndex::common_generation`]) while a save is on its way.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -54,17 +54,6 @@ pub enum Shortfall {
     OnlyThisNode,
 }
 
-/// A rendezvous score of `peer` for a rank's checkpoint: the same for every
-/// node that computes it, different per rank.
-fn score<P: Hash>(job: u64, rank: u32, peer: &P) -> u64 {
-    // SipHash with fixed (zero) keys: the same on every node.
-    #[allow(deprecated)]
-    let mut hasher = std::hash::SipHasher::new();
-    (job, rank).hash(&mut hasher);
-    peer.hash(&mut hasher);
-    hasher.finish()
-}
-
 /// Chooses up to `replicas` holders of a checkpoint of `rank` of `job` among
 /// `candidates` (other nodes, with their distance when known): the nearest
 /// first, equals ordered by rendezvous hash. `me` is never chosen while
@@ -82,7 +71,13 @@ pub fn choose_holders<P: Clone + Ord + Hash>(
     let mut ranked: Vec<(Duration, u64, &P)> = candidates
         .iter()
         .filter(|(p, _)| p != me && seen.insert(p.clone()))
-        .map(|(p, d)| (d.unwrap_or(Duration::MAX), score(job, rank, p), p))
+        .map(|(p, d)| {
+            (
+                d.unwrap_or(Duration::MAX),
+                crate::rendezvous(&(job, rank), p),
+                p,
+            )
+        })
         .collect();
     ranked.sort();
     let peers: Vec<P> = ranked

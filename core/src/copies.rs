@@ -16,7 +16,7 @@
 //! [`set_copies`](crate::replica::Replica::set_copies).
 
 use std::collections::BTreeSet;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::time::Duration;
 
 use crate::replica::MAX_COPIES;
@@ -71,7 +71,7 @@ pub fn choose_copies<P: Clone + Ord + Hash>(
         let mut ranked: Vec<(Duration, u64, &P)> = near
             .iter()
             .filter(|(p, _)| eligible(p) && !all.contains(p) && !extras.contains(p))
-            .map(|(p, d)| (d.unwrap_or(Duration::MAX), score(job, p), p))
+            .map(|(p, d)| (d.unwrap_or(Duration::MAX), crate::rendezvous(&job, p), p))
             .collect();
         ranked.sort();
         for (_, _, p) in ranked {
@@ -84,16 +84,6 @@ pub fn choose_copies<P: Clone + Ord + Hash>(
     let mut all = all;
     all.extend(extras.iter().cloned());
     Copies { all, extras }
-}
-
-/// A rendezvous score of `peer` for `job`: the same on every node.
-fn score<P: Hash>(job: u64, peer: &P) -> u64 {
-    // SipHash with fixed (zero) keys: the same on every node.
-    #[allow(deprecated)]
-    let mut hasher = std::hash::SipHasher::new();
-    job.hash(&mut hasher);
-    peer.hash(&mut hasher);
-    hasher.finish()
 }
 
 #[cfg(test)]

@@ -56,6 +56,19 @@ pub mod vivaldi;
 /// A point in time: the duration since an epoch chosen by the driver.
 pub type Time = std::time::Duration;
 
+/// A rendezvous score of `peer` for `key` (a job, a rank of a job): the
+/// same on every node that computes it, so nodes that rank candidates by it
+/// agree, and different keys spread over different peers.
+pub(crate) fn rendezvous<K: std::hash::Hash, P: std::hash::Hash>(key: &K, peer: &P) -> u64 {
+    use std::hash::Hasher;
+    // SipHash with fixed (zero) keys: the same on every node.
+    #[allow(deprecated)]
+    let mut hasher = std::hash::SipHasher::new();
+    key.hash(&mut hasher);
+    peer.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// What the core needs of a peer identifier: libp2p's `PeerId` in the real
 /// node, a small integer in the simulator.
 pub trait PeerKey: Clone + Ord + std::fmt::Debug {}

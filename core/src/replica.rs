@@ -38,7 +38,7 @@
 //! ([`Replica::set_copies`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -734,7 +734,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         let job = self.job;
         let winner = heard
             .iter()
-            .max_by_key(|(p, (last, len))| (last.clone(), *len, score(job, *p)))
+            .max_by_key(|(p, (last, len))| (last.clone(), *len, crate::rendezvous(&job, *p)))
             .map(|(p, _)| p.clone())
             .unwrap_or_else(|| self.me.clone());
         if winner != self.me {
@@ -958,14 +958,4 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             out.push(Action::Committed { index });
         }
     }
-}
-
-/// A rendezvous score of `peer` for `job`: the same on every node.
-fn score<P: Hash>(job: u64, peer: &P) -> u64 {
-    // SipHash with fixed (zero) keys: the same on every node.
-    #[allow(deprecated)]
-    let mut hasher = std::hash::SipHasher::new();
-    job.hash(&mut hasher);
-    peer.hash(&mut hasher);
-    hasher.finish()
 }
