@@ -350,27 +350,18 @@ impl<P: PeerKey> FloodRouter<P> {
             );
         }
         let also_sent = &skip[..];
-        match self.seen.get_mut(&id) {
+        let first = match self.seen.get_mut(&id) {
             Some(seen) => {
-                let farther = more_ttl;
                 let shorter = header.latency_budget.is_some()
                     && header.path_rtt.as_secs_f64()
                         < seen.best_path.as_secs_f64() * PATH_IMPROVEMENT;
-                if !(farther || shorter) {
+                if !(more_ttl || shorter) {
                     self.stats.duplicates += 1;
                     return Verdict::Drop(DropReason::Duplicate);
                 }
                 seen.best_ttl = seen.best_ttl.max(forward_ttl);
                 seen.best_path = seen.best_path.min(header.path_rtt);
-                let forward = self.copies(
-                    Some(from),
-                    also_sent,
-                    header,
-                    forward_ttl,
-                    neighbours,
-                    distances,
-                );
-                Verdict::Reforward { forward }
+                false
             }
             None => {
                 self.remember(
@@ -382,16 +373,21 @@ impl<P: PeerKey> FloodRouter<P> {
                     },
                 );
                 self.stats.delivered += 1;
-                let forward = self.copies(
-                    Some(from),
-                    also_sent,
-                    header,
-                    forward_ttl,
-                    neighbours,
-                    distances,
-                );
-                Verdict::Deliver { forward, distance }
+                true
             }
+        };
+        let forward = self.copies(
+            Some(from),
+            also_sent,
+            header,
+            forward_ttl,
+            neighbours,
+            distances,
+        );
+        if first {
+            Verdict::Deliver { forward, distance }
+        } else {
+            Verdict::Reforward { forward }
         }
     }
 
