@@ -40,3 +40,7 @@ cargo test --workspace --locked
 
 echo "== benchmarks, short run (scripts/bench.sh --short)"
 scripts/bench.sh --short
+
+# What the build left on disk: a CI machine ran out of it once (over 40 GB
+# of test binaries with full debug info).
+echo "== target/ takes $(du -sh target 2>/dev/null | cut -f1)"

@@ -102,12 +102,23 @@ fn the_demo_stops_its_grid_on_sigterm_and_its_nodes_end_with_it_when_killed() {
     use std::time::{Duration, Instant};
 
     for signal in [rustix::process::Signal::TERM, rustix::process::Signal::KILL] {
+        // What the demo writes to stderr goes to a file, shown when it fails:
+        // a demo that ends early says why there.
+        let mut errors = tempfile::tempfile().expect("a file for the demo's stderr");
         let mut demo = Command::new(env!("CARGO_BIN_EXE_zorilla-demo"))
             .args(["--queens", "8", "--workers", "4", "--keep"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(errors.try_clone().expect("the stderr file"))
             .spawn()
             .expect("run zorilla-demo");
+        let mut stderr_of_demo = move || {
+            use std::io::{Read, Seek};
+            let mut text = String::new();
+            let _ = errors.rewind();
+            let _ = errors.read_to_string(&mut text);
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        };
         let stdout = demo.stdout.take().unwrap();
         let (lines, seen) = std::sync::mpsc::sync_channel(256);
         std::thread::spawn(move || {
@@ -123,7 +134,10 @@ fn the_demo_stops_its_grid_on_sigterm_and_its_nodes_end_with_it_when_killed() {
             let left = deadline.saturating_duration_since(Instant::now());
             match seen.recv_timeout(left) {
                 Ok(line) => printed.push_str(&(line + "\n")),
-                Err(e) => panic!("the demo did not reach --keep ({e}):\n{printed}"),
+                Err(e) => panic!(
+                    "the demo did not reach --keep ({e}):\n{printed}\nits stderr:\n{}",
+                    stderr_of_demo()
+                ),
             }
         }
         let nodes = nodes_of(demo.id());
@@ -149,7 +163,11 @@ fn the_demo_stops_its_grid_on_sigterm_and_its_nodes_end_with_it_when_killed() {
             while let Ok(line) = seen.recv_timeout(Duration::from_secs(10)) {
                 printed.push_str(&(line + "\n"));
             }
-            assert!(status.success(), "{status}\n{printed}");
+            assert!(
+                status.success(),
+                "{status}\n{printed}\nits stderr:\n{}",
+                stderr_of_demo()
+            );
             assert!(printed.contains("Asked to terminate."), "{printed}");
             assert!(
                 printed.contains("12 of 12 nodes stopped cleanly"),
