@@ -37,9 +37,11 @@ impl RunReport {
     pub fn summary(&self) -> Summary {
         let allocated: Vec<_> = self.jobs.iter().filter(|j| j.full_at.is_some()).collect();
         let workers: u64 = allocated.iter().map(|j| u64::from(j.workers)).sum();
+        // Per worker judged: a replaced rank's new worker is judged too.
+        let judged: u64 = allocated.iter().map(|j| u64::from(j.judged_workers)).sum();
         let extra: f64 = allocated
             .iter()
-            .map(|j| j.extra_rtt_us.unwrap_or(0.0) * f64::from(j.workers))
+            .map(|j| j.extra_rtt_us.unwrap_or(0.0) * f64::from(j.judged_workers))
             .sum();
         let ooo: u64 = allocated.iter().map(|j| u64::from(j.out_of_order)).sum();
         let times: Vec<Duration> = allocated
@@ -51,15 +53,15 @@ impl RunReport {
             jobs: self.jobs.len(),
             allocated: allocated.len(),
             workers,
-            extra_rtt_ms: if workers == 0 {
+            extra_rtt_ms: if judged == 0 {
                 0.0
             } else {
-                extra / workers as f64 / 1000.0
+                extra / judged as f64 / 1000.0
             },
-            out_of_order: if workers == 0 {
+            out_of_order: if judged == 0 {
                 0.0
             } else {
-                ooo as f64 / workers as f64
+                ooo as f64 / judged as f64
             },
             messages_per_job: if self.jobs.is_empty() {
                 0.0

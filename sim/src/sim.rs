@@ -545,6 +545,9 @@ impl Sim {
                 running: 0,
                 duration: plan.duration,
                 ranks: BTreeMap::new(),
+                granting: BTreeMap::new(),
+                judged_extra_us: 0.0,
+                judged_workers: 0,
                 replica_messages: 0,
                 home_moves: 0,
             },
@@ -631,7 +634,15 @@ impl Sim {
     }
 
     fn execute(&mut self, node: u32, outputs: Vec<Output<u32>>) {
+        // A home's grants are judged once the call's outputs are executed:
+        // its own workers of the grant have started then, the others not.
+        let mut granted_jobs: Vec<JobId> = Vec::new();
         for output in outputs {
+            if let Output::Job(JobEvent::Granted { job, .. }) = &output
+                && !granted_jobs.contains(job)
+            {
+                granted_jobs.push(*job);
+            }
             match output {
                 Output::Send { to, msg } => {
                     self.count(msg.job(), kind(&msg));
@@ -707,6 +718,9 @@ impl Sim {
                 } => self.placement_heard(node, job, home, &placement),
             }
         }
+        for job in granted_jobs {
+            self.judge_grant(node, job);
+        }
         let n = &mut self.nodes[node as usize];
         if let Some(at) = n.scheduler.next_timeout() {
             let at = at.max(self.now);
@@ -742,6 +756,7 @@ impl Sim {
                 if let Some(record) = self.jobs.get_mut(&job) {
                     record.replaced_ranks += replaced.len() as u32;
                     *record.placement.entry(node).or_default() += ranks.len() as u32;
+                    *record.granting.entry(node).or_default() += ranks.len() as u32;
                     let granted: u32 = record.placement.values().sum();
                     if granted > record.workers {
                         self.violations.push(format!(
@@ -772,13 +787,9 @@ impl Sim {
             }
             JobEvent::Full { job } => {
                 let now = self.now;
-                let locality = self.locality(job);
                 if let Some(record) = self.jobs.get_mut(&job) {
                     record.full_at = Some(now);
-                    if let Some((extra, ooo)) = locality {
-                        record.extra_rtt_us = Some(extra);
-                        record.out_of_order = ooo;
-                    }
+                    record.note_locality();
                 }
             }
             JobEvent::Ended { job, phase, reason } => {

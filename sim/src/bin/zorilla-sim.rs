@@ -220,7 +220,29 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     let mut csv = String::from(
         "seed,mode,sites,machines,jobs,allocated,extra_rtt_ms,out_of_order,messages_per_job,mean_allocation_s,violations\n",
     );
-    for seed in 1..=n {
+    // `--seeds` picks topologies out of the N to look at closely: only
+    // those run, and each run's per-job CSV is written beside random.csv.
+    let seeds: Vec<u64> = match &args.seeds {
+        Some(seeds) => seeds.clone(),
+        None => (1..=n).collect(),
+    };
+    for &seed in &seeds {
+        if args.seeds.is_some() {
+            let scenario = zorilla_sim::generate::scenario(seed, size);
+            let grid = scenario.grid(seed)?;
+            for &mode in modes {
+                let report = run_scenario(&scenario, mode, seed)?;
+                println!(
+                    "topology {seed:>4} {:<8}: {} floods; messages by kind: {:?}",
+                    mode.name(),
+                    report.floods,
+                    report.by_kind
+                );
+                let path = args.out.join(format!("random-{seed}-{}.csv", mode.name()));
+                std::fs::write(&path, report.csv(&grid.site_of))
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+        }
         for run in random::run([seed], size, modes)? {
             let s = &run.summary;
             println!(
@@ -252,7 +274,7 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
             runs.push(run);
         }
     }
-    println!("\nover {n} generated topologies:");
+    println!("\nover {} generated topologies:", seeds.len());
     for &mode in modes {
         for line in random::distribution(&runs, mode) {
             println!("{line}");

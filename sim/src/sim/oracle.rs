@@ -1,6 +1,6 @@
 //! The oracle the simulator measures locality against: where the free
-//! workers nearest to a job's home were (omniscient bookkeeping, never seen
-//! by a node).
+//! workers nearest to a job's home were when its home granted them
+//! (omniscient bookkeeping, never seen by a node).
 
 use std::time::Duration;
 
@@ -8,31 +8,38 @@ use zorilla_core::advert::{JobId, Strategy};
 use zorilla_core::allocation::{Candidate, allocate};
 
 use super::Sim;
+use super::record::JobRecord;
 
 impl Sim {
-    /// The oracle: the placement the job's strategy gives over every free
-    /// worker of the grid right now (before this job's workers start),
-    /// sorted by true RTT from its home, against where its workers went.
-    /// Returns the mean extra RTT per worker (µs) and the count of workers
-    /// placed while a free one nearer by more than the within-site RTT
-    /// existed.
-    pub fn locality(&self, job: JobId) -> Option<(f64, u32)> {
-        let record = self.jobs.get(&job)?;
-        let home = record.home;
-        let n = record.placement.values().sum::<u32>() as usize;
+    /// Judges the workers `home` has just granted to `job` (its
+    /// `granting`): the placement the job's strategy gives over every
+    /// worker free right now, sorted by true RTT from its home, against
+    /// where the grant put them. Adds their extra RTT (µs) and the count of
+    /// workers granted while a free one nearer by more than the within-site
+    /// RTT existed to the job's record.
+    ///
+    /// Each grant is judged when it is made: a malleable job that grew as
+    /// cores freed up is not held to cores that were busy when its first
+    /// workers were placed. Free means running nothing and held for no
+    /// other job (offered to its home, or granted with the grant on its
+    /// way): cores another job has are not this job's to take.
+    pub(super) fn judge_grant(&mut self, home: u32, job: JobId) {
+        let Some(record) = self.jobs.get(&job) else {
+            return;
+        };
+        let granting = &record.granting;
+        let n: u32 = granting.values().sum();
         if n == 0 {
-            return None;
+            return;
         }
-        let mut chosen: Vec<u64> = Vec::with_capacity(n);
-        for (node, count) in &record.placement {
-            for _ in 0..*count {
-                chosen.push(self.grid.rtt_us(home, *node));
-            }
+        let mut chosen: Vec<u64> = Vec::with_capacity(n as usize);
+        for (node, count) in granting {
+            chosen.extend(std::iter::repeat_n(
+                self.grid.rtt_us(record.home, *node),
+                *count as usize,
+            ));
         }
         chosen.sort_unstable();
-        // Free workers per machine, from the omniscient bookkeeping;
-        // workers of this job have not started yet at its home's Full
-        // event, except on the home itself.
         let strategy = self
             .plans
             .get((job.0 as usize).wrapping_sub(1))
@@ -42,15 +49,25 @@ impl Sim {
             .iter()
             .enumerate()
             .filter(|(_, node)| node.alive)
-            .map(|(m, _)| {
-                let mine = self
-                    .running
-                    .get(&(m as u32, job))
-                    .map_or(0, |r| r.len() as u32);
+            .map(|(m, node)| {
+                // The grant's workers on the home itself started in the
+                // same call, and count as free for it.
+                let started = if m as u32 == home {
+                    let running = self.running.get(&(home, job)).map_or(0, |r| r.len() as u32);
+                    running.min(granting.get(&home).copied().unwrap_or(0))
+                } else {
+                    0
+                };
+                let held: u32 = node
+                    .scheduler
+                    .holds()
+                    .filter(|h| h.job != job)
+                    .map(|h| h.workers)
+                    .sum();
                 Candidate {
                     node: m as u32,
-                    rtt: Duration::from_micros(self.grid.rtt_us(home, m as u32)),
-                    offered: self.grid.cores[m] - self.used[m] + mine,
+                    rtt: Duration::from_micros(self.grid.rtt_us(record.home, m as u32)),
+                    offered: (self.grid.cores[m] - self.used[m] + started).saturating_sub(held),
                 }
             })
             .collect();
@@ -59,23 +76,39 @@ impl Sim {
         // machines, not every core of the nearest ones. Where the strategy
         // cannot place them all (spread over too few free machines), the
         // nearest free workers.
-        let assignments = allocate(strategy, &candidates, n as u32)
-            .or_else(|| allocate(Strategy::Concentrate, &candidates, n as u32))
+        let assignments = allocate(strategy, &candidates, n)
+            .or_else(|| allocate(Strategy::Concentrate, &candidates, n))
             .unwrap_or_default();
-        let mut oracle: Vec<u64> = Vec::with_capacity(n);
+        let mut oracle: Vec<u64> = Vec::with_capacity(n as usize);
         for a in &assignments {
-            let rtt = self.grid.rtt_us(home, a.node);
+            let rtt = self.grid.rtt_us(record.home, a.node);
             oracle.extend(std::iter::repeat_n(rtt, a.workers as usize));
         }
         oracle.sort_unstable();
-        let home_site = self.grid.site_of[home as usize];
+        let home_site = self.grid.site_of[record.home as usize];
         let within = self.grid.rtt_us[home_site][home_site];
-        let extra: f64 = chosen.iter().sum::<u64>() as f64 - oracle.iter().sum::<u64>() as f64;
+        let extra = chosen.iter().sum::<u64>() as f64 - oracle.iter().sum::<u64>() as f64;
         let out_of_order = chosen
             .iter()
             .zip(&oracle)
             .filter(|(c, o)| **c > **o + within)
             .count() as u32;
-        Some(((extra / n as f64).max(0.0), out_of_order))
+        if let Some(record) = self.jobs.get_mut(&job) {
+            record.granting.clear();
+            record.judged_extra_us += extra.max(0.0);
+            record.judged_workers += n;
+            record.out_of_order += out_of_order;
+            record.note_locality();
+        }
+    }
+}
+
+impl JobRecord {
+    /// Once the job has all its workers: the mean extra RTT per worker of
+    /// every grant judged so far.
+    pub(super) fn note_locality(&mut self) {
+        if self.full_at.is_some() && self.judged_workers > 0 {
+            self.extra_rtt_us = Some(self.judged_extra_us / f64::from(self.judged_workers));
+        }
     }
 }

@@ -45,9 +45,10 @@ pub struct JobRecord {
     /// Workers per machine.
     pub placement: BTreeMap<u32, u32>,
     /// Mean extra RTT per worker over the oracle, in microseconds (set when
-    /// the job got its workers).
+    /// the job got its workers). Each grant is judged when it is made
+    /// (see [`Sim::locality`](super::Sim::locality)).
     pub extra_rtt_us: Option<f64>,
-    /// Workers placed while a free worker nearer by more than the
+    /// Workers granted while a free worker nearer by more than the
     /// within-site RTT existed.
     pub out_of_order: u32,
     /// Messages sent about this job (flood copies and direct messages).
@@ -68,6 +69,13 @@ pub struct JobRecord {
     /// Ranks granted per machine, as the home announced them (less those
     /// it reported lost).
     pub(super) ranks: BTreeMap<u32, BTreeSet<u32>>,
+    /// Workers per machine the home granted in the call being executed,
+    /// judged against the oracle once the call's outputs are done.
+    pub(super) granting: BTreeMap<u32, u32>,
+    /// Sum of the judged workers' extra RTT (µs).
+    pub(super) judged_extra_us: f64,
+    /// Workers judged: every grant's, replacements included.
+    pub judged_workers: u32,
 }
 
 impl JobRecord {
