@@ -158,8 +158,27 @@ impl<P: PeerKey> Scheduler<P> {
             WaitMode::Adaptive => {
                 let sent = job.schedule.last_flood_at().unwrap_or(now);
                 // The RTTs come from peers: saturating, never a panic.
-                sent.saturating_add(farthest.saturating_mul(2))
-                    .saturating_add(job.schedule.config().adaptive_floor / 4)
+                let flood_settled = sent
+                    .saturating_add(farthest.saturating_mul(2))
+                    .saturating_add(job.schedule.config().adaptive_floor / 4);
+                // Offers also come in bursts without a flood: cores that
+                // free up together (a job ended) serve the adverts queued
+                // on them together, each offer after its node's one-way
+                // delay. A fresh offer from a node nearer than the
+                // farthest one chosen may be the first of such a burst,
+                // whose other nearer nodes answer within half the
+                // farthest RTT of it: wait that long (twice, for jitter)
+                // rather than grant far nodes with near answers on their
+                // way. A node counts once (its first offer), so the wait
+                // is bounded by the nodes that offer.
+                let burst_settled = job
+                    .offers
+                    .values()
+                    .filter(|o| o.rtt < farthest)
+                    .map(|o| o.since)
+                    .max()
+                    .map_or(now, |since| since.saturating_add(farthest));
+                flood_settled.max(burst_settled)
             }
         };
         if settle_at > now {
@@ -314,10 +333,11 @@ impl<P: PeerKey> Scheduler<P> {
                         Some(reason)
                     }
                     None => {
-                        let held = job
-                            .offers
-                            .entry(from.clone())
-                            .or_insert(HeldOffer { workers: 0, rtt });
+                        let held = job.offers.entry(from.clone()).or_insert(HeldOffer {
+                            workers: 0,
+                            rtt,
+                            since: now,
+                        });
                         held.workers = held.workers.max(workers);
                         held.rtt = rtt;
                         None
@@ -482,6 +502,6 @@ impl<P: PeerKey> Scheduler<P> {
             self.engaged.remove(&job);
         }
         self.pending.retain(|p| p.advert.home != peer);
-        self.rescan(now, out);
+        self.rescan(now, Raise::OwnJobs, out);
     }
 }

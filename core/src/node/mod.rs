@@ -139,10 +139,22 @@ pub const MAX_ANSWERED: usize = 16_384;
 /// takes the job over knows only those logged before.
 pub const MAX_LOGGED_CHECKPOINTS: u32 = (crate::replica::MAX_LOG / 2) as u32;
 
+/// Which held offers a member raises when resources free up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Raise {
+    /// Only those to this node's own jobs.
+    OwnJobs,
+    /// Every one: workers ended here.
+    All,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct HeldOffer {
     workers: u32,
     rtt: Duration,
+    /// When the node's first offer arrived (a later one from the same
+    /// node changes it not: see the settling in `try_allocate`).
+    since: Time,
 }
 
 impl<P: Ord + Clone> HomeJob<P> {
@@ -222,7 +234,16 @@ impl<P> HomeJob<P> {
 
     /// Starts a new flood schedule for `workers` workers, its first flood
     /// at `now`, numbered on from the floods sent so far.
+    ///
+    /// A running job's search (to grow, or to replace lost ranks) gets the
+    /// job's lifetime from now: its adverts tell members how long to queue
+    /// them and hold offers, and a job past the lifetime it had to start
+    /// would otherwise advertise an expiry of zero, every offer withdrawn
+    /// as soon as it is made.
     fn flood_afresh(&mut self, now: Time, workers: u32) {
+        if self.phase != Phase::Scheduling {
+            self.expires_at = self.expires_at.max(now.saturating_add(self.spec.lifetime));
+        }
         self.earlier_floods = self.earlier_floods.saturating_add(self.schedule.floods());
         self.schedule = FloodSchedule::new(self.schedule.config().clone(), workers);
         self.next_flood_at = Some(now);
@@ -272,6 +293,7 @@ pub struct Scheduler<P: Ord> {
     declined: VecDeque<JobId>,
     /// How far the floods of the last job that got all its workers went.
     last_reach: Option<Reach>,
+
     /// Ended home jobs, oldest first, forgotten beyond `ended_capacity`.
     ended: VecDeque<JobId>,
     /// The driver cannot take workers now (see [`Scheduler::set_paused`]).
@@ -292,6 +314,7 @@ impl<P: PeerKey> Scheduler<P> {
             pending: VecDeque::new(),
             declined: VecDeque::new(),
             last_reach: None,
+
             ended: VecDeque::new(),
             paused: false,
             checkpoints: CheckpointIndex::new(),
@@ -308,7 +331,7 @@ impl<P: PeerKey> Scheduler<P> {
         self.paused = paused;
         let mut out = Vec::new();
         if !paused {
-            self.rescan(now, &mut out);
+            self.rescan(now, Raise::OwnJobs, &mut out);
         }
         self.loopback(now, out)
     }
@@ -500,7 +523,7 @@ impl<P: PeerKey> Scheduler<P> {
                         self.engaged.remove(&job);
                     }
                 }
-                self.rescan(now, &mut out);
+                self.rescan(now, Raise::All, &mut out);
             }
             Input::PeerLost(peer) => self.peer_lost(now, peer, &mut out),
             Input::RanksLost {
@@ -619,7 +642,7 @@ impl<P: PeerKey> Scheduler<P> {
             );
         }
         if !timed_out.is_empty() {
-            self.rescan(now, &mut out);
+            self.rescan(now, Raise::OwnJobs, &mut out);
         }
         self.step_home_jobs(now, &mut out);
         self.loopback(now, out)
@@ -703,7 +726,7 @@ impl<P: PeerKey> Scheduler<P> {
                 if e.running.is_empty() {
                     self.engaged.remove(&job);
                 }
-                self.rescan(now, out);
+                self.rescan(now, Raise::OwnJobs, out);
             }
         }
     }

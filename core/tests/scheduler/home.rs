@@ -76,6 +76,99 @@ fn adaptive_home_lets_the_flood_settle_before_granting() {
     }));
 }
 
+/// Offers that come without a flood come in bursts: when a job ends on a
+/// site, its freed cores answer the adverts queued on them together. A job
+/// that waited with far offers, and whose offers suffice once the first
+/// near answer of such a burst arrives, waits about the farthest chosen
+/// RTT for the rest of the burst instead of granting the far nodes.
+#[test]
+fn a_waiting_job_lets_a_burst_of_near_offers_arrive_before_granting() {
+    let mut node = home(ScheduleConfig::default());
+    submit(&mut node, ms(0), WorkerCount::rigid(4));
+    // Three far workers; the job waits for a fourth, flooding on.
+    offer_from(&mut node, ms(21), 10, 3, 40);
+    let mut now = ms(21);
+    while let Some(at) = node.next_timeout().filter(|at| *at < ms(5_000)) {
+        now = at;
+        let out = node.handle_timeout(now);
+        assert!(
+            !out.iter()
+                .any(|o| matches!(o, Output::Job(JobEvent::Granted { .. }))),
+            "{out:?}"
+        );
+    }
+    // Long after the last flood settled, a near node frees up and offers:
+    // with it the offers suffice, but it may be the first of a burst.
+    let first = now + ms(500);
+    let out = offer_from(&mut node, first, 11, 1, 2);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Job(JobEvent::Granted { .. }))),
+        "{out:?}"
+    );
+    let settle = node.next_timeout().unwrap();
+    assert!(
+        settle >= first + ms(40) && settle <= first + ms(100),
+        "waits about the farthest chosen RTT: {settle:?} after {first:?}"
+    );
+    // The rest of the burst: the job is granted the near nodes only.
+    let out = offer_from(&mut node, first + ms(1), 12, 3, 2);
+    assert!(granted(&out, 11, vec![0], 0), "{out:?}");
+    assert!(granted(&out, 12, vec![1, 2, 3], 1), "{out:?}");
+    assert!(out.contains(&Output::Send {
+        to: 10,
+        msg: Message::Refuse {
+            job: JOB,
+            reason: RefuseReason::NotChosen
+        }
+    }));
+}
+
+/// The burst wait ends: with no nearer offer coming, the job is granted
+/// the offers it has once the wait is over.
+#[test]
+fn a_burst_wait_ends_with_the_offers_in_hand() {
+    let mut node = home(ScheduleConfig::default());
+    submit(&mut node, ms(0), WorkerCount::rigid(4));
+    offer_from(&mut node, ms(21), 10, 3, 40);
+    let mut now = ms(21);
+    while let Some(at) = node.next_timeout().filter(|at| *at < ms(5_000)) {
+        now = at;
+        node.handle_timeout(now);
+    }
+    let first = now + ms(500);
+    offer_from(&mut node, first, 11, 1, 2);
+    let settle = node.next_timeout().unwrap();
+    let out = node.handle_timeout(settle);
+    assert!(granted(&out, 11, vec![0], 0), "{out:?}");
+    assert!(granted(&out, 10, vec![1, 2, 3], 1), "{out:?}");
+}
+
+/// A job that runs past the lifetime it had to start, and floods again to
+/// replace a lost worker, advertises the lifetime afresh: an advert that
+/// expired already would have every offer withdrawn as soon as it is made
+/// (members hold offers until the advert expires at the latest).
+#[test]
+fn a_replacement_search_after_the_jobs_lifetime_advertises_a_fresh_expiry() {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount { min: 1, max: 2 });
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    offer_from(&mut node, ms(2), 11, 1, 1);
+    let later = Duration::from_secs(90);
+    let out = node.handle(later, Input::PeerLost(10));
+    let flood = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Flood(advert) => Some(advert),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("floods for a replacement: {out:?}"));
+    assert_eq!(flood.expires_in, Duration::from_secs(60));
+    // An offer made now is held, and granted.
+    let out = offer_from(&mut node, later + ms(1), 12, 1, 1);
+    assert!(granted(&out, 12, vec![0], 2), "{out:?}");
+}
+
 #[test]
 fn malleable_job_starts_at_min_and_grows_to_max() {
     let mut node = home(ScheduleConfig::paper());

@@ -99,12 +99,12 @@ fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
 }
 
 /// A member offers the one core it has free for a job of two. When the
-/// other core frees up (another job's worker ends) it says nothing yet; a
-/// newer flood of the job (the home is still short) finds it with two
-/// free, and it raises the offer rather than letting the home wait out the
-/// hold.
+/// other core frees up (another job's worker ends) it raises the offer at
+/// once, rather than letting the home wait out the hold or grant a farther
+/// node; a newer flood then finds nothing more to offer. A refusal, which
+/// frees cores too, raises no offer to another home.
 #[test]
-fn a_member_raises_a_short_offer_at_a_newer_flood() {
+fn a_member_raises_a_short_offer_when_workers_end_here() {
     let mut node = member(2);
     let other = Advert {
         job: JobId(99),
@@ -142,9 +142,8 @@ fn a_member_raises_a_short_offer_at_a_newer_flood() {
             ranks: vec![0],
         },
     );
-    assert_eq!(out, vec![], "offers to other homes wait for a flood");
     assert_eq!(
-        deliver(&mut node, ms(5), WorkerCount::rigid(2)),
+        out,
         vec![Output::Send {
             to: HOME,
             msg: Message::Offer {
@@ -161,6 +160,50 @@ fn a_member_raises_a_short_offer_at_a_newer_flood() {
         vec![],
         "never beyond what the job wants"
     );
+}
+
+/// A refusal frees the cores its hold kept, but the member does not raise
+/// its offers to other homes for them: every refusal would set off raised
+/// offers, and their refusals more.
+#[test]
+fn a_refusal_raises_no_offer_to_another_home() {
+    let mut node = member(2);
+    let other = Advert {
+        job: JobId(99),
+        ..advert(WorkerCount::rigid(1))
+    };
+    node.handle(
+        ms(0),
+        Input::AdvertDelivered {
+            advert: other,
+            distance: ms(1),
+        },
+    );
+    let out = deliver(&mut node, ms(2), WorkerCount::rigid(2));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer {
+                    job: JOB,
+                    workers: 1,
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    let out = from_home(
+        &mut node,
+        ms(3),
+        Message::Refuse {
+            job: JobId(99),
+            reason: RefuseReason::JobFull,
+        },
+    );
+    assert_eq!(out, vec![], "no raised offer after a refusal");
+    assert_eq!(node.free().cores, 1);
 }
 
 #[test]
