@@ -388,7 +388,7 @@ impl Node {
                 }
                 Some(event) = events.recv() => node.overlay_event(event),
                 Some(call) = local_rx.recv() => {
-                    node.rpc(node.me, call.rpc, Reply::Local(call.reply));
+                    node.rpc(node.me, call.rpc, Reply::Local(call.reply), Some(Duration::ZERO));
                 }
                 Some(done) = node.tasks.join_next() => {
                     match done {

@@ -41,9 +41,10 @@ impl Node {
                 peer,
                 payload,
                 responder,
+                rtt,
             } => match decode::<PeerRpc>(&payload) {
                 Ok(rpc) => match validate::peer_rpc(&rpc) {
-                    Ok(()) => self.rpc(peer, rpc, Reply::Overlay(responder)),
+                    Ok(()) => self.rpc(peer, rpc, Reply::Overlay(responder), rtt),
                     Err(e) => {
                         tracing::warn!(%peer, "request refused: {e}");
                         self.overlay
@@ -135,7 +136,9 @@ impl Node {
         });
     }
 
-    pub(super) fn rpc(&mut self, from: PeerId, rpc: PeerRpc, reply: Reply) {
+    /// Answers a peer's request; `rtt` is the sender's RTT as this node
+    /// measured it, if it did (the core ranks offers by it).
+    pub(super) fn rpc(&mut self, from: PeerId, rpc: PeerRpc, reply: Reply, rtt: Option<Duration>) {
         self.status.note_rpc(&rpc);
         let answer = match rpc {
             PeerRpc::Ping => PeerReply::Ack,
@@ -145,7 +148,7 @@ impl Node {
             PeerRpc::Summary => return self.status_reply(reply, status::Asked::Summary),
             PeerRpc::Checkpoint(rpc) => return self.checkpoint_rpc(from, rpc, reply),
             PeerRpc::Sched(msg) => {
-                self.sched_message(from, msg);
+                self.sched_message(from, msg, rtt);
                 PeerReply::Ack
             }
             PeerRpc::WhereIs { job } => PeerReply::Home(self.home_of(job)),
@@ -159,7 +162,7 @@ impl Node {
                 // with it (`start_workers`), or the grant is withdrawn.
                 self.replicate_as_member(grant.job().0, from, &copy);
                 self.granted_copy = Some((grant.job().0, *copy));
-                self.sched_message(from, grant);
+                self.sched_message(from, grant, rtt);
                 self.granted_copy = None;
                 PeerReply::Granted { boot: self.boot }
             }
@@ -368,12 +371,8 @@ impl Node {
 
     /// Hands a scheduling message of a peer to the core and executes what
     /// comes out.
-    fn sched_message(&mut self, from: PeerId, msg: Message<PeerId>) {
-        let input = Input::Message {
-            from,
-            msg,
-            rtt: None,
-        };
+    fn sched_message(&mut self, from: PeerId, msg: Message<PeerId>, rtt: Option<Duration>) {
+        let input = Input::Message { from, msg, rtt };
         let out = self.sched.handle(self.now(), input);
         self.execute(out);
     }

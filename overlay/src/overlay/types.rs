@@ -109,6 +109,10 @@ pub enum Event {
         payload: Vec<u8>,
         /// Where the answer goes.
         responder: Responder,
+        /// The sender's smoothed RTT, if this node has measured it: a home
+        /// chooses among offers by the distance it measured, not by what
+        /// the offering node says.
+        rtt: Option<Duration>,
     },
     /// A peer of our network connected (and identified itself).
     PeerConnected {

@@ -351,3 +351,49 @@ async fn a_near_neighbour_that_becomes_far_is_replaced() {
     );
     eprintln!("b's RTT went from {rtt:?} to {b_rtt:?}; a switched to c after {took:?}");
 }
+
+/// A request carries its sender's RTT as the receiving node measured it
+/// (a home ranks offers by it): two nodes 40 ms apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_carries_the_rtt_the_receiver_measured_to_its_sender() {
+    let net = network("request-rtt");
+    let mut topology = Topology {
+        default_rtt_ms: 40,
+        ..Topology::default()
+    };
+    for name in ["a", "b"] {
+        topology.sites.push(Site {
+            name: name.into(),
+            rtt_within_ms: 1,
+        });
+    }
+    let shared = SharedTopology::new(topology);
+    let nodes = start_grid(2, |i| OverlayConfig {
+        latency: Some(LatencyEmulation {
+            topology: shared.clone(),
+            site: ["a", "b"][i].into(),
+        }),
+        ..config(&net, 1, 0)
+    })
+    .await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    // Once a has measured b, b's request arrives with that RTT.
+    eventually("a measured b", Duration::from_secs(30), || async {
+        let known = a.handle.known_peers().await.map_err(|e| e.to_string())?;
+        match known.iter().find(|k| k.peer == b.peer).and_then(|k| k.rtt) {
+            Some(_) => Ok(()),
+            None => Err(format!("a knows {known:?}")),
+        }
+    })
+    .await;
+    let answer = b.handle.request(a.peer, b"ping".to_vec()).await.unwrap();
+    assert_eq!(answer, b"gnip".to_vec());
+    let requests = a.seen.lock().unwrap().requests.clone();
+    let (from, rtt) = requests.last().copied().expect("a saw the request");
+    assert_eq!(from, b.peer);
+    let rtt = rtt.expect("the request carries b's RTT");
+    assert!(
+        rtt >= Duration::from_millis(35) && rtt <= Duration::from_millis(200),
+        "about the emulated 40 ms: {rtt:?}"
+    );
+}

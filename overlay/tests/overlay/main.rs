@@ -36,6 +36,8 @@ struct Seen {
     /// (flood, from, distance) of every delivery.
     floods: Vec<(FloodId, PeerId, Duration)>,
     connected: HashSet<PeerId>,
+    /// (sender, its RTT as this node measured it) of every request.
+    requests: Vec<(PeerId, Option<Duration>)>,
 }
 
 struct Node {
@@ -61,8 +63,12 @@ impl Node {
                         seen2.lock().unwrap().connected.insert(peer);
                     }
                     Event::Request {
-                        payload, responder, ..
+                        peer,
+                        payload,
+                        responder,
+                        rtt,
                     } => {
+                        seen2.lock().unwrap().requests.push((peer, rtt));
                         // Echo, reversed, so the test sees it went through us.
                         let answer = payload.into_iter().rev().collect();
                         let _ = handle2.respond(responder, answer).await;

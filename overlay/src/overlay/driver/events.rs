@@ -320,10 +320,12 @@ impl Driver {
                         Checked::Valid(RpcRequest::App(payload)) => {
                             let now = self.now();
                             self.keeper.app_traffic(peer, now);
+                            let rtt = self.keeper.table().rtt(&peer);
                             self.emit(Event::Request {
                                 peer,
                                 payload,
                                 responder: Responder { channel },
+                                rtt,
                             })
                             .await;
                         }
