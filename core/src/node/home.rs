@@ -502,6 +502,6 @@ impl<P: PeerKey> Scheduler<P> {
             self.engaged.remove(&job);
         }
         self.pending.retain(|p| p.advert.home != peer);
-        self.rescan(now, Raise::OwnJobs, out);
+        self.rescan(now, out);
     }
 }

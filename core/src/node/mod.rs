@@ -139,15 +139,6 @@ pub const MAX_ANSWERED: usize = 16_384;
 /// takes the job over knows only those logged before.
 pub const MAX_LOGGED_CHECKPOINTS: u32 = (crate::replica::MAX_LOG / 2) as u32;
 
-/// Which held offers a member raises when resources free up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Raise {
-    /// Only those to this node's own jobs.
-    OwnJobs,
-    /// Every one: workers ended here.
-    All,
-}
-
 #[derive(Debug, Clone, Copy)]
 struct HeldOffer {
     workers: u32,
@@ -331,7 +322,7 @@ impl<P: PeerKey> Scheduler<P> {
         self.paused = paused;
         let mut out = Vec::new();
         if !paused {
-            self.rescan(now, Raise::OwnJobs, &mut out);
+            self.rescan(now, &mut out);
         }
         self.loopback(now, out)
     }
@@ -523,7 +514,7 @@ impl<P: PeerKey> Scheduler<P> {
                         self.engaged.remove(&job);
                     }
                 }
-                self.rescan(now, Raise::All, &mut out);
+                self.rescan(now, &mut out);
             }
             Input::PeerLost(peer) => self.peer_lost(now, peer, &mut out),
             Input::RanksLost {
@@ -642,7 +633,7 @@ impl<P: PeerKey> Scheduler<P> {
             );
         }
         if !timed_out.is_empty() {
-            self.rescan(now, Raise::OwnJobs, &mut out);
+            self.rescan(now, &mut out);
         }
         self.step_home_jobs(now, &mut out);
         self.loopback(now, out)
@@ -726,7 +717,7 @@ impl<P: PeerKey> Scheduler<P> {
                 if e.running.is_empty() {
                     self.engaged.remove(&job);
                 }
-                self.rescan(now, Raise::OwnJobs, out);
+                self.rescan(now, out);
             }
         }
     }

@@ -101,8 +101,7 @@ fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
 /// A member offers the one core it has free for a job of two. When the
 /// other core frees up (another job's worker ends) it raises the offer at
 /// once, rather than letting the home wait out the hold or grant a farther
-/// node; a newer flood then finds nothing more to offer. A refusal, which
-/// frees cores too, raises no offer to another home.
+/// node; a newer flood then finds nothing more to offer.
 #[test]
 fn a_member_raises_a_short_offer_when_workers_end_here() {
     let mut node = member(2);
@@ -162,11 +161,10 @@ fn a_member_raises_a_short_offer_when_workers_end_here() {
     );
 }
 
-/// A refusal frees the cores its hold kept, but the member does not raise
-/// its offers to other homes for them: every refusal would set off raised
-/// offers, and their refusals more.
+/// A refusal frees the cores its hold kept: the member raises its offer
+/// to another job's home with them, as when workers end.
 #[test]
-fn a_refusal_raises_no_offer_to_another_home() {
+fn a_refusal_raises_the_offer_held_for_another_job() {
     let mut node = member(2);
     let other = Advert {
         job: JobId(99),
@@ -202,8 +200,19 @@ fn a_refusal_raises_no_offer_to_another_home() {
             reason: RefuseReason::JobFull,
         },
     );
-    assert_eq!(out, vec![], "no raised offer after a refusal");
-    assert_eq!(node.free().cores, 1);
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Offer {
+                job: JOB,
+                workers: 2,
+                distance: ms(1),
+                residue: Resources::new(0, 4096 - 200, 4096),
+            }
+        }]
+    );
+    assert_eq!(node.free().cores, 0);
 }
 
 #[test]
