@@ -14,7 +14,7 @@
 //! future input of another after the link's one-way delay.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -195,6 +195,10 @@ pub struct Sim {
     /// (omniscient bookkeeping).
     running: BTreeMap<(u32, JobId), BTreeMap<u32, u32>>,
     used: Vec<u32>,
+    /// Per machine, when workers ended there lately and how many: the
+    /// oracle does not count cores free before news of them could have
+    /// reached the home (see `judge_grant`).
+    freed: Vec<VecDeque<(Time, u32)>>,
     messages: u64,
     by_kind: BTreeMap<&'static str, u64>,
     floods: u64,
@@ -271,6 +275,7 @@ impl Sim {
             jobs: BTreeMap::new(),
             running: BTreeMap::new(),
             used: vec![0; grid.len()],
+            freed: vec![VecDeque::new(); grid.len()],
             messages: 0,
             by_kind: BTreeMap::new(),
             floods: 0,
@@ -431,7 +436,12 @@ impl Sim {
             } => self.on_flood(to, from, advert, &also_sent),
             Event::Direct { to, from, msg } => {
                 if self.reachable(from, to) {
-                    let rtt = self.sample(to, from);
+                    // What the real node gives the core: its overlay's
+                    // smoothed RTT to the sender when it measured it, else
+                    // one sample (the connection the message came on is
+                    // measured at once).
+                    let measured = self.nodes[to as usize].overlay.rtt(&from);
+                    let rtt = measured.unwrap_or_else(|| self.sample(to, from));
                     self.feed(
                         to,
                         Input::Message {
@@ -733,6 +743,16 @@ impl Sim {
 
     fn workers_gone(&mut self, node: u32, job: JobId, count: u32) {
         self.used[node as usize] -= count;
+        let freed = &mut self.freed[node as usize];
+        // News travels well under a second here (RTTs are bounded far
+        // below that): keep no older ends.
+        while freed
+            .front()
+            .is_some_and(|(at, _)| *at + Duration::from_secs(1) < self.now)
+        {
+            freed.pop_front();
+        }
+        freed.push_back((self.now, count));
         self.timeline.push((
             self.now,
             self.grid.site_of[node as usize],

@@ -38,16 +38,16 @@ fn on_random_topologies_ours_places_workers_nearer_than_the_papers_scheduler() {
     let allocation = |s: &Summary| s.mean_allocation.as_secs_f64();
     let never = |s: &Summary| 100.0 * (s.jobs - s.allocated) as f64 / s.jobs.max(1) as f64;
 
-    // Locality: the median topology is near the oracle (0.14 ms, 1.1%
-    // when written), the 95th percentile within a few ms (4.5 ms, 11%:
-    // workers of jobs that waited for cores in a full grid), and both well
-    // below the paper's scheduler (3.0 and 8.9 ms, 13% and 25%).
+    // Locality: the median topology at the oracle and the 95th percentile
+    // within a tenth of a millisecond per worker (0.000 and 0.011 ms when
+    // written), far below the paper's scheduler (2.2 and 8.9 ms). Issue
+    // 17's target is a 95th percentile of 0.1 ms over 200 topologies.
     let (ours, paper) = (
         figure(&runs, Mode::Ours, extra),
         figure(&runs, Mode::Paper, extra),
     );
     assert!(
-        ours.0 <= 0.3 && ours.1 <= 5.5,
+        ours.0 <= 0.05 && ours.1 <= 0.1,
         "extra RTT per worker, ours {ours:?}"
     );
     assert!(
@@ -58,8 +58,10 @@ fn on_random_topologies_ours_places_workers_nearer_than_the_papers_scheduler() {
         figure(&runs, Mode::Ours, ooo),
         figure(&runs, Mode::Paper, ooo),
     );
+    // 0.0% and 0.0% when written (the paper's 3.3% and 24%); the target
+    // is a 95th percentile of 2%.
     assert!(
-        ours.0 <= 2.0 && ours.1 <= 13.0,
+        ours.0 <= 0.5 && ours.1 <= 2.0,
         "out of order (%), ours {ours:?}"
     );
     assert!(
@@ -87,15 +89,15 @@ fn on_random_topologies_ours_places_workers_nearer_than_the_papers_scheduler() {
     );
 
     // Messages: issue 17's target (at most the paper's on 95% of
-    // topologies) is not met; walking the budget up from 1 ms costs ours
-    // 1.8 times the paper's messages at the median here. The bound keeps
-    // it from growing.
+    // topologies) is not met; ours sends 1.5 times the paper's messages at
+    // the median here (457 against 295 when written). The bound keeps it
+    // from growing.
     let (ours, paper) = (
         figure(&runs, Mode::Ours, messages),
         figure(&runs, Mode::Paper, messages),
     );
     assert!(
-        ours.0 <= 2.0 * paper.0,
+        ours.0 <= 1.7 * paper.0,
         "messages per job: ours {ours:?}, paper {paper:?}"
     );
 }

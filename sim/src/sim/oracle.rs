@@ -20,9 +20,12 @@ impl Sim {
     ///
     /// Each grant is judged when it is made: a malleable job that grew as
     /// cores freed up is not held to cores that were busy when its first
-    /// workers were placed. Free means running nothing and held for no
-    /// other job (offered to its home, or granted with the grant on its
-    /// way): cores another job has are not this job's to take.
+    /// workers were placed. Free means running nothing, held for no other
+    /// job (offered to its home, or granted with the grant on its way):
+    /// cores another job has are not this job's to take; and free for long
+    /// enough that a message could have told the home (half the RTT
+    /// between them): no scheduler can place a worker on a core it cannot
+    /// have heard of.
     pub(super) fn judge_grant(&mut self, home: u32, job: JobId) {
         let Some(record) = self.jobs.get(&job) else {
             return;
@@ -58,6 +61,14 @@ impl Sim {
                 } else {
                     0
                 };
+                // Cores freed so lately that no message from them could
+                // have reached the home yet are not free to it.
+                let one_way = Duration::from_micros(self.grid.rtt_us(record.home, m as u32) / 2);
+                let unheard: u32 = self.freed[m]
+                    .iter()
+                    .filter(|(at, _)| self.now.saturating_sub(*at) < one_way)
+                    .map(|(_, count)| *count)
+                    .sum();
                 let held: u32 = node
                     .scheduler
                     .holds()
@@ -67,7 +78,9 @@ impl Sim {
                 Candidate {
                     node: m as u32,
                     rtt: Duration::from_micros(self.grid.rtt_us(record.home, m as u32)),
-                    offered: (self.grid.cores[m] - self.used[m] + started).saturating_sub(held),
+                    offered: (self.grid.cores[m] - self.used[m] + started)
+                        .saturating_sub(held)
+                        .saturating_sub(unheard),
                 }
             })
             .collect();
