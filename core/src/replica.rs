@@ -366,6 +366,19 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.committed
     }
 
+    /// On the primary, the highest index every copy holds (the log's
+    /// length when it has no copies); 0 on a copy.
+    pub fn held_by_every_copy(&self) -> u64 {
+        if self.role != Role::Primary {
+            return 0;
+        }
+        self.progress
+            .values()
+            .map(|p| p.matched)
+            .min()
+            .unwrap_or_else(|| self.len())
+    }
+
     /// The entries in order.
     pub fn entries(&self) -> impl Iterator<Item = &E> {
         self.log.iter().map(|(_, e)| e)

@@ -179,6 +179,31 @@ fn the_primary_replicates_and_commits_once_a_copy_holds_an_entry() {
     assert_eq!(net.primaries.len(), 1);
 }
 
+/// The primary knows when every copy holds an entry, not only enough of
+/// them (it forgets an ended job only then: a copy that missed the end
+/// would otherwise stand for election for a finished job).
+#[test]
+fn the_primary_knows_when_every_copy_holds_the_log() {
+    let mut net = Net::new(2);
+    net.cut.insert((0, 2));
+    net.propose(0, "job ended");
+    net.run(4 * STEP);
+    assert_eq!(
+        net.committed.get(&0),
+        Some(&1),
+        "one copy holds it: committed"
+    );
+    assert_eq!(net.replicas[&0].held_by_every_copy(), 0, "copy 2 does not");
+    assert_eq!(
+        net.replicas[&1].held_by_every_copy(),
+        0,
+        "a copy knows nothing of it"
+    );
+    net.cut.clear();
+    net.run(Duration::from_secs(2));
+    assert_eq!(net.replicas[&0].held_by_every_copy(), 1);
+}
+
 /// A copy the primary drops (an extra copy no longer needed once the
 /// ranks' nodes hold copies) hears so, and never stands for election when
 /// heartbeats stop coming to it: no second primary appears, and when the

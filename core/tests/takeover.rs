@@ -376,6 +376,48 @@ fn an_ended_job_stays_ended_at_its_successor_and_its_nodes_hear_it_again() {
     );
 }
 
+/// The copy holds every rank's successful end but not the job's end (the
+/// home that decided it was gone before a copy held its decision, as on
+/// real nodes under churn): the successor completes the job when it
+/// adopts it, instead of waiting for ends that came already.
+#[test]
+fn a_successor_completes_a_job_whose_log_has_every_rank_ended() {
+    let (mut old, _) = Logged::submit(0, ms(0), spec(2, 2, LostPolicy::Fail));
+    old.offer(ms(1), 1, 1);
+    old.offer(ms(2), 2, 1);
+    for (node, rank, incarnation) in [(1, 0, 0), (2, 1, 1)] {
+        old.handle(
+            ms(10),
+            Input::RankEnded {
+                job: JOB,
+                node,
+                rank,
+                incarnation,
+                end: WorkerEnd::Exited(0),
+            },
+        );
+    }
+    // The copy got the ends, not the decision after them.
+    let ended_at = old
+        .log
+        .iter()
+        .position(|e| matches!(e, JobEntry::Event(JobEvent::Ended { .. })))
+        .expect("the old home ended the job");
+    let state = JobState::replay(&old.log[..ended_at]).unwrap();
+    assert_eq!(state.phase, Phase::Running);
+    let mut successor = Scheduler::new(1, config(0));
+    let out = successor.adopt(ms(2000), JOB, 1, state);
+    assert!(
+        out.contains(&Output::Job(JobEvent::Ended {
+            job: JOB,
+            phase: Phase::Completed,
+            reason: EndReason::Completed { workers: 2 },
+        })),
+        "{out:?}"
+    );
+    assert_eq!(successor.phase(JOB), Some(Phase::Completed));
+}
+
 #[test]
 fn an_old_home_steps_down_silently_and_its_own_ranks_follow_the_job() {
     // Home 0 runs rank 0 itself (it has cores), node 1 runs rank 1.

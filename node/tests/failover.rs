@@ -57,16 +57,20 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
     }
     nodes[0].kill();
     let killed = Instant::now();
+    let old_home = nodes[0].peer.clone();
 
-    // Some other node becomes the job's home.
+    // Some other node becomes the job's home (and says so, whether the job
+    // still runs or completed already there).
     let mut clients = Vec::new();
     for node in &nodes[1..] {
         clients.push(node.client().await);
     }
     let (new_home, took) = 'found: loop {
-        for (i, c) in clients.iter_mut().enumerate() {
+        for c in clients.iter_mut() {
             if let Ok(status) = c.status(job).await
-                && !status.phase.is_terminal()
+                && let Some(home) = status.home.as_deref()
+                && home != old_home
+                && let Some(i) = nodes[1..].iter().position(|n| n.peer == home)
             {
                 break 'found (i, killed.elapsed());
             }

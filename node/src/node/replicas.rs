@@ -335,12 +335,20 @@ impl Node {
     /// that ended a while ago are dropped.
     pub(super) fn tick_replicas(&mut self) {
         let now = self.now();
-        // Replicas of jobs long over, and copies the primary dropped.
+        // Replicas of jobs long over, the primary's of a job that ended
+        // once every copy holds its end, and copies the primary dropped.
+        // A primary that forgot an ended job earlier (once one copy held
+        // the end) answered a copy that missed the end, and stood for
+        // election, as a node holding no replica: that copy then took the
+        // finished job over from its live home (seen under churn).
         let over: Vec<(u64, bool)> = self
             .replicas
             .iter()
             .filter(|(_, held)| {
                 held.ended_at.is_some_and(|at| at.elapsed() >= ENDED_KEPT)
+                    || (held.ended_at.is_some()
+                        && held.replica.is_primary()
+                        && held.replica.held_by_every_copy() >= held.replica.len())
                     || held.replica.is_dropped()
             })
             .map(|(job, held)| (*job, held.replica.is_dropped()))
@@ -522,8 +530,9 @@ impl Node {
                         self.forget_idle_member(job);
                     }
                 }
-                // The primary of a job that ended forgets it once the copies
-                // hold the whole log, its end included.
+                // Messages that waited for a copy to hold a grant go now.
+                // (The primary of a job that ended forgets it once every
+                // copy holds the whole log: see `tick_replicas`.)
                 Action::Committed { index } => {
                     let ready: Vec<(PeerId, Message<PeerId>)> = self
                         .replicas
@@ -537,12 +546,6 @@ impl Node {
                         .unwrap_or_default();
                     for (to, msg) in ready {
                         self.send_now(to, msg);
-                    }
-                    let done = self.replicas.get(&job).is_some_and(|h| {
-                        h.ended_at.is_some() && h.replica.is_primary() && index >= h.replica.len()
-                    });
-                    if done {
-                        self.replicas.remove(&job);
                     }
                 }
             }
