@@ -76,16 +76,12 @@ fn adaptive_home_lets_the_flood_settle_before_granting() {
     }));
 }
 
-/// Offers that come without a flood come in bursts: when a job ends on a
-/// site, its freed cores answer the adverts queued on them together. A job
-/// that waited with far offers, and whose offers suffice once the first
-/// near answer of such a burst arrives, waits about the farthest chosen
-/// RTT for the rest of the burst instead of granting the far nodes.
-#[test]
-fn a_waiting_job_lets_a_burst_of_near_offers_arrive_before_granting() {
+/// A rigid job of 4 whose home (adaptive schedule) holds 3 workers of a
+/// far node (40 ms) and has flooded on for 5 s without granting; returns
+/// the home and the time of its last step.
+fn waiting_with_three_far_workers_of_four() -> (Scheduler<u32>, Duration) {
     let mut node = home(ScheduleConfig::default());
     submit(&mut node, ms(0), WorkerCount::rigid(4));
-    // Three far workers; the job waits for a fourth, flooding on.
     offer_from(&mut node, ms(21), 10, 3, 40);
     let mut now = ms(21);
     while let Some(at) = node.next_timeout().filter(|at| *at < ms(5_000)) {
@@ -97,6 +93,17 @@ fn a_waiting_job_lets_a_burst_of_near_offers_arrive_before_granting() {
             "{out:?}"
         );
     }
+    (node, now)
+}
+
+/// Offers that come without a flood come in bursts: when a job ends on a
+/// site, its freed cores answer the adverts queued on them together. A job
+/// that waited with far offers, and whose offers suffice once the first
+/// near answer of such a burst arrives, waits about the farthest chosen
+/// RTT for the rest of the burst instead of granting the far nodes.
+#[test]
+fn a_waiting_job_lets_a_burst_of_near_offers_arrive_before_granting() {
+    let (mut node, now) = waiting_with_three_far_workers_of_four();
     // Long after the last flood settled, a near node frees up and offers:
     // with it the offers suffice, but it may be the first of a burst.
     let first = now + ms(500);
@@ -128,14 +135,7 @@ fn a_waiting_job_lets_a_burst_of_near_offers_arrive_before_granting() {
 /// the offers it has once the wait is over.
 #[test]
 fn a_burst_wait_ends_with_the_offers_in_hand() {
-    let mut node = home(ScheduleConfig::default());
-    submit(&mut node, ms(0), WorkerCount::rigid(4));
-    offer_from(&mut node, ms(21), 10, 3, 40);
-    let mut now = ms(21);
-    while let Some(at) = node.next_timeout().filter(|at| *at < ms(5_000)) {
-        now = at;
-        node.handle_timeout(now);
-    }
+    let (mut node, now) = waiting_with_three_far_workers_of_four();
     let first = now + ms(500);
     offer_from(&mut node, first, 11, 1, 2);
     let settle = node.next_timeout().unwrap();

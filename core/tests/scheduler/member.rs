@@ -98,13 +98,8 @@ fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
     assert_eq!(node.pending().count(), 0);
 }
 
-/// A member offers the one core it has free for a job of two. When the
-/// other core frees up (another job's worker ends) it raises the offer at
-/// once, rather than letting the home wait out the hold or grant a farther
-/// node; a newer flood then finds nothing more to offer.
-#[test]
-fn a_member_raises_a_short_offer_when_workers_end_here() {
-    let mut node = member(2);
+/// Job 99 (rigid 1, same home) is offered one of the member's cores.
+fn other_job_takes_a_core(node: &mut Scheduler<u32>) {
     let other = Advert {
         job: JobId(99),
         ..advert(WorkerCount::rigid(1))
@@ -116,8 +111,12 @@ fn a_member_raises_a_short_offer_when_workers_end_here() {
             distance: ms(1),
         },
     );
-    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
-    let out = deliver(&mut node, ms(2), WorkerCount::rigid(2));
+}
+
+/// `JOB` (rigid 2) is delivered at `now`: the member offers the one core
+/// it has left.
+fn offers_one_of_two(node: &mut Scheduler<u32>, now: Duration) {
+    let out = deliver(node, now, WorkerCount::rigid(2));
     assert!(
         matches!(
             &out[..],
@@ -132,6 +131,18 @@ fn a_member_raises_a_short_offer_when_workers_end_here() {
         ),
         "{out:?}"
     );
+}
+
+/// A member offers the one core it has free for a job of two. When the
+/// other core frees up (another job's worker ends) it raises the offer at
+/// once, rather than letting the home wait out the hold or grant a farther
+/// node; a newer flood then finds nothing more to offer.
+#[test]
+fn a_member_raises_a_short_offer_when_workers_end_here() {
+    let mut node = member(2);
+    other_job_takes_a_core(&mut node);
+    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
+    offers_one_of_two(&mut node, ms(2));
     // Nothing more to offer on a newer flood while the core is busy.
     assert_eq!(deliver(&mut node, ms(3), WorkerCount::rigid(2)), vec![]);
     let out = node.handle(
@@ -166,32 +177,8 @@ fn a_member_raises_a_short_offer_when_workers_end_here() {
 #[test]
 fn a_refusal_raises_the_offer_held_for_another_job() {
     let mut node = member(2);
-    let other = Advert {
-        job: JobId(99),
-        ..advert(WorkerCount::rigid(1))
-    };
-    node.handle(
-        ms(0),
-        Input::AdvertDelivered {
-            advert: other,
-            distance: ms(1),
-        },
-    );
-    let out = deliver(&mut node, ms(2), WorkerCount::rigid(2));
-    assert!(
-        matches!(
-            &out[..],
-            [Output::Send {
-                msg: Message::Offer {
-                    job: JOB,
-                    workers: 1,
-                    ..
-                },
-                ..
-            }]
-        ),
-        "{out:?}"
-    );
+    other_job_takes_a_core(&mut node);
+    offers_one_of_two(&mut node, ms(2));
     let out = from_home(
         &mut node,
         ms(3),
