@@ -556,6 +556,7 @@ impl Sim {
                 duration: plan.duration,
                 ranks: BTreeMap::new(),
                 granting: BTreeMap::new(),
+                started: BTreeMap::new(),
                 judged_extra_us: 0.0,
                 judged_workers: 0,
                 replica_messages: 0,
@@ -702,6 +703,7 @@ impl Sim {
                     ));
                     if let Some(record) = self.jobs.get_mut(&job) {
                         record.running += count;
+                        record.started.entry(node).or_default().extend(&ranks);
                         if let Some(duration) = record.duration {
                             let at = self.now + duration;
                             self.push(at, Event::WorkersEnd { node, job });

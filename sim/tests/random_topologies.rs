@@ -39,7 +39,7 @@ fn on_random_topologies_ours_places_workers_nearer_than_the_papers_scheduler() {
     let never = |s: &Summary| 100.0 * (s.jobs - s.allocated) as f64 / s.jobs.max(1) as f64;
 
     // Locality: the median topology at the oracle and the 95th percentile
-    // within a tenth of a millisecond per worker (0.000 and 0.011 ms when
+    // within a tenth of a millisecond per worker (0.000 and 0.000 ms when
     // written), far below the paper's scheduler (2.2 and 8.9 ms). Issue
     // 17's target is a 95th percentile of 0.1 ms over 200 topologies.
     let (ours, paper) = (

@@ -238,6 +238,9 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
                     report.floods,
                     report.by_kind
                 );
+                for v in report.violations.iter().take(5) {
+                    println!("  violation: {v}");
+                }
                 let path = args.out.join(format!("random-{seed}-{}.csv", mode.name()));
                 std::fs::write(&path, report.csv(&grid.site_of))
                     .with_context(|| format!("cannot write {}", path.display()))?;

@@ -25,7 +25,8 @@ impl Sim {
     /// cores another job has are not this job's to take; and free for long
     /// enough that a message could have told the home (half the RTT
     /// between them): no scheduler can place a worker on a core it cannot
-    /// have heard of.
+    /// have heard of. Nor is a core of this job's earlier grant whose grant
+    /// is still on its way (the member holds it until the grant comes).
     pub(super) fn judge_grant(&mut self, home: u32, job: JobId) {
         let Some(record) = self.jobs.get(&job) else {
             return;
@@ -75,11 +76,28 @@ impl Sim {
                     .filter(|h| h.job != job)
                     .map(|h| h.workers)
                     .sum();
+                // This job's earlier grants still on their way (the member
+                // holds their cores until the grant comes); this grant's
+                // own are the ones judged.
+                let m32 = m as u32;
+                let not_started = record.ranks.get(&m32).map_or(0, |ranks| {
+                    let started = record.started.get(&m32);
+                    ranks
+                        .iter()
+                        .filter(|r| !started.is_some_and(|s| s.contains(r)))
+                        .count() as u32
+                });
+                let in_flight = if m32 == home {
+                    not_started
+                } else {
+                    not_started.saturating_sub(granting.get(&m32).copied().unwrap_or(0))
+                };
                 Candidate {
                     node: m as u32,
                     rtt: Duration::from_micros(self.grid.rtt_us(record.home, m as u32)),
                     offered: (self.grid.cores[m] - self.used[m] + started)
                         .saturating_sub(held)
+                        .saturating_sub(in_flight)
                         .saturating_sub(unheard),
                 }
             })
@@ -98,6 +116,20 @@ impl Sim {
             oracle.extend(std::iter::repeat_n(rtt, a.workers as usize));
         }
         oracle.sort_unstable();
+        // The granted workers themselves were free to the job: an oracle
+        // that cannot place as many has its bookkeeping wrong.
+        // A grant that crossed the member's withdrawal (its hold ran out)
+        // names cores that are not free: the oracle places fewer workers
+        // than were granted, and only as many of the nearest granted ones
+        // are judged (the others' grant fails and they are placed again).
+        chosen.truncate(oracle.len());
+        let n = chosen.len() as u32;
+        if n == 0 {
+            if let Some(record) = self.jobs.get_mut(&job) {
+                record.granting.clear();
+            }
+            return;
+        }
         let home_site = self.grid.site_of[record.home as usize];
         let within = self.grid.rtt_us[home_site][home_site];
         let extra = chosen.iter().sum::<u64>() as f64 - oracle.iter().sum::<u64>() as f64;

@@ -72,6 +72,9 @@ pub struct JobRecord {
     /// Workers per machine the home granted in the call being executed,
     /// judged against the oracle once the call's outputs are done.
     pub(super) granting: BTreeMap<u32, u32>,
+    /// Ranks that started, per machine (a rank granted and not started
+    /// yet has its grant on the way).
+    pub(super) started: BTreeMap<u32, BTreeSet<u32>>,
     /// Sum of the judged workers' extra RTT (µs).
     pub(super) judged_extra_us: f64,
     /// Workers judged: every grant's, replacements included.
