@@ -32,8 +32,10 @@
 //! `hold_timeout` (telling the home with [`Message::Withdraw`]), so that a
 //! gang that never completes frees its nodes. A node that cannot offer says
 //! why once ([`Message::Decline`]) and keeps the advert in its bounded
-//! pending queue until it expires; whenever resources free up, it takes the
-//! queued adverts it can now serve, oldest first.
+//! pending queue until it expires; whenever resources free up (workers
+//! ended, a hold was refused or timed out), it first raises the offers it
+//! holds by what freed up, then takes the queued adverts it can now serve,
+//! oldest first.
 //!
 //! As a **home**, a node floods the advert of a submitted job on its
 //! [`FloodSchedule`], collects offers and maps workers with the job's
@@ -42,7 +44,10 @@
 //! more as offers come, up to `max`. Before granting, the home lets the
 //! current flood settle for about twice the RTT of the farthest node it
 //! would choose, so that nearer nodes whose answers are still on their way
-//! are not passed over. When a job ends, the offers its home holds are
+//! are not passed over; and after a fresh offer from a node nearer than
+//! that one it waits that RTT again, since offers also come in bursts
+//! without a flood (a job ended on a site, and its freed cores answer the
+//! adverts queued on them together). When a job ends, the offers its home holds are
 //! refused with the reason it ended with ([`RefuseReason::Cancelled`],
 //! [`RefuseReason::Expired`], [`RefuseReason::Failed`], or
 //! [`RefuseReason::JobFull`] once completed), and so is every offer that
