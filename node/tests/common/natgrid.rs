@@ -63,8 +63,14 @@ pub(crate) async fn two_nodes_behind_nats_run_a_job(nat: Nat) -> Outcome {
     let hosts = Hosts::behind_nats(1, &[nat, nat]);
     let dir = tempfile::tempdir().unwrap();
     let network = format!("test-nat-{}", std::process::id());
-    // The overlay's NAT decisions are logged at info.
-    let env = vec![("RUST_LOG".to_string(), "info,libp2p=error".to_string())];
+    // The overlay's NAT decisions are logged at info; the rank links'
+    // streams at debug, so that a job that hangs says where (one did, with
+    // its ranks connected only 21 s after they started and the job never
+    // completing after that).
+    let env = vec![(
+        "RUST_LOG".to_string(),
+        "info,libp2p=error,zorilla_node::link=debug,zorilla_overlay::streams=debug".to_string(),
+    )];
     let start = Instant::now();
     let mut nodes: Vec<TestNode> = Vec::new();
     for (i, host) in hosts.hosts.iter().enumerate() {
