@@ -39,10 +39,7 @@ impl RunReport {
         let workers: u64 = allocated.iter().map(|j| u64::from(j.workers)).sum();
         // Per worker judged: a replaced rank's new worker is judged too.
         let judged: u64 = allocated.iter().map(|j| u64::from(j.judged_workers)).sum();
-        let extra: f64 = allocated
-            .iter()
-            .map(|j| j.extra_rtt_us.unwrap_or(0.0) * f64::from(j.judged_workers))
-            .sum();
+        let extra: f64 = allocated.iter().map(|j| j.judged_extra_us).sum();
         let ooo: u64 = allocated.iter().map(|j| u64::from(j.out_of_order)).sum();
         let times: Vec<Duration> = allocated
             .iter()
@@ -117,7 +114,7 @@ impl RunReport {
                     .map_or(String::new(), |t| format!("{:.6}", t.as_secs_f64())),
                 job.full_at
                     .map_or(String::new(), |t| format!("{:.6}", t.as_secs_f64())),
-                job.extra_rtt_us
+                job.extra_rtt_us()
                     .map_or(String::new(), |x| format!("{:.4}", x / 1000.0)),
                 job.out_of_order,
                 job.messages,
@@ -230,8 +227,8 @@ pub fn plot_sites(path: &Path, title: &str, runs: &[&RunReport]) -> anyhow::Resu
 }
 
 /// Draws each of `lines` (a label, a colour, its points) on `chart`, and
-/// their legend at `position`.
-pub(crate) fn draw_lines<'a, DB, X, Y>(
+/// their legend at `position` (the simulator's plots and bench-report's).
+pub fn draw_lines<'a, DB, X, Y>(
     chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
     lines: impl IntoIterator<Item = (String, RGBAColor, Vec<(X::ValueType, Y::ValueType)>)>,
     position: SeriesLabelPosition,

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Parser;
 use plotters::prelude::*;
-use zorilla_sim::report::step_line;
+use zorilla_sim::report::{draw_lines, step_line};
 
 /// Writes the benchmark summary and plots from scripts/bench.sh's logs.
 #[derive(Debug, Parser)]
@@ -542,25 +542,13 @@ fn plot_start(path: &Path, results: &Results) -> anyhow::Result<()> {
         .y_desc("workers running")
         .draw()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    for (points, color, label) in [
+    let lines = [
         (placed, RED, "placed by the home"),
         (running, BLUE, "running on their nodes"),
-    ] {
-        chart
-            .draw_series(LineSeries::new(step_line(&points), color.stroke_width(2)))
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    ]
+    .into_iter()
+    .map(|(points, color, label)| (label.to_string(), color.to_rgba(), step_line(&points)));
+    draw_lines(&mut chart, lines, SeriesLabelPosition::UpperLeft)?;
     root.present()
         .with_context(|| format!("cannot write {}", path.display()))
 }
