@@ -546,7 +546,6 @@ impl Sim {
                 started_with: 0,
                 full_at: None,
                 placement: BTreeMap::new(),
-                extra_rtt_us: None,
                 out_of_order: 0,
                 messages: 0,
                 ended: None,
@@ -811,7 +810,6 @@ impl Sim {
                 let now = self.now;
                 if let Some(record) = self.jobs.get_mut(&job) {
                     record.full_at = Some(now);
-                    record.note_locality();
                 }
             }
             JobEvent::Ended { job, phase, reason } => {

@@ -8,7 +8,6 @@ use zorilla_core::advert::{JobId, Strategy};
 use zorilla_core::allocation::{Candidate, allocate};
 
 use super::Sim;
-use super::record::JobRecord;
 
 impl Sim {
     /// Judges the workers `home` has just granted to `job` (its
@@ -143,17 +142,6 @@ impl Sim {
             record.judged_extra_us += extra.max(0.0);
             record.judged_workers += n;
             record.out_of_order += out_of_order;
-            record.note_locality();
-        }
-    }
-}
-
-impl JobRecord {
-    /// Once the job has all its workers: the mean extra RTT per worker of
-    /// every grant judged so far.
-    pub(super) fn note_locality(&mut self) {
-        if self.full_at.is_some() && self.judged_workers > 0 {
-            self.extra_rtt_us = Some(self.judged_extra_us / f64::from(self.judged_workers));
         }
     }
 }

@@ -44,10 +44,6 @@ pub struct JobRecord {
     pub full_at: Option<Time>,
     /// Workers per machine.
     pub placement: BTreeMap<u32, u32>,
-    /// Mean extra RTT per worker over the oracle, in microseconds (set when
-    /// the job got its workers). Each grant is judged when it is made
-    /// (see [`Sim::locality`](super::Sim::locality)).
-    pub extra_rtt_us: Option<f64>,
     /// Workers granted while a free worker nearer by more than the
     /// within-site RTT existed.
     pub out_of_order: u32,
@@ -75,13 +71,21 @@ pub struct JobRecord {
     /// Ranks that started, per machine (a rank granted and not started
     /// yet has its grant on the way).
     pub(super) started: BTreeMap<u32, BTreeSet<u32>>,
-    /// Sum of the judged workers' extra RTT (µs).
-    pub(super) judged_extra_us: f64,
+    /// Sum of the judged workers' extra RTT over the oracle (µs): each
+    /// grant is judged when the home makes it (`Sim::judge_grant`).
+    pub judged_extra_us: f64,
     /// Workers judged: every grant's, replacements included.
     pub judged_workers: u32,
 }
 
 impl JobRecord {
+    /// Mean extra RTT per worker over the oracle, in microseconds, once
+    /// the job got its workers.
+    pub fn extra_rtt_us(&self) -> Option<f64> {
+        (self.full_at.is_some() && self.judged_workers > 0)
+            .then(|| self.judged_extra_us / f64::from(self.judged_workers))
+    }
+
     /// Whether the job gets all its workers or none.
     pub fn is_rigid(&self) -> bool {
         self.min_workers == self.workers

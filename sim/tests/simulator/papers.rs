@@ -133,7 +133,7 @@ fn big_job_on_the_zorilla_grid_is_allocated_in_under_ten_simulated_seconds() {
     let took = job.full_at.expect("allocated") - job.submitted;
     assert!(took.as_secs_f64() < 10.0, "took {took:?}");
     assert_eq!(job.placement.values().sum::<u32>(), 671);
-    assert!(job.extra_rtt_us.unwrap() <= 100.0);
+    assert!(job.extra_rtt_us().unwrap() <= 100.0);
 }
 
 /// A site of Table 1: name, RTT from nancy (ms), clusters (hosts, cores
