@@ -387,18 +387,7 @@ impl<P: PeerKey> Scheduler<P> {
         }
         match outcome {
             RankOutcome::Cancelled => {}
-            RankOutcome::Exited(0) => {
-                let workers = job.ranks.placed();
-                if job.ranks.all_succeeded() && workers >= job.spec.workers.min {
-                    self.end_job(
-                        job_id,
-                        Phase::Completed,
-                        RefuseReason::JobFull,
-                        EndReason::Completed { workers },
-                        out,
-                    );
-                }
-            }
+            RankOutcome::Exited(0) => self.complete_if_all_succeeded(job_id, out),
             outcome => self.end_job(
                 job_id,
                 Phase::Failed,
@@ -410,6 +399,27 @@ impl<P: PeerKey> Scheduler<P> {
                 },
                 out,
             ),
+        }
+    }
+
+    /// A running job whose every rank exited with status 0, with at least
+    /// its `min` placed, completes.
+    pub(super) fn complete_if_all_succeeded(&mut self, job_id: JobId, out: &mut Vec<Output<P>>) {
+        let Some(job) = self.home.get(&job_id) else {
+            return;
+        };
+        let workers = job.ranks.placed();
+        if job.phase == Phase::Running
+            && job.ranks.all_succeeded()
+            && workers >= job.spec.workers.min
+        {
+            self.end_job(
+                job_id,
+                Phase::Completed,
+                RefuseReason::JobFull,
+                EndReason::Completed { workers },
+                out,
+            );
         }
     }
 

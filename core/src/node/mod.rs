@@ -47,8 +47,8 @@
 //! are not passed over; and after a fresh offer from a node nearer than
 //! that one it waits that RTT again, since offers also come in bursts
 //! without a flood (a job ended on a site, and its freed cores answer the
-//! adverts queued on them together). When a job ends, the offers its home holds are
-//! refused with the reason it ended with ([`RefuseReason::Cancelled`],
+//! adverts queued on them together). When a job ends, the offers its home
+//! holds are refused with the reason it ended with ([`RefuseReason::Cancelled`],
 //! [`RefuseReason::Expired`], [`RefuseReason::Failed`], or
 //! [`RefuseReason::JobFull`] once completed), and so is every offer that
 //! arrives later.
@@ -289,7 +289,6 @@ pub struct Scheduler<P: Ord> {
     declined: VecDeque<JobId>,
     /// How far the floods of the last job that got all its workers went.
     last_reach: Option<Reach>,
-
     /// Ended home jobs, oldest first, forgotten beyond `ended_capacity`.
     ended: VecDeque<JobId>,
     /// The driver cannot take workers now (see [`Scheduler::set_paused`]).
@@ -310,7 +309,6 @@ impl<P: PeerKey> Scheduler<P> {
             pending: VecDeque::new(),
             declined: VecDeque::new(),
             last_reach: None,
-
             ended: VecDeque::new(),
             paused: false,
             checkpoints: CheckpointIndex::new(),

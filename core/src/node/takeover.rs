@@ -101,20 +101,7 @@ impl<P: PeerKey> Scheduler<P> {
         // (the home that decided it died, or stepped down, before a copy
         // held its decision): the job completes here, as it would have
         // there. Without it the job would wait for ends that came already.
-        if let Some(job) = self.home.get(&job_id)
-            && job.phase == Phase::Running
-            && job.ranks.all_succeeded()
-            && job.ranks.placed() >= job.spec.workers.min
-        {
-            let workers = job.ranks.placed();
-            self.end_job(
-                job_id,
-                Phase::Completed,
-                RefuseReason::JobFull,
-                EndReason::Completed { workers },
-                &mut out,
-            );
-        }
+        self.complete_if_all_succeeded(job_id, &mut out);
         self.step_home_jobs(now, &mut out);
         self.loopback(now, out)
     }
