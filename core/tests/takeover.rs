@@ -37,6 +37,15 @@ fn spec(min: u32, max: u32, lost: LostPolicy) -> JobSpec {
     }
 }
 
+/// The end of a job that completed with `workers` workers.
+fn completed_with(workers: u32) -> Output<u32> {
+    Output::Job(JobEvent::Ended {
+        job: JOB,
+        phase: Phase::Completed,
+        reason: EndReason::Completed { workers },
+    })
+}
+
 /// A home that logs what it decides, as a primary does.
 struct Logged {
     sched: Scheduler<u32>,
@@ -288,14 +297,7 @@ fn a_successor_adopts_a_running_job_tells_its_nodes_and_finishes_it() {
             end: WorkerEnd::Exited(0),
         },
     );
-    assert!(
-        out.contains(&Output::Job(JobEvent::Ended {
-            job: JOB,
-            phase: Phase::Completed,
-            reason: EndReason::Completed { workers: 2 },
-        })),
-        "{out:?}"
-    );
+    assert!(out.contains(&completed_with(2)), "{out:?}");
     // Adopting again changes nothing.
     let state = JobState::replay(&old.log).unwrap();
     assert!(successor.adopt(ms(2200), JOB, 1, state).is_empty());
@@ -407,14 +409,7 @@ fn a_successor_completes_a_job_whose_log_has_every_rank_ended() {
     assert_eq!(state.phase, Phase::Running);
     let mut successor = Scheduler::new(1, config(0));
     let out = successor.adopt(ms(2000), JOB, 1, state);
-    assert!(
-        out.contains(&Output::Job(JobEvent::Ended {
-            job: JOB,
-            phase: Phase::Completed,
-            reason: EndReason::Completed { workers: 2 },
-        })),
-        "{out:?}"
-    );
+    assert!(out.contains(&completed_with(2)), "{out:?}");
     assert_eq!(successor.phase(JOB), Some(Phase::Completed));
 }
 

@@ -133,6 +133,19 @@ fn offers_one_of_two(node: &mut Scheduler<u32>, now: Duration) {
     );
 }
 
+/// The member's raised offer of `JOB`: both its cores, nothing left.
+fn offer_of_both_cores() -> Vec<Output<u32>> {
+    vec![Output::Send {
+        to: HOME,
+        msg: Message::Offer {
+            job: JOB,
+            workers: 2,
+            distance: ms(1),
+            residue: Resources::new(0, 4096 - 200, 4096),
+        },
+    }]
+}
+
 /// A member offers the one core it has free for a job of two. When the
 /// other core frees up (another job's worker ends) it raises the offer at
 /// once, rather than letting the home wait out the hold or grant a farther
@@ -152,18 +165,7 @@ fn a_member_raises_a_short_offer_when_workers_end_here() {
             ranks: vec![0],
         },
     );
-    assert_eq!(
-        out,
-        vec![Output::Send {
-            to: HOME,
-            msg: Message::Offer {
-                job: JOB,
-                workers: 2,
-                distance: ms(1),
-                residue: Resources::new(0, 4096 - 200, 4096),
-            }
-        }]
-    );
+    assert_eq!(out, offer_of_both_cores());
     assert_eq!(node.free().cores, 0, "both cores held");
     assert_eq!(
         deliver(&mut node, ms(6), WorkerCount::rigid(2)),
@@ -187,18 +189,7 @@ fn a_refusal_raises_the_offer_held_for_another_job() {
             reason: RefuseReason::JobFull,
         },
     );
-    assert_eq!(
-        out,
-        vec![Output::Send {
-            to: HOME,
-            msg: Message::Offer {
-                job: JOB,
-                workers: 2,
-                distance: ms(1),
-                residue: Resources::new(0, 4096 - 200, 4096),
-            }
-        }]
-    );
+    assert_eq!(out, offer_of_both_cores());
     assert_eq!(node.free().cores, 0);
 }
 
