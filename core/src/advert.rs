@@ -104,6 +104,17 @@ pub struct Advert<P> {
     pub flood: FloodHeader,
 }
 
+/// A member's hold of workers for one job, numbered by the member. An
+/// offer that raises a hold keeps its number; a grant, refusal or
+/// withdrawal names the hold it is about. Messages between a member and a
+/// home may cross or overtake each other (a grant carries the job's
+/// module and waits until a copy of the job holds it; a refusal is a few
+/// bytes), so without the number a refusal of a raise that crossed the
+/// grant using the hold would release the hold the grant needs, and the
+/// member would give the granted ranks back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HoldId(pub u32);
+
 /// Why a node does not offer workers to a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum DeclineReason {
@@ -153,6 +164,23 @@ pub enum RefuseReason {
     RolledBack,
 }
 
+impl RefuseReason {
+    /// Whether the refusal is about the job rather than one offer: it
+    /// ended (or rolls back), and the member releases every hold of it
+    /// whichever the refusal names. The others (the job is full, nearer
+    /// nodes were chosen, the home does not know the job) answer one
+    /// offer.
+    pub fn ends_the_job(self) -> bool {
+        matches!(
+            self,
+            RefuseReason::Cancelled
+                | RefuseReason::Expired
+                | RefuseReason::Failed
+                | RefuseReason::RolledBack
+        )
+    }
+}
+
 impl std::fmt::Display for RefuseReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -178,6 +206,8 @@ pub enum Message<P> {
     Offer {
         /// The job.
         job: JobId,
+        /// Which hold this offers (a raise keeps the number).
+        hold: HoldId,
         /// How many workers the node holds for the job.
         workers: u32,
         /// The node's estimate of its RTT to the home (the home prefers its
@@ -198,6 +228,8 @@ pub enum Message<P> {
     Withdraw {
         /// The job.
         job: JobId,
+        /// The hold that timed out, or that the grant named.
+        hold: HoldId,
         /// The granted ranks the node does not run; empty when only an
         /// offer is withdrawn. Workers of the job the node already runs are
         /// never among them: a node may run some ranks of a job and hold
@@ -210,6 +242,9 @@ pub enum Message<P> {
     Grant {
         /// The job.
         job: JobId,
+        /// The hold the ranks start from; a node whose hold of that number
+        /// is gone withdraws the ranks.
+        hold: HoldId,
         /// The ranks to start on this node.
         ranks: Vec<u32>,
         /// Which grant of the job this is (the home numbers its grants from
@@ -240,6 +275,11 @@ pub enum Message<P> {
     Refuse {
         /// The job.
         job: JobId,
+        /// The hold refused: a member keeps a later hold when an older
+        /// one's refusal comes late. `None`, or a reason that ends the job
+        /// for the member ([`RefuseReason::ends_the_job`]): every hold and
+        /// worker of the job.
+        hold: Option<HoldId>,
         /// Why.
         reason: RefuseReason,
     },

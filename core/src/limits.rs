@@ -225,7 +225,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    use crate::advert::{JobId, Phase, Placed, Strategy, WorkerCount};
+    use crate::advert::{HoldId, JobId, Phase, Placed, Strategy, WorkerCount};
 
     fn advert(expires_in: Duration) -> Advert<u32> {
         Advert {
@@ -263,6 +263,7 @@ mod tests {
     #[test]
     fn extreme_messages_are_refused() {
         let offer = |workers, distance| Message::<u32>::Offer {
+            hold: HoldId(0),
             job: JobId(1),
             workers,
             distance,
@@ -273,6 +274,7 @@ mod tests {
         assert!(check_message(&offer(0, Duration::ZERO)).is_err());
         assert!(check_message(&offer(1, Duration::MAX)).is_err());
         let grant = |ranks: Vec<u32>| Message::<u32>::Grant {
+            hold: HoldId(0),
             job: JobId(1),
             ranks,
             incarnation: u32::MAX,

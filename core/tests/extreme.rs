@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use zorilla_core::advert::{
-    Advert, DeclineReason, FloodHeader, JobId, Message, Placed, RefuseReason,
+    Advert, DeclineReason, FloodHeader, HoldId, JobId, Message, Placed, RefuseReason,
     Strategy as MapStrategy, WorkerCount,
 };
 use zorilla_core::limits::{self, MAX_WORKERS};
@@ -118,6 +118,7 @@ fn message() -> impl Strategy<Value = Message<u32>> {
         advert().prop_map(Message::Advert),
         (job(), count(), duration(), resources()).prop_map(|(job, workers, distance, residue)| {
             Message::Offer {
+                hold: HoldId(0),
                 job,
                 workers,
                 distance,
@@ -128,9 +129,14 @@ fn message() -> impl Strategy<Value = Message<u32>> {
             job,
             reason: DeclineReason::Busy
         }),
-        (job(), ranks()).prop_map(|(job, ranks)| Message::Withdraw { job, ranks }),
+        (job(), ranks()).prop_map(|(job, ranks)| Message::Withdraw {
+            hold: HoldId(0),
+            job,
+            ranks
+        }),
         (job(), ranks(), any::<u32>(), ranks()).prop_map(|(job, ranks, incarnation, placed)| {
             Message::Grant {
+                hold: HoldId(0),
                 job,
                 ranks,
                 incarnation,
@@ -164,6 +170,7 @@ fn message() -> impl Strategy<Value = Message<u32>> {
             replaced,
         }),
         job().prop_map(|job| Message::Refuse {
+            hold: None,
             job,
             reason: RefuseReason::Cancelled
         }),

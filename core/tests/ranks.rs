@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use zorilla_core::advert::{Advert, JobId, Message, Placed, RefuseReason, WorkerCount};
+use zorilla_core::advert::{Advert, HoldId, JobId, Message, Placed, RefuseReason, WorkerCount};
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::Failure;
 use zorilla_core::node::{
@@ -65,6 +65,7 @@ fn offer(home: &mut Scheduler<u32>, now: Duration, from: u32) -> Vec<Output<u32>
         Input::Message {
             from,
             msg: Message::Offer {
+                hold: HoldId(0),
                 job: JOB,
                 workers: 1,
                 distance: ms(1),
@@ -132,10 +133,15 @@ fn told(to: u32, phase: Phase, ranks: &[(u32, u32, u32)], replaced: &[u32]) -> O
     }
 }
 
+/// A refusal to a node running ranks of the job (of every hold it has).
 fn refuse(to: u32, reason: RefuseReason) -> Output<u32> {
     Output::Send {
         to,
-        msg: Message::Refuse { job: JOB, reason },
+        msg: Message::Refuse {
+            hold: None,
+            job: JOB,
+            reason,
+        },
     }
 }
 
@@ -284,6 +290,7 @@ fn a_lost_rank_is_replaced_and_its_old_workers_late_report_ignored() {
             Output::Send {
                 to: 12,
                 msg: Message::Grant {
+                    hold: HoldId(0),
                     job: JOB,
                     ranks: vec![1],
                     incarnation: 2,
@@ -402,7 +409,14 @@ fn a_malleable_job_completes_with_the_ranks_it_got_once_it_has_its_min() {
     // The offers that come later are refused: the job has all it needed.
     assert_eq!(
         offer(&mut home, ms(200), 11),
-        vec![refuse(11, RefuseReason::JobFull)]
+        vec![Output::Send {
+            to: 11,
+            msg: Message::Refuse {
+                hold: Some(HoldId(0)),
+                job: JOB,
+                reason: RefuseReason::JobFull,
+            },
+        }]
     );
 }
 
@@ -450,6 +464,7 @@ fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
         Input::Message {
             from: 10,
             msg: Message::Offer {
+                hold: HoldId(0),
                 job: JOB,
                 workers: 2,
                 distance: ms(1),
@@ -464,6 +479,7 @@ fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
     let grant = |to: u32, ranks: Vec<u32>, incarnation: u32| Output::Send {
         to,
         msg: Message::Grant {
+            hold: HoldId(0),
             job: JOB,
             ranks,
             incarnation,
@@ -516,6 +532,7 @@ fn a_growing_job_tells_its_earlier_nodes_of_the_new_ranks() {
             Output::Send {
                 to: 11,
                 msg: Message::Grant {
+                    hold: HoldId(0),
                     job: JOB,
                     ranks: vec![1],
                     incarnation: 1,
@@ -578,6 +595,7 @@ fn a_member_starts_from_the_grant_alone_and_passes_placement_changes_on() {
         Input::Message {
             from: HOME,
             msg: Message::Grant {
+                hold: HoldId(0),
                 job: JOB,
                 ranks: vec![0],
                 incarnation: 0,

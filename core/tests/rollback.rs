@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use zorilla_core::advert::{JobId, Message, Phase, RefuseReason, Strategy, WorkerCount};
+use zorilla_core::advert::{HoldId, JobId, Message, Phase, RefuseReason, Strategy, WorkerCount};
 use zorilla_core::checkpoint::{Latest, checkpoint_seq};
 use zorilla_core::node::{
     CheckpointRefused, EndReason, Input, JobEntry, JobEvent, JobSpec, JobState, LostPolicy,
@@ -99,6 +99,7 @@ impl Home {
 
     fn offer(&mut self, now: Duration, from: u32, workers: u32) -> Vec<Output<u32>> {
         let msg = Message::Offer {
+            hold: HoldId(0),
             job: JOB,
             workers,
             distance: ms(1),
@@ -433,6 +434,7 @@ fn a_home_that_takes_the_job_over_rolls_back_from_the_logged_checkpoints() {
         Input::Message {
             from: 3,
             msg: Message::Offer {
+                hold: HoldId(0),
                 job: JOB,
                 workers: 1,
                 distance: ms(1),
@@ -482,6 +484,7 @@ fn a_job_that_replaces_or_fails_never_rolls_back_and_logs_no_checkpoint() {
         let mut granted = Vec::new();
         for node in [1, 2] {
             let msg = Message::Offer {
+                hold: HoldId(0),
                 job: JOB,
                 workers: 1,
                 distance: ms(1),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use zorilla_core::advert::{JobId, Message, Phase, RefuseReason, Strategy, WorkerCount};
+use zorilla_core::advert::{HoldId, JobId, Message, Phase, RefuseReason, Strategy, WorkerCount};
 use zorilla_core::node::{
     EndReason, Input, JobEntry, JobEvent, JobSpec, JobState, LostPolicy, Output, Rank, Scheduler,
     SchedulerConfig, WorkerEnd,
@@ -82,6 +82,7 @@ impl Logged {
             Input::Message {
                 from,
                 msg: Message::Offer {
+                    hold: HoldId(0),
                     job: JOB,
                     workers,
                     distance: ms(1),
@@ -329,6 +330,7 @@ fn a_successor_floods_for_lost_ranks_under_numbers_the_old_home_never_used() {
         Input::Message {
             from: 4,
             msg: Message::Offer {
+                hold: HoldId(0),
                 job: JOB,
                 workers: 1,
                 distance: ms(1),
@@ -358,6 +360,7 @@ fn an_ended_job_stays_ended_at_its_successor_and_its_nodes_hear_it_again() {
         Input::Message {
             from: 5,
             msg: Message::Offer {
+                hold: HoldId(0),
                 job: JOB,
                 workers: 1,
                 distance: ms(1),
@@ -371,6 +374,7 @@ fn an_ended_job_stays_ended_at_its_successor_and_its_nodes_hear_it_again() {
         vec![Output::Send {
             to: 5,
             msg: Message::Refuse {
+                hold: Some(HoldId(0)),
                 job: JOB,
                 reason: RefuseReason::Cancelled,
             },
@@ -424,6 +428,7 @@ fn an_old_home_steps_down_silently_and_its_own_ranks_follow_the_job() {
         Input::Message {
             from: 1,
             msg: Message::Offer {
+                hold: HoldId(0),
                 job: JOB,
                 workers: 1,
                 distance: ms(1),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use zorilla_core::advert::{
-    Advert, DeclineReason, FloodHeader, JobId, Message, RefuseReason, Strategy, WorkerCount,
+    Advert, DeclineReason, FloodHeader, HoldId, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
 use zorilla_core::node::{Failure, LostPolicy, Phase, WorkerEnd};
 use zorilla_core::resources::Resources;
@@ -439,6 +439,7 @@ fn message(g: &mut Gen) -> Message<PeerId> {
     match g.below(7) {
         0 => Message::Advert(advert(g)),
         1 => Message::Offer {
+            hold: HoldId(g.u32()),
             job,
             workers: g.u32(),
             distance: g.duration(),
@@ -455,10 +456,12 @@ fn message(g: &mut Gen) -> Message<PeerId> {
             ]),
         },
         3 => Message::Withdraw {
+            hold: HoldId(g.u32()),
             job,
             ranks: g.vec(Gen::u32),
         },
         4 => Message::Grant {
+            hold: HoldId(g.u32()),
             job,
             ranks: g.vec(Gen::u32),
             incarnation: g.u32(),
@@ -478,6 +481,11 @@ fn message(g: &mut Gen) -> Message<PeerId> {
         },
         _ => Message::Refuse {
             job,
+            hold: if g.below(2) == 0 {
+                None
+            } else {
+                Some(HoldId(g.u32()))
+            },
             reason: g.pick(&[
                 RefuseReason::JobFull,
                 RefuseReason::Cancelled,
@@ -485,6 +493,7 @@ fn message(g: &mut Gen) -> Message<PeerId> {
                 RefuseReason::Failed,
                 RefuseReason::NotChosen,
                 RefuseReason::UnknownJob,
+                RefuseReason::RolledBack,
             ]),
         },
     }

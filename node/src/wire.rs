@@ -234,7 +234,7 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, 
 mod tests {
     use std::time::Duration;
 
-    use zorilla_core::advert::{Advert, FloodHeader, JobId, Phase, Strategy, WorkerCount};
+    use zorilla_core::advert::{Advert, FloodHeader, HoldId, JobId, Phase, Strategy, WorkerCount};
     use zorilla_core::limits;
     use zorilla_core::resources::Resources;
     use zorilla_overlay::config::DEFAULT_MAX_MESSAGE_SIZE;
@@ -322,6 +322,7 @@ mod tests {
         // the largest job, its whole placement, and its largest copy.
         let grant = PeerRpc::Grant {
             grant: Message::Grant {
+                hold: HoldId(u32::MAX),
                 job: JobId(u64::MAX),
                 ranks: (0..limits::MAX_WORKERS).collect(),
                 incarnation: u32::MAX,
@@ -414,6 +415,7 @@ mod tests {
         }));
         assert!(refused(advert).contains("advert expiry"));
         let offer = PeerRpc::Sched(Message::Offer {
+            hold: HoldId(0),
             job: JobId(1),
             workers: u32::MAX,
             distance: Duration::MAX,
@@ -435,6 +437,7 @@ mod tests {
         });
         assert!(refused(push).contains("rank is 4294967295"));
         let grant = Message::Grant {
+            hold: HoldId(0),
             job: JobId(1),
             ranks: vec![0],
             incarnation: 0,
@@ -464,6 +467,7 @@ mod tests {
         );
         let not_a_grant = PeerRpc::Grant {
             grant: Message::Refuse {
+                hold: None,
                 job: JobId(1),
                 reason: zorilla_core::advert::RefuseReason::NotChosen,
             },

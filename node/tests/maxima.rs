@@ -18,7 +18,7 @@ use libp2p::{Multiaddr, PeerId};
 use raw_peer::{Protocol, RawEvent, RawPeer};
 use serde::Serialize;
 use zorilla_core::advert::{
-    Advert, FloodHeader, JobId, Message, Phase, Placed, Strategy, WorkerCount,
+    Advert, FloodHeader, HoldId, JobId, Message, Phase, Placed, Strategy, WorkerCount,
 };
 use zorilla_core::flood::FloodId;
 use zorilla_core::limits;
@@ -392,6 +392,7 @@ async fn a_hostile_peers_extreme_values_do_not_crash_the_node() {
     ];
     let offer = PeerRpc::Sched(Message::Offer {
         job: JobId(waiting),
+        hold: HoldId(u32::MAX),
         workers: u32::MAX,
         distance: Duration::MAX,
         residue: Resources::new(u32::MAX, u64::MAX, u64::MAX),

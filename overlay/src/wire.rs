@@ -29,7 +29,7 @@
 //! the cap.
 //!
 //! Versioning is in the protocol names (`/zorilla/<network>/flood/1`,
-//! `/zorilla/<network>/rpc/1`): a change to these types that old nodes cannot
+//! `/zorilla/<network>/rpc/2`): a change to these types that old nodes cannot
 //! read gets a new number, and libp2p's protocol negotiation keeps old and
 //! new nodes from misreading each other.
 
@@ -58,9 +58,11 @@ pub(crate) fn ranks_protocol(network: &str) -> String {
     format!("/zorilla/{network}/ranks/3")
 }
 
-/// The request-response protocol's name on network `network`.
+/// The request-response protocol's name on network `network`. Version 2:
+/// the scheduling messages name the member's hold they are about
+/// (zorilla-core's `HoldId`).
 pub(crate) fn rpc_protocol(network: &str) -> String {
-    format!("/zorilla/{network}/rpc/1")
+    format!("/zorilla/{network}/rpc/2")
 }
 
 /// The identify protocol version of network `network`: peers announcing

@@ -41,6 +41,7 @@ impl<P: PeerKey> Scheduler<P> {
                 schedule,
                 next_flood_at: Some(now),
                 offers: BTreeMap::new(),
+                granted_holds: BTreeMap::new(),
                 ranks: RankTable::default(),
                 grants: 0,
                 earlier_floods: 0,
@@ -198,6 +199,8 @@ impl<P: PeerKey> Scheduler<P> {
             };
             let incarnation = job.grants;
             job.grants = job.grants.saturating_add(1);
+            job.granted_holds
+                .insert(assignment.node.clone(), offer.hold);
             let (ranks, replaced) =
                 job.ranks
                     .place(&assignment.node, incarnation, assignment.workers);
@@ -210,14 +213,15 @@ impl<P: PeerKey> Scheduler<P> {
                 rtt: offer.rtt,
                 replaced,
             }));
-            granted.push((assignment.node.clone(), ranks, incarnation));
+            granted.push((assignment.node.clone(), offer.hold, ranks, incarnation));
         }
         let placement = job.ranks.placement();
-        for (node, ranks, incarnation) in &granted {
+        for (node, hold, ranks, incarnation) in &granted {
             out.push(Output::Send {
                 to: node.clone(),
                 msg: Message::Grant {
                     job: job_id,
+                    hold: *hold,
                     ranks: ranks.clone(),
                     incarnation: *incarnation,
                     placement: placement.clone(),
@@ -238,7 +242,7 @@ impl<P: PeerKey> Scheduler<P> {
         }
         // The nodes that ran ranks before learn of the new ones (and of the
         // start); the nodes granted now have it all in their grant.
-        let skip: BTreeSet<P> = granted.into_iter().map(|(node, _, _)| node).collect();
+        let skip: BTreeSet<P> = granted.into_iter().map(|(node, ..)| node).collect();
         if !skip.is_empty() {
             job.announce(job_id, replaced_now, &skip, out);
         }
@@ -263,12 +267,13 @@ impl<P: PeerKey> Scheduler<P> {
         job.ended_with = Some(refuse);
         job.next_flood_at = None;
         job.settle_at = None;
-        for (node, _) in std::mem::take(&mut job.offers) {
+        for (node, offer) in std::mem::take(&mut job.offers) {
             *job.report.refusals.entry(refuse).or_default() += 1;
             out.push(Output::Send {
                 to: node,
                 msg: Message::Refuse {
                     job: job_id,
+                    hold: Some(offer.hold),
                     reason: refuse,
                 },
             });
@@ -279,6 +284,7 @@ impl<P: PeerKey> Scheduler<P> {
                     to: node,
                     msg: Message::Refuse {
                         job: job_id,
+                        hold: None,
                         reason: refuse,
                     },
                 });
@@ -304,12 +310,16 @@ impl<P: PeerKey> Scheduler<P> {
         now: Time,
         from: P,
         job_id: JobId,
+        hold: HoldId,
         workers: u32,
         rtt: Duration,
         out: &mut Vec<Output<P>>,
     ) {
         let refuse = match self.home.get_mut(&job_id) {
             None => Some(RefuseReason::UnknownJob),
+            // The node raised a hold that a grant on its way to it uses:
+            // the grant releases the rest.
+            Some(job) if job.granted_holds.get(&from) == Some(&hold) => None,
             Some(job) => {
                 job.new_answer(&from, now);
                 job.report.nodes_answered += 1;
@@ -334,11 +344,20 @@ impl<P: PeerKey> Scheduler<P> {
                     }
                     None => {
                         let held = job.offers.entry(from.clone()).or_insert(HeldOffer {
+                            hold,
                             workers: 0,
                             rtt,
                             since: now,
                         });
-                        held.workers = held.workers.max(workers);
+                        if held.hold == hold {
+                            // A raise (or the same offer again).
+                            held.workers = held.workers.max(workers);
+                        } else {
+                            // A new hold: the node gave the one held here
+                            // up (its withdrawal is on its way).
+                            held.hold = hold;
+                            held.workers = workers;
+                        }
                         held.rtt = rtt;
                         None
                     }
@@ -350,6 +369,7 @@ impl<P: PeerKey> Scheduler<P> {
                 to: from,
                 msg: Message::Refuse {
                     job: job_id,
+                    hold: Some(hold),
                     reason,
                 },
             });

@@ -114,6 +114,7 @@ impl<P: PeerKey> Scheduler<P> {
             .or_insert_with(|| Engagement {
                 home: advert.home.clone(),
                 per_worker: advert.per_worker,
+                hold: HoldId(0),
                 held: 0,
                 held_since: now,
                 held_until,
@@ -121,6 +122,14 @@ impl<P: PeerKey> Scheduler<P> {
                 distance,
                 running: BTreeSet::new(),
             });
+        if engagement.held == 0 {
+            // A new hold. Numbered node-wide, not per job: a job's
+            // engagement is dropped when nothing of it is held or runs,
+            // and a late answer to a hold of the one before must not
+            // match the hold of the next.
+            engagement.hold = HoldId(self.next_hold);
+            self.next_hold = self.next_hold.wrapping_add(1);
+        }
         engagement.wanted = advert.workers.max;
         engagement.distance = distance;
         engagement.held = workers;
@@ -130,6 +139,7 @@ impl<P: PeerKey> Scheduler<P> {
             to: advert.home.clone(),
             msg: Message::Offer {
                 job: advert.job,
+                hold: engagement.hold,
                 workers,
                 distance,
                 residue,
@@ -166,6 +176,7 @@ impl<P: PeerKey> Scheduler<P> {
             to: e.home.clone(),
             msg: Message::Offer {
                 job,
+                hold: e.hold,
                 workers: e.held,
                 distance: e.distance,
                 residue,
@@ -248,13 +259,14 @@ impl<P: PeerKey> Scheduler<P> {
         now: Time,
         from: P,
         job: JobId,
+        hold: HoldId,
         ranks: Vec<u32>,
         incarnation: u32,
         placement: BTreeMap<u32, Placed<P>>,
         out: &mut Vec<Output<P>>,
     ) {
         let fits = match self.engaged.get_mut(&job) {
-            Some(e) if e.home == from && e.held as usize >= ranks.len() => {
+            Some(e) if e.home == from && e.hold == hold && e.held as usize >= ranks.len() => {
                 // The part of the hold not granted is released.
                 e.held = 0;
                 e.running.extend(&ranks);
@@ -272,11 +284,12 @@ impl<P: PeerKey> Scheduler<P> {
             });
             self.rescan(now, out);
         } else {
-            // The hold is gone (timed out): tell the home so that it
-            // finds the workers elsewhere.
+            // The hold is gone (timed out, or the job's next hold is
+            // another): tell the home so that it finds the workers
+            // elsewhere.
             out.push(Output::Send {
                 to: from,
-                msg: Message::Withdraw { job, ranks },
+                msg: Message::Withdraw { job, hold, ranks },
             });
         }
     }

@@ -70,7 +70,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use crate::advert::{Advert, DeclineReason, JobId, Message, RefuseReason, Strategy, WorkerCount};
+use crate::advert::{
+    Advert, DeclineReason, HoldId, JobId, Message, RefuseReason, Strategy, WorkerCount,
+};
 use crate::allocation::{Candidate, allocate};
 use crate::checkpoint::CheckpointIndex;
 use crate::limits;
@@ -106,6 +108,10 @@ struct HomeJob<P> {
     next_flood_at: Option<Time>,
     /// Offers held for us, not yet granted or refused.
     offers: BTreeMap<P, HeldOffer>,
+    /// The hold each node's last grant used: an offer raising it crossed
+    /// that grant, which releases it at the node (no refusal needed, and
+    /// one would overtake the grant). At most one entry per node granted.
+    granted_holds: BTreeMap<P, HoldId>,
     /// The ranks granted: where they are, what became of them.
     ranks: RankTable<P>,
     /// Grants sent so far: the next grant's incarnation.
@@ -146,6 +152,7 @@ pub const MAX_LOGGED_CHECKPOINTS: u32 = (crate::replica::MAX_LOG / 2) as u32;
 
 #[derive(Debug, Clone, Copy)]
 struct HeldOffer {
+    hold: HoldId,
     workers: u32,
     rtt: Duration,
     /// When the node's first offer arrived (a later one from the same
@@ -179,7 +186,7 @@ impl<P> HomeJob<P> {
     fn full(&mut self, job_id: JobId, out: &mut Vec<Output<P>>) {
         self.next_flood_at = None;
         out.push(Output::Job(JobEvent::Full { job: job_id }));
-        for (node, _) in std::mem::take(&mut self.offers) {
+        for (node, offer) in std::mem::take(&mut self.offers) {
             *self
                 .report
                 .refusals
@@ -189,6 +196,7 @@ impl<P> HomeJob<P> {
                 to: node,
                 msg: Message::Refuse {
                     job: job_id,
+                    hold: Some(offer.hold),
                     reason: RefuseReason::NotChosen,
                 },
             });
@@ -251,6 +259,8 @@ impl<P> HomeJob<P> {
 struct Engagement<P> {
     home: P,
     per_worker: Resources,
+    /// The number of the hold (the last one if none is held now).
+    hold: HoldId,
     /// Offered, not yet granted or refused; the hold began at
     /// `held_since` and lasts until `held_until` at the latest.
     held: u32,
@@ -296,6 +306,8 @@ pub struct Scheduler<P: Ord> {
     /// Where the checkpoints of the ranks of this node's home jobs are
     /// (see [`Scheduler::checkpoint_stored`]).
     checkpoints: CheckpointIndex<P>,
+    /// The number of the next hold this node starts (see [`HoldId`]).
+    next_hold: u32,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -312,6 +324,7 @@ impl<P: PeerKey> Scheduler<P> {
             ended: VecDeque::new(),
             paused: false,
             checkpoints: CheckpointIndex::new(),
+            next_hold: 0,
         }
     }
 
@@ -605,6 +618,7 @@ impl<P: PeerKey> Scheduler<P> {
             if let Some(e) = self.engaged.get_mut(job) {
                 e.held = 0;
                 let home = e.home.clone();
+                let hold = e.hold;
                 if e.running.is_empty() {
                     self.engaged.remove(job);
                 }
@@ -612,6 +626,7 @@ impl<P: PeerKey> Scheduler<P> {
                     to: home,
                     msg: Message::Withdraw {
                         job: *job,
+                        hold,
                         ranks: Vec::new(),
                     },
                 });
@@ -655,10 +670,11 @@ impl<P: PeerKey> Scheduler<P> {
             Message::Advert(_) => {}
             Message::Offer {
                 job,
+                hold,
                 workers,
                 distance,
                 ..
-            } => self.offer_received(now, from, job, workers, rtt.unwrap_or(distance), out),
+            } => self.offer_received(now, from, job, hold, workers, rtt.unwrap_or(distance), out),
             Message::Decline { job, reason } => {
                 if let Some(j) = self.home.get_mut(&job) {
                     j.new_answer(&from, now);
@@ -666,21 +682,26 @@ impl<P: PeerKey> Scheduler<P> {
                     *j.report.declines.entry(reason).or_default() += 1;
                 }
             }
-            Message::Withdraw { job, ranks } => {
+            Message::Withdraw { job, hold, ranks } => {
                 let Some(j) = self.home.get_mut(&job) else {
                     return;
                 };
-                j.offers.remove(&from);
+                // Only the hold withdrawn: a newer offer of the node may
+                // have overtaken the withdrawal.
+                if j.offers.get(&from).is_some_and(|o| o.hold == hold) {
+                    j.offers.remove(&from);
+                }
                 // A grant crossed the withdrawal: the ranks it named are
                 // lost (ranks the node ran before stay where they are).
                 self.ranks_lost(now, job, from, Some(ranks), LostReason::Withdrawn, out);
             }
             Message::Grant {
                 job,
+                hold,
                 ranks,
                 incarnation,
                 placement,
-            } => self.grant_received(now, from, job, ranks, incarnation, placement, out),
+            } => self.grant_received(now, from, job, hold, ranks, incarnation, placement, out),
             // What to do with the news is the driver's (its workers learn
             // where their peers are; a job that ended stops them). The
             // sender is the home as far as the driver's copy of the job
@@ -697,23 +718,21 @@ impl<P: PeerKey> Scheduler<P> {
                 placement,
                 replaced,
             }),
-            Message::Refuse { job, reason } => {
+            Message::Refuse { job, hold, reason } => {
                 let Some(e) = self.engaged.get_mut(&job) else {
                     return;
                 };
                 if e.home != from {
                     return;
                 }
+                let ends = reason.ends_the_job();
+                if !ends && hold.is_some_and(|h| h != e.hold) {
+                    // A refusal of an earlier hold, come late: the hold
+                    // held now is another one (see `HoldId`).
+                    return;
+                }
                 e.held = 0;
-                if !e.running.is_empty()
-                    && matches!(
-                        reason,
-                        RefuseReason::Cancelled
-                            | RefuseReason::Expired
-                            | RefuseReason::Failed
-                            | RefuseReason::RolledBack
-                    )
-                {
+                if !e.running.is_empty() && ends {
                     e.running.clear();
                     out.push(Output::StopWorkers { job, reason });
                 }

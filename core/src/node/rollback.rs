@@ -137,6 +137,7 @@ impl<P: PeerKey> Scheduler<P> {
         for node in nodes {
             let msg = Message::Refuse {
                 job: job_id,
+                hold: None,
                 reason: RefuseReason::RolledBack,
             };
             if node == self.id {

@@ -74,6 +74,9 @@ impl<P: PeerKey> Scheduler<P> {
             schedule,
             next_flood_at: floods.then_some(now),
             offers: BTreeMap::new(),
+            // The holds the old home's grants used are not logged; offers
+            // to this home are made afresh.
+            granted_holds: BTreeMap::new(),
             ranks,
             grants,
             earlier_floods: term.saturating_mul(FLOODS_PER_TERM),

@@ -43,6 +43,7 @@ fn home_floods_then_grants_a_rigid_job_all_at_once_to_the_nearest_offers() {
         vec![Output::Send {
             to: 12,
             msg: Message::Refuse {
+                hold: Some(HoldId(0)),
                 job: JOB,
                 reason: RefuseReason::JobFull
             }
@@ -70,6 +71,7 @@ fn adaptive_home_lets_the_flood_settle_before_granting() {
     assert!(out.contains(&Output::Send {
         to: 10,
         msg: Message::Refuse {
+            hold: Some(HoldId(0)),
             job: JOB,
             reason: RefuseReason::NotChosen
         }
@@ -125,6 +127,7 @@ fn a_waiting_job_lets_a_burst_of_near_offers_arrive_before_granting() {
     assert!(out.contains(&Output::Send {
         to: 10,
         msg: Message::Refuse {
+            hold: Some(HoldId(0)),
             job: JOB,
             reason: RefuseReason::NotChosen
         }
@@ -375,6 +378,7 @@ fn why_pending_reports_the_latency_budget_and_the_offers_refused() {
     assert!(out.contains(&Output::Send {
         to: 10,
         msg: Message::Refuse {
+            hold: Some(HoldId(0)),
             job: JOB,
             reason: RefuseReason::NotChosen
         }
@@ -442,6 +446,7 @@ fn a_failed_rank_stops_the_jobs_workers_everywhere_naming_it() {
         assert!(out.contains(&Output::Send {
             to,
             msg: Message::Refuse {
+                hold: None,
                 job: JOB,
                 reason: RefuseReason::Failed
             }

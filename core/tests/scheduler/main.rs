@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use zorilla_core::advert::{
-    Advert, DeclineReason, FloodHeader, JobId, Message, Placed, RefuseReason, Strategy, WorkerCount,
+    Advert, DeclineReason, FloodHeader, HoldId, JobId, Message, Placed, RefuseReason, Strategy,
+    WorkerCount,
 };
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
@@ -64,8 +65,9 @@ fn spec(workers: WorkerCount) -> JobSpec {
     }
 }
 
-fn offer(workers: u32) -> Message<u32> {
+fn offer_of_hold(hold: u32, workers: u32) -> Message<u32> {
     Message::Offer {
+        hold: HoldId(hold),
         job: JOB,
         workers,
         distance: ms(1),
@@ -86,8 +88,14 @@ fn deliver(node: &mut Scheduler<u32>, now: Duration, workers: WorkerCount) -> Ve
 /// A grant of `ranks` as the home sends it, with the placement it carries
 /// (here: the ranks on node 1, as far as the member cares).
 fn grant(job: JobId, ranks: Vec<u32>, incarnation: u32) -> Message<u32> {
+    grant_of_hold(0, job, ranks, incarnation)
+}
+
+/// A grant of `ranks` from the member's hold number `hold`.
+fn grant_of_hold(hold: u32, job: JobId, ranks: Vec<u32>, incarnation: u32) -> Message<u32> {
     let placement = placed_on(&ranks, 1, incarnation);
     Message::Grant {
+        hold: HoldId(hold),
         job,
         ranks,
         incarnation,
@@ -110,6 +118,7 @@ fn granted(out: &[Output<u32>], to: u32, ranks: Vec<u32>, incarnation: u32) -> b
             to: t,
             msg:
                 Message::Grant {
+                    hold: _,
                     job: JOB,
                     ranks: r,
                     incarnation: i,
@@ -182,11 +191,24 @@ fn offer_from(
     workers: u32,
     rtt: u64,
 ) -> Vec<Output<u32>> {
+    new_offer_from(node, now, from, 0, workers, rtt)
+}
+
+/// Node `from`'s offer of its hold number `hold` (after a grant of its
+/// first, a new offer is another hold).
+fn new_offer_from(
+    node: &mut Scheduler<u32>,
+    now: Duration,
+    from: u32,
+    hold: u32,
+    workers: u32,
+    rtt: u64,
+) -> Vec<Output<u32>> {
     node.handle(
         now,
         Input::Message {
             from,
-            msg: offer(workers),
+            msg: offer_of_hold(hold, workers),
             rtt: Some(ms(rtt)),
         },
     )
@@ -194,4 +216,19 @@ fn offer_from(
 
 fn queued(node: &Scheduler<u32>) -> Vec<(u64, Duration)> {
     node.pending().map(|(a, at)| (a.job.0, at)).collect()
+}
+
+/// Job 99 (rigid 1, same home) is offered one of the member's cores.
+fn other_job_takes_a_core(node: &mut Scheduler<u32>) {
+    let other = Advert {
+        job: JobId(99),
+        ..advert(WorkerCount::rigid(1))
+    };
+    node.handle(
+        ms(0),
+        Input::AdvertDelivered {
+            advert: other,
+            distance: ms(1),
+        },
+    );
 }

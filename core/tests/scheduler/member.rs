@@ -12,6 +12,7 @@ fn member_offers_what_fits_holds_it_and_starts_granted_ranks() {
         vec![Output::Send {
             to: HOME,
             msg: Message::Offer {
+                hold: HoldId(0),
                 job: JOB,
                 workers: 3,
                 distance: ms(1),
@@ -98,21 +99,6 @@ fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
     assert_eq!(node.pending().count(), 0);
 }
 
-/// Job 99 (rigid 1, same home) is offered one of the member's cores.
-fn other_job_takes_a_core(node: &mut Scheduler<u32>) {
-    let other = Advert {
-        job: JobId(99),
-        ..advert(WorkerCount::rigid(1))
-    };
-    node.handle(
-        ms(0),
-        Input::AdvertDelivered {
-            advert: other,
-            distance: ms(1),
-        },
-    );
-}
-
 /// `JOB` (rigid 2) is delivered at `now`: the member offers the one core
 /// it has left.
 fn offers_one_of_two(node: &mut Scheduler<u32>, now: Duration) {
@@ -138,6 +124,7 @@ fn offer_of_both_cores() -> Vec<Output<u32>> {
     vec![Output::Send {
         to: HOME,
         msg: Message::Offer {
+            hold: HoldId(1),
             job: JOB,
             workers: 2,
             distance: ms(1),
@@ -185,6 +172,7 @@ fn a_refusal_raises_the_offer_held_for_another_job() {
         &mut node,
         ms(3),
         Message::Refuse {
+            hold: None,
             job: JobId(99),
             reason: RefuseReason::JobFull,
         },
@@ -333,6 +321,7 @@ fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
         vec![Output::Send {
             to: HOME,
             msg: Message::Withdraw {
+                hold: HoldId(0),
                 job: JOB,
                 ranks: vec![]
             }
@@ -345,9 +334,66 @@ fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
         vec![Output::Send {
             to: HOME,
             msg: Message::Withdraw {
+                hold: HoldId(0),
                 job: JOB,
                 ranks: vec![0, 1]
             }
         }]
+    );
+}
+
+/// The member's hold timed out and it offered the job a new hold. A late
+/// refusal of the first hold leaves the new one held, a late grant of the
+/// first is withdrawn, and a grant of the new one starts workers.
+#[test]
+fn late_answers_to_an_earlier_hold_leave_the_next_hold_alone() {
+    let mut node = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(2, 4096, 0),
+            hold_timeout: ms(500),
+            ..SchedulerConfig::default()
+        },
+    );
+    deliver(&mut node, ms(0), WorkerCount::rigid(2));
+    node.handle_timeout(ms(500));
+    let out = deliver(&mut node, ms(600), WorkerCount::rigid(2));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer {
+                    hold: HoldId(1),
+                    workers: 2,
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    let refusal = Message::Refuse {
+        job: JOB,
+        hold: Some(HoldId(0)),
+        reason: RefuseReason::NotChosen,
+    };
+    assert_eq!(from_home(&mut node, ms(601), refusal), vec![]);
+    assert_eq!(node.free().cores, 0, "the new hold stands");
+    let out = from_home(&mut node, ms(602), grant(JOB, vec![0, 1], 3));
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            to: HOME,
+            msg: Message::Withdraw {
+                job: JOB,
+                hold: HoldId(0),
+                ranks: vec![0, 1],
+            },
+        }]
+    );
+    let out = from_home(&mut node, ms(603), grant_of_hold(1, JOB, vec![0, 1], 4));
+    assert!(
+        matches!(&out[..], [Output::StartWorkers { incarnation: 4, .. }]),
+        "{out:?}"
     );
 }

@@ -157,6 +157,7 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
     assert!(net.sent(
         1,
         &Message::Withdraw {
+            hold: HoldId(0),
             job: X,
             ranks: vec![]
         }
@@ -176,6 +177,7 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
     assert!(net.sent(
         2,
         &Message::Withdraw {
+            hold: HoldId(1),
             job: X,
             ranks: vec![]
         }
@@ -275,6 +277,7 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
         vec![Output::Send {
             to: HOME,
             msg: Message::Offer {
+                hold: HoldId(1),
                 job: JOB,
                 workers: 2,
                 distance: ms(1),
@@ -290,6 +293,7 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
         vec![Output::Send {
             to: HOME,
             msg: Message::Withdraw {
+                hold: HoldId(1),
                 job: JOB,
                 ranks: vec![]
             }
@@ -307,7 +311,7 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
             ..
         }]
     ));
-    let out = from_home(&mut node, ms(40_001), grant(JOB, vec![3, 4], 3));
+    let out = from_home(&mut node, ms(40_001), grant_of_hold(2, JOB, vec![3, 4], 3));
     assert_eq!(
         out,
         vec![Output::StartWorkers {
@@ -355,7 +359,7 @@ fn a_lost_worker_is_replaced_on_a_node_already_running_the_job_by_a_new_flood() 
         "flood {again:?} is new, not a copy of {seqs:?} that the nodes' duplicate caches drop"
     );
     seqs.extend(again);
-    let out = offer_from(&mut node, ms(4), 10, 1, 1);
+    let out = new_offer_from(&mut node, ms(4), 10, 1, 1, 1);
     assert!(granted(&out, 10, vec![2], 2), "{out:?}");
     assert_eq!(
         node.placement(JOB),
@@ -368,6 +372,7 @@ fn a_lost_worker_is_replaced_on_a_node_already_running_the_job_by_a_new_flood() 
         Input::Message {
             from: 10,
             msg: Message::Withdraw {
+                hold: HoldId(1),
                 job: JOB,
                 ranks: vec![2],
             },
@@ -390,6 +395,7 @@ fn a_lost_worker_is_replaced_on_a_node_already_running_the_job_by_a_new_flood() 
         Input::Message {
             from: 10,
             msg: Message::Withdraw {
+                hold: HoldId(2),
                 job: JOB,
                 ranks: vec![],
             },
@@ -489,7 +495,93 @@ fn a_rigid_job_replacing_lost_workers_gets_its_rank_back_on_the_same_node() {
         },
     );
     assert_eq!(flood_seqs(&out), vec![1], "{out:?}");
-    let out = offer_from(&mut node, ms(3), 10, 1, 1);
+    let out = new_offer_from(&mut node, ms(3), 10, 1, 1, 1);
     assert!(granted(&out, 10, vec![1], 1));
     assert_eq!(node.phase(JOB), Some(Phase::Running));
+}
+
+/// A member raises its offer (a core freed up) while the grant that uses
+/// the offer is on its way to it. The home does not refuse the raise: the
+/// refusal could overtake the grant (a few bytes against the job's module,
+/// and a grant waits until a copy of the job holds it), and a member that
+/// took it first would give the granted rank back, failing a rigid job.
+/// The grant releases the rest of the hold.
+#[test]
+fn a_raise_crossing_the_grant_of_its_hold_is_not_refused() {
+    let mut node = member(2);
+    other_job_takes_a_core(&mut node);
+    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
+    let out = deliver(&mut node, ms(2), WorkerCount::rigid(2));
+    let [Output::Send { msg: offer, .. }] = &out[..] else {
+        panic!("{out:?}");
+    };
+    let mut home = home(ScheduleConfig::paper());
+    submit(&mut home, ms(0), WorkerCount::rigid(2));
+    offer_from(&mut home, ms(2), 10, 1, 1);
+    let message = |msg: &Message<u32>| Input::Message {
+        from: 1,
+        msg: msg.clone(),
+        rtt: Some(ms(1)),
+    };
+    let out = home.handle(ms(3), message(offer));
+    let grant = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Send {
+                to: 1,
+                msg: m @ Message::Grant { .. },
+            } => Some(m.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("node 1 granted: {out:?}"));
+    // Job 99's worker ends before the grant arrives: the member raises.
+    let out = node.handle(
+        ms(4),
+        Input::WorkersEnded {
+            job: JobId(99),
+            ranks: vec![0],
+        },
+    );
+    let [
+        Output::Send {
+            msg: raise @ Message::Offer { workers: 2, .. },
+            ..
+        },
+    ] = &out[..]
+    else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        home.handle(ms(5), message(raise)),
+        vec![],
+        "nothing to overtake the grant"
+    );
+    let out = from_home(&mut node, ms(6), grant);
+    assert!(
+        matches!(&out[..], [Output::StartWorkers { ranks, .. }] if ranks.len() == 1),
+        "{out:?}"
+    );
+    assert_eq!(node.free().cores, 1, "the rest of the hold is released");
+}
+
+/// A withdrawal of a node's earlier hold that arrives after the node's
+/// newer offer leaves the newer offer held.
+#[test]
+fn a_late_withdrawal_of_an_earlier_hold_keeps_the_newer_offer() {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount::rigid(3));
+    new_offer_from(&mut node, ms(1), 10, 1, 1, 1);
+    let withdraw = |hold| Input::Message {
+        from: 10,
+        msg: Message::Withdraw {
+            job: JOB,
+            hold: HoldId(hold),
+            ranks: vec![],
+        },
+        rtt: None,
+    };
+    node.handle(ms(2), withdraw(0));
+    assert_eq!(node.held_offers(JOB).collect::<Vec<_>>(), vec![(&10, 1)]);
+    node.handle(ms(3), withdraw(1));
+    assert_eq!(node.held_offers(JOB).count(), 0);
 }

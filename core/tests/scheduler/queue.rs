@@ -166,6 +166,7 @@ fn rescan_takes_queued_adverts_oldest_first_skipping_those_that_do_not_fit() {
             Input::Message {
                 from: HOME,
                 msg: Message::Refuse {
+                    hold: None,
                     job: JobId(job),
                     reason: RefuseReason::NotChosen,
                 },

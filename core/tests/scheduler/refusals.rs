@@ -6,7 +6,11 @@ use super::*;
 fn refusal(to: u32, reason: RefuseReason) -> Output<u32> {
     Output::Send {
         to,
-        msg: Message::Refuse { job: JOB, reason },
+        msg: Message::Refuse {
+            hold: Some(HoldId(0)),
+            job: JOB,
+            reason,
+        },
     }
 }
 

@@ -557,9 +557,10 @@ impl Node {
     /// takes the job over then knows of every worker the home started,
     /// rather than placing the rank again while the first worker runs.
     /// What the home sends the same node about the job meanwhile waits
-    /// behind the grant (a refusal of a later offer overtaking the grant
-    /// would make the node give the rank back). The message back if it can
-    /// go now.
+    /// behind the grant, so that the node hears it in order (messages may
+    /// still overtake each other on the way: the core numbers holds for
+    /// that, see [`zorilla_core::advert::HoldId`]). The message back if it
+    /// can go now.
     pub(super) fn hold_message(
         &mut self,
         to: PeerId,
