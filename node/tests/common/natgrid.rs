@@ -55,11 +55,20 @@ pub(crate) struct Outcome {
     pub(crate) relayed_after: Duration,
     /// The rank messages' round trips: (size, ns).
     pub(crate) roundtrips: Vec<(u64, u64)>,
+    /// Relayed connections the NATed nodes made to each other (from their
+    /// logs; one per circuit, so more than one when a circuit ended).
+    pub(crate) circuits: usize,
 }
 
 /// The public node P (no cores), A and B behind NATs of kind `nat` each;
 /// a 2-worker message-passing job runs with a rank on A and one on B.
 pub(crate) async fn two_nodes_behind_nats_run_a_job(nat: Nat) -> Outcome {
+    behind_nats_with_relay_args(nat, &[]).await
+}
+
+/// [`two_nodes_behind_nats_run_a_job`], with `relay_args` given to the
+/// public node (its relay's limits).
+pub(crate) async fn behind_nats_with_relay_args(nat: Nat, relay_args: &[String]) -> Outcome {
     let hosts = Hosts::behind_nats(1, &[nat, nat]);
     let dir = tempfile::tempdir().unwrap();
     let network = format!("test-nat-{}", std::process::id());
@@ -67,9 +76,12 @@ pub(crate) async fn two_nodes_behind_nats_run_a_job(nat: Nat) -> Outcome {
     // streams at debug, so that a job that hangs says where (one did, with
     // its ranks connected only 21 s after they started and the job never
     // completing after that).
+    // The relayed connections at debug, so that the circuits can be counted.
     let env = vec![(
         "RUST_LOG".to_string(),
-        "info,libp2p=error,zorilla_node::link=debug,zorilla_overlay::streams=debug".to_string(),
+        "info,libp2p=error,zorilla_node::link=debug,zorilla_overlay::streams=debug,\
+         zorilla_overlay::overlay::driver::nat=debug"
+            .to_string(),
     )];
     let start = Instant::now();
     let mut nodes: Vec<TestNode> = Vec::new();
@@ -77,13 +89,14 @@ pub(crate) async fn two_nodes_behind_nats_run_a_job(nat: Nat) -> Outcome {
         let node_dir = dir.path().join(format!("n{i}"));
         let bootstrap = nodes.first().map(|n| n.listen.clone());
         let cores = if i == 0 { 0 } else { 1 };
+        let extra = if i == 0 { relay_args } else { &[] };
         let args = TestNode::args(
             &node_dir,
             &network,
             bootstrap.as_deref(),
             cores,
             "0.0.0.0",
-            &[],
+            extra,
         );
         nodes.push(TestNode::spawn_on(
             &node_dir,
@@ -170,9 +183,15 @@ pub(crate) async fn two_nodes_behind_nats_run_a_job(nat: Nat) -> Outcome {
     // What the NATed nodes' logs say of the connection between them.
     let mut time_to_direct = None;
     let mut over_relay = false;
+    let mut circuits = 0;
     for (node, other) in [(&nodes[1], &nodes[2]), (&nodes[2], &nodes[1])] {
         let log = std::fs::read_to_string(node.dir.join("node.log")).unwrap_or_default();
         for line in log.lines() {
+            // Counted at the dialling end only (the other logs the same
+            // circuit as an inbound one).
+            if line.contains("connected through a relay") {
+                circuits += 1;
+            }
             if line.contains("hole punch succeeded")
                 && line.contains(&other.peer)
                 && let Some(ms) = line
@@ -191,5 +210,6 @@ pub(crate) async fn two_nodes_behind_nats_run_a_job(nat: Nat) -> Outcome {
         over_relay,
         relayed_after,
         roundtrips,
+        circuits,
     }
 }

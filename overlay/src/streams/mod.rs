@@ -13,6 +13,17 @@
 //! relay it waits (a bounded time, `nat.direct_wait`) for the hole punch's
 //! direct connection, and only then takes the relayed one (whose limits a
 //! Zorilla relay raises; see [`NatConfig`](crate::config::NatConfig)).
+//! A peer whose hole punch failed is not waited for again for a while
+//! ([`PUNCH_FAILED_KEPT`]): a circuit that ends at its relay's limit is
+//! replaced by another at once, and the streams go on it.
+//!
+//! A stream to a peer that is not connected dials it, whatever else is
+//! dialing it then: the hole punch's own attempts at a direct connection
+//! take up to the handshake timeout behind a symmetric NAT, and the
+//! streams must not wait for them. The peers streams went to or came from
+//! lately ([`RECENT`]) keep their addresses in the overlay's address book
+//! when the keeper no longer needs them, so that a stream can dial them
+//! again.
 //!
 //! The parts, as libp2p's own protocols: this behaviour (which connection
 //! gets an open request, dialing when there is none), the per-connection
@@ -67,12 +78,40 @@ pub enum StreamError {
 
 pub(crate) type OpenReply = oneshot::Sender<Result<PeerStream, StreamError>>;
 
+/// How long a peer counts as one streams went to or came from (its
+/// addresses kept, see the module documentation).
+pub const RECENT: Duration = Duration::from_secs(600);
+/// How long a failed hole punch is remembered: streams to the peer take a
+/// relayed connection at once meanwhile.
+pub const PUNCH_FAILED_KEPT: Duration = Duration::from_secs(600);
+/// The most peers remembered for [`RECENT`] and for
+/// [`PUNCH_FAILED_KEPT`] each; the oldest goes first.
+pub const MAX_REMEMBERED_PEERS: usize = 4096;
+
+/// Remembers `peer` at `now` in `map`, dropping the oldest entry when full.
+fn remember(map: &mut HashMap<PeerId, Instant>, peer: PeerId, now: Instant) {
+    if !map.contains_key(&peer)
+        && map.len() >= MAX_REMEMBERED_PEERS
+        && let Some(oldest) = map.iter().min_by_key(|(_, at)| **at).map(|(p, _)| *p)
+    {
+        map.remove(&oldest);
+    }
+    map.insert(peer, now);
+}
+
+/// Whether `map` remembers `peer` from less than `kept` ago.
+fn remembered(map: &HashMap<PeerId, Instant>, peer: &PeerId, kept: Duration) -> bool {
+    map.get(peer).is_some_and(|at| at.elapsed() < kept)
+}
+
 /// What the behaviour and its handlers share: where inbound streams go,
 /// and which streams are alive.
 #[derive(Clone, Default)]
 pub(crate) struct Shared {
     inbound: Arc<Mutex<Option<mpsc::Sender<PeerStream>>>>,
     live: Arc<Mutex<HashMap<PeerId, Vec<Weak<()>>>>>,
+    /// When a stream to or from each peer last opened.
+    recent: Arc<Mutex<HashMap<PeerId, Instant>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -82,6 +121,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Shared {
     /// Wraps a fresh stream, counting it alive.
     pub(crate) fn wrap(&self, peer: PeerId, stream: Stream) -> PeerStream {
+        remember(&mut lock(&self.recent), peer, Instant::now());
         let live = Arc::new(());
         let mut map = lock(&self.live);
         let weak = map.entry(peer).or_default();
@@ -109,8 +149,12 @@ pub(crate) struct Behaviour {
     shared: Shared,
     /// Each connected peer's connections, with whether each is relayed.
     connected: HashMap<PeerId, Vec<(ConnectionId, bool)>>,
-    /// Open requests waiting for a connection to their peer.
-    waiting: HashMap<PeerId, Vec<OpenReply>>,
+    /// Open requests waiting for a connection to their peer, with the dial
+    /// they made (only its failure fails them: another dial of the peer,
+    /// a hole punch's say, may fail while theirs goes on).
+    waiting: HashMap<PeerId, (ConnectionId, Vec<OpenReply>)>,
+    /// Peers whose hole punch failed lately (see [`PUNCH_FAILED_KEPT`]).
+    punch_failed: HashMap<PeerId, Instant>,
     /// Open requests to peers connected only through a relay, waiting for
     /// a direct connection until their deadline.
     waiting_direct: HashMap<PeerId, (Instant, Vec<OpenReply>)>,
@@ -129,6 +173,7 @@ impl Behaviour {
             shared: Shared::default(),
             connected: HashMap::new(),
             waiting: HashMap::new(),
+            punch_failed: HashMap::new(),
             waiting_direct: HashMap::new(),
             direct_wait,
             timer: None,
@@ -151,23 +196,35 @@ impl Behaviour {
             .map(|(id, _)| *id)
     }
 
+    /// A relayed connection to `peer`, if any.
+    fn relayed(&self, peer: &PeerId) -> Option<ConnectionId> {
+        self.connected.get(peer)?.first().map(|(id, _)| *id)
+    }
+
     /// Opens a stream to `peer`, dialing `addrs` first if not connected.
     pub(crate) fn open(&mut self, peer: PeerId, addrs: Vec<Multiaddr>, reply: OpenReply) {
+        remember(&mut lock(&self.shared.recent), peer, Instant::now());
         if let Some(id) = self.direct(&peer) {
             self.send_to(peer, id, reply);
-        } else if self.connected.contains_key(&peer) {
-            self.wait_direct(peer, vec![reply]);
-        } else {
-            let first = !self.waiting.contains_key(&peer);
-            self.waiting.entry(peer).or_default().push(reply);
-            if first {
-                self.actions.push_back(ToSwarm::Dial {
-                    opts: DialOpts::peer_id(peer)
-                        .addresses(addrs)
-                        .condition(PeerCondition::DisconnectedAndNotDialing)
-                        .build(),
-                });
+        } else if let Some(id) = self.relayed(&peer) {
+            if remembered(&self.punch_failed, &peer, PUNCH_FAILED_KEPT) {
+                self.send_to(peer, id, reply);
+            } else {
+                self.wait_direct(peer, vec![reply]);
             }
+        } else if let Some((_, replies)) = self.waiting.get_mut(&peer) {
+            replies.push(reply);
+        } else {
+            // Not `NotDialing`: a hole punch's dial of the peer's observed
+            // address may be under way, and behind a symmetric NAT it only
+            // ends at the handshake timeout.
+            let opts = DialOpts::peer_id(peer)
+                .addresses(addrs)
+                .condition(PeerCondition::Disconnected)
+                .build();
+            self.waiting
+                .insert(peer, (opts.connection_id(), vec![reply]));
+            self.actions.push_back(ToSwarm::Dial { opts });
         }
         if let Some(waker) = self.waker.take() {
             waker.wake();
@@ -210,13 +267,9 @@ impl Behaviour {
             let Some((_, replies)) = self.waiting_direct.remove(&peer) else {
                 continue;
             };
-            let relayed = self
-                .connected
-                .get(&peer)
-                .and_then(|c| c.first())
-                .map(|c| c.0);
-            match relayed {
+            match self.relayed(&peer) {
                 Some(id) => {
+                    remember(&mut self.punch_failed, peer, now);
                     tracing::info!(
                         %peer,
                         wait = ?self.direct_wait,
@@ -238,6 +291,12 @@ impl Behaviour {
         }
         let earliest = self.waiting_direct.values().map(|(at, _)| *at).min();
         self.timer = earliest.map(|at| Box::pin(tokio::time::sleep_until(at)));
+    }
+
+    /// Whether streams went to or came from `peer` lately, or one waits
+    /// for a connection to it: the overlay keeps its addresses.
+    pub(crate) fn recently_used(&self, peer: &PeerId) -> bool {
+        self.waiting.contains_key(peer) || remembered(&lock(&self.shared.recent), peer, RECENT)
     }
 
     /// Whether a stream to or from `peer` is alive (its connection is in
@@ -293,12 +352,21 @@ impl NetworkBehaviour for Behaviour {
                     .entry(e.peer_id)
                     .or_default()
                     .push((e.connection_id, relayed));
-                let mut replies = self.waiting.remove(&e.peer_id).unwrap_or_default();
+                let mut replies = self
+                    .waiting
+                    .remove(&e.peer_id)
+                    .map(|(_, replies)| replies)
+                    .unwrap_or_default();
                 if relayed {
-                    if !replies.is_empty() {
+                    if remembered(&self.punch_failed, &e.peer_id, PUNCH_FAILED_KEPT) {
+                        for reply in replies {
+                            self.send_to(e.peer_id, e.connection_id, reply);
+                        }
+                    } else if !replies.is_empty() {
                         self.wait_direct(e.peer_id, replies);
                     }
                 } else {
+                    self.punch_failed.remove(&e.peer_id);
                     if let Some((_, more)) = self.waiting_direct.remove(&e.peer_id) {
                         replies.extend(more);
                     }
@@ -321,10 +389,15 @@ impl NetworkBehaviour for Behaviour {
                 }
             }
             FromSwarm::DialFailure(e) => {
+                // Only the dial the requests made fails them.
                 if let Some(peer) = e.peer_id
-                    && !self.connected.contains_key(&peer)
+                    && self
+                        .waiting
+                        .get(&peer)
+                        .is_some_and(|(dial, _)| *dial == e.connection_id)
+                    && let Some((_, replies)) = self.waiting.remove(&peer)
                 {
-                    for reply in self.waiting.remove(&peer).unwrap_or_default() {
+                    for reply in replies {
                         let _ = reply.send(Err(StreamError::Unreachable(e.error.to_string())));
                     }
                 }

@@ -106,8 +106,13 @@ impl Driver {
                 if num_established == 0 {
                     self.via.remove(&peer_id);
                 }
-                if num_established == 0 && !self.keeper.remembers(&peer_id) {
-                    // The address book keeps only peers the keeper remembers.
+                if num_established == 0
+                    && !self.keeper.remembers(&peer_id)
+                    && !self.swarm.behaviour().streams.recently_used(&peer_id)
+                {
+                    // The address book keeps only peers the keeper
+                    // remembers, and those streams may have to dial again
+                    // (a circuit that ended at its relay's limit).
                     self.addrs.remove(&peer_id);
                 }
                 self.execute().await;
@@ -526,7 +531,8 @@ impl Driver {
 
     /// The periodic work: the keeper's tick (expiries, probes, the
     /// neighbour set, closing unneeded connections, peer exchange), then
-    /// the address book pruned to the peers the keeper remembers.
+    /// the address book pruned to the peers the keeper remembers or streams
+    /// used lately.
     pub(super) async fn maintain(&mut self) {
         let now = self.now();
         let facts = Facts {
@@ -538,6 +544,8 @@ impl Driver {
         self.execute().await;
         self.nat_tick();
         let keeper = &self.keeper;
-        self.addrs.retain(|peer, _| keeper.remembers(peer));
+        let streams = &self.swarm.behaviour().streams;
+        self.addrs
+            .retain(|peer, _| keeper.remembers(peer) || streams.recently_used(peer));
     }
 }
