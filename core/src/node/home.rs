@@ -66,6 +66,15 @@ impl<P: PeerKey> Scheduler<P> {
             // While offers enough to start are settling, another flood
             // would only reach farther nodes that will not be chosen.
             if job.next_flood_at.is_some_and(|at| at <= now) && !job.settling {
+                // A running job searches (to grow, or to replace lost
+                // ranks) for as long as it runs: every flood advertises
+                // its lifetime from now, as its search's first did (see
+                // `flood_afresh`). A search that outlasted the lifetime
+                // would otherwise advertise an expiry of zero, and every
+                // offer would be withdrawn as soon as it is made.
+                if job.phase != Phase::Scheduling {
+                    job.expires_at = job.expires_at.max(now.saturating_add(job.spec.lifetime));
+                }
                 let mut header = job.schedule.next_flood(now);
                 header.seq = header.seq.saturating_add(job.earlier_floods);
                 job.report.floods = job.schedule.floods();

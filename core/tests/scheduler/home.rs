@@ -172,6 +172,40 @@ fn a_replacement_search_after_the_jobs_lifetime_advertises_a_fresh_expiry() {
     assert!(granted(&out, 12, vec![0], 2), "{out:?}");
 }
 
+/// A replacement search that finds nobody for longer than the job's
+/// lifetime still advertises the lifetime at every flood: a running job
+/// does not expire, so its search goes on, and an advert of expiry zero
+/// would have every offer withdrawn as soon as it is made (the simulator
+/// found a job that never got its lost ranks back this way).
+#[test]
+fn a_replacement_search_longer_than_the_lifetime_advertises_it_at_every_flood() {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount { min: 1, max: 2 });
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    offer_from(&mut node, ms(2), 11, 1, 1);
+    let mut out = node.handle(Duration::from_secs(90), Input::PeerLost(10));
+    let mut expiries = Vec::new();
+    while let Some(at) = node.next_timeout() {
+        expiries.extend(out.iter().filter_map(|o| match o {
+            Output::Flood(advert) => Some((at, advert.expires_in)),
+            _ => None,
+        }));
+        if at > Duration::from_secs(400) {
+            break;
+        }
+        out = node.handle_timeout(at);
+    }
+    // Floods 1, 2, 4, ... 60 s apart: well past the 60 s lifetime.
+    assert!(expiries.len() >= 8, "{expiries:?}");
+    for (at, expires_in) in expiries {
+        assert_eq!(
+            expires_in,
+            Duration::from_secs(60),
+            "the flood before {at:?}"
+        );
+    }
+}
+
 #[test]
 fn malleable_job_starts_at_min_and_grows_to_max() {
     let mut node = home(ScheduleConfig::paper());
