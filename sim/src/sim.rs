@@ -358,6 +358,7 @@ impl Sim {
             ),
             limits,
             schedule,
+            prefer: self.mode.prefer(),
             ..SchedulerConfig::default()
         };
         let overlay = if self.mode.our_overlay() {

@@ -123,6 +123,7 @@ impl<P: PeerKey> Scheduler<P> {
                 node: node.clone(),
                 rtt: offer.rtt,
                 offered: offer.workers,
+                machine: offer.machine,
             })
             .collect();
         let offered = candidates
@@ -144,7 +145,9 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         }
         let n = offered.min(wanted);
-        let Some(assignments) = allocate(job.spec.strategy, &candidates, n) else {
+        let prefer = self.config.prefer;
+        let Some(assignments) = allocate_preferring(job.spec.strategy, &candidates, n, prefer)
+        else {
             return;
         };
         // Spread wants one node per worker: while floods still find new
@@ -319,11 +322,15 @@ impl<P: PeerKey> Scheduler<P> {
         now: Time,
         from: P,
         job_id: JobId,
-        hold: HoldId,
-        workers: u32,
-        rtt: Duration,
+        offer: OfferIn,
         out: &mut Vec<Output<P>>,
     ) {
+        let OfferIn {
+            hold,
+            workers,
+            rtt,
+            machine,
+        } = offer;
         let refuse = match self.home.get_mut(&job_id) {
             None => Some(RefuseReason::UnknownJob),
             // The node raised a hold that a grant on its way to it uses:
@@ -356,6 +363,7 @@ impl<P: PeerKey> Scheduler<P> {
                             hold,
                             workers: 0,
                             rtt,
+                            machine,
                             since: now,
                         });
                         if held.hold == hold {
@@ -368,6 +376,7 @@ impl<P: PeerKey> Scheduler<P> {
                             held.workers = workers;
                         }
                         held.rtt = rtt;
+                        held.machine = machine;
                         None
                     }
                 }

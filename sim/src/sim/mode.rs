@@ -1,5 +1,6 @@
 //! Which Zorilla a run simulates: ours, the paper's, or an ablation.
 
+use zorilla_core::allocation::SameDistance;
 use zorilla_core::schedule::{FloodMode, ScheduleConfig};
 
 /// Which Zorilla runs: ours, the paper's as the baseline, or an ablation
@@ -36,6 +37,16 @@ impl Mode {
                 flood_mode: FloodMode::Hops,
                 ..ScheduleConfig::default()
             },
+        }
+    }
+
+    /// Among offers at the same distance, whether (and with which
+    /// tolerance) the home prefers idle and faster nodes: ours does, the
+    /// paper's takes the nearest first only.
+    pub fn prefer(self) -> Option<SameDistance> {
+        match self {
+            Mode::Ours | Mode::OursHop => Some(SameDistance::DEFAULT),
+            Mode::Paper => None,
         }
     }
 
