@@ -16,6 +16,10 @@ pub enum Mode {
     /// overlay, adaptive waits and settling, so that a comparison with
     /// [`Mode::Ours`] isolates what the latency budget does.
     OursHop,
+    /// Ours without the preference of idle and faster nodes among equally
+    /// near offers (nearest first only, as the paper's home): a comparison
+    /// with [`Mode::Ours`] isolates what the preference does.
+    OursNearest,
 }
 
 impl Mode {
@@ -25,13 +29,14 @@ impl Mode {
             Mode::Ours => "ours",
             Mode::Paper => "paper",
             Mode::OursHop => "ours-hop",
+            Mode::OursNearest => "ours-nearest",
         }
     }
 
     /// The flooding schedule a home uses in this mode.
     pub fn schedule(self) -> ScheduleConfig {
         match self {
-            Mode::Ours => ScheduleConfig::default(),
+            Mode::Ours | Mode::OursNearest => ScheduleConfig::default(),
             Mode::Paper => ScheduleConfig::paper(),
             Mode::OursHop => ScheduleConfig {
                 flood_mode: FloodMode::Hops,
@@ -46,7 +51,7 @@ impl Mode {
     pub fn prefer(self) -> Option<SameDistance> {
         match self {
             Mode::Ours | Mode::OursHop => Some(SameDistance::DEFAULT),
-            Mode::Paper => None,
+            Mode::Paper | Mode::OursNearest => None,
         }
     }
 
