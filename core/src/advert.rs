@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::resources::Resources;
+use crate::resources::{Machine, Resources};
 
 /// A job's identity, unique in the grid (the home picks it at random).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -215,6 +215,10 @@ pub enum Message<P> {
         distance: Duration,
         /// What the node has left after this offer.
         residue: Resources,
+        /// The node's cores in all, how many are busy, and how fast they
+        /// are: among equally near offers the home prefers idle, then
+        /// faster nodes (see [`crate::allocation::SameDistance`]).
+        machine: Machine,
     },
     /// Node to home, once per job: why the node offers nothing.
     Decline {

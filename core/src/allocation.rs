@@ -10,12 +10,21 @@
 //!
 //! Ranks are then numbered along `slist`. Nodes that got no worker have their
 //! hold released.
+//!
+//! Nearest first is what P2P-MPI and Zorilla do. Grids are not uniform
+//! (issue 17, after the multi-core desktop grids paper): among offers at
+//! the *same distance* ([`SameDistance`]) the home prefers nodes that run
+//! nothing else, then faster ones, then less loaded ones
+//! ([`allocate_preferring`]), as that paper's job pushing prefers free
+//! nodes and among them the fastest. Distance still comes first: the order
+//! changes only within a group of equally near offers, never across groups.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::advert::Strategy;
+use crate::resources::Machine;
 
 /// An offering node as the home sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +35,91 @@ pub struct Candidate<P> {
     pub rtt: Duration,
     /// How many workers the node offered.
     pub offered: u32,
+    /// What the node said of its machine (cores, load, speed).
+    pub machine: Machine,
+}
+
+/// When two offers count as equally near: the home then prefers idle,
+/// then faster, then less loaded nodes among them.
+///
+/// Offers are grouped nearest first: a group starts at the nearest offer
+/// not grouped yet, at RTT `r`, and takes every offer within
+/// `r + max(absolute, r * relative_permille / 1000)`. So every offer of a
+/// group is farther than every offer of the groups before it, and the
+/// nearest offer of a group decides its extent (a chain of offers each a
+/// little farther than the last cannot stretch a group without bound).
+///
+/// Why a tolerance at all: measured RTTs are noisy (queueing only adds:
+/// samples of one path vary by some 10%), and the machines of one site or
+/// LAN are a few hundred microseconds apart whichever is measured first; a
+/// home that ranked them by RTT alone would choose among them by noise.
+/// Why these defaults ([`SameDistance::DEFAULT`]): 250 µs spans a LAN
+/// (the home itself, at RTT zero, and the machines of its site, some 100
+/// to 200 µs away, are one group), yet stays below the RTT to another
+/// site (0.5 ms at the least in the simulator's grids, which count a
+/// worker as out of order when a free one was nearer by more than the
+/// within-site RTT, 200 µs); 5% is half the measurement noise, so that
+/// the machines of one far site mostly fall in one group, while sites
+/// that differ by more than a twentieth of their distance stay apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SameDistance {
+    /// Offers within this much of a group's nearest are in the group.
+    pub absolute: Duration,
+    /// ... or within this share of its RTT, in per mille, whichever is
+    /// more.
+    pub relative_permille: u32,
+}
+
+impl SameDistance {
+    /// 250 µs or 5%, whichever is more (see the type's docs for why).
+    pub const DEFAULT: SameDistance = SameDistance {
+        absolute: Duration::from_micros(250),
+        relative_permille: 50,
+    };
+
+    /// The farthest RTT in the group whose nearest offer is at `nearest`
+    /// (saturating: RTTs come from peers).
+    pub fn reach(&self, nearest: Duration) -> Duration {
+        let relative = nearest
+            .checked_mul(self.relative_permille)
+            .map_or(Duration::MAX, |d| d / 1000);
+        nearest.saturating_add(self.absolute.max(relative))
+    }
+}
+
+impl Default for SameDistance {
+    fn default() -> Self {
+        SameDistance::DEFAULT
+    }
+}
+
+/// Orders offers for `slist`: nearest first (ties by node order); with
+/// `same`, within each group of equally near offers, idle nodes first,
+/// then faster, then less loaded, then nearer, then by node order.
+fn order<P: Ord>(candidates: &[Candidate<P>], same: Option<SameDistance>) -> Vec<&Candidate<P>> {
+    let mut slist: Vec<&Candidate<P>> = candidates.iter().filter(|c| c.offered > 0).collect();
+    slist.sort_by(|a, b| a.rtt.cmp(&b.rtt).then_with(|| a.node.cmp(&b.node)));
+    let Some(same) = same else {
+        return slist;
+    };
+    let mut start = 0;
+    while start < slist.len() {
+        let reach = same.reach(slist[start].rtt);
+        let len = slist[start..].iter().take_while(|c| c.rtt <= reach).count();
+        slist[start..start + len].sort_by(|a, b| {
+            let key = |c: &Candidate<P>| {
+                (
+                    !c.machine.is_idle(),
+                    std::cmp::Reverse(c.machine.speed),
+                    c.machine.load_permille(),
+                    c.rtt,
+                )
+            };
+            key(a).cmp(&key(b)).then_with(|| a.node.cmp(&b.node))
+        });
+        start += len.max(1);
+    }
+    slist
 }
 
 /// The workers one node runs.
@@ -46,8 +140,19 @@ pub fn allocate<P: Clone + Ord>(
     candidates: &[Candidate<P>],
     n: u32,
 ) -> Option<Vec<Assignment<P>>> {
-    let mut slist: Vec<&Candidate<P>> = candidates.iter().filter(|c| c.offered > 0).collect();
-    slist.sort_by(|a, b| a.rtt.cmp(&b.rtt).then_with(|| a.node.cmp(&b.node)));
+    allocate_preferring(strategy, candidates, n, None)
+}
+
+/// [`allocate`], but with `same`, among offers at the same distance the
+/// nodes that run nothing else come first, then the faster ones, then the
+/// less loaded ones ([`SameDistance`]); `None` is [`allocate`].
+pub fn allocate_preferring<P: Clone + Ord>(
+    strategy: Strategy,
+    candidates: &[Candidate<P>],
+    n: u32,
+    same: Option<SameDistance>,
+) -> Option<Vec<Assignment<P>>> {
+    let mut slist = order(candidates, same);
     slist.truncate(n as usize);
     let capacity: Vec<u32> = slist.iter().map(|c| c.offered.min(n)).collect();
     if capacity.iter().map(|c| u64::from(*c)).sum::<u64>() < u64::from(n) {
@@ -101,6 +206,7 @@ mod tests {
                 node,
                 rtt: Duration::from_micros(rtt),
                 offered,
+                machine: Machine::default(),
             })
             .collect()
     }
@@ -132,7 +238,135 @@ mod tests {
         assert_eq!(allocate(Strategy::Spread, &offers, 4), None);
     }
 
+    /// Offers `(node, rtt µs, offered, busy cores of 8, speed)`.
+    fn machines(offers: &[(u32, u64, u32, u32, u32)]) -> Vec<Candidate<u32>> {
+        offers
+            .iter()
+            .map(|&(node, rtt, offered, busy, speed)| Candidate {
+                node,
+                rtt: Duration::from_micros(rtt),
+                offered,
+                machine: Machine {
+                    cores: 8,
+                    busy,
+                    speed,
+                },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn among_equally_near_offers_idle_then_faster_nodes_come_first() {
+        // One site (0.2 ms, measured with noise): node 1 runs another
+        // job's workers, 2 is idle and slow, 3 idle and fast, 5 busy but
+        // fast; node 4, at another site, is idle and fastest of all.
+        let offers = machines(&[
+            (1, 200, 4, 2, 1000),
+            (2, 215, 4, 0, 800),
+            (3, 220, 4, 0, 1500),
+            (4, 5_000, 4, 0, 3000),
+            (5, 205, 4, 6, 2000),
+            (6, 210, 4, 2, 2000),
+        ]);
+        let prefer = Some(SameDistance::DEFAULT);
+        let result = allocate_preferring(Strategy::Spread, &offers, 2, prefer).unwrap();
+        assert_eq!(counts(&result), vec![(3, 1), (2, 1)]);
+        // Among busy nodes of one speed, the less loaded first.
+        let result = allocate_preferring(Strategy::Spread, &offers, 4, prefer).unwrap();
+        assert_eq!(counts(&result), vec![(3, 1), (2, 1), (6, 1), (5, 1)]);
+        let result = allocate_preferring(Strategy::Concentrate, &offers, 6, prefer).unwrap();
+        assert_eq!(counts(&result), vec![(3, 4), (2, 2)]);
+        // Without the preference: by RTT alone.
+        let result = allocate(Strategy::Spread, &offers, 2).unwrap();
+        assert_eq!(counts(&result), vec![(1, 1), (5, 1)]);
+    }
+
+    #[test]
+    fn distance_still_comes_first_across_groups() {
+        // The home (RTT zero, busy) and its site (0.2 ms) are one group;
+        // the idle fast node 0.6 ms away is in the next one.
+        let offers = machines(&[
+            (0, 0, 1, 7, 1000),
+            (1, 200, 1, 1, 1000),
+            (2, 600, 4, 0, 4000),
+        ]);
+        let prefer = Some(SameDistance::DEFAULT);
+        let result = allocate_preferring(Strategy::Concentrate, &offers, 2, prefer).unwrap();
+        assert_eq!(counts(&result), vec![(1, 1), (0, 1)]);
+        // Groups are measured from their nearest offer, so a chain of
+        // offers each a little farther cannot stretch one: 10 and 10.4 ms
+        // are one group (within 5% of 10), 10.8 and 11.2 ms the next.
+        let offers = machines(&[
+            (1, 10_000, 1, 3, 1000),
+            (2, 10_400, 1, 0, 1000),
+            (3, 10_800, 1, 3, 1000),
+            (4, 11_200, 1, 0, 1000),
+        ]);
+        let result = allocate_preferring(Strategy::Spread, &offers, 3, prefer).unwrap();
+        assert_eq!(counts(&result), vec![(2, 1), (1, 1), (4, 1)]);
+    }
+
+    #[test]
+    fn hostile_rtts_and_figures_do_not_panic() {
+        let same = SameDistance {
+            absolute: Duration::MAX,
+            relative_permille: u32::MAX,
+        };
+        assert_eq!(same.reach(Duration::MAX), Duration::MAX);
+        assert_eq!(SameDistance::DEFAULT.reach(Duration::MAX), Duration::MAX);
+        let offers = vec![
+            Candidate {
+                node: 1,
+                rtt: Duration::MAX,
+                offered: u32::MAX,
+                machine: Machine {
+                    cores: 0,
+                    busy: u32::MAX,
+                    speed: 0,
+                },
+            },
+            Candidate {
+                node: 2,
+                rtt: Duration::MAX,
+                offered: 1,
+                machine: Machine {
+                    cores: u32::MAX,
+                    busy: u32::MAX,
+                    speed: u32::MAX,
+                },
+            },
+        ];
+        let result = allocate_preferring(Strategy::Spread, &offers, 2, Some(same)).unwrap();
+        assert_eq!(counts(&result), vec![(2, 1), (1, 1)]);
+    }
+
     proptest! {
+        /// With the preference: exactly `n` placed within the offers, and
+        /// an offer left out while a farther one was used is in that
+        /// one's group of equally near offers.
+        #[test]
+        fn a_preferring_allocation_never_skips_a_nearer_group(
+            offers in proptest::collection::vec(
+                (0u32..50, 0u64..3000, 0u32..8, 0u32..9, 1u32..4000), 0..40),
+            n in 1u32..100,
+        ) {
+            let mut seen = std::collections::BTreeSet::new();
+            let offers: Vec<_> = offers.into_iter().filter(|o| seen.insert(o.0)).collect();
+            let offers = machines(&offers);
+            let same = SameDistance::DEFAULT;
+            let Some(result) = allocate_preferring(Strategy::Concentrate, &offers, n, Some(same)) else {
+                return Ok(());
+            };
+            prop_assert_eq!(result.iter().map(|a| a.workers).sum::<u32>(), n);
+            let rtt = |node: u32| offers.iter().find(|c| c.node == node).unwrap().rtt;
+            for left in offers.iter().filter(|c| c.offered > 0 && !result.iter().any(|a| a.node == c.node)) {
+                for used in &result {
+                    let used = rtt(used.node);
+                    prop_assert!(left.rtt >= used || used <= same.reach(left.rtt));
+                }
+            }
+        }
+
         #[test]
         fn every_allocation_places_exactly_n_within_offers(
             offers in proptest::collection::vec((0u32..50, 0u64..1000, 0u32..8), 0..40),

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::advert::{Advert, FloodHeader, Message};
-use crate::resources::Resources;
+use crate::resources::{Machine, Resources};
 
 /// The most workers one job may ask for: 10,000. A job's placement (one
 /// peer id per rank, about 60 bytes in CBOR) then stays under 600 KiB, well
@@ -55,6 +55,17 @@ pub const MAX_ADVERT_EXPIRY: Duration = MAX_LIFETIME;
 /// budget a message may carry: 60 s. No link of a working grid is that
 /// slow; a path of 255 hops of it still sums to less than 5 hours.
 pub const MAX_RTT: Duration = Duration::from_secs(60);
+
+/// The most cores a node may say it has: 65,536 (the largest machines
+/// have a few thousand).
+pub const MAX_NODE_CORES: u32 = 1 << 16;
+
+/// The highest CPU speed figure a node may state: a million, a thousand
+/// times the reference machine's
+/// ([`REFERENCE_SPEED`](crate::resources::REFERENCE_SPEED)). Speeds are
+/// relative scores; bounding them keeps a hostile node from claiming
+/// an absurd one, and keeps any sum or product of them safe.
+pub const MAX_SPEED: u32 = 1_000_000;
 
 /// The most arguments a job may give its workers: 256.
 pub const MAX_ARGS: usize = 256;
@@ -151,6 +162,17 @@ pub fn check_resources(per_worker: &Resources) -> Result<(), LimitError> {
     at_most("disk_mib", per_worker.disk_mib, MAX_DISK_MIB)
 }
 
+/// Checks what an offering node says of its machine: at most
+/// [`MAX_NODE_CORES`] cores, no more busy than it has, a speed from 1 to
+/// [`MAX_SPEED`], and a residue (cores left after the offer) no more than
+/// its cores.
+pub fn check_machine(machine: &Machine, residue: &Resources) -> Result<(), LimitError> {
+    at_most("node cores", machine.cores, MAX_NODE_CORES)?;
+    at_most("busy cores", machine.busy, machine.cores)?;
+    at_most("cores left", residue.cores, machine.cores)?;
+    one_to("CPU speed", machine.speed, MAX_SPEED)
+}
+
 /// Checks a flood header that came from a peer: latency budget and path
 /// RTT at most [`MAX_RTT`] (the TTL is a byte, and the flood router caps
 /// what it forwards).
@@ -177,13 +199,19 @@ pub fn check_advert<P>(advert: &Advert<P>) -> Result<(), LimitError> {
 pub fn check_message<P>(msg: &Message<P>) -> Result<(), LimitError> {
     match msg {
         Message::Advert(advert) => check_advert(advert),
-        // The residue is what the offering node has left: a node's total,
-        // which the home only reports, so it is not bounded here.
+        // The residue's memory and disk are what the offering node has
+        // left, which the home only reports; its cores and the machine's
+        // figures rank offers (`check_machine`).
         Message::Offer {
-            workers, distance, ..
+            workers,
+            distance,
+            residue,
+            machine,
+            ..
         } => {
             one_to("offered workers", *workers, MAX_WORKERS)?;
-            duration_at_most("distance", *distance, MAX_RTT)
+            duration_at_most("distance", *distance, MAX_RTT)?;
+            check_machine(machine, residue)
         }
         Message::Grant {
             ranks, placement, ..
@@ -268,11 +296,31 @@ mod tests {
             workers,
             distance,
             residue: Resources::ZERO,
+            machine: Machine::default(),
         };
         assert_eq!(check_message(&offer(4, Duration::from_millis(3))), Ok(()));
         assert!(check_message(&offer(u32::MAX, Duration::ZERO)).is_err());
         assert!(check_message(&offer(0, Duration::ZERO)).is_err());
         assert!(check_message(&offer(1, Duration::MAX)).is_err());
+        let machine = |cores, busy, speed, left| Message::<u32>::Offer {
+            hold: HoldId(0),
+            job: JobId(1),
+            workers: 1,
+            distance: Duration::ZERO,
+            residue: Resources::new(left, u64::MAX, u64::MAX),
+            machine: Machine { cores, busy, speed },
+        };
+        assert_eq!(check_message(&machine(64, 63, 1, 0)), Ok(()));
+        assert_eq!(
+            check_message(&machine(MAX_NODE_CORES, 0, MAX_SPEED, MAX_NODE_CORES)),
+            Ok(())
+        );
+        let field = |msg| check_message(&msg).unwrap_err().field;
+        assert_eq!(field(machine(u32::MAX, 0, 1000, 0)), "node cores");
+        assert_eq!(field(machine(8, 9, 1000, 0)), "busy cores");
+        assert_eq!(field(machine(8, 0, 1000, 9)), "cores left");
+        assert_eq!(field(machine(8, 0, 0, 0)), "CPU speed");
+        assert_eq!(field(machine(8, 0, u32::MAX, 0)), "CPU speed");
         let grant = |ranks: Vec<u32>| Message::<u32>::Grant {
             hold: HoldId(0),
             job: JobId(1),

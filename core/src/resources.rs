@@ -1,4 +1,8 @@
-//! Resources a node offers and a worker needs: cores, memory and disk.
+//! Resources a node offers and a worker needs: cores, memory and disk;
+//! and what an offering node says of its machine ([`Machine`]: all its
+//! cores, how many are busy, how fast they are), so that a home can prefer
+//! idle and faster nodes among equally near ones (issue 17, after the
+//! multi-core desktop grids paper).
 
 use serde::{Deserialize, Serialize};
 
@@ -76,6 +80,57 @@ impl Resources {
             cores: self.cores.saturating_add(other.cores),
             memory_mib: self.memory_mib.saturating_add(other.memory_mib),
             disk_mib: self.disk_mib.saturating_add(other.disk_mib),
+        }
+    }
+}
+
+/// The CPU speed figure of the reference machine: a node as fast as it
+/// says 1000, one twice as fast 2000. The figure is relative (a benchmark
+/// score the owner configures or the node measures), so only ratios
+/// between nodes mean anything.
+pub const REFERENCE_SPEED: u32 = 1000;
+
+/// What an offering node says of its machine besides what it has left: the
+/// home ranks equally near offers by it (see
+/// [`crate::allocation::SameDistance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Machine {
+    /// The cores the node offers to jobs in all.
+    pub cores: u32,
+    /// Of those, the cores running workers or held for offers when this
+    /// offer was made, this offer's own hold not counted. Zero: the node is
+    /// idle, and a worker placed there shares its memory and caches with
+    /// no other (the paper's contention model slows co-located workers
+    /// down by 10% at the least).
+    pub busy: u32,
+    /// How fast a core of the node is, against [`REFERENCE_SPEED`].
+    pub speed: u32,
+}
+
+impl Machine {
+    /// Whether no core of the node runs or holds workers.
+    pub fn is_idle(&self) -> bool {
+        self.busy == 0
+    }
+
+    /// The busy share of the node's cores, in per mille (0 for a node of no
+    /// cores; saturating, so that any values are safe).
+    pub fn load_permille(&self) -> u32 {
+        if self.cores == 0 {
+            return 0;
+        }
+        let permille = u64::from(self.busy.min(self.cores)) * 1000 / u64::from(self.cores);
+        permille as u32
+    }
+}
+
+impl Default for Machine {
+    /// An idle machine of no stated cores at the reference speed.
+    fn default() -> Self {
+        Machine {
+            cores: 0,
+            busy: 0,
+            speed: REFERENCE_SPEED,
         }
     }
 }

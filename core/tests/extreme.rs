@@ -18,7 +18,7 @@ use zorilla_core::node::{
     Failure, Input, JobEvent, JobSpec, LostPolicy, Output, Phase, Scheduler, SchedulerConfig,
     WorkerEnd,
 };
-use zorilla_core::resources::Resources;
+use zorilla_core::resources::{Machine, Resources};
 
 const ME: u32 = 0;
 
@@ -51,6 +51,11 @@ fn big() -> impl Strategy<Value = u64> {
 
 fn resources() -> impl Strategy<Value = Resources> {
     (count(), big(), big()).prop_map(|(c, m, d)| Resources::new(c, m, d))
+}
+
+/// Cores, busy cores and speed, each ordinary or extreme.
+fn machine() -> impl Strategy<Value = Machine> {
+    (count(), count(), count()).prop_map(|(cores, busy, speed)| Machine { cores, busy, speed })
 }
 
 fn workers() -> impl Strategy<Value = WorkerCount> {
@@ -116,15 +121,16 @@ fn ranks() -> impl Strategy<Value = Vec<u32>> {
 fn message() -> impl Strategy<Value = Message<u32>> {
     prop_oneof![
         advert().prop_map(Message::Advert),
-        (job(), count(), duration(), resources()).prop_map(|(job, workers, distance, residue)| {
-            Message::Offer {
+        (job(), count(), duration(), resources(), machine()).prop_map(
+            |(job, workers, distance, residue, machine)| Message::Offer {
                 hold: HoldId(0),
                 job,
                 workers,
                 distance,
                 residue,
+                machine,
             }
-        }),
+        ),
         job().prop_map(|job| Message::Decline {
             job,
             reason: DeclineReason::Busy

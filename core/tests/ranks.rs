@@ -12,7 +12,7 @@ use zorilla_core::node::{
     EndReason, Input, JobEvent, JobSpec, LostPolicy, LostReason, Output, Phase, Rank, RankOutcome,
     Scheduler, SchedulerConfig, WorkerEnd,
 };
-use zorilla_core::resources::Resources;
+use zorilla_core::resources::{Machine, Resources};
 use zorilla_core::schedule::ScheduleConfig;
 
 const HOME: u32 = 0;
@@ -70,6 +70,7 @@ fn offer(home: &mut Scheduler<u32>, now: Duration, from: u32) -> Vec<Output<u32>
                 workers: 1,
                 distance: ms(1),
                 residue: Resources::ZERO,
+                machine: Machine::default(),
             },
             rtt: Some(ms(1)),
         },
@@ -469,6 +470,7 @@ fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
                 workers: 2,
                 distance: ms(1),
                 residue: Resources::ZERO,
+                machine: Machine::default(),
             },
             rtt: Some(ms(1)),
         },

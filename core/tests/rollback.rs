@@ -14,7 +14,7 @@ use zorilla_core::node::{
     CheckpointRefused, EndReason, Input, JobEntry, JobEvent, JobSpec, JobState, LostPolicy,
     LostReason, Output, RankOutcome, Scheduler, SchedulerConfig, WorkerEnd,
 };
-use zorilla_core::resources::Resources;
+use zorilla_core::resources::{Machine, Resources};
 use zorilla_core::schedule::ScheduleConfig;
 
 const JOB: JobId = JobId(7);
@@ -104,6 +104,7 @@ impl Home {
             workers,
             distance: ms(1),
             residue: Resources::ZERO,
+            machine: Machine::default(),
         };
         let out = self.handle(
             now,
@@ -439,6 +440,7 @@ fn a_home_that_takes_the_job_over_rolls_back_from_the_logged_checkpoints() {
                 workers: 1,
                 distance: ms(1),
                 residue: Resources::ZERO,
+                machine: Machine::default(),
             },
             rtt: Some(ms(1)),
         },
@@ -489,6 +491,7 @@ fn a_job_that_replaces_or_fails_never_rolls_back_and_logs_no_checkpoint() {
                 workers: 1,
                 distance: ms(1),
                 residue: Resources::ZERO,
+                machine: Machine::default(),
             };
             let out = sched.handle(
                 ms(u64::from(node)),

@@ -10,7 +10,7 @@ use zorilla_core::node::{
     EndReason, Input, JobEntry, JobEvent, JobSpec, JobState, LostPolicy, Output, Rank, Scheduler,
     SchedulerConfig, WorkerEnd,
 };
-use zorilla_core::resources::Resources;
+use zorilla_core::resources::{Machine, Resources};
 use zorilla_core::schedule::ScheduleConfig;
 
 const JOB: JobId = JobId(7);
@@ -87,6 +87,7 @@ impl Logged {
                     workers,
                     distance: ms(1),
                     residue: Resources::ZERO,
+                    machine: Machine::default(),
                 },
                 rtt: Some(ms(1)),
             },
@@ -335,6 +336,7 @@ fn a_successor_floods_for_lost_ranks_under_numbers_the_old_home_never_used() {
                 workers: 1,
                 distance: ms(1),
                 residue: Resources::ZERO,
+                machine: Machine::default(),
             },
             rtt: Some(ms(1)),
         },
@@ -365,6 +367,7 @@ fn an_ended_job_stays_ended_at_its_successor_and_its_nodes_hear_it_again() {
                 workers: 1,
                 distance: ms(1),
                 residue: Resources::ZERO,
+                machine: Machine::default(),
             },
             rtt: None,
         },
@@ -433,6 +436,7 @@ fn an_old_home_steps_down_silently_and_its_own_ranks_follow_the_job() {
                 workers: 1,
                 distance: ms(1),
                 residue: Resources::ZERO,
+                machine: Machine::default(),
             },
             rtt: Some(ms(1)),
         },

@@ -17,6 +17,7 @@
 //! cores = 4                          # offered to jobs (default: detected)
 //! memory_mib = 8192                  # offered to jobs (default: detected)
 //! disk_mib = 10000                   # offered to jobs (default: free disk of state_dir)
+//! cpu_speed = 1500                   # relative CPU speed, 1000 = reference (default 1000)
 //! max_jobs = 16                      # J: jobs with workers here at once
 //! max_workers_per_job = 8            # P: workers of one job here
 //! max_cpu_time_secs = 3600           # CPU time per worker (default: no cap)
@@ -157,6 +158,13 @@ pub struct Config {
     /// outputs. Default: [`DEFAULT_DISK_SHARE`] of the state directory's
     /// free space.
     pub disk_mib: Option<u64>,
+    /// How fast this machine's cores are against a reference machine's
+    /// (1000): a benchmark score of the owner's, 1 to
+    /// [`zorilla_core::limits::MAX_SPEED`]. Offers carry it, and among
+    /// equally near offers a home prefers idle, then faster machines.
+    /// Default [`zorilla_core::resources::REFERENCE_SPEED`] (1000): with
+    /// every node at the default, homes prefer idle ones only.
+    pub cpu_speed: Option<u32>,
     /// J: jobs with workers on this node at once. Default
     /// [`DEFAULT_MAX_JOBS`].
     pub max_jobs: Option<u32>,
@@ -281,6 +289,7 @@ impl Config {
             cores,
             memory_mib,
             disk_mib,
+            cpu_speed,
             max_jobs,
             max_workers_per_job,
             max_cpu_time_secs,
@@ -377,6 +386,7 @@ mod tests {
         let config = Config::from_toml(&example, Path::new("example")).unwrap();
         assert_eq!(config.network.as_deref(), Some("physics-lab"));
         assert_eq!(config.max_workers_per_job, Some(8));
+        assert_eq!(config.cpu_speed, Some(1500));
         assert_eq!(config.client, Some("127.0.0.1:4100".parse().unwrap()));
         assert_eq!(config.web, Some("127.0.0.1:8080".parse().unwrap()));
         assert_eq!(config.max_connections, Some(128));

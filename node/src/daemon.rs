@@ -136,8 +136,13 @@ impl Daemon {
             },
             ..zorilla_webui::grid::GridSettings::default()
         };
+        let speed = config
+            .cpu_speed
+            .unwrap_or(zorilla_core::resources::REFERENCE_SPEED);
+        zorilla_core::limits::one_to("cpu_speed", speed, zorilla_core::limits::MAX_SPEED)?;
         let scheduler = SchedulerConfig {
             resources,
+            speed,
             limits: OwnerLimits {
                 max_jobs: config.max_jobs.unwrap_or(config::DEFAULT_MAX_JOBS),
                 max_workers_per_job: config

@@ -13,7 +13,7 @@ use zorilla_core::advert::{
     Advert, DeclineReason, FloodHeader, HoldId, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
 use zorilla_core::node::{Failure, LostPolicy, Phase, WorkerEnd};
-use zorilla_core::resources::Resources;
+use zorilla_core::resources::{Machine, Resources};
 use zorilla_overlay::PeerId;
 
 use crate::protocol::{
@@ -444,6 +444,11 @@ fn message(g: &mut Gen) -> Message<PeerId> {
             workers: g.u32(),
             distance: g.duration(),
             residue: resources(g),
+            machine: Machine {
+                cores: g.u32(),
+                busy: g.u32(),
+                speed: g.u32(),
+            },
         },
         2 => Message::Decline {
             job,

@@ -58,6 +58,9 @@ struct Cli {
     /// Disk offered to jobs, MiB.
     #[arg(long, env = "ZORILLA_DISK_MIB")]
     disk_mib: Option<u64>,
+    /// Relative CPU speed of this machine (1000: the reference machine).
+    #[arg(long, env = "ZORILLA_CPU_SPEED")]
+    cpu_speed: Option<u32>,
     /// J: jobs with workers here at once.
     #[arg(long, env = "ZORILLA_MAX_JOBS")]
     max_jobs: Option<u32>,
@@ -134,6 +137,7 @@ impl Cli {
             cores: self.cores,
             memory_mib: self.memory_mib,
             disk_mib: self.disk_mib,
+            cpu_speed: self.cpu_speed,
             max_jobs: self.max_jobs,
             max_workers_per_job: self.max_workers_per_job,
             max_cpu_time_secs: self.max_cpu_time_secs,

@@ -236,7 +236,7 @@ mod tests {
 
     use zorilla_core::advert::{Advert, FloodHeader, HoldId, JobId, Phase, Strategy, WorkerCount};
     use zorilla_core::limits;
-    use zorilla_core::resources::Resources;
+    use zorilla_core::resources::{Machine, Resources};
     use zorilla_overlay::config::DEFAULT_MAX_MESSAGE_SIZE;
 
     use super::*;
@@ -420,8 +420,27 @@ mod tests {
             workers: u32::MAX,
             distance: Duration::MAX,
             residue: Resources::ZERO,
+            machine: Machine::default(),
         });
         assert!(refused(offer).contains("offered workers"));
+        // What an offer says of its machine is bounded too: a node cannot
+        // claim more busy cores than it has, nor an absurd speed.
+        let offer = |machine| {
+            PeerRpc::Sched(Message::Offer {
+                hold: HoldId(0),
+                job: JobId(1),
+                workers: 1,
+                distance: Duration::from_millis(1),
+                residue: Resources::new(1, 0, 0),
+                machine,
+            })
+        };
+        let machine = |cores, busy, speed| Machine { cores, busy, speed };
+        assert!(validate::peer_rpc(&offer(machine(4, 3, 1500))).is_ok());
+        assert!(refused(offer(machine(u32::MAX, 0, 1000))).contains("node cores"));
+        assert!(refused(offer(machine(4, 5, 1000))).contains("busy cores"));
+        assert!(refused(offer(machine(4, 0, u32::MAX))).contains("CPU speed"));
+        assert!(refused(offer(machine(0, 0, 1000))).contains("cores left"));
         let placed = BTreeMap::from([(
             u32::MAX,
             Placed {

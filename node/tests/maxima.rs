@@ -22,7 +22,7 @@ use zorilla_core::advert::{
 };
 use zorilla_core::flood::FloodId;
 use zorilla_core::limits;
-use zorilla_core::resources::Resources;
+use zorilla_core::resources::{Machine, Resources};
 use zorilla_node::client::{Client, ClientError};
 use zorilla_node::protocol::{ErrorKind, JobPhase, JobRequest, NamedFile};
 
@@ -396,6 +396,11 @@ async fn a_hostile_peers_extreme_values_do_not_crash_the_node() {
         workers: u32::MAX,
         distance: Duration::MAX,
         residue: Resources::new(u32::MAX, u64::MAX, u64::MAX),
+        machine: Machine {
+            cores: u32::MAX,
+            busy: u32::MAX,
+            speed: u32::MAX,
+        },
     });
     let placement = PeerRpc::Sched(Message::Placement {
         job: JobId(waiting),

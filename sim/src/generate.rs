@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use zorilla_core::advert::Strategy;
 
-use crate::scenario::{Cluster, Latency, OverlaySetup, Scenario, SitePair, Workload};
+use crate::scenario::{Cluster, Contention, Latency, OverlaySetup, Scenario, SitePair, Workload};
 
 /// How large generated scenarios are.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +79,7 @@ pub fn scenario(seed: u64, size: Size) -> Scenario {
             machines,
             cores,
             memory_mib: 64 * 1024,
+            speed: None,
         });
         places.push((
             rng.random_range(0.0..size.span_ms),
@@ -134,12 +135,39 @@ pub fn scenario(seed: u64, size: Size) -> Scenario {
             strategy,
             duration_s: Some((5.0, 30.0)),
             lifetime_s: 120.0,
+            memory_mib: None,
             sweep: None,
         },
         churn: None,
         failover: None,
         until_s: f64::from(size.jobs) * 5.0 + 300.0,
+        contention: None,
     }
+}
+
+/// The random scenario of `seed` ([`scenario`]) on heterogeneous machines
+/// (issue 17): every machine a CPU speed of its own, drawn from 0.5 to 2
+/// times the reference machine's (a desktop grid mixes machine
+/// generations, within a site too), co-located workers slowed down by
+/// the multi-core desktop grids paper's contention model with its
+/// parameters ([`Contention::default`]), and each job's workers needing
+/// 0.5 to 8 GiB of memory (so that workers that fill a machine's memory
+/// slow each other down more than the 10% of any sharing). The grid's
+/// sites, RTTs and jobs are those of [`scenario`] with the same seed; the
+/// speeds and memory come from streams of their own.
+pub fn heterogeneous(seed: u64, size: Size) -> Scenario {
+    let mut scenario = scenario(seed, size);
+    scenario.name = format!("hetero-{seed}");
+    scenario.description = format!("generated from seed {seed}, heterogeneous machines");
+    for cluster in &mut scenario.clusters {
+        cluster.speed = Some((0.5, 2.0));
+    }
+    scenario.workload.memory_mib = Some((512, 8 * 1024));
+    scenario.contention = Some(Contention::default());
+    // Workers on slow, crowded machines run up to some 2 x 1.1 times
+    // their 30 s; jobs wait for each other more: time to finish.
+    scenario.until_s += 600.0;
+    scenario
 }
 
 #[cfg(test)]

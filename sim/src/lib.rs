@@ -5,7 +5,10 @@
 //! file; [`report`] turns runs into the human summary, CSV and SVG plot that
 //! `zorilla-sim` writes, and measures locality against an oracle;
 //! [`generate`] makes random scenarios and [`random`] runs many of them
-//! side by side (`zorilla-sim --random N`).
+//! side by side (`zorilla-sim --random N`), also on heterogeneous
+//! machines whose workers run by work, CPU speed and the multi-core
+//! desktop grids paper's contention model, for job turnaround
+//! (`zorilla-sim --hetero N`).
 
 pub mod generate;
 pub mod random;

@@ -56,6 +56,66 @@ pub fn run(
     Ok(runs)
 }
 
+/// The jobs of one scheduler on one heterogeneous generated topology
+/// ([`generate::heterogeneous`]): how long each took from submission to
+/// its end.
+#[derive(Debug, Clone)]
+pub struct Turnarounds {
+    /// The topology's seed.
+    pub seed: u64,
+    /// The scheduler.
+    pub mode: Mode,
+    /// Jobs submitted.
+    pub jobs: usize,
+    /// The turnaround of every job that completed, in seconds, in job
+    /// order.
+    pub seconds: Vec<f64>,
+    /// The run's aggregates of placement (locality, messages).
+    pub summary: Summary,
+    /// Invariant violations (none expected).
+    pub violations: usize,
+}
+
+/// Runs seeds `seeds` of heterogeneous generated scenarios of `size`
+/// with every mode, for job turnaround.
+pub fn turnarounds(
+    seeds: impl IntoIterator<Item = u64>,
+    size: Size,
+    modes: &[Mode],
+) -> anyhow::Result<Vec<Turnarounds>> {
+    let mut runs = Vec::new();
+    for seed in seeds {
+        let scenario = generate::heterogeneous(seed, size);
+        for &mode in modes {
+            let report = run_scenario(&scenario, mode, seed)?;
+            runs.push(Turnarounds {
+                seed,
+                mode,
+                jobs: report.jobs.len(),
+                seconds: report
+                    .jobs
+                    .iter()
+                    .filter_map(|j| j.turnaround())
+                    .map(|t| t.as_secs_f64())
+                    .collect(),
+                summary: report.summary(),
+                violations: report.violations.len(),
+            });
+        }
+    }
+    Ok(runs)
+}
+
+/// Every completed job's turnaround of `mode` over all topologies, in
+/// seconds: its median, 95th percentile and worst ([`spread`]), and how
+/// many jobs completed of how many.
+pub fn turnaround_spread(runs: &[Turnarounds], mode: Mode) -> ((f64, f64, f64), usize, usize) {
+    let of_mode = || runs.iter().filter(move |r| r.mode == mode);
+    let all: Vec<f64> = of_mode().flat_map(|r| r.seconds.iter().copied()).collect();
+    let completed = all.len();
+    (spread(all), completed, of_mode().map(|r| r.jobs).sum())
+}
+
 /// Median, 95th percentile and worst of `values` (`NaN`s left out).
 pub fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
     values.retain(|v| !v.is_nan());
@@ -129,7 +189,7 @@ pub fn from_csv(text: &str) -> anyhow::Result<Vec<Run>> {
         if f.len() != 11 {
             return Err(bad());
         }
-        let mode = [Mode::Ours, Mode::Paper, Mode::OursHop]
+        let mode = [Mode::Ours, Mode::Paper, Mode::OursHop, Mode::OursNearest]
             .into_iter()
             .find(|m| m.name() == f[1])
             .ok_or_else(bad)?;

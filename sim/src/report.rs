@@ -265,6 +265,7 @@ fn mode_label(mode: Mode) -> &'static str {
         Mode::Ours => "latency-bounded floods, adaptive waits, nearest-k overlay",
         Mode::Paper => "paper baseline: hop floods, 1 s doubling, Bamboo-like overlay",
         Mode::OursHop => "ours with hop floods only (no latency budget)",
+        Mode::OursNearest => "ours, nearest offers first only (no idle/fast preference)",
     }
 }
 
@@ -274,5 +275,6 @@ pub(crate) fn mode_color(mode: Mode) -> RGBAColor {
         Mode::Ours => BLUE.to_rgba(),
         Mode::Paper => RED.to_rgba(),
         Mode::OursHop => GREEN.to_rgba(),
+        Mode::OursNearest => MAGENTA.to_rgba(),
     }
 }

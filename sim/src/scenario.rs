@@ -42,6 +42,33 @@ pub struct Scenario {
     pub failover: Option<FailoverSetup>,
     /// Simulated time after which the run stops, in seconds.
     pub until_s: f64,
+    /// Co-located workers slow each other down (the multi-core desktop
+    /// grids paper's model, see `sim::contention`); `None`: they do not.
+    #[serde(default)]
+    pub contention: Option<Contention>,
+}
+
+/// The multi-core desktop grids paper's contention model (its section
+/// 4.3): a worker on a machine that runs `n` workers in all, whose workers
+/// together use `C` of its memory `R`, runs `alpha = max(1 + p, n *
+/// (C/R)^m)` times as long as alone (1 when alone).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Contention {
+    /// The slow-down of a worker sharing its machine, for workers that are
+    /// not memory intensive: 0.1, what the paper measured (SPEC CPU2006,
+    /// NAS, AMBER, LAMMPS, POP on dual-core machines: 6% to 11% on
+    /// average).
+    pub p: f64,
+    /// How steeply memory contention grows as the workers fill the
+    /// machine's memory: 4, the paper's.
+    pub m: f64,
+}
+
+impl Default for Contention {
+    fn default() -> Self {
+        Contention { p: 0.1, m: 4.0 }
+    }
 }
 
 fn default_seeds() -> Vec<u64> {
@@ -61,6 +88,13 @@ pub struct Cluster {
     /// Memory per machine in MiB.
     #[serde(default = "default_memory")]
     pub memory_mib: u64,
+    /// CPU speed of each machine against the reference machine (1.0),
+    /// drawn uniformly from `[lo, hi]` per machine; absent: 1.0. A worker
+    /// that needs `w` seconds on the reference machine runs `w / speed`
+    /// on this one (and longer where it shares the machine, see
+    /// [`Contention`]).
+    #[serde(default)]
+    pub speed: Option<(f64, f64)>,
 }
 
 fn default_memory() -> u64 {
@@ -188,6 +222,11 @@ pub struct Workload {
     /// How long a job may wait for its workers, in seconds.
     #[serde(default = "default_lifetime")]
     pub lifetime_s: f64,
+    /// Memory each worker needs, in MiB, drawn per job uniformly from
+    /// `[lo, hi]`; absent: none. With [`Contention`], workers that fill a
+    /// machine's memory slow each other down most.
+    #[serde(default)]
+    pub memory_mib: Option<(u64, u64)>,
     /// Sweep instead: one job per size, each in a fresh grid (the
     /// P2P-MPI experiment). `jobs`, `interval_s` and `workers` are ignored.
     #[serde(default)]
@@ -269,6 +308,8 @@ pub struct Grid {
     pub cores: Vec<u32>,
     /// Memory of every machine.
     pub memory_mib: Vec<u64>,
+    /// CPU speed of every machine against the reference machine's (1.0).
+    pub speed: Vec<f64>,
     /// RTT between sites in microseconds (`rtt[a][a]` is within a site).
     pub rtt_us: Vec<Vec<u64>>,
 }
@@ -291,6 +332,8 @@ impl Scenario {
         let mut site_of = Vec::new();
         let mut cores = Vec::new();
         let mut memory_mib = Vec::new();
+        let mut speed = Vec::new();
+        let mut speeds = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5bee_d5ed);
         for cluster in &self.clusters {
             let site = match sites.iter().position(|s| *s == cluster.site) {
                 Some(i) => i,
@@ -303,6 +346,16 @@ impl Scenario {
                 site_of.push(site);
                 cores.push(cluster.cores);
                 memory_mib.push(cluster.memory_mib);
+                // From a stream of its own, so that grids without speeds
+                // draw everything else as before.
+                speed.push(match cluster.speed {
+                    None => 1.0,
+                    Some((lo, hi)) if lo > 0.0 && lo <= hi => speeds.random_range(lo..=hi),
+                    Some((lo, hi)) => bail!(
+                        "cluster at {}: speed range ({lo}, {hi}) must be positive and ordered",
+                        cluster.site
+                    ),
+                });
             }
         }
         if site_of.is_empty() {
@@ -384,6 +437,7 @@ impl Scenario {
             site_of,
             cores,
             memory_mib,
+            speed,
             rtt_us,
         })
     }

@@ -27,12 +27,13 @@ use zorilla_core::neighbours::keeper::PeerKeeper;
 use zorilla_core::node::{
     Input, JobEvent, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig, WorkerEnd,
 };
-use zorilla_core::resources::Resources;
+use zorilla_core::resources::{REFERENCE_SPEED, Resources};
 
 use crate::scenario::{Grid, Scenario};
 use node_overlay::NodeOverlay;
 use record::start_violation;
 
+pub use contention::alpha;
 pub use failover_report::{FailoverConfig, FailoverReport, STOP_BOUND, Takeover};
 pub use mode::Mode;
 pub use record::{JobPlan, JobRecord, RunReport};
@@ -40,6 +41,7 @@ pub use workload::{plan_jobs, shuffled, sweep_job};
 
 mod bamboo;
 mod churn;
+mod contention;
 mod coords;
 mod failover;
 mod failover_churn;
@@ -78,6 +80,9 @@ enum Event {
     WorkersEnd {
         node: u32,
         job: JobId,
+        /// Which schedule of the machine's ends this is (see
+        /// `contention`; always 0 in the plain model).
+        generation: u64,
     },
     /// A worker's end reported to its job's home (the real node's
     /// `WorkerEnded` call).
@@ -195,6 +200,13 @@ pub struct Sim {
     /// (omniscient bookkeeping).
     running: BTreeMap<(u32, JobId), BTreeMap<u32, u32>>,
     used: Vec<u32>,
+    /// Memory the workers running on each machine need together (MiB).
+    memory_used: Vec<u64>,
+    /// The work left of the workers running on each machine, per job
+    /// (only when workers run by work, speed and contention: `contention`).
+    work: BTreeMap<(u32, JobId), contention::Work>,
+    /// When each machine's work was last settled.
+    settled_at: Vec<Time>,
     /// Per machine, when workers ended there lately and how many: the
     /// oracle does not count cores free before news of them could have
     /// reached the home (see `judge_grant`).
@@ -275,6 +287,9 @@ impl Sim {
             jobs: BTreeMap::new(),
             running: BTreeMap::new(),
             used: vec![0; grid.len()],
+            memory_used: vec![0; grid.len()],
+            work: BTreeMap::new(),
+            settled_at: vec![Time::ZERO; grid.len()],
             freed: vec![VecDeque::new(); grid.len()],
             messages: 0,
             by_kind: BTreeMap::new(),
@@ -358,6 +373,10 @@ impl Sim {
             ),
             limits,
             schedule,
+            // What the machine's owner would configure: its speed against
+            // the reference machine's.
+            speed: (self.grid.speed[node as usize] * f64::from(REFERENCE_SPEED)).round() as u32,
+            prefer: self.mode.prefer(),
             ..SchedulerConfig::default()
         };
         let overlay = if self.mode.our_overlay() {
@@ -461,7 +480,14 @@ impl Sim {
                 }
             }
             Event::Submit { job } => self.submit(job),
-            Event::WorkersEnd { node, job } => {
+            Event::WorkersEnd {
+                node,
+                job,
+                generation,
+            } => {
+                if !self.current_end(node, job, generation) {
+                    return true;
+                }
                 if let Some(ranks) = self.running.remove(&(node, job)) {
                     self.workers_gone(node, job, ranks.len() as u32);
                     let ended: Vec<u32> = ranks.keys().copied().collect();
@@ -553,6 +579,8 @@ impl Sim {
                 replaced_ranks: 0,
                 running: 0,
                 duration: plan.duration,
+                memory_mib: plan.spec.per_worker.memory_mib,
+                ended_at: None,
                 ranks: BTreeMap::new(),
                 granting: BTreeMap::new(),
                 started: BTreeMap::new(),
@@ -686,9 +714,15 @@ impl Sim {
                     self.workers_started(node, job, home);
                     self.check_start(node, job, &ranks);
                     let count = ranks.len() as u32;
+                    let model = self.work_model();
+                    if model {
+                        self.settle(node);
+                    }
                     let running = self.running.entry((node, job)).or_default();
                     running.extend(ranks.iter().map(|r| (*r, incarnation)));
                     self.used[node as usize] += count;
+                    let memory = self.jobs.get(&job).map_or(0, |r| r.memory_mib);
+                    self.memory_used[node as usize] += memory * u64::from(count);
                     if self.used[node as usize] > self.grid.cores[node as usize] {
                         self.violations.push(format!(
                             "{:?}: node {node} runs {} workers on {} cores",
@@ -703,10 +737,24 @@ impl Sim {
                     if let Some(record) = self.jobs.get_mut(&job) {
                         record.running += count;
                         record.started.entry(node).or_default().extend(&ranks);
-                        if let Some(duration) = record.duration {
-                            let at = self.now + duration;
-                            self.push(at, Event::WorkersEnd { node, job });
+                        match record.duration {
+                            Some(work) if model => {
+                                self.add_work(node, job, work);
+                            }
+                            Some(duration) => {
+                                let at = self.now + duration;
+                                let end = Event::WorkersEnd {
+                                    node,
+                                    job,
+                                    generation: 0,
+                                };
+                                self.push(at, end);
+                            }
+                            None => {}
                         }
+                    }
+                    if model {
+                        self.reschedule(node);
                     }
                 }
                 Output::StopWorkers { job, .. } => {
@@ -743,7 +791,18 @@ impl Sim {
     }
 
     fn workers_gone(&mut self, node: u32, job: JobId, count: u32) {
+        let model = self.work_model();
+        if model {
+            self.settle(node);
+        }
         self.used[node as usize] -= count;
+        let memory = self.jobs.get(&job).map_or(0, |r| r.memory_mib);
+        let memory_used = &mut self.memory_used[node as usize];
+        *memory_used = memory_used.saturating_sub(memory * u64::from(count));
+        if model {
+            self.drop_work(node, job);
+            self.reschedule(node);
+        }
         let freed = &mut self.freed[node as usize];
         // News travels well under a second here (RTTs are bounded far
         // below that): keep no older ends.
@@ -821,6 +880,7 @@ impl Sim {
                         ));
                     }
                     record.ended = Some((phase, reason.to_string()));
+                    record.ended_at = Some(now);
                 }
             }
             JobEvent::RankEnded { .. } => {}

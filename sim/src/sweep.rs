@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use zorilla_core::advert::Strategy;
 use zorilla_core::allocation::{Candidate, allocate};
+use zorilla_core::resources::Machine;
 
 use crate::scenario::{Grid, Scenario};
 use crate::sim::{Mode, RunReport, Sim, sweep_job};
@@ -50,6 +51,7 @@ pub fn reference(grid: &Grid, home: u32, strategy: Strategy, n: u32, p: Option<u
             node: m,
             rtt: Duration::from_micros(grid.rtt_us(home, m)),
             offered: p.map_or(grid.cores[m as usize], |p| p.min(grid.cores[m as usize])),
+            machine: Machine::default(),
         })
         .collect();
     let mut sites = vec![(0, 0); grid.sites.len()];

@@ -66,6 +66,15 @@ impl<P: PeerKey> Scheduler<P> {
             // While offers enough to start are settling, another flood
             // would only reach farther nodes that will not be chosen.
             if job.next_flood_at.is_some_and(|at| at <= now) && !job.settling {
+                // A running job searches (to grow, or to replace lost
+                // ranks) for as long as it runs: every flood advertises
+                // its lifetime from now, as its search's first did (see
+                // `flood_afresh`). A search that outlasted the lifetime
+                // would otherwise advertise an expiry of zero, and every
+                // offer would be withdrawn as soon as it is made.
+                if job.phase != Phase::Scheduling {
+                    job.expires_at = job.expires_at.max(now.saturating_add(job.spec.lifetime));
+                }
                 let mut header = job.schedule.next_flood(now);
                 header.seq = header.seq.saturating_add(job.earlier_floods);
                 job.report.floods = job.schedule.floods();
@@ -114,6 +123,7 @@ impl<P: PeerKey> Scheduler<P> {
                 node: node.clone(),
                 rtt: offer.rtt,
                 offered: offer.workers,
+                machine: offer.machine,
             })
             .collect();
         let offered = candidates
@@ -135,7 +145,9 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         }
         let n = offered.min(wanted);
-        let Some(assignments) = allocate(job.spec.strategy, &candidates, n) else {
+        let prefer = self.config.prefer;
+        let Some(assignments) = allocate_preferring(job.spec.strategy, &candidates, n, prefer)
+        else {
             return;
         };
         // Spread wants one node per worker: while floods still find new
@@ -310,11 +322,15 @@ impl<P: PeerKey> Scheduler<P> {
         now: Time,
         from: P,
         job_id: JobId,
-        hold: HoldId,
-        workers: u32,
-        rtt: Duration,
+        offer: OfferIn,
         out: &mut Vec<Output<P>>,
     ) {
+        let OfferIn {
+            hold,
+            workers,
+            rtt,
+            machine,
+        } = offer;
         let refuse = match self.home.get_mut(&job_id) {
             None => Some(RefuseReason::UnknownJob),
             // The node raised a hold that a grant on its way to it uses:
@@ -347,6 +363,7 @@ impl<P: PeerKey> Scheduler<P> {
                             hold,
                             workers: 0,
                             rtt,
+                            machine,
                             since: now,
                         });
                         if held.hold == hold {
@@ -359,6 +376,7 @@ impl<P: PeerKey> Scheduler<P> {
                             held.workers = workers;
                         }
                         held.rtt = rtt;
+                        held.machine = machine;
                         None
                     }
                 }

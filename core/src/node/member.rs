@@ -106,7 +106,10 @@ impl<P: PeerKey> Scheduler<P> {
         if workers == 0 {
             return Err(DeclineReason::Busy);
         }
-        let residue = free.saturating_sub(&advert.per_worker.times(workers));
+        let mut residue = free.saturating_sub(&advert.per_worker.times(workers));
+        // Busy before this offer: every other hold and every worker.
+        let machine = self.machine(free.cores);
+        residue.cores = residue.cores.min(machine.cores);
         let held_until = now.saturating_add(self.config.hold_timeout).min(expires_at);
         let engagement = self
             .engaged
@@ -143,6 +146,7 @@ impl<P: PeerKey> Scheduler<P> {
                 workers,
                 distance,
                 residue,
+                machine,
             },
         }])
     }
@@ -170,18 +174,40 @@ impl<P: PeerKey> Scheduler<P> {
         if extra == 0 {
             return;
         }
+        // Busy apart from this hold: its cores are still counted out of
+        // `free`, and are not another job's load.
+        let own = e.per_worker.times(e.held).cores;
         e.held = e.held.saturating_add(extra);
-        let residue = free.saturating_sub(&e.per_worker.times(extra));
+        let mut residue = free.saturating_sub(&e.per_worker.times(extra));
+        let (home, hold, held, distance) = (e.home.clone(), e.hold, e.held, e.distance);
+        let machine = self.machine(free.cores.saturating_add(own));
+        residue.cores = residue.cores.min(machine.cores);
         out.push(Output::Send {
-            to: e.home.clone(),
+            to: home,
             msg: Message::Offer {
                 job,
-                hold: e.hold,
-                workers: e.held,
-                distance: e.distance,
+                hold,
+                workers: held,
+                distance,
                 residue,
+                machine,
             },
         });
+    }
+
+    /// What an offer says of this machine when `free` of its cores are
+    /// neither running workers nor held for other offers. Within the
+    /// limits a home checks ([`limits::check_machine`]) whatever the
+    /// configuration says: a larger machine says the most cores, its
+    /// busy ones and the residue's cores counted within them.
+    fn machine(&self, free: u32) -> Machine {
+        let cores = self.config.resources.cores;
+        let said = cores.min(limits::MAX_NODE_CORES);
+        Machine {
+            cores: said,
+            busy: cores.saturating_sub(free).min(said),
+            speed: self.config.speed.clamp(1, limits::MAX_SPEED),
+        }
     }
 
     pub(super) fn enqueue(&mut self, entry: Pending<P>) {

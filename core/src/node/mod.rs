@@ -73,10 +73,10 @@ use std::time::Duration;
 use crate::advert::{
     Advert, DeclineReason, HoldId, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
-use crate::allocation::{Candidate, allocate};
+use crate::allocation::{Candidate, allocate_preferring};
 use crate::checkpoint::CheckpointIndex;
 use crate::limits;
-use crate::resources::Resources;
+use crate::resources::{Machine, Resources};
 use crate::schedule::{FloodSchedule, Reach, WaitMode};
 use crate::{PeerKey, Time};
 
@@ -150,11 +150,22 @@ pub const MAX_ANSWERED: usize = 16_384;
 /// takes the job over knows only those logged before.
 pub const MAX_LOGGED_CHECKPOINTS: u32 = (crate::replica::MAX_LOG / 2) as u32;
 
+/// An offer as it arrives at the home, its RTT the home's measurement.
+#[derive(Debug, Clone, Copy)]
+struct OfferIn {
+    hold: HoldId,
+    workers: u32,
+    rtt: Duration,
+    machine: Machine,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct HeldOffer {
     hold: HoldId,
     workers: u32,
     rtt: Duration,
+    /// What the node's latest offer said of its machine.
+    machine: Machine,
     /// When the node's first offer arrived (a later one from the same
     /// node changes it not: see the settling in `try_allocate`).
     since: Time,
@@ -673,8 +684,17 @@ impl<P: PeerKey> Scheduler<P> {
                 hold,
                 workers,
                 distance,
+                machine,
                 ..
-            } => self.offer_received(now, from, job, hold, workers, rtt.unwrap_or(distance), out),
+            } => {
+                let offer = OfferIn {
+                    hold,
+                    workers,
+                    rtt: rtt.unwrap_or(distance),
+                    machine,
+                };
+                self.offer_received(now, from, job, offer, out)
+            }
             Message::Decline { job, reason } => {
                 if let Some(j) = self.home.get_mut(&job) {
                     j.new_answer(&from, now);

@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::advert::{JobId, Strategy, WorkerCount};
+use crate::allocation::SameDistance;
 use crate::limits::{self, LimitError};
-use crate::resources::Resources;
+use crate::resources::{REFERENCE_SPEED, Resources};
 use crate::schedule::ScheduleConfig;
 
 /// What the owner of a node allows (the P2P-MPI paper's owner limits).
@@ -37,6 +38,15 @@ impl<P: Ord> Default for OwnerLimits<P> {
 pub struct SchedulerConfig<P: Ord> {
     /// What this node offers to jobs in all.
     pub resources: Resources,
+    /// How fast this node's cores are against the reference machine
+    /// ([`REFERENCE_SPEED`]): a benchmark score the driver measures or the
+    /// owner configures. Offers carry it, with the cores in all and those
+    /// busy, so that homes prefer faster nodes among equally near ones.
+    pub speed: u32,
+    /// As a home: among offers at the same distance, prefer idle, then
+    /// faster, then less loaded nodes ([`SameDistance`]); `None`: nearest
+    /// first only, as the paper's scheduler.
+    pub prefer: Option<SameDistance>,
     /// The owner's limits.
     pub limits: OwnerLimits<P>,
     /// How the home floods the adverts of its jobs.
@@ -63,6 +73,8 @@ impl<P: Ord> Default for SchedulerConfig<P> {
     fn default() -> Self {
         SchedulerConfig {
             resources: Resources::new(1, 1024, 1024),
+            speed: REFERENCE_SPEED,
+            prefer: Some(SameDistance::DEFAULT),
             limits: OwnerLimits::default(),
             schedule: ScheduleConfig::default(),
             pending_capacity: 256,

@@ -172,6 +172,40 @@ fn a_replacement_search_after_the_jobs_lifetime_advertises_a_fresh_expiry() {
     assert!(granted(&out, 12, vec![0], 2), "{out:?}");
 }
 
+/// A replacement search that finds nobody for longer than the job's
+/// lifetime still advertises the lifetime at every flood: a running job
+/// does not expire, so its search goes on, and an advert of expiry zero
+/// would have every offer withdrawn as soon as it is made (the simulator
+/// found a job that never got its lost ranks back this way).
+#[test]
+fn a_replacement_search_longer_than_the_lifetime_advertises_it_at_every_flood() {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount { min: 1, max: 2 });
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    offer_from(&mut node, ms(2), 11, 1, 1);
+    let mut out = node.handle(Duration::from_secs(90), Input::PeerLost(10));
+    let mut expiries = Vec::new();
+    while let Some(at) = node.next_timeout() {
+        expiries.extend(out.iter().filter_map(|o| match o {
+            Output::Flood(advert) => Some((at, advert.expires_in)),
+            _ => None,
+        }));
+        if at > Duration::from_secs(400) {
+            break;
+        }
+        out = node.handle_timeout(at);
+    }
+    // Floods 1, 2, 4, ... 60 s apart: well past the 60 s lifetime.
+    assert!(expiries.len() >= 8, "{expiries:?}");
+    for (at, expires_in) in expiries {
+        assert_eq!(
+            expires_in,
+            Duration::from_secs(60),
+            "the flood before {at:?}"
+        );
+    }
+}
+
 #[test]
 fn malleable_job_starts_at_min_and_grows_to_max() {
     let mut node = home(ScheduleConfig::paper());
@@ -547,4 +581,72 @@ fn only_a_nodes_first_answer_keeps_a_spread_job_waiting_for_new_nodes() {
         }
     }
     panic!("no grant after 20 steps ({floods} floods)");
+}
+
+/// Node `from`'s offer of `workers` at 1 ms, from a machine of 8 cores
+/// with `busy` of them busy and the CPU speed `speed`.
+fn offer_of_machine(
+    node: &mut Scheduler<u32>,
+    from: u32,
+    workers: u32,
+    busy: u32,
+    speed: u32,
+) -> Vec<Output<u32>> {
+    let msg = Message::Offer {
+        hold: HoldId(0),
+        job: JOB,
+        workers,
+        distance: ms(1),
+        residue: Resources::ZERO,
+        machine: Machine {
+            cores: 8,
+            busy,
+            speed,
+        },
+    };
+    let rtt = Some(ms(1));
+    node.handle(ms(5), Input::Message { from, msg, rtt })
+}
+
+/// Ranks granted per node, in the order the grants went out.
+fn grants(out: &[Output<u32>]) -> Vec<(u32, Vec<u32>)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                to,
+                msg: Message::Grant { ranks, .. },
+            } => Some((*to, ranks.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Three equally near nodes offer four workers for a job of three: node
+/// 10 runs other workers, 11 is idle, 12 is idle and twice as fast. The
+/// home prefers 12, then 11; the paper's home (no preference) takes them
+/// in node order, the busy one first.
+#[test]
+fn among_equally_near_offers_the_home_grants_idle_then_faster_nodes() {
+    for (prefer, expected) in [
+        (
+            Some(SameDistance::DEFAULT),
+            vec![(12, vec![0, 1]), (11, vec![2])],
+        ),
+        (None, vec![(10, vec![0]), (11, vec![1]), (12, vec![2])]),
+    ] {
+        let mut node = Scheduler::new(
+            HOME,
+            SchedulerConfig {
+                schedule: ScheduleConfig::paper(),
+                resources: Resources::ZERO,
+                prefer,
+                ..SchedulerConfig::default()
+            },
+        );
+        submit(&mut node, ms(0), WorkerCount::rigid(3));
+        assert_eq!(offer_of_machine(&mut node, 10, 1, 4, 1000), vec![]);
+        assert_eq!(offer_of_machine(&mut node, 11, 1, 0, 1000), vec![]);
+        let out = offer_of_machine(&mut node, 12, 2, 0, 2000);
+        assert_eq!(grants(&out), expected, "prefer {prefer:?}");
+    }
 }

@@ -7,12 +7,13 @@ use zorilla_core::advert::{
     Advert, DeclineReason, FloodHeader, HoldId, JobId, Message, Placed, RefuseReason, Strategy,
     WorkerCount,
 };
+use zorilla_core::allocation::SameDistance;
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
     EndReason, Input, JobEvent, JobSpec, LostPolicy, LostReason, Output, OwnerLimits, Phase,
     RankOutcome, ResizeError, Scheduler, SchedulerConfig, WorkerEnd,
 };
-use zorilla_core::resources::Resources;
+use zorilla_core::resources::{Machine, REFERENCE_SPEED, Resources};
 use zorilla_core::schedule::ScheduleConfig;
 
 mod home;
@@ -72,6 +73,17 @@ fn offer_of_hold(hold: u32, workers: u32) -> Message<u32> {
         workers,
         distance: ms(1),
         residue: Resources::ZERO,
+        machine: Machine::default(),
+    }
+}
+
+/// What a member of `cores` cores says of its machine with `busy` of them
+/// busy (at the reference speed).
+fn machine(cores: u32, busy: u32) -> Machine {
+    Machine {
+        cores,
+        busy,
+        speed: REFERENCE_SPEED,
     }
 }
 

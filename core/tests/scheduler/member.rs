@@ -17,6 +17,7 @@ fn member_offers_what_fits_holds_it_and_starts_granted_ranks() {
                 workers: 3,
                 distance: ms(1),
                 residue: Resources::new(1, 4096 - 300, 4096),
+                machine: machine(4, 0),
             }
         }]
     );
@@ -129,6 +130,8 @@ fn offer_of_both_cores() -> Vec<Output<u32>> {
             workers: 2,
             distance: ms(1),
             residue: Resources::new(0, 4096 - 200, 4096),
+            // Both cores are this offer's: the node is idle otherwise.
+            machine: machine(2, 0),
         },
     }]
 }

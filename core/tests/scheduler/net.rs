@@ -282,6 +282,8 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
                 workers: 2,
                 distance: ms(1),
                 residue: Resources::new(1, 4096 - 300, 4096),
+                // Rank 0 of the job runs here.
+                machine: machine(4, 1),
             }
         }]
     );

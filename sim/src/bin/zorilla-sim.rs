@@ -29,6 +29,8 @@ enum Modes {
     Paper,
     /// Ours with hop-limited floods only: isolates the latency budget.
     OursHop,
+    /// Ours without the preference of idle, faster nodes.
+    OursNearest,
     /// Ours and the paper's baseline.
     Both,
 }
@@ -46,13 +48,19 @@ enum Sizes {
 #[command(version, about)]
 struct Args {
     /// The scenario file (TOML), e.g. sim/scenarios/zorilla-4.2.toml.
-    #[arg(required_unless_present_any = ["random", "plot"])]
+    #[arg(required_unless_present_any = ["random", "plot", "hetero"])]
     scenario: Option<PathBuf>,
     /// Instead of a scenario file: this many generated topologies (seeds 1
     /// to N; random sites, sizes, cores, RTTs and workloads), each run with
     /// every mode, and the distribution of the figures over them.
     #[arg(long, conflicts_with = "scenario")]
     random: Option<u64>,
+    /// Instead of a scenario file: this many generated topologies on
+    /// heterogeneous machines (CPU speeds and the multi-core desktop grids
+    /// paper's contention), each run with every mode, and the distribution
+    /// of job turnaround (submission to end).
+    #[arg(long, conflicts_with_all = ["scenario", "random"])]
+    hetero: Option<u64>,
     /// Instead of running: plot again the `random.csv` a `--random` run
     /// wrote, into `random.svg` in `--out`.
     #[arg(long, conflicts_with_all = ["scenario", "random"])]
@@ -89,6 +97,9 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let modes = modes(&args.mode);
+    if let Some(n) = args.hetero {
+        return hetero(&args, n, &modes);
+    }
     if let Some(n) = args.random {
         return random(&args, n, &modes);
     }
@@ -194,6 +205,7 @@ fn modes(asked: &[Modes]) -> Vec<Mode> {
             Modes::Ours => &[Mode::Ours],
             Modes::Paper => &[Mode::Paper],
             Modes::OursHop => &[Mode::OursHop],
+            Modes::OursNearest => &[Mode::OursNearest],
             Modes::Both => &[Mode::Ours, Mode::Paper],
         };
         for m in add {
@@ -203,6 +215,55 @@ fn modes(asked: &[Modes]) -> Vec<Mode> {
         }
     }
     modes
+}
+
+/// `--hetero N`: generated topologies on heterogeneous machines, and the
+/// distribution of job turnaround per mode, against the first mode's.
+fn hetero(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
+    let size = match args.size {
+        Sizes::Small => Size::SMALL,
+        Sizes::Full => Size::FULL,
+    };
+    let started = Instant::now();
+    let seeds: Vec<u64> = match &args.seeds {
+        Some(seeds) => seeds.clone(),
+        None => (1..=n).collect(),
+    };
+    let runs = random::turnarounds(seeds.iter().copied(), size, modes)?;
+    println!(
+        "{} heterogeneous topologies ({:?}), every completed job's turnaround (submission to end):",
+        seeds.len(),
+        args.size
+    );
+    let base = modes
+        .first()
+        .map(|&m| random::turnaround_spread(&runs, m).0);
+    for &mode in modes {
+        let ((median, p95, worst), completed, jobs) = random::turnaround_spread(&runs, mode);
+        let ratio = base.map_or(String::new(), |(bm, bp, _)| {
+            format!("  ({:.3}x, {:.3}x the first mode's)", median / bm, p95 / bp)
+        });
+        println!(
+            "  {:<13} median {median:>7.1} s, p95 {p95:>7.1} s, worst {worst:>7.1} s; {completed} of {jobs} jobs completed{ratio}",
+            mode.name()
+        );
+    }
+    for &mode in modes {
+        let extra: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.mode == mode)
+            .map(|r| r.summary.extra_rtt_ms)
+            .collect();
+        let (median, p95, _) = random::spread(extra);
+        println!(
+            "  {:<13} extra RTT per worker over the oracle: median {median:.3} ms, p95 {p95:.3} ms",
+            mode.name()
+        );
+    }
+    let violations: usize = runs.iter().map(|r| r.violations).sum();
+    println!("in {:.1} s", started.elapsed().as_secs_f64());
+    anyhow::ensure!(violations == 0, "{violations} invariant violations");
+    Ok(())
 }
 
 /// `--random N`: generated topologies, the distribution of every figure,

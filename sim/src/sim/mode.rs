@@ -1,5 +1,6 @@
 //! Which Zorilla a run simulates: ours, the paper's, or an ablation.
 
+use zorilla_core::allocation::SameDistance;
 use zorilla_core::schedule::{FloodMode, ScheduleConfig};
 
 /// Which Zorilla runs: ours, the paper's as the baseline, or an ablation
@@ -15,6 +16,10 @@ pub enum Mode {
     /// overlay, adaptive waits and settling, so that a comparison with
     /// [`Mode::Ours`] isolates what the latency budget does.
     OursHop,
+    /// Ours without the preference of idle and faster nodes among equally
+    /// near offers (nearest first only, as the paper's home): a comparison
+    /// with [`Mode::Ours`] isolates what the preference does.
+    OursNearest,
 }
 
 impl Mode {
@@ -24,18 +29,29 @@ impl Mode {
             Mode::Ours => "ours",
             Mode::Paper => "paper",
             Mode::OursHop => "ours-hop",
+            Mode::OursNearest => "ours-nearest",
         }
     }
 
     /// The flooding schedule a home uses in this mode.
     pub fn schedule(self) -> ScheduleConfig {
         match self {
-            Mode::Ours => ScheduleConfig::default(),
+            Mode::Ours | Mode::OursNearest => ScheduleConfig::default(),
             Mode::Paper => ScheduleConfig::paper(),
             Mode::OursHop => ScheduleConfig {
                 flood_mode: FloodMode::Hops,
                 ..ScheduleConfig::default()
             },
+        }
+    }
+
+    /// Among offers at the same distance, whether (and with which
+    /// tolerance) the home prefers idle and faster nodes: ours does, the
+    /// paper's takes the nearest first only.
+    pub fn prefer(self) -> Option<SameDistance> {
+        match self {
+            Mode::Ours | Mode::OursHop => Some(SameDistance::DEFAULT),
+            Mode::Paper | Mode::OursNearest => None,
         }
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use zorilla_core::advert::{JobId, Strategy};
 use zorilla_core::allocation::{Candidate, allocate};
+use zorilla_core::resources::Machine;
 
 use super::Sim;
 
@@ -98,6 +99,8 @@ impl Sim {
                         .saturating_sub(held)
                         .saturating_sub(in_flight)
                         .saturating_sub(unheard),
+                    // The oracle is about distance only: nearest first.
+                    machine: Machine::default(),
                 }
             })
             .collect();

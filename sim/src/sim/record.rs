@@ -62,6 +62,10 @@ pub struct JobRecord {
     /// Workers still running.
     pub(super) running: u32,
     pub(super) duration: Option<Duration>,
+    /// Memory each worker needs (MiB).
+    pub(super) memory_mib: u64,
+    /// When it ended, if it did.
+    pub ended_at: Option<Time>,
     /// Ranks granted per machine, as the home announced them (less those
     /// it reported lost).
     pub(super) ranks: BTreeMap<u32, BTreeSet<u32>>,
@@ -84,6 +88,14 @@ impl JobRecord {
     pub fn extra_rtt_us(&self) -> Option<f64> {
         (self.full_at.is_some() && self.judged_workers > 0)
             .then(|| self.judged_extra_us / f64::from(self.judged_workers))
+    }
+
+    /// Turnaround: from submission to the end of a job that completed.
+    pub fn turnaround(&self) -> Option<Duration> {
+        match (&self.ended, self.ended_at) {
+            (Some((Phase::Completed, _)), Some(at)) => Some(at.saturating_sub(self.submitted)),
+            _ => None,
+        }
     }
 
     /// Whether the job gets all its workers or none.

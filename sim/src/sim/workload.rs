@@ -29,6 +29,9 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
     };
     // A fixed home for a home site: its first machine.
     let fixed_home = w.home_site.as_ref().map(|_| homes[0]);
+    // Memory per worker from a stream of its own, so that workloads
+    // without it draw everything else as before.
+    let mut memory = ChaCha8Rng::seed_from_u64(seed ^ 0x3e3_0e1c);
     let mut at = 0.0;
     (0..w.jobs)
         .map(|i| {
@@ -53,11 +56,14 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
                 .duration_s
                 .map(|(lo, hi)| Duration::from_secs_f64(rng.random_range(lo..=hi.max(lo))));
             let home = fixed_home.unwrap_or_else(|| *homes.choose(&mut rng).unwrap_or(&0));
+            let memory_mib = w
+                .memory_mib
+                .map_or(0, |(lo, hi)| memory.random_range(lo..=hi.max(lo)));
             JobPlan {
                 at: Duration::from_secs_f64(at),
                 home,
                 spec: JobSpec {
-                    per_worker: Resources::new(1, 0, 0),
+                    per_worker: Resources::new(1, memory_mib, 0),
                     workers: WorkerCount { min, max: workers },
                     strategy: w.strategy,
                     lifetime: Duration::from_secs_f64(w.lifetime_s),

@@ -18,6 +18,7 @@ use zorilla_sim::sweep::run_case;
 
 mod churn;
 mod cli;
+mod contention;
 mod failover;
 mod invariants;
 mod jobs;
