@@ -66,6 +66,12 @@ pub struct ScheduleConfig {
     pub initial_budget: Duration,
     /// The largest latency budget.
     pub max_budget: Duration,
+    /// Latency-bounded only: a flood whose ball the home's earlier floods
+    /// already covered goes as adverts straight to the nodes that answered
+    /// those (see [`crate::node`]'s module documentation), not through
+    /// the overlay again.
+    #[serde(default)]
+    pub direct_adverts: bool,
 }
 
 impl Default for ScheduleConfig {
@@ -79,6 +85,7 @@ impl Default for ScheduleConfig {
             max_radius: 15,
             initial_budget: Duration::from_millis(1),
             max_budget: Duration::from_secs(2),
+            direct_adverts: true,
         }
     }
 }
@@ -89,6 +96,7 @@ impl ScheduleConfig {
         ScheduleConfig {
             flood_mode: FloodMode::Hops,
             wait_mode: WaitMode::Doubling,
+            direct_adverts: false,
             ..ScheduleConfig::default()
         }
     }
@@ -413,6 +421,7 @@ mod tests {
                     max_radius,
                     initial_budget: Duration::from_millis(initial_budget),
                     max_budget: Duration::from_millis(initial_budget + extra_budget),
+                    direct_adverts: !hops,
                 };
                 let shortest = match config.wait_mode {
                     WaitMode::Doubling => config.first_wait,

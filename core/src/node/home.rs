@@ -51,8 +51,67 @@ impl<P: PeerKey> Scheduler<P> {
                 report,
                 logged_checkpoints: 0,
                 answered: BTreeSet::new(),
+                asked: BTreeSet::new(),
             },
         );
+    }
+
+    /// Remembers that `node`, at `rtt`, answered a flood of this home.
+    pub(super) fn know(&mut self, node: P, rtt: Duration, now: Time) {
+        if node == self.id {
+            return;
+        }
+        if !self.known.contains_key(&node) && self.known.len() >= MAX_KNOWN_NODES {
+            let oldest = self
+                .known
+                .iter()
+                .min_by_key(|(_, k)| k.seen)
+                .map(|(p, _)| p.clone());
+            if let Some(oldest) = oldest {
+                self.known.remove(&oldest);
+            }
+        }
+        self.known.insert(node, KnownNode { rtt, seen: now });
+    }
+
+    /// Where the flood of `job_id` with `header` goes as direct adverts:
+    /// the remembered nodes inside its budget that the job has not asked
+    /// yet, with the RTT to each (marked asked now); `None` when it must
+    /// be flooded (see the module documentation).
+    fn direct_targets(
+        &mut self,
+        job_id: JobId,
+        header: &FloodHeader,
+        now: Time,
+    ) -> Option<Vec<(P, Duration)>> {
+        let schedule = self.config.schedule.clone();
+        if !schedule.direct_adverts || schedule.flood_mode != FloodMode::LatencyBounded {
+            return None;
+        }
+        let budget = header.latency_budget?;
+        let (covered, at) = self.flooded?;
+        if now.saturating_sub(at) >= KNOWLEDGE_KEPT {
+            return None;
+        }
+        if budget > covered.budget || header.ttl > covered.radius {
+            return None;
+        }
+        let job = self.home.get_mut(&job_id)?;
+        let mut targets: Vec<(P, Duration)> = self
+            .known
+            .iter()
+            .filter(|(node, k)| {
+                k.rtt <= budget
+                    && now.saturating_sub(k.seen) < KNOWLEDGE_KEPT
+                    && !job.asked.contains(*node)
+            })
+            .map(|(node, k)| (node.clone(), k.rtt))
+            .collect();
+        targets.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        for (node, _) in &targets {
+            job.asked.insert(node.clone());
+        }
+        Some(targets)
     }
 
     /// Sends due floods and grants settled allocations.
@@ -94,7 +153,35 @@ impl<P: PeerKey> Scheduler<P> {
                 // nearest there is), and again at every flood, as any
                 // member does, to raise a short offer.
                 self.advert(now, advert.clone(), Duration::ZERO, out);
-                out.push(Output::Flood(advert));
+                match self.direct_targets(job_id, &header, now) {
+                    Some(targets) => {
+                        for (to, rtt) in targets {
+                            let mut direct = advert.clone();
+                            direct.flood.ttl = 0;
+                            direct.flood.path_rtt = rtt;
+                            out.push(Output::Send {
+                                to,
+                                msg: Message::Advert(direct),
+                            });
+                        }
+                    }
+                    None => {
+                        let reach = Reach {
+                            radius: header.ttl,
+                            budget: header.latency_budget.unwrap_or_default(),
+                        };
+                        // A flood that covers the ball known so far
+                        // renews it; a smaller one leaves the larger
+                        // ball's knowledge to age.
+                        let renews = self.flooded.is_none_or(|(c, _)| {
+                            reach.radius >= c.radius && reach.budget >= c.budget
+                        });
+                        if renews {
+                            self.flooded = Some((reach, now));
+                        }
+                        out.push(Output::Flood(advert));
+                    }
+                }
             }
         }
     }
@@ -331,6 +418,9 @@ impl<P: PeerKey> Scheduler<P> {
             rtt,
             machine,
         } = offer;
+        if self.home.contains_key(&job_id) {
+            self.know(from.clone(), rtt, now);
+        }
         let refuse = match self.home.get_mut(&job_id) {
             None => Some(RefuseReason::UnknownJob),
             // The node raised a hold that a grant on its way to it uses:

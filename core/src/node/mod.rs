@@ -53,6 +53,21 @@
 //! [`RefuseReason::JobFull`] once completed), and so is every offer that
 //! arrives later.
 //!
+//! **Direct adverts.** A flood costs several messages per node it reaches
+//! (every node passes it to each of its links), and a home floods the
+//! same near balls again for every job. So a home remembers the nodes
+//! that answered its floods, with the RTT it measured to each (at most
+//! [`MAX_KNOWN_NODES`], for [`KNOWLEDGE_KEPT`]). A flood of a job whose
+//! ball (budget and radius) an earlier flood of this home covered goes as
+//! one [`Message::Advert`] straight to each remembered node inside the
+//! budget that this job has not asked yet, instead of through the
+//! overlay: the same nodes, nearest first as the budget doubles, at one
+//! message each. Beyond what earlier floods covered, the home floods
+//! ([`ScheduleConfig::direct_adverts`](crate::schedule::ScheduleConfig)).
+//! A node whose hold for the job timed out is asked again at the next
+//! step. A member takes an advert that comes straight from its home as
+//! one the flood delivered.
+//!
 //! After the grant, the home keeps a [`RankTable`] per job: where each
 //! rank runs (node and grant number) and what became of it. The driver
 //! reports each worker's end as a node told it ([`Input::RankEnded`]) and
@@ -71,13 +86,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use crate::advert::{
-    Advert, DeclineReason, HoldId, JobId, Message, RefuseReason, Strategy, WorkerCount,
+    Advert, DeclineReason, FloodHeader, HoldId, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
 use crate::allocation::{Candidate, allocate_preferring};
 use crate::checkpoint::CheckpointIndex;
 use crate::limits;
 use crate::resources::{Machine, Resources};
-use crate::schedule::{FloodSchedule, Reach, WaitMode};
+use crate::schedule::{FloodMode, FloodSchedule, Reach, WaitMode};
 use crate::{PeerKey, Time};
 
 mod events;
@@ -137,11 +152,31 @@ struct HomeJob<P> {
     /// [`MAX_ANSWERED`]: a later offer of one of them is not a new answer
     /// (see [`HomeJob::new_answer`]).
     answered: BTreeSet<P>,
+    /// Nodes sent a direct advert of this search (at most
+    /// [`MAX_KNOWN_NODES`]).
+    asked: BTreeSet<P>,
 }
 
 /// The most nodes a home remembers as having answered one job; beyond it,
 /// every answer of a node not remembered counts as new.
 pub const MAX_ANSWERED: usize = 16_384;
+
+/// The most nodes a home remembers from the answers to its floods (for
+/// direct adverts); the one heard from longest ago makes room.
+pub const MAX_KNOWN_NODES: usize = 4096;
+
+/// How long what a flood found stands for its ball: after that the home
+/// floods the ball again (nodes join, and leave).
+pub const KNOWLEDGE_KEPT: Duration = Duration::from_secs(300);
+
+/// A node that answered a flood of this home.
+#[derive(Debug, Clone, Copy)]
+struct KnownNode {
+    /// The RTT the home measured to it (or the node's own distance).
+    rtt: Duration,
+    /// When it last answered.
+    seen: Time,
+}
 
 /// The most [`JobEvent::Checkpointed`] events a job gives (they go into
 /// its replicated log, which holds at most [`crate::replica::MAX_LOG`]
@@ -262,6 +297,8 @@ impl<P> HomeJob<P> {
         self.earlier_floods = self.earlier_floods.saturating_add(self.schedule.floods());
         self.schedule = FloodSchedule::new(self.schedule.config().clone(), workers);
         self.next_flood_at = Some(now);
+        // A new search asks every node again.
+        self.asked.clear();
     }
 }
 
@@ -319,6 +356,11 @@ pub struct Scheduler<P: Ord> {
     checkpoints: CheckpointIndex<P>,
     /// The number of the next hold this node starts (see [`HoldId`]).
     next_hold: u32,
+    /// As a home: the nodes that answered its floods (direct adverts).
+    known: BTreeMap<P, KnownNode>,
+    /// As a home: the farthest ball (budget, radius) a flood of it
+    /// covered, and when.
+    flooded: Option<(Reach, Time)>,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -336,6 +378,8 @@ impl<P: PeerKey> Scheduler<P> {
             paused: false,
             checkpoints: CheckpointIndex::new(),
             next_hold: 0,
+            known: BTreeMap::new(),
+            flooded: None,
         }
     }
 
@@ -677,8 +721,15 @@ impl<P: PeerKey> Scheduler<P> {
         out: &mut Vec<Output<P>>,
     ) {
         match msg {
-            // Adverts come through the flood router, never directly.
-            Message::Advert(_) => {}
+            // Flooded adverts come through the flood router; one sent
+            // straight here by its home (direct adverts, see the module
+            // documentation) is taken as the flood would deliver it.
+            Message::Advert(advert) => {
+                if advert.home == from {
+                    let distance = rtt.unwrap_or(advert.flood.path_rtt);
+                    self.advert(now, advert, distance, out);
+                }
+            }
             Message::Offer {
                 job,
                 hold,
@@ -700,6 +751,9 @@ impl<P: PeerKey> Scheduler<P> {
                     j.new_answer(&from, now);
                     j.report.nodes_answered += 1;
                     *j.report.declines.entry(reason).or_default() += 1;
+                    if let Some(rtt) = rtt {
+                        self.know(from, rtt, now);
+                    }
                 }
             }
             Message::Withdraw { job, hold, ranks } => {
@@ -711,6 +765,8 @@ impl<P: PeerKey> Scheduler<P> {
                 if j.offers.get(&from).is_some_and(|o| o.hold == hold) {
                     j.offers.remove(&from);
                 }
+                // It forgot the job: the next step asks it again.
+                j.asked.remove(&from);
                 // A grant crossed the withdrawal: the ranks it named are
                 // lost (ranks the node ran before stay where they are).
                 self.ranks_lost(now, job, from, Some(ranks), LostReason::Withdrawn, out);

@@ -90,6 +90,7 @@ impl<P: PeerKey> Scheduler<P> {
                 ..PendingReport::default()
             },
             answered: BTreeSet::new(),
+            asked: BTreeSet::new(),
             spec,
         };
         job.announce(job_id, Vec::new(), &BTreeSet::new(), &mut out);

@@ -10,12 +10,13 @@ use zorilla_core::advert::{
 use zorilla_core::allocation::SameDistance;
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
-    EndReason, Input, JobEvent, JobSpec, LostPolicy, LostReason, Output, OwnerLimits, Phase,
-    RankOutcome, ResizeError, Scheduler, SchedulerConfig, WorkerEnd,
+    EndReason, Input, JobEvent, JobSpec, KNOWLEDGE_KEPT, LostPolicy, LostReason, Output,
+    OwnerLimits, Phase, RankOutcome, ResizeError, Scheduler, SchedulerConfig, WorkerEnd,
 };
 use zorilla_core::resources::{Machine, REFERENCE_SPEED, Resources};
 use zorilla_core::schedule::ScheduleConfig;
 
+mod direct;
 mod home;
 mod member;
 mod net;

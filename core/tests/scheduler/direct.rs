@@ -1,0 +1,160 @@
+//! Direct adverts: a home that flooded a ball before asks the nodes that
+//! answered it straight away, one message each, instead of flooding the
+//! ball again.
+
+use super::*;
+
+const SECOND: JobId = JobId(8);
+
+/// A home whose job `JOB` (rigid 1) flooded the 1 ms ball: node 10
+/// offered at 1 ms (and was granted), node 11 declined as busy at 1 ms.
+fn home_that_flooded_once() -> Scheduler<u32> {
+    let mut node = home(ScheduleConfig::default());
+    let out = submit(&mut node, ms(0), WorkerCount::rigid(1));
+    assert!(
+        matches!(&out[..], [Output::Flood(a)] if a.flood.latency_budget == Some(ms(1))),
+        "{out:?}"
+    );
+    node.handle(
+        ms(1),
+        Input::Message {
+            from: 11,
+            msg: Message::Decline {
+                job: JOB,
+                reason: DeclineReason::Busy,
+            },
+            rtt: Some(ms(1)),
+        },
+    );
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle_timeout(ms(20));
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    node
+}
+
+fn submit_second(node: &mut Scheduler<u32>, now: Duration) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::Submit {
+            job: SECOND,
+            spec: spec(WorkerCount::rigid(1)),
+        },
+    )
+}
+
+/// The direct adverts among `out`: (to, job, ttl).
+fn direct(out: &[Output<u32>]) -> Vec<(u32, JobId, u8)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                to,
+                msg: Message::Advert(a),
+            } => Some((*to, a.job, a.flood.ttl)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_later_job_asks_the_nodes_an_earlier_flood_found_instead_of_flooding() {
+    let mut node = home_that_flooded_once();
+    let out = submit_second(&mut node, ms(100));
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Flood(_))),
+        "the ball was flooded a moment ago: {out:?}"
+    );
+    assert_eq!(direct(&out), vec![(10, SECOND, 0), (11, SECOND, 0)]);
+    // Its next step asks nobody twice; beyond the ball known, it floods.
+    let at = node.next_timeout().unwrap();
+    let out = node.handle_timeout(at);
+    assert_eq!(direct(&out), vec![]);
+    assert!(
+        matches!(&out[..], [Output::Flood(a)] if a.flood.latency_budget == Some(ms(2))),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_node_whose_hold_timed_out_is_asked_again() {
+    // `JOB` (rigid 2) floods the 1 ms ball (node 10 offers one core), then
+    // the 2 ms ball (node 12 offers one): the home knows both balls.
+    let mut node = home(ScheduleConfig::default());
+    submit(&mut node, ms(0), WorkerCount::rigid(2));
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    let at = node.next_timeout().unwrap();
+    let out = node.handle_timeout(at);
+    assert!(
+        matches!(&out[..], [Output::Flood(a)] if a.flood.latency_budget == Some(ms(2))),
+        "{out:?}"
+    );
+    offer_from(&mut node, at + ms(2), 12, 1, 2);
+    node.handle_timeout(at + ms(50));
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+
+    let out = submit_second(&mut node, ms(200));
+    assert_eq!(
+        direct(&out),
+        vec![(10, SECOND, 0)],
+        "the 1 ms ball: {out:?}"
+    );
+    // Node 10's hold times out before the next step: it forgot the job,
+    // so the 2 ms step asks it again with node 12.
+    node.handle(
+        ms(201),
+        Input::Message {
+            from: 10,
+            msg: Message::Withdraw {
+                job: SECOND,
+                hold: HoldId(0),
+                ranks: vec![],
+            },
+            rtt: None,
+        },
+    );
+    let at = node.next_timeout().unwrap();
+    let out = node.handle_timeout(at);
+    assert_eq!(
+        direct(&out),
+        vec![(10, SECOND, 0), (12, SECOND, 0)],
+        "{out:?}"
+    );
+}
+
+#[test]
+fn what_a_flood_found_is_used_for_a_while_only() {
+    let mut node = home_that_flooded_once();
+    let out = submit_second(&mut node, ms(20) + KNOWLEDGE_KEPT);
+    assert!(
+        matches!(&out[..], [Output::Flood(_)]),
+        "nodes join and leave: the ball is flooded again: {out:?}"
+    );
+}
+
+#[test]
+fn a_member_takes_an_advert_straight_from_its_home_and_from_nobody_else() {
+    let mut node = member(2);
+    let from_other = node.handle(
+        ms(0),
+        Input::Message {
+            from: 5,
+            msg: Message::Advert(advert(WorkerCount::rigid(1))),
+            rtt: Some(ms(1)),
+        },
+    );
+    assert_eq!(from_other, vec![], "only the home advertises its job");
+    let out = from_home(
+        &mut node,
+        ms(1),
+        Message::Advert(advert(WorkerCount::rigid(1))),
+    );
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                to: HOME,
+                msg: Message::Offer { workers: 1, .. }
+            }]
+        ),
+        "{out:?}"
+    );
+}
