@@ -169,6 +169,16 @@ pub const MAX_KNOWN_NODES: usize = 4096;
 /// floods the ball again (nodes join, and leave).
 pub const KNOWLEDGE_KEPT: Duration = Duration::from_secs(300);
 
+/// The most direct adverts a member takes from one home per second (the
+/// rest are dropped, as the flood router drops a peer's adverts beyond
+/// its rate): a home sends each node one per job, so only a peer making
+/// jobs up sends more.
+pub const DIRECT_ADVERTS_PER_SEC: u32 = 64;
+
+/// The most homes whose direct adverts a member counts at once; the one
+/// counted longest ago makes room.
+pub const MAX_COUNTED_HOMES: usize = 1024;
+
 /// A node that answered a flood of this home.
 #[derive(Debug, Clone, Copy)]
 struct KnownNode {
@@ -361,6 +371,9 @@ pub struct Scheduler<P: Ord> {
     /// As a home: the farthest ball (budget, radius) a flood of it
     /// covered, and when.
     flooded: Option<(Reach, Time)>,
+    /// As a member: direct adverts taken per home in the current second
+    /// (when it began, how many).
+    direct_taken: BTreeMap<P, (Time, u32)>,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -380,6 +393,7 @@ impl<P: PeerKey> Scheduler<P> {
             next_hold: 0,
             known: BTreeMap::new(),
             flooded: None,
+            direct_taken: BTreeMap::new(),
         }
     }
 
@@ -725,7 +739,7 @@ impl<P: PeerKey> Scheduler<P> {
             // straight here by its home (direct adverts, see the module
             // documentation) is taken as the flood would deliver it.
             Message::Advert(advert) => {
-                if advert.home == from {
+                if advert.home == from && self.take_direct(&from, now) {
                     let distance = rtt.unwrap_or(advert.flood.path_rtt);
                     self.advert(now, advert, distance, out);
                 }

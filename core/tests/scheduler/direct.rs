@@ -158,3 +158,29 @@ fn a_member_takes_an_advert_straight_from_its_home_and_from_nobody_else() {
         "{out:?}"
     );
 }
+
+/// A peer that makes jobs up and sends their adverts straight to a node
+/// gets at most `DIRECT_ADVERTS_PER_SEC` of them taken per second.
+#[test]
+fn direct_adverts_from_one_home_are_taken_at_a_bounded_rate() {
+    let mut node = member(4096);
+    // Each batch advertises 200 jobs not advertised before.
+    let answered = |node: &mut Scheduler<u32>, at: Duration| {
+        let first = 1000 + at.as_millis() as u64 * 1000;
+        (0..200u64)
+            .filter(|&i| {
+                let advert = Advert {
+                    job: JobId(first + i),
+                    ..advert(WorkerCount::rigid(1))
+                };
+                !from_home(node, at, Message::Advert(advert)).is_empty()
+            })
+            .count()
+    };
+    assert_eq!(answered(&mut node, ms(0)), DIRECT_ADVERTS_PER_SEC as usize);
+    assert_eq!(answered(&mut node, ms(999)), 0);
+    assert!(
+        answered(&mut node, ms(1000)) > 0,
+        "the next second takes more"
+    );
+}

@@ -10,8 +10,9 @@ use zorilla_core::advert::{
 use zorilla_core::allocation::SameDistance;
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
-    EndReason, Input, JobEvent, JobSpec, KNOWLEDGE_KEPT, LostPolicy, LostReason, Output,
-    OwnerLimits, Phase, RankOutcome, ResizeError, Scheduler, SchedulerConfig, WorkerEnd,
+    DIRECT_ADVERTS_PER_SEC, EndReason, Input, JobEvent, JobSpec, KNOWLEDGE_KEPT, LostPolicy,
+    LostReason, Output, OwnerLimits, Phase, RankOutcome, ResizeError, Scheduler, SchedulerConfig,
+    WorkerEnd,
 };
 use zorilla_core::resources::{Machine, REFERENCE_SPEED, Resources};
 use zorilla_core::schedule::ScheduleConfig;
