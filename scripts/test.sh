@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: installs the Debian packages the tests need (if
 # missing), checks that the committed guest modules rebuild identically from
-# their C sources, then formatting, lints and the whole test suite.
+# their C sources, then formatting, lints and the whole test suite (and
+# lints and the QUIC tests of a build without QUIC).
 # Usage: scripts/test.sh        (from anywhere inside the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,15 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+# QUIC is a cargo feature (`quic`, on by default): the build without it
+# must compile, lint clean and refuse QUIC. Only the QUIC tests of the
+# overlay run here (a minute or two); the node's unit tests without the
+# feature would rebuild wasmtime (7.5 min), and the node's check
+# (config::check_quic) is tested for both builds in every build.
+echo "== without QUIC (cargo feature quic off)"
+cargo clippy -p zorilla-node -p zorilla-overlay --no-default-features --all-targets --locked -- -D warnings
+cargo test -p zorilla-overlay --no-default-features --locked --lib --test overlay -- quic dialable
 
 echo "== benchmarks, short run (scripts/bench.sh --short)"
 scripts/bench.sh --short

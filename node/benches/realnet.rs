@@ -20,7 +20,9 @@
 //!   hole punch succeeded, the time from the relayed connection to the
 //!   direct one, and the ranks' 1 MiB message throughput.
 //!
-//! Run: `cargo bench --workspace --bench realnet` (as root).
+//! Run: `cargo bench --workspace --bench realnet` (as root). A build
+//! without the `quic` feature (on by default) measures TCP only, and says
+//! so.
 //! `ZORILLA_BENCH_SHORT=1`: 8 nodes, 5 floods, 5 set-ups, no NAT runs;
 //! `ZORILLA_BENCH_NAT_RUNS=N`: N runs per NAT kind.
 
@@ -276,6 +278,13 @@ async fn run() {
         nat_runs = runs;
     }
     for transport in [Transport::Tcp, Transport::Quic] {
+        if transport == Transport::Quic && !zorilla_overlay::QUIC_SUPPORTED {
+            println!(
+                "realnet: QUIC not measured: this build has no QUIC (it was built without the \
+                 `quic` feature of zorilla-node, which is on by default)"
+            );
+            continue;
+        }
         let hosts = Hosts::new(&[2]);
         let times = setups(&hosts, transport, setup_runs).await;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;

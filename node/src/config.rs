@@ -10,7 +10,7 @@
 //! peers = ["/ip4/192.0.2.7/tcp/4001"]
 //! mdns = true
 //! max_connections = 128              # overlay connections at once
-//! quic = false                       # listen on QUIC too, beside TCP
+//! quic = false                       # listen on QUIC too, beside TCP (cargo feature `quic`)
 //! relay_max_reservations = 16        # nodes this node relays for (behind NATs)
 //! relay_circuit_secs = 3600          # longest relayed circuit through this node
 //! relay_circuit_mib = 1024           # most data of one relayed circuit
@@ -112,6 +112,22 @@ pub fn check_token(token: &str) -> Result<(), TokenError> {
     Ok(())
 }
 
+/// Why a node without QUIC refuses `quic = true` (see [`check_quic`]).
+pub const NO_QUIC: &str = "this zorilla-node was built without QUIC; rebuild with the `quic` \
+                           feature or set quic = false";
+
+/// Checks the `quic` setting (config file, `--quic`, `ZORILLA_QUIC`)
+/// against whether this build has QUIC (`built_in`: the cargo feature
+/// `quic`, on by default, [`zorilla_overlay::QUIC_SUPPORTED`]). A node
+/// without it refuses to start with QUIC asked for rather than run on TCP
+/// alone: its operator opened a UDP port and expects peers there.
+pub fn check_quic(quic: Option<bool>, built_in: bool) -> Result<(), ConfigError> {
+    if quic == Some(true) && !built_in {
+        return Err(ConfigError::Invalid(NO_QUIC.into()));
+    }
+    Ok(())
+}
+
 /// The node's configuration. Every field may be left out.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,7 +152,8 @@ pub struct Config {
     pub max_connections: Option<u32>,
     /// Listen on QUIC too (UDP, the listen addresses' IP addresses, a port
     /// chosen by the OS), beside TCP. Default false: the latency emulation
-    /// (`topology`) covers TCP only.
+    /// (`topology`) covers TCP only. Needs a build with the cargo feature
+    /// `quic` (the default); see [`check_quic`].
     pub quic: Option<bool>,
     /// How many nodes that are not reachable (behind NATs) this node
     /// relays for at once, when it is reachable itself; 0 relays for none.
@@ -398,6 +415,22 @@ mod tests {
             Config::from_toml("", Path::new("empty")).unwrap(),
             Config::default()
         );
+    }
+
+    /// Both sides of the check, in any build.
+    #[test]
+    fn quic_without_the_feature_is_refused_in_one_sentence() {
+        let err = check_quic(Some(true), false).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid configuration: this zorilla-node was built without QUIC; rebuild with \
+             the `quic` feature or set quic = false"
+        );
+        check_quic(Some(true), true).unwrap();
+        for built_in in [false, true] {
+            check_quic(Some(false), built_in).unwrap();
+            check_quic(None, built_in).unwrap();
+        }
     }
 
     #[test]

@@ -88,6 +88,8 @@ impl WorkerTimeCaps {
 impl Daemon {
     /// Resolves `config`: defaults, detection, owner limits, topology.
     pub fn from_config(config: &Config) -> anyhow::Result<Daemon> {
+        // Before anything is created on disk.
+        config::check_quic(config.quic, zorilla_overlay::QUIC_SUPPORTED)?;
         let state_dir = config.state_dir();
         std::fs::create_dir_all(&state_dir)
             .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
@@ -541,5 +543,35 @@ mod tests {
         };
         let err = Daemon::from_config(&tiny).unwrap_err().to_string();
         assert!(err.contains("max_connections"), "{err}");
+    }
+
+    /// `quic = true` reaches the overlay where QUIC is built in, and is
+    /// refused with one sentence where it is not (checked in both builds:
+    /// `--no-default-features` leaves it out).
+    #[test]
+    fn quic_is_taken_only_where_built_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let quic = Config {
+            quic: Some(true),
+            ..config(dir.path())
+        };
+        let taken = Daemon::from_config(&quic);
+        if zorilla_overlay::QUIC_SUPPORTED {
+            assert!(taken.unwrap().overlay.quic);
+        } else {
+            assert_eq!(
+                taken.unwrap_err().to_string(),
+                format!("invalid configuration: {}", config::NO_QUIC)
+            );
+        }
+        // Off, or not said: every build starts, without QUIC.
+        for off in [Some(false), None] {
+            let daemon = Daemon::from_config(&Config {
+                quic: off,
+                ..config(dir.path())
+            })
+            .unwrap();
+            assert!(!daemon.overlay.quic);
+        }
     }
 }

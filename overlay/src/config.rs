@@ -192,7 +192,8 @@ pub struct OverlayConfig {
     /// Listen on QUIC too (UDP, the same addresses as the TCP listen
     /// addresses, a port chosen by the OS), and dial peers' QUIC
     /// addresses. The latency emulation covers TCP only, so it is off by
-    /// default.
+    /// default. Needs the cargo feature `quic` (see
+    /// [`QUIC_SUPPORTED`](crate::QUIC_SUPPORTED)).
     pub quic: bool,
     /// NAT traversal.
     pub nat: NatConfig,
@@ -276,6 +277,15 @@ impl OverlayConfig {
         if self.listen.is_empty() {
             return Err("no listen address".into());
         }
+        if self.quic && !crate::QUIC_SUPPORTED {
+            // Said, not ignored: the operator asked for a transport (and
+            // perhaps opened a UDP port for it) that would never be there.
+            return Err(
+                "quic is on, but this build of zorilla-overlay has no QUIC: rebuild \
+                        with its cargo feature `quic` or turn quic off"
+                    .into(),
+            );
+        }
         for (what, value) in [
             ("ping_interval", self.ping_interval),
             ("ping_timeout", self.ping_timeout),
@@ -349,5 +359,22 @@ mod tests {
         assert_eq!(with(7).kept_connections(), 6);
         assert!(with(7).validate().is_ok());
         assert!(with(6).validate().is_err());
+    }
+
+    /// QUIC is refused, with a reason, by a build without it; taken by
+    /// one with it.
+    #[test]
+    fn quic_needs_the_feature() {
+        let quic = OverlayConfig {
+            quic: true,
+            ..OverlayConfig::default()
+        };
+        let taken = quic.validate();
+        if crate::QUIC_SUPPORTED {
+            taken.unwrap();
+        } else {
+            let e = taken.unwrap_err();
+            assert!(e.contains("no QUIC") && e.contains("`quic`"), "{e}");
+        }
     }
 }

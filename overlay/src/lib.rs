@@ -26,7 +26,8 @@
 //!   `/zorilla/<network>/rpc/2` and their size-capped codec.
 //!
 //! Transport: TCP, noise, yamux; QUIC beside it if configured
-//! (`OverlayConfig::quic`); circuit relay v2 for nodes behind NATs, with
+//! (`OverlayConfig::quic`) and built in (cargo feature `quic`, on by
+//! default; see [`QUIC_SUPPORTED`]); circuit relay v2 for nodes behind NATs, with
 //! AutoNAT v2 (is this node reachable?), DCUtR hole punching and UPnP
 //! ([`config::NatConfig`]; the event loop's `nat` module). Joining:
 //! bootstrap addresses, mDNS (on by default), and peer exchange over the
@@ -85,6 +86,12 @@ pub mod latency;
 pub mod overlay;
 pub mod streams;
 mod wire;
+
+/// Whether this build has QUIC (cargo feature `quic`, on by default).
+/// Without it [`OverlayConfig::validate`] refuses `quic: true`, and peers'
+/// QUIC addresses are neither kept nor dialed: the node only ever listens
+/// on, and so only advertises, TCP and relayed addresses.
+pub const QUIC_SUPPORTED: bool = cfg!(feature = "quic");
 
 pub use config::OverlayConfig;
 pub use latency::{LatencyEmulation, SharedTopology, Topology};

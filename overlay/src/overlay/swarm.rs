@@ -1,9 +1,11 @@
 //! The libp2p swarm the overlay runs: its behaviours, its transports (TCP
 //! with noise, yamux and the latency emulation; circuit relay v2 over the
-//! same upgrade; QUIC if configured) and the keeper's settings.
+//! same upgrade; QUIC if configured and built in, cargo feature `quic`)
+//! and the keeper's settings.
 
 use std::time::Duration;
 
+#[cfg(feature = "quic")]
 use futures::future::Either;
 use libp2p::core::muxing::StreamMuxerBox;
 use libp2p::core::transport::Transport;
@@ -15,9 +17,12 @@ use libp2p::swarm::NetworkBehaviour;
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::{
     Multiaddr, StreamProtocol, Swarm, allow_block_list, autonat, connection_limits, dcutr,
-    identify, mdns, noise, ping, quic, relay, upnp, yamux,
+    identify, mdns, noise, ping, relay, upnp, yamux,
 };
 use zorilla_core::neighbours::keeper::KeeperConfig;
+
+#[cfg(feature = "quic")]
+use libp2p::quic;
 
 use crate::config::OverlayConfig;
 use crate::latency::{Delay, MaybeDelayed, Route};
@@ -127,20 +132,24 @@ pub(super) fn build_swarm(
         .authenticate(noise::Config::new(key).map_err(|e| setup(&e))?)
         .multiplex(yamux::Config::default())
         .timeout(HANDSHAKE_TIMEOUT);
+    let transport = upgraded
+        .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)))
+        .boxed();
+    // Without the feature there is no QUIC branch: the configuration's
+    // validation refused `quic` already.
+    #[cfg(feature = "quic")]
     let transport = if config.quic {
         let mut quic_config = quic::Config::new(key);
         quic_config.handshake_timeout = HANDSHAKE_TIMEOUT;
-        upgraded
+        transport
             .or_transport(quic::tokio::Transport::new(quic_config))
             .map(|either, _| match either {
-                Either::Left((peer, muxer)) => (peer, StreamMuxerBox::new(muxer)),
+                Either::Left(tcp_or_relayed) => tcp_or_relayed,
                 Either::Right((peer, muxer)) => (peer, StreamMuxerBox::new(muxer)),
             })
             .boxed()
     } else {
-        upgraded
-            .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)))
-            .boxed()
+        transport
     };
 
     let network = &config.network;
@@ -235,9 +244,11 @@ pub(super) fn tcp_port(addr: &Multiaddr) -> Option<u16> {
 }
 
 /// Whether `addr` is worth remembering as a peer's listen address: TCP or
-/// QUIC on a concrete IP address, or such an address of a relay followed
-/// by `/p2p/RELAY/p2p-circuit` and perhaps the peer's `/p2p/ID` (and
-/// nothing else: no relay of a relay).
+/// QUIC (if built in: cargo feature `quic`) on a concrete IP address, or
+/// such an address of a relay followed by `/p2p/RELAY/p2p-circuit` and
+/// perhaps the peer's `/p2p/ID` (and nothing else: no relay of a relay).
+/// A build without QUIC could only fail to dial a QUIC address, and would
+/// pass it on in peer exchange as if it were worth trying.
 pub(super) fn dialable(addr: &Multiaddr) -> bool {
     let mut iter = addr.iter();
     let ip_ok = match iter.next() {
@@ -248,7 +259,9 @@ pub(super) fn dialable(addr: &Multiaddr) -> bool {
     };
     let transport_ok = match iter.next() {
         Some(Protocol::Tcp(port)) => port != 0,
-        Some(Protocol::Udp(port)) => port != 0 && matches!(iter.next(), Some(Protocol::QuicV1)),
+        Some(Protocol::Udp(port)) => {
+            crate::QUIC_SUPPORTED && port != 0 && matches!(iter.next(), Some(Protocol::QuicV1))
+        }
         _ => false,
     };
     let rest_ok = match iter.next() {
@@ -275,7 +288,14 @@ mod tests {
     fn dialable_addresses() {
         let ok = |s: &str| dialable(&s.parse().unwrap());
         assert!(ok("/ip4/10.0.0.1/tcp/4001"));
-        assert!(ok("/ip4/10.0.0.1/udp/4001/quic-v1"));
+        // Only where this build can dial it.
+        assert_eq!(ok("/ip4/10.0.0.1/udp/4001/quic-v1"), crate::QUIC_SUPPORTED);
+        assert_eq!(
+            ok(
+                "/ip4/10.0.0.1/udp/4001/quic-v1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit"
+            ),
+            crate::QUIC_SUPPORTED
+        );
         assert!(ok(
             "/ip4/10.0.0.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit"
         ));

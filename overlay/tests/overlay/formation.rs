@@ -1,5 +1,6 @@
 //! Nodes that know one bootstrap peer form one overlay, also through a
-//! node at its connection limit, and keep their identity over a restart.
+//! node at its connection limit, and keep their identity over a restart;
+//! QUIC where it is built in (cargo feature `quic`) and nowhere else.
 
 use super::*;
 
@@ -148,5 +149,99 @@ async fn the_peer_id_survives_a_restart() {
         })
         .await
         .is_err()
+    );
+}
+
+/// With QUIC built in, a node configured for it listens on QUIC, and a
+/// peer joins it over QUIC alone; without, the node refuses to start with
+/// `quic`, and with QUIC off it listens on (so advertises) no UDP address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_is_used_only_where_built_in() {
+    let net = network("quic");
+    let is_udp = |a: &Multiaddr| {
+        a.iter()
+            .any(|p| matches!(p, libp2p::multiaddr::Protocol::Udp(_)))
+    };
+    let tcp_only = Node::start(config(&net, 2, 1)).await;
+    let addrs = tcp_only.handle.listen_addrs().await.unwrap();
+    assert!(!addrs.iter().any(is_udp), "{addrs:?}");
+
+    let quic = OverlayConfig {
+        quic: true,
+        ..config(&net, 2, 1)
+    };
+    if !zorilla_overlay::QUIC_SUPPORTED {
+        let err = Overlay::start(quic).await.unwrap_err().to_string();
+        assert!(err.contains("no QUIC"), "{err}");
+        return;
+    }
+    let (handle, _events) = Overlay::start(quic).await.expect("overlay starts");
+    let addrs = handle.listen_addrs().await.unwrap();
+    let quic_addr = addrs
+        .iter()
+        .find(|a| is_udp(a))
+        .expect("a QUIC address")
+        .clone();
+    let joiner = Node::start(OverlayConfig {
+        quic: true,
+        bootstrap: vec![quic_addr],
+        ..config(&net, 2, 1)
+    })
+    .await;
+    let server = handle.local_peer_id();
+    eventually(
+        "the joiner is connected over QUIC",
+        Duration::from_secs(10),
+        || async {
+            let connected = joiner.seen.lock().unwrap().connected.contains(&server);
+            if connected {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        },
+    )
+    .await;
+    handle.shutdown().await;
+}
+
+/// A peer's QUIC address is kept (and so dialed and passed on) only by a
+/// node that has QUIC; its TCP one by every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peers_quic_address_is_kept_only_where_quic_is_built_in() {
+    let net = network("quic-addr");
+    let node = Node::start(config(&net, 2, 1)).await;
+    let tcp: Multiaddr = "/ip4/192.0.2.7/tcp/4001".parse().unwrap();
+    let quic: Multiaddr = "/ip4/192.0.2.7/udp/4001/quic-v1".parse().unwrap();
+    let raw = RawPeer::start_claiming(&net, vec![tcp.clone(), quic.clone()]);
+    raw.dial(node.addr.clone()).await.unwrap();
+    let raw_id = raw.peer;
+    let kept = || async {
+        let known = node.handle.known_peers().await.unwrap();
+        known
+            .into_iter()
+            .find(|k| k.peer == raw_id)
+            .map(|k| k.addrs)
+            .unwrap_or_default()
+    };
+    // Both come in one identify message, and are judged together.
+    eventually(
+        "the node keeps the raw peer's TCP address",
+        Duration::from_secs(10),
+        || async {
+            let addrs = kept().await;
+            if addrs.contains(&tcp) {
+                Ok(())
+            } else {
+                Err(format!("{addrs:?}"))
+            }
+        },
+    )
+    .await;
+    let addrs = kept().await;
+    assert_eq!(
+        addrs.contains(&quic),
+        zorilla_overlay::QUIC_SUPPORTED,
+        "{addrs:?}"
     );
 }

@@ -138,6 +138,16 @@ impl RawPeer {
     /// streams open that long after their bytes, up to 1000 at once per
     /// connection.
     pub(crate) fn start_holding(network: &str, hold: Option<Duration>) -> RawPeer {
+        Self::start_with(network, hold, Vec::new())
+    }
+
+    /// Starts a raw peer that tells its peers (identify) it listens at
+    /// `claimed`, where it does not.
+    pub(crate) fn start_claiming(network: &str, claimed: Vec<Multiaddr>) -> RawPeer {
+        Self::start_with(network, None, claimed)
+    }
+
+    fn start_with(network: &str, hold: Option<Duration>, claimed: Vec<Multiaddr>) -> RawPeer {
         let codec = RawCodec { hold };
         let rr_config = request_response::Config::default()
             .with_request_timeout(hold.unwrap_or(Duration::ZERO) + Duration::from_secs(10))
@@ -173,6 +183,10 @@ impl RawPeer {
             .expect("behaviour")
             .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(300)))
             .build();
+        // Identify sends the external addresses with the listen ones.
+        for addr in claimed {
+            swarm.add_external_address(addr);
+        }
         let peer = *swarm.local_peer_id();
         let (command_tx, mut commands) = mpsc::channel::<Command>(16);
         let (event_tx, events) = mpsc::channel(64);
