@@ -9,6 +9,12 @@ use zorilla_core::neighbours::NeighbourConfig;
 
 use crate::latency::LatencyEmulation;
 
+/// Whether this build has QUIC (cargo feature `quic`, on by default).
+/// Without it [`OverlayConfig::validate`] refuses `quic: true`, and peers'
+/// QUIC addresses are neither kept nor dialed: the node only ever listens
+/// on, and so only advertises, TCP and relayed addresses.
+pub const QUIC_SUPPORTED: bool = cfg!(feature = "quic");
+
 /// The network name used when none is configured.
 pub const DEFAULT_NETWORK: &str = "default";
 /// Default interval between mDNS queries: libp2p's own.
@@ -193,7 +199,7 @@ pub struct OverlayConfig {
     /// addresses, a port chosen by the OS), and dial peers' QUIC
     /// addresses. The latency emulation covers TCP only, so it is off by
     /// default. Needs the cargo feature `quic` (see
-    /// [`QUIC_SUPPORTED`](crate::QUIC_SUPPORTED)).
+    /// [`QUIC_SUPPORTED`](QUIC_SUPPORTED)).
     pub quic: bool,
     /// NAT traversal.
     pub nat: NatConfig,
@@ -277,7 +283,7 @@ impl OverlayConfig {
         if self.listen.is_empty() {
             return Err("no listen address".into());
         }
-        if self.quic && !crate::QUIC_SUPPORTED {
+        if self.quic && !QUIC_SUPPORTED {
             // Said, not ignored: the operator asked for a transport (and
             // perhaps opened a UDP port for it) that would never be there.
             return Err(
@@ -370,7 +376,7 @@ mod tests {
             ..OverlayConfig::default()
         };
         let taken = quic.validate();
-        if crate::QUIC_SUPPORTED {
+        if QUIC_SUPPORTED {
             taken.unwrap();
         } else {
             let e = taken.unwrap_err();

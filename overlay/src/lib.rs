@@ -87,13 +87,7 @@ pub mod overlay;
 pub mod streams;
 mod wire;
 
-/// Whether this build has QUIC (cargo feature `quic`, on by default).
-/// Without it [`OverlayConfig::validate`] refuses `quic: true`, and peers'
-/// QUIC addresses are neither kept nor dialed: the node only ever listens
-/// on, and so only advertises, TCP and relayed addresses.
-pub const QUIC_SUPPORTED: bool = cfg!(feature = "quic");
-
-pub use config::OverlayConfig;
+pub use config::{OverlayConfig, QUIC_SUPPORTED};
 pub use latency::{LatencyEmulation, SharedTopology, Topology};
 pub use libp2p::{Multiaddr, PeerId};
 pub use overlay::{

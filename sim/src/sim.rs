@@ -33,7 +33,7 @@ use crate::scenario::{Grid, Scenario};
 use node_overlay::NodeOverlay;
 use record::start_violation;
 
-pub use contention::alpha;
+pub use contention_model::alpha;
 pub use failover_report::{FailoverConfig, FailoverReport, STOP_BOUND, Takeover};
 pub use mode::Mode;
 pub use record::{JobPlan, JobRecord, RunReport};
@@ -42,6 +42,7 @@ pub use workload::{plan_jobs, shuffled, sweep_job};
 mod bamboo;
 mod churn;
 mod contention;
+mod contention_model;
 mod coords;
 mod failover;
 mod failover_churn;
@@ -204,7 +205,7 @@ pub struct Sim {
     memory_used: Vec<u64>,
     /// The work left of the workers running on each machine, per job
     /// (only when workers run by work, speed and contention: `contention`).
-    work: BTreeMap<(u32, JobId), contention::Work>,
+    work: BTreeMap<(u32, JobId), contention_model::Work>,
     /// When each machine's work was last settled.
     settled_at: Vec<Time>,
     /// Per machine, when workers ended there lately and how many: the
