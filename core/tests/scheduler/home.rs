@@ -151,14 +151,22 @@ fn a_burst_wait_ends_with_the_offers_in_hand() {
 /// replace a lost worker, advertises the lifetime afresh: an advert that
 /// expired already would have every offer withdrawn as soon as it is made
 /// (members hold offers until the advert expires at the latest).
-#[test]
-fn a_replacement_search_after_the_jobs_lifetime_advertises_a_fresh_expiry() {
+/// A malleable job (1 to 2) running on nodes 10 and 11 past its 60 s
+/// lifetime: node 10 is lost at 90 s, and the home searches for a
+/// replacement (the outputs of that).
+fn replacement_search_at_90_s() -> (Scheduler<u32>, Vec<Output<u32>>) {
     let mut node = home(ScheduleConfig::paper());
     submit(&mut node, ms(0), WorkerCount { min: 1, max: 2 });
     offer_from(&mut node, ms(1), 10, 1, 1);
     offer_from(&mut node, ms(2), 11, 1, 1);
+    let out = node.handle(Duration::from_secs(90), Input::PeerLost(10));
+    (node, out)
+}
+
+#[test]
+fn a_replacement_search_after_the_jobs_lifetime_advertises_a_fresh_expiry() {
+    let (mut node, out) = replacement_search_at_90_s();
     let later = Duration::from_secs(90);
-    let out = node.handle(later, Input::PeerLost(10));
     let flood = out
         .iter()
         .find_map(|o| match o {
@@ -179,11 +187,7 @@ fn a_replacement_search_after_the_jobs_lifetime_advertises_a_fresh_expiry() {
 /// found a job that never got its lost ranks back this way).
 #[test]
 fn a_replacement_search_longer_than_the_lifetime_advertises_it_at_every_flood() {
-    let mut node = home(ScheduleConfig::paper());
-    submit(&mut node, ms(0), WorkerCount { min: 1, max: 2 });
-    offer_from(&mut node, ms(1), 10, 1, 1);
-    offer_from(&mut node, ms(2), 11, 1, 1);
-    let mut out = node.handle(Duration::from_secs(90), Input::PeerLost(10));
+    let (mut node, mut out) = replacement_search_at_90_s();
     let mut expiries = Vec::new();
     while let Some(at) = node.next_timeout() {
         expiries.extend(out.iter().filter_map(|o| match o {

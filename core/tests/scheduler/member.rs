@@ -46,17 +46,7 @@ fn member_offers_what_fits_holds_it_and_starts_granted_ranks() {
 #[test]
 fn busy_member_declines_once_queues_and_offers_when_resources_free_up() {
     let mut node = member(1);
-    let other = Advert {
-        job: JobId(99),
-        ..advert(WorkerCount::rigid(1))
-    };
-    node.handle(
-        ms(0),
-        Input::AdvertDelivered {
-            advert: other,
-            distance: ms(1),
-        },
-    );
+    other_job_takes_a_core(&mut node);
     from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
     let out = deliver(&mut node, ms(2), WorkerCount::rigid(1));
     assert_eq!(
@@ -306,16 +296,21 @@ fn owner_limits_deny_list_jobs_and_workers_per_job() {
     );
 }
 
-#[test]
-fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
-    let mut node = Scheduler::new(
+/// A member of two cores that holds an offer 500 ms at most.
+fn member_holding_500_ms() -> Scheduler<u32> {
+    Scheduler::new(
         1u32,
         SchedulerConfig {
             resources: Resources::new(2, 4096, 0),
             hold_timeout: ms(500),
             ..SchedulerConfig::default()
         },
-    );
+    )
+}
+
+#[test]
+fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
+    let mut node = member_holding_500_ms();
     deliver(&mut node, ms(0), WorkerCount::rigid(2));
     assert_eq!(node.next_timeout(), Some(ms(500)));
     let out = node.handle_timeout(ms(500));
@@ -350,14 +345,7 @@ fn hold_times_out_with_a_withdrawal_and_a_late_grant_is_refused() {
 /// first is withdrawn, and a grant of the new one starts workers.
 #[test]
 fn late_answers_to_an_earlier_hold_leave_the_next_hold_alone() {
-    let mut node = Scheduler::new(
-        1u32,
-        SchedulerConfig {
-            resources: Resources::new(2, 4096, 0),
-            hold_timeout: ms(500),
-            ..SchedulerConfig::default()
-        },
-    );
+    let mut node = member_holding_500_ms();
     deliver(&mut node, ms(0), WorkerCount::rigid(2));
     node.handle_timeout(ms(500));
     let out = deliver(&mut node, ms(600), WorkerCount::rigid(2));
