@@ -47,6 +47,7 @@ impl<P: PeerKey> Scheduler<P> {
                 earlier_floods: 0,
                 settle_at: None,
                 settling: false,
+                sufficed_since: None,
                 ended_with: None,
                 report,
                 logged_checkpoints: 0,
@@ -269,15 +270,20 @@ impl<P: PeerKey> Scheduler<P> {
                 // whose other nearer nodes answer within half the
                 // farthest RTT of it: wait that long (twice, for jitter)
                 // rather than grant far nodes with near answers on their
-                // way. A node counts once (its first offer), so the wait
-                // is bounded by the nodes that offer.
+                // way. A node counts once per offer it holds: one that
+                // withdraws and offers again starts the wait again, so
+                // the wait ends at most twice the farthest RTT after the
+                // offers first sufficed (a peer cannot put the grant off
+                // for ever).
+                let sufficed = *job.sufficed_since.get_or_insert(now);
                 let burst_settled = job
                     .offers
                     .values()
                     .filter(|o| o.rtt < farthest)
                     .map(|o| o.since)
                     .max()
-                    .map_or(now, |since| since.saturating_add(farthest));
+                    .map_or(now, |since| since.saturating_add(farthest))
+                    .min(sufficed.saturating_add(farthest.saturating_mul(2)));
                 flood_settled.max(burst_settled)
             }
         };
@@ -290,6 +296,7 @@ impl<P: PeerKey> Scheduler<P> {
         // Grant: ranks in slist order, reusing lost ranks first. Every
         // grant carries the placement after all of this step's grants, so
         // that the nodes granted together know of each other.
+        job.sufficed_since = None;
         let mut granted = Vec::with_capacity(assignments.len());
         let mut replaced_now = Vec::new();
         for assignment in &assignments {

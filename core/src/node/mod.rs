@@ -140,6 +140,10 @@ struct HomeJob<P> {
     settle_at: Option<Time>,
     /// Offers in hand suffice; the home only waits for nearer answers.
     settling: bool,
+    /// When offers in hand first sufficed for the next grant (cleared by
+    /// the grant): the wait for a burst of nearer offers ends at most
+    /// twice the farthest chosen RTT after it.
+    sufficed_since: Option<Time>,
     /// Once the job ended: the reason every offer is refused with (the one
     /// its held offers got when it ended), so that a late offer hears the
     /// same as an early one.

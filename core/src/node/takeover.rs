@@ -82,6 +82,7 @@ impl<P: PeerKey> Scheduler<P> {
             earlier_floods: term.saturating_mul(FLOODS_PER_TERM),
             settle_at: None,
             settling: false,
+            sufficed_since: None,
             ended_with,
             logged_checkpoints,
             report: PendingReport {

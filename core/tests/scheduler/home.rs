@@ -134,6 +134,58 @@ fn a_waiting_job_lets_a_burst_of_near_offers_arrive_before_granting() {
     }));
 }
 
+/// A near node that withdraws and offers again, over and over, would
+/// start the burst wait anew each time: the wait ends at most twice the
+/// farthest chosen RTT after the offers first sufficed.
+#[test]
+fn a_node_offering_again_and_again_cannot_put_the_grant_off_for_ever() {
+    let (mut node, now) = waiting_with_three_far_workers_of_four();
+    let first = now + ms(500);
+    offer_from(&mut node, first, 11, 1, 2);
+    let mut granted_at = None;
+    for k in 1..=20u32 {
+        let at = first + ms(u64::from(k) * 30);
+        // Whatever fell due before this re-offer.
+        while let Some(due) = node.next_timeout().filter(|due| *due < at) {
+            let out = node.handle_timeout(due);
+            if out
+                .iter()
+                .any(|o| matches!(o, Output::Job(JobEvent::Granted { .. })))
+            {
+                granted_at = Some(due);
+            }
+        }
+        if granted_at.is_some() {
+            break;
+        }
+        node.handle(
+            at,
+            Input::Message {
+                from: 11,
+                msg: Message::Withdraw {
+                    job: JOB,
+                    hold: HoldId(k - 1),
+                    ranks: vec![],
+                },
+                rtt: None,
+            },
+        );
+        let out = new_offer_from(&mut node, at, 11, k, 1, 2);
+        if out
+            .iter()
+            .any(|o| matches!(o, Output::Job(JobEvent::Granted { .. })))
+        {
+            granted_at = Some(at);
+            break;
+        }
+    }
+    let granted_at = granted_at.expect("granted while node 11 kept offering again");
+    assert!(
+        granted_at <= first + ms(100),
+        "within twice the farthest RTT (40 ms) of {first:?}: {granted_at:?}"
+    );
+}
+
 /// The burst wait ends: with no nearer offer coming, the job is granted
 /// the offers it has once the wait is over.
 #[test]
