@@ -77,8 +77,9 @@ impl<P: PeerKey> Scheduler<P> {
 
     /// Where the flood of `job_id` with `header` goes as direct adverts:
     /// the remembered nodes inside its budget that the job has not asked
-    /// yet, with the RTT to each (marked asked now); `None` when it must
-    /// be flooded (see the module documentation).
+    /// yet, with the RTT to each; `None` when it must be flooded (beyond
+    /// the ball known, or more than [`MAX_DIRECT_PER_STEP`] nodes; see the
+    /// module documentation). Either way they count as asked from now.
     fn direct_targets(
         &mut self,
         job_id: JobId,
@@ -90,13 +91,6 @@ impl<P: PeerKey> Scheduler<P> {
             return None;
         }
         let budget = header.latency_budget?;
-        let (covered, at) = self.flooded?;
-        if now.saturating_sub(at) >= KNOWLEDGE_KEPT {
-            return None;
-        }
-        if budget > covered.budget || header.ttl > covered.radius {
-            return None;
-        }
         let job = self.home.get_mut(&job_id)?;
         let mut targets: Vec<(P, Duration)> = self
             .known
@@ -108,10 +102,19 @@ impl<P: PeerKey> Scheduler<P> {
             })
             .map(|(node, k)| (node.clone(), k.rtt))
             .collect();
-        targets.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        // Asked now, by a direct advert or by the flood: a later step
+        // inside the ball does not ask them again.
         for (node, _) in &targets {
             job.asked.insert(node.clone());
         }
+        let (covered, at) = self.flooded?;
+        let known_ball = budget <= covered.budget
+            && header.ttl <= covered.radius
+            && now.saturating_sub(at) < KNOWLEDGE_KEPT;
+        if !known_ball || targets.len() > MAX_DIRECT_PER_STEP {
+            return None;
+        }
+        targets.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
         Some(targets)
     }
 

@@ -184,3 +184,30 @@ fn direct_adverts_from_one_home_are_taken_at_a_bounded_rate() {
         "the next second takes more"
     );
 }
+
+/// A step that would send more than `MAX_DIRECT_PER_STEP` direct adverts
+/// floods instead (each direct advert may cost a connection), and the
+/// nodes the flood reaches count as asked.
+#[test]
+fn a_ball_of_many_known_nodes_is_flooded() {
+    let mut node = home(ScheduleConfig::default());
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
+    for busy in 100..100 + MAX_DIRECT_PER_STEP as u32 {
+        node.handle(
+            ms(1),
+            Input::Message {
+                from: busy,
+                msg: Message::Decline {
+                    job: JOB,
+                    reason: DeclineReason::Busy,
+                },
+                rtt: Some(ms(1)),
+            },
+        );
+    }
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle_timeout(ms(20));
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    let out = submit_second(&mut node, ms(100));
+    assert!(matches!(&out[..], [Output::Flood(_)]), "{out:?}");
+}

@@ -11,8 +11,8 @@ use zorilla_core::allocation::SameDistance;
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
     DIRECT_ADVERTS_PER_SEC, EndReason, Input, JobEvent, JobSpec, KNOWLEDGE_KEPT, LostPolicy,
-    LostReason, Output, OwnerLimits, Phase, RankOutcome, ResizeError, Scheduler, SchedulerConfig,
-    WorkerEnd,
+    LostReason, MAX_DIRECT_PER_STEP, Output, OwnerLimits, Phase, RankOutcome, ResizeError,
+    Scheduler, SchedulerConfig, WorkerEnd,
 };
 use zorilla_core::resources::{Machine, REFERENCE_SPEED, Resources};
 use zorilla_core::schedule::ScheduleConfig;
