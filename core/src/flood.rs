@@ -36,6 +36,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::advert::{FloodHeader, JobId};
+use crate::bounded::make_room;
 use crate::{PeerKey, Time};
 
 /// What a node knows of distances to a flood's home besides the path its
@@ -471,18 +472,14 @@ impl<P: PeerKey> FloodRouter<P> {
 
     fn take_token(&mut self, from: &P, now: Time) -> bool {
         let rate = f64::from(self.config.adverts_per_peer_per_sec.max(1));
-        if !self.buckets.contains_key(from) && self.buckets.len() >= self.config.rate_peers_capacity
-        {
-            // Forget the peer idle longest: it has the fullest bucket anyway.
-            let idle = self
-                .buckets
-                .iter()
-                .min_by_key(|(_, bucket)| bucket.updated)
-                .map(|(peer, _)| peer.clone());
-            if let Some(idle) = idle {
-                self.buckets.remove(&idle);
-            }
-        }
+        // When full, the peer idle longest is forgotten: it has the
+        // fullest bucket anyway.
+        make_room(
+            &mut self.buckets,
+            from,
+            self.config.rate_peers_capacity,
+            |bucket| bucket.updated,
+        );
         let bucket = self.buckets.entry(from.clone()).or_insert(Bucket {
             tokens: rate,
             updated: now,

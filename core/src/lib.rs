@@ -24,6 +24,7 @@
 //! - [`liveness`]: whether the ranks a home placed still run (nodes that
 //!   restarted, forgot ranks, or went silent).
 //! - [`allocation`]: the P2P-MPI `spread` and `concentrate` strategies.
+//! - [`bounded`]: the rule of every per-peer table that is full.
 //! - [`channel`]: exactly-once, in-order, flow-controlled message channels
 //!   between the ranks of a job (sequencing, acks, credit).
 //! - [`replica`]: a job's replicated state: the primary's numbered log,
@@ -40,6 +41,7 @@
 
 pub mod advert;
 pub mod allocation;
+pub mod bounded;
 pub mod channel;
 pub mod checkpoint;
 pub mod copies;

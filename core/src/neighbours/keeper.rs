@@ -73,6 +73,7 @@ pub use super::keeper_io::{
     Action, DialFailure, DisconnectReason, KeeperConfig, Offences, PeerFacts,
 };
 use super::remembered::Remembered;
+use crate::bounded::make_room;
 use crate::{PeerKey, Time};
 
 /// A former neighbour's connection is kept this long after it stopped being
@@ -489,17 +490,8 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
     /// out-of-range message); at the limit within the window it is banned.
     pub fn offence(&mut self, peer: P, now: Time) -> Offences {
         let window = self.config.ban_duration;
-        if !self.strikes.contains_key(&peer) && self.strikes.len() >= MAX_REMEMBERED {
-            // Forget the offender whose last offence is oldest.
-            let oldest = self
-                .strikes
-                .iter()
-                .min_by_key(|(_, (_, at))| *at)
-                .map(|(p, _)| p.clone());
-            if let Some(oldest) = oldest {
-                self.strikes.remove(&oldest);
-            }
-        }
+        // When full, the offender whose last offence is oldest is forgotten.
+        make_room(&mut self.strikes, &peer, MAX_REMEMBERED, |(_, at)| *at);
         let entry = self.strikes.entry(peer.clone()).or_insert((0, now));
         if now.saturating_sub(entry.1) > window {
             *entry = (0, now);

@@ -62,16 +62,7 @@ impl<P: PeerKey> Scheduler<P> {
         if node == self.id {
             return;
         }
-        if !self.known.contains_key(&node) && self.known.len() >= MAX_KNOWN_NODES {
-            let oldest = self
-                .known
-                .iter()
-                .min_by_key(|(_, k)| k.seen)
-                .map(|(p, _)| p.clone());
-            if let Some(oldest) = oldest {
-                self.known.remove(&oldest);
-            }
-        }
+        make_room(&mut self.known, &node, MAX_KNOWN_NODES, |k| k.seen);
         self.known.insert(node, KnownNode { rtt, seen: now });
     }
 
@@ -86,7 +77,7 @@ impl<P: PeerKey> Scheduler<P> {
         header: &FloodHeader,
         now: Time,
     ) -> Option<Vec<(P, Duration)>> {
-        let schedule = self.config.schedule.clone();
+        let schedule = &self.config.schedule;
         if !schedule.direct_adverts || schedule.flood_mode != FloodMode::LatencyBounded {
             return None;
         }

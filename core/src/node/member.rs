@@ -72,16 +72,12 @@ impl<P: PeerKey> Scheduler<P> {
     /// Whether a direct advert from `home` may be taken now (at most
     /// [`DIRECT_ADVERTS_PER_SEC`] per home per second).
     pub(super) fn take_direct(&mut self, home: &P, now: Time) -> bool {
-        if !self.direct_taken.contains_key(home) && self.direct_taken.len() >= MAX_COUNTED_HOMES {
-            let oldest = self
-                .direct_taken
-                .iter()
-                .min_by_key(|(_, (since, _))| *since)
-                .map(|(p, _)| p.clone());
-            if let Some(oldest) = oldest {
-                self.direct_taken.remove(&oldest);
-            }
-        }
+        make_room(
+            &mut self.direct_taken,
+            home,
+            MAX_COUNTED_HOMES,
+            |(since, _)| *since,
+        );
         let (since, taken) = self.direct_taken.entry(home.clone()).or_insert((now, 0));
         if now.saturating_sub(*since) >= Duration::from_secs(1) {
             *since = now;

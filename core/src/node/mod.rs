@@ -91,6 +91,7 @@ use crate::advert::{
     Advert, DeclineReason, FloodHeader, HoldId, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
 use crate::allocation::{Candidate, allocate_preferring};
+use crate::bounded::make_room;
 use crate::checkpoint::CheckpointIndex;
 use crate::limits;
 use crate::resources::{Machine, Resources};

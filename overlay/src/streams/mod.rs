@@ -30,7 +30,7 @@
 //! [`handler`] (opens and accepts substreams), and [`protocol`] (the frames
 //! and their checked codec).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
@@ -47,6 +47,7 @@ use libp2p::swarm::{
 use libp2p::{Multiaddr, PeerId, Stream, StreamProtocol};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use zorilla_core::bounded::make_room;
 
 pub(crate) mod handler;
 pub mod protocol;
@@ -89,18 +90,13 @@ pub const PUNCH_FAILED_KEPT: Duration = Duration::from_secs(600);
 pub const MAX_REMEMBERED_PEERS: usize = 4096;
 
 /// Remembers `peer` at `now` in `map`, dropping the oldest entry when full.
-fn remember(map: &mut HashMap<PeerId, Instant>, peer: PeerId, now: Instant) {
-    if !map.contains_key(&peer)
-        && map.len() >= MAX_REMEMBERED_PEERS
-        && let Some(oldest) = map.iter().min_by_key(|(_, at)| **at).map(|(p, _)| *p)
-    {
-        map.remove(&oldest);
-    }
+fn remember(map: &mut BTreeMap<PeerId, Instant>, peer: PeerId, now: Instant) {
+    make_room(map, &peer, MAX_REMEMBERED_PEERS, |at| *at);
     map.insert(peer, now);
 }
 
 /// Whether `map` remembers `peer` from less than `kept` ago.
-fn remembered(map: &HashMap<PeerId, Instant>, peer: &PeerId, kept: Duration) -> bool {
+fn remembered(map: &BTreeMap<PeerId, Instant>, peer: &PeerId, kept: Duration) -> bool {
     map.get(peer).is_some_and(|at| at.elapsed() < kept)
 }
 
@@ -111,7 +107,7 @@ pub(crate) struct Shared {
     inbound: Arc<Mutex<Option<mpsc::Sender<PeerStream>>>>,
     live: Arc<Mutex<HashMap<PeerId, Vec<Weak<()>>>>>,
     /// When a stream to or from each peer last opened.
-    recent: Arc<Mutex<HashMap<PeerId, Instant>>>,
+    recent: Arc<Mutex<BTreeMap<PeerId, Instant>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -154,7 +150,7 @@ pub(crate) struct Behaviour {
     /// a hole punch's say, may fail while theirs goes on).
     waiting: HashMap<PeerId, (ConnectionId, Vec<OpenReply>)>,
     /// Peers whose hole punch failed lately (see [`PUNCH_FAILED_KEPT`]).
-    punch_failed: HashMap<PeerId, Instant>,
+    punch_failed: BTreeMap<PeerId, Instant>,
     /// Open requests to peers connected only through a relay, waiting for
     /// a direct connection until their deadline.
     waiting_direct: HashMap<PeerId, (Instant, Vec<OpenReply>)>,
@@ -173,7 +169,7 @@ impl Behaviour {
             shared: Shared::default(),
             connected: HashMap::new(),
             waiting: HashMap::new(),
-            punch_failed: HashMap::new(),
+            punch_failed: BTreeMap::new(),
             waiting_direct: HashMap::new(),
             direct_wait,
             timer: None,
