@@ -15,10 +15,19 @@ fn home_that_flooded_once() -> Scheduler<u32> {
         matches!(&out[..], [Output::Flood(a)] if a.flood.latency_budget == Some(ms(1))),
         "{out:?}"
     );
+    declines_busy_at_1_ms(&mut node, 11);
+    offer_from(&mut node, ms(1), 10, 1, 1);
+    node.handle_timeout(ms(20));
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    node
+}
+
+/// Node `from`, 1 ms from the home, declines `JOB` as busy.
+fn declines_busy_at_1_ms(node: &mut Scheduler<u32>, from: u32) {
     node.handle(
         ms(1),
         Input::Message {
-            from: 11,
+            from,
             msg: Message::Decline {
                 job: JOB,
                 reason: DeclineReason::Busy,
@@ -26,10 +35,6 @@ fn home_that_flooded_once() -> Scheduler<u32> {
             rtt: Some(ms(1)),
         },
     );
-    offer_from(&mut node, ms(1), 10, 1, 1);
-    node.handle_timeout(ms(20));
-    assert_eq!(node.phase(JOB), Some(Phase::Running));
-    node
 }
 
 fn submit_second(node: &mut Scheduler<u32>, now: Duration) -> Vec<Output<u32>> {
@@ -193,17 +198,7 @@ fn a_ball_of_many_known_nodes_is_flooded() {
     let mut node = home(ScheduleConfig::default());
     submit(&mut node, ms(0), WorkerCount::rigid(1));
     for busy in 100..100 + MAX_DIRECT_PER_STEP as u32 {
-        node.handle(
-            ms(1),
-            Input::Message {
-                from: busy,
-                msg: Message::Decline {
-                    job: JOB,
-                    reason: DeclineReason::Busy,
-                },
-                rtt: Some(ms(1)),
-            },
-        );
+        declines_busy_at_1_ms(&mut node, busy);
     }
     offer_from(&mut node, ms(1), 10, 1, 1);
     node.handle_timeout(ms(20));
