@@ -571,16 +571,20 @@ impl Sim {
                 self.feed(node, Input::PeerLost(peer));
             }
             // A node that failed and came back since forgot the ranks it
-            // ran: the new home's liveness checks find them not running
-            // (see the core's `liveness`), modelled here at once.
-            self.restarted_ranks_lost(node, job);
+            // ran, and a node whose grant was lost with the old home never
+            // started its ranks: the new home's liveness checks find them
+            // not running (see the core's `liveness`), modelled here at
+            // once.
+            self.unrun_ranks_lost(node, job);
         }
         self.place_copies(job);
     }
 
-    /// The new home `home` of `job` learns which ranks placed on nodes
-    /// that failed and rejoined since do not run there.
-    fn restarted_ranks_lost(&mut self, home: u32, job: JobId) {
+    /// The new home `home` of `job` learns which ranks placed on live nodes
+    /// do not run there: those of nodes that failed and rejoined since
+    /// ([`LostCause::Restarted`]), and those whose grant never arrived (the
+    /// old home failed with it on its way; [`LostCause::NotRunning`]).
+    fn unrun_ranks_lost(&mut self, home: u32, job: JobId) {
         let Some(restarted) = self
             .failover
             .as_ref()
@@ -589,21 +593,31 @@ impl Sim {
         else {
             return;
         };
-        let mut lost: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        let mut lost: BTreeMap<(u32, bool), Vec<u32>> = BTreeMap::new();
         if let Some(table) = self.nodes[home as usize].scheduler.ranks(job) {
             for (rank, r) in table.iter() {
                 let runs = self
                     .running
                     .get(&(r.node, job))
                     .is_some_and(|ranks| ranks.get(&rank) == Some(&r.incarnation));
+                let ever_started = self
+                    .jobs
+                    .get(&job)
+                    .and_then(|record| record.started.get(&r.node))
+                    .is_some_and(|ranks| ranks.contains(&rank));
                 let alive = self.nodes[r.node as usize].alive;
-                if r.outcome.is_none() && alive && restarted.contains(&r.node) && !runs {
-                    lost.entry(r.node).or_default().push(rank);
+                let was_restarted = restarted.contains(&r.node);
+                if r.outcome.is_none() && alive && !runs && (was_restarted || !ever_started) {
+                    lost.entry((r.node, was_restarted)).or_default().push(rank);
                 }
             }
         }
-        for (node, ranks) in lost {
-            let cause = LostCause::Restarted;
+        for ((node, was_restarted), ranks) in lost {
+            let cause = if was_restarted {
+                LostCause::Restarted
+            } else {
+                LostCause::NotRunning
+            };
             self.feed(
                 home,
                 Input::RanksLost {
