@@ -14,8 +14,17 @@
 //! - [`WaitMode::Adaptive`]: instead of a fixed one-second start, the home
 //!   floods again as soon as the current flood has gone quiet: a floor, or
 //!   twice the delay of the slowest answer to it so far, whichever is larger.
-//!   A flood that brings no new answer at all doubles the wait (up to the
-//!   cap), so a full grid is not flooded at a high rate.
+//!   A flood that brings no answer at all is followed by a farther one as
+//!   soon as answers from its edge would have come (twice its budget, at
+//!   least the floor): nobody answered from inside the ball, so the empty
+//!   rings of RTT between sites are crossed quickly. Once the budget is at
+//!   its cap, a silent flood doubles the wait (up to the cap), so a full
+//!   grid is not flooded at a high rate. The node's scheduler fixes the
+//!   time of the next flood as it sends one, before any answer, so its
+//!   waits are those of a silent flood: twice the budget while the budget
+//!   grows (by then every node inside the ball has answered, and the home
+//!   may grant), then doubling. Answers count towards
+//!   [`FloodSchedule::exhausted`].
 
 use std::time::Duration;
 
@@ -272,6 +281,13 @@ impl FloodSchedule {
         }
     }
 
+    /// Whether the next flood reaches farther than the last one (a larger
+    /// latency budget).
+    fn growing(&self) -> bool {
+        self.config.flood_mode == FloodMode::LatencyBounded
+            && self.last.is_some_and(|r| r.budget < self.budget)
+    }
+
     /// When the next flood is due.
     pub fn next_flood_at(&self) -> Time {
         let Some(sent) = self.last_flood_at else {
@@ -280,6 +296,13 @@ impl FloodSchedule {
         let wait = match self.config.wait_mode {
             WaitMode::Doubling if self.floods == 1 => self.config.first_wait,
             WaitMode::Doubling => self.wait.saturating_mul(2),
+            WaitMode::Adaptive if self.answers == 0 && self.growing() => {
+                // Nobody answered from inside the ball, and the next flood
+                // reaches farther: go there as soon as answers from the
+                // ball's edge would have come.
+                let budget = self.last.map_or(Duration::ZERO, |r| r.budget);
+                budget.saturating_mul(2).max(self.config.adaptive_floor)
+            }
             WaitMode::Adaptive if self.answers == 0 && self.floods > 1 => {
                 self.wait.saturating_mul(2).max(self.config.adaptive_floor)
             }
@@ -360,18 +383,50 @@ mod tests {
 
     #[test]
     fn adaptive_wait_follows_the_slowest_answer_then_backs_off_when_silent() {
-        let mut schedule = FloodSchedule::new(ScheduleConfig::default(), 8);
         let ms = Duration::from_millis;
+        let config = ScheduleConfig {
+            initial_budget: ms(20),
+            max_budget: ms(40),
+            ..ScheduleConfig::default()
+        };
+        let mut schedule = FloodSchedule::new(config, 8);
         schedule.next_flood(ms(0));
-        assert_eq!(schedule.next_flood_at(), ms(10), "floor before any answer");
+        assert_eq!(
+            schedule.next_flood_at(),
+            ms(40),
+            "twice the budget before any answer"
+        );
         schedule.answer(ms(3));
-        schedule.answer(ms(40));
-        assert_eq!(schedule.next_flood_at(), ms(80), "twice the slowest answer");
-        schedule.next_flood(ms(80));
-        // No answer to this flood: the wait (80 ms) doubles.
-        assert_eq!(schedule.next_flood_at(), ms(80 + 160));
-        schedule.next_flood(ms(240));
-        assert_eq!(schedule.next_flood_at(), ms(240 + 320));
+        schedule.answer(ms(60));
+        assert_eq!(
+            schedule.next_flood_at(),
+            ms(120),
+            "twice the slowest answer"
+        );
+        schedule.next_flood(ms(120));
+        // No answer to this flood (budget 40 ms, the largest): the wait
+        // (120 ms) doubles, and doubles again.
+        assert_eq!(schedule.next_flood_at(), ms(120 + 240));
+        schedule.next_flood(ms(360));
+        assert_eq!(schedule.next_flood_at(), ms(360 + 480));
+    }
+
+    #[test]
+    fn a_silent_flood_is_followed_by_a_farther_one_as_soon_as_its_answers_would_have_come() {
+        let ms = Duration::from_millis;
+        let mut schedule = FloodSchedule::new(ScheduleConfig::default(), 8);
+        let mut now = ms(0);
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            schedule.next_flood(now);
+            let due = schedule.next_flood_at();
+            waits.push((due - now).as_millis());
+            now = due;
+        }
+        // Budgets 1, 2, 4, 8, 16, 32 ms, nobody answering: the floor, then
+        // twice each budget, not a doubling back-off on top of the doubling
+        // budget.
+        assert_eq!(waits, vec![10, 10, 10, 16, 32, 64]);
     }
 
     mod properties {

@@ -515,6 +515,30 @@ fn the_home_runs_workers_of_its_own_job_first() {
     );
 }
 
+/// With our schedule too: nothing can be nearer than the home itself, so
+/// it does not wait for other answers before it grants itself.
+#[test]
+fn a_home_that_can_run_the_whole_job_starts_it_without_waiting() {
+    let mut node = Scheduler::new(
+        HOME,
+        SchedulerConfig {
+            resources: Resources::new(2, 4096, 0),
+            ..SchedulerConfig::default()
+        },
+    );
+    let out = submit(&mut node, ms(0), WorkerCount::rigid(2));
+    assert!(
+        out.contains(&Output::StartWorkers {
+            job: JOB,
+            home: HOME,
+            ranks: vec![0, 1],
+            incarnation: 0,
+            placement: placed_on(&[0, 1], HOME, 0),
+        }),
+        "{out:?}"
+    );
+}
+
 #[test]
 fn a_failed_rank_stops_the_jobs_workers_everywhere_naming_it() {
     let mut node = home(ScheduleConfig::paper());
