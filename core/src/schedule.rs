@@ -149,6 +149,10 @@ pub struct FloodSchedule {
     slowest_answer: Duration,
     /// Consecutive floods before the last that had no answer.
     silent_floods: u32,
+    /// The next flood keeps the last one's reach, after this wait
+    /// ([`FloodSchedule::stay`]).
+    #[serde(default)]
+    staying: Option<Duration>,
 }
 
 impl FloodSchedule {
@@ -165,6 +169,7 @@ impl FloodSchedule {
             answers: 0,
             slowest_answer: Duration::ZERO,
             silent_floods: 0,
+            staying: None,
         }
     }
 
@@ -261,6 +266,7 @@ impl FloodSchedule {
             };
         }
         self.floods = self.floods.saturating_add(1);
+        self.staying = None;
         self.last = Some(Reach {
             radius: ttl,
             budget: self.budget,
@@ -281,6 +287,19 @@ impl FloodSchedule {
         }
     }
 
+    /// Keeps the last flood's reach for the next one: the home asked only
+    /// part of its ball (the nearest nodes it knows, in a batch, the
+    /// farthest of them at `farthest`) and asks the rest next, as soon as
+    /// the batch has had time to answer (twice that RTT, at least the
+    /// floor).
+    pub fn stay(&mut self, farthest: Duration) {
+        if let Some(last) = self.last {
+            self.radius = last.radius;
+            self.budget = last.budget;
+            self.staying = Some(farthest.saturating_mul(2).max(self.config.adaptive_floor));
+        }
+    }
+
     /// Whether the next flood reaches farther than the last one (a larger
     /// latency budget).
     fn growing(&self) -> bool {
@@ -296,6 +315,7 @@ impl FloodSchedule {
         let wait = match self.config.wait_mode {
             WaitMode::Doubling if self.floods == 1 => self.config.first_wait,
             WaitMode::Doubling => self.wait.saturating_mul(2),
+            WaitMode::Adaptive if self.staying.is_some() => self.staying.unwrap_or_default(),
             WaitMode::Adaptive if self.answers == 0 && self.growing() => {
                 // Nobody answered from inside the ball, and the next flood
                 // reaches farther: go there as soon as answers from the

@@ -68,9 +68,10 @@ impl<P: PeerKey> Scheduler<P> {
 
     /// Where the flood of `job_id` with `header` goes as direct adverts:
     /// the remembered nodes inside its budget that the job has not asked
-    /// yet, with the RTT to each; `None` when it must be flooded (beyond
-    /// the ball known, or more than [`MAX_DIRECT_PER_STEP`] nodes; see the
-    /// module documentation). Either way they count as asked from now.
+    /// yet, with the RTT to each, at most [`MAX_DIRECT_PER_STEP`] of them,
+    /// the nearest (the next step asks the rest of the same ball); `None`
+    /// when it must be flooded (beyond the ball known; see the module
+    /// documentation). Either way they count as asked from now.
     fn direct_targets(
         &mut self,
         job_id: JobId,
@@ -93,16 +94,25 @@ impl<P: PeerKey> Scheduler<P> {
             })
             .map(|(node, k)| (node.clone(), k.rtt))
             .collect();
+        let known_ball = self.flooded.is_some_and(|(covered, at)| {
+            budget <= covered.budget
+                && header.ttl <= covered.radius
+                && now.saturating_sub(at) < KNOWLEDGE_KEPT
+        });
+        if known_ball && targets.len() > MAX_DIRECT_PER_STEP {
+            // The nearest first; the rest of the ball at the next step.
+            targets.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+            targets.truncate(MAX_DIRECT_PER_STEP);
+            let farthest = targets.last().map_or(Duration::ZERO, |t| t.1);
+            job.schedule.stay(farthest);
+            job.next_flood_at = Some(job.schedule.next_flood_at());
+        }
         // Asked now, by a direct advert or by the flood: a later step
         // inside the ball does not ask them again.
         for (node, _) in &targets {
             job.asked.insert(node.clone());
         }
-        let (covered, at) = self.flooded?;
-        let known_ball = budget <= covered.budget
-            && header.ttl <= covered.radius
-            && now.saturating_sub(at) < KNOWLEDGE_KEPT;
-        if !known_ball || targets.len() > MAX_DIRECT_PER_STEP {
+        if !known_ball {
             return None;
         }
         targets.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));

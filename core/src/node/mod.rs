@@ -62,9 +62,11 @@
 //! one [`Message::Advert`] straight to each remembered node inside the
 //! budget that this job has not asked yet, instead of through the
 //! overlay: the same nodes, nearest first as the budget doubles, at one
-//! message each. Beyond what earlier floods covered, or where a step
-//! would ask more than [`MAX_DIRECT_PER_STEP`] nodes (each may cost a
-//! connection), the home floods
+//! message each. A step asks at most [`MAX_DIRECT_PER_STEP`] nodes (each
+//! may cost a connection), the nearest first; the rest of the ball is
+//! asked at the next step, as soon as those had time to answer (twice the
+//! farthest one's RTT, at least the schedule's floor). Beyond what earlier
+//! floods covered, the home floods
 //! ([`ScheduleConfig::direct_adverts`](crate::schedule::ScheduleConfig)).
 //! A node whose hold for the job timed out is asked again at the next
 //! step. A member takes an advert that comes straight from its home as
@@ -176,11 +178,10 @@ pub const MAX_KNOWN_NODES: usize = 4096;
 /// floods the ball again (nodes join, and leave).
 pub const KNOWLEDGE_KEPT: Duration = Duration::from_secs(300);
 
-/// The most direct adverts one step of a job's search sends; a step that
-/// would send more floods instead. A direct advert to a node the home is
-/// not connected to costs a connection, and a node keeps a bounded number
-/// of them (the overlay's default is 128), while a flood travels the links
-/// the nodes have anyway.
+/// The most direct adverts one step of a job's search sends (the nearest
+/// nodes first; the rest at the next step). A direct advert to a node the
+/// home is not connected to costs a connection, and a node keeps a bounded
+/// number of them (the overlay's default is 128).
 pub const MAX_DIRECT_PER_STEP: usize = 32;
 
 /// The most direct adverts a member takes from one home per second (the

@@ -191,18 +191,48 @@ fn direct_adverts_from_one_home_are_taken_at_a_bounded_rate() {
 }
 
 /// A step that would send more than `MAX_DIRECT_PER_STEP` direct adverts
-/// floods instead (each direct advert may cost a connection), and the
-/// nodes the flood reaches count as asked.
+/// (each may cost a connection) asks the nearest that many, and the rest
+/// of the ball once they have had time to answer; it does not flood.
 #[test]
-fn a_ball_of_many_known_nodes_is_flooded() {
+fn a_ball_of_many_known_nodes_is_asked_nearest_first_in_batches() {
     let mut node = home(ScheduleConfig::default());
     submit(&mut node, ms(0), WorkerCount::rigid(1));
-    for busy in 100..100 + MAX_DIRECT_PER_STEP as u32 {
-        declines_busy_at_1_ms(&mut node, busy);
+    let us = Duration::from_micros;
+    let known = 40u32;
+    // Nodes 100.. declined, at 20, 40, ... 800 µs.
+    for i in 0..known {
+        node.handle(
+            ms(1),
+            Input::Message {
+                from: 100 + i,
+                msg: Message::Decline {
+                    job: JOB,
+                    reason: DeclineReason::Busy,
+                },
+                rtt: Some(us(20 * u64::from(i + 1))),
+            },
+        );
     }
     offer_from(&mut node, ms(1), 10, 1, 1);
     node.handle_timeout(ms(20));
     assert_eq!(node.phase(JOB), Some(Phase::Running));
+
     let out = submit_second(&mut node, ms(100));
-    assert!(matches!(&out[..], [Output::Flood(_)]), "{out:?}");
+    let batch = MAX_DIRECT_PER_STEP as u32;
+    let first: Vec<u32> = direct(&out).iter().map(|d| d.0).collect();
+    assert_eq!(first, (100..100 + batch).collect::<Vec<_>>(), "{out:?}");
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Flood(_))),
+        "{out:?}"
+    );
+
+    // The batch's farthest is 640 µs: the rest goes after the floor.
+    let at = node.next_timeout().expect("the search goes on");
+    assert_eq!(at, ms(110));
+    let out = node.handle_timeout(at);
+    let mut rest: Vec<u32> = direct(&out).iter().map(|d| d.0).collect();
+    rest.sort_unstable();
+    let mut expected: Vec<u32> = (100 + batch..100 + known).collect();
+    expected.insert(0, 10);
+    assert_eq!(rest, expected, "{out:?}");
 }
