@@ -15,13 +15,13 @@
 //!   floods again as soon as the current flood has gone quiet: a floor, or
 //!   twice the delay of the slowest answer to it so far, whichever is larger.
 //!   A flood that brings no answer at all is followed by a farther one as
-//!   soon as answers from its edge would have come (twice its budget, at
-//!   least the floor): nobody answered from inside the ball, so the empty
+//!   soon as answers from its edge would have come (its budget and a half,
+//!   at least the floor): nobody answered from inside the ball, so the empty
 //!   rings of RTT between sites are crossed quickly. Once the budget is at
 //!   its cap, a silent flood doubles the wait (up to the cap), so a full
 //!   grid is not flooded at a high rate. The node's scheduler fixes the
 //!   time of the next flood as it sends one, before any answer, so its
-//!   waits are those of a silent flood: twice the budget while the budget
+//!   waits are those of a silent flood: the budget and a half while it
 //!   grows (by then every node inside the ball has answered, and the home
 //!   may grant), then doubling. Answers count towards
 //!   [`FloodSchedule::exhausted`].
@@ -319,9 +319,13 @@ impl FloodSchedule {
             WaitMode::Adaptive if self.answers == 0 && self.growing() => {
                 // Nobody answered from inside the ball, and the next flood
                 // reaches farther: go there as soon as answers from the
-                // ball's edge would have come.
+                // ball's edge would have come (within the budget: half of
+                // it out along the flood's path, at most half back), with
+                // half as much again for delays on the way.
                 let budget = self.last.map_or(Duration::ZERO, |r| r.budget);
-                budget.saturating_mul(2).max(self.config.adaptive_floor)
+                budget
+                    .saturating_add(budget / 2)
+                    .max(self.config.adaptive_floor)
             }
             WaitMode::Adaptive if self.answers == 0 && self.floods > 1 => {
                 self.wait.saturating_mul(2).max(self.config.adaptive_floor)
@@ -413,8 +417,8 @@ mod tests {
         schedule.next_flood(ms(0));
         assert_eq!(
             schedule.next_flood_at(),
-            ms(40),
-            "twice the budget before any answer"
+            ms(30),
+            "the budget and a half before any answer"
         );
         schedule.answer(ms(3));
         schedule.answer(ms(60));
@@ -444,9 +448,9 @@ mod tests {
             now = due;
         }
         // Budgets 1, 2, 4, 8, 16, 32 ms, nobody answering: the floor, then
-        // twice each budget, not a doubling back-off on top of the doubling
-        // budget.
-        assert_eq!(waits, vec![10, 10, 10, 16, 32, 64]);
+        // each budget and a half, not a doubling back-off on top of the
+        // doubling budget.
+        assert_eq!(waits, vec![10, 10, 10, 12, 24, 48]);
     }
 
     mod properties {

@@ -264,10 +264,10 @@ impl<P: PeerKey> Scheduler<P> {
                 let sent = job.schedule.last_flood_at().unwrap_or(now);
                 // The RTTs come from peers: saturating, never a panic.
                 // Slack for answers delayed on their way: delays grow with
-                // the path, so half the farthest RTT, at most a quarter of
-                // the floor. None when only this node was chosen: nothing
-                // is nearer than that.
-                let slack = (farthest / 2).min(job.schedule.config().adaptive_floor / 4);
+                // the path, so half the farthest RTT, at most
+                // `SETTLE_SLACK`. None when only this node was chosen:
+                // nothing is nearer than that.
+                let slack = (farthest / 2).min(SETTLE_SLACK);
                 let flood_settled = sent
                     .saturating_add(farthest.saturating_mul(2))
                     .saturating_add(slack);

@@ -178,6 +178,11 @@ pub const MAX_KNOWN_NODES: usize = 4096;
 /// floods the ball again (nodes join, and leave).
 pub const KNOWLEDGE_KEPT: Duration = Duration::from_secs(300);
 
+/// The most a home waits, past twice the farthest chosen RTT, for offers
+/// delayed on their way (by processing along the flood's path, in a real
+/// node) before it grants.
+pub const SETTLE_SLACK: Duration = Duration::from_micros(2500);
+
 /// The most direct adverts one step of a job's search sends (the nearest
 /// nodes first; the rest at the next step). A direct advert to a node the
 /// home is not connected to costs a connection, and a node keeps a bounded
