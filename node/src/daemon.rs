@@ -375,6 +375,7 @@ pub async fn run(
         daemon.overlay.network.clone(),
         daemon.site.clone(),
         resources,
+        daemon.scheduler.speed,
         store.clone(),
     );
     let web_config = zorilla_webui::WebConfig {

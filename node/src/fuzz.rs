@@ -711,6 +711,7 @@ fn snapshot(g: &mut Gen) -> view::Snapshot {
             network: g.string(),
             listen_addresses: g.vec(Gen::string),
             offered: view_resources(g),
+            cpu_speed: g.u32(),
             problem: g.option(Gen::string),
             in_use: view_resources(g),
             workers_running: g.u32(),

@@ -525,6 +525,7 @@ pub(crate) fn remote_view(snapshot: &view::Snapshot) -> Result<(), Invalid> {
     for a in &o.listen_addresses {
         text("listen address length in bytes", a)?;
     }
+    limits::one_to("CPU speed", o.cpu_speed, limits::MAX_SPEED)?;
     limits::at_most("home jobs", o.home_jobs.len(), view::MAX_JOBS)?;
     for j in &o.home_jobs {
         text("job id length in bytes", j)?;

@@ -41,6 +41,11 @@ pub struct NodeOverview {
     pub listen_addresses: Vec<String>,
     /// What the node offers to the grid.
     pub offered: Resources,
+    /// How fast a core of the node is (its `cpu_speed`; 1000 is the
+    /// reference), as its offers tell homes: among equally near offers a
+    /// home prefers idle, then faster nodes.
+    #[serde(default = "reference_speed")]
+    pub cpu_speed: u32,
     /// What of that is in use by workers now.
     pub in_use: Resources,
     /// Workers running on this node now, for any job.
@@ -57,6 +62,11 @@ pub struct NodeOverview {
     /// as the remote view's wire type does).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<AddressInfo>,
+}
+
+/// The CPU speed of a node that does not say (1000, the reference).
+fn reference_speed() -> u32 {
+    1000
 }
 
 /// One of the node's own addresses: whether the node believes nodes on

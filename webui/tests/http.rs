@@ -58,6 +58,7 @@ async fn overview_page() {
         assert!(b.contains(want), "overview lacks {want:?}:\n{b}");
     }
     assert!(b.contains("id=\"workers-running\">2<"), "{b}");
+    assert!(b.contains("CPU speed 1500 ("), "{b}");
 }
 
 #[tokio::test]

@@ -440,6 +440,7 @@ mod tests {
             "test".into(),
             None,
             CoreResources::new(4, 1024, 1024),
+            zorilla_core::resources::REFERENCE_SPEED,
             store,
         );
         let sched = Scheduler::new(me, zorilla_core::node::SchedulerConfig::default());

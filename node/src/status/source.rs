@@ -39,6 +39,8 @@ pub(crate) struct NodeStatus {
     started: Instant,
     pub(super) started_ms: u64,
     offered: Resources,
+    /// How fast its cores are (`cpu_speed`).
+    cpu_speed: u32,
     /// The site its operator named (`site`), shown in grid views.
     site: Option<String>,
     pub(super) store: Arc<Store>,
@@ -50,12 +52,14 @@ pub(crate) struct NodeStatus {
 
 impl NodeStatus {
     /// The status of node `overlay.local_peer_id()` in grid `network`, at
-    /// `site` if its operator named one, offering `offered`.
+    /// `site` if its operator named one, offering `offered` on cores of
+    /// `cpu_speed`.
     pub(crate) fn new(
         overlay: OverlayHandle,
         network: String,
         site: Option<String>,
         offered: CoreResources,
+        cpu_speed: u32,
         store: Arc<Store>,
     ) -> Arc<NodeStatus> {
         Arc::new(NodeStatus {
@@ -65,6 +69,7 @@ impl NodeStatus {
             started: Instant::now(),
             started_ms: unix_ms(),
             offered: resources(offered),
+            cpu_speed,
             site,
             store,
             overlay,
@@ -140,6 +145,7 @@ impl StatusSource for NodeStatus {
             listen_addresses: net.listen.clone(),
             addresses: net.addresses.clone(),
             offered: self.offered,
+            cpu_speed: self.cpu_speed,
             in_use: local.in_use,
             workers_running: local.workers_running,
             home_jobs: local

@@ -52,12 +52,20 @@ pub(crate) struct Overview {
     /// At most [`MAX_LISTEN_ADDRESSES`].
     pub(crate) listen_addresses: Vec<String>,
     pub(crate) offered: Resources,
+    /// At most [`limits::MAX_SPEED`](zorilla_core::limits::MAX_SPEED); a
+    /// node of an earlier version says none (the reference).
+    #[serde(default = "reference_speed")]
+    pub(crate) cpu_speed: u32,
     pub(crate) in_use: Resources,
     pub(crate) workers_running: u32,
     /// At most [`MAX_JOBS`].
     pub(crate) home_jobs: Vec<String>,
     #[serde(default)]
     pub(crate) problem: Option<String>,
+}
+
+fn reference_speed() -> u32 {
+    zorilla_core::resources::REFERENCE_SPEED
 }
 
 /// Which kind of overlay link a peer is.

@@ -91,6 +91,7 @@ pub fn node_snapshot(id: &str, name: &str, jobs: Vec<JobSummary>) -> NodeSnapsho
                 memory_bytes: 16 << 30,
                 disk_bytes: 100 << 30,
             },
+            cpu_speed: 1500,
             in_use: Resources {
                 cores: 2,
                 memory_bytes: 512 << 20,
