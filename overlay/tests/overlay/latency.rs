@@ -397,3 +397,97 @@ async fn a_request_carries_the_rtt_the_receiver_measured_to_its_sender() {
         "about the emulated 40 ms: {rtt:?}"
     );
 }
+
+/// Network coordinates: six nodes in three emulated sites (2 ms within a
+/// site; 20, 40 and 50 ms between them) exchange coordinates until each
+/// node's coordinate predicts the RTTs it measures to its peers within a
+/// median relative error of 0.2 (about 5 s on loopback; 0.1 was reached
+/// too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinates_converge_to_the_measured_rtts() {
+    let net = network("coordinates");
+    let topology = Topology::from_toml_str(
+        r#"
+        default_rtt_ms = 50
+        [[sites]]
+        name = "a"
+        rtt_within_ms = 2
+        [[sites]]
+        name = "b"
+        rtt_within_ms = 2
+        [[sites]]
+        name = "c"
+        rtt_within_ms = 2
+        [[links]]
+        a = "a"
+        b = "b"
+        rtt_ms = 20
+        [[links]]
+        a = "b"
+        b = "c"
+        rtt_ms = 40
+        "#,
+    )
+    .unwrap();
+    let shared = SharedTopology::new(topology);
+    // Frequent pings: a coordinate moves once per sample.
+    let nodes = start_grid(6, |i| OverlayConfig {
+        latency: Some(LatencyEmulation {
+            topology: shared.clone(),
+            site: ["a", "b", "c"][i / 2].into(),
+        }),
+        ping_interval: Duration::from_millis(200),
+        refresh_interval: Duration::from_millis(200),
+        ..config(&net, 2, 1)
+    })
+    .await;
+    let took = eventually(
+        "coordinates predict the measured RTTs",
+        Duration::from_secs(90),
+        || async {
+            let mut positions = HashMap::new();
+            for node in &nodes {
+                let position = node.handle.position().await.map_err(|e| e.to_string())?;
+                positions.insert(node.peer, position);
+            }
+            let mut errors = Vec::new();
+            for node in &nodes {
+                let known = node.handle.known_peers().await.map_err(|e| e.to_string())?;
+                let measured: Vec<(PeerId, Duration)> = known
+                    .iter()
+                    .filter(|k| k.connected && k.coord.is_some())
+                    .filter_map(|k| k.rtt.map(|rtt| (k.peer, rtt)))
+                    .collect();
+                if measured.len() < 3 {
+                    return Err(format!(
+                        "{} has coordinates of {} peers",
+                        node.peer,
+                        measured.len()
+                    ));
+                }
+                let ours = positions[&node.peer].coord;
+                for (peer, rtt) in measured {
+                    let real = rtt.as_secs_f64() * 1000.0;
+                    let estimate = ours.distance_ms(&positions[&peer].coord);
+                    errors.push((estimate - real).abs() / real);
+                }
+            }
+            errors.sort_by(f64::total_cmp);
+            let median = errors[errors.len() / 2];
+            if median < 0.2 {
+                eprintln!(
+                    "median relative error {median:.3} over {} pairs",
+                    errors.len()
+                );
+                Ok(())
+            } else {
+                Err(format!(
+                    "median relative error {median:.3} over {} pairs",
+                    errors.len()
+                ))
+            }
+        },
+    )
+    .await;
+    eprintln!("converged after {took:?}");
+}
