@@ -169,6 +169,26 @@ pub struct OverlaySetup {
     /// default): every row of the 64-bit id, as Bamboo fills every row for
     /// which some node exists, about log2(nodes) of them.
     pub baseline_rows: Option<u32>,
+    /// What a node knows of its own and its neighbours' distances to a
+    /// flood's home besides the path the flood took (`sim::coords`).
+    pub home_distances: HomeDistances,
+}
+
+/// Where the flood router's distances to a flood's home come from in a
+/// run (see `sim::coords`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HomeDistances {
+    /// A node's own measured RTT to the home, if it has one (what the
+    /// real node knows).
+    #[default]
+    Measured,
+    /// Every node knows its own and its neighbours' true RTTs to the home
+    /// (a diagnostic: the best any coordinate system could estimate).
+    Exact,
+    /// Our overlay's network coordinates: its own coordinate's distance to
+    /// the home's (unless it measured the home), and its neighbours'.
+    Vivaldi,
 }
 
 impl Default for OverlaySetup {
@@ -183,6 +203,7 @@ impl Default for OverlaySetup {
             baseline_candidates: 8,
             baseline_digit_bits: 1,
             baseline_rows: None,
+            home_distances: HomeDistances::Measured,
         }
     }
 }

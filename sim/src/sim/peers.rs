@@ -21,6 +21,14 @@
 //! to it (and replaced if it was a neighbour), whichever comes first. A
 //! run without failures has no ticks; the ticks go on only while other
 //! events are pending, so a run still ends when its work does.
+//!
+//! The pings themselves go on during the whole run, as in the real
+//! overlay ([`Event::PingRound`], once a ping interval per node at its
+//! phase, answered like a tick's and without the tick): they change no
+//! neighbour set, but they are what the keepers' network coordinates learn
+//! from, and the coordinate exchanges a keeper asks for
+//! ([`Action::ExchangeCoordinates`]) are delivered at once, like a peer
+//! exchange.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
@@ -229,29 +237,12 @@ impl Sim {
         self.keeper_ticks -= 1;
         let now = self.keeper_now();
         let config = self.keeper_config();
-        let peers: Vec<u32> = match &self.nodes[node as usize].overlay {
-            NodeOverlay::Ours(keeper) if self.nodes[node as usize].alive => {
-                keeper.connected_peers().copied().collect()
-            }
-            _ => {
-                // A failed node ticks again once it rejoined and watches
-                // a silent peer.
-                self.keeper_ticking[node as usize] = false;
-                return;
-            }
+        let Some(silent) = self.answer_pings(node) else {
+            // A failed node ticks again once it rejoined and watches a
+            // silent peer.
+            self.keeper_ticking[node as usize] = false;
+            return;
         };
-        let mut silent = false;
-        for peer in peers {
-            if !self.nodes[peer as usize].alive {
-                silent = true;
-                continue;
-            }
-            let simulated = Duration::from_micros(self.grid.rtt_us(node, peer));
-            if let Some(keeper) = self.keeper(node) {
-                let rtt = keeper.table().rtt(&peer).unwrap_or(simulated);
-                keeper.rtt(peer, rtt, now);
-            }
-        }
         if let Some(keeper) = self.keeper(node) {
             keeper.tick(now, &SimFacts);
         }
@@ -265,12 +256,71 @@ impl Sim {
         let settled = n.quiet_since.is_some_and(|since| {
             now.saturating_sub(since) >= config.ping_interval + config.ping_timeout
         });
-        if settled || self.heap.len() <= self.keeper_ticks {
+        if settled || self.heap.len() <= self.keeper_ticks + self.ping_rounds {
             self.nodes[node as usize].quiet_since = None;
             self.keeper_ticking[node as usize] = false;
         } else {
             let at = self.now + config.ping_interval;
             self.push_keeper_tick(at, node);
+        }
+    }
+
+    /// The pings of one ping interval of `node` during the run: each live
+    /// connected peer answers with the RTT the keeper already has of it
+    /// (the simulated RTT if it has none yet), so nothing in the near sets
+    /// moves; a failed one does not answer. Returns whether one did not,
+    /// or `None` if `node` runs no live keeper of ours.
+    fn answer_pings(&mut self, node: u32) -> Option<bool> {
+        let now = self.keeper_now();
+        let peers: Vec<u32> = match &self.nodes[node as usize].overlay {
+            NodeOverlay::Ours(keeper) if self.nodes[node as usize].alive => {
+                keeper.connected_peers().copied().collect()
+            }
+            _ => return None,
+        };
+        let mut silent = false;
+        for peer in peers {
+            if !self.nodes[peer as usize].alive {
+                silent = true;
+                continue;
+            }
+            let simulated = Duration::from_micros(self.grid.rtt_us(node, peer));
+            if let Some(keeper) = self.keeper(node) {
+                let rtt = keeper.table().rtt(&peer).unwrap_or(simulated);
+                keeper.rtt(peer, rtt, now);
+            }
+        }
+        Some(silent)
+    }
+
+    /// Schedules `node`'s ping rounds during the run, from its phase on.
+    pub(super) fn start_ping_rounds(&mut self) {
+        for node in 0..self.keeper_phase.len() as u32 {
+            let at = self.keeper_phase[node as usize];
+            self.push_ping_round(at, node);
+        }
+    }
+
+    fn push_ping_round(&mut self, at: Time, node: u32) {
+        self.ping_rounds += 1;
+        self.push(at, Event::PingRound { node });
+    }
+
+    /// `node`'s pings of one ping interval during the run, without its
+    /// keeper's tick ([`Event::PingRound`]): they move its network
+    /// coordinate, and the coordinate exchanges its keeper asks for are
+    /// delivered; nothing else changes. Skipped while its keeper ticks
+    /// (the tick answers its pings). Goes on a ping interval later only
+    /// while other events are pending, so a run still ends when its work
+    /// does.
+    pub(super) fn ping_round(&mut self, node: u32) {
+        self.ping_rounds -= 1;
+        if !self.keeper_ticking[node as usize] && self.answer_pings(node).is_some() {
+            self.keep_peers(node);
+        }
+        if self.heap.len() > self.keeper_ticks + self.ping_rounds {
+            let at = self.now + self.keeper_config().ping_interval;
+            self.push_ping_round(at, node);
         }
     }
 
@@ -374,6 +424,28 @@ impl Sim {
                     && let Some(records) = answer
                 {
                     keeper.learned(records.into_iter().filter(|p| *p != node), now, &SimFacts);
+                }
+            }
+            // Delivered at once, like a peer exchange (the keeper asks at
+            // most once a ping interval per peer): each side gets the
+            // other's coordinate.
+            Action::ExchangeCoordinates(peer) => {
+                let Some(ours) = self.keeper(node).map(|k| k.position()) else {
+                    return;
+                };
+                let theirs = match self.keeper(peer) {
+                    Some(keeper) if keeper.is_connected(&node) => {
+                        if keeper.coordinates_received(node, ours, now).is_err() {
+                            work.push_back(peer);
+                        }
+                        Some(keeper.position())
+                    }
+                    _ => None,
+                };
+                if let (Some(theirs), Some(keeper)) = (theirs, self.keeper(node)) {
+                    // Refused (an offence) only if out of range, which a
+                    // keeper's own position never is.
+                    let _ = keeper.coordinates_received(peer, theirs, now);
                 }
             }
             Action::Forgotten(peer) => self.nodes[node as usize].router.peer_lost(&peer),
