@@ -534,6 +534,23 @@ mod tests {
             decode::<RpcResponse>(&encode(&answer).unwrap()).unwrap(),
             answer
         );
+        // The wire shape, as another implementation writes it:
+        // {"Coordinates": {"x": 1.5, "y": 0.0, "height": 1.0, "error": 0.5}}
+        // (half-precision floats), and with a NaN for x.
+        let written = b"\xa1\x6bCoordinates\xa4\x61x\xf9\x3e\x00\x61y\xf9\x00\x00\x66height\xf9\x3c\x00\x65error\xf9\x38\x00";
+        let RpcRequest::Coordinates(CoordinateFrame(read)) = decode(written).unwrap() else {
+            panic!("not a coordinate");
+        };
+        assert_eq!(
+            (read.coord.x, read.coord.height, read.error),
+            (1.5, 1.0, 0.5)
+        );
+        let nan = b"\xa1\x6bCoordinates\xa4\x61x\xf9\x7e\x00\x61y\xf9\x00\x00\x66height\xf9\x3c\x00\x65error\xf9\x38\x00";
+        let err = decode::<RpcRequest>(nan).unwrap_err();
+        assert!(
+            err.to_string().contains("network coordinate refused"),
+            "{err}"
+        );
         let max = zorilla_core::vivaldi::MAX_COMPONENT_MS;
         let bad = [
             (f64::NAN, 1.0, 1.0, 0.5),
