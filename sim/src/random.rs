@@ -12,7 +12,7 @@ use plotters::prelude::*;
 
 use crate::generate::{self, Size};
 use crate::report::{Summary, draw_lines, mode_color};
-use crate::scenario::HomeDistances;
+use crate::scenario::Scenario;
 use crate::sim::{Mode, run_scenario};
 
 /// The figures of one scheduler on one generated topology.
@@ -33,17 +33,17 @@ pub struct Run {
 }
 
 /// Runs seeds `seeds` of generated scenarios of `size` with every mode,
-/// the flood routers' distances to a home coming from `distances`.
+/// each scenario changed by `tweak` first (options of the command line).
 pub fn run(
     seeds: impl IntoIterator<Item = u64>,
     size: Size,
     modes: &[Mode],
-    distances: HomeDistances,
+    tweak: &dyn Fn(&mut Scenario),
 ) -> anyhow::Result<Vec<Run>> {
     let mut runs = Vec::new();
     for seed in seeds {
         let mut scenario = generate::scenario(seed, size);
-        scenario.overlay.home_distances = distances;
+        tweak(&mut scenario);
         let grid = scenario.grid(seed)?;
         for &mode in modes {
             let report = run_scenario(&scenario, mode, seed)?;

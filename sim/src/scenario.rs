@@ -156,6 +156,13 @@ pub struct OverlaySetup {
     pub warmup_ticks: usize,
     /// RTT samples per newly measured peer.
     pub samples: usize,
+    /// Ping intervals after the warm-up (and after a node rejoins) in
+    /// which our nodes' pings are simulated (`sim::peers`): what their
+    /// network coordinates learn from. The real overlay pings for ever;
+    /// on a grid whose RTTs do not change, coordinates move little after
+    /// the first two minutes, and each round costs the simulator every
+    /// connection's peer keeping.
+    pub ping_rounds: usize,
     /// Bamboo-like baseline: random leaf-set size.
     pub baseline_leaves: usize,
     /// Bamboo-like baseline: candidates measured per routing-table entry.
@@ -199,6 +206,7 @@ impl Default for OverlaySetup {
             bootstrap: 8,
             warmup_ticks: 10,
             samples: 3,
+            ping_rounds: 120,
             baseline_leaves: 4,
             baseline_candidates: 8,
             baseline_digit_bits: 1,

@@ -235,6 +235,8 @@ pub struct Sim {
     keeper_ticks: usize,
     /// Ping rounds in the heap: they go on only while other events do.
     ping_rounds: usize,
+    /// Per node: the ping rounds it has left (see `peers`).
+    ping_rounds_left: Vec<usize>,
     /// Per node: the phase of its keeper's ticks within a ping interval
     /// (drawn from the seed), and whether its ticks are scheduled (only
     /// while it watches a silent peer, see `peers`).
@@ -309,6 +311,7 @@ impl Sim {
             next_connection: 0,
             keeper_ticks: 0,
             ping_rounds: 0,
+            ping_rounds_left: Vec::new(),
             keeper_phase: Vec::new(),
             keeper_ticking: Vec::new(),
             failover: None,

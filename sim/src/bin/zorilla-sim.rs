@@ -117,6 +117,23 @@ struct Args {
     /// topologies: measured).
     #[arg(long, value_enum)]
     home_distances: Option<Distances>,
+    /// Ping intervals simulated after the warm-up (what network
+    /// coordinates learn from), overriding the scenario's
+    /// (`overlay.ping_rounds`, 120 by default).
+    #[arg(long)]
+    ping_rounds: Option<usize>,
+}
+
+impl Args {
+    /// Applies the options that change a scenario's overlay.
+    fn tweak(&self, scenario: &mut Scenario) {
+        if let Some(distances) = self.home_distances {
+            scenario.overlay.home_distances = distances.into();
+        }
+        if let Some(rounds) = self.ping_rounds {
+            scenario.overlay.ping_rounds = rounds;
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -150,9 +167,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(rows) = args.baseline_rows {
         scenario.overlay.baseline_rows = Some(rows);
     }
-    if let Some(distances) = args.home_distances {
-        scenario.overlay.home_distances = distances.into();
-    }
+    args.tweak(&mut scenario);
     let seeds = args.seeds.clone().unwrap_or_else(|| scenario.seeds.clone());
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
@@ -304,9 +319,6 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
-    let distances: HomeDistances = args
-        .home_distances
-        .map_or_else(Default::default, Into::into);
     let started = Instant::now();
     let mut runs = Vec::new();
     let mut csv = String::from(
@@ -321,7 +333,7 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     for &seed in &seeds {
         if args.seeds.is_some() {
             let mut scenario = zorilla_sim::generate::scenario(seed, size);
-            scenario.overlay.home_distances = distances;
+            args.tweak(&mut scenario);
             let grid = scenario.grid(seed)?;
             for &mode in modes {
                 let report = run_scenario(&scenario, mode, seed)?;
@@ -339,7 +351,7 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
                     .with_context(|| format!("cannot write {}", path.display()))?;
             }
         }
-        for run in random::run([seed], size, modes, distances)? {
+        for run in random::run([seed], size, modes, &|s| args.tweak(s))? {
             let s = &run.summary;
             println!(
                 "topology {seed:>4} ({:>2} sites, {:>5} machines) {:<8}: extra RTT {:.4} ms/worker, out of order {:.2}%, {:.0} msgs/job, allocation {:.3} s, {}/{} jobs{}",

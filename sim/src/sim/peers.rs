@@ -22,13 +22,19 @@
 //! run without failures has no ticks; the ticks go on only while other
 //! events are pending, so a run still ends when its work does.
 //!
-//! The pings themselves go on during the whole run, as in the real
-//! overlay ([`Event::PingRound`], once a ping interval per node at its
-//! phase, answered like a tick's and without the tick): they change no
-//! neighbour set, but they are what the keepers' network coordinates learn
-//! from, and the coordinate exchanges a keeper asks for
+//! The pings themselves go on after the warm-up, as in the real overlay
+//! ([`Event::PingRound`], once a ping interval per node at its phase,
+//! answered like a tick's and without the tick), for the scenario's
+//! `ping_rounds` intervals (120 by default, again after a node rejoins):
+//! they change no neighbour set, but they are what the keepers' network
+//! coordinates learn from, and the coordinate exchanges a keeper asks for
 //! ([`Action::ExchangeCoordinates`]) are delivered at once, like a peer
-//! exchange.
+//! exchange. The rounds' number is bounded so that a run's cost does not
+//! grow with its length: every round is every connection's peer keeping
+//! (10 `full` topologies took 2.3 times as long to simulate with pings
+//! for the whole run, 1.8 times with 120 rounds), while coordinates move
+//! little after the first two minutes on a grid whose RTTs do not change
+//! (BENCHMARKS.md, "Network coordinates").
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
@@ -293,10 +299,23 @@ impl Sim {
         Some(silent)
     }
 
-    /// Schedules `node`'s ping rounds during the run, from its phase on.
+    /// Schedules every node's ping rounds during the run, from its phase
+    /// on.
     pub(super) fn start_ping_rounds(&mut self) {
+        let rounds = self.scenario.overlay.ping_rounds;
+        self.ping_rounds_left = vec![0; self.keeper_phase.len()];
         for node in 0..self.keeper_phase.len() as u32 {
-            let at = self.keeper_phase[node as usize];
+            self.more_ping_rounds(node, self.keeper_phase[node as usize], rounds);
+        }
+    }
+
+    /// Gives `node` `rounds` ping rounds from `at` on (a pending one goes
+    /// on with the new count).
+    fn more_ping_rounds(&mut self, node: u32, at: Time, rounds: usize) {
+        let left = &mut self.ping_rounds_left[node as usize];
+        let pending = *left > 0;
+        *left = rounds;
+        if !pending && rounds > 0 {
             self.push_ping_round(at, node);
         }
     }
@@ -310,17 +329,31 @@ impl Sim {
     /// keeper's tick ([`Event::PingRound`]): they move its network
     /// coordinate, and the coordinate exchanges its keeper asks for are
     /// delivered; nothing else changes. Skipped while its keeper ticks
-    /// (the tick answers its pings). Goes on a ping interval later only
-    /// while other events are pending, so a run still ends when its work
-    /// does.
+    /// (the tick answers its pings). Goes on a ping interval later while
+    /// the node has rounds left and other events are pending, so a run
+    /// still ends when its work does.
     pub(super) fn ping_round(&mut self, node: u32) {
         self.ping_rounds -= 1;
+        let left = &mut self.ping_rounds_left[node as usize];
+        *left = left.saturating_sub(1);
+        let more = *left > 0;
         if !self.keeper_ticking[node as usize] && self.answer_pings(node).is_some() {
-            self.keep_peers(node);
+            // Only coordinate exchanges come of pings: no links to bring
+            // up to date (what `keep_peers` does for every node it
+            // touches), unless an exchange made a keeper act.
+            let mut work = VecDeque::new();
+            while let Some(action) = self.keeper(node).and_then(|k| k.poll_action()) {
+                self.act(node, action, &mut work);
+            }
+            for touched in work {
+                self.keep_peers(touched);
+            }
         }
-        if self.heap.len() > self.keeper_ticks + self.ping_rounds {
+        if more && self.heap.len() > self.keeper_ticks + self.ping_rounds {
             let at = self.now + self.keeper_config().ping_interval;
             self.push_ping_round(at, node);
+        } else {
+            self.ping_rounds_left[node as usize] = 0;
         }
     }
 
@@ -331,6 +364,9 @@ impl Sim {
         for _ in 0..self.scenario.overlay.warmup_ticks {
             self.tick(node);
         }
+        let rounds = self.scenario.overlay.ping_rounds;
+        let at = self.now + self.keeper_config().ping_interval;
+        self.more_ping_rounds(node, at, rounds);
     }
 
     /// `failed` is noticed: every connection to it closes. Returns the
