@@ -85,6 +85,31 @@ impl Coord {
     }
 }
 
+/// A node's coordinate with its relative error estimate: what a node tells
+/// its peers of itself.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Position {
+    /// Where the node is.
+    pub coord: Coord,
+    /// How sure it is: 0 (sure) to 1 (knows nothing).
+    pub error: f64,
+}
+
+impl Position {
+    /// Whether a peer's report may be used: every component of the
+    /// coordinate finite and within range, the error a finite number in
+    /// `0..=1`.
+    pub fn check(&self) -> Result<(), Refused> {
+        if !self.coord.is_valid() {
+            return Err(Refused::Coord);
+        }
+        if !(self.error.is_finite() && (0.0..=1.0).contains(&self.error)) {
+            return Err(Refused::Error);
+        }
+        Ok(())
+    }
+}
+
 /// How a node's coordinate follows its samples.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct VivaldiConfig {
@@ -153,6 +178,14 @@ impl Vivaldi {
         self.error
     }
 
+    /// This node's coordinate and error, as it tells its peers.
+    pub fn position(&self) -> Position {
+        Position {
+            coord: self.coord,
+            error: self.error,
+        }
+    }
+
     /// Samples used so far.
     pub fn samples(&self) -> u64 {
         self.samples
@@ -169,12 +202,11 @@ impl Vivaldi {
         if rtt.is_zero() || rtt > MAX_RTT {
             return Err(Refused::Rtt);
         }
-        if !remote.is_valid() {
-            return Err(Refused::Coord);
+        Position {
+            coord: remote,
+            error: remote_error,
         }
-        if !(remote_error.is_finite() && (0.0..=1.0).contains(&remote_error)) {
-            return Err(Refused::Error);
-        }
+        .check()?;
         let rtt = rtt.as_secs_f64() * 1000.0;
         let estimate = self.coord.distance_ms(&remote);
         // Weight of this sample: how sure we are against how sure they are.

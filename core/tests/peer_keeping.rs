@@ -9,6 +9,7 @@ use zorilla_core::neighbours::keeper::{
     Action, DialFailure, DisconnectReason, KeeperConfig, LINGER, MAX_REMEMBERED, PeerFacts,
     PeerKeeper,
 };
+use zorilla_core::vivaldi::{Coord, Position, Refused};
 
 type Keeper = PeerKeeper<u32, u32>;
 
@@ -297,4 +298,147 @@ fn the_same_inputs_give_the_same_actions() {
     assert_eq!(first, run());
     assert_eq!(first.1.len(), 2);
     assert!(first.1.iter().all(|p| (1..=8).contains(p)));
+}
+
+/// Nodes of a plane with access delays (the model Vivaldi with heights
+/// assumes), each keeper connected to every other, pinging each peer once
+/// a second; the coordinate exchanges the keepers ask for are delivered at
+/// once. Returns the keepers and the true RTT of each pair.
+fn coordinates_world(n: u32, seconds: u64) -> (Vec<Keeper>, impl Fn(u32, u32) -> Duration) {
+    let places: Vec<Coord> = (0..n)
+        .map(|i| {
+            let i = f64::from(i);
+            Coord {
+                x: (i * 37.0) % 120.0,
+                y: (i * 53.0) % 70.0,
+                height: 0.5 + (i * 7.0) % 4.0,
+            }
+        })
+        .collect();
+    let true_rtt = move |a: u32, b: u32| {
+        Duration::from_secs_f64(places[a as usize].distance_ms(&places[b as usize]) / 1000.0)
+    };
+    let config = KeeperConfig {
+        kept_connections: n as usize,
+        ..config()
+    };
+    let mut keepers: Vec<Keeper> = (0..n)
+        .map(|i| Keeper::new(config.clone(), u64::from(i), Duration::ZERO))
+        .collect();
+    for a in 0..n {
+        for b in (0..n).filter(|b| *b != a) {
+            let conn = a.min(b) * 1000 + a.max(b);
+            keepers[a as usize].connected(b, conn, a < b, Duration::ZERO);
+            keepers[a as usize].identified(b, true, Duration::ZERO);
+        }
+    }
+    let mut exchanges = 0u64;
+    for t in 0..seconds {
+        for a in 0..n {
+            // Each ping lands at its own moment within the second.
+            for b in (0..n).filter(|b| *b != a) {
+                let now = s(t) + ms(u64::from(b) * 10);
+                keepers[a as usize].rtt(b, true_rtt(a, b), now);
+                for action in drain(&mut keepers[a as usize]) {
+                    if let Action::ExchangeCoordinates(peer) = action {
+                        exchanges += 1;
+                        let (ours, theirs) = (
+                            keepers[a as usize].position(),
+                            keepers[peer as usize].position(),
+                        );
+                        keepers[peer as usize]
+                            .coordinates_received(a, ours, now)
+                            .unwrap();
+                        keepers[a as usize]
+                            .coordinates_received(peer, theirs, now)
+                            .unwrap();
+                    }
+                }
+            }
+        }
+    }
+    // At most one exchange per pair and ping interval from each side.
+    let pairs = u64::from(n * (n - 1));
+    assert!(exchanges <= pairs * seconds, "{exchanges} exchanges");
+    (keepers, true_rtt)
+}
+
+#[test]
+fn coordinates_learnt_through_the_keepers_predict_the_rtts() {
+    let n = 12;
+    let (keepers, true_rtt) = coordinates_world(n, 120);
+    let mut errors = Vec::new();
+    for a in 0..n {
+        for b in a + 1..n {
+            let estimate = keepers[a as usize]
+                .position()
+                .coord
+                .distance_ms(&keepers[b as usize].position().coord);
+            let real = true_rtt(a, b).as_secs_f64() * 1000.0;
+            errors.push((estimate - real).abs() / real);
+            // What a keeper holds of a peer is the peer's coordinate.
+            let held = keepers[a as usize].peer_position(&b).unwrap().coord;
+            let now = keepers[b as usize].position().coord;
+            let apart = (held.x - now.x).hypot(held.y - now.y) + (held.height - now.height).abs();
+            assert!(apart < 1.0, "{held:?} against {now:?}");
+        }
+    }
+    errors.sort_by(f64::total_cmp);
+    let median = errors[errors.len() / 2];
+    assert!(median < 0.1, "median relative error {median:.3}");
+    for keeper in &keepers {
+        assert!(keeper.position().error < 0.3, "{:?}", keeper.position());
+    }
+}
+
+#[test]
+fn a_hostile_coordinate_is_refused_counted_and_moves_nothing() {
+    let mut keeper = Keeper::new(config(), 1, Duration::ZERO);
+    join(&mut keeper, 1, ms(10), Duration::ZERO);
+    join(&mut keeper, 2, ms(20), Duration::ZERO);
+    let honest = Position {
+        coord: Coord {
+            x: 5.0,
+            y: 0.0,
+            height: 1.0,
+        },
+        error: 0.2,
+    };
+    keeper.coordinates_received(1, honest, ms(1)).unwrap();
+    keeper.rtt(1, ms(10), ms(2));
+    let before = keeper.position();
+    assert_ne!(before.error, 1.0, "an honest sample moved us");
+    drain(&mut keeper);
+
+    let bad = [
+        (
+            Coord {
+                x: f64::NAN,
+                ..honest.coord
+            },
+            0.2,
+            Refused::Coord,
+        ),
+        (
+            Coord {
+                y: 1e300,
+                ..honest.coord
+            },
+            0.2,
+            Refused::Coord,
+        ),
+        (honest.coord, f64::INFINITY, Refused::Error),
+    ];
+    for (i, (coord, error, why)) in bad.into_iter().enumerate() {
+        let now = ms(10 + i as u64);
+        let sent = keeper.coordinates_received(2, Position { coord, error }, now);
+        assert_eq!(sent, Err(why));
+        // Peer 2's samples find no coordinate to use: ours stays.
+        keeper.rtt(2, ms(20), now);
+        assert_eq!(keeper.position(), before);
+        assert_eq!(keeper.peer_position(&2), None);
+    }
+    // Three offences (the configured limit): peer 2 is banned.
+    assert!(drain(&mut keeper).contains(&Action::Ban(2)));
+    assert!(keeper.refused(&2));
 }

@@ -103,23 +103,40 @@ async fn status_pages_of_a_real_grid() {
         n0.listen
     );
 
-    // Its peers, with measured RTTs, once the poller has seen them.
+    // Its peers, with measured RTTs and the network coordinates they
+    // reported, once the poller has seen them.
     let others: Vec<&str> = grid.nodes[1..].iter().map(|n| n.peer.as_str()).collect();
     let peers: Vec<PeerInfo> = poll_json(
         n0.web,
         "/api/peers",
         Duration::from_secs(20),
-        "both peers with RTTs",
+        "both peers with RTTs and coordinates",
         |peers: &Vec<PeerInfo>| {
             others.iter().all(|o| {
-                peers
-                    .iter()
-                    .any(|p| p.peer_id == *o && p.rtt_ms.is_some_and(|r| r >= 0.0))
+                peers.iter().any(|p| {
+                    p.peer_id == *o
+                        && p.rtt_ms.is_some_and(|r| r >= 0.0)
+                        && p.coordinates.as_ref().is_some_and(|c| c.len() == 3)
+                })
             })
         },
     )
     .await;
     assert!(peers.iter().all(|p| p.peer_id != n0.peer), "{peers:?}");
+    // And its own coordinate, moved from where every node starts (the
+    // origin, knowing nothing) by its samples.
+    let overview: NodeOverview = poll_json(
+        n0.web,
+        "/api/overview",
+        Duration::from_secs(20),
+        "our own coordinate, learnt",
+        |o: &NodeOverview| o.position.as_ref().is_some_and(|p| p.error < 1.0),
+    )
+    .await;
+    let position = overview.position.unwrap();
+    assert_eq!(position.coordinates.len(), 3, "{position:?}");
+    let page = get(n0.web, "/").await;
+    assert!(page.body.contains("Network coordinates"), "{}", page.body);
 
     // A live stream of the jobs page is open before the job is submitted.
     let mut live = EventStream::open(n0.web, "/events/jobs").await;

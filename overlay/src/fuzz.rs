@@ -17,10 +17,12 @@ use zorilla_core::channel::{
     Ack, CHUNK_BYTES, ChannelId, Chunk, Inbound, Outbox, RankReceiver, Received,
 };
 use zorilla_core::flood::FloodId;
+use zorilla_core::vivaldi::{Coord, MIN_HEIGHT_MS, Position};
 
 use crate::streams::protocol::{self, Frame, Refusal};
 use crate::wire::{
-    self, CborCodec, Checked, FloodAck, FloodFrame, PeerRecord, ReadBudget, RpcRequest, RpcResponse,
+    self, CborCodec, Checked, CoordinateFrame, FloodAck, FloodFrame, PeerRecord, ReadBudget,
+    RpcRequest, RpcResponse,
 };
 use crate::{Multiaddr, PeerId};
 
@@ -286,15 +288,26 @@ fn flood_frame(g: &mut Gen) -> FloodFrame {
 }
 
 fn rpc_request(g: &mut Gen) -> RpcRequest {
-    match g.below(3) {
+    match g.below(4) {
         0 => RpcRequest::Peers,
         1 => RpcRequest::Link(g.below(2) == 0),
+        2 => RpcRequest::Coordinates(coordinates(g)),
         _ => RpcRequest::App(g.bytes()),
     }
 }
 
+/// A valid network coordinate (mutations make out-of-range ones).
+fn coordinates(g: &mut Gen) -> CoordinateFrame {
+    let mut ms = || (g.below(2001) as f64 - 1000.0) / 2.0;
+    let (x, y, height) = (ms(), ms(), ms().abs() + MIN_HEIGHT_MS);
+    CoordinateFrame(Position {
+        coord: Coord { x, y, height },
+        error: g.below(101) as f64 / 100.0,
+    })
+}
+
 fn rpc_response(g: &mut Gen) -> RpcResponse {
-    match g.below(3) {
+    match g.below(4) {
         0 => RpcResponse::Peers(
             (0..g.len())
                 .map(|_| PeerRecord {
@@ -304,6 +317,7 @@ fn rpc_response(g: &mut Gen) -> RpcResponse {
                 .collect(),
         ),
         1 => RpcResponse::App(g.bytes()),
+        2 => RpcResponse::Coordinates(coordinates(g)),
         _ => RpcResponse::Done,
     }
 }

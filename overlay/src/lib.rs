@@ -23,7 +23,7 @@
 //! - [`streams`]: long-lived raw streams between nodes for the messages
 //!   between workers (`/zorilla/<network>/ranks/3`), and their frames.
 //! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
-//!   `/zorilla/<network>/rpc/2` and their size-capped codec.
+//!   `/zorilla/<network>/rpc/3` and their size-capped codec.
 //!
 //! Transport: TCP, noise, yamux; QUIC beside it if configured
 //! (`OverlayConfig::quic`) and built in (cargo feature `quic`, on by

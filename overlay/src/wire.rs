@@ -29,7 +29,7 @@
 //! the cap.
 //!
 //! Versioning is in the protocol names (`/zorilla/<network>/flood/1`,
-//! `/zorilla/<network>/rpc/2`): a change to these types that old nodes cannot
+//! `/zorilla/<network>/rpc/3`): a change to these types that old nodes cannot
 //! read gets a new number, and libp2p's protocol negotiation keeps old and
 //! new nodes from misreading each other.
 
@@ -44,6 +44,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use zorilla_core::advert::FloodHeader;
 use zorilla_core::flood::FloodId;
+use zorilla_core::vivaldi::{Coord, Position};
 
 /// The flood protocol's name on network `network`.
 pub(crate) fn flood_protocol(network: &str) -> String {
@@ -58,11 +59,12 @@ pub(crate) fn ranks_protocol(network: &str) -> String {
     format!("/zorilla/{network}/ranks/3")
 }
 
-/// The request-response protocol's name on network `network`. Version 2:
-/// the scheduling messages name the member's hold they are about
-/// (zorilla-core's `HoldId`).
+/// The request-response protocol's name on network `network`. Version 3:
+/// peers exchange network coordinates ([`RpcRequest::Coordinates`]).
+/// Version 2: the scheduling messages name the member's hold they are
+/// about (zorilla-core's `HoldId`).
 pub(crate) fn rpc_protocol(network: &str) -> String {
-    format!("/zorilla/{network}/rpc/2")
+    format!("/zorilla/{network}/rpc/3")
 }
 
 /// The identify protocol version of network `network`: peers announcing
@@ -101,8 +103,56 @@ pub(crate) struct PeerRecord {
     pub(crate) addrs: Vec<Multiaddr>,
 }
 
+/// A node's network coordinate and error, as it tells a peer: checked when
+/// decoded (every component finite and within zorilla-core's
+/// `vivaldi::MAX_COMPONENT_MS`, the error in `0..=1`), so that one out of
+/// range is a malformed frame, counted against its sender.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "CoordinateFields", into = "CoordinateFields")]
+pub(crate) struct CoordinateFrame(pub(crate) Position);
+
+/// [`CoordinateFrame`]'s fields on the wire (milliseconds; the error a
+/// fraction).
+#[derive(Serialize, Deserialize)]
+struct CoordinateFields {
+    x: f64,
+    y: f64,
+    height: f64,
+    error: f64,
+}
+
+impl TryFrom<CoordinateFields> for CoordinateFrame {
+    type Error = String;
+
+    fn try_from(f: CoordinateFields) -> Result<Self, String> {
+        let position = Position {
+            coord: Coord {
+                x: f.x,
+                y: f.y,
+                height: f.height,
+            },
+            error: f.error,
+        };
+        match position.check() {
+            Ok(()) => Ok(CoordinateFrame(position)),
+            Err(why) => Err(format!("network coordinate refused: {why}")),
+        }
+    }
+}
+
+impl From<CoordinateFrame> for CoordinateFields {
+    fn from(CoordinateFrame(p): CoordinateFrame) -> Self {
+        CoordinateFields {
+            x: p.coord.x,
+            y: p.coord.y,
+            height: p.coord.height,
+            error: p.error,
+        }
+    }
+}
+
 /// A request on the rpc protocol.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) enum RpcRequest {
     /// Peer exchange: "which peers do you know?"
     Peers,
@@ -112,10 +162,13 @@ pub(crate) enum RpcRequest {
     Link(bool),
     /// An opaque request of the application (the node).
     App(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// "Here is my network coordinate; what is yours?" (answered with
+    /// [`RpcResponse::Coordinates`]).
+    Coordinates(CoordinateFrame),
 }
 
 /// A response on the rpc protocol.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) enum RpcResponse {
     /// Peer exchange: some peers the responder knows.
     Peers(Vec<PeerRecord>),
@@ -123,6 +176,9 @@ pub(crate) enum RpcResponse {
     App(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Acknowledges a [`RpcRequest::Link`].
     Done,
+    /// The responder's network coordinate, answering
+    /// [`RpcRequest::Coordinates`].
+    Coordinates(CoordinateFrame),
 }
 
 /// Encodes `value` as CBOR.
@@ -456,6 +512,73 @@ mod tests {
         let mut buf = encode(&RpcRequest::Peers).unwrap();
         buf.push(0);
         assert!(decode::<RpcRequest>(&buf).is_err());
+    }
+
+    #[test]
+    fn coordinates_round_trip_and_out_of_range_ones_do_not_decode() {
+        let ours = CoordinateFrame(Position {
+            coord: Coord {
+                x: -12.5,
+                y: 40.0,
+                height: 0.7,
+            },
+            error: 0.25,
+        });
+        let request = RpcRequest::Coordinates(ours);
+        assert_eq!(
+            decode::<RpcRequest>(&encode(&request).unwrap()).unwrap(),
+            request
+        );
+        let answer = RpcResponse::Coordinates(ours);
+        assert_eq!(
+            decode::<RpcResponse>(&encode(&answer).unwrap()).unwrap(),
+            answer
+        );
+        // The wire shape, as another implementation writes it:
+        // {"Coordinates": {"x": 1.5, "y": 0.0, "height": 1.0, "error": 0.5}}
+        // (half-precision floats), and with a NaN for x.
+        let written = b"\xa1\x6bCoordinates\xa4\x61x\xf9\x3e\x00\x61y\xf9\x00\x00\x66height\xf9\x3c\x00\x65error\xf9\x38\x00";
+        let RpcRequest::Coordinates(CoordinateFrame(read)) = decode(written).unwrap() else {
+            panic!("not a coordinate");
+        };
+        assert_eq!(
+            (read.coord.x, read.coord.height, read.error),
+            (1.5, 1.0, 0.5)
+        );
+        let nan = b"\xa1\x6bCoordinates\xa4\x61x\xf9\x7e\x00\x61y\xf9\x00\x00\x66height\xf9\x3c\x00\x65error\xf9\x38\x00";
+        let err = decode::<RpcRequest>(nan).unwrap_err();
+        assert!(
+            err.to_string().contains("network coordinate refused"),
+            "{err}"
+        );
+        let max = zorilla_core::vivaldi::MAX_COMPONENT_MS;
+        let bad = [
+            (f64::NAN, 1.0, 1.0, 0.5),
+            (1.0, f64::INFINITY, 1.0, 0.5),
+            (max * 2.0, 1.0, 1.0, 0.5),
+            (1.0, 1.0, -1.0, 0.5),
+            (1.0, 1.0, 1.0, 1.5),
+            (1.0, 1.0, 1.0, f64::NAN),
+        ];
+        // The variant as a peer could send it, with any numbers.
+        #[derive(Serialize)]
+        enum Raw {
+            Coordinates(CoordinateFields),
+        }
+        for (x, y, height, error) in bad {
+            let raw = Raw::Coordinates(CoordinateFields {
+                x,
+                y,
+                height,
+                error,
+            });
+            let err = decode::<RpcRequest>(&encode(&raw).unwrap()).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+            assert!(
+                err.to_string().contains("network coordinate refused"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

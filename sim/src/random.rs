@@ -12,6 +12,7 @@ use plotters::prelude::*;
 
 use crate::generate::{self, Size};
 use crate::report::{Summary, draw_lines, mode_color};
+use crate::scenario::Scenario;
 use crate::sim::{Mode, run_scenario};
 
 /// The figures of one scheduler on one generated topology.
@@ -31,15 +32,18 @@ pub struct Run {
     pub violations: usize,
 }
 
-/// Runs seeds `seeds` of generated scenarios of `size` with every mode.
+/// Runs seeds `seeds` of generated scenarios of `size` with every mode,
+/// each scenario changed by `tweak` first (options of the command line).
 pub fn run(
     seeds: impl IntoIterator<Item = u64>,
     size: Size,
     modes: &[Mode],
+    tweak: &dyn Fn(&mut Scenario),
 ) -> anyhow::Result<Vec<Run>> {
     let mut runs = Vec::new();
     for seed in seeds {
-        let scenario = generate::scenario(seed, size);
+        let mut scenario = generate::scenario(seed, size);
+        tweak(&mut scenario);
         let grid = scenario.grid(seed)?;
         for &mode in modes {
             let report = run_scenario(&scenario, mode, seed)?;
@@ -137,7 +141,7 @@ pub fn distribution(runs: &[Run], mode: Mode) -> Vec<String> {
                 .collect(),
         )
     };
-    let line = |name: &str, unit: &str, (median, p95, worst): (f64, f64, f64)| {
+    let line = |name: &str, unit: &str, (median, p95, worst): (f64, f64, f64)| -> String {
         format!(
             "  {:<8} {name:<26} median {median:>9.3}{unit}, p95 {p95:>9.3}{unit}, worst {worst:>9.3}{unit}",
             mode.name()
@@ -158,6 +162,20 @@ pub fn distribution(runs: &[Run], mode: Mode) -> Vec<String> {
             of(&|s| 100.0 * (s.jobs - s.allocated) as f64 / s.jobs.max(1) as f64),
         ),
     ]
+    .into_iter()
+    .chain(
+        // Only our overlay has coordinates.
+        runs.iter()
+            .any(|r| r.mode == mode && r.summary.coordinate_error.is_some())
+            .then(|| {
+                line(
+                    "coordinates' rel. error",
+                    "",
+                    of(&|s| s.coordinate_error.unwrap_or(f64::NAN)),
+                )
+            }),
+    )
+    .collect()
 }
 
 /// On how many topologies `a` sent at most as many messages per job as
@@ -180,13 +198,15 @@ pub fn compare(runs: &[Run], a: Mode, b: Mode) -> (usize, usize, usize) {
 
 /// Reads back the runs of a `random.csv` that `zorilla-sim --random`
 /// wrote (to plot them again without running them again). The longest
-/// allocation time and the workers placed are not in the file: zero.
+/// allocation time and the workers placed are not in the file: zero. The
+/// coordinates' error is its twelfth column, empty for the paper's
+/// overlay (files written before it have eleven).
 pub fn from_csv(text: &str) -> anyhow::Result<Vec<Run>> {
     let mut runs = Vec::new();
     for (i, line) in text.lines().enumerate().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         let bad = || anyhow::anyhow!("line {} of the CSV is not a run: {line}", i + 1);
-        if f.len() != 11 {
+        if f.len() != 11 && f.len() != 12 {
             return Err(bad());
         }
         let mode = [Mode::Ours, Mode::Paper, Mode::OursHop, Mode::OursNearest]
@@ -209,6 +229,10 @@ pub fn from_csv(text: &str) -> anyhow::Result<Vec<Run>> {
                 messages_per_job: num(8)?,
                 mean_allocation: Duration::from_secs_f64(num(9)?.max(0.0)),
                 max_allocation: Duration::ZERO,
+                coordinate_error: match f.get(11) {
+                    Some(e) if !e.is_empty() => Some(num(11)?),
+                    _ => None,
+                },
             },
             violations: int(10)?,
         });

@@ -30,6 +30,9 @@ pub struct Summary {
     pub mean_allocation: Duration,
     /// Longest time from submission to full allocation.
     pub max_allocation: Duration,
+    /// The median relative error of our overlay's network coordinates at
+    /// the end (`None` for the paper's overlay).
+    pub coordinate_error: Option<f64>,
 }
 
 impl RunReport {
@@ -71,6 +74,7 @@ impl RunReport {
                 times.iter().sum::<Duration>() / times.len() as u32
             },
             max_allocation: times.iter().max().copied().unwrap_or_default(),
+            coordinate_error: self.coordinate_error,
         }
     }
 
@@ -152,7 +156,7 @@ impl RunReport {
 pub fn summary_line(report: &RunReport) -> String {
     let s = report.summary();
     format!(
-        "{:<8} seed {:>3}: {}/{} jobs allocated, {} workers; extra RTT {:.4} ms/worker; out of order {:.2}%; {:.0} msgs/job; allocation mean {:.3} s, max {:.3} s; {} events in {:.2} s wall{}",
+        "{:<8} seed {:>3}: {}/{} jobs allocated, {} workers; extra RTT {:.4} ms/worker; out of order {:.2}%; {:.0} msgs/job; allocation mean {:.3} s, max {:.3} s{}; {} events in {:.2} s wall{}",
         report.mode.name(),
         report.seed,
         s.allocated,
@@ -163,6 +167,9 @@ pub fn summary_line(report: &RunReport) -> String {
         s.messages_per_job,
         s.mean_allocation.as_secs_f64(),
         s.max_allocation.as_secs_f64(),
+        s.coordinate_error.map_or(String::new(), |e| format!(
+            "; coordinates' median relative error {e:.3}"
+        )),
         report.events,
         report.wall.as_secs_f64(),
         if report.violations.is_empty() {

@@ -156,6 +156,13 @@ pub struct OverlaySetup {
     pub warmup_ticks: usize,
     /// RTT samples per newly measured peer.
     pub samples: usize,
+    /// Ping intervals after the warm-up (and after a node rejoins) in
+    /// which our nodes' pings are simulated (`sim::peers`): what their
+    /// network coordinates learn from. The real overlay pings for ever;
+    /// on a grid whose RTTs do not change, coordinates move little after
+    /// the first two minutes, and each round costs the simulator every
+    /// connection's peer keeping.
+    pub ping_rounds: usize,
     /// Bamboo-like baseline: random leaf-set size.
     pub baseline_leaves: usize,
     /// Bamboo-like baseline: candidates measured per routing-table entry.
@@ -169,6 +176,26 @@ pub struct OverlaySetup {
     /// default): every row of the 64-bit id, as Bamboo fills every row for
     /// which some node exists, about log2(nodes) of them.
     pub baseline_rows: Option<u32>,
+    /// What a node knows of its own and its neighbours' distances to a
+    /// flood's home besides the path the flood took (`sim::coords`).
+    pub home_distances: HomeDistances,
+}
+
+/// Where the flood router's distances to a flood's home come from in a
+/// run (see `sim::coords`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HomeDistances {
+    /// A node's own measured RTT to the home, if it has one (what the
+    /// real node knows).
+    #[default]
+    Measured,
+    /// Every node knows its own and its neighbours' true RTTs to the home
+    /// (a diagnostic: the best any coordinate system could estimate).
+    Exact,
+    /// Our overlay's network coordinates: its own coordinate's distance to
+    /// the home's (unless it measured the home), and its neighbours'.
+    Vivaldi,
 }
 
 impl Default for OverlaySetup {
@@ -179,10 +206,12 @@ impl Default for OverlaySetup {
             bootstrap: 8,
             warmup_ticks: 10,
             samples: 3,
+            ping_rounds: 120,
             baseline_leaves: 4,
             baseline_candidates: 8,
             baseline_digit_bits: 1,
             baseline_rows: None,
+            home_distances: HomeDistances::Measured,
         }
     }
 }

@@ -142,6 +142,12 @@ enum Event {
     KeeperTick {
         node: u32,
     },
+    /// Our overlay: `node`'s pings of one ping interval, which go on
+    /// during the whole run as in the real overlay (its network coordinate
+    /// learns from them).
+    PingRound {
+        node: u32,
+    },
 }
 
 struct Scheduled {
@@ -227,6 +233,10 @@ pub struct Sim {
     next_connection: u64,
     /// Keeper ticks in the heap: they go on only while other events do.
     keeper_ticks: usize,
+    /// Ping rounds in the heap: they go on only while other events do.
+    ping_rounds: usize,
+    /// Per node: the ping rounds it has left (see `peers`).
+    ping_rounds_left: Vec<usize>,
     /// Per node: the phase of its keeper's ticks within a ping interval
     /// (drawn from the seed), and whether its ticks are scheduled (only
     /// while it watches a silent peer, see `peers`).
@@ -236,9 +246,6 @@ pub struct Sim {
     failover: Option<Box<failover::Failover>>,
     /// Nodes cut off from every other.
     isolated: BTreeSet<u32>,
-    /// Nodes know true distances to a flood's home (a diagnostic, see
-    /// `coords`).
-    exact_distances: bool,
 }
 
 fn kind<P>(msg: &Message<P>) -> &'static str {
@@ -303,11 +310,12 @@ impl Sim {
             connections: BTreeMap::new(),
             next_connection: 0,
             keeper_ticks: 0,
+            ping_rounds: 0,
+            ping_rounds_left: Vec::new(),
             keeper_phase: Vec::new(),
             keeper_ticking: Vec::new(),
             failover: None,
             isolated: BTreeSet::new(),
-            exact_distances: false,
             grid,
         };
         if let Some(setup) = &scenario.failover {
@@ -323,6 +331,7 @@ impl Sim {
         if mode.our_overlay() {
             sim.build_overlay_ours();
             sim.keeper_phases();
+            sim.start_ping_rounds();
         } else {
             sim.build_overlay_bamboo();
         }
@@ -539,6 +548,7 @@ impl Sim {
             Event::Detect { node } => self.detect(node),
             Event::Rejoin { node } => self.rejoin(node),
             Event::KeeperTick { node } => self.keeper_tick(node),
+            Event::PingRound { node } => self.ping_round(node),
             Event::Replica { to, from, job, msg } => self.replica_message(to, from, job, msg),
             Event::ReplicaTick { job } => self.replica_tick(job),
             Event::ReportRetry { node, job } => self.report_retry(node, job),
@@ -954,6 +964,7 @@ impl Sim {
     }
 
     fn report(self, wall: Duration) -> RunReport {
+        let coordinate_error = self.coordinate_error();
         let mut violations = self.violations;
         for record in self.jobs.values() {
             let granted: u32 = record.placement.values().sum();
@@ -975,6 +986,7 @@ impl Sim {
             end: self.now,
             timeline: self.timeline,
             violations,
+            coordinate_error,
         }
     }
 

@@ -62,6 +62,22 @@ pub struct NodeOverview {
     /// as the remote view's wire type does).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<AddressInfo>,
+    /// The node's network coordinate and how sure it is of it. Shown for
+    /// this node only, like `addresses`: a remote view has none, and none
+    /// is left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+}
+
+/// A node's network coordinate: the distance between two nodes'
+/// coordinates estimates the RTT between them (Vivaldi with height).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Position {
+    /// `[x, y, height]`, in milliseconds (as [`PeerInfo::coordinates`]).
+    pub coordinates: Vec<f64>,
+    /// The node's relative error estimate: 0 (sure) to 1 (knows nothing
+    /// yet).
+    pub error: f64,
 }
 
 /// The CPU speed of a node that does not say (1000, the reference).
@@ -120,7 +136,8 @@ pub struct PeerInfo {
     pub link: LinkKind,
     /// Whether a connection is open now.
     pub connected: bool,
-    /// Network coordinates, if the node uses them.
+    /// The network coordinates the peer last reported (`[x, y, height]`,
+    /// in milliseconds), if it did.
     pub coordinates: Option<Vec<f64>>,
 }
 

@@ -338,6 +338,15 @@ fn overview(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
                     }
                 }
                 tr { th { "Workers running" } td #workers-running { (node.workers_running) } }
+                @if let Some(p) = &node.position {
+                    tr {
+                        th { "Network coordinates" }
+                        td #position {
+                            code { (coordinates(&p.coordinates)) }
+                            " ms, relative error " (format!("{:.2}", p.error))
+                        }
+                    }
+                }
             }
         }
         (addresses(&node.addresses))
@@ -413,7 +422,7 @@ fn peers(node: &NodeOverview, peers: &[PeerInfo]) -> Markup {
                             @if has_coords {
                                 td {
                                     @if let Some(c) = &p.coordinates {
-                                        code { (c.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")) }
+                                        code { (coordinates(c)) }
                                     }
                                 }
                             }
@@ -423,6 +432,14 @@ fn peers(node: &NodeOverview, peers: &[PeerInfo]) -> Markup {
             }
         }
     }
+}
+
+/// Network coordinates as the pages write them: `x, y, height`.
+fn coordinates(c: &[f64]) -> String {
+    c.iter()
+        .map(|x| format!("{x:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn jobs(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {

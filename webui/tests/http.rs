@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use zorilla_webui::model::{
-    JobDetail, JobPhase, JobSummary, NodeOverview, PeerInfo, PendingAdvert,
+    JobDetail, JobPhase, JobSummary, NodeOverview, PeerInfo, PendingAdvert, Position,
 };
 use zorilla_webui::{MAX_LOG_LINES, NodeSnapshot, ServeError, WebConfig};
 
@@ -77,6 +77,30 @@ async fn peers_page_with_neighbourhood_picture() {
     assert!(b.contains("4.5 ms") && b.contains("80.0 ms"), "{b}");
     assert!(b.contains(&format!("href=\"/peers/{FAR}\"")), "{b}");
     assert!(b.contains("not connected"), "{b}");
+}
+
+#[tokio::test]
+async fn network_coordinates_on_the_overview_and_the_peers_page() {
+    let addr = start(Fake::new()).await;
+    let b = get(addr, "/").await.body;
+    assert!(
+        b.contains("id=\"position\"><code>12.50, -3.25, 0.50</code> ms, relative error 0.25<"),
+        "{b}"
+    );
+    let b = get(addr, "/peers").await.body;
+    assert!(b.contains("<th>Coordinates</th>"), "{b}");
+    assert!(b.contains("<code>1.00, 2.00, 0.30</code>"), "{b}");
+    let o: NodeOverview = json_ok("/api/overview", &get(addr, "/api/overview").await);
+    assert_eq!(
+        o.position,
+        Some(Position {
+            coordinates: vec![12.5, -3.25, 0.5],
+            error: 0.25
+        })
+    );
+    let p: Vec<PeerInfo> = json_ok("/api/peers", &get(addr, "/api/peers").await);
+    let near = p.iter().find(|p| p.peer_id == NEAR).unwrap();
+    assert_eq!(near.coordinates, Some(vec![1.0, 2.0, 0.3]));
 }
 
 #[tokio::test]

@@ -53,6 +53,16 @@
 //!   [`FAREWELL_GRACE`] after it identified itself (so that it reads our
 //!   identify first) and remembered as foreign: it is never dialed again on
 //!   our own initiative.
+//! - **Coordinates**: the keeper runs the node's network coordinate
+//!   ([`Vivaldi`]). Each RTT sample of a peer whose coordinate came within
+//!   [`COORD_FRESH_INTERVALS`] ping intervals moves ours (by the peer's
+//!   smoothed RTT, which queueing does not inflate). On an RTT sample of a
+//!   peer we neither sent our coordinate nor heard its coordinate from
+//!   within a ping interval, the driver is asked to exchange coordinates
+//!   with it ([`Action::ExchangeCoordinates`]): at most one exchange per
+//!   peer and ping interval from each side. A peer's coordinate is kept in
+//!   the table's entry of it (forgotten with it); one out of range counts
+//!   as an offence and is not used.
 //! - **Bootstrap**: a node alone retries its bootstrap peers after 0.5 s,
 //!   then 1, 2, 4 and 5 s, each wait randomised by half either way.
 //!
@@ -74,6 +84,7 @@ pub use super::keeper_io::{
 };
 use super::remembered::Remembered;
 use crate::bounded::make_room;
+use crate::vivaldi::{Position, Refused, Vivaldi, VivaldiConfig};
 use crate::{PeerKey, Time};
 
 /// A former neighbour's connection is kept this long after it stopped being
@@ -92,6 +103,9 @@ pub const FAREWELL_GRACE: Duration = Duration::from_secs(1);
 pub const BOOTSTRAP_RETRY_MIN: Duration = Duration::from_millis(500);
 /// The longest wait between two bootstrap attempts.
 pub const BOOTSTRAP_RETRY_MAX: Duration = Duration::from_secs(5);
+/// A peer's reported coordinate moves ours for this many ping intervals
+/// after it came; an older one may no longer be where the peer is.
+pub const COORD_FRESH_INTERVALS: u32 = 3;
 /// The most peers remembered as dead, banned, foreign or offending, each;
 /// beyond it the oldest entry is forgotten.
 pub const MAX_REMEMBERED: usize = 1024;
@@ -146,6 +160,10 @@ pub struct PeerKeeper<P, C> {
     redialed: BTreeMap<P, Time>,
     /// Neighbours without a link, with since when a tick noticed.
     unlinked: BTreeMap<P, Time>,
+    /// Our network coordinate.
+    coords: Vivaldi,
+    /// When we last sent our coordinate to each connected peer.
+    coords_sent: BTreeMap<P, Time>,
     next_peer_exchange: Time,
     next_bootstrap: Time,
     bootstrap_backoff: Duration,
@@ -177,6 +195,8 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             introduced: BTreeSet::new(),
             redialed: BTreeMap::new(),
             unlinked: BTreeMap::new(),
+            coords: Vivaldi::new(VivaldiConfig::default(), seed),
+            coords_sent: BTreeMap::new(),
             next_peer_exchange: now + config.peer_exchange_interval,
             next_bootstrap: now + BOOTSTRAP_RETRY_MIN,
             bootstrap_backoff: BOOTSTRAP_RETRY_MIN * 2,
@@ -247,6 +267,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             + self.introduced.len()
             + self.redialed.len()
             + self.unlinked.len()
+            + self.coords_sent.len()
             + self.actions.len()
     }
 
@@ -326,6 +347,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         // connection, end with it.
         self.exchanges.remove(peer);
         self.app_traffic.remove(peer);
+        self.coords_sent.remove(peer);
         let lost = self.verified.remove(peer);
         // A neighbour's link broke: redial at once; if that fails, or the
         // link breaks again soon after (a full peer sheds us), replace it.
@@ -398,8 +420,63 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         if self.verified.contains(&peer) {
             self.table.observe_rtt(peer.clone(), rtt, now);
             *self.samples.entry(peer.clone()).or_default() += 1;
-            self.last_pong.insert(peer, now);
+            self.last_pong.insert(peer.clone(), now);
+            self.follow_coordinates(peer, now);
         }
+    }
+
+    /// After an RTT sample of `peer`: our coordinate moves if the peer's is
+    /// fresh, and coordinates are exchanged if neither side told the other
+    /// within a ping interval.
+    fn follow_coordinates(&mut self, peer: P, now: Time) {
+        let interval = self.config.ping_interval;
+        let reported = self.table.position(&peer);
+        if let (Some((theirs, at)), Some(rtt)) = (reported, self.table.rtt(&peer))
+            && now.saturating_sub(at) <= interval * COORD_FRESH_INTERVALS
+        {
+            // Their report was checked when it came; an RTT out of range
+            // (our own measurement) is simply not used.
+            let _ = self.coords.observe(rtt, theirs.coord, theirs.error);
+        }
+        let recent = |at: Time| now.saturating_sub(at) < interval;
+        let heard = reported.is_some_and(|(_, at)| recent(at));
+        let sent = self.coords_sent.get(&peer).is_some_and(|at| recent(*at));
+        if !heard && !sent {
+            self.coords_sent.insert(peer.clone(), now);
+            self.actions.push_back(Action::ExchangeCoordinates(peer));
+        }
+    }
+
+    /// `peer` told us its coordinate (asking for ours, or answering our
+    /// [`Action::ExchangeCoordinates`]). A coordinate or error out of range
+    /// is refused and counts as an offence; a report from a peer not
+    /// verified, or not in the table, is not kept.
+    pub fn coordinates_received(
+        &mut self,
+        peer: P,
+        theirs: Position,
+        now: Time,
+    ) -> Result<(), Refused> {
+        if let Err(why) = theirs.check() {
+            self.offence(peer, now);
+            return Err(why);
+        }
+        if self.verified.contains(&peer) {
+            self.table.set_position(&peer, theirs, now);
+        }
+        Ok(())
+    }
+
+    /// Our network coordinate and how sure we are of it: what we tell
+    /// peers.
+    pub fn position(&self) -> Position {
+        self.coords.position()
+    }
+
+    /// The coordinate `peer` last reported, if it is in the table and
+    /// reported one.
+    pub fn peer_position(&self, peer: &P) -> Option<Position> {
+        self.table.position(peer).map(|(position, _)| position)
     }
 
     /// A ping on `conn` failed: the connection is closed, and a neighbour

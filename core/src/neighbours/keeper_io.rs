@@ -90,6 +90,12 @@ pub enum Action<P, C> {
     /// Ask the peer for the peers it knows; report the end of the request
     /// with [`PeerKeeper::exchange_ended`](super::keeper::PeerKeeper::exchange_ended).
     AskPeers(P),
+    /// Send the peer our coordinate
+    /// ([`PeerKeeper::position`](super::keeper::PeerKeeper::position)), and
+    /// report the coordinate it answers with to
+    /// [`PeerKeeper::coordinates_received`](super::keeper::PeerKeeper::coordinates_received)
+    /// (a peer that sends us its coordinate gets ours in answer).
+    ExchangeCoordinates(P),
     /// Close the peer's connections, refuse new ones and forget its
     /// addresses, until [`Action::Unban`].
     Ban(P),

@@ -37,6 +37,7 @@ use rand::SeedableRng;
 use rand::seq::IteratorRandom;
 use rand_chacha::ChaCha8Rng;
 
+use crate::vivaldi::Position;
 use crate::{PeerKey, Time};
 
 /// How many neighbours to keep, and how much to remember.
@@ -93,6 +94,8 @@ struct PeerInfo {
     /// table's choices read it for every known peer).
     min: Option<Duration>,
     last_measured: Option<Time>,
+    /// The network coordinate the peer last reported, with when.
+    position: Option<(Position, Time)>,
 }
 
 impl PeerInfo {
@@ -151,6 +154,7 @@ impl<P: PeerKey> NeighbourTable<P> {
                 samples: VecDeque::new(),
                 min: None,
                 last_measured: None,
+                position: None,
             },
         );
         true
@@ -172,6 +176,7 @@ impl<P: PeerKey> NeighbourTable<P> {
             samples: VecDeque::with_capacity(limit),
             min: None,
             last_measured: None,
+            position: None,
         });
         if info.samples.len() == limit {
             info.samples.pop_front();
@@ -200,6 +205,19 @@ impl<P: PeerKey> NeighbourTable<P> {
     /// When `peer` was last measured.
     pub fn last_measured(&self, peer: &P) -> Option<Time> {
         self.known.get(peer).and_then(|info| info.last_measured)
+    }
+
+    /// Records the network coordinate `peer` reported at `now` (checked by
+    /// the caller), if the peer is known: it is forgotten with the peer.
+    pub fn set_position(&mut self, peer: &P, position: Position, now: Time) {
+        if let Some(info) = self.known.get_mut(peer) {
+            info.position = Some((position, now));
+        }
+    }
+
+    /// The network coordinate `peer` last reported, with when.
+    pub fn position(&self, peer: &P) -> Option<(Position, Time)> {
+        self.known.get(peer).and_then(|info| info.position)
     }
 
     /// Known peers not measured yet: the driver should connect to them so that

@@ -28,11 +28,12 @@ pub(crate) async fn poll_overlay(status: Arc<NodeStatus>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let (Ok(known), Ok(listen), Ok(own), Ok(stats)) = (
+        let (Ok(known), Ok(listen), Ok(own), Ok(stats), Ok(position)) = (
             overlay.known_peers().await,
             overlay.listen_addrs().await,
             overlay.own_addrs().await,
             overlay.stats().await,
+            overlay.position().await,
         ) else {
             return; // The overlay stopped.
         };
@@ -48,7 +49,7 @@ pub(crate) async fn poll_overlay(status: Arc<NodeStatus>) {
                     None => LinkKind::None,
                 },
                 connected: p.connected,
-                coordinates: None,
+                coordinates: p.coord.map(|c| vec![c.x, c.y, c.height]),
             })
             .collect();
         // Neighbours first, nearest first.
@@ -67,11 +68,14 @@ pub(crate) async fn poll_overlay(status: Arc<NodeStatus>) {
                 })
                 .collect(),
             stats,
+            position: Some(position),
         };
         let old = status.net.borrow().clone();
         if old.peers != view.peers {
             status.announce(Change::Peers);
         }
+        // Our coordinate moves a little with every RTT sample: shown when
+        // the page is next drawn, never announced by itself.
         if old.listen != view.listen || old.addresses != view.addresses {
             status.announce(Change::Node);
         }

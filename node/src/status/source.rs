@@ -13,7 +13,7 @@ use zorilla_core::resources::Resources as CoreResources;
 use zorilla_overlay::{OverlayHandle, PeerId};
 use zorilla_webui::model::{
     Counters, JobDetail, JobRole, JobSummary, LogLine, NodeJob, NodeOverview, NodeSnapshot,
-    NodeSummary, PeerInfo, PendingAdvert, Resources, WorkerState,
+    NodeSummary, PeerInfo, PendingAdvert, Position, Resources, WorkerState,
 };
 use zorilla_webui::{Change, MAX_LOG_LINES, RemoteError, StatusSource};
 
@@ -144,6 +144,10 @@ impl StatusSource for NodeStatus {
             network: self.network.clone(),
             listen_addresses: net.listen.clone(),
             addresses: net.addresses.clone(),
+            position: net.position.map(|p| Position {
+                coordinates: vec![p.coord.x, p.coord.y, p.coord.height],
+                error: p.error,
+            }),
             offered: self.offered,
             cpu_speed: self.cpu_speed,
             in_use: local.in_use,

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+use zorilla_core::vivaldi::Position;
 use zorilla_overlay::OverlayStats;
 use zorilla_webui::Change;
 use zorilla_webui::model::{
@@ -60,6 +61,8 @@ pub(super) struct NetView {
     /// Our addresses with what we believe of each.
     pub(super) addresses: Vec<AddressInfo>,
     pub(super) stats: OverlayStats,
+    /// Our network coordinate (`None` until the poller first read it).
+    pub(super) position: Option<Position>,
 }
 
 /// A change, ordered so that a set holds each once.

@@ -90,6 +90,7 @@ impl From<w::Overview> for m::NodeOverview {
             // Not on the wire: what a node believes of its own addresses
             // is for its own page.
             addresses: Vec::new(),
+            position: None,
         }
     }
 }
@@ -455,6 +456,7 @@ mod tests {
                 home_jobs: vec!["00000000000000aa".into()],
                 problem: Some("disk full".into()),
                 addresses: Vec::new(),
+                position: None,
             },
             peers: vec![m::PeerInfo {
                 peer_id: "p".into(),

@@ -7,6 +7,7 @@ use libp2p::{Multiaddr, PeerId};
 use tokio::sync::{mpsc, oneshot};
 use zorilla_core::advert::FloodHeader;
 use zorilla_core::flood::FloodId;
+use zorilla_core::vivaldi::Position;
 
 use crate::addrs::OwnAddr;
 use crate::streams::{PeerStream, StreamError};
@@ -40,6 +41,7 @@ pub(super) enum Command {
     ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
     OwnAddrs(oneshot::Sender<Vec<OwnAddr>>),
     Stats(oneshot::Sender<OverlayStats>),
+    Position(oneshot::Sender<Position>),
     Misbehaved {
         peer: PeerId,
         reason: String,
@@ -204,6 +206,13 @@ impl OverlayHandle {
     /// Counters of what the overlay did.
     pub async fn stats(&self) -> Result<OverlayStats, OverlayError> {
         self.call(Command::Stats).await
+    }
+
+    /// This node's network coordinate and how sure it is of it (learnt
+    /// from its peers' RTTs and coordinates; see zorilla-core's
+    /// `neighbours::keeper`).
+    pub async fn position(&self) -> Result<Position, OverlayError> {
+        self.call(Command::Position).await
     }
 
     /// Stops the overlay: every connection closes.

@@ -8,6 +8,7 @@ use libp2p::{Multiaddr, PeerId};
 use zorilla_core::advert::FloodHeader;
 use zorilla_core::flood::{FloodId, FloodStats};
 use zorilla_core::neighbours::LinkKind;
+use zorilla_core::vivaldi::Coord;
 
 use crate::identity::IdentityError;
 use crate::wire::RpcResponse;
@@ -24,7 +25,7 @@ pub struct Neighbour {
 }
 
 /// A peer this node knows of.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KnownPeer {
     /// The peer.
     pub peer: PeerId,
@@ -36,6 +37,8 @@ pub struct KnownPeer {
     pub connected: bool,
     /// Where it listens, as far as we know.
     pub addrs: Vec<Multiaddr>,
+    /// The network coordinate it last reported, if any.
+    pub coord: Option<Coord>,
 }
 
 /// Counters of what the overlay did.

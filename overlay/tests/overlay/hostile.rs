@@ -187,7 +187,7 @@ async fn garbage_oversized_frames_and_misbehaving_peers_do_not_hurt_a_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_identified_peer_sending_malformed_frames_is_banned_at_the_limit() {
     let net = network("malformed");
-    let limit = 4;
+    let limit = 5;
     let target = Node::start(OverlayConfig {
         misbehaviour_limit: limit,
         ..config(&net, 2, 1)
@@ -215,7 +215,7 @@ async fn an_identified_peer_sending_malformed_frames_is_banned_at_the_limit() {
     )
     .await;
 
-    let frames: [(Protocol, &[u8]); 4] = [
+    let frames: [(Protocol, &[u8]); 5] = [
         (Protocol::Flood, b"\xff\x00 not cbor"),
         // Well-formed CBOR (the integer 42), but not a request.
         (Protocol::Rpc, b"\x18\x2a"),
@@ -223,6 +223,12 @@ async fn an_identified_peer_sending_malformed_frames_is_banned_at_the_limit() {
         (Protocol::Flood, b"\xa1\x62i"),
         // Indefinite-length arrays never closed.
         (Protocol::Rpc, b"\x9f\x9f\x9f\x9f"),
+        // A network coordinate with x NaN: {"Coordinates": {"x": NaN,
+        // "y": 0.0, "height": 1.0, "error": 0.5}}.
+        (
+            Protocol::Rpc,
+            b"\xa1\x6bCoordinates\xa4\x61x\xf9\x7e\x00\x61y\xf9\x00\x00\x66height\xf9\x3c\x00\x65error\xf9\x38\x00",
+        ),
     ];
     assert_eq!(frames.len() as u32, limit);
     for (i, (protocol, bytes)) in frames.into_iter().enumerate() {

@@ -17,7 +17,7 @@ use clap::{Parser, ValueEnum};
 use zorilla_sim::generate::Size;
 use zorilla_sim::random;
 use zorilla_sim::report::{plot_sites, summary_line};
-use zorilla_sim::scenario::Scenario;
+use zorilla_sim::scenario::{HomeDistances, Scenario};
 use zorilla_sim::sim::{Mode, RunReport, run_scenario};
 use zorilla_sim::sweep::run_case;
 
@@ -33,6 +33,26 @@ enum Modes {
     OursNearest,
     /// Ours and the paper's baseline.
     Both,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Distances {
+    /// A node's own measured RTT to the home, if any (the real node's).
+    Measured,
+    /// True RTTs of the node and its neighbours (a diagnostic).
+    Exact,
+    /// Our overlay's network coordinates.
+    Vivaldi,
+}
+
+impl From<Distances> for HomeDistances {
+    fn from(d: Distances) -> Self {
+        match d {
+            Distances::Measured => HomeDistances::Measured,
+            Distances::Exact => HomeDistances::Exact,
+            Distances::Vivaldi => HomeDistances::Vivaldi,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -92,6 +112,28 @@ struct Args {
     /// scenario's (by default every row of the 64-bit id).
     #[arg(long)]
     baseline_rows: Option<u32>,
+    /// Where the flood routers' distances to a job's home come from,
+    /// overriding the scenario's (`overlay.home_distances`; generated
+    /// topologies: measured).
+    #[arg(long, value_enum)]
+    home_distances: Option<Distances>,
+    /// Ping intervals simulated after the warm-up (what network
+    /// coordinates learn from), overriding the scenario's
+    /// (`overlay.ping_rounds`, 120 by default).
+    #[arg(long)]
+    ping_rounds: Option<usize>,
+}
+
+impl Args {
+    /// Applies the options that change a scenario's overlay.
+    fn tweak(&self, scenario: &mut Scenario) {
+        if let Some(distances) = self.home_distances {
+            scenario.overlay.home_distances = distances.into();
+        }
+        if let Some(rounds) = self.ping_rounds {
+            scenario.overlay.ping_rounds = rounds;
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -125,6 +167,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(rows) = args.baseline_rows {
         scenario.overlay.baseline_rows = Some(rows);
     }
+    args.tweak(&mut scenario);
     let seeds = args.seeds.clone().unwrap_or_else(|| scenario.seeds.clone());
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
@@ -279,7 +322,7 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut runs = Vec::new();
     let mut csv = String::from(
-        "seed,mode,sites,machines,jobs,allocated,extra_rtt_ms,out_of_order,messages_per_job,mean_allocation_s,violations\n",
+        "seed,mode,sites,machines,jobs,allocated,extra_rtt_ms,out_of_order,messages_per_job,mean_allocation_s,violations,coordinate_error\n",
     );
     // `--seeds` picks topologies out of the N to look at closely: only
     // those run, and each run's per-job CSV is written beside random.csv.
@@ -289,7 +332,8 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     };
     for &seed in &seeds {
         if args.seeds.is_some() {
-            let scenario = zorilla_sim::generate::scenario(seed, size);
+            let mut scenario = zorilla_sim::generate::scenario(seed, size);
+            args.tweak(&mut scenario);
             let grid = scenario.grid(seed)?;
             for &mode in modes {
                 let report = run_scenario(&scenario, mode, seed)?;
@@ -307,10 +351,10 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
                     .with_context(|| format!("cannot write {}", path.display()))?;
             }
         }
-        for run in random::run([seed], size, modes)? {
+        for run in random::run([seed], size, modes, &|s| args.tweak(s))? {
             let s = &run.summary;
             println!(
-                "topology {seed:>4} ({:>2} sites, {:>5} machines) {:<8}: extra RTT {:.4} ms/worker, out of order {:.2}%, {:.0} msgs/job, allocation {:.3} s, {}/{} jobs",
+                "topology {seed:>4} ({:>2} sites, {:>5} machines) {:<8}: extra RTT {:.4} ms/worker, out of order {:.2}%, {:.0} msgs/job, allocation {:.3} s, {}/{} jobs{}",
                 run.sites,
                 run.machines,
                 run.mode.name(),
@@ -319,11 +363,14 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
                 s.messages_per_job,
                 s.mean_allocation.as_secs_f64(),
                 s.allocated,
-                s.jobs
+                s.jobs,
+                s.coordinate_error.map_or(String::new(), |e| format!(
+                    ", coordinates' median relative error {e:.3}"
+                )),
             );
             let _ = writeln!(
                 csv,
-                "{seed},{},{},{},{},{},{:.4},{:.4},{:.1},{:.4},{}",
+                "{seed},{},{},{},{},{},{:.4},{:.4},{:.1},{:.4},{},{}",
                 run.mode.name(),
                 run.sites,
                 run.machines,
@@ -333,7 +380,9 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
                 s.out_of_order,
                 s.messages_per_job,
                 s.mean_allocation.as_secs_f64(),
-                run.violations
+                run.violations,
+                s.coordinate_error
+                    .map_or(String::new(), |e| format!("{e:.4}")),
             );
             runs.push(run);
         }

@@ -21,6 +21,20 @@
 //! to it (and replaced if it was a neighbour), whichever comes first. A
 //! run without failures has no ticks; the ticks go on only while other
 //! events are pending, so a run still ends when its work does.
+//!
+//! The pings themselves go on after the warm-up, as in the real overlay
+//! ([`Event::PingRound`], once a ping interval per node at its phase,
+//! answered like a tick's and without the tick), for the scenario's
+//! `ping_rounds` intervals (120 by default, again after a node rejoins):
+//! they change no neighbour set, but they are what the keepers' network
+//! coordinates learn from, and the coordinate exchanges a keeper asks for
+//! ([`Action::ExchangeCoordinates`]) are delivered at once, like a peer
+//! exchange. The rounds' number is bounded so that a run's cost does not
+//! grow with its length: every round is every connection's peer keeping
+//! (10 `full` topologies took 2.3 times as long to simulate with pings
+//! for the whole run, 1.8 times with 120 rounds), while coordinates move
+//! little after the first two minutes on a grid whose RTTs do not change
+//! (BENCHMARKS.md, "Network coordinates").
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
@@ -229,29 +243,12 @@ impl Sim {
         self.keeper_ticks -= 1;
         let now = self.keeper_now();
         let config = self.keeper_config();
-        let peers: Vec<u32> = match &self.nodes[node as usize].overlay {
-            NodeOverlay::Ours(keeper) if self.nodes[node as usize].alive => {
-                keeper.connected_peers().copied().collect()
-            }
-            _ => {
-                // A failed node ticks again once it rejoined and watches
-                // a silent peer.
-                self.keeper_ticking[node as usize] = false;
-                return;
-            }
+        let Some(silent) = self.answer_pings(node) else {
+            // A failed node ticks again once it rejoined and watches a
+            // silent peer.
+            self.keeper_ticking[node as usize] = false;
+            return;
         };
-        let mut silent = false;
-        for peer in peers {
-            if !self.nodes[peer as usize].alive {
-                silent = true;
-                continue;
-            }
-            let simulated = Duration::from_micros(self.grid.rtt_us(node, peer));
-            if let Some(keeper) = self.keeper(node) {
-                let rtt = keeper.table().rtt(&peer).unwrap_or(simulated);
-                keeper.rtt(peer, rtt, now);
-            }
-        }
         if let Some(keeper) = self.keeper(node) {
             keeper.tick(now, &SimFacts);
         }
@@ -265,12 +262,98 @@ impl Sim {
         let settled = n.quiet_since.is_some_and(|since| {
             now.saturating_sub(since) >= config.ping_interval + config.ping_timeout
         });
-        if settled || self.heap.len() <= self.keeper_ticks {
+        if settled || self.heap.len() <= self.keeper_ticks + self.ping_rounds {
             self.nodes[node as usize].quiet_since = None;
             self.keeper_ticking[node as usize] = false;
         } else {
             let at = self.now + config.ping_interval;
             self.push_keeper_tick(at, node);
+        }
+    }
+
+    /// The pings of one ping interval of `node` during the run: each live
+    /// connected peer answers with the RTT the keeper already has of it
+    /// (the simulated RTT if it has none yet), so nothing in the near sets
+    /// moves; a failed one does not answer. Returns whether one did not,
+    /// or `None` if `node` runs no live keeper of ours.
+    fn answer_pings(&mut self, node: u32) -> Option<bool> {
+        let now = self.keeper_now();
+        let peers: Vec<u32> = match &self.nodes[node as usize].overlay {
+            NodeOverlay::Ours(keeper) if self.nodes[node as usize].alive => {
+                keeper.connected_peers().copied().collect()
+            }
+            _ => return None,
+        };
+        let mut silent = false;
+        for peer in peers {
+            if !self.nodes[peer as usize].alive {
+                silent = true;
+                continue;
+            }
+            let simulated = Duration::from_micros(self.grid.rtt_us(node, peer));
+            if let Some(keeper) = self.keeper(node) {
+                let rtt = keeper.table().rtt(&peer).unwrap_or(simulated);
+                keeper.rtt(peer, rtt, now);
+            }
+        }
+        Some(silent)
+    }
+
+    /// Schedules every node's ping rounds during the run, from its phase
+    /// on.
+    pub(super) fn start_ping_rounds(&mut self) {
+        let rounds = self.scenario.overlay.ping_rounds;
+        self.ping_rounds_left = vec![0; self.keeper_phase.len()];
+        for node in 0..self.keeper_phase.len() as u32 {
+            self.more_ping_rounds(node, self.keeper_phase[node as usize], rounds);
+        }
+    }
+
+    /// Gives `node` `rounds` ping rounds from `at` on (a pending one goes
+    /// on with the new count).
+    fn more_ping_rounds(&mut self, node: u32, at: Time, rounds: usize) {
+        let left = &mut self.ping_rounds_left[node as usize];
+        let pending = *left > 0;
+        *left = rounds;
+        if !pending && rounds > 0 {
+            self.push_ping_round(at, node);
+        }
+    }
+
+    fn push_ping_round(&mut self, at: Time, node: u32) {
+        self.ping_rounds += 1;
+        self.push(at, Event::PingRound { node });
+    }
+
+    /// `node`'s pings of one ping interval during the run, without its
+    /// keeper's tick ([`Event::PingRound`]): they move its network
+    /// coordinate, and the coordinate exchanges its keeper asks for are
+    /// delivered; nothing else changes. Skipped while its keeper ticks
+    /// (the tick answers its pings). Goes on a ping interval later while
+    /// the node has rounds left and other events are pending, so a run
+    /// still ends when its work does.
+    pub(super) fn ping_round(&mut self, node: u32) {
+        self.ping_rounds -= 1;
+        let left = &mut self.ping_rounds_left[node as usize];
+        *left = left.saturating_sub(1);
+        let more = *left > 0;
+        if !self.keeper_ticking[node as usize] && self.answer_pings(node).is_some() {
+            // Only coordinate exchanges come of pings: no links to bring
+            // up to date (what `keep_peers` does for every node it
+            // touches), unless an exchange made a keeper act.
+            let mut work = VecDeque::new();
+            while let Some(action) = self.keeper(node).and_then(|k| k.poll_action()) {
+                self.act(node, action, &mut work);
+            }
+            for touched in work {
+                self.keep_peers(touched);
+            }
+        }
+        if more && self.heap.len() > self.keeper_ticks + self.ping_rounds {
+            let at = self.now + self.keeper_config().ping_interval;
+            self.push_ping_round(at, node);
+        } else {
+            self.ping_rounds_left[node as usize] = 0;
         }
     }
 
@@ -281,6 +364,9 @@ impl Sim {
         for _ in 0..self.scenario.overlay.warmup_ticks {
             self.tick(node);
         }
+        let rounds = self.scenario.overlay.ping_rounds;
+        let at = self.now + self.keeper_config().ping_interval;
+        self.more_ping_rounds(node, at, rounds);
     }
 
     /// `failed` is noticed: every connection to it closes. Returns the
@@ -374,6 +460,28 @@ impl Sim {
                     && let Some(records) = answer
                 {
                     keeper.learned(records.into_iter().filter(|p| *p != node), now, &SimFacts);
+                }
+            }
+            // Delivered at once, like a peer exchange (the keeper asks at
+            // most once a ping interval per peer): each side gets the
+            // other's coordinate.
+            Action::ExchangeCoordinates(peer) => {
+                let Some(ours) = self.keeper(node).map(|k| k.position()) else {
+                    return;
+                };
+                let theirs = match self.keeper(peer) {
+                    Some(keeper) if keeper.is_connected(&node) => {
+                        if keeper.coordinates_received(node, ours, now).is_err() {
+                            work.push_back(peer);
+                        }
+                        Some(keeper.position())
+                    }
+                    _ => None,
+                };
+                if let (Some(theirs), Some(keeper)) = (theirs, self.keeper(node)) {
+                    // Refused (an offence) only if out of range, which a
+                    // keeper's own position never is.
+                    let _ = keeper.coordinates_received(peer, theirs, now);
                 }
             }
             Action::Forgotten(peer) => self.nodes[node as usize].router.peer_lost(&peer),

@@ -133,6 +133,10 @@ pub struct RunReport {
     pub timeline: Vec<(Time, usize, i64)>,
     /// Every check of invariants that failed (empty when all held).
     pub violations: Vec<String>,
+    /// Our overlay's network coordinates at the end: the median relative
+    /// error of the RTTs they estimate (see `Sim::coordinate_error`);
+    /// `None` for the paper's overlay.
+    pub coordinate_error: Option<f64>,
 }
 
 /// What is wrong with a job starting with `workers` workers, if anything:

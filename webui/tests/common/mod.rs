@@ -109,9 +109,16 @@ pub fn node_snapshot(id: &str, name: &str, jobs: Vec<JobSummary>) -> NodeSnapsho
                 reachable: false,
                 why: XSS2.into(),
             }],
+            position: Some(Position {
+                coordinates: vec![12.5, -3.25, 0.5],
+                error: 0.25,
+            }),
         },
         peers: vec![
-            peer(NEAR, Some(XSS1), Some(4.5), LinkKind::Near, true),
+            PeerInfo {
+                coordinates: Some(vec![1.0, 2.0, 0.3]),
+                ..peer(NEAR, Some(XSS1), Some(4.5), LinkKind::Near, true)
+            },
             peer(FAR, Some("far-node"), Some(80.0), LinkKind::Far, true),
             peer(GONE, Some(XSS2), None, LinkKind::None, false),
         ],

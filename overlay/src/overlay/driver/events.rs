@@ -7,8 +7,11 @@ use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{DialError, SwarmEvent};
 use libp2p::{Multiaddr, PeerId, identify, mdns, ping};
 use zorilla_core::neighbours::keeper::DialFailure;
+use zorilla_core::vivaldi::Position;
 
-use crate::wire::{Checked, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse};
+use crate::wire::{
+    Checked, CoordinateFrame, FloodAck, FloodFrame, PeerRecord, RpcRequest, RpcResponse,
+};
 
 use super::super::swarm::{BehaviourEvent, dialable, tcp_port};
 use super::super::types::{Event, RequestError, Responder};
@@ -172,6 +175,8 @@ impl Driver {
                 Ok(rtt) => {
                     let now = self.now();
                     self.keeper.rtt(peer, rtt, now);
+                    // A coordinate exchange, if one is due.
+                    self.execute().await;
                 }
                 Err(error) => {
                     // A peer that does not answer pings is as good as dead
@@ -322,6 +327,15 @@ impl Driver {
                                 .rpc
                                 .send_response(channel, RpcResponse::Peers(records));
                         }
+                        Checked::Valid(RpcRequest::Coordinates(CoordinateFrame(theirs))) => {
+                            let ours = CoordinateFrame(self.keeper.position());
+                            let _ = self
+                                .swarm
+                                .behaviour_mut()
+                                .rpc
+                                .send_response(channel, RpcResponse::Coordinates(ours));
+                            self.coordinates_received(peer, theirs).await;
+                        }
                         Checked::Valid(RpcRequest::App(payload)) => {
                             let now = self.now();
                             self.keeper.app_traffic(peer, now);
@@ -343,7 +357,9 @@ impl Driver {
                     if let Some((peer, reply)) = self.pending_requests.remove(&request_id) {
                         let result = match response {
                             RpcResponse::App(payload) => Ok(payload),
-                            RpcResponse::Peers(_) | RpcResponse::Done => {
+                            RpcResponse::Peers(_)
+                            | RpcResponse::Done
+                            | RpcResponse::Coordinates(_) => {
                                 Err(RequestError::UnexpectedResponse(peer))
                             }
                         };
@@ -353,6 +369,8 @@ impl Driver {
                         && let RpcResponse::Peers(records) = response
                     {
                         self.on_peer_records(from, records).await;
+                    } else if let RpcResponse::Coordinates(CoordinateFrame(theirs)) = response {
+                        self.coordinates_received(peer, theirs).await;
                     }
                 }
             },
@@ -394,6 +412,17 @@ impl Driver {
                 self.execute().await;
             }
         }
+    }
+
+    /// `peer` told us its network coordinate (checked when decoded).
+    async fn coordinates_received(&mut self, peer: PeerId, theirs: Position) {
+        let now = self.now();
+        if let Err(why) = self.keeper.coordinates_received(peer, theirs, now) {
+            // Out-of-range frames do not decode; the keeper checks anyway
+            // and counts an offence.
+            tracing::warn!(%peer, %why, "refused a peer's network coordinate");
+        }
+        self.execute().await;
     }
 
     async fn on_inbound_failure(&mut self, peer: PeerId, error: InboundFailure) {

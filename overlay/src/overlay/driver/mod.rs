@@ -20,7 +20,7 @@ use zorilla_core::neighbours::keeper::{
 
 use crate::addrs::OwnAddrs;
 use crate::config::OverlayConfig;
-use crate::wire::{self, Checked, FloodFrame, RpcRequest, RpcResponse};
+use crate::wire::{self, Checked, CoordinateFrame, FloodFrame, RpcRequest, RpcResponse};
 
 use super::handle::{Command, ReplySlot};
 use super::swarm::{Behaviour, BehaviourEvent};
@@ -176,6 +176,7 @@ impl Driver {
                 }
                 Action::Link { peer, on } => self.send_link(peer, on),
                 Action::AskPeers(peer) => self.request_peers(peer),
+                Action::ExchangeCoordinates(peer) => self.send_coordinates(peer),
                 Action::Ban(peer) => {
                     self.stats.bans += 1;
                     self.swarm.behaviour_mut().blocked.block_peer(peer);
@@ -303,9 +304,13 @@ impl Driver {
                         kind: table.kind(peer),
                         connected: self.swarm.is_connected(peer),
                         addrs: self.addrs.get(peer).cloned().unwrap_or_default(),
+                        coord: self.keeper.peer_position(peer).map(|p| p.coord),
                     })
                     .collect();
                 let _ = reply.send(known);
+            }
+            Command::Position(reply) => {
+                let _ = reply.send(self.keeper.position());
             }
             Command::ListenAddrs(reply) => {
                 let _ = reply.send(self.listen_addrs.clone());
@@ -363,6 +368,18 @@ impl Driver {
         self.swarm.behaviour_mut().rpc.send_request_with_addresses(
             &peer,
             Checked::Valid(RpcRequest::Link(on)),
+            addrs,
+        );
+        self.stats.requests_sent += 1;
+    }
+
+    /// Sends `peer` our network coordinate; its answer carries its own.
+    fn send_coordinates(&mut self, peer: PeerId) {
+        let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
+        let ours = CoordinateFrame(self.keeper.position());
+        self.swarm.behaviour_mut().rpc.send_request_with_addresses(
+            &peer,
+            Checked::Valid(RpcRequest::Coordinates(ours)),
             addrs,
         );
         self.stats.requests_sent += 1;
