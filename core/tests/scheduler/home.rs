@@ -487,56 +487,37 @@ fn why_pending_reports_the_latency_budget_and_the_offers_refused() {
     );
 }
 
+/// With the paper's schedule and ours: nothing can be nearer than the
+/// home itself, so it does not wait for other answers before it grants
+/// itself, and nothing goes out to other nodes.
 #[test]
-fn the_home_runs_workers_of_its_own_job_first() {
-    let mut node = Scheduler::new(
-        HOME,
-        SchedulerConfig {
-            resources: Resources::new(2, 4096, 0),
-            schedule: ScheduleConfig::paper(),
-            ..SchedulerConfig::default()
-        },
-    );
-    let out = submit(&mut node, ms(0), WorkerCount::rigid(2));
-    assert!(
-        out.contains(&Output::StartWorkers {
-            job: JOB,
-            home: HOME,
-            ranks: vec![0, 1],
-            incarnation: 0,
-            placement: placed_on(&[0, 1], HOME, 0),
-        }),
-        "{out:?}"
-    );
-    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
-    assert!(
-        !out.iter().any(|o| matches!(o, Output::Send { .. })),
-        "nothing goes out for a job the home runs itself: {out:?}"
-    );
-}
-
-/// With our schedule too: nothing can be nearer than the home itself, so
-/// it does not wait for other answers before it grants itself.
-#[test]
-fn a_home_that_can_run_the_whole_job_starts_it_without_waiting() {
-    let mut node = Scheduler::new(
-        HOME,
-        SchedulerConfig {
-            resources: Resources::new(2, 4096, 0),
-            ..SchedulerConfig::default()
-        },
-    );
-    let out = submit(&mut node, ms(0), WorkerCount::rigid(2));
-    assert!(
-        out.contains(&Output::StartWorkers {
-            job: JOB,
-            home: HOME,
-            ranks: vec![0, 1],
-            incarnation: 0,
-            placement: placed_on(&[0, 1], HOME, 0),
-        }),
-        "{out:?}"
-    );
+fn the_home_runs_workers_of_its_own_job_first_without_waiting() {
+    for schedule in [ScheduleConfig::paper(), ScheduleConfig::default()] {
+        let mut node = Scheduler::new(
+            HOME,
+            SchedulerConfig {
+                resources: Resources::new(2, 4096, 0),
+                schedule: schedule.clone(),
+                ..SchedulerConfig::default()
+            },
+        );
+        let out = submit(&mut node, ms(0), WorkerCount::rigid(2));
+        assert!(
+            out.contains(&Output::StartWorkers {
+                job: JOB,
+                home: HOME,
+                ranks: vec![0, 1],
+                incarnation: 0,
+                placement: placed_on(&[0, 1], HOME, 0),
+            }),
+            "{schedule:?}: {out:?}"
+        );
+        assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+        assert!(
+            !out.iter().any(|o| matches!(o, Output::Send { .. })),
+            "nothing goes out for a job the home runs itself: {out:?}"
+        );
+    }
 }
 
 #[test]
