@@ -283,6 +283,7 @@ fn flood_frame(g: &mut Gen) -> FloodFrame {
             latency_budget: (g.below(2) == 0).then(|| g.duration()),
             path_rtt: g.duration(),
         },
+        also: (0..g.below(4)).map(|_| peer(g)).collect(),
         payload: g.bytes(),
     }
 }

@@ -86,7 +86,18 @@ pub(crate) struct FloodFrame {
     /// The application's payload (the node's CBOR-encoded advert).
     #[serde(with = "serde_bytes")]
     pub(crate) payload: Vec<u8>,
+    /// The other peers the sender sent this flood to: the receiver sends
+    /// them no copy, since theirs came straight from the sender (the flood
+    /// router's rule 4, as the simulator does). At most
+    /// [`MAX_FLOOD_RECIPIENTS`]; a frame without it (an earlier node's)
+    /// names none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) also: Vec<PeerId>,
 }
+
+/// The most peers a flood frame names as the sender's other recipients:
+/// more than any node's links (a sender with more names none).
+pub(crate) const MAX_FLOOD_RECIPIENTS: usize = 64;
 
 /// The flood protocol's answer: only an acknowledgement, because
 /// request-response streams need one. It carries nothing so that a flood
@@ -491,11 +502,20 @@ mod tests {
                 path_rtt: Duration::from_millis(3),
             },
             payload: vec![200; 1000],
+            also: Vec::new(),
         };
         let buf = encode(&frame).unwrap();
         // 1000 payload bytes as integers >= 24 would take 2000 bytes.
         assert!(buf.len() < 1200, "{} bytes", buf.len());
         assert_eq!(decode::<FloodFrame>(&buf).unwrap(), frame);
+        // The sender's other recipients go with a copy; a frame without
+        // them (as earlier nodes send) reads as naming none.
+        let with_others = FloodFrame {
+            also: vec![PeerId::random(), PeerId::random()],
+            ..frame.clone()
+        };
+        let buf = encode(&with_others).unwrap();
+        assert_eq!(decode::<FloodFrame>(&buf).unwrap(), with_others);
     }
 
     #[test]

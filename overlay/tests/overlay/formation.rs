@@ -245,3 +245,59 @@ async fn a_peers_quic_address_is_kept_only_where_quic_is_built_in() {
         "{addrs:?}"
     );
 }
+
+/// A flood copy names the sender's other recipients, and the receiver
+/// sends them none: in a triangle a flood costs the origin's two copies
+/// and nothing more (without the list each receiver would pass it on to
+/// the other, as the simulator's node would not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_copy_is_not_passed_to_the_senders_other_recipients() {
+    let net = network("also");
+    let nodes = start_grid(3, |_| config(&net, 2, 0)).await;
+    let refs: Vec<&Node> = nodes.iter().collect();
+    eventually(
+        "the three are each other's links",
+        Duration::from_secs(20),
+        || async {
+            full_and_connected(&refs, 2).await?;
+            for node in &nodes {
+                let links = node.handle.links().await.map_err(|e| e.to_string())?;
+                if links.len() != 2 {
+                    return Err(format!("{} has links {links:?}", node.peer));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    let mut before = Vec::new();
+    for node in &nodes[1..] {
+        before.push(node.handle.stats().await.unwrap().flood_frames_sent);
+    }
+    let id = FloodId {
+        job: JobId(9),
+        seq: 0,
+    };
+    let copies = nodes[0]
+        .handle
+        .flood(id, header(0, 3, None), b"advert".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(copies, 2);
+    eventually(
+        "both deliver the flood",
+        Duration::from_secs(10),
+        || async {
+            match nodes[1..].iter().find(|n| n.deliveries(id).is_empty()) {
+                Some(n) => Err(format!("{} has not", n.peer)),
+                None => Ok(()),
+            }
+        },
+    )
+    .await;
+    // A node sends its copies before it delivers (the same step).
+    for (node, before) in nodes[1..].iter().zip(before) {
+        let sent = node.handle.stats().await.unwrap().flood_frames_sent - before;
+        assert_eq!(sent, 0, "{} passed the flood on", node.peer);
+    }
+}

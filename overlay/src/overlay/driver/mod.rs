@@ -20,7 +20,9 @@ use zorilla_core::neighbours::keeper::{
 
 use crate::addrs::OwnAddrs;
 use crate::config::OverlayConfig;
-use crate::wire::{self, Checked, CoordinateFrame, FloodFrame, RpcRequest, RpcResponse};
+use crate::wire::{
+    self, Checked, CoordinateFrame, FloodFrame, MAX_FLOOD_RECIPIENTS, RpcRequest, RpcResponse,
+};
 
 use super::handle::{Command, ReplySlot};
 use super::swarm::{Behaviour, BehaviourEvent};
@@ -349,6 +351,7 @@ impl Driver {
             origin: self.local,
             header,
             payload,
+            also: Vec::new(),
         };
         let size = wire::encode(&probe).map_or(usize::MAX, |b| b.len());
         let max = self.config.max_message_size;
@@ -392,15 +395,28 @@ impl Driver {
         payload: &[u8],
         forward: Vec<(PeerId, FloodHeader)>,
     ) {
+        let recipients: Vec<PeerId> = if forward.len() <= MAX_FLOOD_RECIPIENTS + 1 {
+            forward.iter().map(|(peer, _)| *peer).collect()
+        } else {
+            Vec::new()
+        };
         for (peer, header) in forward {
-            let frame = FloodFrame {
+            let mut frame = FloodFrame {
                 id,
                 origin,
                 header,
                 payload: payload.to_vec(),
+                also: recipients.iter().filter(|p| **p != peer).copied().collect(),
             };
+            let mut size = wire::encode(&frame).map_or(0, |b| b.len());
+            if size > self.config.max_message_size {
+                // The list would make the frame too large for the
+                // receiver: the copy goes without it (more duplicates).
+                frame.also.clear();
+                size = wire::encode(&frame).map_or(0, |b| b.len());
+            }
             self.stats.flood_frames_sent += 1;
-            self.stats.flood_bytes_sent += wire::encode(&frame).map_or(0, |b| b.len() as u64);
+            self.stats.flood_bytes_sent += size as u64;
             let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
             self.swarm
                 .behaviour_mut()
@@ -416,12 +432,22 @@ impl Driver {
             return;
         }
         let direct = self.keeper.table().rtt(&frame.origin);
+        if frame.also.len() > MAX_FLOOD_RECIPIENTS {
+            self.strike(from, "flood copy naming too many other recipients")
+                .await;
+            return;
+        }
         let neighbours = self.keeper.links();
         let now = self.now();
-        match self
-            .router
-            .receive(&from, frame.id, frame.header, direct, &neighbours, now)
-        {
+        match self.router.receive_from(
+            &from,
+            frame.id,
+            frame.header,
+            &frame.also,
+            direct,
+            &neighbours,
+            now,
+        ) {
             Verdict::Deliver { forward, distance } => {
                 self.send_copies(frame.id, frame.origin, &frame.payload, forward);
                 self.emit(Event::Flood {
