@@ -283,7 +283,7 @@ fn flood_frame(g: &mut Gen) -> FloodFrame {
             latency_budget: (g.below(2) == 0).then(|| g.duration()),
             path_rtt: g.duration(),
         },
-        also: (0..g.below(4)).map(|_| peer(g)).collect(),
+        also: (0..g.below(4)).map(|_| g.int()).collect(),
         payload: g.bytes(),
     }
 }

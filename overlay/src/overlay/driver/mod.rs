@@ -395,8 +395,11 @@ impl Driver {
         payload: &[u8],
         forward: Vec<(PeerId, FloodHeader)>,
     ) {
-        let recipients: Vec<PeerId> = if forward.len() <= MAX_FLOOD_RECIPIENTS + 1 {
-            forward.iter().map(|(peer, _)| *peer).collect()
+        let recipients: Vec<(PeerId, u64)> = if forward.len() <= MAX_FLOOD_RECIPIENTS + 1 {
+            forward
+                .iter()
+                .map(|(peer, _)| (*peer, wire::peer_digest(peer)))
+                .collect()
         } else {
             Vec::new()
         };
@@ -406,7 +409,11 @@ impl Driver {
                 origin,
                 header,
                 payload: payload.to_vec(),
-                also: recipients.iter().filter(|p| **p != peer).copied().collect(),
+                also: recipients
+                    .iter()
+                    .filter(|(p, _)| *p != peer)
+                    .map(|(_, digest)| *digest)
+                    .collect(),
             };
             let mut size = wire::encode(&frame).map_or(0, |b| b.len());
             if size > self.config.max_message_size {
@@ -438,12 +445,17 @@ impl Driver {
             return;
         }
         let neighbours = self.keeper.links();
+        let also: Vec<PeerId> = neighbours
+            .iter()
+            .map(|(peer, _)| *peer)
+            .filter(|peer| frame.also.contains(&wire::peer_digest(peer)))
+            .collect();
         let now = self.now();
         match self.router.receive_from(
             &from,
             frame.id,
             frame.header,
-            &frame.also,
+            &also,
             direct,
             &neighbours,
             now,
