@@ -17,8 +17,9 @@
 //! 4. **Forwarding**: to every neighbour but the sender, the peers the
 //!    sender says it also sent the copy to, and the neighbours known to be
 //!    nearer the home than this copy's path (their own copies of an earlier
-//!    flood of the same job told their distance: they get a new flood before
-//!    this node does, by a shorter way), with the TTL less
+//!    flood from the same home told their distance, of any of its jobs
+//!    where the driver says the home, else of the same job: they get a new
+//!    flood before this node does, by a shorter way), with the TTL less
 //!    one (capped by the node's own `max_forward_ttl`) and the link's RTT
 //!    added to the path; nothing when no TTL is left, and nothing to a
 //!    neighbour that the path through this node takes past the latency
@@ -26,7 +27,7 @@
 //!    receiver would only drop it).
 //!
 //! The seen-cache holds at most `seen_capacity` floods (oldest forgotten
-//! first), the neighbours' distances at most `seen_capacity` jobs (each
+//! first), the neighbours' distances at most `seen_capacity` homes or jobs (each
 //! with at most one entry per neighbour that sent a copy), and the rate
 //! limiter tracks at most `rate_peers_capacity` peers.
 
@@ -50,6 +51,13 @@ pub trait HomeDistance<P> {
     fn own(&self) -> Option<Duration>;
     /// A neighbour's estimated distance to the home, if known.
     fn peer(&self, peer: &P) -> Option<Duration>;
+    /// The home (the flood's origin), if the driver knows it: the
+    /// neighbours' distances the copies tell are then kept per home, so
+    /// that the first flood of a home's next job is pruned too (rule 4);
+    /// otherwise per job.
+    fn home(&self) -> Option<&P> {
+        None
+    }
 }
 
 /// Only a direct measurement of this node's RTT to the home (or none): the
@@ -180,11 +188,21 @@ pub struct FloodRouter<P> {
     seen: BTreeMap<FloodId, Seen>,
     seen_order: VecDeque<FloodId>,
     buckets: BTreeMap<P, Bucket>,
-    /// Per job, the neighbours' distances to the home as their copies
-    /// told (path RTT less the link's RTT).
-    nearer: BTreeMap<JobId, BTreeMap<P, Duration>>,
-    nearer_order: VecDeque<JobId>,
+    /// Per home (or per job, where the driver does not say the home), the
+    /// neighbours' distances to the home as their copies told (path RTT
+    /// less the link's RTT).
+    nearer: BTreeMap<NearerKey<P>, BTreeMap<P, Duration>>,
+    nearer_order: VecDeque<NearerKey<P>>,
     stats: FloodStats,
+}
+
+/// What the neighbours' distances to a home are kept under.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum NearerKey<P> {
+    /// The home: every flood of its jobs.
+    Home(P),
+    /// One job, where the driver does not say the home.
+    Job(JobId),
 }
 
 /// A path shorter by less than this fraction is not worth a re-forward.
@@ -305,6 +323,9 @@ impl<P: PeerKey> FloodRouter<P> {
         now: Time,
     ) -> Verdict<P> {
         let direct_distance = distances.own();
+        let key = distances
+            .home()
+            .map_or(NearerKey::Job(id.job), |home| NearerKey::Home(home.clone()));
         if !self.take_token(from, now) {
             self.stats.rate_limited += 1;
             return Verdict::Drop(DropReason::RateLimited);
@@ -325,7 +346,7 @@ impl<P: PeerKey> FloodRouter<P> {
                 .iter()
                 .find(|(peer, _)| peer == from)
                 .map_or(Duration::ZERO, |(_, rtt)| *rtt);
-            self.note_distance(id.job, from, header.path_rtt.saturating_sub(link));
+            self.note_distance(key.clone(), from, header.path_rtt.saturating_sub(link));
         }
         let forward_ttl = (header.ttl - 1).min(self.config.max_forward_ttl);
         // A copy that carries more TTL than the one seen goes again also to
@@ -341,7 +362,7 @@ impl<P: PeerKey> FloodRouter<P> {
         }
         if self.config.prune
             && !more_ttl
-            && let Some(known) = self.nearer.get(&id.job)
+            && let Some(known) = self.nearer.get(&key)
         {
             skip.extend(
                 known
@@ -442,19 +463,16 @@ impl<P: PeerKey> FloodRouter<P> {
         forward
     }
 
-    fn note_distance(&mut self, job: JobId, peer: &P, distance: Duration) {
-        let known = match self.nearer.get_mut(&job) {
-            Some(known) => known,
-            None => {
-                self.nearer_order.push_back(job);
-                while self.nearer_order.len() > self.config.seen_capacity {
-                    if let Some(old) = self.nearer_order.pop_front() {
-                        self.nearer.remove(&old);
-                    }
+    fn note_distance(&mut self, key: NearerKey<P>, peer: &P, distance: Duration) {
+        if !self.nearer.contains_key(&key) {
+            self.nearer_order.push_back(key.clone());
+            while self.nearer_order.len() > self.config.seen_capacity {
+                if let Some(old) = self.nearer_order.pop_front() {
+                    self.nearer.remove(&old);
                 }
-                self.nearer.entry(job).or_default()
             }
-        };
+        }
+        let known = self.nearer.entry(key).or_default();
         let entry = known.entry(peer.clone()).or_insert(distance);
         *entry = (*entry).min(distance);
     }
@@ -510,6 +528,55 @@ mod tests {
             ttl,
             latency_budget: None,
             path_rtt: Duration::ZERO,
+        }
+    }
+
+    /// Where the driver says the home, what a copy told of a neighbour's
+    /// distance holds for every job of that home: the first flood of the
+    /// next job is pruned too. Without the home, only later floods of the
+    /// same job are.
+    #[test]
+    fn nearer_neighbours_are_remembered_per_home_where_the_home_is_known() {
+        struct Home(u32);
+        impl HomeDistance<u32> for Home {
+            fn own(&self) -> Option<Duration> {
+                None
+            }
+            fn peer(&self, _: &u32) -> Option<Duration> {
+                None
+            }
+            fn home(&self) -> Option<&u32> {
+                Some(&self.0)
+            }
+        }
+        let neighbours = [(1, ms(1)), (2, ms(1)), (3, ms(1))];
+        let at = |path: u64| FloodHeader {
+            path_rtt: ms(path),
+            ..header(5)
+        };
+        let flood = |job: u64| FloodId {
+            job: JobId(job),
+            seq: 0,
+        };
+        let peers = |verdict: Verdict<u32>| match verdict {
+            Verdict::Deliver { forward, .. } => forward.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        for (distances, pruned) in [(&Home(7) as &dyn HomeDistance<u32>, true), (&None, false)] {
+            let mut router: FloodRouter<u32> = FloodRouter::new(FloodConfig::default());
+            // Job 1's copy from peer 1 says peer 1 is 2 ms from the home;
+            // peer 3's duplicate, 1 ms.
+            router.receive_with(&1, flood(1), at(3), &[], distances, &neighbours, ms(0));
+            router.receive_with(&3, flood(1), at(2), &[], distances, &neighbours, ms(1));
+            // Job 2's first flood, from the same home, comes by peer 2 at
+            // 4 ms: peers 1 and 3 are nearer the home.
+            let sent =
+                peers(router.receive_with(&2, flood(2), at(4), &[], distances, &neighbours, ms(2)));
+            if pruned {
+                assert_eq!(sent, Vec::<u32>::new());
+            } else {
+                assert_eq!(sent, vec![1, 3]);
+            }
         }
     }
 

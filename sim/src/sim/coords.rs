@@ -39,6 +39,8 @@ const MAX_JUDGED_PAIRS: usize = 20_000;
 
 /// A node's distances to one flood's home.
 pub(super) struct Distances {
+    /// The flood's home.
+    home: u32,
     own: Option<Duration>,
     /// Its links' distances to the home, where known (`exact` and
     /// `vivaldi` only).
@@ -52,6 +54,10 @@ impl HomeDistance<u32> for Distances {
 
     fn peer(&self, peer: &u32) -> Option<Duration> {
         self.links.iter().find(|(p, _)| p == peer).map(|(_, d)| *d)
+    }
+
+    fn home(&self) -> Option<&u32> {
+        Some(&self.home)
     }
 }
 
@@ -70,18 +76,21 @@ impl Sim {
         let links = n.neighbours.iter().map(|(p, _)| *p);
         match self.scenario.overlay.home_distances {
             HomeDistances::Measured => Distances {
+                home: advert.home,
                 own: measured,
                 links: Vec::new(),
             },
             HomeDistances::Exact => {
                 let rtt = |p: u32| Duration::from_micros(self.grid.rtt_us(p, advert.home));
                 Distances {
+                    home: advert.home,
                     own: Some(rtt(node)),
                     links: links.map(|p| (p, rtt(p))).collect(),
                 }
             }
             HomeDistances::Vivaldi => match (&n.overlay, self.coordinate(advert.home)) {
                 (NodeOverlay::Ours(keeper), Some(home)) => Distances {
+                    home: advert.home,
                     own: measured.or(Some(keeper.position().coord.distance(&home))),
                     links: links
                         .filter_map(|p| {
@@ -91,6 +100,7 @@ impl Sim {
                         .collect(),
                 },
                 _ => Distances {
+                    home: advert.home,
                     own: measured,
                     links: Vec::new(),
                 },

@@ -3,6 +3,7 @@
 //! what the node asks ([`Command`]s).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
 
 use futures::StreamExt;
 use libp2p::core::transport::ListenerId;
@@ -13,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use zorilla_core::Time;
 use zorilla_core::advert::FloodHeader;
-use zorilla_core::flood::{DropReason, FloodId, FloodRouter, Verdict};
+use zorilla_core::flood::{DropReason, FloodId, FloodRouter, HomeDistance, Verdict};
 use zorilla_core::neighbours::keeper::{
     Action, DialFailure, DisconnectReason, PeerFacts, PeerKeeper,
 };
@@ -438,7 +439,10 @@ impl Driver {
             tracing::debug!(%from, "flood from a peer not identified yet; dropped");
             return;
         }
-        let direct = self.keeper.table().rtt(&frame.origin);
+        let home = Origin {
+            home: frame.origin,
+            rtt: self.keeper.table().rtt(&frame.origin),
+        };
         if frame.also.len() > MAX_FLOOD_RECIPIENTS {
             self.strike(from, "flood copy naming too many other recipients")
                 .await;
@@ -451,12 +455,12 @@ impl Driver {
             .filter(|peer| frame.also.contains(&wire::peer_digest(peer)))
             .collect();
         let now = self.now();
-        match self.router.receive_from(
+        match self.router.receive_with(
             &from,
             frame.id,
             frame.header,
             &also,
-            direct,
+            &home,
             &neighbours,
             now,
         ) {
@@ -480,5 +484,27 @@ impl Driver {
                 tracing::trace!(%from, ?reason, id = ?frame.id, "flood copy dropped");
             }
         }
+    }
+}
+
+/// What this node knows of a flood's home: which node it is (so that the
+/// router keeps its neighbours' distances per home), and its own measured
+/// RTT to it, if any (the path's sum decides the rest).
+struct Origin {
+    home: PeerId,
+    rtt: Option<Duration>,
+}
+
+impl HomeDistance<PeerId> for Origin {
+    fn own(&self) -> Option<Duration> {
+        self.rtt
+    }
+
+    fn peer(&self, _: &PeerId) -> Option<Duration> {
+        None
+    }
+
+    fn home(&self) -> Option<&PeerId> {
+        Some(&self.home)
     }
 }
