@@ -323,9 +323,6 @@ impl<P: PeerKey> FloodRouter<P> {
         now: Time,
     ) -> Verdict<P> {
         let direct_distance = distances.own();
-        let key = distances
-            .home()
-            .map_or(NearerKey::Job(id.job), |home| NearerKey::Home(home.clone()));
         if !self.take_token(from, now) {
             self.stats.rate_limited += 1;
             return Verdict::Drop(DropReason::RateLimited);
@@ -341,6 +338,9 @@ impl<P: PeerKey> FloodRouter<P> {
             self.stats.outside_budget += 1;
             return Verdict::Drop(DropReason::OutsideBudget);
         }
+        let key = distances
+            .home()
+            .map_or(NearerKey::Job(id.job), |home| NearerKey::Home(home.clone()));
         if self.config.prune {
             let link = neighbours
                 .iter()

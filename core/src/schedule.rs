@@ -312,11 +312,11 @@ impl FloodSchedule {
         let Some(sent) = self.last_flood_at else {
             return Time::ZERO;
         };
-        let wait = match self.config.wait_mode {
-            WaitMode::Doubling if self.floods == 1 => self.config.first_wait,
-            WaitMode::Doubling => self.wait.saturating_mul(2),
-            WaitMode::Adaptive if self.staying.is_some() => self.staying.unwrap_or_default(),
-            WaitMode::Adaptive if self.answers == 0 && self.growing() => {
+        let wait = match (self.config.wait_mode, self.staying) {
+            (WaitMode::Doubling, _) if self.floods == 1 => self.config.first_wait,
+            (WaitMode::Doubling, _) => self.wait.saturating_mul(2),
+            (WaitMode::Adaptive, Some(wait)) => wait,
+            (WaitMode::Adaptive, None) if self.answers == 0 && self.growing() => {
                 // Nobody answered from inside the ball, and the next flood
                 // reaches farther: go there as soon as answers from the
                 // ball's edge would have come (within the budget: half of
@@ -327,10 +327,10 @@ impl FloodSchedule {
                     .saturating_add(budget / 2)
                     .max(self.config.adaptive_floor)
             }
-            WaitMode::Adaptive if self.answers == 0 && self.floods > 1 => {
+            (WaitMode::Adaptive, None) if self.answers == 0 && self.floods > 1 => {
                 self.wait.saturating_mul(2).max(self.config.adaptive_floor)
             }
-            WaitMode::Adaptive => self
+            (WaitMode::Adaptive, None) => self
                 .slowest_answer
                 .saturating_mul(2)
                 .max(self.config.adaptive_floor),

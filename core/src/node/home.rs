@@ -99,24 +99,22 @@ impl<P: PeerKey> Scheduler<P> {
                 && header.ttl <= covered.radius
                 && now.saturating_sub(at) < KNOWLEDGE_KEPT
         });
-        if known_ball && targets.len() > MAX_DIRECT_PER_STEP {
-            // The nearest first; the rest of the ball at the next step.
+        if known_ball {
+            // The nearest first; beyond a step's worth, the rest of the
+            // ball at the next step.
             targets.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-            targets.truncate(MAX_DIRECT_PER_STEP);
-            let farthest = targets.last().map_or(Duration::ZERO, |t| t.1);
-            job.schedule.stay(farthest);
-            job.next_flood_at = Some(job.schedule.next_flood_at());
+            if targets.len() > MAX_DIRECT_PER_STEP {
+                targets.truncate(MAX_DIRECT_PER_STEP);
+                let farthest = targets.last().map_or(Duration::ZERO, |t| t.1);
+                job.schedule.stay(farthest);
+            }
         }
         // Asked now, by a direct advert or by the flood: a later step
         // inside the ball does not ask them again.
         for (node, _) in &targets {
             job.asked.insert(node.clone());
         }
-        if !known_ball {
-            return None;
-        }
-        targets.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-        Some(targets)
+        known_ball.then_some(targets)
     }
 
     /// Sends due floods and grants settled allocations.
@@ -144,7 +142,6 @@ impl<P: PeerKey> Scheduler<P> {
                 job.report.floods = job.schedule.floods();
                 job.report.radius = header.ttl;
                 job.report.budget = header.latency_budget;
-                job.next_flood_at = Some(job.schedule.next_flood_at());
                 let advert = Advert {
                     job: job_id,
                     home: self.id.clone(),
@@ -186,6 +183,11 @@ impl<P: PeerKey> Scheduler<P> {
                         }
                         out.push(Output::Flood(advert));
                     }
+                }
+                // After the step's targets: a batch of them keeps the ball
+                // for the next step (`FloodSchedule::stay`).
+                if let Some(job) = self.home.get_mut(&job_id) {
+                    job.next_flood_at = Some(job.schedule.next_flood_at());
                 }
             }
         }
