@@ -433,13 +433,7 @@ impl Driver {
     }
 
     pub(super) fn request_peers(&mut self, peer: PeerId) {
-        let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
-        let id = self.swarm.behaviour_mut().rpc.send_request_with_addresses(
-            &peer,
-            Checked::Valid(RpcRequest::Peers),
-            addrs,
-        );
-        self.stats.requests_sent += 1;
+        let id = self.send_rpc(peer, RpcRequest::Peers);
         self.peer_exchanges.insert(id, peer);
     }
 

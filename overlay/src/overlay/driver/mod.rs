@@ -235,13 +235,7 @@ impl Driver {
                     let _ = reply.send(Err(RequestError::TooLarge { size, max }));
                     return;
                 }
-                let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
-                let id = self.swarm.behaviour_mut().rpc.send_request_with_addresses(
-                    &peer,
-                    Checked::Valid(RpcRequest::App(payload)),
-                    addrs,
-                );
-                self.stats.requests_sent += 1;
+                let id = self.send_rpc(peer, RpcRequest::App(payload));
                 self.pending_requests.insert(id, (peer, reply));
                 let now = self.now();
                 self.keeper.app_traffic(peer, now);
@@ -366,27 +360,27 @@ impl Driver {
         Ok(copies)
     }
 
-    /// Tells `peer` whether it is our neighbour.
-    fn send_link(&mut self, peer: PeerId, on: bool) {
+    /// Sends `request` to `peer` on the rpc protocol, dialing the
+    /// addresses we know of it if we are not connected.
+    pub(super) fn send_rpc(&mut self, peer: PeerId, request: RpcRequest) -> OutboundRequestId {
         let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
+        self.stats.requests_sent += 1;
         self.swarm.behaviour_mut().rpc.send_request_with_addresses(
             &peer,
-            Checked::Valid(RpcRequest::Link(on)),
+            Checked::Valid(request),
             addrs,
-        );
-        self.stats.requests_sent += 1;
+        )
+    }
+
+    /// Tells `peer` whether it is our neighbour.
+    fn send_link(&mut self, peer: PeerId, on: bool) {
+        self.send_rpc(peer, RpcRequest::Link(on));
     }
 
     /// Sends `peer` our network coordinate; its answer carries its own.
     fn send_coordinates(&mut self, peer: PeerId) {
-        let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
         let ours = CoordinateFrame(self.keeper.position());
-        self.swarm.behaviour_mut().rpc.send_request_with_addresses(
-            &peer,
-            Checked::Valid(RpcRequest::Coordinates(ours)),
-            addrs,
-        );
-        self.stats.requests_sent += 1;
+        self.send_rpc(peer, RpcRequest::Coordinates(ours));
     }
 
     fn send_copies(
@@ -439,15 +433,15 @@ impl Driver {
             tracing::debug!(%from, "flood from a peer not identified yet; dropped");
             return;
         }
-        let home = Origin {
-            home: frame.origin,
-            rtt: self.keeper.table().rtt(&frame.origin),
-        };
         if frame.also.len() > MAX_FLOOD_RECIPIENTS {
             self.strike(from, "flood copy naming too many other recipients")
                 .await;
             return;
         }
+        let home = Origin {
+            home: frame.origin,
+            rtt: self.keeper.table().rtt(&frame.origin),
+        };
         let neighbours = self.keeper.links();
         let also: Vec<PeerId> = neighbours
             .iter()
