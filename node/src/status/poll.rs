@@ -9,7 +9,7 @@ use zorilla_webui::Change;
 use zorilla_webui::model::{AddressInfo, LinkKind, PeerInfo};
 
 use super::source::NodeStatus;
-use super::view::NetView;
+use super::view::{NetView, coordinates};
 
 /// The overlay's peers and counters are read this often (RTTs change
 /// continually; the peers page follows them at this pace at most).
@@ -49,7 +49,7 @@ pub(crate) async fn poll_overlay(status: Arc<NodeStatus>) {
                     None => LinkKind::None,
                 },
                 connected: p.connected,
-                coordinates: p.coord.map(|c| vec![c.x, c.y, c.height]),
+                coordinates: p.coord.as_ref().map(coordinates),
             })
             .collect();
         // Neighbours first, nearest first.

@@ -19,7 +19,7 @@ use zorilla_webui::{Change, MAX_LOG_LINES, RemoteError, StatusSource};
 
 use super::convert::{home_entry, hostname, log_lines, parse_job, resources};
 use super::remote::{self, Asked, answer_from};
-use super::view::{LoopView, NetView};
+use super::view::{LoopView, NetView, coordinates};
 use crate::store::{Store, unix_ms};
 use crate::wire::PeerReply;
 
@@ -145,7 +145,7 @@ impl StatusSource for NodeStatus {
             listen_addresses: net.listen.clone(),
             addresses: net.addresses.clone(),
             position: net.position.map(|p| Position {
-                coordinates: vec![p.coord.x, p.coord.y, p.coord.height],
+                coordinates: coordinates(&p.coord),
                 error: p.error,
             }),
             offered: self.offered,

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use zorilla_core::vivaldi::Position;
+use zorilla_core::vivaldi::{Coord, Position};
 use zorilla_overlay::OverlayStats;
 use zorilla_webui::Change;
 use zorilla_webui::model::{
@@ -83,6 +83,11 @@ impl From<ChangeKey> for Change {
             ChangeKey::Pending => Change::Pending,
         }
     }
+}
+
+/// A network coordinate as the pages show it: `[x, y, height]`, in ms.
+pub(super) fn coordinates(c: &Coord) -> Vec<f64> {
+    vec![c.x, c.y, c.height]
 }
 
 /// What differs between two views, as the pages see it.
