@@ -204,6 +204,30 @@ pub fn sample(d: Decoder, seed: u64) -> Vec<u8> {
     bytes.expect("samples encode")
 }
 
+/// A well-formed flood frame (job `job`, TTL 1, no latency budget, a
+/// 6-byte payload, an origin drawn from `job`) naming `recipients` other
+/// recipients of its sender: what a hostile peer may send to test the
+/// bound on that list ([`crate::wire::MAX_FLOOD_RECIPIENTS`]).
+pub fn flood_frame_naming(job: u64, recipients: usize) -> Vec<u8> {
+    let g = &mut Gen(job);
+    let frame = FloodFrame {
+        id: FloodId {
+            job: JobId(job),
+            seq: 0,
+        },
+        origin: peer(g),
+        header: FloodHeader {
+            seq: 0,
+            ttl: 1,
+            latency_budget: None,
+            path_rtt: Duration::ZERO,
+        },
+        payload: b"advert".to_vec(),
+        also: (0..recipients).map(|_| g.u64()).collect(),
+    };
+    wire::encode(&frame).expect("a flood frame encodes")
+}
+
 /// A seeded generator (SplitMix64): samples are reproducible from the seed
 /// proptest prints.
 struct Gen(u64);

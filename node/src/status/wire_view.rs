@@ -568,6 +568,12 @@ mod tests {
         let mut wire = w::Snapshot::from(snapshot());
         wire.jobs[0].name = "x".repeat(w::MAX_TEXT_BYTES + 1);
         assert!(crate::validate::remote_view(&wire).is_err());
+        for speed in [0, zorilla_core::limits::MAX_SPEED + 1] {
+            let mut wire = w::Snapshot::from(snapshot());
+            wire.overview.cpu_speed = speed;
+            let why = crate::validate::remote_view(&wire).unwrap_err().to_string();
+            assert!(why.contains("CPU speed"), "{speed}: {why}");
+        }
         let mut job = w::JobDetail::from(job());
         job.workers = vec![job.workers[0].clone(); w::MAX_WORKERS + 1];
         let why = crate::validate::remote_job(&job).unwrap_err().to_string();

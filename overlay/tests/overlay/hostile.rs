@@ -466,3 +466,70 @@ async fn adverts_beyond_a_peers_rate_are_dropped() {
         stats.router.rate_limited
     );
 }
+
+/// A flood copy may name at most 64 other recipients of its sender: one
+/// naming 65 is an offence and goes no further; one naming 64 is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_copy_naming_too_many_other_recipients_is_an_offence() {
+    let net = network("recipients");
+    let target = Node::start(config(&net, 2, 1)).await;
+    let raw = RawPeer::start(&net);
+    let raw_id = raw.peer;
+    raw.dial(target.addr.clone()).await.unwrap();
+    eventually(
+        "the target identified the peer",
+        Duration::from_secs(10),
+        || async {
+            if target.seen.lock().unwrap().connected.contains(&raw_id) {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        },
+    )
+    .await;
+
+    let too_many = zorilla_overlay::fuzz::flood_frame_naming(1, 65);
+    raw.send(Protocol::Flood, target.peer, &too_many).await;
+    eventually(
+        "the offence is counted",
+        Duration::from_secs(10),
+        || async {
+            let stats = target.handle.stats().await.unwrap();
+            if stats.misbehaviour == 1 {
+                Ok(())
+            } else {
+                Err(format!("{stats:?}"))
+            }
+        },
+    )
+    .await;
+
+    let enough = zorilla_overlay::fuzz::flood_frame_naming(2, 64);
+    raw.send(Protocol::Flood, target.peer, &enough).await;
+    let id = FloodId {
+        job: JobId(2),
+        seq: 0,
+    };
+    eventually(
+        "the copy naming 64 is delivered",
+        Duration::from_secs(10),
+        || async {
+            if target.deliveries(id).is_empty() {
+                Err("not yet".into())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    let flooded = FloodId {
+        job: JobId(1),
+        seq: 0,
+    };
+    assert!(
+        target.deliveries(flooded).is_empty(),
+        "the copy naming 65 went on"
+    );
+    assert_eq!(target.handle.stats().await.unwrap().misbehaviour, 1);
+}
