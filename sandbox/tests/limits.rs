@@ -243,7 +243,15 @@ async fn time_blocked_in_recv_is_not_cpu_time() {
     assert_eq!(zero.report.outcome, Outcome::Exited(0), "{zero:?}");
     let one = one.finish().await;
     assert_eq!(one.report.outcome, Outcome::Exited(0), "{one:?}");
-    assert!(one.report.wall_time >= blocked, "{:?}", one.report);
+    // The worker's clock starts once it is instantiated, a little after
+    // start_collecting returns, so its wall time can be just under the 3 s
+    // (CI saw 2.9995 s). What matters is that it outlived its CPU limit
+    // twice over while blocked, and was not ended for it.
+    assert!(
+        one.report.wall_time > tight.cpu_time * 2,
+        "{:?}",
+        one.report
+    );
     assert!(
         one.report.cpu_time < Duration::from_millis(500),
         "{:?}",
