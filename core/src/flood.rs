@@ -15,21 +15,36 @@
 //!    with little TTL left would stop the flood short of nodes within its
 //!    radius.
 //! 4. **Forwarding**: to every neighbour but the sender, the peers the
-//!    sender says it also sent the copy to, and the neighbours known to be
-//!    nearer the home than this copy's path (their own copies of an earlier
-//!    flood from the same home told their distance, of any of its jobs
-//!    where the driver says the home, else of the same job: they get a new
-//!    flood before this node does, by a shorter way), with the TTL less
-//!    one (capped by the node's own `max_forward_ttl`) and the link's RTT
-//!    added to the path; nothing when no TTL is left, and nothing to a
-//!    neighbour that the path through this node takes past the latency
-//!    budget unless its estimated distance to the home is within it (the
-//!    receiver would only drop it).
+//!    sender says it also sent the copy to, and the neighbours known to get
+//!    the flood by a way shorter than through this node (see below), with
+//!    the TTL less one (capped by the node's own `max_forward_ttl`) and the
+//!    link's RTT added to the path; nothing when no TTL is left, and
+//!    nothing to a neighbour that the path through this node takes past the
+//!    latency budget unless its estimated distance to the home is within it
+//!    (the receiver would only drop it).
+//!
+//! **Reverse-path pruning.** A flood's copies cross every link of the ball
+//! it reaches, and most arrive where a copy came first: a home floods the
+//! same balls again and again (a growing budget, the next job). So a node
+//! remembers, per home (or per job where the driver does not say the
+//! home), how far from the home each neighbour is known to be: a
+//! neighbour's own copy tells its path (the copy's path less the link),
+//! and a neighbour the sender also served is no farther than this node's
+//! path and the link between them (the sender reached it directly). A
+//! later flood goes to a neighbour only if the path through this node
+//! would be no longer than that: otherwise the neighbour's copy comes
+//! sooner by the way it came before, and this node's would be a
+//! duplicate. (Where two ways are equal, both send: pruning both would
+//! leave the neighbour with none.)
+//! That is reverse-path forwarding, learnt from the floods themselves. The
+//! overlay changes, so a distance is believed for [`DISTANCE_KEPT`]; then
+//! the neighbour gets copies again until one tells it afresh.
 //!
 //! The seen-cache holds at most `seen_capacity` floods (oldest forgotten
-//! first), the neighbours' distances at most `seen_capacity` homes or jobs (each
-//! with at most one entry per neighbour that sent a copy), and the rate
-//! limiter tracks at most `rate_peers_capacity` peers.
+//! first), the neighbours' distances at most `seen_capacity` homes or jobs
+//! (each with at most [`MAX_DISTANCES_PER_HOME`] neighbours, the oldest
+//! forgotten first), and the rate limiter tracks at most
+//! `rate_peers_capacity` peers.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -85,7 +100,8 @@ pub struct FloodConfig {
     /// How many peers the rate limiter tracks.
     pub rate_peers_capacity: usize,
     /// Whether to send no copy to the peers the sender also served nor to
-    /// neighbours known nearer the home (rule 4); off, a node floods to all
+    /// neighbours known to have a way shorter than through this node
+    /// (rule 4, reverse-path pruning); off, a node floods to all
     /// its neighbours but the sender, as the original Zorilla did.
     #[serde(default = "default_prune")]
     pub prune: bool,
@@ -189,11 +205,27 @@ pub struct FloodRouter<P> {
     seen_order: VecDeque<FloodId>,
     buckets: BTreeMap<P, Bucket>,
     /// Per home (or per job, where the driver does not say the home), the
-    /// neighbours' distances to the home as their copies told (path RTT
-    /// less the link's RTT).
-    nearer: BTreeMap<NearerKey<P>, BTreeMap<P, Duration>>,
+    /// neighbours' known distances to the home (see the module
+    /// documentation).
+    nearer: BTreeMap<NearerKey<P>, BTreeMap<P, Told>>,
     nearer_order: VecDeque<NearerKey<P>>,
     stats: FloodStats,
+}
+
+/// How long a neighbour's distance to a home is believed (reverse-path
+/// pruning, see the module documentation): the overlay changes, and a
+/// neighbour whose shorter way went away must get copies again.
+pub const DISTANCE_KEPT: Duration = Duration::from_secs(60);
+
+/// The most neighbours whose distance to one home a router keeps: a peer
+/// may send copies without being a neighbour, and each would take an entry.
+pub const MAX_DISTANCES_PER_HOME: usize = 256;
+
+/// A neighbour's distance to a home, the shortest learnt since `at`.
+#[derive(Debug, Clone, Copy)]
+struct Told {
+    distance: Duration,
+    at: Time,
 }
 
 /// What the neighbours' distances to a home are kept under.
@@ -342,11 +374,23 @@ impl<P: PeerKey> FloodRouter<P> {
             .home()
             .map_or(NearerKey::Job(id.job), |home| NearerKey::Home(home.clone()));
         if self.config.prune {
-            let link = neighbours
-                .iter()
-                .find(|(peer, _)| peer == from)
-                .map_or(Duration::ZERO, |(_, rtt)| *rtt);
-            self.note_distance(key.clone(), from, header.path_rtt.saturating_sub(link));
+            let link = |peer: &P| {
+                neighbours
+                    .iter()
+                    .find(|(p, _)| p == peer)
+                    .map(|(_, rtt)| *rtt)
+            };
+            let sender = header
+                .path_rtt
+                .saturating_sub(link(from).unwrap_or_default());
+            self.note_distance(&key, from, sender, now);
+            // The sender served them directly: no farther than this
+            // node's path and the link from here.
+            for peer in also_sent {
+                if let Some(rtt) = link(peer) {
+                    self.note_distance(&key, peer, header.path_rtt.saturating_add(rtt), now);
+                }
+            }
         }
         let forward_ttl = (header.ttl - 1).min(self.config.max_forward_ttl);
         // A copy that carries more TTL than the one seen goes again also to
@@ -364,11 +408,18 @@ impl<P: PeerKey> FloodRouter<P> {
             && !more_ttl
             && let Some(known) = self.nearer.get(&key)
         {
+            // Reverse-path pruning: no copy where the neighbour's own way
+            // is shorter than the one through this node.
             skip.extend(
-                known
+                neighbours
                     .iter()
-                    .filter(|(_, d)| **d < header.path_rtt)
-                    .map(|(p, _)| p.clone()),
+                    .filter(|(peer, rtt)| {
+                        known.get(peer).is_some_and(|told| {
+                            now.saturating_sub(told.at) < DISTANCE_KEPT
+                                && told.distance < header.path_rtt.saturating_add(*rtt)
+                        })
+                    })
+                    .map(|(peer, _)| peer.clone()),
             );
         }
         let also_sent = &skip[..];
@@ -463,8 +514,10 @@ impl<P: PeerKey> FloodRouter<P> {
         forward
     }
 
-    fn note_distance(&mut self, key: NearerKey<P>, peer: &P, distance: Duration) {
-        if !self.nearer.contains_key(&key) {
+    /// Learns that `peer` is at most `distance` from the home of `key`:
+    /// the shortest since the entry was made, or afresh once it is stale.
+    fn note_distance(&mut self, key: &NearerKey<P>, peer: &P, distance: Duration, now: Time) {
+        if !self.nearer.contains_key(key) {
             self.nearer_order.push_back(key.clone());
             while self.nearer_order.len() > self.config.seen_capacity {
                 if let Some(old) = self.nearer_order.pop_front() {
@@ -472,9 +525,13 @@ impl<P: PeerKey> FloodRouter<P> {
                 }
             }
         }
-        let known = self.nearer.entry(key).or_default();
-        let entry = known.entry(peer.clone()).or_insert(distance);
-        *entry = (*entry).min(distance);
+        let known = self.nearer.entry(key.clone()).or_default();
+        make_room(known, peer, MAX_DISTANCES_PER_HOME, |told| told.at);
+        let fresh = Told { distance, at: now };
+        let told = known.entry(peer.clone()).or_insert(fresh);
+        if distance <= told.distance || now.saturating_sub(told.at) >= DISTANCE_KEPT {
+            *told = fresh;
+        }
     }
 
     fn remember(&mut self, id: FloodId, seen: Seen) {
@@ -580,11 +637,13 @@ mod tests {
         }
     }
 
-    /// A copy is not sent back to the peers its sender also sent it to,
-    /// nor, on a later flood of the same job, to a neighbour whose own copy
-    /// of an earlier flood showed it nearer the home.
+    /// A copy is not sent back to the peers its sender also sent it to;
+    /// and a later flood of the same job goes to a neighbour only where the
+    /// way through this node is no longer than the one the neighbour is
+    /// known to have (its own copy told it, or the sender served it
+    /// directly).
     #[test]
-    fn no_copy_to_peers_the_sender_served_nor_to_nearer_neighbours() {
+    fn no_copy_to_peers_the_sender_served_nor_where_a_shorter_way_is_known() {
         let mut router: FloodRouter<u32> = FloodRouter::new(FloodConfig::default());
         let neighbours = [(1, ms(1)), (2, ms(1)), (3, ms(1)), (4, ms(1))];
         let at = |path: u64, seq: u32| FloodHeader {
@@ -592,42 +651,73 @@ mod tests {
             path_rtt: ms(path),
             ..header(5)
         };
-        let first = FloodId {
-            job: JobId(9),
-            seq: 0,
+        let flood = |seq: u32| FloodId { job: JobId(9), seq };
+        let peers = |verdict: Verdict<u32>| match verdict {
+            Verdict::Deliver { forward, .. } => forward.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
         };
-        let verdict = router.receive_from(&1, first, at(3, 0), &[2], None, &neighbours, ms(0));
-        let Verdict::Deliver { forward, .. } = verdict else {
-            panic!("{verdict:?}");
-        };
-        let peers: Vec<u32> = forward.iter().map(|(p, _)| *p).collect();
-        assert_eq!(peers, vec![3, 4]);
-        // Peer 3's duplicate says it is 1 ms from the home (2 ms less its
-        // 1 ms link), nearer than this node's 3 ms.
-        let dup = router.receive_from(&3, first, at(2, 0), &[], None, &neighbours, ms(1));
+        // Peer 1 (2 ms from the home: 3 ms less its link) sent the first
+        // flood here and to peer 2, so peer 2 is at most 4 ms away.
+        let sent =
+            peers(router.receive_from(&1, flood(0), at(3, 0), &[2], None, &neighbours, ms(0)));
+        assert_eq!(sent, vec![3, 4]);
+        // Peer 3's duplicate says it is 1 ms from the home.
+        let dup = router.receive_from(&3, flood(0), at(2, 0), &[], None, &neighbours, ms(1));
         assert_eq!(dup, Verdict::Drop(DropReason::Duplicate));
-        // The next flood of the job from peer 4: neither 4, nor 3, nor 1
-        // (whose first copy showed it 2 ms from the home) get it.
-        let second = FloodId {
-            job: JobId(9),
-            seq: 1,
-        };
-        let verdict = router.receive_from(&4, second, at(3, 1), &[], None, &neighbours, ms(2));
-        let Verdict::Deliver { forward, .. } = verdict else {
-            panic!("{verdict:?}");
-        };
-        let peers: Vec<u32> = forward.iter().map(|(p, _)| *p).collect();
-        assert_eq!(peers, vec![2]);
+        // The next flood, from peer 4 at 4 ms (so peer 4 is 3 ms away): the
+        // way through here is 5 ms, and each of 1 (2 ms), 2 (4 ms) and 3
+        // (1 ms) has a shorter one.
+        let sent =
+            peers(router.receive_from(&4, flood(1), at(4, 1), &[], None, &neighbours, ms(2)));
+        assert_eq!(sent, Vec::<u32>::new());
+        // The one after comes by peer 3 at 2 ms: 3 ms through here is
+        // longer than peer 1's 2 ms, and no longer than 2's 4 ms and 4's
+        // 3 ms (equal ways both send).
+        let sent =
+            peers(router.receive_from(&3, flood(2), at(2, 2), &[], None, &neighbours, ms(3)));
+        assert_eq!(sent, vec![2, 4]);
+        // A minute later nothing learnt holds: the overlay may have changed.
+        let later = ms(3) + DISTANCE_KEPT;
+        let sent =
+            peers(router.receive_from(&4, flood(3), at(4, 3), &[], None, &neighbours, later));
+        assert_eq!(sent, vec![1, 2, 3]);
         // Without pruning (the paper's plain flood): all but the sender.
         let mut plain: FloodRouter<u32> = FloodRouter::new(FloodConfig {
             prune: false,
             ..FloodConfig::default()
         });
-        let verdict = plain.receive_from(&1, first, at(3, 0), &[2], None, &neighbours, ms(0));
-        let Verdict::Deliver { forward, .. } = verdict else {
-            panic!("{verdict:?}");
+        let sent =
+            peers(plain.receive_from(&1, flood(0), at(3, 0), &[2], None, &neighbours, ms(0)));
+        assert_eq!(sent, vec![2, 3, 4]);
+    }
+
+    /// A stranger's copies cannot grow the distances a router keeps per
+    /// home past their bound.
+    #[test]
+    fn distances_kept_per_home_are_bounded() {
+        let mut router: FloodRouter<u32> = FloodRouter::new(FloodConfig {
+            adverts_per_peer_per_sec: 1_000_000,
+            ..FloodConfig::default()
+        });
+        let flood = FloodId {
+            job: JobId(1),
+            seq: 0,
         };
-        assert_eq!(forward.len(), 3);
+        let senders = MAX_DISTANCES_PER_HOME as u32 + 50;
+        for from in 0..senders {
+            let also: Vec<u32> = (10_000..10_064).collect();
+            router.receive_from(
+                &from,
+                flood,
+                header(5),
+                &also,
+                None,
+                &[],
+                ms(u64::from(from)),
+            );
+        }
+        let kept: usize = router.nearer.values().map(BTreeMap::len).sum();
+        assert_eq!(kept, MAX_DISTANCES_PER_HOME);
     }
 
     /// Distances that do not depend on the path: a node whose path is long
