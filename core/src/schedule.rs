@@ -192,6 +192,22 @@ impl FloodSchedule {
         schedule
     }
 
+    /// Before the first latency-bounded flood: doubles its budget (and
+    /// adds a hop to its radius per doubling) until it reaches `distance`,
+    /// up to the caps. A job that needs the nodes out to `distance` then
+    /// reaches them with one flood, not with one per doubling, each
+    /// flooding the nearer ball again; the home still chooses the nearest
+    /// offers. Nothing changes once a flood went out, nor for hop floods.
+    pub fn reach_at_least(&mut self, distance: Duration) {
+        if self.config.flood_mode != FloodMode::LatencyBounded || self.floods > 0 {
+            return;
+        }
+        while self.budget < distance && self.budget < self.config.max_budget {
+            self.budget = self.budget.saturating_mul(2).min(self.config.max_budget);
+            self.radius = self.radius.saturating_add(1).min(self.config.max_radius);
+        }
+    }
+
     /// Whether the last flood has had no answer so far.
     pub fn quiet(&self) -> bool {
         self.floods > 0 && self.answers == 0
@@ -403,6 +419,26 @@ mod tests {
         assert_eq!((header.ttl, header.latency_budget), (3, Some(ms(8))));
         let mut paper = FloodSchedule::resume(ScheduleConfig::paper(), 8, previous);
         assert_eq!(paper.next_flood(Time::ZERO).ttl, 1);
+    }
+
+    #[test]
+    fn the_first_flood_reaches_at_least_as_far_as_asked_in_doublings() {
+        let ms = Duration::from_millis;
+        let mut schedule = FloodSchedule::new(ScheduleConfig::default(), 8);
+        schedule.reach_at_least(ms(5));
+        let header = schedule.next_flood(Time::ZERO);
+        // 1 ms doubled three times, a hop more each time.
+        assert_eq!((header.ttl, header.latency_budget), (4, Some(ms(8))));
+        // Once a flood went out, the schedule is its own.
+        schedule.reach_at_least(ms(100));
+        assert_eq!(schedule.next_flood(ms(10)).latency_budget, Some(ms(16)));
+        // Capped; and hop floods have no budget to grow.
+        let mut far = FloodSchedule::new(ScheduleConfig::default(), 8);
+        far.reach_at_least(Duration::from_secs(3600));
+        assert_eq!(far.next_flood(Time::ZERO).latency_budget, Some(ms(2000)));
+        let mut hops = FloodSchedule::new(ScheduleConfig::paper(), 8);
+        hops.reach_at_least(ms(5));
+        assert_eq!(hops.next_flood(Time::ZERO).ttl, 1);
     }
 
     #[test]

@@ -382,6 +382,7 @@ fn response(g: &mut Gen) -> Response {
             version: g.string(),
             network: g.string(),
             disk_problem: g.option(Gen::string),
+            peers_measured: g.int() as usize,
             uptime_secs: g.int(),
             jobs: g.map(job_phase, Gen::int),
         }),

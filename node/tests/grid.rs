@@ -485,3 +485,69 @@ async fn a_job_right_after_another_gets_the_cores_it_gave_back() {
         }
     }
 }
+
+/// A home of one core, alone on its site, and three one-core nodes on a
+/// site 40 ms away: once the home has measured them, the first flood of a
+/// job that needs them all goes 64 ms far at once, not 1 ms doubling one
+/// flood at a time (seven floods to get there, each flooding the nearer
+/// ball again). The job (five workers, one more than the grid has) keeps
+/// looking, so its search can be read: each flood doubles the budget from
+/// 64 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_needing_far_nodes_floods_as_far_as_they_are_at_once() {
+    let net = Net::Loopback;
+    let topology_dir = tempfile::tempdir().unwrap();
+    let sites = ["a", "b"];
+    let mut topology = String::from(
+        "default_rtt_ms = 40\n\
+         [[sites]]\nname = \"a\"\nrtt_within_ms = 1\n\
+         [[sites]]\nname = \"b\"\nrtt_within_ms = 1\n\
+         [hosts]\n",
+    );
+    let site_of = |i: usize| usize::from(i > 0);
+    for i in 0..4 {
+        let (s, h) = (site_of(i), i.saturating_sub(1));
+        topology.push_str(&format!("\"{}\" = \"{}\"\n", host_ip(net, s, h), sites[s]));
+    }
+    let topology_file = topology_dir.path().join("sites.toml");
+    std::fs::write(&topology_file, topology).unwrap();
+    let grid = sites_grid(net, &[1, 3], 1, |i| {
+        vec![
+            "--topology".to_string(),
+            topology_file.display().to_string(),
+            "--site".into(),
+            sites[site_of(i)].into(),
+        ]
+    });
+    let mut client = grid.nodes[0].client().await;
+    let start = Instant::now();
+    loop {
+        let info = client.node_info().await.unwrap();
+        if info.peers_measured >= 3 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the home's scheduler never heard of its 3 peers' distances: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let job = client
+        .submit(nqueens(5, 10), wasm("nqueens"), vec![])
+        .await
+        .unwrap();
+    let status = wait_for(&mut client, job, Duration::from_secs(30), "a flood", |s| {
+        s.pending.as_ref().is_some_and(|p| p.floods >= 1)
+    })
+    .await;
+    let pending = status.pending.unwrap();
+    let doublings = pending.floods - 1;
+    let expected = (64u64 << doublings.min(10)).min(2000);
+    assert_eq!(
+        pending.budget_ms,
+        Some(expected),
+        "after {} floods: {pending:?}",
+        pending.floods
+    );
+    client.cancel(job).await.unwrap();
+}

@@ -608,6 +608,13 @@ impl Sim {
             return;
         }
         self.failover_submit(plan.home, id, &plan.spec);
+        // What the real node's scheduler hears from its overlay: how far
+        // the peers it measured are.
+        let node = &mut self.nodes[plan.home as usize];
+        if let NodeOverlay::Ours(keeper) = &node.overlay {
+            let distances = keeper.table().known().filter_map(|(_, rtt)| rtt);
+            node.scheduler.set_peer_distances(distances);
+        }
         self.feed(
             plan.home,
             Input::Submit {

@@ -21,11 +21,14 @@ impl<P: PeerKey> Scheduler<P> {
             out.push(Output::Job(JobEvent::Rejected { job, error }));
             return;
         }
-        let schedule = FloodSchedule::resume(
+        let mut schedule = FloodSchedule::resume(
             self.config.schedule.clone(),
             spec.workers.max,
             self.last_reach,
         );
+        if let Some(distance) = self.first_reach(spec.workers.min, &spec.per_worker) {
+            schedule.reach_at_least(distance);
+        }
         let report = PendingReport {
             needed: spec.workers.min,
             ..PendingReport::default()

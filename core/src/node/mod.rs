@@ -183,6 +183,10 @@ pub const KNOWLEDGE_KEPT: Duration = Duration::from_secs(300);
 /// node) before it grants.
 pub const SETTLE_SLACK: Duration = Duration::from_micros(2500);
 
+/// The most peer distances a scheduler keeps
+/// ([`Scheduler::set_peer_distances`]), the nearest.
+pub const MAX_PEER_DISTANCES: usize = 4096;
+
 /// The most direct adverts one step of a job's search sends (the nearest
 /// nodes first; the rest at the next step). A direct advert to a node the
 /// home is not connected to costs a connection, and a node keeps a bounded
@@ -394,6 +398,9 @@ pub struct Scheduler<P: Ord> {
     /// As a member: direct adverts taken per home in the current second
     /// (when it began, how many).
     direct_taken: BTreeMap<P, (Time, u32)>,
+    /// How far the peers the overlay knows are, nearest first
+    /// ([`Scheduler::set_peer_distances`]).
+    peer_distances: Vec<Duration>,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -414,7 +421,51 @@ impl<P: PeerKey> Scheduler<P> {
             known: BTreeMap::new(),
             flooded: None,
             direct_taken: BTreeMap::new(),
+            peer_distances: Vec::new(),
         }
+    }
+
+    /// Tells the scheduler how far the peers its overlay knows are (their
+    /// measured RTTs, in any order; the nearest [`MAX_PEER_DISTANCES`] are
+    /// kept). A home's first flood of a job then reaches at least as far as
+    /// the nodes the job needs to start, instead of growing there from the
+    /// smallest budget one doubling at a time (each doubling floods the
+    /// nearer ball again). The driver tells it again as its overlay
+    /// learns.
+    pub fn set_peer_distances(&mut self, distances: impl IntoIterator<Item = Duration>) {
+        let mut distances: Vec<Duration> = distances.into_iter().collect();
+        distances.sort_unstable();
+        distances.truncate(MAX_PEER_DISTANCES);
+        self.peer_distances = distances;
+    }
+
+    /// How far the peers the overlay knows are, nearest first, as the
+    /// driver last said ([`Scheduler::set_peer_distances`]).
+    pub fn peer_distances(&self) -> &[Duration] {
+        &self.peer_distances
+    }
+
+    /// How far the first flood of a job needing `min` workers of
+    /// `per_worker` each must reach: the distance of the last of the
+    /// nearest nodes that could hold them, each taking as many as this
+    /// node's machine could (it stands for the others; one, if this node
+    /// has room for none), this node one of them if it has room. `None`
+    /// when this node could hold them all, or it knows no peer.
+    fn first_reach(&self, min: u32, per_worker: &Resources) -> Option<Duration> {
+        let here = self.config.resources.workers_that_fit(per_worker);
+        let others = if here == 0 {
+            min
+        } else {
+            min.div_ceil(here).saturating_sub(1)
+        } as usize;
+        if others == 0 {
+            return None;
+        }
+        let nearest = others.min(self.peer_distances.len());
+        nearest
+            .checked_sub(1)
+            .and_then(|i| self.peer_distances.get(i))
+            .copied()
     }
 
     /// Stops (`true`) or resumes offering workers: a node that cannot take

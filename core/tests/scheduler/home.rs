@@ -711,3 +711,37 @@ fn among_equally_near_offers_the_home_grants_idle_then_faster_nodes() {
         assert_eq!(grants(&out), expected, "prefer {prefer:?}");
     }
 }
+
+/// A home that knows how far its overlay's peers are floods a job that
+/// needs many nodes as far as they are at once, rather than one doubling
+/// of the budget at a time (each flooding the nearer ball again).
+#[test]
+fn a_job_needing_many_nodes_is_first_flooded_as_far_as_they_are() {
+    let first_budget = |resources: Resources, workers: u32| {
+        let mut node = Scheduler::new(
+            HOME,
+            SchedulerConfig {
+                resources,
+                ..SchedulerConfig::default()
+            },
+        );
+        node.set_peer_distances([ms(9), ms(1), ms(5), ms(3)]);
+        let out = submit(&mut node, ms(0), WorkerCount::rigid(workers));
+        out.iter()
+            .find_map(|o| match o {
+                Output::Flood(a) => a.flood.latency_budget,
+                _ => None,
+            })
+            .expect("a flood")
+    };
+    // No room here: three workers need the three nearest peers, out to
+    // 5 ms, so the first budget is 8 ms, not 1 ms.
+    assert_eq!(first_budget(Resources::ZERO, 3), ms(8));
+    // One needs only the nearest, at 1 ms.
+    assert_eq!(first_budget(Resources::ZERO, 1), ms(1));
+    // More than the peers known: as far as the farthest, 9 ms.
+    assert_eq!(first_budget(Resources::ZERO, 40), ms(16));
+    // Room for two workers here (as on each node, the home guesses): six
+    // workers need this node and the two nearest, out to 3 ms.
+    assert_eq!(first_budget(Resources::new(2, 4096, 4096), 6), ms(4));
+}

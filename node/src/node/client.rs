@@ -74,6 +74,7 @@ impl Node {
                     neighbours: self.neighbours.len(),
                     messages_sent: self.messages_sent,
                     disk_problem: self.store.unwritable(),
+                    peers_measured: self.sched.peer_distances().len(),
                     jobs: self
                         .jobs
                         .values()

@@ -75,6 +75,11 @@ const STORE_CHECK: Duration = Duration::from_secs(1);
 /// when jobs or workers ended since it last did (see [`crate::heap`]).
 const RELEASE_CHECK: Duration = Duration::from_secs(1);
 
+/// How often the scheduler hears how far the overlay's peers are (a home's
+/// first flood of a big job reaches as far as the nodes it needs; see
+/// `Scheduler::set_peer_distances`).
+const PEER_DISTANCES_CHECK: Duration = Duration::from_secs(5);
+
 /// How long a restarted node waits for peers before it asks where the
 /// jobs it was home to went.
 const MOVED_WAIT: Duration = Duration::from_secs(30);
@@ -125,6 +130,8 @@ enum Done {
     },
     /// Which nodes hold the jobs that were under way at the restart.
     Moved(Vec<(u64, Option<PeerId>)>),
+    /// The measured RTTs of the peers the overlay knows.
+    PeerDistances(Vec<Duration>),
     /// An answer to a peer, made off the loop.
     Reply { to: Reply, reply: PeerReply },
     /// Nothing to do.
@@ -361,6 +368,8 @@ impl Node {
         replica_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut release_check = tokio::time::interval(RELEASE_CHECK);
         release_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut distances_check = tokio::time::interval(PEER_DISTANCES_CHECK);
+        distances_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let deadline = node
                 .sched
@@ -405,6 +414,7 @@ impl Node {
                 _ = ranks_check.tick() => node.check_ranks(),
                 _ = release_check.tick() => node.release_memory(),
                 _ = replica_tick.tick() => node.tick_replicas(),
+                _ = distances_check.tick() => node.ask_peer_distances(),
                 () = timer => {
                     let now = node.now();
                     let out = node.sched.handle_timeout(now);
@@ -422,6 +432,18 @@ impl Node {
 
     fn now(&self) -> Duration {
         self.epoch.elapsed()
+    }
+
+    /// Asks the overlay how far its peers are, for the scheduler (off the
+    /// loop; the answer comes back as [`Done::PeerDistances`]).
+    fn ask_peer_distances(&mut self) {
+        let overlay = self.overlay.clone();
+        self.tasks.spawn(async move {
+            match overlay.known_peers().await {
+                Ok(peers) => Done::PeerDistances(peers.into_iter().filter_map(|p| p.rtt).collect()),
+                Err(_) => Done::Nothing,
+            }
+        });
     }
 
     /// Follows whether the disk can be written: the store tries a failed

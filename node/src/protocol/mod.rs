@@ -537,6 +537,11 @@ pub struct NodeInfo {
     /// offers no workers), while it cannot: e.g. "No space left on device".
     #[serde(default)]
     pub disk_problem: Option<String>,
+    /// Peers the scheduler knows the distance of (measured by the
+    /// overlay; a home's first flood of a job that needs many nodes reaches
+    /// as far as they are).
+    #[serde(default)]
+    pub peers_measured: usize,
 }
 
 /// Kinds of error replies.

@@ -275,7 +275,7 @@ pub(crate) fn describe_node(info: &NodeInfo) -> String {
     let text = format!(
         "peer        {}\nversion     {}\nnetwork     {}\nuptime      {} s\nlisten      {}\n\
          offers      {} cores, {} MiB memory, {} MiB disk\nworkers     {} running ({} jobs)\n\
-         home to     {}\nneighbours  {}\nmessages    {} sent\n",
+         home to     {}\nneighbours  {} ({} peers measured)\nmessages    {} sent\n",
         info.peer,
         info.version,
         info.network,
@@ -292,6 +292,7 @@ pub(crate) fn describe_node(info: &NodeInfo) -> String {
             jobs.join(", ")
         },
         info.neighbours,
+        info.peers_measured,
         info.messages_sent
     );
     text + &disk
