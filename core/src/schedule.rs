@@ -25,6 +25,16 @@
 //!   grows (by then every node inside the ball has answered, and the home
 //!   may grant), then doubling. Answers count towards
 //!   [`FloodSchedule::exhausted`].
+//!
+//!   **The horizon.** The home knows how far the farthest node it knows
+//!   of is ([`FloodSchedule::set_horizon`]: the peers its overlay measured,
+//!   the nodes that answered its floods). A silent flood that reached that
+//!   far found nobody new, and a farther one would most likely find nobody
+//!   either: every node known has the advert, and those that declined
+//!   offer from their queue as their cores free. So the next flood waits as
+//!   the paper's do (from `first_wait`, doubling), not the budget and a
+//!   half, and the search counts as exhausted (a spread job takes what it
+//!   has).
 
 use std::time::Duration;
 
@@ -153,6 +163,9 @@ pub struct FloodSchedule {
     /// ([`FloodSchedule::stay`]).
     #[serde(default)]
     staying: Option<Duration>,
+    /// How far the farthest node the home knows of is.
+    #[serde(default)]
+    horizon: Option<Duration>,
 }
 
 impl FloodSchedule {
@@ -170,6 +183,7 @@ impl FloodSchedule {
             slowest_answer: Duration::ZERO,
             silent_floods: 0,
             staying: None,
+            horizon: None,
         }
     }
 
@@ -218,7 +232,21 @@ impl FloodSchedule {
     /// find. One silent flood proves little (a doubled budget may still fall
     /// short of the next site).
     pub fn exhausted(&self) -> bool {
-        self.quiet() && self.silent_floods >= 2
+        self.quiet() && (self.silent_floods >= 2 || self.past_horizon())
+    }
+
+    /// Tells the schedule how far the farthest node the home knows of is
+    /// (see the module documentation's horizon).
+    pub fn set_horizon(&mut self, horizon: Option<Duration>) {
+        self.horizon = horizon;
+    }
+
+    /// Whether a later flood (not the first: a silent first flood says
+    /// more of lost messages than of the grid) reached the horizon.
+    fn past_horizon(&self) -> bool {
+        self.config.flood_mode == FloodMode::LatencyBounded
+            && self.floods > 1
+            && matches!((self.last, self.horizon), (Some(last), Some(horizon)) if last.budget >= horizon)
     }
 
     /// How far the last flood went (`None` before the first).
@@ -332,6 +360,11 @@ impl FloodSchedule {
             (WaitMode::Doubling, _) if self.floods == 1 => self.config.first_wait,
             (WaitMode::Doubling, _) => self.wait.saturating_mul(2),
             (WaitMode::Adaptive, Some(wait)) => wait,
+            (WaitMode::Adaptive, None) if self.answers == 0 && self.past_horizon() => {
+                // Every node known has the advert: wait as the paper's
+                // floods do.
+                self.wait.saturating_mul(2).max(self.config.first_wait)
+            }
             (WaitMode::Adaptive, None) if self.answers == 0 && self.growing() => {
                 // Nobody answered from inside the ball, and the next flood
                 // reaches farther: go there as soon as answers from the
@@ -487,6 +520,33 @@ mod tests {
         // each budget and a half, not a doubling back-off on top of the
         // doubling budget.
         assert_eq!(waits, vec![10, 10, 10, 12, 24, 48]);
+    }
+
+    #[test]
+    fn past_the_horizon_a_silent_flood_backs_off_as_the_papers_and_the_search_is_exhausted() {
+        let ms = Duration::from_millis;
+        let mut schedule = FloodSchedule::new(ScheduleConfig::default(), 8);
+        schedule.set_horizon(Some(ms(3)));
+        let mut now = ms(0);
+        let mut waits = Vec::new();
+        let mut exhausted = Vec::new();
+        for _ in 0..5 {
+            schedule.next_flood(now);
+            exhausted.push(schedule.exhausted());
+            let due = schedule.next_flood_at();
+            waits.push((due - now).as_millis());
+            now = due;
+        }
+        // Budgets 1, 2, 4 (past the 3 ms horizon), 8, 16 ms, nobody
+        // answering: once past the horizon, a second, then doubling.
+        assert_eq!(waits, vec![10, 10, 1000, 2000, 4000]);
+        assert_eq!(exhausted, vec![false, false, true, true, true]);
+        // An answer to the flood past the horizon: not exhausted, and the
+        // wait follows the answer again.
+        schedule.next_flood(now);
+        schedule.answer(now + ms(3));
+        assert!(!schedule.exhausted());
+        assert_eq!(schedule.next_flood_at(), now + ms(10));
     }
 
     mod properties {

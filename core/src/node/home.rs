@@ -140,6 +140,11 @@ impl<P: PeerKey> Scheduler<P> {
                 if job.phase != Phase::Scheduling {
                     job.expires_at = job.expires_at.max(now.saturating_add(job.spec.lifetime));
                 }
+                // The farthest node this home knows of: what its overlay
+                // measured, and what answered its floods.
+                let farthest_answered = self.known.values().map(|k| k.rtt).max();
+                let horizon = self.peer_distances.last().copied().max(farthest_answered);
+                job.schedule.set_horizon(horizon);
                 let mut header = job.schedule.next_flood(now);
                 header.seq = header.seq.saturating_add(job.earlier_floods);
                 job.report.floods = job.schedule.floods();
