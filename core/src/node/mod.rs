@@ -38,7 +38,11 @@
 //! oldest first.
 //!
 //! As a **home**, a node floods the advert of a submitted job on its
-//! [`FloodSchedule`], collects offers and maps workers with the job's
+//! [`FloodSchedule`] (the first flood reaching at least as far as the
+//! nodes the job needs to start, as far as the driver told the distances
+//! of its overlay's peers: [`Scheduler::set_peer_distances`]; past the
+//! farthest node it knows of, no faster than the paper's floods), collects
+//! offers and maps workers with the job's
 //! [`Strategy`] onto the nearest offering nodes. A rigid job starts all its
 //! workers at once or none; a malleable one starts with `min` and is granted
 //! more as offers come, up to `max`. Before granting, the home lets the
