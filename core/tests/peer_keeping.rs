@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use zorilla_core::neighbours::NeighbourConfig;
 use zorilla_core::neighbours::keeper::{
-    Action, DialFailure, DisconnectReason, KeeperConfig, LINGER, MAX_REMEMBERED, PeerFacts,
-    PeerKeeper,
+    Action, DialFailure, DisconnectReason, HANDSHAKE_RETRY, KeeperConfig, LINGER, MAX_REMEMBERED,
+    PeerFacts, PeerKeeper,
 };
 use zorilla_core::vivaldi::{Coord, Position, Refused};
 
@@ -235,6 +235,73 @@ fn a_peer_that_cannot_be_reached_is_retried_only_after_a_while() {
     drain(&mut keeper);
     keeper.learned([5], s(31), &Idle);
     assert_eq!(drain(&mut keeper), vec![Action::Dial(5)]);
+}
+
+/// Two peers that learn of each other from the same peer exchange dial each
+/// other at once; from their listen ports the two dials become one TCP
+/// connection on which both handshakes fail. Neither takes the other for
+/// dead: each tries once more after its own random wait, and they meet.
+#[test]
+fn peers_whose_dials_collide_try_once_more_and_meet() {
+    let mut a = Keeper::new(config(), 1, Duration::ZERO);
+    let mut b = Keeper::new(config(), 2, Duration::ZERO);
+    a.learned([2], Duration::ZERO, &Idle);
+    b.learned([1], Duration::ZERO, &Idle);
+    assert_eq!(drain(&mut a), vec![Action::Dial(2)]);
+    assert_eq!(drain(&mut b), vec![Action::Dial(1)]);
+    a.dial_failed(&2, DialFailure::Handshake, ms(10));
+    b.dial_failed(&1, DialFailure::Handshake, ms(10));
+    assert_eq!(drain(&mut a), vec![]);
+    assert_eq!(drain(&mut b), vec![]);
+    assert!(!a.refused(&2) && !b.refused(&1), "not taken for dead");
+    // Peer exchange tells each of the other again: no dial before the wait.
+    a.learned([2], ms(20), &Idle);
+    b.learned([1], ms(20), &Idle);
+    assert_eq!(drain(&mut a), vec![]);
+    assert_eq!(drain(&mut b), vec![]);
+
+    // Ticks every 100 ms: the first to dial again gets through.
+    let mut now = ms(100);
+    let (dialer, listener) = loop {
+        assert!(now <= ms(10) + HANDSHAKE_RETRY * 3 / 2, "no retry");
+        a.tick(now, &Idle);
+        b.tick(now, &Idle);
+        let dials_a = drain(&mut a).contains(&Action::Dial(2));
+        let dials_b = drain(&mut b).contains(&Action::Dial(1));
+        assert!(!(dials_a && dials_b), "the waits are the same");
+        if dials_a {
+            break ((&mut a, 1), (&mut b, 2));
+        }
+        if dials_b {
+            break ((&mut b, 2), (&mut a, 1));
+        }
+        now += ms(100);
+    };
+    assert!(now >= ms(10) + HANDSHAKE_RETRY / 2, "retried too early");
+    let ((dialer, d), (listener, l)) = (dialer, listener);
+    dialer.connected(l, 7, true, now);
+    listener.connected(d, 7, false, now);
+    assert!(dialer.identified(l, true, now));
+    assert!(listener.identified(d, true, now));
+    dialer.rtt(l, ms(1), now);
+    listener.rtt(d, ms(1), now);
+    assert!(a.table().rtt(&2).is_some() && b.table().rtt(&1).is_some());
+}
+
+/// A peer whose handshake fails again on the retry is taken for dead like
+/// one that does not answer.
+#[test]
+fn a_peer_whose_handshake_fails_twice_is_dead() {
+    let mut keeper = Keeper::new(config(), 1, Duration::ZERO);
+    keeper.learned([5], Duration::ZERO, &Idle);
+    assert_eq!(drain(&mut keeper), vec![Action::Dial(5)]);
+    keeper.dial_failed(&5, DialFailure::Handshake, ms(10));
+    assert_eq!(drain(&mut keeper), vec![]);
+    keeper.tick(ms(10) + HANDSHAKE_RETRY * 3 / 2, &Idle);
+    assert!(drain(&mut keeper).contains(&Action::Dial(5)));
+    keeper.dial_failed(&5, DialFailure::Handshake, s(2));
+    assert_eq!(drain(&mut keeper), vec![Action::Forgotten(5)]);
+    assert!(keeper.refused(&5));
 }
 
 #[test]

@@ -38,7 +38,14 @@
 //!   dial fails, or the link breaks again within [`LINGER`], it is removed
 //!   from the table, not tried again for `dead_retry_after`, and replaced.
 //!   A neighbour still without a link after a ping interval and a timeout
-//!   is replaced too.
+//!   is replaced too. A dial that failed in its handshake, not for want of
+//!   an answer, is tried again once after [`HANDSHAKE_RETRY`], randomised
+//!   by half either way, and only a second such failure counts as
+//!   unreachable: two peers that learn of each other at the same moment
+//!   (from the same peer exchange) dial each other at once from their
+//!   listen ports, the two dials become one TCP connection on which both
+//!   handshakes fail, and each would otherwise take the other for dead
+//!   (and refuse it in peer exchange) for `dead_retry_after`.
 //! - **Introductions**: above `kept_connections`, connections are
 //!   introductions: the surplus is closed, least needed first (never a
 //!   neighbour's, a probe's or a busy one; a peer gets our peer records
@@ -67,8 +74,9 @@
 //!   then 1, 2, 4 and 5 s, each wait randomised by half either way.
 //!
 //! Everything a peer can make grow is bounded: connections by the driver's
-//! limit, the table by `max_known`, and the dead, banned, foreign and
-//! offence lists by [`MAX_REMEMBERED`] each (oldest forgotten first).
+//! limit, the table by `max_known`, and the dead, banned, foreign,
+//! offence and handshake-retry lists by [`MAX_REMEMBERED`] each (oldest
+//! forgotten first).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -106,8 +114,12 @@ pub const BOOTSTRAP_RETRY_MAX: Duration = Duration::from_secs(5);
 /// A peer's reported coordinate moves ours for this many ping intervals
 /// after it came; an older one may no longer be where the peer is.
 pub const COORD_FRESH_INTERVALS: u32 = 3;
-/// The most peers remembered as dead, banned, foreign or offending, each;
-/// beyond it the oldest entry is forgotten.
+/// A dial that failed in its handshake is tried again after this long,
+/// randomised by half either way so that two peers whose dials collided do
+/// not collide again (see the module documentation).
+pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+/// The most peers remembered as dead, banned, foreign, offending or with a
+/// failed handshake, each; beyond it the oldest entry is forgotten.
 pub const MAX_REMEMBERED: usize = 1024;
 
 #[derive(Debug, Clone)]
@@ -144,6 +156,9 @@ pub struct PeerKeeper<P, C> {
     probing: BTreeMap<P, Time>,
     /// Peers that could not be reached.
     dead: Remembered<P>,
+    /// Peers whose dial failed in its handshake once, with when they may
+    /// be dialed again; a second such failure makes them dead.
+    retry_handshake: BTreeMap<P, Time>,
     /// Refused peers.
     banned: Remembered<P>,
     /// Peers of other networks (never expire; oldest forgotten first).
@@ -187,6 +202,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             last_pong: BTreeMap::new(),
             probing: BTreeMap::new(),
             dead: Remembered::new(MAX_REMEMBERED),
+            retry_handshake: BTreeMap::new(),
             banned: Remembered::new(MAX_REMEMBERED),
             foreign: Remembered::new(MAX_REMEMBERED),
             farewells: BTreeMap::new(),
@@ -259,6 +275,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             + self.last_pong.len()
             + self.probing.len()
             + self.dead.len()
+            + self.retry_handshake.len()
             + self.banned.len()
             + self.foreign.len()
             + self.farewells.len()
@@ -269,6 +286,12 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             + self.unlinked.len()
             + self.coords_sent.len()
             + self.actions.len()
+    }
+
+    /// Whether a dial of `peer` waits for its retry after a failed
+    /// handshake.
+    fn retry_pending(&self, peer: &P, now: Time) -> bool {
+        self.retry_handshake.get(peer).is_some_and(|at| now < *at)
     }
 
     /// Peers that are not to be dialed nor learned of now: banned, dead or
@@ -384,6 +407,22 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
                     self.unreachable(peer.clone(), now);
                 }
             }
+            DialFailure::Handshake => {
+                if self.is_connected(peer) {
+                    // The peer's own dial got through.
+                    self.probing.remove(peer);
+                } else if self.retry_handshake.remove(peer).is_some() {
+                    // Failed twice: not a collision.
+                    self.unreachable(peer.clone(), now);
+                } else {
+                    // Most likely both sides dialed at once: try again
+                    // once, each side after its own random wait.
+                    self.probing.remove(peer);
+                    let wait = HANDSHAKE_RETRY.mul_f64(self.rng.random_range(0.5..1.5));
+                    make_room(&mut self.retry_handshake, peer, MAX_REMEMBERED, |at| *at);
+                    self.retry_handshake.insert(peer.clone(), now + wait);
+                }
+            }
         }
     }
 
@@ -400,6 +439,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         }
         self.foreign.remove(&peer);
         self.dead.remove(&peer);
+        self.retry_handshake.remove(&peer);
         if !self.verified.insert(peer.clone()) {
             return false;
         }
@@ -622,6 +662,10 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         self.strikes
             .retain(|_, (_, at)| now.saturating_sub(*at) <= window);
         self.dead.expire(now, self.config.dead_retry_after);
+        // A retry that did not fail in its handshake again within a linger
+        // time (it connected, or failed otherwise) is over.
+        self.retry_handshake
+            .retain(|_, at| now.saturating_sub(*at) < LINGER);
 
         // End probes that measured enough, or that took too long.
         let probe_deadline = self.config.ping_interval * (self.config.probe_samples as u32 + 1)
@@ -663,7 +707,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             let since = *self.unlinked.entry(peer.clone()).or_insert(now);
             if now.saturating_sub(since) > link_deadline || !facts.dialable(&peer) {
                 self.unreachable(peer, now);
-            } else {
+            } else if !self.retry_pending(&peer, now) {
                 self.actions.push_back(Action::Dial(peer));
             }
         }
@@ -758,8 +802,10 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
                     peer: peer.clone(),
                     on: true,
                 });
-            } else if !self.is_connected(peer) {
-                // The link is announced once the peer has identified itself.
+            } else if !self.is_connected(peer) && !self.retry_pending(peer, now) {
+                // The link is announced once the peer has identified itself
+                // (a peer waiting for its handshake retry is dialed by a
+                // tick).
                 self.actions.push_back(Action::Dial(peer.clone()));
             }
         }
@@ -792,6 +838,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
     /// Takes `peer` out of the table (and the neighbour set).
     fn forget(&mut self, peer: &P, now: Time) {
         self.former.remove(peer);
+        self.retry_handshake.remove(peer);
         let was_neighbour = self.table.kind(peer).is_some();
         self.table.remove(peer);
         self.actions.push_back(Action::Forgotten(peer.clone()));
@@ -900,6 +947,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
                     !self.probing.contains_key(*p)
                         && !self.is_connected(p)
                         && !self.refused(p)
+                        && !self.retry_pending(p, now)
                         && facts.dialable(p)
                 })
                 .cloned()
@@ -919,6 +967,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
                         rtt.is_some()
                             && self.table.kind(peer).is_none()
                             && !self.is_connected(peer)
+                            && !self.retry_pending(peer, now)
                             && facts.dialable(peer)
                             && self.table.last_measured(peer).is_some_and(|t| {
                                 now.saturating_sub(t) > self.config.remeasure_after

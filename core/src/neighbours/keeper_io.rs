@@ -132,6 +132,12 @@ pub enum DialFailure {
     Denied,
     /// The peer could not be reached.
     Unreachable,
+    /// The peer's address answered but the connection's handshake
+    /// (protocol negotiation, security) failed. Most often both sides
+    /// dialed each other at the same moment from their listen ports (TCP
+    /// simultaneous open): the two dials become one TCP connection on
+    /// which both sides act as the dialer, and both handshakes fail.
+    Handshake,
 }
 
 /// Offences counted against a peer.

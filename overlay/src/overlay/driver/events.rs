@@ -1,7 +1,9 @@
 //! How the event loop takes libp2p's events: connections, identify, ping,
 //! floods, rpc requests and peer exchange.
 
+use libp2p::TransportError;
 use libp2p::core::ConnectedPoint;
+use libp2p::core::upgrade::NegotiationError;
 use libp2p::request_response::{self, InboundFailure};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{DialError, SwarmEvent};
@@ -22,6 +24,33 @@ use crate::addrs::{is_relayed, passable_to, reachable_from};
 const MAX_ADDRS_PER_PEER: usize = 8;
 /// Most peers in one peer-exchange answer.
 const MAX_PEER_RECORDS: usize = 32;
+
+/// Whether a dial reached an address of the peer but failed in the
+/// connection's handshake (protocol negotiation or noise), rather than for
+/// want of an answer. Dials reuse our listen port, so two peers dialing
+/// each other at the same moment make one TCP connection (simultaneous
+/// open) on which both act as the dialer and both handshakes fail; the
+/// keeper tries such a peer again rather than take it for dead.
+fn failed_in_handshake(error: &DialError) -> bool {
+    let DialError::Transport(errors) = error else {
+        return false;
+    };
+    errors.iter().any(|(_, error)| {
+        let TransportError::Other(error) = error else {
+            return false;
+        };
+        // The transport's layers (timeout, upgrades) each give their
+        // cause as the error's source.
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = error.get_ref().map(|e| e as _);
+        while let Some(e) = cause {
+            if e.is::<libp2p::noise::Error>() || e.is::<NegotiationError>() {
+                return true;
+            }
+            cause = e.source();
+        }
+        false
+    })
+}
 
 impl Driver {
     pub(super) async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
@@ -131,11 +160,15 @@ impl Driver {
                     }
                 }
                 error => {
-                    tracing::debug!(?peer_id, %error, "dial failed");
+                    let failure = if failed_in_handshake(&error) {
+                        DialFailure::Handshake
+                    } else {
+                        DialFailure::Unreachable
+                    };
+                    tracing::debug!(?peer_id, %error, ?failure, "dial failed");
                     if let Some(peer) = peer_id {
                         let now = self.now();
-                        self.keeper
-                            .dial_failed(&peer, DialFailure::Unreachable, now);
+                        self.keeper.dial_failed(&peer, failure, now);
                         self.execute().await;
                     }
                 }
@@ -570,5 +603,67 @@ impl Driver {
         let streams = &self.swarm.behaviour().streams;
         self.addrs
             .retain(|peer, _| keeper.remembers(peer) || streams.recently_used(peer));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transport_error(error: std::io::Error) -> DialError {
+        let addr: Multiaddr = "/ip4/127.0.0.1/tcp/1".parse().unwrap();
+        DialError::Transport(vec![(addr, TransportError::Other(error))])
+    }
+
+    #[test]
+    fn a_failed_handshake_is_told_from_a_peer_that_does_not_answer() {
+        // As the transport's layers wrap it: the noise error is a cause.
+        #[derive(Debug, thiserror::Error)]
+        #[error("Handshake failed")]
+        struct Layer(#[source] libp2p::noise::Error);
+        let noise = libp2p::noise::Error::Io(std::io::Error::other("input error"));
+        assert!(failed_in_handshake(&transport_error(
+            std::io::Error::other(Layer(noise))
+        )));
+        assert!(failed_in_handshake(&transport_error(
+            std::io::Error::other(NegotiationError::Failed)
+        )));
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(!failed_in_handshake(&transport_error(refused)));
+        assert!(!failed_in_handshake(&DialError::NoAddresses));
+    }
+
+    /// A TCP simultaneous open, as our transport sees it: what we send
+    /// comes back as if from the other dialer. Our dial fails in its
+    /// handshake, and is told so.
+    #[tokio::test]
+    async fn a_simultaneous_open_is_a_failed_handshake() {
+        let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = echo.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (socket, _) = echo.accept().await.unwrap();
+            let (mut rx, mut tx) = socket.into_split();
+            let _ = tokio::io::copy(&mut rx, &mut tx).await;
+        });
+        let config = crate::config::OverlayConfig::local("echo");
+        let key = libp2p::identity::Keypair::generate_ed25519();
+        let mut swarm = super::super::super::swarm::build_swarm(&config, &key).unwrap();
+        let addr: Multiaddr = format!("/ip4/127.0.0.1/tcp/{port}").parse().unwrap();
+        let opts = DialOpts::peer_id(PeerId::random())
+            .addresses(vec![addr])
+            .build();
+        swarm.dial(opts).unwrap();
+        let error = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            loop {
+                if let SwarmEvent::OutgoingConnectionError { error, .. } =
+                    futures::StreamExt::select_next_some(&mut swarm).await
+                {
+                    return error;
+                }
+            }
+        })
+        .await
+        .expect("the dial ends");
+        assert!(failed_in_handshake(&error), "{error}");
     }
 }
