@@ -610,10 +610,13 @@ impl Sim {
         self.failover_submit(plan.home, id, &plan.spec);
         // What the real node's scheduler hears from its overlay: how far
         // the peers it measured are.
+        let max_known = self.keeper_config().neighbours.max_known;
         let node = &mut self.nodes[plan.home as usize];
         if let NodeOverlay::Ours(keeper) = &node.overlay {
-            let distances = keeper.table().known().filter_map(|(_, rtt)| rtt);
-            node.scheduler.set_peer_distances(distances);
+            let table = keeper.table();
+            let every_peer = table.known_len() < max_known;
+            let distances = table.known().map(|(_, rtt)| rtt);
+            node.scheduler.set_peer_distances(distances, every_peer);
         }
         self.feed(
             plan.home,

@@ -717,23 +717,26 @@ fn among_equally_near_offers_the_home_grants_idle_then_faster_nodes() {
 /// of the budget at a time (each flooding the nearer ball again).
 #[test]
 fn a_job_needing_many_nodes_is_first_flooded_as_far_as_they_are() {
-    let first_budget = |resources: Resources, workers: u32| {
-        let mut node = Scheduler::new(
-            HOME,
-            SchedulerConfig {
-                resources,
-                ..SchedulerConfig::default()
-            },
-        );
-        node.set_peer_distances([ms(9), ms(1), ms(5), ms(3)]);
-        let out = submit(&mut node, ms(0), WorkerCount::rigid(workers));
-        out.iter()
-            .find_map(|o| match o {
-                Output::Flood(a) => a.flood.latency_budget,
-                _ => None,
-            })
-            .expect("a flood")
-    };
+    let first_budget_knowing =
+        |peers: &[Option<Duration>], every_peer: bool, resources: Resources, workers: u32| {
+            let mut node = Scheduler::new(
+                HOME,
+                SchedulerConfig {
+                    resources,
+                    ..SchedulerConfig::default()
+                },
+            );
+            node.set_peer_distances(peers.iter().copied(), every_peer);
+            let out = submit(&mut node, ms(0), WorkerCount::rigid(workers));
+            out.iter()
+                .find_map(|o| match o {
+                    Output::Flood(a) => a.flood.latency_budget,
+                    _ => None,
+                })
+                .expect("a flood")
+        };
+    let peers = [ms(9), ms(1), ms(5), ms(3)].map(Some);
+    let first_budget = |resources, workers| first_budget_knowing(&peers, true, resources, workers);
     // No room here: three workers need the three nearest peers, out to
     // 5 ms, so the first budget is 8 ms, not 1 ms.
     assert_eq!(first_budget(Resources::ZERO, 3), ms(8));
@@ -744,4 +747,27 @@ fn a_job_needing_many_nodes_is_first_flooded_as_far_as_they_are() {
     // Room for two workers here (as on each node, the home guesses): six
     // workers need this node and the two nearest, out to 3 ms.
     assert_eq!(first_budget(Resources::new(2, 4096, 4096), 6), ms(4));
+    // Eight peers known, four measured: they stand for two each, so the
+    // nearest four are as far as the nearest two measured, 3 ms.
+    let sample = [
+        Some(ms(9)),
+        None,
+        Some(ms(1)),
+        None,
+        None,
+        Some(ms(5)),
+        None,
+        Some(ms(3)),
+    ];
+    assert_eq!(
+        first_budget_knowing(&sample, true, Resources::ZERO, 4),
+        ms(4)
+    );
+    // Not every peer the overlay heard of (its table is full: a larger
+    // grid, of which it measured a few near peers and its far links): the
+    // first flood starts at the smallest budget.
+    assert_eq!(
+        first_budget_knowing(&peers, false, Resources::ZERO, 3),
+        ms(1)
+    );
 }

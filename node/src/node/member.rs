@@ -110,7 +110,9 @@ impl Node {
             Done::Nothing => {}
             Done::Reply { to, reply } => self.reply(to, reply),
             Done::Moved(found) => self.moved(found),
-            Done::PeerDistances(distances) => self.sched.set_peer_distances(distances),
+            Done::PeerDistances(distances, every_peer) => {
+                self.sched.set_peer_distances(distances, every_peer);
+            }
             Done::RanksAnswered { peer, answer } => self.ranks_answered(peer, answer),
             Done::Granted { peer, boot } => {
                 let now = self.now();

@@ -130,8 +130,9 @@ enum Done {
     },
     /// Which nodes hold the jobs that were under way at the restart.
     Moved(Vec<(u64, Option<PeerId>)>),
-    /// The measured RTTs of the peers the overlay knows.
-    PeerDistances(Vec<Duration>),
+    /// The RTTs of the peers the overlay knows (`None`: not measured),
+    /// and whether they are every peer it heard of.
+    PeerDistances(Vec<Option<Duration>>, bool),
     /// An answer to a peer, made off the loop.
     Reply { to: Reply, reply: PeerReply },
     /// Nothing to do.
@@ -440,7 +441,13 @@ impl Node {
         let overlay = self.overlay.clone();
         self.tasks.spawn(async move {
             match overlay.known_peers().await {
-                Ok(peers) => Done::PeerDistances(peers.into_iter().filter_map(|p| p.rtt).collect()),
+                Ok(peers) => {
+                    // The node's overlay keeps the default table: below its
+                    // size, it has forgotten no peer it heard of.
+                    let max_known = zorilla_core::neighbours::NeighbourConfig::default().max_known;
+                    let every_peer = peers.len() < max_known;
+                    Done::PeerDistances(peers.into_iter().map(|p| p.rtt).collect(), every_peer)
+                }
                 Err(_) => Done::Nothing,
             }
         });
