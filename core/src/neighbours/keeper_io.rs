@@ -62,7 +62,7 @@ impl Default for KeeperConfig {
     }
 }
 
-/// What the driver must do. See the [module documentation](self).
+/// What the driver must do. See the [peer keeper](super::keeper).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action<P, C> {
     /// Dial the peer at its known addresses unless connected to it or

@@ -71,7 +71,7 @@ fn list<R: std::fmt::Display>(counts: &BTreeMap<R, u64>) -> String {
         .join(", ")
 }
 
-/// Workers a member holds for a job (see [`Scheduler::holds`]).
+/// Workers a member holds for a job (see [`Scheduler::holds`](super::Scheduler::holds)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hold<'a, P> {
     /// The job.

@@ -187,7 +187,7 @@ impl JobSpec {
 }
 
 /// Why a job's worker count could not be changed (see
-/// [`Scheduler::resize`]).
+/// [`Scheduler::resize`](super::Scheduler::resize)).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResizeError {
     /// This node is not the job's home, or forgot it.
