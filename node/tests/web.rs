@@ -324,13 +324,27 @@ async fn status_pages_of_a_real_grid() {
         "{}",
         metrics.body
     );
-    let floods: u64 = metrics
-        .body
-        .lines()
-        .find_map(|l| l.strip_prefix("zorilla_floods_sent_total "))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no flood counter in\n{}", metrics.body));
-    assert!(floods >= 1, "the home flooded its job's advert");
+    // The overlay's counters are sampled every POLL_EVERY (200 ms), the
+    // jobs' phases are the loop's own: the flood may not be counted yet
+    // when the job has completed.
+    let start = Instant::now();
+    loop {
+        let metrics = get(n0.web, "/metrics").await;
+        let floods: u64 = metrics
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix("zorilla_floods_sent_total "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no flood counter in\n{}", metrics.body));
+        if floods >= 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the home flooded its job's advert, but the counter stays at 0"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Bad requests get clear errors, quickly, and the node keeps serving.
     for (path, code) in [
