@@ -20,8 +20,8 @@ use http::{EventStream, assert_escaped, get};
 use serde::de::DeserializeOwned;
 use zorilla_node::protocol::{JobRequest, NamedFile};
 use zorilla_webui::model::{
-    JobDetail, JobPhase, JobRole, JobSummary, NodeOverview, NodeSnapshot, PeerInfo, PendingAdvert,
-    WorkerState,
+    Counters, JobDetail, JobPhase, JobRole, JobSummary, NodeOverview, NodeSnapshot, PeerInfo,
+    PendingAdvert, WorkerState,
 };
 
 /// What the job's argument and input say: markup that must stay text.
@@ -308,7 +308,17 @@ async fn status_pages_of_a_real_grid() {
     assert_eq!(page.status, 200, "{}", page.body);
     assert_escaped("remote overview", &page.body);
 
-    // Metrics.
+    // Metrics. The overlay's counters are sampled every POLL_EVERY (200
+    // ms), the jobs' phases are the loop's own: the home's flood may not
+    // be counted yet when the job has completed.
+    poll_json(
+        n0.web,
+        "/api/counters",
+        Duration::from_secs(10),
+        "the home's flood counted",
+        |c: &Counters| c.floods_sent >= 1,
+    )
+    .await;
     let metrics = get(n0.web, "/metrics").await;
     assert_eq!(metrics.status, 200);
     assert!(
@@ -324,27 +334,13 @@ async fn status_pages_of_a_real_grid() {
         "{}",
         metrics.body
     );
-    // The overlay's counters are sampled every POLL_EVERY (200 ms), the
-    // jobs' phases are the loop's own: the flood may not be counted yet
-    // when the job has completed.
-    let start = Instant::now();
-    loop {
-        let metrics = get(n0.web, "/metrics").await;
-        let floods: u64 = metrics
-            .body
-            .lines()
-            .find_map(|l| l.strip_prefix("zorilla_floods_sent_total "))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no flood counter in\n{}", metrics.body));
-        if floods >= 1 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the home flooded its job's advert, but the counter stays at 0"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let floods: u64 = metrics
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("zorilla_floods_sent_total "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no flood counter in\n{}", metrics.body));
+    assert!(floods >= 1, "the home flooded its job's advert");
 
     // Bad requests get clear errors, quickly, and the node keeps serving.
     for (path, code) in [
