@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     Net, grid, grid_on, host_ip, nqueens, sites_grid, stdout_of, wait_all_measured, wait_completed,
-    wait_for, wait_for_neighbours, wait_idle, wasm,
+    wait_for, wait_for_neighbours, wait_idle, wait_nodes, wasm,
 };
 use zorilla_node::protocol::{JobPhase, JobRequest};
 
@@ -519,19 +519,14 @@ async fn a_job_needing_far_nodes_floods_as_far_as_they_are_at_once() {
             sites[site_of(i)].into(),
         ]
     });
+    wait_nodes(
+        &grid.nodes[..1],
+        Duration::from_secs(60),
+        "the home's scheduler knowing its 3 peers' distances",
+        |info| info.peers_measured >= 3,
+    )
+    .await;
     let mut client = grid.nodes[0].client().await;
-    let start = Instant::now();
-    loop {
-        let info = client.node_info().await.unwrap();
-        if info.peers_measured >= 3 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the home's scheduler never heard of its 3 peers' distances: {info:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let job = client
         .submit(nqueens(5, 10), wasm("nqueens"), vec![])
         .await
