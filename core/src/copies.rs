@@ -21,6 +21,12 @@ use std::time::Duration;
 
 use crate::replica::MAX_COPIES;
 
+/// How many copies a job has besides its home, where it can: three, so
+/// that the home and any one copy can fail together and the two left are
+/// still a majority that can prove their election (see
+/// [`crate::replica`]'s mandates; with two, the one left could not).
+pub const DEFAULT_DEGREE: usize = 3;
+
 /// The copies [`choose_copies`] placed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Copies<P> {

@@ -19,6 +19,23 @@
 //! stand, alone or with others dropped likewise, for a job it no longer
 //! follows.
 //!
+//! **Epochs are believed only with proof.** A copy stands with a
+//! [`Standing`](Msg::Standing) it signs (a node without a replica answers
+//! with an [`Absent`](Msg::Absent) it signs), and the winner of an election
+//! carries the signed words of more than half the copies it was elected by
+//! (its [`Mandate`]) in every message that announces its epoch. A replica
+//! adopts a newer epoch only from a mandate it checks against what it knows
+//! of the epoch replaced: the voters are that epoch's copies, their
+//! signatures hold, they are more than half of those copies, and the new
+//! primary is the one they elect. Anything else is refused
+//! ([`Action::Refused`]) and the driver counts it as misbehaviour: a node
+//! of the grid, or a node of the job, cannot make itself the job's home by
+//! naming itself primary under a higher term. Signatures are the driver's
+//! ([`Signer`]): the node signs with its peer key, the simulator with a
+//! stand-in. A replica that missed a whole election (it does not know the
+//! epoch the mandate replaced) cannot check it and stays where it is until
+//! the primary now in charge places it again.
+//!
 //! An epoch names its primary, so there is **at most one primary per epoch**
 //! by construction, and epochs are totally ordered: when two primaries meet
 //! (a partition healed, an old home restarted), the one of the lower epoch
@@ -65,6 +82,178 @@ pub struct Epoch<P> {
     pub primary: P,
 }
 
+/// A replica's signed word in the election after an epoch: how far its
+/// log goes, or that it holds no replica of the job.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Vote<P> {
+    /// It stood for election: the epoch of its last entry and its log's
+    /// length.
+    Stood {
+        /// The epoch of its last entry.
+        last: Option<Epoch<P>>,
+        /// Its log's length.
+        len: u64,
+    },
+    /// It holds no replica (see [`Msg::Absent`]).
+    Absent,
+}
+
+/// What a replica signs (the driver's [`Signer`] encodes it).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum Statement<'a, P> {
+    /// A copy's vote in the election after `replaced`.
+    Vote {
+        /// The job.
+        job: u64,
+        /// The epoch whose primary is taken for gone.
+        replaced: &'a Epoch<P>,
+        /// The vote.
+        vote: &'a Vote<P>,
+    },
+    /// A primary's word that `copies` are the job's copies in its epoch
+    /// (the `version`th set it gave): a mandate shows it, so that whoever
+    /// checks the votes knows whose votes count.
+    Roster {
+        /// The job.
+        job: u64,
+        /// The primary's epoch.
+        epoch: &'a Epoch<P>,
+        /// Which set of the epoch.
+        version: u64,
+        /// The copies.
+        copies: &'a BTreeSet<P>,
+    },
+}
+
+/// The most elections a job's chain of mandates holds: a job changes home
+/// at most this many times (a copy holds no election past it).
+pub const MAX_TERMS: u64 = 32;
+
+/// The largest signature accepted (an ed25519 signature is 64 bytes).
+pub const MAX_SIGNATURE: usize = 128;
+
+/// A signature made by the driver's [`Signer`]; longer than
+/// [`MAX_SIGNATURE`] it is never valid.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signature(#[serde(with = "serde_bytes")] pub Vec<u8>);
+
+impl std::fmt::Debug for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Signature({} bytes)", self.0.len())
+    }
+}
+
+/// Signs this node's statements and checks others': the node with its
+/// peer key (a peer id names its public key), the simulator with a
+/// stand-in.
+pub trait Signer<P>: std::fmt::Debug + Send + Sync {
+    /// This node's signature of `statement`.
+    fn sign(&self, statement: &Statement<'_, P>) -> Signature;
+    /// Whether `signature` is `signer`'s of `statement`.
+    fn verify(&self, signer: &P, statement: &Statement<'_, P>, signature: &Signature) -> bool;
+}
+
+/// A stand-in [`Signer`] for the simulator and tests, where every node is
+/// played by the same program: a signature is a hash of the ballot under a
+/// key derived from the signer. It is not cryptography (any holder can make
+/// any node's signature); it only lets forged or misattributed votes be
+/// told from real ones, as the node's ed25519 signatures do.
+#[derive(Debug, Clone)]
+pub struct StandInSigner<P> {
+    me: P,
+}
+
+impl<P> StandInSigner<P> {
+    /// The signer of `me`.
+    pub fn new(me: P) -> Self {
+        StandInSigner { me }
+    }
+}
+
+impl<P: PeerKey + Hash + Send + Sync> StandInSigner<P> {
+    fn tag(signer: &P, statement: &Statement<'_, P>) -> Signature {
+        let key = crate::rendezvous(&"zorilla stand-in signature", signer);
+        let tag = crate::rendezvous(&key, statement);
+        Signature(tag.to_le_bytes().to_vec())
+    }
+}
+
+impl<P: PeerKey + Hash + Send + Sync> Signer<P> for StandInSigner<P> {
+    fn sign(&self, statement: &Statement<'_, P>) -> Signature {
+        Self::tag(&self.me, statement)
+    }
+
+    fn verify(&self, signer: &P, statement: &Statement<'_, P>, signature: &Signature) -> bool {
+        Self::tag(signer, statement) == *signature
+    }
+}
+
+/// The proof that a primary was elected: the copies of the epoch it
+/// replaced, signed by that epoch's primary, and the signed votes of more
+/// than half of them (at most [`MAX_COPIES`]), with the mandate of the
+/// replaced epoch in turn (back to the job's first epoch, which needs
+/// none), so that a replica that missed elections checks the chain from an
+/// epoch it knows. The epoch it proves is the next term, its primary the
+/// winner the votes elect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound(serialize = "P: Serialize", deserialize = "P: Deserialize<'de> + Ord"))]
+pub struct Mandate<P> {
+    /// The epoch whose primary was taken for gone.
+    pub replaced: Epoch<P>,
+    /// Its copies, as its primary last set them ...
+    pub copies: BTreeSet<P>,
+    /// ... the `version`th time ...
+    pub version: u64,
+    /// ... and its signature of them ([`Statement::Roster`]).
+    pub roster: Signature,
+    /// Each voter's vote and signature.
+    pub votes: BTreeMap<P, (Vote<P>, Signature)>,
+    /// The mandate of the replaced epoch (none if it was the first).
+    pub before: Option<Box<Mandate<P>>>,
+}
+
+/// Why a replica message was refused: the driver counts it as the
+/// sender's misbehaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A newer epoch without a mandate (a first term names the job's first
+    /// home, so it never needs one and never differs).
+    NoMandate,
+    /// A mandate for another term than the next, or whose votes elect
+    /// another node.
+    BadMandate,
+    /// A mandate whose votes are not more than half of the replaced
+    /// epoch's copies as this replica knows them. Not counted as
+    /// misbehaviour: an honest winner that missed a change of the copies
+    /// while the primary died can hold one.
+    TooFewVotes,
+    /// A vote whose signature does not hold.
+    BadSignature,
+}
+
+impl Refusal {
+    /// Whether only a node that lies sends what was refused (the driver
+    /// counts it as an offence).
+    pub fn is_misbehaviour(self) -> bool {
+        self != Refusal::TooFewVotes
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refusal::NoMandate => "it names a newer primary of the job without the votes that elected it",
+            Refusal::BadMandate => {
+                "its votes for a newer primary of the job are for another term or elect another node"
+            }
+            Refusal::TooFewVotes => {
+                "its votes for a newer primary of the job are not a majority of the job's copies"
+            }
+            Refusal::BadSignature => "its vote in the job's election is not signed by its sender",
+        })
+    }
+}
+
 /// Timing of the lease and the election.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
@@ -107,6 +296,9 @@ pub enum Msg<P, E> {
         entries: Vec<(Epoch<P>, E)>,
         /// The job's copies, when they changed or the copy is behind.
         copies: Option<BTreeSet<P>>,
+        /// The primary's signature of them ([`Statement::Roster`]), which
+        /// a copy shows in its mandate if it wins the next election.
+        roster: Option<Signature>,
         /// How many times the primary changed the copies in this epoch: a
         /// copy never takes an older set than it holds from an append that
         /// overtook this one.
@@ -114,6 +306,9 @@ pub enum Msg<P, E> {
         /// The primary's log length when it sent this: what a copy holds
         /// beyond it from an older epoch is not the job's.
         end: u64,
+        /// The votes that elected the primary (none in the job's first
+        /// epoch), with the copies, so that a copy adopts its epoch.
+        mandate: Option<Mandate<P>>,
     },
     /// From a copy, about an append.
     Ack {
@@ -133,12 +328,16 @@ pub enum Msg<P, E> {
         last: Option<Epoch<P>>,
         /// The copy's log length.
         len: u64,
+        /// The copy's signature of its vote ([`Statement::Vote`]).
+        sig: Signature,
     },
     /// To a replica that is behind or stood for election: the primary of
     /// `epoch` is alive (this replica heard from it within its lease).
     Alive {
         /// The epoch in charge.
         epoch: Epoch<P>,
+        /// The votes that elected its primary (none in the first epoch).
+        mandate: Option<Mandate<P>>,
     },
     /// From a node that holds no replica of the job, to one that stood for
     /// election in `epoch` ([`Replica::answer_without_replica`]): a copy
@@ -150,6 +349,8 @@ pub enum Msg<P, E> {
     Absent {
         /// The epoch of the standing answered.
         epoch: Epoch<P>,
+        /// The node's signature of its vote ([`Statement::Vote`]).
+        sig: Signature,
     },
 }
 
@@ -160,8 +361,8 @@ impl<P, E> Msg<P, E> {
             Msg::Append { epoch, .. }
             | Msg::Ack { epoch, .. }
             | Msg::Standing { epoch, .. }
-            | Msg::Alive { epoch }
-            | Msg::Absent { epoch } => epoch,
+            | Msg::Alive { epoch, .. }
+            | Msg::Absent { epoch, .. } => epoch,
         }
     }
 }
@@ -205,6 +406,14 @@ pub enum Action<P, E> {
         /// The entries, in order.
         entries: Vec<E>,
     },
+    /// A message of `from` was refused: the driver counts it as
+    /// misbehaviour.
+    Refused {
+        /// The sender.
+        from: P,
+        /// Why.
+        why: Refusal,
+    },
 }
 
 /// Why a proposal was not appended.
@@ -237,9 +446,8 @@ enum Role<P> {
     /// Collecting standings until `until`; what each peer said.
     Candidate {
         until: Time,
-        heard: BTreeMap<P, (Option<Epoch<P>>, u64)>,
-        /// Copies that answered that they hold no replica.
-        absent: BTreeSet<P>,
+        /// The signed votes heard, this replica's own among them.
+        heard: BTreeMap<P, (Vote<P>, Signature)>,
     },
 }
 
@@ -248,6 +456,17 @@ enum Role<P> {
 pub struct Replica<P, E> {
     job: u64,
     me: P,
+    signer: std::sync::Arc<dyn Signer<P>>,
+    /// The proof of `epoch` (none in the first epoch).
+    mandate: Option<Mandate<P>>,
+    /// The primary's signature of the copies (see [`Msg::Append`]).
+    roster: Option<Signature>,
+    /// A copy that has heard nothing yet: its first append (from the node
+    /// that gave it the job) is taken whatever epoch it names.
+    fresh: bool,
+    /// The epoch before this one, as this replica knew it: a mandate that
+    /// replaced it is checked too (a rival winner of the same election).
+    left: Option<Epoch<P>>,
     timing: Timing,
     epoch: Epoch<P>,
     role: Role<P>,
@@ -255,9 +474,6 @@ pub struct Replica<P, E> {
     copies: BTreeSet<P>,
     /// The version of `copies` (see [`Msg::Append`]'s `version`).
     copies_version: u64,
-    /// Copies the driver said are gone and not heard from since (at most
-    /// [`MAX_COPIES`]: only copies are taken).
-    gone: BTreeSet<P>,
     /// Primary: copies it dropped that have not acknowledged the notice
     /// yet, with how many more heartbeats repeat it (a lost or overtaken
     /// notice would leave a copy that takes itself for one).
@@ -305,26 +521,45 @@ impl Progress {
 }
 
 impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
-    /// The job's first primary (its home), with no copies yet.
-    pub fn primary(job: u64, me: P, now: Time, timing: Timing) -> Self {
-        let mut replica = Replica::copy(job, me.clone(), me, now, timing);
+    /// The job's first primary (its home), with no copies yet; `signer`
+    /// signs its votes and checks others'.
+    pub fn primary(
+        job: u64,
+        me: P,
+        now: Time,
+        timing: Timing,
+        signer: std::sync::Arc<dyn Signer<P>>,
+    ) -> Self {
+        let mut replica = Replica::copy(job, me.clone(), me, now, timing, signer);
         replica.role = Role::Primary;
+        replica.fresh = false;
         replica
     }
 
     /// A copy of `job` whose primary is `primary` (in its first epoch, or
-    /// a later one that its first message will tell).
-    pub fn copy(job: u64, me: P, primary: P, now: Time, timing: Timing) -> Self {
+    /// a later one that its first message proves).
+    pub fn copy(
+        job: u64,
+        me: P,
+        primary: P,
+        now: Time,
+        timing: Timing,
+        signer: std::sync::Arc<dyn Signer<P>>,
+    ) -> Self {
         Replica {
             job,
             me,
+            signer,
+            mandate: None,
+            roster: None,
+            fresh: true,
+            left: None,
             timing,
             epoch: Epoch { term: 0, primary },
             role: Role::Copy,
             copies: BTreeSet::new(),
             copies_version: 0,
             unnotified: BTreeMap::new(),
-            gone: BTreeSet::new(),
             log: Vec::new(),
             progress: BTreeMap::new(),
             copies_to_ack: 1,
@@ -427,6 +662,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         }
         self.copies = copies;
         self.copies_version = self.copies_version.saturating_add(1);
+        self.sign_roster();
         self.unnotified.retain(|p, _| !self.copies.contains(p));
         for p in &dropped {
             if self.unnotified.len() < MAX_COPIES {
@@ -441,6 +677,16 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         out
     }
 
+    /// Primary: signs the copies as they are now ([`Statement::Roster`]).
+    fn sign_roster(&mut self) {
+        self.roster = Some(self.signer.sign(&Statement::Roster {
+            job: self.job,
+            epoch: &self.epoch,
+            version: self.copies_version,
+            copies: &self.copies,
+        }));
+    }
+
     /// Primary: an append with no entries that names the job's copies, to
     /// a replica that is not among them (it takes itself for dropped).
     fn dropped_notice(&self, to: P) -> Action<P, E> {
@@ -452,8 +698,10 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                 after_epoch: None,
                 entries: Vec::new(),
                 copies: Some(self.copies.clone()),
+                roster: self.roster.clone(),
                 version: self.copies_version,
                 end: self.len(),
+                mandate: self.mandate.clone(),
             },
         }
     }
@@ -516,13 +764,11 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
 
     /// The driver learnt that `peer` is gone (it does not answer the
     /// node's probes). A copy whose primary is gone does not wait for the
-    /// lease; a copy gone counts in no election's majority until it is
-    /// heard from again.
+    /// lease. (A copy gone still counts in the majority an election needs:
+    /// a winner must show the votes of more than half the copies, and
+    /// nobody can check another node's word that a copy is gone.)
     pub fn peer_gone(&mut self, now: Time, peer: &P) -> Vec<Action<P, E>> {
         let mut out = Vec::new();
-        if self.copies.contains(peer) && *peer != self.me {
-            self.gone.insert(peer.clone());
-        }
         let awaited = *peer == self.epoch.primary || self.expected.as_ref() == Some(peer);
         if self.role == Role::Copy && awaited {
             self.stand(now, &mut out);
@@ -536,7 +782,6 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         if from == self.me {
             return out;
         }
-        self.gone.remove(&from);
         let theirs = msg.epoch().clone();
         if theirs < self.epoch {
             // A stale replica (an old primary come back, a copy that missed
@@ -557,7 +802,35 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             return out;
         }
         if theirs > self.epoch {
-            self.adopt(now, theirs.clone(), &mut out);
+            // Only the new primary's append, or an answer vouching for it,
+            // carries the proof of a newer epoch; anything else about one
+            // waits for that.
+            let (mandate, append) = match &msg {
+                Msg::Append { mandate, .. } if from == theirs.primary => (mandate.as_ref(), true),
+                Msg::Alive { mandate, .. } => (mandate.as_ref(), false),
+                _ => return out,
+            };
+            // A fresh copy takes the epoch of the node that gave it the job
+            // as it comes (that node named it a copy directly).
+            let given = self.fresh && append && from == self.epoch.primary;
+            let checked = match mandate {
+                _ if given => Ok(()),
+                None => Err(Some(Refusal::NoMandate)),
+                Some(mandate) => self.proves(&theirs, mandate, 0),
+            };
+            match checked {
+                Ok(()) => {
+                    let mandate = mandate.cloned();
+                    self.adopt(now, theirs.clone(), &mut out);
+                    self.mandate = mandate;
+                }
+                Err(Some(why)) => {
+                    out.push(Action::Refused { from, why });
+                    return out;
+                }
+                // Not checkable here: the replica missed the election.
+                Err(None) => return out,
+            }
         }
         match msg {
             Msg::Append {
@@ -565,11 +838,12 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                 after_epoch,
                 entries,
                 copies,
+                roster,
                 version,
                 end,
                 ..
             } => {
-                let copies = copies.map(|c| (version, c));
+                let copies = copies.map(|c| (version, c, roster));
                 let appended =
                     self.on_append(now, from, after, after_epoch, entries, copies, &mut out);
                 if appended {
@@ -577,7 +851,9 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                 }
             }
             Msg::Ack { index, matched, .. } => self.on_ack(from, index, matched, &mut out),
-            Msg::Standing { last, len, .. } => self.on_standing(now, from, last, len, &mut out),
+            Msg::Standing { last, len, sig, .. } => {
+                self.on_standing(now, from, Vote::Stood { last, len }, sig, &mut out);
+            }
             Msg::Alive { .. } => {
                 // Another replica hears from the primary: wait for it.
                 if let Role::Candidate { .. } = self.role {
@@ -585,25 +861,115 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                     self.heard = now;
                 }
             }
-            Msg::Absent { .. } => {
+            Msg::Absent { sig, .. } => {
                 let named = self.copies.contains(&from);
-                if let Role::Candidate { absent, .. } = &mut self.role
-                    && named
-                {
-                    absent.insert(from);
+                if named && matches!(self.role, Role::Candidate { .. }) {
+                    let vote = Vote::Absent;
+                    if !self.signed(&from, &vote, &sig) {
+                        out.push(Action::Refused {
+                            from,
+                            why: Refusal::BadSignature,
+                        });
+                    } else if let Role::Candidate { heard, .. } = &mut self.role {
+                        heard.insert(from, (vote, sig));
+                    }
                 }
             }
         }
         out
     }
 
-    /// What a node that holds no replica of a job answers a message of
-    /// it: a standing hears that it is absent (see [`Msg::Absent`]);
-    /// anything else, nothing.
-    pub fn answer_without_replica(msg: &Msg<P, E>) -> Option<Msg<P, E>> {
+    /// Whether `sig` is `voter`'s of `vote` in the election after this
+    /// replica's epoch.
+    fn signed(&self, voter: &P, vote: &Vote<P>, sig: &Signature) -> bool {
+        let statement = Statement::Vote {
+            job: self.job,
+            replaced: &self.epoch,
+            vote,
+        };
+        sig.0.len() <= MAX_SIGNATURE && self.signer.verify(voter, &statement, sig)
+    }
+
+    /// Whether `mandate` proves `epoch`: the epoch it replaced is this
+    /// replica's own (or one an earlier mandate in the chain proves from
+    /// it), the replaced primary signed the copies it shows, and more than
+    /// half of those copies signed votes that elect `epoch`'s primary.
+    /// `Err(None)` if the chain never reaches this replica's epoch (it
+    /// cannot tell; nothing is adopted).
+    fn proves(
+        &self,
+        epoch: &Epoch<P>,
+        mandate: &Mandate<P>,
+        depth: u64,
+    ) -> Result<(), Option<Refusal>> {
+        let replaced = &mandate.replaced;
+        if depth > MAX_TERMS
+            || replaced.term.checked_add(1) != Some(epoch.term)
+            || mandate.votes.len() > MAX_COPIES
+            || mandate.copies.len() > MAX_COPIES
+        {
+            return Err(Some(Refusal::BadMandate));
+        }
+        if *replaced != self.epoch && Some(replaced) != self.left.as_ref() {
+            match &mandate.before {
+                Some(before) if *replaced > self.epoch => {
+                    self.proves(replaced, before, depth + 1)?
+                }
+                // A chain from the first epoch that never met this
+                // replica's: another history, or one it cannot check.
+                _ => return Err(None),
+            }
+        }
+        let valid = |signer: &P, statement: &Statement<'_, P>, sig: &Signature| {
+            sig.0.len() <= MAX_SIGNATURE && self.signer.verify(signer, statement, sig)
+        };
+        let roster = Statement::Roster {
+            job: self.job,
+            epoch: replaced,
+            version: mandate.version,
+            copies: &mandate.copies,
+        };
+        if !valid(&replaced.primary, &roster, &mandate.roster) {
+            return Err(Some(Refusal::BadSignature));
+        }
+        for (voter, (vote, sig)) in &mandate.votes {
+            if !mandate.copies.contains(voter) {
+                return Err(Some(Refusal::BadMandate));
+            }
+            let statement = Statement::Vote {
+                job: self.job,
+                replaced,
+                vote,
+            };
+            if !valid(voter, &statement, sig) {
+                return Err(Some(Refusal::BadSignature));
+            }
+        }
+        if mandate.votes.len() <= mandate.copies.len() / 2 {
+            return Err(Some(Refusal::TooFewVotes));
+        }
+        if winner(self.job, &mandate.votes).as_ref() != Some(&epoch.primary) {
+            return Err(Some(Refusal::BadMandate));
+        }
+        Ok(())
+    }
+
+    /// What a node that holds no replica of `job` answers a message of
+    /// it: a standing hears that it is absent (see [`Msg::Absent`]), signed
+    /// by `signer`; anything else, nothing.
+    pub fn answer_without_replica(
+        job: u64,
+        msg: &Msg<P, E>,
+        signer: &dyn Signer<P>,
+    ) -> Option<Msg<P, E>> {
         match msg {
             Msg::Standing { epoch, .. } => Some(Msg::Absent {
                 epoch: epoch.clone(),
+                sig: signer.sign(&Statement::Vote {
+                    job,
+                    replaced: epoch,
+                    vote: &Vote::Absent,
+                }),
             }),
             _ => None,
         }
@@ -617,16 +983,28 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
     fn alive_to(&self, to: P) -> Action<P, E> {
         Action::Send {
             to,
-            msg: Msg::Alive {
-                epoch: self.epoch.clone(),
-            },
+            msg: self.alive(),
+        }
+    }
+
+    /// What tells a stale replica of the epoch this one follows: the epoch
+    /// with its mandate, so that the stale one can check it.
+    pub fn alive(&self) -> Msg<P, E> {
+        Msg::Alive {
+            epoch: self.epoch.clone(),
+            mandate: self.mandate.clone(),
         }
     }
 
     /// A newer epoch: this replica follows it.
     fn adopt(&mut self, now: Time, epoch: Epoch<P>, out: &mut Vec<Action<P, E>>) {
         let was_primary = self.role == Role::Primary;
-        self.epoch = epoch.clone();
+        // The epoch left behind checks a rival mandate of the same election
+        // (two candidates that heard different majorities).
+        self.left = Some(std::mem::replace(&mut self.epoch, epoch.clone()));
+        self.copies.clear();
+        self.roster = None;
+        self.mandate = None;
         self.role = Role::Copy;
         self.heard = now;
         self.progress.clear();
@@ -635,7 +1013,6 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.expected = None;
         // Whether this replica is a copy in the new epoch, and of what
         // others, only the new primary's appends say.
-        self.copies.clear();
         self.copies_version = 0;
         if was_primary {
             out.push(Action::SteppedDown { epoch });
@@ -652,17 +1029,26 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             self.heard = now;
             return;
         }
+        let vote = Vote::Stood {
+            last: self.last_epoch(),
+            len: self.len(),
+        };
+        let sig = self.signer.sign(&Statement::Vote {
+            job: self.job,
+            replaced: &self.epoch,
+            vote: &vote,
+        });
         let mut heard = BTreeMap::new();
-        heard.insert(self.me.clone(), (self.last_epoch(), self.len()));
+        heard.insert(self.me.clone(), (vote, sig.clone()));
         self.role = Role::Candidate {
             until: now.saturating_add(self.timing.election),
             heard,
-            absent: BTreeSet::new(),
         };
         let msg = Msg::Standing {
             epoch: self.epoch.clone(),
             last: self.last_epoch(),
             len: self.len(),
+            sig,
         };
         // The primary hears it too: if it lives (its heartbeats were lost,
         // or this copy was dropped by a message that overtook the one that
@@ -688,8 +1074,8 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         &mut self,
         now: Time,
         from: P,
-        last: Option<Epoch<P>>,
-        len: u64,
+        vote: Vote<P>,
+        sig: Signature,
         out: &mut Vec<Action<P, E>>,
     ) {
         if self.role == Role::Primary {
@@ -703,7 +1089,15 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             }
             return;
         }
-        if !self.copies.contains(&from) || len > MAX_LOG {
+        let too_long = matches!(vote, Vote::Stood { len, .. } if len > MAX_LOG);
+        if !self.copies.contains(&from) || too_long {
+            return;
+        }
+        if !self.signed(&from, &vote, &sig) {
+            out.push(Action::Refused {
+                from,
+                why: Refusal::BadSignature,
+            });
             return;
         }
         let alive = self.lease_alive(now);
@@ -713,54 +1107,60 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             Role::Copy => {
                 self.stand(now, out);
                 if let Role::Candidate { heard, .. } = &mut self.role {
-                    heard.insert(from, (last, len));
+                    heard.insert(from, (vote, sig));
                 }
             }
             Role::Candidate { heard, .. } => {
-                heard.insert(from, (last, len));
+                heard.insert(from, (vote, sig));
             }
         }
     }
 
     /// The election's window closed: the best log among those heard wins.
     fn elect(&mut self, now: Time, out: &mut Vec<Action<P, E>>) {
-        let Role::Candidate { heard, absent, .. } = std::mem::replace(&mut self.role, Role::Copy)
-        else {
+        let Role::Candidate { heard, .. } = std::mem::replace(&mut self.role, Role::Copy) else {
             return;
         };
         self.heard = now;
-        // A majority of the copies this replica knows, but those its node
-        // found gone, must have stood or said they hold none: a copy that
-        // missed that the primary dropped it (the copies it names live but
-        // do not answer it) never takes over, nor does one cut off alone
-        // before its node gives up on the others; it tries again after
-        // another lease. The home and a copy that die together leave the
-        // other copy to take over once its node found them gone.
-        let counted = self
-            .copies
-            .iter()
-            .filter(|p| !self.gone.contains(*p) || heard.contains_key(*p) || absent.contains(*p))
-            .count();
-        if heard.len() + absent.len() <= counted / 2 {
+        // More than half the copies this replica knows must have stood or
+        // said they hold none, and signed it: a copy that missed that the
+        // primary dropped it (the copies it names live but do not answer
+        // it) never takes over, nor does one cut off alone; it tries again
+        // after another lease. Copies found gone count too: a mandate
+        // proves its majority to nodes that cannot check who was gone.
+        if heard.len() <= self.copies.len() / 2 {
             return;
         }
-        let job = self.job;
-        let winner = heard
-            .iter()
-            .max_by_key(|(p, (last, len))| (last.clone(), *len, crate::rendezvous(&job, *p)))
-            .map(|(p, _)| p.clone())
-            .unwrap_or_else(|| self.me.clone());
+        // Without the primary's signature of the copies, or past the last
+        // term a chain of mandates holds, no win could be proven.
+        let Some(roster) = self.roster.clone() else {
+            return;
+        };
+        if self.epoch.term >= MAX_TERMS {
+            return;
+        }
+        let winner = winner(self.job, &heard).unwrap_or_else(|| self.me.clone());
         if winner != self.me {
             // Wait for the winner's first append (a lease): if it never
             // comes, the next election goes without it.
             self.expected = Some(winner);
             return;
         }
-        let old = self.epoch.primary.clone();
-        self.epoch = Epoch {
+        let next = Epoch {
             term: self.epoch.term.saturating_add(1),
             primary: self.me.clone(),
         };
+        let replaced = std::mem::replace(&mut self.epoch, next);
+        let old = replaced.primary.clone();
+        self.left = Some(replaced.clone());
+        self.mandate = Some(Mandate {
+            replaced,
+            copies: self.copies.clone(),
+            version: self.copies_version,
+            roster,
+            votes: heard,
+            before: self.mandate.take().map(Box::new),
+        });
         self.role = Role::Primary;
         self.expected = None;
         // The old primary is no copy of this epoch until it comes back and
@@ -768,6 +1168,7 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.copies.remove(&self.me);
         self.copies.remove(&old);
         self.copies_version = self.copies_version.saturating_add(1);
+        self.sign_roster();
         let len = self.len();
         self.progress = self
             .copies
@@ -804,6 +1205,8 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         // copies yet (it adopted the epoch from another message).
         let copies = (with_copies || progress.matched == 0 || progress.matched < after)
             .then(|| self.copies.clone());
+        let mandate = copies.as_ref().and(self.mandate.clone());
+        let roster = copies.as_ref().and(self.roster.clone());
         out.push(Action::Send {
             to: to.clone(),
             msg: Msg::Append {
@@ -812,8 +1215,10 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                 after_epoch,
                 entries,
                 copies,
+                roster,
                 version: self.copies_version,
                 end: len,
+                mandate,
             },
         });
     }
@@ -826,23 +1231,25 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         after: u64,
         after_epoch: Option<Epoch<P>>,
         entries: Vec<(Epoch<P>, E)>,
-        copies: Option<(u64, BTreeSet<P>)>,
+        copies: Option<(u64, BTreeSet<P>, Option<Signature>)>,
         out: &mut Vec<Action<P, E>>,
     ) -> bool {
         if from != self.epoch.primary || self.role == Role::Primary {
             return false;
         }
+        self.fresh = false;
         // Hearing from the primary of this epoch renews its lease, and
         // ends any election this replica took part in.
         self.role = Role::Copy;
         self.heard = now;
         self.heard_primary = now;
         self.expected = None;
-        if let Some((version, copies)) = copies
+        if let Some((version, copies, roster)) = copies
             && version >= self.copies_version
         {
             self.copies = copies.into_iter().take(MAX_COPIES).collect();
             self.copies_version = version;
+            self.roster = roster;
         }
         let ack = |index: u64, matched: bool, epoch: &Epoch<P>| Action::Send {
             to: from.clone(),
@@ -971,4 +1378,18 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             out.push(Action::Committed { index });
         }
     }
+}
+
+/// The node that `votes` elect: of those that stood, the one with the most
+/// up-to-date log (the epoch of its last entry, then its length), ties
+/// broken by a rendezvous hash of the job and the peer.
+fn winner<P: PeerKey + Hash>(job: u64, votes: &BTreeMap<P, (Vote<P>, Signature)>) -> Option<P> {
+    votes
+        .iter()
+        .filter_map(|(p, (vote, _))| match vote {
+            Vote::Stood { last, len } => Some((p, last, *len)),
+            Vote::Absent => None,
+        })
+        .max_by_key(|(p, last, len)| ((*last).clone(), *len, crate::rendezvous(&job, *p)))
+        .map(|(p, _, _)| p.clone())
 }

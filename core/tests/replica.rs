@@ -5,9 +5,19 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use zorilla_core::replica::{Action, Epoch, MAX_ENTRIES_PER_APPEND, Msg, Replica, Timing};
+use std::sync::Arc;
+
+use zorilla_core::replica::{
+    Action, Epoch, MAX_ENTRIES_PER_APPEND, Mandate, Msg, Refusal, Replica, Signature, Signer,
+    StandInSigner, Statement, Timing, Vote,
+};
 
 type R = Replica<u32, String>;
+
+/// Node `n`'s signer.
+fn signer(n: u32) -> Arc<dyn Signer<u32>> {
+    Arc::new(StandInSigner::new(n))
+}
 
 const STEP: Duration = Duration::from_millis(50);
 const DELAY: Duration = Duration::from_millis(5);
@@ -28,6 +38,8 @@ struct Net {
     ever_committed: BTreeSet<String>,
     dropped: BTreeMap<u32, Vec<String>>,
     stepped_down: BTreeSet<u32>,
+    /// Every message refused: by whom, from whom, why.
+    refused: Vec<(u32, u32, Refusal)>,
 }
 
 impl Net {
@@ -35,9 +47,9 @@ impl Net {
     fn new(copies: u32) -> Net {
         let timing = Timing::default();
         let mut replicas = BTreeMap::new();
-        replicas.insert(0, R::primary(7, 0, Duration::ZERO, timing));
+        replicas.insert(0, R::primary(7, 0, Duration::ZERO, timing, signer(0)));
         for n in 1..=copies {
-            replicas.insert(n, R::copy(7, n, 0, Duration::ZERO, timing));
+            replicas.insert(n, R::copy(7, n, 0, Duration::ZERO, timing, signer(n)));
         }
         let mut net = Net {
             now: Duration::ZERO,
@@ -56,6 +68,7 @@ impl Net {
             ever_committed: BTreeSet::new(),
             dropped: BTreeMap::new(),
             stepped_down: BTreeSet::new(),
+            refused: Vec::new(),
         };
         let out = net.replicas.get_mut(&0).unwrap().set_copies(1..=copies, 1);
         net.take(0, out);
@@ -79,6 +92,7 @@ impl Net {
                     self.stepped_down.insert(node);
                 }
                 Action::Appended { .. } => {}
+                Action::Refused { from, why } => self.refused.push((node, from, why)),
             }
         }
     }
@@ -103,7 +117,7 @@ impl Net {
                 }
                 let now = self.now;
                 let Some(replica) = self.replicas.get_mut(&to) else {
-                    if let Some(answer) = R::answer_without_replica(&msg) {
+                    if let Some(answer) = R::answer_without_replica(7, &msg, &*signer(to)) {
                         self.queue.push_back((now + DELAY, to, from, answer));
                     }
                     continue;
@@ -271,25 +285,203 @@ fn a_copy_that_holds_no_replica_counts_toward_the_majority() {
 }
 
 /// The home and one of its two copies die together: the other copy alone
-/// is no majority of the two, until its node finds the dead copy gone;
-/// then it takes over.
+/// is no majority of the two, and stays a copy even once its node found the
+/// other gone (nobody could check its word that the other was gone, so its
+/// votes would prove nothing). With three copies, the two left are a
+/// majority and one of them takes over.
 #[test]
-fn a_copy_left_alone_takes_over_once_its_node_found_the_other_gone() {
+fn a_copy_left_alone_never_takes_over_without_a_majority_of_the_copies() {
     let mut net = Net::new(2);
     net.propose(0, "spec");
     net.run(2 * STEP);
     net.down.insert(0);
     net.down.insert(2);
     net.run(Duration::from_secs(5));
-    assert!(net.live_primaries().is_empty(), "no majority yet");
+    assert!(net.live_primaries().is_empty(), "no majority");
     let now = net.now;
     for dead in [0, 2] {
         let out = net.replicas.get_mut(&1).unwrap().peer_gone(now, &dead);
         net.take(1, out);
     }
-    net.run(Duration::from_secs(1));
-    assert_eq!(net.live_primaries(), vec![1]);
-    assert_eq!(net.log(1), vec!["spec".to_string()]);
+    net.run(Duration::from_secs(3));
+    assert!(net.live_primaries().is_empty(), "still no majority");
+
+    let mut net = Net::new(3);
+    net.propose(0, "spec");
+    net.run(2 * STEP);
+    net.down.insert(0);
+    net.down.insert(3);
+    net.run(Duration::from_secs(5));
+    let primaries = net.live_primaries();
+    assert_eq!(primaries.len(), 1, "{primaries:?}");
+    assert_eq!(net.log(primaries[0]), vec!["spec".to_string()]);
+    assert!(net.refused.is_empty(), "{:?}", net.refused);
+}
+
+/// What a copy `voter` signs standing in the election after `replaced`.
+fn stood(voter: u32, replaced: &Epoch<u32>, len: u64) -> (Vote<u32>, Signature) {
+    let vote = Vote::Stood { last: None, len };
+    let sig = signer(voter).sign(&Statement::Vote {
+        job: 7,
+        replaced,
+        vote: &vote,
+    });
+    (vote, sig)
+}
+
+/// An append of `from` naming itself primary of `epoch`.
+fn claim(epoch: &Epoch<u32>, mandate: Option<Mandate<u32>>) -> Msg<u32, String> {
+    Msg::Append {
+        epoch: epoch.clone(),
+        after: 0,
+        after_epoch: None,
+        entries: Vec::new(),
+        copies: Some(BTreeSet::from([1, 2, 3, 9])),
+        roster: None,
+        version: u64::MAX,
+        end: 0,
+        mandate,
+    }
+}
+
+/// A node that names itself primary of a job under a higher term (the
+/// attack of issue 28: a stranger's `Append` with `end: 0` dropped every
+/// copy's log, and the home stepped down) changes nothing and is refused,
+/// whether it is a stranger or one of the job's own copies, with no
+/// mandate, with votes it forged, with too few votes, or with votes that
+/// elect another node. A real election's mandate is taken.
+#[test]
+fn a_forged_higher_epoch_changes_nothing_and_is_refused() {
+    let mut net = Net::new(3);
+    net.propose(0, "spec");
+    net.propose(0, "grant");
+    net.run(4 * STEP);
+    let first = Epoch {
+        term: 0,
+        primary: 0,
+    };
+    let forged = |primary: u32| Epoch {
+        term: 1 << 62,
+        primary,
+    };
+    let next = |primary: u32| Epoch { term: 1, primary };
+    // The copies as the home signed them (its first and only set).
+    let copies = BTreeSet::from([1, 2, 3]);
+    let roster = signer(0).sign(&Statement::Roster {
+        job: 7,
+        epoch: &first,
+        version: 1,
+        copies: &copies,
+    });
+    let good_votes = |who: &[u32]| Mandate {
+        replaced: first.clone(),
+        copies: copies.clone(),
+        version: 1,
+        roster: roster.clone(),
+        votes: who.iter().map(|v| (*v, stood(*v, &first, 2))).collect(),
+        before: None,
+    };
+    let mut bad_signature = good_votes(&[1, 2, 3]);
+    bad_signature.votes.get_mut(&3).unwrap().1 = Signature(vec![7; 64]);
+    // A copy that shows a set of copies of only itself, signed by itself.
+    let mut alone = good_votes(&[2]);
+    alone.copies = BTreeSet::from([2]);
+    alone.roster = signer(2).sign(&Statement::Roster {
+        job: 7,
+        epoch: &first,
+        version: 1,
+        copies: &alone.copies,
+    });
+    let attacks: Vec<(u32, Epoch<u32>, Option<Mandate<u32>>, Refusal)> = vec![
+        // A stranger, and a copy, with no mandate.
+        (9, forged(9), None, Refusal::NoMandate),
+        (2, forged(2), None, Refusal::NoMandate),
+        // A first term needs none, and names the first home only.
+        (
+            3,
+            Epoch {
+                term: 0,
+                primary: 3,
+            },
+            None,
+            Refusal::NoMandate,
+        ),
+        // A term that does not follow the one replaced.
+        (
+            2,
+            forged(2),
+            Some(good_votes(&[1, 2, 3])),
+            Refusal::BadMandate,
+        ),
+        // The copy's own vote alone.
+        (2, next(2), Some(good_votes(&[2])), Refusal::TooFewVotes),
+        // Votes it signed for the others.
+        (2, next(2), Some(bad_signature), Refusal::BadSignature),
+        // Copies the home never named.
+        (2, next(2), Some(alone), Refusal::BadSignature),
+        // A real majority that elects another copy (3 wins ties among equal
+        // logs by the rendezvous hash, or 1 or 2 does: never all of them).
+        (
+            9,
+            next(9),
+            Some(good_votes(&[1, 2, 3])),
+            Refusal::BadMandate,
+        ),
+    ];
+    for (from, epoch, mandate, why) in attacks {
+        for to in [0, 1, 3] {
+            if to == from {
+                continue;
+            }
+            let replica = net.replicas.get_mut(&to).unwrap();
+            let out = replica.on_message(net.now, from, claim(&epoch, mandate.clone()));
+            assert_eq!(
+                out,
+                vec![Action::Refused { from, why }],
+                "{from} claiming {epoch:?} at {to}"
+            );
+            // Alive vouching for it is no better.
+            let out = replica.on_message(
+                net.now,
+                from,
+                Msg::Alive {
+                    epoch: epoch.clone(),
+                    mandate: mandate.clone(),
+                },
+            );
+            assert!(
+                out.is_empty() || out == vec![Action::Refused { from, why }],
+                "{out:?}"
+            );
+        }
+        assert_eq!(net.live_primaries(), vec![0]);
+        for n in 0..=3 {
+            assert_eq!(net.replicas[&n].epoch(), &first);
+            assert_eq!(net.log(n), vec!["spec".to_string(), "grant".to_string()]);
+        }
+    }
+    assert!(net.stepped_down.is_empty());
+    // The job goes on under its home.
+    net.propose(0, "more");
+    net.run(4 * STEP);
+    assert_eq!(net.log(3).len(), 3);
+    // A real election: the mandate of the copy the votes elect is taken
+    // by every other replica, the old home included when it comes back.
+    net.down.insert(0);
+    net.run(Duration::from_secs(5));
+    let primaries = net.live_primaries();
+    assert_eq!(primaries.len(), 1, "{primaries:?}");
+    net.down.remove(&0);
+    net.propose(primaries[0], "after");
+    net.run(Duration::from_secs(2));
+    assert!(net.stepped_down.contains(&0), "the old home stepped down");
+    for n in 0..=3 {
+        assert_eq!(
+            net.replicas[&n].epoch(),
+            net.replicas[&primaries[0]].epoch()
+        );
+    }
+    assert!(net.refused.is_empty(), "{:?}", net.refused);
 }
 
 /// An append that names an older set of copies and arrives after a newer
@@ -462,7 +654,7 @@ fn a_copy_that_alone_loses_the_home_does_not_take_over_from_a_live_one() {
 #[test]
 fn nonsense_from_peers_changes_nothing() {
     let timing = Timing::default();
-    let mut copy = R::copy(7, 1, 0, Duration::ZERO, timing);
+    let mut copy = R::copy(7, 1, 0, Duration::ZERO, timing, signer(1));
     let epoch = Epoch {
         term: 0,
         primary: 0,
@@ -477,8 +669,10 @@ fn nonsense_from_peers_changes_nothing() {
             after_epoch: None,
             entries: vec![(epoch.clone(), "forged".to_string())],
             copies: None,
+            roster: None,
             version: 0,
             end: 1,
+            mandate: None,
         },
     );
     assert!(out.is_empty());
@@ -496,8 +690,10 @@ fn nonsense_from_peers_changes_nothing() {
                 after_epoch: Some(epoch.clone()),
                 entries,
                 copies: None,
+                roster: None,
                 version: 0,
                 end: 1000,
+                mandate: None,
             },
         );
         assert_eq!(
@@ -515,7 +711,7 @@ fn nonsense_from_peers_changes_nothing() {
     }
     // A standing from a stranger changes nothing at the primary: it is
     // only told that it is no copy (as a copy dropped unawares is).
-    let mut home = R::primary(7, 0, Duration::ZERO, timing);
+    let mut home = R::primary(7, 0, Duration::ZERO, timing, signer(0));
     let _ = home.set_copies([1], 1);
     let out = home.on_message(
         STEP,
@@ -524,6 +720,7 @@ fn nonsense_from_peers_changes_nothing() {
             epoch: epoch.clone(),
             last: None,
             len: u64::MAX,
+            sig: Signature(vec![0; 64]),
         },
     );
     assert!(
@@ -625,6 +822,13 @@ fn under_random_crashes_and_partitions_no_committed_entry_is_lost_and_one_primar
         net.run(Duration::from_secs(6));
         let live = net.live_primaries();
         assert_eq!(live.len(), 1, "seed {seed}: primaries {live:?}");
+        // Honest replicas never take each other for liars.
+        let lies: Vec<_> = net
+            .refused
+            .iter()
+            .filter(|(.., why)| why.is_misbehaviour())
+            .collect();
+        assert!(lies.is_empty(), "seed {seed}: {lies:?}");
         let p = live[0];
         let out = net
             .replicas

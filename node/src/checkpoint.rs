@@ -315,6 +315,7 @@ impl NetCheckpoints {
             job,
             rank,
             seq: Some(located.seq),
+            ticket: located.ticket.clone(),
         });
         let manifest = match self.net.call_ok(holder, ask).await? {
             PeerReply::Checkpoint(CheckpointReply::Manifest(Some(m))) => m,
@@ -340,6 +341,7 @@ impl NetCheckpoints {
                 job,
                 rank,
                 hash: *hash,
+                ticket: located.ticket.clone(),
             });
             let block = match self.net.call_ok(holder, get).await? {
                 PeerReply::Block(block) => block,
@@ -468,4 +470,11 @@ mod tests {
         let huge = CheckpointSettings::from_config(&config(None, None, Some(u64::MAX))).unwrap();
         assert!(huge.holder.total_bytes > 0);
     }
+}
+
+/// What a home signs to let `reader` read `rank` of `job`'s checkpoint from
+/// its holders ([`Located::ticket`]): a holder checks it with the key of
+/// the home the rank's writer named.
+pub(crate) fn ticket(job: u64, rank: u32, reader: &PeerId) -> Vec<u8> {
+    crate::wire::encode(&("zorilla checkpoint reader 1", job, rank, reader))
 }

@@ -662,11 +662,13 @@ fn checkpoint_rpc(g: &mut Gen) -> CheckpointRpc {
             job,
             rank,
             seq: g.option(Gen::int),
+            ticket: g.bytes(),
         },
         5 => CheckpointRpc::Get {
             job,
             rank,
             hash: block_hash(g),
+            ticket: g.bytes(),
         },
         _ => CheckpointRpc::Drop { job },
     }
@@ -753,6 +755,7 @@ fn peer_reply(g: &mut Gen) -> PeerReply {
                 generation: g.option(Gen::int),
                 size: g.int(),
                 holders: g.vec(peer),
+                ticket: g.bytes(),
             })),
             _ => CheckpointReply::Manifest(g.option(manifest)),
         }),

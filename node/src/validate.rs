@@ -232,14 +232,31 @@ fn replica_msg(msg: &crate::wire::ReplicaMsg) -> Result<(), Invalid> {
         }
         _ => Ok(()),
     };
+    let signature = |sig: &replica::Signature| {
+        limits::at_most("signature bytes", sig.0.len(), replica::MAX_SIGNATURE)
+    };
+    let mandate = |m: &Option<replica::Mandate<_>>| -> Result<(), Invalid> {
+        if let Some(m) = m {
+            limits::at_most("votes", m.votes.len(), replica::MAX_COPIES)?;
+            for (vote, sig) in m.votes.values() {
+                signature(sig)?;
+                if let replica::Vote::Stood { len, .. } = vote {
+                    index("voter's log length", *len)?;
+                }
+            }
+        }
+        Ok(())
+    };
     match msg {
         Msg::Append {
             after,
             entries,
             copies,
             end,
+            mandate: m,
             ..
         } => {
+            mandate(m)?;
             index("append index", *after)?;
             index("log end", *end)?;
             limits::at_most("entries", entries.len(), replica::MAX_ENTRIES_PER_APPEND)?;
@@ -296,8 +313,12 @@ fn replica_msg(msg: &crate::wire::ReplicaMsg) -> Result<(), Invalid> {
             }
         }
         Msg::Ack { index: i, .. } => index("acknowledged index", *i)?,
-        Msg::Standing { len, .. } => index("log length", *len)?,
-        Msg::Alive { .. } | Msg::Absent { .. } => {}
+        Msg::Standing { len, sig, .. } => {
+            index("log length", *len)?;
+            signature(sig)?;
+        }
+        Msg::Alive { mandate: m, .. } => mandate(m)?,
+        Msg::Absent { sig, .. } => signature(sig)?,
     }
     Ok(())
 }
@@ -488,9 +509,20 @@ fn checkpoint_rpc(rpc: &CheckpointRpc) -> Result<(), Invalid> {
                 zorilla_core::checkpoint::MAX_REPLICAS,
             )?;
         }
-        CheckpointRpc::Where { rank: r, .. }
-        | CheckpointRpc::Manifest { rank: r, .. }
-        | CheckpointRpc::Get { rank: r, .. } => rank("checkpoint rank", *r)?,
+        CheckpointRpc::Manifest {
+            rank: r, ticket, ..
+        }
+        | CheckpointRpc::Get {
+            rank: r, ticket, ..
+        } => {
+            rank("checkpoint rank", *r)?;
+            limits::at_most(
+                "ticket bytes",
+                ticket.len(),
+                zorilla_core::replica::MAX_SIGNATURE,
+            )?;
+        }
+        CheckpointRpc::Where { rank: r, .. } => rank("checkpoint rank", *r)?,
         CheckpointRpc::Drop { .. } => {}
     }
     Ok(())

@@ -572,8 +572,17 @@ mod tests {
             job: 1,
             rank: u32::MAX,
             hash: [0; 32],
+            ticket: Vec::new(),
         });
         assert!(refused(get).contains("checkpoint rank"));
+        // A ticket is a signature: one longer than any is refused unread.
+        let get = PeerRpc::Checkpoint(CheckpointRpc::Get {
+            job: 1,
+            rank: 0,
+            hash: [0; 32],
+            ticket: vec![0; zorilla_core::replica::MAX_SIGNATURE + 1],
+        });
+        assert!(refused(get).contains("ticket bytes"));
     }
 }
 
@@ -619,6 +628,8 @@ mod replica_tests {
             copies: Some(BTreeSet::from([PeerId::random()])),
             version: 0,
             end: 2,
+            mandate: None,
+            roster: None,
         };
         let rpc = PeerRpc::Replica {
             job: 1,
@@ -673,6 +684,8 @@ mod replica_tests {
             copies: None,
             version: 0,
             end: 0,
+            mandate: None,
+            roster: None,
         };
         let rpc = PeerRpc::Replica {
             job: 1,
@@ -715,6 +728,8 @@ mod replica_tests {
                 copies: None,
                 version: 0,
                 end: zorilla_core::replica::MAX_LOG,
+                mandate: None,
+                roster: None,
             }),
             copy: None,
         };

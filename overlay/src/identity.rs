@@ -7,7 +7,8 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use libp2p::identity::Keypair;
+use libp2p::PeerId;
+use libp2p::identity::{Keypair, PublicKey};
 
 /// The file in the state directory that holds the secret key.
 pub const IDENTITY_FILE: &str = "identity.ed25519";
@@ -118,4 +119,52 @@ mod tests {
             Err(IdentityError::Corrupt { .. })
         ));
     }
+}
+
+/// Signs with this node's identity, and checks other peers' signatures:
+/// an ed25519 peer id names its public key, so a signature of a peer is
+/// checked with nothing but its id.
+#[derive(Clone)]
+pub struct PeerSigner {
+    key: Keypair,
+}
+
+impl std::fmt::Debug for PeerSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PeerSigner({})", self.key.public().to_peer_id())
+    }
+}
+
+impl PeerSigner {
+    /// The signer of the node whose key is `key`.
+    pub fn new(key: Keypair) -> Self {
+        PeerSigner { key }
+    }
+
+    /// This node's peer id.
+    pub fn peer_id(&self) -> PeerId {
+        self.key.public().to_peer_id()
+    }
+
+    /// This node's signature of `msg`.
+    pub fn sign(&self, msg: &[u8]) -> Vec<u8> {
+        // Signing with an ed25519 key cannot fail (only RSA signing can).
+        self.key.sign(msg).unwrap_or_default()
+    }
+
+    /// Whether `signature` is `peer`'s of `msg` (false for a peer id that
+    /// does not name its key, as RSA ids do).
+    pub fn verify(peer: &PeerId, msg: &[u8], signature: &[u8]) -> bool {
+        public_key_of(peer).is_some_and(|key| key.verify(msg, signature))
+    }
+}
+
+/// The public key a peer id names (ed25519 ids inline it); `None` for ids
+/// that only hash their key.
+pub fn public_key_of(peer: &PeerId) -> Option<PublicKey> {
+    let hash: &libp2p::multihash::Multihash<64> = peer.as_ref();
+    // Multihash code 0 is the identity "hash": the digest is the key.
+    (hash.code() == 0)
+        .then(|| PublicKey::try_decode_protobuf(hash.digest()).ok())
+        .flatten()
 }

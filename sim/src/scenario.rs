@@ -313,7 +313,7 @@ pub struct FailoverSetup {
 }
 
 fn default_degree() -> usize {
-    2
+    zorilla_core::copies::DEFAULT_DEGREE
 }
 
 impl Default for FailoverSetup {

@@ -8,9 +8,10 @@ use std::sync::Mutex;
 use zorilla_core::checkpoint::Latest;
 
 use super::*;
-use crate::checkpoint::{CheckpointSettings, Neighbours, NetCheckpoints};
+use crate::checkpoint::{CheckpointSettings, Neighbours, NetCheckpoints, ticket};
 use crate::store::checkpoints::{Holder, HolderError};
 use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
+use zorilla_overlay::identity::PeerSigner;
 
 /// How often the holder deletes ranks nobody wrote for too long.
 const EXPIRE_CHECK: Duration = Duration::from_secs(600);
@@ -42,6 +43,39 @@ impl CheckpointState {
             last_expire: Instant::now(),
         }
     }
+}
+
+/// The answer to a read of `rank` of `job`'s checkpoint by `reader` that
+/// is not the node that wrote it, nor the home it named, nor one that
+/// home let ([`crate::checkpoint::ticket`]); `None` if it may read. A
+/// refused reader counts as misbehaving: only a node that is not of the
+/// job asks.
+fn refuse_reader(
+    holder: &Holder,
+    overlay: &OverlayHandle,
+    reader: PeerId,
+    job: u64,
+    rank: u32,
+    ticket: &[u8],
+) -> Result<Option<PeerReply>, HolderError> {
+    let let_by_home = |home: &str| {
+        home.parse::<PeerId>().is_ok_and(|home| {
+            PeerSigner::verify(
+                &home,
+                &crate::checkpoint::ticket(job, rank, &reader),
+                ticket,
+            )
+        })
+    };
+    if holder.may_read(job, rank, &reader.to_string(), let_by_home)? {
+        return Ok(None);
+    }
+    let why = format!(
+        "it asked for checkpoints of rank {rank} of job {} without the home's leave",
+        JobId(job)
+    );
+    overlay.report_misbehaviour(reader, why.clone());
+    Ok(Some(PeerReply::Error(format!("refused: {why}"))))
 }
 
 /// Runs `f` on the holder off the loop and answers `to` with its result.
@@ -107,6 +141,7 @@ impl Node {
     /// Answers a request about checkpoints.
     pub(super) fn checkpoint_rpc(&mut self, from: PeerId, rpc: CheckpointRpc, reply: Reply) {
         let overlay = self.overlay.clone();
+        let overlay2 = self.overlay.clone();
         let holder = &self.checkpoints.holder;
         let answer = match rpc {
             CheckpointRpc::Put {
@@ -133,14 +168,30 @@ impl Node {
                         .map(|()| PeerReply::Ack)
                 });
             }
-            CheckpointRpc::Manifest { job, rank, seq } => {
+            CheckpointRpc::Manifest {
+                job,
+                rank,
+                seq,
+                ticket,
+            } => {
                 return on_holder(overlay, holder, reply, move |h| {
+                    if let Some(refused) = refuse_reader(h, &overlay2, from, job, rank, &ticket)? {
+                        return Ok(refused);
+                    }
                     h.manifest(job, rank, seq)
                         .map(|m| PeerReply::Checkpoint(CheckpointReply::Manifest(m)))
                 });
             }
-            CheckpointRpc::Get { job, rank, hash } => {
+            CheckpointRpc::Get {
+                job,
+                rank,
+                hash,
+                ticket,
+            } => {
                 return on_holder(overlay, holder, reply, move |h| {
+                    if let Some(refused) = refuse_reader(h, &overlay2, from, job, rank, &ticket)? {
+                        return Ok(refused);
+                    }
                     Ok(match h.block(job, rank, &hash)? {
                         Some(block) => PeerReply::Block(block),
                         None => PeerReply::Error("no such checkpoint block here".into()),
@@ -178,11 +229,13 @@ impl Node {
             CheckpointRpc::Where { job, rank } => {
                 match self.sched.checkpoint_of(JobId(job), &from, rank) {
                     Ok(latest) => {
+                        let ticket = self.overlay.signer().sign(&ticket(job, rank, &from));
                         PeerReply::Checkpoint(CheckpointReply::At(latest.map(|l| Located {
                             seq: l.seq,
                             generation: l.generation,
                             size: l.size,
                             holders: l.holders.clone(),
+                            ticket,
                         })))
                     }
                     Err(e) => PeerReply::Error(e.to_string()),

@@ -166,6 +166,10 @@ impl Node {
                 self.granted_copy = None;
                 PeerReply::Granted { boot: self.boot }
             }
+            PeerRpc::GetJob { job } if !self.of_job(job, &from) => self.refuse_data(
+                from,
+                format!("it asked for job {} of which it holds no part", JobId(job)),
+            ),
             PeerRpc::GetJob { job } => match self.job_info(job) {
                 Some(info) => PeerReply::Job(Box::new(info)),
                 None => PeerReply::Error(format!("job {} unknown here", JobId(job))),
@@ -176,6 +180,10 @@ impl Node {
                 len,
             } => match check_hash(&sha256) {
                 Err(e) => PeerReply::Error(e.to_string()),
+                Ok(()) if !self.may_fetch_file(&from, &sha256) => self.refuse_data(
+                    from,
+                    format!("it asked for file {sha256}, of no job of which it holds a part"),
+                ),
                 Ok(()) => {
                     match self
                         .store
@@ -367,6 +375,41 @@ impl Node {
             Ok(()) => PeerReply::Ack,
             Err(e) => PeerReply::Error(e),
         }
+    }
+
+    /// Whether `peer` is of `job` as this node knows it: its home, a node
+    /// holding a copy of its state, or a node running its ranks. Only they
+    /// get the job's copy, files and checkpoints.
+    pub(super) fn of_job(&self, job: u64, peer: &PeerId) -> bool {
+        self.shares_job_replica(job, peer)
+            || self.jobs.get(&job).is_some_and(|record| {
+                let name = peer.to_string();
+                record.ranks.values().any(|r| r.node == name)
+            })
+            || self.members.get(&job).is_some_and(|m| m.home == *peer)
+    }
+
+    /// Whether `peer` may fetch the file `sha256`: it is a module or input
+    /// of a job that `peer` is of ([`Node::of_job`]), as this node knows.
+    fn may_fetch_file(&self, peer: &PeerId, sha256: &str) -> bool {
+        let uses = |module: &FileRef, inputs: &[FileRef]| {
+            module.sha256 == sha256 || inputs.iter().any(|f| f.sha256 == sha256)
+        };
+        let home_jobs = self
+            .jobs
+            .iter()
+            .filter(|(_, r)| uses(&r.module, &r.inputs))
+            .map(|(job, _)| *job);
+        let copied = self.replica_jobs_using(|copy| uses(&copy.module, &copy.inputs));
+        home_jobs.chain(copied).any(|job| self.of_job(job, peer))
+    }
+
+    /// Refuses a request for a job's data from a node that is not of the
+    /// job, and counts it as misbehaving: the job's own nodes never ask.
+    fn refuse_data(&self, from: PeerId, why: String) -> PeerReply {
+        tracing::info!(%from, "refused: {why}");
+        self.overlay.report_misbehaviour(from, why.clone());
+        PeerReply::Error(format!("refused: {why}"))
     }
 
     /// Hands a scheduling message of a peer to the core and executes what

@@ -10,7 +10,8 @@
 
 use zorilla_core::copies::choose_copies;
 use zorilla_core::node::{JobEntry, JobState};
-use zorilla_core::replica::{Action, Msg, Replica, Timing};
+use zorilla_core::replica::{Action, Msg, Replica, Signature, Signer, Statement, Timing};
+use zorilla_overlay::identity::PeerSigner;
 
 use super::files::{check_job_copy, fetch};
 use super::*;
@@ -18,7 +19,7 @@ use crate::wire::ReplicaMsg;
 
 /// The copies a job has besides its home when it can have them: extra
 /// copies are placed on near nodes while its workers' nodes are fewer.
-pub(super) const REPLICATION: usize = 2;
+pub(super) const REPLICATION: usize = zorilla_core::copies::DEFAULT_DEGREE;
 /// The most jobs this node holds replicas of (a peer cannot make it hold
 /// more: replicas of unknown jobs are taken only with the job's copy, and
 /// not beyond this).
@@ -56,14 +57,54 @@ pub(super) struct JobReplica {
     held: Vec<(u64, PeerId, Message<PeerId>)>,
 }
 
+/// Signs this node's statements about its jobs' replicas (votes, and as a
+/// primary the copies) with its peer key, and checks other nodes' with
+/// theirs (the core's [`Signer`]).
+#[derive(Debug)]
+pub(super) struct StatementSigner(pub(super) PeerSigner);
+
+/// What a statement's signature covers besides it: no signature made for
+/// another purpose passes for one.
+const STATEMENT_CONTEXT: &str = "zorilla replica statement 1";
+
+impl Signer<PeerId> for StatementSigner {
+    fn sign(&self, statement: &Statement<'_, PeerId>) -> Signature {
+        Signature(self.0.sign(&encode(&(STATEMENT_CONTEXT, statement))))
+    }
+
+    fn verify(
+        &self,
+        signer: &PeerId,
+        statement: &Statement<'_, PeerId>,
+        signature: &Signature,
+    ) -> bool {
+        PeerSigner::verify(
+            signer,
+            &encode(&(STATEMENT_CONTEXT, statement)),
+            &signature.0,
+        )
+    }
+}
+
 impl Node {
     fn timing() -> Timing {
         Timing::default()
     }
 
+    /// What signs and checks this node's votes.
+    fn statement_signer(&self) -> Arc<dyn Signer<PeerId>> {
+        Arc::new(StatementSigner(self.overlay.signer()))
+    }
+
     /// A job was submitted here: its log starts with its spec.
     pub(super) fn replicate_new_job(&mut self, job: u64, spec: zorilla_core::node::JobSpec) {
-        let mut replica = Replica::primary(job, self.me, self.now(), Self::timing());
+        let mut replica = Replica::primary(
+            job,
+            self.me,
+            self.now(),
+            Self::timing(),
+            self.statement_signer(),
+        );
         let mut out = Vec::new();
         if let Err(e) = replica.propose(JobEntry::Submitted { spec }, &mut out) {
             tracing::warn!(job = %JobId(job), "cannot log the job: {e}");
@@ -201,7 +242,14 @@ impl Node {
             tracing::warn!(job = %JobId(job), "holding replicas of {MAX_REPLICAS} jobs: no copy of this one");
             return;
         }
-        let replica = Replica::copy(job, self.me, home, self.now(), Self::timing());
+        let replica = Replica::copy(
+            job,
+            self.me,
+            home,
+            self.now(),
+            Self::timing(),
+            self.statement_signer(),
+        );
         self.replicas.insert(
             job,
             JobReplica {
@@ -265,7 +313,7 @@ impl Node {
                 // none (it was named but never reached, or lost its state);
                 // not from a node the primary dropped, whose word would let
                 // another dropped copy win.
-                let answer = Replica::answer_without_replica(&msg)
+                let answer = Replica::answer_without_replica(job, &msg, &*self.statement_signer())
                     .filter(|_| !self.dropped_copies.contains_key(&job));
                 if let Some(answer) = answer {
                     self.send(
@@ -287,7 +335,14 @@ impl Node {
                 return;
             }
             self.fetch_job_files(job, from, &copy);
-            let replica = Replica::copy(job, self.me, from, now, Self::timing());
+            let replica = Replica::copy(
+                job,
+                self.me,
+                from,
+                now,
+                Self::timing(),
+                self.statement_signer(),
+            );
             self.replicas.insert(
                 job,
                 JobReplica {
@@ -308,12 +363,23 @@ impl Node {
         let dropped_standing = held.replica.is_primary()
             && matches!(msg, Msg::Standing { .. } | Msg::Ack { .. })
             && msg.epoch() == held.replica.epoch();
+        // A node that names itself primary is heard only as one of the
+        // job's copies (the core checks the votes that elected it).
         let known = from == *held.replica.primary_peer()
             || held.replica.copies().contains(&from)
-            || msg.epoch().primary == from
             || dropped_standing;
         if !known {
-            tracing::debug!(job = %JobId(job), %from, "replica message from a node not of the job: ignored");
+            if msg.epoch().primary == from && msg.epoch() > held.replica.epoch() {
+                self.overlay.report_misbehaviour(
+                    from,
+                    format!(
+                        "it named itself the home of job {}, of which it holds no part",
+                        JobId(job)
+                    ),
+                );
+            } else {
+                tracing::debug!(job = %JobId(job), %from, "replica message from a node not of the job: ignored");
+            }
             return;
         }
         if held.copy.is_none()
@@ -399,6 +465,25 @@ impl Node {
             .any(|h| h.replica.primary_peer() == peer || h.replica.copies().contains(peer))
     }
 
+    /// Whether `peer` is the primary or a copy of `job` as this node's
+    /// replica of it knows.
+    pub(super) fn shares_job_replica(&self, job: u64, peer: &PeerId) -> bool {
+        self.replicas
+            .get(&job)
+            .is_some_and(|h| h.replica.primary_peer() == peer || h.replica.copies().contains(peer))
+    }
+
+    /// The jobs this node holds a copy of whose copy `uses` says yes to.
+    pub(super) fn replica_jobs_using(
+        &self,
+        uses: impl Fn(&JobCopy) -> bool,
+    ) -> impl Iterator<Item = u64> {
+        self.replicas
+            .iter()
+            .filter(move |(_, h)| h.copy.as_ref().is_some_and(&uses))
+            .map(|(job, _)| *job)
+    }
+
     /// Whether this node holds a replica of `job` that is not its primary
     /// (its workers wait for the job's next home rather than stop).
     pub(super) fn is_copy(&self, job: u64) -> bool {
@@ -434,7 +519,7 @@ impl Node {
             peer,
             PeerRpc::Replica {
                 job,
-                msg: Box::new(Msg::Alive { epoch }),
+                msg: Box::new(held.replica.alive()),
                 copy: None,
             },
         );
@@ -513,6 +598,19 @@ impl Node {
                         held.held.clear();
                     }
                     self.step_down(job, epoch.primary);
+                }
+                Action::Refused { from, why } => {
+                    if why.is_misbehaviour() {
+                        self.overlay.report_misbehaviour(
+                            from,
+                            format!(
+                                "a replica message about job {} was refused: {why}",
+                                JobId(job)
+                            ),
+                        );
+                    } else {
+                        tracing::debug!(job = %JobId(job), %from, "replica message refused: {why}");
+                    }
                 }
                 Action::Dropped { entries } => {
                     tracing::warn!(

@@ -422,6 +422,26 @@ impl Holder {
         Ok(())
     }
 
+    /// Whether `reader` may read the rank's checkpoints: the node that
+    /// wrote them, the home it named, or a node that home let
+    /// (`let_by_home` checks its leave with the home's key). A rank held
+    /// nowhere here reads as nothing anyway.
+    pub(crate) fn may_read(
+        &self,
+        job: u64,
+        rank: u32,
+        reader: &str,
+        let_by_home: impl FnOnce(&str) -> bool,
+    ) -> Result<bool, HolderError> {
+        let tx = self.db.begin_read()?;
+        let ranks = tx.open_table(RANKS)?;
+        let Some(bytes) = ranks.get((job, rank))? else {
+            return Ok(true);
+        };
+        let record = decode_rank(bytes.value())?;
+        Ok(record.owner == reader || record.home == reader || let_by_home(&record.home))
+    }
+
     /// The rank's complete checkpoint `seq`, or its latest if `None`.
     pub(crate) fn manifest(
         &self,

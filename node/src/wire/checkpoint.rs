@@ -53,6 +53,10 @@ pub(crate) enum CheckpointRpc {
         job: u64,
         rank: u32,
         seq: Option<u64>,
+        /// The home's leave for a node that neither wrote the rank's
+        /// checkpoint nor is the job's home ([`Located::ticket`]).
+        #[serde(with = "serde_bytes")]
+        ticket: Vec<u8>,
     },
     /// To a holder: a block of the rank's checkpoint. Answered with
     /// [`super::PeerReply::Block`].
@@ -60,6 +64,9 @@ pub(crate) enum CheckpointRpc {
         job: u64,
         rank: u32,
         hash: BlockHash,
+        /// As [`CheckpointRpc::Manifest`]'s.
+        #[serde(with = "serde_bytes")]
+        ticket: Vec<u8>,
     },
     /// Home to a holder: the job ended; its checkpoints can go.
     Drop { job: u64 },
@@ -72,6 +79,12 @@ pub(crate) struct Located {
     pub(crate) generation: Option<u64>,
     pub(crate) size: u64,
     pub(crate) holders: Vec<PeerId>,
+    /// The home's signature that the node asking may read the rank's
+    /// checkpoint from its holders (see [`crate::checkpoint::ticket`]):
+    /// holders serve only the node that wrote it, the home it named, and
+    /// nodes the home lets.
+    #[serde(with = "serde_bytes")]
+    pub(crate) ticket: Vec<u8>,
 }
 
 /// An answer about checkpoints.

@@ -60,6 +60,7 @@ pub(super) enum Command {
 pub struct OverlayHandle {
     pub(super) commands: mpsc::Sender<Command>,
     pub(super) local_peer_id: PeerId,
+    pub(super) signer: crate::identity::PeerSigner,
 }
 
 impl std::fmt::Debug for Command {
@@ -72,6 +73,12 @@ impl OverlayHandle {
     /// This node's peer id.
     pub fn local_peer_id(&self) -> PeerId {
         self.local_peer_id
+    }
+
+    /// Signs with this node's identity (its peer id names the key that
+    /// checks it).
+    pub fn signer(&self) -> crate::identity::PeerSigner {
+        self.signer.clone()
     }
 
     async fn call<T>(

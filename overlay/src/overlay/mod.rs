@@ -206,6 +206,7 @@ impl Overlay {
             OverlayHandle {
                 commands: command_tx,
                 local_peer_id: local,
+                signer: identity::PeerSigner::new(key.clone()),
             },
             event_rx,
         ))

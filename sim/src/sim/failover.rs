@@ -49,7 +49,7 @@ use zorilla_core::advert::{JobId, Phase, Placed};
 use zorilla_core::copies::choose_copies;
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{Input, JobEntry, JobEvent, JobSpec, JobState, WorkerEnd};
-use zorilla_core::replica::{Action, Msg, Replica};
+use zorilla_core::replica::{Action, Msg, Replica, StandInSigner};
 
 use super::failover_report::*;
 use super::{Event, Sim};
@@ -63,6 +63,12 @@ pub(super) type Entry = JobEntry<u32>;
 /// A replica message between simulated nodes.
 pub(super) type ReplicaMsg = Msg<u32, Entry>;
 pub(super) type Rep = Replica<u32, Entry>;
+
+/// Node `node`'s signer of its votes: the core's stand-in (every node is
+/// played by the simulator, which checks the protocol, not cryptography).
+fn signer(node: u32) -> std::sync::Arc<dyn zorilla_core::replica::Signer<u32>> {
+    std::sync::Arc::new(StandInSigner::new(node))
+}
 
 /// A rank end waiting for its entry to be committed before the primary
 /// acknowledges it.
@@ -212,7 +218,7 @@ impl Sim {
         let Some(f) = self.failover.as_mut() else {
             return;
         };
-        let mut replica = Rep::primary(job.0, home, now, f.config.timing);
+        let mut replica = Rep::primary(job.0, home, now, f.config.timing, signer(home));
         let mut out = Vec::new();
         let entry = JobEntry::Submitted { spec: spec.clone() };
         if replica.propose(entry, &mut out).is_err() {
@@ -373,6 +379,12 @@ impl Sim {
                 // was committed), and the members whose reports they logged
                 // report again to the primary in charge.
                 Action::Dropped { .. } => {}
+                // The simulator's nodes are honest: a refusal of one as
+                // misbehaving is a bug of the protocol.
+                Action::Refused { from, why } => assert!(
+                    !why.is_misbehaviour(),
+                    "node {node} refused a replica message of node {from}: {why}"
+                ),
             }
         }
         if let Some(term) = became {
@@ -400,13 +412,13 @@ impl Sim {
                 if !matches!(msg, Msg::Append { .. }) {
                     // A standing hears that this node holds no replica,
                     // unless the primary dropped this node's copy.
-                    let answer =
-                        Rep::answer_without_replica(&msg).filter(|_| !r.dropped.contains(&to));
+                    let answer = Rep::answer_without_replica(job.0, &msg, &StandInSigner::new(to))
+                        .filter(|_| !r.dropped.contains(&to));
                     let send = answer.map(|msg| Action::Send { to: from, msg });
                     self.replica_actions(to, job, send.into_iter().collect());
                     return;
                 }
-                e.insert(Rep::copy(job.0, to, from, now, timing))
+                e.insert(Rep::copy(job.0, to, from, now, timing, signer(to)))
             }
         };
         let out = replica.on_message(now, from, msg);

@@ -24,7 +24,7 @@ impl Default for FailoverConfig {
     fn default() -> Self {
         FailoverConfig {
             timing: Timing::default(),
-            degree: 2,
+            degree: zorilla_core::copies::DEFAULT_DEGREE,
         }
     }
 }
