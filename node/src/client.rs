@@ -13,7 +13,12 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashMap;
+
+use sha2::{Digest, Sha256};
 use tokio::net::{TcpStream, ToSocketAddrs};
+
+use crate::owner::UserKey;
 
 use crate::protocol::frame::DEFAULT_MAX_FRAME;
 use crate::protocol::{
@@ -44,12 +49,22 @@ pub enum ClientError {
     Unexpected(String),
 }
 
-/// A connection to a node, after the handshake.
+/// A connection to a node, after the handshake, acting as one user: it
+/// signs its submissions, and proves to a job's home (through whichever
+/// node it is connected to) that it owns the job it asks about (see
+/// [`crate::owner`]). Unless told otherwise ([`Client::as_user`]), the user
+/// is one made for the process ([`UserKey::ephemeral`]).
 #[derive(Debug)]
 pub struct Client {
     conn: Connection,
     welcome: Welcome,
+    user: UserKey,
+    /// Per job: the nonce its home gave, and the last sequence number used.
+    sessions: HashMap<u64, (Vec<u8>, u64)>,
 }
+
+/// The most jobs a client keeps a home's nonce for.
+const MAX_CLIENT_SESSIONS: usize = 1024;
 
 impl Client {
     /// Connects to a node's client address and shakes hands (without a
@@ -88,9 +103,26 @@ impl Client {
         })
         .await?;
         match conn.read::<Response>().await? {
-            Some(Response::Welcome(welcome)) => Ok(Client { conn, welcome }),
+            Some(Response::Welcome(welcome)) => Ok(Client {
+                conn,
+                welcome,
+                user: UserKey::ephemeral(),
+                sessions: HashMap::new(),
+            }),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// The same connection, acting as `user` from now on.
+    pub fn as_user(mut self, user: UserKey) -> Client {
+        self.user = user;
+        self.sessions.clear();
+        self
+    }
+
+    /// The user this client acts as.
+    pub fn user(&self) -> &UserKey {
+        &self.user
     }
 
     /// What the node said in the handshake.
@@ -99,7 +131,54 @@ impl Client {
     }
 
     /// Sends one request and waits for its answer (errors become `Err`).
+    /// A request that only a job's owner makes goes with this user's proof
+    /// (a nonce from the job's home is asked for first, and again once if
+    /// the home no longer knows it).
     pub async fn call(&mut self, request: &Request) -> Result<Response, ClientError> {
+        let job = crate::forward::job_of(request);
+        let Some(job) = job.filter(|_| crate::validate::owners_request(request).is_ok()) else {
+            return self.send(request).await;
+        };
+        for attempt in 0..2 {
+            let (nonce, seq) = self.session(job).await?;
+            let proof = self.user.prove(&nonce, seq, request);
+            let owned = Request::Owner {
+                proof,
+                request: Box::new(request.clone()),
+            };
+            match self.send(&owned).await {
+                Err(ClientError::Node {
+                    kind: ErrorKind::Stale,
+                    ..
+                }) if attempt == 0 => {
+                    self.sessions.remove(&job);
+                }
+                other => return other,
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    /// The nonce of `job`'s home and the next sequence number to use with
+    /// it, asked for if this client has none.
+    async fn session(&mut self, job: u64) -> Result<(Vec<u8>, u64), ClientError> {
+        if let Some((nonce, seq)) = self.sessions.get_mut(&job) {
+            *seq += 1;
+            return Ok((nonce.clone(), *seq));
+        }
+        let nonce = match self.send(&Request::Challenge { job }).await? {
+            Response::Challenge { nonce } => nonce,
+            other => return Err(unexpected(Some(other))),
+        };
+        if self.sessions.len() >= MAX_CLIENT_SESSIONS {
+            self.sessions.clear();
+        }
+        self.sessions.insert(job, (nonce.clone(), 0));
+        Ok((nonce, 0))
+    }
+
+    /// Sends one request as it is and waits for its answer.
+    async fn send(&mut self, request: &Request) -> Result<Response, ClientError> {
         self.conn.write(request).await?;
         match self.conn.read::<Response>().await? {
             Some(Response::Error { kind, message }) => Err(ClientError::Node { kind, message }),
@@ -108,18 +187,35 @@ impl Client {
         }
     }
 
-    /// Submits a job; returns its id.
+    /// Submits a job, signed by this client's user, whose job it is;
+    /// returns its id.
     pub async fn submit(
         &mut self,
         job: JobRequest,
         module: Vec<u8>,
         inputs: Vec<NamedFile>,
     ) -> Result<u64, ClientError> {
+        let hash = |data: &[u8]| hex::encode(Sha256::digest(data));
+        let hashes: Vec<(String, String)> = inputs
+            .iter()
+            .map(|f| (f.name.clone(), hash(&f.data)))
+            .collect();
+        let hashes: Vec<(&str, &str)> = hashes
+            .iter()
+            .map(|(n, h)| (n.as_str(), h.as_str()))
+            .collect();
+        let message =
+            crate::owner::submit_message(&self.welcome.nonce, &job, &hash(&module), &hashes);
+        let owner = crate::protocol::Signed {
+            user: self.user.id().to_string(),
+            signature: self.user.sign(&message),
+        };
         match self
             .call(&Request::Submit {
                 job,
                 module,
                 inputs,
+                owner: Some(owner),
             })
             .await?
         {

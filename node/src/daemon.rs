@@ -391,6 +391,7 @@ pub async fn run(
     let poller = tokio::spawn(crate::status::poll_overlay(status.clone()));
     let (commands_tx, commands) = mpsc::channel(64);
     let primaries = crate::forward::Primaries::default();
+    let sessions = crate::owner::SharedSessions::default();
     let (activity, activity_rx) = watch::channel(0u64);
     let server = tokio::spawn(crate::server::serve(
         listener,
@@ -406,6 +407,7 @@ pub async fn run(
             store: store.clone(),
             primaries: primaries.clone(),
             lookups: crate::forward::Lookups::default(),
+            sessions: sessions.clone(),
         },
     ));
     tracing::info!(%peer, %client_addr, ?listen, %web_addr, %resources, "node ready");
@@ -440,6 +442,7 @@ pub async fn run(
         activity,
         status: Publisher::new(status),
         primaries,
+        sessions,
     };
     Node::run(parts, shutdown).await;
     server.abort();

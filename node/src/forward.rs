@@ -10,9 +10,10 @@
 //! once, which of them is the job's home or knows it
 //! ([`PeerRpc::WhereIs`]). A forwarded request is answered by the node
 //! that gets it and is never forwarded again, so a request crosses at most
-//! one hop. A forwarded `Cancel` is taken only from a node that holds a
-//! copy of the job (see `Node::forwarded`): the home does not let any
-//! stranger of the grid cancel its jobs through another node.
+//! one hop. What a forwarded request may see or do is the home's to
+//! decide (see [`crate::owner`]): the node that forwards it is nobody's
+//! admin there, and only the job's owner, proving it with a signature the
+//! forwarding node cannot make, sees more than that the job exists.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -94,7 +95,13 @@ pub(crate) fn job_of(request: &Request) -> Option<u64> {
         | Request::Cancel { job }
         | Request::Logs { job, .. }
         | Request::Outputs { job, .. }
-        | Request::OutputBlock { job, .. } => Some(*job),
+        | Request::OutputBlock { job, .. }
+        | Request::Resize { job, .. }
+        | Request::Challenge { job } => Some(*job),
+        Request::Owner { request, .. } => match request.as_ref() {
+            Request::Owner { .. } => None,
+            inner => job_of(inner),
+        },
         _ => None,
     }
 }

@@ -265,11 +265,20 @@ fn hello(g: &mut Gen) -> Hello {
 
 fn request(g: &mut Gen) -> Request {
     let job = g.int();
-    match g.below(10) {
+    match g.below(12) {
         0 => Request::Submit {
             job: job_request(g),
             module: g.bytes(),
             inputs: g.vec(named_file),
+            owner: g.option(|g| crate::protocol::Signed {
+                user: g.string(),
+                signature: g.bytes(),
+            }),
+        },
+        9 => Request::Challenge { job },
+        10 => Request::Owner {
+            proof: owner_proof(g),
+            request: Box::new(Request::Status { job }),
         },
         1 => Request::Status { job },
         2 => Request::List,
@@ -298,6 +307,21 @@ fn request(g: &mut Gen) -> Request {
     }
 }
 
+fn owner_proof(g: &mut Gen) -> crate::protocol::OwnerProof {
+    crate::protocol::OwnerProof {
+        user: g.string(),
+        nonce: g.bytes(),
+        seq: g.int(),
+        signature: g.bytes(),
+    }
+}
+
+/// A user id (of one key: generating keys is not what is tested).
+fn user(_: &mut Gen) -> crate::owner::UserId {
+    static USER: std::sync::OnceLock<crate::owner::UserId> = std::sync::OnceLock::new();
+    *USER.get_or_init(|| crate::owner::UserKey::generate().id())
+}
+
 fn job_status(g: &mut Gen) -> JobStatus {
     JobStatus {
         job: g.int(),
@@ -320,6 +344,7 @@ fn job_status(g: &mut Gen) -> JobStatus {
         submitted_unix: g.int(),
         home: g.option(Gen::string),
         moved_from: g.option(Gen::string),
+        owner: g.option(Gen::string),
     }
 }
 
@@ -396,6 +421,7 @@ fn response(g: &mut Gen) -> Response {
         8 => Response::Welcome(Welcome {
             version: g.u32(),
             peer: g.string(),
+            nonce: g.bytes(),
         }),
         _ => Response::Error {
             kind: g.pick(&[
@@ -544,6 +570,7 @@ fn job_record(g: &mut Gen) -> JobRecord {
         submitted_unix: g.int(),
         moved_from: g.option(Gen::string),
         moved_to: g.option(Gen::string),
+        owner: g.option(user),
     }
 }
 
@@ -564,6 +591,7 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
                 module: file_ref(g),
                 inputs: g.vec(file_ref),
                 submitted_unix: g.int(),
+                owner: g.option(user),
             }),
         },
         4 | 5 => PeerRpc::Barrier {

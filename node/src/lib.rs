@@ -29,6 +29,7 @@ pub mod jobspec;
 mod link;
 mod net;
 mod node;
+pub mod owner;
 pub mod protocol;
 mod server;
 mod status;

@@ -44,11 +44,13 @@ use zorilla_overlay::OverlayHandle;
 use zorilla_sandbox::Sandbox;
 
 use crate::node::Command;
+use crate::owner::{Access, BadUserId, Caller, SharedSessions, UserId};
 use crate::protocol::frame::{DEFAULT_MAX_FRAME, FrameError, HELLO_MAX_FRAME};
 use crate::protocol::{
     Connection, ConnectionError, ErrorKind, Hello, MAX_OUTPUT_LIST, MAX_WAIT_SECS, OutputData,
     OutputEntry, OutputPage, PROTOCOL_VERSION, PeerEntry, Request, Response, Welcome,
 };
+use crate::protocol::{JobRequest, NamedFile, Signed};
 use crate::store::Store;
 
 /// The default bound on clients connected at once.
@@ -76,6 +78,18 @@ pub(crate) struct ServerConfig {
     pub(crate) primaries: crate::forward::Primaries,
     /// Bounds on looking for jobs' homes (see [`crate::forward`]).
     pub(crate) lookups: crate::forward::Lookups,
+    /// The nonces this node gave for its jobs' owners (see
+    /// [`crate::owner`]).
+    pub(crate) sessions: SharedSessions,
+}
+
+/// What a connection knows of its client.
+struct Client {
+    /// It presented the node's token: this node's admin.
+    admin: bool,
+    /// The nonce of the connection's welcome (a signed submission signs
+    /// it).
+    nonce: [u8; crate::owner::NONCE_BYTES],
 }
 
 /// Accepts clients until the listener fails or the node stops.
@@ -179,9 +193,16 @@ async fn handle(
             return Ok(());
         }
     }
+    // Only a node with a token has an admin: without one, any local
+    // process may connect, and each is only the user it proves to be.
+    let client = Client {
+        admin: config.token.is_some(),
+        nonce: crate::owner::fresh_nonce(),
+    };
     conn.write(&Response::Welcome(Welcome {
         version: PROTOCOL_VERSION,
         peer: config.overlay.local_peer_id().to_string(),
+        nonce: client.nonce.to_vec(),
     }))
     .await?;
     // Accepted: from now on a frame may carry a module.
@@ -206,22 +227,65 @@ async fn handle(
         let Some(request) = request else {
             return Ok(());
         };
-        let response = answer(request, config).await;
+        let response = answer(request, config, &client).await;
         conn.write(&response).await?;
     }
 }
 
 /// The answer to a request: this node's, or, for a job it is not home to,
-/// the job's home's (see [`crate::forward`]).
-async fn answer(request: Request, config: &ServerConfig) -> Response {
-    let Some(job) = crate::forward::job_of(&request) else {
-        return answer_here(request, config).await;
+/// the job's home's (see [`crate::forward`]), which checks an owner's
+/// proof itself.
+async fn answer(request: Request, config: &ServerConfig, client: &Client) -> Response {
+    let mut caller = Caller {
+        admin: client.admin,
+        ..Caller::default()
     };
+    let request = match request {
+        Request::Submit {
+            job,
+            module,
+            inputs,
+            owner,
+        } => {
+            if let Some(signed) = owner {
+                match check_submitter(&signed, &client.nonce, &job, &module, &inputs) {
+                    Ok(user) => caller.submitter = Some(user),
+                    Err(e) => return Response::error(ErrorKind::Unauthorized, e),
+                }
+            }
+            let submit = Request::Submit {
+                job,
+                module,
+                inputs,
+                owner: None,
+            };
+            return answer_here(submit, caller, config).await;
+        }
+        request => request,
+    };
+    let (inner, forwarded) = match request {
+        Request::Owner { proof, request } => {
+            if let Err(e) = crate::validate::owner_request(&proof, &request) {
+                return Response::error(ErrorKind::BadRequest, e.to_string());
+            }
+            caller.proof = Some(proof.clone());
+            let forwarded = Request::Owner {
+                proof,
+                request: request.clone(),
+            };
+            (*request, forwarded)
+        }
+        request => (request.clone(), request),
+    };
+    let Some(job) = crate::forward::job_of(&inner) else {
+        return answer_here(inner, caller, config).await;
+    };
+    let request = forwarded;
     let wait = match &request {
         Request::Logs { wait_secs, .. } => *wait_secs,
         _ => 0,
     };
-    let here = answer_here(request.clone(), config).await;
+    let here = answer_here(inner, caller, config).await;
     if !matches!(
         here,
         Response::Error {
@@ -255,8 +319,40 @@ async fn answer(request: Request, config: &ServerConfig) -> Response {
     }
 }
 
-/// The answer of this node itself.
-pub(crate) async fn answer_here(request: Request, config: &ServerConfig) -> Response {
+/// The signer of a submission, if `signed` is its signature of the
+/// submission on this connection (its `nonce`).
+fn check_submitter(
+    signed: &Signed,
+    nonce: &[u8],
+    job: &JobRequest,
+    module: &[u8],
+    inputs: &[NamedFile],
+) -> Result<UserId, String> {
+    use sha2::{Digest, Sha256};
+    let user: UserId = signed.user.parse().map_err(|e: BadUserId| e.to_string())?;
+    let hash = |data: &[u8]| hex::encode(Sha256::digest(data));
+    let module_sha256 = hash(module);
+    let inputs: Vec<(String, String)> = inputs
+        .iter()
+        .map(|f| (f.name.clone(), hash(&f.data)))
+        .collect();
+    let inputs: Vec<(&str, &str)> = inputs
+        .iter()
+        .map(|(n, h)| (n.as_str(), h.as_str()))
+        .collect();
+    let message = crate::owner::submit_message(nonce, job, &module_sha256, &inputs);
+    if signed.signature.len() > zorilla_core::replica::MAX_SIGNATURE
+        || !user.verify(&message, &signed.signature)
+    {
+        return Err(format!(
+            "the submission's signature is not {user}'s of this job on this connection"
+        ));
+    }
+    Ok(user)
+}
+
+/// The answer of this node itself, to `caller`.
+async fn answer_here(request: Request, caller: Caller, config: &ServerConfig) -> Response {
     match request {
         Request::Peers => peers(&config.overlay).await,
         Request::Outputs { .. } | Request::OutputBlock { .. } => {
@@ -264,7 +360,8 @@ pub(crate) async fn answer_here(request: Request, config: &ServerConfig) -> Resp
                 return Response::error(ErrorKind::BadRequest, e.to_string());
             }
             let store = config.store.clone();
-            tokio::task::spawn_blocking(move || outputs(&store, request))
+            let sessions = config.sessions.clone();
+            tokio::task::spawn_blocking(move || outputs(&store, &sessions, &caller, request))
                 .await
                 .unwrap_or_else(|e| Response::error(ErrorKind::Internal, e.to_string()))
         }
@@ -276,16 +373,24 @@ pub(crate) async fn answer_here(request: Request, config: &ServerConfig) -> Resp
             let wait = Duration::from_secs(u64::from(wait_secs.min(MAX_WAIT_SECS)));
             let deadline = tokio::time::Instant::now() + wait;
             let mut activity = config.activity.clone();
+            // An owner's proof is taken once (its sequence number is used
+            // up): the asks after the first are the same request, let.
+            let mut caller = Some(caller);
             loop {
                 // Marked seen before asking, so a change while the loop
                 // answers is not missed.
                 activity.borrow_and_update();
+                let asking = caller.take().unwrap_or(Caller {
+                    admin: true,
+                    ..Caller::default()
+                });
                 let response = ask(
                     Request::Logs {
                         job,
                         from,
                         wait_secs: 0,
                     },
+                    asking,
                     config,
                 )
                 .await;
@@ -302,7 +407,7 @@ pub(crate) async fn answer_here(request: Request, config: &ServerConfig) -> Resp
                 }
             }
         }
-        Request::NodeInfo => match ask(Request::NodeInfo, config).await {
+        Request::NodeInfo => match ask(Request::NodeInfo, caller, config).await {
             Response::NodeInfo(mut info) => {
                 if let Ok(listen) = config.overlay.listen_addrs().await {
                     info.listen = listen.iter().map(|a| a.to_string()).collect();
@@ -318,6 +423,7 @@ pub(crate) async fn answer_here(request: Request, config: &ServerConfig) -> Resp
             job,
             module,
             inputs,
+            ..
         } => {
             // What no node could run is refused first, with its sentence
             // (and before the module costs a compile).
@@ -344,19 +450,27 @@ pub(crate) async fn answer_here(request: Request, config: &ServerConfig) -> Resp
                     job,
                     module,
                     inputs,
+                    owner: None,
                 },
+                caller,
                 config,
             )
             .await
         }
-        other => ask(other, config).await,
+        other => ask(other, caller, config).await,
     }
 }
 
-/// Hands a request to the event loop and waits for its answer.
-async fn ask(request: Request, config: &ServerConfig) -> Response {
+/// Hands a request of `caller` to the event loop and waits for its
+/// answer.
+async fn ask(request: Request, caller: Caller, config: &ServerConfig) -> Response {
     let (reply, rx) = oneshot::channel();
-    match config.commands.send(Command { request, reply }).await {
+    let command = Command {
+        request,
+        caller,
+        reply,
+    };
+    match config.commands.send(command).await {
         Ok(()) => rx
             .await
             .unwrap_or_else(|_| Response::error(ErrorKind::Internal, "node is shutting down")),
@@ -365,15 +479,26 @@ async fn ask(request: Request, config: &ServerConfig) -> Response {
 }
 
 /// Answers `Outputs` and `OutputBlock` from the store (blocking: reads the
-/// database and the files).
-pub(crate) fn outputs(store: &Store, request: Request) -> Response {
+/// database and the files), to the job's owner or this node's admin.
+pub(crate) fn outputs(
+    store: &Store,
+    sessions: &SharedSessions,
+    caller: &Caller,
+    request: Request,
+) -> Response {
     let job = match &request {
         Request::Outputs { job, .. } | Request::OutputBlock { job, .. } => *job,
         _ => return Response::error(ErrorKind::Internal, "not an outputs request"),
     };
     let id = zorilla_core::advert::JobId(job);
     match store.job(job) {
-        Ok(Some(record)) if record.moved_to.is_none() => {}
+        Ok(Some(record)) if record.moved_to.is_none() => {
+            match crate::owner::access(caller, sessions, job, record.owner.as_ref(), &request) {
+                Ok(Access::Full) => {}
+                Ok(Access::Public) => return crate::owner::owners_only(job, record.owner.as_ref()),
+                Err(e) => return e.response(),
+            }
+        }
         Ok(Some(_)) => {
             return Response::error(
                 ErrorKind::NotFound,

@@ -60,8 +60,13 @@ pub enum Invalid {
     #[error("a job's copy travels with a grant only")]
     CopyWithoutGrant,
     /// A client request another node may not pass on.
-    #[error("only a job's status, logs, outputs and cancelling are asked through another node")]
+    #[error(
+        "only a job's status, logs, outputs, cancelling, resizing and its owner's nonce are asked through another node"
+    )]
     NotForwardable,
+    /// A request no owner's proof is for.
+    #[error("only a job's status, logs, outputs, cancelling and resizing are asked as its owner")]
+    NotOwnersRequest,
 }
 
 /// A name as printed in a refusal: escaped, at most 64 characters.
@@ -205,6 +210,45 @@ pub fn output_request(request: &Request) -> Result<(), Invalid> {
         _ => {}
     }
     Ok(())
+}
+
+/// Checks an owner's proof and the request it is for: a nonce of
+/// [`crate::owner::NONCE_BYTES`], a signature of at most
+/// [`zorilla_core::replica::MAX_SIGNATURE`] bytes, a user id of at most
+/// [`MAX_USER_ID_BYTES`], and a request about a job that only its owner
+/// makes ([`owners_request`]).
+pub fn owner_request(
+    proof: &crate::protocol::OwnerProof,
+    request: &Request,
+) -> Result<(), Invalid> {
+    limits::at_most(
+        "user id length in bytes",
+        proof.user.len(),
+        MAX_USER_ID_BYTES,
+    )?;
+    limits::at_most(
+        "signature bytes",
+        proof.signature.len(),
+        zorilla_core::replica::MAX_SIGNATURE,
+    )?;
+    limits::at_most("nonce bytes", proof.nonce.len(), crate::owner::NONCE_BYTES)?;
+    owners_request(request)
+}
+
+/// The longest user id accepted, in bytes (ids print in 52 characters).
+pub const MAX_USER_ID_BYTES: usize = 128;
+
+/// Checks that `request` is one a job's owner makes of its home: its
+/// status, logs, outputs (within their bounds), cancelling or resizing.
+pub fn owners_request(request: &Request) -> Result<(), Invalid> {
+    match request {
+        Request::Status { .. }
+        | Request::Cancel { .. }
+        | Request::Logs { .. }
+        | Request::Resize { .. } => Ok(()),
+        Request::Outputs { .. } | Request::OutputBlock { .. } => output_request(request),
+        _ => Err(Invalid::NotOwnersRequest),
+    }
 }
 
 /// The longest outcome a worker's end may report, in bytes: 2 KiB (a trap
@@ -451,12 +495,9 @@ pub(crate) fn peer_rpc(rpc: &PeerRpc) -> Result<(), Invalid> {
         PeerRpc::Checkpoint(rpc) => checkpoint_rpc(rpc)?,
         PeerRpc::WhereIs { .. } => {}
         PeerRpc::Client(request) => match request.as_ref() {
-            crate::protocol::Request::Status { .. }
-            | crate::protocol::Request::Cancel { .. }
-            | crate::protocol::Request::Logs { .. } => {}
-            crate::protocol::Request::Outputs { .. }
-            | crate::protocol::Request::OutputBlock { .. } => output_request(request)?,
-            _ => return Err(Invalid::NotForwardable),
+            crate::protocol::Request::Challenge { .. } => {}
+            crate::protocol::Request::Owner { proof, request } => owner_request(proof, request)?,
+            request => owners_request(request).map_err(|_| Invalid::NotForwardable)?,
         },
         PeerRpc::Replica { msg, copy, .. } => {
             replica_msg(msg)?;

@@ -57,6 +57,10 @@ pub(crate) struct JobCopy {
     /// node that takes the job over shows).
     #[serde(default)]
     pub(crate) submitted_unix: u64,
+    /// The user who owns the job (a node that takes the job over keeps it
+    /// that user's).
+    #[serde(default)]
+    pub(crate) owner: Option<crate::owner::UserId>,
 }
 
 /// Where a rank runs (the core's [`zorilla_core::advert::Placed`]).
@@ -290,6 +294,7 @@ mod tests {
             module: file(0),
             inputs: (0..limits::MAX_INPUTS).map(file).collect(),
             submitted_unix: 0,
+            owner: None,
         }
     }
 
@@ -471,6 +476,7 @@ mod tests {
             },
             inputs: vec![],
             submitted_unix: 0,
+            owner: None,
         });
         assert!(
             refused(PeerRpc::Grant {
@@ -651,17 +657,22 @@ mod replica_tests {
             |request: Request| crate::validate::peer_rpc(&PeerRpc::Client(Box::new(request)));
         assert!(passed(Request::Status { job: 1 }).is_ok());
         assert!(passed(Request::Cancel { job: 1 }).is_ok());
+        assert!(
+            passed(Request::Resize {
+                job: 1,
+                max_workers: 2
+            })
+            .is_ok()
+        );
+        assert!(passed(Request::Challenge { job: 1 }).is_ok());
         for request in [
             Request::List,
             Request::NodeInfo,
-            Request::Resize {
-                job: 1,
-                max_workers: 2,
-            },
             Request::Submit {
                 job: JobRequest::default(),
                 module: vec![0; 8],
                 inputs: Vec::new(),
+                owner: None,
             },
         ] {
             let refused = passed(request).expect_err("not passed on");

@@ -182,7 +182,7 @@ async fn a_300_mib_output_is_stored_with_linear_writes_and_fetched_whole() {
 
     let fetched = dir.path().join("fetched");
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_zorilla"))
+    let out = common::cli()
         .env("ZORILLA_NODE", &home.client)
         .env_remove("ZORILLA_TOKEN")
         .arg("fetch")

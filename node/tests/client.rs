@@ -278,7 +278,7 @@ fn examples() -> &'static Path {
 }
 
 fn zorilla(node: &TestNode) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zorilla"));
+    let mut cmd = common::cli();
     cmd.env("ZORILLA_NODE", &node.client)
         .env_remove("ZORILLA_TOKEN")
         .env_remove("ZORILLA_STATE_DIR");

@@ -7,7 +7,11 @@ use std::process::Command;
 
 #[test]
 fn the_demo_runs_nqueens_on_the_nearest_sites_and_shuts_down_cleanly() {
+    // The `zorilla` tool the demo runs makes its user key here, not in the
+    // user's configuration.
+    let key_dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_zorilla-demo"))
+        .env("ZORILLA_USER_KEY", key_dir.path().join("user.key"))
         .args(["--queens", "10"])
         .output()
         .expect("run zorilla-demo");
@@ -105,7 +109,9 @@ fn the_demo_stops_its_grid_on_sigterm_and_its_nodes_end_with_it_when_killed() {
         // What the demo writes to stderr goes to a file, shown when it fails:
         // a demo that ends early says why there.
         let mut errors = tempfile::tempfile().expect("a file for the demo's stderr");
+        let key_dir = tempfile::tempdir().unwrap();
         let mut demo = Command::new(env!("CARGO_BIN_EXE_zorilla-demo"))
+            .env("ZORILLA_USER_KEY", key_dir.path().join("user.key"))
             .args(["--queens", "8", "--workers", "4", "--keep"])
             .stdout(Stdio::piped())
             .stderr(errors.try_clone().expect("the stderr file"))

@@ -196,7 +196,7 @@ fn the_cli_refuses_an_out_of_range_spec_before_sending() {
     ] {
         let spec = dir.path().join("job.toml");
         std::fs::write(&spec, format!("module = \"m.wasm\"\n{field}\n")).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_zorilla"))
+        let out = common::cli()
             .env("ZORILLA_NODE", "127.0.0.1:1")
             .env_remove("ZORILLA_TOKEN")
             .env_remove("ZORILLA_STATE_DIR")

@@ -260,7 +260,7 @@ async fn zorilla_submit_mpi_runs_rigid_jobs_and_refuses_malleable_ones() {
 
     let grid = grid(3, 1);
     let zorilla = |node: &TestNode| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_zorilla"));
+        let mut cmd = common::cli();
         cmd.env("ZORILLA_NODE", &node.client)
             .env_remove("ZORILLA_TOKEN")
             .env_remove("ZORILLA_STATE_DIR")

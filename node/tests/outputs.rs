@@ -213,7 +213,7 @@ async fn outputs_are_regular_files_only_and_links_out_are_skipped_with_a_log_lin
     // `zorilla fetch` places the tree, and does not write through a link
     // already in the destination.
     let fetched = dir.path().join("fetched");
-    let out = Command::new(env!("CARGO_BIN_EXE_zorilla"))
+    let out = common::cli()
         .env("ZORILLA_NODE", &home.client)
         .env_remove("ZORILLA_TOKEN")
         .arg("fetch")
@@ -239,7 +239,7 @@ async fn outputs_are_regular_files_only_and_links_out_are_skipped_with_a_log_lin
     let trapped = dir.path().join("trapped");
     std::fs::create_dir(&trapped).unwrap();
     std::os::unix::fs::symlink(&elsewhere, trapped.join("0")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_zorilla"))
+    let out = common::cli()
         .env("ZORILLA_NODE", &home.client)
         .env_remove("ZORILLA_TOKEN")
         .arg("fetch")

@@ -8,7 +8,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use libp2p::PeerId;
-use libp2p::identity::{Keypair, PublicKey};
+pub use libp2p::identity::{Keypair, PublicKey};
 
 /// The file in the state directory that holds the secret key.
 pub const IDENTITY_FILE: &str = "identity.ed25519";

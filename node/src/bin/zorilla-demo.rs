@@ -24,6 +24,7 @@ use clap::Parser;
 use zorilla_core::advert::JobId;
 use zorilla_node::ReadyLine;
 use zorilla_node::client::Client;
+use zorilla_node::owner::UserKey;
 use zorilla_node::protocol::JobPhase;
 
 /// The nqueens guest, built in so that the demo needs no files.
@@ -319,11 +320,21 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
         return Ok(ExitCode::FAILURE);
     }
 
-    // Where the workers ran, per site, from the home's record.
+    // Where the workers ran, per site, from the home's record, asked as
+    // the user the `zorilla` tool submitted the job as (its key, made on
+    // its first use; only the job's owner sees where it ran).
+    let user = UserKey::default_path()
+        .and_then(|path| UserKey::load_or_create(&path))
+        .map_err(|e| e.to_string())?;
     let mut client = Client::connect(nodes[0].client.as_str())
         .await
-        .map_err(|e| e.to_string())?;
-    let jobs = client.list().await.map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .as_user(user);
+    let listed = client.list().await.map_err(|e| e.to_string())?;
+    let mut jobs = Vec::new();
+    if let Some(job) = listed.first() {
+        jobs.push(client.status(job.job).await.map_err(|e| e.to_string())?);
+    }
     let mut ok = cli_status.success();
     if let Some(job) = jobs.first() {
         let site_of: BTreeMap<&str, &str> =

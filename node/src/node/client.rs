@@ -1,20 +1,69 @@
 //! The loop's side of client requests: submitting, resizing, cancelling
-//! and reading jobs this node is home to.
+//! and reading jobs this node is home to, each as far as its caller may
+//! (see [`crate::owner`]).
 
 use super::*;
+use crate::owner::{Access, Caller, UserId};
 
 impl Node {
-    pub(super) fn command(&mut self, request: Request) -> Response {
+    /// What `caller` may have of `job` (a job this node is home to) when it
+    /// asks `request`: `Err` with the answer if it may not ask it at all.
+    fn gate(&self, caller: &Caller, job: u64, request: &Request) -> Result<Access, Response> {
+        let Some(record) = self.record(job) else {
+            return Err(not_found(job));
+        };
+        let access =
+            crate::owner::access(caller, &self.sessions, job, record.owner.as_ref(), request)
+                .map_err(|e| e.response())?;
+        // Anybody may see that a job exists; the rest is its owner's.
+        match (access, request) {
+            (Access::Full, _) | (Access::Public, Request::Status { .. }) => Ok(access),
+            (Access::Public, _) => Err(crate::owner::owners_only(job, record.owner.as_ref())),
+        }
+    }
+
+    /// Answers a client's request, made by `caller`.
+    pub(super) fn command(&mut self, request: Request, caller: &Caller) -> Response {
+        if let Some(job) = crate::forward::job_of(&request)
+            && !matches!(request, Request::Challenge { .. })
+        {
+            match self.gate(caller, job, &request) {
+                Ok(Access::Full) => {}
+                Ok(Access::Public) => {
+                    return self
+                        .status(job)
+                        .map_or_else(|| not_found(job), |s| Response::Status(s.public()));
+                }
+                Err(refused) => return refused,
+            }
+        }
         match request {
             Request::Submit {
                 job,
                 module,
                 inputs,
-            } => self.submit(job, module, inputs),
+                ..
+            } => self.submit(job, module, inputs, caller.submitter),
             Request::Status { job } => match self.status(job) {
                 Some(status) => Response::Status(status),
                 None => not_found(job),
             },
+            // Any client may ask its job's home for a nonce: a proof made
+            // with it holds only with the owner's signature.
+            Request::Challenge { job } => match self.record(job) {
+                Some(_) => {
+                    let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+                    Response::Challenge {
+                        nonce: sessions.issue(job).to_vec(),
+                    }
+                }
+                None => not_found(job),
+            },
+            // Unwrapped by the connection, and by `forwarded`.
+            Request::Owner { .. } => Response::error(
+                ErrorKind::BadRequest,
+                "an owner's proof cannot hold another",
+            ),
             Request::List => {
                 // Finished jobs from the store; if it cannot be read, the
                 // ones in memory.
@@ -28,7 +77,10 @@ impl Node {
                     .map(|j| (j.id, self.status_of(j)))
                     .collect();
                 all.extend(self.jobs.values().map(|j| (j.id, self.status_of(j))));
-                Response::Jobs(all.into_values().collect())
+                // The admin sees every job whole; anybody else, that they
+                // exist (an owner asks for its own one by one).
+                let shown = |s: JobStatus| if caller.admin { s } else { s.public() };
+                Response::Jobs(all.into_values().map(shown).collect())
             }
             Request::Cancel { job } => {
                 if self.record(job).is_none() {
@@ -96,6 +148,7 @@ impl Node {
         request: JobRequest,
         module: Vec<u8>,
         inputs: Vec<NamedFile>,
+        owner: Option<UserId>,
     ) -> Response {
         if let Some(reason) = self.store.unwritable() {
             return refused(reason);
@@ -140,6 +193,7 @@ impl Node {
                 .map_or(0, |d| d.as_secs()),
             moved_from: None,
             moved_to: None,
+            owner,
         };
         // Stored before anything else happens: an accepted job is never lost.
         match self.store.put_submission(&record, &files) {
@@ -225,9 +279,9 @@ impl Node {
 
     /// A client's request that another node passed on (see
     /// [`crate::forward`]): answered here if this node is the job's home,
-    /// never passed on again. A cancel is taken only from a node holding a
-    /// copy of the job.
-    pub(super) fn forwarded(&mut self, from: PeerId, request: Request, reply: Reply) {
+    /// never passed on again, as a stranger's unless it carries the job's
+    /// owner's proof (see [`crate::owner`]).
+    pub(super) fn forwarded(&mut self, request: Request, reply: Reply) {
         let Some(job) = crate::forward::job_of(&request) else {
             return self.reply(reply, PeerReply::Error("not a request about a job".into()));
         };
@@ -238,24 +292,30 @@ impl Node {
             };
             return self.reply(reply, PeerReply::Client(Box::new(answer)));
         }
-        let answer = match request {
-            Request::Cancel { .. } if !self.holds_copy(job, &from) => Response::error(
-                ErrorKind::Unauthorized,
-                format!(
-                    "job {} is cancelled at its home, node {}, or through a node of the job",
-                    JobId(job),
-                    self.me
-                ),
+        // The node that passed it on is nobody's admin here: only an owner's
+        // proof, which it cannot make, shows more than that the job exists.
+        let (caller, request) = match request {
+            Request::Owner { proof, request } => (
+                Caller {
+                    proof: Some(proof),
+                    ..Caller::default()
+                },
+                *request,
             ),
-            Request::Logs { job, from, .. } => {
-                self.logs_page(job, from, crate::forward::MAX_FORWARDED_BYTES)
-            }
+            request => (Caller::default(), request),
+        };
+        let answer = match request {
+            Request::Logs { job, from, .. } => match self.gate(&caller, job, &request) {
+                Ok(_) => self.logs_page(job, from, crate::forward::MAX_FORWARDED_BYTES),
+                Err(refused) => refused,
+            },
             request @ (Request::Outputs { .. } | Request::OutputBlock { .. }) => {
                 let store = self.store.clone();
+                let sessions = self.sessions.clone();
                 let overlay_reply = reply;
                 self.tasks.spawn(async move {
                     let answer = tokio::task::spawn_blocking(move || {
-                        crate::server::outputs(&store, request)
+                        crate::server::outputs(&store, &sessions, &caller, request)
                     })
                     .await
                     .unwrap_or_else(|e| Response::error(ErrorKind::Internal, e.to_string()));
@@ -266,7 +326,7 @@ impl Node {
                 });
                 return;
             }
-            request => self.command(request),
+            request => self.command(request, &caller),
         };
         self.reply(reply, PeerReply::Client(Box::new(answer)));
     }
@@ -341,6 +401,7 @@ impl Node {
             submitted_unix: job.submitted_unix,
             home: Some(self.me.to_string()),
             moved_from: job.moved_from.clone(),
+            owner: job.owner.map(|o| o.to_string()),
         }
     }
 }

@@ -313,6 +313,7 @@ mod tests {
             module,
             inputs,
             submitted_unix: 0,
+            owner: None,
         };
         let module = file("module.wasm", b"\0asm");
         assert!(check_job_copy(&info(module.clone(), vec![file("in.txt", b"x")])).is_ok());

@@ -88,6 +88,7 @@ impl Node {
             module: record.module.clone(),
             inputs: record.inputs.clone(),
             submitted_unix: record.submitted_unix,
+            owner: record.owner,
         })
     }
 

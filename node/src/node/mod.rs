@@ -59,6 +59,8 @@ mod replicas;
 /// A client request on its way into the event loop.
 pub(crate) struct Command {
     pub(crate) request: Request,
+    /// Who asks (see [`crate::owner`]).
+    pub(crate) caller: crate::owner::Caller,
     pub(crate) reply: oneshot::Sender<Response>,
 }
 
@@ -276,6 +278,8 @@ pub(crate) struct Node {
     dropped_copies: BTreeMap<u64, Instant>,
     /// The primaries of those, for the client connections.
     primaries: crate::forward::Primaries,
+    /// The nonces this node gave its jobs' owners (see [`crate::owner`]).
+    sessions: crate::owner::SharedSessions,
 }
 
 /// What the loop is started with.
@@ -294,6 +298,7 @@ pub(crate) struct Parts {
     pub(crate) activity: watch::Sender<u64>,
     pub(crate) status: Publisher,
     pub(crate) primaries: crate::forward::Primaries,
+    pub(crate) sessions: crate::owner::SharedSessions,
 }
 
 fn cbor_advert(advert: &Advert<PeerId>) -> Vec<u8> {
@@ -316,6 +321,7 @@ impl Node {
             activity,
             status,
             primaries,
+            sessions,
         } = parts;
         let me = overlay.local_peer_id();
         let (local_tx, mut local_rx) = mpsc::channel::<LocalCall>(1024);
@@ -355,6 +361,7 @@ impl Node {
             replicas: BTreeMap::new(),
             dropped_copies: BTreeMap::new(),
             primaries,
+            sessions,
         };
         node.recover();
         node.net.links.accept().await;
@@ -392,7 +399,7 @@ impl Node {
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(cmd) = commands.recv() => {
-                    let response = node.command(cmd.request);
+                    let response = node.command(cmd.request, &cmd.caller);
                     let _ = cmd.reply.send(response);
                     node.status.touch();
                 }

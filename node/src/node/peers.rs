@@ -152,7 +152,7 @@ impl Node {
                 PeerReply::Ack
             }
             PeerRpc::WhereIs { job } => PeerReply::Home(self.home_of(job)),
-            PeerRpc::Client(request) => return self.forwarded(from, *request, reply),
+            PeerRpc::Client(request) => return self.forwarded(*request, reply),
             PeerRpc::Replica { job, msg, copy } => {
                 self.replica_message(from, job, *msg, copy.map(|c| *c));
                 PeerReply::Ack

@@ -536,13 +536,6 @@ impl Node {
         }
     }
 
-    /// Whether `peer` holds a copy of `job` as this node's replica knows.
-    pub(super) fn holds_copy(&self, job: u64, peer: &PeerId) -> bool {
-        self.replicas
-            .get(&job)
-            .is_some_and(|h| h.replica.copies().contains(peer))
-    }
-
     /// Hands the client connections the primaries of the jobs this node
     /// holds copies of (see [`crate::forward`]), when they changed.
     fn publish_primaries(&mut self) {
@@ -735,6 +728,7 @@ impl Node {
             submitted_unix: copy.submitted_unix,
             moved_from: old_home.map(|h| h.to_string()),
             moved_to: None,
+            owner: copy.owner,
         };
         self.persist(&record);
         if phase.is_terminal() {

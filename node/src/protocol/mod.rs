@@ -25,8 +25,9 @@ pub use connection::{Connection, ConnectionError};
 
 /// The version of this protocol; a node refuses clients of another one.
 /// (2: outputs are listed and read in blocks, [`Request::Outputs`] and
-/// [`Request::OutputBlock`], instead of sent whole.)
-pub const PROTOCOL_VERSION: u32 = 2;
+/// [`Request::OutputBlock`], instead of sent whole. 3: jobs have owners:
+/// signed submissions, [`Request::Challenge`] and [`Request::Owner`].)
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The first frame of a client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +49,39 @@ pub struct Welcome {
     pub version: u32,
     /// The node's peer id.
     pub peer: String,
+    /// Fresh for this connection: a signed submission signs it (see
+    /// [`Signed`]), so that it cannot be replayed on another.
+    #[serde(default, with = "serde_bytes")]
+    pub nonce: Vec<u8>,
+}
+
+/// A user's signature of a submission: its user id (as `zorilla whoami`
+/// prints it) and its signature of [`crate::owner::submit_message`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signed {
+    /// The user id.
+    pub user: String,
+    /// The signature.
+    #[serde(with = "serde_bytes")]
+    pub signature: Vec<u8>,
+}
+
+/// The proof that a job's owner asks a request: the nonce the job's home
+/// gave ([`Request::Challenge`]), a sequence number higher than any used
+/// with it before, and the owner's signature of them and the request
+/// ([`crate::owner::owner_message`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerProof {
+    /// The owner's user id.
+    pub user: String,
+    /// The home's nonce.
+    #[serde(with = "serde_bytes")]
+    pub nonce: Vec<u8>,
+    /// The sequence number.
+    pub seq: u64,
+    /// The signature.
+    #[serde(with = "serde_bytes")]
+    pub signature: Vec<u8>,
 }
 
 /// What a job asks for, as a user writes it. Every field may be left out
@@ -135,6 +169,11 @@ pub enum Request {
         module: Vec<u8>,
         /// Input files, visible to workers under `/inputs`.
         inputs: Vec<NamedFile>,
+        /// The submitting user's signature: the job is that user's. A job
+        /// submitted without is owned by nobody: only the admin of its
+        /// home (a client with the node's token) sees and manages it.
+        #[serde(default)]
+        owner: Option<Signed>,
     },
     /// The status of one job.
     Status {
@@ -196,6 +235,20 @@ pub enum Request {
     },
     /// The peers this node knows, nearest first.
     Peers,
+    /// A fresh nonce from the home of `job`, for its owner's proofs
+    /// ([`OwnerProof`]). Answered with [`Response::Challenge`].
+    Challenge {
+        /// The job id.
+        job: u64,
+    },
+    /// A request about a job (`Status`, `Logs`, `Outputs`, `OutputBlock`,
+    /// `Cancel`, `Resize`) asked as its owner.
+    Owner {
+        /// The proof.
+        proof: OwnerProof,
+        /// The request.
+        request: Box<Request>,
+    },
 }
 
 /// The longest a [`Request::Logs`] waits for new chunks.
@@ -426,9 +479,34 @@ pub struct JobStatus {
     /// a copy took the job over.
     #[serde(default)]
     pub moved_from: Option<String>,
+    /// The user who submitted it (none: its home's admin).
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 impl JobStatus {
+    /// What anybody may see of the job: that it exists, whose it is, its
+    /// phase and how many workers it asks for; none of its arguments,
+    /// placement or reasons.
+    pub fn public(&self) -> JobStatus {
+        JobStatus {
+            job: self.job,
+            phase: self.phase,
+            reason: String::new(),
+            ranks: BTreeMap::new(),
+            request: JobRequest {
+                min_workers: self.request.min_workers,
+                max_workers: self.request.max_workers,
+                ..JobRequest::default()
+            },
+            pending: None,
+            submitted_unix: 0,
+            home: None,
+            moved_from: None,
+            owner: self.owner.clone(),
+        }
+    }
+
     /// Workers running now (placed and not ended).
     pub fn running_workers(&self) -> u32 {
         self.ranks.values().filter(|r| r.outcome.is_none()).count() as u32
@@ -563,6 +641,9 @@ pub enum ErrorKind {
     /// The job's home, which this node asked on the client's behalf, did
     /// not answer; try again (perhaps through another node).
     Unreachable,
+    /// The nonce of an owner's proof is unknown at the job's home, or
+    /// expired: ask for a new one ([`Request::Challenge`]).
+    Stale,
 }
 
 /// A node's reply.
@@ -591,6 +672,12 @@ pub enum Response {
     Peers(Vec<PeerEntry>),
     /// The handshake succeeded.
     Welcome(Welcome),
+    /// A nonce for the owner's proofs about a job.
+    Challenge {
+        /// The nonce.
+        #[serde(with = "serde_bytes")]
+        nonce: Vec<u8>,
+    },
     /// The request failed.
     Error {
         /// What kind of failure.

@@ -478,6 +478,7 @@ mod tests {
                     submitted_unix: 1_700_000_000 + id,
                     moved_from: None,
                     moved_to: None,
+                    owner: None,
                 };
                 (id, record)
             })

@@ -53,6 +53,10 @@ pub(crate) struct JobRecord {
     /// for the log, but the job is that node's (requests go there).
     #[serde(default)]
     pub(crate) moved_to: Option<String>,
+    /// The user who submitted the job (see [`crate::owner`]); none: its
+    /// home's admin.
+    #[serde(default)]
+    pub(crate) owner: Option<crate::owner::UserId>,
 }
 
 /// Now, in milliseconds since the Unix epoch.

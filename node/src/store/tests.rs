@@ -31,6 +31,7 @@ fn everything_survives_a_reopen() {
         submitted_unix: 0,
         moved_from: None,
         moved_to: None,
+        owner: None,
     };
     {
         let store = Store::open(&path).unwrap();
@@ -363,6 +364,7 @@ fn job(id: u64, phase: JobPhase) -> JobRecord {
         submitted_unix: 0,
         moved_from: None,
         moved_to: None,
+        owner: None,
     }
 }
 
@@ -523,6 +525,7 @@ fn phases_only_move_forward() {
         submitted_unix: 0,
         moved_from: None,
         moved_to: None,
+        owner: None,
     };
     assert!(!job.advance(JobPhase::Submitted, "back"));
     assert!(job.advance(JobPhase::Running, "go"));
@@ -557,6 +560,7 @@ fn a_job_that_ends_lists_no_rank_running() {
         submitted_unix: 0,
         moved_from: None,
         moved_to: None,
+        owner: None,
     };
     job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
     assert!(job.advance(JobPhase::Failed, "the home node restarted"));

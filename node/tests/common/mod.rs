@@ -229,15 +229,22 @@ impl TestNode {
 
     /// A client of the node (made inside its host's namespace, if any).
     pub(crate) async fn client(&self) -> Client {
+        let user = zorilla_node::owner::UserKey::load_or_create(&test_user_key()).unwrap();
         let Some(host) = &self.host else {
-            return Client::connect(self.client.as_str()).await.unwrap();
+            return Client::connect(self.client.as_str())
+                .await
+                .unwrap()
+                .as_user(user);
         };
         let addr: SocketAddr = self.client.parse().unwrap();
         let stream = netns::connect_in(&host.netns, addr)
             .unwrap_or_else(|e| panic!("cannot reach the client port of {}: {e}", self.peer));
         stream.set_nonblocking(true).unwrap();
         let stream = tokio::net::TcpStream::from_std(stream).unwrap();
-        Client::over(stream, None, "zorilla test").await.unwrap()
+        Client::over(stream, None, "zorilla test")
+            .await
+            .unwrap()
+            .as_user(user)
     }
 
     /// `GET path` from the node's status page: the status code and body.
@@ -564,4 +571,20 @@ pub(crate) async fn wait_all_measured(
         }
     }
     lists
+}
+
+/// The `zorilla` tool, acting as this test process's user: its key is
+/// made in a directory of the process's own under the system's temporary
+/// directory, never in the user's configuration.
+pub(crate) fn cli() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zorilla"));
+    cmd.env("ZORILLA_USER_KEY", test_user_key());
+    cmd
+}
+
+/// Where this test process's user key is (see [`cli`]).
+pub(crate) fn test_user_key() -> PathBuf {
+    std::env::temp_dir()
+        .join(format!("zorilla-test-{}", std::process::id()))
+        .join("user.key")
 }

@@ -29,6 +29,10 @@ pub(crate) struct Cli {
     /// given.
     #[arg(long, global = true, env = "ZORILLA_STATE_DIR")]
     pub(crate) state_dir: Option<PathBuf>,
+    /// Your user key: it signs your jobs and proves they are yours (made
+    /// on first use, mode 0600). Default: ~/.config/zorilla/user.key.
+    #[arg(long, global = true, env = "ZORILLA_USER_KEY")]
+    pub(crate) user_key: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -106,6 +110,13 @@ pub(crate) enum Command {
     },
     /// Show the peers the node knows, nearest first.
     Peers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show who you are to the grid: your user id (the owner of the jobs you
+    /// submit) and where your key is.
+    Whoami {
         /// Print JSON.
         #[arg(long)]
         json: bool,

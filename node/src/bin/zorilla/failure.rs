@@ -42,12 +42,17 @@ impl From<ClientError> for Failure {
                     ErrorKind::Internal | ErrorKind::Version | ErrorKind::Unreachable => {
                         EXIT_UNREACHABLE
                     }
-                    ErrorKind::BadRequest | ErrorKind::Unauthorized | ErrorKind::Busy => {
-                        EXIT_REFUSED
-                    }
+                    ErrorKind::BadRequest
+                    | ErrorKind::Unauthorized
+                    | ErrorKind::Busy
+                    | ErrorKind::Stale => EXIT_REFUSED,
                 };
                 let hint = match kind {
-                    ErrorKind::Unauthorized => {
+                    // A node's token is one thing a node may want; a job's
+                    // owner's key is the other (its sentence names it).
+                    ErrorKind::Unauthorized
+                        if message.contains("token") && !message.contains("user") =>
+                    {
                         " (give the node's token with --token or ZORILLA_TOKEN)"
                     }
                     ErrorKind::Version => " (use a zorilla of the same version as the node)",

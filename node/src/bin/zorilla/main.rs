@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use zorilla_core::advert::JobId;
 use zorilla_node::client::{Client, ClientError};
 use zorilla_node::jobspec::{Job, JobFile};
+use zorilla_node::owner::UserKey;
 use zorilla_node::protocol::JobPhase;
 
 mod args;
@@ -79,10 +80,23 @@ fn node_addr(cli: &Cli) -> Result<String> {
     ))
 }
 
+/// The user's key (made on first use) and where it is kept.
+fn user_key(cli: &Cli) -> Result<(UserKey, PathBuf)> {
+    let path = match &cli.user_key {
+        Some(path) => path.clone(),
+        None => UserKey::default_path().map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?,
+    };
+    let key =
+        UserKey::load_or_create(&path).map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+    Ok((key, path))
+}
+
 async fn connect(cli: &Cli) -> Result<Client> {
     let addr = node_addr(cli)?;
+    let (user, _) = user_key(cli)?;
     Client::connect_with(addr.as_str(), cli.token.as_deref(), "zorilla")
         .await
+        .map(|client| client.as_user(user))
         .map_err(|e| match e {
             ClientError::Node { .. } => Failure::from(e),
             other => Failure::new(
@@ -134,6 +148,15 @@ async fn run(cli: Cli) -> Result<u8> {
     // would refuse is refused here, and nothing is sent.
     let job = match &cli.command {
         Command::Submit(args) => Some(job_of(args)?),
+        Command::Whoami { json } => {
+            let (key, path) = user_key(&cli)?;
+            if *json {
+                print_json(&serde_json::json!({ "user": key.id().to_string(), "key": path }));
+            } else {
+                out(&format!("user {}\nkey  {}\n", key.id(), path.display()));
+            }
+            return Ok(0);
+        }
         _ => None,
     };
     let mut client = connect(&cli).await?;
@@ -239,6 +262,8 @@ async fn run(cli: Cli) -> Result<u8> {
             }
             Ok(0)
         }
+        // Answered before any node was reached.
+        Command::Whoami { .. } => Ok(0),
         Command::Peers { json } => {
             let peers = client.peers().await?;
             if *json {
