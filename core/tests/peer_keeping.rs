@@ -198,17 +198,22 @@ fn offenders_and_foreign_peers_are_banned_and_bans_expire() {
     assert!(offences.banned);
     assert!(drain(&mut keeper).contains(&Action::Ban(7)));
     assert!(keeper.refused(&7));
+    assert_eq!(keeper.banned_peers(), 1);
     keeper.learned([7], s(4), &Idle);
     assert!(!keeper.table().contains(&7), "a banned peer is not learned");
 
     // A peer of another network is banned a moment after it identified
-    // itself (so that it reads our identify first).
+    // itself (so that it reads our identify first); meanwhile its ban is
+    // pending.
     keeper.connected(8, 80, false, s(3));
     assert!(!keeper.identified(8, false, s(3)));
+    assert_eq!((keeper.pending_bans(), keeper.banned_peers()), (1, 1));
     keeper.tick(s(3) + ms(999), &Idle);
     assert!(!drain(&mut keeper).contains(&Action::Ban(8)));
+    assert_eq!(keeper.pending_bans(), 1);
     keeper.tick(s(4), &Idle);
     assert!(drain(&mut keeper).contains(&Action::Ban(8)));
+    assert_eq!((keeper.pending_bans(), keeper.banned_peers()), (0, 2));
 
     // The bans last exactly the ban duration.
     keeper.tick(s(303) - ms(1), &Idle);
@@ -216,8 +221,10 @@ fn offenders_and_foreign_peers_are_banned_and_bans_expire() {
     keeper.tick(s(303), &Idle);
     assert!(drain(&mut keeper).contains(&Action::Unban(7)));
     assert!(!keeper.refused(&7));
+    assert_eq!(keeper.banned_peers(), 1);
     keeper.tick(s(304), &Idle);
     assert!(drain(&mut keeper).contains(&Action::Unban(8)));
+    assert_eq!((keeper.pending_bans(), keeper.banned_peers()), (0, 0));
     // A foreign peer stays refused: never dialed on our own initiative.
     assert!(keeper.refused(&8));
 }

@@ -261,6 +261,18 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         self.foreign.len()
     }
 
+    /// Peers banned now (for misbehaviour, or as of another network),
+    /// until their ban runs out at a tick.
+    pub fn banned_peers(&self) -> usize {
+        self.banned.len()
+    }
+
+    /// Peers of another network that identified themselves and are to be
+    /// banned at the first tick [`FAREWELL_GRACE`] later.
+    pub fn pending_bans(&self) -> usize {
+        self.farewells.len()
+    }
+
     /// Entries held in all of the keeper's maps and lists together: what
     /// its memory grows with. Every part is bounded (see the module
     /// documentation), so this is too, whatever peers send.

@@ -66,6 +66,11 @@ pub struct OverlayStats {
     /// Peers known to be of another network (remembered, up to a bound,
     /// and never dialed again on our own initiative).
     pub foreign_peers: u64,
+    /// Peers banned now (refused until their ban runs out).
+    pub banned_peers: u64,
+    /// Peers of another network that identified themselves and are to be
+    /// banned a moment later, once they have read our identify.
+    pub pending_bans: u64,
     /// Connections established.
     pub connections: u64,
     /// Connections open now (never more than the configured

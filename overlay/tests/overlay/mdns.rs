@@ -245,9 +245,32 @@ async fn mdns_scenario() {
         },
     )
     .await;
-    // Their bans run out silently (within a ban and a maintenance tick):
-    // there is nothing to wait for but time.
-    tokio::time::sleep(ban + OverlayConfig::default().refresh_interval * 2).await;
+    // Each bans the other at its first maintenance tick a second
+    // (FAREWELL_GRACE) after it identified it, and lifts the ban at its
+    // first tick a ban later: some 3 s after they met (more when ticks
+    // run late), and a pair may meet after the check above (which needs
+    // only one pair). A ban still pending would change the counts below,
+    // and one in force would refuse the very dial they are to catch: wait
+    // until no node has either.
+    eventually(
+        "the bans between the grids ran out",
+        Duration::from_secs(10),
+        || async {
+            let mut bans = Vec::new();
+            for node in [&a, &b, &foreign] {
+                let stats = node.handle.stats().await.unwrap();
+                bans.push((stats.pending_bans, stats.banned_peers));
+            }
+            if bans.iter().all(|&bans| bans == (0, 0)) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "bans (pending, in force) of a, b, foreign: {bans:?}"
+                ))
+            }
+        },
+    )
+    .await;
     let before = counts().await;
 
     // Every node gains an address: each announces it by mDNS, a new

@@ -326,6 +326,8 @@ impl Driver {
                     relay_reservations: self.nat.relay_reserved.len() as u64,
                     open_connections: u64::from(open),
                     foreign_peers: self.keeper.foreign_peers() as u64,
+                    banned_peers: self.keeper.banned_peers() as u64,
+                    pending_bans: self.keeper.pending_bans() as u64,
                     ..self.stats
                 };
                 let _ = reply.send(stats);
