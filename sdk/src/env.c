@@ -33,6 +33,10 @@ static const char *const messages[] = {
     [MPI_ERR_IN_STATUS] = "error in a status",
     [MPI_ERR_PENDING] = "pending request",
     [MPI_ERR_NO_MEM] = "out of memory",
+    [MPI_ERR_INFO] = "invalid info object",
+    [MPI_ERR_INFO_KEY] = "info key too long or empty",
+    [MPI_ERR_INFO_VALUE] = "info value too long",
+    [MPI_ERR_INFO_NOKEY] = "no such info key",
 };
 
 static const char *message(int code)
