@@ -10,6 +10,14 @@
  * uses them fails to compile with the message "not provided by Zorilla's
  * MPI"; any other missing name fails to compile or link as undeclared.
  *
+ * One-sided communication (MPI_Win) runs over the same messages as
+ * point-to-point: a rank applies the puts, gets and accumulates aimed at
+ * its windows, and answers lock requests, while it is inside an MPI call
+ * that waits or tests (a Recv, Wait, Test, Probe, Barrier or other
+ * collective, a window's fence, lock, flush, unlock, wait or free). A rank
+ * that computes for a long time without calling MPI delays the one-sided
+ * operations of the others on its windows until its next such call.
+ *
  * Errors: MPI_ERRORS_ARE_FATAL (the default) prints the error and aborts
  * the job; MPI_ERRORS_RETURN makes calls return the error code instead.
  */
@@ -34,6 +42,7 @@ typedef struct zmpi_op *MPI_Op;
 typedef struct zmpi_request *MPI_Request;
 typedef struct zmpi_errhandler *MPI_Errhandler;
 typedef struct zmpi_info *MPI_Info;
+typedef struct zmpi_win *MPI_Win;
 typedef ptrdiff_t MPI_Aint;
 typedef long long MPI_Count;
 typedef long long MPI_Offset;
@@ -65,6 +74,7 @@ extern struct zmpi_group zmpi_group_empty;
 #define MPI_OP_NULL ((MPI_Op)0)
 #define MPI_ERRHANDLER_NULL ((MPI_Errhandler)0)
 #define MPI_INFO_NULL ((MPI_Info)0)
+#define MPI_WIN_NULL ((MPI_Win)0)
 
 extern struct zmpi_errhandler zmpi_errors_are_fatal, zmpi_errors_return;
 #define MPI_ERRORS_ARE_FATAL (&zmpi_errors_are_fatal)
@@ -128,7 +138,7 @@ ZMPI_TYPES(ZMPI_DECLARE_TYPE)
     X(MPI_MAX, max) X(MPI_MIN, min) X(MPI_SUM, sum) X(MPI_PROD, prod) \
     X(MPI_LAND, land) X(MPI_LOR, lor) X(MPI_LXOR, lxor) \
     X(MPI_BAND, band) X(MPI_BOR, bor) X(MPI_BXOR, bxor) \
-    X(MPI_MAXLOC, maxloc) X(MPI_MINLOC, minloc) X(MPI_REPLACE, replace)
+    X(MPI_MAXLOC, maxloc) X(MPI_MINLOC, minloc) X(MPI_REPLACE, replace) X(MPI_NO_OP, no_op)
 #define ZMPI_DECLARE_OP(name, id) extern struct zmpi_op zmpi_op_##id;
 ZMPI_OPS(ZMPI_DECLARE_OP)
 #undef ZMPI_DECLARE_OP
@@ -145,6 +155,7 @@ ZMPI_OPS(ZMPI_DECLARE_OP)
 #define MPI_MAXLOC (&zmpi_op_maxloc)
 #define MPI_MINLOC (&zmpi_op_minloc)
 #define MPI_REPLACE (&zmpi_op_replace)
+#define MPI_NO_OP (&zmpi_op_no_op)
 
 /* Constants. */
 #define MPI_ANY_SOURCE (-1)
@@ -181,6 +192,15 @@ ZMPI_OPS(ZMPI_DECLARE_OP)
 #define MPI_GRAPH 2
 #define MPI_DIST_GRAPH 3
 
+/* One-sided: lock types and assertions (assertions are hints, ignored). */
+#define MPI_LOCK_EXCLUSIVE 234
+#define MPI_LOCK_SHARED 235
+#define MPI_MODE_NOCHECK 1024
+#define MPI_MODE_NOSTORE 2048
+#define MPI_MODE_NOPUT 4096
+#define MPI_MODE_NOPRECEDE 8192
+#define MPI_MODE_NOSUCCEED 16384
+
 /* Error classes (also the codes this library returns). */
 #define MPI_SUCCESS 0
 #define MPI_ERR_BUFFER 1
@@ -203,7 +223,16 @@ ZMPI_OPS(ZMPI_DECLARE_OP)
 #define MPI_ERR_IN_STATUS 18
 #define MPI_ERR_PENDING 19
 #define MPI_ERR_NO_MEM 34
+#define MPI_ERR_WIN 45
+#define MPI_ERR_BASE 46
+#define MPI_ERR_SIZE 47
+#define MPI_ERR_DISP 48
 #define MPI_ERR_INFO 49
+#define MPI_ERR_LOCKTYPE 50
+#define MPI_ERR_ASSERT 51
+#define MPI_ERR_RMA_CONFLICT 52
+#define MPI_ERR_RMA_SYNC 53
+#define MPI_ERR_RMA_RANGE 54
 #define MPI_ERR_INFO_KEY 55
 #define MPI_ERR_INFO_VALUE 56
 #define MPI_ERR_INFO_NOKEY 57
@@ -415,6 +444,53 @@ int MPI_Info_delete(MPI_Info info, const char *key);
 int MPI_Info_dup(MPI_Info info, MPI_Info *newinfo);
 int MPI_Info_free(MPI_Info *info);
 
+/* One-sided communication (see the progress rule at the top). */
+int MPI_Win_create(void *base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
+                   MPI_Win *win);
+int MPI_Win_allocate(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr,
+                     MPI_Win *win);
+int MPI_Win_create_dynamic(MPI_Info info, MPI_Comm comm, MPI_Win *win);
+int MPI_Win_attach(MPI_Win win, void *base, MPI_Aint size);
+int MPI_Win_detach(MPI_Win win, const void *base);
+int MPI_Win_free(MPI_Win *win);
+int MPI_Win_get_group(MPI_Win win, MPI_Group *group);
+int MPI_Win_set_name(MPI_Win win, const char *name);
+int MPI_Win_get_name(MPI_Win win, char *name, int *resultlen);
+int MPI_Put(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype,
+            int target_rank, MPI_Aint target_disp, int target_count,
+            MPI_Datatype target_datatype, MPI_Win win);
+int MPI_Get(void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank,
+            MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win);
+int MPI_Accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype,
+                   int target_rank, MPI_Aint target_disp, int target_count,
+                   MPI_Datatype target_datatype, MPI_Op op, MPI_Win win);
+int MPI_Get_accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype,
+                       void *result_addr, int result_count, MPI_Datatype result_datatype,
+                       int target_rank, MPI_Aint target_disp, int target_count,
+                       MPI_Datatype target_datatype, MPI_Op op, MPI_Win win);
+int MPI_Fetch_and_op(const void *origin_addr, void *result_addr, MPI_Datatype datatype,
+                     int target_rank, MPI_Aint target_disp, MPI_Op op, MPI_Win win);
+int MPI_Compare_and_swap(const void *origin_addr, const void *compare_addr, void *result_addr,
+                         MPI_Datatype datatype, int target_rank, MPI_Aint target_disp,
+                         MPI_Win win);
+int MPI_Win_fence(int assert, MPI_Win win);
+int MPI_Win_post(MPI_Group group, int assert, MPI_Win win);
+int MPI_Win_start(MPI_Group group, int assert, MPI_Win win);
+int MPI_Win_complete(MPI_Win win);
+int MPI_Win_wait(MPI_Win win);
+int MPI_Win_test(MPI_Win win, int *flag);
+int MPI_Win_lock(int lock_type, int rank, int assert, MPI_Win win);
+int MPI_Win_unlock(int rank, MPI_Win win);
+int MPI_Win_lock_all(int assert, MPI_Win win);
+int MPI_Win_unlock_all(MPI_Win win);
+int MPI_Win_flush(int rank, MPI_Win win);
+int MPI_Win_flush_all(MPI_Win win);
+int MPI_Win_flush_local(int rank, MPI_Win win);
+int MPI_Win_flush_local_all(MPI_Win win);
+int MPI_Win_sync(MPI_Win win);
+int MPI_Alloc_mem(MPI_Aint size, MPI_Info info, void *baseptr);
+int MPI_Free_mem(void *base);
+
 /*
  * Zorilla extensions (not MPI; MPI has no application-level checkpoints).
  * A rank hands the node its state as bytes; the node keeps the latest
@@ -478,16 +554,12 @@ ZMPI_UNAVAILABLE int MPI_Ineighbor_allgatherv(const void *, int, MPI_Datatype, v
 ZMPI_UNAVAILABLE int MPI_Ineighbor_alltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Ineighbor_alltoallv(const void *, const int[], const int[], MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Ineighbor_alltoallw(const void *, const int[], const MPI_Aint[], const MPI_Datatype[], void *, const int[], const MPI_Aint[], const MPI_Datatype[], MPI_Comm, MPI_Request *);
-ZMPI_UNAVAILABLE int MPI_Win_create(void *, MPI_Aint, int, void *, MPI_Comm, void *);
-ZMPI_UNAVAILABLE int MPI_Win_allocate(MPI_Aint, int, void *, MPI_Comm, void *, void *);
-ZMPI_UNAVAILABLE int MPI_Win_fence(int, void *);
-ZMPI_UNAVAILABLE int MPI_Win_free(void *);
-ZMPI_UNAVAILABLE int MPI_Put(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, void *);
-ZMPI_UNAVAILABLE int MPI_Get(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, void *);
-ZMPI_UNAVAILABLE int MPI_Accumulate(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, void *);
 ZMPI_UNAVAILABLE int MPI_File_open(MPI_Comm, const char *, int, MPI_Info, void *);
-ZMPI_UNAVAILABLE int MPI_Alloc_mem(MPI_Aint, MPI_Info, void *);
-ZMPI_UNAVAILABLE int MPI_Free_mem(void *);
+ZMPI_UNAVAILABLE int MPI_Win_allocate_shared(MPI_Aint, int, MPI_Info, MPI_Comm, void *, MPI_Win *);
+ZMPI_UNAVAILABLE int MPI_Win_shared_query(MPI_Win, int, MPI_Aint *, int *, void *);
+ZMPI_UNAVAILABLE int MPI_Rput(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Rget(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Win_get_attr(MPI_Win, int, void *, int *);
 ZMPI_UNAVAILABLE int MPI_Comm_spawn(const char *, char *[], int, MPI_Info, int, MPI_Comm, MPI_Comm *, int[]);
 ZMPI_UNAVAILABLE int MPI_Intercomm_create(MPI_Comm, int, MPI_Comm, int, int, MPI_Comm *);
 ZMPI_UNAVAILABLE int MPI_Graph_create(MPI_Comm, int, const int[], const int[], int, MPI_Comm *);

@@ -4,7 +4,7 @@
  * progress engine), request.c (Wait/Test), datatype.c (type maps, pack),
  * op.c (reduction operators), coll.c (collectives), comm.c (communicators,
  * groups, Cartesian and distributed graph topologies), info.c (Info
- * objects), wasi.c (what wasi-libc lacks).
+ * objects), win.c (one-sided communication), wasi.c (what wasi-libc lacks).
  */
 #ifndef ZMPI_INTERNAL_H
 #define ZMPI_INTERNAL_H
@@ -161,6 +161,7 @@ struct zmpi_request {
     MPI_Status status;
     /* send side */
     int sync;             /* Ssend: waits for the receiver's match acknowledgement */
+    int am;               /* a one-sided message (zmpi_am_send) */
     int acked;
     uint32_t msgid;
     int dest_world;
@@ -205,5 +206,18 @@ int zmpi_new_ctx(MPI_Comm comm, int *ctx);
 int zmpi_allreduce_int_max(int *v, MPI_Comm comm);
 int zmpi_flush_sends(void);
 extern int zmpi_next_ctx;
+
+/* ---- one-sided messages (win.c) ----
+ * A message sent by zmpi_am_send is not matched by any receive: once it has
+ * arrived whole, zmpi_progress hands it to zmpi_am_hook (which win.c sets
+ * when it creates a window), in the order messages from one source were
+ * sent. The hook runs inside zmpi_progress, never inside the engine's own
+ * sending or receiving, so it may send (zmpi_am_send) but must not wait.
+ * This is the rule for one-sided progress: a rank applies what others do
+ * to its windows whenever it is in an MPI call that drives the engine. */
+extern void (*zmpi_am_hook)(int ctx, int src, const unsigned char *data, long long len);
+/* Queues `len` bytes at `data` (malloc'd; the engine frees them) for rank
+ * dest of comm, in context ctx. */
+void zmpi_am_send(unsigned char *data, long long len, int dest, MPI_Comm comm, int ctx);
 
 #endif
