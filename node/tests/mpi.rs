@@ -118,6 +118,11 @@ fn check_formulas(name: &str, n: u32, out: &str) {
         "nonblocking" => {
             let sum = 7 * n * (n - 1) / 2;
             assert_eq!(field(out, "waitany_sum"), format!("{sum} seen {}", n - 1));
+            // three rounds of 100k + left neighbour on every rank
+            assert_eq!(
+                field(out, "persistent_sum"),
+                (600 * n + 3 * n * (n - 1) / 2).to_string()
+            );
         }
         "comms" => {
             let evens: i64 = (0..n).step_by(2).sum();

@@ -294,6 +294,19 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
 int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status);
 int MPI_Request_free(MPI_Request *request);
 
+/* Persistent requests: the arguments are kept, each MPI_Start begins one
+ * operation with them, and Wait/Test complete it (the request stays). */
+int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                  MPI_Comm comm, MPI_Request *request);
+int MPI_Ssend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                   MPI_Comm comm, MPI_Request *request);
+int MPI_Rsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                   MPI_Comm comm, MPI_Request *request);
+int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag,
+                  MPI_Comm comm, MPI_Request *request);
+int MPI_Start(MPI_Request *request);
+int MPI_Startall(int count, MPI_Request requests[]);
+
 /* Collectives. */
 int MPI_Barrier(MPI_Comm comm);
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
@@ -524,10 +537,6 @@ ZMPI_UNAVAILABLE int MPI_Bsend(const void *, int, MPI_Datatype, int, int, MPI_Co
 ZMPI_UNAVAILABLE int MPI_Ibsend(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Buffer_attach(void *, int);
 ZMPI_UNAVAILABLE int MPI_Buffer_detach(void *, int *);
-ZMPI_UNAVAILABLE int MPI_Send_init(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
-ZMPI_UNAVAILABLE int MPI_Recv_init(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
-ZMPI_UNAVAILABLE int MPI_Start(MPI_Request *);
-ZMPI_UNAVAILABLE int MPI_Startall(int, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Cancel(MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Waitsome(int, MPI_Request *, int *, int *, MPI_Status *);
 ZMPI_UNAVAILABLE int MPI_Testsome(int, MPI_Request *, int *, int *, MPI_Status *);

@@ -712,6 +712,82 @@ int MPI_Irsend(const void *buf, int count, MPI_Datatype t, int dest, int tag, MP
     return do_isend("MPI_Irsend", buf, count, t, dest, tag, comm, 0, req);
 }
 
+/* ---- persistent requests: the arguments kept, an operation per Start ---- */
+
+static int persist(const char *fn, int send, int sync, const void *buf, int count,
+                   MPI_Datatype t, int peer, int tag, MPI_Comm comm, MPI_Request *req)
+{
+    int err = check_p2p(fn, comm, count, t, peer, tag, !send);
+    if (err)
+        return err;
+    MPI_Request r = calloc(1, sizeof *r);
+    if (!r)
+        return zmpi_error(comm, MPI_ERR_NO_MEM, fn, "out of memory");
+    r->kind = ZR_PERSIST;
+    r->psend = send;
+    r->sync = sync;
+    r->buf = (void *)buf;
+    r->count = count;
+    r->type = t;
+    r->src = peer;
+    r->tag = tag;
+    r->comm = comm;
+    r->status.MPI_ERROR = MPI_SUCCESS;
+    *req = r;
+    return MPI_SUCCESS;
+}
+
+int MPI_Send_init(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                  MPI_Request *req)
+{
+    return persist("MPI_Send_init", 1, 0, buf, count, t, dest, tag, comm, req);
+}
+
+int MPI_Ssend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                   MPI_Request *req)
+{
+    return persist("MPI_Ssend_init", 1, 1, buf, count, t, dest, tag, comm, req);
+}
+
+int MPI_Rsend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                   MPI_Request *req)
+{
+    return persist("MPI_Rsend_init", 1, 0, buf, count, t, dest, tag, comm, req);
+}
+
+int MPI_Recv_init(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+                  MPI_Request *req)
+{
+    return persist("MPI_Recv_init", 0, 0, buf, count, t, src, tag, comm, req);
+}
+
+int MPI_Start(MPI_Request *req)
+{
+    int err = zmpi_check_init("MPI_Start");
+    if (err)
+        return err;
+    MPI_Request r = req ? *req : NULL;
+    if (!r || r->kind != ZR_PERSIST)
+        return zmpi_error(NULL, MPI_ERR_REQUEST, "MPI_Start", "not a persistent request");
+    if (r->inner)
+        return zmpi_error(r->comm, MPI_ERR_REQUEST, "MPI_Start", "the request is already active");
+    r->inner = r->psend ? zmpi_isend(r->buf, r->count, r->type, r->src, r->tag, r->comm,
+                                     r->comm->ctx, r->sync)
+                        : zmpi_irecv(r->buf, r->count, r->type, r->src, r->tag, r->comm,
+                                     r->comm->ctx);
+    return MPI_SUCCESS;
+}
+
+int MPI_Startall(int count, MPI_Request reqs[])
+{
+    for (int i = 0; i < count; i++) {
+        int err = MPI_Start(&reqs[i]);
+        if (err)
+            return err;
+    }
+    return MPI_SUCCESS;
+}
+
 int MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
               MPI_Request *req)
 {

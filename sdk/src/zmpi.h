@@ -150,7 +150,9 @@ extern int zmpi_initialized, zmpi_finalized;
 extern int zmpi_world_rank, zmpi_world_size;
 
 /* ---- requests and point to point ---- */
-enum zmpi_req_kind { ZR_SEND, ZR_RECV };
+/* ZR_PERSIST: a persistent request (Send_init, Recv_init): its arguments,
+ * and the request of its current Start in `inner` (NULL while inactive). */
+enum zmpi_req_kind { ZR_SEND, ZR_RECV, ZR_PERSIST };
 
 struct zmpi_unexp;
 
@@ -162,6 +164,8 @@ struct zmpi_request {
     /* send side */
     int sync;             /* Ssend: waits for the receiver's match acknowledgement */
     int am;               /* a one-sided message (zmpi_am_send) */
+    int psend;            /* persistent: a send (else a receive) */
+    struct zmpi_request *inner; /* persistent: the active operation */
     int acked;
     uint32_t msgid;
     int dest_world;
