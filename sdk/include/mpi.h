@@ -563,6 +563,22 @@ ZMPI_UNAVAILABLE int MPI_Ineighbor_allgatherv(const void *, int, MPI_Datatype, v
 ZMPI_UNAVAILABLE int MPI_Ineighbor_alltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Ineighbor_alltoallv(const void *, const int[], const int[], MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Ineighbor_alltoallw(const void *, const int[], const MPI_Aint[], const MPI_Datatype[], void *, const int[], const MPI_Aint[], const MPI_Datatype[], MPI_Comm, MPI_Request *);
+/* MPI-4 persistent collectives. */
+ZMPI_UNAVAILABLE int MPI_Barrier_init(MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Bcast_init(void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Reduce_init(const void *, void *, int, MPI_Datatype, MPI_Op, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Allreduce_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Gather_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Gatherv_init(const void *, int, MPI_Datatype, void *, const int[], const int[], MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Scatter_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Scatterv_init(const void *, const int[], const int[], MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Allgather_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Allgatherv_init(const void *, int, MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Alltoall_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Alltoallv_init(const void *, const int[], const int[], MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Alltoallw_init(const void *, const int[], const int[], const MPI_Datatype[], void *, const int[], const int[], const MPI_Datatype[], MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Reduce_scatter_init(const void *, void *, const int[], MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Reduce_scatter_block_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_File_open(MPI_Comm, const char *, int, MPI_Info, void *);
 ZMPI_UNAVAILABLE int MPI_Win_allocate_shared(MPI_Aint, int, MPI_Info, MPI_Comm, void *, MPI_Win *);
 ZMPI_UNAVAILABLE int MPI_Win_shared_query(MPI_Win, int, MPI_Aint *, int *, void *);
