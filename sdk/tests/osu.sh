@@ -9,6 +9,15 @@
 # parts stay out, as their configure leaves them without --enable-cuda etc.
 # Run one on a grid with e.g.
 #   zorilla submit --mpi --workers 2 --module OUT_DIR/osu_latency.wasm --follow
+#
+# Their own configure works too, told what it cannot find out:
+#   ./configure CC=zmpicc CXX=zmpicc --host=wasm32-unknown-none \
+#       ac_cv_func_MPI_Init=yes ac_cv_func_MPI_Accumulate=yes \
+#       ac_cv_func_MPI_Get_accumulate=yes
+#   make -k
+# (config.sub does not know wasm32-wasi; autoconf's link checks call each
+# function with a made-up signature, which zmpicc refuses as it would
+# trap; make -k goes on past the benchmarks zmpicc refuses.)
 set -u
 if [ $# -ne 2 ]; then
     echo "usage: $0 OSU_DIR OUT_DIR" >&2
