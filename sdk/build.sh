@@ -6,11 +6,14 @@
 # Needs Debian's clang 14 for WebAssembly:
 #   apt-get install -y clang lld llvm wasi-libc libclang-rt-14-dev-wasm32
 # Environment: CC (default clang), AR (default llvm-ar, else llvm-ar-14),
-# ZMPI_FRAGMENT (bytes per transport message, header included).
+# ZMPI_FRAGMENT (bytes per transport message, header included),
+# ZMPI_SYSROOT (default /usr; headers from the WebAssembly C library only,
+# with sdk/wasi before it, as bin/zmpicc does).
 set -eu
 sdk="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$sdk")"
 CC="${CC:-clang}"
+sysroot="${ZMPI_SYSROOT:-/usr}"
 if [ -z "${AR:-}" ]; then
     if command -v llvm-ar >/dev/null 2>&1; then AR=llvm-ar; else AR=llvm-ar-14; fi
 fi
@@ -25,7 +28,8 @@ if [ -n "${ZMPI_FRAGMENT:-}" ]; then extra="-DZMPI_FRAGMENT=$ZMPI_FRAGMENT"; fi
 for src in "$sdk"/src/*.c; do
     name=$(basename "$src" .c)
     # shellcheck disable=SC2086
-    "$CC" --target=wasm32-wasi --sysroot=/usr -O2 -Wall -Wextra -Werror $extra \
+    "$CC" --target=wasm32-wasi --sysroot="$sysroot" -nostdlibinc -isystem "$sdk/wasi" \
+        -isystem "$sysroot/include/wasm32-wasi" -O2 -Wall -Wextra -Werror $extra \
         -I "$sdk/include" -I "$root/examples/include" -c -o "$obj/$name.o" "$src"
 done
 "$AR" rcs "$obj/libzmpi.a" "$obj"/*.o

@@ -20,7 +20,7 @@ use common::{TestNode, grid, run, sdk, stderr_of, stdout_of, wait_for, zmpicc};
 use zorilla_core::advert::Strategy;
 use zorilla_node::protocol::{JobPhase, JobRequest};
 
-const PROGRAMS: [&str; 9] = [
+const PROGRAMS: [&str; 11] = [
     "env",
     "p2p",
     "nonblocking",
@@ -30,6 +30,8 @@ const PROGRAMS: [&str; 9] = [
     "cart",
     "jacobi",
     "sort",
+    "onesided",
+    "info_graph",
 ];
 const SIZES: [u32; 4] = [1, 3, 4, 7];
 const NODES: usize = 4;
@@ -66,12 +68,15 @@ fn openmpi(dir: &Path, name: &str, n: u32, args: &[&str]) -> String {
 }
 
 /// mpirun over TCP on loopback, allowed to run as root (CI containers).
+/// OpenMPI 4.1's default one-sided component (osc rdma) cannot create
+/// windows over TCP; osc pt2pt runs them over point-to-point messages.
 fn mpirun(n: u32) -> Command {
     let mut cmd = Command::new("mpirun");
     cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .args(["--oversubscribe", "--mca", "btl", "tcp,self"])
         .args(["--mca", "btl_tcp_if_include", "lo"])
+        .args(["--mca", "osc", "pt2pt"])
         .args(["-np", &n.to_string()]);
     cmd
 }
@@ -113,6 +118,11 @@ fn check_formulas(name: &str, n: u32, out: &str) {
         "nonblocking" => {
             let sum = 7 * n * (n - 1) / 2;
             assert_eq!(field(out, "waitany_sum"), format!("{sum} seen {}", n - 1));
+            // three rounds of 100k + left neighbour on every rank
+            assert_eq!(
+                field(out, "persistent_sum"),
+                (600 * n + 3 * n * (n - 1) / 2).to_string()
+            );
         }
         "comms" => {
             let evens: i64 = (0..n).step_by(2).sum();
@@ -133,6 +143,24 @@ fn check_formulas(name: &str, n: u32, out: &str) {
                 .collect();
             assert_eq!(field(out, "allreduce_max"), maxs.join(" "));
             assert_eq!(field(out, "scan_last"), (n * (n + 1) / 2).to_string());
+        }
+        "onesided" => {
+            // every rank puts its rank into every window; adds rank+1 at
+            // rank 0; 5 locked increments per rank
+            assert_eq!(field(out, "fence_put_sum"), (n * (n - 1) / 2).to_string());
+            let (tri, ranks) = (n * (n + 1) / 2, n * (n - 1) / 2);
+            assert_eq!(
+                field(out, "accumulate"),
+                format!("{tri} {ranks} {} {}", n - 1, 2 * ranks)
+            );
+            assert_eq!(field(out, "locked_counter"), (5 * n).to_string());
+            assert_eq!(
+                field(out, "atomics"),
+                format!("tickets {} winners 1", n * (n - 1) / 2)
+            );
+        }
+        "info_graph" => {
+            assert_eq!(field(out, "alltoallw"), format!("{} ints", n * (n + 1) / 2));
         }
         "sort" => {
             let keys: i64 = (0..n).map(|r| 2000 + (r * 37) % 101).sum();
@@ -238,23 +266,24 @@ async fn zorilla_submit_mpi_runs_rigid_jobs_and_refuses_malleable_ones() {
         "zmpicc cart.c",
     );
     // A call the library does not provide fails at compile time, saying so.
-    let source = build.path().join("win.c");
+    let source = build.path().join("spawn.c");
     std::fs::write(
         &source,
         "#include <mpi.h>\nint main(int c, char **v) {\n  MPI_Init(&c, &v);\n  \
-         MPI_Win_fence(0, 0);\n  return MPI_Finalize();\n}\n",
+         MPI_Comm_spawn(\"x\", 0, 1, MPI_INFO_NULL, 0, MPI_COMM_SELF, 0, 0);\n  \
+         return MPI_Finalize();\n}\n",
     )
     .unwrap();
     let refused = Command::new(sdk().join("bin/zmpicc"))
         .arg(&source)
         .arg("-o")
-        .arg(build.path().join("win.wasm"))
+        .arg(build.path().join("spawn.wasm"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{stderr}");
     assert!(
-        stderr.contains("MPI_Win_fence") && stderr.contains("not provided by Zorilla's MPI"),
+        stderr.contains("MPI_Comm_spawn") && stderr.contains("not provided by Zorilla's MPI"),
         "{stderr}"
     );
 
@@ -291,4 +320,94 @@ async fn zorilla_submit_mpi_runs_rigid_jobs_and_refuses_malleable_ones() {
     );
     assert!(out.contains("grid 3 x 1, row0_sum 0"), "{out}");
     assert!(out.contains("OK\n"), "{out}");
+}
+
+/// zmpicc refuses, with the compiler's error and one sentence saying why,
+/// the programs that mpicc builds with a warning but whose worker would
+/// trap on Zorilla ("signature_mismatch"): a call to a function without a
+/// declaration (time() without <time.h>, as in a public tutorial), and a
+/// call declared with another signature than the function's definition.
+/// Headers come from the WebAssembly C library (and sdk/wasi) only: with
+/// clang's default search, <pthread.h> came from glibc and failed inside it.
+#[test]
+fn zmpicc_refuses_programs_that_would_trap() {
+    let build = tempfile::tempdir().unwrap();
+    let zmpicc = |name: &str, source: &str| {
+        let path = build.path().join(format!("{name}.c"));
+        std::fs::write(&path, source).unwrap();
+        Command::new(sdk().join("bin/zmpicc"))
+            .arg("-O2")
+            .arg(&path)
+            .arg("-o")
+            .arg(build.path().join(format!("{name}.wasm")))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let main = |body: &str| {
+        format!(
+            "#include <mpi.h>\n#include <stdio.h>\nint main(int c, char **v) {{\n  \
+             MPI_Init(&c, &v);\n  {body}\n  return MPI_Finalize();\n}}\n"
+        )
+    };
+
+    let implicit = zmpicc("implicit", &main("printf(\"%ld\\n\", (long)time(NULL));"));
+    let stderr = String::from_utf8_lossy(&implicit.stderr);
+    assert!(!implicit.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("implicit declaration of function 'time'"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("zmpicc: refused: calling time without a declaration")
+            && stderr.contains("traps"),
+        "{stderr}"
+    );
+
+    let mismatch = zmpicc(
+        "mismatch",
+        &format!("long time(void);\n{}", main("printf(\"%ld\\n\", time());")),
+    );
+    let stderr = String::from_utf8_lossy(&mismatch.stderr);
+    assert!(!mismatch.status.success(), "{stderr}");
+    assert!(stderr.contains("signature mismatch: time"), "{stderr}");
+    assert!(
+        stderr.contains("zmpicc: refused: calling time with a signature other than")
+            && stderr.contains("traps"),
+        "{stderr}"
+    );
+    assert!(!build.path().join("mismatch.wasm").exists());
+
+    // The same program with its header builds; so does one that includes
+    // <pthread.h> (one thread: taking a lock works) and uses getpagesize.
+    let fine = zmpicc(
+        "fine",
+        &format!(
+            "#include <time.h>\n#include <pthread.h>\n#include <unistd.h>\n{}",
+            main(
+                "static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;\n  \
+                 pthread_mutex_lock(&m);\n  \
+                 printf(\"%ld %d\\n\", (long)time(NULL), getpagesize());\n  \
+                 pthread_mutex_unlock(&m);"
+            )
+        ),
+    );
+    assert!(
+        fine.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fine.stderr)
+    );
+
+    // Starting a thread cannot work in a worker: refused, saying so.
+    let threads = zmpicc(
+        "threads",
+        &format!(
+            "#include <pthread.h>\nstatic void *run(void *a) {{ return a; }}\n{}",
+            main("pthread_t t;\n  pthread_create(&t, NULL, run, NULL);")
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&threads.stderr);
+    assert!(!threads.status.success(), "{stderr}");
+    assert!(stderr.contains("has a single thread"), "{stderr}");
+    assert!(!stderr.contains("/usr/include/pthread.h"), "{stderr}");
 }

@@ -10,6 +10,14 @@
  * uses them fails to compile with the message "not provided by Zorilla's
  * MPI"; any other missing name fails to compile or link as undeclared.
  *
+ * One-sided communication (MPI_Win) runs over the same messages as
+ * point-to-point: a rank applies the puts, gets and accumulates aimed at
+ * its windows, and answers lock requests, while it is inside an MPI call
+ * that waits or tests (a Recv, Wait, Test, Probe, Barrier or other
+ * collective, a window's fence, lock, flush, unlock, wait or free). A rank
+ * that computes for a long time without calling MPI delays the one-sided
+ * operations of the others on its windows until its next such call.
+ *
  * Errors: MPI_ERRORS_ARE_FATAL (the default) prints the error and aborts
  * the job; MPI_ERRORS_RETURN makes calls return the error code instead.
  */
@@ -33,6 +41,8 @@ typedef struct zmpi_type *MPI_Datatype;
 typedef struct zmpi_op *MPI_Op;
 typedef struct zmpi_request *MPI_Request;
 typedef struct zmpi_errhandler *MPI_Errhandler;
+typedef struct zmpi_info *MPI_Info;
+typedef struct zmpi_win *MPI_Win;
 typedef ptrdiff_t MPI_Aint;
 typedef long long MPI_Count;
 typedef long long MPI_Offset;
@@ -63,6 +73,8 @@ extern struct zmpi_group zmpi_group_empty;
 #define MPI_DATATYPE_NULL ((MPI_Datatype)0)
 #define MPI_OP_NULL ((MPI_Op)0)
 #define MPI_ERRHANDLER_NULL ((MPI_Errhandler)0)
+#define MPI_INFO_NULL ((MPI_Info)0)
+#define MPI_WIN_NULL ((MPI_Win)0)
 
 extern struct zmpi_errhandler zmpi_errors_are_fatal, zmpi_errors_return;
 #define MPI_ERRORS_ARE_FATAL (&zmpi_errors_are_fatal)
@@ -78,7 +90,8 @@ extern struct zmpi_errhandler zmpi_errors_are_fatal, zmpi_errors_return;
     X(MPI_FLOAT, float) X(MPI_DOUBLE, double) X(MPI_LONG_DOUBLE, long_double) \
     X(MPI_C_BOOL, c_bool) X(MPI_WCHAR, wchar) X(MPI_BYTE, byte) X(MPI_PACKED, packed) \
     X(MPI_FLOAT_INT, float_int) X(MPI_DOUBLE_INT, double_int) X(MPI_LONG_INT, long_int) \
-    X(MPI_2INT, 2int) X(MPI_SHORT_INT, short_int) X(MPI_LONG_DOUBLE_INT, long_double_int)
+    X(MPI_2INT, 2int) X(MPI_SHORT_INT, short_int) X(MPI_LONG_DOUBLE_INT, long_double_int) \
+    X(MPI_AINT, aint) X(MPI_OFFSET, offset) X(MPI_COUNT, count)
 
 #define ZMPI_DECLARE_TYPE(name, id) extern struct zmpi_type zmpi_type_##id;
 ZMPI_TYPES(ZMPI_DECLARE_TYPE)
@@ -117,12 +130,15 @@ ZMPI_TYPES(ZMPI_DECLARE_TYPE)
 #define MPI_2INT (&zmpi_type_2int)
 #define MPI_SHORT_INT (&zmpi_type_short_int)
 #define MPI_LONG_DOUBLE_INT (&zmpi_type_long_double_int)
+#define MPI_AINT (&zmpi_type_aint)
+#define MPI_OFFSET (&zmpi_type_offset)
+#define MPI_COUNT (&zmpi_type_count)
 
 #define ZMPI_OPS(X) \
     X(MPI_MAX, max) X(MPI_MIN, min) X(MPI_SUM, sum) X(MPI_PROD, prod) \
     X(MPI_LAND, land) X(MPI_LOR, lor) X(MPI_LXOR, lxor) \
     X(MPI_BAND, band) X(MPI_BOR, bor) X(MPI_BXOR, bxor) \
-    X(MPI_MAXLOC, maxloc) X(MPI_MINLOC, minloc) X(MPI_REPLACE, replace)
+    X(MPI_MAXLOC, maxloc) X(MPI_MINLOC, minloc) X(MPI_REPLACE, replace) X(MPI_NO_OP, no_op)
 #define ZMPI_DECLARE_OP(name, id) extern struct zmpi_op zmpi_op_##id;
 ZMPI_OPS(ZMPI_DECLARE_OP)
 #undef ZMPI_DECLARE_OP
@@ -139,6 +155,7 @@ ZMPI_OPS(ZMPI_DECLARE_OP)
 #define MPI_MAXLOC (&zmpi_op_maxloc)
 #define MPI_MINLOC (&zmpi_op_minloc)
 #define MPI_REPLACE (&zmpi_op_replace)
+#define MPI_NO_OP (&zmpi_op_no_op)
 
 /* Constants. */
 #define MPI_ANY_SOURCE (-1)
@@ -153,6 +170,10 @@ ZMPI_OPS(ZMPI_DECLARE_OP)
 #define MPI_IN_PLACE ((void *)1)
 #define MPI_BOTTOM ((void *)0)
 #define MPI_UNWEIGHTED ((int *)2)
+#define MPI_WEIGHTS_EMPTY ((int *)3)
+#define MPI_MAX_OBJECT_NAME 128
+#define MPI_MAX_INFO_KEY 255
+#define MPI_MAX_INFO_VAL 1024
 
 /* Comm_compare results. */
 #define MPI_IDENT 0
@@ -169,6 +190,16 @@ ZMPI_OPS(ZMPI_DECLARE_OP)
 /* Topology kinds. */
 #define MPI_CART 1
 #define MPI_GRAPH 2
+#define MPI_DIST_GRAPH 3
+
+/* One-sided: lock types and assertions (assertions are hints, ignored). */
+#define MPI_LOCK_EXCLUSIVE 234
+#define MPI_LOCK_SHARED 235
+#define MPI_MODE_NOCHECK 1024
+#define MPI_MODE_NOSTORE 2048
+#define MPI_MODE_NOPUT 4096
+#define MPI_MODE_NOPRECEDE 8192
+#define MPI_MODE_NOSUCCEED 16384
 
 /* Error classes (also the codes this library returns). */
 #define MPI_SUCCESS 0
@@ -192,6 +223,19 @@ ZMPI_OPS(ZMPI_DECLARE_OP)
 #define MPI_ERR_IN_STATUS 18
 #define MPI_ERR_PENDING 19
 #define MPI_ERR_NO_MEM 34
+#define MPI_ERR_WIN 45
+#define MPI_ERR_BASE 46
+#define MPI_ERR_SIZE 47
+#define MPI_ERR_DISP 48
+#define MPI_ERR_INFO 49
+#define MPI_ERR_LOCKTYPE 50
+#define MPI_ERR_ASSERT 51
+#define MPI_ERR_RMA_CONFLICT 52
+#define MPI_ERR_RMA_SYNC 53
+#define MPI_ERR_RMA_RANGE 54
+#define MPI_ERR_INFO_KEY 55
+#define MPI_ERR_INFO_VALUE 56
+#define MPI_ERR_INFO_NOKEY 57
 #define MPI_ERR_LASTCODE 64
 
 typedef void MPI_User_function(void *invec, void *inoutvec, int *len, MPI_Datatype *datatype);
@@ -250,6 +294,19 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
 int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status);
 int MPI_Request_free(MPI_Request *request);
 
+/* Persistent requests: the arguments are kept, each MPI_Start begins one
+ * operation with them, and Wait/Test complete it (the request stays). */
+int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                  MPI_Comm comm, MPI_Request *request);
+int MPI_Ssend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                   MPI_Comm comm, MPI_Request *request);
+int MPI_Rsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                   MPI_Comm comm, MPI_Request *request);
+int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag,
+                  MPI_Comm comm, MPI_Request *request);
+int MPI_Start(MPI_Request *request);
+int MPI_Startall(int count, MPI_Request requests[]);
+
 /* Collectives. */
 int MPI_Barrier(MPI_Comm comm);
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
@@ -281,6 +338,9 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
 int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Alltoallw(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                  const MPI_Datatype sendtypes[], void *recvbuf, const int recvcounts[],
+                  const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm);
 int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
@@ -312,6 +372,8 @@ int MPI_Type_dup(MPI_Datatype oldtype, MPI_Datatype *newtype);
 int MPI_Type_commit(MPI_Datatype *datatype);
 int MPI_Type_free(MPI_Datatype *datatype);
 int MPI_Type_size(MPI_Datatype datatype, int *size);
+int MPI_Type_set_name(MPI_Datatype datatype, const char *name);
+int MPI_Type_get_name(MPI_Datatype datatype, char *name, int *resultlen);
 int MPI_Type_get_extent(MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent);
 int MPI_Type_get_true_extent(MPI_Datatype datatype, MPI_Aint *true_lb, MPI_Aint *true_extent);
 int MPI_Get_address(const void *location, MPI_Aint *address);
@@ -332,6 +394,8 @@ int MPI_Comm_group(MPI_Comm comm, MPI_Group *group);
 int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm);
 int MPI_Comm_create_group(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *newcomm);
 int MPI_Comm_test_inter(MPI_Comm comm, int *flag);
+int MPI_Comm_set_name(MPI_Comm comm, const char *name);
+int MPI_Comm_get_name(MPI_Comm comm, char *name, int *resultlen);
 int MPI_Group_incl(MPI_Group group, int n, const int ranks[], MPI_Group *newgroup);
 int MPI_Group_excl(MPI_Group group, int n, const int ranks[], MPI_Group *newgroup);
 int MPI_Group_free(MPI_Group *group);
@@ -352,6 +416,93 @@ int MPI_Cart_sub(MPI_Comm comm, const int remain_dims[], MPI_Comm *newcomm);
 int MPI_Cart_get(MPI_Comm comm, int maxdims, int dims[], int periods[], int coords[]);
 int MPI_Cartdim_get(MPI_Comm comm, int *ndims);
 int MPI_Topo_test(MPI_Comm comm, int *status);
+
+/* Distributed graph topologies (weights are kept and given back). */
+int MPI_Dist_graph_create_adjacent(MPI_Comm comm_old, int indegree, const int sources[],
+                                   const int sourceweights[], int outdegree,
+                                   const int destinations[], const int destweights[],
+                                   MPI_Info info, int reorder, MPI_Comm *comm_dist_graph);
+int MPI_Dist_graph_create(MPI_Comm comm_old, int n, const int sources[], const int degrees[],
+                          const int destinations[], const int weights[], MPI_Info info,
+                          int reorder, MPI_Comm *comm_dist_graph);
+int MPI_Dist_graph_neighbors_count(MPI_Comm comm, int *indegree, int *outdegree, int *weighted);
+int MPI_Dist_graph_neighbors(MPI_Comm comm, int maxindegree, int sources[], int sourceweights[],
+                             int maxoutdegree, int destinations[], int destweights[]);
+
+/* Neighborhood collectives (Cartesian and distributed graph topologies). */
+int MPI_Neighbor_allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                           void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Neighbor_allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                            void *recvbuf, const int recvcounts[], const int displs[],
+                            MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Neighbor_alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                          void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Neighbor_alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                           MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                           const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Neighbor_alltoallw(const void *sendbuf, const int sendcounts[],
+                           const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],
+                           void *recvbuf, const int recvcounts[], const MPI_Aint rdispls[],
+                           const MPI_Datatype recvtypes[], MPI_Comm comm);
+
+/* Info objects: (key, value) strings. */
+int MPI_Info_create(MPI_Info *info);
+int MPI_Info_set(MPI_Info info, const char *key, const char *value);
+int MPI_Info_get(MPI_Info info, const char *key, int valuelen, char *value, int *flag);
+int MPI_Info_get_string(MPI_Info info, const char *key, int *buflen, char *value, int *flag);
+int MPI_Info_get_valuelen(MPI_Info info, const char *key, int *valuelen, int *flag);
+int MPI_Info_get_nkeys(MPI_Info info, int *nkeys);
+int MPI_Info_get_nthkey(MPI_Info info, int n, char *key);
+int MPI_Info_delete(MPI_Info info, const char *key);
+int MPI_Info_dup(MPI_Info info, MPI_Info *newinfo);
+int MPI_Info_free(MPI_Info *info);
+
+/* One-sided communication (see the progress rule at the top). */
+int MPI_Win_create(void *base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
+                   MPI_Win *win);
+int MPI_Win_allocate(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr,
+                     MPI_Win *win);
+int MPI_Win_create_dynamic(MPI_Info info, MPI_Comm comm, MPI_Win *win);
+int MPI_Win_attach(MPI_Win win, void *base, MPI_Aint size);
+int MPI_Win_detach(MPI_Win win, const void *base);
+int MPI_Win_free(MPI_Win *win);
+int MPI_Win_get_group(MPI_Win win, MPI_Group *group);
+int MPI_Win_set_name(MPI_Win win, const char *name);
+int MPI_Win_get_name(MPI_Win win, char *name, int *resultlen);
+int MPI_Put(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype,
+            int target_rank, MPI_Aint target_disp, int target_count,
+            MPI_Datatype target_datatype, MPI_Win win);
+int MPI_Get(void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank,
+            MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win);
+int MPI_Accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype,
+                   int target_rank, MPI_Aint target_disp, int target_count,
+                   MPI_Datatype target_datatype, MPI_Op op, MPI_Win win);
+int MPI_Get_accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype,
+                       void *result_addr, int result_count, MPI_Datatype result_datatype,
+                       int target_rank, MPI_Aint target_disp, int target_count,
+                       MPI_Datatype target_datatype, MPI_Op op, MPI_Win win);
+int MPI_Fetch_and_op(const void *origin_addr, void *result_addr, MPI_Datatype datatype,
+                     int target_rank, MPI_Aint target_disp, MPI_Op op, MPI_Win win);
+int MPI_Compare_and_swap(const void *origin_addr, const void *compare_addr, void *result_addr,
+                         MPI_Datatype datatype, int target_rank, MPI_Aint target_disp,
+                         MPI_Win win);
+int MPI_Win_fence(int assert, MPI_Win win);
+int MPI_Win_post(MPI_Group group, int assert, MPI_Win win);
+int MPI_Win_start(MPI_Group group, int assert, MPI_Win win);
+int MPI_Win_complete(MPI_Win win);
+int MPI_Win_wait(MPI_Win win);
+int MPI_Win_test(MPI_Win win, int *flag);
+int MPI_Win_lock(int lock_type, int rank, int assert, MPI_Win win);
+int MPI_Win_unlock(int rank, MPI_Win win);
+int MPI_Win_lock_all(int assert, MPI_Win win);
+int MPI_Win_unlock_all(MPI_Win win);
+int MPI_Win_flush(int rank, MPI_Win win);
+int MPI_Win_flush_all(MPI_Win win);
+int MPI_Win_flush_local(int rank, MPI_Win win);
+int MPI_Win_flush_local_all(MPI_Win win);
+int MPI_Win_sync(MPI_Win win);
+int MPI_Alloc_mem(MPI_Aint size, MPI_Info info, void *baseptr);
+int MPI_Free_mem(void *base);
 
 /*
  * Zorilla extensions (not MPI; MPI has no application-level checkpoints).
@@ -386,10 +537,6 @@ ZMPI_UNAVAILABLE int MPI_Bsend(const void *, int, MPI_Datatype, int, int, MPI_Co
 ZMPI_UNAVAILABLE int MPI_Ibsend(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Buffer_attach(void *, int);
 ZMPI_UNAVAILABLE int MPI_Buffer_detach(void *, int *);
-ZMPI_UNAVAILABLE int MPI_Send_init(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
-ZMPI_UNAVAILABLE int MPI_Recv_init(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
-ZMPI_UNAVAILABLE int MPI_Start(MPI_Request *);
-ZMPI_UNAVAILABLE int MPI_Startall(int, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Cancel(MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Waitsome(int, MPI_Request *, int *, int *, MPI_Status *);
 ZMPI_UNAVAILABLE int MPI_Testsome(int, MPI_Request *, int *, int *, MPI_Status *);
@@ -401,25 +548,49 @@ ZMPI_UNAVAILABLE int MPI_Ireduce(const void *, void *, int, MPI_Datatype, MPI_Op
 ZMPI_UNAVAILABLE int MPI_Iallreduce(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Ialltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
 ZMPI_UNAVAILABLE int MPI_Iallgather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
-ZMPI_UNAVAILABLE int MPI_Win_create(void *, MPI_Aint, int, void *, MPI_Comm, void *);
-ZMPI_UNAVAILABLE int MPI_Win_allocate(MPI_Aint, int, void *, MPI_Comm, void *, void *);
-ZMPI_UNAVAILABLE int MPI_Win_fence(int, void *);
-ZMPI_UNAVAILABLE int MPI_Win_free(void *);
-ZMPI_UNAVAILABLE int MPI_Put(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, void *);
-ZMPI_UNAVAILABLE int MPI_Get(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, void *);
-ZMPI_UNAVAILABLE int MPI_Accumulate(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, void *);
-ZMPI_UNAVAILABLE int MPI_File_open(MPI_Comm, const char *, int, void *, void *);
-ZMPI_UNAVAILABLE int MPI_Comm_spawn(const char *, char *[], int, void *, int, MPI_Comm, MPI_Comm *, int[]);
+ZMPI_UNAVAILABLE int MPI_Iallgatherv(const void *, int, MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ialltoallv(const void *, const int[], const int[], MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ialltoallw(const void *, const int[], const int[], const MPI_Datatype[], void *, const int[], const int[], const MPI_Datatype[], MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Igather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Igatherv(const void *, int, MPI_Datatype, void *, const int[], const int[], MPI_Datatype, int, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Iscatter(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Iscatterv(const void *, const int[], const int[], MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ireduce_scatter(const void *, void *, const int[], MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ireduce_scatter_block(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Iscan(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ineighbor_allgather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ineighbor_allgatherv(const void *, int, MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ineighbor_alltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ineighbor_alltoallv(const void *, const int[], const int[], MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Ineighbor_alltoallw(const void *, const int[], const MPI_Aint[], const MPI_Datatype[], void *, const int[], const MPI_Aint[], const MPI_Datatype[], MPI_Comm, MPI_Request *);
+/* MPI-4 persistent collectives. */
+ZMPI_UNAVAILABLE int MPI_Barrier_init(MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Bcast_init(void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Reduce_init(const void *, void *, int, MPI_Datatype, MPI_Op, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Allreduce_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Gather_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Gatherv_init(const void *, int, MPI_Datatype, void *, const int[], const int[], MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Scatter_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Scatterv_init(const void *, const int[], const int[], MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Allgather_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Allgatherv_init(const void *, int, MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Alltoall_init(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Alltoallv_init(const void *, const int[], const int[], MPI_Datatype, void *, const int[], const int[], MPI_Datatype, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Alltoallw_init(const void *, const int[], const int[], const MPI_Datatype[], void *, const int[], const int[], const MPI_Datatype[], MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Reduce_scatter_init(const void *, void *, const int[], MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Reduce_scatter_block_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_File_open(MPI_Comm, const char *, int, MPI_Info, void *);
+ZMPI_UNAVAILABLE int MPI_Win_allocate_shared(MPI_Aint, int, MPI_Info, MPI_Comm, void *, MPI_Win *);
+ZMPI_UNAVAILABLE int MPI_Win_shared_query(MPI_Win, int, MPI_Aint *, int *, void *);
+ZMPI_UNAVAILABLE int MPI_Rput(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Rget(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *);
+ZMPI_UNAVAILABLE int MPI_Win_get_attr(MPI_Win, int, void *, int *);
+ZMPI_UNAVAILABLE int MPI_Comm_spawn(const char *, char *[], int, MPI_Info, int, MPI_Comm, MPI_Comm *, int[]);
 ZMPI_UNAVAILABLE int MPI_Intercomm_create(MPI_Comm, int, MPI_Comm, int, int, MPI_Comm *);
 ZMPI_UNAVAILABLE int MPI_Graph_create(MPI_Comm, int, const int[], const int[], int, MPI_Comm *);
-ZMPI_UNAVAILABLE int MPI_Dist_graph_create_adjacent(MPI_Comm, int, const int[], const int[], int, const int[], const int[], void *, int, MPI_Comm *);
-ZMPI_UNAVAILABLE int MPI_Neighbor_alltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
-ZMPI_UNAVAILABLE int MPI_Neighbor_allgather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
 ZMPI_UNAVAILABLE int MPI_Comm_set_attr(MPI_Comm, int, void *);
 ZMPI_UNAVAILABLE int MPI_Comm_get_attr(MPI_Comm, int, void *, int *);
 ZMPI_UNAVAILABLE int MPI_Comm_create_keyval(void *, void *, int *, void *);
-ZMPI_UNAVAILABLE int MPI_Comm_set_name(MPI_Comm, const char *);
-ZMPI_UNAVAILABLE int MPI_Comm_get_name(MPI_Comm, char *, int *);
 ZMPI_UNAVAILABLE int MPI_Comm_create_errhandler(MPI_Comm_errhandler_function *, MPI_Errhandler *);
 ZMPI_UNAVAILABLE int MPI_Group_union(MPI_Group, MPI_Group, MPI_Group *);
 ZMPI_UNAVAILABLE int MPI_Group_intersection(MPI_Group, MPI_Group, MPI_Group *);
@@ -428,8 +599,6 @@ ZMPI_UNAVAILABLE int MPI_Group_range_incl(MPI_Group, int, int[][3], MPI_Group *)
 ZMPI_UNAVAILABLE int MPI_Group_range_excl(MPI_Group, int, int[][3], MPI_Group *);
 ZMPI_UNAVAILABLE int MPI_Type_create_subarray(int, const int[], const int[], const int[], int, MPI_Datatype, MPI_Datatype *);
 ZMPI_UNAVAILABLE int MPI_Type_create_darray(int, int, int, const int[], const int[], const int[], const int[], int, MPI_Datatype, MPI_Datatype *);
-ZMPI_UNAVAILABLE int MPI_Alloc_mem(MPI_Aint, void *, void *);
-ZMPI_UNAVAILABLE int MPI_Free_mem(void *);
 ZMPI_UNAVAILABLE int MPI_Pcontrol(const int, ...);
 
 #ifdef __cplusplus

@@ -13,7 +13,8 @@
  *   Scan/Exscan         recursive doubling (order kept)
  *   Gather/Scatter      binomial tree; Gatherv/Scatterv linear at the root
  *   Allgather(v)        ring
- *   Alltoall(v)         pairwise exchange
+ *   Alltoall(v,w)       pairwise exchange
+ *   Neighbor_*          every receive posted, then every send, then wait
  *   Reduce_scatter(_block)  Allreduce, then each keeps its block
  */
 #include <stdlib.h>
@@ -670,6 +671,198 @@ static int reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts,
         zmpi_copy(at(acc, mine, t), counts[r], t, recvbuf, counts[r], t);
     free(base);
     return err;
+}
+
+/* ---- Alltoallw: pairwise exchange, a datatype per peer, byte displacements ---- */
+
+int MPI_Alltoallw(const void *sendbuf, const int scounts[], const int sdispls[],
+                  const MPI_Datatype sts[], void *recvbuf, const int rcounts[],
+                  const int rdispls[], const MPI_Datatype rts[], MPI_Comm comm)
+{
+    BEGIN("MPI_Alltoallw", comm);
+    int n = comm->size, r = comm->rank;
+    for (int i = 0; i < n; i++) {
+        CHECK_TYPE(comm, rts[i], rcounts[i]);
+        if (sendbuf != MPI_IN_PLACE)
+            CHECK_TYPE(comm, sts[i], scounts[i]);
+    }
+    void *copy = NULL;
+    if (sendbuf == MPI_IN_PLACE) {
+        MPI_Aint span = 0;
+        for (int i = 0; i < n; i++) {
+            MPI_Aint ext = rts[i]->extent < 0 ? -rts[i]->extent : rts[i]->extent;
+            MPI_Aint end = rcounts[i] > 0
+                               ? rdispls[i] + rts[i]->true_ub + (MPI_Aint)(rcounts[i] - 1) * ext
+                               : 0;
+            if (end > span)
+                span = end;
+        }
+        copy = malloc(span > 0 ? span : 1);
+        if (!copy)
+            FAIL(comm, MPI_ERR_NO_MEM, "out of memory");
+        if (span > 0)
+            memcpy(copy, recvbuf, span);
+        sendbuf = copy;
+        scounts = rcounts;
+        sdispls = rdispls;
+        sts = rts;
+    }
+    const char *sb = sendbuf;
+    char *rb = recvbuf;
+    int err = zmpi_copy(sb + sdispls[r], scounts[r], sts[r], rb + rdispls[r], rcounts[r], rts[r]);
+    for (int s = 1; s < n && !err; s++) {
+        int dst = (r + s) % n, src = (r - s + n) % n;
+        err = zmpi_csendrecv(sb + sdispls[dst], scounts[dst], sts[dst], dst, rb + rdispls[src],
+                             rcounts[src], rts[src], src, ZT_ALLTOALL, comm);
+    }
+    free(copy);
+    DONE(comm, err);
+}
+
+/* ---- Neighborhood collectives ----
+ * A Cartesian rank's neighbours are, per dimension, the rank below and the
+ * rank above (both may be one rank, or this one, on a short periodic
+ * dimension), so its messages carry a tag per dimension and direction: what
+ * a rank sends up arrives from below. A distributed graph's messages carry
+ * one tag, and several edges between two ranks match in order. */
+
+struct nb {
+    char *buf;
+    int count;
+    MPI_Datatype t;
+};
+
+static int nb_tag(MPI_Comm comm, int i, int sending)
+{
+    if (!comm->cart)
+        return ZT_NEIGHBOR;
+    int up = (i & 1) == sending; /* sending to the one above, or receiving from below */
+    return ZT_NEIGHBOR_CART - 2 * (i / 2) - up;
+}
+
+static int neighbor_exchange(MPI_Comm comm, int indeg, const int *src, const struct nb *in,
+                             int outdeg, const int *dst, const struct nb *out)
+{
+    MPI_Request *reqs = malloc((indeg + outdeg + 1) * sizeof *reqs);
+    if (!reqs)
+        return MPI_ERR_NO_MEM;
+    for (int i = 0; i < indeg; i++)
+        reqs[i] = zmpi_irecv(in[i].buf, in[i].count, in[i].t, src[i], nb_tag(comm, i, 0), comm,
+                             comm->ctx + 1);
+    for (int j = 0; j < outdeg; j++)
+        reqs[indeg + j] = zmpi_isend(out[j].buf, out[j].count, out[j].t, dst[j],
+                                     nb_tag(comm, j, 1), comm, comm->ctx + 1, 0);
+    int err = MPI_SUCCESS;
+    for (int k = 0; k < indeg + outdeg; k++) {
+        int e = zmpi_wait(&reqs[k], MPI_STATUS_IGNORE);
+        if (e && !err)
+            err = e;
+    }
+    free(reqs);
+    return err;
+}
+
+/* The neighbour lists and room for the per-neighbour buffers, or an error. */
+#define NEIGHBORS(comm)                                                                   \
+    int indeg_, outdeg_;                                                                  \
+    const int *src_, *dst_;                                                               \
+    int *scratch_;                                                                        \
+    if (zmpi_neighbors(comm, &indeg_, &src_, &outdeg_, &dst_, &scratch_))                  \
+        FAIL(comm, MPI_ERR_TOPOLOGY, "the communicator has no topology");                 \
+    struct nb *in_ = malloc((indeg_ + 1) * sizeof *in_);                                  \
+    struct nb *out_ = malloc((outdeg_ + 1) * sizeof *out_);                               \
+    if (!in_ || !out_)                                                                    \
+        abort()
+#define NEIGHBORS_DONE(comm)                                                              \
+    int err = neighbor_exchange(comm, indeg_, src_, in_, outdeg_, dst_, out_);            \
+    free(in_);                                                                            \
+    free(out_);                                                                           \
+    free(scratch_);                                                                       \
+    DONE(comm, err)
+
+int MPI_Neighbor_allgather(const void *sendbuf, int scount, MPI_Datatype st, void *recvbuf,
+                           int rcount, MPI_Datatype rt, MPI_Comm comm)
+{
+    BEGIN("MPI_Neighbor_allgather", comm);
+    CHECK_TYPE(comm, st, scount);
+    CHECK_TYPE(comm, rt, rcount);
+    NEIGHBORS(comm);
+    for (int i = 0; i < indeg_; i++)
+        in_[i] = (struct nb){at(recvbuf, (MPI_Aint)i * rcount, rt), rcount, rt};
+    for (int j = 0; j < outdeg_; j++)
+        out_[j] = (struct nb){(char *)sendbuf, scount, st};
+    NEIGHBORS_DONE(comm);
+}
+
+int MPI_Neighbor_allgatherv(const void *sendbuf, int scount, MPI_Datatype st, void *recvbuf,
+                            const int rcounts[], const int displs[], MPI_Datatype rt,
+                            MPI_Comm comm)
+{
+    BEGIN("MPI_Neighbor_allgatherv", comm);
+    CHECK_TYPE(comm, st, scount);
+    CHECK_TYPE(comm, rt, 0);
+    NEIGHBORS(comm);
+    for (int i = 0; i < indeg_; i++)
+        in_[i] = (struct nb){at(recvbuf, displs[i], rt), rcounts[i], rt};
+    for (int j = 0; j < outdeg_; j++)
+        out_[j] = (struct nb){(char *)sendbuf, scount, st};
+    NEIGHBORS_DONE(comm);
+}
+
+int MPI_Neighbor_alltoall(const void *sendbuf, int scount, MPI_Datatype st, void *recvbuf,
+                          int rcount, MPI_Datatype rt, MPI_Comm comm)
+{
+    BEGIN("MPI_Neighbor_alltoall", comm);
+    CHECK_TYPE(comm, st, scount);
+    CHECK_TYPE(comm, rt, rcount);
+    NEIGHBORS(comm);
+    for (int i = 0; i < indeg_; i++)
+        in_[i] = (struct nb){at(recvbuf, (MPI_Aint)i * rcount, rt), rcount, rt};
+    for (int j = 0; j < outdeg_; j++)
+        out_[j] = (struct nb){at(sendbuf, (MPI_Aint)j * scount, st), scount, st};
+    NEIGHBORS_DONE(comm);
+}
+
+int MPI_Neighbor_alltoallv(const void *sendbuf, const int scounts[], const int sdispls[],
+                           MPI_Datatype st, void *recvbuf, const int rcounts[],
+                           const int rdispls[], MPI_Datatype rt, MPI_Comm comm)
+{
+    BEGIN("MPI_Neighbor_alltoallv", comm);
+    CHECK_TYPE(comm, st, 0);
+    CHECK_TYPE(comm, rt, 0);
+    NEIGHBORS(comm);
+    for (int i = 0; i < indeg_; i++)
+        in_[i] = (struct nb){at(recvbuf, rdispls[i], rt), rcounts[i], rt};
+    for (int j = 0; j < outdeg_; j++)
+        out_[j] = (struct nb){at(sendbuf, sdispls[j], st), scounts[j], st};
+    NEIGHBORS_DONE(comm);
+}
+
+int MPI_Neighbor_alltoallw(const void *sendbuf, const int scounts[], const MPI_Aint sdispls[],
+                           const MPI_Datatype sts[], void *recvbuf, const int rcounts[],
+                           const MPI_Aint rdispls[], const MPI_Datatype rts[], MPI_Comm comm)
+{
+    BEGIN("MPI_Neighbor_alltoallw", comm);
+    NEIGHBORS(comm);
+    for (int i = 0; i < indeg_; i++) {
+        if (!zmpi_type_ok(rts[i]) || rcounts[i] < 0) {
+            free(in_);
+            free(out_);
+            free(scratch_);
+            FAIL(comm, MPI_ERR_TYPE, "invalid datatype or count");
+        }
+        in_[i] = (struct nb){(char *)recvbuf + rdispls[i], rcounts[i], rts[i]};
+    }
+    for (int j = 0; j < outdeg_; j++) {
+        if (!zmpi_type_ok(sts[j]) || scounts[j] < 0) {
+            free(in_);
+            free(out_);
+            free(scratch_);
+            FAIL(comm, MPI_ERR_TYPE, "invalid datatype or count");
+        }
+        out_[j] = (struct nb){(char *)sendbuf + sdispls[j], scounts[j], sts[j]};
+    }
+    NEIGHBORS_DONE(comm);
 }
 
 int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int counts[], MPI_Datatype t,

@@ -1,11 +1,13 @@
 /*
- * comm.c — communicators, groups and Cartesian topologies.
+ * comm.c — communicators, groups, Cartesian and distributed graph
+ * topologies.
  *
  * Every communicator has two context ids, ctx for point-to-point messages
  * and ctx + 1 for the library's collectives; new ones are agreed by the
  * members with an Allreduce(MAX) of each member's next free id, so an id is
  * never used by two communicators a process belongs to.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "zmpi.h"
@@ -35,8 +37,10 @@ void zmpi_comm_init(int rank, int size)
         abort();
     self_group.world[0] = rank;
     self_group.me = 0;
-    zmpi_comm_world = (struct zmpi_comm){1, 0, rank, size, &world_group, MPI_ERRORS_ARE_FATAL, NULL};
-    zmpi_comm_self = (struct zmpi_comm){1, 2, 0, 1, &self_group, MPI_ERRORS_ARE_FATAL, NULL};
+    zmpi_comm_world = (struct zmpi_comm){1, 0, rank, size, &world_group, MPI_ERRORS_ARE_FATAL,
+                                         NULL, NULL, NULL};
+    zmpi_comm_self = (struct zmpi_comm){1, 2, 0, 1, &self_group, MPI_ERRORS_ARE_FATAL,
+                                        NULL, NULL, NULL};
 }
 
 int zmpi_comm_ok(MPI_Comm c) { return c && c->group && c->size > 0; }
@@ -101,6 +105,52 @@ static void cart_drop(struct zmpi_cart *c)
     }
 }
 
+/* A copy of n ints (uninitialized if v is NULL). */
+static int *ints_dup(int n, const int *v)
+{
+    int *p = malloc((n > 0 ? n : 1) * sizeof(int));
+    if (p && v && n > 0)
+        memcpy(p, v, n * sizeof(int));
+    return p;
+}
+
+static void dgraph_drop(struct zmpi_dgraph *d)
+{
+    if (d) {
+        free(d->sources);
+        free(d->sourceweights);
+        free(d->destinations);
+        free(d->destweights);
+        free(d);
+    }
+}
+
+/* A distributed graph (the arrays copied; NULL weights are all 1). */
+static struct zmpi_dgraph *dgraph_new(int indegree, const int *sources, const int *sw,
+                                      int outdegree, const int *dests, const int *dw,
+                                      int weighted)
+{
+    struct zmpi_dgraph *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->indegree = indegree;
+    d->outdegree = outdegree;
+    d->weighted = weighted;
+    d->sources = ints_dup(indegree, sources);
+    d->destinations = ints_dup(outdegree, dests);
+    d->sourceweights = ints_dup(indegree, sw);
+    d->destweights = ints_dup(outdegree, dw);
+    if (!d->sources || !d->destinations || !d->sourceweights || !d->destweights) {
+        dgraph_drop(d);
+        return NULL;
+    }
+    for (int i = 0; i < indegree && !sw; i++)
+        d->sourceweights[i] = 1;
+    for (int i = 0; i < outdegree && !dw; i++)
+        d->destweights[i] = 1;
+    return d;
+}
+
 /* A communicator over group g (taken over) with context ctx. */
 static MPI_Comm comm_new(struct zmpi_group *g, int ctx, MPI_Errhandler errh)
 {
@@ -158,6 +208,33 @@ int MPI_Comm_test_inter(MPI_Comm comm, int *flag)
     return MPI_SUCCESS;
 }
 
+int MPI_Comm_set_name(MPI_Comm comm, const char *name)
+{
+    CHECK_COMM("MPI_Comm_set_name", comm);
+    if (!name)
+        return zmpi_error(comm, MPI_ERR_ARG, "MPI_Comm_set_name", "null name");
+    size_t n = strnlen(name, MPI_MAX_OBJECT_NAME - 1);
+    char *copy = malloc(n + 1);
+    if (!copy)
+        return zmpi_error(comm, MPI_ERR_NO_MEM, "MPI_Comm_set_name", "out of memory");
+    memcpy(copy, name, n);
+    copy[n] = 0;
+    free(comm->name);
+    comm->name = copy;
+    return MPI_SUCCESS;
+}
+
+int MPI_Comm_get_name(MPI_Comm comm, char *name, int *len)
+{
+    CHECK_COMM("MPI_Comm_get_name", comm);
+    const char *s = comm->name                ? comm->name
+                    : comm == MPI_COMM_WORLD ? "MPI_COMM_WORLD"
+                    : comm == MPI_COMM_SELF  ? "MPI_COMM_SELF"
+                                             : "";
+    *len = snprintf(name, MPI_MAX_OBJECT_NAME, "%s", s);
+    return MPI_SUCCESS;
+}
+
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *out)
 {
     CHECK_COMM("MPI_Comm_dup", comm);
@@ -171,6 +248,13 @@ int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *out)
     if (comm->cart) {
         c->cart = cart_new(comm->cart->ndims, comm->cart->dims, comm->cart->periods);
         if (!c->cart)
+            return zmpi_error(comm, MPI_ERR_NO_MEM, "MPI_Comm_dup", "out of memory");
+    }
+    if (comm->dgraph) {
+        struct zmpi_dgraph *d = comm->dgraph;
+        c->dgraph = dgraph_new(d->indegree, d->sources, d->sourceweights, d->outdegree,
+                               d->destinations, d->destweights, d->weighted);
+        if (!c->dgraph)
             return zmpi_error(comm, MPI_ERR_NO_MEM, "MPI_Comm_dup", "out of memory");
     }
     *out = c;
@@ -245,6 +329,8 @@ int MPI_Comm_free(MPI_Comm *comm)
         return zmpi_error(*comm, MPI_ERR_COMM, "MPI_Comm_free", "cannot free a predefined communicator");
     group_drop((*comm)->group);
     cart_drop((*comm)->cart);
+    dgraph_drop((*comm)->dgraph);
+    free((*comm)->name);
     free(*comm);
     *comm = MPI_COMM_NULL;
     return MPI_SUCCESS;
@@ -322,7 +408,7 @@ int MPI_Comm_create_group(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *out
      * provisional communicator whose collective messages travel in comm's
      * point-to-point context under a tag user messages cannot carry. */
     struct zmpi_comm tmp = {0, comm->ctx - 1, group->me, group->size, group, MPI_ERRORS_RETURN,
-                            NULL};
+                            NULL, NULL, NULL};
     int ctx, err = zmpi_new_ctx(&tmp, &ctx);
     if (err)
         return zmpi_error(comm, err, "MPI_Comm_create_group", "could not agree on a context");
@@ -649,6 +735,212 @@ int MPI_Cartdim_get(MPI_Comm comm, int *ndims)
 int MPI_Topo_test(MPI_Comm comm, int *status)
 {
     CHECK_COMM("MPI_Topo_test", comm);
-    *status = comm->cart ? MPI_CART : MPI_UNDEFINED;
+    *status = comm->cart ? MPI_CART : comm->dgraph ? MPI_DIST_GRAPH : MPI_UNDEFINED;
     return MPI_SUCCESS;
+}
+
+/* ---- distributed graph topologies ---- */
+
+static int check_ranks(MPI_Comm comm, int n, const int *ranks)
+{
+    for (int i = 0; i < n; i++)
+        if (ranks[i] < 0 || ranks[i] >= comm->size)
+            return 0;
+    return 1;
+}
+
+int MPI_Dist_graph_create_adjacent(MPI_Comm comm, int indegree, const int sources[],
+                                   const int sourceweights[], int outdegree,
+                                   const int destinations[], const int destweights[],
+                                   MPI_Info info, int reorder, MPI_Comm *out)
+{
+    CHECK_COMM("MPI_Dist_graph_create_adjacent", comm);
+    (void)info;
+    (void)reorder;
+    if (indegree < 0 || outdegree < 0)
+        return zmpi_error(comm, MPI_ERR_ARG, "MPI_Dist_graph_create_adjacent", "negative degree");
+    if (!check_ranks(comm, indegree, sources) || !check_ranks(comm, outdegree, destinations))
+        return zmpi_error(comm, MPI_ERR_RANK, "MPI_Dist_graph_create_adjacent",
+                          "neighbour outside the communicator");
+    int weighted = sourceweights != MPI_UNWEIGHTED && destweights != MPI_UNWEIGHTED;
+    const int *sw = weighted && sourceweights != MPI_WEIGHTS_EMPTY ? sourceweights : NULL;
+    const int *dw = weighted && destweights != MPI_WEIGHTS_EMPTY ? destweights : NULL;
+    int err = MPI_Comm_dup(comm, out);
+    if (err)
+        return err;
+    cart_drop((*out)->cart);
+    (*out)->cart = NULL;
+    dgraph_drop((*out)->dgraph);
+    (*out)->dgraph = dgraph_new(indegree, sources, sw, outdegree, destinations, dw, weighted);
+    return (*out)->dgraph ? MPI_SUCCESS
+                          : zmpi_error(comm, MPI_ERR_NO_MEM, "MPI_Dist_graph_create_adjacent",
+                                       "out of memory");
+}
+
+/* Every rank names edges (sources[i] -> destinations[...], degrees[i] of
+ * them) anywhere in the graph: each edge goes to both of its ends, by an
+ * Alltoall of counts and an Alltoallv of (source, destination, weight). */
+int MPI_Dist_graph_create(MPI_Comm comm, int n, const int sources[], const int degrees[],
+                          const int destinations[], const int weights[], MPI_Info info,
+                          int reorder, MPI_Comm *out)
+{
+    CHECK_COMM("MPI_Dist_graph_create", comm);
+    (void)info;
+    (void)reorder;
+    const char *fn = "MPI_Dist_graph_create";
+    int size = comm->size, edges = 0;
+    if (n < 0)
+        return zmpi_error(comm, MPI_ERR_ARG, fn, "negative count");
+    for (int i = 0; i < n; i++) {
+        if (degrees[i] < 0)
+            return zmpi_error(comm, MPI_ERR_ARG, fn, "negative degree");
+        edges += degrees[i];
+    }
+    if (!check_ranks(comm, n, sources) || !check_ranks(comm, edges, destinations))
+        return zmpi_error(comm, MPI_ERR_RANK, fn, "node outside the communicator");
+    int weighted = weights != MPI_UNWEIGHTED;
+    const int *w = weighted && weights != MPI_WEIGHTS_EMPTY ? weights : NULL;
+    /* Each edge is sent as 3 ints to its source and to its destination. */
+    int *scount = calloc(size, sizeof(int)), *rcount = calloc(size, sizeof(int));
+    int *sdisp = calloc(size, sizeof(int)), *rdisp = calloc(size, sizeof(int));
+    int *sbuf = malloc((6 * edges + 1) * sizeof(int));
+    if (!scount || !rcount || !sdisp || !rdisp || !sbuf)
+        abort();
+    for (int i = 0, e = 0; i < n; i++)
+        for (int k = 0; k < degrees[i]; k++, e++) {
+            scount[sources[i]] += 3;
+            scount[destinations[e]] += 3;
+        }
+    for (int r = 1; r < size; r++)
+        sdisp[r] = sdisp[r - 1] + scount[r - 1];
+    int *fill = ints_dup(size, sdisp);
+    if (!fill)
+        abort();
+    for (int i = 0, e = 0; i < n; i++)
+        for (int k = 0; k < degrees[i]; k++, e++) {
+            int edge[3] = {sources[i], destinations[e], w ? w[e] : 1};
+            memcpy(sbuf + fill[sources[i]], edge, sizeof edge);
+            fill[sources[i]] += 3;
+            memcpy(sbuf + fill[destinations[e]], edge, sizeof edge);
+            fill[destinations[e]] += 3;
+        }
+    MPI_Errhandler h = comm->errh;
+    comm->errh = MPI_ERRORS_RETURN;
+    int err = MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, comm);
+    int total = 0;
+    for (int r = 0; r < size; r++) {
+        rdisp[r] = total;
+        total += rcount[r];
+    }
+    int *rbuf = malloc((total + 1) * sizeof(int));
+    if (!rbuf)
+        abort();
+    if (!err)
+        err = MPI_Alltoallv(sbuf, scount, sdisp, MPI_INT, rbuf, rcount, rdisp, MPI_INT, comm);
+    comm->errh = h;
+    int indeg = 0, outdeg = 0, me = comm->rank;
+    size_t most = (total / 3 + 1) * sizeof(int);
+    int *in = malloc(most), *inw = malloc(most), *outr = malloc(most), *outw = malloc(most);
+    if (!in || !inw || !outr || !outw)
+        abort();
+    /* An edge from this rank to itself arrives twice in a row: the first
+     * copy counts as the out-edge, the second as the in-edge. */
+    int second = 0;
+    for (int i = 0; i + 2 < total && !err; i += 3) {
+        int src = rbuf[i], dst = rbuf[i + 1], wt = rbuf[i + 2];
+        int as_source = src == me, as_dest = dst == me;
+        if (src == me && dst == me) {
+            as_source = !second;
+            as_dest = second;
+            second = !second;
+        }
+        if (as_source) {
+            outr[outdeg] = dst;
+            outw[outdeg++] = wt;
+        }
+        if (as_dest) {
+            in[indeg] = src;
+            inw[indeg++] = wt;
+        }
+    }
+    free(scount);
+    free(rcount);
+    free(sdisp);
+    free(rdisp);
+    free(sbuf);
+    free(fill);
+    free(rbuf);
+    if (!err)
+        err = MPI_Dist_graph_create_adjacent(comm, indeg, in, weighted ? inw : MPI_UNWEIGHTED,
+                                             outdeg, outr, weighted ? outw : MPI_UNWEIGHTED,
+                                             info, reorder, out);
+    else
+        err = zmpi_error(comm, err, fn, "could not exchange the edges");
+    free(in);
+    free(inw);
+    free(outr);
+    free(outw);
+    return err;
+}
+
+#define CHECK_DGRAPH(fn, c)                                                               \
+    do {                                                                                  \
+        CHECK_COMM(fn, c);                                                                \
+        if (!(c)->dgraph)                                                                 \
+            return zmpi_error(c, MPI_ERR_TOPOLOGY, fn, "not a distributed graph communicator"); \
+    } while (0)
+
+int MPI_Dist_graph_neighbors_count(MPI_Comm comm, int *indegree, int *outdegree, int *weighted)
+{
+    CHECK_DGRAPH("MPI_Dist_graph_neighbors_count", comm);
+    *indegree = comm->dgraph->indegree;
+    *outdegree = comm->dgraph->outdegree;
+    *weighted = comm->dgraph->weighted;
+    return MPI_SUCCESS;
+}
+
+int MPI_Dist_graph_neighbors(MPI_Comm comm, int maxin, int sources[], int sourceweights[],
+                             int maxout, int destinations[], int destweights[])
+{
+    CHECK_DGRAPH("MPI_Dist_graph_neighbors", comm);
+    struct zmpi_dgraph *d = comm->dgraph;
+    int w = d->weighted;
+    for (int i = 0; i < d->indegree && i < maxin; i++) {
+        sources[i] = d->sources[i];
+        if (w && sourceweights && sourceweights != MPI_UNWEIGHTED)
+            sourceweights[i] = d->sourceweights[i];
+    }
+    for (int i = 0; i < d->outdegree && i < maxout; i++) {
+        destinations[i] = d->destinations[i];
+        if (w && destweights && destweights != MPI_UNWEIGHTED)
+            destweights[i] = d->destweights[i];
+    }
+    return MPI_SUCCESS;
+}
+
+int zmpi_neighbors(MPI_Comm comm, int *indegree, const int **sources, int *outdegree,
+                   const int **destinations, int **scratch)
+{
+    *scratch = NULL;
+    if (comm->dgraph) {
+        *indegree = comm->dgraph->indegree;
+        *sources = comm->dgraph->sources;
+        *outdegree = comm->dgraph->outdegree;
+        *destinations = comm->dgraph->destinations;
+        return 0;
+    }
+    if (!comm->cart)
+        return -1;
+    /* A Cartesian rank's neighbours, dimension by dimension: the one below,
+     * then the one above; sources and destinations are the same list. */
+    int nd = comm->cart->ndims;
+    int *n = malloc((2 * nd + 1) * sizeof(int));
+    if (!n)
+        abort();
+    for (int i = 0; i < nd; i++)
+        MPI_Cart_shift(comm, i, 1, &n[2 * i], &n[2 * i + 1]);
+    *indegree = *outdegree = 2 * nd;
+    *sources = *destinations = n;
+    *scratch = n;
+    return 0;
 }

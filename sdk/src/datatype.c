@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <wchar.h>
@@ -64,6 +65,11 @@ PAIR(long_int, ZB_LONG_INT, zl_i)
 PAIR(2int, ZB_2INT, z2_i)
 PAIR(short_int, ZB_SHORT_INT, zs_i)
 PAIR(long_double_int, ZB_LDOUBLE_INT, zld_i)
+/* Addresses are longs on wasm32 and on the 64-bit hosts of native runs. */
+_Static_assert(sizeof(MPI_Aint) == sizeof(long), "MPI_Aint is a long");
+PRE(aint, ZB_LONG, MPI_Aint)
+PRE(offset, ZB_LLONG, MPI_Offset)
+PRE(count, ZB_LLONG, MPI_Count)
 
 long long zmpi_type_bytes(MPI_Datatype t, int count)
 {
@@ -407,6 +413,7 @@ int MPI_Type_free(MPI_Datatype *t)
         return zmpi_error(NULL, MPI_ERR_TYPE, "MPI_Type_free",
                           "null or predefined datatype");
     free((*t)->blocks);
+    free((*t)->name);
     free(*t);
     *t = MPI_DATATYPE_NULL;
     return MPI_SUCCESS;
@@ -417,6 +424,39 @@ int MPI_Type_size(MPI_Datatype t, int *size)
     if (!t)
         return zmpi_error(NULL, MPI_ERR_TYPE, "MPI_Type_size", "null datatype");
     *size = t->size > INT_MAX ? MPI_UNDEFINED : (int)t->size;
+    return MPI_SUCCESS;
+}
+
+int MPI_Type_set_name(MPI_Datatype t, const char *name)
+{
+    if (!t || !name)
+        return zmpi_error(NULL, MPI_ERR_TYPE, "MPI_Type_set_name", "null datatype or name");
+    size_t n = strnlen(name, MPI_MAX_OBJECT_NAME - 1);
+    char *copy = malloc(n + 1);
+    if (!copy)
+        return zmpi_error(NULL, MPI_ERR_NO_MEM, "MPI_Type_set_name", "out of memory");
+    memcpy(copy, name, n);
+    copy[n] = 0;
+    free(t->name);
+    t->name = copy;
+    return MPI_SUCCESS;
+}
+
+/* The name of a predefined type is its MPI name. */
+static const char *predefined_name(MPI_Datatype t)
+{
+#define NAME(name, id) if (t == &zmpi_type_##id) return #name;
+    ZMPI_TYPES(NAME)
+#undef NAME
+    return "";
+}
+
+int MPI_Type_get_name(MPI_Datatype t, char *name, int *len)
+{
+    if (!t || !name || !len)
+        return zmpi_error(NULL, MPI_ERR_TYPE, "MPI_Type_get_name", "null datatype or name");
+    const char *s = t->name ? t->name : t->predefined ? predefined_name(t) : "";
+    *len = snprintf(name, MPI_MAX_OBJECT_NAME, "%s", s);
     return MPI_SUCCESS;
 }
 

@@ -33,6 +33,19 @@ static const char *const messages[] = {
     [MPI_ERR_IN_STATUS] = "error in a status",
     [MPI_ERR_PENDING] = "pending request",
     [MPI_ERR_NO_MEM] = "out of memory",
+    [MPI_ERR_WIN] = "invalid window",
+    [MPI_ERR_BASE] = "invalid base address",
+    [MPI_ERR_SIZE] = "invalid size",
+    [MPI_ERR_DISP] = "invalid displacement",
+    [MPI_ERR_INFO] = "invalid info object",
+    [MPI_ERR_LOCKTYPE] = "invalid lock type",
+    [MPI_ERR_ASSERT] = "invalid assertion",
+    [MPI_ERR_RMA_CONFLICT] = "conflicting one-sided accesses",
+    [MPI_ERR_RMA_SYNC] = "one-sided call outside its synchronization",
+    [MPI_ERR_RMA_RANGE] = "target memory outside the window",
+    [MPI_ERR_INFO_KEY] = "info key too long or empty",
+    [MPI_ERR_INFO_VALUE] = "info value too long",
+    [MPI_ERR_INFO_NOKEY] = "no such info key",
 };
 
 static const char *message(int code)

@@ -8,12 +8,12 @@
 #include "zmpi.h"
 
 enum { O_MAX, O_MIN, O_SUM, O_PROD, O_LAND, O_LOR, O_LXOR, O_BAND, O_BOR, O_BXOR, O_MAXLOC,
-       O_MINLOC, O_REPLACE };
+       O_MINLOC, O_REPLACE, O_NO_OP };
 
 #define OP(id, w) struct zmpi_op zmpi_op_##id = {1, 1, w, NULL};
 OP(max, O_MAX) OP(min, O_MIN) OP(sum, O_SUM) OP(prod, O_PROD) OP(land, O_LAND) OP(lor, O_LOR)
 OP(lxor, O_LXOR) OP(band, O_BAND) OP(bor, O_BOR) OP(bxor, O_BXOR) OP(maxloc, O_MAXLOC)
-OP(minloc, O_MINLOC) OP(replace, O_REPLACE)
+OP(minloc, O_MINLOC) OP(replace, O_REPLACE) OP(no_op, O_NO_OP)
 
 enum kclass { C_NONE, C_INT, C_FLOAT, C_BOOL, C_BYTE, C_PAIR };
 
@@ -45,7 +45,7 @@ int zmpi_op_ok(MPI_Op op, MPI_Datatype t)
         return 0;
     if (!op->predefined)
         return 1;
-    if (op->which == O_REPLACE)
+    if (op->which == O_REPLACE || op->which == O_NO_OP)
         return 1;
     enum kclass c = class_of(t->basic);
     switch (op->which) {
@@ -173,6 +173,8 @@ int zmpi_apply(MPI_Op op, const void *in, void *inout, int count, MPI_Datatype t
     }
     if (!zmpi_op_ok(op, t))
         return MPI_ERR_OP;
+    if (op->which == O_NO_OP) /* one-sided: leaves the target as it is */
+        return MPI_SUCCESS;
     long ps = pair_stride(t->basic);
     if (zmpi_type_contig(t)) {
         long len = (long)t->size * count;

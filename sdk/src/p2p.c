@@ -27,6 +27,10 @@
  * fragment per destination per pass. Large Isends progress whenever the program calls
  * into MPI (any Wait/Test/Probe/Send/Recv or collective); a program that
  * only computes does not progress them (nor return credits).
+ *
+ * One-sided messages (F_AM, see zmpi_am_send in zmpi.h) are assembled like
+ * unexpected messages but never matched: zmpi_progress hands each whole one
+ * to win.c's hook.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +38,7 @@
 #include "zmpi.h"
 
 enum { K_DATA = 1, K_ACK = 2, K_CREDIT = 3 };
-enum { F_SYNC = 1 };
+enum { F_SYNC = 1, F_AM = 2 };
 
 struct hdr {
     uint8_t kind, flags;
@@ -64,6 +68,9 @@ static int sends_queued;
 static MPI_Request sync_wait;               /* Ssends waiting for their ACK */
 static MPI_Request posted_head, posted_tail;
 static struct zmpi_unexp *unexp_head, *unexp_tail;
+static struct zmpi_unexp *am_head, *am_tail; /* one-sided messages */
+static int in_am;                           /* the hook is running */
+void (*zmpi_am_hook)(int ctx, int src, const unsigned char *data, long long len);
 static MPI_Request *in_req;                 /* per source: message being assembled */
 static struct zmpi_unexp **in_unexp;
 static uint32_t next_msgid = 1;
@@ -199,7 +206,7 @@ static int send_next(int dest)
     MPI_Request r = send_head[dest];
     struct hdr h = {0};
     h.kind = K_DATA;
-    h.flags = r->sync ? F_SYNC : 0;
+    h.flags = (r->sync ? F_SYNC : 0) | (r->am ? F_AM : 0);
     h.ctx = r->ctx;
     h.src = r->src; /* the sender's rank in the communicator */
     h.tag = r->tag;
@@ -237,10 +244,39 @@ static int send_next(int dest)
     return err;
 }
 
+/* Hands every whole one-sided message to the hook. Messages from one
+ * source complete in the order they were sent, so they are handled in
+ * that order; the hook's own sends may append to the list meanwhile. */
+static int run_am(void)
+{
+    int ran = 0;
+    in_am = 1;
+    struct zmpi_unexp **pp = &am_head, *prev = NULL;
+    while (*pp) {
+        struct zmpi_unexp *e = *pp;
+        if (e->got < e->total) {
+            prev = e;
+            pp = &e->next;
+            continue;
+        }
+        *pp = e->next;
+        if (am_tail == e)
+            am_tail = prev;
+        zmpi_am_hook(e->ctx, e->src, e->data, e->total);
+        free(e->data);
+        free(e);
+        ran = 1;
+    }
+    in_am = 0;
+    return ran;
+}
+
 int zmpi_progress(int block)
 {
     int err = MPI_SUCCESS;
     int did = drain(&err);
+    if (am_head && zmpi_am_hook && !in_am && run_am())
+        did = 1;
     int threshold = window / 2 > 0 ? window / 2 : 1;
     for (int w = 0; w < zmpi_world_size && !err; w++)
         if (consumed[w] >= threshold) {
@@ -394,7 +430,7 @@ static void handle(int w, const unsigned char *msg, int32_t n)
         return;
     if (h.offset == 0) {
         /* a new message from w */
-        MPI_Request r = posted_head;
+        MPI_Request r = h.flags & F_AM ? NULL : posted_head;
         while (r && !matches(h.ctx, h.src, h.tag, r->ctx, r->src, r->tag))
             r = r->next_posted;
         if (r) {
@@ -422,11 +458,16 @@ static void handle(int w, const unsigned char *msg, int32_t n)
         e->data = malloc(h.total ? h.total : 1);
         if (!e->data)
             abort();
-        if (unexp_tail)
-            unexp_tail->next = e;
+        struct zmpi_unexp **head = &unexp_head, **tail = &unexp_tail;
+        if (h.flags & F_AM) {
+            head = &am_head;
+            tail = &am_tail;
+        }
+        if (*tail)
+            (*tail)->next = e;
         else
-            unexp_head = e;
-        unexp_tail = e;
+            *head = e;
+        *tail = e;
         memcpy(e->data, p, len);
         e->got = len;
         if (e->got < e->total)
@@ -458,6 +499,22 @@ static void handle(int w, const unsigned char *msg, int32_t n)
 
 static uint32_t fresh_msgid(void) { return next_msgid++; }
 
+/* Queues a send behind the others to its destination. */
+static void enqueue(MPI_Request r)
+{
+    int d = r->dest_world;
+    if (send_tail[d])
+        send_tail[d]->next_send = r;
+    else
+        send_head[d] = r;
+    send_tail[d] = r;
+    sends_queued++;
+    /* Start at once: small messages leave before the program goes back to
+     * computing, as with an eager protocol. */
+    if (send_head[d] == r && credits[d] > 0)
+        send_next(d);
+}
+
 MPI_Request zmpi_isend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                        MPI_Comm comm, int ctx, int sync)
 {
@@ -487,18 +544,27 @@ MPI_Request zmpi_isend(const void *buf, int count, MPI_Datatype t, int dest, int
         r->owns_data = 1;
         zmpi_pack(buf, count, t, r->data);
     }
-    int d = r->dest_world;
-    if (send_tail[d])
-        send_tail[d]->next_send = r;
-    else
-        send_head[d] = r;
-    send_tail[d] = r;
-    sends_queued++;
-    /* Start at once: small messages leave before the program goes back to
-     * computing, as with an eager protocol. */
-    if (send_head[d] == r && credits[d] > 0)
-        send_next(d);
+    enqueue(r);
     return r;
+}
+
+void zmpi_am_send(unsigned char *data, long long len, int dest, MPI_Comm comm, int ctx)
+{
+    MPI_Request r = calloc(1, sizeof *r);
+    if (!r || !p2p_ready())
+        abort();
+    r->kind = ZR_SEND;
+    r->status.MPI_ERROR = MPI_SUCCESS;
+    r->am = 1;
+    r->freed = 1; /* nobody waits for it */
+    r->msgid = fresh_msgid();
+    r->dest_world = zmpi_world(comm, dest);
+    r->ctx = ctx;
+    r->src = comm->rank;
+    r->total = len;
+    r->data = data;
+    r->owns_data = 1;
+    enqueue(r);
 }
 
 MPI_Request zmpi_irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
@@ -644,6 +710,82 @@ int MPI_Irsend(const void *buf, int count, MPI_Datatype t, int dest, int tag, MP
                MPI_Request *req)
 {
     return do_isend("MPI_Irsend", buf, count, t, dest, tag, comm, 0, req);
+}
+
+/* ---- persistent requests: the arguments kept, an operation per Start ---- */
+
+static int persist(const char *fn, int send, int sync, const void *buf, int count,
+                   MPI_Datatype t, int peer, int tag, MPI_Comm comm, MPI_Request *req)
+{
+    int err = check_p2p(fn, comm, count, t, peer, tag, !send);
+    if (err)
+        return err;
+    MPI_Request r = calloc(1, sizeof *r);
+    if (!r)
+        return zmpi_error(comm, MPI_ERR_NO_MEM, fn, "out of memory");
+    r->kind = ZR_PERSIST;
+    r->psend = send;
+    r->sync = sync;
+    r->buf = (void *)buf;
+    r->count = count;
+    r->type = t;
+    r->src = peer;
+    r->tag = tag;
+    r->comm = comm;
+    r->status.MPI_ERROR = MPI_SUCCESS;
+    *req = r;
+    return MPI_SUCCESS;
+}
+
+int MPI_Send_init(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                  MPI_Request *req)
+{
+    return persist("MPI_Send_init", 1, 0, buf, count, t, dest, tag, comm, req);
+}
+
+int MPI_Ssend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                   MPI_Request *req)
+{
+    return persist("MPI_Ssend_init", 1, 1, buf, count, t, dest, tag, comm, req);
+}
+
+int MPI_Rsend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                   MPI_Request *req)
+{
+    return persist("MPI_Rsend_init", 1, 0, buf, count, t, dest, tag, comm, req);
+}
+
+int MPI_Recv_init(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+                  MPI_Request *req)
+{
+    return persist("MPI_Recv_init", 0, 0, buf, count, t, src, tag, comm, req);
+}
+
+int MPI_Start(MPI_Request *req)
+{
+    int err = zmpi_check_init("MPI_Start");
+    if (err)
+        return err;
+    MPI_Request r = req ? *req : NULL;
+    if (!r || r->kind != ZR_PERSIST)
+        return zmpi_error(NULL, MPI_ERR_REQUEST, "MPI_Start", "not a persistent request");
+    if (r->inner)
+        return zmpi_error(r->comm, MPI_ERR_REQUEST, "MPI_Start", "the request is already active");
+    r->inner = r->psend ? zmpi_isend(r->buf, r->count, r->type, r->src, r->tag, r->comm,
+                                     r->comm->ctx, r->sync)
+                        : zmpi_irecv(r->buf, r->count, r->type, r->src, r->tag, r->comm,
+                                     r->comm->ctx);
+    return MPI_SUCCESS;
+}
+
+int MPI_Startall(int count, MPI_Request reqs[])
+{
+    for (int i = 0; i < count; i++) {
+        int err = MPI_Start(&reqs[i]);
+        if (err)
+            return err;
+    }
+    return MPI_SUCCESS;
 }
 
 int MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,

@@ -1,6 +1,9 @@
 /*
  * request.c — completing requests: Wait, Test and their any/all forms,
- * Request_free. Every wait drives the progress engine (p2p.c).
+ * Request_free. Every wait drives the progress engine (p2p.c). A
+ * persistent request completes with its current operation (`inner`) and
+ * stays, inactive, for the next MPI_Start; while inactive it is complete
+ * and answers an empty status, as MPI_REQUEST_NULL does.
  */
 #include <stdlib.h>
 #include "zmpi.h"
@@ -18,10 +21,28 @@ static void empty_status(MPI_Status *s)
 
 void zmpi_request_release(MPI_Request r) { free(r); }
 
-/* Takes the result of a completed request and frees it. */
+static int done(MPI_Request r)
+{
+    return r->kind == ZR_PERSIST ? !r->inner || r->inner->done : r->done;
+}
+
+/* Whether r is a request that is not inactive. */
+static int is_active(MPI_Request r) { return r && (r->kind != ZR_PERSIST || r->inner); }
+
+/* Takes the result of a completed request and frees it (a persistent
+ * request's operation only: the request becomes inactive). */
 static int take(MPI_Request *rp, MPI_Status *status)
 {
     MPI_Request r = *rp;
+    if (r->kind == ZR_PERSIST) {
+        MPI_Request op = r->inner;
+        r->inner = NULL;
+        if (!op) {
+            empty_status(status);
+            return MPI_SUCCESS;
+        }
+        return take(&op, status);
+    }
     int err = r->status.MPI_ERROR;
     if (status) {
         if (r->kind == ZR_RECV)
@@ -41,7 +62,7 @@ int zmpi_wait(MPI_Request *rp, MPI_Status *status)
         empty_status(status);
         return MPI_SUCCESS;
     }
-    while (!(*rp)->done) {
+    while (!done(*rp)) {
         int err = zmpi_progress(1);
         if (err)
             return err;
@@ -70,12 +91,12 @@ int MPI_Test(MPI_Request *rp, int *flag, MPI_Status *status)
         empty_status(status);
         return MPI_SUCCESS;
     }
-    if (!(*rp)->done) {
+    if (!done(*rp)) {
         err = zmpi_progress(0);
         if (err)
             return zmpi_error(NULL, err, "MPI_Test", "transport failed");
     }
-    *flag = (*rp)->done;
+    *flag = done(*rp);
     if (!*flag)
         return MPI_SUCCESS;
     err = take(rp, status);
@@ -91,7 +112,7 @@ int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
     for (;;) {
         int pending = 0;
         for (int i = 0; i < count; i++)
-            if (reqs[i] && !reqs[i]->done)
+            if (reqs[i] && !done(reqs[i]))
                 pending = 1;
         if (!pending)
             break;
@@ -119,7 +140,7 @@ int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
     if (err)
         return zmpi_error(NULL, err, "MPI_Testall", "transport failed");
     for (int i = 0; i < count; i++)
-        if (reqs[i] && !reqs[i]->done) {
+        if (reqs[i] && !done(reqs[i])) {
             *flag = 0;
             return MPI_SUCCESS;
         }
@@ -140,9 +161,9 @@ static int any_done(int count, MPI_Request reqs[], int *index, int *active)
 {
     *active = 0;
     for (int i = 0; i < count; i++)
-        if (reqs[i]) {
+        if (is_active(reqs[i])) {
             *active = 1;
-            if (reqs[i]->done) {
+            if (done(reqs[i])) {
                 *index = i;
                 return 1;
             }
@@ -198,10 +219,18 @@ int MPI_Request_free(MPI_Request *rp)
         return err;
     if (!*rp)
         return zmpi_error(NULL, MPI_ERR_REQUEST, "MPI_Request_free", "null request");
-    if ((*rp)->done)
-        zmpi_request_release(*rp);
+    MPI_Request r = *rp;
+    if (r->kind == ZR_PERSIST) {
+        /* an active operation finishes on its own, then goes */
+        if (r->inner && r->inner->done)
+            zmpi_request_release(r->inner);
+        else if (r->inner)
+            r->inner->freed = 1;
+        zmpi_request_release(r);
+    } else if (r->done)
+        zmpi_request_release(r);
     else
-        (*rp)->freed = 1;
+        r->freed = 1;
     *rp = MPI_REQUEST_NULL;
     return MPI_SUCCESS;
 }

@@ -3,7 +3,8 @@
  * env.c (init, errors, time), p2p.c (the wire format, matching and the
  * progress engine), request.c (Wait/Test), datatype.c (type maps, pack),
  * op.c (reduction operators), coll.c (collectives), comm.c (communicators,
- * groups, Cartesian topologies).
+ * groups, Cartesian and distributed graph topologies), info.c (Info
+ * objects), win.c (one-sided communication), wasi.c (what wasi-libc lacks).
  */
 #ifndef ZMPI_INTERNAL_H
 #define ZMPI_INTERNAL_H
@@ -64,6 +65,7 @@ struct zmpi_type {
     int nblocks;            /* runs of one element, sorted by type-map order */
     struct zmpi_block *blocks;
     struct zmpi_block one;  /* storage for the single block of predefined types */
+    char *name;             /* set by MPI_Type_set_name, or NULL */
 };
 
 /* Bytes of data of count elements; -1 on overflow past INT_MAX. */
@@ -102,6 +104,12 @@ struct zmpi_cart {
     int *dims, *periods;
 };
 
+/* A distributed graph topology: this rank's in- and out-neighbours. */
+struct zmpi_dgraph {
+    int indegree, outdegree, weighted;
+    int *sources, *sourceweights, *destinations, *destweights;
+};
+
 struct zmpi_comm {
     int predefined;
     int ctx;                 /* context of point-to-point messages; ctx+1 for collectives */
@@ -109,6 +117,8 @@ struct zmpi_comm {
     struct zmpi_group *group;
     MPI_Errhandler errh;
     struct zmpi_cart *cart;
+    struct zmpi_dgraph *dgraph;
+    char *name;              /* set by MPI_Comm_set_name, or NULL */
 };
 
 struct zmpi_errhandler {
@@ -122,8 +132,14 @@ void zmpi_comm_init(int world_rank, int world_size);
 /* Tags the library reserves for collectives (user tags are >= 0). */
 enum {
     ZT_BARRIER = -100, ZT_BCAST, ZT_REDUCE, ZT_ALLREDUCE, ZT_SCAN, ZT_GATHER, ZT_SCATTER,
-    ZT_ALLGATHER, ZT_ALLTOALL, ZT_REDSCAT, ZT_CTX, ZT_SPLIT,
+    ZT_ALLGATHER, ZT_ALLTOALL, ZT_REDSCAT, ZT_CTX, ZT_SPLIT, ZT_NEIGHBOR,
+    ZT_NEIGHBOR_CART = -1000, /* and below: per dimension and direction */
 };
+/* The neighbours of a rank of a Cartesian or distributed graph communicator,
+ * in the order neighbourhood collectives use (MPI_PROC_NULL for a missing
+ * Cartesian neighbour). Returns 0, or -1 if comm has no such topology. */
+int zmpi_neighbors(MPI_Comm comm, int *indegree, const int **sources, int *outdegree,
+                   const int **destinations, int **scratch);
 
 /* ---- errors ---- */
 /* Reports error `code` found by `fn` on comm (NULL: COMM_WORLD) and returns it,
@@ -134,7 +150,9 @@ extern int zmpi_initialized, zmpi_finalized;
 extern int zmpi_world_rank, zmpi_world_size;
 
 /* ---- requests and point to point ---- */
-enum zmpi_req_kind { ZR_SEND, ZR_RECV };
+/* ZR_PERSIST: a persistent request (Send_init, Recv_init): its arguments,
+ * and the request of its current Start in `inner` (NULL while inactive). */
+enum zmpi_req_kind { ZR_SEND, ZR_RECV, ZR_PERSIST };
 
 struct zmpi_unexp;
 
@@ -145,6 +163,9 @@ struct zmpi_request {
     MPI_Status status;
     /* send side */
     int sync;             /* Ssend: waits for the receiver's match acknowledgement */
+    int am;               /* a one-sided message (zmpi_am_send) */
+    int psend;            /* persistent: a send (else a receive) */
+    struct zmpi_request *inner; /* persistent: the active operation */
     int acked;
     uint32_t msgid;
     int dest_world;
@@ -189,5 +210,18 @@ int zmpi_new_ctx(MPI_Comm comm, int *ctx);
 int zmpi_allreduce_int_max(int *v, MPI_Comm comm);
 int zmpi_flush_sends(void);
 extern int zmpi_next_ctx;
+
+/* ---- one-sided messages (win.c) ----
+ * A message sent by zmpi_am_send is not matched by any receive: once it has
+ * arrived whole, zmpi_progress hands it to zmpi_am_hook (which win.c sets
+ * when it creates a window), in the order messages from one source were
+ * sent. The hook runs inside zmpi_progress, never inside the engine's own
+ * sending or receiving, so it may send (zmpi_am_send) but must not wait.
+ * This is the rule for one-sided progress: a rank applies what others do
+ * to its windows whenever it is in an MPI call that drives the engine. */
+extern void (*zmpi_am_hook)(int ctx, int src, const unsigned char *data, long long len);
+/* Queues `len` bytes at `data` (malloc'd; the engine frees them) for rank
+ * dest of comm, in context ctx. */
+void zmpi_am_send(unsigned char *data, long long len, int dest, MPI_Comm comm, int ctx);
 
 #endif

@@ -1,5 +1,6 @@
 /* Nonblocking: Isend/Irecv, Wait, Waitall, Waitany, Test, Testall,
- * Request_free, Issend; both sides Isend large messages before receiving. */
+ * Request_free, Issend; both sides Isend large messages before receiving;
+ * persistent requests (Send_init, Ssend_init, Recv_init, Start, Startall). */
 #include <string.h>
 #include "check.h"
 
@@ -112,6 +113,46 @@ int main(int argc, char **argv)
     MPI_Request nul = MPI_REQUEST_NULL;
     MPI_Wait(&nul, &st);
     CHECK(st.MPI_SOURCE == MPI_ANY_SOURCE && st.MPI_TAG == MPI_ANY_TAG, "empty status");
+
+    /* Persistent requests around the ring, started 3 times; the buffer is
+     * read at each Start. An inactive persistent request waits at once. */
+    {
+        int out = 0, in = -1, sum = 0;
+        MPI_Request pr[2];
+        MPI_Recv_init(&in, 1, MPI_INT, left, 30, MPI_COMM_WORLD, &pr[0]);
+        MPI_Send_init(&out, 1, MPI_INT, right, 30, MPI_COMM_WORLD, &pr[1]);
+        MPI_Wait(&pr[0], &st);
+        CHECK(pr[0] != MPI_REQUEST_NULL && st.MPI_TAG == MPI_ANY_TAG, "inactive wait");
+        for (int k = 1; k <= 3; k++) {
+            out = 100 * k + rank;
+            MPI_Startall(2, pr);
+            MPI_Waitall(2, pr, MPI_STATUSES_IGNORE);
+            CHECK(in == 100 * k + left, "persistent round %d got %d", k, in);
+            CHECK(pr[0] != MPI_REQUEST_NULL && pr[1] != MPI_REQUEST_NULL, "requests kept");
+            sum += in;
+        }
+        MPI_Request ps;
+        MPI_Ssend_init(&out, 1, MPI_INT, right, 31, MPI_COMM_WORLD, &ps);
+        MPI_Start(&pr[0]); /* pr[0] still receives on tag 30 */
+        out = -7;
+        MPI_Start(&ps);
+        int b = -1;
+        MPI_Recv(&b, 1, MPI_INT, left, 31, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Wait(&ps, MPI_STATUS_IGNORE);
+        CHECK(b == -7, "persistent ssend %d", b);
+        MPI_Send(&rank, 1, MPI_INT, right, 30, MPI_COMM_WORLD);
+        int flag = 0;
+        while (!flag)
+            MPI_Test(&pr[0], &flag, &st);
+        CHECK(in == left && st.MPI_SOURCE == left, "persistent test %d", in);
+        MPI_Request_free(&pr[0]);
+        MPI_Request_free(&pr[1]);
+        MPI_Request_free(&ps);
+        CHECK(pr[0] == MPI_REQUEST_NULL && ps == MPI_REQUEST_NULL, "persistent freed");
+        int total = 0;
+        MPI_Allreduce(&sum, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        SAY("persistent_sum %d", total);
+    }
 
     free(outr);
     free(outl);

@@ -106,3 +106,25 @@ int32_t zorilla_recv(int32_t *source, void *buf, uint32_t cap, int64_t timeout_m
 int32_t zorilla_barrier(void) { return ZORILLA_ECLOSED; }
 int32_t zorilla_membership_next(struct zorilla_membership *e) { (void)e; return 0; }
 int32_t zorilla_watch_membership(int32_t enable) { (void)enable; return 0; }
+/* No checkpoint store here, as in a local run. */
+int32_t zorilla_checkpoint_save(const void *data, uint32_t len)
+{
+    (void)data;
+    (void)len;
+    return ZORILLA_ENOTSUP;
+}
+int32_t zorilla_checkpoint_size(void) { return ZORILLA_ENOTSUP; }
+int32_t zorilla_checkpoint_load(void *buf, uint32_t cap)
+{
+    (void)buf;
+    (void)cap;
+    return ZORILLA_ENOTSUP;
+}
+int32_t zorilla_checkpoint_save_generation(int64_t generation, const void *data, uint32_t len)
+{
+    (void)generation;
+    (void)data;
+    (void)len;
+    return ZORILLA_ENOTSUP;
+}
+int64_t zorilla_checkpoint_generation(void) { return ZORILLA_ENOTSUP; }
