@@ -311,10 +311,10 @@ pub enum CredentialError {
     /// It names another peer than the one showing it.
     #[error("it names peer {named}, not {shown_by}")]
     OtherPeer {
-        /// The peer it names.
-        named: PeerId,
+        /// The peer it names (boxed: a peer id is 80 bytes).
+        named: Box<PeerId>,
         /// The peer that showed it.
-        shown_by: PeerId,
+        shown_by: Box<PeerId>,
     },
     /// A link has expired.
     #[error("it expired at {expired} (Unix seconds; now {now})")]
@@ -409,8 +409,8 @@ impl Credential {
         }
         if key.public().to_peer_id() != self.body.member {
             return Err(CredentialError::OtherPeer {
-                named: self.body.member,
-                shown_by: key.public().to_peer_id(),
+                named: Box::new(self.body.member),
+                shown_by: Box::new(key.public().to_peer_id()),
             });
         }
         let body = CredentialBody {

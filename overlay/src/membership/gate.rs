@@ -115,7 +115,7 @@ pub(crate) enum GateEvent {
     /// overlay's protocols.
     Admitted {
         peer: PeerId,
-        membership: Membership,
+        membership: Box<Membership>,
     },
     /// The peer did not show a valid credential in time (or its
     /// credential expired, or was revoked): the connection is closed.
@@ -139,7 +139,7 @@ pub(crate) enum GateEvent {
 #[derive(Debug)]
 pub(crate) enum GateOut<T> {
     Inner(T),
-    Gate(GateEvent),
+    Gate(Box<GateEvent>),
 }
 
 /// Behaviour to handler.
@@ -198,7 +198,13 @@ struct Closed {
 enum Action {
     Notify(PeerId, ConnectionId, Control),
     Close(PeerId, ConnectionId),
-    Emit(GateEvent),
+    Emit(Box<GateEvent>),
+}
+
+impl Action {
+    fn emit(event: GateEvent) -> Action {
+        Action::Emit(Box::new(event))
+    }
 }
 
 enum Control {
@@ -285,7 +291,7 @@ impl<B> Gate<B> {
         for (connection, peer, expires) in expired {
             closed.members.remove(&connection);
             self.actions.push_back(Action::Close(peer, connection));
-            self.actions.push_back(Action::Emit(GateEvent::Refused {
+            self.actions.push_back(Action::emit(GateEvent::Refused {
                 peer,
                 reason: format!("its credential expired at {expires} (Unix seconds)"),
                 offence: false,
@@ -345,13 +351,13 @@ impl<B> Gate<B> {
             for (connection, peer) in cut {
                 closed.members.remove(&connection);
                 self.actions.push_back(Action::Close(peer, connection));
-                self.actions.push_back(Action::Emit(GateEvent::Refused {
+                self.actions.push_back(Action::emit(GateEvent::Refused {
                     peer,
                     reason: "its credential is revoked".into(),
                     offence: false,
                 }));
             }
-            self.actions.push_back(Action::Emit(GateEvent::Revoked {
+            self.actions.push_back(Action::emit(GateEvent::Revoked {
                 from: from.map(|(p, _)| p),
                 targets: fresh.iter().map(|(t, _)| *t).collect(),
             }));
@@ -417,20 +423,22 @@ impl<B> Gate<B> {
                             Control::Push(Arc::new(all)),
                         ));
                     }
-                    self.actions
-                        .push_back(Action::Emit(GateEvent::Admitted { peer, membership }));
+                    self.actions.push_back(Action::emit(GateEvent::Admitted {
+                        peer,
+                        membership: Box::new(membership),
+                    }));
                 }
             }
             Report::RefusedUs(reason) => {
                 closed.members.remove(&connection);
                 self.actions.push_back(Action::Close(peer, connection));
                 self.actions
-                    .push_back(Action::Emit(GateEvent::RefusedUs { peer, reason }));
+                    .push_back(Action::emit(GateEvent::RefusedUs { peer, reason }));
             }
             Report::Failed { reason, offence } => {
                 closed.members.remove(&connection);
                 self.actions.push_back(Action::Close(peer, connection));
-                self.actions.push_back(Action::Emit(GateEvent::Refused {
+                self.actions.push_back(Action::emit(GateEvent::Refused {
                     peer,
                     reason,
                     offence,
@@ -438,7 +446,7 @@ impl<B> Gate<B> {
             }
             Report::Revocations(items) => {
                 if let Err(reason) = self.revoke(items, Some((peer, connection))) {
-                    self.actions.push_back(Action::Emit(GateEvent::Refused {
+                    self.actions.push_back(Action::emit(GateEvent::Refused {
                         peer,
                         reason: format!("sent a revocation that does not check: {reason}"),
                         offence: true,
@@ -839,10 +847,7 @@ impl<H: ConnectionHandler> ConnectionHandler for GateHandler<H> {
     ) -> Poll<
         ConnectionHandlerEvent<Self::OutboundProtocol, Self::OutboundOpenInfo, Self::ToBehaviour>,
     > {
-        loop {
-            let Some(state) = &mut self.closed else {
-                break;
-            };
+        while let Some(state) = &mut self.closed {
             if let Some(report) = state.reports.pop_front() {
                 return Poll::Ready(ConnectionHandlerEvent::NotifyBehaviour(HandlerOut::Report(
                     report,
@@ -1009,13 +1014,13 @@ impl<H: ConnectionHandler> ConnectionHandler for GateHandler<H> {
                 self.inner
                     .on_connection_event(ConnectionEvent::AddressChange(change));
             }
-            ConnectionEvent::LocalProtocolsChange(change) => {
-                // From admission on, what we offer includes the wrapped
-                // protocols (identify tells the peer about them).
-                if self.closed.as_ref().is_none_or(|s| s.admitted) {
-                    self.inner
-                        .on_connection_event(ConnectionEvent::LocalProtocolsChange(change));
-                }
+            // From admission on, what we offer includes the wrapped
+            // protocols (identify tells the peer about them).
+            ConnectionEvent::LocalProtocolsChange(change)
+                if self.closed.as_ref().is_none_or(|s| s.admitted) =>
+            {
+                self.inner
+                    .on_connection_event(ConnectionEvent::LocalProtocolsChange(change));
             }
             ConnectionEvent::RemoteProtocolsChange(change) => {
                 self.inner

@@ -79,8 +79,8 @@ pub fn check_own_credential(
         })?;
     if membership.member != local {
         return Err(CredentialError::OtherPeer {
-            named: membership.member,
-            shown_by: local,
+            named: Box::new(membership.member),
+            shown_by: Box::new(local),
         });
     }
     Ok(membership)

@@ -190,7 +190,7 @@ impl Driver {
     pub(super) async fn on_gated_event(&mut self, event: GateOut<BehaviourEvent>) {
         match event {
             GateOut::Inner(event) => self.on_behaviour_event(event).await,
-            GateOut::Gate(event) => self.on_gate_event(event).await,
+            GateOut::Gate(event) => self.on_gate_event(*event).await,
         }
     }
 
