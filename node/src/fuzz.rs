@@ -294,6 +294,9 @@ fn request(g: &mut Gen) -> Request {
             job,
             max_workers: g.u32(),
         },
+        9 => Request::Revoke {
+            revocations: g.vec(|g| serde_bytes::ByteBuf::from(g.string().into_bytes())),
+        },
         _ => Request::Peers,
     }
 }
@@ -385,6 +388,11 @@ fn response(g: &mut Gen) -> Response {
             peers_measured: g.int() as usize,
             uptime_secs: g.int(),
             jobs: g.map(job_phase, Gen::int),
+            grid: g.option(|g| crate::protocol::GridInfo {
+                key: g.string(),
+                fingerprint: g.string(),
+                expires_unix: g.int(),
+            }),
         }),
         7 => Response::Peers(g.vec(|g| PeerEntry {
             peer: g.string(),

@@ -45,7 +45,9 @@ impl Node {
             Request::Logs { job, from, .. } => self.logs_page(job, from, MAX_LOG_PAGE_BYTES),
             Request::Resize { job, max_workers } => self.resize(job, max_workers),
             // Answered by the connection from the overlay handle.
-            Request::Peers => Response::error(ErrorKind::Internal, "peers are not the loop's"),
+            Request::Peers | Request::Revoke { .. } => {
+                Response::error(ErrorKind::Internal, "peers are not the loop's")
+            }
             // Answered by the connection from the store.
             Request::Outputs { .. } | Request::OutputBlock { .. } => {
                 Response::error(ErrorKind::Internal, "outputs are not the loop's")
@@ -86,6 +88,7 @@ impl Node {
                     version: String::new(),
                     network: String::new(),
                     uptime_secs: 0,
+                    grid: None,
                 })
             }
         }
