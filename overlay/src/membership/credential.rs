@@ -134,7 +134,7 @@ impl<'de> Deserialize<'de> for GridPublicKey {
 
 /// A grid key pair. Its file holds the secret: mode 0600, written once and
 /// never overwritten.
-pub struct GridKey(ed25519::Keypair);
+pub struct GridKey(pub(crate) ed25519::Keypair);
 
 impl fmt::Debug for GridKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -67,7 +67,7 @@ const PUSH_TIMEOUT: Duration = Duration::from_secs(30);
 /// One frame of the membership protocol: a 4-byte big-endian length, then
 /// this in CBOR.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-enum Frame {
+pub(crate) enum Frame {
     /// The sender's credential.
     Hello(ByteBuf),
     /// The answer to a hello whose credential checks.
