@@ -265,7 +265,7 @@ fn hello(g: &mut Gen) -> Hello {
 
 fn request(g: &mut Gen) -> Request {
     let job = g.int();
-    match g.below(10) {
+    match g.below(11) {
         0 => Request::Submit {
             job: job_request(g),
             module: g.bytes(),
