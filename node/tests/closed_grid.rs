@@ -117,6 +117,16 @@ async fn members_run_a_job_and_a_node_without_a_credential_gets_nothing() {
         shown.contains("open: anyone who can reach this node may join"),
         "{shown}"
     );
+    // And so do their status pages.
+    let (code, page) = members[0].http_get("/").await;
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("Only nodes with a credential of grid key"),
+        "{page}"
+    );
+    assert!(page.contains(&grid.fingerprint), "{page}");
+    let (_, page) = stranger.http_get("/").await;
+    assert!(page.contains("Anyone who can reach this node"), "{page}");
 
     // A job needing more cores than the members have together would wait
     // for the stranger's: 6 workers fit the members' 6 cores exactly.
