@@ -9,7 +9,7 @@
 //!
 //! The check is made when a connection is set up, on every transport alike
 //! (TCP, QUIC, relayed circuits): the overlay's behaviours run behind a
-//! [`gate`] whose connection handler speaks only
+//! gate (the private module `gate`) whose connection handler speaks only
 //! `/zorilla/<network>/membership/1` until the peer's credential checks;
 //! before that no other protocol (flood, rpc, ranks, identify, ping,
 //! relay, ...) is offered to the peer, and none of ours is opened to it.
@@ -39,7 +39,10 @@ pub struct GridConfig {
     /// The grid's public key: credentials must be signed by it (or by an
     /// inviter it signed).
     pub key: GridPublicKey,
-    /// This node's own credential, shown to every peer.
+    /// This node's own credential, shown to every peer. `Overlay::start`
+    /// does not check it (a test may start a node with a bad one, to see
+    /// its peers refuse it); a node should, with [`check_own_credential`],
+    /// and refuse to start when it fails.
     pub credential: Credential,
     /// How long a peer has to show its credential; see
     /// [`DEFAULT_MEMBERSHIP_TIMEOUT`].
