@@ -52,6 +52,7 @@ run_bench() { # package bench
     cargo bench --locked "${profile[@]}" --workspace --bench "$2" | tee "$logs/$1-$2.log"
 }
 run_bench zorilla-overlay flood
+run_bench zorilla-overlay connect
 run_bench zorilla-sandbox sandbox
 run_bench zorilla-sandbox compute
 run_bench zorilla-node speedup

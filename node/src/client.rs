@@ -292,6 +292,21 @@ impl Client {
         }
     }
 
+    /// Hands the node revocations (each as its file holds it) to keep and
+    /// flood; returns how many were new to it.
+    pub async fn revoke(&mut self, revocations: Vec<Vec<u8>>) -> Result<u64, ClientError> {
+        let request = Request::Revoke {
+            revocations: revocations
+                .into_iter()
+                .map(serde_bytes::ByteBuf::from)
+                .collect(),
+        };
+        match self.call(&request).await? {
+            Response::Revoked { new } => Ok(new),
+            other => Err(unexpected(Some(other))),
+        }
+    }
+
     /// The peers the node knows, nearest first.
     pub async fn peers(&mut self) -> Result<Vec<PeerEntry>, ClientError> {
         match self.call(&Request::Peers).await? {

@@ -34,6 +34,8 @@
 //! checkpoint_max_mib = 256           # largest checkpoint of a worker here
 //! checkpoint_replicas = 2            # other nodes that keep each checkpoint
 //! checkpoint_store_mib = 2048        # checkpoints kept here for other nodes
+//! credential = "/etc/zorilla/member.cred"  # closed grid: this node's credential (default: open grid)
+//! grid_key = "3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29"  # closed grid's key
 //! ```
 
 use std::net::SocketAddr;
@@ -242,6 +244,17 @@ pub struct Config {
     /// it at most for the workers of one node); default
     /// [`DEFAULT_CHECKPOINT_STORE_MIB`]; 0 keeps none.
     pub checkpoint_store_mib: Option<u64>,
+    /// A closed grid: this node's membership credential file (made by
+    /// `zorilla-node grid issue` or `grid invite` for this node's peer id,
+    /// which `zorilla-node id` prints). Every peer must then show one of
+    /// the same grid, and this node refuses to start with one that is
+    /// expired, revoked or for another peer. Absent: an open grid, which
+    /// anyone who can reach a node may join.
+    pub credential: Option<PathBuf>,
+    /// The closed grid's public key (64 hex digits, printed by
+    /// `zorilla-node grid init`). Optional: the credential names it; when
+    /// set, a credential of another grid is refused. Needs `credential`.
+    pub grid_key: Option<String>,
 }
 
 /// Why the configuration could not be used.
@@ -322,7 +335,9 @@ impl Config {
             store_cache_kib,
             checkpoint_max_mib,
             checkpoint_replicas,
-            checkpoint_store_mib
+            checkpoint_store_mib,
+            credential,
+            grid_key
         );
         self
     }

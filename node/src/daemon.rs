@@ -85,6 +85,78 @@ impl WorkerTimeCaps {
     }
 }
 
+/// A closed grid's settings from `credential` and `grid_key`, checked as
+/// peers will check them: a node refuses to start with a credential that
+/// every peer would refuse (expired, revoked, another grid's, another
+/// peer's), and says why.
+fn closed_grid(
+    config: &Config,
+    state_dir: &std::path::Path,
+) -> anyhow::Result<Option<zorilla_overlay::membership::GridConfig>> {
+    use zorilla_overlay::membership::{Credential, GridConfig, GridPublicKey};
+    let Some(path) = &config.credential else {
+        if config.grid_key.is_some() {
+            anyhow::bail!(
+                "grid_key is set but credential is not: a node of a closed grid needs its \
+                 credential (`zorilla-node grid issue` makes one for this node's peer id, \
+                 which `zorilla-node id` prints)"
+            );
+        }
+        return Ok(None);
+    };
+    let credential = Credential::load(path)?;
+    let key = match &config.grid_key {
+        Some(text) => {
+            let key: GridPublicKey = text.parse().map_err(|e| anyhow::anyhow!("grid_key: {e}"))?;
+            if credential.body().grid != key {
+                anyhow::bail!(
+                    "credential {}: it is of grid {}, not of grid_key {}",
+                    path.display(),
+                    credential.body().grid.fingerprint(),
+                    key.fingerprint()
+                );
+            }
+            key
+        }
+        None => credential.body().grid,
+    };
+    let grid = GridConfig::new(key, credential);
+    let local = zorilla_overlay::identity::load_or_create(state_dir)?
+        .public()
+        .to_peer_id();
+    let membership =
+        zorilla_overlay::membership::check_own_credential(&grid, local, Some(state_dir)).map_err(
+            |e| {
+                anyhow::anyhow!(
+                    "credential {}: {e}; this node cannot join grid {} with it (ask the grid's \
+                     founder or an inviter for a new one)",
+                    path.display(),
+                    key.fingerprint()
+                )
+            },
+        )?;
+    tracing::info!(
+        grid = %key.fingerprint(),
+        expires = membership.expires,
+        "closed grid: peers must show a credential of this grid"
+    );
+    Ok(Some(grid))
+}
+
+/// What `zorilla node` and the status page tell of a closed grid.
+fn grid_info(grid: &zorilla_overlay::membership::GridConfig) -> crate::protocol::GridInfo {
+    // The first link to expire ends the credential.
+    let expires = std::iter::once(grid.credential.body().expires)
+        .chain(grid.credential.inviter().map(|i| i.body().expires))
+        .min()
+        .unwrap_or(0);
+    crate::protocol::GridInfo {
+        key: grid.key.to_string(),
+        fingerprint: grid.key.fingerprint(),
+        expires_unix: expires,
+    }
+}
+
 impl Daemon {
     /// Resolves `config`: defaults, detection, owner limits, topology.
     pub fn from_config(config: &Config) -> anyhow::Result<Daemon> {
@@ -221,6 +293,10 @@ impl Daemon {
                 }
             },
             ..OverlayConfig::default()
+        };
+        let overlay = OverlayConfig {
+            grid: closed_grid(config, &state_dir)?,
+            ..overlay
         };
         overlay.validate().map_err(|e| anyhow::anyhow!(e))?;
         let client = config
@@ -373,6 +449,7 @@ pub async fn run(
     let status = NodeStatus::new(
         overlay.clone(),
         daemon.overlay.network.clone(),
+        daemon.overlay.grid.as_ref().map(grid_info),
         daemon.site.clone(),
         resources,
         daemon.scheduler.speed,
@@ -400,6 +477,7 @@ pub async fn run(
             sandbox: sandbox.clone(),
             overlay: overlay.clone(),
             network: daemon.overlay.network.clone(),
+            grid: daemon.overlay.grid.as_ref().map(grid_info),
             token: daemon.token.clone(),
             max_clients: daemon.max_clients,
             started: Instant::now(),

@@ -265,7 +265,7 @@ fn hello(g: &mut Gen) -> Hello {
 
 fn request(g: &mut Gen) -> Request {
     let job = g.int();
-    match g.below(12) {
+    match g.below(13) {
         0 => Request::Submit {
             job: job_request(g),
             module: g.bytes(),
@@ -302,6 +302,9 @@ fn request(g: &mut Gen) -> Request {
         7 => Request::Resize {
             job,
             max_workers: g.u32(),
+        },
+        11 => Request::Revoke {
+            revocations: g.vec(|g| serde_bytes::ByteBuf::from(g.string().into_bytes())),
         },
         _ => Request::Peers,
     }
@@ -410,6 +413,11 @@ fn response(g: &mut Gen) -> Response {
             peers_measured: g.int() as usize,
             uptime_secs: g.int(),
             jobs: g.map(job_phase, Gen::int),
+            grid: g.option(|g| crate::protocol::GridInfo {
+                key: g.string(),
+                fingerprint: g.string(),
+                expires_unix: g.int(),
+            }),
         }),
         7 => Response::Peers(g.vec(|g| PeerEntry {
             peer: g.string(),

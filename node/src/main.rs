@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use zorilla_node::config::Config;
 use zorilla_node::{Daemon, run};
 
@@ -13,6 +13,8 @@ use zorilla_node::{Daemon, run};
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<NodeCommand>,
     /// TOML configuration file.
     #[arg(long, env = "ZORILLA_CONFIG")]
     config: Option<PathBuf>,
@@ -114,9 +116,179 @@ struct Cli {
     /// Other nodes' checkpoints kept here, MiB.
     #[arg(long, env = "ZORILLA_CHECKPOINT_STORE_MIB")]
     checkpoint_store_mib: Option<u64>,
+    /// A closed grid: this node's membership credential file.
+    #[arg(long, env = "ZORILLA_CREDENTIAL")]
+    credential: Option<PathBuf>,
+    /// The closed grid's public key (64 hex digits); optional, the
+    /// credential names it.
+    #[arg(long, env = "ZORILLA_GRID_KEY")]
+    grid_key: Option<String>,
     /// Log filter (tracing's env-filter syntax); RUST_LOG wins if set.
     #[arg(long, env = "ZORILLA_LOG", default_value = "info")]
     log: String,
+}
+
+/// What `zorilla-node` does instead of running a node.
+#[derive(Debug, Subcommand)]
+enum NodeCommand {
+    /// Print this node's peer id (made, with its identity key, in the state
+    /// directory if there is none yet): what a credential names.
+    Id,
+    /// Closed grids: make the grid key, credentials and revocations.
+    #[command(subcommand)]
+    Grid(GridCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum GridCommand {
+    /// Make a new grid key (keep the file offline: whoever holds it
+    /// decides who joins) and print its public key for the nodes' config.
+    Init {
+        /// Where to write the secret key (mode 0600; never overwritten).
+        #[arg(long, default_value = "grid.key")]
+        key: PathBuf,
+    },
+    /// Issue a credential for a node, signed by the grid key.
+    Issue {
+        /// The grid key file.
+        #[arg(long, default_value = "grid.key")]
+        key: PathBuf,
+        /// The node's peer id (`zorilla-node id` on that node prints it).
+        #[arg(long)]
+        peer: String,
+        /// Days until it expires.
+        #[arg(long, default_value_t = 365)]
+        days: u64,
+        /// Let the node invite others (issue credentials with its own key).
+        #[arg(long)]
+        may_invite: bool,
+        /// Where to write it.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Invite a node: issue it a credential signed by this node's identity
+    /// key, under this node's own credential (which must let it invite).
+    Invite {
+        /// This node's credential.
+        #[arg(long)]
+        credential: PathBuf,
+        /// The invited node's peer id.
+        #[arg(long)]
+        peer: String,
+        /// Days until it expires (at most when this node's does).
+        #[arg(long, default_value_t = 365)]
+        days: u64,
+        /// Where to write it.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Revoke a node (by peer id) or one credential (by its file), signed
+    /// by the grid key; hand the file to any node with `zorilla revoke`.
+    Revoke {
+        /// The grid key file.
+        #[arg(long, default_value = "grid.key")]
+        key: PathBuf,
+        /// Every credential of this peer id.
+        #[arg(
+            long,
+            conflicts_with = "credential",
+            required_unless_present = "credential"
+        )]
+        peer: Option<String>,
+        /// This credential only.
+        #[arg(long)]
+        credential: Option<PathBuf>,
+        /// Where to write the revocation.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// Runs a `zorilla-node` command other than the node itself.
+fn node_command(command: &NodeCommand, state_dir: &std::path::Path) -> anyhow::Result<()> {
+    use zorilla_overlay::membership::credential::unix_now;
+    use zorilla_overlay::membership::{Credential, GridKey, RevocationTarget};
+    let peer = |text: &str| -> anyhow::Result<zorilla_overlay::PeerId> {
+        text.parse()
+            .map_err(|e| anyhow::anyhow!("{text:?} is not a peer id: {e}"))
+    };
+    let expiry = |days: u64| unix_now().saturating_add(days.saturating_mul(86_400));
+    match command {
+        NodeCommand::Id => {
+            let key = zorilla_overlay::identity::load_or_create(state_dir)?;
+            println!("{}", key.public().to_peer_id());
+        }
+        NodeCommand::Grid(GridCommand::Init { key }) => {
+            let grid = GridKey::generate();
+            grid.save(key)?;
+            println!(
+                "grid key written to {} (keep it offline)\ngrid_key = \"{}\"   # fingerprint {}",
+                key.display(),
+                grid.public(),
+                grid.public().fingerprint()
+            );
+        }
+        NodeCommand::Grid(GridCommand::Issue {
+            key,
+            peer: member,
+            days,
+            may_invite,
+            out,
+        }) => {
+            let grid = GridKey::load(key)?;
+            let credential = grid.issue(peer(member)?, expiry(*days), *may_invite);
+            credential.save(out)?;
+            println!(
+                "credential {} for {member} written to {} (expires in {days} days{})",
+                credential.id(),
+                out.display(),
+                if *may_invite { ", may invite" } else { "" }
+            );
+        }
+        NodeCommand::Grid(GridCommand::Invite {
+            credential,
+            peer: member,
+            days,
+            out,
+        }) => {
+            let own = Credential::load(credential)?;
+            let key = zorilla_overlay::identity::load_or_create(state_dir)?;
+            let invited = own.invite(&key, peer(member)?, expiry(*days))?;
+            invited.save(out)?;
+            println!(
+                "credential {} for {member} written to {}",
+                invited.id(),
+                out.display()
+            );
+        }
+        NodeCommand::Grid(GridCommand::Revoke {
+            key,
+            peer: revoked,
+            credential,
+            out,
+        }) => {
+            let grid = GridKey::load(key)?;
+            let (target, until) = match (revoked, credential) {
+                (Some(p), _) => (RevocationTarget::Peer(peer(p)?), u64::MAX),
+                (None, Some(file)) => {
+                    let credential = Credential::load(file)?;
+                    (
+                        RevocationTarget::Credential(credential.id()),
+                        credential.body().expires,
+                    )
+                }
+                (None, None) => anyhow::bail!("give --peer or --credential"),
+            };
+            let revocation = grid.revoke(target, until);
+            revocation.save(out)?;
+            println!(
+                "revocation of {target} written to {}: hand it to a node with `zorilla revoke {}`",
+                out.display(),
+                out.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 impl Cli {
@@ -154,6 +326,8 @@ impl Cli {
             checkpoint_max_mib: self.checkpoint_max_mib,
             checkpoint_replicas: self.checkpoint_replicas,
             checkpoint_store_mib: self.checkpoint_store_mib,
+            credential: self.credential.clone(),
+            grid_key: self.grid_key.clone(),
         }
     }
 }
@@ -209,6 +383,9 @@ fn main() -> anyhow::Result<()> {
         None => Config::default(),
     };
     let config = file.overridden_by(cli.overrides());
+    if let Some(command) = &cli.command {
+        return node_command(command, &config.state_dir());
+    }
     let daemon = Daemon::from_config(&config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -68,6 +68,8 @@ pub(crate) struct ServerConfig {
     pub(crate) sandbox: Sandbox,
     pub(crate) overlay: OverlayHandle,
     pub(crate) network: String,
+    /// The closed grid, if the node is in one.
+    pub(crate) grid: Option<crate::protocol::GridInfo>,
     pub(crate) token: Option<String>,
     pub(crate) max_clients: usize,
     pub(crate) started: Instant,
@@ -355,6 +357,22 @@ fn check_submitter(
 async fn answer_here(request: Request, caller: Caller, config: &ServerConfig) -> Response {
     match request {
         Request::Peers => peers(&config.overlay).await,
+        Request::Revoke { revocations } => {
+            if revocations.len() > crate::protocol::MAX_REVOCATIONS_PER_REQUEST {
+                return Response::error(
+                    ErrorKind::BadRequest,
+                    format!(
+                        "at most {} revocations at once",
+                        crate::protocol::MAX_REVOCATIONS_PER_REQUEST
+                    ),
+                );
+            }
+            let items = revocations.into_iter().map(|r| r.into_vec()).collect();
+            match config.overlay.revoke(items).await {
+                Ok(new) => Response::Revoked { new: new as u64 },
+                Err(e) => Response::error(ErrorKind::BadRequest, e.to_string()),
+            }
+        }
         Request::Outputs { .. } | Request::OutputBlock { .. } => {
             if let Err(e) = crate::validate::output_request(&request) {
                 return Response::error(ErrorKind::BadRequest, e.to_string());
@@ -414,6 +432,7 @@ async fn answer_here(request: Request, caller: Caller, config: &ServerConfig) ->
                 }
                 info.version = env!("CARGO_PKG_VERSION").to_string();
                 info.network.clone_from(&config.network);
+                info.grid.clone_from(&config.grid);
                 info.uptime_secs = config.started.elapsed().as_secs();
                 Response::NodeInfo(info)
             }

@@ -8,7 +8,6 @@
 mod common;
 
 use std::io::Read;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{TestNode, wait_for, wasm};

@@ -61,6 +61,28 @@ fn the_demo_runs_nqueens_on_the_nearest_sites_and_shuts_down_cleanly() {
     );
 }
 
+/// `--closed`: the same job on a closed grid, each node with a credential
+/// signed by a grid key the demo made.
+#[test]
+fn the_demo_runs_a_closed_grid_with_one_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_zorilla-demo"))
+        .args(["--closed", "--queens", "10", "--workers", "8"])
+        .output()
+        .expect("run zorilla-demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("A closed grid: grid key "), "{stdout}");
+    assert!(
+        stdout.contains("10-Queens has 724 solutions: correct"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("12 of 12 nodes stopped cleanly"),
+        "{stdout}"
+    );
+}
+
 /// The pids of the running `zorilla-node` processes whose parent is `parent`.
 fn nodes_of(parent: u32) -> Vec<u32> {
     let mut pids = Vec::new();

@@ -311,10 +311,14 @@ fn the_example_config_parses_and_documents_every_option() {
         every.token.is_some() && every.peers.is_some() && every.deny.is_some(),
         "{every:?}"
     );
-    // (The topology file is the operator's; the rest must resolve.)
+    // (The topology file and a closed grid's credential are the
+    // operator's; the rest must resolve.)
+    assert!(every.credential.is_some() && every.grid_key.is_some());
     let every = Config {
         topology: None,
         site: None,
+        credential: None,
+        grid_key: None,
         ..every
     };
     Daemon::from_config(&with_state(every)).unwrap();

@@ -10,7 +10,7 @@ mod common;
 mod raw_peer;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{TestNode, nqueens, stdout_of, wait_completed, wasm};

@@ -203,6 +203,10 @@ pub struct OverlayConfig {
     pub quic: bool,
     /// NAT traversal.
     pub nat: NatConfig,
+    /// A closed grid: the grid key and this node's credential. `None`
+    /// (the default): an open grid, which anyone who reaches a node and
+    /// knows the network's name may join.
+    pub grid: Option<crate::membership::GridConfig>,
 }
 
 impl Default for OverlayConfig {
@@ -234,6 +238,7 @@ impl Default for OverlayConfig {
             seed: None,
             quic: false,
             nat: NatConfig::default(),
+            grid: None,
         }
     }
 }

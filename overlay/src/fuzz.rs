@@ -19,6 +19,8 @@ use zorilla_core::channel::{
 use zorilla_core::flood::FloodId;
 use zorilla_core::vivaldi::{Coord, MIN_HEIGHT_MS, Position};
 
+use crate::membership::gate::Frame as MembershipFrame;
+use crate::membership::{Credential, GridKey, Revocation, RevocationTarget};
 use crate::streams::protocol::{self, Frame, Refusal};
 use crate::wire::{
     self, CborCodec, Checked, CoordinateFrame, FloodAck, FloodFrame, PeerRecord, ReadBudget,
@@ -54,11 +56,18 @@ pub enum Decoder {
     /// a node's link reads them, each chunk taken in by its channel's
     /// receiving end and each acknowledgement by the sending side.
     RanksStream,
+    /// A membership credential (a peer's hello), decoded and checked
+    /// against its own grid key: every signature and link.
+    Credential,
+    /// A revocation, decoded and its signature checked.
+    Revocation,
+    /// A frame of the membership protocol's CBOR.
+    MembershipFrame,
 }
 
 impl Decoder {
     /// Every decoder.
-    pub const ALL: [Decoder; 8] = [
+    pub const ALL: [Decoder; 11] = [
         Decoder::FloodStream,
         Decoder::FloodAckStream,
         Decoder::RpcRequestStream,
@@ -67,6 +76,9 @@ impl Decoder {
         Decoder::RpcRequest,
         Decoder::RpcResponse,
         Decoder::RanksStream,
+        Decoder::Credential,
+        Decoder::Revocation,
+        Decoder::MembershipFrame,
     ];
 }
 
@@ -113,6 +125,18 @@ pub fn decode(d: Decoder, bytes: &[u8]) -> Result<(), String> {
         Decoder::RpcRequest => cbor(wire::decode::<RpcRequest>(bytes).map(drop)),
         Decoder::RpcResponse => cbor(wire::decode::<RpcResponse>(bytes).map(drop)),
         Decoder::RanksStream => read_ranks_stream(bytes),
+        Decoder::Credential => {
+            let credential = Credential::from_bytes(bytes).map_err(|e| e.to_string())?;
+            let grid = credential.body().grid;
+            credential
+                .verify(&grid, 0, &|_, _| false)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+        Decoder::Revocation => Revocation::from_bytes(bytes, &fuzz_grid().public())
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Decoder::MembershipFrame => cbor(wire::decode::<MembershipFrame>(bytes).map(drop)),
     }
 }
 
@@ -200,6 +224,20 @@ pub fn sample(d: Decoder, seed: u64) -> Vec<u8> {
         Decoder::RpcRequestStream | Decoder::RpcRequest => wire::encode(&rpc_request(g)),
         Decoder::RpcResponseStream | Decoder::RpcResponse => wire::encode(&rpc_response(g)),
         Decoder::RanksStream => Ok(ranks_stream(g)),
+        Decoder::Credential => Ok(credential(g).to_bytes()),
+        Decoder::Revocation => Ok(fuzz_grid()
+            .revoke(RevocationTarget::Peer(peer(g)), g.u64())
+            .to_bytes()),
+        Decoder::MembershipFrame => wire::encode(&match g.below(4) {
+            0 => MembershipFrame::Hello(serde_bytes::ByteBuf::from(credential(g).to_bytes())),
+            1 => MembershipFrame::Welcome,
+            2 => MembershipFrame::Refused("it expired".into()),
+            _ => MembershipFrame::Revocations(vec![serde_bytes::ByteBuf::from(
+                fuzz_grid()
+                    .revoke(RevocationTarget::Peer(peer(g)), u64::MAX)
+                    .to_bytes(),
+            )]),
+        }),
     };
     bytes.expect("samples encode")
 }
@@ -439,4 +477,27 @@ fn ranks_stream(g: &mut Gen) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The grid key of the fuzzed revocations: fixed, so that a sample's
+/// signature checks.
+fn fuzz_grid() -> GridKey {
+    let secret = libp2p::identity::ed25519::SecretKey::try_from_bytes([7u8; 32])
+        .expect("32 bytes are a secret key");
+    GridKey(libp2p::identity::ed25519::Keypair::from(secret))
+}
+
+/// A valid credential of the fuzz grid: of the grid key, or through an
+/// inviter (signed by its node key), expiring far away.
+fn credential(g: &mut Gen) -> Credential {
+    let grid = fuzz_grid();
+    let member = libp2p::identity::Keypair::generate_ed25519();
+    if g.below(2) == 0 {
+        grid.issue(member.public().to_peer_id(), u64::MAX, g.below(2) == 0)
+    } else {
+        let inviter = grid.issue(member.public().to_peer_id(), u64::MAX, true);
+        inviter
+            .invite(&member, peer(g), u64::MAX)
+            .expect("an inviter may invite")
+    }
 }

@@ -20,6 +20,9 @@
 //!   address kept for, or passed on to, a node on another host), and what
 //!   the node believes of its own (observed ones confirmed before use).
 //! - [`latency`]: emulated latency between sites on one machine.
+//! - [`membership`]: closed grids: grid keys, membership credentials,
+//!   revocations, and the gate that checks a peer's credential before any
+//!   other protocol reaches it.
 //! - [`streams`]: long-lived raw streams between nodes for the messages
 //!   between workers (`/zorilla/<network>/ranks/3`), and their frames.
 //! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
@@ -31,7 +34,8 @@
 //! AutoNAT v2 (is this node reachable?), DCUtR hole punching and UPnP
 //! ([`config::NatConfig`]; the event loop's `nat` module). Joining:
 //! bootstrap addresses, mDNS (on by default), and peer exchange over the
-//! rpc protocol. Separate grids never
+//! rpc protocol. In a closed grid ([`OverlayConfig::grid`]) a peer must
+//! first show a membership credential ([`membership`]). Separate grids never
 //! mix: the network name is part of every protocol name and of identify's
 //! protocol version, and peers announcing another one are disconnected and
 //! refused.
@@ -83,6 +87,7 @@ pub mod config;
 pub mod fuzz;
 pub mod identity;
 pub mod latency;
+pub mod membership;
 pub mod overlay;
 pub mod streams;
 mod wire;

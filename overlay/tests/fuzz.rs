@@ -2,8 +2,9 @@
 //! their acknowledgements, rpc requests and responses (peer exchange, links,
 //! the node's opaque payloads), each as the request-response codec reads a
 //! stream (`read_capped`, then CBOR) and as bare CBOR; the ranks stream
-//! (messages between workers, through the core's channel ends); and the
-//! emulated latency topology file.
+//! (messages between workers, through the core's channel ends); closed
+//! grids' membership credentials, revocations and membership frames; and
+//! the emulated latency topology file.
 //!
 //! Each decoder gets valid encodings of random values, mutated (bit flips,
 //! insertions, deletions, truncation, splices of two encodings, extreme
@@ -144,4 +145,11 @@ fn topology_files() {
         fuzz_support::arbitrary(false),
         decode,
     );
+}
+
+#[test]
+fn membership_credentials_revocations_and_frames() {
+    both(Decoder::Credential);
+    both(Decoder::Revocation);
+    both(Decoder::MembershipFrame);
 }

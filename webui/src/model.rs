@@ -67,6 +67,24 @@ pub struct NodeOverview {
     /// is left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<Position>,
+    /// Who may join the node's grid. Shown for this node only, like
+    /// `addresses`: a remote view has none, and none is left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid: Option<GridAccess>,
+}
+
+/// Who may join a node's grid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GridAccess {
+    /// An open grid: anyone who can reach a node may join.
+    Open,
+    /// A closed grid: only nodes with a credential of its key.
+    Closed {
+        /// The grid key's fingerprint.
+        fingerprint: String,
+        /// When this node's credential expires, Unix seconds.
+        expires_unix: u64,
+    },
 }
 
 /// A node's network coordinate: the distance between two nodes'

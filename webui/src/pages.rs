@@ -10,8 +10,8 @@
 use maud::{DOCTYPE, Markup, html};
 
 use crate::model::{
-    AddressInfo, GridView, Grouping, JobDetail, JobRole, JobSummary, NodeOverview, NodeSnapshot,
-    PeerInfo, PendingAdvert, Resources, WorkerInfo,
+    AddressInfo, GridAccess, GridView, Grouping, JobDetail, JobRole, JobSummary, NodeOverview,
+    NodeSnapshot, PeerInfo, PendingAdvert, Resources, WorkerInfo,
 };
 use crate::{MAX_LOG_LINE_BYTES, MAX_LOG_LINES};
 use crate::{escape, svg};
@@ -329,6 +329,22 @@ fn overview(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
                 tr { th { "Version" } td { (node.version) } }
                 tr { th { "Uptime" } td { (duration(node.uptime_secs)) } }
                 tr { th { "Network" } td { (node.network) } }
+                @match &node.grid {
+                    Some(GridAccess::Open) => tr {
+                        th { "Who may join" }
+                        td #grid-access { "Anyone who can reach this node: an open grid (no grid key)." }
+                    },
+                    Some(GridAccess::Closed { fingerprint, expires_unix }) => tr {
+                        th { "Who may join" }
+                        td #grid-access {
+                            "Only nodes with a credential of grid key " code { (fingerprint) }
+                            ". This node's credential expires in "
+                            (duration(expires_unix.saturating_sub(unix_now())))
+                            " (at " (expires_unix) ", Unix seconds)."
+                        }
+                    },
+                    None => {}
+                }
                 tr {
                     th { "Listening on" }
                     td {
@@ -781,3 +797,10 @@ pub(crate) const SCRIPT: &str = r#"(function () {
   source.onerror = function () { if (state) { state.textContent = "reconnecting…"; } };
 })();
 "#;
+
+/// Seconds since the Unix epoch (credentials' expiries are in them).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

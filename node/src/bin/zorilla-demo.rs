@@ -61,6 +61,11 @@ struct Args {
     /// with the status page and `zorilla`).
     #[arg(long)]
     keep: bool,
+    /// Run a closed grid: the demo makes a grid key and a membership
+    /// credential for each node (as `zorilla-node grid init` and `grid
+    /// issue` would), and each node shows its credential to its peers.
+    #[arg(long)]
+    closed: bool,
 }
 
 struct DemoNode {
@@ -142,6 +147,7 @@ fn start_node(
     s: usize,
     k: usize,
     bootstrap: Option<&str>,
+    grid: Option<&zorilla_overlay::membership::GridKey>,
 ) -> Result<DemoNode, String> {
     use std::os::unix::process::CommandExt as _;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -184,6 +190,18 @@ fn start_node(
     if let Some(peer) = bootstrap {
         cmd.args(["--peer", peer]);
     }
+    if let Some(grid) = grid {
+        // The node's peer id is its identity key's, made here first.
+        let key = zorilla_overlay::identity::load_or_create(dir).map_err(|e| e.to_string())?;
+        let credential = grid.issue(
+            key.public().to_peer_id(),
+            zorilla_overlay::membership::credential::unix_now() + 86_400,
+            false,
+        );
+        let path = dir.join("member.cred");
+        credential.save(&path).map_err(|e| e.to_string())?;
+        cmd.arg("--credential").arg(path);
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
@@ -223,6 +241,19 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
     let native = native_baseline(&dir, args.queens, expected);
     std::fs::write(dir.join("sites.toml"), topology()).map_err(|e| e.to_string())?;
     let network = format!("demo-{}", std::process::id());
+    let grid = if args.closed {
+        let grid = zorilla_overlay::membership::GridKey::generate();
+        grid.save(&dir.join("grid.key"))
+            .map_err(|e| e.to_string())?;
+        println!(
+            "A closed grid: grid key {} in {} (each node gets a credential signed by it)",
+            grid.public().fingerprint(),
+            dir.join("grid.key").display()
+        );
+        Some(grid)
+    } else {
+        None
+    };
 
     let started = Instant::now();
     println!(
@@ -241,6 +272,7 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
                 s,
                 k,
                 bootstrap.as_deref(),
+                grid.as_ref(),
             )?);
         }
     }

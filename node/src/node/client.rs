@@ -97,7 +97,9 @@ impl Node {
             Request::Logs { job, from, .. } => self.logs_page(job, from, MAX_LOG_PAGE_BYTES),
             Request::Resize { job, max_workers } => self.resize(job, max_workers),
             // Answered by the connection from the overlay handle.
-            Request::Peers => Response::error(ErrorKind::Internal, "peers are not the loop's"),
+            Request::Peers | Request::Revoke { .. } => {
+                Response::error(ErrorKind::Internal, "peers are not the loop's")
+            }
             // Answered by the connection from the store.
             Request::Outputs { .. } | Request::OutputBlock { .. } => {
                 Response::error(ErrorKind::Internal, "outputs are not the loop's")
@@ -138,6 +140,7 @@ impl Node {
                     version: String::new(),
                     network: String::new(),
                     uptime_secs: 0,
+                    grid: None,
                 })
             }
         }

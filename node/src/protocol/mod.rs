@@ -249,7 +249,18 @@ pub enum Request {
         /// The request.
         request: Box<Request>,
     },
+    /// Revocations signed by the closed grid's key (`zorilla-node grid
+    /// revoke` makes them) for the node to keep and flood: the revoked
+    /// nodes are cut off from the whole grid within seconds. At most
+    /// [`MAX_REVOCATIONS_PER_REQUEST`].
+    Revoke {
+        /// Each as its file holds it.
+        revocations: Vec<serde_bytes::ByteBuf>,
+    },
 }
+
+/// The most revocations in one [`Request::Revoke`].
+pub const MAX_REVOCATIONS_PER_REQUEST: usize = 1024;
 
 /// The longest a [`Request::Logs`] waits for new chunks.
 pub const MAX_WAIT_SECS: u32 = 60;
@@ -620,6 +631,22 @@ pub struct NodeInfo {
     /// as far as they are).
     #[serde(default)]
     pub peers_measured: usize,
+    /// Who may join the node's grid: `None` in an open grid (anyone who
+    /// can reach a node), else the closed grid's key and when this node's
+    /// credential expires.
+    #[serde(default)]
+    pub grid: Option<GridInfo>,
+}
+
+/// A closed grid, as [`NodeInfo`] tells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GridInfo {
+    /// The grid key (64 hex digits).
+    pub key: String,
+    /// Its fingerprint.
+    pub fingerprint: String,
+    /// When this node's credential expires, Unix seconds.
+    pub expires_unix: u64,
 }
 
 /// Kinds of error replies.
@@ -670,6 +697,11 @@ pub enum Response {
     NodeInfo(NodeInfo),
     /// The peers a node knows.
     Peers(Vec<PeerEntry>),
+    /// How many of the revocations were new to the node (and flooded).
+    Revoked {
+        /// That many.
+        new: u64,
+    },
     /// The handshake succeeded.
     Welcome(Welcome),
     /// A nonce for the owner's proofs about a job.

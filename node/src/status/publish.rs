@@ -439,6 +439,7 @@ mod tests {
             overlay,
             "test".into(),
             None,
+            None,
             CoreResources::new(4, 1024, 1024),
             zorilla_core::resources::REFERENCE_SPEED,
             store,

@@ -36,6 +36,8 @@ pub(crate) struct NodeStatus {
     pub(super) me: PeerId,
     name: String,
     network: String,
+    /// Who may join the grid, as the overview shows it.
+    grid: Option<zorilla_webui::model::GridAccess>,
     started: Instant,
     pub(super) started_ms: u64,
     offered: Resources,
@@ -57,6 +59,7 @@ impl NodeStatus {
     pub(crate) fn new(
         overlay: OverlayHandle,
         network: String,
+        grid: Option<crate::protocol::GridInfo>,
         site: Option<String>,
         offered: CoreResources,
         cpu_speed: u32,
@@ -66,6 +69,13 @@ impl NodeStatus {
             me: overlay.local_peer_id(),
             name: hostname(),
             network,
+            grid: Some(match grid {
+                None => zorilla_webui::model::GridAccess::Open,
+                Some(g) => zorilla_webui::model::GridAccess::Closed {
+                    fingerprint: g.fingerprint,
+                    expires_unix: g.expires_unix,
+                },
+            }),
             started: Instant::now(),
             started_ms: unix_ms(),
             offered: resources(offered),
@@ -142,6 +152,7 @@ impl StatusSource for NodeStatus {
             version: env!("CARGO_PKG_VERSION").into(),
             uptime_secs: self.started.elapsed().as_secs(),
             network: self.network.clone(),
+            grid: self.grid.clone(),
             listen_addresses: net.listen.clone(),
             addresses: net.addresses.clone(),
             position: net.position.map(|p| Position {

@@ -91,6 +91,7 @@ impl From<w::Overview> for m::NodeOverview {
             // is for its own page.
             addresses: Vec::new(),
             position: None,
+            grid: None,
         }
     }
 }
@@ -457,6 +458,7 @@ mod tests {
                 problem: Some("disk full".into()),
                 addresses: Vec::new(),
                 position: None,
+                grid: None,
             },
             peers: vec![m::PeerInfo {
                 peer_id: "p".into(),

@@ -51,6 +51,10 @@ pub(super) enum Command {
         reply: crate::streams::OpenReply,
     },
     AcceptStreams(mpsc::Sender<PeerStream>),
+    Revoke {
+        items: Vec<Vec<u8>>,
+        reply: oneshot::Sender<Result<usize, OverlayError>>,
+    },
     Shutdown,
 }
 
@@ -220,6 +224,14 @@ impl OverlayHandle {
     /// `neighbours::keeper`).
     pub async fn position(&self) -> Result<Position, OverlayError> {
         self.call(Command::Position).await
+    }
+
+    /// Hands the overlay revocations signed by the grid key (each encoded
+    /// as [`crate::membership::Revocation::to_bytes`] gives it): the new
+    /// ones are kept, flooded to every node, and the revoked peers cut
+    /// off. Returns how many were new.
+    pub async fn revoke(&self, items: Vec<Vec<u8>>) -> Result<usize, OverlayError> {
+        self.call(|reply| Command::Revoke { items, reply }).await?
     }
 
     /// Stops the overlay: every connection closes.

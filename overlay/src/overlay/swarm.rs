@@ -1,7 +1,9 @@
 //! The libp2p swarm the overlay runs: its behaviours, its transports (TCP
 //! with noise, yamux and the latency emulation; circuit relay v2 over the
 //! same upgrade; QUIC if configured and built in, cargo feature `quic`)
-//! and the keeper's settings.
+//! and the keeper's settings. Every behaviour runs behind the membership
+//! gate ([`crate::membership`]), which passes everything through in an
+//! open grid.
 
 use std::time::Duration;
 
@@ -26,6 +28,7 @@ use libp2p::quic;
 
 use crate::config::OverlayConfig;
 use crate::latency::{Delay, MaybeDelayed, Route};
+use crate::membership::gate::Gate;
 use crate::wire::{self, CborCodec, FloodAck, FloodFrame, RpcRequest, RpcResponse};
 
 use super::types::OverlayError;
@@ -97,10 +100,13 @@ pub(super) fn keeper_config(config: &OverlayConfig) -> KeeperConfig {
     }
 }
 
+/// The overlay's behaviours behind the membership gate (open or closed).
+pub(super) type Gated = Gate<Behaviour>;
+
 pub(super) fn build_swarm(
     config: &OverlayConfig,
     key: &Keypair,
-) -> Result<Swarm<Behaviour>, OverlayError> {
+) -> Result<Swarm<Gated>, OverlayError> {
     let setup = |e: &dyn std::fmt::Display| OverlayError::Setup(e.to_string());
     let local = key.public().to_peer_id();
     let latency = config.latency.clone();
@@ -227,9 +233,20 @@ pub(super) fn build_swarm(
         autonat_server: Toggle::from(nat.autonat.then(autonat::v2::server::Behaviour::default)),
         upnp: Toggle::from(nat.upnp.then(upnp::tokio::Behaviour::default)),
     };
+    let revocations = config
+        .grid
+        .as_ref()
+        .map(|grid| crate::membership::Revocations::load(grid.key, config.state_dir.as_deref()));
+    let gated = Gate::new(
+        behaviour,
+        config.grid.as_ref().zip(revocations),
+        network,
+        local,
+    )
+    .map_err(|e| setup(&e))?;
     Ok(Swarm::new(
         transport,
-        behaviour,
+        gated,
         local,
         libp2p::swarm::Config::with_tokio_executor()
             .with_idle_connection_timeout(IDLE_CONNECTION_TIMEOUT),

@@ -86,6 +86,14 @@ pub struct OverlayStats {
     pub hole_punch_failures: u64,
     /// Relay reservations held for this node now (by reachable peers).
     pub relay_reservations: u64,
+    /// Connections whose peer showed a valid membership credential (a
+    /// closed grid; 0 in an open one).
+    pub members_admitted: u64,
+    /// Connections closed because the peer showed no valid credential in
+    /// time, or its credential expired or was revoked.
+    pub membership_refused: u64,
+    /// Revocations this node keeps now.
+    pub revocations: u64,
 }
 
 /// What the overlay tells the node.
@@ -195,6 +203,12 @@ pub enum OverlayError {
     /// The overlay stopped.
     #[error("the overlay has stopped")]
     Stopped,
+    /// This node's own membership credential is not valid (closed grid).
+    #[error("this node's membership credential: {0}")]
+    Membership(String),
+    /// Revocations were refused.
+    #[error("revocation refused: {0}")]
+    Revocation(String),
 }
 
 /// Why a request failed.
@@ -222,4 +236,10 @@ pub enum RequestError {
     /// The overlay stopped.
     #[error("the overlay has stopped")]
     Stopped,
+    /// This node's own membership credential is not valid (closed grid).
+    #[error("this node's membership credential: {0}")]
+    Membership(String),
+    /// Revocations were refused.
+    #[error("revocation refused: {0}")]
+    Revocation(String),
 }

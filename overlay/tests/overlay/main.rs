@@ -21,6 +21,7 @@ use zorilla_overlay::{
 #[path = "../raw_peer/mod.rs"]
 mod raw_peer;
 
+mod closed;
 mod formation;
 mod hostile;
 mod latency;

@@ -188,6 +188,16 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench -p zorilla-overlay --bench flood",
     ),
     (
+        "gate.open_connect_median",
+        "connection set-up, open grid (median)",
+        "cargo bench -p zorilla-overlay --bench connect",
+    ),
+    (
+        "gate.closed_connect_median",
+        "connection set-up, closed grid: membership checked (median)",
+        "cargo bench -p zorilla-overlay --bench connect",
+    ),
+    (
         "sandbox.instantiate_worker_cached_module_p50",
         "instantiate a worker from a cached module (p50)",
         "cargo bench -p zorilla-sandbox --bench sandbox",

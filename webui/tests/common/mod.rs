@@ -113,6 +113,10 @@ pub fn node_snapshot(id: &str, name: &str, jobs: Vec<JobSummary>) -> NodeSnapsho
                 coordinates: vec![12.5, -3.25, 0.5],
                 error: 0.25,
             }),
+            grid: Some(zorilla_webui::model::GridAccess::Closed {
+                fingerprint: XSS1.into(),
+                expires_unix: u64::MAX,
+            }),
         },
         peers: vec![
             PeerInfo {

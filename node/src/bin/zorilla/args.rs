@@ -121,6 +121,14 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Hand the node revocations of its closed grid (files made by
+    /// `zorilla-node grid revoke`): it keeps them and floods them, and the
+    /// revoked nodes are cut off from the grid within seconds.
+    Revoke {
+        /// Revocation files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -264,6 +264,29 @@ async fn run(cli: Cli) -> Result<u8> {
         }
         // Answered before any node was reached.
         Command::Whoami { .. } => Ok(0),
+        Command::Revoke { files } => {
+            let mut revocations = Vec::new();
+            for file in files {
+                // A revocation is a few hundred bytes; a larger file is
+                // not one (the node checks each anyway).
+                let bytes = std::fs::read(file).map_err(|e| {
+                    Failure::new(EXIT_USAGE, format!("cannot read {}: {e}", file.display()))
+                })?;
+                if bytes.len() > 4096 {
+                    return Err(Failure::new(
+                        EXIT_USAGE,
+                        format!("{} is not a revocation file (too large)", file.display()),
+                    ));
+                }
+                revocations.push(bytes);
+            }
+            let new = client.revoke(revocations).await?;
+            out(&format!(
+                "{new} of {} revocations new to the node; flooded to the grid\n",
+                files.len()
+            ));
+            Ok(0)
+        }
         Command::Peers { json } => {
             let peers = client.peers().await?;
             if *json {

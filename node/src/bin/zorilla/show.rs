@@ -295,7 +295,22 @@ pub(crate) fn describe_node(info: &NodeInfo) -> String {
         info.peers_measured,
         info.messages_sent
     );
-    text + &disk
+    let grid = match &info.grid {
+        None => "grid        open: anyone who can reach this node may join (no grid key)\n".into(),
+        Some(g) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            format!(
+                "grid        closed: only nodes with a credential of grid key {}\n\
+                 credential  expires in {} days (at {} Unix seconds)\n",
+                g.fingerprint,
+                g.expires_unix.saturating_sub(now) / 86_400,
+                g.expires_unix
+            )
+        }
+    };
+    text + &grid + &disk
 }
 
 pub(crate) fn peers_table(peers: &[PeerEntry]) -> String {

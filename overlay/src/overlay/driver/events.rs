@@ -19,6 +19,7 @@ use super::super::swarm::{BehaviourEvent, dialable, tcp_port};
 use super::super::types::{Event, RequestError, Responder};
 use super::{Driver, Facts};
 use crate::addrs::{is_relayed, passable_to, reachable_from};
+use crate::membership::gate::{GateEvent, GateOut};
 
 /// Most addresses remembered per peer.
 const MAX_ADDRS_PER_PEER: usize = 8;
@@ -53,7 +54,7 @@ fn failed_in_handshake(error: &DialError) -> bool {
 }
 
 impl Driver {
-    pub(super) async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+    pub(super) async fn on_swarm_event(&mut self, event: SwarmEvent<GateOut<BehaviourEvent>>) {
         match event {
             SwarmEvent::NewListenAddr { address, .. } => {
                 if let (Some(latency), Some(port)) = (&self.config.latency, tcp_port(&address))
@@ -181,8 +182,45 @@ impl Driver {
                 self.stats.failed_incoming += 1;
                 tracing::debug!(%send_back_addr, %error, "incoming connection failed");
             }
-            SwarmEvent::Behaviour(event) => self.on_behaviour_event(event).await,
+            SwarmEvent::Behaviour(event) => self.on_gated_event(event).await,
             _ => {}
+        }
+    }
+
+    pub(super) async fn on_gated_event(&mut self, event: GateOut<BehaviourEvent>) {
+        match event {
+            GateOut::Inner(event) => self.on_behaviour_event(event).await,
+            GateOut::Gate(event) => self.on_gate_event(*event).await,
+        }
+    }
+
+    /// What the membership gate of a closed grid reports.
+    async fn on_gate_event(&mut self, event: GateEvent) {
+        match event {
+            GateEvent::Admitted { peer, membership } => {
+                self.stats.members_admitted += 1;
+                tracing::debug!(%peer, expires = membership.expires, inviter = ?membership.inviter, "peer's membership credential checked");
+            }
+            GateEvent::Refused {
+                peer,
+                reason,
+                offence,
+            } => {
+                self.stats.membership_refused += 1;
+                tracing::info!(%peer, %reason, "refused a peer without a valid membership credential");
+                if offence {
+                    self.strike(peer, &format!("no valid membership credential: {reason}"))
+                        .await;
+                }
+            }
+            GateEvent::RefusedUs { peer, reason } => {
+                tracing::warn!(%peer, %reason, "a peer refused this node's membership credential");
+            }
+            GateEvent::Revoked { from, targets } => {
+                for target in targets {
+                    tracing::info!(?from, %target, "revocation kept and passed on");
+                }
+            }
         }
     }
 
@@ -599,6 +637,7 @@ impl Driver {
         self.keeper.tick(now, &facts);
         self.execute().await;
         self.nat_tick();
+        self.swarm.behaviour_mut().tick();
         let keeper = &self.keeper;
         let streams = &self.swarm.behaviour().streams;
         self.addrs

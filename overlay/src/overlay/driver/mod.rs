@@ -26,8 +26,9 @@ use crate::wire::{
 };
 
 use super::handle::{Command, ReplySlot};
-use super::swarm::{Behaviour, BehaviourEvent};
+use super::swarm::{BehaviourEvent, Gated};
 use super::types::{Event, KnownPeer, Neighbour, OverlayError, OverlayStats, RequestError};
+use crate::membership::gate::GateOut;
 
 mod events;
 mod nat;
@@ -53,7 +54,7 @@ pub(super) struct Driver {
     pub(super) config: OverlayConfig,
     pub(super) local: PeerId,
     pub(super) identify_version: String,
-    pub(super) swarm: Swarm<Behaviour>,
+    pub(super) swarm: Swarm<Gated>,
     pub(super) commands: mpsc::Receiver<Command>,
     pub(super) events: mpsc::Sender<Event>,
     /// The peer-keeping policy.
@@ -106,9 +107,9 @@ pub(super) struct NatState {
 }
 
 impl Driver {
-    pub(super) async fn run(mut self, early: Vec<BehaviourEvent>) {
+    pub(super) async fn run(mut self, early: Vec<GateOut<BehaviourEvent>>) {
         for event in early {
-            self.on_behaviour_event(event).await;
+            self.on_gated_event(event).await;
         }
         let mut tick = tokio::time::interval(self.config.refresh_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -247,6 +248,15 @@ impl Driver {
                 self.swarm.behaviour_mut().streams.open(peer, addrs, reply);
             }
             Command::AcceptStreams(tx) => self.swarm.behaviour_mut().streams.accept(tx),
+            Command::Revoke { items, reply } => {
+                let items = items.into_iter().map(serde_bytes::ByteBuf::from).collect();
+                let result = self
+                    .swarm
+                    .behaviour_mut()
+                    .revoke(items, None)
+                    .map_err(OverlayError::Revocation);
+                let _ = reply.send(result);
+            }
             Command::Respond {
                 responder,
                 payload,
@@ -328,6 +338,7 @@ impl Driver {
                     foreign_peers: self.keeper.foreign_peers() as u64,
                     banned_peers: self.keeper.banned_peers() as u64,
                     pending_bans: self.keeper.pending_bans() as u64,
+                    revocations: self.swarm.behaviour().revocations() as u64,
                     ..self.stats
                 };
                 let _ = reply.send(stats);
