@@ -392,7 +392,9 @@ fn a_forged_higher_epoch_changes_nothing_and_is_refused() {
         version: 1,
         copies: &alone.copies,
     });
-    let attacks: Vec<(u32, Epoch<u32>, Option<Mandate<u32>>, Refusal)> = vec![
+    /// Who claims what epoch with what proof, and why it is refused.
+    type Attack = (u32, Epoch<u32>, Option<Mandate<u32>>, Refusal);
+    let attacks: Vec<Attack> = vec![
         // A stranger, and a copy, with no mandate.
         (9, forged(9), None, Refusal::NoMandate),
         (2, forged(2), None, Refusal::NoMandate),

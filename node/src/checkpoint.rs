@@ -435,6 +435,13 @@ impl Checkpoints for NetCheckpoints {
     }
 }
 
+/// What a home signs to let `reader` read `rank` of `job`'s checkpoint from
+/// its holders ([`Located::ticket`]): a holder checks it with the key of
+/// the home the rank's writer named.
+pub(crate) fn ticket(job: u64, rank: u32, reader: &PeerId) -> Vec<u8> {
+    crate::wire::encode(&("zorilla checkpoint reader 1", job, rank, reader))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,11 +477,4 @@ mod tests {
         let huge = CheckpointSettings::from_config(&config(None, None, Some(u64::MAX))).unwrap();
         assert!(huge.holder.total_bytes > 0);
     }
-}
-
-/// What a home signs to let `reader` read `rank` of `job`'s checkpoint from
-/// its holders ([`Located::ticket`]): a holder checks it with the key of
-/// the home the rank's writer named.
-pub(crate) fn ticket(job: u64, rank: u32, reader: &PeerId) -> Vec<u8> {
-    crate::wire::encode(&("zorilla checkpoint reader 1", job, rank, reader))
 }

@@ -402,11 +402,13 @@ async fn answer_here(request: Request, caller: Caller, config: &ServerConfig) ->
                     admin: true,
                     ..Caller::default()
                 });
+                // As asked (the loop answers at once whatever the wait),
+                // so that an owner's proof, which signs the request, holds.
                 let response = ask(
                     Request::Logs {
                         job,
                         from,
-                        wait_secs: 0,
+                        wait_secs,
                     },
                     asking,
                     config,

@@ -47,12 +47,11 @@ impl CheckpointState {
 
 /// The answer to a read of `rank` of `job`'s checkpoint by `reader` that
 /// is not the node that wrote it, nor the home it named, nor one that
-/// home let ([`crate::checkpoint::ticket`]); `None` if it may read. A
-/// refused reader counts as misbehaving: only a node that is not of the
-/// job asks.
+/// home let ([`crate::checkpoint::ticket`]); `None` if it may read. Not
+/// counted as misbehaviour: a fresh worker's node holding a ticket of a
+/// home the job has since moved from asks in good faith.
 fn refuse_reader(
     holder: &Holder,
-    overlay: &OverlayHandle,
     reader: PeerId,
     job: u64,
     rank: u32,
@@ -74,7 +73,7 @@ fn refuse_reader(
         "it asked for checkpoints of rank {rank} of job {} without the home's leave",
         JobId(job)
     );
-    overlay.report_misbehaviour(reader, why.clone());
+    tracing::info!(%reader, "refused: {why}");
     Ok(Some(PeerReply::Error(format!("refused: {why}"))))
 }
 
@@ -141,7 +140,6 @@ impl Node {
     /// Answers a request about checkpoints.
     pub(super) fn checkpoint_rpc(&mut self, from: PeerId, rpc: CheckpointRpc, reply: Reply) {
         let overlay = self.overlay.clone();
-        let overlay2 = self.overlay.clone();
         let holder = &self.checkpoints.holder;
         let answer = match rpc {
             CheckpointRpc::Put {
@@ -175,7 +173,7 @@ impl Node {
                 ticket,
             } => {
                 return on_holder(overlay, holder, reply, move |h| {
-                    if let Some(refused) = refuse_reader(h, &overlay2, from, job, rank, &ticket)? {
+                    if let Some(refused) = refuse_reader(h, from, job, rank, &ticket)? {
                         return Ok(refused);
                     }
                     h.manifest(job, rank, seq)
@@ -189,7 +187,7 @@ impl Node {
                 ticket,
             } => {
                 return on_holder(overlay, holder, reply, move |h| {
-                    if let Some(refused) = refuse_reader(h, &overlay2, from, job, rank, &ticket)? {
+                    if let Some(refused) = refuse_reader(h, from, job, rank, &ticket)? {
                         return Ok(refused);
                     }
                     Ok(match h.block(job, rank, &hash)? {

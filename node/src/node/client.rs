@@ -8,17 +8,20 @@ use crate::owner::{Access, Caller, UserId};
 impl Node {
     /// What `caller` may have of `job` (a job this node is home to) when it
     /// asks `request`: `Err` with the answer if it may not ask it at all.
-    fn gate(&self, caller: &Caller, job: u64, request: &Request) -> Result<Access, Response> {
+    fn gate(&self, caller: &Caller, job: u64, request: &Request) -> Result<Access, Box<Response>> {
         let Some(record) = self.record(job) else {
-            return Err(not_found(job));
+            return Err(Box::new(not_found(job)));
         };
         let access =
             crate::owner::access(caller, &self.sessions, job, record.owner.as_ref(), request)
-                .map_err(|e| e.response())?;
+                .map_err(|e| Box::new(e.response()))?;
         // Anybody may see that a job exists; the rest is its owner's.
         match (access, request) {
             (Access::Full, _) | (Access::Public, Request::Status { .. }) => Ok(access),
-            (Access::Public, _) => Err(crate::owner::owners_only(job, record.owner.as_ref())),
+            (Access::Public, _) => Err(Box::new(crate::owner::owners_only(
+                job,
+                record.owner.as_ref(),
+            ))),
         }
     }
 
@@ -34,7 +37,7 @@ impl Node {
                         .status(job)
                         .map_or_else(|| not_found(job), |s| Response::Status(s.public()));
                 }
-                Err(refused) => return refused,
+                Err(refused) => return *refused,
             }
         }
         match request {
@@ -310,7 +313,7 @@ impl Node {
         let answer = match request {
             Request::Logs { job, from, .. } => match self.gate(&caller, job, &request) {
                 Ok(_) => self.logs_page(job, from, crate::forward::MAX_FORWARDED_BYTES),
-                Err(refused) => refused,
+                Err(refused) => *refused,
             },
             request @ (Request::Outputs { .. } | Request::OutputBlock { .. }) => {
                 let store = self.store.clone();

@@ -405,10 +405,11 @@ impl Node {
     }
 
     /// Refuses a request for a job's data from a node that is not of the
-    /// job, and counts it as misbehaving: the job's own nodes never ask.
+    /// job. Not counted as misbehaviour: an honest copy asks late for the
+    /// files of a job that has ended meanwhile (and counting it banned the
+    /// job's own nodes from each other under a run of short jobs).
     fn refuse_data(&self, from: PeerId, why: String) -> PeerReply {
         tracing::info!(%from, "refused: {why}");
-        self.overlay.report_misbehaviour(from, why.clone());
         PeerReply::Error(format!("refused: {why}"))
     }
 
