@@ -363,10 +363,15 @@ impl Node {
         let dropped_standing = held.replica.is_primary()
             && matches!(msg, Msg::Standing { .. } | Msg::Ack { .. })
             && msg.epoch() == held.replica.epoch();
-        // A node that names itself primary is heard only as one of the
-        // job's copies (the core checks the votes that elected it).
+        // A node that names itself primary of a newer epoch is heard only
+        // as one of the job's copies (the core checks the votes that
+        // elected it); the primary of an older one is heard (an old home
+        // come back: it is answered with the epoch in charge and its
+        // mandate, and steps down).
+        let stale_primary = msg.epoch().primary == from && msg.epoch() < held.replica.epoch();
         let known = from == *held.replica.primary_peer()
             || held.replica.copies().contains(&from)
+            || stale_primary
             || dropped_standing;
         if !known {
             if msg.epoch().primary == from && msg.epoch() > held.replica.epoch() {
