@@ -245,13 +245,21 @@ pub fn submit_message(
     module_sha256: &str,
     inputs: &[(&str, &str)],
 ) -> Vec<u8> {
-    crate::wire::encode(&("zorilla submit 1", nonce, job, module_sha256, inputs))
+    encode(&("zorilla submit 1", nonce, job, module_sha256, inputs))
 }
 
 /// What an owner's request's signature covers: the home's nonce, the
 /// sequence number and the request.
 pub fn owner_message(nonce: &[u8], seq: u64, request: &Request) -> Vec<u8> {
-    crate::wire::encode(&("zorilla owner request 1", nonce, seq, request))
+    encode(&("zorilla owner request 1", nonce, seq, request))
+}
+
+/// The CBOR of `value` (what is signed; the same encoding as the wire's).
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail for these plain types.
+    ciborium::into_writer(value, &mut out).expect("CBOR encoding into memory");
+    out
 }
 
 /// The bytes of a nonce.
