@@ -136,20 +136,42 @@ pub(crate) enum Asked {
 /// A peer's remote-view or grid-view request, answered from `status`, cut
 /// to [`MAX_REPLY_BYTES`] (a summary is cut to the wire's maxima, far
 /// below).
+///
+/// Another node is not its jobs' owners (issue 28): of a job it gets what
+/// anybody may see, that the job exists (its id, phase, home and size),
+/// never its arguments (which a job's name shows), why it waits, where its
+/// workers run or the tail of its log.
 pub(super) fn answer_from(status: &impl StatusSource, asked: &Asked) -> PeerReply {
     match asked {
         Asked::Node => {
             let mut snap = view::Snapshot::from(zorilla_webui::snapshot(status));
+            snap.jobs.iter_mut().for_each(public_job);
             fit_snapshot(&mut snap, MAX_REPLY_BYTES);
             PeerReply::Status(Box::new(snap))
         }
         Asked::Job(id) => PeerReply::StatusJob(status.job(id).map(|detail| {
             let mut detail = view::JobDetail::from(detail);
+            public_job(&mut detail.summary);
+            detail.workers.clear();
+            detail.log_tail.clear();
             fit_job(&mut detail, MAX_REPLY_BYTES);
             Box::new(detail)
         })),
-        Asked::Summary => PeerReply::Summary(Box::new(view::Summary::from(status.summary()))),
+        Asked::Summary => {
+            let mut summary = view::Summary::from(status.summary());
+            for job in &mut summary.jobs {
+                job.name.clone_from(&job.id);
+            }
+            PeerReply::Summary(Box::new(summary))
+        }
     }
+}
+
+/// What anybody may see of a job in another node's view: its name (which
+/// carries its arguments) becomes its id, and why it waits goes.
+fn public_job(job: &mut view::JobSummary) {
+    job.name.clone_from(&job.id);
+    job.pending_reason = None;
 }
 
 /// Halves the longest list of `snap` until it encodes to at most `max`
