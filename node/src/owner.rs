@@ -28,8 +28,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -193,22 +192,12 @@ impl UserKey {
         let bytes = key
             .to_protobuf_encoding()
             .map_err(|e| io(std::io::Error::other(e.to_string())))?;
-        let mut file = match fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-        {
-            Ok(file) => file,
+        match zorilla_overlay::identity::write_private_new(path, &bytes) {
+            Ok(()) => Ok(UserKey(PeerSigner::new(key))),
             // Another process made it meanwhile: that one is the user's.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Self::load_or_create(path);
-            }
-            Err(e) => return Err(io(e)),
-        };
-        file.write_all(&bytes).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        Ok(UserKey(PeerSigner::new(key)))
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Self::load_or_create(path),
+            Err(e) => Err(io(e)),
+        }
     }
 
     /// The proof that this user asks `request` (see [`owner_message`]).

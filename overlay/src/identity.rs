@@ -73,23 +73,39 @@ pub fn load_or_create(dir: &Path) -> Result<Keypair, IdentityError> {
                     path: path.clone(),
                     reason: e.to_string(),
                 })?;
-            // Write to a temporary file and rename, so that a crash never
-            // leaves a half-written key behind.
             let tmp = dir.join(format!("{IDENTITY_FILE}.tmp"));
-            let mut file = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(io)?;
-            file.write_all(&bytes).map_err(io)?;
-            file.sync_all().map_err(io)?;
-            fs::rename(&tmp, &path).map_err(io)?;
+            write_private_replacing(&path, &tmp, &bytes).map_err(io)?;
             Ok(key)
         }
         Err(e) => Err(io(e)),
     }
+}
+
+/// Writes `bytes` to `path` (mode 0600) through `tmp` and a rename, so
+/// that a crash never leaves a half-written secret behind; an existing
+/// file is replaced.
+pub fn write_private_replacing(path: &Path, tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    fs::rename(tmp, path)
+}
+
+/// Writes `bytes` to a new file `path` (mode 0600); an existing file is
+/// never replaced (the error is `AlreadyExists`).
+pub fn write_private_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 #[cfg(test)]

@@ -22,8 +22,6 @@
 
 use std::fmt;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -724,14 +722,7 @@ fn write_new_private(path: &Path, bytes: &[u8]) -> Result<(), CredentialError> {
         path: path.to_owned(),
         reason: e.to_string(),
     };
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(file_error)?;
-    file.write_all(bytes).map_err(file_error)?;
-    file.sync_all().map_err(file_error)
+    crate::identity::write_private_new(path, bytes).map_err(file_error)
 }
 
 #[cfg(test)]

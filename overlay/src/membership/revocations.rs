@@ -2,9 +2,6 @@
 //! count, kept in its state directory across restarts, and handed on.
 
 use std::collections::HashMap;
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use libp2p::PeerId;
@@ -136,16 +133,7 @@ impl Revocations {
         ciborium::into_writer(&items, &mut bytes)
             .map_err(|e| CredentialError::Malformed(e.to_string()))?;
         let tmp = path.with_extension("cbor.tmp");
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(file_error)?;
-        file.write_all(&bytes).map_err(file_error)?;
-        file.sync_all().map_err(file_error)?;
-        fs::rename(&tmp, path).map_err(file_error)
+        crate::identity::write_private_replacing(path, &tmp, &bytes).map_err(file_error)
     }
 }
 
