@@ -203,6 +203,11 @@ pub struct OverlayConfig {
     pub quic: bool,
     /// NAT traversal.
     pub nat: NatConfig,
+    /// The rank data plane ([`crate::direct`]): messages between workers
+    /// go over direct TLS connections (AES-GCM) of their own where one can
+    /// be made, else over libp2p. Off with [`latency`](Self::latency)
+    /// emulation, which covers libp2p's connections only.
+    pub direct_ranks: bool,
     /// A closed grid: the grid key and this node's credential. `None`
     /// (the default): an open grid, which anyone who reaches a node and
     /// knows the network's name may join.
@@ -238,6 +243,7 @@ impl Default for OverlayConfig {
             seed: None,
             quic: false,
             nat: NatConfig::default(),
+            direct_ranks: true,
             grid: None,
         }
     }

@@ -206,6 +206,8 @@ fn read_ranks_stream(bytes: &[u8]) -> Result<(), String> {
             Frame::Refuse(channel, _) => {
                 outbox.close(channel);
             }
+            // A sender takes an offer or not; nothing to keep.
+            Frame::Offer(_) => {}
         }
     }
     if at < bytes.len() {

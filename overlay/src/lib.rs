@@ -24,7 +24,10 @@
 //!   revocations, and the gate that checks a peer's credential before any
 //!   other protocol reaches it.
 //! - [`streams`]: long-lived raw streams between nodes for the messages
-//!   between workers (`/zorilla/<network>/ranks/3`), and their frames.
+//!   between workers (`/zorilla/<network>/ranks/4`), and their frames.
+//! - [`direct`]: the rank data plane, direct TLS connections (AES-GCM)
+//!   authenticated by the nodes' libp2p identities, which carry the same
+//!   frames when they can be made.
 //! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
 //!   `/zorilla/<network>/rpc/3` and their size-capped codec.
 //!
@@ -83,6 +86,7 @@
 pub mod addrs;
 pub mod cbor;
 pub mod config;
+pub mod direct;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod identity;
@@ -99,4 +103,5 @@ pub use overlay::{
     Event, KnownPeer, Neighbour, Overlay, OverlayError, OverlayHandle, OverlayStats, RequestError,
     Responder,
 };
+pub use direct::{DirectPlane, DirectStream};
 pub use streams::{PeerStream, StreamError};

@@ -15,6 +15,20 @@
 //! acknowledged is sent again; duplicates are dropped by sequence number,
 //! so each message arrives exactly once and in order per pair of ranks.
 //!
+//! # Direct connections
+//!
+//! The bytes of a stream go over the rank data plane
+//! ([`zorilla_overlay::direct`]) where they can: the receiver of a libp2p
+//! stream offers the port of its data plane as its first frame (and
+//! expects the sender there); the sender dials it at the IP address of
+//! its libp2p connection, and carries on over the direct connection (TLS
+//! with AES-GCM, authenticated by both nodes' identities) with the same
+//! frames, as after a reconnection: what was not acknowledged is sent
+//! again, the receiver's newer stream supersedes the older. If the dial
+//! fails (relayed connections, NATs, firewalls), the sender keeps the
+//! libp2p stream and takes no offer for [`DIRECT_RETRY`]. The sequencing,
+//! credit and replay above are the same on either path.
+//!
 //! # Memory
 //!
 //! - Receiver: what one rank holds is bounded by its receive policy,
@@ -61,7 +75,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures::io::{AsyncReadExt, AsyncWriteExt};
+use std::net::SocketAddr;
+
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use zorilla_core::channel::{Admission, CHUNK_BYTES, ChannelId, MAX_MESSAGE_BYTES};
@@ -69,7 +85,7 @@ use zorilla_core::channel::{Admission, CHUNK_BYTES, ChannelId, MAX_MESSAGE_BYTES
 use zorilla_core::channel::{INITIAL_WINDOW, Inbound, Outbox, RANK_BUDGET, RankReceiver};
 use zorilla_core::limits::MAX_WORKERS;
 use zorilla_overlay::streams::protocol::{Frame, MAX_FRAME_BYTES, Refusal, encode};
-use zorilla_overlay::{OverlayHandle, PeerId, PeerStream};
+use zorilla_overlay::{DirectPlane, OverlayHandle, PeerId};
 use zorilla_sandbox::TransportError;
 
 /// How long a sender keeps trying to reach a peer before its messages
@@ -85,6 +101,14 @@ const WRITE_BATCH: usize = 512 * 1024;
 
 /// Inbound streams waiting to be served.
 const ACCEPT_QUEUE: usize = 64;
+
+/// How long a sender whose direct connection to a peer could not be made
+/// stays on the libp2p stream before it takes an offer again.
+pub(crate) const DIRECT_RETRY: Duration = Duration::from_secs(30);
+
+/// A direct connection that ends sooner than this after it opened counts
+/// as failing: the next is dialed after a growing pause.
+const DIRECT_SHORT_LIVED: Duration = Duration::from_secs(1);
 
 mod frames;
 mod inbox;
@@ -108,6 +132,8 @@ use peer_inbound::PeerInbound;
 pub(crate) struct Links {
     me: PeerId,
     overlay: OverlayHandle,
+    /// The rank data plane, if on.
+    direct: Option<Arc<DirectPlane>>,
     jobs: Mutex<HashMap<u64, Weak<dyn JobRoutes>>>,
     out: Mutex<HashMap<PeerId, Arc<OutLink>>>,
     inbound: Mutex<HashMap<PeerId, Arc<PeerInbound>>>,
@@ -117,6 +143,7 @@ impl Links {
     pub(crate) fn new(me: PeerId, overlay: OverlayHandle) -> Arc<Links> {
         Arc::new(Links {
             me,
+            direct: overlay.direct().cloned(),
             overlay,
             jobs: Mutex::new(HashMap::new()),
             out: Mutex::new(HashMap::new()),
@@ -136,9 +163,32 @@ impl Links {
         let links = self.clone();
         tokio::spawn(async move {
             while let Some(stream) = streams.recv().await {
-                tokio::spawn(serve_inbound(links.clone(), stream));
+                let offer = links.direct.as_ref().map(|plane| plane.port());
+                tokio::spawn(serve_inbound(
+                    links.clone(),
+                    stream.peer,
+                    stream.stream,
+                    offer,
+                ));
             }
         });
+        if let Some(plane) = &self.direct {
+            let mut direct = plane.accept(ACCEPT_QUEUE);
+            let links = self.clone();
+            tokio::spawn(async move {
+                while let Some(stream) = direct.recv().await {
+                    let links = links.clone();
+                    tokio::spawn(async move {
+                        let peer = stream.peer;
+                        serve_inbound(links.clone(), peer, stream.stream, None).await;
+                        // The peer may dial again after a break.
+                        if let Some(plane) = &links.direct {
+                            plane.expect(peer);
+                        }
+                    });
+                }
+            });
+        }
     }
 
     /// Makes `job`'s ranks here reachable for messages from other nodes,
@@ -275,18 +325,60 @@ impl Links {
 async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
     let mut failing_since: Option<Instant> = None;
     let mut backoff = Duration::from_millis(10);
+    // Where the peer's rank data plane listens, as its last offer said.
+    let mut direct: Option<SocketAddr> = None;
+    // When a direct connection to it last could not be made.
+    let mut direct_failed: Option<Instant> = None;
+    let mut direct_backoff = Duration::ZERO;
     loop {
         // Open a stream only when there is something to send.
         if lock(&link.state).outbox.all_acked() {
             link.wake.notified().await;
             continue;
         }
+        if let (Some(addr), Some(plane)) = (direct, &links.direct) {
+            tokio::time::sleep(direct_backoff).await;
+            match plane.dial(link.peer, addr).await {
+                Ok(stream) => {
+                    failing_since = None;
+                    tracing::debug!(peer = %link.peer, %addr, "direct message connection");
+                    let opened = Instant::now();
+                    if let Err(e) = serve_outbound(&links, &link, stream.stream, false).await {
+                        tracing::debug!(peer = %link.peer, "direct message connection ended: {e}");
+                    }
+                    lock(&link.state).outbox.rewind();
+                    direct_backoff = if opened.elapsed() < DIRECT_SHORT_LIVED {
+                        (direct_backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1))
+                    } else {
+                        Duration::ZERO
+                    };
+                    continue;
+                }
+                Err(e) => {
+                    tracing::info!(
+                        peer = %link.peer,
+                        %addr,
+                        "no direct connection to the peer ({e}): messages go over libp2p"
+                    );
+                    direct = None;
+                    direct_failed = Some(Instant::now());
+                }
+            }
+        }
         match links.overlay.open_stream(link.peer).await {
             Ok(stream) => {
                 failing_since = None;
                 backoff = Duration::from_millis(10);
-                if let Err(e) = serve_outbound(&links, &link, stream).await {
-                    tracing::debug!(peer = %link.peer, "message stream ended: {e}");
+                let ip = stream.remote_ip;
+                let take_offer = links.direct.is_some()
+                    && ip.is_some()
+                    && direct_failed.is_none_or(|at| at.elapsed() >= DIRECT_RETRY);
+                match serve_outbound(&links, &link, stream.stream, take_offer).await {
+                    Ok(port) => {
+                        direct = ip.map(|ip| SocketAddr::new(ip, port));
+                        direct_backoff = Duration::ZERO;
+                    }
+                    Err(e) => tracing::debug!(peer = %link.peer, "message stream ended: {e}"),
                 }
                 lock(&link.state).outbox.rewind();
             }
@@ -314,12 +406,15 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
 }
 
 /// Runs one outbound stream until it breaks: writes chunks, reads acks.
-async fn serve_outbound(
+/// Ends with the port the peer offered if `take_offer` (the caller goes
+/// over to a direct connection), else ignores offers.
+async fn serve_outbound<S: AsyncRead + AsyncWrite>(
     links: &Links,
     link: &Arc<OutLink>,
-    stream: PeerStream,
-) -> Result<(), String> {
-    let (mut r, mut w) = stream.stream.split();
+    stream: S,
+    take_offer: bool,
+) -> Result<u16, String> {
+    let (mut r, mut w) = stream.split();
     let writer = async {
         let mut buf = Vec::with_capacity(WRITE_BATCH + MAX_FRAME_BYTES);
         loop {
@@ -345,10 +440,11 @@ async fn serve_outbound(
         let mut frames = FrameReader::new();
         loop {
             if !frames.fill(&mut r).await? {
-                return Err::<(), String>("closed by the peer".into());
+                return Err::<u16, String>("closed by the peer".into());
             }
             let mut credit = false;
             let mut violation = None;
+            let mut offered = None;
             {
                 let mut s = lock(&link.state);
                 loop {
@@ -392,6 +488,11 @@ async fn serve_outbound(
                                 link.wake.notify_one();
                             });
                         }
+                        Frame::Offer(port) => {
+                            if take_offer {
+                                offered = Some(port);
+                            }
+                        }
                         Frame::Data(_) => {
                             violation = Some("data on the acknowledgement side".into());
                             break;
@@ -401,6 +502,11 @@ async fn serve_outbound(
             }
             if credit {
                 link.credit.notify_waiters();
+            }
+            if let Some(port) = offered
+                && violation.is_none()
+            {
+                return Ok(port);
             }
             if let Some(v) = violation {
                 links
@@ -416,9 +522,14 @@ async fn serve_outbound(
     }
 }
 
-/// Serves one stream a peer opened: reads chunks, writes acks.
-async fn serve_inbound(links: Arc<Links>, stream: PeerStream) {
-    let peer = stream.peer;
+/// Serves one stream `peer` opened: reads chunks, writes acks; first
+/// offers the port of this node's rank data plane if `offer`.
+async fn serve_inbound<S: AsyncRead + AsyncWrite>(
+    links: Arc<Links>,
+    peer: PeerId,
+    stream: S,
+    offer: Option<u16>,
+) {
     let state = links.peer_inbound(peer);
     let generation = {
         let mut s = lock(&state.state);
@@ -432,7 +543,7 @@ async fn serve_inbound(links: Arc<Links>, stream: PeerStream) {
         s.stream
     };
     state.wake.notify_one();
-    let (mut r, mut w) = stream.stream.split();
+    let (mut r, mut w) = stream.split();
     let reader = async {
         let mut frames = FrameReader::new();
         loop {
@@ -454,6 +565,10 @@ async fn serve_inbound(links: Arc<Links>, stream: PeerStream) {
     };
     let writer = async {
         let mut buf = Vec::new();
+        if let (Some(port), Some(plane)) = (offer, &links.direct) {
+            plane.expect(peer);
+            encode(&Frame::Offer(port), &mut buf);
+        }
         loop {
             let due = {
                 let mut s = lock(&state.state);

@@ -65,6 +65,7 @@ pub struct OverlayHandle {
     pub(super) commands: mpsc::Sender<Command>,
     pub(super) local_peer_id: PeerId,
     pub(super) signer: crate::identity::PeerSigner,
+    pub(super) direct: Option<std::sync::Arc<crate::direct::DirectPlane>>,
 }
 
 impl std::fmt::Debug for Command {
@@ -83,6 +84,11 @@ impl OverlayHandle {
     /// checks it).
     pub fn signer(&self) -> crate::identity::PeerSigner {
         self.signer.clone()
+    }
+
+    /// The rank data plane, if on ([`OverlayConfig::direct_ranks`](crate::OverlayConfig::direct_ranks)).
+    pub fn direct(&self) -> Option<&std::sync::Arc<crate::direct::DirectPlane>> {
+        self.direct.as_ref()
     }
 
     async fn call<T>(

@@ -166,6 +166,14 @@ impl Overlay {
             }
         }
 
+        let direct = match direct_ip(&config) {
+            Some(ip) => Some(
+                crate::direct::DirectPlane::start(&key, ip, &config.network)
+                    .await
+                    .map_err(OverlayError::Setup)?,
+            ),
+            None => None,
+        };
         let (command_tx, command_rx) = mpsc::channel(config.channel_capacity);
         let (event_tx, event_rx) = mpsc::channel(config.channel_capacity);
         let seed = config.seed.unwrap_or_else(|| {
@@ -207,10 +215,30 @@ impl Overlay {
                 commands: command_tx,
                 local_peer_id: local,
                 signer: identity::PeerSigner::new(key.clone()),
+                direct,
             },
             event_rx,
         ))
     }
+}
+
+/// Where the rank data plane listens: the IP address of the first TCP
+/// listen address; none if the plane is off (see
+/// [`OverlayConfig::direct_ranks`]).
+fn direct_ip(config: &OverlayConfig) -> Option<std::net::IpAddr> {
+    use libp2p::multiaddr::Protocol;
+    if !config.direct_ranks || config.latency.is_some() {
+        return None;
+    }
+    config.listen.iter().find_map(|addr| {
+        let mut parts = addr.iter();
+        let ip = match parts.next()? {
+            Protocol::Ip4(ip) => std::net::IpAddr::V4(ip),
+            Protocol::Ip6(ip) => std::net::IpAddr::V6(ip),
+            _ => return None,
+        };
+        matches!(parts.next()?, Protocol::Tcp(_)).then_some(ip)
+    })
 }
 
 /// The QUIC address beside TCP listen address `addr`: the same IP address,

@@ -17,6 +17,8 @@ use super::{OpenReply, Shared, StreamError};
 /// One connection's handler.
 pub(crate) struct Handler {
     peer: PeerId,
+    /// The peer's IP address on this connection, unless relayed.
+    remote_ip: Option<std::net::IpAddr>,
     protocol: StreamProtocol,
     shared: Shared,
     /// Open requests not yet turned into substream requests.
@@ -24,9 +26,15 @@ pub(crate) struct Handler {
 }
 
 impl Handler {
-    pub(super) fn new(peer: PeerId, protocol: StreamProtocol, shared: Shared) -> Self {
+    pub(super) fn new(
+        peer: PeerId,
+        remote_ip: Option<std::net::IpAddr>,
+        protocol: StreamProtocol,
+        shared: Shared,
+    ) -> Self {
         Handler {
             peer,
+            remote_ip,
             protocol,
             shared,
             to_open: VecDeque::new(),
@@ -71,13 +79,14 @@ impl ConnectionHandler for Handler {
                 protocol: stream,
                 ..
             }) => {
-                self.shared.deliver(self.shared.wrap(self.peer, stream));
+                self.shared
+                    .deliver(self.shared.wrap(self.peer, self.remote_ip, stream));
             }
             ConnectionEvent::FullyNegotiatedOutbound(FullyNegotiatedOutbound {
                 protocol: stream,
                 info: reply,
             }) => {
-                let _ = reply.send(Ok(self.shared.wrap(self.peer, stream)));
+                let _ = reply.send(Ok(self.shared.wrap(self.peer, self.remote_ip, stream)));
             }
             ConnectionEvent::DialUpgradeError(DialUpgradeError { info: reply, error }) => {
                 let _ = reply.send(Err(StreamError::Refused(error.to_string())));

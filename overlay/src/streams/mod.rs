@@ -1,4 +1,4 @@
-//! Long-lived raw streams between nodes: the `/zorilla/<network>/ranks/3`
+//! Long-lived raw streams between nodes: the `/zorilla/<network>/ranks/4`
 //! protocol that carries the messages between the workers of jobs.
 //!
 //! The overlay only opens and accepts the streams and hands them out
@@ -60,6 +60,10 @@ pub struct PeerStream {
     pub peer: PeerId,
     /// The stream (futures' `AsyncRead + AsyncWrite`).
     pub stream: Stream,
+    /// The peer's IP address on the stream's connection; `None` if the
+    /// connection is relayed (or not over IP). Where a direct connection
+    /// of the rank data plane may reach it ([`crate::direct`]).
+    pub remote_ip: Option<std::net::IpAddr>,
     _live: Arc<()>,
 }
 
@@ -100,6 +104,19 @@ fn remembered(map: &BTreeMap<PeerId, Instant>, peer: &PeerId, kept: Duration) ->
     map.get(peer).is_some_and(|at| at.elapsed() < kept)
 }
 
+/// The IP address of a connection's remote address, unless it is relayed.
+fn ip_of(addr: &Multiaddr) -> Option<std::net::IpAddr> {
+    use libp2p::multiaddr::Protocol;
+    if addr.iter().any(|p| matches!(p, Protocol::P2pCircuit)) {
+        return None;
+    }
+    match addr.iter().next()? {
+        Protocol::Ip4(ip) => Some(ip.into()),
+        Protocol::Ip6(ip) => Some(ip.into()),
+        _ => None,
+    }
+}
+
 /// What the behaviour and its handlers share: where inbound streams go,
 /// and which streams are alive.
 #[derive(Clone, Default)]
@@ -116,7 +133,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Shared {
     /// Wraps a fresh stream, counting it alive.
-    pub(crate) fn wrap(&self, peer: PeerId, stream: Stream) -> PeerStream {
+    pub(crate) fn wrap(
+        &self,
+        peer: PeerId,
+        remote_ip: Option<std::net::IpAddr>,
+        stream: Stream,
+    ) -> PeerStream {
         remember(&mut lock(&self.recent), peer, Instant::now());
         let live = Arc::new(());
         let mut map = lock(&self.live);
@@ -126,6 +148,7 @@ impl Shared {
         PeerStream {
             peer,
             stream,
+            remote_ip,
             _live: live,
         }
     }
@@ -310,8 +333,13 @@ impl Behaviour {
         true
     }
 
-    fn handler(&self, peer: PeerId) -> handler::Handler {
-        handler::Handler::new(peer, self.protocol.clone(), self.shared.clone())
+    fn handler(&self, peer: PeerId, remote: &Multiaddr) -> handler::Handler {
+        handler::Handler::new(
+            peer,
+            ip_of(remote),
+            self.protocol.clone(),
+            self.shared.clone(),
+        )
     }
 }
 
@@ -324,20 +352,20 @@ impl NetworkBehaviour for Behaviour {
         _: ConnectionId,
         peer: PeerId,
         _: &Multiaddr,
-        _: &Multiaddr,
+        remote: &Multiaddr,
     ) -> Result<THandler<Self>, ConnectionDenied> {
-        Ok(self.handler(peer))
+        Ok(self.handler(peer, remote))
     }
 
     fn handle_established_outbound_connection(
         &mut self,
         _: ConnectionId,
         peer: PeerId,
-        _: &Multiaddr,
+        remote: &Multiaddr,
         _: Endpoint,
         _: PortUse,
     ) -> Result<THandler<Self>, ConnectionDenied> {
-        Ok(self.handler(peer))
+        Ok(self.handler(peer, remote))
     }
 
     fn on_swarm_event(&mut self, event: FromSwarm<'_>) {

@@ -10,6 +10,11 @@
 //! | 1 | [`Frame::Data`] | channel, seq u64, offset u64, total u64, then the chunk's bytes (at most [`CHUNK_BYTES`]) |
 //! | 2 | [`Frame::Ack`] | channel, next u64, limit u64 |
 //! | 3 | [`Frame::Refuse`] | channel, reason u8 (1 not here yet, 2 closed) |
+//! | 4 | [`Frame::Offer`] | port u16 |
+//!
+//! The receiver of a libp2p stream may offer the port of its rank data
+//! plane ([`crate::direct`]) first: the sender may then carry on over a
+//! direct connection to that port, with the same frames.
 //!
 //! A channel ([`ChannelId`]) is written as job u64, from u32,
 //! from_incarnation u32, to u32, to_incarnation u32.
@@ -30,6 +35,7 @@ pub const MAX_FRAME_BYTES: usize = DATA_HEADER_BYTES - 4 + CHUNK_BYTES;
 const DATA: u8 = 1;
 const ACK: u8 = 2;
 const REFUSE: u8 = 3;
+const OFFER: u8 = 4;
 
 /// Why a receiver refused a channel's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +55,9 @@ pub enum Frame<'a> {
     Ack(Ack),
     /// The receiver refuses a channel's data.
     Refuse(ChannelId, Refusal),
+    /// The receiver's rank data plane listens on this port (at the IP
+    /// address of the stream's connection).
+    Offer(u16),
 }
 
 /// A frame that cannot be decoded.
@@ -150,6 +159,13 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
             }
             Frame::Refuse(channel, reason)
         }
+        OFFER => {
+            let port = r.take(2)?;
+            if !r.0.is_empty() {
+                return Err(FrameError::Malformed);
+            }
+            Frame::Offer(u16::from_le_bytes([port[0], port[1]]))
+        }
         other => return Err(FrameError::UnknownKind(other)),
     };
     Ok(Some((frame, 4 + len)))
@@ -190,6 +206,10 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
                 Refusal::Closed => 2,
             });
         }
+        Frame::Offer(port) => {
+            out.push(OFFER);
+            out.extend_from_slice(&port.to_le_bytes());
+        }
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
@@ -223,6 +243,7 @@ mod tests {
                 limit: 1 << 40,
             }),
             Frame::Refuse(CH, Refusal::Closed),
+            Frame::Offer(40123),
         ];
         let mut buf = Vec::new();
         for f in &frames {

@@ -1,0 +1,98 @@
+//! Who the rank data plane lets through: the peer a dialer names and
+//! nobody else; at a listener, only peers it expects, refused in the
+//! handshake otherwise (nothing handed on).
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use futures::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+async fn plane() -> (Keypair, Arc<DirectPlane>) {
+    let key = Keypair::generate_ed25519();
+    let plane = DirectPlane::start(&key, LOOPBACK, "direct-test").await.unwrap();
+    (key, plane)
+}
+
+fn addr(plane: &DirectPlane) -> SocketAddr {
+    SocketAddr::new(LOOPBACK, plane.port())
+}
+
+#[tokio::test]
+async fn an_expected_peer_connects_with_aes_gcm_and_both_ends_know_each_other() {
+    let (a_key, a) = plane().await;
+    let (b_key, b) = plane().await;
+    let (a_id, b_id) = (a_key.public().to_peer_id(), b_key.public().to_peer_id());
+    let mut inbound = b.accept(4);
+    b.expect(a_id);
+    let mut dialed = a.dial(b_id, addr(&b)).await.unwrap();
+    let mut accepted = inbound.recv().await.unwrap();
+    assert_eq!((dialed.peer, accepted.peer), (b_id, a_id));
+    dialed.stream.write_all(b"ping").await.unwrap();
+    dialed.stream.flush().await.unwrap();
+    let mut got = [0; 4];
+    accepted.stream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"ping");
+    let suite = dialed.stream.get_ref().1.negotiated_cipher_suite().unwrap();
+    assert!(
+        matches!(
+            suite.suite(),
+            rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+                | rustls::CipherSuite::TLS13_AES_256_GCM_SHA384
+        ),
+        "{suite:?}"
+    );
+    assert_eq!(b.stats().accepted, 1);
+    assert_eq!(a.stats().dialed, 1);
+}
+
+#[tokio::test]
+async fn a_dialer_refuses_a_listener_that_is_not_the_peer_it_names() {
+    let (a_key, a) = plane().await;
+    let (_, b) = plane().await;
+    let mut inbound = b.accept(4);
+    b.expect(a_key.public().to_peer_id());
+    let someone_else = Keypair::generate_ed25519().public().to_peer_id();
+    let err = a.dial(someone_else, addr(&b)).await.unwrap_err();
+    assert!(matches!(err, DirectError::Handshake(_)), "{err:?}");
+    assert_eq!(a.stats().dial_failed, 1);
+    assert!(inbound.try_recv().is_err(), "nothing handed on");
+}
+
+/// A stranger (a valid libp2p identity this node never offered a
+/// connection to) fails in the TLS handshake: the listener's certificate
+/// check refuses it, and nothing reaches the node; an expected peer that
+/// comes after it is the first connection handed on.
+#[tokio::test]
+async fn a_listener_refuses_a_peer_it_does_not_expect_in_the_handshake() {
+    let (_, stranger) = plane().await;
+    let (c_key, c) = plane().await;
+    let (b_key, b) = plane().await;
+    let b_id = b_key.public().to_peer_id();
+    let mut inbound = b.accept(4);
+    let err = stranger.dial(b_id, addr(&b)).await.unwrap_err();
+    assert!(matches!(err, DirectError::Handshake(_)), "{err:?}");
+    // b's own identity is not let in either.
+    let b_twin = DirectPlane::start(&b_key, LOOPBACK, "direct-test")
+        .await
+        .unwrap();
+    b.expect(b_id);
+    assert!(b_twin.dial(b_id, addr(&b)).await.is_err());
+    b.expect(c_key.public().to_peer_id());
+    c.dial(b_id, addr(&b)).await.unwrap();
+    let first = inbound.recv().await.unwrap();
+    assert_eq!(first.peer, c_key.public().to_peer_id());
+    assert_eq!(b.stats().accepted, 1);
+}
+
+#[tokio::test]
+async fn a_closed_plane_refuses_dials() {
+    let (a_key, a) = plane().await;
+    let (b_key, b) = plane().await;
+    b.expect(a_key.public().to_peer_id());
+    b.close();
+    let err = a.dial(b_key.public().to_peer_id(), addr(&b)).await.unwrap_err();
+    assert!(matches!(err, DirectError::Connect(_)), "{err:?}");
+}
