@@ -2,9 +2,12 @@
 //! 64 MiB, beside OpenMPI on the same machine in the same run.
 //!
 //! - Zorilla between two nodes: two release `zorilla-node` processes of one
-//!   core each on 127.0.0.1 (so the two workers land on different nodes,
-//!   and their messages cross the overlay: TCP, noise, yamux), the
-//!   `transfer pingpong` guest (examples/src/transfer.c).
+//!   core each on 127.0.0.1 (so the two workers land on different nodes),
+//!   the `transfer pingpong` guest (examples/src/transfer.c); their
+//!   messages take the rank data plane's direct TLS connection (AES-GCM).
+//! - The same with `--direct-ranks false`: the messages cross the
+//!   overlay's libp2p connection (TCP, noise, yamux), as before the data
+//!   plane.
 //! - Zorilla between two workers of one node: one two-core node.
 //! - OpenMPI 4 (`examples/native/pingpong-mpi.c`, built with `mpicc -O2`):
 //!   `mpirun -np 2 --mca btl tcp,self` (TCP over loopback) and the default
@@ -195,6 +198,21 @@ async fn main() {
     let nodes = zorilla(&a, &sizes).await;
     drop((a, b));
 
+    // The same over libp2p (no direct connections).
+    let off = ["--direct-ranks".to_string(), "false".to_string()];
+    let (dir_a, dir_b) = (dir.path().join("la"), dir.path().join("lb"));
+    let a = TestNode::start_with(&dir_a, &format!("{network}-l"), None, 1, "127.0.0.1", &off);
+    let b = TestNode::start_with(
+        &dir_b,
+        &format!("{network}-l"),
+        Some(&a.listen),
+        1,
+        "127.0.0.1",
+        &off,
+    );
+    let libp2p = zorilla(&a, &sizes).await;
+    drop((a, b));
+
     // One node of two cores: both workers on it.
     let c = TestNode::start(&dir.path().join("c"), &format!("{network}-c"), None, 2);
     let local = zorilla(&c, &sizes).await;
@@ -211,8 +229,15 @@ async fn main() {
     let cipher = cipher_mb_per_s();
 
     println!(
-        "{:>8} | {:>22} | {:>22} | {:>9} | {:>22} | {:>22} | {:>9}",
-        "size", "zorilla 2 nodes", "openmpi tcp", "ratio", "zorilla 1 node", "openmpi shm", "ratio"
+        "{:>8} | {:>22} | {:>22} | {:>22} | {:>9} | {:>22} | {:>22} | {:>9}",
+        "size",
+        "zorilla 2 nodes",
+        "2 nodes over libp2p",
+        "openmpi tcp",
+        "ratio",
+        "zorilla 1 node",
+        "openmpi shm",
+        "ratio"
     );
     let cell = |m: Option<&BTreeMap<u64, f64>>, size: u64| {
         m.and_then(|m| m.get(&size)).map_or("-".to_string(), |rtt| {
@@ -228,9 +253,10 @@ async fn main() {
     };
     for (size, _) in &sizes {
         println!(
-            "{:>8} | {:>22} | {:>22} | {:>9} | {:>22} | {:>22} | {:>9}",
+            "{:>8} | {:>22} | {:>22} | {:>22} | {:>9} | {:>22} | {:>22} | {:>9}",
             human(*size),
             cell(Some(&nodes), *size),
+            cell(Some(&libp2p), *size),
             cell(mpi_tcp.as_ref(), *size),
             ratio(Some(&nodes), mpi_tcp.as_ref(), *size),
             cell(Some(&local), *size),
@@ -243,6 +269,9 @@ async fn main() {
     let rtt_us = |m: &BTreeMap<u64, f64>, s: u64| m.get(&s).map(|v| v / 1e3);
     if let Some(v) = rtt_us(&nodes, 8) {
         println!("RESULT pingpong.nodes_rtt_8 {v:.1} µs");
+    }
+    if let Some(v) = rtt_us(&libp2p, 8) {
+        println!("RESULT pingpong.nodes_libp2p_rtt_8 {v:.1} µs");
     }
     if let Some(v) = rtt_us(&local, 8) {
         println!("RESULT pingpong.local_rtt_8 {v:.2} µs");

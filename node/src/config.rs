@@ -11,6 +11,7 @@
 //! mdns = true
 //! max_connections = 128              # overlay connections at once
 //! quic = false                       # listen on QUIC too, beside TCP (cargo feature `quic`)
+//! direct_ranks = true                # messages between workers over direct TLS connections
 //! relay_max_reservations = 16        # nodes this node relays for (behind NATs)
 //! relay_circuit_secs = 3600          # longest relayed circuit through this node
 //! relay_circuit_mib = 1024           # most data of one relayed circuit
@@ -157,6 +158,13 @@ pub struct Config {
     /// (`topology`) covers TCP only. Needs a build with the cargo feature
     /// `quic` (the default); see [`check_quic`].
     pub quic: Option<bool>,
+    /// Messages between workers of different nodes go over direct TLS
+    /// connections of their own (AES-GCM, authenticated by the nodes'
+    /// identities) where one can be made, else over the overlay's libp2p
+    /// connection. Default true; off with a `topology` (its emulated
+    /// latency covers libp2p's connections only). See
+    /// `zorilla_overlay::direct`.
+    pub direct_ranks: Option<bool>,
     /// How many nodes that are not reachable (behind NATs) this node
     /// relays for at once, when it is reachable itself; 0 relays for none.
     /// Default [`zorilla_overlay::config::DEFAULT_RELAY_MAX_RESERVATIONS`].
@@ -313,6 +321,7 @@ impl Config {
             mdns,
             max_connections,
             quic,
+            direct_ranks,
             relay_max_reservations,
             relay_circuit_secs,
             relay_circuit_mib,

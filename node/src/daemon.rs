@@ -275,6 +275,7 @@ impl Daemon {
             state_dir: Some(state_dir.clone()),
             latency,
             quic: config.quic.unwrap_or(false),
+            direct_ranks: config.direct_ranks.unwrap_or(true),
             nat: {
                 let default = zorilla_overlay::config::NatConfig::default();
                 zorilla_overlay::config::NatConfig {

@@ -42,6 +42,9 @@ struct Cli {
     /// Listen on QUIC too, beside TCP.
     #[arg(long, env = "ZORILLA_QUIC")]
     quic: Option<bool>,
+    /// Messages between workers over direct TLS connections (default true).
+    #[arg(long, env = "ZORILLA_DIRECT_RANKS")]
+    direct_ranks: Option<bool>,
     /// Nodes this node relays for at most (0: it relays for none).
     #[arg(long, env = "ZORILLA_RELAY_MAX_RESERVATIONS")]
     relay_max_reservations: Option<usize>,
@@ -303,6 +306,7 @@ impl Cli {
             mdns: self.mdns,
             max_connections: self.max_connections,
             quic: self.quic,
+            direct_ranks: self.direct_ranks,
             relay_max_reservations: self.relay_max_reservations,
             relay_circuit_secs: self.relay_circuit_secs,
             relay_circuit_mib: self.relay_circuit_mib,

@@ -44,6 +44,24 @@ fn port(listen: &str) -> u16 {
     parts[at + 1].parse().expect("a port")
 }
 
+/// The local ports of the established TCP connections of processes
+/// `pids` (`ss -p`): the overlay's and the rank data plane's direct
+/// connections, whose ports the OS chose.
+fn ports_of(pids: &[u32]) -> Vec<u16> {
+    let out = Command::new("ss")
+        .args(["-t", "-n", "-p", "-H", "state", "established"])
+        .output()
+        .expect("ss (iproute2) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter(|l| pids.iter().any(|p| l.contains(&format!("pid={p},"))))
+        .filter_map(|l| {
+            let local = l.split_whitespace().nth(2)?;
+            local.rsplit_once(':')?.1.parse().ok()
+        })
+        .collect()
+}
+
 /// Aborts every TCP connection to or from `ports` (as root: `ss -K`);
 /// returns how many it aborted.
 fn cut_connections(ports: &[u16]) -> usize {
@@ -110,14 +128,16 @@ async fn messages_up_to_64_mib_between_workers_of_one_node() {
     assert!(out.contains("transfer check ok"), "{out:?}");
 }
 
-/// The TCP connections between the two nodes are aborted again and again
-/// while messages of up to 64 MiB flow: every message still arrives
-/// exactly once, intact and in order (the guest checks), because the
-/// stream is opened again and what was not acknowledged is sent again.
+/// The TCP connections between the two nodes (the overlay's and the rank
+/// data plane's direct ones) are aborted again and again while messages of
+/// up to 64 MiB flow: every message still arrives exactly once, intact and
+/// in order (the guest checks), because the stream is opened again and
+/// what was not acknowledged is sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_cut_mid_message_lose_and_duplicate_nothing() {
     let grid = grid(2, 1);
-    let ports: Vec<u16> = grid.nodes.iter().map(|n| port(&n.listen)).collect();
+    let listen: Vec<u16> = grid.nodes.iter().map(|n| port(&n.listen)).collect();
+    let pids: Vec<u32> = grid.nodes.iter().map(|n| n.child.id()).collect();
     let mut client = grid.nodes[0].client().await;
     let max = MAX.to_string();
     let job = submit(&mut client, transfer(&["check", &max], 200)).await;
@@ -135,6 +155,8 @@ async fn connections_cut_mid_message_lose_and_duplicate_nothing() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(400)).await;
+        let mut ports = listen.clone();
+        ports.extend(ports_of(&pids));
         let n = cut_connections(&ports);
         aborted += n;
         cuts += usize::from(n > 0);

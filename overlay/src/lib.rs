@@ -97,11 +97,11 @@ pub mod streams;
 mod wire;
 
 pub use config::{OverlayConfig, QUIC_SUPPORTED};
+pub use direct::{DirectPlane, DirectStream};
 pub use latency::{LatencyEmulation, SharedTopology, Topology};
 pub use libp2p::{Multiaddr, PeerId};
 pub use overlay::{
     Event, KnownPeer, Neighbour, Overlay, OverlayError, OverlayHandle, OverlayStats, RequestError,
     Responder,
 };
-pub use direct::{DirectPlane, DirectStream};
 pub use streams::{PeerStream, StreamError};

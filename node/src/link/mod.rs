@@ -26,8 +26,9 @@
 //! frames, as after a reconnection: what was not acknowledged is sent
 //! again, the receiver's newer stream supersedes the older. If the dial
 //! fails (relayed connections, NATs, firewalls), the sender keeps the
-//! libp2p stream and takes no offer for [`DIRECT_RETRY`]. The sequencing,
-//! credit and replay above are the same on either path.
+//! libp2p stream, and takes an offer again only on a stream it opens
+//! [`DIRECT_RETRY`] or more later. The sequencing, credit and replay above
+//! are the same on either path.
 //!
 //! # Memory
 //!
@@ -348,7 +349,8 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                     }
                     lock(&link.state).outbox.rewind();
                     direct_backoff = if opened.elapsed() < DIRECT_SHORT_LIVED {
-                        (direct_backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1))
+                        (direct_backoff * 2)
+                            .clamp(Duration::from_millis(10), Duration::from_secs(1))
                     } else {
                         Duration::ZERO
                     };

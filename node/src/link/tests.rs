@@ -279,3 +279,202 @@ async fn many_senders_cannot_make_a_rank_hold_more_than_its_budget() {
     }
     assert!(remote.out.all_acked() || remote.pump(&routes));
 }
+
+/// Two overlays on loopback (the sender bootstrapping from the receiver)
+/// and their links: job 1 with rank 0 on the receiver, every other rank
+/// on the sender.
+struct Pair {
+    sender: Arc<Links>,
+    receiver: Arc<Links>,
+    sender_id: PeerId,
+    receiver_id: PeerId,
+    inbox: Arc<Inbox>,
+    _routes: Arc<Routes>,
+}
+
+/// The channel from rank 2 on the sender to rank 0 on the receiver.
+const PAIR_CHANNEL: ChannelId = ChannelId {
+    job: 1,
+    from: 2,
+    from_incarnation: 0,
+    to: 0,
+    to_incarnation: 0,
+};
+
+impl Pair {
+    async fn start(network: &str) -> Pair {
+        use zorilla_overlay::{Overlay, OverlayConfig};
+        let (receiver, mut events) = Overlay::start(OverlayConfig::local(network)).await.unwrap();
+        tokio::spawn(async move { while events.recv().await.is_some() {} });
+        let at = receiver.listen_addrs().await.unwrap();
+        let (sender, mut events) = Overlay::start(OverlayConfig {
+            bootstrap: at,
+            ..OverlayConfig::local(network)
+        })
+        .await
+        .unwrap();
+        tokio::spawn(async move { while events.recv().await.is_some() {} });
+        let (sender_id, receiver_id) = (sender.local_peer_id(), receiver.local_peer_id());
+        let inbox = Inbox::new(0);
+        let routes = Arc::new(Routes {
+            inbox: inbox.clone(),
+            peer: sender_id,
+        });
+        let receiver = Links::new(receiver_id, receiver);
+        receiver.accept().await;
+        let weak: Weak<dyn JobRoutes> = Arc::downgrade(&routes) as Weak<dyn JobRoutes>;
+        receiver.add_job(1, weak);
+        Pair {
+            sender: Links::new(sender_id, sender),
+            receiver,
+            sender_id,
+            receiver_id,
+            inbox,
+            _routes: routes,
+        }
+    }
+
+    fn plane(links: &Links) -> &Arc<DirectPlane> {
+        links.direct.as_ref().expect("the data plane is on")
+    }
+
+    async fn send(&self, n: u32, len: usize) {
+        let sent = self
+            .sender
+            .send(
+                self.receiver_id,
+                PAIR_CHANNEL,
+                tagged(2, n, len),
+                std::future::pending(),
+            )
+            .await;
+        assert!(matches!(sent, Ok(Ok(()))), "message {n} not sent");
+    }
+
+    /// The next message: its number, checked whole.
+    async fn recv(&self, len: usize) -> u32 {
+        let got = tokio::time::timeout(Duration::from_secs(60), self.inbox.recv()).await;
+        let Ok(Ok(Delivery::Message { from, payload })) = got else {
+            panic!("no message");
+        };
+        assert_eq!((from, payload.len()), (2, len.max(8)));
+        assert!(
+            payload[8..].iter().all(|b| *b == 2),
+            "the payload is intact"
+        );
+        u32::from_le_bytes(payload[4..8].try_into().unwrap())
+    }
+
+    /// Bytes of the channel's message that has partly arrived.
+    fn partial(&self) -> u64 {
+        let Some(state) = lock(&self.receiver.inbound).get(&self.sender_id).cloned() else {
+            return 0;
+        };
+        lock(&state.state)
+            .channels
+            .get(&PAIR_CHANNEL)
+            .map_or(0, |c| {
+                let unread = c.inbound.completed() - c.inbound.consumed_position();
+                c.inbound.buffered_bytes() - unread
+            })
+    }
+}
+
+/// Waits (bounded) until `done`.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(20), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_take_the_direct_connection_when_one_can_be_made() {
+    let pair = Pair::start("link-direct").await;
+    for n in 0..3 {
+        pair.send(n, 1000).await;
+    }
+    for n in 0..3 {
+        assert_eq!(pair.recv(1000).await, n);
+    }
+    let (to, from) = (Pair::plane(&pair.receiver), Pair::plane(&pair.sender));
+    until("a direct connection", || to.stats().accepted >= 1).await;
+    for n in 3..6 {
+        pair.send(n, 300_000).await;
+        assert_eq!(pair.recv(300_000).await, n);
+    }
+    assert_eq!(from.stats().dial_failed, 0);
+    assert_eq!(from.stats().dialed, to.stats().accepted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_go_over_libp2p_when_no_direct_connection_can_be_made() {
+    let pair = Pair::start("link-fallback").await;
+    let (to, from) = (Pair::plane(&pair.receiver), Pair::plane(&pair.sender));
+    // The receiver offers its port, but nothing listens there.
+    to.close();
+    pair.send(0, 1000).await;
+    assert_eq!(pair.recv(1000).await, 0);
+    until("a failed dial", || from.stats().dial_failed >= 1).await;
+    for n in 1..4 {
+        pair.send(n, 300_000).await;
+        assert_eq!(pair.recv(300_000).await, n);
+    }
+    assert_eq!((to.stats().accepted, from.stats().dialed), (0, 0));
+}
+
+/// Aborts the TCP connections to or from `port` (as root: `ss -K`); how
+/// many.
+fn cut(port: u16) -> usize {
+    let out = std::process::Command::new("ss")
+        .args(["-K", "-t", "-n", "state", "established"])
+        .arg(format!("( sport = :{port} or dport = :{port} )"))
+        .output()
+        .expect("ss (iproute2) runs");
+    assert!(
+        out.status.success(),
+        "ss -K failed (this test needs root): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+/// The direct connection is aborted twice while a 32 MiB message is on
+/// its way: it arrives once, intact, and the messages after it in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_connection_cut_mid_message_loses_and_duplicates_nothing() {
+    const BIG: usize = 32 << 20;
+    let pair = Arc::new(Pair::start("link-cut").await);
+    pair.send(0, 10).await;
+    assert_eq!(pair.recv(10).await, 0);
+    let to = Pair::plane(&pair.receiver).clone();
+    until("a direct connection", || to.stats().accepted >= 1).await;
+    let sending = {
+        let pair = pair.clone();
+        tokio::spawn(async move {
+            pair.send(1, BIG).await;
+            for n in 2..6 {
+                pair.send(n, 100).await;
+            }
+        })
+    };
+    let mut aborted = 0;
+    for part in [8, 2] {
+        let at = (BIG / part) as u64;
+        let pair = pair.clone();
+        until("part of the message", move || pair.partial() >= at).await;
+        aborted += cut(to.port());
+    }
+    assert!(aborted >= 2, "{aborted} sockets aborted");
+    assert_eq!(pair.recv(BIG).await, 1);
+    for n in 2..6 {
+        assert_eq!(pair.recv(100).await, n);
+    }
+    sending.await.unwrap();
+    assert!(to.stats().accepted >= 2, "the sender came back directly");
+}

@@ -48,9 +48,9 @@ use std::time::Duration;
 
 use futures::{AsyncReadExt, AsyncWriteExt};
 use futures_rustls::{TlsAcceptor, TlsConnector, TlsStream};
+use libp2p::PeerId;
 use libp2p::identity::Keypair;
 use libp2p::tcp::tokio::TcpStream;
-use libp2p::PeerId;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc};
@@ -160,8 +160,7 @@ impl DirectPlane {
     /// Listens on `ip`, a port chosen by the OS, as `key`'s peer, for
     /// network `network`; serves the listener on the current runtime.
     pub async fn start(key: &Keypair, ip: IpAddr, network: &str) -> Result<Arc<Self>, String> {
-        let (cert, private) =
-            libp2p::tls::certificate::generate(key).map_err(|e| e.to_string())?;
+        let (cert, private) = libp2p::tls::certificate::generate(key).map_err(|e| e.to_string())?;
         let alpn = format!("/zorilla/{network}/ranks-direct/1").into_bytes();
         let local = key.public().to_peer_id();
         let own = Arc::new(verifier::OwnCert::new(cert, &private).map_err(|e| e.to_string())?);
@@ -250,7 +249,11 @@ impl DirectPlane {
         result
     }
 
-    async fn dial_inner(&self, peer: PeerId, addr: SocketAddr) -> Result<DirectStream, DirectError> {
+    async fn dial_inner(
+        &self,
+        peer: PeerId,
+        addr: SocketAddr,
+    ) -> Result<DirectStream, DirectError> {
         let mut config = rustls::ClientConfig::builder_with_provider(verifier::provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| DirectError::Handshake(e.to_string()))?
@@ -320,8 +323,7 @@ async fn serve(plane: std::sync::Weak<DirectPlane>, listener: TcpListener) {
         tokio::spawn(async move {
             let _permit = permit;
             let _ = tcp.set_nodelay(true);
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&plane, acceptor, tcp)).await
-            {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&plane, acceptor, tcp)).await {
                 Ok(Ok(stream)) => {
                     let tx = lock(&plane.inbound).clone();
                     // Counted before the node can see it.
@@ -365,7 +367,10 @@ async fn handshake(
     if peer == plane.local || !plane.expects(&peer) {
         return Err(format!("{peer} was not offered a connection"));
     }
-    stream.write_all(&WELCOME).await.map_err(|e| e.to_string())?;
+    stream
+        .write_all(&WELCOME)
+        .await
+        .map_err(|e| e.to_string())?;
     stream.flush().await.map_err(|e| e.to_string())?;
     Ok(DirectStream {
         peer,

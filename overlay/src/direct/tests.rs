@@ -12,7 +12,9 @@ const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 async fn plane() -> (Keypair, Arc<DirectPlane>) {
     let key = Keypair::generate_ed25519();
-    let plane = DirectPlane::start(&key, LOOPBACK, "direct-test").await.unwrap();
+    let plane = DirectPlane::start(&key, LOOPBACK, "direct-test")
+        .await
+        .unwrap();
     (key, plane)
 }
 
@@ -93,6 +95,9 @@ async fn a_closed_plane_refuses_dials() {
     let (b_key, b) = plane().await;
     b.expect(a_key.public().to_peer_id());
     b.close();
-    let err = a.dial(b_key.public().to_peer_id(), addr(&b)).await.unwrap_err();
+    let err = a
+        .dial(b_key.public().to_peer_id(), addr(&b))
+        .await
+        .unwrap_err();
     assert!(matches!(err, DirectError::Connect(_)), "{err:?}");
 }

@@ -15,17 +15,15 @@ use std::sync::{Arc, Mutex};
 
 use libp2p::PeerId;
 use libp2p::tls::certificate;
+use rustls::client::ResolvesClientCert;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::crypto::aws_lc_rs::cipher_suite::{TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384};
-use rustls::client::ResolvesClientCert;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::ResolvesServerCert;
-use rustls::sign::CertifiedKey;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{
-    CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme,
-};
+use rustls::sign::CertifiedKey;
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use tokio::time::Instant;
 
 use super::EXPECT_KEPT;
@@ -105,7 +103,11 @@ impl PeerVerifier {
         PeerVerifier(Takes::Expected { local, expected })
     }
 
-    fn check(&self, end_entity: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>]) -> Result<(), Error> {
+    fn check(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+    ) -> Result<(), Error> {
         if !intermediates.is_empty() {
             return Err(Error::General("more than one certificate".into()));
         }
