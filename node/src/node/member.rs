@@ -134,9 +134,7 @@ impl Node {
             },
             Done::PeerDead(peer) => {
                 self.probing.remove(&peer);
-                tracing::warn!(%peer, "peer does not answer; treating it as lost");
-                let out = self.sched.handle(self.now(), Input::PeerLost(peer));
-                self.execute(out);
+                self.lose_peer(peer);
                 // Copies of jobs whose primary it was choose the next.
                 self.replicas_peer_gone(peer);
                 // Workers of jobs whose home is gone are stopped, unless

@@ -489,6 +489,14 @@ impl Node {
             .map(|(job, _)| *job)
     }
 
+    /// Whether this node is `job`'s home and has not heard most of the
+    /// job's copies within the lease (it may be the one cut off).
+    pub(super) fn out_of_touch(&self, job: u64, now: zorilla_core::Time) -> bool {
+        self.replicas.get(&job).is_some_and(|held| {
+            held.replica.is_primary() && held.ended_at.is_none() && !held.replica.in_touch(now)
+        })
+    }
+
     /// Whether this node holds a replica of `job` that is not its primary
     /// (its workers wait for the job's next home rather than stop).
     pub(super) fn is_copy(&self, job: u64) -> bool {
