@@ -23,6 +23,10 @@
 //! max_cpu_time_secs = 3600           # CPU time per worker (default: no cap)
 //! max_wall_time_secs = 86400         # wall-clock time per worker (default: no cap)
 //! deny = ["12D3Koo..."]              # homes whose jobs never run here
+//! users = ["12D3Koo..."]             # only these users' jobs run here (`zorilla whoami`; default: any member's)
+//! user_max_cores = 8                 # cores of one user's workers here at once (default: no cap)
+//! user_max_jobs = 4                  # jobs of one user with workers here at once (default: no cap)
+//! user_limits."12D3Koo..." = { max_cores = 16, max_jobs = 8 }  # one user's own
 //! topology = "sites.toml"            # emulated latency (tests, demos)
 //! site = "amsterdam"                  # grid view's group; the topology's site
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
@@ -199,6 +203,17 @@ pub struct Config {
     pub max_wall_time_secs: Option<u64>,
     /// Peer ids of homes whose jobs never run here.
     pub deny: Option<Vec<String>>,
+    /// User ids (as `zorilla whoami` prints them) whose jobs run here;
+    /// absent: any member's (and jobs with no owner). A job of another
+    /// user is declined, and its home's report says why.
+    pub users: Option<Vec<String>>,
+    /// The most cores of one user's workers here at once. Default: no cap.
+    pub user_max_cores: Option<u32>,
+    /// The most jobs of one user with workers here at once. Default: no cap.
+    pub user_max_jobs: Option<u32>,
+    /// Limits of particular users (by user id), instead of
+    /// `user_max_cores` and `user_max_jobs`.
+    pub user_limits: Option<std::collections::BTreeMap<String, UserLimitsConfig>>,
     /// Emulated-latency topology file (see `zorilla_overlay::latency`).
     pub topology: Option<PathBuf>,
     /// Where this machine is, in a word (a site, a building): the status
@@ -325,6 +340,10 @@ impl Config {
             max_cpu_time_secs,
             max_wall_time_secs,
             deny,
+            users,
+            user_max_cores,
+            user_max_jobs,
+            user_limits,
             topology,
             site,
             web,
@@ -399,6 +418,16 @@ pub fn detect(dir: &Path) -> Detected {
         memory_mib,
         disk_free_mib,
     }
+}
+
+/// One user's limits on this node (see `user_limits`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserLimitsConfig {
+    /// The most cores of the user's workers here at once.
+    pub max_cores: Option<u32>,
+    /// The most jobs of the user with workers here at once.
+    pub max_jobs: Option<u32>,
 }
 
 #[cfg(test)]

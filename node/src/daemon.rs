@@ -1,7 +1,7 @@
 //! Staged start-up of a node (state directory, database, sandbox, overlay,
 //! client listener, status page, event loop) and its orderly shutdown.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
 use tokio::sync::{mpsc, watch};
-use zorilla_core::node::{OwnerLimits, SchedulerConfig};
+use zorilla_core::node::{OwnerLimits, SchedulerConfig, UserLimits, UserPolicy};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::{
     LatencyEmulation, Multiaddr, Overlay, OverlayConfig, PeerId, SharedTopology, Topology,
@@ -182,6 +182,7 @@ impl Daemon {
                     .map_err(|e| anyhow::anyhow!("deny: {peer:?} is not a peer id: {e}"))?,
             );
         }
+        let users = user_policy(config)?;
         let finished_in_memory = match config.finished_in_memory {
             None => config::DEFAULT_FINISHED_IN_MEMORY,
             Some(n) if n > config::MAX_FINISHED_IN_MEMORY => anyhow::bail!(
@@ -223,6 +224,7 @@ impl Daemon {
                     .max_workers_per_job
                     .unwrap_or(config::DEFAULT_MAX_WORKERS_PER_JOB),
                 deny,
+                users,
             },
             // The scheduler's reports of ended jobs go with their records.
             ended_capacity: finished_in_memory,
@@ -537,6 +539,40 @@ fn notify(state: &[sd_notify::NotifyState<'_>]) {
     if let Err(e) = sd_notify::notify(state) {
         tracing::warn!("cannot notify the service manager: {e}");
     }
+}
+
+/// Whose jobs this node runs and each user's limits, from the
+/// configuration (user ids checked: a typo must not let nobody in, or
+/// everybody).
+fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
+    let user = |field: &str, text: &str| -> anyhow::Result<PeerId> {
+        text.parse::<crate::owner::UserId>()
+            .map(|u| u.key())
+            .map_err(|e| anyhow::anyhow!("{field}: {e}"))
+    };
+    let only = match &config.users {
+        None => None,
+        Some(list) => Some(
+            list.iter()
+                .map(|u| user("users", u))
+                .collect::<anyhow::Result<BTreeSet<PeerId>>>()?,
+        ),
+    };
+    let each = UserLimits {
+        max_cores: config.user_max_cores.unwrap_or(u32::MAX),
+        max_jobs: config.user_max_jobs.unwrap_or(u32::MAX),
+    };
+    let mut named = BTreeMap::new();
+    for (id, limits) in config.user_limits.iter().flatten() {
+        named.insert(
+            user("user_limits", id)?,
+            UserLimits {
+                max_cores: limits.max_cores.unwrap_or(each.max_cores),
+                max_jobs: limits.max_jobs.unwrap_or(each.max_jobs),
+            },
+        );
+    }
+    Ok(UserPolicy { only, each, named })
 }
 
 #[cfg(test)]

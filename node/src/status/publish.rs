@@ -480,6 +480,7 @@ mod tests {
                     moved_from: None,
                     moved_to: None,
                     owner: None,
+                    owner_proof: None,
                 };
                 (id, record)
             })
