@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::{Caller, Extern, Linker};
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -132,12 +132,16 @@ impl DiskBudget {
     }
 
     /// The worker ended: its share is kept while its files are (see
-    /// [`DiskBudget::settle`]), up to [`MAX_ENDED`] such shares.
+    /// [`DiskBudget::settle`]), up to [`MAX_ENDED`] such shares; a share
+    /// of nothing goes at once.
     fn leave(&self, worker: u64) {
         let mut shares = self.shares();
         if let Some(share) = shares.by_worker.get_mut(&worker) {
             share.ended = true;
             share.in_flight = 0;
+            if share.counted == 0 {
+                shares.remove(worker);
+            }
         }
         let ended: Vec<u64> = shares
             .by_worker
@@ -249,6 +253,10 @@ pub(crate) struct DiskQuota {
     budget: Arc<DiskBudget>,
     /// Set to [`LimitHit::Disk`] when a write passes the worker's limit.
     flag: Arc<LimitFlag>,
+    /// When this worker last had every share measured: a guest writing
+    /// to a full disk again and again has them measured at most once a
+    /// [`DISK_POLL`] (its other writes fail at once).
+    measured_all: Option<Instant>,
 }
 
 /// Why a write may not be made.
@@ -282,6 +290,7 @@ impl DiskQuota {
             limit,
             budget,
             flag,
+            measured_all: None,
         }
     }
 
@@ -302,7 +311,14 @@ impl DiskQuota {
         }
         // Other workers' shares may count more than their files hold (a
         // file written over counts twice until measured).
-        self.budget.measure(None).await;
+        let now = Instant::now();
+        if self
+            .measured_all
+            .is_none_or(|at| now.duration_since(at) >= DISK_POLL)
+        {
+            self.measured_all = Some(now);
+            self.budget.measure(None).await;
+        }
         match self.budget.take(me, len) {
             true => Ok(()),
             false => Err(Refusal::Node),
@@ -495,6 +511,10 @@ mod tests {
         let measured = budget.before(None).into_iter().map(|b| (b, 0)).collect();
         budget.settle(measured);
         assert_eq!(budget.shares().total, 0);
+        assert!(budget.shares().by_worker.is_empty());
+        // A worker that counted nothing leaves nothing behind.
+        let idle = budget.join(PathBuf::from("/nonexistent-d"));
+        budget.leave(idle);
         assert!(budget.shares().by_worker.is_empty());
 
         for _ in 0..MAX_ENDED + 10 {
