@@ -293,6 +293,17 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The job id in `zorilla submit --wait`'s or `--follow`'s "job ID ..."
+/// lines.
+fn job_named_in(stderr: &str) -> String {
+    stderr
+        .split_whitespace()
+        .skip_while(|w| *w != "job")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no job named in {stderr:?}"))
+        .to_string()
+}
+
 /// `zorilla submit --wait` of the hello spec (outputs fetched), logs,
 /// fetch, list, status, node and peers, with their exit codes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,12 +334,7 @@ async fn cli_submits_waits_and_reads_everything_back() {
         .unwrap();
         assert!(greeting.contains("Zorilla"), "{greeting}");
     }
-    let job = stderr
-        .split_whitespace()
-        .skip_while(|w| *w != "job")
-        .nth(1)
-        .unwrap()
-        .to_string();
+    let job = job_named_in(&stderr);
 
     // logs, with rank prefixes; a unique prefix of the id is enough.
     let out = run(zorilla(node).args(["logs", "--ranks", &job[..6]]));
@@ -433,12 +439,7 @@ async fn cli_shows_each_ranks_lines_whole() {
     ]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let job = stderr
-        .split_whitespace()
-        .skip_while(|w| *w != "job")
-        .nth(1)
-        .unwrap()
-        .to_string();
+    let job = job_named_in(&stderr);
     let expected = |prefixed: bool| {
         let mut lines: Vec<String> = (0..4)
             .flat_map(|rank| {
