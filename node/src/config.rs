@@ -177,8 +177,9 @@ pub struct Config {
     /// Memory offered to jobs, MiB. Default: [`DEFAULT_MEMORY_SHARE`] of
     /// the machine's.
     pub memory_mib: Option<u64>,
-    /// Disk offered to jobs, MiB, and the most a home keeps of one job's
-    /// outputs. Default: [`DEFAULT_DISK_SHARE`] of the state directory's
+    /// Disk offered to jobs, MiB: to all their workers here together (a
+    /// write past it fails with ENOSPC), and the most a home keeps of one
+    /// job's outputs. Default: [`DEFAULT_DISK_SHARE`] of the state directory's
     /// free space.
     pub disk_mib: Option<u64>,
     /// How fast this machine's cores are against a reference machine's

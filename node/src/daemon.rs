@@ -432,6 +432,9 @@ pub async fn run(
             wall_time: daemon.worker_time.wall,
             ..Limits::default()
         };
+        // What the node offers holds for all its workers together, as well
+        // as for each.
+        config.disk_bytes = resources.disk_mib.saturating_mul(1024 * 1024);
         // Slots are reserved up front: a few more than the cores, since
         // workers blocked on messages use no core.
         config.max_workers = resources.cores.max(1) * 2 + 2;
