@@ -66,7 +66,9 @@ run_sim() { # log-name zorilla-sim-arguments...
     local args=("$@")
     if $short; then
         for i in "${!args[@]}"; do
-            [[ ${args[$i]} == --random || ${args[$i]} == --hetero ]] && args[$((i + 1))]=2
+            if [[ ${args[$i]} == --random || ${args[$i]} == --hetero ]]; then
+                args[$((i + 1))]=2
+            fi
         done
     fi
     echo "== zorilla-sim ${args[*]}"
