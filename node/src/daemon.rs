@@ -57,6 +57,9 @@ pub struct Daemon {
     pub(crate) checkpoints: crate::checkpoint::CheckpointSettings,
     /// Where this machine is (see [`Config::site`]).
     pub site: Option<String>,
+    /// Where the scheduler's CPU speed figure came from (`cpu_speed`
+    /// configured, or measured).
+    pub(crate) cpu_speed_source: crate::cpuspeed::Source,
     /// How the status page's grid view asks the peers (see
     /// [`Config::grid_view_peers`]).
     pub grid_view: zorilla_webui::grid::GridSettings,
@@ -210,10 +213,9 @@ impl Daemon {
             },
             ..zorilla_webui::grid::GridSettings::default()
         };
-        let speed = config
-            .cpu_speed
-            .unwrap_or(zorilla_core::resources::REFERENCE_SPEED);
-        zorilla_core::limits::one_to("cpu_speed", speed, zorilla_core::limits::MAX_SPEED)?;
+        // Configured, or measured once and kept in the state directory: the
+        // figure the scheduler's offers carry.
+        let (speed, cpu_speed_source) = crate::cpuspeed::resolve(config.cpu_speed, &state_dir)?;
         let scheduler = SchedulerConfig {
             resources,
             speed,
@@ -335,6 +337,7 @@ impl Daemon {
             store_cache_bytes,
             checkpoints,
             site: config.site.clone(),
+            cpu_speed_source,
             grid_view,
         })
     }
@@ -453,6 +456,7 @@ pub async fn run(
         daemon.site.clone(),
         resources,
         daemon.scheduler.speed,
+        daemon.cpu_speed_source.describe(),
         store.clone(),
     );
     let web_config = zorilla_webui::WebConfig {

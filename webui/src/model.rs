@@ -46,6 +46,11 @@ pub struct NodeOverview {
     /// home prefers idle, then faster nodes.
     #[serde(default = "reference_speed")]
     pub cpu_speed: u32,
+    /// Where the node's own figure came from ("configured (cpu_speed)",
+    /// "measured at this start", ...); on its own page only, not in the
+    /// views peers ask for.
+    #[serde(default)]
+    pub cpu_speed_source: Option<String>,
     /// What of that is in use by workers now.
     pub in_use: Resources,
     /// Workers running on this node now, for any job.

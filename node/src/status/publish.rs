@@ -442,6 +442,7 @@ mod tests {
             None,
             CoreResources::new(4, 1024, 1024),
             zorilla_core::resources::REFERENCE_SPEED,
+            "configured (cpu_speed)",
             store,
         );
         let sched = Scheduler::new(me, zorilla_core::node::SchedulerConfig::default());

@@ -43,6 +43,8 @@ pub(crate) struct NodeStatus {
     offered: Resources,
     /// How fast its cores are (`cpu_speed`).
     cpu_speed: u32,
+    /// Where that figure came from (configured or measured).
+    cpu_speed_source: &'static str,
     /// The site its operator named (`site`), shown in grid views.
     site: Option<String>,
     pub(super) store: Arc<Store>,
@@ -55,7 +57,7 @@ pub(crate) struct NodeStatus {
 impl NodeStatus {
     /// The status of node `overlay.local_peer_id()` in grid `network`, at
     /// `site` if its operator named one, offering `offered` on cores of
-    /// `cpu_speed`.
+    /// `cpu_speed` (`cpu_speed_source` says where that figure came from).
     pub(crate) fn new(
         overlay: OverlayHandle,
         network: String,
@@ -63,6 +65,7 @@ impl NodeStatus {
         site: Option<String>,
         offered: CoreResources,
         cpu_speed: u32,
+        cpu_speed_source: &'static str,
         store: Arc<Store>,
     ) -> Arc<NodeStatus> {
         Arc::new(NodeStatus {
@@ -80,6 +83,7 @@ impl NodeStatus {
             started_ms: unix_ms(),
             offered: resources(offered),
             cpu_speed,
+            cpu_speed_source,
             site,
             store,
             overlay,
@@ -161,6 +165,7 @@ impl StatusSource for NodeStatus {
             }),
             offered: self.offered,
             cpu_speed: self.cpu_speed,
+            cpu_speed_source: Some(self.cpu_speed_source.to_string()),
             in_use: local.in_use,
             workers_running: local.workers_running,
             home_jobs: local
