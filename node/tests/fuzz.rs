@@ -247,8 +247,12 @@ fn job_specs() {
     decode_spec(JOB_SPEC.replace("workers = 16\n", malleable).as_bytes())
         .expect("the malleable variant");
     assert!(
-        decode_spec(JOB_SPEC.replace("workers = 16\n", &format!("workers = 16\n{malleable}")).as_bytes())
-            .is_err(),
+        decode_spec(
+            JOB_SPEC
+                .replace("workers = 16\n", &format!("workers = 16\n{malleable}"))
+                .as_bytes()
+        )
+        .is_err(),
         "workers and min_workers both given"
     );
     let stats = fuzz_support::run(
