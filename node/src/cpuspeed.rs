@@ -72,6 +72,15 @@ impl Source {
     }
 }
 
+/// The node's figure and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CpuSpeed {
+    /// Against [`REFERENCE_SPEED`], 1 to [`MAX_SPEED`].
+    pub(crate) figure: u32,
+    /// Where it came from.
+    pub(crate) source: Source,
+}
+
 /// Integer work on one core: a xorshift generator feeding a multiply,
 /// shift and rotate chain, each round depending on the last.
 #[inline(never)]
@@ -144,23 +153,24 @@ fn kept(file: &Path) -> Option<u32> {
 
 /// The node's figure: `configured` if given (checked), else the one kept in
 /// `state_dir`, else measured now and kept there.
-pub(crate) fn resolve(configured: Option<u32>, state_dir: &Path) -> anyhow::Result<(u32, Source)> {
-    if let Some(speed) = configured {
-        limits::one_to("cpu_speed", speed, MAX_SPEED)?;
-        return Ok((speed, Source::Configured));
+pub(crate) fn resolve(configured: Option<u32>, state_dir: &Path) -> anyhow::Result<CpuSpeed> {
+    let speed = |figure, source| CpuSpeed { figure, source };
+    if let Some(figure) = configured {
+        limits::one_to("cpu_speed", figure, MAX_SPEED)?;
+        return Ok(speed(figure, Source::Configured));
     }
     let file = state_dir.join(FILE);
-    if let Some(speed) = kept(&file) {
-        return Ok((speed, Source::Kept));
+    if let Some(figure) = kept(&file) {
+        return Ok(speed(figure, Source::Kept));
     }
-    let speed = measure();
-    std::fs::write(&file, format!("{speed} {}\n", build()))
+    let figure = measure();
+    std::fs::write(&file, format!("{figure} {}\n", build()))
         .with_context(|| format!("cannot keep the measured CPU speed in {}", file.display()))?;
     tracing::info!(
-        speed,
+        figure,
         "measured this machine's CPU speed (1000 is the reference)"
     );
-    Ok((speed, Source::Measured))
+    Ok(speed(figure, Source::Measured))
 }
 
 #[cfg(test)]
@@ -191,13 +201,16 @@ mod tests {
     #[test]
     fn a_measured_figure_is_kept_and_read_back_and_a_configured_one_wins() {
         let dir = tempfile::tempdir().unwrap();
-        let (first, how) = resolve(None, dir.path()).unwrap();
-        assert_eq!(how, Source::Measured);
+        let measured = resolve(None, dir.path()).unwrap();
+        assert_eq!(measured.source, Source::Measured);
+        let first = measured.figure;
         let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert_eq!(text, format!("{first} {}\n", build()));
-        assert_eq!(resolve(None, dir.path()).unwrap(), (first, Source::Kept));
+        let again = resolve(None, dir.path()).unwrap();
+        assert_eq!((again.figure, again.source), (first, Source::Kept));
+        let configured = resolve(Some(1500), dir.path()).unwrap();
         assert_eq!(
-            resolve(Some(1500), dir.path()).unwrap(),
+            (configured.figure, configured.source),
             (1500, Source::Configured)
         );
         assert!(resolve(Some(0), dir.path()).is_err());
@@ -216,9 +229,9 @@ mod tests {
             "7".repeat(10_000),
         ] {
             std::fs::write(&file, &text).unwrap();
-            let (speed, how) = resolve(None, dir.path()).unwrap();
-            assert_eq!(how, Source::Measured, "{text:?}");
-            assert!((1..=MAX_SPEED).contains(&speed));
+            let speed = resolve(None, dir.path()).unwrap();
+            assert_eq!(speed.source, Source::Measured, "{text:?}");
+            assert!((1..=MAX_SPEED).contains(&speed.figure));
         }
     }
 }

@@ -57,9 +57,10 @@ pub struct Daemon {
     pub(crate) checkpoints: crate::checkpoint::CheckpointSettings,
     /// Where this machine is (see [`Config::site`]).
     pub site: Option<String>,
-    /// Where the scheduler's CPU speed figure came from (`cpu_speed`
+    /// The CPU speed figure the scheduler's offers carry
+    /// (`scheduler.speed`), and where it came from (`cpu_speed`
     /// configured, or measured).
-    pub(crate) cpu_speed_source: crate::cpuspeed::Source,
+    pub(crate) cpu_speed: crate::cpuspeed::CpuSpeed,
     /// How the status page's grid view asks the peers (see
     /// [`Config::grid_view_peers`]).
     pub grid_view: zorilla_webui::grid::GridSettings,
@@ -215,10 +216,10 @@ impl Daemon {
         };
         // Configured, or measured once and kept in the state directory: the
         // figure the scheduler's offers carry.
-        let (speed, cpu_speed_source) = crate::cpuspeed::resolve(config.cpu_speed, &state_dir)?;
+        let cpu_speed = crate::cpuspeed::resolve(config.cpu_speed, &state_dir)?;
         let scheduler = SchedulerConfig {
             resources,
-            speed,
+            speed: cpu_speed.figure,
             limits: OwnerLimits {
                 max_jobs: config.max_jobs.unwrap_or(config::DEFAULT_MAX_JOBS),
                 max_workers_per_job: config
@@ -337,7 +338,7 @@ impl Daemon {
             store_cache_bytes,
             checkpoints,
             site: config.site.clone(),
-            cpu_speed_source,
+            cpu_speed,
             grid_view,
         })
     }
@@ -455,8 +456,7 @@ pub async fn run(
         daemon.overlay.grid.as_ref().map(grid_info),
         daemon.site.clone(),
         resources,
-        daemon.scheduler.speed,
-        daemon.cpu_speed_source.describe(),
+        daemon.cpu_speed,
         store.clone(),
     );
     let web_config = zorilla_webui::WebConfig {
