@@ -4,7 +4,10 @@
 # (sim/src/bin/bench-report.rs). Every "Command:" that BENCHMARKS.md names
 # runs here (scripts/check-bench-commands.py checks it).
 #
-#   scripts/bench.sh           the full run (release builds, about an hour);
+#   scripts/bench.sh           the full run (release builds, well over an
+#                              hour: synthetic-10k alone took 19 minutes
+#                              and the long fuzz run 11 on the loaded
+#                              2-core machine);
 #                              its logs are kept in docs/bench/logs, which
 #                              are committed: `bench-report --check` (in
 #                              scripts/test.sh) regenerates the summary and
@@ -43,7 +46,7 @@ else
     markdown=BENCHMARKS.md
     readme=README.md
     svg_dir=docs/bench
-    kind="full run, release build, $(date -u +%Y-%m-%d), $(nproc) cores, commit $(git rev-parse --short HEAD)${BENCH_NOTE:+; $BENCH_NOTE}"
+    kind="full run, release build, $(date -u +%Y-%m-%d), $(nproc) cores, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes')${BENCH_NOTE:+; $BENCH_NOTE}"
 fi
 rm -rf "$logs" && mkdir -p "$logs"
 echo "KIND $kind" >"$logs/run.log"
