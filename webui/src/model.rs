@@ -48,8 +48,9 @@ pub struct NodeOverview {
     pub cpu_speed: u32,
     /// Where the node's own figure came from ("configured (cpu_speed)",
     /// "measured at this start", ...); on its own page only, not in the
-    /// views peers ask for.
-    #[serde(default)]
+    /// views peers ask for (nor in their bytes when absent, which stay
+    /// those of the model before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_speed_source: Option<String>,
     /// What of that is in use by workers now.
     pub in_use: Resources,
