@@ -17,7 +17,7 @@
 //! cores = 4                          # offered to jobs (default: detected)
 //! memory_mib = 8192                  # offered to jobs (default: detected)
 //! disk_mib = 10000                   # offered to jobs (default: free disk of state_dir)
-//! cpu_speed = 1500                   # relative CPU speed, 1000 = reference (default 1000)
+//! cpu_speed = 1500                   # relative CPU speed, 1000 = reference (default: measured)
 //! max_jobs = 16                      # J: jobs with workers here at once
 //! max_workers_per_job = 8            # P: workers of one job here
 //! max_cpu_time_secs = 3600           # CPU time per worker (default: no cap)
@@ -177,16 +177,17 @@ pub struct Config {
     /// Memory offered to jobs, MiB. Default: [`DEFAULT_MEMORY_SHARE`] of
     /// the machine's.
     pub memory_mib: Option<u64>,
-    /// Disk offered to jobs, MiB, and the most a home keeps of one job's
-    /// outputs. Default: [`DEFAULT_DISK_SHARE`] of the state directory's
+    /// Disk offered to jobs, MiB: to all their workers here together (a
+    /// write past it fails with ENOSPC), and the most a home keeps of one
+    /// job's outputs. Default: [`DEFAULT_DISK_SHARE`] of the state directory's
     /// free space.
     pub disk_mib: Option<u64>,
     /// How fast this machine's cores are against a reference machine's
     /// (1000): a benchmark score of the owner's, 1 to
     /// [`zorilla_core::limits::MAX_SPEED`]. Offers carry it, and among
     /// equally near offers a home prefers idle, then faster machines.
-    /// Default [`zorilla_core::resources::REFERENCE_SPEED`] (1000): with
-    /// every node at the default, homes prefer idle ones only.
+    /// Default: measured at the node's first start (a short calibrated run
+    /// on one core) and kept in the state directory (`cpu-speed`).
     pub cpu_speed: Option<u32>,
     /// J: jobs with workers on this node at once. Default
     /// [`DEFAULT_MAX_JOBS`].

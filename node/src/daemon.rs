@@ -57,6 +57,10 @@ pub struct Daemon {
     pub(crate) checkpoints: crate::checkpoint::CheckpointSettings,
     /// Where this machine is (see [`Config::site`]).
     pub site: Option<String>,
+    /// The CPU speed figure the scheduler's offers carry
+    /// (`scheduler.speed`), and where it came from (`cpu_speed`
+    /// configured, or measured).
+    pub(crate) cpu_speed: crate::cpuspeed::CpuSpeed,
     /// How the status page's grid view asks the peers (see
     /// [`Config::grid_view_peers`]).
     pub grid_view: zorilla_webui::grid::GridSettings,
@@ -211,13 +215,12 @@ impl Daemon {
             },
             ..zorilla_webui::grid::GridSettings::default()
         };
-        let speed = config
-            .cpu_speed
-            .unwrap_or(zorilla_core::resources::REFERENCE_SPEED);
-        zorilla_core::limits::one_to("cpu_speed", speed, zorilla_core::limits::MAX_SPEED)?;
+        // Configured, or measured once and kept in the state directory: the
+        // figure the scheduler's offers carry.
+        let cpu_speed = crate::cpuspeed::resolve(config.cpu_speed, &state_dir)?;
         let scheduler = SchedulerConfig {
             resources,
-            speed,
+            speed: cpu_speed.figure,
             limits: OwnerLimits {
                 max_jobs: config.max_jobs.unwrap_or(config::DEFAULT_MAX_JOBS),
                 max_workers_per_job: config
@@ -337,6 +340,7 @@ impl Daemon {
             store_cache_bytes,
             checkpoints,
             site: config.site.clone(),
+            cpu_speed,
             grid_view,
         })
     }
@@ -432,6 +436,9 @@ pub async fn run(
             wall_time: daemon.worker_time.wall,
             ..Limits::default()
         };
+        // What the node offers holds for all its workers together, as well
+        // as for each.
+        config.disk_bytes = resources.disk_mib.saturating_mul(1024 * 1024);
         // Slots are reserved up front: a few more than the cores, since
         // workers blocked on messages use no core.
         config.max_workers = resources.cores.max(1) * 2 + 2;
@@ -454,7 +461,7 @@ pub async fn run(
         daemon.overlay.grid.as_ref().map(grid_info),
         daemon.site.clone(),
         resources,
-        daemon.scheduler.speed,
+        daemon.cpu_speed,
         store.clone(),
     );
     let web_config = zorilla_webui::WebConfig {

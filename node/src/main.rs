@@ -60,7 +60,9 @@ struct Cli {
     /// Disk offered to jobs, MiB.
     #[arg(long, env = "ZORILLA_DISK_MIB")]
     disk_mib: Option<u64>,
-    /// Relative CPU speed of this machine (1000: the reference machine).
+    /// Relative CPU speed of this machine (1000: the reference machine);
+    /// measured at the first start and kept in the state directory if not
+    /// given.
     #[arg(long, env = "ZORILLA_CPU_SPEED")]
     cpu_speed: Option<u32>,
     /// J: jobs with workers here at once.
