@@ -233,6 +233,16 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench -p zorilla-node --bench client",
     ),
     (
+        "client.signed_submit_ratio",
+        "signed submission against one without an owner, median",
+        "cargo bench -p zorilla-node --bench client",
+    ),
+    (
+        "client.forwarded_status_rtt_median",
+        "owner's status round trip forwarded by another node, median",
+        "cargo bench -p zorilla-node --bench client",
+    ),
+    (
         "start.cold",
         "submit to all workers running, first job",
         "cargo bench -p zorilla-node --bench start64",
