@@ -324,6 +324,7 @@ fn submit_proof(g: &mut Gen) -> crate::owner::SubmitProof {
     crate::owner::SubmitProof {
         nonce: g.bytes(),
         signature: g.bytes(),
+        max_workers: g.u32(),
     }
 }
 

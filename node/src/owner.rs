@@ -114,6 +114,9 @@ pub struct SubmitProof {
     /// The owner's signature.
     #[serde(with = "serde_bytes")]
     pub signature: Vec<u8>,
+    /// The job's `max_workers` as submitted (and signed): its owner may
+    /// resize the job since, and a copy carries the size as it is now.
+    pub max_workers: u32,
 }
 
 /// Who submitted a job, and the proof.
@@ -125,9 +128,10 @@ pub struct Submitter {
     pub proof: SubmitProof,
 }
 
-/// Checks that `user` submitted the job `request` with the module and
-/// inputs (name, SHA-256 in hex) of these hashes: `proof` is its signature
-/// of them.
+/// Checks that `user` submitted the job `request` (but for its size,
+/// which a resize may have changed since) with the module and inputs
+/// (name, SHA-256 in hex) of these hashes: `proof` is its signature of
+/// them.
 pub fn check_submission(
     user: &UserId,
     proof: &SubmitProof,
@@ -142,7 +146,11 @@ pub fn check_submission(
             "the proof that {user} submitted the job is malformed"
         ));
     }
-    let message = submit_message(&proof.nonce, request, module_sha256, inputs);
+    let submitted = JobRequest {
+        max_workers: proof.max_workers,
+        ..request.clone()
+    };
+    let message = submit_message(&proof.nonce, &submitted, module_sha256, inputs);
     if !user.verify(&message, &proof.signature) {
         return Err(format!(
             "the submission's signature is not {user}'s of this job"

@@ -345,6 +345,7 @@ fn check_submitter(
     let proof = SubmitProof {
         nonce: nonce.to_vec(),
         signature: signed.signature.clone(),
+        max_workers: job.max_workers,
     };
     crate::owner::check_submission(&user, &proof, job, &module_sha256, &inputs)
         .map_err(|e| format!("{e} on this connection"))?;

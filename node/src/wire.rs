@@ -302,6 +302,7 @@ mod tests {
             owner_proof: Some(crate::owner::SubmitProof {
                 nonce: vec![0xff; crate::owner::NONCE_BYTES],
                 signature: vec![0xff; zorilla_core::replica::MAX_SIGNATURE],
+                max_workers: u32::MAX,
             }),
         }
     }
