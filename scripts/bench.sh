@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Runs every benchmark of the project, then rewrites the summary table of
-# BENCHMARKS.md and the plots in docs/bench/ (sim/src/bin/bench-report.rs).
+# BENCHMARKS.md, the README's headline figures and the plots in docs/bench/
+# (sim/src/bin/bench-report.rs). Every "Command:" that BENCHMARKS.md names
+# runs here (scripts/check-bench-commands.py checks it).
 #
-#   scripts/bench.sh           the full run (release builds, ~15 minutes)
+#   scripts/bench.sh           the full run (release builds, well over an
+#                              hour: synthetic-10k alone took 19 minutes
+#                              and the long fuzz run 11 on the loaded
+#                              2-core machine);
+#                              its logs are kept in docs/bench/logs, which
+#                              are committed: `bench-report --check` (in
+#                              scripts/test.sh) regenerates the summary and
+#                              the headline from them and refuses any other
 #   scripts/bench.sh --short   CI's run: debug builds, small sizes, the
-#                              report written to out/bench/BENCHMARKS.md
-#                              (a copy) so that the committed figures stay
-#                              those of a full run; it checks that every
-#                              benchmark still runs and reports.
+#                              report written to out/bench/ (copies) so
+#                              that the committed figures stay those of a
+#                              full run; it checks that every benchmark
+#                              still runs and reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 short=false
 [[ "${1:-}" == "--short" ]] && short=true
-logs=out/bench/logs
-rm -rf "$logs" && mkdir -p "$logs"
 
 if $short; then
     # The test profile: the artifacts `cargo test --workspace` just built.
@@ -22,19 +29,27 @@ if $short; then
     sim_target=debug
     scenarios=(zorilla-4.2)
     sim_args=(--seeds 1)
+    logs=out/bench/logs
     markdown=out/bench/BENCHMARKS.md
+    readme=out/bench/README.md
     svg_dir=out/bench/plots
+    mkdir -p out/bench
     cp BENCHMARKS.md "$markdown"
+    cp README.md "$readme"
     kind="short run, debug build: sizes reduced, not comparable"
 else
     profile=()
     sim_target=release
     scenarios=(zorilla-4.2 zorilla-671 p2pmpi-table1 synthetic-10k)
     sim_args=()
+    logs=docs/bench/logs
     markdown=BENCHMARKS.md
+    readme=README.md
     svg_dir=docs/bench
-    kind="full run, release build, $(date -u +%Y-%m-%d), $(nproc) cores${BENCH_NOTE:+; $BENCH_NOTE}"
+    kind="full run, release build, $(date -u +%Y-%m-%d), $(nproc) cores, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes')${BENCH_NOTE:+; $BENCH_NOTE}"
 fi
+rm -rf "$logs" && mkdir -p "$logs"
+echo "KIND $kind" >"$logs/run.log"
 
 sim_profile=()
 [[ $sim_target == release ]] && sim_profile=(--release)
@@ -44,6 +59,45 @@ for scenario in "${scenarios[@]}"; do
     "${CARGO_TARGET_DIR:-target}/$sim_target/zorilla-sim" "sim/scenarios/$scenario.toml" "${sim_args[@]}" \
         --out out/sim | tee "$logs/sim-$scenario.log"
 done
+
+# The simulator on generated topologies (BENCHMARKS.md, "Generated
+# topologies"): the arguments as BENCHMARKS.md names them; the --short run
+# takes 2 topologies instead of N.
+run_sim() { # log-name zorilla-sim-arguments...
+    local name=$1
+    shift
+    local args=("$@")
+    if $short; then
+        for i in "${!args[@]}"; do
+            if [[ ${args[$i]} == --random || ${args[$i]} == --hetero ]]; then
+                args[$((i + 1))]=2
+            fi
+        done
+    fi
+    echo "== zorilla-sim ${args[*]}"
+    "${CARGO_TARGET_DIR:-target}/$sim_target/zorilla-sim" "${args[@]}" --out "out/sim/$name" \
+        | tee "$logs/gen-$name.log"
+}
+run_sim random-small --random 200 --size small
+run_sim random-full --random 40 --size full
+run_sim hetero-small --hetero 200 --size small --mode ours-nearest,ours,paper
+
+# Measurements that are tests marked #[ignore] or sized by the environment.
+run_test() { # log-name cargo-test-arguments...
+    local name=$1
+    shift
+    echo "== cargo test $*"
+    cargo test --locked "${profile[@]}" "${sim_profile[@]}" "$@" | tee "$logs/test-$name.log"
+}
+# The long fuzz run (BENCHMARKS.md, "Fuzzing"): 200,000 inputs per decoder
+# and kind; 300 in the short run.
+ZORILLA_FUZZ_CASES=$($short && echo 300 || echo 200000) \
+    run_test fuzz --workspace --test fuzz -- --nocapture --test-threads=1
+# The home's memory over finished jobs (BENCHMARKS.md, "Home memory").
+ZORILLA_MEMORY_JOBS=$($short && echo 200 || echo 5000) ZORILLA_MEMORY_FLOOD_SECS=$($short && echo 5 || echo 60) \
+    run_test memory --workspace --test memory -- --ignored --nocapture
+# NAT traversal per NAT kind (BENCHMARKS.md, "NAT traversal"; as root).
+run_test nat --workspace --test nat -- --nocapture
 
 run_bench() { # package bench
     echo "== cargo bench -p $1 --bench $2"
@@ -66,4 +120,4 @@ run_bench zorilla-node failover
 run_bench zorilla-node realnet
 
 "${CARGO_TARGET_DIR:-target}/$sim_target/bench-report" --logs "$logs" --markdown "$markdown" \
-    --svg-dir "$svg_dir" --kind "$kind"
+    --readme "$readme" --svg-dir "$svg_dir"

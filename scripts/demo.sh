@@ -7,5 +7,9 @@
 # key and a membership credential for each node made by the demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -p zorilla-node --bins
+# The whole workspace, as `cargo build --release --workspace` builds it: a
+# build of the node's package alone turns other features of the crates it
+# shares with the rest on (zorilla-overlay's `default`), so that each of
+# the two builds would compile them again after the other.
+cargo build --release --locked --workspace
 exec "${CARGO_TARGET_DIR:-target}/release/zorilla-demo" "$@"

@@ -30,6 +30,12 @@ done
 echo "== no module depends on a module that depends back on it"
 python3 scripts/module-cycles.py
 
+echo "== every file and test docs/security.md names exists"
+python3 scripts/check-security-doc.py
+
+echo "== every command BENCHMARKS.md names runs in scripts/bench.sh"
+python3 scripts/check-bench-commands.py
+
 echo "== cargo fmt --check"
 cargo fmt --all --check
 
@@ -50,6 +56,12 @@ cargo test -p zorilla-overlay --no-default-features --locked --lib --test overla
 
 echo "== benchmarks, short run (scripts/bench.sh --short)"
 scripts/bench.sh --short
+
+# The summary and the README's headline figures are generated: exactly
+# what bench-report makes from the committed logs of the last full run.
+echo "== BENCHMARKS.md's summary and README's headline are scripts/bench.sh's"
+"${CARGO_TARGET_DIR:-target}/debug/bench-report" --check --logs docs/bench/logs \
+  --markdown BENCHMARKS.md --readme README.md
 
 # What the build left on disk: a CI machine ran out of it once (over 40 GB
 # of test binaries with full debug info).

@@ -102,6 +102,16 @@ pub struct Advert<P> {
     pub expires_in: Duration,
     /// The flood this copy belongs to.
     pub flood: FloodHeader,
+    /// The user who owns the job, as its home says: what a node's owner
+    /// allows is decided by it (a node checks the owner's signature of
+    /// the job before it runs a worker of it).
+    #[serde(default = "no_owner")]
+    pub owner: Option<P>,
+}
+
+/// No owner named (adverts of nodes from before owners existed).
+pub(crate) fn no_owner<P>() -> Option<P> {
+    None
 }
 
 /// A member's hold of workers for one job, numbered by the member. An
@@ -129,6 +139,11 @@ pub enum DeclineReason {
     NoWorkersAllowed,
     /// The owner denies jobs from this home.
     Denied,
+    /// The owner runs only named users' jobs, and not this job's owner's.
+    NotThisUser,
+    /// The job's owner has as many jobs or cores here as the node's owner
+    /// allows one user.
+    UserLimit,
 }
 
 impl std::fmt::Display for DeclineReason {
@@ -139,6 +154,8 @@ impl std::fmt::Display for DeclineReason {
             DeclineReason::TooManyJobs => "owner's limit on concurrent jobs reached",
             DeclineReason::NoWorkersAllowed => "owner allows no workers",
             DeclineReason::Denied => "owner denies jobs from this node",
+            DeclineReason::NotThisUser => "owner does not run this user's jobs",
+            DeclineReason::UserLimit => "owner's limit for this user reached (jobs or cores)",
         })
     }
 }

@@ -269,6 +269,7 @@ mod tests {
                 latency_budget: None,
                 path_rtt: Duration::ZERO,
             },
+            owner: None,
         }
     }
 

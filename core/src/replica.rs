@@ -504,6 +504,8 @@ struct Progress {
     matched: u64,
     /// The next index to send.
     next: u64,
+    /// When the copy last answered in this epoch (or was placed).
+    answered: Time,
 }
 
 impl Progress {
@@ -512,10 +514,11 @@ impl Progress {
     /// that a copy made at a job's grant holds the job after one message
     /// rather than after a round trip that finds where it is. A copy that
     /// holds more already says so in its ack.
-    fn fresh(_len: u64) -> Self {
+    fn fresh(at: Time) -> Self {
         Progress {
             matched: 0,
             next: 1,
+            answered: at,
         }
     }
 }
@@ -654,11 +657,13 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         let mut out = Vec::new();
         let dropped: Vec<P> = self.copies.difference(&copies).cloned().collect();
         self.progress.retain(|p, _| copies.contains(p));
-        let len = self.len();
+        // A copy placed now counts as answering from the last heartbeat
+        // (within one of now): it has had no chance to answer yet.
+        let placed = self.heard;
         for p in &copies {
             self.progress
                 .entry(p.clone())
-                .or_insert(Progress::fresh(len));
+                .or_insert(Progress::fresh(placed));
         }
         self.copies = copies;
         self.copies_version = self.copies_version.saturating_add(1);
@@ -776,6 +781,25 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         out
     }
 
+    /// Primary: whether more than half of the job's replicas (this one
+    /// among them) were heard within the lease at `now`. A primary out of
+    /// touch may be the one cut off: its copies may be electing another
+    /// primary, so what it decides alone (that a worker is lost, that the
+    /// job failed) may be the minority's view. Not a primary: true (it
+    /// decides nothing).
+    pub fn in_touch(&self, now: Time) -> bool {
+        if self.role != Role::Primary {
+            return true;
+        }
+        let lease = self.timing.lease;
+        let heard = self
+            .progress
+            .values()
+            .filter(|p| p.answered.saturating_add(lease) > now)
+            .count();
+        2 * (heard + 1) > self.copies.len() + 1
+    }
+
     /// A message from `from`.
     pub fn on_message(&mut self, now: Time, from: P, msg: Msg<P, E>) -> Vec<Action<P, E>> {
         let mut out = Vec::new();
@@ -831,6 +855,12 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
                 // Not checkable here: the replica missed the election.
                 Err(None) => return out,
             }
+        }
+        if self.role == Role::Primary
+            && theirs == self.epoch
+            && let Some(progress) = self.progress.get_mut(&from)
+        {
+            progress.answered = now;
         }
         match msg {
             Msg::Append {
@@ -1169,11 +1199,10 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.copies.remove(&old);
         self.copies_version = self.copies_version.saturating_add(1);
         self.sign_roster();
-        let len = self.len();
         self.progress = self
             .copies
             .iter()
-            .map(|p| (p.clone(), Progress::fresh(len)))
+            .map(|p| (p.clone(), Progress::fresh(now)))
             .collect();
         // What is committed is learnt again from the copies' acks.
         self.committed = 0;

@@ -104,6 +104,7 @@ fn advert() -> impl Strategy<Value = Advert<u32>> {
                         latency_budget: budget,
                         path_rtt: path,
                     },
+                    owner: None,
                 }
             },
         )
@@ -340,7 +341,7 @@ proptest! {
                 Op::Submit(job, spec) => {
                     let fresh = node.phase(job).is_none();
                     let max = spec.workers.max;
-                    let out = node.handle(now, Input::Submit { job, spec });
+                    let out = node.handle(now, Input::Submit { job, spec, owner: None });
                     let rejected = out.iter().any(|o| matches!(o, Output::Job(JobEvent::Rejected { .. })));
                     if fresh && !rejected {
                         prop_assert!(max <= MAX_WORKERS);
@@ -405,6 +406,7 @@ fn lifetimes_near_two_to_the_64_seconds_are_refused() {
         let out = node.handle(
             Duration::from_secs(5),
             Input::Submit {
+                owner: None,
                 job: JobId(1),
                 spec,
             },
@@ -440,6 +442,7 @@ fn an_advert_expiring_in_nearly_two_to_the_64_seconds_does_not_panic_a_member() 
             latency_budget: None,
             path_rtt: Duration::ZERO,
         },
+        owner: None,
     };
     assert!(limits::check_advert(&advert).is_err());
     let deliver = |node: &mut Scheduler<u32>, now, advert| {

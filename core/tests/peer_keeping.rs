@@ -7,7 +7,7 @@ use std::time::Duration;
 use zorilla_core::neighbours::NeighbourConfig;
 use zorilla_core::neighbours::keeper::{
     Action, DialFailure, DisconnectReason, HANDSHAKE_RETRY, KeeperConfig, LINGER, MAX_REMEMBERED,
-    PeerFacts, PeerKeeper,
+    PeerFacts, PeerKeeper, REJOIN_FOR,
 };
 use zorilla_core::vivaldi::{Coord, Position, Refused};
 
@@ -126,6 +126,65 @@ fn a_neighbour_that_stops_answering_is_replaced_after_exactly_its_timeout() {
     // Its connection closing afterwards changes nothing more.
     assert!(keeper.disconnected(&1, &10, now));
     assert_eq!(drain(&mut keeper), vec![]);
+}
+
+/// A node whose every neighbour fell silent (its link went down) and that
+/// has no bootstrap peer dials them again, backing off, until one answers;
+/// their addresses are kept meanwhile, and a rejoined one is dialed no more.
+#[test]
+fn a_node_cut_off_from_everyone_dials_its_silent_neighbours_again() {
+    let mut keeper = Keeper::new(config(), 1, Duration::ZERO);
+    for peer in 1..=2 {
+        join(&mut keeper, peer, ms(u64::from(peer)), Duration::ZERO);
+    }
+    keeper.tick(Duration::ZERO, &Idle);
+    assert_eq!(neighbours(&keeper), vec![1, 2]);
+    assert_eq!(keeper.bootstrap_due(), None, "connected");
+    drain(&mut keeper);
+    // Nobody answers from now: both are dropped after 4 s.
+    let now = s(4) + ms(1);
+    keeper.tick(now, &Idle);
+    drain(&mut keeper);
+    for peer in 1..=2 {
+        keeper.disconnected(&peer, &(peer * 10), now);
+        assert!(keeper.remembers(&peer), "{peer}'s addresses are kept");
+    }
+    drain(&mut keeper);
+    let mut dials = Vec::new();
+    let mut at = now;
+    for _ in 0..5 {
+        at = keeper
+            .bootstrap_due()
+            .expect("alone, with neighbours to rejoin")
+            .max(at);
+        keeper.bootstrap_retry(at);
+        let actions = drain(&mut keeper);
+        assert_eq!(actions, vec![Action::Dial(1), Action::Dial(2)], "at {at:?}");
+        for peer in 1..=2 {
+            keeper.dial_failed(&peer, DialFailure::Unreachable, at);
+        }
+        drain(&mut keeper);
+        dials.push(at);
+    }
+    assert!(
+        dials.windows(2).all(|w| w[1] > w[0]) && dials[4] - dials[3] >= s(2),
+        "backing off: {dials:?}"
+    );
+    // The network heals: peer 2 answers and identifies itself.
+    join(&mut keeper, 2, ms(2), at);
+    assert_eq!(keeper.bootstrap_due(), None, "connected again");
+    keeper.disconnected(&2, &20, at + s(1));
+    drain(&mut keeper);
+    keeper.bootstrap_retry(at + s(2));
+    assert_eq!(
+        drain(&mut keeper),
+        vec![Action::Dial(1)],
+        "2 rejoined: only 1 left"
+    );
+    // Rejoining is given up after REJOIN_FOR.
+    keeper.tick(at + REJOIN_FOR + s(1), &Idle);
+    drain(&mut keeper);
+    assert_eq!(keeper.bootstrap_due(), None, "nobody left to rejoin");
 }
 
 #[test]

@@ -41,7 +41,14 @@ fn running(workers: WorkerCount, nodes: &[u32]) -> Scheduler<u32> {
         lifetime: Duration::from_secs(60),
         on_worker_lost: LostPolicy::Fail,
     };
-    home.handle(ms(0), Input::Submit { job: JOB, spec });
+    home.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec,
+            owner: None,
+        },
+    );
     for (i, node) in nodes.iter().enumerate() {
         offer(&mut home, ms(1 + i as u64), *node);
     }
@@ -459,7 +466,14 @@ fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
         lifetime: Duration::from_secs(60),
         on_worker_lost: LostPolicy::Fail,
     };
-    home.handle(ms(0), Input::Submit { job: JOB, spec });
+    home.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec,
+            owner: None,
+        },
+    );
     let two = home.handle(
         ms(1),
         Input::Message {
@@ -573,6 +587,7 @@ fn a_member_starts_from_the_grant_alone_and_passes_placement_changes_on() {
             latency_budget: None,
             path_rtt: Duration::ZERO,
         },
+        owner: None,
     };
     let offered = member.handle(
         ms(0),

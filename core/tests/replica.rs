@@ -636,6 +636,35 @@ fn a_partition_heals_with_one_primary_and_never_two_in_one_epoch() {
     }
 }
 
+/// A primary cut off from most of its copies knows it is out of touch
+/// (what it would decide alone may be the minority's view), one that
+/// still hears most of them does not, and the first is in touch again
+/// once it hears from them.
+#[test]
+fn a_primary_cut_off_from_most_copies_knows_it_is_out_of_touch() {
+    let mut net = Net::new(3);
+    net.propose(0, "a");
+    net.run(Duration::from_millis(500));
+    assert!(net.replicas[&0].in_touch(net.now), "all copies answer");
+    // One copy of three unreachable: the home and two copies are a majority.
+    net.cut.insert((0, 3));
+    net.run(Duration::from_secs(3));
+    assert!(
+        net.replicas[&0].in_touch(net.now),
+        "two of three copies answer"
+    );
+    // Two of three unreachable: two replicas of four are no majority.
+    net.cut.insert((0, 2));
+    net.run(Duration::from_secs(3));
+    assert!(
+        net.replicas[&0].is_primary() && !net.replicas[&0].in_touch(net.now),
+        "the home hears one copy of three"
+    );
+    net.cut.clear();
+    net.run(Duration::from_secs(1));
+    assert!(net.replicas[&0].in_touch(net.now), "healed");
+}
+
 #[test]
 fn a_copy_that_alone_loses_the_home_does_not_take_over_from_a_live_one() {
     let mut net = Net::new(3);

@@ -57,10 +57,20 @@ impl Home {
         let spec = spec(workers);
         let mut home = Home {
             sched: Scheduler::new(0, config(cores)),
-            log: vec![JobEntry::Submitted { spec: spec.clone() }],
+            log: vec![JobEntry::Submitted {
+                spec: spec.clone(),
+                owner: None,
+            }],
             placed: Default::default(),
         };
-        let out = home.handle(ms(0), Input::Submit { job: JOB, spec });
+        let out = home.handle(
+            ms(0),
+            Input::Submit {
+                job: JOB,
+                spec,
+                owner: None,
+            },
+        );
         (home, out)
     }
 
@@ -482,7 +492,14 @@ fn a_job_that_replaces_or_fails_never_rolls_back_and_logs_no_checkpoint() {
             on_worker_lost: policy,
             ..spec(2)
         };
-        sched.handle(ms(0), Input::Submit { job: JOB, spec });
+        sched.handle(
+            ms(0),
+            Input::Submit {
+                job: JOB,
+                spec,
+                owner: None,
+            },
+        );
         let mut granted = Vec::new();
         for node in [1, 2] {
             let msg = Message::Offer {

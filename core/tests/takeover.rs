@@ -56,9 +56,19 @@ impl Logged {
     fn submit(id: u32, now: Duration, spec: JobSpec) -> (Self, Vec<Output<u32>>) {
         let mut home = Logged {
             sched: Scheduler::new(id, config(0)),
-            log: vec![JobEntry::Submitted { spec: spec.clone() }],
+            log: vec![JobEntry::Submitted {
+                spec: spec.clone(),
+                owner: None,
+            }],
         };
-        let out = home.handle(now, Input::Submit { job: JOB, spec });
+        let out = home.handle(
+            now,
+            Input::Submit {
+                job: JOB,
+                spec,
+                owner: None,
+            },
+        );
         (home, out)
     }
 
@@ -425,7 +435,14 @@ fn an_old_home_steps_down_silently_and_its_own_ranks_follow_the_job() {
     // Home 0 runs rank 0 itself (it has cores), node 1 runs rank 1.
     let spec = spec(2, 2, LostPolicy::Fail);
     let mut home = Scheduler::new(0, config(1));
-    home.handle(ms(0), Input::Submit { job: JOB, spec });
+    home.handle(
+        ms(0),
+        Input::Submit {
+            job: JOB,
+            spec,
+            owner: None,
+        },
+    );
     home.handle(
         ms(1),
         Input::Message {

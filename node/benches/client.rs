@@ -9,6 +9,10 @@
 //!   figure is acceptance, not execution.
 //! - Status round-trip latency: 5,000 status requests, one after another
 //!   on one connection; median and 99th percentile.
+//! - What the owners' checks cost (issue 28), in the same run: a signed
+//!   submission against one without an owner (one client, one after
+//!   another), and an owner's status read proved end to end, at the job's
+//!   home and through a second node that forwards it there.
 //!
 //! Run: `cargo bench -p zorilla-node --bench client`.
 
@@ -19,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::{TestNode, wasm};
 use zorilla_node::client::Client;
-use zorilla_node::protocol::JobRequest;
+use zorilla_node::protocol::{JobRequest, Request, Response};
 
 const CLIENTS: usize = 8;
 
@@ -31,6 +35,7 @@ fn short() -> bool {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let (submits_per_client, status_calls) = if short() { (5, 200) } else { (50, 5000) };
+    let (one_by_one, forwarded_calls) = if short() { (20, 100) } else { (200, 2000) };
     let dir = tempfile::tempdir().unwrap();
     let network = format!("bench-client-{}", std::process::id());
     let node = TestNode::start(&dir.path().join("n0"), &network, None, 2);
@@ -107,4 +112,73 @@ async fn main() {
         "RESULT client.status_rtt_median {:.1} µs",
         rtts[status_calls / 2].as_secs_f64() * 1e6
     );
+
+    // A signed submission against one without an owner, alternating so
+    // that both see the same store and load.
+    let (mut signed, mut unsigned) = (Vec::new(), Vec::new());
+    for _ in 0..one_by_one {
+        let t = Instant::now();
+        first
+            .submit(request.clone(), module.clone(), vec![])
+            .await
+            .unwrap();
+        signed.push(t.elapsed());
+        let t = Instant::now();
+        let anonymous = Request::Submit {
+            job: request.clone(),
+            module: module.clone(),
+            inputs: vec![],
+            owner: None,
+        };
+        let answer = first.call(&anonymous).await.unwrap();
+        assert!(matches!(answer, Response::Submitted { .. }), "{answer:?}");
+        unsigned.push(t.elapsed());
+    }
+    let (signed, unsigned) = (median(&mut signed), median(&mut unsigned));
+    println!(
+        "submit, one after another: signed median {signed:.2?}, without an owner {unsigned:.2?}"
+    );
+    println!(
+        "RESULT client.signed_submit_ratio {:.2} x",
+        signed.as_secs_f64() / unsigned.as_secs_f64()
+    );
+
+    // The owner's status read, proved end to end: at the home, and through
+    // a second node that forwards it to the home.
+    let other = TestNode::start(&dir.path().join("n1"), &network, Some(&node.listen), 1);
+    let mut through = Client::connect(other.client.as_str())
+        .await
+        .unwrap()
+        .as_user(first.user().clone());
+    let start = Instant::now();
+    while through.status(job).await.is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the second node never reached the job's home"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (mut direct, mut forwarded) = (Vec::new(), Vec::new());
+    for _ in 0..forwarded_calls {
+        let t = Instant::now();
+        first.status(job).await.unwrap();
+        direct.push(t.elapsed());
+        let t = Instant::now();
+        let status = through.status(job).await.unwrap();
+        forwarded.push(t.elapsed());
+        assert_eq!(status.job, job);
+    }
+    let (direct, forwarded) = (median(&mut direct), median(&mut forwarded));
+    println!(
+        "owner's status, median: at the home {direct:.1?}, forwarded by another node {forwarded:.1?}"
+    );
+    println!(
+        "RESULT client.forwarded_status_rtt_median {:.1} µs",
+        forwarded.as_secs_f64() * 1e6
+    );
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
 }

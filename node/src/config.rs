@@ -18,12 +18,16 @@
 //! cores = 4                          # offered to jobs (default: detected)
 //! memory_mib = 8192                  # offered to jobs (default: detected)
 //! disk_mib = 10000                   # offered to jobs (default: free disk of state_dir)
-//! cpu_speed = 1500                   # relative CPU speed, 1000 = reference (default 1000)
+//! cpu_speed = 1500                   # relative CPU speed, 1000 = reference (default: measured)
 //! max_jobs = 16                      # J: jobs with workers here at once
 //! max_workers_per_job = 8            # P: workers of one job here
 //! max_cpu_time_secs = 3600           # CPU time per worker (default: no cap)
 //! max_wall_time_secs = 86400         # wall-clock time per worker (default: no cap)
 //! deny = ["12D3Koo..."]              # homes whose jobs never run here
+//! users = ["12D3Koo..."]             # only these users' jobs run here (`zorilla whoami`; default: any member's)
+//! user_max_cores = 8                 # cores of one user's workers here at once (default: no cap)
+//! user_max_jobs = 4                  # jobs of one user with workers here at once (default: no cap)
+//! user_limits."12D3Koo..." = { max_cores = 16, max_jobs = 8 }  # one user's own
 //! topology = "sites.toml"            # emulated latency (tests, demos)
 //! site = "amsterdam"                  # grid view's group; the topology's site
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
@@ -181,16 +185,17 @@ pub struct Config {
     /// Memory offered to jobs, MiB. Default: [`DEFAULT_MEMORY_SHARE`] of
     /// the machine's.
     pub memory_mib: Option<u64>,
-    /// Disk offered to jobs, MiB, and the most a home keeps of one job's
-    /// outputs. Default: [`DEFAULT_DISK_SHARE`] of the state directory's
+    /// Disk offered to jobs, MiB: to all their workers here together (a
+    /// write past it fails with ENOSPC), and the most a home keeps of one
+    /// job's outputs. Default: [`DEFAULT_DISK_SHARE`] of the state directory's
     /// free space.
     pub disk_mib: Option<u64>,
     /// How fast this machine's cores are against a reference machine's
     /// (1000): a benchmark score of the owner's, 1 to
     /// [`zorilla_core::limits::MAX_SPEED`]. Offers carry it, and among
     /// equally near offers a home prefers idle, then faster machines.
-    /// Default [`zorilla_core::resources::REFERENCE_SPEED`] (1000): with
-    /// every node at the default, homes prefer idle ones only.
+    /// Default: measured at the node's first start (a short calibrated run
+    /// on one core) and kept in the state directory (`cpu-speed`).
     pub cpu_speed: Option<u32>,
     /// J: jobs with workers on this node at once. Default
     /// [`DEFAULT_MAX_JOBS`].
@@ -207,6 +212,17 @@ pub struct Config {
     pub max_wall_time_secs: Option<u64>,
     /// Peer ids of homes whose jobs never run here.
     pub deny: Option<Vec<String>>,
+    /// User ids (as `zorilla whoami` prints them) whose jobs run here;
+    /// absent: any member's (and jobs with no owner). A job of another
+    /// user is declined, and its home's report says why.
+    pub users: Option<Vec<String>>,
+    /// The most cores of one user's workers here at once. Default: no cap.
+    pub user_max_cores: Option<u32>,
+    /// The most jobs of one user with workers here at once. Default: no cap.
+    pub user_max_jobs: Option<u32>,
+    /// Limits of particular users (by user id), instead of
+    /// `user_max_cores` and `user_max_jobs`.
+    pub user_limits: Option<std::collections::BTreeMap<String, UserLimitsConfig>>,
     /// Emulated-latency topology file (see `zorilla_overlay::latency`).
     pub topology: Option<PathBuf>,
     /// Where this machine is, in a word (a site, a building): the status
@@ -334,6 +350,10 @@ impl Config {
             max_cpu_time_secs,
             max_wall_time_secs,
             deny,
+            users,
+            user_max_cores,
+            user_max_jobs,
+            user_limits,
             topology,
             site,
             web,
@@ -408,6 +428,16 @@ pub fn detect(dir: &Path) -> Detected {
         memory_mib,
         disk_free_mib,
     }
+}
+
+/// One user's limits on this node (see `user_limits`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserLimitsConfig {
+    /// The most cores of the user's workers here at once.
+    pub max_cores: Option<u32>,
+    /// The most jobs of the user with workers here at once.
+    pub max_jobs: Option<u32>,
 }
 
 #[cfg(test)]

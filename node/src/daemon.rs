@@ -1,7 +1,7 @@
 //! Staged start-up of a node (state directory, database, sandbox, overlay,
 //! client listener, status page, event loop) and its orderly shutdown.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
 use tokio::sync::{mpsc, watch};
-use zorilla_core::node::{OwnerLimits, SchedulerConfig};
+use zorilla_core::node::{OwnerLimits, SchedulerConfig, UserLimits, UserPolicy};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::{
     LatencyEmulation, Multiaddr, Overlay, OverlayConfig, PeerId, SharedTopology, Topology,
@@ -57,6 +57,10 @@ pub struct Daemon {
     pub(crate) checkpoints: crate::checkpoint::CheckpointSettings,
     /// Where this machine is (see [`Config::site`]).
     pub site: Option<String>,
+    /// The CPU speed figure the scheduler's offers carry
+    /// (`scheduler.speed`), and where it came from (`cpu_speed`
+    /// configured, or measured).
+    pub(crate) cpu_speed: crate::cpuspeed::CpuSpeed,
     /// How the status page's grid view asks the peers (see
     /// [`Config::grid_view_peers`]).
     pub grid_view: zorilla_webui::grid::GridSettings,
@@ -182,6 +186,7 @@ impl Daemon {
                     .map_err(|e| anyhow::anyhow!("deny: {peer:?} is not a peer id: {e}"))?,
             );
         }
+        let users = user_policy(config)?;
         let finished_in_memory = match config.finished_in_memory {
             None => config::DEFAULT_FINISHED_IN_MEMORY,
             Some(n) if n > config::MAX_FINISHED_IN_MEMORY => anyhow::bail!(
@@ -210,19 +215,19 @@ impl Daemon {
             },
             ..zorilla_webui::grid::GridSettings::default()
         };
-        let speed = config
-            .cpu_speed
-            .unwrap_or(zorilla_core::resources::REFERENCE_SPEED);
-        zorilla_core::limits::one_to("cpu_speed", speed, zorilla_core::limits::MAX_SPEED)?;
+        // Configured, or measured once and kept in the state directory: the
+        // figure the scheduler's offers carry.
+        let cpu_speed = crate::cpuspeed::resolve(config.cpu_speed, &state_dir)?;
         let scheduler = SchedulerConfig {
             resources,
-            speed,
+            speed: cpu_speed.figure,
             limits: OwnerLimits {
                 max_jobs: config.max_jobs.unwrap_or(config::DEFAULT_MAX_JOBS),
                 max_workers_per_job: config
                     .max_workers_per_job
                     .unwrap_or(config::DEFAULT_MAX_WORKERS_PER_JOB),
                 deny,
+                users,
             },
             // The scheduler's reports of ended jobs go with their records.
             ended_capacity: finished_in_memory,
@@ -336,6 +341,7 @@ impl Daemon {
             store_cache_bytes,
             checkpoints,
             site: config.site.clone(),
+            cpu_speed,
             grid_view,
         })
     }
@@ -431,6 +437,9 @@ pub async fn run(
             wall_time: daemon.worker_time.wall,
             ..Limits::default()
         };
+        // What the node offers holds for all its workers together, as well
+        // as for each.
+        config.disk_bytes = resources.disk_mib.saturating_mul(1024 * 1024);
         // Slots are reserved up front: a few more than the cores, since
         // workers blocked on messages use no core.
         config.max_workers = resources.cores.max(1) * 2 + 2;
@@ -453,7 +462,7 @@ pub async fn run(
         daemon.overlay.grid.as_ref().map(grid_info),
         daemon.site.clone(),
         resources,
-        daemon.scheduler.speed,
+        daemon.cpu_speed,
         store.clone(),
     );
     let web_config = zorilla_webui::WebConfig {
@@ -538,6 +547,40 @@ fn notify(state: &[sd_notify::NotifyState<'_>]) {
     if let Err(e) = sd_notify::notify(state) {
         tracing::warn!("cannot notify the service manager: {e}");
     }
+}
+
+/// Whose jobs this node runs and each user's limits, from the
+/// configuration (user ids checked: a typo must not let nobody in, or
+/// everybody).
+fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
+    let user = |field: &str, text: &str| -> anyhow::Result<PeerId> {
+        text.parse::<crate::owner::UserId>()
+            .map(|u| u.key())
+            .map_err(|e| anyhow::anyhow!("{field}: {e}"))
+    };
+    let only = match &config.users {
+        None => None,
+        Some(list) => Some(
+            list.iter()
+                .map(|u| user("users", u))
+                .collect::<anyhow::Result<BTreeSet<PeerId>>>()?,
+        ),
+    };
+    let each = UserLimits {
+        max_cores: config.user_max_cores.unwrap_or(u32::MAX),
+        max_jobs: config.user_max_jobs.unwrap_or(u32::MAX),
+    };
+    let mut named = BTreeMap::new();
+    for (id, limits) in config.user_limits.iter().flatten() {
+        named.insert(
+            user("user_limits", id)?,
+            UserLimits {
+                max_cores: limits.max_cores.unwrap_or(each.max_cores),
+                max_jobs: limits.max_jobs.unwrap_or(each.max_jobs),
+            },
+        );
+    }
+    Ok(UserPolicy { only, each, named })
 }
 
 #[cfg(test)]

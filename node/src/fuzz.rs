@@ -320,6 +320,14 @@ fn owner_proof(g: &mut Gen) -> crate::protocol::OwnerProof {
 }
 
 /// A user id (of one key: generating keys is not what is tested).
+fn submit_proof(g: &mut Gen) -> crate::owner::SubmitProof {
+    crate::owner::SubmitProof {
+        nonce: g.bytes(),
+        signature: g.bytes(),
+        max_workers: g.u32(),
+    }
+}
+
 fn user(_: &mut Gen) -> crate::owner::UserId {
     static USER: std::sync::OnceLock<crate::owner::UserId> = std::sync::OnceLock::new();
     *USER.get_or_init(|| crate::owner::UserKey::generate().id())
@@ -466,6 +474,7 @@ fn advert(g: &mut Gen) -> Advert<PeerId> {
             latency_budget: g.option(Gen::duration),
             path_rtt: g.duration(),
         },
+        owner: g.option(peer),
     }
 }
 
@@ -579,6 +588,7 @@ fn job_record(g: &mut Gen) -> JobRecord {
         moved_from: g.option(Gen::string),
         moved_to: g.option(Gen::string),
         owner: g.option(user),
+        owner_proof: g.option(submit_proof),
     }
 }
 
@@ -600,6 +610,7 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
                 inputs: g.vec(file_ref),
                 submitted_unix: g.int(),
                 owner: g.option(user),
+                owner_proof: g.option(submit_proof),
             }),
         },
         4 | 5 => PeerRpc::Barrier {

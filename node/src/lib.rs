@@ -20,6 +20,7 @@
 mod checkpoint;
 pub mod client;
 pub mod config;
+mod cpuspeed;
 mod daemon;
 pub(crate) mod forward;
 #[doc(hidden)]

@@ -63,7 +63,9 @@ struct Cli {
     /// Disk offered to jobs, MiB.
     #[arg(long, env = "ZORILLA_DISK_MIB")]
     disk_mib: Option<u64>,
-    /// Relative CPU speed of this machine (1000: the reference machine).
+    /// Relative CPU speed of this machine (1000: the reference machine);
+    /// measured at the first start and kept in the state directory if not
+    /// given.
     #[arg(long, env = "ZORILLA_CPU_SPEED")]
     cpu_speed: Option<u32>,
     /// J: jobs with workers here at once.
@@ -81,6 +83,15 @@ struct Cli {
     /// Peer id of a home whose jobs never run here (repeatable).
     #[arg(long, env = "ZORILLA_DENY", value_delimiter = ',')]
     deny: Vec<String>,
+    /// User id whose jobs run here (repeatable; default: any member's).
+    #[arg(long = "user", env = "ZORILLA_USERS", value_delimiter = ',')]
+    users: Vec<String>,
+    /// Cores of one user's workers here at once.
+    #[arg(long, env = "ZORILLA_USER_MAX_CORES")]
+    user_max_cores: Option<u32>,
+    /// Jobs of one user with workers here at once.
+    #[arg(long, env = "ZORILLA_USER_MAX_JOBS")]
+    user_max_jobs: Option<u32>,
     /// Emulated-latency topology file.
     #[arg(long, env = "ZORILLA_TOPOLOGY")]
     topology: Option<PathBuf>,
@@ -319,6 +330,10 @@ impl Cli {
             max_cpu_time_secs: self.max_cpu_time_secs,
             max_wall_time_secs: self.max_wall_time_secs,
             deny: list(&self.deny),
+            users: list(&self.users),
+            user_max_cores: self.user_max_cores,
+            user_max_jobs: self.user_max_jobs,
+            user_limits: None,
             topology: self.topology.clone(),
             site: self.site.clone(),
             web: self.web,

@@ -88,6 +88,75 @@ impl UserId {
     pub fn verify(&self, msg: &[u8], signature: &[u8]) -> bool {
         PeerSigner::verify(&self.0, msg, signature)
     }
+
+    /// The user's key as the core's schedulers name it (the same form as
+    /// a peer's: adverts carry it, nodes' policies name it).
+    pub fn key(&self) -> PeerId {
+        self.0
+    }
+
+    /// The user whose key `key` is, if it names an ed25519 key inline.
+    pub fn of_key(key: PeerId) -> Option<UserId> {
+        public_key_of(&key).map(|_| UserId(key))
+    }
+}
+
+/// The proof that a job's owner submitted it: the nonce of the connection
+/// it came on and the owner's signature of [`submit_message`]. It travels
+/// with the job's copy, so that every node that runs a worker of the job
+/// checks who owns it (its owner's policy decides by that) rather than
+/// take the home's word.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitProof {
+    /// The nonce of the connection the job was submitted on.
+    #[serde(with = "serde_bytes")]
+    pub nonce: Vec<u8>,
+    /// The owner's signature.
+    #[serde(with = "serde_bytes")]
+    pub signature: Vec<u8>,
+    /// The job's `max_workers` as submitted (and signed): its owner may
+    /// resize the job since, and a copy carries the size as it is now.
+    pub max_workers: u32,
+}
+
+/// Who submitted a job, and the proof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitter {
+    /// The owner.
+    pub user: UserId,
+    /// Its signature of the submission.
+    pub proof: SubmitProof,
+}
+
+/// Checks that `user` submitted the job `request` (but for its size,
+/// which a resize may have changed since) with the module and inputs
+/// (name, SHA-256 in hex) of these hashes: `proof` is its signature of
+/// them.
+pub fn check_submission(
+    user: &UserId,
+    proof: &SubmitProof,
+    request: &JobRequest,
+    module_sha256: &str,
+    inputs: &[(&str, &str)],
+) -> Result<(), String> {
+    if proof.nonce.len() != NONCE_BYTES
+        || proof.signature.len() > zorilla_core::replica::MAX_SIGNATURE
+    {
+        return Err(format!(
+            "the proof that {user} submitted the job is malformed"
+        ));
+    }
+    let submitted = JobRequest {
+        max_workers: proof.max_workers,
+        ..request.clone()
+    };
+    let message = submit_message(&proof.nonce, &submitted, module_sha256, inputs);
+    if !user.verify(&message, &proof.signature) {
+        return Err(format!(
+            "the submission's signature is not {user}'s of this job"
+        ));
+    }
+    Ok(())
 }
 
 /// A user's key pair.
@@ -392,7 +461,7 @@ pub struct Caller {
     /// The proof that the job's owner asks, if the client gave one.
     pub proof: Option<OwnerProof>,
     /// The user whose signature a submission carries (checked).
-    pub submitter: Option<UserId>,
+    pub submitter: Option<Submitter>,
 }
 
 /// What a caller may have of a job.

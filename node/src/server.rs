@@ -44,7 +44,7 @@ use zorilla_overlay::OverlayHandle;
 use zorilla_sandbox::Sandbox;
 
 use crate::node::Command;
-use crate::owner::{Access, BadUserId, Caller, SharedSessions, UserId};
+use crate::owner::{Access, BadUserId, Caller, SharedSessions, SubmitProof, Submitter, UserId};
 use crate::protocol::frame::{DEFAULT_MAX_FRAME, FrameError, HELLO_MAX_FRAME};
 use crate::protocol::{
     Connection, ConnectionError, ErrorKind, Hello, MAX_OUTPUT_LIST, MAX_WAIT_SECS, OutputData,
@@ -251,7 +251,7 @@ async fn answer(request: Request, config: &ServerConfig, client: &Client) -> Res
         } => {
             if let Some(signed) = owner {
                 match check_submitter(&signed, &client.nonce, &job, &module, &inputs) {
-                    Ok(user) => caller.submitter = Some(user),
+                    Ok(submitter) => caller.submitter = Some(submitter),
                     Err(e) => return Response::error(ErrorKind::Unauthorized, e),
                 }
             }
@@ -329,7 +329,7 @@ fn check_submitter(
     job: &JobRequest,
     module: &[u8],
     inputs: &[NamedFile],
-) -> Result<UserId, String> {
+) -> Result<Submitter, String> {
     use sha2::{Digest, Sha256};
     let user: UserId = signed.user.parse().map_err(|e: BadUserId| e.to_string())?;
     let hash = |data: &[u8]| hex::encode(Sha256::digest(data));
@@ -342,15 +342,14 @@ fn check_submitter(
         .iter()
         .map(|(n, h)| (n.as_str(), h.as_str()))
         .collect();
-    let message = crate::owner::submit_message(nonce, job, &module_sha256, &inputs);
-    if signed.signature.len() > zorilla_core::replica::MAX_SIGNATURE
-        || !user.verify(&message, &signed.signature)
-    {
-        return Err(format!(
-            "the submission's signature is not {user}'s of this job on this connection"
-        ));
-    }
-    Ok(user)
+    let proof = SubmitProof {
+        nonce: nonce.to_vec(),
+        signature: signed.signature.clone(),
+        max_workers: job.max_workers,
+    };
+    crate::owner::check_submission(&user, &proof, job, &module_sha256, &inputs)
+        .map_err(|e| format!("{e} on this connection"))?;
+    Ok(Submitter { user, proof })
 }
 
 /// The answer of this node itself, to `caller`.

@@ -309,7 +309,7 @@ fn replica_msg(msg: &crate::wire::ReplicaMsg) -> Result<(), Invalid> {
             }
             for (_, entry) in entries {
                 match entry {
-                    JobEntry::Submitted { spec } => {
+                    JobEntry::Submitted { spec, .. } => {
                         limits::at_most("workers", spec.workers.max, MAX_WORKERS)?;
                     }
                     JobEntry::Event(event) => match event {

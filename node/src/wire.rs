@@ -61,6 +61,10 @@ pub(crate) struct JobCopy {
     /// that user's).
     #[serde(default)]
     pub(crate) owner: Option<crate::owner::UserId>,
+    /// The owner's signature of the submission: a node checks it before
+    /// it runs a worker of the job.
+    #[serde(default)]
+    pub(crate) owner_proof: Option<crate::owner::SubmitProof>,
 }
 
 /// Where a rank runs (the core's [`zorilla_core::advert::Placed`]).
@@ -294,7 +298,12 @@ mod tests {
             module: file(0),
             inputs: (0..limits::MAX_INPUTS).map(file).collect(),
             submitted_unix: 0,
-            owner: None,
+            owner: Some(crate::owner::UserKey::generate().id()),
+            owner_proof: Some(crate::owner::SubmitProof {
+                nonce: vec![0xff; crate::owner::NONCE_BYTES],
+                signature: vec![0xff; zorilla_core::replica::MAX_SIGNATURE],
+                max_workers: u32::MAX,
+            }),
         }
     }
 
@@ -352,6 +361,7 @@ mod tests {
                 latency_budget: Some(limits::MAX_RTT),
                 path_rtt: limits::MAX_RTT,
             },
+            owner: Some(crate::owner::UserKey::generate().id().key()),
         };
         assert_eq!(limits::check_advert(&advert), Ok(()));
         let ended = PeerRpc::WorkerEnded {
@@ -417,6 +427,7 @@ mod tests {
                 latency_budget: None,
                 path_rtt: Duration::ZERO,
             },
+            owner: None,
         }));
         assert!(refused(advert).contains("advert expiry"));
         let offer = PeerRpc::Sched(Message::Offer {
@@ -477,6 +488,7 @@ mod tests {
             inputs: vec![],
             submitted_unix: 0,
             owner: None,
+            owner_proof: None,
         });
         assert!(
             refused(PeerRpc::Grant {
@@ -622,7 +634,7 @@ mod replica_tests {
             after: 0,
             after_epoch: None,
             entries: vec![
-                (epoch.clone(), JobEntry::Submitted { spec }),
+                (epoch.clone(), JobEntry::Submitted { spec, owner: None }),
                 (
                     epoch.clone(),
                     JobEntry::Event(JobEvent::Started {

@@ -355,3 +355,62 @@ async fn a_home_keeps_at_most_its_offered_disk_of_a_jobs_outputs() {
     );
     assert_eq!(stderr, expected);
 }
+
+/// A node's offer of disk holds for all its workers together (issue 31:
+/// three workers of one job wrote 419 MB on a node offering 200 MiB): a
+/// node offering 24 MiB runs three workers that write 12 MiB each, each
+/// under its own limit (the node's 24 MiB). The writes past the offer fail
+/// with ENOSPC, which the guest reports before it exits 3 (which ends the
+/// job), the node keeps running, and what comes home is within the offer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_workers_together_are_held_to_its_offered_disk() {
+    const OFFER_MIB: u64 = 24;
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("shared-disk-{}", std::process::id());
+    let home = TestNode::start(&dir.path().join("home"), &network, None, 0);
+    let worker_dir = dir.path().join("worker");
+    let mut args = TestNode::args(
+        &worker_dir,
+        &network,
+        Some(&home.listen),
+        3,
+        "127.0.0.1",
+        &[],
+    );
+    let at = args.iter().position(|a| a == "--disk-mib").unwrap();
+    args[at + 1] = OFFER_MIB.to_string();
+    let worker = TestNode::spawn(&worker_dir, args);
+    let mut client = home.client().await;
+    let request = JobRequest {
+        min_workers: 3,
+        max_workers: 3,
+        ..big_job(OFFER_MIB / 2)
+    };
+    let job = client.submit(request, wasm("big"), vec![]).await.unwrap();
+    let status = wait_for(&mut client, job, Duration::from_secs(120), "the end", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
+    assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
+    // A rank that finds the disk full exits 3, which ends the job: the
+    // others completed or were stopped with it, none hit a limit.
+    let ends: Vec<_> = status
+        .ranks
+        .values()
+        .map(|r| (r.code, r.exit_status))
+        .collect();
+    assert!(
+        ends.iter().all(|end| matches!(
+            end,
+            (Some(OutcomeCode::Exited), Some(0 | 3)) | (Some(OutcomeCode::Stopped), None)
+        )) && ends.contains(&(Some(OutcomeCode::Exited), Some(3))),
+        "each rank completes, finds the disk full or is stopped: {status:?}"
+    );
+    let stderr = common::stderr_of(&client.logs(job).await.unwrap());
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    let total = output_total(&mut client, job).await;
+    assert!(total <= OFFER_MIB * MIB, "{total} bytes were written");
+    // The node goes on.
+    let info = worker.client().await.node_info().await.unwrap();
+    assert_eq!(info.disk_mib, OFFER_MIB);
+}

@@ -293,6 +293,17 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The job id in `zorilla submit --wait`'s or `--follow`'s "job ID ..."
+/// lines.
+fn job_named_in(stderr: &str) -> String {
+    stderr
+        .split_whitespace()
+        .skip_while(|w| *w != "job")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no job named in {stderr:?}"))
+        .to_string()
+}
+
 /// `zorilla submit --wait` of the hello spec (outputs fetched), logs,
 /// fetch, list, status, node and peers, with their exit codes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,12 +334,7 @@ async fn cli_submits_waits_and_reads_everything_back() {
         .unwrap();
         assert!(greeting.contains("Zorilla"), "{greeting}");
     }
-    let job = stderr
-        .split_whitespace()
-        .skip_while(|w| *w != "job")
-        .nth(1)
-        .unwrap()
-        .to_string();
+    let job = job_named_in(&stderr);
 
     // logs, with rank prefixes; a unique prefix of the id is enough.
     let out = run(zorilla(node).args(["logs", "--ranks", &job[..6]]));
@@ -410,6 +416,58 @@ async fn cli_submits_waits_and_reads_everything_back() {
     let out = run(zorilla(node).args(["--node", "127.0.0.1:1", "list"]));
     assert_eq!(code(&out), 3);
     assert!(text(&out.stderr).contains("is zorilla-node running"));
+}
+
+/// Four ranks whose lines reach the home in pieces, mixed with the other
+/// ranks' pieces (`pieces`: a barrier after every piece): `submit
+/// --follow` and `logs` show each rank's lines whole, and `logs --ranks`
+/// the same lines after their rank.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_shows_each_ranks_lines_whole() {
+    let grid = grid(2, 2);
+    let node = &grid.nodes[0];
+    const LINES: u32 = 4;
+    let out = run(zorilla(node).args([
+        "submit",
+        "--module",
+        examples().join("wasm/pieces.wasm").to_str().unwrap(),
+        "--arg",
+        &LINES.to_string(),
+        "--workers",
+        "4",
+        "--follow",
+    ]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let job = job_named_in(&stderr);
+    let expected = |prefixed: bool| {
+        let mut lines: Vec<String> = (0..4)
+            .flat_map(|rank| {
+                (0..LINES).map(move |k| {
+                    let line = format!("rank {rank} line {k}: first half, second half");
+                    if prefixed {
+                        format!("[{rank}] {line}")
+                    } else {
+                        line
+                    }
+                })
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    let sorted = |bytes: &[u8]| {
+        let mut lines: Vec<String> = text(bytes).lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(sorted(&out.stdout), expected(false), "submit --follow");
+    let out = run(zorilla(node).args(["logs", &job]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(sorted(&out.stdout), expected(false), "logs");
+    let out = run(zorilla(node).args(["logs", "--ranks", &job]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(sorted(&out.stdout), expected(true), "logs --ranks");
 }
 
 /// Time limits end workers with a sentence a user understands: the node

@@ -204,3 +204,52 @@ fn the_demo_stops_its_grid_on_sigterm_and_its_nodes_end_with_it_when_killed() {
         }
     }
 }
+
+/// `scripts/demo.sh` builds every crate with the features a
+/// `cargo build --release --workspace` gave it, so that neither build
+/// compiles again what the other built: the features of each package of
+/// the demo's build (by `cargo tree`, which resolves them as `cargo build`
+/// does for the same selection) are those of the workspace's build.
+#[test]
+fn the_demo_builds_with_the_features_of_a_workspace_build() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let script = std::fs::read_to_string(root.join("scripts/demo.sh")).unwrap();
+    let builds: Vec<&str> = script
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("cargo build "))
+        .collect();
+    assert_eq!(builds.len(), 1, "one cargo build in demo.sh: {builds:?}");
+    // What selects packages and features; targets and the profile do not
+    // change which features a package gets.
+    let selection: Vec<&str> = builds[0]
+        .split_whitespace()
+        .filter(|arg| !["--release", "--bins", "--lib", "--locked"].contains(arg))
+        .collect();
+    let features = |selection: &[&str]| -> std::collections::BTreeSet<String> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(&root)
+            .args(["tree", "--locked", "-e", "normal,build", "--prefix", "none"])
+            .args(["--format", "{p} [{f}]"])
+            .args(selection)
+            .output()
+            .expect("run cargo tree");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| line.trim_end_matches(" (*)").to_owned())
+            .filter(|line| !line.is_empty())
+            .collect()
+    };
+    let workspace = features(&["--workspace"]);
+    let demo = features(&selection);
+    let differing: Vec<&String> = demo.difference(&workspace).collect();
+    assert!(
+        differing.is_empty(),
+        "demo.sh builds these with other features than `cargo build --workspace`: {differing:?}"
+    );
+}

@@ -17,11 +17,6 @@ use common::{
 use zorilla_node::client::ClientError;
 use zorilla_node::protocol::{ErrorKind, JobPhase, JobStatus};
 
-/// A 6-node grid: the home (node 0, no cores of its own: a user's machine
-/// that only submits) and five 2-core nodes. An 8-worker nqueens job runs
-/// on them; once all 8 run, the home is killed (-9). A copy takes over,
-/// the job completes with the right count, and the new home shows every
-/// rank's end and the whole log.
 /// The tests of this file run one at a time: each kills, freezes or cuts
 /// off a home and times its recovery (leases, probes, redials) on a machine
 /// of two cores, and two of them at once starve each other's recovery (seen:
@@ -29,37 +24,31 @@ use zorilla_node::protocol::{ErrorKind, JobPhase, JobStatus};
 /// another test's grid ran beside it; alone, every one passes).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// A 6-node grid: the home (node 0, no cores of its own: a user's machine
+/// that only submits) and five 2-core nodes. A job of six ranks that run
+/// 12 s each (`stagger`) runs on them; once all six run, the home is killed
+/// (-9). A copy takes the job over while it still runs, within
+/// [`TAKEOVER_BOUND`], and finishes it: its workers kept running through
+/// the takeover (every rank's log is whole and once: no worker started
+/// again), and the new home shows every rank's end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let mut grid = grid_with_idle_home(5, 2);
     let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
-    let mut request = nqueens(8, 14);
-    request.lifetime_secs = 120;
-    let job = client
-        .submit(request, wasm("nqueens"), vec![])
-        .await
-        .unwrap();
-    // Every worker runs (its node fetched the files and started it).
-    let mut workers = Vec::new();
-    for node in &nodes[1..] {
-        workers.push(node.client().await);
-    }
+    let job = submit_stagger(&mut client, 0, 12).await;
     let start = Instant::now();
-    'running: loop {
-        let mut running = 0;
-        for c in &mut workers {
-            let info = c.node_info().await.unwrap();
-            running += info.running.get(&job).map_or(0, Vec::len);
+    loop {
+        let status = client.status(job).await.unwrap();
+        let logged = stdout_of(&client.logs(job).await.unwrap());
+        if (0..6).all(|r| logged.contains(&format!("rank {r} of 6"))) {
+            break;
         }
-        if running == 8 {
-            break 'running;
-        }
+        assert!(!status.phase.is_terminal(), "{status:?}");
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "never ran 8 workers: {:?}",
-            client.status(job).await.unwrap()
+            "the six ranks never all ran: {status:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -67,8 +56,7 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
     let killed = Instant::now();
     let old_home = nodes[0].peer.clone();
 
-    // Some other node becomes the job's home (and says so, whether the job
-    // still runs or completed already there).
+    // Some other node becomes the job's home while the job still runs.
     let mut clients = Vec::new();
     for node in &nodes[1..] {
         clients.push(node.client().await);
@@ -80,12 +68,16 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
                 && home != old_home
                 && let Some(i) = nodes[1..].iter().position(|n| n.peer == home)
             {
+                assert!(
+                    !status.phase.is_terminal(),
+                    "the job ended before the takeover showed: {status:?}"
+                );
                 break 'found (i, killed.elapsed());
             }
         }
         assert!(
-            killed.elapsed() < Duration::from_secs(30),
-            "no node took the job over within 30 s; the nodes' logs:{}",
+            killed.elapsed() < TAKEOVER_BOUND,
+            "no node took the job over within {TAKEOVER_BOUND:?}; the nodes' logs:{}",
             nodes[1..]
                 .iter()
                 .map(|n| format!("\n--- {}\n{}", n.peer, n.log_tail()))
@@ -98,19 +90,27 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
         new_home + 1
     );
     let status = wait_completed(&mut clients[new_home], job, Duration::from_secs(120)).await;
-    assert_eq!(status.ranks.len(), 8, "{status:?}");
+    assert_eq!(status.phase, JobPhase::Completed);
+    assert_eq!(status.ranks.len(), 6, "{status:?}");
     assert!(
         status.ranks.values().all(|r| r.exit_status == Some(0)),
         "{status:?}"
     );
     let logs = clients[new_home].logs(job).await.unwrap();
-    let out = stdout_of(&logs);
-    assert!(
-        out.contains("nqueens N=14 ranks=8 solutions=365596"),
-        "the answer at the new home: {out:?}"
-    );
-    assert_eq!(status.phase, JobPhase::Completed);
+    for rank in 0..6u32 {
+        let of_rank: Vec<_> = logs.iter().filter(|l| l.rank == rank).cloned().collect();
+        assert_eq!(
+            stdout_of(&of_rank),
+            format!("rank {rank} of 6\nrank {rank} done\n"),
+            "rank {rank}'s log: whole, and its worker started once"
+        );
+    }
 }
+
+/// How soon a copy must have taken a job over after its home died: the
+/// lease and the election take about 2 s (BENCHMARKS.md, "Failover: time
+/// to a new home"); the rest is room for a loaded machine of two cores.
+const TAKEOVER_BOUND: Duration = Duration::from_secs(10);
 
 /// A 5-node grid: the home (no cores) and four 2-core nodes. A job of 6
 /// `stagger` ranks: 3 end at once (their outputs and logs reach the home),

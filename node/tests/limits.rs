@@ -401,7 +401,10 @@ async fn the_status_page_bounds_requests_before_any_token() {
 
 /// A peer that opens many rpc streams and sends nearly a frame's worth on
 /// each without ever finishing does not make the node hold all of it: the
-/// inbound requests being read share one budget (32 MiB).
+/// inbound requests being read share one budget (32 MiB). The test waits
+/// until every request has ended on the peers' side (all its bytes taken
+/// by the node, or its stream reset by it), and checks that the node took
+/// more than its budget's worth would show in memory and refused the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn overlay_requests_are_read_within_one_budget() {
     use raw_peer::{Protocol, RawEvent, RawPeer};
@@ -429,17 +432,51 @@ async fn overlay_requests_are_read_within_one_budget() {
         }
         peers.push(peer);
     }
-    // Give the bytes time to arrive (a bounded wait: the streams are held
-    // open for 20 s; the node reads them as they come).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every request ends on the peer's side: written (the node read its
+    // bytes: yamux grants a stream's window only as the node reads) or
+    // failed (the node reset the stream). Streams are held open for 20 s
+    // after their bytes, so the budget stays taken while this waits;
+    // a request that neither ends is cut by the peers' request timeout
+    // (30 s).
+    let total = |f: fn(&raw_peer::Sent) -> usize| peers.iter().map(|p| f(p.sent())).sum::<usize>();
+    let written = |s: &raw_peer::Sent| s.written.load(std::sync::atomic::Ordering::Acquire);
+    let failed = |s: &raw_peer::Sent| s.failed.load(std::sync::atomic::Ordering::Acquire);
+    let bytes = |s: &raw_peer::Sent| s.written_bytes.load(std::sync::atomic::Ordering::Acquire);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while total(written) + total(failed) < 200 {
+        assert!(
+            Instant::now() < deadline,
+            "of 200 requests {} written and {} failed after 60 s",
+            total(written),
+            total(failed)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop.send(true).unwrap();
     let grown = peak.await.unwrap().saturating_sub(before);
+    let (taken, refused) = (total(bytes) as u64, total(failed));
+    eprintln!(
+        "the node took {} MiB of unfinished requests ({} requests) and refused {refused}; \
+         its memory grew {} MiB at most",
+        taken / MIB,
+        total(written),
+        grown / MIB
+    );
+    // The bytes arrived: the node read at least half its budget's worth
+    // (it keeps what it read of an unfinished request until it ends).
+    assert!(
+        taken >= 16 * MIB,
+        "the node took only {taken} bytes of 175 MiB of requests: the test did not load it"
+    );
+    // ... and refused requests once the budget was spent.
+    assert!(
+        refused > 0,
+        "all 175 MiB of unfinished requests were taken: {taken} bytes"
+    );
     assert!(
         grown < 64 * MIB,
-        "175 MiB of unfinished requests cost the node {} MiB",
+        "175 MiB of unfinished requests ({} MiB taken) cost the node {} MiB",
+        taken / MIB,
         grown / MIB
     );
     drop(peers);

@@ -317,6 +317,7 @@ fn hostile_advert(
             latency_budget: None,
             path_rtt: Duration::ZERO,
         },
+        owner: None,
     };
     tweak(&mut advert);
     advert

@@ -235,7 +235,8 @@ async fn a_home_s_memory_levels_off_over_finished_jobs_and_after_a_flood() {
 
 /// The figures of BENCHMARKS.md: a home with the default configuration,
 /// 1,000 then `ZORILLA_MEMORY_JOBS` (default 5,000) finished jobs, then a
-/// flood of log for 60 s.
+/// flood of log for `ZORILLA_MEMORY_FLOOD_SECS` (default 60) s
+/// (scripts/bench.sh; its `--short` run takes 200 jobs and 5 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a test"]
 async fn home_memory_over_finished_jobs_and_a_flood_of_output() {
@@ -243,6 +244,10 @@ async fn home_memory_over_finished_jobs_and_a_flood_of_output() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
+    let flood_secs: u64 = std::env::var("ZORILLA_MEMORY_FLOOD_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
     let dir = tempfile::tempdir().unwrap();
     let node = TestNode::start(&dir.path().join("n0"), "memory", None, 2);
     let mut client = node.client().await;
@@ -266,7 +271,7 @@ async fn home_memory_over_finished_jobs_and_a_flood_of_output() {
         show(&node, &format!("{done} jobs"));
     }
     let before = quiet_anon_kib(&node).await;
-    let flooded = flood(&node, &mut client, usize::MAX, 60).await;
+    let flooded = flood(&node, &mut client, usize::MAX, flood_secs).await;
     show(&node, "flood ended");
     let settled = settles_to(&node, before + FLOOD_LEFTOVER_KIB, Duration::from_secs(30)).await;
     println!(

@@ -217,3 +217,60 @@ async fn a_nodes_token_manages_its_jobs_and_no_other_nodes() {
     let cancelled = admin0.cancel(job).await.unwrap();
     assert_eq!(cancelled.phase, JobPhase::Cancelled);
 }
+
+/// A machine's owner runs only Alice's jobs: node 1 (two cores) names her
+/// alone; the home (node 0) has no cores. Bob's job is declined by node 1,
+/// and its home's report says why while it waits; Alice's job runs there
+/// and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_owner_runs_only_the_users_it_names_and_the_home_says_why() {
+    let (alice, bob) = (UserKey::generate(), UserKey::generate());
+    let alice_id = alice.id().to_string();
+    let grid = common::sites_grid_of(
+        Net::Loopback,
+        &[2],
+        |i| if i == 0 { 0 } else { 2 },
+        |i| {
+            if i == 1 {
+                vec!["--user".into(), alice_id.clone()]
+            } else {
+                Vec::new()
+            }
+        },
+    );
+    common::wait_for_neighbours(&grid.nodes, 1, Duration::from_secs(30)).await;
+    let mut as_bob = connect(&grid.nodes[0], None, &bob).await;
+    let bobs = as_bob
+        .submit(common::nqueens(1, 8), common::wasm("nqueens"), Vec::new())
+        .await
+        .unwrap();
+    let declined = "owner does not run this user's jobs";
+    let status = wait_for(
+        &mut as_bob,
+        bobs,
+        Duration::from_secs(30),
+        "the home's report of node 1's decline",
+        |s| {
+            s.pending
+                .as_ref()
+                .is_some_and(|p| p.declines.get(declined).is_some_and(|n| *n >= 1))
+        },
+    )
+    .await;
+    assert_eq!(status.phase, JobPhase::Scheduling, "{status:?}");
+    assert!(status.ranks.is_empty(), "nothing of Bob's runs: {status:?}");
+
+    let mut as_alice = connect(&grid.nodes[0], None, &alice).await;
+    let alices = as_alice
+        .submit(common::nqueens(1, 8), common::wasm("nqueens"), Vec::new())
+        .await
+        .unwrap();
+    let done = common::wait_completed(&mut as_alice, alices, Duration::from_secs(60)).await;
+    assert_eq!(done.ranks.len(), 1);
+    assert_eq!(done.ranks[&0].node, grid.nodes[1].peer, "{done:?}");
+    let bobs_now = as_bob.status(bobs).await.unwrap();
+    assert!(
+        bobs_now.ranks.is_empty(),
+        "still nothing of Bob's: {bobs_now:?}"
+    );
+}

@@ -534,3 +534,68 @@ async fn grid_view_shows_every_node_by_site_and_where_a_job_runs() {
     );
     client.cancel(job).await.unwrap();
 }
+
+/// A node given no `cpu_speed` measures its own at its first start, keeps
+/// it in its state directory and reads it back at the next; its status
+/// page shows the figure and where it came from, and a configured figure
+/// wins over the kept one. The figure shown is the one the scheduler's
+/// offers carry: both are the daemon's one resolved value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_measures_its_cpu_speed_once_and_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("n0");
+    let args = |extra: &[String]| {
+        let mut args = TestNode::args(&node_dir, "cpu-speed", None, 1, "127.0.0.1", extra);
+        // The harness pins the figure (its nodes share one machine); this
+        // test is of the measurement, so that pin goes.
+        let at = args.iter().position(|a| a == "--cpu-speed").unwrap();
+        args.drain(at..at + 2);
+        args
+    };
+    let overview = |node: &TestNode| {
+        let web = node.web;
+        async move { get_json::<NodeOverview>(web, "/api/overview").await }
+    };
+
+    let node = TestNode::spawn(&node_dir, args(&[]));
+    let first = overview(&node).await;
+    assert!(
+        (1..=zorilla_core::limits::MAX_SPEED).contains(&first.cpu_speed),
+        "{first:?}"
+    );
+    assert_eq!(
+        first.cpu_speed_source.as_deref(),
+        Some("measured at this start")
+    );
+    let kept = std::fs::read_to_string(node_dir.join("cpu-speed")).unwrap();
+    assert!(
+        kept.starts_with(&format!("{} ", first.cpu_speed)),
+        "{kept:?}"
+    );
+    let page = get(node.web, "/").await.body;
+    assert!(
+        page.contains(&format!(
+            "CPU speed {}, measured at this start (",
+            first.cpu_speed
+        )),
+        "{page}"
+    );
+    drop(node);
+
+    let node = TestNode::spawn(&node_dir, args(&[]));
+    let again = overview(&node).await;
+    assert_eq!(again.cpu_speed, first.cpu_speed);
+    assert_eq!(
+        again.cpu_speed_source.as_deref(),
+        Some("measured at an earlier start")
+    );
+    drop(node);
+
+    let node = TestNode::spawn(&node_dir, args(&["--cpu-speed".into(), "4321".into()]));
+    let configured = overview(&node).await;
+    assert_eq!(configured.cpu_speed, 4321);
+    assert_eq!(
+        configured.cpu_speed_source.as_deref(),
+        Some("configured (cpu_speed)")
+    );
+}

@@ -90,6 +90,12 @@ pub struct SandboxConfig {
     /// The most any job may use; a job's [`WorkerSpec::limits`] are capped
     /// by these.
     pub caps: Limits,
+    /// Bytes that all workers together may keep in their `/outputs` (the
+    /// node's offer of disk; each worker is also held to its own
+    /// [`Limits::disk_bytes`]). A write that would pass it fails with
+    /// `ENOSPC` ("No space left on device") and the worker goes on.
+    /// `u64::MAX`: no such limit.
+    pub disk_bytes: u64,
     /// Workers that may exist at once. With the pooling allocator (used when
     /// this is non-zero) this many instance slots are reserved up front,
     /// which makes instantiation a matter of microseconds; a worker started
@@ -106,12 +112,14 @@ pub struct SandboxConfig {
 }
 
 impl SandboxConfig {
-    /// Defaults for a cache in `cache_dir`: [`Limits::default`] as caps, 64
-    /// worker slots, a 5 ms epoch tick, 64 programs in memory.
+    /// Defaults for a cache in `cache_dir`: [`Limits::default`] as caps, no
+    /// limit on the disk of all workers together, 64 worker slots, a 5 ms
+    /// epoch tick, 64 programs in memory.
     pub fn new(cache_dir: impl Into<PathBuf>) -> Self {
         SandboxConfig {
             cache_dir: cache_dir.into(),
             caps: Limits::default(),
+            disk_bytes: u64::MAX,
             max_workers: 64,
             epoch_tick: Duration::from_millis(5),
             loaded_programs: 64,
@@ -136,6 +144,8 @@ struct SandboxInner {
     pooling: bool,
     /// Shared with every worker, which keeps it running while it exists.
     ticker: Arc<Ticker>,
+    /// The disk all workers share ([`SandboxConfig::disk_bytes`]).
+    disk: Arc<diskquota::DiskBudget>,
 }
 
 /// Programs already in memory, with their insertion order for eviction.
@@ -244,8 +254,10 @@ impl Sandbox {
         let cache = DiskCache::open(&config.cache_dir, &engine)?;
         let ticker = Ticker::start(engine.clone(), config.epoch_tick)
             .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        let disk = diskquota::DiskBudget::new(config.disk_bytes);
         Ok(Sandbox {
             inner: Arc::new(SandboxInner {
+                disk,
                 engine,
                 linker,
                 provided,
@@ -460,6 +472,7 @@ impl Sandbox {
             disk: diskquota::DiskQuota::new(
                 spec.job_dir.as_ref().map(|d| d.join("outputs")),
                 limits.disk_bytes,
+                self.inner.disk.clone(),
                 flag.clone(),
             ),
         };
@@ -507,6 +520,11 @@ fn placeholder_state() -> WorkerState {
             flag: Arc::default(),
         },
         net: hostapi::HostNet::new(single_rank_transport()),
-        disk: diskquota::DiskQuota::new(None, u64::MAX, Arc::default()),
+        disk: diskquota::DiskQuota::new(
+            None,
+            u64::MAX,
+            diskquota::DiskBudget::new(u64::MAX),
+            Arc::default(),
+        ),
     }
 }

@@ -37,6 +37,8 @@ pub struct Limits {
     /// count by their apparent size (a sparse file in full), links count
     /// nothing and are not followed, and a directory tree of more than
     /// [`crate::jobfs::MAX_ENTRIES`] entries counts as over the limit.
+    /// The node's workers together are held to
+    /// [`crate::SandboxConfig::disk_bytes`] besides.
     pub disk_bytes: u64,
 }
 

@@ -364,6 +364,58 @@ async fn endless_writing_to_outputs_ends_at_the_disk_limit() {
     );
 }
 
+/// The node's offer of disk holds for its workers together: three
+/// workers, each far under its own limit, write 6 MiB each at once into
+/// 12 MiB offered. A write that would pass the offer fails with ENOSPC (the
+/// guest says so and exits 3), the files never hold more than it, and the
+/// sandbox goes on. Files of ended workers count until they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_together_are_held_to_the_nodes_disk() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.disk_bytes = 12 * MIB;
+    let sandbox = zorilla_sandbox::Sandbox::new(config).unwrap();
+    let program = load(&sandbox, "big");
+    let spec = |name: &str| WorkerSpec {
+        args: args(&["6"]),
+        job_dir: Some(job_dir(dir.path(), name)),
+        limits: limits(|l| l.disk_bytes = 100 * MIB),
+        ..WorkerSpec::default()
+    };
+    let workers: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|name| start_collecting(&sandbox, &program, spec(name), None))
+        .collect();
+    let mut full = 0;
+    for worker in workers {
+        let done = worker.finish().await;
+        match done.report.outcome {
+            Outcome::Exited(0) => assert_eq!(done.stdout, "big: wrote 6 MiB\n"),
+            Outcome::Exited(3) => {
+                assert!(done.stderr.contains("No space left on device"), "{done:?}");
+                full += 1;
+            }
+            _ => panic!("a worker under its own limit ends by itself: {done:?}"),
+        }
+    }
+    assert!(full >= 1, "18 MiB were written into 12 MiB");
+    let kept = |name: &str| zorilla_sandbox::jobfs::tree_bytes(&dir.path().join(name));
+    let total: u64 = ["a", "b", "c"].iter().map(|name| kept(name)).sum();
+    assert!(total <= 12 * MIB, "{total} bytes kept");
+
+    // Their files are still there: a fourth worker finds no room; once
+    // they are gone it has all of it.
+    let done = run(&sandbox, &program, spec("d")).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(3), "{done:?}");
+    assert!(done.stderr.contains("No space left on device"), "{done:?}");
+    for name in ["a", "b", "c", "d"] {
+        std::fs::remove_dir_all(dir.path().join(name)).unwrap();
+    }
+    let done = run(&sandbox, &program, spec("e")).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
+}
+
 /// Writes through the disk limit's wrappers go on for as long as the guest
 /// writes (WASI's per-call budget is set before each, as its own linker
 /// does: without it writes failed with "Out of memory" after 127 MiB).

@@ -621,6 +621,7 @@ impl Sim {
         self.feed(
             plan.home,
             Input::Submit {
+                owner: None,
                 job: id,
                 spec: plan.spec,
             },

@@ -95,17 +95,17 @@ fn on_random_topologies_ours_places_workers_nearer_than_the_papers_scheduler() {
         "never allocated (%): ours {ours:?}, paper {paper:?}"
     );
 
-    // Messages: issue 17's target (at most the paper's on 95% of
-    // topologies) is not met; ours sends 1.5 times the paper's messages at
-    // the median here (457 against 295 when written). The bound keeps it
-    // from growing.
+    // Messages: ours sends 0.39 of the paper's messages per job at the
+    // median and 0.44 at the 95th percentile here (113.25 against 293.0,
+    // and 382.9 against 871.3, 2026-11-29; the simulator is deterministic).
+    // The bounds sit just above, so that losing the gain fails.
     let (ours, paper) = (
         figure(&runs, Mode::Ours, messages),
         figure(&runs, Mode::Paper, messages),
     );
     assert!(
-        ours.0 <= 1.7 * paper.0,
-        "messages per job: ours {ours:?}, paper {paper:?}"
+        ours.0 <= 0.45 * paper.0 && ours.1 <= 0.5 * paper.1,
+        "messages per job (median, p95, worst): ours {ours:?}, paper {paper:?}"
     );
 }
 

@@ -46,6 +46,12 @@ pub struct NodeOverview {
     /// home prefers idle, then faster nodes.
     #[serde(default = "reference_speed")]
     pub cpu_speed: u32,
+    /// Where the node's own figure came from ("configured (cpu_speed)",
+    /// "measured at this start", ...); on its own page only, not in the
+    /// views peers ask for (nor in their bytes when absent, which stay
+    /// those of the model before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_speed_source: Option<String>,
     /// What of that is in use by workers now.
     pub in_use: Resources,
     /// Workers running on this node now, for any job.

@@ -377,7 +377,9 @@ fn overview(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
             }
         }
         p #cpu-speed {
-            "CPU speed " (node.cpu_speed) " (1000 is the reference; homes prefer idle, then faster nodes among equally near offers)."
+            "CPU speed " (node.cpu_speed)
+            @if let Some(source) = &node.cpu_speed_source { ", " (source) }
+            " (1000 is the reference; homes prefer idle, then faster nodes among equally near offers)."
         }
         h2 { "Jobs this node is home to (" (node.home_jobs.len()) ")" }
         @if node.home_jobs.is_empty() {

@@ -71,12 +71,16 @@
 //!   the table's entry of it (forgotten with it); one out of range counts
 //!   as an offence and is not used.
 //! - **Bootstrap**: a node alone retries its bootstrap peers after 0.5 s,
-//!   then 1, 2, 4 and 5 s, each wait randomised by half either way.
+//!   then 1, 2, 4 and 5 s, each wait randomised by half either way, and
+//!   with them the neighbours it lost to silence within [`REJOIN_FOR`]
+//!   (whose addresses the driver keeps): a node cut off from everyone
+//!   rejoins once the network heals, even one that is the others'
+//!   bootstrap peer and has none of its own.
 //!
 //! Everything a peer can make grow is bounded: connections by the driver's
 //! limit, the table by `max_known`, and the dead, banned, foreign,
-//! offence and handshake-retry lists by [`MAX_REMEMBERED`] each (oldest
-//! forgotten first).
+//! offence and handshake-retry lists by [`MAX_REMEMBERED`] each, the
+//! neighbours to rejoin by [`MAX_REJOIN`] (oldest forgotten first).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -121,6 +125,14 @@ pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
 /// The most peers remembered as dead, banned, foreign, offending or with a
 /// failed handshake, each; beyond it the oldest entry is forgotten.
 pub const MAX_REMEMBERED: usize = 1024;
+/// Neighbours that fell silent are dialed again this long whenever the
+/// node has no connection left (see [`PeerKeeper::bootstrap_due`]): a node
+/// cut off from everyone (its link down, a partition) rejoins when the
+/// network heals, also when it has no bootstrap peer of its own (it was
+/// the others' bootstrap peer).
+pub const REJOIN_FOR: Duration = Duration::from_secs(600);
+/// The most silent neighbours remembered for rejoining.
+pub const MAX_REJOIN: usize = 32;
 
 #[derive(Debug, Clone)]
 struct Conn<C> {
@@ -156,6 +168,9 @@ pub struct PeerKeeper<P, C> {
     probing: BTreeMap<P, Time>,
     /// Peers that could not be reached.
     dead: Remembered<P>,
+    /// Neighbours that fell silent, dialed again while the node has no
+    /// connection (see [`REJOIN_FOR`]).
+    rejoin: Remembered<P>,
     /// Peers whose dial failed in its handshake once, with when they may
     /// be dialed again; a second such failure makes them dead.
     retry_handshake: BTreeMap<P, Time>,
@@ -202,6 +217,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             last_pong: BTreeMap::new(),
             probing: BTreeMap::new(),
             dead: Remembered::new(MAX_REMEMBERED),
+            rejoin: Remembered::new(MAX_REJOIN),
             retry_handshake: BTreeMap::new(),
             banned: Remembered::new(MAX_REMEMBERED),
             foreign: Remembered::new(MAX_REMEMBERED),
@@ -287,6 +303,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             + self.last_pong.len()
             + self.probing.len()
             + self.dead.len()
+            + self.rejoin.len()
             + self.retry_handshake.len()
             + self.banned.len()
             + self.foreign.len()
@@ -315,7 +332,9 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
     /// Whether the driver should keep what it knows of `peer` (addresses):
     /// it is in the table or connected.
     pub fn remembers(&self, peer: &P) -> bool {
-        self.table.contains(peer) || self.connections.contains_key(peer)
+        self.table.contains(peer)
+            || self.connections.contains_key(peer)
+            || self.rejoin.contains(peer)
     }
 
     /// The links floods travel, with RTTs: our neighbours, then the
@@ -337,7 +356,8 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
     /// some and no connection at all (the driver also waits while a dial
     /// is under way).
     pub fn bootstrap_due(&self) -> Option<Time> {
-        (self.config.bootstrap && self.connections.is_empty()).then_some(self.next_bootstrap)
+        let someone = self.config.bootstrap || !self.rejoin.is_empty();
+        (someone && self.connections.is_empty()).then_some(self.next_bootstrap)
     }
 
     /// The bootstrap retry is due: dials the bootstrap peers and schedules
@@ -346,7 +366,14 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         let jitter = self.rng.random_range(0.5..1.5);
         self.next_bootstrap = now + self.bootstrap_backoff.mul_f64(jitter);
         self.bootstrap_backoff = (self.bootstrap_backoff * 2).min(BOOTSTRAP_RETRY_MAX);
-        self.actions.push_back(Action::DialBootstrap);
+        if self.config.bootstrap {
+            self.actions.push_back(Action::DialBootstrap);
+        }
+        for peer in self.rejoin.peers() {
+            if !self.banned.contains(&peer) && !self.foreign.contains(&peer) {
+                self.actions.push_back(Action::Dial(peer));
+            }
+        }
     }
 
     /// A connection opened (`dialer`: we dialed it).
@@ -443,6 +470,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
     /// application that it connected).
     pub fn identified(&mut self, peer: P, ours: bool, now: Time) -> bool {
         if !ours {
+            self.rejoin.remove(&peer);
             self.foreign.insert(peer.clone(), now);
             // Banned only a moment later, so that it reads our identify too
             // and learns that we are foreign to it.
@@ -451,6 +479,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         }
         self.foreign.remove(&peer);
         self.dead.remove(&peer);
+        self.rejoin.remove(&peer);
         self.retry_handshake.remove(&peer);
         if !self.verified.insert(peer.clone()) {
             return false;
@@ -645,6 +674,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         self.farewells.remove(&peer);
         self.probing.remove(&peer);
         self.chosen_by.remove(&peer);
+        self.rejoin.remove(&peer);
         self.actions.push_back(Action::Ban(peer.clone()));
         self.forget(&peer, now);
     }
@@ -674,6 +704,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         self.strikes
             .retain(|_, (_, at)| now.saturating_sub(*at) <= window);
         self.dead.expire(now, self.config.dead_retry_after);
+        self.rejoin.expire(now, REJOIN_FOR);
         // A retry that did not fail in its handshake again within a linger
         // time (it connected, or failed otherwise) is over.
         self.retry_handshake
@@ -741,6 +772,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
                 reason: DisconnectReason::Silent,
             });
             if self.table.kind(&peer).is_some() {
+                self.rejoin.insert(peer.clone(), now);
                 self.unreachable(peer, now);
             }
         }

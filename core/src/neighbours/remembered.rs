@@ -55,6 +55,15 @@ impl<P: PeerKey> Remembered<P> {
         self.since.contains_key(peer)
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.since.is_empty()
+    }
+
+    /// The peers, in peer order.
+    pub(crate) fn peers(&self) -> Vec<P> {
+        self.since.keys().cloned().collect()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.since.len()
     }

@@ -20,6 +20,9 @@ pub enum Input<P> {
         job: JobId,
         /// What the job needs.
         spec: JobSpec,
+        /// The user who owns it (whose signature the driver checked), if
+        /// any: its adverts name it, for the nodes' owners' policies.
+        owner: Option<P>,
     },
     /// A user cancelled a job this node is home to.
     Cancel(JobId),

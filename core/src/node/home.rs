@@ -10,6 +10,7 @@ impl<P: PeerKey> Scheduler<P> {
         now: Time,
         job: JobId,
         spec: JobSpec,
+        owner: Option<P>,
         out: &mut Vec<Output<P>>,
     ) {
         let error = if self.home.contains_key(&job) {
@@ -40,6 +41,7 @@ impl<P: PeerKey> Scheduler<P> {
                 // bounded by validation only.
                 expires_at: now.saturating_add(spec.lifetime),
                 spec,
+                owner,
                 phase: Phase::Scheduling,
                 schedule,
                 next_flood_at: Some(now),
@@ -158,6 +160,7 @@ impl<P: PeerKey> Scheduler<P> {
                     strategy: job.spec.strategy,
                     expires_in: job.expires_at.saturating_sub(now),
                     flood: header,
+                    owner: job.owner.clone(),
                 };
                 // The home considers its own machine first (it is the
                 // nearest there is), and again at every flood, as any

@@ -23,6 +23,9 @@ pub enum JobEntry<P> {
     Submitted {
         /// What the job needs.
         spec: JobSpec,
+        /// The user who owns it (see [`super::Input::Submit`]).
+        #[serde(default = "crate::advert::no_owner")]
+        owner: Option<P>,
     },
     /// Something the home decided.
     Event(JobEvent<P>),
@@ -44,6 +47,8 @@ impl<P: Clone> JobEntry<P> {
 pub struct JobState<P> {
     /// What the job needs.
     pub spec: JobSpec,
+    /// The user who owns it.
+    pub owner: Option<P>,
     /// How far it got.
     pub phase: Phase,
     /// Its ranks.
@@ -70,11 +75,12 @@ impl<P: Clone + Ord> JobState<P> {
         P: 'a,
     {
         let mut entries = entries.into_iter();
-        let Some(JobEntry::Submitted { spec }) = entries.next() else {
+        let Some(JobEntry::Submitted { spec, owner }) = entries.next() else {
             return None;
         };
         let mut state = JobState {
             spec: spec.clone(),
+            owner: owner.clone(),
             phase: Phase::Scheduling,
             ranks: RankTable::default(),
             grants: 0,

@@ -51,6 +51,7 @@ impl<P: PeerKey> Scheduler<P> {
                     DeclineReason::Denied
                         | DeclineReason::NoWorkersAllowed
                         | DeclineReason::TooLarge
+                        | DeclineReason::NotThisUser
                 );
                 if permanent {
                     self.remember_declined(job);
@@ -102,6 +103,9 @@ impl<P: PeerKey> Scheduler<P> {
         if limits.deny.contains(&advert.home) {
             return Err(DeclineReason::Denied);
         }
+        if !limits.users.allows(advert.owner.as_ref()) {
+            return Err(DeclineReason::NotThisUser);
+        }
         if limits.max_workers_per_job == 0 {
             return Err(DeclineReason::NoWorkersAllowed);
         }
@@ -116,6 +120,11 @@ impl<P: PeerKey> Scheduler<P> {
         if !joined && self.engaged.len() as u32 >= limits.max_jobs {
             return Err(DeclineReason::TooManyJobs);
         }
+        let of_user = self.user_room(advert.owner.as_ref(), advert.job);
+        if !joined && of_user.jobs == 0 {
+            return Err(DeclineReason::UserLimit);
+        }
+        let by_user = of_user.workers(&advert.per_worker);
         if self.paused {
             return Err(DeclineReason::Busy);
         }
@@ -127,6 +136,10 @@ impl<P: PeerKey> Scheduler<P> {
         if workers == 0 {
             return Err(DeclineReason::Busy);
         }
+        let workers = workers.min(by_user);
+        if workers == 0 {
+            return Err(DeclineReason::UserLimit);
+        }
         let mut residue = free.saturating_sub(&advert.per_worker.times(workers));
         // Busy before this offer: every other hold and every worker.
         let machine = self.machine(free.cores);
@@ -137,6 +150,7 @@ impl<P: PeerKey> Scheduler<P> {
             .entry(advert.job)
             .or_insert_with(|| Engagement {
                 home: advert.home.clone(),
+                owner: advert.owner.clone(),
                 per_worker: advert.per_worker,
                 hold: HoldId(0),
                 held: 0,
@@ -179,6 +193,13 @@ impl<P: PeerKey> Scheduler<P> {
     pub(super) fn raise_offer(&mut self, job: JobId, out: &mut Vec<Output<P>>) {
         let free = self.free();
         let max_per_job = self.config.limits.max_workers_per_job;
+        let by_user = match self.engaged.get(&job) {
+            Some(e) => self
+                .user_room(e.owner.as_ref(), job)
+                .workers(&e.per_worker)
+                .saturating_sub(e.held),
+            None => return,
+        };
         let Some(e) = self.engaged.get_mut(&job) else {
             return;
         };
@@ -191,7 +212,8 @@ impl<P: PeerKey> Scheduler<P> {
         let extra = free
             .workers_that_fit(&e.per_worker)
             .min(max_per_job.saturating_sub(engaged))
-            .min(e.wanted.saturating_sub(engaged));
+            .min(e.wanted.saturating_sub(engaged))
+            .min(by_user);
         if extra == 0 {
             return;
         }
@@ -214,6 +236,29 @@ impl<P: PeerKey> Scheduler<P> {
                 machine,
             },
         });
+    }
+
+    /// What the node's owner still lets `owner` have here besides what
+    /// `job` holds now (its running workers count): jobs, and cores.
+    fn user_room(&self, owner: Option<&P>, job: JobId) -> UserRoom {
+        let limits = self.config.limits.users.limits_of(owner);
+        let (mut jobs, mut cores) = (0u32, 0u32);
+        for (j, e) in &self.engaged {
+            if e.owner.as_ref() != owner {
+                continue;
+            }
+            let running = u32::try_from(e.running.len()).unwrap_or(u32::MAX);
+            if *j == job {
+                cores = cores.saturating_add(e.per_worker.cores.saturating_mul(running));
+            } else {
+                jobs = jobs.saturating_add(1);
+                cores = cores.saturating_add(e.uses().cores);
+            }
+        }
+        UserRoom {
+            jobs: limits.max_jobs.saturating_sub(jobs),
+            cores: limits.max_cores.saturating_sub(cores),
+        }
     }
 
     /// What an offer says of this machine when `free` of its cores are
@@ -339,5 +384,21 @@ impl<P: PeerKey> Scheduler<P> {
                 msg: Message::Withdraw { job, hold, ranks },
             });
         }
+    }
+}
+
+/// What one user may still have on a node (see [`Scheduler::user_room`]).
+#[derive(Debug, Clone, Copy)]
+struct UserRoom {
+    /// More jobs.
+    jobs: u32,
+    /// More cores.
+    cores: u32,
+}
+
+impl UserRoom {
+    /// How many more workers of `per_worker` fit in the user's cores.
+    fn workers(self, per_worker: &Resources) -> u32 {
+        self.cores.checked_div(per_worker.cores).unwrap_or(u32::MAX)
     }
 }

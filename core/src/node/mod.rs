@@ -119,12 +119,17 @@ pub use events::{CheckpointRefused, Input, JobEvent, Output};
 pub use joblog::{JobEntry, JobState};
 pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
-pub use spec::{JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError};
+pub use spec::{
+    JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError, UserLimits,
+    UserPolicy,
+};
 
 /// A job this node is home to.
 #[derive(Debug, Clone)]
 struct HomeJob<P> {
     spec: JobSpec,
+    /// The user who owns the job (its adverts name it).
+    owner: Option<P>,
     phase: Phase,
     expires_at: Time,
     schedule: FloodSchedule,
@@ -344,6 +349,8 @@ impl<P> HomeJob<P> {
 #[derive(Debug, Clone)]
 struct Engagement<P> {
     home: P,
+    /// The job's owner, as its advert names it (the owner's limits).
+    owner: Option<P>,
     per_worker: Resources,
     /// The number of the hold (the last one if none is held now).
     hold: HoldId,
@@ -608,6 +615,13 @@ impl<P: PeerKey> Scheduler<P> {
         self.home.get(&job).map(|j| j.ranks.by_node())
     }
 
+    /// The owner the advert of `job` named, as this node took it when it
+    /// offered workers (`None`: it holds and runs nothing of the job). A
+    /// grant's copy of the job must name the same owner.
+    pub fn engaged_owner(&self, job: JobId) -> Option<Option<&P>> {
+        self.engaged.get(&job).map(|e| e.owner.as_ref())
+    }
+
     /// The rank table of a job this node is home to: every rank's
     /// placement and outcome.
     pub fn ranks(&self, job: JobId) -> Option<&RankTable<P>> {
@@ -670,7 +684,7 @@ impl<P: PeerKey> Scheduler<P> {
     fn handle_one(&mut self, now: Time, input: Input<P>) -> Vec<Output<P>> {
         let mut out = Vec::new();
         match input {
-            Input::Submit { job, spec } => self.submit(now, job, spec, &mut out),
+            Input::Submit { job, spec, owner } => self.submit(now, job, spec, owner, &mut out),
             Input::Cancel(job) => self.end_job(
                 job,
                 Phase::Cancelled,

@@ -1,7 +1,7 @@
 //! What a node is configured with (its resources, owner limits, schedule)
 //! and what a job asks for, with the checks of both.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -21,6 +21,72 @@ pub struct OwnerLimits<P: Ord> {
     pub max_workers_per_job: u32,
     /// Homes whose jobs this node never runs.
     pub deny: BTreeSet<P>,
+    /// Whose jobs this node runs, and how much of it each user may have.
+    #[serde(default = "UserPolicy::default")]
+    pub users: UserPolicy<P>,
+}
+
+/// Whose jobs a node runs (a job's owner is the user who signed its
+/// submission; the advert names it, and the driver checks the owner's
+/// signature before it starts a worker), and how much of the node each
+/// user may have at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserPolicy<P: Ord> {
+    /// Only these users' jobs run here; `None`: any member's (and jobs
+    /// with no owner).
+    pub only: Option<BTreeSet<P>>,
+    /// What each user may have here at once, unless `named` says.
+    pub each: UserLimits,
+    /// The limits of particular users.
+    pub named: BTreeMap<P, UserLimits>,
+}
+
+impl<P: Ord> Default for UserPolicy<P> {
+    fn default() -> Self {
+        UserPolicy {
+            only: None,
+            each: UserLimits::default(),
+            named: BTreeMap::new(),
+        }
+    }
+}
+
+impl<P: Ord> UserPolicy<P> {
+    /// Whether a job owned by `owner` may run here at all.
+    pub fn allows(&self, owner: Option<&P>) -> bool {
+        match (&self.only, owner) {
+            (None, _) => true,
+            (Some(only), Some(owner)) => only.contains(owner),
+            (Some(_), None) => false,
+        }
+    }
+
+    /// What `owner` may have here at once (a job with no owner: `each`).
+    pub fn limits_of(&self, owner: Option<&P>) -> UserLimits {
+        owner
+            .and_then(|o| self.named.get(o))
+            .copied()
+            .unwrap_or(self.each)
+    }
+}
+
+/// What one user may have on a node at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserLimits {
+    /// Cores of the user's workers (running and offered) together.
+    pub max_cores: u32,
+    /// The user's jobs with workers (running or offered) here.
+    pub max_jobs: u32,
+}
+
+impl Default for UserLimits {
+    /// No limit beyond the node's own.
+    fn default() -> Self {
+        UserLimits {
+            max_cores: u32::MAX,
+            max_jobs: u32::MAX,
+        }
+    }
 }
 
 impl<P: Ord> Default for OwnerLimits<P> {
@@ -29,6 +95,7 @@ impl<P: Ord> Default for OwnerLimits<P> {
             max_jobs: 16,
             max_workers_per_job: u32::MAX,
             deny: BTreeSet::new(),
+            users: UserPolicy::default(),
         }
     }
 }

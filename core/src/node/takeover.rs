@@ -46,6 +46,7 @@ impl<P: PeerKey> Scheduler<P> {
         }
         let JobState {
             spec,
+            owner,
             phase,
             ranks,
             grants,
@@ -93,6 +94,7 @@ impl<P: PeerKey> Scheduler<P> {
             answered: BTreeSet::new(),
             asked: BTreeSet::new(),
             spec,
+            owner,
         };
         job.announce(job_id, Vec::new(), &BTreeSet::new(), &mut out);
         self.home.insert(job_id, job);

@@ -41,6 +41,7 @@ fn submit_second(node: &mut Scheduler<u32>, now: Duration) -> Vec<Output<u32>> {
     node.handle(
         now,
         Input::Submit {
+            owner: None,
             job: SECOND,
             spec: spec(WorkerCount::rigid(1)),
         },

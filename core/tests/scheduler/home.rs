@@ -328,6 +328,7 @@ fn a_malleable_job_grows_by_flooding_again_and_shrinks_only_what_it_still_seeks(
     node.handle(
         ms(500),
         Input::Submit {
+            owner: None,
             job: rigid,
             spec: spec(WorkerCount::rigid(3)),
         },
@@ -375,6 +376,7 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
     node.handle(
         ms(0),
         Input::Submit {
+            owner: None,
             job: JOB,
             spec: JobSpec {
                 lifetime: Duration::from_secs(5),
@@ -574,6 +576,7 @@ fn the_home_forgets_the_oldest_ended_jobs_beyond_its_capacity() {
         node.handle(
             ms(0),
             Input::Submit {
+                owner: None,
                 job: JobId(id),
                 spec: spec(WorkerCount::rigid(1)),
             },
@@ -587,6 +590,7 @@ fn the_home_forgets_the_oldest_ended_jobs_beyond_its_capacity() {
     node.handle(
         ms(2),
         Input::Submit {
+            owner: None,
             job: JobId(4),
             spec: spec(WorkerCount::rigid(1)),
         },
@@ -617,6 +621,7 @@ fn only_a_nodes_first_answer_keeps_a_spread_job_waiting_for_new_nodes() {
     node.handle(
         ms(0),
         Input::Submit {
+            owner: None,
             job: JOB,
             spec: JobSpec {
                 strategy: Strategy::Spread,

@@ -12,7 +12,7 @@ use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
     DIRECT_ADVERTS_PER_SEC, EndReason, Input, JobEvent, JobSpec, KNOWLEDGE_KEPT, LostPolicy,
     LostReason, MAX_DIRECT_PER_STEP, Output, OwnerLimits, Phase, RankOutcome, ResizeError,
-    Scheduler, SchedulerConfig, WorkerEnd,
+    Scheduler, SchedulerConfig, UserLimits, UserPolicy, WorkerEnd,
 };
 use zorilla_core::resources::{Machine, REFERENCE_SPEED, Resources};
 use zorilla_core::schedule::ScheduleConfig;
@@ -55,6 +55,7 @@ fn advert(workers: WorkerCount) -> Advert<u32> {
             latency_budget: None,
             path_rtt: ms(1),
         },
+        owner: None,
     }
 }
 
@@ -192,6 +193,7 @@ fn submit(node: &mut Scheduler<u32>, now: Duration, workers: WorkerCount) -> Vec
     node.handle(
         now,
         Input::Submit {
+            owner: None,
             job: JOB,
             spec: spec(workers),
         },

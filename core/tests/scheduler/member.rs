@@ -254,7 +254,7 @@ fn owner_limits_deny_list_jobs_and_workers_per_job() {
             limits: OwnerLimits {
                 max_jobs: 1,
                 max_workers_per_job: 2,
-                deny: Default::default(),
+                ..OwnerLimits::default()
             },
             ..SchedulerConfig::default()
         },
@@ -289,6 +289,147 @@ fn owner_limits_deny_list_jobs_and_workers_per_job() {
                     reason: DeclineReason::TooManyJobs,
                     ..
                 },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+}
+
+/// Users 100 and 101 own jobs; the node's owner lets only 100's run, two
+/// cores and one job of it at a time.
+fn member_for_user_100() -> Scheduler<u32> {
+    Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(8, 4096, 0),
+            limits: OwnerLimits {
+                users: UserPolicy {
+                    only: Some([100].into()),
+                    each: UserLimits {
+                        max_cores: 2,
+                        max_jobs: 1,
+                    },
+                    named: Default::default(),
+                },
+                ..OwnerLimits::default()
+            },
+            ..SchedulerConfig::default()
+        },
+    )
+}
+
+fn owned_by(job: u64, owner: Option<u32>, workers: u32) -> Input<u32> {
+    Input::AdvertDelivered {
+        advert: Advert {
+            job: JobId(job),
+            owner,
+            ..advert(WorkerCount::rigid(workers))
+        },
+        distance: ms(1),
+    }
+}
+
+fn decline_reason(out: &[Output<u32>]) -> Option<DeclineReason> {
+    match out {
+        [
+            Output::Send {
+                msg: Message::Decline { reason, .. },
+                ..
+            },
+        ] => Some(*reason),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_node_runs_only_the_users_its_owner_names_within_their_limits() {
+    let mut node = member_for_user_100();
+    // Another user's job, and a job of nobody's: declined for good.
+    let out = node.handle(ms(0), owned_by(1, Some(101), 1));
+    assert_eq!(decline_reason(&out), Some(DeclineReason::NotThisUser));
+    let out = node.handle(ms(0), owned_by(2, None, 1));
+    assert_eq!(decline_reason(&out), Some(DeclineReason::NotThisUser));
+    assert_eq!(node.pending().count(), 0, "not queued: it never fits");
+    // User 100's job of four workers gets two: the user's cores.
+    let out = node.handle(ms(1), owned_by(3, Some(100), 4));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer { workers: 2, .. },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    // A second job of the same user waits: one job at a time.
+    let out = node.handle(ms(2), owned_by(4, Some(100), 1));
+    assert_eq!(decline_reason(&out), Some(DeclineReason::UserLimit));
+    assert_eq!(node.pending().count(), 1, "queued: it fits later");
+    // The first job's hold is refused: the second is offered its worker.
+    let out = from_home(
+        &mut node,
+        ms(3),
+        Message::Refuse {
+            job: JobId(3),
+            hold: Some(HoldId(0)),
+            reason: RefuseReason::NotChosen,
+        },
+    );
+    assert!(
+        out.iter().any(|o| matches!(
+            o,
+            Output::Send {
+                msg: Message::Offer {
+                    job: JobId(4),
+                    workers: 1,
+                    ..
+                },
+                ..
+            }
+        )),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_named_users_limits_replace_everyones() {
+    let node = member_for_user_100();
+    let mut limits = node.config().limits.clone();
+    limits.users.only = None;
+    limits.users.named.insert(
+        101,
+        UserLimits {
+            max_cores: 6,
+            max_jobs: 3,
+        },
+    );
+    let mut node = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            limits,
+            ..node.config().clone()
+        },
+    );
+    // Anyone's job now; 101 may have six cores, others two.
+    let out = node.handle(ms(0), owned_by(1, Some(101), 8));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer { workers: 6, .. },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    let out = node.handle(ms(0), owned_by(2, Some(102), 8));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer { workers: 2, .. },
                 ..
             }]
         ),

@@ -126,6 +126,7 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
         ms(0),
         HX,
         Input::Submit {
+            owner: None,
             job: X,
             spec: spec(WorkerCount::rigid(3)),
         },
@@ -134,6 +135,7 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
         ms(0),
         HY,
         Input::Submit {
+            owner: None,
             job: Y,
             spec: spec(WorkerCount::rigid(3)),
         },
@@ -479,6 +481,7 @@ fn a_rigid_job_replacing_lost_workers_gets_its_rank_back_on_the_same_node() {
     node.handle(
         ms(0),
         Input::Submit {
+            owner: None,
             job: JOB,
             spec: JobSpec {
                 on_worker_lost: LostPolicy::Replace,

@@ -47,6 +47,7 @@ fn expiry_refuses_held_offers_and_late_offers_as_expired() {
     node.handle(
         ms(0),
         Input::Submit {
+            owner: None,
             job: JOB,
             spec: JobSpec {
                 lifetime: ms(500),

@@ -3,7 +3,7 @@
 //! (see [`crate::owner`]).
 
 use super::*;
-use crate::owner::{Access, Caller, UserId};
+use crate::owner::{Access, Caller};
 
 impl Node {
     /// What `caller` may have of `job` (a job this node is home to) when it
@@ -46,7 +46,7 @@ impl Node {
                 module,
                 inputs,
                 ..
-            } => self.submit(job, module, inputs, caller.submitter),
+            } => self.submit(job, module, inputs, caller.submitter.clone()),
             Request::Status { job } => match self.status(job) {
                 Some(status) => Response::Status(status),
                 None => not_found(job),
@@ -154,7 +154,7 @@ impl Node {
         request: JobRequest,
         module: Vec<u8>,
         inputs: Vec<NamedFile>,
-        owner: Option<UserId>,
+        owner: Option<crate::owner::Submitter>,
     ) -> Response {
         if let Some(reason) = self.store.unwritable() {
             return refused(reason);
@@ -199,7 +199,8 @@ impl Node {
                 .map_or(0, |d| d.as_secs()),
             moved_from: None,
             moved_to: None,
-            owner,
+            owner: owner.as_ref().map(|o| o.user),
+            owner_proof: owner.map(|o| o.proof),
         };
         // Stored before anything else happens: an accepted job is never lost.
         match self.store.put_submission(&record, &files) {
@@ -211,14 +212,16 @@ impl Node {
             Err(e) => return Response::error(ErrorKind::Internal, e.to_string()),
         }
         self.activity.send_modify(|n| *n = n.wrapping_add(1));
+        let owner = record.owner.map(|o| o.key());
         self.jobs.insert(id, record);
         tracing::info!(job = %JobId(id), "job submitted");
-        self.replicate_new_job(id, spec.clone());
+        self.replicate_new_job(id, spec.clone(), owner);
         let out = self.sched.handle(
             self.now(),
             Input::Submit {
                 job: JobId(id),
                 spec,
+                owner,
             },
         );
         self.execute(out);

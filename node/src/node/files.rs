@@ -50,6 +50,9 @@ pub(crate) enum PrepareError {
     /// The sandbox does not load the module.
     #[error("module refused: {0}")]
     Module(String),
+    /// The copy's owner is not the advert's, or did not sign the job.
+    #[error("{0}")]
+    Owner(String),
     /// This node's disk or a task failed.
     #[error("{0}")]
     Local(String),
@@ -314,6 +317,7 @@ mod tests {
             inputs,
             submitted_unix: 0,
             owner: None,
+            owner_proof: None,
         };
         let module = file("module.wasm", b"\0asm");
         assert!(check_job_copy(&info(module.clone(), vec![file("in.txt", b"x")])).is_ok());

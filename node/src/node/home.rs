@@ -89,6 +89,7 @@ impl Node {
             inputs: record.inputs.clone(),
             submitted_unix: record.submitted_unix,
             owner: record.owner,
+            owner_proof: record.owner_proof.clone(),
         })
     }
 

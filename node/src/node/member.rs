@@ -6,6 +6,48 @@ use super::files::{PrepareError, link_inputs, prepare};
 use super::*;
 
 impl Node {
+    /// The copy of a granted job, if it names the owner its advert named
+    /// (by which this node's owner's policy let it in) with the owner's
+    /// signature of the job; a home that says otherwise misbehaves.
+    fn check_owner(&self, job: u64, home: PeerId, copy: JobCopy) -> Result<JobCopy, PrepareError> {
+        let advertised = self.sched.engaged_owner(JobId(job)).flatten().copied();
+        let named = copy.owner.map(|o| o.key());
+        let checked = if named != advertised {
+            Err(format!(
+                "its copy names owner {}, its advert {}",
+                named.map_or("none".into(), |o| o.to_string()),
+                advertised.map_or("none".into(), |o| o.to_string())
+            ))
+        } else {
+            match (&copy.owner, &copy.owner_proof) {
+                (None, _) => Ok(()),
+                (Some(_), None) => Err("its owner's signature is missing".to_owned()),
+                (Some(user), Some(proof)) => {
+                    let inputs: Vec<(&str, &str)> = copy
+                        .inputs
+                        .iter()
+                        .map(|f| (f.name.as_str(), f.sha256.as_str()))
+                        .collect();
+                    crate::owner::check_submission(
+                        user,
+                        proof,
+                        &copy.request,
+                        &copy.module.sha256,
+                        &inputs,
+                    )
+                }
+            }
+        };
+        match checked {
+            Ok(()) => Ok(copy),
+            Err(why) => {
+                let why = format!("the home granted job {} with a copy that {why}", JobId(job));
+                self.overlay.report_misbehaviour(home, why.clone());
+                Err(PrepareError::Owner(why))
+            }
+        }
+    }
+
     /// Starts workers of a job granted to this node: the grant carried
     /// the job's placement, and its copy came with it (see
     /// [`PeerRpc::Grant`]; a job of our own's copy is its record), so only
@@ -19,7 +61,7 @@ impl Node {
         placement: BTreeMap<u32, Placed>,
     ) {
         let copy = match self.granted_copy.take() {
-            Some((granted, copy)) if granted == job => Ok(copy),
+            Some((granted, copy)) if granted == job => self.check_owner(job, home, copy),
             _ if home == self.me => self
                 .job_copy(job)
                 .ok_or(PrepareError::NotUnderWay(JobId(job))),
@@ -134,9 +176,7 @@ impl Node {
             },
             Done::PeerDead(peer) => {
                 self.probing.remove(&peer);
-                tracing::warn!(%peer, "peer does not answer; treating it as lost");
-                let out = self.sched.handle(self.now(), Input::PeerLost(peer));
-                self.execute(out);
+                self.lose_peer(peer);
                 // Copies of jobs whose primary it was choose the next.
                 self.replicas_peer_gone(peer);
                 // Workers of jobs whose home is gone are stopped, unless

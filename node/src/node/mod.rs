@@ -252,6 +252,9 @@ pub(crate) struct Node {
     granted_copy: Option<(u64, JobCopy)>,
     tasks: JoinSet<Done>,
     probing: BTreeSet<PeerId>,
+    /// Loss verdicts held back while this node, as a job's home, is out of
+    /// touch with most of its copies.
+    held: liveness::Held,
     /// The overlay's current neighbours (from its change events).
     neighbours: BTreeSet<PeerId>,
     /// Turns of the extra copies' fetches of their jobs' files.
@@ -350,6 +353,7 @@ impl Node {
             granted_copy: None,
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),
+            held: liveness::Held::default(),
             neighbours: BTreeSet::new(),
             copy_fetches: Arc::new(tokio::sync::Semaphore::new(replicas::MAX_COPY_FETCHES)),
             messages_sent: 0,

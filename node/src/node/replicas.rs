@@ -97,7 +97,12 @@ impl Node {
     }
 
     /// A job was submitted here: its log starts with its spec.
-    pub(super) fn replicate_new_job(&mut self, job: u64, spec: zorilla_core::node::JobSpec) {
+    pub(super) fn replicate_new_job(
+        &mut self,
+        job: u64,
+        spec: zorilla_core::node::JobSpec,
+        owner: Option<PeerId>,
+    ) {
         let mut replica = Replica::primary(
             job,
             self.me,
@@ -106,7 +111,7 @@ impl Node {
             self.statement_signer(),
         );
         let mut out = Vec::new();
-        if let Err(e) = replica.propose(JobEntry::Submitted { spec }, &mut out) {
+        if let Err(e) = replica.propose(JobEntry::Submitted { spec, owner }, &mut out) {
             tracing::warn!(job = %JobId(job), "cannot log the job: {e}");
         }
         self.replicas.insert(
@@ -489,6 +494,14 @@ impl Node {
             .map(|(job, _)| *job)
     }
 
+    /// Whether this node is `job`'s home and has not heard most of the
+    /// job's copies within the lease (it may be the one cut off).
+    pub(super) fn out_of_touch(&self, job: u64, now: zorilla_core::Time) -> bool {
+        self.replicas.get(&job).is_some_and(|held| {
+            held.replica.is_primary() && held.ended_at.is_none() && !held.replica.in_touch(now)
+        })
+    }
+
     /// Whether this node holds a replica of `job` that is not its primary
     /// (its workers wait for the job's next home rather than stop).
     pub(super) fn is_copy(&self, job: u64) -> bool {
@@ -734,6 +747,7 @@ impl Node {
             moved_from: old_home.map(|h| h.to_string()),
             moved_to: None,
             owner: copy.owner,
+            owner_proof: copy.owner_proof,
         };
         self.persist(&record);
         if phase.is_terminal() {

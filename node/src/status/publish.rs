@@ -441,7 +441,10 @@ mod tests {
             None,
             None,
             CoreResources::new(4, 1024, 1024),
-            zorilla_core::resources::REFERENCE_SPEED,
+            crate::cpuspeed::CpuSpeed {
+                figure: zorilla_core::resources::REFERENCE_SPEED,
+                source: crate::cpuspeed::Source::Configured,
+            },
             store,
         );
         let sched = Scheduler::new(me, zorilla_core::node::SchedulerConfig::default());
@@ -480,6 +483,7 @@ mod tests {
                     moved_from: None,
                     moved_to: None,
                     owner: None,
+                    owner_proof: None,
                 };
                 (id, record)
             })

@@ -41,8 +41,9 @@ pub(crate) struct NodeStatus {
     started: Instant,
     pub(super) started_ms: u64,
     offered: Resources,
-    /// How fast its cores are (`cpu_speed`).
-    cpu_speed: u32,
+    /// How fast its cores are (`cpu_speed`), and where that figure came
+    /// from (configured or measured).
+    cpu_speed: crate::cpuspeed::CpuSpeed,
     /// The site its operator named (`site`), shown in grid views.
     site: Option<String>,
     pub(super) store: Arc<Store>,
@@ -55,14 +56,14 @@ pub(crate) struct NodeStatus {
 impl NodeStatus {
     /// The status of node `overlay.local_peer_id()` in grid `network`, at
     /// `site` if its operator named one, offering `offered` on cores of
-    /// `cpu_speed`.
+    /// `cpu_speed` (with where that figure came from).
     pub(crate) fn new(
         overlay: OverlayHandle,
         network: String,
         grid: Option<crate::protocol::GridInfo>,
         site: Option<String>,
         offered: CoreResources,
-        cpu_speed: u32,
+        cpu_speed: crate::cpuspeed::CpuSpeed,
         store: Arc<Store>,
     ) -> Arc<NodeStatus> {
         Arc::new(NodeStatus {
@@ -160,7 +161,8 @@ impl StatusSource for NodeStatus {
                 error: p.error,
             }),
             offered: self.offered,
-            cpu_speed: self.cpu_speed,
+            cpu_speed: self.cpu_speed.figure,
+            cpu_speed_source: Some(self.cpu_speed.source.describe().to_string()),
             in_use: local.in_use,
             workers_running: local.workers_running,
             home_jobs: local

@@ -83,6 +83,8 @@ impl From<w::Overview> for m::NodeOverview {
             listen_addresses: o.listen_addresses,
             offered: o.offered.into(),
             cpu_speed: o.cpu_speed,
+            // Not on the wire: for the node's own page.
+            cpu_speed_source: None,
             in_use: o.in_use.into(),
             workers_running: o.workers_running,
             home_jobs: o.home_jobs,
@@ -452,6 +454,7 @@ mod tests {
                     disk_bytes: 1 << 31,
                 },
                 cpu_speed: 1500,
+                cpu_speed_source: None,
                 in_use: m::Resources::default(),
                 workers_running: 1,
                 home_jobs: vec!["00000000000000aa".into()],

@@ -57,6 +57,10 @@ pub(crate) struct JobRecord {
     /// home's admin.
     #[serde(default)]
     pub(crate) owner: Option<crate::owner::UserId>,
+    /// The owner's signature of the submission (see
+    /// [`crate::owner::SubmitProof`]).
+    #[serde(default)]
+    pub(crate) owner_proof: Option<crate::owner::SubmitProof>,
 }
 
 /// Now, in milliseconds since the Unix epoch.

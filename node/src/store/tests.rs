@@ -32,6 +32,7 @@ fn everything_survives_a_reopen() {
         moved_from: None,
         moved_to: None,
         owner: None,
+        owner_proof: None,
     };
     {
         let store = Store::open(&path).unwrap();
@@ -365,6 +366,7 @@ fn job(id: u64, phase: JobPhase) -> JobRecord {
         moved_from: None,
         moved_to: None,
         owner: None,
+        owner_proof: None,
     }
 }
 
@@ -526,6 +528,7 @@ fn phases_only_move_forward() {
         moved_from: None,
         moved_to: None,
         owner: None,
+        owner_proof: None,
     };
     assert!(!job.advance(JobPhase::Submitted, "back"));
     assert!(job.advance(JobPhase::Running, "go"));
@@ -561,6 +564,7 @@ fn a_job_that_ends_lists_no_rank_running() {
         moved_from: None,
         moved_to: None,
         owner: None,
+        owner_proof: None,
     };
     job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
     assert!(job.advance(JobPhase::Failed, "the home node restarted"));

@@ -109,6 +109,11 @@ impl TestNode {
             "1024".into(),
             "--disk-mib".into(),
             "1000".into(),
+            // The test's nodes share one machine, so differences between
+            // their measured speeds would be noise, and placements would
+            // follow it; `cpu_speed`'s measurement has its own test (web.rs).
+            "--cpu-speed".into(),
+            "1000".into(),
         ];
         if let Some(peer) = peer {
             args.push("--peer".into());

@@ -37,14 +37,21 @@
 //! public hosts have no route to the LANs: a private host is reached only
 //! through its router's mappings.
 //!
-//! Everything is deleted on drop, also when the test panics; namespaces of
-//! earlier runs that died without dropping them (a killed test binary) are
-//! swept at the first [`Hosts::new`] of a run. Needs root (CI runs as root);
-//! without it the test fails and says so.
+//! Everything is deleted on drop, also when the test panics. The harness
+//! touches only namespaces it made: each one is written down in a ledger
+//! in this build's target directory (`CARGO_TARGET_TMPDIR`) before it is
+//! made and struck off when deleted, and the sweep at the first
+//! [`Hosts::new`] of a run deletes only namespaces of that ledger whose
+//! test binary died without dropping them (a killed run), killing inside
+//! them only processes of this build's `zorilla-node`. Another
+//! checkout's, user's or tool's namespaces, whatever their names, are
+//! never looked at. Needs root (CI runs as root); without it the test
+//! fails and says so.
 
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
@@ -55,6 +62,12 @@ const PREFIX: &str = "zt";
 pub(crate) const MAX_HOSTS_PER_SITE: usize = 200;
 /// Most sites (10.77.1.0/24 to 10.77.50.0/24).
 pub(crate) const MAX_SITES: usize = 50;
+
+/// The ledger of namespaces this build's tests made and have not deleted:
+/// an empty file per namespace, named as it.
+fn ledger() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("netns-made")
+}
 
 /// Hosts made by this process so far (the second part of a prefix).
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -390,6 +403,14 @@ impl Hosts {
     }
 
     fn add_netns(&mut self, name: String) -> String {
+        // Written down first, so that a run killed in between leaves
+        // nothing the sweep does not know of.
+        let ledger = ledger();
+        std::fs::create_dir_all(&ledger)
+            .and_then(|()| File::create(ledger.join(&name)))
+            .unwrap_or_else(|e| {
+                panic!("cannot note namespace {name} in {}: {e}", ledger.display())
+            });
         ip(&["netns", "add", &name]);
         self.namespaces.push(name.clone());
         name
@@ -446,7 +467,9 @@ impl Drop for Hosts {
     fn drop(&mut self) {
         for name in self.namespaces.iter().rev() {
             let done = Command::new("ip").args(["netns", "delete", name]).output();
-            if !matches!(&done, Ok(o) if o.status.success()) {
+            if matches!(&done, Ok(o) if o.status.success()) {
+                let _ = std::fs::remove_file(ledger().join(name));
+            } else {
                 eprintln!("could not delete network namespace {name}: {done:?}");
             }
         }
@@ -477,11 +500,13 @@ fn process_start(pid: u32) -> Option<SystemTime> {
 
 /// Deletes namespaces of this harness that no running test owns: their
 /// process is gone, or its pid now belongs to a process started after the
-/// namespace was made (a pid reused). Only names of our own prefix.
+/// namespace was made (a pid reused). Only namespaces of this build's
+/// ledger ([`ledger`]): what this harness made.
 fn sweep_stale() {
-    let Ok(entries) = std::fs::read_dir("/run/netns") else {
+    let Ok(entries) = std::fs::read_dir(ledger()) else {
         return;
     };
+    let node = std::path::Path::new(env!("CARGO_BIN_EXE_zorilla-node"));
     for entry in entries.flatten().take(10_000) {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(pid) = name
@@ -494,7 +519,14 @@ fn sweep_stale() {
         if pid == std::process::id() {
             continue;
         }
-        let made = entry.metadata().and_then(|m| m.modified()).ok();
+        let made = std::fs::metadata(format!("/run/netns/{name}"))
+            .and_then(|m| m.modified())
+            .ok();
+        if made.is_none() {
+            // Noted but gone (deleted by hand, or never made).
+            let _ = std::fs::remove_file(entry.path());
+            continue;
+        }
         let stale = match (process_start(pid), made) {
             (None, _) => true,
             // A second's slack for the clock ticks' rounding.
@@ -502,16 +534,28 @@ fn sweep_stale() {
             (Some(_), None) => false,
         };
         if stale {
-            // Nodes a killed test binary left running there go first: a
-            // namespace lives as long as a process is inside.
+            // Nodes a killed test binary left running there go first (a
+            // namespace lives as long as a process is inside); only this
+            // build's node binary, which is what the harness starts there.
             if let Ok(out) = Command::new("ip").args(["netns", "pids", &name]).output() {
                 for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let ours = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| {
+                        let exe = exe.to_string_lossy();
+                        std::path::Path::new(exe.trim_end_matches(" (deleted)")) == node
+                    });
+                    if !ours {
+                        eprintln!("left process {pid} in the stale namespace {name}: not our node");
+                        continue;
+                    }
                     if let Some(pid) = pid.parse().ok().and_then(rustix::process::Pid::from_raw) {
                         let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                     }
                 }
             }
-            let _ = Command::new("ip").args(["netns", "delete", &name]).output();
+            let done = Command::new("ip").args(["netns", "delete", &name]).output();
+            if matches!(&done, Ok(o) if o.status.success()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
             eprintln!("deleted the stale network namespace {name}");
         }
     }

@@ -211,8 +211,23 @@ async fn quic_is_used_only_where_built_in() {
 async fn a_peers_quic_address_is_kept_only_where_quic_is_built_in() {
     let net = network("quic-addr");
     let node = Node::start(config(&net, 2, 1)).await;
-    let tcp: Multiaddr = "/ip4/192.0.2.7/tcp/4001".parse().unwrap();
-    let quic: Multiaddr = "/ip4/192.0.2.7/udp/4001/quic-v1".parse().unwrap();
+    // Claimed addresses on loopback, at sockets the test holds and never
+    // answers on: a node that dials them stays on this machine (an address
+    // of another network would send its dials out of the host).
+    let tcp_hold = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let udp_hold = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let tcp: Multiaddr = format!(
+        "/ip4/127.0.0.1/tcp/{}",
+        tcp_hold.local_addr().unwrap().port()
+    )
+    .parse()
+    .unwrap();
+    let quic: Multiaddr = format!(
+        "/ip4/127.0.0.1/udp/{}/quic-v1",
+        udp_hold.local_addr().unwrap().port()
+    )
+    .parse()
+    .unwrap();
     let raw = RawPeer::start_claiming(&net, vec![tcp.clone(), quic.clone()]);
     raw.dial(node.addr.clone()).await.unwrap();
     let raw_id = raw.peer;

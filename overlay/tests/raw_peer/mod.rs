@@ -8,6 +8,8 @@
 //! than taken from the crate: they are the wire contract this peer tests.
 
 use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, StreamExt};
@@ -34,11 +36,26 @@ pub(crate) enum RawEvent {
     Disconnected(PeerId),
 }
 
+/// How the requests the raw peer sent went, so far: each request ends
+/// written (every byte taken by the node's side of its stream, which
+/// yamux's flow control grants only as the node reads) or failed (the
+/// stream was reset, say, by a node that refused the request).
+#[derive(Debug, Default)]
+pub(crate) struct Sent {
+    /// Requests whose bytes were all written.
+    pub(crate) written: AtomicUsize,
+    /// Their bytes.
+    pub(crate) written_bytes: AtomicUsize,
+    /// Requests whose writing failed.
+    pub(crate) failed: AtomicUsize,
+}
+
 /// Sends bytes as they are: no encoding, no cap. With `hold`, a request's
 /// stream is kept open that long after its bytes (a frame that never ends).
 #[derive(Debug, Clone, Default)]
 struct RawCodec {
     hold: Option<Duration>,
+    sent: Arc<Sent>,
 }
 
 async fn read_all<T: AsyncRead + Unpin + Send>(io: &mut T) -> io::Result<Vec<u8>> {
@@ -79,7 +96,13 @@ impl request_response::Codec for RawCodec {
         io: &mut T,
         req: Vec<u8>,
     ) -> io::Result<()> {
-        write_all(io, req).await?;
+        let len = req.len();
+        if let Err(e) = write_all(io, req).await {
+            self.sent.failed.fetch_add(1, Ordering::AcqRel);
+            return Err(e);
+        }
+        self.sent.written_bytes.fetch_add(len, Ordering::AcqRel);
+        self.sent.written.fetch_add(1, Ordering::AcqRel);
         if let Some(hold) = self.hold {
             tokio::time::sleep(hold).await;
         }
@@ -126,6 +149,8 @@ pub(crate) struct RawPeer {
     commands: mpsc::Sender<Command>,
     /// What happened to it.
     pub(crate) events: mpsc::Receiver<RawEvent>,
+    /// How its requests went.
+    sent: Arc<Sent>,
 }
 
 impl RawPeer {
@@ -148,7 +173,11 @@ impl RawPeer {
     }
 
     fn start_with(network: &str, hold: Option<Duration>, claimed: Vec<Multiaddr>) -> RawPeer {
-        let codec = RawCodec { hold };
+        let sent = Arc::new(Sent::default());
+        let codec = RawCodec {
+            hold,
+            sent: sent.clone(),
+        };
         let rr_config = request_response::Config::default()
             .with_request_timeout(hold.unwrap_or(Duration::ZERO) + Duration::from_secs(10))
             .with_max_concurrent_streams(1000);
@@ -247,7 +276,14 @@ impl RawPeer {
             peer,
             commands: command_tx,
             events,
+            sent,
         }
+    }
+
+    /// How the requests sent so far went.
+    #[allow(dead_code)] // node/tests/limits.rs
+    pub(crate) fn sent(&self) -> &Sent {
+        &self.sent
     }
 
     /// Dials `addr`.

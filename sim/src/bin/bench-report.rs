@@ -8,11 +8,27 @@
 //! - the simulator's `mean over N seed(s):` block (`ours` and `paper` lines)
 //!   in `sim-<scenario>.log`.
 //!
+//! - a `KIND <text>` line (scripts/bench.sh's `run.log`): how the figures
+//!   were produced, for the summary's heading.
+//!
 //! It rewrites the part of the markdown file between
-//! `<!-- bench-summary:begin -->` and `<!-- bench-summary:end -->` and
-//! writes `locality.svg` (extra RTT per worker, ours against the paper's
+//! `<!-- bench-summary:begin -->` and `<!-- bench-summary:end -->`, the
+//! README's headline figures between `<!-- bench-headline:begin -->` and
+//! `<!-- bench-headline:end -->` (with `--readme`), and writes
+//! `locality.svg` (extra RTT per worker, ours against the paper's
 //! scheduler, per scenario) and `start-times.svg` (workers running against
 //! time since submit) into the SVG directory.
+//!
+//! After a change to the table's rows alone (a figure added to
+//! [`FIGURES`]), the committed blocks are written again from the
+//! committed logs without redrawing the plots: `bench-report --logs
+//! docs/bench/logs --markdown BENCHMARKS.md --readme README.md` (no
+//! `--svg-dir`).
+//!
+//! With `--check` it writes nothing: it generates both blocks from the logs
+//! (the full run's logs are committed in docs/bench/logs) and fails unless
+//! the files hold exactly those blocks, so that no figure in them is edited
+//! by hand (scripts/test.sh runs it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,17 +47,34 @@ struct Args {
     /// The markdown file whose summary section is rewritten.
     #[arg(long)]
     markdown: PathBuf,
-    /// Where the SVG plots go.
+    /// The README whose headline figures are rewritten.
     #[arg(long)]
-    svg_dir: PathBuf,
-    /// How the figures were produced, for the heading (e.g. "full" or
-    /// "short, debug build").
-    #[arg(long, default_value = "full")]
-    kind: String,
+    readme: Option<PathBuf>,
+    /// Where the SVG plots go (none without it, nor with --check): after a
+    /// change to the table alone, the summary can be written again from
+    /// the committed logs without redrawing the plots.
+    #[arg(long)]
+    svg_dir: Option<PathBuf>,
+    /// Write nothing; fail unless the summary (and the README's headline
+    /// figures) are exactly what these logs make.
+    #[arg(long)]
+    check: bool,
 }
 
-const BEGIN: &str = "<!-- bench-summary:begin -->";
-const END: &str = "<!-- bench-summary:end -->";
+/// One generated block of a markdown file, between its two markers.
+struct Block {
+    begin: &'static str,
+    end: &'static str,
+}
+
+const SUMMARY: Block = Block {
+    begin: "<!-- bench-summary:begin -->",
+    end: "<!-- bench-summary:end -->",
+};
+const HEADLINE: Block = Block {
+    begin: "<!-- bench-headline:begin -->",
+    end: "<!-- bench-headline:end -->",
+};
 
 /// One scheduler's mean figures on one scenario.
 #[derive(Debug, Clone, Default)]
@@ -49,6 +82,19 @@ struct SimMeans {
     extra_rtt_ms: f64,
     out_of_order_pct: f64,
     msgs_per_job: f64,
+    /// Mean time from a job's submission to its allocation (simulated).
+    allocation_mean_s: f64,
+}
+
+/// One scenario's run of the simulator.
+#[derive(Debug, Clone, Default)]
+struct SimRun {
+    /// Machines in the scenario (its first line).
+    machines: Option<u64>,
+    ours: Option<SimMeans>,
+    paper: Option<SimMeans>,
+    /// Wall-clock seconds of ours' runs, one per seed.
+    ours_wall_s: Vec<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -57,8 +103,12 @@ struct Results {
     figures: BTreeMap<String, (String, String)>,
     /// name -> points, from CURVE lines.
     curves: BTreeMap<String, Vec<(f64, f64)>>,
-    /// scenario -> (ours, paper).
-    sim: BTreeMap<String, (Option<SimMeans>, Option<SimMeans>)>,
+    /// scenario -> its run.
+    sim: BTreeMap<String, SimRun>,
+    /// How the figures were produced (`KIND` lines, joined).
+    kind: Vec<String>,
+    /// The directory the logs were read from.
+    dir: String,
 }
 
 fn parse_sim_line(line: &str) -> Option<SimMeans> {
@@ -73,15 +123,33 @@ fn parse_sim_line(line: &str) -> Option<SimMeans> {
         .parse()
         .ok()?;
     let msgs = parts.next()?.split_whitespace().next()?.parse().ok()?;
+    // "allocation mean 0.095 s, max 0.257 s"
+    let allocation = parts
+        .next()?
+        .strip_prefix("allocation mean")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     Some(SimMeans {
         extra_rtt_ms: rtt,
         out_of_order_pct: order,
         msgs_per_job: msgs,
+        allocation_mean_s: allocation,
     })
 }
 
+/// The wall time at the end of a seed's line: "... 137623 events in 2.35 s wall".
+fn parse_wall(line: &str) -> Option<f64> {
+    let rest = line.strip_suffix(" s wall")?;
+    rest.rsplit(' ').next()?.parse().ok()
+}
+
 fn read_logs(dir: &Path) -> anyhow::Result<Results> {
-    let mut results = Results::default();
+    let mut results = Results {
+        dir: dir.display().to_string(),
+        ..Results::default()
+    };
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -92,8 +160,11 @@ fn read_logs(dir: &Path) -> anyhow::Result<Results> {
         let text = std::fs::read_to_string(&path)?;
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
         let mut in_means = false;
+        let scenario = stem.strip_prefix("sim-");
         for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("RESULT ") {
+            if let Some(kind) = line.strip_prefix("KIND ") {
+                results.kind.push(kind.trim().to_string());
+            } else if let Some(rest) = line.strip_prefix("RESULT ") {
                 let mut words = rest.split_whitespace();
                 if let (Some(name), Some(value)) = (words.next(), words.next()) {
                     let unit = words.collect::<Vec<_>>().join(" ");
@@ -112,14 +183,33 @@ fn read_logs(dir: &Path) -> anyhow::Result<Results> {
                         .or_default()
                         .push((x, y));
                 }
+            } else if let Some(scenario) = scenario
+                && line.starts_with("scenario ")
+            {
+                // "scenario zorilla-4.2: 430 machines, ..."
+                let machines = line
+                    .split_once(": ")
+                    .and_then(|(_, r)| r.split_whitespace().next())
+                    .and_then(|n| n.parse().ok());
+                results
+                    .sim
+                    .entry(scenario.to_string())
+                    .or_default()
+                    .machines = machines;
+            } else if let Some(scenario) = scenario
+                && line.starts_with("ours ")
+                && let Some(wall) = parse_wall(line)
+            {
+                let entry = results.sim.entry(scenario.to_string()).or_default();
+                entry.ours_wall_s.push(wall);
             } else if line.starts_with("mean over") {
                 in_means = true;
-            } else if in_means && let Some(scenario) = stem.strip_prefix("sim-") {
+            } else if in_means && let Some(scenario) = scenario {
                 let (mode, rest) = line.trim_start().split_once(' ').unwrap_or_default();
                 let entry = results.sim.entry(scenario.to_string()).or_default();
                 match mode {
-                    "ours" => entry.0 = parse_sim_line(rest.trim()),
-                    "paper" => entry.1 = parse_sim_line(rest.trim()),
+                    "ours" => entry.ours = parse_sim_line(rest.trim()),
+                    "paper" => entry.paper = parse_sim_line(rest.trim()),
                     // Ablations (`--mode ours-hop`) are not in the summary.
                     "ours-hop" => {}
                     _ => in_means = false,
@@ -140,6 +230,16 @@ const FIGURES: &[(&str, &str, &str)] = &[
     (
         "client.status_rtt_median",
         "status round trip, median",
+        "cargo bench -p zorilla-node --bench client",
+    ),
+    (
+        "client.signed_submit_ratio",
+        "signed submission against one without an owner, median",
+        "cargo bench -p zorilla-node --bench client",
+    ),
+    (
+        "client.forwarded_status_rtt_median",
+        "owner's status round trip forwarded by another node, median",
         "cargo bench -p zorilla-node --bench client",
     ),
     (
@@ -389,9 +489,22 @@ const FIGURES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-fn markdown(results: &Results, kind: &str) -> String {
+/// How the figures were produced, from the logs' `KIND` lines.
+fn kind(results: &Results) -> String {
+    if results.kind.is_empty() {
+        "how: not said in the logs".to_string()
+    } else {
+        results.kind.join("; ")
+    }
+}
+
+fn markdown(results: &Results) -> String {
     let mut out = format!(
-        "{BEGIN}\n_Written by `scripts/bench.sh` ({kind}); the sections below explain each figure._\n\n"
+        "{}\n_Written by `bench-report` (scripts/bench.sh) from the logs in {} \
+         ({}); the sections below explain each figure._\n\n",
+        SUMMARY.begin,
+        results.dir,
+        kind(results)
     );
     out.push_str("| figure | measured | command |\n|---|---|---|\n");
     let size = |prefix: &str, key: &str| {
@@ -428,7 +541,7 @@ fn markdown(results: &Results, kind: &str) -> String {
             size(prefix, key)
         ));
     }
-    for (scenario, (ours, paper)) in &results.sim {
+    for (scenario, SimRun { ours, paper, .. }) in &results.sim {
         let cell = |m: &Option<SimMeans>| {
             m.as_ref().map_or("-".into(), |m| {
                 format!(
@@ -448,29 +561,178 @@ fn markdown(results: &Results, kind: &str) -> String {
         "\nPlots: [locality](docs/bench/locality.svg) (simulator, extra RTT per worker), \
          [worker start](docs/bench/start-times.svg) (workers running after a submit).\n",
     );
-    out.push_str(END);
+    out.push_str(SUMMARY.end);
     out
 }
 
-fn rewrite(path: &Path, section: &str) -> anyhow::Result<()> {
+/// The README's headline figures: a few of the summary's, in sentences.
+fn headline(results: &Results) -> String {
+    // "value unit" of a figure, without the unit's explanation in brackets.
+    let fig = |key: &str| {
+        results
+            .figures
+            .get(key)
+            .map_or("(not run)".to_string(), |(v, u)| {
+                let unit = u.split(" (").next().unwrap_or("").trim();
+                format!("{v} {unit}").trim().to_string()
+            })
+    };
+    let value = |key: &str| {
+        results
+            .figures
+            .get(key)
+            .map_or("?".to_string(), |(v, _)| v.clone())
+    };
+    let mut out = format!(
+        "{}\n_Written by `bench-report` (scripts/bench.sh) from the logs in {} \
+         ({}), as [the summary in BENCHMARKS.md](BENCHMARKS.md#summary)._\n\n",
+        HEADLINE.begin,
+        results.dir,
+        kind(results)
+    );
+    if let Some(SimRun {
+        machines,
+        ours: Some(ours),
+        paper: Some(paper),
+        ..
+    }) = results.sim.get("zorilla-4.2")
+    {
+        out.push_str(&format!(
+            "- **Locality** (simulator, the Zorilla paper's {}-machine Grid'5000 experiment, \
+             `zorilla-4.2`): workers {:.3} ms RTT per worker from the optimum and {:.2}% out of \
+             order, against {:.3} ms and {:.2}% for the paper's scheduler on the overlay it \
+             describes, with {:.0} messages per job against its {:.0} ({:.2}x).\n",
+            machines.unwrap_or(0),
+            ours.extra_rtt_ms,
+            ours.out_of_order_pct,
+            paper.extra_rtt_ms,
+            paper.out_of_order_pct,
+            ours.msgs_per_job,
+            paper.msgs_per_job,
+            ours.msgs_per_job / paper.msgs_per_job.max(1.0),
+        ));
+    }
+    let big = results.sim.get("synthetic-10k");
+    let one = results.sim.get("zorilla-671");
+    if let (Some(big), Some(one)) = (big, one)
+        && let (Some(big_ours), Some(one_ours)) = (&big.ours, &one.ours)
+    {
+        let wall = big.ours_wall_s.iter().sum::<f64>() / big.ours_wall_s.len().max(1) as f64;
+        out.push_str(&format!(
+            "- **Scale** (simulator): {} nodes and 1,000 jobs with churn (`synthetic-10k`) \
+             simulated in {wall:.1} s of wall time, {:.3} ms extra RTT per worker; \
+             one job of 671 workers (`zorilla-671`) allocated {:.2} s (simulated) after \
+             its submission.\n",
+            big.machines.unwrap_or(0),
+            big_ours.extra_rtt_ms,
+            one_ours.allocation_mean_s,
+        ));
+    }
+    // A line only where its figures were measured.
+    let have = |keys: &[&str]| keys.iter().all(|k| results.figures.contains_key(*k));
+    if have(&[
+        "start.workers",
+        "start.nodes",
+        "start.warm_median",
+        "start.cold",
+    ]) {
+        out.push_str(&format!(
+            "- **Real nodes** (`start64`): {} workers on {} nodes all running {} after submit \
+             ({} for the first job, when every node compiles the module); idle node {} RSS; \
+             a node accepts {} from 8 clients; status round trip {}.\n",
+            value("start.workers"),
+            value("start.nodes"),
+            fig("start.warm_median"),
+            fig("start.cold"),
+            fig("start.idle_rss_median"),
+            fig("client.submits"),
+            fig("client.status_rtt_median"),
+        ));
+    }
+    if have(&["sandbox.instantiate_worker_cached_module_p50"]) {
+        out.push_str(&format!(
+            "- **Sandbox**: a worker instantiated in {} from a cached module; message round \
+             trip between two workers in one process {}; nqueens (N={}) in the sandbox at {} \
+             of the speed of native gcc -O2.\n",
+            fig("sandbox.instantiate_worker_cached_module_p50"),
+            fig("sandbox.message_round_trip_two_workers_5_runs_p50"),
+            value("compute.nqueens_n"),
+            value("compute.nqueens_speed_vs_native"),
+        ));
+    }
+    if have(&["failover.takeover_p50", "failover.workers_lost"]) {
+        out.push_str(&format!(
+            "- **Failover**: a job's home killed (-9), a copy answers as its home after {} \
+             (median); workers stopped: {}.\n",
+            fig("failover.takeover_p50"),
+            fig("failover.workers_lost"),
+        ));
+    }
+    out.push_str(HEADLINE.end);
+    out
+}
+
+/// The text of `path` with `block` replaced by `section`.
+fn replaced(path: &Path, block: &Block, section: &str) -> anyhow::Result<(String, String)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
-        bail!("{} has no {BEGIN} ... {END} section", path.display());
+    let (Some(a), Some(b)) = (text.find(block.begin), text.find(block.end)) else {
+        bail!(
+            "{} has no {} ... {} section",
+            path.display(),
+            block.begin,
+            block.end
+        );
     };
-    let new = format!("{}{section}{}", &text[..a], &text[b + END.len()..]);
-    std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))
+    anyhow::ensure!(
+        a < b,
+        "{}: {} comes after {}",
+        path.display(),
+        block.end,
+        block.begin
+    );
+    let new = format!("{}{section}{}", &text[..a], &text[b + block.end.len()..]);
+    Ok((text, new))
+}
+
+/// Writes `section` into `path`'s block or, with `check`, fails unless
+/// it is there already.
+fn rewrite(path: &Path, block: &Block, section: &str, check: bool) -> anyhow::Result<()> {
+    let (old, new) = replaced(path, block, section)?;
+    if !check {
+        return std::fs::write(path, new)
+            .with_context(|| format!("cannot write {}", path.display()));
+    }
+    if old != new {
+        let a = old.find(block.begin).unwrap_or(0);
+        let first = old[a..]
+            .lines()
+            .zip(section.lines())
+            .find(|(o, n)| o != n)
+            .map_or(String::new(), |(o, n)| {
+                format!("\n  there:     {o}\n  generated: {n}")
+            });
+        bail!(
+            "{} between {} and {} is not what scripts/bench.sh wrote from its logs: \
+             figures there are generated, never edited by hand (rerun scripts/bench.sh, or \
+             sim/src/bin/bench-report.rs over docs/bench/logs){first}",
+            path.display(),
+            block.begin,
+            block.end
+        );
+    }
+    Ok(())
 }
 
 fn plot_locality(path: &Path, results: &Results) -> anyhow::Result<()> {
     let rows: Vec<(&String, f64, f64)> = results
         .sim
         .iter()
-        .map(|(s, (o, p))| {
+        .map(|(s, run)| {
             (
                 s,
-                o.as_ref().map_or(0.0, |m| m.extra_rtt_ms),
-                p.as_ref().map_or(0.0, |m| m.extra_rtt_ms),
+                run.ours.as_ref().map_or(0.0, |m| m.extra_rtt_ms),
+                run.paper.as_ref().map_or(0.0, |m| m.extra_rtt_ms),
             )
         })
         .collect();
@@ -572,21 +834,39 @@ fn main() -> anyhow::Result<()> {
             args.logs.display()
         );
     }
-    rewrite(&args.markdown, &markdown(&results, &args.kind))?;
-    std::fs::create_dir_all(&args.svg_dir)?;
-    plot_locality(&args.svg_dir.join("locality.svg"), &results)?;
-    plot_start(&args.svg_dir.join("start-times.svg"), &results)?;
+    rewrite(&args.markdown, &SUMMARY, &markdown(&results), args.check)?;
+    if let Some(readme) = &args.readme {
+        rewrite(readme, &HEADLINE, &headline(&results), args.check)?;
+    }
+    if args.check {
+        println!(
+            "bench-report: {}{} hold exactly what the logs in {} make",
+            args.markdown.display(),
+            args.readme
+                .as_ref()
+                .map_or(String::new(), |r| format!(" and {}", r.display())),
+            args.logs.display()
+        );
+        return Ok(());
+    }
+    if let Some(svg_dir) = &args.svg_dir {
+        std::fs::create_dir_all(svg_dir)?;
+        plot_locality(&svg_dir.join("locality.svg"), &results)?;
+        plot_start(&svg_dir.join("start-times.svg"), &results)?;
+    }
     let missing: Vec<&str> = FIGURES
         .iter()
         .filter(|(k, _, _)| !results.figures.contains_key(*k))
         .map(|(k, _, _)| *k)
         .collect();
     println!(
-        "bench-report: {} figures, {} simulator scenarios into {}; plots in {}",
+        "bench-report: {} figures, {} simulator scenarios into {}; plots {}",
         results.figures.len(),
         results.sim.len(),
         args.markdown.display(),
-        args.svg_dir.display()
+        args.svg_dir
+            .as_ref()
+            .map_or("not drawn".to_string(), |d| format!("in {}", d.display()))
     );
     if !missing.is_empty() {
         bail!("figures missing from the logs: {}", missing.join(", "));

@@ -220,7 +220,10 @@ impl Sim {
         };
         let mut replica = Rep::primary(job.0, home, now, f.config.timing, signer(home));
         let mut out = Vec::new();
-        let entry = JobEntry::Submitted { spec: spec.clone() };
+        let entry = JobEntry::Submitted {
+            spec: spec.clone(),
+            owner: None,
+        };
         if replica.propose(entry, &mut out).is_err() {
             return;
         }

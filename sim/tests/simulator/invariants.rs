@@ -161,6 +161,7 @@ fn invariant_checks_catch_a_hold_that_outlives_its_timeout() {
                 latency_budget: None,
                 path_rtt: Duration::from_millis(1),
             },
+            owner: None,
         };
         let input = Input::AdvertDelivered {
             advert,

@@ -5,8 +5,8 @@ use super::*;
 
 /// The Zorilla 4.2 scenario itself on two of its seeds (BENCHMARKS.md has
 /// all five): continuous jobs of 8 at one Sophia node until the grid is
-/// full. Locality meets the target; messages per job are held to a
-/// regression bound (the target, at or below the baseline, is missed).
+/// full. Locality meets the target, and messages per job stay at about a
+/// quarter of the baseline's.
 #[test]
 fn zorilla_scenario_meets_the_locality_and_message_targets() {
     let scenario = shipped("zorilla-4.2.toml");
@@ -30,18 +30,19 @@ fn zorilla_scenario_meets_the_locality_and_message_targets() {
             "seed {seed}: out of order {}",
             o.out_of_order
         );
-        // Not met: against the paper-faithful baseline (about ten
-        // neighbours per node) ours sends more messages per job (measured
-        // 3357 and 3494 on seeds 1 and 2, the baseline 3064 and 3181), so
-        // this is a regression bound a little above what was measured.
+        // Messages: about 0.23 of the paper-faithful baseline's (about
+        // ten neighbours per node): measured 705 and 726 on seeds 1 and 2,
+        // the baseline 3064 and 3181 (2026-11-29; the simulator is
+        // deterministic). The bounds sit just above, so that losing the
+        // gain fails.
         assert!(
-            o.messages_per_job <= 3600.0,
+            o.messages_per_job <= 800.0,
             "seed {seed}: {} messages per job, paper {}",
             o.messages_per_job,
             p.messages_per_job
         );
         assert!(
-            o.messages_per_job <= p.messages_per_job * 1.2,
+            o.messages_per_job <= p.messages_per_job * 0.26,
             "seed {seed}: {} messages per job, paper {}",
             o.messages_per_job,
             p.messages_per_job

@@ -92,6 +92,7 @@ pub fn node_snapshot(id: &str, name: &str, jobs: Vec<JobSummary>) -> NodeSnapsho
                 disk_bytes: 100 << 30,
             },
             cpu_speed: 1500,
+            cpu_speed_source: Some("measured at this start".into()),
             in_use: Resources {
                 cores: 2,
                 memory_bytes: 512 << 20,

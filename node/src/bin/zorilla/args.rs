@@ -85,7 +85,8 @@ pub(crate) enum Command {
     Logs {
         /// The job id (or a unique prefix of it).
         job: String,
-        /// Keep following new output until the job ends.
+        /// Keep following new output until the job ends. Each rank's
+        /// lines are shown whole, as `mpirun` shows them.
         #[arg(long, short)]
         follow: bool,
         /// Prefix every line with its rank.

@@ -393,6 +393,10 @@ async fn wait(
                 bar.suspend(|| page.chunks.iter().for_each(|c| printer.print(c)));
                 *from = page.next;
             }
+            // A rank's output reached its home before its end did: what
+            // it still holds of a line is all there will be.
+            let ended = status.ranks.iter().filter(|(_, r)| r.outcome.is_some());
+            bar.suspend(|| ended.for_each(|(rank, _)| printer.end_rank(*rank)));
         }
         if status.phase.is_terminal() {
             break status;
