@@ -166,6 +166,27 @@ impl Daemon {
     pub fn from_config(config: &Config) -> anyhow::Result<Daemon> {
         // Before anything is created on disk.
         config::check_quic(config.quic, zorilla_overlay::QUIC_SUPPORTED)?;
+        // A token or an address that cannot be is refused before the
+        // node measures or creates anything (one sentence, nothing else).
+        let client = config
+            .client
+            .unwrap_or_else(|| config::DEFAULT_CLIENT.parse().expect("valid default"));
+        let web = config
+            .web
+            .unwrap_or_else(|| config::DEFAULT_WEB.parse().expect("valid default"));
+        if let Some(token) = &config.token {
+            config::check_token(token).map_err(|e| anyhow::anyhow!(e))?;
+        }
+        let token = config.token.clone();
+        for (what, addr) in [("client", client), ("web", web)] {
+            if !addr.ip().is_loopback() && token.is_none() {
+                anyhow::bail!(
+                    "the {what} address {addr} is not on loopback, so it needs a token: \
+                     set `token` in the config file or ZORILLA_TOKEN (anyone who can reach \
+                     an open client port can run code on this machine)"
+                );
+            }
+        }
         let state_dir = config.state_dir();
         std::fs::create_dir_all(&state_dir)
             .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
@@ -215,12 +236,10 @@ impl Daemon {
             },
             ..zorilla_webui::grid::GridSettings::default()
         };
-        // Configured, or measured once and kept in the state directory: the
-        // figure the scheduler's offers carry.
-        let cpu_speed = crate::cpuspeed::resolve(config.cpu_speed, &state_dir)?;
         let scheduler = SchedulerConfig {
             resources,
-            speed: cpu_speed.figure,
+            // Set below, once every setting checked out.
+            speed: zorilla_core::resources::REFERENCE_SPEED,
             limits: OwnerLimits {
                 max_jobs: config.max_jobs.unwrap_or(config::DEFAULT_MAX_JOBS),
                 max_workers_per_job: config
@@ -305,25 +324,14 @@ impl Daemon {
             ..overlay
         };
         overlay.validate().map_err(|e| anyhow::anyhow!(e))?;
-        let client = config
-            .client
-            .unwrap_or_else(|| config::DEFAULT_CLIENT.parse().expect("valid default"));
-        let web = config
-            .web
-            .unwrap_or_else(|| config::DEFAULT_WEB.parse().expect("valid default"));
-        if let Some(token) = &config.token {
-            config::check_token(token).map_err(|e| anyhow::anyhow!(e))?;
-        }
-        let token = config.token.clone();
-        for (what, addr) in [("client", client), ("web", web)] {
-            if !addr.ip().is_loopback() && token.is_none() {
-                anyhow::bail!(
-                    "the {what} address {addr} is not on loopback, so it needs a token: \
-                     set `token` in the config file or ZORILLA_TOKEN (anyone who can reach \
-                     an open client port can run code on this machine)"
-                );
-            }
-        }
+        // Configured, or measured once and kept in the state directory: the
+        // figure the scheduler's offers carry. Last, so that a setting
+        // refused at start says one sentence and nothing else.
+        let cpu_speed = crate::cpuspeed::resolve(config.cpu_speed, &state_dir)?;
+        let scheduler = SchedulerConfig {
+            speed: cpu_speed.figure,
+            ..scheduler
+        };
         Ok(Daemon {
             state_dir,
             resources,
