@@ -38,20 +38,7 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
     let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
     let job = submit_stagger(&mut client, 0, 12).await;
-    let start = Instant::now();
-    loop {
-        let status = client.status(job).await.unwrap();
-        let logged = stdout_of(&client.logs(job).await.unwrap());
-        if (0..6).all(|r| logged.contains(&format!("rank {r} of 6"))) {
-            break;
-        }
-        assert!(!status.phase.is_terminal(), "{status:?}");
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the six ranks never all ran: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_six_ranks_running(&mut client, job).await;
     nodes[0].kill();
     let killed = Instant::now();
     let old_home = nodes[0].peer.clone();
@@ -249,6 +236,25 @@ async fn submit_stagger(
         .unwrap()
 }
 
+/// Waits until every rank of a `stagger` job of six has said it runs (the
+/// job still under way).
+async fn wait_six_ranks_running(client: &mut zorilla_node::client::Client, job: u64) {
+    let start = Instant::now();
+    loop {
+        let status = client.status(job).await.unwrap();
+        let logged = stdout_of(&client.logs(job).await.unwrap());
+        if (0..6).all(|r| logged.contains(&format!("rank {r} of 6"))) {
+            break;
+        }
+        assert!(!status.phase.is_terminal(), "{status:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the six ranks never all ran: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Sends `signal` to `node`'s process (`STOP` freezes it: its peers see it
 /// go silent, as behind a partition; `CONT` brings it back).
 fn signal(node: &TestNode, signal: &str) {
@@ -319,20 +325,7 @@ async fn home_cut_off_and_back(cut: Cut) {
     let nodes = &mut grid.nodes;
     let mut client = nodes[0].client().await;
     let job = submit_stagger(&mut client, 0, 12).await;
-    let start = Instant::now();
-    loop {
-        let status = client.status(job).await.unwrap();
-        let logged = stdout_of(&client.logs(job).await.unwrap());
-        if (0..6).all(|r| logged.contains(&format!("rank {r} of 6"))) {
-            break;
-        }
-        assert!(!status.phase.is_terminal(), "{status:?}");
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the six ranks never all ran: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_six_ranks_running(&mut client, job).await;
     let old_home = nodes[0].peer.clone();
     cut_off(&grid, true);
     let nodes = &mut grid.nodes;
