@@ -36,6 +36,9 @@ python3 scripts/check-security-doc.py
 echo "== every command BENCHMARKS.md names runs in scripts/bench.sh"
 python3 scripts/check-bench-commands.py
 
+echo "== every path and item docs/ARCHITECTURE.md and README's diagram name exists"
+python3 scripts/check-architecture.py
+
 echo "== cargo fmt --check"
 cargo fmt --all --check
 
