@@ -1,21 +1,44 @@
 //! The Zorilla node: the `zorilla-node` daemon that every machine of a grid
 //! runs, and the client library that talks to it.
 //!
-//! The parts:
+//! Where workers go and what becomes of a job are `zorilla_core`'s
+//! decisions; this crate does the IO around them (`docs/ARCHITECTURE.md`
+//! follows a job through these modules).
+//!
+//! Public:
 //! - [`config`]: the TOML configuration, flags and environment overrides,
 //!   and detection of the machine's cores, memory and disk.
-//! - [`protocol`]: the client protocol (length-prefixed CBOR over TCP) and
-//!   [`client`]: an async client of it.
-//! - [`run`] / [`Daemon`]: start-up (state directory, database, sandbox,
-//!   overlay, client listener, status page) and the event loop (`node`),
-//!   which drives the core's scheduler and executes its actions.
+//! - [`protocol`]: the client protocol (length-prefixed CBOR over TCP).
+//! - [`client`]: an async client of it, used by the `zorilla` tool and tests.
+//! - [`jobspec`]: job spec files (`zorilla submit job.toml`) and how they
+//!   become a request with its module and inputs.
+//! - [`owner`]: users and the jobs they own: user keys, signed
+//!   submissions and requests, who may see or change a job.
 //! - [`validate`]: the checks of everything that comes from a client or a
 //!   peer against the documented maxima of `zorilla_core::limits`.
-//! - Private: `store` (redb: jobs, files, logs, outputs), `wire` (what
-//!   nodes say to each other over the overlay's rpc), `net` (calls between
-//!   nodes and the sandbox transport over them), `server` (the client
-//!   listener), `status` (what the status page of `zorilla-webui` shows,
-//!   published by the event loop, and the remote views).
+//! - `daemon`, as [`run`] / [`Daemon`]: staged start-up (state directory,
+//!   database, sandbox, overlay, client listener, status page, event loop)
+//!   and orderly shutdown.
+//! - `fuzz` (hidden): entry points for the fuzz harness, not an API.
+//!
+//! Private:
+//! - `node`: the event loop; it drives the core's scheduler, rank liveness
+//!   and job replicas, and executes their actions.
+//! - `server`: the client listener: handshake and token, each request
+//!   checked and handed to the event loop.
+//! - `forward`: a client's request about a job homed elsewhere goes to
+//!   the job's home.
+//! - `wire`: what nodes say to each other over the overlay's rpc.
+//! - `net`: calls between nodes, and the sandbox's transport over them.
+//! - `link`: the message path between workers: rank inboxes, and streams
+//!   (or direct connections) between nodes.
+//! - `checkpoint`: a worker's checkpoints, kept as blocks on other nodes.
+//! - `store`: redb (jobs, files, logs, outputs) and the checkpoints this
+//!   node holds for others.
+//! - `status`: what the status page of `zorilla-webui` shows, published by
+//!   the event loop, and the remote views.
+//! - `cpuspeed`: the node's CPU speed figure, measured once and kept.
+//! - `heap`: handing freed heap memory back to the system.
 
 mod checkpoint;
 pub mod client;
