@@ -30,6 +30,9 @@
 //!   frames when they can be made.
 //! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
 //!   `/zorilla/<network>/rpc/3` and their size-capped codec.
+//! - [`cbor`]: the check of CBOR from outside before it is decoded (no
+//!   header may declare more than the input could hold).
+//! - `fuzz` (hidden): entry points for the fuzz harness, not an API.
 //!
 //! Transport: TCP, noise, yamux; QUIC beside it if configured
 //! (`OverlayConfig::quic`) and built in (cargo feature `quic`, on by

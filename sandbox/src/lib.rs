@@ -24,6 +24,14 @@
 //!
 //! - [`jobfs`]: how the host touches a job directory a guest has filled
 //!   (and any other directory it does not trust): never through a link.
+//! - [`checkpoint`]: a guest's checkpoints as the sandbox sees them (the
+//!   [`Checkpoints`] trait the node implements).
+//! - [`output`]: capture of a worker's stdout and stderr, bounded.
+//! - `worker`: one running worker: its store, start, cancellation, end.
+//! - `limits`: a worker's limits, capped by the node owner's, and the
+//!   memory limiter; `diskquota`: its disk limit, held at each write.
+//! - `epoch`: the engine's epoch ticker; `error`: what fails before a
+//!   worker runs.
 //!
 //! The guest side of the host API is `examples/include/zorilla.h`; example
 //! and misbehaving guests are in `examples/`.

@@ -8,7 +8,8 @@
 //! side by side (`zorilla-sim --random N`), also on heterogeneous
 //! machines whose workers run by work, CPU speed and the multi-core
 //! desktop grids paper's contention model, for job turnaround
-//! (`zorilla-sim --hetero N`).
+//! (`zorilla-sim --hetero N`); [`sweep`] is the P2P-MPI co-allocation
+//! sweep, one job of `n` workers against the paper's algorithms.
 
 pub mod generate;
 pub mod random;
