@@ -26,7 +26,8 @@ The map must also name every top-level directory of the code, so that a
 new one does not go unmapped.
 
 In README.md only the section "How it fits together" (its diagram and the
-prose under it) is checked, the same way.
+prose under it) is checked, the same way. And each crate's `src/lib.rs`
+must name in its module doc (in backquotes) every module it declares.
 
 Usage: python3 scripts/check-architecture.py [FILE...] (from anywhere;
 docs/ARCHITECTURE.md and README.md's diagram by default). Exit status 1,
@@ -190,9 +191,27 @@ def section(text, title):
     return lines
 
 
+def unnamed_modules():
+    """A sentence for each module a crate's `src/lib.rs` declares that the
+    crate's own doc (its `//!` lines) does not name in backquotes: the
+    crate's front page is the first map a reader of its code gets."""
+    errors = []
+    for crate, top in CRATES.items():
+        lib = ROOT / top / "src" / "lib.rs"
+        text = lib.read_text()
+        doc = "\n".join(l for l in text.splitlines() if l.startswith("//!"))
+        for module in re.findall(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+([a-z_0-9]+)\s*;", text, re.M):
+            if not re.search(rf"`{module}(`|::)", doc):
+                errors.append(
+                    f"{lib.relative_to(ROOT)} declares `mod {module}` but its module doc does not name it: "
+                    "add a line on what it is for."
+                )
+    return errors
+
+
 def main():
     docs = [Path(a).resolve() for a in sys.argv[1:]] or [MAP, README]
-    errors = []
+    errors = [] if sys.argv[1:] else unnamed_modules()
     for doc in docs:
         text = doc.read_text()
         rel = doc.relative_to(ROOT)
@@ -215,11 +234,15 @@ def main():
         print(e, file=sys.stderr)
     if errors:
         print(
-            "The map names code that is not there: fix the names (paths from the repository's root).",
+            "The map of the code is wrong: fix the names above (paths from the repository's root, "
+            "modules named in their crate's front page).",
             file=sys.stderr,
         )
         sys.exit(1)
-    print(f"every path and item {' and '.join(str(d.relative_to(ROOT)) for d in docs)} name exists")
+    print(
+        f"every path and item {' and '.join(str(d.relative_to(ROOT)) for d in docs)} name exists"
+        + ("" if sys.argv[1:] else ", and every crate's front page names its modules")
+    )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ python3 scripts/check-security-doc.py
 echo "== every command BENCHMARKS.md names runs in scripts/bench.sh"
 python3 scripts/check-bench-commands.py
 
-echo "== every path and item docs/ARCHITECTURE.md and README's diagram name exists"
+echo "== every path and item docs/ARCHITECTURE.md and README's diagram name exists, every module is on its crate's front page"
 python3 scripts/check-architecture.py
 
 echo "== cargo fmt --check"
