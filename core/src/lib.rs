@@ -23,6 +23,8 @@
 //!   samples, so that a node can estimate its distance to any other.
 //! - [`liveness`]: whether the ranks a home placed still run (nodes that
 //!   restarted, forgot ranks, or went silent).
+//! - [`stall`]: whether a job's ranks all wait on one another with nothing
+//!   in flight (a job that can never go on).
 //! - [`allocation`]: the P2P-MPI `spread` and `concentrate` strategies.
 //! - [`bounded`]: the rule of every per-peer table that is full.
 //! - [`channel`]: exactly-once, in-order, flow-controlled message channels
@@ -53,6 +55,7 @@ pub mod node;
 pub mod replica;
 pub mod resources;
 pub mod schedule;
+pub mod stall;
 pub mod vivaldi;
 
 /// A point in time: the duration since an epoch chosen by the driver.

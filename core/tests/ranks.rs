@@ -1,6 +1,7 @@
 //! The rank lifecycle at a job's home after the grant, as exact event
 //! lists: a rank exits, fails, is cancelled, is lost and replaced; the job
-//! completes or fails exactly once; stale reports are ignored.
+//! completes or fails exactly once; stale reports are ignored; a job whose
+//! running ranks all wait on one another fails, naming a replaced rank.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,6 +27,11 @@ fn ms(x: u64) -> Duration {
 /// worker on each of `nodes`, in that order: rank `i` on `nodes[i]`, grant
 /// number `i`.
 fn running(workers: WorkerCount, nodes: &[u32]) -> Scheduler<u32> {
+    running_with(workers, nodes, LostPolicy::Fail)
+}
+
+/// [`running`], with `on_worker_lost`.
+fn running_with(workers: WorkerCount, nodes: &[u32], on_worker_lost: LostPolicy) -> Scheduler<u32> {
     let mut home = Scheduler::new(
         HOME,
         SchedulerConfig {
@@ -39,7 +45,7 @@ fn running(workers: WorkerCount, nodes: &[u32]) -> Scheduler<u32> {
         workers,
         strategy: zorilla_core::advert::Strategy::Concentrate,
         lifetime: Duration::from_secs(60),
-        on_worker_lost: LostPolicy::Fail,
+        on_worker_lost,
     };
     home.handle(
         ms(0),
@@ -656,4 +662,88 @@ fn a_member_starts_from_the_grant_alone_and_passes_placement_changes_on() {
             }]
         );
     }
+}
+
+fn stalled(ranks: &[(u32, u32)]) -> Input<u32> {
+    Input::Stalled {
+        job: JOB,
+        ranks: ranks.iter().copied().collect(),
+    }
+}
+
+#[test]
+fn a_job_whose_running_ranks_all_wait_fails_once_and_only_when_they_are_all_its_ranks() {
+    let mut home = running(WorkerCount::rigid(3), &[10, 11, 12]);
+    ends(&mut home, 12, 2, 2, WorkerEnd::Exited(0));
+    // Not every running rank, a rank on another node, an ended rank, or
+    // none: nothing happens.
+    assert_eq!(home.handle(ms(200), stalled(&[(0, 10)])), vec![]);
+    assert_eq!(home.handle(ms(200), stalled(&[(0, 10), (1, 12)])), vec![]);
+    assert_eq!(
+        home.handle(ms(200), stalled(&[(0, 10), (1, 11), (2, 12)])),
+        vec![]
+    );
+    assert_eq!(home.handle(ms(200), stalled(&[])), vec![]);
+    assert_eq!(home.phase(JOB), Some(Phase::Running));
+    let reason = EndReason::Stalled {
+        waiting: vec![0, 1],
+        replaced: vec![],
+    };
+    assert_eq!(
+        reason.to_string(),
+        "stalled: they waited for a message that no rank would ever send (all of ranks 0 \
+         and 1 waited in a receive, with no message in flight)"
+    );
+    let out = home.handle(ms(200), stalled(&[(0, 10), (1, 11)]));
+    assert_eq!(out.last(), Some(&ended(Phase::Failed, reason)), "{out:?}");
+    assert!(out.contains(&refuse(10, RefuseReason::Failed)), "{out:?}");
+    assert_eq!(home.phase(JOB), Some(Phase::Failed));
+    assert_eq!(home.handle(ms(300), stalled(&[(0, 10), (1, 11)])), vec![]);
+}
+
+#[test]
+fn a_stall_waits_for_a_lost_ranks_replacement_and_then_names_it() {
+    let mut home = running_with(WorkerCount::rigid(2), &[10, 11], LostPolicy::Replace);
+    ends(&mut home, 11, 1, 1, WorkerEnd::Exited(0));
+    home.handle(
+        ms(150),
+        Input::RanksLost {
+            job: JOB,
+            node: 10,
+            ranks: vec![0],
+            cause: LostCause::Silent,
+        },
+    );
+    // Rank 0 waits for a replacement, which its peers will hear of.
+    assert_eq!(home.handle(ms(160), stalled(&[(0, 10)])), vec![]);
+    offer(&mut home, ms(170), 12);
+    let table = home.ranks(JOB).unwrap();
+    assert_eq!(table.replaced().collect::<Vec<_>>(), vec![0]);
+    assert_eq!(table.get(0).unwrap().node, 12);
+    // The lost worker's node is not where rank 0 runs now.
+    assert_eq!(home.handle(ms(200), stalled(&[(0, 10)])), vec![]);
+    let reason = EndReason::Stalled {
+        waiting: vec![0],
+        replaced: vec![0],
+    };
+    let out = home.handle(ms(200), stalled(&[(0, 12)]));
+    assert_eq!(
+        out.last(),
+        Some(&ended(Phase::Failed, reason.clone())),
+        "{out:?}"
+    );
+    assert_eq!(
+        reason.to_string(),
+        "stalled: it waited for a message that no rank would ever send (rank 0 waited in a \
+         receive, with no message in flight); rank 0 was replaced after a loss and started \
+         over, and what was sent to the lost worker is gone: a job whose ranks exchange \
+         messages needs on_worker_lost = \"rollback\" with checkpoints, not \"replace\""
+    );
+}
+
+#[test]
+fn a_malleable_job_that_may_still_grow_is_not_stalled() {
+    let mut home = running(WorkerCount { min: 1, max: 3 }, &[10]);
+    assert_eq!(home.handle(ms(200), stalled(&[(0, 10)])), vec![]);
+    assert_eq!(home.phase(JOB), Some(Phase::Running));
 }

@@ -333,6 +333,9 @@ fn replica_msg(msg: &crate::wire::ReplicaMsg) -> Result<(), Invalid> {
                             )?,
                             EndReason::RankFailed { outcome: o, .. } => outcome(o)?,
                             EndReason::WorkersLost { ranks, .. } => placement(ranks.iter(), &[])?,
+                            EndReason::Stalled { waiting, replaced } => {
+                                placement(waiting.iter(), replaced)?
+                            }
                             EndReason::Completed { .. } | EndReason::Cancelled => {}
                         },
                         JobEvent::Checkpointed {

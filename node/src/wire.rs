@@ -203,6 +203,11 @@ pub(crate) enum PeerReply {
         boot: u64,
         uptime_ms: u64,
         running: BTreeMap<u64, Vec<u32>>,
+        /// Per job asked about: which of those ranks wait in a receive
+        /// without a deadline, and how long nothing of the job has been in
+        /// flight from here (see [`zorilla_core::stall`]).
+        #[serde(default)]
+        waits: BTreeMap<u64, zorilla_core::stall::Waits>,
     },
     /// Answer to some [`PeerRpc::Checkpoint`]s.
     Checkpoint(CheckpointReply),

@@ -32,6 +32,7 @@ use std::time::Duration;
 use wasmtime::{Caller, Linker, Memory};
 
 use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, MAX_GENERATION};
+use crate::worker::Waiting;
 use crate::transport::{
     Delivery, MAX_MESSAGE_BYTES, MembershipChange, Rank, Transport, TransportError,
 };
@@ -73,6 +74,8 @@ pub(crate) struct HostNet {
     /// The checkpoint fetched by `checkpoint_size` (or by a `checkpoint_load`
     /// into too small a buffer), kept for the load that follows.
     loaded: Option<Checkpoint>,
+    /// Whether the worker waits in a receive without a deadline.
+    waiting: Waiting,
 }
 
 /// What the host functions need of a store's data: the worker's
@@ -98,7 +101,14 @@ impl HostNet {
             watch_membership: false,
             checkpoints: None,
             loaded: None,
+            waiting: Waiting::default(),
         }
+    }
+
+    /// Shows whether the worker waits in a receive without a deadline.
+    pub(crate) fn with_waiting(mut self, waiting: Waiting) -> Self {
+        self.waiting = waiting;
+        self
     }
 
     /// Gives the worker a checkpoint store.
@@ -139,6 +149,8 @@ impl HostNet {
         }
         // A timeout too far away to represent is the same as none.
         let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
+        // Only a wait without a deadline can last for ever.
+        let _waiting = deadline.is_none().then(|| self.waiting.begin());
         loop {
             let delivery = match deadline {
                 None => self.transport.recv().await,

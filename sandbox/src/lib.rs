@@ -80,7 +80,8 @@ pub use limits::Limits;
 pub use output::{OutputChunk, OutputKind};
 pub use transport::{ChangeKind, Delivery, MembershipChange, Rank, Transport, TransportError};
 pub use worker::{
-    CancelHandle, HumanDuration, Outcome, PreparedWorker, WorkerHandle, WorkerReport, WorkerSpec,
+    CancelHandle, HumanDuration, Outcome, PreparedWorker, Waiting, WorkerHandle, WorkerReport,
+    WorkerSpec,
 };
 
 use cache::{Digest32, DiskCache, sha256};
@@ -382,7 +383,7 @@ impl Sandbox {
         spec: WorkerSpec,
     ) -> Result<PreparedWorker, SandboxError> {
         let (cancel, cancelled) = CancelHandle::new();
-        self.prepare_with(program, spec, cancel, cancelled)
+        self.prepare_with(program, spec, cancel, cancelled, Waiting::default())
             .await
             .map_err(|(error, _)| error)
     }
@@ -397,9 +398,11 @@ impl Sandbox {
         let sandbox = self.clone();
         let program = program.clone();
         let handle_cancel = cancel.clone();
+        let waiting = Waiting::default();
+        let handle_waiting = waiting.clone();
         let task = tokio::spawn(async move {
             match sandbox
-                .prepare_with(&program, spec, cancel, cancelled)
+                .prepare_with(&program, spec, cancel, cancelled, waiting)
                 .await
             {
                 Ok(worker) => worker.run().await,
@@ -416,6 +419,7 @@ impl Sandbox {
         });
         WorkerHandle {
             cancel: handle_cancel,
+            waiting: handle_waiting,
             task,
         }
     }
@@ -426,6 +430,7 @@ impl Sandbox {
         spec: WorkerSpec,
         cancel: CancelHandle,
         cancelled: tokio::sync::watch::Receiver<bool>,
+        waiting: Waiting,
     ) -> Result<PreparedWorker, (SandboxError, Option<LimitHit>)> {
         if !Engine::same(program.pre.module().engine(), &self.inner.engine) {
             return Err((
@@ -476,7 +481,9 @@ impl Sandbox {
                 memory_bytes: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
                 flag: flag.clone(),
             },
-            net: hostapi::HostNet::new(transport).with_checkpoints(spec.checkpoints.clone()),
+            net: hostapi::HostNet::new(transport)
+                .with_checkpoints(spec.checkpoints.clone())
+                .with_waiting(waiting),
             disk: diskquota::DiskQuota::new(
                 spec.job_dir.as_ref().map(|d| d.join("outputs")),
                 limits.disk_bytes,

@@ -220,6 +220,47 @@ impl CancelHandle {
     }
 }
 
+/// Whether a worker waits in a receive without a deadline (`zorilla_recv`
+/// with a negative timeout, as a blocking `MPI_Recv` does), and since when.
+/// Its node tells the job's home, which ends a job whose ranks all wait on
+/// one another with nothing in flight (see `zorilla_core::stall`). A
+/// receive with a deadline does not count: the worker wakes by itself.
+/// Cloneable, read from anywhere.
+#[derive(Clone, Debug, Default)]
+pub struct Waiting(Arc<std::sync::Mutex<Option<Instant>>>);
+
+impl Waiting {
+    /// How long the worker has waited in its current receive without a
+    /// deadline; `None` if it is not in one.
+    pub fn waited(&self) -> Option<Duration> {
+        self.since().map(|since| since.elapsed())
+    }
+
+    fn since(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn set(&self, since: Option<Instant>) {
+        *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = since;
+    }
+
+    /// The worker waits from now until the guard is dropped (the receive
+    /// returned, or its future was dropped: the worker was cancelled).
+    pub(crate) fn begin(&self) -> WaitingGuard {
+        self.set(Some(Instant::now()));
+        WaitingGuard(self.clone())
+    }
+}
+
+/// See [`Waiting::begin`].
+pub(crate) struct WaitingGuard(Waiting);
+
+impl Drop for WaitingGuard {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
+}
+
 /// A worker that is instantiated but has not run any guest code yet.
 ///
 /// Made by [`crate::Sandbox::prepare`]; [`PreparedWorker::run`] runs it. The
@@ -446,10 +487,16 @@ pub(crate) fn function_name(name: Option<&str>, index: u32) -> String {
 /// A started worker.
 pub struct WorkerHandle {
     pub(crate) cancel: CancelHandle,
+    pub(crate) waiting: Waiting,
     pub(crate) task: JoinHandle<WorkerReport>,
 }
 
 impl WorkerHandle {
+    /// Whether the worker waits in a receive without a deadline.
+    pub fn waiting(&self) -> Waiting {
+        self.waiting.clone()
+    }
+
     /// A handle that cancels this worker.
     pub fn cancel_handle(&self) -> CancelHandle {
         self.cancel.clone()

@@ -1,7 +1,8 @@
 //! Parallel guests over the in-process transport: N-Queens and pi give the
 //! right answers on any number of ranks (N-Queens also when a worker is
 //! lost and replaced mid-job), barriers hold every rank, and the host API
-//! behaves as documented, including membership changes.
+//! behaves as documented, including membership changes; a worker shows
+//! whether it waits in a receive without a deadline.
 
 mod common;
 
@@ -340,4 +341,54 @@ async fn a_replacement_reaches_the_guest() {
         "{}",
         done.stdout
     );
+}
+
+/// A worker in a receive without a deadline shows that it waits (what its
+/// node tells the home's stall check), and stops showing it once the
+/// receive is over (here: the worker was cancelled in it). A receive with
+/// a deadline never shows: the worker wakes by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_receive_without_a_deadline_shows_as_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(dir.path());
+    let program = load(&sandbox, "stagger");
+    let deadline = std::time::Duration::from_secs(20);
+
+    // `stagger 0 -1`: a receive for ever.
+    let spec = WorkerSpec {
+        args: args(&["0", "-1"]),
+        job_dir: Some(dir.path().join("job")),
+        ..WorkerSpec::default()
+    };
+    let running = start_collecting(&sandbox, &program, spec, None);
+    let waiting = running.handle.waiting();
+    let start = std::time::Instant::now();
+    while waiting.waited().is_none() {
+        assert!(start.elapsed() < deadline, "the worker never waited");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    running.handle.cancel();
+    let done = running.finish().await;
+    assert_eq!(done.report.outcome, Outcome::Cancelled, "{done:?}");
+    assert_eq!(waiting.waited(), None);
+
+    // `stagger 0 1`: a receive of at most a second, then the end.
+    let spec = WorkerSpec {
+        args: args(&["0", "1"]),
+        job_dir: Some(dir.path().join("job")),
+        ..WorkerSpec::default()
+    };
+    let running = start_collecting(&sandbox, &program, spec, None);
+    let waiting = running.handle.waiting();
+    let mut finish = std::pin::pin!(running.finish());
+    let done = loop {
+        tokio::select! {
+            done = &mut finish => break done,
+            () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
+                assert_eq!(waiting.waited(), None, "a receive with a deadline shows as waiting");
+            }
+        }
+    };
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
+    assert!(done.stdout.ends_with("rank 0 done\n"), "{done:?}");
 }

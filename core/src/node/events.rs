@@ -82,6 +82,18 @@ pub enum Input<P> {
         /// Why they count as lost.
         cause: LostCause,
     },
+    /// Every rank of a job this node is home to that has not ended waited
+    /// for a message at one instant, with nothing in flight (see
+    /// [`crate::stall`]): `ranks`, each with the node it ran on. The home
+    /// ends the job ([`EndReason::Stalled`]) if these are exactly the
+    /// ranks it places and runs, and nothing could still wake them: no
+    /// lost rank waits for a replacement, and a malleable job cannot grow.
+    Stalled {
+        /// The job.
+        job: JobId,
+        /// The ranks that waited, and their nodes.
+        ranks: BTreeMap<u32, P>,
+    },
 }
 
 /// An action for the driver.

@@ -645,6 +645,44 @@ impl<P: PeerKey> Scheduler<P> {
         }
     }
 
+    /// The driver found every running rank of `job_id` waiting with
+    /// nothing in flight (see [`Input::Stalled`](super::Input::Stalled)).
+    pub(super) fn stalled(
+        &mut self,
+        job_id: JobId,
+        waited: &BTreeMap<u32, P>,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let Some(job) = self.home.get(&job_id) else {
+            return;
+        };
+        // A replacement or a new worker would wake them (it is announced
+        // to every rank).
+        let may_grow = !job.spec.workers.is_rigid() && job.granted_workers() < job.spec.workers.max;
+        if job.phase != Phase::Running || job.ranks.lost().next().is_some() || may_grow {
+            return;
+        }
+        let running: BTreeMap<u32, P> = job
+            .ranks
+            .iter()
+            .filter(|(_, rank)| rank.outcome.is_none())
+            .map(|(r, rank)| (r, rank.node.clone()))
+            .collect();
+        if running.is_empty() || running != *waited {
+            return;
+        }
+        let replaced = job
+            .ranks
+            .replaced()
+            .filter(|r| running.contains_key(r))
+            .collect();
+        let reason = EndReason::Stalled {
+            waiting: running.into_keys().collect(),
+            replaced,
+        };
+        self.end_job(job_id, Phase::Failed, RefuseReason::Failed, reason, out);
+    }
+
     pub(super) fn peer_lost(&mut self, now: Time, peer: P, out: &mut Vec<Output<P>>) {
         // First: what the losses below restart or roll back from must be
         // held by a live node.

@@ -739,6 +739,7 @@ impl<P: PeerKey> Scheduler<P> {
                 LostReason::Liveness(cause),
                 &mut out,
             ),
+            Input::Stalled { job, ranks } => self.stalled(job, &ranks, &mut out),
         }
         self.step_home_jobs(now, &mut out);
         out

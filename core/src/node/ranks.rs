@@ -243,6 +243,25 @@ pub enum EndReason<P> {
         /// Why they count as lost.
         reason: LostReason,
     },
+    /// Every rank still running waited for a message with nothing in
+    /// flight, so none could ever go on (see [`crate::stall`]).
+    Stalled {
+        /// The ranks that waited (every rank that had not ended).
+        waiting: Vec<u32>,
+        /// Those of them whose worker had replaced a lost one: it started
+        /// the program over, and what was sent to the lost one is gone.
+        replaced: Vec<u32>,
+    },
+}
+
+/// "rank 3" or "ranks 0, 1 and 2".
+fn ranks_in_words(ranks: &[u32]) -> String {
+    let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
+    match list.split_last() {
+        None => "no rank".to_string(),
+        Some((only, [])) => format!("rank {only}"),
+        Some((last, rest)) => format!("ranks {} and {last}", rest.join(", ")),
+    }
 }
 
 impl<P: fmt::Display> fmt::Display for EndReason<P> {
@@ -271,6 +290,30 @@ impl<P: fmt::Display> fmt::Display for EndReason<P> {
                      (rank{plural} {})",
                     list.join(", ")
                 )
+            }
+            EndReason::Stalled { waiting, replaced } => {
+                let (them, they) = if waiting.len() == 1 {
+                    (ranks_in_words(waiting), "it waited")
+                } else {
+                    (format!("all of {}", ranks_in_words(waiting)), "they waited")
+                };
+                write!(
+                    f,
+                    "stalled: {they} for a message that no rank would ever send ({them} \
+                     waited in a receive, with no message in flight)"
+                )?;
+                if !replaced.is_empty() {
+                    let verb = if replaced.len() == 1 { "was" } else { "were" };
+                    write!(
+                        f,
+                        "; {} {verb} replaced after a loss and started over, and what \
+                         was sent to the lost worker is gone: a job whose ranks \
+                         exchange messages needs on_worker_lost = \"rollback\" with \
+                         checkpoints, not \"replace\"",
+                        ranks_in_words(replaced)
+                    )?;
+                }
+                Ok(())
             }
         }
     }
@@ -302,6 +345,12 @@ pub struct RankTable<P> {
     ranks: BTreeMap<u32, Rank<P>>,
     /// Ranks lost and waiting to be handed out again, lowest first.
     lost: BTreeSet<u32>,
+    /// Of those, the ones lost on their own (not in a rollback of every
+    /// rank).
+    lost_alone: BTreeSet<u32>,
+    /// Ranks whose current worker replaced one lost on its own: it started
+    /// over while the others went on.
+    replaced: BTreeSet<u32>,
 }
 
 impl<P> Default for RankTable<P> {
@@ -309,6 +358,8 @@ impl<P> Default for RankTable<P> {
         RankTable {
             ranks: BTreeMap::new(),
             lost: BTreeSet::new(),
+            lost_alone: BTreeSet::new(),
+            replaced: BTreeSet::new(),
         }
     }
 }
@@ -333,6 +384,13 @@ impl<P> RankTable<P> {
     /// Ranks lost and not granted again yet, lowest first.
     pub fn lost(&self) -> impl Iterator<Item = u32> + '_ {
         self.lost.iter().copied()
+    }
+
+    /// Ranks whose current worker replaced one that was lost on its own
+    /// (not in a rollback of the whole job), lowest first: such a worker
+    /// started its program over while the others went on.
+    pub fn replaced(&self) -> impl Iterator<Item = u32> + '_ {
+        self.replaced.iter().copied()
     }
 
     /// Whether every rank was placed and exited with status 0 (none is
@@ -376,6 +434,9 @@ impl<P: Clone + Eq> RankTable<P> {
     pub(crate) fn restore(&mut self, node: &P, incarnation: u32, ranks: &[u32]) {
         for &rank in ranks {
             self.lost.remove(&rank);
+            if self.lost_alone.remove(&rank) {
+                self.replaced.insert(rank);
+            }
             self.ranks.insert(
                 rank,
                 Rank {
@@ -412,6 +473,7 @@ impl<P: Clone + Eq> RankTable<P> {
             }
         }
         self.lost.extend(&lost);
+        self.lost_alone.extend(&lost);
         lost
     }
 
@@ -427,6 +489,10 @@ impl<P: Clone + Eq> RankTable<P> {
             }
         }
         self.lost.extend(&lost);
+        // Every rank starts again from the same generation: none is behind
+        // the others.
+        self.lost_alone.clear();
+        self.replaced.clear();
         lost
     }
 

@@ -225,6 +225,7 @@ impl Links {
                 s.outbox.close_job(job);
                 s.closed.retain(|c| c.job != job);
                 s.not_here.retain(|c, _| c.job != job);
+                s.settled.remove(&job);
             }
             link.credit.notify_waiters();
         }
@@ -258,6 +259,54 @@ impl Links {
             .entry(peer)
             .or_insert_with(|| Arc::new(PeerInbound::new(peer)))
             .clone()
+    }
+
+    /// How long no message of `job` sent from this node has been in flight
+    /// (queued, sent and not acknowledged by the receiving node, or asking
+    /// for credit): `None` if one is now. An ack that took something off
+    /// the outbox, or a channel closed, counts as the last moment one was.
+    /// (Messages between workers of this node go straight into the
+    /// receiver's inbox: never in flight.)
+    pub(crate) fn quiet(&self, job: u64) -> Option<Duration> {
+        let out: Vec<_> = lock(&self.out).values().cloned().collect();
+        let mut last: Option<Instant> = None;
+        for link in out {
+            let s = lock(&link.state);
+            if s.outbox.open_channels().iter().any(|c| c.job == job) {
+                return None;
+            }
+            last = last.max(s.settled.get(&job).copied());
+        }
+        Some(last.map_or(Duration::MAX, |at| at.elapsed()))
+    }
+
+    /// Returns once nothing that rank `rank` (its worker `incarnation`) of
+    /// `job` sent from this node is in flight: delivered, or given up on
+    /// (after at most [`GIVE_UP`] without reaching the peer). So a rank's
+    /// end is reported after its messages: the home's stall check relies
+    /// on it (see `zorilla_core::stall`).
+    pub(crate) async fn settled(&self, job: u64, rank: u32, incarnation: u32) {
+        let sent_by =
+            |c: &ChannelId| c.job == job && c.from == rank && c.from_incarnation == incarnation;
+        let busy = |link: &OutLink| lock(&link.state).outbox.open_channels().iter().any(sent_by);
+        let wait = async {
+            loop {
+                let out: Vec<_> = lock(&self.out).values().cloned().collect();
+                let Some(link) = out.into_iter().find(|link| busy(link)) else {
+                    return;
+                };
+                let credit = link.credit.notified();
+                tokio::pin!(credit);
+                credit.as_mut().enable();
+                if busy(&link) {
+                    credit.await;
+                }
+            }
+        };
+        // The links give up on an unreachable peer after GIVE_UP; a peer
+        // that stays reachable and never acknowledges is not waited for
+        // much longer.
+        let _ = tokio::time::timeout(GIVE_UP + Duration::from_secs(5), wait).await;
     }
 
     /// Queues `payload` on `channel` to `peer`, waiting for credit. Gives
@@ -391,9 +440,11 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                     tracing::info!(peer = %link.peer, "peer unreachable: its messages fail");
                     {
                         let mut s = lock(&link.state);
+                        let now = Instant::now();
                         for channel in s.outbox.open_channels() {
                             s.outbox.close(channel);
                             s.closed.insert(channel);
+                            s.settled.insert(channel.job, now);
                         }
                     }
                     link.credit.notify_waiters();
@@ -462,6 +513,9 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite>(
                         Frame::Ack(ack) => match s.outbox.on_ack(ack) {
                             Ok(changed) => {
                                 s.not_here.remove(&ack.channel);
+                                if changed {
+                                    s.settled.insert(ack.channel.job, Instant::now());
+                                }
                                 credit |= changed;
                             }
                             Err(v) => {
@@ -472,6 +526,7 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite>(
                         Frame::Refuse(channel, Refusal::Closed) => {
                             s.outbox.close(channel);
                             s.closed.insert(channel);
+                            s.settled.insert(channel.job, Instant::now());
                             credit = true;
                         }
                         Frame::Refuse(channel, Refusal::NotHere) => {
@@ -480,6 +535,7 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite>(
                                 s.outbox.close(channel);
                                 s.closed.insert(channel);
                                 s.not_here.remove(&channel);
+                                s.settled.insert(channel.job, Instant::now());
                                 credit = true;
                                 continue;
                             }

@@ -18,6 +18,9 @@ pub(super) struct OutState {
     /// Channels whose rank the peer does not have, since when: after
     /// [`GIVE_UP`](super::GIVE_UP) they are closed.
     pub(super) not_here: HashMap<ChannelId, Instant>,
+    /// When an ack last took something of each job off the outbox (or a
+    /// channel of it closed): see [`Links::quiet`](super::Links::quiet).
+    pub(super) settled: HashMap<u64, Instant>,
 }
 
 /// The sending side of every channel from this node to one peer.

@@ -98,6 +98,14 @@ impl Node {
     /// liveness follows the placement.
     pub(super) fn job_event(&mut self, event: JobEvent<PeerId>) {
         self.replicate_event(&event);
+        match &event {
+            JobEvent::Granted { job, .. }
+            | JobEvent::WorkersLost { job, .. }
+            | JobEvent::RankEnded { job, .. }
+            | JobEvent::RolledBack { job, .. } => self.stall.changed(self.now(), *job),
+            JobEvent::Ended { job, .. } => self.stall.forget_job(*job),
+            _ => {}
+        }
         match event {
             JobEvent::Rejected { job, error } => {
                 self.end_home_job(job.0, JobPhase::Failed, format!("rejected: {error}"));

@@ -9,8 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use zorilla_core::advert::JobId;
+use zorilla_core::advert::Phase;
 use zorilla_core::liveness::{Answer, Lost};
 use zorilla_core::node::Input;
+use zorilla_core::stall::{MAX_WAIT, Waits};
 use zorilla_overlay::PeerId;
 
 use super::{Done, NoRanks, Node};
@@ -84,35 +86,108 @@ impl Node {
             let net = self.net.clone();
             self.messages_sent += 1;
             self.tasks.spawn(async move {
-                let call = net.call_ok(peer, PeerRpc::Ranks { jobs });
+                let call = net.call_ok(peer, PeerRpc::Ranks { jobs: jobs.clone() });
                 let answer = match tokio::time::timeout(wait, call).await {
                     Ok(Ok(PeerReply::Ranks {
                         boot,
                         uptime_ms,
                         running,
-                    })) => Ok(Answer {
-                        boot,
-                        uptime: Duration::from_millis(uptime_ms),
-                        running: running
-                            .into_iter()
-                            .map(|(job, ranks)| (JobId(job), ranks.into_iter().collect()))
-                            .collect(),
-                    }),
+                        waits,
+                    })) => Ok((
+                        Answer {
+                            boot,
+                            uptime: Duration::from_millis(uptime_ms),
+                            running: running
+                                .into_iter()
+                                .map(|(job, ranks)| (JobId(job), ranks.into_iter().collect()))
+                                .collect(),
+                        },
+                        asked_waits(&jobs, waits),
+                    )),
                     Ok(Ok(_)) => Err(NoRanks::NotRanks),
                     Ok(Err(e)) => Err(NoRanks::Call(e)),
                     Err(_) => Err(NoRanks::Timeout(wait)),
                 };
-                Done::RanksAnswered { peer, answer }
+                Done::RanksAnswered {
+                    peer,
+                    answer,
+                    asked: now,
+                }
             });
+        }
+        self.check_stalls();
+    }
+
+    /// Ends the home jobs whose running ranks all wait with nothing in
+    /// flight (the core decides: see [`zorilla_core::stall`]). The ranks
+    /// on this node are asked here and now.
+    fn check_stalls(&mut self) {
+        let now = self.now();
+        let running: Vec<JobId> = self
+            .sched
+            .home_jobs()
+            .filter(|(_, phase)| *phase == Phase::Running)
+            .map(|(job, _)| job)
+            .collect();
+        for job in running {
+            let Some(table) = self.sched.ranks(job) else {
+                continue;
+            };
+            let ranks: BTreeMap<u32, PeerId> = table
+                .iter()
+                .filter(|(_, rank)| rank.outcome.is_none())
+                .map(|(r, rank)| (r, rank.node))
+                .collect();
+            if ranks.values().any(|node| *node == self.me) {
+                let waits = self.waits_here(job.0);
+                self.stall.heard(now, now, job, self.me, waits);
+            }
+            if self.stall.stalled(job, &ranks) {
+                tracing::warn!(
+                    job = %job,
+                    "every running rank waits for a message, with none in flight: the job \
+                     cannot go on"
+                );
+                let out = self.sched.handle(now, Input::Stalled { job, ranks });
+                self.execute(out);
+            }
+        }
+    }
+
+    /// What this node says of `job`'s workers here (see
+    /// [`zorilla_core::stall`]).
+    fn waits_here(&self, job: u64) -> Waits {
+        let Some(member) = self.members.get(&job) else {
+            return Waits::default();
+        };
+        Waits {
+            ranks: member
+                .workers
+                .iter()
+                .filter_map(|(rank, worker)| {
+                    let waited = worker.waiting.waited()?;
+                    Some((*rank, waited.min(MAX_WAIT)))
+                })
+                .collect(),
+            quiet: self.net.links.quiet(job).map(|quiet| quiet.min(MAX_WAIT)),
         }
     }
 
     /// A node answered which ranks it runs (or did not answer: then its
     /// silence decides, and a probe looks whether it is there at all).
-    pub(super) fn ranks_answered(&mut self, peer: PeerId, answer: Result<Answer, NoRanks>) {
+    pub(super) fn ranks_answered(
+        &mut self,
+        peer: PeerId,
+        answer: Result<(Answer, BTreeMap<u64, Waits>), NoRanks>,
+        asked: Duration,
+    ) {
         match answer {
-            Ok(answer) => {
-                let lost = self.liveness.answer(self.now(), &peer, &answer);
+            Ok((answer, waits)) => {
+                let now = self.now();
+                for (job, waits) in waits {
+                    self.stall.heard(now, asked, JobId(job), peer, waits);
+                }
+                let lost = self.liveness.answer(now, &peer, &answer);
                 self.lose_ranks(lost);
             }
             Err(e) => {
@@ -286,6 +361,10 @@ impl Node {
                 running.insert(*job, here.into_iter().collect());
             }
         }
+        let waits = running
+            .keys()
+            .map(|job| (*job, self.waits_here(*job)))
+            .collect();
         // Jobs whose home this node knows to be another node now (the job
         // moved while the asker was cut off): their ranks run all the
         // same, and the asker is told of the newer primary, so that it
@@ -314,6 +393,23 @@ impl Node {
             boot: self.boot,
             uptime_ms: u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX),
             running,
+            waits,
         }
     }
+}
+
+/// The waits of an answer, kept only for the jobs and ranks asked about
+/// (a peer cannot make the home keep anything else).
+fn asked_waits(
+    asked: &BTreeMap<u64, Vec<u32>>,
+    waits: BTreeMap<u64, Waits>,
+) -> BTreeMap<u64, Waits> {
+    waits
+        .into_iter()
+        .filter_map(|(job, mut waits)| {
+            let ranks = asked.get(&job)?;
+            waits.ranks.retain(|rank, _| ranks.contains(rank));
+            Some((job, waits))
+        })
+        .collect()
 }

@@ -155,7 +155,11 @@ impl Node {
             Done::PeerDistances(distances, every_peer) => {
                 self.sched.set_peer_distances(distances, every_peer);
             }
-            Done::RanksAnswered { peer, answer } => self.ranks_answered(peer, answer),
+            Done::RanksAnswered {
+                peer,
+                answer,
+                asked,
+            } => self.ranks_answered(peer, answer, asked),
             Done::Granted { peer, boot } => {
                 let now = self.now();
                 self.liveness.booted(now, &peer, boot);
@@ -343,7 +347,11 @@ impl Node {
             };
             let handle = self.sandbox.start(&program, spec);
             if let Some(member) = self.members.get_mut(&job) {
-                member.workers.insert(rank, handle.cancel_handle());
+                let running = RunningWorker {
+                    cancel: handle.cancel_handle(),
+                    waiting: handle.waiting(),
+                };
+                member.workers.insert(rank, running);
                 self.status.worker_started(job, member.home, rank);
             }
             tracing::info!(job = %JobId(job), rank, "worker started");
@@ -447,6 +455,10 @@ pub(super) async fn supervise(
         };
         }
     }
+    // What the worker sent goes before its end: a home that took the end
+    // for known while a message of the rank was still on its way could
+    // take the others' wait for it for a stall.
+    net.links.settled(job, rank, incarnation).await;
     let end = worker_end(report.outcome, &limits);
     let rpc = PeerRpc::WorkerEnded {
         job,

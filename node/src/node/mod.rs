@@ -23,6 +23,7 @@ use tokio::task::JoinSet;
 use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::FloodId;
 use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
+use zorilla_core::stall::{StallWatch, Waits};
 use zorilla_core::node::{
     Failure, Input, JobEvent, LostReason, Output, Phase, RankOutcome, Scheduler, SchedulerConfig,
     WorkerEnd,
@@ -31,7 +32,7 @@ use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
 use zorilla_sandbox::{
     CancelHandle, ChangeKind, Limits, MembershipChange, Outcome, OutputKind, Program, Sandbox,
-    WorkerSpec,
+    Waiting, WorkerSpec,
 };
 
 use crate::link::{Inbox, Links};
@@ -121,7 +122,9 @@ enum Done {
     /// it did not answer).
     RanksAnswered {
         peer: PeerId,
-        answer: Result<Answer, NoRanks>,
+        answer: Result<(Answer, BTreeMap<u64, Waits>), NoRanks>,
+        /// When the question went out (the answer was made after).
+        asked: Duration,
     },
     /// A node took a grant; `boot` says which run of it.
     Granted { peer: PeerId, boot: u64 },
@@ -163,11 +166,24 @@ enum NoState {
     NotAJob,
 }
 
+/// A worker running here, as the loop holds it.
+struct RunningWorker {
+    cancel: CancelHandle,
+    /// Whether it waits in a receive without a deadline (see `liveness`).
+    waiting: Waiting,
+}
+
+impl RunningWorker {
+    fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
+
 /// A job with workers on this node (the home's own jobs included).
 struct MemberJob {
     home: PeerId,
     net: Arc<JobNet>,
-    workers: HashMap<u32, CancelHandle>,
+    workers: HashMap<u32, RunningWorker>,
     /// The incarnation of each rank's latest worker here: an older one's
     /// end (stopped for a rollback, its rank since given a fresh worker
     /// here) changes nothing of the new one's.
@@ -232,6 +248,8 @@ pub(crate) struct Node {
     sched: Scheduler<PeerId>,
     /// Whether the nodes holding ranks of this home's jobs still run them.
     liveness: RankLiveness<PeerId>,
+    /// Whether the ranks of this home's jobs all wait on one another.
+    stall: StallWatch<PeerId>,
     overlay: OverlayHandle,
     net: Net,
     store: Arc<Store>,
@@ -335,6 +353,7 @@ impl Node {
             boot: random_u64(),
             sched: Scheduler::new(me, sched),
             liveness: RankLiveness::new(LivenessConfig::default()),
+            stall: StallWatch::new(),
             net: Net {
                 me,
                 overlay: overlay.clone(),

@@ -775,6 +775,7 @@ impl Node {
         }
         tracing::warn!(job = %JobId(job), %primary, "another node is the job's home now: stepped down");
         self.liveness.forget_job(JobId(job));
+        self.stall.forget_job(JobId(job));
         // The record stays for what it holds, marked as the new home's (also
         // when this node ended the job on stale knowledge before it heard
         // of the new primary: that end is not the job's).
