@@ -35,6 +35,10 @@
 //! otherwise (relayed connections, NATs, firewalls). This module only
 //! listens, dials and authenticates.
 //!
+//! A peer whose membership of a closed grid is revoked (or expires) is cut
+//! off here too ([`DirectPlane::cut`]): its direct connections end at once,
+//! and it is not expected again for [`EXPECT_KEPT`].
+//!
 //! The plane listens on the IP address of the node's first TCP listen
 //! address, on a port chosen by the OS. It is off with emulated latency
 //! ([`crate::latency`] delays libp2p's TCP connections only) and when
@@ -42,8 +46,11 @@
 //! false.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::{AsyncReadExt, AsyncWriteExt};
@@ -53,7 +60,7 @@ use libp2p::identity::Keypair;
 use libp2p::tcp::tokio::TcpStream;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use zorilla_core::bounded::make_room;
 
@@ -82,7 +89,66 @@ pub struct DirectStream {
     /// The peer at the other end, as its certificate proves.
     pub peer: PeerId,
     /// The TLS stream.
-    pub stream: TlsStream<TcpStream>,
+    pub stream: CutStream,
+}
+
+/// A direct connection's TLS stream, which [`DirectPlane::cut`] ends from
+/// outside: reads and writes fail from then on, even one already waiting.
+pub struct CutStream {
+    inner: TlsStream<TcpStream>,
+    /// Ready once the connection's peer was cut off.
+    cut: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl CutStream {
+    /// The TLS stream (its state: cipher suite, certificates).
+    pub fn get_ref(&self) -> &TlsStream<TcpStream> {
+        &self.inner
+    }
+
+    fn check(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
+        match self.cut.as_mut().poll(cx) {
+            Poll::Ready(()) => Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the peer was cut off (its membership was revoked or expired)",
+            )),
+            Poll::Pending => Ok(()),
+        }
+    }
+}
+
+impl futures::AsyncRead for CutStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl futures::AsyncWrite for CutStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_close(cx)
+    }
 }
 
 impl std::fmt::Debug for DirectStream {
@@ -121,6 +187,11 @@ pub struct DirectPlane {
     /// The peers it expects, since when (shared with the listener's
     /// certificate verifier, which refuses any other in the handshake).
     expected: Arc<Mutex<BTreeMap<PeerId, Instant>>>,
+    /// Peers cut off, since when: not expected again for [`EXPECT_KEPT`].
+    cut_off: Mutex<BTreeMap<PeerId, Instant>>,
+    /// The connections made, by peer, each with what ends it (pruned of
+    /// connections gone as new ones come).
+    cuts: Mutex<Vec<(PeerId, watch::Sender<bool>)>>,
     inbound: Mutex<Option<mpsc::Sender<DirectStream>>>,
     /// Connections accepted, refused and dialed (for tests and the
     /// status page).
@@ -187,6 +258,8 @@ impl DirectPlane {
             own,
             server: Arc::new(server),
             expected,
+            cut_off: Mutex::new(BTreeMap::new()),
+            cuts: Mutex::new(Vec::new()),
             inbound: Mutex::new(None),
             stats: Mutex::new(DirectStats::default()),
             listener: Mutex::new(None),
@@ -214,11 +287,59 @@ impl DirectPlane {
         *lock(&self.stats)
     }
 
-    /// Lets `peer` connect for [`EXPECT_KEPT`] from now.
+    /// Lets `peer` connect for [`EXPECT_KEPT`] from now (unless it was cut
+    /// off within that time).
     pub fn expect(&self, peer: PeerId) {
+        if lock(&self.cut_off)
+            .get(&peer)
+            .is_some_and(|at| at.elapsed() < EXPECT_KEPT)
+        {
+            return;
+        }
         let mut expected = lock(&self.expected);
         make_room(&mut expected, &peer, MAX_EXPECTED, |at| *at);
         expected.insert(peer, Instant::now());
+    }
+
+    /// Cuts `peer` off: every direct connection to and from it ends now,
+    /// and it is not expected for [`EXPECT_KEPT`] (a closed grid's
+    /// membership gate revoked it, or its credential expired: it may carry
+    /// nothing more here).
+    pub fn cut(&self, peer: &PeerId) {
+        lock(&self.expected).remove(peer);
+        {
+            let mut cut_off = lock(&self.cut_off);
+            make_room(&mut cut_off, peer, MAX_EXPECTED, |at| *at);
+            cut_off.insert(*peer, Instant::now());
+        }
+        lock(&self.cuts).retain(|(p, tx)| {
+            if p == peer {
+                tx.send_replace(true);
+                false
+            } else {
+                !tx.is_closed()
+            }
+        });
+    }
+
+    /// `stream`, to or from `peer`, made to end when `peer` is cut off.
+    fn cuttable(&self, peer: PeerId, stream: TlsStream<TcpStream>) -> DirectStream {
+        let (tx, mut rx) = watch::channel(false);
+        {
+            let mut cuts = lock(&self.cuts);
+            cuts.retain(|(_, tx)| !tx.is_closed());
+            cuts.push((peer, tx));
+        }
+        let cut = Box::pin(async move {
+            // A plane dropped cuts nothing: the connection lives on.
+            if rx.wait_for(|cut| *cut).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        });
+        DirectStream {
+            peer,
+            stream: CutStream { inner: stream, cut },
+        }
     }
 
     fn expects(&self, peer: &PeerId) -> bool {
@@ -283,10 +404,7 @@ impl DirectPlane {
         if welcome != WELCOME {
             return Err(DirectError::Handshake("refused by the peer".into()));
         }
-        Ok(DirectStream {
-            peer,
-            stream: stream.into(),
-        })
+        Ok(self.cuttable(peer, stream.into()))
     }
 }
 
@@ -372,8 +490,5 @@ async fn handshake(
         .await
         .map_err(|e| e.to_string())?;
     stream.flush().await.map_err(|e| e.to_string())?;
-    Ok(DirectStream {
-        peer,
-        stream: stream.into(),
-    })
+    Ok(plane.cuttable(peer, stream.into()))
 }

@@ -1,6 +1,7 @@
 //! Who the rank data plane lets through: the peer a dialer names and
 //! nobody else; at a listener, only peers it expects, refused in the
-//! handshake otherwise (nothing handed on).
+//! handshake otherwise (nothing handed on); a peer cut off loses its
+//! connections at once.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -37,7 +38,13 @@ async fn an_expected_peer_connects_with_aes_gcm_and_both_ends_know_each_other() 
     let mut got = [0; 4];
     accepted.stream.read_exact(&mut got).await.unwrap();
     assert_eq!(&got, b"ping");
-    let suite = dialed.stream.get_ref().1.negotiated_cipher_suite().unwrap();
+    let suite = dialed
+        .stream
+        .get_ref()
+        .get_ref()
+        .1
+        .negotiated_cipher_suite()
+        .unwrap();
     assert!(
         matches!(
             suite.suite(),
@@ -100,4 +107,41 @@ async fn a_closed_plane_refuses_dials() {
         .await
         .unwrap_err();
     assert!(matches!(err, DirectError::Connect(_)), "{err:?}");
+}
+
+/// A peer cut off (its membership revoked) loses the connection it has at
+/// once, on both ends, even with a read waiting, and cannot connect again
+/// however the node expects it.
+#[tokio::test]
+async fn a_peer_cut_off_loses_its_connection_at_once_and_cannot_come_back() {
+    let (a_key, a) = plane().await;
+    let (b_key, b) = plane().await;
+    let (a_id, b_id) = (a_key.public().to_peer_id(), b_key.public().to_peer_id());
+    let mut inbound = b.accept(4);
+    b.expect(a_id);
+    let mut dialed = a.dial(b_id, addr(&b)).await.unwrap();
+    let mut accepted = inbound.recv().await.unwrap();
+    // b reads while a is cut off.
+    let reading = tokio::spawn(async move {
+        let mut buf = [0; 4];
+        accepted.stream.read(&mut buf).await
+    });
+    b.cut(&a_id);
+    let read = tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("the waiting read ended")
+        .unwrap();
+    let err = read.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionAborted, "{err}");
+    // The other end sees its connection end (b's end dropped with the task).
+    let mut buf = [0; 4];
+    let end = tokio::time::timeout(Duration::from_secs(10), dialed.stream.read(&mut buf))
+        .await
+        .expect("a's read ended");
+    assert!(matches!(end, Ok(0) | Err(_)), "{end:?}");
+    // Expected again (as the node does after a connection breaks): refused.
+    b.expect(a_id);
+    let err = a.dial(b_id, addr(&b)).await.unwrap_err();
+    assert!(matches!(err, DirectError::Handshake(_)), "{err:?}");
+    assert!(inbound.try_recv().is_err(), "nothing handed on");
 }

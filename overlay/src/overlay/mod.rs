@@ -207,6 +207,7 @@ impl Overlay {
             peer_exchanges: HashMap::new(),
             stats: OverlayStats::default(),
             nat: driver::NatState::default(),
+            direct: direct.clone(),
             config,
         };
         tokio::spawn(driver.run(early));

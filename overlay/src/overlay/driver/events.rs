@@ -208,6 +208,11 @@ impl Driver {
             } => {
                 self.stats.membership_refused += 1;
                 tracing::info!(%peer, %reason, "refused a peer without a valid membership credential");
+                // Its direct rank connections go too (a revoked member's
+                // would otherwise last until they broke).
+                if let Some(plane) = &self.direct {
+                    plane.cut(&peer);
+                }
                 if offence {
                     self.strike(peer, &format!("no valid membership credential: {reason}"))
                         .await;

@@ -76,6 +76,9 @@ pub(super) struct Driver {
     pub(super) stats: OverlayStats,
     /// NAT traversal's state ([`nat`]).
     pub(super) nat: NatState,
+    /// The rank data plane, if on: a peer the membership gate refuses is
+    /// cut off there too.
+    pub(super) direct: Option<std::sync::Arc<crate::direct::DirectPlane>>,
 }
 
 /// What the event loop keeps for NAT traversal: relay reservations and
