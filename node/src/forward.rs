@@ -8,7 +8,10 @@
 //! the job knows its primary ([`Primaries`], published by the loop); any
 //! other node asks at most [`MAX_ASKED`] of the peers it knows, all at
 //! once, which of them is the job's home or knows it
-//! ([`PeerRpc::WhereIs`]). A forwarded request is answered by the node
+//! ([`PeerRpc::WhereIs`]), and keeps the answer for [`HOME_KEPT`] (at most
+//! [`MAX_HOMES`] jobs), so that a client that follows a job through it
+//! does not make it ask again at every request; a home kept that does not
+//! answer as the job's home is forgotten, and looked for again. A forwarded request is answered by the node
 //! that gets it and is never forwarded again, so a request crosses at most
 //! one hop. What a forwarded request may see or do is the home's to
 //! decide (see [`crate::owner`]): the node that forwards it is nobody's
@@ -47,6 +50,10 @@ const MAX_MISSES: usize = 1024;
 /// The most lookups under way at once (each asks up to [`MAX_ASKED`]
 /// peers).
 const MAX_LOOKUPS: usize = 4;
+/// How long a home found is used without asking again.
+const HOME_KEPT: Duration = Duration::from_secs(60);
+/// The most homes found kept.
+const MAX_HOMES: usize = 1024;
 
 /// What keeps clients from making this node ask its peers without end:
 /// jobs nobody knew are not asked about again for a while, and few
@@ -55,6 +62,8 @@ const MAX_LOOKUPS: usize = 4;
 #[derive(Clone)]
 pub(crate) struct Lookups {
     misses: Arc<std::sync::Mutex<std::collections::VecDeque<(u64, std::time::Instant)>>>,
+    /// Homes found, oldest first.
+    homes: Arc<std::sync::Mutex<std::collections::VecDeque<(u64, PeerId, std::time::Instant)>>>,
     running: Arc<tokio::sync::Semaphore>,
 }
 
@@ -62,12 +71,44 @@ impl Default for Lookups {
     fn default() -> Self {
         Lookups {
             misses: Default::default(),
+            homes: Default::default(),
             running: Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS)),
         }
     }
 }
 
 impl Lookups {
+    /// The home of `job` found within [`HOME_KEPT`], if any.
+    fn home(&self, job: u64) -> Option<PeerId> {
+        let mut homes = self.homes.lock().unwrap_or_else(|e| e.into_inner());
+        while homes
+            .front()
+            .is_some_and(|(_, _, at)| at.elapsed() >= HOME_KEPT)
+        {
+            homes.pop_front();
+        }
+        homes
+            .iter()
+            .rev()
+            .find(|(j, ..)| *j == job)
+            .map(|(_, home, _)| *home)
+    }
+
+    fn found(&self, job: u64, home: PeerId) {
+        let mut homes = self.homes.lock().unwrap_or_else(|e| e.into_inner());
+        homes.retain(|(j, ..)| *j != job);
+        if homes.len() >= MAX_HOMES {
+            homes.pop_front();
+        }
+        homes.push_back((job, home, std::time::Instant::now()));
+    }
+
+    /// `job`'s home as kept is not (or no longer) its home.
+    fn forget(&self, job: u64) {
+        let mut homes = self.homes.lock().unwrap_or_else(|e| e.into_inner());
+        homes.retain(|(j, ..)| *j != job);
+    }
+
     fn missed_lately(&self, job: u64) -> bool {
         let mut misses = self.misses.lock().unwrap_or_else(|e| e.into_inner());
         while misses
@@ -122,59 +163,103 @@ pub(crate) async fn forward(
         .get(&job)
         .copied()
         .filter(|p| *p != me);
-    let home = match known {
-        Some(home) => home,
-        None => {
-            if lookups.missed_lately(job) {
-                return None;
-            }
-            let Ok(_slot) = lookups.running.try_acquire() else {
-                return Some(Response::error(
-                    ErrorKind::Busy,
-                    "this node is looking for other jobs' homes; try again",
-                ));
-            };
-            match find_home(overlay, job).await {
-                Some(home) => home,
-                None => {
-                    lookups.missed(job);
-                    return None;
-                }
-            }
+    let kept = known.is_none().then(|| lookups.home(job)).flatten();
+    if let Some(home) = known.or(kept) {
+        match ask_home(overlay, home, request.clone()).await {
+            Ok(answer) => return Some(answer),
+            Err(not_home) if known.is_some() => return Some(not_home.response(home)),
+            // A home kept from an earlier lookup that is not (or no
+            // longer) the job's home is forgotten, and the home looked for
+            // once more.
+            Err(_) => lookups.forget(job),
         }
+    }
+    let home = match look_up(overlay, lookups, job).await {
+        Ok(Some(home)) => home,
+        Ok(None) => return None,
+        Err(busy) => return Some(busy),
     };
+    Some(
+        ask_home(overlay, home, request)
+            .await
+            .unwrap_or_else(|not_home| not_home.response(home)),
+    )
+}
+
+/// Asks the peers where `job`'s home is, and keeps the answer: `None` if
+/// none knew (or none knew lately), an error if too many lookups run.
+async fn look_up(
+    overlay: &OverlayHandle,
+    lookups: &Lookups,
+    job: u64,
+) -> Result<Option<PeerId>, Response> {
+    if lookups.missed_lately(job) {
+        return Ok(None);
+    }
+    let Ok(_slot) = lookups.running.try_acquire() else {
+        return Err(Response::error(
+            ErrorKind::Busy,
+            "this node is looking for other jobs' homes; try again",
+        ));
+    };
+    match find_home(overlay, job).await {
+        Some(home) => {
+            lookups.found(job, home);
+            Ok(Some(home))
+        }
+        None => {
+            lookups.missed(job);
+            Ok(None)
+        }
+    }
+}
+
+/// Why a node asked as a job's home gave no answer of the home's.
+enum NotHome {
+    /// It did not answer, or not in time.
+    Silent(String),
+    /// It says it is not the job's home.
+    Elsewhere,
+    /// It refused, or answered with something else.
+    Refused(String),
+}
+
+impl NotHome {
+    fn response(self, home: PeerId) -> Response {
+        let message = match self {
+            NotHome::Silent(why) => format!("the job's home, node {home}, did not answer: {why}"),
+            NotHome::Elsewhere => format!("node {home} is not the job's home any more"),
+            NotHome::Refused(why) => format!("the job's home, node {home}, refused: {why}"),
+        };
+        Response::error(ErrorKind::Unreachable, message)
+    }
+}
+
+/// `request`, passed on to `home`, and its answer.
+async fn ask_home(
+    overlay: &OverlayHandle,
+    home: PeerId,
+    request: Request,
+) -> Result<Response, NotHome> {
     let request = shrink(request);
     let rpc = PeerRpc::Client(Box::new(request));
     let call = overlay.request(home, encode(&rpc));
     let answer = match tokio::time::timeout(FORWARD_TIMEOUT, call).await {
         Ok(Ok(bytes)) => decode::<PeerReply>(&bytes),
-        Ok(Err(e)) => {
-            return Some(Response::error(
-                ErrorKind::Unreachable,
-                format!("the job's home, node {home}, did not answer: {e}"),
-            ));
-        }
+        Ok(Err(e)) => return Err(NotHome::Silent(e.to_string())),
         Err(_) => {
-            return Some(Response::error(
-                ErrorKind::Unreachable,
-                format!(
-                    "the job's home, node {home}, did not answer within {} s",
-                    FORWARD_TIMEOUT.as_secs()
-                ),
-            ));
+            return Err(NotHome::Silent(format!(
+                "no answer within {} s",
+                FORWARD_TIMEOUT.as_secs()
+            )));
         }
     };
-    Some(match answer {
-        Ok(PeerReply::Client(response)) => *response,
-        Ok(PeerReply::Error(e)) => Response::error(
-            ErrorKind::Unreachable,
-            format!("the job's home, node {home}, refused: {e}"),
-        ),
-        Ok(_) | Err(_) => Response::error(
-            ErrorKind::Unreachable,
-            format!("the job's home, node {home}, answered with something else"),
-        ),
-    })
+    match answer {
+        Ok(PeerReply::Client(response)) => Ok(*response),
+        Ok(PeerReply::Home(_)) => Err(NotHome::Elsewhere),
+        Ok(PeerReply::Error(e)) => Err(NotHome::Refused(e)),
+        Ok(_) | Err(_) => Err(NotHome::Refused("an answer of another kind".into())),
+    }
 }
 
 /// Asks at most [`MAX_ASKED`] known peers, nearest first, where `job`'s

@@ -294,12 +294,10 @@ impl Node {
         let Some(job) = crate::forward::job_of(&request) else {
             return self.reply(reply, PeerReply::Error("not a request about a job".into()));
         };
-        if self.home_of(job) != Some(self.me) {
-            let answer = Response::Error {
-                kind: ErrorKind::NotFound,
-                message: format!("node {} is not the home of job {}", self.me, JobId(job)),
-            };
-            return self.reply(reply, PeerReply::Client(Box::new(answer)));
+        // Not the home (any more): the asker looks for it again.
+        let home = self.home_of(job);
+        if home != Some(self.me) {
+            return self.reply(reply, PeerReply::Home(home));
         }
         // The node that passed it on is nobody's admin here: only an owner's
         // proof, which it cannot make, shows more than that the job exists.
