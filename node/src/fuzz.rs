@@ -736,6 +736,7 @@ fn job_summary(g: &mut Gen) -> view::JobSummary {
         workers_joined: g.u32(),
         workers_needed: g.u32(),
         home: g.string(),
+        owner: g.option(Gen::string),
         strategy: g.string(),
         flood_radius: g.u8(),
         age_secs: g.int(),

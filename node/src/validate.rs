@@ -630,6 +630,7 @@ fn job_summary(j: &view::JobSummary) -> Result<(), Invalid> {
     text("job id length in bytes", &j.id)?;
     text("job name length in bytes", &j.name)?;
     text("home id length in bytes", &j.home)?;
+    text("owner id length in bytes", j.owner.as_deref().unwrap_or(""))?;
     text("strategy length in bytes", &j.strategy)?;
     text(
         "pending reason length in bytes",

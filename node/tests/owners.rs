@@ -2,7 +2,7 @@
 //! sees that a job exists and nothing more, through any node and with or
 //! without a node's token; its owner sees and manages it through any node;
 //! a proof made with another key, or replayed, is refused; a node's admin
-//! manages the jobs of that node.
+//! manages the jobs of that node; the status pages show whose a job is.
 
 mod common;
 
@@ -144,6 +144,31 @@ async fn another_user_sees_only_that_a_job_exists_through_any_node() {
     }
     let refused = unauthorized(alice_there.call(&owned).await, "a replayed proof");
     assert!(refused.contains("used already"), "{refused}");
+
+    // The status pages, the home's own and node 1's remote view of the
+    // home, show whose the job is, and the remote one not its argument.
+    let id = format!("{job:016x}");
+    let alice_id = alice.id().to_string();
+    let home_peer = grid.nodes[0].peer.clone();
+    for (node, path) in [
+        (0, "/jobs".to_string()),
+        (0, format!("/jobs/{id}")),
+        (1, format!("/peers/{home_peer}/jobs")),
+        (1, format!("/peers/{home_peer}/jobs/{id}")),
+    ] {
+        let (code, page) = grid.nodes[node].http_get(&path).await;
+        assert_eq!(code, 200, "{path} at node {node}: {page}");
+        assert!(
+            page.contains(&alice_id),
+            "{path} at node {node} shows no owner: {page}"
+        );
+        if node == 1 {
+            assert!(
+                !page.contains("secret-of-alice"),
+                "{path} at node 1: {page}"
+            );
+        }
+    }
 
     // Alice, through node 1, sees and manages her job.
     let seen = alice_there.status(job).await.unwrap();

@@ -37,7 +37,9 @@ async fn a_job_whose_ranks_all_wait_for_ever_fails_saying_so() {
     assert_eq!(ended.phase, JobPhase::Failed, "{ended:?}");
     assert!(
         ended.reason.starts_with("stalled: ")
-            && ended.reason.contains("all of ranks 0 and 1 waited in a receive"),
+            && ended
+                .reason
+                .contains("all of ranks 0 and 1 waited in a receive"),
         "{ended:?}"
     );
     assert!(!ended.reason.contains("replaced"), "{ended:?}");
@@ -96,7 +98,10 @@ async fn a_replaced_rank_waiting_for_what_its_predecessor_was_sent_fails_the_job
             && ended.reason.contains("\"rollback\""),
         "{ended:?}"
     );
-    assert_ne!(ended.ranks[&0].node, victim_peer, "rank 0 replaced elsewhere: {ended:?}");
+    assert_ne!(
+        ended.ranks[&0].node, victim_peer,
+        "rank 0 replaced elsewhere: {ended:?}"
+    );
     eprintln!("failed {:?} after the kill", killed.elapsed());
 }
 

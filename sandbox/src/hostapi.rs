@@ -32,10 +32,10 @@ use std::time::Duration;
 use wasmtime::{Caller, Linker, Memory};
 
 use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, MAX_GENERATION};
-use crate::worker::Waiting;
 use crate::transport::{
     Delivery, MAX_MESSAGE_BYTES, MembershipChange, Rank, Transport, TransportError,
 };
+use crate::worker::Waiting;
 
 /// The import module name.
 pub(crate) const MODULE: &str = "zorilla";

@@ -237,11 +237,17 @@ impl Waiting {
     }
 
     fn since(&self) -> Option<Instant> {
-        *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn set(&self, since: Option<Instant>) {
-        *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = since;
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = since;
     }
 
     /// The worker waits from now until the guard is dropped (the receive

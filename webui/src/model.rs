@@ -245,6 +245,10 @@ pub struct JobSummary {
     pub workers_needed: u32,
     /// The id of the job's home node.
     pub home: String,
+    /// The user who owns the job (its id, as `zorilla whoami` prints it),
+    /// if it has one: anybody may see whose a job is (issue 28).
+    #[serde(default)]
+    pub owner: Option<String>,
     /// The scheduling strategy, in words (for example `flood` or `latency 20 ms`).
     pub strategy: String,
     /// Radius (TTL, in hops) of the job's last flood.

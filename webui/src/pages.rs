@@ -471,7 +471,7 @@ fn jobs(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
                     thead {
                         tr {
                             th { "Job" } th { "Phase" } th { "Workers" } th { "Home" }
-                            th { "Strategy" } th { "Radius" } th { "Age" } th { "Why pending" }
+                            th { "Owner" } th { "Strategy" } th { "Radius" } th { "Age" } th { "Why pending" }
                         }
                     }
                     tbody {
@@ -484,6 +484,7 @@ fn jobs(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
                                 td { span.(format!("phase {}", j.phase.as_str())) { (j.phase.as_str()) } }
                                 td.num { (j.workers_joined) "/" (j.workers_needed) }
                                 td { (node_link(&j.home, &node.node_id)) }
+                                td.id { (owner(j)) }
                                 td { (j.strategy) }
                                 td.num { (j.flood_radius) }
                                 td.num { (duration(j.age_secs)) }
@@ -495,6 +496,13 @@ fn jobs(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
             }
         }
     }
+}
+
+/// Whose a job is, as the pages write it.
+fn owner(job: &JobSummary) -> &str {
+    job.owner
+        .as_deref()
+        .unwrap_or("nobody (submitted without a user key)")
 }
 
 /// Cuts a log line to [`MAX_LOG_LINE_BYTES`] on a character boundary.
@@ -523,6 +531,7 @@ fn job_detail(scope: &Scope, node: &NodeOverview, job: &JobDetail) -> Markup {
                 tr { th { "Phase" } td { span.(format!("phase {}", j.phase.as_str())) #phase { (j.phase.as_str()) } } }
                 tr { th { "Workers" } td { (j.workers_joined) "/" (j.workers_needed) } }
                 tr { th { "Home" } td { (node_link(&j.home, &node.node_id)) } }
+                tr { th { "Owner" } td.id #owner { (owner(j)) } }
                 tr { th { "Strategy" } td { (j.strategy) } }
                 tr { th { "Flood radius" } td { (j.flood_radius) } }
                 tr { th { "Age" } td { (duration(j.age_secs)) } }

@@ -259,7 +259,7 @@ impl Node {
         let job_net = member.net.clone();
         if let Ok((copy, _, _)) = &result {
             self.status
-                .job_copy(job, home, &copy.request, JobPhase::Running);
+                .job_copy(job, home, &copy.request, copy.owner, JobPhase::Running);
         }
         let (info, program, dir) = match result {
             Ok(ok) if !stopped => ok,

@@ -23,11 +23,11 @@ use tokio::task::JoinSet;
 use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::FloodId;
 use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
-use zorilla_core::stall::{StallWatch, Waits};
 use zorilla_core::node::{
     Failure, Input, JobEvent, LostReason, Output, Phase, RankOutcome, Scheduler, SchedulerConfig,
     WorkerEnd,
 };
+use zorilla_core::stall::{StallWatch, Waits};
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
 use zorilla_sandbox::{

@@ -223,6 +223,7 @@ pub(super) fn home_entry(
                 .count() as u32,
             workers_needed: record.request.min_workers,
             home: me.to_string(),
+            owner: record.owner.map(|owner| owner.to_string()),
             strategy: strategy(Some(&record.request)),
             flood_radius: report.map_or(0, |r| r.radius),
             age_secs: 0,

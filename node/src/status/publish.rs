@@ -17,6 +17,7 @@ use zorilla_webui::model::{JobPhase, JobRole, JobSummary, PendingAdvert, WorkerI
 use super::convert::{home_entry, job_name, resources, state_by_phase, strategy, submitted};
 use super::source::NodeStatus;
 use super::view::{ChangeKey, JobEntry, LoopView, PendingEntry, diff};
+use crate::owner::UserId;
 use crate::protocol::{self, JobRequest};
 use crate::store::{JobRecord, unix_ms};
 use crate::wire::PeerRpc;
@@ -61,6 +62,8 @@ pub(crate) struct LoopState<'a> {
 struct Participation {
     home: PeerId,
     request: Option<JobRequest>,
+    /// The job's owner, as its copy names it.
+    owner: Option<UserId>,
     phase: JobPhase,
     ranks: BTreeMap<u32, PeerId>,
     /// This node's own ranks.
@@ -151,6 +154,7 @@ impl Publisher {
         job: u64,
         home: PeerId,
         request: &JobRequest,
+        owner: Option<UserId>,
         job_phase: protocol::JobPhase,
     ) {
         if home == self.status.me {
@@ -158,6 +162,7 @@ impl Publisher {
         }
         let p = self.participation(job, home);
         p.request = Some(request.clone());
+        p.owner = owner;
         p.phase = p.phase.max(job_phase.into());
         self.dirty = true;
     }
@@ -189,6 +194,7 @@ impl Publisher {
             .or_insert_with(|| Participation {
                 home,
                 request: None,
+                owner: None,
                 phase: JobPhase::Running,
                 ranks: BTreeMap::new(),
                 local: BTreeMap::new(),
@@ -384,6 +390,7 @@ impl Participation {
                 workers_joined: self.ranks.len().max(self.local.len()) as u32,
                 workers_needed: request.map_or(0, |r| r.min_workers),
                 home: self.home.to_string(),
+                owner: self.owner.map(|owner| owner.to_string()),
                 strategy: strategy(request),
                 flood_radius: 0,
                 age_secs: 0,

@@ -236,6 +236,7 @@ mod tests {
             workers_joined: 1,
             workers_needed: 1,
             home: "h".repeat(52),
+            owner: None,
             strategy: "spread".into(),
             flood_radius: 1,
             age_secs: 1,

@@ -158,6 +158,7 @@ mod tests {
                 workers_joined: 0,
                 workers_needed: 1,
                 home: "me".into(),
+                owner: None,
                 strategy: "spread".into(),
                 flood_radius: 0,
                 age_secs: 0,

@@ -118,6 +118,8 @@ pub(crate) struct JobSummary {
     pub(crate) workers_joined: u32,
     pub(crate) workers_needed: u32,
     pub(crate) home: String,
+    #[serde(default)]
+    pub(crate) owner: Option<String>,
     pub(crate) strategy: String,
     pub(crate) flood_radius: u8,
     pub(crate) age_secs: u64,

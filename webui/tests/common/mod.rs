@@ -52,6 +52,7 @@ pub fn job(id: &str, name: &str, phase: JobPhase, home: &str) -> JobSummary {
         workers_joined: 2,
         workers_needed: 4,
         home: home.into(),
+        owner: None,
         strategy: "flood".into(),
         flood_radius: 3,
         age_secs: 125,
