@@ -17,10 +17,19 @@
 #                              that the committed figures stay those of a
 #                              full run; it checks that every benchmark
 #                              still runs and reports.
+#   scripts/bench.sh --resume B  a full run that stopped at the benchmark
+#                              `cargo bench --bench B` (it failed, say)
+#                              goes on from B: the logs before it are kept,
+#                              and run.log gets a second KIND line naming
+#                              the commit the rest ran on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 short=false
-[[ "${1:-}" == "--short" ]] && short=true
+resume=""
+case "${1:-}" in
+--short) short=true ;;
+--resume) resume=${2:?"--resume needs the name of a benchmark (as in cargo bench --bench NAME)"} ;;
+esac
 
 if $short; then
     # The test profile: the artifacts `cargo test --workspace` just built.
@@ -48,12 +57,18 @@ else
     svg_dir=docs/bench
     kind="full run, release build, $(date -u +%Y-%m-%d), $(nproc) cores, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes')${BENCH_NOTE:+; $BENCH_NOTE}"
 fi
-rm -rf "$logs" && mkdir -p "$logs"
-echo "KIND $kind" >"$logs/run.log"
+if [[ -n $resume ]]; then
+    [[ -f $logs/run.log ]] || { echo "no run to resume: $logs/run.log is missing" >&2; exit 1; }
+    echo "KIND benchmarks from $resume on: $kind" >>"$logs/run.log"
+else
+    rm -rf "$logs" && mkdir -p "$logs"
+    echo "KIND $kind" >"$logs/run.log"
+fi
 
 sim_profile=()
 [[ $sim_target == release ]] && sim_profile=(--release)
 cargo build --locked "${sim_profile[@]}" -p zorilla-sim --bins
+[[ -n $resume ]] && scenarios=()
 for scenario in "${scenarios[@]}"; do
     echo "== simulator: $scenario"
     "${CARGO_TARGET_DIR:-target}/$sim_target/zorilla-sim" "sim/scenarios/$scenario.toml" "${sim_args[@]}" \
@@ -64,6 +79,7 @@ done
 # topologies"): the arguments as BENCHMARKS.md names them; the --short run
 # takes 2 topologies instead of N.
 run_sim() { # log-name zorilla-sim-arguments...
+    [[ -n $resume ]] && return
     local name=$1
     shift
     local args=("$@")
@@ -84,6 +100,7 @@ run_sim hetero-small --hetero 200 --size small --mode ours-nearest,ours,paper
 
 # Measurements that are tests marked #[ignore] or sized by the environment.
 run_test() { # log-name cargo-test-arguments...
+    [[ -n $resume ]] && return
     local name=$1
     shift
     echo "== cargo test $*"
@@ -100,6 +117,9 @@ ZORILLA_MEMORY_JOBS=$($short && echo 200 || echo 5000) ZORILLA_MEMORY_FLOOD_SECS
 run_test nat --workspace --test nat -- --nocapture
 
 run_bench() { # package bench
+    # Resuming: the benchmarks before the named one ran already.
+    [[ $resume == "$2" ]] && resume=done
+    [[ -n $resume && $resume != done ]] && return
     echo "== cargo bench -p $1 --bench $2"
     # --workspace, not -p: the same features as the test build, so no
     # dependency is built a second time.
