@@ -55,7 +55,7 @@ else
     markdown=BENCHMARKS.md
     readme=README.md
     svg_dir=docs/bench
-    kind="full run, release build, $(date -u +%Y-%m-%d), $(nproc) cores, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes')${BENCH_NOTE:+; $BENCH_NOTE}"
+    kind="full run, release build, $(date -u +%Y-%m-%d), $(nproc) cores, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs/bench/logs' || echo ' with uncommitted changes')${BENCH_NOTE:+; $BENCH_NOTE}"
 fi
 if [[ -n $resume ]]; then
     [[ -f $logs/run.log ]] || { echo "no run to resume: $logs/run.log is missing" >&2; exit 1; }
