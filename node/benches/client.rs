@@ -12,7 +12,9 @@
 //! - What the owners' checks cost (issue 28), in the same run: a signed
 //!   submission against one without an owner (one client, one after
 //!   another), and an owner's status read proved end to end, at the job's
-//!   home and through a second node that forwards it there.
+//!   home and through a second node that forwards it there (a pair of
+//!   nodes of their own, away from the waiting jobs above, which would be
+//!   flooded to a node joining their grid).
 //!
 //! Run: `cargo bench -p zorilla-node --bench client`.
 
@@ -144,8 +146,21 @@ async fn main() {
     );
 
     // The owner's status read, proved end to end: at the home, and through
-    // a second node that forwards it to the home.
-    let other = TestNode::start(&dir.path().join("n1"), &network, Some(&node.listen), 1);
+    // a second node that forwards it to the home. A pair of nodes of its
+    // own, in a grid of its own: the jobs above wait for 64-core workers,
+    // and a node joining their grid would be flooded with them all the
+    // while (the read is measured on its own).
+    let pair = format!("{network}-forwarded");
+    let home = TestNode::start(&dir.path().join("n1"), &pair, None, 2);
+    let mut owner = Client::connect(home.client.as_str())
+        .await
+        .unwrap()
+        .as_user(first.user().clone());
+    let job = owner
+        .submit(request.clone(), module.clone(), vec![])
+        .await
+        .unwrap();
+    let other = TestNode::start(&dir.path().join("n2"), &pair, Some(&home.listen), 1);
     let mut through = Client::connect(other.client.as_str())
         .await
         .unwrap()
@@ -161,7 +176,7 @@ async fn main() {
     let (mut direct, mut forwarded) = (Vec::new(), Vec::new());
     for _ in 0..forwarded_calls {
         let t = Instant::now();
-        first.status(job).await.unwrap();
+        owner.status(job).await.unwrap();
         direct.push(t.elapsed());
         let t = Instant::now();
         let status = through.status(job).await.unwrap();

@@ -164,20 +164,25 @@ pub(crate) async fn forward(
         .copied()
         .filter(|p| *p != me);
     let kept = known.is_none().then(|| lookups.home(job)).flatten();
+    let mut failed = None;
     if let Some(home) = known.or(kept) {
         match ask_home(overlay, home, request.clone()).await {
             Ok(answer) => return Some(answer),
             Err(not_home) if known.is_some() => return Some(not_home.response(home)),
             // A home kept from an earlier lookup that is not (or no
             // longer) the job's home is forgotten, and the home looked for
-            // once more.
-            Err(_) => lookups.forget(job),
+            // once more; if nobody knows it now, the client hears what
+            // became of the request, not that the job is unknown.
+            Err(not_home) => {
+                lookups.forget(job);
+                failed = Some(not_home.response(home));
+            }
         }
     }
     let home = match look_up(overlay, lookups, job).await {
         Ok(Some(home)) => home,
-        Ok(None) => return None,
-        Err(busy) => return Some(busy),
+        Ok(None) => return failed,
+        Err(busy) => return Some(failed.unwrap_or(busy)),
     };
     Some(
         ask_home(overlay, home, request)
