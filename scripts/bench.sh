@@ -59,6 +59,8 @@ else
 fi
 if [[ -n $resume ]]; then
     [[ -f $logs/run.log ]] || { echo "no run to resume: $logs/run.log is missing" >&2; exit 1; }
+    # An earlier resume from the same benchmark is run again: its line goes.
+    sed -i "/^KIND benchmarks from $resume on: /d" "$logs/run.log"
     echo "KIND benchmarks from $resume on: $kind" >>"$logs/run.log"
 else
     rm -rf "$logs" && mkdir -p "$logs"
