@@ -27,7 +27,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::{Caller, Linker, Memory};
 
@@ -35,7 +35,6 @@ use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, MAX_GENERATION
 use crate::transport::{
     Delivery, MAX_MESSAGE_BYTES, MembershipChange, Rank, Transport, TransportError,
 };
-use crate::worker::Waiting;
 
 /// The import module name.
 pub(crate) const MODULE: &str = "zorilla";
@@ -76,6 +75,53 @@ pub(crate) struct HostNet {
     loaded: Option<Checkpoint>,
     /// Whether the worker waits in a receive without a deadline.
     waiting: Waiting,
+}
+
+/// Whether a worker waits in a receive without a deadline (`zorilla_recv`
+/// with a negative timeout, as a blocking `MPI_Recv` does), and since when.
+/// Its node tells the job's home, which ends a job whose ranks all wait on
+/// one another with nothing in flight (see `zorilla_core::stall`). A
+/// receive with a deadline does not count: the worker wakes by itself.
+/// Cloneable, read from anywhere.
+#[derive(Clone, Debug, Default)]
+pub struct Waiting(Arc<std::sync::Mutex<Option<Instant>>>);
+
+impl Waiting {
+    /// How long the worker has waited in its current receive without a
+    /// deadline; `None` if it is not in one.
+    pub fn waited(&self) -> Option<Duration> {
+        self.since().map(|since| since.elapsed())
+    }
+
+    fn since(&self) -> Option<Instant> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn set(&self, since: Option<Instant>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = since;
+    }
+
+    /// The worker waits from now until the guard is dropped (the receive
+    /// returned, or its future was dropped: the worker was cancelled).
+    pub(crate) fn begin(&self) -> WaitingGuard {
+        self.set(Some(Instant::now()));
+        WaitingGuard(self.clone())
+    }
+}
+
+/// See [`Waiting::begin`].
+pub(crate) struct WaitingGuard(Waiting);
+
+impl Drop for WaitingGuard {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
 }
 
 /// What the host functions need of a store's data: the worker's

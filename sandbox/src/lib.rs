@@ -76,12 +76,12 @@ pub use checkpoint::{
 };
 pub use diskquota::DISK_POLL;
 pub use error::SandboxError;
+pub use hostapi::Waiting;
 pub use limits::Limits;
 pub use output::{OutputChunk, OutputKind};
 pub use transport::{ChangeKind, Delivery, MembershipChange, Rank, Transport, TransportError};
 pub use worker::{
-    CancelHandle, HumanDuration, Outcome, PreparedWorker, Waiting, WorkerHandle, WorkerReport,
-    WorkerSpec,
+    CancelHandle, HumanDuration, Outcome, PreparedWorker, WorkerHandle, WorkerReport, WorkerSpec,
 };
 
 use cache::{Digest32, DiskCache, sha256};

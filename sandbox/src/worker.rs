@@ -27,7 +27,7 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 
 use crate::diskquota::{self, DiskQuota, DiskQuotaState};
 use crate::epoch::Ticker;
-use crate::hostapi::{HostApiState, HostNet};
+use crate::hostapi::{HostApiState, HostNet, Waiting};
 use crate::limits::{LimitFlag, LimitHit, Limits, MemoryLimiter};
 use crate::output::{OutputChunk, OutputShared};
 use crate::transport::Transport;
@@ -217,53 +217,6 @@ impl CancelHandle {
         let mut rx = self.0.subscribe();
         // The sender lives in `self`: `wait_for` cannot fail.
         let _ = rx.wait_for(|c| *c).await;
-    }
-}
-
-/// Whether a worker waits in a receive without a deadline (`zorilla_recv`
-/// with a negative timeout, as a blocking `MPI_Recv` does), and since when.
-/// Its node tells the job's home, which ends a job whose ranks all wait on
-/// one another with nothing in flight (see `zorilla_core::stall`). A
-/// receive with a deadline does not count: the worker wakes by itself.
-/// Cloneable, read from anywhere.
-#[derive(Clone, Debug, Default)]
-pub struct Waiting(Arc<std::sync::Mutex<Option<Instant>>>);
-
-impl Waiting {
-    /// How long the worker has waited in its current receive without a
-    /// deadline; `None` if it is not in one.
-    pub fn waited(&self) -> Option<Duration> {
-        self.since().map(|since| since.elapsed())
-    }
-
-    fn since(&self) -> Option<Instant> {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn set(&self, since: Option<Instant>) {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = since;
-    }
-
-    /// The worker waits from now until the guard is dropped (the receive
-    /// returned, or its future was dropped: the worker was cancelled).
-    pub(crate) fn begin(&self) -> WaitingGuard {
-        self.set(Some(Instant::now()));
-        WaitingGuard(self.clone())
-    }
-}
-
-/// See [`Waiting::begin`].
-pub(crate) struct WaitingGuard(Waiting);
-
-impl Drop for WaitingGuard {
-    fn drop(&mut self) {
-        self.0.set(None);
     }
 }
 
