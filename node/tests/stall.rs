@@ -11,25 +11,30 @@ use std::time::{Duration, Instant};
 
 use common::{TestNode, grid, grid_with_idle_home, stdout_of, wait_completed, wait_for, wasm};
 use zorilla_core::node::LostPolicy;
+use zorilla_node::client::Client;
 use zorilla_node::protocol::{JobPhase, JobRequest};
 
-/// Every rank of `stagger 0 -1` waits for ever for a message nobody
-/// sends: the home ends the job, failed, with a sentence that says so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_whose_ranks_all_wait_for_ever_fails_saying_so() {
+/// A job of `guest` with `args` on two ranks, submitted to the first of
+/// two one-core nodes (so one rank on each).
+async fn two_ranks(guest: &str, args: &[&str]) -> (common::Grid, Client, u64) {
     let grid = grid(2, 1);
     let mut client = grid.nodes[0].client().await;
     let request = JobRequest {
         min_workers: 2,
         max_workers: 2,
         lifetime_secs: 60,
-        args: vec!["0".into(), "-1".into()],
+        args: args.iter().map(|a| (*a).to_string()).collect(),
         ..JobRequest::default()
     };
-    let job = client
-        .submit(request, wasm("stagger"), vec![])
-        .await
-        .unwrap();
+    let job = client.submit(request, wasm(guest), vec![]).await.unwrap();
+    (grid, client, job)
+}
+
+/// Every rank of `stagger 0 -1` waits for ever for a message nobody
+/// sends: the home ends the job, failed, with a sentence that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_ranks_all_wait_for_ever_fails_saying_so() {
+    let (_grid, mut client, job) = two_ranks("stagger", &["0", "-1"]).await;
     let ended = wait_for(&mut client, job, Duration::from_secs(60), "the end", |s| {
         s.phase.is_terminal()
     })
@@ -109,16 +114,7 @@ async fn a_replaced_rank_waiting_for_what_its_predecessor_was_sent_fails_the_job
 /// completes with the number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rank_that_receives_late_is_not_taken_for_stalled() {
-    let grid = grid(2, 1);
-    let mut client = grid.nodes[0].client().await;
-    let request = JobRequest {
-        min_workers: 2,
-        max_workers: 2,
-        lifetime_secs: 60,
-        args: vec!["5".into()],
-        ..JobRequest::default()
-    };
-    let job = client.submit(request, wasm("late"), vec![]).await.unwrap();
+    let (_grid, mut client, job) = two_ranks("late", &["5"]).await;
     wait_completed(&mut client, job, Duration::from_secs(60)).await;
     let logs = client.logs(job).await.unwrap();
     assert!(

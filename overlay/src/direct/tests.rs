@@ -23,15 +23,48 @@ fn addr(plane: &DirectPlane) -> SocketAddr {
     SocketAddr::new(LOOPBACK, plane.port())
 }
 
-#[tokio::test]
-async fn an_expected_peer_connects_with_aes_gcm_and_both_ends_know_each_other() {
+/// Two planes, `b` expecting `a`, and `a`'s connection to `b` at both
+/// ends (dialed, accepted), with `b`'s queue of inbound connections.
+struct Connected {
+    a: Arc<DirectPlane>,
+    b: Arc<DirectPlane>,
+    a_id: PeerId,
+    b_id: PeerId,
+    dialed: DirectStream,
+    accepted: DirectStream,
+    inbound: mpsc::Receiver<DirectStream>,
+}
+
+async fn connected() -> Connected {
     let (a_key, a) = plane().await;
     let (b_key, b) = plane().await;
     let (a_id, b_id) = (a_key.public().to_peer_id(), b_key.public().to_peer_id());
     let mut inbound = b.accept(4);
     b.expect(a_id);
-    let mut dialed = a.dial(b_id, addr(&b)).await.unwrap();
-    let mut accepted = inbound.recv().await.unwrap();
+    let dialed = a.dial(b_id, addr(&b)).await.unwrap();
+    let accepted = inbound.recv().await.unwrap();
+    Connected {
+        a,
+        b,
+        a_id,
+        b_id,
+        dialed,
+        accepted,
+        inbound,
+    }
+}
+
+#[tokio::test]
+async fn an_expected_peer_connects_with_aes_gcm_and_both_ends_know_each_other() {
+    let Connected {
+        a,
+        b,
+        a_id,
+        b_id,
+        mut dialed,
+        mut accepted,
+        ..
+    } = connected().await;
     assert_eq!((dialed.peer, accepted.peer), (b_id, a_id));
     dialed.stream.write_all(b"ping").await.unwrap();
     dialed.stream.flush().await.unwrap();
@@ -114,13 +147,15 @@ async fn a_closed_plane_refuses_dials() {
 /// however the node expects it.
 #[tokio::test]
 async fn a_peer_cut_off_loses_its_connection_at_once_and_cannot_come_back() {
-    let (a_key, a) = plane().await;
-    let (b_key, b) = plane().await;
-    let (a_id, b_id) = (a_key.public().to_peer_id(), b_key.public().to_peer_id());
-    let mut inbound = b.accept(4);
-    b.expect(a_id);
-    let mut dialed = a.dial(b_id, addr(&b)).await.unwrap();
-    let mut accepted = inbound.recv().await.unwrap();
+    let Connected {
+        a,
+        b,
+        a_id,
+        b_id,
+        mut dialed,
+        mut accepted,
+        mut inbound,
+    } = connected().await;
     // b reads while a is cut off.
     let reading = tokio::spawn(async move {
         let mut buf = [0; 4];
