@@ -1,5 +1,5 @@
 //! An async client of a node's client protocol (see [`crate::protocol`]),
-//! used by the tests and meant for the `zorilla` command-line tool.
+//! used by the `zorilla` command-line tool, the tests and the benchmarks.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), zorilla_node::client::ClientError> {

@@ -1,6 +1,7 @@
-//! A job changing home (issue 16): what a home logs of its job for the
-//! job's copies ([`JobEntry`]), the home's state rebuilt from that log
-//! ([`JobState`]), and the scheduler's three moves in a takeover:
+//! A job changing home (issue 16): the scheduler's three moves in a
+//! takeover, from the home's state rebuilt from its log (the log's entries,
+//! [`JobEntry`], and that state, [`JobState`], are
+//! `joblog`'s):
 //!
 //! - a copy that became the job's primary **adopts** it
 //!   ([`Scheduler::adopt`]) and tells the job's nodes that it is their home
