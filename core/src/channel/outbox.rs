@@ -54,6 +54,12 @@ impl Default for SendChannel {
 }
 
 impl SendChannel {
+    /// Whether it holds unacknowledged messages or an ask (it needs a
+    /// stream).
+    fn is_open(&self) -> bool {
+        !self.queue.is_empty() || self.ask.is_some()
+    }
+
     fn admits(&self, len: u64) -> bool {
         self.end.saturating_add(footprint(len)) <= self.limit
     }
@@ -164,9 +170,7 @@ impl Outbox {
     /// Whether every message pushed was acknowledged and no ask waits for
     /// its grant (nothing needs a stream).
     pub fn all_acked(&self) -> bool {
-        self.channels
-            .values()
-            .all(|c| c.queue.is_empty() && c.ask.is_none())
+        self.channels.values().all(|c| !c.is_open())
     }
 
     /// Bytes kept for retransmission (with [`MESSAGE_OVERHEAD`](super::MESSAGE_OVERHEAD) for each
@@ -305,8 +309,14 @@ impl Outbox {
     pub fn open_channels(&self) -> Vec<ChannelId> {
         self.channels
             .iter()
-            .filter(|(_, c)| !c.queue.is_empty() || c.ask.is_some())
+            .filter(|(_, c)| c.is_open())
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// Whether one of the channels `which` picks still holds
+    /// unacknowledged messages or an ask (without listing them).
+    pub fn holds(&self, which: impl Fn(&ChannelId) -> bool) -> bool {
+        self.channels.iter().any(|(id, c)| which(id) && c.is_open())
     }
 }

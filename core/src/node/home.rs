@@ -662,12 +662,7 @@ impl<P: PeerKey> Scheduler<P> {
         if job.phase != Phase::Running || job.ranks.lost().next().is_some() || may_grow {
             return;
         }
-        let running: BTreeMap<u32, P> = job
-            .ranks
-            .iter()
-            .filter(|(_, rank)| rank.outcome.is_none())
-            .map(|(r, rank)| (r, rank.node.clone()))
-            .collect();
+        let running = job.ranks.running();
         if running.is_empty() || running != *waited {
             return;
         }

@@ -381,6 +381,19 @@ impl<P> RankTable<P> {
         self.ranks.get(&rank)
     }
 
+    /// The ranks whose workers run (or start): placed, neither ended nor
+    /// lost, each with its node.
+    pub fn running(&self) -> BTreeMap<u32, P>
+    where
+        P: Clone,
+    {
+        self.ranks
+            .iter()
+            .filter(|(_, rank)| rank.outcome.is_none())
+            .map(|(r, rank)| (*r, rank.node.clone()))
+            .collect()
+    }
+
     /// Ranks lost and not granted again yet, lowest first.
     pub fn lost(&self) -> impl Iterator<Item = u32> + '_ {
         self.lost.iter().copied()

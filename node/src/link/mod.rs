@@ -272,7 +272,7 @@ impl Links {
         let mut last: Option<Instant> = None;
         for link in out {
             let s = lock(&link.state);
-            if s.outbox.open_channels().iter().any(|c| c.job == job) {
+            if s.outbox.holds(|c| c.job == job) {
                 return None;
             }
             last = last.max(s.settled.get(&job).copied());
@@ -288,7 +288,7 @@ impl Links {
     pub(crate) async fn settled(&self, job: u64, rank: u32, incarnation: u32) {
         let sent_by =
             |c: &ChannelId| c.job == job && c.from == rank && c.from_incarnation == incarnation;
-        let busy = |link: &OutLink| lock(&link.state).outbox.open_channels().iter().any(sent_by);
+        let busy = |link: &OutLink| lock(&link.state).outbox.holds(sent_by);
         let wait = async {
             loop {
                 let out: Vec<_> = lock(&self.out).values().cloned().collect();

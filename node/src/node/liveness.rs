@@ -133,11 +133,7 @@ impl Node {
             let Some(table) = self.sched.ranks(job) else {
                 continue;
             };
-            let ranks: BTreeMap<u32, PeerId> = table
-                .iter()
-                .filter(|(_, rank)| rank.outcome.is_none())
-                .map(|(r, rank)| (r, rank.node))
-                .collect();
+            let ranks = table.running();
             if ranks.values().any(|node| *node == self.me) {
                 let waits = self.waits_here(job.0);
                 self.stall.heard(now, now, job, self.me, waits);
