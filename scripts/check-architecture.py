@@ -38,20 +38,12 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from layout import CODE_DIRS, CRATES, ROOT
 MAP = ROOT / "docs" / "ARCHITECTURE.md"
 README = ROOT / "README.md"
 README_SECTION = "How it fits together"
 # The directories of the code that the map must name.
-MAPPED = ("core", "overlay", "sandbox", "node", "webui", "sim", "sdk", "examples", "deploy", "scripts", "docs")
-CRATES = {
-    "zorilla_core": "core",
-    "zorilla_overlay": "overlay",
-    "zorilla_sandbox": "sandbox",
-    "zorilla_node": "node",
-    "zorilla_webui": "webui",
-    "zorilla_sim": "sim",
-}
+MAPPED = CODE_DIRS
 EXTENSIONS = (".rs", ".md", ".toml", ".sh", ".py", ".c", ".h", ".wasm", ".service", ".svg", ".png", ".lock")
 TOP = {p.name for p in ROOT.iterdir() if not p.name.startswith(".git")}
 PATH_WORD = re.compile(r"[A-Za-z0-9_.*-]+(?:/[A-Za-z0-9_.*-]*)+|[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+")

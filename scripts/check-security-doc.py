@@ -22,16 +22,8 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TOP = ("core", "overlay", "sandbox", "node", "webui", "sim", "sdk", "examples", "deploy", "scripts", "docs")
-CRATES = {
-    "zorilla_core": "core",
-    "zorilla_overlay": "overlay",
-    "zorilla_sandbox": "sandbox",
-    "zorilla_node": "node",
-    "zorilla_webui": "webui",
-    "zorilla_sim": "sim",
-}
+from layout import CODE_DIRS, CRATES, ROOT
+TOP = CODE_DIRS
 
 
 def rust_files():
