@@ -409,3 +409,23 @@ fn asked_waits(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node's answer keeps, at the home, only the waits of the jobs and
+    /// ranks the home asked it about: a peer naming other jobs or ranks
+    /// makes the home hold nothing more.
+    #[test]
+    fn a_peers_waits_are_kept_only_for_what_it_was_asked() {
+        let asked: BTreeMap<u64, Vec<u32>> = [(1, vec![0, 2])].into();
+        let waits = |ranks: &[u32]| Waits {
+            ranks: ranks.iter().map(|r| (*r, Duration::from_secs(5))).collect(),
+            quiet: Some(Duration::from_secs(5)),
+        };
+        let said: BTreeMap<u64, Waits> = [(1, waits(&[0, 1, 2, 3])), (9, waits(&[0]))].into();
+        let kept = asked_waits(&asked, said);
+        assert_eq!(kept, [(1, waits(&[0, 2]))].into());
+    }
+}
