@@ -30,7 +30,11 @@
 //! primary is the one they elect. Anything else is refused
 //! ([`Action::Refused`]) and the driver counts it as misbehaviour: a node
 //! of the grid, or a node of the job, cannot make itself the job's home by
-//! naming itself primary under a higher term. Signatures are the driver's
+//! naming itself primary under a higher term. A new copy starts in the
+//! job's first epoch, whose primary the driver knows from the job itself
+//! (the node derives a job's id from its first home), so it believes a
+//! later epoch, and the node that invites it, only by the chain of
+//! mandates from there. Signatures are the driver's
 //! ([`Signer`]): the node signs with its peer key, the simulator with a
 //! stand-in. A replica that missed a whole election (it does not know the
 //! epoch the mandate replaced) cannot check it and stays where it is until
@@ -461,9 +465,6 @@ pub struct Replica<P, E> {
     mandate: Option<Mandate<P>>,
     /// The primary's signature of the copies (see [`Msg::Append`]).
     roster: Option<Signature>,
-    /// A copy that has heard nothing yet: its first append (from the node
-    /// that gave it the job) is taken whatever epoch it names.
-    fresh: bool,
     /// The epoch before this one, as this replica knew it: a mandate that
     /// replaced it is checked too (a rival winner of the same election).
     left: Option<Epoch<P>>,
@@ -535,16 +536,19 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
     ) -> Self {
         let mut replica = Replica::copy(job, me.clone(), me, now, timing, signer);
         replica.role = Role::Primary;
-        replica.fresh = false;
         replica
     }
 
-    /// A copy of `job` whose primary is `primary` (in its first epoch, or
-    /// a later one that its first message proves).
+    /// A copy of `job`, whose first primary (the home that accepted it) is
+    /// `first`: the copy starts in the job's first epoch, and a later one
+    /// is adopted only with its mandate, checked from there. The driver
+    /// makes sure `first` is the job's (the node binds a job's id to its
+    /// first home), so a node that invites a copy cannot make it follow an
+    /// epoch of its own.
     pub fn copy(
         job: u64,
         me: P,
-        primary: P,
+        first: P,
         now: Time,
         timing: Timing,
         signer: std::sync::Arc<dyn Signer<P>>,
@@ -555,10 +559,12 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             signer,
             mandate: None,
             roster: None,
-            fresh: true,
             left: None,
             timing,
-            epoch: Epoch { term: 0, primary },
+            epoch: Epoch {
+                term: 0,
+                primary: first,
+            },
             role: Role::Copy,
             copies: BTreeSet::new(),
             copies_version: 0,
@@ -829,16 +835,12 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             // Only the new primary's append, or an answer vouching for it,
             // carries the proof of a newer epoch; anything else about one
             // waits for that.
-            let (mandate, append) = match &msg {
-                Msg::Append { mandate, .. } if from == theirs.primary => (mandate.as_ref(), true),
-                Msg::Alive { mandate, .. } => (mandate.as_ref(), false),
+            let mandate = match &msg {
+                Msg::Append { mandate, .. } if from == theirs.primary => mandate.as_ref(),
+                Msg::Alive { mandate, .. } => mandate.as_ref(),
                 _ => return out,
             };
-            // A fresh copy takes the epoch of the node that gave it the job
-            // as it comes (that node named it a copy directly).
-            let given = self.fresh && append && from == self.epoch.primary;
             let checked = match mandate {
-                _ if given => Ok(()),
                 None => Err(Some(Refusal::NoMandate)),
                 Some(mandate) => self.proves(&theirs, mandate, 0),
             };
@@ -1266,7 +1268,6 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         if from != self.epoch.primary || self.role == Role::Primary {
             return false;
         }
-        self.fresh = false;
         // Hearing from the primary of this epoch renews its lease, and
         // ends any election this replica took part in.
         self.role = Role::Copy;

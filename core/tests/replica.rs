@@ -891,3 +891,52 @@ fn under_random_crashes_and_partitions_no_committed_entry_is_lost_and_one_primar
     }
     assert!(checked > 1000, "only {checked} committed entries checked");
 }
+
+#[test]
+fn a_new_copy_follows_a_later_home_only_by_the_mandate_from_the_first() {
+    let mut net = Net::new(3);
+    net.propose(0, "a");
+    net.run(Duration::from_millis(200));
+    net.down.insert(0);
+    net.run(Duration::from_secs(5));
+    let live = net.live_primaries();
+    assert_eq!(live.len(), 1, "one primary: {live:?}");
+    let p = live[0];
+    let epoch = net.replicas[&p].epoch().clone();
+    assert_eq!(epoch.term, 1);
+    let timing = Timing::default();
+    // A stranger (node 9) invites a new copy (node 5) under an epoch of its
+    // own: the copy, which starts from the job's first home, refuses it.
+    let mut invited = R::copy(7, 5, 0, net.now, timing, signer(5));
+    let forged = Epoch {
+        term: 1,
+        primary: 9,
+    };
+    let out = invited.on_message(net.now, 9, claim(&forged, None));
+    assert!(
+        out.iter().any(|a| matches!(
+            a,
+            Action::Refused {
+                from: 9,
+                why: Refusal::NoMandate
+            }
+        )),
+        "{out:?}"
+    );
+    assert_eq!(invited.epoch().primary, 0);
+    assert!(invited.is_empty());
+    // The home now in charge places it: its invitation carries the mandate,
+    // checked from the first epoch, and the copy follows it.
+    net.replicas.insert(5, invited);
+    let copies: Vec<u32> = (1..=3).chain([5]).filter(|n| *n != p).collect();
+    let out = net.replicas.get_mut(&p).unwrap().set_copies(copies, 2);
+    net.take(p, out);
+    net.run(Duration::from_millis(300));
+    assert_eq!(net.replicas[&5].epoch(), &epoch);
+    assert_eq!(net.log(5), vec!["a"]);
+    assert!(
+        net.refused.iter().all(|(by, ..)| *by != 5),
+        "{:?}",
+        net.refused
+    );
+}

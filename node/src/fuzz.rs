@@ -328,6 +328,17 @@ fn submit_proof(g: &mut Gen) -> crate::owner::SubmitProof {
     }
 }
 
+fn origin(g: &mut Gen) -> crate::origin::JobOrigin {
+    let mut nonce = [0u8; 16];
+    for (b, x) in nonce.iter_mut().zip(g.bytes()) {
+        *b = x;
+    }
+    crate::origin::JobOrigin {
+        home: peer(g),
+        nonce,
+    }
+}
+
 fn user(_: &mut Gen) -> crate::owner::UserId {
     static USER: std::sync::OnceLock<crate::owner::UserId> = std::sync::OnceLock::new();
     *USER.get_or_init(|| crate::owner::UserKey::generate().id())
@@ -589,6 +600,7 @@ fn job_record(g: &mut Gen) -> JobRecord {
         moved_to: g.option(Gen::string),
         owner: g.option(user),
         owner_proof: g.option(submit_proof),
+        origin: g.option(origin),
     }
 }
 
@@ -611,6 +623,7 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
                 submitted_unix: g.int(),
                 owner: g.option(user),
                 owner_proof: g.option(submit_proof),
+                origin: g.option(origin),
             }),
         },
         4 | 5 => PeerRpc::Barrier {

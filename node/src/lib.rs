@@ -29,6 +29,7 @@
 //! - `forward`: a client's request about a job homed elsewhere goes to
 //!   the job's home.
 //! - `wire`: what nodes say to each other over the overlay's rpc.
+//! - `origin`: a job's id, bound to the node that accepted it.
 //! - `net`: calls between nodes, and the sandbox's transport over them.
 //! - `link`: the message path between workers: rank inboxes, and streams
 //!   (or direct connections) between nodes.
@@ -53,6 +54,7 @@ pub mod jobspec;
 mod link;
 mod net;
 mod node;
+mod origin;
 pub mod owner;
 pub mod protocol;
 mod server;

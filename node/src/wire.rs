@@ -65,6 +65,11 @@ pub(crate) struct JobCopy {
     /// it runs a worker of the job.
     #[serde(default)]
     pub(crate) owner_proof: Option<crate::owner::SubmitProof>,
+    /// The job's first home and the nonce its id was made from: a node
+    /// takes a grant or an invitation to hold a copy only if they give the
+    /// job's id (see [`crate::origin`]).
+    #[serde(default)]
+    pub(crate) origin: Option<crate::origin::JobOrigin>,
 }
 
 /// Where a rank runs (the core's [`zorilla_core::advert::Placed`]).
@@ -309,6 +314,7 @@ mod tests {
                 signature: vec![0xff; zorilla_core::replica::MAX_SIGNATURE],
                 max_workers: u32::MAX,
             }),
+            origin: Some(crate::origin::JobOrigin::new(PeerId::random())),
         }
     }
 
@@ -494,6 +500,7 @@ mod tests {
             submitted_unix: 0,
             owner: None,
             owner_proof: None,
+            origin: None,
         });
         assert!(
             refused(PeerRpc::Grant {

@@ -3,6 +3,7 @@
 //! (see [`crate::owner`]).
 
 use super::*;
+use crate::origin::JobOrigin;
 use crate::owner::{Access, Caller};
 
 impl Node {
@@ -167,10 +168,13 @@ impl Node {
         if let Err(e) = spec.validate(self.sched.config()) {
             return Response::error(ErrorKind::BadRequest, e.to_string());
         }
-        let id = loop {
-            let id = random_u64();
+        // The id names this node as the job's first home (see
+        // `crate::origin`); a fresh nonce until it is new here.
+        let (id, origin) = loop {
+            let origin = JobOrigin::new(self.me);
+            let id = origin.id();
             if !self.jobs.contains_key(&id) && !matches!(self.store.job(id), Ok(Some(_))) {
-                break id;
+                break (id, origin);
             }
         };
         let file_ref = |name: &str, data: &[u8]| FileRef {
@@ -201,6 +205,7 @@ impl Node {
             moved_to: None,
             owner: owner.as_ref().map(|o| o.user),
             owner_proof: owner.map(|o| o.proof),
+            origin: Some(origin),
         };
         // Stored before anything else happens: an accepted job is never lost.
         match self.store.put_submission(&record, &files) {

@@ -318,6 +318,7 @@ mod tests {
             submitted_unix: 0,
             owner: None,
             owner_proof: None,
+            origin: None,
         };
         let module = file("module.wasm", b"\0asm");
         assert!(check_job_copy(&info(module.clone(), vec![file("in.txt", b"x")])).is_ok());

@@ -90,6 +90,7 @@ impl Node {
             submitted_unix: record.submitted_unix,
             owner: record.owner,
             owner_proof: record.owner_proof.clone(),
+            origin: record.origin,
         })
     }
 

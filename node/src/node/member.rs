@@ -6,13 +6,17 @@ use super::files::{PrepareError, link_inputs, prepare};
 use super::*;
 
 impl Node {
-    /// The copy of a granted job, if it names the owner its advert named
-    /// (by which this node's owner's policy let it in) with the owner's
-    /// signature of the job; a home that says otherwise misbehaves.
-    fn check_owner(&self, job: u64, home: PeerId, copy: JobCopy) -> Result<JobCopy, PrepareError> {
+    /// The copy of a granted job, if its origin gives the job's id (so
+    /// that it names the job's first home: see [`crate::origin`]) and it
+    /// names the owner its advert named (by which this node's owner's
+    /// policy let it in) with the owner's signature of the job; a home
+    /// that says otherwise misbehaves.
+    fn check_copy(&self, job: u64, home: PeerId, copy: JobCopy) -> Result<JobCopy, PrepareError> {
         let advertised = self.sched.engaged_owner(JobId(job)).flatten().copied();
         let named = copy.owner.map(|o| o.key());
-        let checked = if named != advertised {
+        let checked = if copy.origin.and_then(|o| o.first_home(job)).is_none() {
+            Err("does not show the first home and nonce the job's id was made from".to_owned())
+        } else if named != advertised {
             Err(format!(
                 "its copy names owner {}, its advert {}",
                 named.map_or("none".into(), |o| o.to_string()),
@@ -61,12 +65,17 @@ impl Node {
         placement: BTreeMap<u32, Placed>,
     ) {
         let copy = match self.granted_copy.take() {
-            Some((granted, copy)) if granted == job => self.check_owner(job, home, copy),
+            Some((granted, copy)) if granted == job => self.check_copy(job, home, copy),
             _ if home == self.me => self
                 .job_copy(job)
                 .ok_or(PrepareError::NotUnderWay(JobId(job))),
             _ => Err(PrepareError::NoCopy),
         };
+        // A node running a job's workers holds a copy of its state, once
+        // the grant is taken and its copy checked.
+        if let Ok(copy) = &copy {
+            self.replicate_as_member(job, home, copy);
+        }
         let member = self.members.entry(job).or_insert_with(|| MemberJob {
             home,
             net: JobNet::new(job, self.net.links.clone()),

@@ -159,8 +159,8 @@ impl Node {
             }
             PeerRpc::Grant { grant, copy } => {
                 // The copy waits for the core's decision: workers start
-                // with it (`start_workers`), or the grant is withdrawn.
-                self.replicate_as_member(grant.job().0, from, &copy);
+                // with it (`start_workers`, where the node becomes one of
+                // the job's copies), or the grant is withdrawn.
                 self.granted_copy = Some((grant.job().0, *copy));
                 self.sched_message(from, grant, rtt);
                 self.granted_copy = None;

@@ -24,6 +24,10 @@ pub(super) const REPLICATION: usize = zorilla_core::copies::DEFAULT_DEGREE;
 /// more: replicas of unknown jobs are taken only with the job's copy, and
 /// not beyond this).
 pub(super) const MAX_REPLICAS: usize = 4096;
+/// The most copies of one job a home remembers as gone (see
+/// [`JobReplica::gone`]); past it, a gone copy is replaced all the same but
+/// may be chosen again.
+const MAX_GONE: usize = 64;
 /// How often replicas are ticked (heartbeats, leases, elections): well
 /// within the heartbeat of [`Timing::default`].
 pub(super) const TICK: Duration = Duration::from_millis(100);
@@ -51,6 +55,9 @@ pub(super) struct JobReplica {
     /// The primary's extra copies: nodes that run none of the job's ranks
     /// (kept while they can serve, see [`choose_copies`]).
     extras: BTreeSet<PeerId>,
+    /// The primary: copies found gone (at most [`MAX_GONE`]), which hold
+    /// no copy of the job again (as the simulator's failover does).
+    gone: BTreeSet<PeerId>,
     /// The primary's grants that wait until a copy holds the log up to
     /// their index, and what it sent the same nodes after them (see
     /// [`Node::hold_message`]), in order.
@@ -121,6 +128,7 @@ impl Node {
                 copy: None,
                 ended_at: None,
                 extras: BTreeSet::new(),
+                gone: BTreeSet::new(),
                 held: Vec::new(),
             },
         );
@@ -210,7 +218,7 @@ impl Node {
             members,
             &held.extras,
             &near,
-            |_| true,
+            |p| !held.gone.contains(p),
             REPLICATION,
         );
         held.extras = copies.extras;
@@ -237,12 +245,17 @@ impl Node {
         }
     }
 
-    /// A worker node took a grant with the job's copy: it holds a copy of
-    /// the job's state from now on.
+    /// A worker node took a grant with the job's copy (checked: its
+    /// origin gives the job's id): it holds a copy of the job's state from
+    /// now on, starting from the job's first epoch, so it follows the home
+    /// that granted only as far as that home's mandate proves it.
     pub(super) fn replicate_as_member(&mut self, job: u64, home: PeerId, copy: &JobCopy) {
         if home == self.me || self.replicas.contains_key(&job) {
             return;
         }
+        let Some(first) = copy.origin.and_then(|o| o.first_home(job)) else {
+            return;
+        };
         if self.replicas.len() >= MAX_REPLICAS {
             tracing::warn!(job = %JobId(job), "holding replicas of {MAX_REPLICAS} jobs: no copy of this one");
             return;
@@ -250,7 +263,7 @@ impl Node {
         let replica = Replica::copy(
             job,
             self.me,
-            home,
+            first,
             self.now(),
             Self::timing(),
             self.statement_signer(),
@@ -262,6 +275,7 @@ impl Node {
                 copy: Some(copy.clone()),
                 ended_at: None,
                 extras: BTreeSet::new(),
+                gone: BTreeSet::new(),
                 held: Vec::new(),
             },
         );
@@ -299,7 +313,11 @@ impl Node {
     /// A replica message from `from`. Only the job's replicas are heard:
     /// the primary and the copies this node knows of, or, for a job this
     /// node holds no replica of, a primary that sends the job's copy with
-    /// its log (it chose this node as an extra copy).
+    /// its log (it chose this node as an extra copy). Such an invitation is
+    /// taken only if the copy's origin gives the job's id: the new replica
+    /// starts from the job's first epoch and adopts the inviter's only if
+    /// it is that epoch or its mandate proves it (else the replica is
+    /// dropped at once, and the inviter reported).
     pub(super) fn replica_message(
         &mut self,
         from: PeerId,
@@ -308,6 +326,7 @@ impl Node {
         copy: Option<JobCopy>,
     ) {
         let now = self.now();
+        let mut invited_now = false;
         if !self.replicas.contains_key(&job) {
             // Only a primary that names this node among the job's copies
             // invites it (an append that leaves it out tells a dropped copy).
@@ -336,14 +355,24 @@ impl Node {
                 tracing::warn!(job = %JobId(job), %from, "refused to hold a copy of the job: {e}");
                 return;
             }
+            let Some(first) = copy.origin.and_then(|o| o.first_home(job)) else {
+                self.overlay.report_misbehaviour(
+                    from,
+                    format!(
+                        "it invited this node to hold a copy of job {} without the first home and nonce the job's id was made from",
+                        JobId(job)
+                    ),
+                );
+                return;
+            };
             if self.replicas.len() >= MAX_REPLICAS {
                 return;
             }
-            self.fetch_job_files(job, from, &copy);
+            invited_now = true;
             let replica = Replica::copy(
                 job,
                 self.me,
-                from,
+                first,
                 now,
                 Self::timing(),
                 self.statement_signer(),
@@ -355,6 +384,7 @@ impl Node {
                     copy: Some(copy),
                     ended_at: None,
                     extras: BTreeSet::new(),
+                    gone: BTreeSet::new(),
                     held: Vec::new(),
                 },
             );
@@ -368,18 +398,35 @@ impl Node {
         let dropped_standing = held.replica.is_primary()
             && matches!(msg, Msg::Standing { .. } | Msg::Ack { .. })
             && msg.epoch() == held.replica.epoch();
-        // A node that names itself primary of a newer epoch is heard only
-        // as one of the job's copies (the core checks the votes that
-        // elected it); the primary of an older one is heard (an old home
-        // come back: it is answered with the epoch in charge and its
-        // mandate, and steps down).
+        // A node that names itself primary of a newer epoch is heard as
+        // one of the job's copies, by a new copy, or with the votes that
+        // elected it (the core checks them: a home may have replaced a copy
+        // it took for gone that won the election meanwhile); the primary of
+        // an older one is heard (an old home come back: it is answered with
+        // the epoch in charge and its mandate, and steps down).
         let stale_primary = msg.epoch().primary == from && msg.epoch() < held.replica.epoch();
+        // A new copy that has heard nothing yet (invited, or granted
+        // workers, by a home of a later epoch) hears that home: the core
+        // adopts its epoch only with the mandate from the job's first.
+        let newer_primary = msg.epoch().primary == from && msg.epoch() > held.replica.epoch();
+        let new_copy = held.replica.is_empty() && held.replica.copies().is_empty();
+        let mandated = matches!(
+            &msg,
+            Msg::Append {
+                mandate: Some(_),
+                ..
+            } | Msg::Alive {
+                mandate: Some(_),
+                ..
+            }
+        );
         let known = from == *held.replica.primary_peer()
             || held.replica.copies().contains(&from)
             || stale_primary
-            || dropped_standing;
+            || dropped_standing
+            || (newer_primary && (new_copy || mandated));
         if !known {
-            if msg.epoch().primary == from && msg.epoch() > held.replica.epoch() {
+            if newer_primary {
                 self.overlay.report_misbehaviour(
                     from,
                     format!(
@@ -390,6 +437,9 @@ impl Node {
             } else {
                 tracing::debug!(job = %JobId(job), %from, "replica message from a node not of the job: ignored");
             }
+            if invited_now {
+                self.replicas.remove(&job);
+            }
             return;
         }
         if held.copy.is_none()
@@ -398,9 +448,26 @@ impl Node {
             held.copy = Some(copy);
         }
         let before = *held.replica.primary_peer();
+        let epoch = msg.epoch().clone();
         let out = held.replica.on_message(now, from, msg);
         let after = *held.replica.primary_peer();
         let primary = held.replica.is_primary();
+        let taken = (*held.replica.epoch() == epoch)
+            .then(|| held.copy.clone())
+            .flatten();
+        if invited_now {
+            match taken {
+                Some(copy) => {
+                    tracing::info!(job = %JobId(job), home = %from, "holding a copy of the job's state");
+                    self.fetch_job_files(job, from, &copy);
+                }
+                // The inviter's epoch did not prove itself: no copy is
+                // kept (the refusal below reports it).
+                None => {
+                    self.replicas.remove(&job);
+                }
+            }
+        }
         self.replica_actions(job, out);
         if before != after && !primary && after != self.me {
             self.follow(job, after);
@@ -454,7 +521,8 @@ impl Node {
     }
 
     /// `peer` is gone: copies whose primary it was stand for election at
-    /// once rather than after the lease.
+    /// once rather than after the lease, and a home whose copy it held
+    /// places another in its stead.
     pub(super) fn replicas_peer_gone(&mut self, peer: PeerId) {
         let now = self.now();
         let jobs: Vec<u64> = self.replicas.keys().copied().collect();
@@ -462,7 +530,16 @@ impl Node {
             let Some(held) = self.replicas.get_mut(&job) else {
                 continue;
             };
-            let out = held.replica.peer_gone(now, &peer);
+            let replace = held.replica.is_primary()
+                && held.ended_at.is_none()
+                && held.replica.copies().contains(&peer);
+            if replace && held.gone.len() < MAX_GONE {
+                held.gone.insert(peer);
+            }
+            let mut out = held.replica.peer_gone(now, &peer);
+            if replace {
+                out.extend(self.choose_copies(job));
+            }
             self.replica_actions(job, out);
         }
     }
@@ -748,6 +825,7 @@ impl Node {
             moved_to: None,
             owner: copy.owner,
             owner_proof: copy.owner_proof,
+            origin: copy.origin,
         };
         self.persist(&record);
         if phase.is_terminal() {

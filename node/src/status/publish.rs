@@ -491,6 +491,7 @@ mod tests {
                     moved_to: None,
                     owner: None,
                     owner_proof: None,
+                    origin: None,
                 };
                 (id, record)
             })

@@ -61,6 +61,10 @@ pub(crate) struct JobRecord {
     /// [`crate::owner::SubmitProof`]).
     #[serde(default)]
     pub(crate) owner_proof: Option<crate::owner::SubmitProof>,
+    /// The job's first home and the nonce its id was made from (see
+    /// [`crate::origin`]); none for a job accepted before ids were bound.
+    #[serde(default)]
+    pub(crate) origin: Option<crate::origin::JobOrigin>,
 }
 
 /// Now, in milliseconds since the Unix epoch.

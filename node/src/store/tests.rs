@@ -33,6 +33,7 @@ fn everything_survives_a_reopen() {
         moved_to: None,
         owner: None,
         owner_proof: None,
+        origin: None,
     };
     {
         let store = Store::open(&path).unwrap();
@@ -367,6 +368,7 @@ fn job(id: u64, phase: JobPhase) -> JobRecord {
         moved_to: None,
         owner: None,
         owner_proof: None,
+        origin: None,
     }
 }
 
@@ -529,6 +531,7 @@ fn phases_only_move_forward() {
         moved_to: None,
         owner: None,
         owner_proof: None,
+        origin: None,
     };
     assert!(!job.advance(JobPhase::Submitted, "back"));
     assert!(job.advance(JobPhase::Running, "go"));
@@ -565,6 +568,7 @@ fn a_job_that_ends_lists_no_rank_running() {
         moved_to: None,
         owner: None,
         owner_proof: None,
+        origin: None,
     };
     job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
     assert!(job.advance(JobPhase::Failed, "the home node restarted"));

@@ -406,6 +406,11 @@ impl Sim {
             return;
         };
         let timing = f.config.timing;
+        // A new copy starts from the job's first home, as the node's does
+        // (it knows it from the job's id).
+        let Some(&first) = f.primaries.get(&(job, 0)) else {
+            return;
+        };
         let Some(r) = f.jobs.get_mut(&job) else {
             return;
         };
@@ -421,7 +426,7 @@ impl Sim {
                     self.replica_actions(to, job, send.into_iter().collect());
                     return;
                 }
-                e.insert(Rep::copy(job.0, to, from, now, timing, signer(to)))
+                e.insert(Rep::copy(job.0, to, first, now, timing, signer(to)))
             }
         };
         let out = replica.on_message(now, from, msg);
