@@ -111,6 +111,9 @@ pub(crate) struct NetCheckpoints {
     /// The job's home as the worker's node knows it now (the job may
     /// change home while the worker runs).
     pub(crate) home: tokio::sync::watch::Receiver<PeerId>,
+    /// The job's copies as the worker's node knows them now: the holders
+    /// take tickets from them too (one becomes the home if it is lost).
+    pub(crate) copies: tokio::sync::watch::Receiver<Vec<PeerId>>,
     pub(crate) rank: u32,
     pub(crate) incarnation: u32,
     pub(crate) saves: AtomicU32,
@@ -141,16 +144,23 @@ enum HolderError {
 }
 
 impl NetCheckpoints {
-    /// Sends every block and then the manifest to `holder`.
+    /// Sends every block and then the manifest to `holder`, naming the
+    /// job's home and copies as they are now.
     async fn send_to(
-        net: Net,
+        &self,
         holder: PeerId,
-        job: u64,
-        home: PeerId,
-        rank: u32,
         data: Arc<Vec<u8>>,
         manifest: Manifest,
     ) -> Result<(), HolderError> {
+        let (net, job, rank) = (&self.net, self.job, self.rank);
+        let home = *self.home.borrow();
+        let copies: Vec<PeerId> = self
+            .copies
+            .borrow()
+            .iter()
+            .take(zorilla_core::replica::MAX_COPIES)
+            .copied()
+            .collect();
         let blocks = data.len().div_ceil(MAX_BLOCK_BYTES).max(1);
         let seq = manifest.seq;
         let mut puts = futures::stream::iter(0..blocks)
@@ -176,6 +186,7 @@ impl NetCheckpoints {
             job,
             rank,
             manifest,
+            copies,
         });
         net.call_ok(holder, commit).await?;
         Ok(())
@@ -240,16 +251,7 @@ impl NetCheckpoints {
         }
         let data = Arc::new(data);
         let sends = chosen.peers.iter().map(|holder| {
-            let home = *self.home.borrow();
-            let send = Self::send_to(
-                self.net.clone(),
-                *holder,
-                self.job,
-                home,
-                self.rank,
-                data.clone(),
-                manifest.clone(),
-            );
+            let send = self.send_to(*holder, data.clone(), manifest.clone());
             async move { (*holder, send.await) }
         });
         let mut holders = Vec::new();

@@ -708,6 +708,7 @@ fn checkpoint_rpc(g: &mut Gen) -> CheckpointRpc {
             job,
             rank,
             manifest: manifest(g),
+            copies: g.vec(peer),
         },
         2 => CheckpointRpc::Stored {
             job,

@@ -526,9 +526,17 @@ fn checkpoint_rpc(rpc: &CheckpointRpc) -> Result<(), Invalid> {
             )?;
         }
         CheckpointRpc::Commit {
-            rank: r, manifest, ..
+            rank: r,
+            manifest,
+            copies,
+            ..
         } => {
             rank("checkpoint rank", *r)?;
+            limits::at_most(
+                "job copies",
+                copies.len(),
+                zorilla_core::replica::MAX_COPIES,
+            )?;
             limits::at_most("checkpoint blocks", manifest.blocks.len(), MAX_BLOCKS)?;
             limits::at_most(
                 "checkpoint size in bytes",

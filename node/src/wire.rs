@@ -403,6 +403,9 @@ mod tests {
             job: u64::MAX,
             rank: limits::MAX_WORKERS - 1,
             manifest: manifest.clone(),
+            copies: (0..zorilla_core::replica::MAX_COPIES)
+                .map(|_| PeerId::random())
+                .collect(),
         });
         let stored = PeerRpc::Checkpoint(CheckpointRpc::Stored {
             job: u64::MAX,
@@ -572,6 +575,7 @@ mod tests {
         let commit = PeerRpc::Checkpoint(CheckpointRpc::Commit {
             job: 1,
             rank: 0,
+            copies: vec![],
             manifest: crate::store::checkpoints::Manifest {
                 seq: 1,
                 generation: None,

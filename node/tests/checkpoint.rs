@@ -632,3 +632,124 @@ async fn rolls_back_to_a_common_checkpoint(module: Vec<u8>, what: &str) {
         assert!(stdout.contains(&line), "missing {line:?}; {context}");
     }
 }
+
+/// The rollback stencil's home and a worker node die together (-9): a
+/// copy takes the job over and rolls every rank back to the latest common
+/// generation (it knows where the generations are from the job's log).
+/// The lost rank's fresh worker, on another node, reads its checkpoint
+/// from holders that never heard of the new home: they take its ticket
+/// because the writer named the job's copies with its checkpoint. Every
+/// rank resumes from that generation with an exact result. (Before, the
+/// holders refused the new home's ticket and the job could not resume.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stencil_rolls_back_under_a_new_home_when_its_home_and_a_worker_die_together() {
+    let mut grid = common::grid_with_idle_home(5, 1);
+    wait_for_neighbours(&grid.nodes, 5, Duration::from_secs(60)).await;
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        min_workers: HALO_RANKS,
+        max_workers: HALO_RANKS,
+        strategy: Strategy::Spread,
+        lifetime_secs: 120,
+        on_worker_lost: LostPolicy::Rollback,
+        args: [
+            HALO_CELLS as u64,
+            HALO_ITERATIONS,
+            HALO_EVERY,
+            HALO_PAUSE_US,
+        ]
+        .iter()
+        .map(u64::to_string)
+        .collect(),
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, wasm("halo"), vec![]).await.unwrap();
+    let running = wait_for(&mut client, job, Duration::from_secs(60), "3 ranks", |s| {
+        s.running_workers() == HALO_RANKS
+    })
+    .await;
+    let (rank, victim) = rank_away_from_home(&grid, &running);
+    let survivor = (1..grid.nodes.len())
+        .find(|i| {
+            *i != victim
+                && running
+                    .ranks
+                    .values()
+                    .any(|r| r.node == grid.nodes[*i].peer)
+        })
+        .expect("a node running another rank");
+    let waited = format!("a common checkpoint past {}", 5 * HALO_EVERY);
+    wait_stdout(
+        &mut client,
+        job,
+        Duration::from_secs(120),
+        &waited,
+        |stdout| {
+            (0..HALO_RANKS)
+                .all(|r| {
+                    halo_values(stdout, r, "checkpoint")
+                        .last()
+                        .is_some_and(|at| *at >= 5 * HALO_EVERY)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let old_home = grid.nodes[0].peer.clone();
+    grid.nodes[0].kill();
+    grid.nodes[victim].kill();
+
+    // Through a node that lives on, until the new home ends the job.
+    let mut asked = grid.nodes[survivor].client().await;
+    let start = Instant::now();
+    let status = loop {
+        if let Ok(s) = asked.status(job).await
+            && s.phase.is_terminal()
+        {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the job never ended after its home and a worker died"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let logs = asked.logs(job).await.unwrap();
+    let stdout = stdout_of(&logs);
+    let context = format!(
+        "{status:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        stderr_of(&logs)
+    );
+    assert_eq!(
+        status.phase,
+        zorilla_node::protocol::JobPhase::Completed,
+        "{context}"
+    );
+    assert_ne!(status.home.as_deref(), Some(old_home.as_str()), "{context}");
+    assert_ne!(
+        status.ranks[&rank].node, grid.nodes[victim].peer,
+        "{context}"
+    );
+    // The lost rank's fresh worker (what its first worker printed died
+    // with its node and the old home) resumed from a generation, as every
+    // other rank did: the same step, past the start.
+    let resumed = halo_values(&stdout, rank, "start").last().copied();
+    assert!(
+        resumed.is_some_and(|at| (5 * HALO_EVERY..HALO_ITERATIONS).contains(&at)),
+        "rank {rank} started over; {context}"
+    );
+    let resumed = resumed.unwrap();
+    for r in 0..HALO_RANKS {
+        assert_eq!(
+            halo_values(&stdout, r, "start").last().copied(),
+            Some(resumed),
+            "rank {r}; {context}"
+        );
+        let line = format!(
+            "halo rank={r} done iterations={HALO_ITERATIONS} computed={} checksum={:016x}",
+            HALO_ITERATIONS - resumed,
+            halo_checksum(r)
+        );
+        assert!(stdout.contains(&line), "missing {line:?}; {context}");
+    }
+}

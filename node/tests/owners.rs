@@ -72,6 +72,16 @@ async fn another_user_sees_only_that_a_job_exists_through_any_node() {
     .await;
     assert_eq!(running.owner, Some(alice.id().to_string()));
     assert_eq!(running.request.args, vec!["secret-of-alice".to_string()]);
+    // The rank's first line has reached the home (the reads below expect
+    // a log).
+    let start = std::time::Instant::now();
+    while at_home.logs(job).await.unwrap().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no log line from the job"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     for (i, node) in grid.nodes.iter().enumerate() {
         let mut bob = connect(node, None, &bob).await;

@@ -46,10 +46,11 @@ impl CheckpointState {
 }
 
 /// The answer to a read of `rank` of `job`'s checkpoint by `reader` that
-/// is not the node that wrote it, nor the home it named, nor one that
-/// home let ([`crate::checkpoint::ticket`]); `None` if it may read. Not
-/// counted as misbehaviour: a fresh worker's node holding a ticket of a
-/// home the job has since moved from asks in good faith.
+/// is not the node that wrote it, nor the home or a copy of the job it
+/// named, nor one that one of those let ([`crate::checkpoint::ticket`]);
+/// `None` if it may read. Not counted as misbehaviour: a fresh worker's
+/// node holding a ticket of a home the writer never knew of asks in good
+/// faith.
 fn refuse_reader(
     holder: &Holder,
     reader: PeerId,
@@ -57,16 +58,16 @@ fn refuse_reader(
     rank: u32,
     ticket: &[u8],
 ) -> Result<Option<PeerReply>, HolderError> {
-    let let_by_home = |home: &str| {
-        home.parse::<PeerId>().is_ok_and(|home| {
+    let let_by = |granter: &str| {
+        granter.parse::<PeerId>().is_ok_and(|granter| {
             PeerSigner::verify(
-                &home,
+                &granter,
                 &crate::checkpoint::ticket(job, rank, &reader),
                 ticket,
             )
         })
     };
-    if holder.may_read(job, rank, &reader.to_string(), let_by_home)? {
+    if holder.may_read(job, rank, &reader.to_string(), let_by)? {
         return Ok(None);
     }
     let why = format!(
@@ -112,6 +113,7 @@ impl Node {
         &self,
         job: u64,
         home: watch::Receiver<PeerId>,
+        copies: watch::Receiver<Vec<PeerId>>,
         rank: u32,
         incarnation: u32,
     ) -> Arc<dyn zorilla_sandbox::Checkpoints> {
@@ -121,6 +123,7 @@ impl Node {
             settings: self.checkpoints.settings,
             job,
             home,
+            copies,
             rank,
             incarnation,
             saves: Default::default(),
@@ -159,10 +162,12 @@ impl Node {
                 job,
                 rank,
                 manifest,
+                copies,
             } => {
                 let owner = from.to_string();
+                let copies = copies.iter().map(PeerId::to_string).collect();
                 return on_holder(overlay, holder, reply, move |h| {
-                    h.commit(&owner, job, rank, manifest)
+                    h.commit(&owner, job, rank, manifest, copies)
                         .map(|()| PeerReply::Ack)
                 });
             }

@@ -86,6 +86,7 @@ impl Node {
             heard: Instant::now(),
             born: HashMap::new(),
             home_tx: watch::channel(home).0,
+            copies_tx: watch::channel(Vec::new()).0,
         });
         if member.stopped {
             // Stopped before (the job rolled back) and given ranks again:
@@ -322,7 +323,12 @@ impl Node {
             },
         };
         // The job's home as it is now and as it moves (see `replicas`).
-        let Some(home_rx) = self.members.get(&job).map(|m| m.home_tx.subscribe()) else {
+        self.publish_copies(job);
+        let Some((home_rx, copies_rx)) = self
+            .members
+            .get(&job)
+            .map(|m| (m.home_tx.subscribe(), m.copies_tx.subscribe()))
+        else {
             return;
         };
         for (rank, (inbox, barrier_rx)) in ends {
@@ -352,7 +358,13 @@ impl Node {
                 limits,
                 output: Some(out_tx),
                 transport: Some(Box::new(transport)),
-                checkpoints: Some(self.worker_checkpoints(job, home_rx.clone(), rank, incarnation)),
+                checkpoints: Some(self.worker_checkpoints(
+                    job,
+                    home_rx.clone(),
+                    copies_rx.clone(),
+                    rank,
+                    incarnation,
+                )),
             };
             let handle = self.sandbox.start(&program, spec);
             if let Some(member) = self.members.get_mut(&job) {

@@ -198,6 +198,10 @@ struct MemberJob {
     /// The job's home as this node knows it, for the tasks that send to
     /// it (the job may change home: see `replicas`).
     home_tx: watch::Sender<PeerId>,
+    /// The job's copies as this node's replica knows them, for the
+    /// holders of its workers' checkpoints (see `checkpoint`): one of them
+    /// becomes the home if the home is lost.
+    copies_tx: watch::Sender<Vec<PeerId>>,
 }
 
 /// What the home keeps in memory of its finished jobs: how many there are

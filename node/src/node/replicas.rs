@@ -646,6 +646,22 @@ impl Node {
         }
     }
 
+    /// Tells the workers of `job` here (if any) the job's copies as this
+    /// node's replica knows them now, for their checkpoints' holders.
+    pub(super) fn publish_copies(&mut self, job: u64) {
+        let (Some(member), Some(held)) = (self.members.get(&job), self.replicas.get(&job)) else {
+            return;
+        };
+        let copies: Vec<PeerId> = held.replica.copies().iter().copied().collect();
+        member.copies_tx.send_if_modified(|now| {
+            let changed = *now != copies;
+            if changed {
+                *now = copies;
+            }
+            changed
+        });
+    }
+
     /// The job's primary as this node's replica knows it.
     pub(super) fn primary_of(&self, job: u64) -> Option<PeerId> {
         self.replicas.get(&job).map(|h| *h.replica.primary_peer())
@@ -736,6 +752,7 @@ impl Node {
                 }
             }
         }
+        self.publish_copies(job);
     }
 
     /// A grant of a job this node is primary of goes out only once a copy

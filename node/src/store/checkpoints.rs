@@ -72,9 +72,15 @@ pub(crate) struct Manifest {
 struct RankRecord {
     /// The node that sends its blocks (a peer id as text).
     owner: String,
-    /// The job's home as the owner named it: the only node whose word
-    /// drops the job's checkpoints.
+    /// The job's home as the owner last named it: the only node whose
+    /// word drops the job's checkpoints.
     home: String,
+    /// The job's copies as the owner named them at its last commit: one
+    /// of them becomes the job's home if the home is lost, so their
+    /// tickets let a reader in too, and a replacement of the rank that
+    /// names one of them as its home may write.
+    #[serde(default)]
+    copies: Vec<String>,
     /// When a block or manifest was last written, ms since the Unix epoch.
     touched_ms: u64,
     committed: Option<Manifest>,
@@ -82,6 +88,14 @@ struct RankRecord {
     /// `committed` has a generation (a lower generation).
     #[serde(default)]
     previous: Option<Manifest>,
+}
+
+impl RankRecord {
+    /// Whether `peer` is the job's home or one of its copies as the
+    /// rank's writer named them.
+    fn named(&self, peer: &str) -> bool {
+        self.home == peer || self.copies.iter().any(|c| c == peer)
+    }
 }
 
 /// What a holder takes at most.
@@ -256,11 +270,12 @@ impl Holder {
                 None => None,
             };
             let mut record = match record {
-                Some(r) if r.owner != owner && r.home != home => return Err(HolderError::NotOwner),
+                Some(r) if r.owner != owner && !r.named(home) => return Err(HolderError::NotOwner),
                 Some(r) => r,
                 None => RankRecord {
                     owner: owner.to_owned(),
                     home: home.to_owned(),
+                    copies: Vec::new(),
                     touched_ms: 0,
                     committed: None,
                     previous: None,
@@ -279,6 +294,8 @@ impl Holder {
                 moved_from = Some((record.owner.clone(), rank_bytes));
                 record.owner = owner.to_owned();
             }
+            // The job may have moved home since the rank's last write.
+            record.home = home.to_owned();
             let fresh = blocks.get((job, rank, &hash[..]))?.is_none();
             if fresh {
                 let owner_bytes = self.per_owner.get(owner).copied().unwrap_or(0)
@@ -350,6 +367,7 @@ impl Holder {
         job: u64,
         rank: u32,
         manifest: Manifest,
+        copies: Vec<String>,
     ) -> Result<(), HolderError> {
         if manifest.blocks.len() > MAX_BLOCKS || manifest.size > MAX_CHECKPOINT_BYTES {
             return Err(HolderError::TooLarge {
@@ -414,6 +432,7 @@ impl Holder {
             }
             record.committed = Some(manifest);
             record.previous = previous;
+            record.copies = copies;
             record.touched_ms = unix_ms();
             ranks.insert((job, rank), &encode_rank(&record)[..])?;
         }
@@ -423,15 +442,15 @@ impl Holder {
     }
 
     /// Whether `reader` may read the rank's checkpoints: the node that
-    /// wrote them, the home it named, or a node that home let
-    /// (`let_by_home` checks its leave with the home's key). A rank held
-    /// nowhere here reads as nothing anyway.
+    /// wrote them, the home or a copy of the job it named, or a node one
+    /// of those let (`let_by` checks a leave with the key of the node it
+    /// is given). A rank held nowhere here reads as nothing anyway.
     pub(crate) fn may_read(
         &self,
         job: u64,
         rank: u32,
         reader: &str,
-        let_by_home: impl FnOnce(&str) -> bool,
+        let_by: impl Fn(&str) -> bool,
     ) -> Result<bool, HolderError> {
         let tx = self.db.begin_read()?;
         let ranks = tx.open_table(RANKS)?;
@@ -439,7 +458,11 @@ impl Holder {
             return Ok(true);
         };
         let record = decode_rank(bytes.value())?;
-        Ok(record.owner == reader || record.home == reader || let_by_home(&record.home))
+        Ok(record.owner == reader
+            || record.named(reader)
+            || std::iter::once(&record.home)
+                .chain(&record.copies)
+                .any(|p| let_by(p)))
     }
 
     /// The rank's complete checkpoint `seq`, or its latest if `None`.
@@ -548,6 +571,35 @@ mod tests {
     }
 
     #[test]
+    fn readers_are_the_writer_and_the_home_and_copies_it_named_or_those_they_let() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = holder(dir.path(), HolderLimits::default());
+        let a = b"abc".as_slice();
+        h.put("w", "home", 1, 0, 1, a).unwrap();
+        h.commit("w", 1, 0, manifest(1, &[a]), vec!["c1".into(), "c2".into()])
+            .unwrap();
+        let nobody = |_: &str| false;
+        for reader in ["w", "home", "c1", "c2"] {
+            assert!(h.may_read(1, 0, reader, nobody).unwrap(), "{reader}");
+        }
+        assert!(!h.may_read(1, 0, "stranger", nobody).unwrap());
+        // A ticket of a named copy (which took the job over) lets a reader
+        // in; one of a node the writer never named does not.
+        assert!(h.may_read(1, 0, "fresh", |g| g == "c2").unwrap());
+        assert!(!h.may_read(1, 0, "fresh", |g| g == "elsewhere").unwrap());
+        // The rank's replacement under that copy as the job's home writes
+        // on; a node naming a home the writer never named does not.
+        h.put("fresh", "c2", 1, 0, 2, b"def").unwrap();
+        assert_eq!(
+            h.put("x", "elsewhere", 1, 0, 3, b"ghi"),
+            Err(HolderError::NotOwner)
+        );
+        // Only the home the writer last named drops the job.
+        assert_eq!(h.drop_job("home", 1).unwrap(), 0);
+        assert_eq!(h.drop_job("c2", 1).unwrap(), 1);
+    }
+
+    #[test]
     fn a_commit_keeps_the_newest_complete_checkpoint_and_frees_the_rest() {
         let dir = tempfile::tempdir().unwrap();
         let mut h = holder(dir.path(), HolderLimits::default());
@@ -555,21 +607,24 @@ mod tests {
         h.put("w", "home", 1, 0, 1, a).unwrap();
         // Not all blocks here: refused, nothing committed.
         assert_eq!(
-            h.commit("w", 1, 0, manifest(1, &[a, b])),
+            h.commit("w", 1, 0, manifest(1, &[a, b]), vec![]),
             Err(HolderError::Incomplete)
         );
         h.put("w", "home", 1, 0, 1, b).unwrap();
         // A size that does not add up is refused too.
         let mut wrong = manifest(1, &[a, b]);
         wrong.size += 1;
-        assert_eq!(h.commit("w", 1, 0, wrong), Err(HolderError::Incomplete));
-        h.commit("w", 1, 0, manifest(1, &[a, b])).unwrap();
+        assert_eq!(
+            h.commit("w", 1, 0, wrong, vec![]),
+            Err(HolderError::Incomplete)
+        );
+        h.commit("w", 1, 0, manifest(1, &[a, b]), vec![]).unwrap();
         assert_eq!(h.total_bytes(), 150);
         // The next shares block a: only c is new, b is freed at commit.
         h.put("w", "home", 1, 0, 2, a).unwrap();
         h.put("w", "home", 1, 0, 2, c).unwrap();
         assert_eq!(h.total_bytes(), 160);
-        h.commit("w", 1, 0, manifest(2, &[a, c])).unwrap();
+        h.commit("w", 1, 0, manifest(2, &[a, c]), vec![]).unwrap();
         assert_eq!(h.total_bytes(), 110);
         assert_eq!(h.manifest(1, 0, None).unwrap(), Some(manifest(2, &[a, c])));
         let hash_b: BlockHash = Sha256::digest(b).into();
@@ -582,7 +637,7 @@ mod tests {
             Err(HolderError::Stale { seq: 2, held: 2 })
         ));
         assert!(matches!(
-            h.commit("w", 1, 0, manifest(1, &[a])),
+            h.commit("w", 1, 0, manifest(1, &[a]), vec![]),
             Err(HolderError::Stale { .. })
         ));
         // Counted again the same after a restart.
@@ -606,7 +661,7 @@ mod tests {
         let (one, two, three, again) = (block(1), block(2), block(3), block(4));
         let commit = |h: &mut Holder, m: Manifest, data: &[u8]| {
             h.put("w", "home", 1, 0, m.seq, data).unwrap();
-            h.commit("w", 1, 0, m).unwrap();
+            h.commit("w", 1, 0, m, vec![]).unwrap();
         };
         commit(&mut h, generation(1, 1, &[&one]), &one);
         commit(&mut h, generation(2, 2, &[&two]), &two);
@@ -676,7 +731,7 @@ mod tests {
             Err(HolderError::NotOwner)
         );
         assert_eq!(
-            h.commit("x", 1, 0, manifest(1, &[&block(1, 300)])),
+            h.commit("x", 1, 0, manifest(1, &[&block(1, 300)]), vec![]),
             Err(HolderError::NotOwner)
         );
         // A checkpoint beyond the largest is refused from its manifest.
@@ -687,7 +742,7 @@ mod tests {
             blocks: vec![],
         };
         assert!(matches!(
-            h.commit("w", 1, 0, huge),
+            h.commit("w", 1, 0, huge, vec![]),
             Err(HolderError::TooLarge { .. })
         ));
         let a_rank_quota = RANK_QUOTA;
@@ -701,7 +756,8 @@ mod tests {
         for (job, rank) in [(1, 0), (1, 1), (2, 0)] {
             let data = vec![rank as u8 + job as u8; 100];
             h.put("w", "home", job, rank, 1, &data).unwrap();
-            h.commit("w", job, rank, manifest(1, &[&data])).unwrap();
+            h.commit("w", job, rank, manifest(1, &[&data]), vec![])
+                .unwrap();
         }
         assert_eq!(h.total_bytes(), 300);
         // Only the job's home drops it.

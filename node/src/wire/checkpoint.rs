@@ -27,10 +27,16 @@ pub(crate) enum CheckpointRpc {
         data: Vec<u8>,
     },
     /// Worker node to a holder: checkpoint `manifest.seq` is complete.
+    /// `copies` are the job's copies as the worker's node knows them (at
+    /// most [`zorilla_core::replica::MAX_COPIES`]): one of them becomes
+    /// the job's home if the home is lost, so the holder takes its tickets
+    /// too.
     Commit {
         job: u64,
         rank: u32,
         manifest: Manifest,
+        #[serde(default)]
+        copies: Vec<PeerId>,
     },
     /// Worker node to the home: the rank's checkpoint `seq` of `size`
     /// bytes (of `generation`, if the ranks took it together: at most
