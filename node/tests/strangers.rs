@@ -1,9 +1,10 @@
-//! Who may speak for a job (issue 28), on real nodes with a hand-made peer
-//! (`raw_peer`) that sends the replica messages no real node would: a
-//! stranger that names itself a job's home under a huge term changes
-//! nothing and is reported; one that invites a node to hold a copy of a
-//! job it knows the id of takes no copy slot, so the job's real home
-//! places its copy there later.
+//! What a stranger can do to a job (issue 28), on real nodes with a
+//! hand-made peer (`raw_peer`) that sends what no real node would: naming
+//! itself a job's home under a huge term changes nothing and is reported;
+//! inviting a node to hold a copy of a job it knows the id of takes no copy
+//! slot, so the job's real home places its copy there later; asking the
+//! home for the job's copy and files, or a checkpoint holder for a rank's
+//! checkpoint, gets it nothing.
 
 mod common;
 #[path = "../../overlay/tests/raw_peer/mod.rs"]
@@ -17,6 +18,7 @@ use common::{TestNode, wait_for, wait_for_neighbours, wasm};
 use libp2p::{Multiaddr, PeerId};
 use raw_peer::{Protocol, RawEvent, RawPeer};
 use serde::Serialize;
+use sha2::Digest;
 use zorilla_core::advert::JobId;
 use zorilla_core::node::JobEntry;
 use zorilla_core::replica::{Epoch, Msg};
@@ -33,10 +35,38 @@ enum RpcRequest {
 /// The node's peer requests that the test sends (same names, same shapes).
 #[derive(Serialize)]
 enum PeerRpc {
+    GetJob {
+        job: u64,
+    },
+    GetBlock {
+        sha256: String,
+        offset: u64,
+        len: u32,
+    },
     Replica {
         job: u64,
         msg: Box<ReplicaMsg>,
         copy: Option<Box<JobCopy>>,
+    },
+    Checkpoint(CheckpointRpc),
+}
+
+/// The node's checkpoint requests (same names, same shapes).
+#[derive(Serialize)]
+enum CheckpointRpc {
+    Manifest {
+        job: u64,
+        rank: u32,
+        seq: Option<u64>,
+        #[serde(with = "serde_bytes")]
+        ticket: Vec<u8>,
+    },
+    Get {
+        job: u64,
+        rank: u32,
+        hash: [u8; 32],
+        #[serde(with = "serde_bytes")]
+        ticket: Vec<u8>,
     },
 }
 
@@ -319,5 +349,121 @@ async fn a_strangers_invitation_takes_no_copy_slot_from_the_jobs_home() {
             .any(|l| l.contains("dropped a bad message") && l.contains(&home.peer)),
         "the copy took its home for a liar:\n{spare_log}"
     );
+    client.cancel(job).await.unwrap();
+}
+
+/// A stranger that knows a job's id asks its home for the job's copy and
+/// for its module, and a node holding a rank's checkpoint for the rank's
+/// manifest and a block (with a made-up ticket): each is refused, and the
+/// nodes say so. (Before issue 28 every one was answered.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_gets_nothing_of_a_job_from_its_home_or_a_checkpoint_holder() {
+    let grid = common::grid(3, 1);
+    wait_for_neighbours(&grid.nodes, 2, Duration::from_secs(30)).await;
+    let mut client = grid.nodes[0].client().await;
+    // `heat` saves a checkpoint every 50 steps, each held by other nodes.
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 2,
+        lifetime_secs: 120,
+        args: ["200", "100000", "50", "2000"].map(String::from).to_vec(),
+        ..JobRequest::default()
+    };
+    let module = wasm("heat");
+    let sha256 = hex::encode(sha2::Sha256::digest(&module));
+    let job = client.submit(request, module, vec![]).await.unwrap();
+    let id = JobId(job).to_string();
+    // A node that logged where a rank's checkpoint went: its holders.
+    let start = Instant::now();
+    let (rank, holder) = loop {
+        let found = grid.nodes.iter().find_map(|n| {
+            log_of(n).lines().find_map(|l| {
+                if !(l.contains("checkpoint stored") && l.contains(&id)) {
+                    return None;
+                }
+                let word = |key: &str| {
+                    l.split_whitespace()
+                        .find_map(|w| w.strip_prefix(key).map(str::to_owned))
+                };
+                let rank: u32 = word("rank=")?.parse().ok()?;
+                let holder = word("holders=")?.split(',').next()?.to_owned();
+                Some((rank, holder))
+            })
+        });
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no checkpoint stored; the home's log ends:\n{}",
+            grid.nodes[0].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let home = &grid.nodes[0];
+    let holder = grid
+        .nodes
+        .iter()
+        .find(|n| n.peer == holder)
+        .expect("the holder is a node of the grid");
+
+    let raw = raw_peer_at(&grid.network, &[home, holder]).await;
+    let me = raw.peer.to_string();
+    let home_peer: PeerId = home.peer.parse().unwrap();
+    send(&raw, home_peer, &PeerRpc::GetJob { job }).await;
+    let block = PeerRpc::GetBlock {
+        sha256: sha256.clone(),
+        offset: 0,
+        len: 1024,
+    };
+    send(&raw, home_peer, &block).await;
+    let holder_peer: PeerId = holder.peer.parse().unwrap();
+    let manifest = PeerRpc::Checkpoint(CheckpointRpc::Manifest {
+        job,
+        rank,
+        seq: None,
+        ticket: vec![0; 64],
+    });
+    send(&raw, holder_peer, &manifest).await;
+    let get = PeerRpc::Checkpoint(CheckpointRpc::Get {
+        job,
+        rank,
+        hash: [0; 32],
+        ticket: Vec::new(),
+    });
+    send(&raw, holder_peer, &get).await;
+
+    let deadline = Duration::from_secs(20);
+    wait_log(
+        home,
+        &[
+            "refused",
+            &me,
+            &format!("job {id} of which it holds no part"),
+        ],
+        deadline,
+    )
+    .await;
+    wait_log(
+        home,
+        &["refused", &me, &format!("file {sha256}, of no job")],
+        deadline,
+    )
+    .await;
+    let leave = format!("checkpoints of rank {rank} of job {id} without the home's leave");
+    let start = Instant::now();
+    while log_of(holder)
+        .lines()
+        .filter(|l| l.contains(&me) && l.contains(&leave))
+        .count()
+        < 2
+    {
+        assert!(
+            start.elapsed() < deadline,
+            "the holder did not refuse both; its log ends:\n{}",
+            holder.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     client.cancel(job).await.unwrap();
 }
