@@ -734,7 +734,17 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
         self.log.push((self.epoch.clone(), entry));
         let index = self.len();
         for p in self.copies.clone() {
-            self.send_append(&p, false, out);
+            // A copy with an append in flight gets this entry with the
+            // others proposed meanwhile when it acknowledges (or with the
+            // next heartbeat): a burst of entries (a job's grants) costs
+            // each copy a few appends, not one per entry.
+            let idle = self
+                .progress
+                .get(&p)
+                .is_none_or(|g| g.matched.saturating_add(1) >= g.next);
+            if idle {
+                self.send_append(&p, false, out);
+            }
         }
         self.advance_commit(out);
         Ok(index)

@@ -559,7 +559,8 @@ fn the_most_up_to_date_copy_succeeds() {
     net.cut.insert((0, 3));
     net.propose(0, "b");
     net.propose(0, "c");
-    net.run(Duration::from_millis(100));
+    // (`c` follows `b`'s acknowledgement: a copy has one append in flight.)
+    net.run(Duration::from_millis(200));
     assert_eq!(net.log(2), vec!["a", "b", "c"]);
     net.down.insert(0);
     net.cut.clear();
@@ -939,4 +940,42 @@ fn a_new_copy_follows_a_later_home_only_by_the_mandate_from_the_first() {
         "{:?}",
         net.refused
     );
+}
+
+#[test]
+fn a_burst_of_entries_costs_each_copy_a_few_appends_not_one_per_entry() {
+    let mut net = Net::new(3);
+    net.run(Duration::from_millis(100));
+    let sent_before = net.queue.len();
+    assert_eq!(sent_before, 0, "quiet before the burst");
+    let mut appends = 0;
+    for i in 0..64 {
+        let mut out = Vec::new();
+        net.replicas
+            .get_mut(&0)
+            .unwrap()
+            .propose(format!("e{i}"), &mut out)
+            .unwrap();
+        appends += out
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::Send {
+                        msg: Msg::Append { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
+        net.take(0, out);
+    }
+    // One append per copy for the first entry; the other 63 wait for its
+    // acknowledgement.
+    assert_eq!(appends, 3);
+    net.run(Duration::from_millis(300));
+    for n in 1..=3u32 {
+        assert_eq!(net.log(n).len(), 64, "copy {n}");
+    }
+    assert_eq!(net.committed.get(&0), Some(&64));
 }
