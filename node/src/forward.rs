@@ -262,7 +262,7 @@ async fn ask_home(
     match answer {
         Ok(PeerReply::Client(response)) => Ok(*response),
         Ok(PeerReply::Home(_)) => Err(NotHome::Elsewhere),
-        Ok(PeerReply::Error(e)) => Err(NotHome::Refused(e)),
+        Ok(PeerReply::Refused(e)) => Err(NotHome::Refused(e.why)),
         Ok(_) | Err(_) => Err(NotHome::Refused("an answer of another kind".into())),
     }
 }

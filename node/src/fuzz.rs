@@ -861,6 +861,14 @@ fn peer_reply(g: &mut Gen) -> PeerReply {
                 }),
             })
         })),
-        _ => PeerReply::Error(g.string()),
+        _ => PeerReply::Refused(crate::wire::Refusal::new(
+            match g.below(4) {
+                0 => crate::wire::RefusalKind::Malformed,
+                1 => crate::wire::RefusalKind::NotAllowed,
+                2 => crate::wire::RefusalKind::NotHere,
+                _ => crate::wire::RefusalKind::Unavailable,
+            },
+            g.string(),
+        )),
     }
 }

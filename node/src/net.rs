@@ -28,7 +28,7 @@ use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Delivery, Rank, Transport, TransportError};
 
 use crate::link::{Inbox, JobRoutes, Links, lock};
-use crate::wire::{BarrierMsg, DecodeError, PeerReply, PeerRpc, Placed, decode, encode};
+use crate::wire::{BarrierMsg, DecodeError, PeerReply, PeerRpc, Placed, Refusal, decode, encode};
 
 /// Capacity of each rank's barrier queue.
 pub(crate) const BARRIER_QUEUE: usize = 256;
@@ -62,9 +62,9 @@ pub(crate) enum CallError {
     /// The answer came but does not decode.
     #[error("the peer's answer does not decode: {0}")]
     BadAnswer(DecodeError),
-    /// The peer answered with an error, in its words.
+    /// The peer did not serve the request, and said why.
     #[error("the peer refused: {0}")]
-    Refused(String),
+    Refused(Refusal),
 }
 
 impl Net {
@@ -90,7 +90,7 @@ impl Net {
     /// ([`CallError::Refused`]).
     pub(crate) async fn call_ok(&self, peer: PeerId, rpc: PeerRpc) -> Result<PeerReply, CallError> {
         match self.call(peer, rpc).await? {
-            PeerReply::Error(e) => Err(CallError::Refused(e)),
+            PeerReply::Refused(e) => Err(CallError::Refused(e)),
             reply => Ok(reply),
         }
     }

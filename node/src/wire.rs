@@ -81,6 +81,48 @@ pub(crate) type Placed = zorilla_core::advert::Placed<PeerId>;
 pub(crate) type ReplicaMsg =
     zorilla_core::replica::Msg<PeerId, zorilla_core::node::JobEntry<PeerId>>;
 
+/// Why a node did not serve a peer's request: what kind of no, for the
+/// asker to act on, and one sentence for its log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{why}")]
+pub(crate) struct Refusal {
+    pub(crate) kind: RefusalKind,
+    pub(crate) why: String,
+}
+
+/// What kind of no a [`Refusal`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum RefusalKind {
+    /// The request does not decode or is out of range: asking again will
+    /// not help.
+    Malformed,
+    /// The asker may not have it: it is not of the job, or lacks the
+    /// leave of the job's home.
+    NotAllowed,
+    /// What it asks about is not here (a job, a rank, a file or block this
+    /// node does not hold, or no longer: the job may be over).
+    NotHere,
+    /// This node cannot serve it now (a full queue, its store failing):
+    /// perhaps later, or elsewhere.
+    Unavailable,
+}
+
+impl Refusal {
+    pub(crate) fn new(kind: RefusalKind, why: impl Into<String>) -> Self {
+        Refusal {
+            kind,
+            why: why.into(),
+        }
+    }
+}
+
+impl PeerReply {
+    /// A [`PeerReply::Refused`] of `kind`.
+    pub(crate) fn refused(kind: RefusalKind, why: impl Into<String>) -> Self {
+        PeerReply::Refused(Refusal::new(kind, why))
+    }
+}
+
 /// A request from one node to another.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum PeerRpc {
@@ -216,7 +258,8 @@ pub(crate) enum PeerReply {
     },
     /// Answer to some [`PeerRpc::Checkpoint`]s.
     Checkpoint(CheckpointReply),
-    Error(String),
+    /// The request was not served, and why.
+    Refused(Refusal),
     /// Answer to [`PeerRpc::WhereIs`]: the job's home, if known.
     Home(Option<PeerId>),
     /// Answer to [`PeerRpc::Client`].

@@ -6,6 +6,7 @@
 use std::sync::Mutex;
 
 use zorilla_core::checkpoint::Latest;
+use zorilla_core::node::CheckpointRefused;
 
 use super::*;
 use crate::checkpoint::{CheckpointSettings, Neighbours, NetCheckpoints, ticket};
@@ -75,7 +76,29 @@ fn refuse_reader(
         JobId(job)
     );
     tracing::info!(%reader, "refused: {why}");
-    Ok(Some(PeerReply::Error(format!("refused: {why}"))))
+    Ok(Some(PeerReply::refused(RefusalKind::NotAllowed, why)))
+}
+
+/// What a holder's error tells the writer or reader.
+fn holder_refusal(e: &HolderError) -> PeerReply {
+    let kind = match e {
+        HolderError::BlockTooLarge(_)
+        | HolderError::TooLarge { .. }
+        | HolderError::Stale { .. }
+        | HolderError::Incomplete => RefusalKind::Malformed,
+        HolderError::NotOwner => RefusalKind::NotAllowed,
+        HolderError::Quota { .. } | HolderError::Store(_) => RefusalKind::Unavailable,
+    };
+    PeerReply::refused(kind, e.to_string())
+}
+
+/// What a home's refusal of a checkpoint request tells its sender.
+fn checkpoint_refusal(e: &CheckpointRefused) -> RefusalKind {
+    match e {
+        CheckpointRefused::UnknownJob(_) | CheckpointRefused::Ended(_) => RefusalKind::NotHere,
+        CheckpointRefused::NotPlaced { .. } => RefusalKind::NotAllowed,
+        _ => RefusalKind::Malformed,
+    }
 }
 
 /// Runs `f` on the holder off the loop and answers `to` with its result.
@@ -88,13 +111,15 @@ fn on_holder(
     let holder = holder.clone();
     tokio::spawn(async move {
         let answer = match holder {
-            Err(e) => PeerReply::Error(e),
+            Err(e) => PeerReply::refused(RefusalKind::Unavailable, e),
             Ok(holder) => tokio::task::spawn_blocking(move || {
                 let mut holder = holder.lock().unwrap_or_else(|e| e.into_inner());
-                f(&mut holder).unwrap_or_else(|e| PeerReply::Error(e.to_string()))
+                f(&mut holder).unwrap_or_else(|e| holder_refusal(&e))
             })
             .await
-            .unwrap_or_else(|e| PeerReply::Error(format!("checkpoint holder: {e}"))),
+            .unwrap_or_else(|e| {
+                PeerReply::refused(RefusalKind::Unavailable, format!("checkpoint holder: {e}"))
+            }),
         };
         match to {
             Reply::Local(tx) => {
@@ -197,7 +222,10 @@ impl Node {
                     }
                     Ok(match h.block(job, rank, &hash)? {
                         Some(block) => PeerReply::Block(block),
-                        None => PeerReply::Error("no such checkpoint block here".into()),
+                        None => PeerReply::refused(
+                            RefusalKind::NotHere,
+                            "no such checkpoint block here",
+                        ),
                     })
                 });
             }
@@ -241,7 +269,7 @@ impl Node {
                             ticket,
                         })))
                     }
-                    Err(e) => PeerReply::Error(e.to_string()),
+                    Err(e) => PeerReply::refused(checkpoint_refusal(&e), e.to_string()),
                 }
             }
         };
@@ -275,7 +303,7 @@ impl Node {
                 self.execute(out);
                 PeerReply::Ack
             }
-            Err(e) => PeerReply::Error(e.to_string()),
+            Err(e) => PeerReply::refused(checkpoint_refusal(&e), e.to_string()),
         }
     }
 

@@ -297,7 +297,10 @@ impl Node {
     /// owner's proof (see [`crate::owner`]).
     pub(super) fn forwarded(&mut self, request: Request, reply: Reply) {
         let Some(job) = crate::forward::job_of(&request) else {
-            return self.reply(reply, PeerReply::Error("not a request about a job".into()));
+            return self.reply(
+                reply,
+                PeerReply::refused(RefusalKind::Malformed, "not a request about a job"),
+            );
         };
         // Not the home (any more): the asker looks for it again.
         let home = self.home_of(job);

@@ -16,7 +16,7 @@ use zorilla_core::stall::{MAX_WAIT, Waits};
 use zorilla_overlay::PeerId;
 
 use super::{Done, NoRanks, Node};
-use crate::wire::{MAX_ASKED_JOBS, PeerReply, PeerRpc};
+use crate::wire::{MAX_ASKED_JOBS, PeerReply, PeerRpc, RefusalKind};
 
 /// How often the loop looks for questions due and silent nodes: well
 /// within the core's two seconds between questions.
@@ -312,10 +312,13 @@ impl Node {
     /// (a younger one may be a grant the question crossed), are stopped.
     pub(super) fn ranks_asked(&mut self, from: PeerId, jobs: BTreeMap<u64, Vec<u32>>) -> PeerReply {
         if jobs.len() > MAX_ASKED_JOBS {
-            return PeerReply::Error(format!(
-                "asked about {} jobs; at most {MAX_ASKED_JOBS} at once",
-                jobs.len()
-            ));
+            return PeerReply::refused(
+                RefusalKind::Malformed,
+                format!(
+                    "asked about {} jobs; at most {MAX_ASKED_JOBS} at once",
+                    jobs.len()
+                ),
+            );
         }
         let grace = self.liveness.config().grace;
         let mut running = BTreeMap::new();

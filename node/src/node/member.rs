@@ -733,7 +733,7 @@ pub(super) async fn send_outputs(
                 answer = net.call(home, rpc.clone()).await;
             }
             match answer {
-                Ok(PeerReply::Error(e)) => {
+                Ok(PeerReply::Refused(e)) => {
                     return log(format!("outputs/{name} and the rest were not sent: {e}")).await;
                 }
                 Ok(_) => {}

@@ -45,7 +45,8 @@ use crate::status::{self, Publisher};
 use crate::store::{Append, FileRef, JobRecord, Store, StoreError, Writer};
 use crate::validate;
 use crate::wire::{
-    BLOCK_BYTES, JobCopy, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, decode, encode,
+    BLOCK_BYTES, JobCopy, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, RefusalKind, decode,
+    encode,
 };
 
 mod checkpoints;

@@ -51,13 +51,13 @@ impl Node {
                             .report_misbehaviour(peer, format!("request refused: {e}"));
                         self.reply(
                             Reply::Overlay(responder),
-                            PeerReply::Error(format!("refused: {e}")),
+                            PeerReply::refused(RefusalKind::Malformed, e.to_string()),
                         );
                     }
                 },
                 Err(e) => self.reply(
                     Reply::Overlay(responder),
-                    PeerReply::Error(format!("malformed request: {e}")),
+                    PeerReply::refused(RefusalKind::Malformed, format!("malformed request: {e}")),
                 ),
             },
             Event::PeerLost { peer } => self.maybe_probe(peer),
@@ -172,14 +172,17 @@ impl Node {
             ),
             PeerRpc::GetJob { job } => match self.job_info(job) {
                 Some(info) => PeerReply::Job(Box::new(info)),
-                None => PeerReply::Error(format!("job {} unknown here", JobId(job))),
+                None => PeerReply::refused(
+                    RefusalKind::NotHere,
+                    format!("job {} unknown here", JobId(job)),
+                ),
             },
             PeerRpc::GetBlock {
                 sha256,
                 offset,
                 len,
             } => match check_hash(&sha256) {
-                Err(e) => PeerReply::Error(e.to_string()),
+                Err(e) => PeerReply::refused(RefusalKind::Malformed, e.to_string()),
                 Ok(()) if !self.may_fetch_file(&from, &sha256) => self.refuse_data(
                     from,
                     format!("it asked for file {sha256}, of no job of which it holds a part"),
@@ -196,10 +199,13 @@ impl Node {
                         Ok(None) => {
                             match cached_block(&self.dir.join("files"), &sha256, offset, len) {
                                 Some(block) => PeerReply::Block(block),
-                                None => PeerReply::Error(format!("no file {sha256} here")),
+                                None => PeerReply::refused(
+                                    RefusalKind::NotHere,
+                                    format!("no file {sha256} here"),
+                                ),
                             }
                         }
-                        Err(e) => PeerReply::Error(e.to_string()),
+                        Err(e) => PeerReply::refused(RefusalKind::Unavailable, e.to_string()),
                     }
                 }
             },
@@ -215,9 +221,11 @@ impl Node {
                     msg,
                 }) {
                     Ok(()) => PeerReply::Ack,
-                    Err(_) => PeerReply::Error("barrier queue full or closed".into()),
+                    Err(_) => {
+                        PeerReply::refused(RefusalKind::Unavailable, "barrier queue full or closed")
+                    }
                 },
-                None => PeerReply::Error(format!("rank {to} not here")),
+                None => PeerReply::refused(RefusalKind::NotHere, format!("rank {to} not here")),
             },
             PeerRpc::Log { job, chunk } => match self.home_only(from, job, |_| Ok(())) {
                 PeerReply::Ack => return self.append(reply, Append::Log { job, chunk }),
@@ -240,7 +248,7 @@ impl Node {
                     };
                     return self.append(reply, item);
                 }
-                Err(e) => PeerReply::Error(e),
+                Err(e) => PeerReply::refused(RefusalKind::NotAllowed, e),
             },
             PeerRpc::WorkerEnded {
                 job,
@@ -271,7 +279,9 @@ impl Node {
         tokio::spawn(async move {
             let answer = tokio::task::spawn_blocking(move || status::answer(&status, &asked))
                 .await
-                .unwrap_or_else(|e| PeerReply::Error(format!("status: {e}")));
+                .unwrap_or_else(|e| {
+                    PeerReply::refused(RefusalKind::Unavailable, format!("status: {e}"))
+                });
             match to {
                 Reply::Local(tx) => {
                     let _ = tx.send(answer);
@@ -296,7 +306,7 @@ impl Node {
                     activity.send_modify(|n| *n = n.wrapping_add(1));
                     PeerReply::Ack
                 }
-                Err(e) => PeerReply::Error(e.to_string()),
+                Err(e) => PeerReply::refused(RefusalKind::Unavailable, e.to_string()),
             };
             match to {
                 Reply::Local(tx) => {
@@ -369,11 +379,14 @@ impl Node {
             None => self.record(job).is_some_and(|j| from_rank(&j)),
         };
         if !known {
-            return PeerReply::Error(format!("job {} has no worker on {from}", JobId(job)));
+            return PeerReply::refused(
+                RefusalKind::NotAllowed,
+                format!("job {} has no worker on {from}", JobId(job)),
+            );
         }
         match f(self) {
             Ok(()) => PeerReply::Ack,
-            Err(e) => PeerReply::Error(e),
+            Err(e) => PeerReply::refused(RefusalKind::NotAllowed, e),
         }
     }
 
@@ -410,7 +423,7 @@ impl Node {
     /// job's own nodes from each other under a run of short jobs).
     fn refuse_data(&self, from: PeerId, why: String) -> PeerReply {
         tracing::info!(%from, "refused: {why}");
-        PeerReply::Error(format!("refused: {why}"))
+        PeerReply::refused(RefusalKind::NotAllowed, why)
     }
 
     /// Hands a scheduling message of a peer to the core and executes what

@@ -96,7 +96,7 @@ async fn ask(
             Ok(Ok(bytes)) => bytes,
         };
     match decode::<PeerReply>(&bytes) {
-        Ok(PeerReply::Error(e)) => Err(RemoteError::Unreachable(format!("the peer said: {e}"))),
+        Ok(PeerReply::Refused(e)) => Err(RemoteError::Unreachable(format!("the peer said: {e}"))),
         Ok(reply) => Ok(reply),
         Err(e) => Err(RemoteError::Unreachable(format!(
             "the peer's answer is not readable: {e}"
@@ -117,7 +117,7 @@ fn unexpected(reply: &PeerReply) -> RemoteError {
         PeerReply::Checkpoint(_) => "a checkpoint answer",
         PeerReply::Home(_) => "a job's home",
         PeerReply::Client(_) => "a client answer",
-        PeerReply::Error(_) => "an error",
+        PeerReply::Refused(_) => "a refusal",
     };
     RemoteError::Unreachable(format!("the peer answered with {what}"))
 }
