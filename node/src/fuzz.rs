@@ -215,7 +215,6 @@ fn peer(g: &mut Gen) -> PeerId {
 
 fn job_phase(g: &mut Gen) -> JobPhase {
     g.pick(&[
-        JobPhase::Submitted,
         JobPhase::Scheduling,
         JobPhase::Running,
         JobPhase::Completed,

@@ -280,9 +280,8 @@ pub const MAX_OUTPUT_LIST: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobPhase {
-    /// Accepted and stored, not yet advertised.
-    Submitted,
-    /// Looking for workers.
+    /// Accepted, and looking for workers (a job is stored in this phase:
+    /// the scheduler takes it in the same step).
     Scheduling,
     /// Workers run.
     Running,
@@ -302,8 +301,7 @@ impl JobPhase {
 }
 
 /// The core's phase of a job as clients read it (the one place the two
-/// meet; the client protocol has one phase more, `submitted`, before the
-/// core has the job).
+/// meet).
 impl From<zorilla_core::node::Phase> for JobPhase {
     fn from(phase: zorilla_core::node::Phase) -> Self {
         use zorilla_core::node::Phase;

@@ -122,11 +122,11 @@ pub(super) fn strategy(request: Option<&JobRequest>) -> String {
 }
 
 /// The client protocol's phase of a job on the pages (the one place the
-/// two meet; the pages show a job not yet advertised as scheduling).
+/// two meet).
 impl From<protocol::JobPhase> for JobPhase {
     fn from(phase: protocol::JobPhase) -> Self {
         match phase {
-            protocol::JobPhase::Submitted | protocol::JobPhase::Scheduling => JobPhase::Scheduling,
+            protocol::JobPhase::Scheduling => JobPhase::Scheduling,
             protocol::JobPhase::Running => JobPhase::Running,
             protocol::JobPhase::Completed => JobPhase::Completed,
             protocol::JobPhase::Cancelled => JobPhase::Cancelled,

@@ -533,7 +533,7 @@ fn phases_only_move_forward() {
         owner_proof: None,
         origin: None,
     };
-    assert!(!job.advance(JobPhase::Submitted, "back"));
+    assert!(!job.advance(JobPhase::Scheduling, "again"));
     assert!(job.advance(JobPhase::Running, "go"));
     assert!(job.advance(JobPhase::Cancelled, "stop"));
     assert!(!job.advance(JobPhase::Failed, "late"));

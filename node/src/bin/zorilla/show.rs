@@ -53,7 +53,7 @@ pub(crate) fn show_progress(bar: &ProgressBar, status: &JobStatus) {
             .progress_chars("=> ")
     };
     match status.phase {
-        JobPhase::Submitted | JobPhase::Scheduling => {
+        JobPhase::Scheduling => {
             let needed = status.request.min_workers.max(1);
             bar.set_style(style(
                 "{spinner} {elapsed:>4} scheduling [{bar:20}] {pos}/{len} joined  {wide_msg}",
@@ -100,7 +100,7 @@ pub(crate) fn show_progress(bar: &ProgressBar, status: &JobStatus) {
 /// One line on where a job stands, for when there is no progress bar.
 pub(crate) fn progress_line(status: &JobStatus) -> String {
     match status.phase {
-        JobPhase::Submitted | JobPhase::Scheduling => format!(
+        JobPhase::Scheduling => format!(
             "scheduling, {}/{} workers joined",
             status.pending.as_ref().map_or(0, |p| p.granted),
             status.request.min_workers
@@ -124,7 +124,6 @@ pub(crate) fn nodes_of(status: &JobStatus) -> std::collections::BTreeMap<&str, V
 
 pub(crate) fn phase_name(phase: JobPhase) -> &'static str {
     match phase {
-        JobPhase::Submitted => "submitted",
         JobPhase::Scheduling => "scheduling",
         JobPhase::Running => "running",
         JobPhase::Completed => "completed",
