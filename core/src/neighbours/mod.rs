@@ -86,13 +86,17 @@ pub enum LinkKind {
     Far,
 }
 
-/// What the table knows of one peer. Two pointers: most known peers are
-/// candidates nobody measured yet, and a table holds up to `max_known` of
-/// them on every node (the simulator runs 100,000 tables), so what only a
-/// measured peer or one that reported its coordinate has lives behind a
-/// box of its own.
+/// What the table knows of one peer: its smoothed RTT and two pointers.
+/// Most known peers are candidates nobody measured yet, and a table holds
+/// up to `max_known` of them on every node (the simulator runs 100,000
+/// tables), so what only a measured peer or one that reported its
+/// coordinate has lives behind a box of its own; the smoothed RTT, which
+/// the table's choices read for every known peer, stays in place.
 #[derive(Debug, Clone, Default)]
 struct PeerInfo {
+    /// The minimum of the samples, kept up to date by `observe`; `Some`
+    /// exactly when `measured` is.
+    min: Option<Duration>,
     /// Its RTT samples, once it was measured.
     measured: Option<Box<Measured>>,
     /// The network coordinate the peer last reported, with when.
@@ -105,15 +109,12 @@ struct Measured {
     /// Most recent samples, newest at the back; at most `config.samples`,
     /// never empty.
     samples: VecDeque<Duration>,
-    /// The minimum of `samples`, kept up to date by `observe_rtt` (the
-    /// table's choices read it for every known peer).
-    min: Duration,
     last_measured: Time,
 }
 
 impl PeerInfo {
     fn smoothed(&self) -> Option<Duration> {
-        self.measured.as_ref().map(|m| m.min)
+        self.min
     }
 }
 
@@ -190,36 +191,32 @@ impl<P: PeerKey> NeighbourTable<P> {
         }
         let limit = self.config.samples.max(1);
         let info = self.known.entry(peer).or_default();
-        let min = match &mut info.measured {
-            Some(m) => {
-                if m.samples.len() == limit {
-                    let gone = m.samples.pop_front();
-                    m.samples.push_back(rtt);
-                    // The minimum changes only if the sample that left was
-                    // it (or the new one is below it).
-                    m.min = if gone == Some(m.min) {
-                        m.samples.iter().min().copied().unwrap_or(rtt)
-                    } else {
-                        m.min.min(rtt)
-                    };
-                } else {
-                    m.samples.push_back(rtt);
-                    m.min = m.min.min(rtt);
-                }
+        let min = match (&mut info.measured, info.min) {
+            (Some(m), Some(min)) => {
+                let gone = (m.samples.len() == limit)
+                    .then(|| m.samples.pop_front())
+                    .flatten();
+                m.samples.push_back(rtt);
                 m.last_measured = now;
-                m.min
+                // The minimum changes only if the sample that left was it
+                // (or the new one is below it).
+                if gone == Some(min) {
+                    m.samples.iter().min().copied().unwrap_or(rtt)
+                } else {
+                    min.min(rtt)
+                }
             }
-            None => {
+            _ => {
                 let mut samples = VecDeque::with_capacity(limit);
                 samples.push_back(rtt);
                 info.measured = Some(Box::new(Measured {
                     samples,
-                    min: rtt,
                     last_measured: now,
                 }));
                 rtt
             }
         };
+        info.min = Some(min);
         Some((min, info.position.as_deref().copied()))
     }
 
@@ -269,7 +266,7 @@ impl<P: PeerKey> NeighbourTable<P> {
     pub fn unmeasured(&self) -> impl Iterator<Item = &P> {
         self.known
             .iter()
-            .filter(|(_, info)| info.measured.is_none())
+            .filter(|(_, info)| info.min.is_none())
             .map(|(peer, _)| peer)
     }
 
@@ -393,7 +390,7 @@ impl<P: PeerKey> NeighbourTable<P> {
             .known
             .iter()
             .rev()
-            .find(|(peer, info)| info.measured.is_none() && !neighbour(peer))
+            .find(|(peer, info)| info.min.is_none() && !neighbour(peer))
             .or_else(|| {
                 self.known
                     .iter()
