@@ -207,7 +207,10 @@ impl<P: PeerKey> NeighbourTable<P> {
                 }
             }
             _ => {
-                let mut samples = VecDeque::with_capacity(limit);
+                // Grown as samples come, not `limit` at once: most
+                // measured peers of a full table were measured by a probe's
+                // few samples only.
+                let mut samples = VecDeque::new();
                 samples.push_back(rtt);
                 info.measured = Some(Box::new(Measured {
                     samples,
