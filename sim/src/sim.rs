@@ -230,6 +230,13 @@ pub struct Sim {
     epoch: Time,
     /// Open simulated connections of our overlay: id -> (dialer, dialed).
     connections: BTreeMap<u64, (u32, u32)>,
+    /// Per node, the ids of its open connections, ascending (so that a
+    /// failure does not search every connection of the grid).
+    node_connections: Vec<Vec<u64>>,
+    /// Per node, the nodes that opened a connection with it since its
+    /// last failure was noticed (with repeats): only they can have
+    /// measured it (see `peers::connections_fail`).
+    met: Vec<Vec<u32>>,
     next_connection: u64,
     /// Keeper ticks in the heap: they go on only while other events do.
     keeper_ticks: usize,
@@ -308,6 +315,8 @@ impl Sim {
             until: Duration::from_secs_f64(scenario.until_s),
             epoch: Duration::ZERO,
             connections: BTreeMap::new(),
+            node_connections: Vec::new(),
+            met: Vec::new(),
             next_connection: 0,
             keeper_ticks: 0,
             ping_rounds: 0,
@@ -329,6 +338,8 @@ impl Sim {
             sim.nodes.push(fresh);
         }
         if mode.our_overlay() {
+            sim.node_connections = vec![Vec::new(); sim.grid.len()];
+            sim.met = vec![Vec::new(); sim.grid.len()];
             sim.build_overlay_ours();
             sim.keeper_phases();
             sim.start_ping_rounds();

@@ -499,20 +499,26 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
     /// An RTT sample of `peer`.
     pub fn rtt(&mut self, peer: P, rtt: Duration, now: Time) {
         if self.verified.contains(&peer) {
-            self.table.observe_rtt(peer.clone(), rtt, now);
+            let seen = self.table.observe(peer.clone(), rtt, now);
             *self.samples.entry(peer.clone()).or_default() += 1;
             self.last_pong.insert(peer.clone(), now);
-            self.follow_coordinates(peer, now);
+            self.follow_coordinates(peer, seen, now);
         }
     }
 
-    /// After an RTT sample of `peer`: our coordinate moves if the peer's is
-    /// fresh, and coordinates are exchanged if neither side told the other
-    /// within a ping interval.
-    fn follow_coordinates(&mut self, peer: P, now: Time) {
+    /// After an RTT sample of `peer` (`seen`: the table's smoothed RTT and
+    /// the peer's reported coordinate after it): our coordinate moves if
+    /// the peer's is fresh, and coordinates are exchanged if neither side
+    /// told the other within a ping interval.
+    fn follow_coordinates(
+        &mut self,
+        peer: P,
+        seen: Option<(Duration, Option<(Position, Time)>)>,
+        now: Time,
+    ) {
         let interval = self.config.ping_interval;
-        let reported = self.table.position(&peer);
-        if let (Some((theirs, at)), Some(rtt)) = (reported, self.table.rtt(&peer))
+        let reported = seen.and_then(|(_, position)| position);
+        if let (Some((theirs, at)), Some(rtt)) = (reported, seen.map(|(rtt, _)| rtt))
             && now.saturating_sub(at) <= interval * COORD_FRESH_INTERVALS
         {
             // Their report was checked when it came; an RTT out of range

@@ -86,16 +86,30 @@ pub enum LinkKind {
     Far,
 }
 
-#[derive(Debug, Clone)]
+/// What the table knows of one peer: its smoothed RTT and two pointers.
+/// Most known peers are candidates nobody measured yet, and a table holds
+/// up to `max_known` of them on every node (the simulator runs 100,000
+/// tables), so what only a measured peer or one that reported its
+/// coordinate has lives behind a box of its own; the smoothed RTT, which
+/// the table's choices read for every known peer, stays in place.
+#[derive(Debug, Clone, Default)]
 struct PeerInfo {
-    /// Most recent samples, newest at the back; at most `config.samples`.
-    samples: VecDeque<Duration>,
-    /// The minimum of `samples`, kept up to date by `observe_rtt` (the
-    /// table's choices read it for every known peer).
+    /// The minimum of the samples, kept up to date by `observe`; `Some`
+    /// exactly when `measured` is.
     min: Option<Duration>,
-    last_measured: Option<Time>,
+    /// Its RTT samples, once it was measured.
+    measured: Option<Box<Measured>>,
     /// The network coordinate the peer last reported, with when.
-    position: Option<(Position, Time)>,
+    position: Option<Box<(Position, Time)>>,
+}
+
+/// A measured peer's RTT samples.
+#[derive(Debug, Clone)]
+struct Measured {
+    /// Most recent samples, newest at the back; at most `config.samples`,
+    /// never empty.
+    samples: VecDeque<Duration>,
+    last_measured: Time,
 }
 
 impl PeerInfo {
@@ -148,15 +162,7 @@ impl<P: PeerKey> NeighbourTable<P> {
         if self.known.contains_key(&peer) || self.known.len() >= self.config.max_known {
             return false;
         }
-        self.known.insert(
-            peer,
-            PeerInfo {
-                samples: VecDeque::new(),
-                min: None,
-                last_measured: None,
-                position: None,
-            },
-        );
+        self.known.insert(peer, PeerInfo::default());
         true
     }
 
@@ -165,25 +171,56 @@ impl<P: PeerKey> NeighbourTable<P> {
     /// non-neighbour; if every known peer is a neighbour (`max_known` not
     /// above `near + far`), the sample is ignored.
     pub fn observe_rtt(&mut self, peer: P, rtt: Duration, now: Time) {
+        self.observe(peer, rtt, now);
+    }
+
+    /// [`observe_rtt`](Self::observe_rtt), returning the peer's smoothed
+    /// RTT and reported coordinate after the sample (`None` if it was
+    /// ignored): what the keeper reads next, without a second search.
+    pub(crate) fn observe(
+        &mut self,
+        peer: P,
+        rtt: Duration,
+        now: Time,
+    ) -> Option<(Duration, Option<(Position, Time)>)> {
         if !self.known.contains_key(&peer) && self.known.len() >= self.config.max_known {
             self.forget_one_non_neighbour();
             if self.known.len() >= self.config.max_known {
-                return;
+                return None;
             }
         }
         let limit = self.config.samples.max(1);
-        let info = self.known.entry(peer).or_insert_with(|| PeerInfo {
-            samples: VecDeque::with_capacity(limit),
-            min: None,
-            last_measured: None,
-            position: None,
-        });
-        if info.samples.len() == limit {
-            info.samples.pop_front();
-        }
-        info.samples.push_back(rtt);
-        info.min = info.samples.iter().min().copied();
-        info.last_measured = Some(now);
+        let info = self.known.entry(peer).or_default();
+        let min = match (&mut info.measured, info.min) {
+            (Some(m), Some(min)) => {
+                let gone = (m.samples.len() == limit)
+                    .then(|| m.samples.pop_front())
+                    .flatten();
+                m.samples.push_back(rtt);
+                m.last_measured = now;
+                // The minimum changes only if the sample that left was it
+                // (or the new one is below it).
+                if gone == Some(min) {
+                    m.samples.iter().min().copied().unwrap_or(rtt)
+                } else {
+                    min.min(rtt)
+                }
+            }
+            _ => {
+                // Grown as samples come, not `limit` at once: most
+                // measured peers of a full table were measured by a probe's
+                // few samples only.
+                let mut samples = VecDeque::new();
+                samples.push_back(rtt);
+                info.measured = Some(Box::new(Measured {
+                    samples,
+                    last_measured: now,
+                }));
+                rtt
+            }
+        };
+        info.min = Some(min);
+        Some((min, info.position.as_deref().copied()))
     }
 
     /// Forgets a peer (it failed, left, or was refused). It stops being a
@@ -204,20 +241,27 @@ impl<P: PeerKey> NeighbourTable<P> {
 
     /// When `peer` was last measured.
     pub fn last_measured(&self, peer: &P) -> Option<Time> {
-        self.known.get(peer).and_then(|info| info.last_measured)
+        self.known
+            .get(peer)
+            .and_then(|info| info.measured.as_ref().map(|m| m.last_measured))
     }
 
     /// Records the network coordinate `peer` reported at `now` (checked by
     /// the caller), if the peer is known: it is forgotten with the peer.
     pub fn set_position(&mut self, peer: &P, position: Position, now: Time) {
         if let Some(info) = self.known.get_mut(peer) {
-            info.position = Some((position, now));
+            match &mut info.position {
+                Some(at) => **at = (position, now),
+                None => info.position = Some(Box::new((position, now))),
+            }
         }
     }
 
     /// The network coordinate `peer` last reported, with when.
     pub fn position(&self, peer: &P) -> Option<(Position, Time)> {
-        self.known.get(peer).and_then(|info| info.position)
+        self.known
+            .get(peer)
+            .and_then(|info| info.position.as_deref().copied())
     }
 
     /// Known peers not measured yet: the driver should connect to them so that
@@ -225,7 +269,7 @@ impl<P: PeerKey> NeighbourTable<P> {
     pub fn unmeasured(&self) -> impl Iterator<Item = &P> {
         self.known
             .iter()
-            .filter(|(_, info)| info.samples.is_empty())
+            .filter(|(_, info)| info.min.is_none())
             .map(|(peer, _)| peer)
     }
 
@@ -340,12 +384,22 @@ impl<P: PeerKey> NeighbourTable<P> {
     }
 
     fn forget_one_non_neighbour(&mut self) {
-        // Forget an unmeasured peer first, else the farthest measured one.
+        // Forget an unmeasured peer first (the last in peer order), else
+        // the farthest measured one (the last of equals). Unmeasured peers
+        // are most of a full table, so the search from the back for one
+        // seldom goes far; the farthest measured needs every entry.
+        let neighbour = |peer: &P| self.near.contains(peer) || self.far.contains(peer);
         let victim = self
             .known
             .iter()
-            .filter(|(peer, _)| !self.near.contains(*peer) && !self.far.contains(*peer))
-            .max_by_key(|(_, info)| info.smoothed().map_or((1, Duration::ZERO), |d| (0, d)))
+            .rev()
+            .find(|(peer, info)| info.min.is_none() && !neighbour(peer))
+            .or_else(|| {
+                self.known
+                    .iter()
+                    .filter(|(peer, _)| !neighbour(peer))
+                    .max_by_key(|(_, info)| info.smoothed())
+            })
             .map(|(peer, _)| peer.clone());
         if let Some(victim) = victim {
             self.known.remove(&victim);

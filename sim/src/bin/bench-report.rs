@@ -2,7 +2,9 @@
 //! table of BENCHMARKS.md and two plots.
 //!
 //! It reads every `*.log` in the log directory:
-//! - `RESULT <name> <value> <unit...>` lines that the benchmarks print;
+//! - `RESULT <name> <value> <unit...>` lines that the benchmarks print
+//!   (`sim.<scenario>.wall` and `.rss`, from `/usr/bin/time` around a
+//!   simulator scenario, go into that scenario's row);
 //! - `CURVE <name> <x> <y>` lines (the node benchmark's workers running over
 //!   time since submit);
 //! - the simulator's `mean over N seed(s):` block (`ours` and `paper` lines)
@@ -550,8 +552,20 @@ fn markdown(results: &Results) -> String {
                 )
             })
         };
+        // A scenario bench.sh runs under /usr/bin/time (synthetic-100k)
+        // has its wall time and peak memory too.
+        let figure = |what: &str| results.figures.get(&format!("sim.{scenario}.{what}"));
+        let cost = match (figure("wall"), figure("rss")) {
+            (Some((wall, _)), Some((rss, _))) => {
+                let gb = rss
+                    .parse::<f64>()
+                    .map_or("?".into(), |kb| format!("{:.2}", kb / 1e6));
+                format!("; {wall} s and {gb} GB peak RSS, whole command")
+            }
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "| simulator `{scenario}`: ours | {} | `zorilla-sim sim/scenarios/{scenario}.toml` |\n\
+            "| simulator `{scenario}`: ours | {}{cost} | `zorilla-sim sim/scenarios/{scenario}.toml` |\n\
              | simulator `{scenario}`: paper's scheduler | {} | same run |\n",
             cell(ours),
             cell(paper)

@@ -65,7 +65,9 @@ impl Sim {
         // (a neighbour is redialed, which fails, and replaced). The paper's:
         // the nodes that measured it drop it from their links.
         let knowers: BTreeSet<u32> = self.connections_fail(failed).into_iter().collect();
-        for node in 0..self.nodes.len() as u32 {
+        // Only they and the partners hear of it, in node order.
+        let told: BTreeSet<u32> = knowers.union(&partners).copied().collect();
+        for node in told {
             if node == failed || !self.nodes[node as usize].alive {
                 continue;
             }

@@ -196,17 +196,11 @@ impl Sim {
         if !self.mode.our_overlay() {
             return;
         }
-        let watchers: BTreeSet<u32> = self
-            .connections
-            .values()
-            .filter_map(|&(a, b)| {
-                if a == failed {
-                    Some(b)
-                } else if b == failed {
-                    Some(a)
-                } else {
-                    None
-                }
+        let watchers: BTreeSet<u32> = self.node_connections[failed as usize]
+            .iter()
+            .filter_map(|id| {
+                let &(a, b) = self.connections.get(id)?;
+                Some(if a == failed { b } else { a })
             })
             .filter(|n| self.nodes[*n as usize].alive)
             .collect();
@@ -370,15 +364,26 @@ impl Sim {
     }
 
     /// `failed` is noticed: every connection to it closes. Returns the
-    /// nodes that were connected to it or had measured it.
+    /// nodes that were connected to it or had measured it, in node order.
+    /// In our overlay a node measures only peers it is connected to, so
+    /// only the nodes that met `failed` (`met`) are asked; they are
+    /// pruned to those that still know it.
     pub(super) fn connections_fail(&mut self, failed: u32) -> Vec<u32> {
         let ids: Vec<u64> = self
-            .connections
-            .iter()
-            .filter(|(_, (a, b))| *a == failed || *b == failed)
-            .map(|(id, _)| *id)
-            .collect();
-        let knowers: Vec<u32> = (0..self.nodes.len() as u32)
+            .node_connections
+            .get(failed as usize)
+            .cloned()
+            .unwrap_or_default();
+        let candidates: Vec<u32> = match self.met.get_mut(failed as usize) {
+            Some(met) => {
+                met.sort_unstable();
+                met.dedup();
+                std::mem::take(met)
+            }
+            None => (0..self.nodes.len() as u32).collect(),
+        };
+        let knowers: Vec<u32> = candidates
+            .into_iter()
             .filter(|n| {
                 *n != failed
                     && self.nodes[*n as usize].alive
@@ -390,6 +395,9 @@ impl Sim {
                     }
             })
             .collect();
+        if let Some(met) = self.met.get_mut(failed as usize) {
+            met.clone_from(&knowers);
+        }
         for id in ids {
             self.close(id);
         }
@@ -427,11 +435,14 @@ impl Sim {
             // A ban closes the peer's connections too; the keeper itself
             // refuses the peer until it unbans it.
             Action::Disconnect { peer, .. } | Action::Ban(peer) => {
-                let ids: Vec<u64> = self
-                    .connections
+                let ids: Vec<u64> = self.node_connections[node as usize]
                     .iter()
-                    .filter(|(_, ends)| **ends == (node, peer) || **ends == (peer, node))
-                    .map(|(id, _)| *id)
+                    .copied()
+                    .filter(|id| {
+                        self.connections
+                            .get(id)
+                            .is_some_and(|ends| *ends == (node, peer) || *ends == (peer, node))
+                    })
                     .collect();
                 for id in ids {
                     for touched in self.close(id) {
@@ -507,6 +518,11 @@ impl Sim {
         self.next_connection += 1;
         let id = self.next_connection;
         self.connections.insert(id, (node, peer));
+        // Ids only grow: each list stays ascending.
+        self.node_connections[node as usize].push(id);
+        self.node_connections[peer as usize].push(id);
+        self.met[node as usize].push(peer);
+        self.met[peer as usize].push(node);
         for (a, b, dialer) in [(node, peer, true), (peer, node, false)] {
             if let Some(keeper) = self.keeper(a) {
                 keeper.connected(b, id, dialer, now);
@@ -534,6 +550,12 @@ impl Sim {
         let Some((a, b)) = self.connections.remove(&id) else {
             return Vec::new();
         };
+        for end in [a, b] {
+            let ids = &mut self.node_connections[end as usize];
+            if let Ok(at) = ids.binary_search(&id) {
+                ids.remove(at);
+            }
+        }
         let mut touched = Vec::new();
         for (x, y) in [(a, b), (b, a)] {
             if let Some(keeper) = self.keeper(x) {
