@@ -11,7 +11,7 @@ section's commands are not checked.
 
 Each command named outside historical sections must run in bench.sh:
 - `cargo bench ... --bench NAME`: a line `run_bench PACKAGE NAME`;
-- `zorilla-sim sim/scenarios/NAME.toml ...`: NAME in `scenarios=(...)`;
+- `zorilla-sim sim/scenarios/NAME.toml ...`: NAME in `scenarios=(...)` (or `scenarios+=(...)`, a run's option);
 - `zorilla-sim ARGS` (generated topologies): a line `run_sim LOG ARGS`
   (the arguments as named, `--out DIR` left out);
 - `[VAR=N ...] cargo test ARGS`: a line `run_test LOG ARGS` (`--release`
@@ -81,7 +81,7 @@ def runs_in_bench(command):
         args = drop(ws[1:], flags_with_value=("--out",))
         if args and args[0].startswith("sim/scenarios/"):
             name = Path(args[0]).stem
-            if re.search(rf"scenarios=\([^)]*\b{re.escape(name)}\b", BENCH):
+            if re.search(rf"scenarios\+?=\([^)]*\b{re.escape(name)}\b", BENCH):
                 return None
             return f"scenario {name} is not in bench.sh's scenarios=(...)"
         want = " ".join(args)
