@@ -170,7 +170,10 @@ fn report(name: &str, outs: &[String; 3], key: &str, unit: &str, decimals: usize
     println!("RESULT mpi.{name}_openmpi {tcp:.decimals$} {unit}");
     println!("RESULT mpi.{name}_openmpi_shm {shm:.decimals$} {unit}");
     println!("RESULT mpi.{name}_ratio {:.2} x OpenMPI TCP", ours / tcp);
-    println!("RESULT mpi.{name}_ratio_shm {:.2} x OpenMPI shm", ours / shm);
+    println!(
+        "RESULT mpi.{name}_ratio_shm {:.2} x OpenMPI shm",
+        ours / shm
+    );
 }
 
 fn strings(args: &[&dyn ToString]) -> Vec<String> {
@@ -207,7 +210,13 @@ async fn main() {
     for (bytes, label, iters) in sizes {
         let args = strings(&[&"bcast", &bytes, &iters]);
         let outs = three_ways(&mut client, &coll, 4, Strategy::Spread, &args).await;
-        report(&format!("bcast_{label}_4ranks"), &outs, "bcast_usec", "µs", 1);
+        report(
+            &format!("bcast_{label}_4ranks"),
+            &outs,
+            "bcast_usec",
+            "µs",
+            1,
+        );
     }
     // One-sided, 2 ranks on 2 nodes: the latency of one 8-byte operation
     // and its fence, and the bandwidth of 1 MiB operations, 16 an epoch.
