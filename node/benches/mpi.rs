@@ -176,6 +176,7 @@ fn report(name: &str, outs: &[String; 3], key: &str, unit: &str, decimals: usize
     );
 }
 
+/// A program's arguments, as text.
 fn strings(args: &[&dyn ToString]) -> Vec<String> {
     args.iter().map(|a| a.to_string()).collect()
 }
