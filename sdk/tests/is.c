@@ -64,18 +64,19 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (log2_keys < 4 || log2_keys > 28 || log2_max < 1 || log2_max > 30 || iterations < 1 ||
-        (1L << log2_keys) / size < 2 * iterations + 2) {
+        (1LL << log2_keys) / size < 2 * iterations + 2) {
         if (rank == 0)
             fprintf(stderr, "is: LOG2_KEYS 4..28, LOG2_MAX_KEY 1..30, ITERATIONS >= 1, "
                             "and enough keys for the changes\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
         return 2;
     }
-    long total = 1L << log2_keys;
+    /* long long: long is 32 bits in WebAssembly, and total * size may not fit. */
+    long long total = 1LL << log2_keys;
     int max_key = 1 << log2_max;
     int shift = log2_max > LOG2_BUCKETS ? log2_max - LOG2_BUCKETS : 0;
     int buckets = max_key >> shift;
-    long first = total * rank / size;
+    long long first = total * rank / size;
     int n = (int)(total * (rank + 1) / size - first);
 
     int *keys = malloc(n * sizeof(int)), *grouped = malloc(n * sizeof(int));
@@ -112,7 +113,7 @@ int main(int argc, char **argv)
 
         /* Consecutive buckets to each rank, about total/size keys each. */
         memset(scount, 0, size * sizeof(int));
-        long seen = 0;
+        long long seen = 0;
         int r = 0;
         for (int b = 0; b < buckets; b++) {
             while (r < size - 1 && seen >= total * (r + 1) / size)
@@ -178,11 +179,11 @@ int main(int argc, char **argv)
         got[1] += sorted[i];
     long long both[4] = {drawn[0], drawn[1], got[0], got[1]};
     MPI_Allreduce(both, totals, 4, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-    CHECK(totals[0] == total && totals[2] == total, "%lld keys drawn, %lld sorted, of %ld",
+    CHECK(totals[0] == total && totals[2] == total, "%lld keys drawn, %lld sorted, of %lld",
           totals[0], totals[2], total);
     CHECK(totals[1] == totals[3], "keys drawn sum to %lld, sorted to %lld", totals[1], totals[3]);
 
-    SAY("is keys %ld max_key %d buckets %d iterations %d", total, max_key, buckets, iterations);
+    SAY("is keys %lld max_key %d buckets %d iterations %d", total, max_key, buckets, iterations);
     SAY("is key_sum %lld", totals[3]);
     if (bench) {
         SAY("is_seconds %.4f", slowest);
