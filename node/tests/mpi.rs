@@ -20,7 +20,7 @@ use common::{TestNode, grid, run, sdk, stderr_of, stdout_of, wait_for, zmpicc};
 use zorilla_core::advert::Strategy;
 use zorilla_node::protocol::{JobPhase, JobRequest};
 
-const PROGRAMS: [&str; 11] = [
+const PROGRAMS: [&str; 12] = [
     "env",
     "p2p",
     "nonblocking",
@@ -32,6 +32,7 @@ const PROGRAMS: [&str; 11] = [
     "sort",
     "onesided",
     "info_graph",
+    "is",
 ];
 const SIZES: [u32; 4] = [1, 3, 4, 7];
 const NODES: usize = 4;
@@ -162,6 +163,13 @@ fn check_formulas(name: &str, n: u32, out: &str) {
         "info_graph" => {
             assert_eq!(field(out, "alltoallw"), format!("{} ints", n * (n + 1) / 2));
         }
+        "is" => {
+            assert_eq!(
+                field(out, "is keys"),
+                "65536 max_key 2048 buckets 1024 iterations 10"
+            );
+            assert_eq!(field(out, "is key_sum"), is_key_sum(16, 11, 10).to_string());
+        }
         "sort" => {
             let keys: i64 = (0..n).map(|r| 2000 + (r * 37) % 101).sum();
             assert!(
@@ -171,6 +179,34 @@ fn check_formulas(name: &str, n: u32, out: &str) {
         }
         _ => {}
     }
+}
+
+/// The sum of the keys sdk/tests/is.c sorts, drawn here as it describes
+/// them: 2^log2_keys keys, each the mean of four draws of a 64-bit linear
+/// congruential sequence (seed 20261129, the top 53 bits as a fraction)
+/// times 2^log2_max; iteration i (from 1) sets key i to i and key
+/// i + iterations to 2^log2_max - i.
+fn is_key_sum(log2_keys: u32, log2_max: u32, iterations: i64) -> i64 {
+    let mut x: u64 = 20261129;
+    let mut uniform = || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let max = 1i64 << log2_max;
+    (0..1i64 << log2_keys)
+        .map(|i| {
+            let sum = uniform() + uniform() + uniform() + uniform();
+            if (1..=iterations).contains(&i) {
+                i
+            } else if (iterations + 1..=2 * iterations).contains(&i) {
+                max - (i - iterations)
+            } else {
+                (sum / 4.0 * max as f64) as i64
+            }
+        })
+        .sum()
 }
 
 /// Every test program on 1, 3, 4 and 7 ranks of a 4-node grid prints OK,

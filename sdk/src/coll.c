@@ -4,7 +4,7 @@
  *
  * Algorithms (n ranks, any n):
  *   Barrier             dissemination, ceil(log2 n) rounds
- *   Bcast               binomial tree
+ *   Bcast               binomial tree; a pipelined chain for large messages
  *   Reduce              binomial tree; rank order kept, so non-commutative
  *                       operators are exact (rooted at 0, then forwarded)
  *   Allreduce           recursive doubling with the extra ranks folded in
@@ -23,6 +23,10 @@
 
 /* Large Allreduce vectors (bytes) go round the ring instead of doubling. */
 #define RING_MIN_BYTES (64 * 1024)
+/* Broadcasts of at least this many bytes go down a pipelined chain
+ * (bcast_chain), in segments of BCAST_SEGMENT bytes. */
+#define BCAST_CHAIN_MIN_BYTES (256 * 1024)
+#define BCAST_SEGMENT (128 * 1024)
 
 /* A scratch buffer able to hold count elements of t laid out as t. */
 static void *typed_alloc(int count, MPI_Datatype t, void **base)
@@ -109,12 +113,55 @@ static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm comm)
     return MPI_SUCCESS;
 }
 
+/* Large messages go down a chain from the root in segments of
+ * BCAST_SEGMENT bytes, each rank passing a segment on as soon as it has it
+ * (its send only hands the segment to the host): the message crosses about
+ * once plus a segment per hop, where the binomial tree's root sends it
+ * ceil(log2 n) times, one after the other. Segments are cut from the
+ * message's bytes, which every rank has the same number of whatever its
+ * datatype; a non-contiguous datatype is packed first and unpacked after. */
+static int bcast_chain(void *buf, int count, MPI_Datatype t, int root, MPI_Comm comm)
+{
+    int n = comm->size, vr = (comm->rank - root + n) % n, err = MPI_SUCCESS;
+    int prev = (comm->rank - 1 + n) % n, next = (comm->rank + 1) % n;
+    long long bytes = zmpi_type_bytes(t, count);
+    unsigned char *data, *packed = NULL;
+    if (zmpi_type_contig(t))
+        data = (unsigned char *)buf + t->true_lb;
+    else {
+        packed = malloc(bytes);
+        if (!packed)
+            return MPI_ERR_NO_MEM;
+        if (vr == 0)
+            zmpi_copy(buf, count, t, packed, (int)bytes, MPI_BYTE);
+        data = packed;
+    }
+    for (long long off = 0; off < bytes && !err; off += BCAST_SEGMENT) {
+        int len = bytes - off < BCAST_SEGMENT ? (int)(bytes - off) : BCAST_SEGMENT;
+        if (vr > 0)
+            err = zmpi_crecv(data + off, len, MPI_BYTE, prev, ZT_BCAST, comm);
+        if (!err && vr < n - 1)
+            err = zmpi_csend(data + off, len, MPI_BYTE, next, ZT_BCAST, comm);
+    }
+    if (packed && !err && vr > 0)
+        zmpi_copy(packed, (int)bytes, MPI_BYTE, buf, count, t);
+    free(packed);
+    return err;
+}
+
 int MPI_Bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm comm)
 {
     BEGIN("MPI_Bcast", comm);
     CHECK_TYPE(comm, t, count);
     CHECK_ROOT(comm, root);
-    int err = comm->size > 1 ? bcast(buf, count, t, root, comm) : MPI_SUCCESS;
+    long long bytes = zmpi_type_bytes(t, count);
+    if (bytes < 0)
+        FAIL(comm, MPI_ERR_COUNT, "larger than 2 GiB");
+    int err = MPI_SUCCESS;
+    if (comm->size > 2 && bytes >= BCAST_CHAIN_MIN_BYTES)
+        err = bcast_chain(buf, count, t, root, comm);
+    else if (comm->size > 1)
+        err = bcast(buf, count, t, root, comm);
     DONE(comm, err);
 }
 

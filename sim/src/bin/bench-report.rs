@@ -426,7 +426,12 @@ const FIGURES: &[(&str, &str, &str)] = &[
     ),
     (
         "mpi.allreduce_8b_4ranks_ratio",
-        "MPI_Allreduce 8 B, 4 ranks: Zorilla / OpenMPI (target at most 3)",
+        "MPI_Allreduce 8 B, 4 ranks: Zorilla / OpenMPI over TCP (target at most 3)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_8b_4ranks_ratio_shm",
+        "MPI_Allreduce 8 B, 4 ranks: Zorilla / OpenMPI over shared memory (no target)",
         "cargo bench --workspace --bench mpi",
     ),
     (
@@ -441,7 +446,12 @@ const FIGURES: &[(&str, &str, &str)] = &[
     ),
     (
         "mpi.allreduce_1mib_4ranks_ratio",
-        "MPI_Allreduce 1 MiB, 4 ranks: Zorilla / OpenMPI (target at most 3)",
+        "MPI_Allreduce 1 MiB, 4 ranks: Zorilla / OpenMPI over TCP (target at most 2)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_1mib_4ranks_ratio_shm",
+        "MPI_Allreduce 1 MiB, 4 ranks: Zorilla / OpenMPI over shared memory (no target)",
         "cargo bench --workspace --bench mpi",
     ),
     (
@@ -456,7 +466,12 @@ const FIGURES: &[(&str, &str, &str)] = &[
     ),
     (
         "mpi.allreduce_8b_8ranks_ratio",
-        "MPI_Allreduce 8 B, 8 ranks: Zorilla / OpenMPI (target at most 3)",
+        "MPI_Allreduce 8 B, 8 ranks: Zorilla / OpenMPI over TCP (target at most 3)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_8b_8ranks_ratio_shm",
+        "MPI_Allreduce 8 B, 8 ranks: Zorilla / OpenMPI over shared memory (no target)",
         "cargo bench --workspace --bench mpi",
     ),
     (
@@ -471,7 +486,152 @@ const FIGURES: &[(&str, &str, &str)] = &[
     ),
     (
         "mpi.allreduce_1mib_8ranks_ratio",
-        "MPI_Allreduce 1 MiB, 8 ranks: Zorilla / OpenMPI (target at most 3)",
+        "MPI_Allreduce 1 MiB, 8 ranks: Zorilla / OpenMPI over TCP (target at most 2)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.allreduce_1mib_8ranks_ratio_shm",
+        "MPI_Allreduce 1 MiB, 8 ranks: Zorilla / OpenMPI over shared memory (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.bcast_8b_4ranks",
+        "MPI_Bcast 8 B, 4 ranks on 4 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.bcast_8b_4ranks_openmpi",
+        "MPI_Bcast 8 B, 4 ranks, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.bcast_8b_4ranks_ratio",
+        "MPI_Bcast 8 B, 4 ranks: Zorilla / OpenMPI over TCP (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.bcast_8b_4ranks_ratio_shm",
+        "MPI_Bcast 8 B, 4 ranks: Zorilla / OpenMPI over shared memory (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.bcast_1mib_4ranks",
+        "MPI_Bcast 1 MiB, 4 ranks on 4 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.bcast_1mib_4ranks_openmpi",
+        "MPI_Bcast 1 MiB, 4 ranks, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.bcast_1mib_4ranks_ratio",
+        "MPI_Bcast 1 MiB, 4 ranks: Zorilla / OpenMPI over TCP (target at most 2)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.bcast_1mib_4ranks_ratio_shm",
+        "MPI_Bcast 1 MiB, 4 ranks: Zorilla / OpenMPI over shared memory (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.put_8b_latency",
+        "MPI_Put 8 B and a fence, 2 ranks on 2 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.put_8b_latency_openmpi",
+        "MPI_Put 8 B and a fence, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.put_8b_latency_ratio",
+        "MPI_Put 8 B and a fence: Zorilla / OpenMPI over TCP (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.put_8b_latency_ratio_shm",
+        "MPI_Put 8 B and a fence: Zorilla / OpenMPI over shared memory (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.get_8b_latency",
+        "MPI_Get 8 B and a fence, 2 ranks on 2 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.get_8b_latency_openmpi",
+        "MPI_Get 8 B and a fence, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.get_8b_latency_ratio",
+        "MPI_Get 8 B and a fence: Zorilla / OpenMPI over TCP (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.get_8b_latency_ratio_shm",
+        "MPI_Get 8 B and a fence: Zorilla / OpenMPI over shared memory (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.put_1mib_bandwidth",
+        "MPI_Put bandwidth, 1 MiB operations with fences, 2 ranks on 2 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.put_1mib_bandwidth_openmpi",
+        "MPI_Put bandwidth at 1 MiB, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.put_1mib_bandwidth_ratio",
+        "MPI_Put bandwidth at 1 MiB: Zorilla / OpenMPI, bandwidth, over TCP (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.put_1mib_bandwidth_ratio_shm",
+        "MPI_Put bandwidth at 1 MiB: Zorilla / OpenMPI, bandwidth, over shared memory (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.get_1mib_bandwidth",
+        "MPI_Get bandwidth, 1 MiB operations with fences, 2 ranks on 2 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.get_1mib_bandwidth_openmpi",
+        "MPI_Get bandwidth at 1 MiB, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.get_1mib_bandwidth_ratio",
+        "MPI_Get bandwidth at 1 MiB: Zorilla / OpenMPI, bandwidth, over TCP (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.get_1mib_bandwidth_ratio_shm",
+        "MPI_Get bandwidth at 1 MiB: Zorilla / OpenMPI, bandwidth, over shared memory (no target)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.is_4ranks",
+        "integer sort shaped like NPB IS (class W: 2^20 keys), 4 ranks on 4 nodes",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.is_4ranks_openmpi",
+        "integer sort like NPB IS, 4 ranks, OpenMPI over TCP (same run)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.is_4ranks_ratio",
+        "integer sort like NPB IS, 4 ranks: Zorilla / OpenMPI, Mop/s, over TCP (target at least 0.7)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.is_4ranks_ratio_shm",
+        "integer sort like NPB IS, 4 ranks: Zorilla / OpenMPI, Mop/s, over shared memory (no target)",
         "cargo bench --workspace --bench mpi",
     ),
     (
@@ -486,7 +646,12 @@ const FIGURES: &[(&str, &str, &str)] = &[
     ),
     (
         "mpi.jacobi_ratio",
-        "Jacobi stencil: Zorilla / OpenMPI (target at most 1.3)",
+        "Jacobi stencil: Zorilla / OpenMPI over TCP (target at most 1.3)",
+        "cargo bench --workspace --bench mpi",
+    ),
+    (
+        "mpi.jacobi_ratio_shm",
+        "Jacobi stencil: Zorilla / OpenMPI over shared memory (no target)",
         "cargo bench --workspace --bench mpi",
     ),
 ];
@@ -528,6 +693,9 @@ fn markdown(results: &Results) -> String {
             })
             .map(|n| format!(" (N={n})")),
             "mpi" if key.contains("jacobi") => get("jacobi_size").map(|n| format!(" ({n}x{n})")),
+            "mpi" if key.starts_with("mpi.is_") => {
+                get("is_log2_keys").map(|k| format!(" (2^{k} keys)"))
+            }
             _ => None,
         }
         .unwrap_or_default()
