@@ -256,34 +256,7 @@ async fn the_home_and_a_checkpoint_holder_killed_together() {
 
     // Through a node that lives on (rank 0's), until the new home answers.
     let mut asked = nodes[worker0].client().await;
-    let start = Instant::now();
-    let status = loop {
-        match asked.status(job).await {
-            Ok(s) if s.phase.is_terminal() => break s,
-            Ok(_) | Err(_) => {}
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "the job never completed after its home and a holder died"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let logs = asked.logs(job).await.unwrap();
-    let stdout = stdout_of(&logs);
-    let context = format!(
-        "{status:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        stderr_of(&logs)
-    );
-    assert_eq!(
-        status.phase,
-        zorilla_node::protocol::JobPhase::Completed,
-        "{context}"
-    );
-    assert_ne!(
-        status.home.as_deref(),
-        Some(nodes[0].peer.as_str()),
-        "{context}"
-    );
+    let (_, stdout, context) = completed_under_a_new_home(&mut asked, job, &nodes[0].peer).await;
     for r in [0u32, 1] {
         let computed = last_value(&stdout, r, "computed").expect("each rank finished");
         let line = format!(
@@ -324,6 +297,42 @@ async fn the_home_and_a_checkpoint_holder_killed_together() {
         });
         assert!(said, "no node logged why rank 1 starts over; {context}");
     }
+}
+
+/// Waits, asking through `asked` (a node that lives on), until `job` is
+/// over after its home `old_home` died; asserts that it completed under
+/// another home. Its status, stdout, and both with stderr for messages.
+async fn completed_under_a_new_home(
+    asked: &mut zorilla_node::client::Client,
+    job: u64,
+    old_home: &str,
+) -> (JobStatus, String, String) {
+    let start = Instant::now();
+    let status = loop {
+        if let Ok(s) = asked.status(job).await
+            && s.phase.is_terminal()
+        {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the job never ended after its home died"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let logs = asked.logs(job).await.unwrap();
+    let stdout = stdout_of(&logs);
+    let context = format!(
+        "{status:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        stderr_of(&logs)
+    );
+    assert_eq!(
+        status.phase,
+        zorilla_node::protocol::JobPhase::Completed,
+        "{context}"
+    );
+    assert_ne!(status.home.as_deref(), Some(old_home), "{context}");
+    (status, stdout, context)
 }
 
 /// A rank that does not run on the home (node 0; killing the home is
@@ -668,16 +677,6 @@ async fn a_stencil_rolls_back_under_a_new_home_when_its_home_and_a_worker_die_to
         s.running_workers() == HALO_RANKS
     })
     .await;
-    let (rank, victim) = rank_away_from_home(&grid, &running);
-    let survivor = (1..grid.nodes.len())
-        .find(|i| {
-            *i != victim
-                && running
-                    .ranks
-                    .values()
-                    .any(|r| r.node == grid.nodes[*i].peer)
-        })
-        .expect("a node running another rank");
     let waited = format!("a common checkpoint past {}", 5 * HALO_EVERY);
     wait_stdout(
         &mut client,
@@ -695,37 +694,41 @@ async fn a_stencil_rolls_back_under_a_new_home_when_its_home_and_a_worker_die_to
         },
     )
     .await;
+    // The victim: a rank's node whose death with the home leaves every
+    // rank's checkpoints a holder (each goes to two nodes, the home among
+    // the candidates: a rank held on the home and the victim alone would
+    // have no generation left, two failures beyond the replication).
+    let node_of = |peer: &String| grid.nodes.iter().position(|n| &n.peer == peer).unwrap();
+    let holders: Vec<(u32, usize, Vec<usize>)> = running
+        .ranks
+        .iter()
+        .map(|(r, placed)| {
+            let writer = node_of(&placed.node);
+            let held = holders_logged(&grid.nodes[writer].dir, job, *r);
+            (*r, writer, held.iter().map(node_of).collect())
+        })
+        .collect();
+    let (rank, victim) = holders
+        .iter()
+        .map(|(r, writer, _)| (*r, *writer))
+        .find(|(_, v)| {
+            holders
+                .iter()
+                .all(|(_, _, held)| held.iter().any(|h| *h != 0 && h != v))
+        })
+        .unwrap_or_else(|| panic!("every rank's node holds the only other copy of a rank's checkpoints besides the home: {holders:?}"));
+    let survivor = holders
+        .iter()
+        .map(|(_, writer, _)| *writer)
+        .find(|w| *w != victim)
+        .expect("a node running another rank");
     let old_home = grid.nodes[0].peer.clone();
     grid.nodes[0].kill();
     grid.nodes[victim].kill();
 
     // Through a node that lives on, until the new home ends the job.
     let mut asked = grid.nodes[survivor].client().await;
-    let start = Instant::now();
-    let status = loop {
-        if let Ok(s) = asked.status(job).await
-            && s.phase.is_terminal()
-        {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(180),
-            "the job never ended after its home and a worker died"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let logs = asked.logs(job).await.unwrap();
-    let stdout = stdout_of(&logs);
-    let context = format!(
-        "{status:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        stderr_of(&logs)
-    );
-    assert_eq!(
-        status.phase,
-        zorilla_node::protocol::JobPhase::Completed,
-        "{context}"
-    );
-    assert_ne!(status.home.as_deref(), Some(old_home.as_str()), "{context}");
+    let (status, stdout, context) = completed_under_a_new_home(&mut asked, job, &old_home).await;
     assert_ne!(
         status.ranks[&rank].node, grid.nodes[victim].peer,
         "{context}"
