@@ -469,12 +469,12 @@ async fn an_mpi_stencil_rolls_back_with_collective_checkpoints() {
     rolls_back_to_a_common_checkpoint(module, "halo_mpi").await;
 }
 
-/// The rollback tests' body: `module` is a halo stencil (its output lines
-/// and checksums are halo's), `what` names it in the figures printed.
-async fn rolls_back_to_a_common_checkpoint(module: Vec<u8>, what: &str) {
-    let mut grid = grid(5, 1);
-    wait_for_neighbours(&grid.nodes, 4, Duration::from_secs(60)).await;
-    let mut client = grid.nodes[0].client().await;
+/// Submits the halo stencil `module` (halo's own, or the MPI one) with
+/// `on_worker_lost = "rollback"`, spread, and waits for its ranks to run.
+async fn start_halo(
+    client: &mut zorilla_node::client::Client,
+    module: Vec<u8>,
+) -> (u64, JobStatus) {
     let request = JobRequest {
         min_workers: HALO_RANKS,
         max_workers: HALO_RANKS,
@@ -495,10 +495,20 @@ async fn rolls_back_to_a_common_checkpoint(module: Vec<u8>, what: &str) {
         ..JobRequest::default()
     };
     let job = client.submit(request, module, vec![]).await.unwrap();
-    let running = wait_for(&mut client, job, Duration::from_secs(60), "3 ranks", |s| {
+    let running = wait_for(client, job, Duration::from_secs(60), "3 ranks", |s| {
         s.running_workers() == HALO_RANKS
     })
     .await;
+    (job, running)
+}
+
+/// The rollback tests' body: `module` is a halo stencil (its output lines
+/// and checksums are halo's), `what` names it in the figures printed.
+async fn rolls_back_to_a_common_checkpoint(module: Vec<u8>, what: &str) {
+    let mut grid = grid(5, 1);
+    wait_for_neighbours(&grid.nodes, 4, Duration::from_secs(60)).await;
+    let mut client = grid.nodes[0].client().await;
+    let (job, running) = start_halo(&mut client, module).await;
     let (rank, victim) = rank_away_from_home(&grid, &running);
 
     // Every rank saved generation 5 or later (a save returns once the home
@@ -655,28 +665,7 @@ async fn a_stencil_rolls_back_under_a_new_home_when_its_home_and_a_worker_die_to
     let mut grid = common::grid_with_idle_home(5, 1);
     wait_for_neighbours(&grid.nodes, 5, Duration::from_secs(60)).await;
     let mut client = grid.nodes[0].client().await;
-    let request = JobRequest {
-        min_workers: HALO_RANKS,
-        max_workers: HALO_RANKS,
-        strategy: Strategy::Spread,
-        lifetime_secs: 120,
-        on_worker_lost: LostPolicy::Rollback,
-        args: [
-            HALO_CELLS as u64,
-            HALO_ITERATIONS,
-            HALO_EVERY,
-            HALO_PAUSE_US,
-        ]
-        .iter()
-        .map(u64::to_string)
-        .collect(),
-        ..JobRequest::default()
-    };
-    let job = client.submit(request, wasm("halo"), vec![]).await.unwrap();
-    let running = wait_for(&mut client, job, Duration::from_secs(60), "3 ranks", |s| {
-        s.running_workers() == HALO_RANKS
-    })
-    .await;
+    let (job, running) = start_halo(&mut client, wasm("halo")).await;
     let waited = format!("a common checkpoint past {}", 5 * HALO_EVERY);
     wait_stdout(
         &mut client,
