@@ -72,6 +72,14 @@ pub(crate) struct JobCopy {
     pub(crate) origin: Option<crate::origin::JobOrigin>,
 }
 
+impl JobCopy {
+    /// The job's first home, if the copy's origin makes `job`'s id (see
+    /// [`crate::origin`]).
+    pub(crate) fn first_home(&self, job: u64) -> Option<PeerId> {
+        self.origin.and_then(|o| o.first_home(job))
+    }
+}
+
 /// Where a rank runs (the core's [`zorilla_core::advert::Placed`]).
 pub(crate) type Placed = zorilla_core::advert::Placed<PeerId>;
 

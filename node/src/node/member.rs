@@ -14,7 +14,7 @@ impl Node {
     fn check_copy(&self, job: u64, home: PeerId, copy: JobCopy) -> Result<JobCopy, PrepareError> {
         let advertised = self.sched.engaged_owner(JobId(job)).flatten().copied();
         let named = copy.owner.map(|o| o.key());
-        let checked = if copy.origin.and_then(|o| o.first_home(job)).is_none() {
+        let checked = if copy.first_home(job).is_none() {
             Err("does not show the first home and nonce the job's id was made from".to_owned())
         } else if named != advertised {
             Err(format!(

@@ -253,7 +253,7 @@ impl Node {
         if home == self.me || self.replicas.contains_key(&job) {
             return;
         }
-        let Some(first) = copy.origin.and_then(|o| o.first_home(job)) else {
+        let Some(first) = copy.first_home(job) else {
             return;
         };
         if self.replicas.len() >= MAX_REPLICAS {
@@ -355,7 +355,7 @@ impl Node {
                 tracing::warn!(job = %JobId(job), %from, "refused to hold a copy of the job: {e}");
                 return;
             }
-            let Some(first) = copy.origin.and_then(|o| o.first_home(job)) else {
+            let Some(first) = copy.first_home(job) else {
                 self.overlay.report_misbehaviour(
                     from,
                     format!(
@@ -399,17 +399,15 @@ impl Node {
             && matches!(msg, Msg::Standing { .. } | Msg::Ack { .. })
             && msg.epoch() == held.replica.epoch();
         // A node that names itself primary of a newer epoch is heard as
-        // one of the job's copies, by a new copy, or with the votes that
-        // elected it (the core checks them: a home may have replaced a copy
-        // it took for gone that won the election meanwhile); the primary of
-        // an older one is heard (an old home come back: it is answered with
-        // the epoch in charge and its mandate, and steps down).
+        // one of the job's copies, or with the votes that elected it (the
+        // core checks them from the epoch this replica knows: a new copy
+        // invited, or granted workers, by a home of a later epoch; a home
+        // that replaced a copy it took for gone that won the election
+        // meanwhile); the primary of an older one is heard (an old home
+        // come back: it is answered with the epoch in charge and its
+        // mandate, and steps down).
         let stale_primary = msg.epoch().primary == from && msg.epoch() < held.replica.epoch();
-        // A new copy that has heard nothing yet (invited, or granted
-        // workers, by a home of a later epoch) hears that home: the core
-        // adopts its epoch only with the mandate from the job's first.
         let newer_primary = msg.epoch().primary == from && msg.epoch() > held.replica.epoch();
-        let new_copy = held.replica.is_empty() && held.replica.copies().is_empty();
         let mandated = matches!(
             &msg,
             Msg::Append {
@@ -424,7 +422,7 @@ impl Node {
             || held.replica.copies().contains(&from)
             || stale_primary
             || dropped_standing
-            || (newer_primary && (new_copy || mandated));
+            || (newer_primary && mandated);
         if !known {
             if newer_primary {
                 self.overlay.report_misbehaviour(
@@ -452,10 +450,10 @@ impl Node {
         let out = held.replica.on_message(now, from, msg);
         let after = *held.replica.primary_peer();
         let primary = held.replica.is_primary();
-        let taken = (*held.replica.epoch() == epoch)
-            .then(|| held.copy.clone())
-            .flatten();
         if invited_now {
+            let taken = (*held.replica.epoch() == epoch)
+                .then(|| held.copy.clone())
+                .flatten();
             match taken {
                 Some(copy) => {
                     tracing::info!(job = %JobId(job), home = %from, "holding a copy of the job's state");
@@ -648,15 +646,17 @@ impl Node {
 
     /// Tells the workers of `job` here (if any) the job's copies as this
     /// node's replica knows them now, for their checkpoints' holders.
-    pub(super) fn publish_copies(&mut self, job: u64) {
+    pub(super) fn publish_copies(&self, job: u64) {
         let (Some(member), Some(held)) = (self.members.get(&job), self.replicas.get(&job)) else {
             return;
         };
-        let copies: Vec<PeerId> = held.replica.copies().iter().copied().collect();
+        let copies = held.replica.copies();
         member.copies_tx.send_if_modified(|now| {
-            let changed = *now != copies;
+            // Called after every replica message: compared in place, the
+            // list is made only when it changed.
+            let changed = !now.iter().eq(copies.iter());
             if changed {
-                *now = copies;
+                *now = copies.iter().copied().collect();
             }
             changed
         });
