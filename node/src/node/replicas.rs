@@ -520,7 +520,10 @@ impl Node {
 
     /// `peer` is gone: copies whose primary it was stand for election at
     /// once rather than after the lease, and a home whose copy it held
-    /// places another in its stead.
+    /// places another in its stead, if it hears most of its copies. A home
+    /// that does not may be the one cut off: it keeps its copies (had it
+    /// replaced them all by none, it would forget an ended job at once as
+    /// held by every copy, and not step down when the cut heals).
     pub(super) fn replicas_peer_gone(&mut self, peer: PeerId) {
         let now = self.now();
         let jobs: Vec<u64> = self.replicas.keys().copied().collect();
@@ -530,7 +533,8 @@ impl Node {
             };
             let replace = held.replica.is_primary()
                 && held.ended_at.is_none()
-                && held.replica.copies().contains(&peer);
+                && held.replica.copies().contains(&peer)
+                && held.replica.in_touch(now);
             if replace && held.gone.len() < MAX_GONE {
                 held.gone.insert(peer);
             }
