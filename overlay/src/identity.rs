@@ -98,14 +98,35 @@ pub fn write_private_replacing(path: &Path, tmp: &Path, bytes: &[u8]) -> std::io
 
 /// Writes `bytes` to a new file `path` (mode 0600); an existing file is
 /// never replaced (the error is `AlreadyExists`).
+///
+/// The bytes go to a private temporary file first, which is then linked
+/// as `path`: a process that reads `path` meanwhile (another `zorilla`
+/// making the same user key on first use) finds no file or the whole
+/// one, never a half-written secret.
 pub fn write_private_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the path names no file"))?;
+    // Unique among the writers alive at once: this process's id and a
+    // count of its own attempts.
+    static ATTEMPTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let attempt = ATTEMPTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp_name = name.to_owned();
+    tmp_name.push(format!(".{}.{attempt}.new", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let linked = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        // A link, unlike a rename, fails when `path` already exists.
+        fs::hard_link(&tmp, path)
+    })();
+    let _ = fs::remove_file(&tmp);
+    linked
 }
 
 #[cfg(test)]
@@ -123,6 +144,47 @@ mod tests {
             .unwrap()
             .permissions()
             .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_new_private_file_is_seen_whole_or_not_at_all_and_only_one_writer_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let won = std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut seen = 0usize;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(bytes) = fs::read(&path) {
+                        assert_eq!(bytes.len(), 64 * 1024, "a partly written file was read");
+                        seen += 1;
+                    }
+                }
+                seen
+            });
+            let writers: Vec<_> = (0..8u8)
+                .map(|i| {
+                    let path = &path;
+                    s.spawn(move || write_private_new(path, &vec![i; 64 * 1024]))
+                })
+                .collect();
+            let results: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            reader.join().unwrap();
+            results
+        });
+        assert_eq!(won.iter().filter(|r| r.is_ok()).count(), 1);
+        assert!(
+            won.iter()
+                .filter_map(|r| r.as_ref().err())
+                .all(|e| e.kind() == std::io::ErrorKind::AlreadyExists)
+        );
+        let winner = won.iter().position(|r| r.is_ok()).unwrap() as u8;
+        assert_eq!(fs::read(&path).unwrap(), vec![winner; 64 * 1024]);
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "temporary files were left behind");
+        let mode = fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 
