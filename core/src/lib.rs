@@ -32,6 +32,8 @@
 //! - [`replica`]: a job's replicated state: the primary's numbered log,
 //!   its copies, the lease and the deterministic choice of a successor.
 //! - [`copies`]: which nodes hold copies of a job's replicated state.
+//! - [`commit`]: which of a home's words wait until its log is committed
+//!   (grants, the acknowledgement of a rank's end).
 //! - [`checkpoint`]: which nodes hold a rank's checkpoint, and the home's
 //!   index of each rank's latest one.
 //! - [`node`]: the per-node state machine that ties the above together, both
@@ -46,6 +48,7 @@ pub mod allocation;
 pub mod bounded;
 pub mod channel;
 pub mod checkpoint;
+pub mod commit;
 pub mod copies;
 pub mod flood;
 pub mod limits;

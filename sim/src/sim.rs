@@ -698,6 +698,20 @@ impl Sim {
         }
     }
 
+    /// Sends a scheduling message from `node` to `to` now.
+    fn send_now(&mut self, node: u32, to: u32, msg: Message<u32>) {
+        self.count(msg.job(), kind(&msg));
+        let at = self.now + self.one_way(node, to);
+        self.push(
+            at,
+            Event::Direct {
+                to,
+                from: node,
+                msg,
+            },
+        );
+    }
+
     /// Hands an input to a node's scheduler and executes what comes out.
     fn feed(&mut self, node: u32, input: Input<u32>) {
         let out = self.nodes[node as usize].scheduler.handle(self.now, input);
@@ -716,16 +730,9 @@ impl Sim {
             }
             match output {
                 Output::Send { to, msg } => {
-                    self.count(msg.job(), kind(&msg));
-                    let at = self.now + self.one_way(node, to);
-                    self.push(
-                        at,
-                        Event::Direct {
-                            to,
-                            from: node,
-                            msg,
-                        },
-                    );
+                    if let Some(msg) = self.hold_message(node, to, msg) {
+                        self.send_now(node, to, msg);
+                    }
                 }
                 Output::Flood(advert) => {
                     self.floods += 1;
@@ -744,7 +751,7 @@ impl Sim {
                     incarnation,
                     ..
                 } => {
-                    self.workers_started(node, job, home);
+                    self.workers_started(node, job, home, incarnation);
                     self.check_start(node, job, &ranks);
                     let count = ranks.len() as u32;
                     let model = self.work_model();

@@ -487,31 +487,100 @@ pub(super) async fn supervise(
         incarnation,
         end,
     };
-    for _ in 0..3 {
-        if net.call(to, rpc.clone()).await.is_ok() {
-            break;
-        }
-    }
+    let mut ended = Ended {
+        net,
+        home,
+        log,
+        outputs,
+        outputs_limit,
+        job,
+        rank,
+        rpc,
+        cancel,
+    };
+    // The worker counts as ended here (its resources free, the job
+    // forgotten if nothing else of it runs here) once its end is
+    // acknowledged: the home acknowledges it once a copy holds it.
+    ended.report(to).await;
     // Until the loop forgets the job (it ended, or this node holds no
     // copy of it), a new home gets it all again.
     tokio::spawn(async move {
-        while home.changed().await.is_ok() {
-            let to = *home.borrow_and_update();
-            log.resend(&net, to, job, rank).await;
-            send_outputs(&net, to, job, rank, &outputs, outputs_limit).await;
-            for _ in 0..3 {
-                if net.call(to, rpc.clone()).await.is_ok() {
-                    break;
-                }
-            }
+        while ended.home.changed().await.is_ok() {
+            let to = *ended.home.borrow_and_update();
+            ended.send_all(to).await;
+            ended.report(to).await;
         }
         let _ = std::fs::remove_dir_all(&job_dir);
-        log.remove();
+        ended.log.remove();
     });
     Done::WorkerEnded {
         job,
         rank,
         incarnation,
+    }
+}
+
+/// How often a member reports a worker's end that no home has
+/// acknowledged yet (as the simulator's members do).
+const END_REPORT_RETRY: Duration = Duration::from_secs(1);
+/// How many times it does, at most, before it takes the end for lost with
+/// the home (a new home still gets it: see [`supervise`]).
+const MAX_END_REPORTS: u32 = 120;
+
+/// A worker that ended and what its home must get of it.
+struct Ended {
+    net: Net,
+    home: watch::Receiver<PeerId>,
+    log: KeptLog,
+    outputs: PathBuf,
+    outputs_limit: u64,
+    job: u64,
+    rank: u32,
+    /// Its report ([`PeerRpc::WorkerEnded`]).
+    rpc: PeerRpc,
+    cancel: zorilla_sandbox::CancelHandle,
+}
+
+impl Ended {
+    /// Sends `to` (a new home) the rank's log from its start and its
+    /// outputs.
+    async fn send_all(&mut self, to: PeerId) {
+        self.log.resend(&self.net, to, self.job, self.rank).await;
+        send_outputs(
+            &self.net,
+            to,
+            self.job,
+            self.rank,
+            &self.outputs,
+            self.outputs_limit,
+        )
+        .await;
+    }
+
+    /// Reports the end to `to` until a home acknowledges it, following
+    /// the job to a new home (which is sent the rest first), at most
+    /// [`MAX_END_REPORTS`] times; not once the job is stopped here.
+    async fn report(&mut self, mut to: PeerId) {
+        for _ in 0..MAX_END_REPORTS {
+            match self.net.call_ok(to, self.rpc.clone()).await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(job = %JobId(self.job), rank = self.rank, home = %to, "the end of a worker is not acknowledged yet: {e}")
+                }
+            }
+            tokio::select! {
+                changed = self.home.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    to = *self.home.borrow_and_update();
+                    self.send_all(to).await;
+                }
+                () = self.cancel.cancelled() => return,
+                () = tokio::time::sleep(END_REPORT_RETRY) => {}
+            }
+        }
+        tracing::warn!(job = %JobId(self.job), rank = self.rank, "no home acknowledged the end of the rank's worker after {MAX_END_REPORTS} reports");
     }
 }
 

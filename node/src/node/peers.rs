@@ -265,7 +265,9 @@ impl Node {
                 };
                 let out = self.sched.handle(self.now(), input);
                 self.execute(out);
-                PeerReply::Ack
+                // Acknowledged once a copy holds the end (the member
+                // forgets the rank then).
+                return self.acknowledge_end(job, from, rank, reply);
             }
         };
         self.reply(reply, answer);

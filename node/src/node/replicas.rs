@@ -6,8 +6,11 @@
 //! home fell silent takes the job over as its home; a node that hears of a
 //! new primary follows the job there (its workers' reports, logs and
 //! outputs go there, those of ranks that ended here sent again); an old
-//! primary that learns of a newer one steps down.
+//! primary that learns of a newer one steps down. A home's grants and its
+//! acknowledgements of rank ends wait until a copy holds their entry (the
+//! core's rule, [`zorilla_core::commit`]).
 
+use zorilla_core::commit::{Outbox, end_index};
 use zorilla_core::copies::choose_copies;
 use zorilla_core::node::{JobEntry, JobState};
 use zorilla_core::replica::{Action, Msg, Replica, Signature, Signer, Statement, Timing};
@@ -58,10 +61,34 @@ pub(super) struct JobReplica {
     /// The primary: copies found gone (at most [`MAX_GONE`]), which hold
     /// no copy of the job again (as the simulator's failover does).
     gone: BTreeSet<PeerId>,
-    /// The primary's grants that wait until a copy holds the log up to
-    /// their index, and what it sent the same nodes after them (see
-    /// [`Node::hold_message`]), in order.
-    held: Vec<(u64, PeerId, Message<PeerId>)>,
+    /// The primary's words that wait until a copy holds the log up to
+    /// their entry (grants, acknowledgements of rank ends), and what it
+    /// said to the same nodes after them: the core's rule
+    /// ([`zorilla_core::commit`]).
+    held: Outbox<PeerId, Word>,
+}
+
+/// A word of a home that may wait for its log ([`JobReplica::held`]).
+// Most words are messages: boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Word {
+    /// A scheduling message (a grant, or what followed one).
+    Message(Message<PeerId>),
+    /// The answer to a member's report of a rank's end.
+    EndAck(Reply),
+}
+
+impl JobReplica {
+    fn new(replica: Replica<PeerId, JobEntry<PeerId>>, copy: Option<JobCopy>) -> JobReplica {
+        JobReplica {
+            replica,
+            copy,
+            ended_at: None,
+            extras: BTreeSet::new(),
+            gone: BTreeSet::new(),
+            held: Outbox::new(MAX_HELD),
+        }
+    }
 }
 
 /// Signs this node's statements about its jobs' replicas (votes, and as a
@@ -121,17 +148,7 @@ impl Node {
         if let Err(e) = replica.propose(JobEntry::Submitted { spec, owner }, &mut out) {
             tracing::warn!(job = %JobId(job), "cannot log the job: {e}");
         }
-        self.replicas.insert(
-            job,
-            JobReplica {
-                replica,
-                copy: None,
-                ended_at: None,
-                extras: BTreeSet::new(),
-                gone: BTreeSet::new(),
-                held: Vec::new(),
-            },
-        );
+        self.replicas.insert(job, JobReplica::new(replica, None));
         // Copies from the start: a job still waiting for its workers
         // survives its home as well.
         out.extend(self.choose_copies(job));
@@ -153,20 +170,18 @@ impl Node {
             JobEvent::WorkersLost { node, .. } => to == node,
             _ => false,
         };
-        let now: Vec<(PeerId, Message<PeerId>)> = self
+        let now: Vec<(PeerId, Word)> = self
             .replicas
             .get_mut(&job)
             .map(|h| {
                 h.held
-                    .extract_if(.., |(_, to, _)| taken_back(to))
-                    .filter(|(_, _, msg)| !matches!(msg, Message::Grant { .. }))
-                    .map(|(_, to, msg)| (to, msg))
+                    .take_if(|_, to, word| matches!(word, Word::Message(_)) && taken_back(to))
+                    .into_iter()
+                    .filter(|(_, word)| !matches!(word, Word::Message(Message::Grant { .. })))
                     .collect()
             })
             .unwrap_or_default();
-        for (to, msg) in now {
-            self.send_now(to, msg);
-        }
+        self.say(now);
         let Some(held) = self.replicas.get_mut(&job) else {
             return;
         };
@@ -268,17 +283,8 @@ impl Node {
             Self::timing(),
             self.statement_signer(),
         );
-        self.replicas.insert(
-            job,
-            JobReplica {
-                replica,
-                copy: Some(copy.clone()),
-                ended_at: None,
-                extras: BTreeSet::new(),
-                gone: BTreeSet::new(),
-                held: Vec::new(),
-            },
-        );
+        self.replicas
+            .insert(job, JobReplica::new(replica, Some(copy.clone())));
     }
 
     /// An extra copy (a node that runs none of the job's ranks) gets the
@@ -377,17 +383,8 @@ impl Node {
                 Self::timing(),
                 self.statement_signer(),
             );
-            self.replicas.insert(
-                job,
-                JobReplica {
-                    replica,
-                    copy: Some(copy),
-                    ended_at: None,
-                    extras: BTreeSet::new(),
-                    gone: BTreeSet::new(),
-                    held: Vec::new(),
-                },
-            );
+            self.replicas
+                .insert(job, JobReplica::new(replica, Some(copy)));
         }
         let Some(held) = self.replicas.get_mut(&job) else {
             return;
@@ -702,9 +699,12 @@ impl Node {
                 Action::SteppedDown { epoch } => {
                     // Grants not sent are the new primary's to make (and what
                     // waited behind them is stale).
-                    if let Some(held) = self.replicas.get_mut(&job) {
-                        held.held.clear();
-                    }
+                    let unsaid = self
+                        .replicas
+                        .get_mut(&job)
+                        .map(|h| h.held.take_if(|_, _, _| true))
+                        .unwrap_or_default();
+                    self.unsay(job, unsaid);
                     self.step_down(job, epoch.primary);
                 }
                 Action::Refused { from, why } => {
@@ -740,19 +740,12 @@ impl Node {
                 // (The primary of a job that ended forgets it once every
                 // copy holds the whole log: see `tick_replicas`.)
                 Action::Committed { index } => {
-                    let ready: Vec<(PeerId, Message<PeerId>)> = self
+                    let ready = self
                         .replicas
                         .get_mut(&job)
-                        .map(|h| {
-                            h.held
-                                .extract_if(.., |(at, ..)| *at <= index)
-                                .map(|(_, to, msg)| (to, msg))
-                                .collect()
-                        })
+                        .map(|h| h.held.committed(index))
                         .unwrap_or_default();
-                    for (to, msg) in ready {
-                        self.send_now(to, msg);
-                    }
+                    self.say(ready);
                 }
             }
         }
@@ -767,7 +760,7 @@ impl Node {
     /// behind the grant, so that the node hears it in order (messages may
     /// still overtake each other on the way: the core numbers holds for
     /// that, see [`zorilla_core::advert::HoldId`]). The message back if it
-    /// can go now.
+    /// can go now. (The rule is the core's: [`zorilla_core::commit`].)
     pub(super) fn hold_message(
         &mut self,
         to: PeerId,
@@ -776,21 +769,67 @@ impl Node {
         let Some(held) = self.replicas.get_mut(&msg.job().0) else {
             return Some(msg);
         };
-        // Past the bound (copies that never acknowledge), messages go at
-        // once, as they did before grants waited.
-        if !held.replica.is_primary() || held.held.len() >= MAX_HELD {
-            return Some(msg);
-        }
-        let behind = held.held.iter().rev().find(|(_, t, _)| *t == to);
-        let at = match (&msg, behind) {
-            (_, Some((at, ..))) => *at,
-            (Message::Grant { .. }, None) if held.replica.committed() < held.replica.len() => {
-                held.replica.len()
-            }
-            _ => return Some(msg),
+        let word = Word::Message(msg);
+        let back = if matches!(word, Word::Message(Message::Grant { .. })) {
+            held.held.grant(&held.replica, to, word)
+        } else {
+            held.held.behind(&held.replica, to, word)
         };
-        held.held.push((at, to, msg));
-        None
+        match back {
+            Some(Word::Message(msg)) => Some(msg),
+            _ => None,
+        }
+    }
+
+    /// Answers a member's report of a rank's end, which the scheduler has
+    /// taken: once the end's entry is committed (a copy holds it), so that
+    /// an end the member forgets is never lost with this home.
+    pub(super) fn acknowledge_end(&mut self, job: u64, node: PeerId, rank: u32, reply: Reply) {
+        let Some(held) = self.replicas.get_mut(&job) else {
+            return self.reply(reply, PeerReply::Ack);
+        };
+        if !held.replica.is_primary() {
+            // An old home, or a copy taken for the home: the member hears
+            // to report it to the job's home.
+            let why = format!("this node is not the home of job {}", JobId(job));
+            return self.reply(reply, PeerReply::refused(RefusalKind::NotHere, why));
+        }
+        // An end not in the log (a stale worker's) is not the job's: it is
+        // acknowledged at once, as the simulator does.
+        let index = end_index(held.replica.entries(), &node, rank).unwrap_or(0);
+        if let Some(Word::EndAck(reply)) =
+            held.held
+                .end_ack(&held.replica, index, node, Word::EndAck(reply))
+        {
+            self.reply(reply, PeerReply::Ack);
+        }
+    }
+
+    /// Says the words whose time came.
+    fn say(&mut self, words: Vec<(PeerId, Word)>) {
+        for (to, word) in words {
+            match word {
+                Word::Message(msg) => self.send_now(to, msg),
+                Word::EndAck(reply) => self.reply(reply, PeerReply::Ack),
+            }
+        }
+    }
+
+    /// This node is not the job's primary any more: its held grants go to
+    /// nobody (the new primary makes its own), and a member waiting for
+    /// the acknowledgement of an end hears to report it again.
+    fn unsay(&mut self, job: u64, words: Vec<(PeerId, Word)>) {
+        for (_, word) in words {
+            if let Word::EndAck(reply) = word {
+                self.reply(
+                    reply,
+                    PeerReply::refused(
+                        RefusalKind::NotHere,
+                        format!("this node is not the home of job {} any more", JobId(job)),
+                    ),
+                );
+            }
+        }
     }
 
     /// The job's copy as this node can hand it on: its record's if it is

@@ -23,7 +23,10 @@
 //! A member reports each worker's end to the primary its replica follows
 //! and again every [`REPORT_RETRY`] until the primary acknowledges it; the
 //! primary acknowledges only once the end is committed (held by a copy),
-//! so an acknowledged output is never lost with the home.
+//! so an acknowledged output is never lost with the home. Its grants, and
+//! what follows one to the same node, wait for a copy too. Both are the
+//! core's rule ([`zorilla_core::commit::Outbox`]), held as the node holds
+//! them.
 //!
 //! A copy that the primary drops (a near node once the ranks' nodes are
 //! copies enough, the old primary after an election) hears so from the
@@ -45,7 +48,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use zorilla_core::Time;
-use zorilla_core::advert::{JobId, Phase, Placed};
+use zorilla_core::advert::{JobId, Message, Phase, Placed};
+use zorilla_core::commit::{Outbox, end_index};
 use zorilla_core::copies::choose_copies;
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{Input, JobEntry, JobEvent, JobSpec, JobState, WorkerEnd};
@@ -70,15 +74,18 @@ fn signer(node: u32) -> std::sync::Arc<dyn zorilla_core::replica::Signer<u32>> {
     std::sync::Arc::new(StandInSigner::new(node))
 }
 
-/// A rank end waiting for its entry to be committed before the primary
-/// acknowledges it.
+/// The most words a primary holds for one job until its log is committed
+/// (as the node's, see [`zorilla_core::commit`]).
+const MAX_HELD: usize = 1024;
+
+/// A primary's word that waits for its log to be committed (the core's
+/// rule, [`zorilla_core::commit`], as in the node).
 #[derive(Debug, Clone)]
-pub(super) struct Waiting {
-    pub(super) primary: u32,
-    pub(super) index: u64,
-    pub(super) member: u32,
-    pub(super) rank: u32,
-    pub(super) incarnation: u32,
+pub(super) enum Word {
+    /// A scheduling message: a grant, or what followed one to its node.
+    Message(Message<u32>),
+    /// The acknowledgement of a rank's end.
+    EndAck { rank: u32, incarnation: u32 },
 }
 
 /// The replicas of one job, by node.
@@ -89,7 +96,8 @@ pub(super) struct Replicated {
     pub(super) extras: BTreeSet<u32>,
     /// Nodes the job's primary was told are gone (until they rejoin).
     pub(super) gone: BTreeSet<u32>,
-    pub(super) waiting: Vec<Waiting>,
+    /// Each primary's words that wait for its log.
+    pub(super) outboxes: BTreeMap<u32, Outbox<u32, Word>>,
     /// The primary in charge was lost (failed or cut off): who, when.
     pub(super) lost_at: Option<(u32, Time)>,
     /// The job ended and its end is committed: its replicas tick no more.
@@ -128,22 +136,6 @@ impl Failover {
             ..Failover::default()
         }
     }
-}
-
-/// The index of the entry that logged the end of `rank` on `node`.
-pub(super) fn end_index<'a>(
-    entries: impl Iterator<Item = &'a Entry>,
-    node: u32,
-    rank: u32,
-) -> Option<u64> {
-    entries
-        .enumerate()
-        .filter(|(_, e)| {
-            matches!(e, JobEntry::Event(JobEvent::RankEnded { node: n, rank: r, .. })
-                if *n == node && *r == rank)
-        })
-        .map(|(i, _)| i as u64 + 1)
-        .last()
 }
 
 impl Sim {
@@ -251,20 +243,41 @@ impl Sim {
             return true;
         };
         let in_charge = self.jobs.get(&job).is_some_and(|rec| rec.home == node);
-        let Some(replica) = r.replicas.get_mut(&node).filter(|rep| rep.is_primary()) else {
+        if !r.replicas.get(&node).is_some_and(|rep| rep.is_primary()) {
             f.report.stale_events += 1;
             return false;
-        };
+        }
         if !in_charge {
             f.report.stale_events += 1;
         }
         if in_charge && matches!(event, JobEvent::Ended { .. }) {
             r.ended_at.get_or_insert(now);
         }
+        // A grant still held that the home took back goes nowhere; what
+        // waited behind it goes now (as in the node).
+        let taken_back = |to: &u32| match event {
+            JobEvent::Ended { .. } | JobEvent::RolledBack { .. } => true,
+            JobEvent::WorkersLost { node, .. } => to == node,
+            _ => false,
+        };
+        let now_words: Vec<(u32, Word)> = r
+            .outboxes
+            .get_mut(&node)
+            .map(|o| {
+                o.take_if(|_, to, word| matches!(word, Word::Message(_)) && taken_back(to))
+                    .into_iter()
+                    .filter(|(_, word)| !matches!(word, Word::Message(Message::Grant { .. })))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Some(replica) = r.replicas.get_mut(&node) else {
+            return false;
+        };
         let mut out = Vec::new();
         // A full log (MAX_LOG entries) takes nothing more: the job's later
         // events live at the home only.
         let _ = replica.propose(entry, &mut out);
+        self.say(node, job, now_words);
         self.replica_actions(node, job, out);
         if matches!(
             event,
@@ -370,7 +383,9 @@ impl Sim {
                     if let Some(f) = self.failover.as_mut() {
                         f.report.stepped_down += 1;
                         if let Some(r) = f.jobs.get_mut(&job) {
-                            r.waiting.retain(|w| w.primary != node);
+                            // Grants not sent are the new primary's to make;
+                            // members report their ends to it again.
+                            r.outboxes.remove(&node);
                         }
                     }
                     self.nodes[node as usize]
@@ -478,10 +493,11 @@ impl Sim {
         let Some(r) = f.jobs.get_mut(&job) else {
             return;
         };
-        let (ready, waiting): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut r.waiting)
-            .into_iter()
-            .partition(|w| w.primary == node && w.index <= index);
-        r.waiting = waiting;
+        let ready = r
+            .outboxes
+            .get_mut(&node)
+            .map(|o| o.committed(index))
+            .unwrap_or_default();
         let ended = r.replicas.get(&node).is_some_and(|rep| {
             rep.entries()
                 .take(index as usize)
@@ -491,9 +507,7 @@ impl Sim {
         if ended && in_charge {
             r.retired = true;
         }
-        for w in ready {
-            self.acknowledge(node, job, w.member, w.rank, w.incarnation, true);
-        }
+        self.say(node, job, ready);
     }
 
     /// The primary at `home` acknowledges a rank's end to its member
@@ -747,10 +761,31 @@ impl Sim {
         }
     }
 
-    /// A member starts workers of a job granted by `home`.
-    pub(super) fn workers_started(&mut self, node: u32, job: JobId, home: u32) {
-        if let Some(f) = self.failover.as_mut() {
-            f.known_home.entry((node, job)).or_insert(home);
+    /// A member starts workers of a job granted by `home` (grant
+    /// `incarnation`). Checked: a grant to another node reaches it only
+    /// once a copy holds its entry (the core's rule,
+    /// [`zorilla_core::commit`]), so that a copy that takes the job over
+    /// knows of these workers.
+    pub(super) fn workers_started(&mut self, node: u32, job: JobId, home: u32, incarnation: u32) {
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
+        f.known_home.entry((node, job)).or_insert(home);
+        let Some(rep) = f.jobs.get(&job).and_then(|r| r.replicas.get(&home)) else {
+            return;
+        };
+        if node == home || !rep.is_primary() {
+            return;
+        }
+        let logged = rep.entries().position(|e| {
+            matches!(e, JobEntry::Event(JobEvent::Granted { node: n, incarnation: i, .. })
+                if *n == node && *i == incarnation)
+        });
+        if logged.is_some_and(|at| at as u64 >= rep.committed()) {
+            self.violations.push(format!(
+                "at {:?}: node {node} started workers of job {} on grant {incarnation} of home {home} before a copy held it",
+                self.now, job.0
+            ));
         }
     }
 
@@ -855,19 +890,67 @@ impl Sim {
         let Some(rep) = r.replicas.get(&home) else {
             return;
         };
-        let committed = rep.committed();
-        match end_index(rep.entries(), from, rank) {
-            Some(index) if index <= committed => {
-                self.acknowledge(home, job, from, rank, incarnation, true);
+        // An end not in the log (a stale worker's) is not the job's: it is
+        // acknowledged at once, and not counted as kept.
+        let Some(index) = end_index(rep.entries(), &from, rank) else {
+            return self.acknowledge(home, job, from, rank, incarnation, false);
+        };
+        let word = Word::EndAck { rank, incarnation };
+        let outbox = r
+            .outboxes
+            .entry(home)
+            .or_insert_with(|| Outbox::new(MAX_HELD));
+        if outbox.end_ack(rep, index, from, word).is_some() {
+            self.acknowledge(home, job, from, rank, incarnation, true);
+        }
+    }
+
+    /// A scheduling message of the primary at `node`: a grant goes once a
+    /// copy holds it, and what follows it to the same node waits behind
+    /// it (the core's rule, as in the node). The message back if it can go
+    /// now.
+    pub(super) fn hold_message(
+        &mut self,
+        node: u32,
+        to: u32,
+        msg: Message<u32>,
+    ) -> Option<Message<u32>> {
+        let Some(r) = self
+            .failover
+            .as_mut()
+            .and_then(|f| f.jobs.get_mut(&msg.job()))
+        else {
+            return Some(msg);
+        };
+        let Some(rep) = r.replicas.get(&node) else {
+            return Some(msg);
+        };
+        let outbox = r
+            .outboxes
+            .entry(node)
+            .or_insert_with(|| Outbox::new(MAX_HELD));
+        let grant = matches!(msg, Message::Grant { .. });
+        let word = Word::Message(msg);
+        let back = if grant {
+            outbox.grant(rep, to, word)
+        } else {
+            outbox.behind(rep, to, word)
+        };
+        match back {
+            Some(Word::Message(msg)) => Some(msg),
+            _ => None,
+        }
+    }
+
+    /// The primary at `node` says the words whose time came.
+    fn say(&mut self, node: u32, job: JobId, words: Vec<(u32, Word)>) {
+        for (to, word) in words {
+            match word {
+                Word::Message(msg) => self.send_now(node, to, msg),
+                Word::EndAck { rank, incarnation } => {
+                    self.acknowledge(node, job, to, rank, incarnation, true)
+                }
             }
-            Some(index) => r.waiting.push(Waiting {
-                primary: home,
-                index,
-                member: from,
-                rank,
-                incarnation,
-            }),
-            None => self.acknowledge(home, job, from, rank, incarnation, false),
         }
     }
 

@@ -36,7 +36,7 @@ impl Sim {
             if rep.is_primary() && in_charge && !r.retired {
                 r.lost_at.get_or_insert((node, now));
             }
-            r.waiting.retain(|w| w.primary != node);
+            r.outboxes.remove(&node);
             let holders_alive = r
                 .replicas
                 .keys()

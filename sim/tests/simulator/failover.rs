@@ -220,8 +220,9 @@ fn percentiles(mut ms: Vec<u64>) -> (u64, u64, u64) {
 
 /// Many seeds of churn in which homes fail: the failover invariants hold
 /// after every event, no job is lost (every job ends but those all of whose
-/// state holders failed at once, which no degree covers), and the homes
-/// that failed were taken over.
+/// state holders failed at once, which no degree covers), the homes that
+/// failed were taken over, and no worker ran on a grant its job's next home
+/// did not know of.
 #[test]
 fn churn_with_home_failures_keeps_the_failover_invariants_over_many_seeds() {
     let (mut takeovers, mut times, mut orphaned) = (0, Vec::new(), 0);
@@ -277,6 +278,13 @@ fn churn_with_home_failures_keeps_the_failover_invariants_over_many_seeds() {
     assert!(completed * 2 >= moved, "{completed} of {moved} completed");
     assert!(p95 <= 2500, "95th percentile {p95} ms");
     assert!(orphaned * 20 <= jobs, "{orphaned} of {jobs} jobs orphaned");
+    // A grant goes out only once a copy holds it (the core's
+    // `commit::Outbox`, as in the node): a new home knows every worker the
+    // old one started, and stops none as a stranger's.
+    assert_eq!(
+        orphan_workers, 0,
+        "workers ran on grants their job's next home never knew of"
+    );
 }
 
 /// The checks can fail: a worker left running for a job that ended is
