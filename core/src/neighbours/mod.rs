@@ -24,10 +24,13 @@
 //!
 //! [`keeper::PeerKeeper`] is the overlay's whole peer-keeping policy around
 //! this table: connections, probes, closing, bans and peer exchange, as a
-//! sans-IO state machine both the real overlay and the simulator drive.
+//! sans-IO state machine both the real overlay and the simulator drive;
+//! [`nat::NatPolicy`] is its NAT traversal beside it (reachability, relay
+//! reservations, relayed connections closed once direct).
 
 pub mod keeper;
 mod keeper_io;
+pub mod nat;
 mod remembered;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -206,7 +206,7 @@ impl Overlay {
             pending_requests: HashMap::new(),
             peer_exchanges: HashMap::new(),
             stats: OverlayStats::default(),
-            nat: driver::NatState::default(),
+            nat: driver::NatState::new(&config.nat),
             direct: direct.clone(),
             config,
         };

@@ -312,8 +312,9 @@ impl Driver {
                 tracing::info!(addr = %confirmed, "peers confirm an address of ours; advertising it");
                 self.swarm.add_external_address(confirmed);
             }
-            if self.nat.observed_since.is_none() && self.own.behind_nat() {
-                self.nat.observed_since = Some(tokio::time::Instant::now());
+            if self.own.behind_nat() {
+                let now = self.now();
+                self.nat.policy.seen_behind_nat(now);
             }
         }
         // Of what it says it listens on, what is true for us (not its
@@ -578,13 +579,9 @@ impl Driver {
 
     /// Whether `peer` serves as a relay (identify lists the hop protocol).
     fn note_protocols(&mut self, peer: PeerId, info: &identify::Info) {
-        if info.protocols.contains(&libp2p::relay::HOP_PROTOCOL_NAME)
-            && self.swarm.is_connected(&peer)
-        {
-            self.nat.relay_capable.insert(peer);
-        } else {
-            self.nat.relay_capable.remove(&peer);
-        }
+        let capable = info.protocols.contains(&libp2p::relay::HOP_PROTOCOL_NAME)
+            && self.swarm.is_connected(&peer);
+        self.nat.policy.relay_capable(peer, capable);
     }
 
     fn remember_addrs(&mut self, peer: PeerId, addrs: impl IntoIterator<Item = Multiaddr>) {

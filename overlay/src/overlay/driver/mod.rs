@@ -2,7 +2,7 @@
 //! router libp2p's events and the time, and executes what they decide and
 //! what the node asks ([`Command`]s).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,6 +18,7 @@ use zorilla_core::flood::{DropReason, FloodId, FloodRouter, HomeDistance, Verdic
 use zorilla_core::neighbours::keeper::{
     Action, DialFailure, DisconnectReason, PeerFacts, PeerKeeper,
 };
+use zorilla_core::neighbours::nat::NatPolicy;
 
 use crate::addrs::OwnAddrs;
 use crate::config::OverlayConfig;
@@ -81,32 +82,32 @@ pub(super) struct Driver {
     pub(super) direct: Option<std::sync::Arc<crate::direct::DirectPlane>>,
 }
 
-/// What the event loop keeps for NAT traversal: relay reservations and
-/// how connections through relays became direct. Every map is bounded by
-/// the connected peers (entries go with their last connection) or by the
-/// configured number of reservations.
-#[derive(Default)]
+/// What the event loop keeps for NAT traversal: the core's policy, and the
+/// listeners of the reservations it asked for (at most its configured
+/// number).
 pub(super) struct NatState {
-    /// Relays we asked for a reservation, with the relayed listener.
-    pub(super) relays: BTreeMap<PeerId, ListenerId>,
-    /// Relays not to ask again before then (a reservation failed or ended).
-    pub(super) relay_retry: HashMap<PeerId, Instant>,
-    /// Connected peers that serve as relays (identify lists the hop protocol).
-    pub(super) relay_capable: HashSet<PeerId>,
-    /// When peers first saw us at an address none of our interfaces has.
-    pub(super) observed_since: Option<Instant>,
-    /// Whether a dial-back (AutoNAT) to an address of ours failed.
-    pub(super) dial_back_failed: bool,
-    /// Peers connected through a relay, with when the first such
-    /// connection came and its connections.
-    pub(super) relayed: HashMap<PeerId, (Instant, Vec<ConnectionId>)>,
-    /// Direct (not relayed) connections open to each peer.
-    pub(super) direct: HashMap<PeerId, u32>,
-    /// Relays that accepted our reservation.
-    pub(super) relay_reserved: HashSet<PeerId>,
+    /// The decisions: reachability, which relays, which relayed
+    /// connections to close.
+    pub(super) policy: NatPolicy<PeerId, ConnectionId>,
+    /// The relayed listener of each reservation asked for.
+    pub(super) listeners: BTreeMap<PeerId, ListenerId>,
     /// Whether our relay server offers the hop protocol (`None` before the
     /// first tick).
     pub(super) serving: Option<bool>,
+}
+
+impl NatState {
+    pub(super) fn new(config: &crate::config::NatConfig) -> NatState {
+        NatState {
+            policy: NatPolicy::new(zorilla_core::neighbours::nat::NatConfig {
+                reservations: config.reservations,
+                reachability_grace: config.reachability_grace,
+                relay_retry: nat::RELAY_RETRY,
+            }),
+            listeners: BTreeMap::new(),
+            serving: None,
+        }
+    }
 }
 
 impl Driver {
@@ -336,7 +337,7 @@ impl Driver {
                     .num_established();
                 let stats = OverlayStats {
                     router: self.router.stats(),
-                    relay_reservations: self.nat.relay_reserved.len() as u64,
+                    relay_reservations: self.nat.policy.reserved() as u64,
                     open_connections: u64::from(open),
                     foreign_peers: self.keeper.foreign_peers() as u64,
                     banned_peers: self.keeper.banned_peers() as u64,

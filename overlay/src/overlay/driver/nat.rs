@@ -1,33 +1,26 @@
 //! NAT traversal in the event loop: what AutoNAT, the relay client and
-//! server, DCUtR and UPnP report, and the reservations a node that is not
-//! reachable keeps on reachable peers.
+//! server, DCUtR and UPnP report goes to the core's NAT policy
+//! ([`zorilla_core::neighbours::nat`], which says when this node is
+//! unreachable, which relays to reserve a slot on and which relayed
+//! connections to close once a direct one exists), and what it decides is
+//! done here.
 //!
 //! - **Reachable or not**: a node is reachable once a peer dialed back to
 //!   one of its network addresses (AutoNAT v2; [`crate::addrs`] keeps what
-//!   it believes of each address). It takes itself for unreachable when a
-//!   dial-back failed, or when peers saw it at an address none of its
-//!   interfaces has (a NAT's) and no dial-back reached it within
-//!   `nat.reachability_grace` (AutoNAT v2 reports no failure when the
-//!   server's dial times out, which a NAT that drops unsolicited packets
-//!   makes it do).
-//! - **Reservations**: an unreachable node reserves a slot on up to
-//!   `nat.reservations` connected peers that serve as relays (identify
-//!   lists the hop protocol), at the address it reached each at; the
-//!   relayed addresses are listen addresses, which identify pushes to the
-//!   peers and peer exchange passes on. A reservation that fails or ends
-//!   is not asked of that relay again for [`RELAY_RETRY`]; a node that
-//!   becomes reachable gives them up.
+//!   it believes of each address).
+//! - **Reservations** are listen addresses through a relay, at the address
+//!   the node reached it at; identify pushes them to the peers and peer
+//!   exchange passes them on.
 //! - **Direct connections**: DCUtR punches a hole for every relayed
-//!   connection; once a direct connection to the peer exists, the relayed
-//!   ones are closed (when no stream uses the peer's connections, else at a
-//!   later tick), so that no rpc, flood or file block depends on a circuit.
+//!   connection, so that no rpc, flood or file block depends on a circuit.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use libp2p::multiaddr::Protocol;
 use libp2p::swarm::ConnectionId;
 use libp2p::{Multiaddr, PeerId, autonat, dcutr, relay, upnp};
-use tokio::time::Instant;
+use zorilla_core::neighbours::nat::NatAction;
 
 use super::Driver;
 use crate::addrs::{Scope, is_relayed, scope};
@@ -36,73 +29,50 @@ use crate::addrs::{Scope, is_relayed, scope};
 pub(super) const RELAY_RETRY: Duration = Duration::from_secs(30);
 
 impl Driver {
-    /// Whether this node takes itself for unreachable (and wants relays).
-    pub(super) fn unreachable(&self, now: Instant) -> bool {
-        if self.own.reachable() {
-            return false;
-        }
-        self.nat.dial_back_failed
-            || self
-                .nat
-                .observed_since
-                .is_some_and(|since| now >= since + self.config.nat.reachability_grace)
-    }
-
-    /// Keeps the relay reservations the node's reachability calls for.
-    pub(super) fn keep_relays(&mut self) {
-        let now = Instant::now();
-        if !self.unreachable(now) {
-            for (relay, listener) in std::mem::take(&mut self.nat.relays) {
-                tracing::info!(%relay, "reachable without a relay; giving up the reservation");
-                self.swarm.remove_listener(listener);
-            }
-            return;
-        }
-        self.nat.relay_retry.retain(|_, until| *until > now);
-        let wanted = self.config.nat.reservations;
-        if self.nat.relays.len() >= wanted {
-            return;
-        }
-        let mut candidates: Vec<(PeerId, Multiaddr)> = self
-            .nat
-            .relay_capable
-            .iter()
-            .filter(|p| !self.nat.relays.contains_key(p) && !self.nat.relay_retry.contains_key(p))
-            .filter_map(|peer| Some((*peer, self.relay_addr(peer)?)))
-            .collect();
-        // Deterministic order (the set's is not).
-        candidates.sort();
-        for (relay, addr) in candidates.into_iter().take(wanted - self.nat.relays.len()) {
-            let circuit = addr.with(Protocol::P2p(relay)).with(Protocol::P2pCircuit);
-            match self.swarm.listen_on(circuit.clone()) {
-                Ok(listener) => {
-                    tracing::info!(%relay, %circuit, "not reachable: asking a peer to relay for us");
-                    self.nat.relays.insert(relay, listener);
+    /// Does what the NAT policy decided.
+    fn nat_actions(&mut self, actions: Vec<NatAction<PeerId, ConnectionId>>) {
+        for action in actions {
+            match action {
+                NatAction::Reserve(relay) => self.reserve(relay),
+                NatAction::GiveUp(relay) => {
+                    tracing::info!(%relay, "reachable without a relay; giving up the reservation");
+                    if let Some(listener) = self.nat.listeners.remove(&relay) {
+                        self.swarm.remove_listener(listener);
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(%relay, error = %e, "cannot ask the peer to relay for us");
-                    self.nat.relay_retry.insert(relay, now + RELAY_RETRY);
+                NatAction::CloseRelayed(peer, ids) => {
+                    for id in ids {
+                        tracing::debug!(%peer, "direct connection up; closing the relayed one");
+                        self.swarm.close_connection(id);
+                    }
                 }
             }
         }
     }
 
-    /// The address to reach relay `peer` at: the one our connection to it
-    /// uses, if we dialed it directly, else a known one of network scope.
-    fn relay_addr(&self, peer: &PeerId) -> Option<Multiaddr> {
-        if !self.swarm.is_connected(peer) {
-            return None;
-        }
-        let usable = |a: &Multiaddr| {
-            scope(a) == Some(Scope::Network)
-                && !is_relayed(a)
-                && a.iter().all(|p| !matches!(p, Protocol::P2p(_)))
+    /// Asks `relay` for a reservation: listens on a circuit through it.
+    fn reserve(&mut self, relay: PeerId) {
+        let now = self.now();
+        let Some(addr) = self.relay_addr(&relay) else {
+            self.nat.policy.reservation_ended(now, &relay);
+            return;
         };
-        self.via
-            .get(peer)
-            .filter(|a| usable(a) && self.addrs.get(peer).is_some_and(|k| k.contains(a)))
-            .cloned()
-            .or_else(|| self.addrs.get(peer)?.iter().find(|a| usable(a)).cloned())
+        let circuit = addr.with(Protocol::P2p(relay)).with(Protocol::P2pCircuit);
+        match self.swarm.listen_on(circuit.clone()) {
+            Ok(listener) => {
+                tracing::info!(%relay, %circuit, "not reachable: asking a peer to relay for us");
+                self.nat.listeners.insert(relay, listener);
+            }
+            Err(e) => {
+                tracing::warn!(%relay, error = %e, "cannot ask the peer to relay for us");
+                self.nat.policy.reservation_ended(now, &relay);
+            }
+        }
+    }
+
+    /// The address to reach relay `peer` at (see [`relay_addr`]).
+    fn relay_addr(&self, peer: &PeerId) -> Option<Multiaddr> {
+        relay_addr(&self.swarm, &self.via, &self.addrs, peer)
     }
 
     /// A relayed listener (a reservation) closed.
@@ -113,72 +83,29 @@ impl Driver {
     ) {
         let relay = self
             .nat
-            .relays
+            .listeners
             .iter()
             .find(|(_, id)| **id == listener)
             .map(|(relay, _)| *relay);
         if let Some(relay) = relay {
             tracing::info!(%relay, reason, "the relay's reservation ended; asking another later");
-            self.nat.relays.remove(&relay);
-            self.nat.relay_reserved.remove(&relay);
-            self.nat
-                .relay_retry
-                .insert(relay, Instant::now() + RELAY_RETRY);
+            self.nat.listeners.remove(&relay);
+            let now = self.now();
+            self.nat.policy.reservation_ended(now, &relay);
         }
     }
 
     /// A connection to `peer` came; `relayed` if through a relay.
     pub(super) fn nat_connected(&mut self, peer: PeerId, id: ConnectionId, relayed: bool) {
-        if relayed {
-            let entry = self
-                .nat
-                .relayed
-                .entry(peer)
-                .or_insert_with(|| (Instant::now(), Vec::new()));
-            entry.1.push(id);
-        } else {
-            *self.nat.direct.entry(peer).or_default() += 1;
-            self.close_relayed(peer);
-        }
+        let now = self.now();
+        let in_use = self.swarm.behaviour().streams.in_use(&peer);
+        let out = self.nat.policy.connected(now, peer, id, relayed, in_use);
+        self.nat_actions(out);
     }
 
     /// A connection to `peer` closed.
     pub(super) fn nat_disconnected(&mut self, peer: PeerId, id: ConnectionId, remaining: u32) {
-        let was_relayed = match self.nat.relayed.get_mut(&peer) {
-            Some((_, ids)) if ids.contains(&id) => {
-                ids.retain(|c| *c != id);
-                if ids.is_empty() {
-                    self.nat.relayed.remove(&peer);
-                }
-                true
-            }
-            _ => false,
-        };
-        if !was_relayed && let Some(n) = self.nat.direct.get_mut(&peer) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.nat.direct.remove(&peer);
-            }
-        }
-        if remaining == 0 {
-            self.nat.relay_capable.remove(&peer);
-            self.nat.relayed.remove(&peer);
-            self.nat.direct.remove(&peer);
-        }
-    }
-
-    /// Closes the relayed connections to `peer` if it has a direct one and
-    /// no stream uses its connections (else a later tick does).
-    fn close_relayed(&mut self, peer: PeerId) {
-        if self.swarm.behaviour().streams.in_use(&peer) {
-            return;
-        }
-        if let Some((_, ids)) = self.nat.relayed.get(&peer) {
-            for id in ids.clone() {
-                tracing::debug!(%peer, "direct connection up; closing the relayed one");
-                self.swarm.close_connection(id);
-            }
-        }
+        self.nat.policy.disconnected(&peer, &id, remaining);
     }
 
     /// The tick's part: reservations, and relayed connections left open
@@ -210,19 +137,16 @@ impl Driver {
                 tracing::info!("reachable: relaying for peers that are not");
             }
         }
-        self.keep_relays();
-        let doubled: Vec<PeerId> = self.nat.relayed.keys().copied().collect();
-        for peer in doubled {
-            let direct = self.connections_direct(&peer);
-            if direct {
-                self.close_relayed(peer);
-            }
-        }
-    }
-
-    /// Whether a direct connection to `peer` is open.
-    fn connections_direct(&self, peer: &PeerId) -> bool {
-        self.nat.direct.get(peer).is_some_and(|n| *n > 0)
+        let now = self.now();
+        let reachable = self.own.reachable();
+        let (swarm, via, addrs) = (&self.swarm, &self.via, &self.addrs);
+        let out = self.nat.policy.tick(
+            now,
+            reachable,
+            |p| swarm.behaviour().streams.in_use(p),
+            |p| relay_addr(swarm, via, addrs, p).is_some(),
+        );
+        self.nat_actions(out);
     }
 
     pub(super) fn on_autonat(&mut self, event: autonat::v2::client::Event) {
@@ -235,7 +159,7 @@ impl Driver {
                 tracing::info!(addr = %event.tested_addr, server = %event.server, error = %e,
                     "a peer could not dial back to an address of ours (NAT or firewall)");
                 if scope(&event.tested_addr) == Some(Scope::Network) {
-                    self.nat.dial_back_failed = true;
+                    self.nat.policy.dial_back_failed();
                 }
                 self.own.dial_back_failed(&event.tested_addr);
             }
@@ -252,7 +176,7 @@ impl Driver {
                 if !renewal {
                     tracing::info!(relay = %relay_peer_id, ?limit, "a peer relays for us");
                 }
-                self.nat.relay_reserved.insert(relay_peer_id);
+                self.nat.policy.reservation_accepted(relay_peer_id);
             }
             relay::client::Event::OutboundCircuitEstablished {
                 relay_peer_id,
@@ -299,7 +223,12 @@ impl Driver {
 
     pub(super) fn on_dcutr(&mut self, event: dcutr::Event) {
         let peer = event.remote_peer_id;
-        let since = self.nat.relayed.get(&peer).map(|(at, _)| at.elapsed());
+        let now = self.now();
+        let since = self
+            .nat
+            .policy
+            .relayed_since(&peer)
+            .map(|at| now.saturating_sub(at));
         match event.result {
             Ok(_) => {
                 self.stats.hole_punches += 1;
@@ -331,4 +260,27 @@ impl Driver {
             }
         }
     }
+}
+
+/// The address to reach relay `peer` at: the one our connection to it
+/// uses, if we dialed it directly, else a known one of network scope; none
+/// if it is not connected.
+fn relay_addr(
+    swarm: &libp2p::Swarm<super::Gated>,
+    via: &HashMap<PeerId, Multiaddr>,
+    addrs: &HashMap<PeerId, Vec<Multiaddr>>,
+    peer: &PeerId,
+) -> Option<Multiaddr> {
+    if !swarm.is_connected(peer) {
+        return None;
+    }
+    let usable = |a: &Multiaddr| {
+        scope(a) == Some(Scope::Network)
+            && !is_relayed(a)
+            && a.iter().all(|p| !matches!(p, Protocol::P2p(_)))
+    };
+    via.get(peer)
+        .filter(|a| usable(a) && addrs.get(peer).is_some_and(|k| k.contains(a)))
+        .cloned()
+        .or_else(|| addrs.get(peer)?.iter().find(|a| usable(a)).cloned())
 }
