@@ -370,8 +370,23 @@ fn job_status(g: &mut Gen) -> JobStatus {
 }
 
 fn rank_status(g: &mut Gen) -> RankStatus {
+    stored_rank(g).map_node(|n| {
+        if g.below(2) == 0 {
+            n.to_string()
+        } else {
+            g.string()
+        }
+    })
+}
+
+fn stored_peer(g: &mut Gen) -> crate::store::StoredPeer {
+    crate::store::StoredPeer(peer(g))
+}
+
+/// A rank as a home's record holds it.
+fn stored_rank(g: &mut Gen) -> RankStatus<crate::store::StoredPeer> {
     RankStatus {
-        node: g.string(),
+        node: stored_peer(g),
         outcome: g.option(Gen::string),
         code: g.option(|g| {
             g.pick(&[
@@ -593,10 +608,10 @@ fn job_record(g: &mut Gen) -> JobRecord {
         request: job_request(g),
         module: file_ref(g),
         inputs: g.vec(file_ref),
-        ranks: g.map(Gen::u32, rank_status),
+        ranks: g.map(Gen::u32, stored_rank),
         submitted_unix: g.int(),
-        moved_from: g.option(Gen::string),
-        moved_to: g.option(Gen::string),
+        moved_from: g.option(stored_peer),
+        moved_to: g.option(stored_peer),
         owner: g.option(user),
         owner_proof: g.option(submit_proof),
         origin: g.option(origin),

@@ -410,12 +410,16 @@ impl Node {
             job: id,
             phase: job.phase,
             reason,
-            ranks: job.ranks.clone(),
+            ranks: job
+                .ranks
+                .iter()
+                .map(|(rank, r)| (*rank, r.clone().map_node(|n| n.to_string())))
+                .collect(),
             request: job.request.clone(),
             pending,
             submitted_unix: job.submitted_unix,
             home: Some(self.me.to_string()),
-            moved_from: job.moved_from.clone(),
+            moved_from: job.moved_from.map(|n| n.to_string()),
             owner: job.owner.map(|o| o.to_string()),
         }
     }

@@ -122,7 +122,7 @@ impl Node {
                     for rank in &ranks {
                         record
                             .ranks
-                            .insert(*rank, RankStatus::running(node.to_string()));
+                            .insert(*rank, RankStatus::running(StoredPeer(node)));
                     }
                     let record = record.clone();
                     self.persist(&record);
@@ -200,12 +200,8 @@ impl Node {
                 let mut by_node: BTreeMap<PeerId, Vec<u32>> = BTreeMap::new();
                 if let Some(record) = self.jobs.get(&job.0) {
                     for rank in &stopped {
-                        if let Some(node) = record
-                            .ranks
-                            .get(rank)
-                            .and_then(|r| r.node.parse::<PeerId>().ok())
-                        {
-                            by_node.entry(node).or_default().push(*rank);
+                        if let Some(r) = record.ranks.get(rank) {
+                            by_node.entry(*r.node).or_default().push(*rank);
                         }
                     }
                 }

@@ -42,7 +42,7 @@ use crate::protocol::{
     NodeInfo, OutcomeCode, Pending, RankStatus, Request, Response,
 };
 use crate::status::{self, Publisher};
-use crate::store::{Append, FileRef, JobRecord, Store, StoreError, Writer};
+use crate::store::{Append, FileRef, JobRecord, Store, StoreError, StoredPeer, Writer};
 use crate::validate;
 use crate::wire::{
     BLOCK_BYTES, JobCopy, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, RefusalKind, decode,
@@ -632,7 +632,7 @@ impl Node {
             match home {
                 Some(home) => {
                     tracing::info!(job = %JobId(id), %home, "the job is held by another node since this one restarted");
-                    job.moved_to = Some(home.to_string());
+                    job.moved_to = Some(StoredPeer(home));
                 }
                 None => {
                     let was = job.phase;

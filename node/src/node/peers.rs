@@ -343,9 +343,8 @@ impl Node {
         // Clients write outputs under these names: one that could leave
         // their directory, or that names a rank the sender does not run,
         // is refused here already.
-        let sender = from.to_string();
         check_output_name(name, |rank| {
-            record.ranks.get(&rank).is_some_and(|r| r.node == sender)
+            record.ranks.get(&rank).is_some_and(|r| *r.node == from)
         })
         .map_err(|e| e.to_string())?;
         let room = output_room(&record.request, self.sched.config().resources.disk_mib);
@@ -374,7 +373,7 @@ impl Node {
         job: u64,
         f: impl FnOnce(&mut Self) -> Result<(), String>,
     ) -> PeerReply {
-        let from_rank = |j: &JobRecord| j.ranks.values().any(|r| r.node == from.to_string());
+        let from_rank = |j: &JobRecord| j.ranks.values().any(|r| *r.node == from);
         // Late output of a finished job is checked against its stored record.
         let known = match self.jobs.get(&job) {
             Some(j) => from_rank(j),
@@ -397,10 +396,10 @@ impl Node {
     /// get the job's copy, files and checkpoints.
     pub(super) fn of_job(&self, job: u64, peer: &PeerId) -> bool {
         self.shares_job_replica(job, peer)
-            || self.jobs.get(&job).is_some_and(|record| {
-                let name = peer.to_string();
-                record.ranks.values().any(|r| r.node == name)
-            })
+            || self
+                .jobs
+                .get(&job)
+                .is_some_and(|record| record.ranks.values().any(|r| *r.node == *peer))
             || self.members.get(&job).is_some_and(|m| m.home == *peer)
     }
 

@@ -865,7 +865,7 @@ impl Node {
         tracing::warn!(job = %JobId(job), term, "took the job over from {old}, which fell silent");
         let mut ranks = BTreeMap::new();
         for (rank, r) in state.ranks.iter() {
-            let mut status = RankStatus::running(r.node.to_string());
+            let mut status = RankStatus::running(StoredPeer(r.node));
             if let Some(outcome) = &r.outcome {
                 status.ended(outcome, &r.node);
             }
@@ -881,7 +881,7 @@ impl Node {
             inputs: copy.inputs,
             ranks,
             submitted_unix: copy.submitted_unix,
-            moved_from: old_home.map(|h| h.to_string()),
+            moved_from: old_home.map(StoredPeer),
             moved_to: None,
             owner: copy.owner,
             owner_proof: copy.owner_proof,
@@ -924,7 +924,7 @@ impl Node {
                 .or_else(|| self.store.job(job).ok().flatten())
         });
         if let Some(mut record) = record {
-            record.moved_to = Some(primary.to_string());
+            record.moved_to = Some(StoredPeer(primary));
             self.persist(&record);
             if let Some(recent) = self.finished.recent_mut(job) {
                 *recent = record;

@@ -315,11 +315,13 @@ impl From<zorilla_core::node::Phase> for JobPhase {
     }
 }
 
-/// How one rank of a job stands.
+/// How one rank of a job stands. Clients read the node's name as text;
+/// the home keeps it typed (`N` a peer id in its store, see
+/// [`RankStatus::map_node`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankStatus {
+pub struct RankStatus<N = String> {
     /// The node running (or that ran) it.
-    pub node: String,
+    pub node: N,
     /// How it ended, as a sentence for people (with the figure of the
     /// limit it hit); `None` while it runs.
     pub outcome: Option<String>,
@@ -332,9 +334,9 @@ pub struct RankStatus {
     pub exit_status: Option<i32>,
 }
 
-impl RankStatus {
+impl<N> RankStatus<N> {
     /// A rank placed on `node`, running (or starting).
-    pub fn running(node: String) -> RankStatus {
+    pub fn running(node: N) -> RankStatus<N> {
         RankStatus {
             node,
             outcome: None,
@@ -352,6 +354,17 @@ impl RankStatus {
             RankOutcome::Exited(status) => Some(*status),
             _ => None,
         };
+    }
+
+    /// The same rank with its node named by `name` (the home's typed
+    /// record as clients read it).
+    pub fn map_node<M>(self, name: impl FnOnce(N) -> M) -> RankStatus<M> {
+        RankStatus {
+            node: name(self.node),
+            outcome: self.outcome,
+            code: self.code,
+            exit_status: self.exit_status,
+        }
     }
 
     /// Gives a rank still running the end `code` with `sentence` (the
@@ -792,7 +805,7 @@ mod tests {
             ),
         ];
         for (outcome, code, sentence) in cases {
-            let mut status = RankStatus::running("N".into());
+            let mut status = RankStatus::running("N".to_string());
             status.ended(&outcome, &"N");
             assert_eq!(status.outcome.as_deref(), Some(sentence));
             let wire = serde_json::to_value(&status).unwrap();
@@ -804,7 +817,7 @@ mod tests {
             };
             assert_eq!(wire["exit_status"], exit, "{outcome:?}");
         }
-        let mut stopped = RankStatus::running("N".into());
+        let mut stopped = RankStatus::running("N".to_string());
         stopped.close(OutcomeCode::Stopped, "stopped with the job");
         assert_eq!(serde_json::to_value(&stopped).unwrap()["code"], "stopped");
         // A record stored before codes reads as one without.

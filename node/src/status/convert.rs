@@ -148,7 +148,7 @@ pub(super) fn state_by_phase(phase: JobPhase) -> WorkerState {
 /// A rank's state on the pages, from its status at the home: by its
 /// outcome's code (never by its sentence), and while it runs (or for a
 /// record stored before codes) by its job's phase.
-pub(super) fn rank_state(status: &protocol::RankStatus, job_phase: JobPhase) -> WorkerState {
+pub(super) fn rank_state<N>(status: &protocol::RankStatus<N>, job_phase: JobPhase) -> WorkerState {
     use protocol::OutcomeCode as C;
     match status.code {
         None => state_by_phase(job_phase),
@@ -199,7 +199,7 @@ pub(super) fn home_entry(
         .ranks
         .iter()
         .map(|(rank, status)| WorkerInfo {
-            node: status.node.clone(),
+            node: status.node.to_string(),
             index: *rank,
             state: rank_state(status, job_phase),
             exit_code: status.exit_status,
@@ -303,7 +303,7 @@ mod tests {
         use zorilla_core::liveness::LostCause;
         use zorilla_core::node::{Failure, LostReason, RankOutcome};
         let state = |outcome: RankOutcome| {
-            let mut status = protocol::RankStatus::running("n".into());
+            let mut status = protocol::RankStatus::running("n".to_string());
             status.ended(&outcome, &"n");
             (rank_state(&status, JobPhase::Running), status.exit_status)
         };
@@ -326,7 +326,7 @@ mod tests {
             state(RankOutcome::Failed(Failure::OutOfMemory { limit_mib: 64 })),
             (WorkerState::Failed, None)
         );
-        let running = protocol::RankStatus::running("n".into());
+        let running = protocol::RankStatus::running("n".to_string());
         assert_eq!(
             rank_state(&running, JobPhase::Running),
             WorkerState::Running

@@ -42,7 +42,7 @@ mod tests;
 mod writer;
 
 pub(crate) use db::Store;
-pub(crate) use schema::{FileRef, JobRecord, StoreError, decode_record, unix_ms};
+pub(crate) use schema::{FileRef, JobRecord, StoreError, StoredPeer, decode_record, unix_ms};
 pub use writer::bench_append;
 pub(crate) use writer::{Append, Writer};
 

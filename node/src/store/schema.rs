@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use redb::TableDefinition;
+use zorilla_overlay::PeerId;
 
 use crate::protocol::{JobPhase, JobRequest, OutcomeCode, RankStatus};
 
@@ -42,17 +43,18 @@ pub(crate) struct JobRecord {
     pub(crate) request: JobRequest,
     pub(crate) module: FileRef,
     pub(crate) inputs: Vec<FileRef>,
-    pub(crate) ranks: std::collections::BTreeMap<u32, RankStatus>,
+    /// Where each rank runs or ran, and how it ended.
+    pub(crate) ranks: std::collections::BTreeMap<u32, RankStatus<StoredPeer>>,
     /// When the job was accepted, seconds since the Unix epoch.
     #[serde(default)]
     pub(crate) submitted_unix: u64,
     /// The node this one took the job over from (its first home, lost).
     #[serde(default)]
-    pub(crate) moved_from: Option<String>,
+    pub(crate) moved_from: Option<StoredPeer>,
     /// The node that took the job over from this one: the record is kept
     /// for the log, but the job is that node's (requests go there).
     #[serde(default)]
-    pub(crate) moved_to: Option<String>,
+    pub(crate) moved_to: Option<StoredPeer>,
     /// The user who submitted the job (see [`crate::owner`]); none: its
     /// home's admin.
     #[serde(default)]
@@ -65,6 +67,41 @@ pub(crate) struct JobRecord {
     /// [`crate::origin`]); none for a job accepted before ids were bound.
     #[serde(default)]
     pub(crate) origin: Option<crate::origin::JobOrigin>,
+}
+
+/// A node named in a job's record: a peer id, kept as its text (as records
+/// written before it was typed hold it), so that a record whose name is
+/// not a peer id does not decode rather than match nothing later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct StoredPeer(pub(crate) PeerId);
+
+impl std::ops::Deref for StoredPeer {
+    type Target = PeerId;
+
+    fn deref(&self) -> &PeerId {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for StoredPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl serde::Serialize for StoredPeer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StoredPeer {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse()
+            .map(StoredPeer)
+            .map_err(|e| serde::de::Error::custom(format!("node {text:?}: {e}")))
+    }
 }
 
 /// Now, in milliseconds since the Unix epoch.

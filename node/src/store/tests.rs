@@ -543,7 +543,7 @@ fn phases_only_move_forward() {
 #[test]
 fn a_job_that_ends_lists_no_rank_running() {
     let rank = |exited: bool| {
-        let mut status = RankStatus::running("n".into());
+        let mut status = RankStatus::running(node());
         if exited {
             status.ended(&zorilla_core::node::RankOutcome::Exited(0), &"n");
         }
@@ -596,11 +596,39 @@ fn a_job_that_ends_lists_no_rank_running() {
     );
     let mut cancelled = job.clone();
     cancelled.phase = JobPhase::Running;
-    *cancelled.ranks.get_mut(&0).unwrap() = RankStatus::running("n".into());
+    *cancelled.ranks.get_mut(&0).unwrap() = RankStatus::running(node());
     assert!(cancelled.advance(JobPhase::Cancelled, "cancelled by user"));
     assert_eq!(
         cancelled.ranks[&0].outcome.as_deref(),
         Some("stopped with the job")
     );
     assert_eq!(cancelled.ranks[&0].code, Some(OutcomeCode::Stopped));
+}
+
+/// A node for a record's ranks.
+fn node() -> crate::store::StoredPeer {
+    crate::store::StoredPeer(zorilla_overlay::PeerId::random())
+}
+
+/// A record names its nodes as peer ids kept as text, as records written
+/// before they were typed do: such a record decodes, and one whose node is
+/// no peer id does not (it would match no sender later).
+#[test]
+fn a_records_nodes_are_peer_ids_stored_as_text() {
+    let peer = node();
+    let mut bytes = Vec::new();
+    ciborium::into_writer(&RankStatus::running(peer), &mut bytes).unwrap();
+    let as_text: RankStatus = ciborium::from_reader(bytes.as_slice()).unwrap();
+    assert_eq!(as_text.node, peer.to_string());
+    let back: RankStatus<crate::store::StoredPeer> =
+        ciborium::from_reader(bytes.as_slice()).unwrap();
+    assert_eq!(back.node, peer);
+    let mut bytes = Vec::new();
+    ciborium::into_writer(&RankStatus::running("n".to_string()), &mut bytes).unwrap();
+    let err = ciborium::from_reader::<RankStatus<crate::store::StoredPeer>, _>(bytes.as_slice())
+        .unwrap_err();
+    assert!(
+        matches!(&err, ciborium::de::Error::Semantic(_, why) if why.starts_with("node \"n\"")),
+        "{err:?}"
+    );
 }
