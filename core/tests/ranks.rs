@@ -51,7 +51,7 @@ fn running_with(workers: WorkerCount, nodes: &[u32], on_worker_lost: LostPolicy)
         ms(0),
         Input::Submit {
             job: JOB,
-            spec,
+            spec: home.admit(spec).unwrap(),
             owner: None,
         },
     );
@@ -476,7 +476,7 @@ fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
         ms(0),
         Input::Submit {
             job: JOB,
-            spec,
+            spec: home.admit(spec).unwrap(),
             owner: None,
         },
     );

@@ -67,7 +67,7 @@ impl Home {
             ms(0),
             Input::Submit {
                 job: JOB,
-                spec,
+                spec: home.sched.admit(spec).unwrap(),
                 owner: None,
             },
         );
@@ -496,7 +496,7 @@ fn a_job_that_replaces_or_fails_never_rolls_back_and_logs_no_checkpoint() {
             ms(0),
             Input::Submit {
                 job: JOB,
-                spec,
+                spec: sched.admit(spec).unwrap(),
                 owner: None,
             },
         );

@@ -65,7 +65,7 @@ impl Logged {
             now,
             Input::Submit {
                 job: JOB,
-                spec,
+                spec: home.sched.admit(spec).unwrap(),
                 owner: None,
             },
         );
@@ -439,7 +439,7 @@ fn an_old_home_steps_down_silently_and_its_own_ranks_follow_the_job() {
         ms(0),
         Input::Submit {
             job: JOB,
-            spec,
+            spec: home.admit(spec).unwrap(),
             owner: None,
         },
     );

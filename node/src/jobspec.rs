@@ -267,8 +267,10 @@ impl JobFile {
                 data: read(path)?,
             });
         }
-        validate::submission(&request, &module, &inputs)
-            .map_err(|e| SpecError::Invalid(e.to_string()))?;
+        // What the node would refuse is refused before it is sent.
+        let (request, module, inputs) = validate::submission(request, module, inputs)
+            .map_err(|e| SpecError::Invalid(e.to_string()))?
+            .into_parts();
         Ok(Job {
             request,
             module,

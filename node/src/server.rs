@@ -43,7 +43,7 @@ use zorilla_core::neighbours::LinkKind;
 use zorilla_overlay::OverlayHandle;
 use zorilla_sandbox::Sandbox;
 
-use crate::node::Command;
+use crate::node::{Asked, Command};
 use crate::owner::{Access, BadUserId, Caller, SharedSessions, SubmitProof, Submitter, UserId};
 use crate::protocol::frame::{DEFAULT_MAX_FRAME, FrameError, HELLO_MAX_FRAME};
 use crate::protocol::{
@@ -446,36 +446,33 @@ async fn answer_here(request: Request, caller: Caller, config: &ServerConfig) ->
             ..
         } => {
             // What no node could run is refused first, with its sentence
-            // (and before the module costs a compile).
-            if let Err(e) = crate::validate::submission(&job, &module, &inputs) {
-                return Response::error(ErrorKind::BadRequest, e.to_string());
-            }
+            // (and before the module costs a compile); checked here once.
+            let submission = match crate::validate::submission(job, module, inputs) {
+                Ok(submission) => submission,
+                Err(e) => return Response::error(ErrorKind::BadRequest, e.to_string()),
+            };
             // A broken module is refused here, before the job is accepted.
             let sandbox = config.sandbox.clone();
             let checked = tokio::task::spawn_blocking(move || {
-                let checked = sandbox.load(&module).map(|_| ()).map_err(|e| e.to_string());
-                (checked, module)
+                let checked = sandbox
+                    .load(submission.module())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                (checked, submission)
             })
             .await;
-            let (checked, module) = match checked {
-                Ok(checked) => checked,
-                Err(e) => (Err(format!("the check failed: {e}")), Vec::new()),
+            let submission = match checked {
+                Ok((Ok(()), submission)) => submission,
+                Ok((Err(e), _)) => {
+                    let message = format!("module refused: {e}");
+                    return Response::error(ErrorKind::BadRequest, message);
+                }
+                Err(e) => {
+                    let message = format!("module refused: the check failed: {e}");
+                    return Response::error(ErrorKind::BadRequest, message);
+                }
             };
-            if let Err(e) = checked {
-                let message = format!("module refused: {e}");
-                return Response::error(ErrorKind::BadRequest, message);
-            }
-            ask(
-                Request::Submit {
-                    job,
-                    module,
-                    inputs,
-                    owner: None,
-                },
-                caller,
-                config,
-            )
-            .await
+            ask_loop(Asked::Submit(Box::new(submission)), caller, config).await
         }
         other => ask(other, caller, config).await,
     }
@@ -484,9 +481,14 @@ async fn answer_here(request: Request, caller: Caller, config: &ServerConfig) ->
 /// Hands a request of `caller` to the event loop and waits for its
 /// answer.
 async fn ask(request: Request, caller: Caller, config: &ServerConfig) -> Response {
+    ask_loop(Asked::Request(request), caller, config).await
+}
+
+/// Hands what `caller` asks to the event loop and waits for its answer.
+async fn ask_loop(asked: Asked, caller: Caller, config: &ServerConfig) -> Response {
     let (reply, rx) = oneshot::channel();
     let command = Command {
-        request,
+        asked,
         caller,
         reply,
     };

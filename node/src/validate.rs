@@ -176,15 +176,47 @@ pub fn input_names<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> Result<
 
 /// Checks a whole submission: request, module and inputs.
 pub fn submission(
-    request: &JobRequest,
-    module: &[u8],
-    inputs: &[NamedFile],
-) -> Result<(), Invalid> {
-    self::request(request)?;
+    request: JobRequest,
+    module: Vec<u8>,
+    inputs: Vec<NamedFile>,
+) -> Result<Submission, Invalid> {
+    self::request(&request)?;
     if module.is_empty() {
         return Err(Invalid::EmptyModule);
     }
-    input_names(inputs.iter().map(|f| f.name.as_str()))
+    input_names(inputs.iter().map(|f| f.name.as_str()))?;
+    Ok(Submission {
+        request,
+        module,
+        inputs,
+    })
+}
+
+/// A submission within the documented maxima: made only by
+/// [`submission`], where a client's request comes in, and handed inward
+/// as it is, so that nothing further in checks it again.
+#[derive(Debug)]
+pub struct Submission {
+    request: JobRequest,
+    module: Vec<u8>,
+    inputs: Vec<NamedFile>,
+}
+
+impl Submission {
+    /// The job's request.
+    pub fn request(&self) -> &JobRequest {
+        &self.request
+    }
+
+    /// The module's bytes.
+    pub fn module(&self) -> &[u8] {
+        &self.module
+    }
+
+    /// The request, the module and the inputs, given back.
+    pub fn into_parts(self) -> (JobRequest, Vec<u8>, Vec<NamedFile>) {
+        (self.request, self.module, self.inputs)
+    }
 }
 
 /// Checks a client's request for outputs: a block of at most
@@ -867,7 +899,7 @@ mod tests {
         let many: Vec<String> = (0..=limits::MAX_INPUTS).map(|i| i.to_string()).collect();
         let err = input_names(many.iter().map(String::as_str)).unwrap_err();
         assert!(err.to_string().contains("number of input files"), "{err}");
-        let err = submission(&JobRequest::default(), b"", &[]).unwrap_err();
+        let err = submission(JobRequest::default(), Vec::new(), Vec::new()).unwrap_err();
         assert_eq!(err, Invalid::EmptyModule);
     }
 

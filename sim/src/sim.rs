@@ -629,12 +629,17 @@ impl Sim {
             let distances = table.known().map(|(_, rtt)| rtt);
             node.scheduler.set_peer_distances(distances, every_peer);
         }
+        // A plan outside the scheduler's limits is refused at the door,
+        // as a node refuses a client's: its job never runs.
+        let Ok(spec) = node.scheduler.admit(plan.spec) else {
+            return;
+        };
         self.feed(
             plan.home,
             Input::Submit {
                 owner: None,
                 job: id,
-                spec: plan.spec,
+                spec,
             },
         );
     }

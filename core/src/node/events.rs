@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ranks::{EndReason, LostReason, RankOutcome, WorkerEnd};
-use super::spec::{JobSpec, SpecError};
+use super::spec::{Admitted, SpecError};
 use crate::advert::{Advert, JobId, Message, Phase, Placed, RefuseReason};
 use crate::checkpoint::Latest;
 use crate::liveness::LostCause;
@@ -18,8 +18,9 @@ pub enum Input<P> {
     Submit {
         /// The job's identity (the driver picks it at random).
         job: JobId,
-        /// What the job needs.
-        spec: JobSpec,
+        /// What the job needs, admitted by this scheduler
+        /// ([`Scheduler::admit`](super::Scheduler::admit)).
+        spec: Admitted,
         /// The user who owns it (whose signature the driver checked), if
         /// any: its adverts name it, for the nodes' owners' policies.
         owner: Option<P>,

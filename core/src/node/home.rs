@@ -9,19 +9,17 @@ impl<P: PeerKey> Scheduler<P> {
         &mut self,
         now: Time,
         job: JobId,
-        spec: JobSpec,
+        spec: Admitted,
         owner: Option<P>,
         out: &mut Vec<Output<P>>,
     ) {
-        let error = if self.home.contains_key(&job) {
-            Some(SpecError::Duplicate(job))
-        } else {
-            spec.validate(&self.config).err()
-        };
-        if let Some(error) = error {
+        // The spec's limits were checked as it was admitted.
+        if self.home.contains_key(&job) {
+            let error = SpecError::Duplicate(job);
             out.push(Output::Job(JobEvent::Rejected { job, error }));
             return;
         }
+        let spec = spec.into_spec();
         let mut schedule = FloodSchedule::resume(
             self.config.schedule.clone(),
             spec.workers.max,

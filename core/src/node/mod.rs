@@ -120,8 +120,8 @@ pub use joblog::{JobEntry, JobState};
 pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
 pub use spec::{
-    JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError, UserLimits,
-    UserPolicy,
+    Admitted, JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError,
+    UserLimits, UserPolicy,
 };
 
 /// A job this node is home to.
@@ -542,6 +542,12 @@ impl<P: PeerKey> Scheduler<P> {
     /// The configuration.
     pub fn config(&self) -> &SchedulerConfig<P> {
         &self.config
+    }
+
+    /// Admits a job `spec` if it is within this scheduler's limits: what
+    /// [`Input::Submit`] takes.
+    pub fn admit(&self, spec: JobSpec) -> Result<Admitted, SpecError> {
+        self.config.admit(spec)
     }
 
     /// Resources not held or used by any job.

@@ -223,6 +223,33 @@ pub enum SpecError {
     Duplicate(JobId),
 }
 
+/// A job spec a scheduler took within its limits
+/// ([`Scheduler::admit`](super::Scheduler::admit)): checked once, where it
+/// comes in, and passed inward as this type, so that nothing further in
+/// checks it again or can be handed one that was not checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted(JobSpec);
+
+impl Admitted {
+    /// The spec.
+    pub fn spec(&self) -> &JobSpec {
+        &self.0
+    }
+
+    /// The spec, given back.
+    pub fn into_spec(self) -> JobSpec {
+        self.0
+    }
+}
+
+impl<P: Ord> SchedulerConfig<P> {
+    /// Admits `spec` if it is within these limits.
+    pub fn admit(&self, spec: JobSpec) -> Result<Admitted, SpecError> {
+        spec.validate(self)?;
+        Ok(Admitted(spec))
+    }
+}
+
 impl JobSpec {
     /// Checks the spec against the limits of `config`.
     pub fn validate<P: Ord>(&self, config: &SchedulerConfig<P>) -> Result<(), SpecError> {

@@ -43,7 +43,7 @@ fn submit_second(node: &mut Scheduler<u32>, now: Duration) -> Vec<Output<u32>> {
         Input::Submit {
             owner: None,
             job: SECOND,
-            spec: spec(WorkerCount::rigid(1)),
+            spec: node.admit(spec(WorkerCount::rigid(1))).unwrap(),
         },
     )
 }

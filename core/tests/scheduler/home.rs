@@ -330,7 +330,7 @@ fn a_malleable_job_grows_by_flooding_again_and_shrinks_only_what_it_still_seeks(
         Input::Submit {
             owner: None,
             job: rigid,
-            spec: spec(WorkerCount::rigid(3)),
+            spec: node.admit(spec(WorkerCount::rigid(3))).unwrap(),
         },
     );
     assert_eq!(
@@ -378,10 +378,12 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
         Input::Submit {
             owner: None,
             job: JOB,
-            spec: JobSpec {
-                lifetime: Duration::from_secs(5),
-                ..spec(WorkerCount::rigid(4))
-            },
+            spec: node
+                .admit(JobSpec {
+                    lifetime: Duration::from_secs(5),
+                    ..spec(WorkerCount::rigid(4))
+                })
+                .unwrap(),
         },
     );
     node.handle(
@@ -578,7 +580,7 @@ fn the_home_forgets_the_oldest_ended_jobs_beyond_its_capacity() {
             Input::Submit {
                 owner: None,
                 job: JobId(id),
-                spec: spec(WorkerCount::rigid(1)),
+                spec: node.admit(spec(WorkerCount::rigid(1))).unwrap(),
             },
         );
         node.handle(ms(1), Input::Cancel(JobId(id)));
@@ -592,23 +594,33 @@ fn the_home_forgets_the_oldest_ended_jobs_beyond_its_capacity() {
         Input::Submit {
             owner: None,
             job: JobId(4),
-            spec: spec(WorkerCount::rigid(1)),
+            spec: node.admit(spec(WorkerCount::rigid(1))).unwrap(),
         },
     );
     assert_eq!(node.phase(JobId(4)), Some(Phase::Scheduling));
 }
 
 #[test]
-fn invalid_specs_are_rejected_with_a_reason() {
-    let mut node = home(ScheduleConfig::paper());
-    let out = submit(&mut node, ms(0), WorkerCount { min: 3, max: 2 });
-    let [Output::Job(JobEvent::Rejected { error, .. })] = &out[..] else {
-        panic!("{out:?}")
-    };
+fn invalid_specs_are_not_admitted_and_say_why() {
+    let node = home(ScheduleConfig::paper());
+    let error = node
+        .admit(spec(WorkerCount { min: 3, max: 2 }))
+        .unwrap_err();
     assert_eq!(
         error.to_string(),
         "min workers (3) is more than max workers (2)"
     );
+}
+
+#[test]
+fn a_second_job_of_the_same_id_is_rejected() {
+    let mut node = home(ScheduleConfig::paper());
+    submit(&mut node, ms(0), WorkerCount::rigid(1));
+    let out = submit(&mut node, ms(1), WorkerCount::rigid(1));
+    let [Output::Job(JobEvent::Rejected { error, .. })] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(error.to_string(), format!("job {JOB} already exists"));
 }
 
 /// A spread job waits for more nodes while floods still find new ones;
@@ -623,10 +635,12 @@ fn only_a_nodes_first_answer_keeps_a_spread_job_waiting_for_new_nodes() {
         Input::Submit {
             owner: None,
             job: JOB,
-            spec: JobSpec {
-                strategy: Strategy::Spread,
-                ..spec(WorkerCount::rigid(2))
-            },
+            spec: node
+                .admit(JobSpec {
+                    strategy: Strategy::Spread,
+                    ..spec(WorkerCount::rigid(2))
+                })
+                .unwrap(),
         },
     );
     offer_from(&mut node, ms(1), 10, 1, 1);

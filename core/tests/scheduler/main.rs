@@ -195,7 +195,7 @@ fn submit(node: &mut Scheduler<u32>, now: Duration, workers: WorkerCount) -> Vec
         Input::Submit {
             owner: None,
             job: JOB,
-            spec: spec(workers),
+            spec: node.admit(spec(workers)).unwrap(),
         },
     )
 }

@@ -128,7 +128,7 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
         Input::Submit {
             owner: None,
             job: X,
-            spec: spec(WorkerCount::rigid(3)),
+            spec: net.nodes[&HX].admit(spec(WorkerCount::rigid(3))).unwrap(),
         },
     );
     net.input(
@@ -137,7 +137,7 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
         Input::Submit {
             owner: None,
             job: Y,
-            spec: spec(WorkerCount::rigid(3)),
+            spec: net.nodes[&HY].admit(spec(WorkerCount::rigid(3))).unwrap(),
         },
     );
     net.deliver(ms(0), 1, net.flood(X));
@@ -483,10 +483,12 @@ fn a_rigid_job_replacing_lost_workers_gets_its_rank_back_on_the_same_node() {
         Input::Submit {
             owner: None,
             job: JOB,
-            spec: JobSpec {
-                on_worker_lost: LostPolicy::Replace,
-                ..spec(WorkerCount::rigid(2))
-            },
+            spec: node
+                .admit(JobSpec {
+                    on_worker_lost: LostPolicy::Replace,
+                    ..spec(WorkerCount::rigid(2))
+                })
+                .unwrap(),
         },
     );
     offer_from(&mut node, ms(1), 10, 2, 1);

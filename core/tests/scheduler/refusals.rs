@@ -49,10 +49,12 @@ fn expiry_refuses_held_offers_and_late_offers_as_expired() {
         Input::Submit {
             owner: None,
             job: JOB,
-            spec: JobSpec {
-                lifetime: ms(500),
-                ..spec(WorkerCount::rigid(3))
-            },
+            spec: node
+                .admit(JobSpec {
+                    lifetime: ms(500),
+                    ..spec(WorkerCount::rigid(3))
+                })
+                .unwrap(),
         },
     );
     offer_from(&mut node, ms(1), 10, 1, 1);

@@ -5,6 +5,7 @@
 use super::*;
 use crate::origin::JobOrigin;
 use crate::owner::{Access, Caller};
+use crate::validate::Submission;
 
 impl Node {
     /// What `caller` may have of `job` (a job this node is home to) when it
@@ -42,12 +43,12 @@ impl Node {
             }
         }
         match request {
-            Request::Submit {
-                job,
-                module,
-                inputs,
-                ..
-            } => self.submit(job, module, inputs, caller.submitter.clone()),
+            // A submission comes in checked ([`Asked::Submit`]), never as
+            // a plain request.
+            Request::Submit { .. } => Response::error(
+                ErrorKind::BadRequest,
+                "a submission is taken only through the client port's checks",
+            ),
             Request::Status { job } => match self.status(job) {
                 Some(status) => Response::Status(status),
                 None => not_found(job),
@@ -150,24 +151,19 @@ impl Node {
         }
     }
 
-    pub(super) fn submit(
-        &mut self,
-        request: JobRequest,
-        module: Vec<u8>,
-        inputs: Vec<NamedFile>,
-        owner: Option<crate::owner::Submitter>,
-    ) -> Response {
+    /// A client's submission (within the documented maxima, checked
+    /// where it came in): admitted within this node's own limits, stored,
+    /// then handed to the scheduler.
+    pub(super) fn submit(&mut self, submission: Submission, caller: &Caller) -> Response {
         if let Some(reason) = self.store.unwritable() {
             return refused(reason);
         }
-        let spec = request.spec();
-        // The documented maxima first, then this node's own limits.
-        if let Err(e) = validate::submission(&request, &module, &inputs) {
-            return Response::error(ErrorKind::BadRequest, e.to_string());
-        }
-        if let Err(e) = spec.validate(self.sched.config()) {
-            return Response::error(ErrorKind::BadRequest, e.to_string());
-        }
+        let owner = caller.submitter.clone();
+        let (request, module, inputs) = submission.into_parts();
+        let spec = match self.sched.admit(request.spec()) {
+            Ok(spec) => spec,
+            Err(e) => return Response::error(ErrorKind::BadRequest, e.to_string()),
+        };
         // The id names this node as the job's first home (see
         // `crate::origin`); a fresh nonce until it is new here.
         let (id, origin) = loop {
@@ -220,7 +216,7 @@ impl Node {
         let owner = record.owner.map(|o| o.key());
         self.jobs.insert(id, record);
         tracing::info!(job = %JobId(id), "job submitted");
-        self.replicate_new_job(id, spec.clone(), owner);
+        self.replicate_new_job(id, spec.spec().clone(), owner);
         let out = self.sched.handle(
             self.now(),
             Input::Submit {

@@ -38,8 +38,8 @@ use zorilla_sandbox::{
 use crate::link::{Inbox, Links};
 use crate::net::{BarrierItem, CallError, JobNet, LocalCall, Net, NetTransport};
 use crate::protocol::{
-    ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NamedFile,
-    NodeInfo, OutcomeCode, Pending, RankStatus, Request, Response,
+    ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NodeInfo,
+    OutcomeCode, Pending, RankStatus, Request, Response,
 };
 use crate::status::{self, Publisher};
 use crate::store::{Append, FileRef, JobRecord, Store, StoreError, StoredPeer, Writer};
@@ -60,10 +60,18 @@ mod replicas;
 
 /// A client request on its way into the event loop.
 pub(crate) struct Command {
-    pub(crate) request: Request,
+    pub(crate) asked: Asked,
     /// Who asks (see [`crate::owner`]).
     pub(crate) caller: crate::owner::Caller,
     pub(crate) reply: oneshot::Sender<Response>,
+}
+
+/// What a client asks, as it comes into the loop.
+pub(crate) enum Asked {
+    /// A submission, checked where it came in.
+    Submit(Box<crate::validate::Submission>),
+    /// Anything else.
+    Request(Request),
 }
 
 /// How often copies of jobs look whether their home has been quiet.
@@ -427,7 +435,10 @@ impl Node {
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(cmd) = commands.recv() => {
-                    let response = node.command(cmd.request, &cmd.caller);
+                    let response = match cmd.asked {
+                        Asked::Submit(submission) => node.submit(*submission, &cmd.caller),
+                        Asked::Request(request) => node.command(request, &cmd.caller),
+                    };
                     let _ = cmd.reply.send(response);
                     node.status.touch();
                 }

@@ -460,7 +460,8 @@ mod tests {
                 let running = id % 10 == 0;
                 let ranks = (0..if running { 2 } else { 4 })
                     .map(|r| {
-                        let mut status = protocol::RankStatus::running(crate::store::StoredPeer(me));
+                        let mut status =
+                            protocol::RankStatus::running(crate::store::StoredPeer(me));
                         if !running {
                             status.ended(&zorilla_core::node::RankOutcome::Exited(0), &me);
                         }
