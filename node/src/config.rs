@@ -130,7 +130,7 @@ pub const NO_QUIC: &str = "this zorilla-node was built without QUIC; rebuild wit
 /// alone: its operator opened a UDP port and expects peers there.
 pub fn check_quic(quic: Option<bool>, built_in: bool) -> Result<(), ConfigError> {
     if quic == Some(true) && !built_in {
-        return Err(ConfigError::Invalid(NO_QUIC.into()));
+        return Err(ConfigError::NoQuic);
     }
     Ok(())
 }
@@ -300,9 +300,12 @@ pub enum ConfigError {
         /// Why.
         error: String,
     },
-    /// A value makes no sense.
+    /// A node without QUIC asked for it (see [`check_quic`]).
+    #[error("invalid configuration: {NO_QUIC}")]
+    NoQuic,
+    /// The overlay's settings do not hold together.
     #[error("invalid configuration: {0}")]
-    Invalid(String),
+    Overlay(#[from] zorilla_overlay::ConfigError),
 }
 
 impl Config {

@@ -323,7 +323,7 @@ impl Daemon {
             grid: closed_grid(config, &state_dir)?,
             ..overlay
         };
-        overlay.validate().map_err(|e| anyhow::anyhow!(e))?;
+        overlay.validate().map_err(config::ConfigError::from)?;
         // Configured, or measured once and kept in the state directory: the
         // figure the scheduler's offers carry. Last, so that a setting
         // refused at start says one sentence and nothing else.

@@ -278,7 +278,7 @@ impl OverlayConfig {
     }
 
     /// Checks the configuration; the error says what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let name_ok = !self.network.is_empty()
             && self.network.len() <= 64
             && self
@@ -286,64 +286,96 @@ impl OverlayConfig {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !name_ok {
-            return Err(format!(
-                "network name {:?} must be 1 to 64 letters, digits, '-', '_' or '.'",
-                self.network
-            ));
+            return Err(ConfigError::NetworkName(self.network.clone()));
         }
         if self.listen.is_empty() {
-            return Err("no listen address".into());
+            return Err(ConfigError::NoListenAddress);
         }
         if self.quic && !QUIC_SUPPORTED {
             // Said, not ignored: the operator asked for a transport (and
             // perhaps opened a UDP port for it) that would never be there.
-            return Err(
-                "quic is on, but this build of zorilla-overlay has no QUIC: rebuild \
-                        with its cargo feature `quic` or turn quic off"
-                    .into(),
-            );
+            return Err(ConfigError::NoQuic);
         }
-        for (what, value) in [
+        for (setting, value) in [
             ("ping_interval", self.ping_interval),
             ("ping_timeout", self.ping_timeout),
             ("refresh_interval", self.refresh_interval),
             ("peer_exchange_interval", self.peer_exchange_interval),
             ("request_timeout", self.request_timeout),
+            ("nat.reachability_grace", self.nat.reachability_grace),
+            (
+                "nat.relay_circuit_duration",
+                self.nat.relay_circuit_duration,
+            ),
         ] {
             if value.is_zero() {
-                return Err(format!("{what} must not be zero"));
+                return Err(ConfigError::Zero(setting));
             }
         }
-        if self.nat.reachability_grace.is_zero() || self.nat.relay_circuit_duration.is_zero() {
-            return Err(
-                "nat.reachability_grace and nat.relay_circuit_duration must not be zero".into(),
-            );
-        }
         if self.nat.reservations > MAX_RELAY_RESERVATIONS {
-            return Err(format!(
-                "a node reserves a slot on at most {MAX_RELAY_RESERVATIONS} relays, not {}",
-                self.nat.reservations
-            ));
+            return Err(ConfigError::TooManyReservations(self.nat.reservations));
         }
         if self.max_message_size < 1024 {
-            return Err("max_message_size must be at least 1024 bytes".into());
+            return Err(ConfigError::MessageSizeTooSmall(self.max_message_size));
         }
-        if self.channel_capacity == 0 || self.max_connections == 0 {
-            return Err("channel_capacity and max_connections must not be zero".into());
+        for (setting, value) in [
+            ("channel_capacity", self.channel_capacity),
+            ("max_connections", self.max_connections as usize),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(setting));
+            }
         }
         let links = self.neighbours.near + self.neighbours.far;
         if links == 0 {
-            return Err("the neighbour set must not be empty".into());
+            return Err(ConfigError::NoNeighbours);
         }
         if self.max_connections as usize <= links {
-            return Err(format!(
-                "max_connections ({}) must exceed the neighbour set ({links}): room for the \
-                 neighbours and for newcomers",
-                self.max_connections
-            ));
+            return Err(ConfigError::TooFewConnections {
+                max_connections: self.max_connections,
+                links,
+            });
         }
         Ok(())
     }
+}
+
+/// What is wrong with an overlay configuration, one sentence each.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The network's name.
+    #[error("network name {0:?} must be 1 to 64 letters, digits, '-', '_' or '.'")]
+    NetworkName(String),
+    /// No address to listen on.
+    #[error("no listen address")]
+    NoListenAddress,
+    /// QUIC asked of a build without it.
+    #[error(
+        "quic is on, but this build of zorilla-overlay has no QUIC: rebuild with its cargo feature `quic` or turn quic off"
+    )]
+    NoQuic,
+    /// A setting that must not be zero is.
+    #[error("{0} must not be zero")]
+    Zero(&'static str),
+    /// More relay reservations than a node keeps.
+    #[error("a node reserves a slot on at most {MAX_RELAY_RESERVATIONS} relays, not {0}")]
+    TooManyReservations(usize),
+    /// Messages too small for the protocol's own.
+    #[error("max_message_size must be at least 1024 bytes, not {0}")]
+    MessageSizeTooSmall(usize),
+    /// No neighbours.
+    #[error("the neighbour set must not be empty")]
+    NoNeighbours,
+    /// No room for newcomers beside the neighbours.
+    #[error(
+        "max_connections ({max_connections}) must exceed the neighbour set ({links}): room for the neighbours and for newcomers"
+    )]
+    TooFewConnections {
+        /// The setting.
+        max_connections: u32,
+        /// Near and far neighbours.
+        links: usize,
+    },
 }
 
 #[cfg(test)]
@@ -390,7 +422,8 @@ mod tests {
         if QUIC_SUPPORTED {
             taken.unwrap();
         } else {
-            let e = taken.unwrap_err();
+            assert_eq!(taken, Err(ConfigError::NoQuic));
+            let e = ConfigError::NoQuic.to_string();
             assert!(e.contains("no QUIC") && e.contains("`quic`"), "{e}");
         }
     }

@@ -99,7 +99,7 @@ pub mod overlay;
 pub mod streams;
 mod wire;
 
-pub use config::{OverlayConfig, QUIC_SUPPORTED};
+pub use config::{ConfigError, OverlayConfig, QUIC_SUPPORTED};
 pub use direct::{DirectPlane, DirectStream};
 pub use latency::{LatencyEmulation, SharedTopology, Topology};
 pub use libp2p::{Multiaddr, PeerId};

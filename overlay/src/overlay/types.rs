@@ -165,7 +165,7 @@ pub struct Responder {
 pub enum OverlayError {
     /// The configuration is invalid.
     #[error("invalid overlay configuration: {0}")]
-    InvalidConfig(String),
+    InvalidConfig(#[from] crate::config::ConfigError),
     /// The identity could not be loaded or created.
     #[error(transparent)]
     Identity(#[from] IdentityError),
