@@ -32,7 +32,7 @@ impl Node {
                     ranks,
                     incarnation,
                     placement,
-                } => self.start_workers(job.0, home, ranks, incarnation, placement),
+                } => self.start_workers(job.0, home, ranks, incarnation, placement, None),
                 Output::StopWorkers { job, reason } => {
                     tracing::info!(job = %job, "stopping workers: {reason}");
                     self.stop_workers(job.0);

@@ -53,7 +53,7 @@ impl Node {
     }
 
     /// Starts workers of a job granted to this node: the grant carried
-    /// the job's placement, and its copy came with it (see
+    /// the job's placement, and its copy came with it (`granted`, see
     /// [`PeerRpc::Grant`]; a job of our own's copy is its record), so only
     /// the files are fetched before the workers start.
     pub(super) fn start_workers(
@@ -63,13 +63,14 @@ impl Node {
         ranks: Vec<u32>,
         incarnation: u32,
         placement: BTreeMap<u32, Placed>,
+        granted: Option<JobCopy>,
     ) {
-        let copy = match self.granted_copy.take() {
-            Some((granted, copy)) if granted == job => self.check_copy(job, home, copy),
-            _ if home == self.me => self
+        let copy = match granted {
+            Some(copy) => self.check_copy(job, home, copy),
+            None if home == self.me => self
                 .job_copy(job)
                 .ok_or(PrepareError::NotUnderWay(JobId(job))),
-            _ => Err(PrepareError::NoCopy),
+            None => Err(PrepareError::NoCopy),
         };
         // A node running a job's workers holds a copy of its state, once
         // the grant is taken and its copy checked.

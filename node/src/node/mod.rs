@@ -278,9 +278,6 @@ pub(crate) struct Node {
     jobs: BTreeMap<u64, JobRecord>,
     finished: Finished,
     members: HashMap<u64, MemberJob>,
-    /// The copy of the job of a grant the core is deciding on (set only
-    /// while a [`PeerRpc::Grant`] is handled; `start_workers` takes it).
-    granted_copy: Option<(u64, JobCopy)>,
     tasks: JoinSet<Done>,
     probing: BTreeSet<PeerId>,
     /// Loss verdicts held back while this node, as a job's home, is out of
@@ -382,7 +379,6 @@ impl Node {
             jobs: BTreeMap::new(),
             finished: Finished::new(finished_in_memory),
             members: HashMap::new(),
-            granted_copy: None,
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),
             held: liveness::Held::default(),

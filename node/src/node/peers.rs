@@ -158,12 +158,36 @@ impl Node {
                 PeerReply::Ack
             }
             PeerRpc::Grant { grant, copy } => {
-                // The copy waits for the core's decision: workers start
+                // The copy goes with the core's decision: workers start
                 // with it (`start_workers`, where the node becomes one of
-                // the job's copies), or the grant is withdrawn.
-                self.granted_copy = Some((grant.job().0, *copy));
-                self.sched_message(from, grant, rtt);
-                self.granted_copy = None;
+                // the job's copies), or the grant is withdrawn and it goes.
+                let job = grant.job().0;
+                let input = Input::Message {
+                    from,
+                    msg: grant,
+                    rtt,
+                };
+                let out = self.sched.handle(self.now(), input);
+                let mut copy = Some(*copy);
+                for output in out {
+                    match output {
+                        Output::StartWorkers {
+                            job: started,
+                            home,
+                            ranks,
+                            incarnation,
+                            placement,
+                        } if started.0 == job && copy.is_some() => self.start_workers(
+                            job,
+                            home,
+                            ranks,
+                            incarnation,
+                            placement,
+                            copy.take(),
+                        ),
+                        output => self.execute(vec![output]),
+                    }
+                }
                 PeerReply::Granted { boot: self.boot }
             }
             PeerRpc::GetJob { job } if !self.of_job(job, &from) => self.refuse_data(
