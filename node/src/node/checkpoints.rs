@@ -311,7 +311,7 @@ impl Node {
     /// them, and lets the holder delete ranks unwritten for too long.
     pub(super) fn collect_checkpoints(&mut self) {
         for job in self.sched.checkpoints().jobs() {
-            if self.jobs.contains_key(&job) {
+            if self.jobs.is_under_way(job) {
                 continue;
             }
             for holder in self.sched.forget_checkpoints(JobId(job)) {

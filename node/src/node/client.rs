@@ -74,14 +74,19 @@ impl Node {
                 // ones in memory.
                 let stored = self.store.jobs().unwrap_or_else(|e| {
                     tracing::warn!("cannot read the stored jobs: {e}");
-                    self.finished.recent.iter().cloned().collect()
+                    self.jobs.finished().iter().cloned().collect()
                 });
                 let mut all: BTreeMap<u64, JobStatus> = stored
                     .iter()
-                    .filter(|j| !self.jobs.contains_key(&j.id) && j.moved_to.is_none())
+                    .filter(|j| !self.jobs.is_under_way(j.id) && j.moved_to.is_none())
                     .map(|j| (j.id, self.status_of(j)))
                     .collect();
-                all.extend(self.jobs.values().map(|j| (j.id, self.status_of(j))));
+                all.extend(
+                    self.jobs
+                        .all_under_way()
+                        .values()
+                        .map(|j| (j.id, self.status_of(j))),
+                );
                 // The admin sees every job whole; anybody else, that they
                 // exist (an owner asks for its own one by one).
                 let shown = |s: JobStatus| if caller.admin { s } else { s.public() };
@@ -134,13 +139,7 @@ impl Node {
                     messages_sent: self.messages_sent,
                     disk_problem: self.store.unwritable(),
                     peers_measured: self.sched.peer_distances().len(),
-                    jobs: self
-                        .jobs
-                        .values()
-                        .fold(self.finished.counts.clone(), |mut by, job| {
-                            *by.entry(job.phase).or_insert(0) += 1;
-                            by
-                        }),
+                    jobs: self.jobs.counts(),
                     // Filled in by the connection, which knows them.
                     version: String::new(),
                     network: String::new(),
@@ -169,7 +168,7 @@ impl Node {
         let (id, origin) = loop {
             let origin = JobOrigin::new(self.me);
             let id = origin.id();
-            if !self.jobs.contains_key(&id) && !matches!(self.store.job(id), Ok(Some(_))) {
+            if !self.jobs.is_under_way(id) && !matches!(self.store.job(id), Ok(Some(_))) {
                 break (id, origin);
             }
         };
@@ -214,7 +213,7 @@ impl Node {
         }
         self.activity.send_modify(|n| *n = n.wrapping_add(1));
         let owner = record.owner.map(|o| o.key());
-        self.jobs.insert(id, record);
+        self.jobs.start(record);
         tracing::info!(job = %JobId(id), "job submitted");
         self.replicate_new_job(id, spec.spec().clone(), owner);
         let out = self.sched.handle(
@@ -235,7 +234,7 @@ impl Node {
         }
         match self.sched.resize(self.now(), JobId(job), max_workers) {
             Ok(out) => {
-                if let Some(record) = self.jobs.get_mut(&job) {
+                if let Some(record) = self.jobs.under_way_mut(job) {
                     record.request.max_workers = max_workers;
                     let record = record.clone();
                     self.persist(&record);
@@ -252,7 +251,7 @@ impl Node {
     /// A job of this home, under way or finished (then from the newest
     /// kept in memory, or else the store).
     pub(super) fn record(&self, id: u64) -> Option<JobRecord> {
-        if let Some(job) = self.jobs.get(&id).or_else(|| self.finished.recent(id)) {
+        if let Some(job) = self.jobs.get(id) {
             return Some(job.clone()).filter(|job| job.moved_to.is_none());
         }
         // A job that moved to another node is that node's to answer for.
@@ -267,11 +266,7 @@ impl Node {
 
     /// Puts a changed record of a job back where it is kept in memory.
     pub(super) fn update(&mut self, record: JobRecord) {
-        if let Some(job) = self.jobs.get_mut(&record.id) {
-            *job = record;
-        } else if let Some(job) = self.finished.recent_mut(record.id) {
-            *job = record;
-        }
+        self.jobs.update(record);
     }
 
     pub(super) fn status(&self, id: u64) -> Option<JobStatus> {

@@ -82,7 +82,7 @@ impl Node {
 
     /// What a member needs of a job of ours to start its workers.
     pub(super) fn job_copy(&self, job: u64) -> Option<JobCopy> {
-        let record = self.jobs.get(&job)?;
+        let record = self.jobs.under_way(job)?;
         Some(JobCopy {
             request: record.request.clone(),
             module: record.module.clone(),
@@ -118,7 +118,7 @@ impl Node {
                 if node != self.me {
                     self.liveness.placed(self.now(), job, node, &ranks);
                 }
-                if let Some(record) = self.jobs.get_mut(&job.0) {
+                if let Some(record) = self.jobs.under_way_mut(job.0) {
                     for rank in &ranks {
                         record
                             .ranks
@@ -129,7 +129,7 @@ impl Node {
                 }
             }
             JobEvent::Started { job, workers } => {
-                if let Some(record) = self.jobs.get_mut(&job.0)
+                if let Some(record) = self.jobs.under_way_mut(job.0)
                     && record.advance(JobPhase::Running, format!("running with {workers} workers"))
                 {
                     let record = record.clone();
@@ -198,7 +198,7 @@ impl Node {
                 }
                 // The stopped workers' nodes, as the record knows them.
                 let mut by_node: BTreeMap<PeerId, Vec<u32>> = BTreeMap::new();
-                if let Some(record) = self.jobs.get(&job.0) {
+                if let Some(record) = self.jobs.under_way(job.0) {
                     for rank in &stopped {
                         if let Some(r) = record.ranks.get(rank) {
                             by_node.entry(*r.node).or_default().push(*rank);
@@ -237,7 +237,7 @@ impl Node {
     }
 
     pub(super) fn end_home_job(&mut self, job: u64, phase: JobPhase, reason: String) {
-        if let Some(record) = self.jobs.get_mut(&job)
+        if let Some(record) = self.jobs.under_way_mut(job)
             && record.advance(phase, reason.clone())
         {
             tracing::info!(job = %JobId(job), ?phase, "job ended: {reason}");
@@ -246,9 +246,7 @@ impl Node {
             let record = record.clone();
             self.persist(&record);
             // Finished: out of memory (but for the newest few).
-            self.jobs.remove(&job);
-            self.output_bytes.remove(&job);
-            self.finished.add(record);
+            self.jobs.finish(job);
             self.ended_since_release = true;
         }
     }

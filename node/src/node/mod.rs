@@ -12,7 +12,7 @@
 //! the checks of what peers name), [`liveness`] (whether placed ranks
 //! still run).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,11 +48,13 @@ use crate::wire::{
     BLOCK_BYTES, JobCopy, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, RefusalKind, decode,
     encode,
 };
+use homejobs::HomeJobs;
 
 mod checkpoints;
 mod client;
 mod files;
 mod home;
+mod homejobs;
 mod liveness;
 mod member;
 mod peers;
@@ -213,44 +215,6 @@ struct MemberJob {
     copies_tx: watch::Sender<Vec<PeerId>>,
 }
 
-/// What the home keeps in memory of its finished jobs: how many there are
-/// per phase, and the newest few records (for the status page). Everything
-/// else about them (records, logs, outputs) is read from the store when
-/// asked, so that a home's memory does not grow with every job it ran.
-struct Finished {
-    counts: BTreeMap<JobPhase, u64>,
-    /// The newest finished jobs, oldest first, at most `capacity`.
-    recent: VecDeque<JobRecord>,
-    /// `Config::finished_in_memory`.
-    capacity: usize,
-}
-
-impl Finished {
-    fn new(capacity: usize) -> Finished {
-        Finished {
-            counts: BTreeMap::new(),
-            recent: VecDeque::new(),
-            capacity: capacity.max(1),
-        }
-    }
-
-    fn add(&mut self, job: JobRecord) {
-        *self.counts.entry(job.phase).or_default() += 1;
-        while self.recent.len() >= self.capacity {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(job);
-    }
-
-    fn recent(&self, id: u64) -> Option<&JobRecord> {
-        self.recent.iter().rev().find(|j| j.id == id)
-    }
-
-    fn recent_mut(&mut self, id: u64) -> Option<&mut JobRecord> {
-        self.recent.iter_mut().rev().find(|j| j.id == id)
-    }
-}
-
 /// Everything the loop owns.
 pub(crate) struct Node {
     me: PeerId,
@@ -268,15 +232,10 @@ pub(crate) struct Node {
     store: Arc<Store>,
     /// Writes what workers send (logs, outputs) off the loop.
     writer: Writer,
-    /// Output bytes accepted per job under way at this home (see
-    /// [`Node::output_room`]).
-    output_bytes: HashMap<u64, u64>,
     sandbox: Sandbox,
     dir: PathBuf,
-    /// Jobs this node is home to that are under way (finished ones move
-    /// to `finished` and the store).
-    jobs: BTreeMap<u64, JobRecord>,
-    finished: Finished,
+    /// The jobs this node is home to, in memory (see [`homejobs`]).
+    jobs: HomeJobs,
     members: HashMap<u64, MemberJob>,
     tasks: JoinSet<Done>,
     probing: BTreeSet<PeerId>,
@@ -372,12 +331,10 @@ impl Node {
             },
             overlay,
             writer: Writer::start(store.clone()).expect("cannot start the store's writer thread"),
-            output_bytes: HashMap::new(),
             store,
             sandbox,
             dir,
-            jobs: BTreeMap::new(),
-            finished: Finished::new(finished_in_memory),
+            jobs: HomeJobs::new(finished_in_memory),
             members: HashMap::new(),
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),
@@ -545,8 +502,8 @@ impl Node {
         self.status.publish(status::LoopState {
             epoch: self.epoch,
             sched: &self.sched,
-            jobs: &self.jobs,
-            finished: &self.finished.recent,
+            jobs: self.jobs.all_under_way(),
+            finished: self.jobs.finished(),
             members,
             disk_problem: self.disk_problem.clone(),
         });
@@ -578,7 +535,7 @@ impl Node {
                               the job now"
                     .into();
             }
-            self.finished.add(job);
+            self.jobs.add_finished(job);
         }
         if !under_way.is_empty() {
             tracing::info!(
@@ -588,7 +545,7 @@ impl Node {
             let overlay = self.overlay.clone();
             self.tasks.spawn(Self::find_moved(overlay, under_way));
         }
-        let jobs: u64 = self.finished.counts.values().sum();
+        let jobs = self.jobs.finished_count();
         tracing::info!(jobs, "state recovered");
     }
 
@@ -654,9 +611,7 @@ impl Node {
                 }
             }
             self.persist(&job);
-            if let Some(recent) = self.finished.recent_mut(id) {
-                *recent = job;
-            }
+            self.jobs.update(job);
         }
     }
 
@@ -667,9 +622,9 @@ impl Node {
             }
             member.net.close();
         }
-        let ids: Vec<u64> = self.jobs.keys().copied().collect();
+        let ids: Vec<u64> = self.jobs.all_under_way().keys().copied().collect();
         for id in ids {
-            if let Some(job) = self.jobs.get_mut(&id)
+            if let Some(job) = self.jobs.under_way_mut(id)
                 && !job.phase.is_terminal()
             {
                 job.close_ranks(OutcomeCode::Lost, "lost: the home node shut down");

@@ -358,7 +358,7 @@ impl Node {
         name: &str,
         len: usize,
     ) -> Result<(), String> {
-        let Some(record) = self.jobs.get(&job) else {
+        let Some(record) = self.jobs.under_way(job) else {
             return Err(format!(
                 "job {} is over (or unknown here): its outputs are no longer taken",
                 JobId(job)
@@ -373,20 +373,17 @@ impl Node {
         .map_err(|e| e.to_string())?;
         let room = output_room(&record.request, self.sched.config().resources.disk_mib);
         let store = &self.store;
-        let used = self
-            .output_bytes
-            .entry(job)
-            .or_insert_with(|| store.output_bytes(job).unwrap_or(0));
-        let after = used.saturating_add(len as u64);
-        if after > room {
-            return Err(format!(
-                "the outputs of job {} reached the {} MiB its home keeps for one job",
-                JobId(job),
-                room / (1024 * 1024)
-            ));
-        }
-        *used = after;
-        Ok(())
+        self.jobs
+            .take_output(job, len as u64, room, || {
+                store.output_bytes(job).unwrap_or(0)
+            })
+            .map_err(|_| {
+                format!(
+                    "the outputs of job {} reached the {} MiB its home keeps for one job",
+                    JobId(job),
+                    room / (1024 * 1024)
+                )
+            })
     }
 
     /// Accepts output for a job only from a node that runs (or ran) one of
@@ -399,7 +396,7 @@ impl Node {
     ) -> PeerReply {
         let from_rank = |j: &JobRecord| j.ranks.values().any(|r| *r.node == from);
         // Late output of a finished job is checked against its stored record.
-        let known = match self.jobs.get(&job) {
+        let known = match self.jobs.under_way(job) {
             Some(j) => from_rank(j),
             None => self.record(job).is_some_and(|j| from_rank(&j)),
         };
@@ -422,7 +419,7 @@ impl Node {
         self.shares_job_replica(job, peer)
             || self
                 .jobs
-                .get(&job)
+                .under_way(job)
                 .is_some_and(|record| record.ranks.values().any(|r| *r.node == *peer))
             || self.members.get(&job).is_some_and(|m| m.home == *peer)
     }
@@ -435,6 +432,7 @@ impl Node {
         };
         let home_jobs = self
             .jobs
+            .all_under_way()
             .iter()
             .filter(|(_, r)| uses(&r.module, &r.inputs))
             .map(|(job, _)| *job);

@@ -889,9 +889,9 @@ impl Node {
         };
         self.persist(&record);
         if phase.is_terminal() {
-            self.finished.add(record);
+            self.jobs.add_finished(record);
         } else {
-            self.jobs.insert(job, record);
+            self.jobs.start(record);
         }
         let now = self.now();
         for (node, ranks) in state.ranks.by_node() {
@@ -917,18 +917,16 @@ impl Node {
         // The record stays for what it holds, marked as the new home's (also
         // when this node ended the job on stale knowledge before it heard
         // of the new primary: that end is not the job's).
-        let record = self.jobs.remove(&job).or_else(|| {
-            self.finished
-                .recent(job)
+        let record = self.jobs.remove(job).or_else(|| {
+            self.jobs
+                .get(job)
                 .cloned()
                 .or_else(|| self.store.job(job).ok().flatten())
         });
         if let Some(mut record) = record {
             record.moved_to = Some(StoredPeer(primary));
             self.persist(&record);
-            if let Some(recent) = self.finished.recent_mut(job) {
-                *recent = record;
-            }
+            self.jobs.update(record);
         }
         self.follow(job, primary);
     }
