@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use zorilla_core::channel::{Ack, INITIAL_WINDOW, Outbox, RANK_BUDGET, footprint};
+use zorilla_core::channel::{Ack, CHUNK_BYTES, INITIAL_WINDOW, Outbox, RANK_BUDGET, footprint};
 use zorilla_overlay::streams::protocol::decode;
 use zorilla_sandbox::Delivery;
 
