@@ -2,6 +2,7 @@
 //! rank's worker, and the rank's receive policy executed on them.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -18,9 +19,13 @@ use crate::wire::Placed;
 /// host API anyway).
 const MEMBERSHIP_ITEMS: usize = 64;
 
-/// How long a worker polls its empty inbox before it sleeps (see
+/// How long a worker polls its empty inbox before it sleeps, at most, and
+/// how short its last wait must have been for it to poll at all (see
 /// [`Inbox::recv`]).
-const SPIN: Duration = Duration::from_micros(50);
+pub(super) const SPIN: Duration = Duration::from_micros(20);
+
+/// The most polls of one such spin, whatever the clock says.
+pub(super) const SPIN_POLLS: u32 = 1000;
 
 /// Where a message in an inbox came from: whom to give its credit back.
 pub(super) enum Source {
@@ -42,6 +47,8 @@ pub(super) struct InboxState {
     pub(super) items: VecDeque<Item>,
     closed: bool,
     memberships: usize,
+    /// When the last item was pushed.
+    pushed: Option<std::time::Instant>,
 }
 
 /// The messages and membership changes waiting for one rank's worker.
@@ -57,6 +64,9 @@ pub(crate) struct Inbox {
     /// The rank's credit for every channel to it. Locked before a peer's
     /// receiving state, never after.
     receiving: Mutex<Receiving>,
+    /// A delivery came within [`SPIN`] of the start of the worker's last
+    /// wait: the next one spins first.
+    spin: AtomicBool,
 }
 
 /// Who sends on a channel to a rank: a worker of this node (its rank), or
@@ -86,6 +96,7 @@ impl Inbox {
             ready: Notify::new(),
             room: Notify::new(),
             receiving: Mutex::default(),
+            spin: AtomicBool::new(true),
         })
     }
 
@@ -182,6 +193,7 @@ impl Inbox {
             }
             s.memberships += 1;
             s.items.push_back(Item::Membership(change));
+            s.pushed = Some(std::time::Instant::now());
         }
         self.ready.notify_one();
     }
@@ -204,6 +216,7 @@ impl Inbox {
                 payload,
                 source,
             });
+            s.pushed = Some(std::time::Instant::now());
         }
         self.ready.notify_one();
         Ok(())
@@ -258,6 +271,7 @@ impl Inbox {
                             payload,
                             source: Source::Local,
                         });
+                        s.pushed = Some(std::time::Instant::now());
                     }
                 }
                 self.ready.notify_one();
@@ -270,17 +284,32 @@ impl Inbox {
     /// The next delivery; `Closed` once the inbox is closed and empty.
     /// Cancel-safe: nothing is taken until it is returned.
     ///
-    /// A worker that finds its inbox empty first polls it for [`SPIN`],
-    /// yielding to the other tasks in between, before it sleeps: a message
-    /// that comes within that time (the partner of a ping-pong answering)
-    /// is taken without the cost of waking a sleeping task on another
-    /// thread.
+    /// A worker that finds its inbox empty first polls it, yielding to the
+    /// other tasks in between, for at most [`SPIN`] and [`SPIN_POLLS`]
+    /// polls, before it sleeps: a message that comes within that time (the
+    /// partner of a ping-pong on the same node answering) is taken without
+    /// the cost of putting the worker to sleep and waking it. It spins only
+    /// if, in its last wait, the delivery came within [`SPIN`]: a worker
+    /// whose messages take longer (from another node: tens of µs) would
+    /// only take a core from the tasks that bring them, and sleeps at once
+    /// (measured: see `BENCHMARKS.md`, issue 29).
     pub(crate) async fn recv(&self) -> Result<Delivery, TransportError> {
-        let mut spin_until: Option<std::time::Instant> = None;
+        // When this call found the inbox empty, and how often it polled.
+        let mut waiting: Option<(std::time::Instant, u32)> = None;
         loop {
             let item = {
                 let mut s = lock(&self.state);
-                match s.items.pop_front() {
+                let item = s.items.pop_front();
+                // How long the wait lasted until the delivery came (not until
+                // the worker ran again: a sleeping worker's wake-up is not
+                // the sender's delay).
+                if item.is_some()
+                    && let (Some((since, _)), Some(pushed)) = (waiting, s.pushed)
+                {
+                    let waited = pushed.saturating_duration_since(since);
+                    self.spin.store(waited <= SPIN, Ordering::Relaxed);
+                }
+                match item {
                     Some(Item::Membership(change)) => {
                         s.memberships -= 1;
                         return Ok(Delivery::Membership(change));
@@ -306,8 +335,12 @@ impl Inbox {
                 }
                 None => {
                     let now = std::time::Instant::now();
-                    let until = *spin_until.get_or_insert(now + SPIN);
-                    if now < until {
+                    let (since, polls) = waiting.get_or_insert((now, 0));
+                    if self.spin.load(Ordering::Relaxed)
+                        && *polls < SPIN_POLLS
+                        && now.duration_since(*since) < SPIN
+                    {
+                        *polls += 1;
                         tokio::task::yield_now().await;
                     } else {
                         // A push after the check above left a permit: no

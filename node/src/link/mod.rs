@@ -6,9 +6,10 @@
 //! for the rank's credit, like a sender on another node); nothing passes
 //! through the node's event loop. A message to a rank on another node goes into the
 //! [`OutLink`] to that node: an [`Outbox`] (zorilla-core's sequencing and
-//! credit state machine) whose writer task cuts it into chunks on a stream
-//! of the overlay's ranks protocol (one per pair of nodes and direction,
-//! opened by the sender). On the other side, the stream's reader feeds the
+//! credit state machine) cut into chunks on a stream of the overlay's ranks
+//! protocol (one per pair of nodes and direction, opened by the sender), by
+//! the link's writer task, or by the sending worker itself when the message
+//! is small and the stream idle (see [`outlink`]). On the other side, the stream's reader feeds the
 //! chunks to that peer's [`Inbound`] channel states and puts complete
 //! messages into the rank's inbox; acknowledgements and credit go back on
 //! the same stream. A broken stream is opened again and everything not
@@ -29,6 +30,33 @@
 //! libp2p stream, and takes an offer again only on a stream it opens
 //! [`DIRECT_RETRY`] or more later. The sequencing, credit and replay above
 //! are the same on either path.
+//!
+//! # Hops and copies of one message
+//!
+//! Between two nodes, on the direct connection, a message of up to 64 KiB
+//! sent while the connection is idle:
+//!
+//! 1. the sending worker copies it out of its guest's memory (copy 1),
+//!    queues it on the outbox, encodes its chunk into the connection's
+//!    write buffer (copy 2) and writes that to TLS, which encrypts it into
+//!    its record buffer (copy 3) and hands it to the socket: no other task
+//!    runs on the sending node (larger messages, and any when the
+//!    connection is busy, are written by the link's writer task: one
+//!    hand-off);
+//! 2. on the receiving node the socket's readiness wakes the task that
+//!    serves the connection (hand-off 1: a thread woken out of `epoll`),
+//!    whose TLS decrypts into the stream's read buffer (copy 4); the chunk
+//!    is appended to the message being built (copy 5), and the complete
+//!    message pushed into the rank's inbox, waking its worker (hand-off 2,
+//!    unless the worker is polling its inbox: see [`Inbox::recv`]);
+//! 3. the worker copies the message into its guest's memory (copy 6).
+//!
+//! Acknowledgements do not add hops per message: they go back at most
+//! every few milliseconds (or at once when a sender may be short of
+//! credit). Between two workers of one node: the sender copies the
+//! message out of its guest's memory into the receiver's inbox (copy 1,
+//! no other task), the receiver is woken (one hand-off, unless it polls)
+//! and copies it into its guest's memory (copy 2).
 //!
 //! # Memory
 //!
@@ -79,13 +107,14 @@ use std::time::Duration;
 use std::net::SocketAddr;
 
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::Notify;
 use tokio::time::Instant;
-use zorilla_core::channel::{Admission, CHUNK_BYTES, ChannelId, MAX_MESSAGE_BYTES};
+use zorilla_core::channel::{Admission, ChannelId, MAX_MESSAGE_BYTES};
 #[cfg(doc)]
 use zorilla_core::channel::{INITIAL_WINDOW, Inbound, Outbox, RANK_BUDGET, RankReceiver};
 use zorilla_core::limits::MAX_WORKERS;
-use zorilla_overlay::streams::protocol::{Frame, MAX_FRAME_BYTES, Refusal, encode};
+#[cfg(doc)]
+use zorilla_overlay::streams::protocol::MAX_FRAME_BYTES;
+use zorilla_overlay::streams::protocol::{Frame, Refusal, encode};
 use zorilla_overlay::{DirectPlane, OverlayHandle, PeerId};
 use zorilla_sandbox::TransportError;
 
@@ -96,9 +125,6 @@ pub(crate) const GIVE_UP: Duration = Duration::from_secs(30);
 /// How long a sender waits before sending again what a node refused
 /// because the rank was not there yet.
 const NOT_HERE_RETRY: Duration = Duration::from_millis(50);
-
-/// Bytes the writer batches into one write.
-const WRITE_BATCH: usize = 512 * 1024;
 
 /// Inbound streams waiting to be served.
 const ACCEPT_QUEUE: usize = 64;
@@ -125,7 +151,7 @@ pub(crate) use lock::lock;
 
 use frames::FrameReader;
 use intake::{Fault, take_chunk};
-use outlink::{OutLink, OutState};
+use outlink::OutLink;
 use peer_inbound::PeerInbound;
 
 /// Every link of this node: the registry of its jobs (for inbound data),
@@ -243,12 +269,7 @@ impl Links {
         if let Some(link) = out.get(&peer) {
             return link.clone();
         }
-        let link = Arc::new(OutLink {
-            peer,
-            state: Mutex::new(OutState::default()),
-            wake: Notify::new(),
-            credit: Notify::new(),
-        });
+        let link = OutLink::new(peer);
         out.insert(peer, link.clone());
         tokio::spawn(run_link(self.clone(), link.clone()));
         link
@@ -345,7 +366,7 @@ impl Links {
                             s.outbox.push(channel, payload);
                         }
                         drop(s);
-                        link.wake.notify_one();
+                        link.write_or_wake(len as usize);
                         return Ok(Ok(()));
                     }
                     Admission::WaitForCredit => {}
@@ -396,6 +417,7 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                     if let Err(e) = serve_outbound(&links, &link, stream.stream, false).await {
                         tracing::debug!(peer = %link.peer, "direct message connection ended: {e}");
                     }
+                    link.detach();
                     lock(&link.state).outbox.rewind();
                     direct_backoff = if opened.elapsed() < DIRECT_SHORT_LIVED {
                         (direct_backoff * 2)
@@ -431,6 +453,7 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                     }
                     Err(e) => tracing::debug!(peer = %link.peer, "message stream ended: {e}"),
                 }
+                link.detach();
                 lock(&link.state).outbox.rewind();
             }
             Err(e) => {
@@ -461,32 +484,19 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
 /// Runs one outbound stream until it breaks: writes chunks, reads acks.
 /// Ends with the port the peer offered if `take_offer` (the caller goes
 /// over to a direct connection), else ignores offers.
-async fn serve_outbound<S: AsyncRead + AsyncWrite>(
+async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
     links: &Links,
     link: &Arc<OutLink>,
     stream: S,
     take_offer: bool,
 ) -> Result<u16, String> {
-    let (mut r, mut w) = stream.split();
+    let (mut r, w) = stream.split();
+    link.attach(w);
     let writer = async {
-        let mut buf = Vec::with_capacity(WRITE_BATCH + MAX_FRAME_BYTES);
         loop {
-            {
-                let mut s = lock(&link.state);
-                while buf.len() < WRITE_BATCH {
-                    match s.outbox.next_chunk(CHUNK_BYTES) {
-                        Some(chunk) => encode(&Frame::Data(chunk), &mut buf),
-                        None => break,
-                    }
-                }
-            }
-            if buf.is_empty() {
-                link.wake.notified().await;
-                continue;
-            }
-            w.write_all(&buf).await.map_err(|e| e.to_string())?;
-            w.flush().await.map_err(|e| e.to_string())?;
-            buf.clear();
+            // A permit left by a wake-up while this wrote is not lost.
+            std::future::poll_fn(|cx| link.poll_write(cx)).await?;
+            link.wake.notified().await;
         }
     };
     let reader = async {

@@ -1,13 +1,45 @@
 //! The sending side's state: every channel from this node to one peer,
-//! in an [`Outbox`].
+//! in an [`Outbox`], and the write side of the link's connection, which
+//! the link's writer task and the senders themselves write on.
+//!
+//! # Who writes
+//!
+//! A worker's message is pushed on the outbox; then, if the message is
+//! small and the connection is idle (nothing the writer task has left to
+//! write or flush, and nobody else writing at that moment), the sending
+//! worker writes it on the connection itself ([`OutLink::write_now`]):
+//! without waking the writer task, which would cost a task hand-off (often
+//! a thread wake-up) per message. Otherwise the writer task is woken and
+//! writes it, as everything that does not go at once: what the socket does
+//! not take, large messages, chunks sent again after a reconnection, asks.
+//! Both write under the same lock, so frames never interleave, and both take
+//! the chunks from the outbox, whose order they keep. A sender never waits
+//! for the socket: whatever it cannot write at once (the socket is full,
+//! the lock is taken) is left to the writer task, which any readiness it
+//! registered wakes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Wake, Waker};
 
+use futures::io::AsyncWrite;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use zorilla_core::channel::{ChannelId, Outbox};
 use zorilla_overlay::PeerId;
+use zorilla_overlay::streams::protocol::{Frame, encode};
+
+use super::lock::lock;
+
+/// Bytes the writer task batches into one write.
+pub(super) const WRITE_BATCH: usize = 512 * 1024;
+
+/// The largest message a sending worker writes on an idle connection
+/// itself, and the most bytes of frames it writes then (larger messages
+/// go through the writer task: the worker's guest is not charged for
+/// encrypting them, and they are written in large batches).
+pub(super) const WRITE_NOW_BYTES: usize = 64 * 1024;
 
 #[derive(Default)]
 pub(super) struct OutState {
@@ -27,8 +59,215 @@ pub(super) struct OutState {
 pub(crate) struct OutLink {
     pub(super) peer: PeerId,
     pub(super) state: Mutex<OutState>,
+    /// The write side of the connection being served, if one is. Locked
+    /// before `state`, never after; held only while writing without
+    /// waiting (a poll), never across an await.
+    pub(super) wire: Mutex<Option<Wire>>,
     /// The writer: something to send.
     pub(super) wake: Notify,
     /// Senders: credit came, or channels closed.
     pub(super) credit: Notify,
+}
+
+/// How a message pushed on the outbox went out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Written {
+    /// The sender wrote it on the connection itself.
+    Now,
+    /// The writer task was woken to write it.
+    Queued,
+}
+
+impl OutLink {
+    pub(super) fn new(peer: PeerId) -> Arc<OutLink> {
+        Arc::new(OutLink {
+            peer,
+            state: Mutex::new(OutState::default()),
+            wire: Mutex::new(None),
+            wake: Notify::new(),
+            credit: Notify::new(),
+        })
+    }
+
+    /// Serves `w` as the write side of the link's connection from now on.
+    pub(super) fn attach(self: &Arc<Self>, w: impl AsyncWrite + Send + 'static) {
+        let waker = Waker::from(Arc::new(WakeWriter(Arc::downgrade(self))));
+        *lock(&self.wire) = Some(Wire {
+            w: Box::pin(w),
+            buf: Vec::new(),
+            pos: 0,
+            unflushed: false,
+            failed: None,
+            waker,
+        });
+    }
+
+    /// The connection is over: nobody writes on it any more. Call before
+    /// the outbox is rewound, so what a sender writes on it meanwhile is
+    /// sent again on the next one.
+    pub(super) fn detach(&self) {
+        *lock(&self.wire) = None;
+    }
+
+    /// Writes what waits in the outbox (a message of `len` bytes was just
+    /// pushed) on the connection at once if it is idle and the message
+    /// small; else wakes the writer task to write it.
+    pub(super) fn write_or_wake(&self, len: usize) -> Written {
+        if len <= WRITE_NOW_BYTES && self.write_now() {
+            Written::Now
+        } else {
+            self.wake.notify_one();
+            Written::Queued
+        }
+    }
+
+    /// Writes what the outbox holds (at most [`WRITE_NOW_BYTES`] of
+    /// frames) on the connection if nothing else is being written or
+    /// waits to be: `true` if all of it went, written and flushed, without
+    /// waiting. Never waits: on `false` the writer task must be woken.
+    fn write_now(&self) -> bool {
+        let Ok(mut wire) = self.wire.try_lock() else {
+            return false;
+        };
+        let Some(w) = wire.as_mut() else {
+            return false;
+        };
+        if !w.idle() {
+            return false;
+        }
+        // Readiness registered here wakes the writer task, which then
+        // writes (and registers) for itself.
+        let waker = w.waker.clone();
+        let mut cx = Context::from_waker(&waker);
+        match w.poll_write_out(&self.state, WRITE_NOW_BYTES, true, &mut cx) {
+            Poll::Ready(Ok(())) => !lock(&self.state).outbox.has_unsent(),
+            Poll::Ready(Err(_)) | Poll::Pending => false,
+        }
+    }
+
+    /// The writer task's part: writes what the outbox holds until it is
+    /// empty (ready) or the connection must wait (pending, woken by `cx`).
+    /// Fails once a write failed, or if no connection is attached.
+    pub(super) fn poll_write(&self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
+        let mut wire = lock(&self.wire);
+        let Some(w) = wire.as_mut() else {
+            return Poll::Ready(Err("no connection".into()));
+        };
+        w.poll_write_out(&self.state, WRITE_BATCH, false, cx)
+    }
+}
+
+/// Wakes a link's writer task (for readiness a sender registered).
+struct WakeWriter(Weak<OutLink>);
+
+impl Wake for WakeWriter {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(link) = self.0.upgrade() {
+            link.wake.notify_one();
+        }
+    }
+}
+
+/// The write side of a link's connection, with what was taken off the
+/// outbox and not written yet.
+pub(super) struct Wire {
+    w: Pin<Box<dyn AsyncWrite + Send>>,
+    /// Frames taken off the outbox; written up to `pos`.
+    buf: Vec<u8>,
+    pos: usize,
+    /// Something was written since the last flush.
+    unflushed: bool,
+    /// Why a write failed: the connection is done.
+    failed: Option<String>,
+    /// Wakes the link's writer task.
+    waker: Waker,
+}
+
+impl Wire {
+    /// Nothing is left to write or flush, and nothing failed.
+    fn idle(&self) -> bool {
+        self.pos == self.buf.len() && !self.unflushed && self.failed.is_none()
+    }
+
+    /// Writes what is left of the batch, flushes, and takes the next batch
+    /// (frames of chunks of at most `batch` bytes, about `batch` bytes in
+    /// all) off the outbox, until the outbox has nothing more to send, or,
+    /// if `once`, after one batch taken.
+    fn poll_write_out(
+        &mut self,
+        state: &Mutex<OutState>,
+        batch: usize,
+        once: bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), String>> {
+        if let Some(e) = &self.failed {
+            return Poll::Ready(Err(e.clone()));
+        }
+        let result = self.poll_write_inner(state, batch, once, cx);
+        if let Poll::Ready(Err(e)) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    fn poll_write_inner(
+        &mut self,
+        state: &Mutex<OutState>,
+        batch: usize,
+        once: bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), String>> {
+        let mut taken = false;
+        loop {
+            while self.pos < self.buf.len() {
+                let n = match self.w.as_mut().poll_write(cx, &self.buf[self.pos..]) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err("the connection wrote 0".into())),
+                    Poll::Ready(Ok(n)) => n,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e.to_string())),
+                    Poll::Pending => return Poll::Pending,
+                };
+                self.pos += n;
+                self.unflushed = true;
+            }
+            if self.unflushed {
+                match self.w.as_mut().poll_flush(cx) {
+                    Poll::Ready(Ok(())) => self.unflushed = false,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e.to_string())),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            self.buf.clear();
+            self.pos = 0;
+            if once && taken {
+                return Poll::Ready(Ok(()));
+            }
+            taken = true;
+            {
+                let mut s = lock(state);
+                while self.buf.len() < batch {
+                    match s.outbox.next_chunk(batch) {
+                        Some(chunk) => encode(&Frame::Data(chunk), &mut self.buf),
+                        None => break,
+                    }
+                }
+            }
+            if self.buf.is_empty() {
+                if !once {
+                    // The connection's own wake-ups (a direct connection's
+                    // cut among them) may have been registered by a sender
+                    // writing: the writer task registers its own again
+                    // (nothing left to flush, so this writes nothing).
+                    match self.w.as_mut().poll_flush(cx) {
+                        Poll::Ready(Ok(())) | Poll::Pending => {}
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e.to_string())),
+                    }
+                }
+                return Poll::Ready(Ok(()));
+            }
+        }
+    }
 }

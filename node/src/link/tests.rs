@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use zorilla_core::channel::{INITIAL_WINDOW, Outbox, RANK_BUDGET, footprint};
+use zorilla_core::channel::{Ack, CHUNK_BYTES, INITIAL_WINDOW, Outbox, RANK_BUDGET, footprint};
+use zorilla_overlay::streams::protocol::decode;
 use zorilla_sandbox::Delivery;
 
 use super::inbox::Item;
@@ -477,4 +478,219 @@ async fn a_direct_connection_cut_mid_message_loses_and_duplicates_nothing() {
     }
     sending.await.unwrap();
     assert!(to.stats().accepted >= 2, "the sender came back directly");
+}
+
+/// A connection's write side as a test sees it: what was written, and
+/// whether the socket takes more (else writes wait).
+#[derive(Clone, Default)]
+struct Socket {
+    written: Arc<Mutex<Vec<u8>>>,
+    full: Arc<std::sync::atomic::AtomicBool>,
+    polls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl futures::io::AsyncWrite for Socket {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.polls.fetch_add(1, SeqCst);
+        if self.full.load(SeqCst) {
+            return std::task::Poll::Pending;
+        }
+        lock(&self.written).extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl Socket {
+    fn polls(&self) -> usize {
+        self.polls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn set_full(&self, full: bool) {
+        self.full.store(full, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The numbers of the messages written, in order, each checked whole.
+    fn messages(&self) -> Vec<u64> {
+        let written = lock(&self.written).clone();
+        let mut at = 0;
+        let mut seqs = Vec::new();
+        while let Some((frame, used)) = decode(&written[at..]).unwrap() {
+            let Frame::Data(chunk) = frame else {
+                panic!("only data is written");
+            };
+            assert_eq!((chunk.channel, chunk.offset), (PAIR_CHANNEL, 0));
+            assert_eq!(chunk.bytes.len() as u64, chunk.total, "one chunk");
+            assert_eq!(chunk.bytes[4..8], (chunk.seq as u32).to_le_bytes());
+            seqs.push(chunk.seq);
+            at += used;
+        }
+        assert_eq!(at, written.len(), "whole frames");
+        seqs
+    }
+}
+
+/// Pushes message `n` (of `len` bytes) on `link`'s outbox and writes it
+/// as a sender does.
+fn push(link: &OutLink, n: u32, len: usize) -> outlink::Written {
+    let mut s = lock(&link.state);
+    assert_eq!(
+        s.outbox.admits(PAIR_CHANNEL, len as u64),
+        Admission::Yes,
+        "room for message {n}"
+    );
+    s.outbox.push(PAIR_CHANNEL, tagged(2, n, len));
+    drop(s);
+    link.write_or_wake(len)
+}
+
+/// Whether `link`'s writer task has been woken (and takes the wake-up).
+fn writer_woken(link: &OutLink) -> bool {
+    let woken = link.wake.notified();
+    futures::FutureExt::now_or_never(woken).is_some()
+}
+
+#[test]
+fn a_sender_writes_a_small_message_itself_when_the_connection_is_idle() {
+    let link = OutLink::new(PeerId::random());
+    let socket = Socket::default();
+    link.attach(socket.clone());
+    for n in 0..3 {
+        assert_eq!(push(&link, n, 100), outlink::Written::Now);
+        assert!(!writer_woken(&link), "the writer task slept on");
+    }
+    assert_eq!(socket.messages(), vec![0, 1, 2]);
+    assert!(!lock(&link.state).outbox.has_unsent());
+}
+
+#[test]
+fn a_busy_connection_or_a_large_message_is_left_to_the_writer_task() {
+    let link = OutLink::new(PeerId::random());
+    // No connection yet: the writer task opens one.
+    assert_eq!(push(&link, 0, 100), outlink::Written::Queued);
+    assert!(writer_woken(&link));
+    // Credit for a large message too.
+    let ack = Ack {
+        channel: PAIR_CHANNEL,
+        next: 0,
+        limit: 1 << 20,
+    };
+    assert!(lock(&link.state).outbox.on_ack(ack).unwrap());
+    let socket = Socket::default();
+    link.attach(socket.clone());
+    // The socket is full: the sender tries once, leaves the rest to the
+    // writer task, and the next sender does not even try.
+    socket.set_full(true);
+    assert_eq!(push(&link, 1, 100), outlink::Written::Queued);
+    assert!(writer_woken(&link));
+    let polls = socket.polls();
+    assert_eq!(push(&link, 2, 100), outlink::Written::Queued);
+    assert_eq!(socket.polls(), polls, "a busy connection is not written");
+    // Larger messages go through the writer task whatever the connection.
+    socket.set_full(false);
+    assert_eq!(
+        push(&link, 3, outlink::WRITE_NOW_BYTES + 1),
+        outlink::Written::Queued
+    );
+    assert!(writer_woken(&link));
+    assert!(socket.messages().is_empty(), "nothing written yet");
+    // The writer task writes everything, in order.
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    assert!(matches!(
+        link.poll_write(&mut cx),
+        std::task::Poll::Ready(Ok(()))
+    ));
+    assert_eq!(socket.messages(), vec![0, 1, 2, 3]);
+    // Idle again: the next small message goes at once.
+    assert_eq!(push(&link, 4, 100), outlink::Written::Now);
+    assert_eq!(socket.messages(), vec![0, 1, 2, 3, 4]);
+}
+
+/// Counts its wake-ups.
+#[derive(Default)]
+struct Wakes(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Wakes {
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+const JOINED: zorilla_sandbox::MembershipChange = zorilla_sandbox::MembershipChange {
+    kind: zorilla_sandbox::ChangeKind::Joined,
+    rank: 1,
+    size: 2,
+};
+
+#[test]
+fn a_waiting_worker_spins_a_bounded_while_then_sleeps_and_sleeps_at_once_after_a_long_wait() {
+    use std::future::Future;
+    use std::task::{Context, Poll};
+    let inbox = Inbox::new(0);
+    let wakes = Arc::new(Wakes::default());
+    let waker = std::task::Waker::from(wakes.clone());
+    let mut cx = Context::from_waker(&waker);
+    // An empty inbox: the worker polls it again and again (each poll
+    // wakes it again at once: it yields), at most SPIN_POLLS times, then
+    // sleeps (nothing wakes it).
+    let mut recv = Box::pin(inbox.recv());
+    let mut polls = 0;
+    loop {
+        let before = wakes.count();
+        assert!(recv.as_mut().poll(&mut cx).is_pending());
+        polls += 1;
+        if wakes.count() == before {
+            break;
+        }
+        assert!(polls <= super::inbox::SPIN_POLLS + 1, "spins without end");
+    }
+    assert!(polls > 1, "it never spun");
+    // Asleep, well past the spin: a delivery wakes it.
+    std::thread::sleep(super::inbox::SPIN * 5);
+    let before = wakes.count();
+    inbox.push_membership(JOINED);
+    assert!(wakes.count() > before, "not woken by the delivery");
+    assert!(matches!(
+        recv.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Delivery::Membership(JOINED)))
+    ));
+    // That wait was longer than a spin: the next sleeps at once.
+    let mut recv = Box::pin(inbox.recv());
+    let before = wakes.count();
+    assert!(recv.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(wakes.count(), before, "it spun after a long wait");
+    inbox.push_membership(JOINED);
+    assert!(matches!(
+        recv.as_mut().poll(&mut cx),
+        Poll::Ready(Ok(Delivery::Membership(JOINED)))
+    ));
 }
