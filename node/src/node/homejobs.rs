@@ -150,28 +150,7 @@ impl HomeJobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn job(id: u64, phase: JobPhase) -> JobRecord {
-        JobRecord {
-            id,
-            phase,
-            reason: String::new(),
-            request: Default::default(),
-            module: crate::store::FileRef {
-                name: "module.wasm".into(),
-                sha256: String::new(),
-                size: 0,
-            },
-            inputs: Vec::new(),
-            ranks: BTreeMap::new(),
-            submitted_unix: 0,
-            moved_from: None,
-            moved_to: None,
-            owner: None,
-            owner_proof: None,
-            origin: None,
-        }
-    }
+    use crate::store::tests::job;
 
     #[test]
     fn a_finished_job_leaves_the_jobs_under_way_and_only_the_newest_are_kept() {

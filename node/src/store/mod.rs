@@ -38,7 +38,7 @@ mod logs;
 mod outputs;
 mod schema;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod writer;
 
 pub(crate) use db::Store;

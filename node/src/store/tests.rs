@@ -350,7 +350,8 @@ fn store_on(path: &Path, full: &std::sync::Arc<AtomicBool>) -> Store {
     .unwrap()
 }
 
-fn job(id: u64, phase: JobPhase) -> JobRecord {
+/// A job record of `id` in `phase` (for tests of what keeps records).
+pub(crate) fn job(id: u64, phase: JobPhase) -> JobRecord {
     JobRecord {
         id,
         phase,
