@@ -18,26 +18,46 @@
 //! This is the one place of that rule: the node and the simulator hold
 //! their words in an [`Outbox`], and let them go when the replica says
 //! entries are committed ([`Action::Committed`](crate::replica::Action)).
-//! An outbox is bounded: past [`Outbox::new`]'s `max` words (copies that
-//! never acknowledge), words go at once, as they did before they waited.
+//! An outbox holds at most [`MAX_HELD`] words: past it (copies that never
+//! acknowledge), words go at once, as they did before they waited.
 
 use crate::PeerKey;
+use crate::advert::Message;
 use crate::node::{JobEntry, JobEvent};
 use crate::replica::Replica;
 
+/// The most words a home holds for one job until its log is committed.
+pub const MAX_HELD: usize = 1024;
+
+/// A word of a home that waits for its log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Word<P, A> {
+    /// A scheduling message: a grant, or what followed one to its node.
+    Message(Message<P>),
+    /// The acknowledgement of a rank's end: `A` is the driver's (the
+    /// answer to send, or who to send it to).
+    EndAck(A),
+}
+
 /// A job's words that wait for its log to be committed, in the order they
-/// were said (see the [module docs](self)). `W` is what the driver sends
-/// (a message, the answer to a request); `P` names nodes.
+/// were said (see the [module docs](self)). `P` names nodes, `A` is an
+/// acknowledgement of a rank's end as the driver sends it.
 #[derive(Debug, Clone)]
-pub struct Outbox<P, W> {
+pub struct Outbox<P, A> {
     /// (the log length it waits for, to whom, the word), in order.
-    held: Vec<(u64, P, W)>,
+    held: Vec<(u64, P, Word<P, A>)>,
     max: usize,
 }
 
-impl<P: PeerKey + std::hash::Hash, W> Outbox<P, W> {
+impl<P: PeerKey + std::hash::Hash, A> Default for Outbox<P, A> {
+    fn default() -> Self {
+        Outbox::with_max(MAX_HELD)
+    }
+}
+
+impl<P: PeerKey + std::hash::Hash, A> Outbox<P, A> {
     /// An empty outbox that holds at most `max` words.
-    pub fn new(max: usize) -> Self {
+    pub fn with_max(max: usize) -> Self {
         Outbox {
             held: Vec::new(),
             max,
@@ -54,60 +74,102 @@ impl<P: PeerKey + std::hash::Hash, W> Outbox<P, W> {
         self.held.is_empty()
     }
 
-    /// A grant to `to`, whose entry was just proposed to `log`: it goes
-    /// once the log is committed up to its end. The word back if it may
-    /// go now.
-    pub fn grant<E: Clone>(&mut self, log: &Replica<P, E>, to: P, word: W) -> Option<W> {
-        self.hold(log, log.len(), to, word)
+    /// A scheduling message to `to`: a grant, whose entry was just
+    /// proposed to `log`, goes once the log is committed up to its end;
+    /// anything else waits behind a word to `to` that waits. The message
+    /// back if it may go now.
+    pub fn message<E: Clone>(
+        &mut self,
+        log: &Replica<P, E>,
+        to: P,
+        msg: Message<P>,
+    ) -> Option<Message<P>> {
+        let index = match msg {
+            Message::Grant { .. } => log.len(),
+            _ => 0,
+        };
+        match self.wait(log, index, &to) {
+            Some(at) => {
+                self.held.push((at, to, Word::Message(msg)));
+                None
+            }
+            None => Some(msg),
+        }
     }
 
-    /// The acknowledgement of a rank's end, whose entry is the
-    /// `index`-th of `log` (see [`end_index`]). The word back if it may
-    /// go now.
+    /// The acknowledgement of a rank's end to `to`, whose entry is the
+    /// `index`-th of `log` (see [`end_index`]). The acknowledgement back if
+    /// it may go now.
     pub fn end_ack<E: Clone>(
         &mut self,
         log: &Replica<P, E>,
         index: u64,
         to: P,
-        word: W,
-    ) -> Option<W> {
-        self.hold(log, index, to, word)
+        ack: A,
+    ) -> Option<A> {
+        match self.wait(log, index, &to) {
+            Some(at) => {
+                self.held.push((at, to, Word::EndAck(ack)));
+                None
+            }
+            None => Some(ack),
+        }
     }
 
-    /// Anything else the home says to `to`: it waits behind a word to
-    /// `to` that waits. The word back if it may go now.
-    pub fn behind<E: Clone>(&mut self, log: &Replica<P, E>, to: P, word: W) -> Option<W> {
-        self.hold(log, 0, to, word)
-    }
-
-    fn hold<E: Clone>(&mut self, log: &Replica<P, E>, index: u64, to: P, word: W) -> Option<W> {
-        // Never before a word to the same node said earlier.
+    /// The log length a word to `to` that waits for the `index`-th entry
+    /// must wait for, if it must wait: never before a word to the same node
+    /// said earlier.
+    fn wait<E: Clone>(&self, log: &Replica<P, E>, index: u64, to: &P) -> Option<u64> {
         let at = self
             .held
             .iter()
             .rev()
-            .find(|(_, t, _)| *t == to)
+            .find(|(_, t, _)| t == to)
             .map_or(index, |(at, ..)| index.max(*at));
-        if !log.is_primary() || at <= log.committed() || self.held.len() >= self.max {
-            return Some(word);
-        }
-        self.held.push((at, to, word));
-        None
+        let now = !log.is_primary() || at <= log.committed() || self.held.len() >= self.max;
+        (!now).then_some(at)
     }
 
     /// The log is committed up to `index`: the words that may go now, in
     /// the order they were said.
-    pub fn committed(&mut self, index: u64) -> Vec<(P, W)> {
-        self.take_if(|at, _, _| at <= index)
+    pub fn committed(&mut self, index: u64) -> Vec<(P, Word<P, A>)> {
+        self.held
+            .extract_if(.., |(at, ..)| *at <= index)
+            .map(|(_, to, word)| (to, word))
+            .collect()
     }
 
-    /// Takes out the words `unsaid` picks (by the index they wait for, to
-    /// whom, what): a grant the home took back, the answers of a home
-    /// that stepped down.
-    pub fn take_if(&mut self, mut unsaid: impl FnMut(u64, &P, &W) -> bool) -> Vec<(P, W)> {
+    /// The home took back, by `event`, what it said to some nodes (the job
+    /// ended or rolled back: to every node; `node`'s workers were lost: to
+    /// it). Their grants held go to nobody; the messages that waited
+    /// behind them come out, to send now. Acknowledgements of ends stay.
+    pub fn take_back(&mut self, event: &JobEvent<P>) -> Vec<(P, Message<P>)> {
+        let taken_back = |to: &P| match event {
+            JobEvent::Ended { .. } | JobEvent::RolledBack { .. } => true,
+            JobEvent::WorkersLost { node, .. } => to == node,
+            _ => false,
+        };
         self.held
-            .extract_if(.., |(at, to, word)| unsaid(*at, to, word))
-            .map(|(_, to, word)| (to, word))
+            .extract_if(.., |(_, to, word)| {
+                matches!(word, Word::Message(_)) && taken_back(to)
+            })
+            .filter_map(|(_, to, word)| match word {
+                Word::Message(Message::Grant { .. }) | Word::EndAck(_) => None,
+                Word::Message(msg) => Some((to, msg)),
+            })
+            .collect()
+    }
+
+    /// This home stepped down: the messages held go to nobody (the new
+    /// primary makes its own); the acknowledgements held come out, for the
+    /// members to hear that they should report to the new home.
+    pub fn step_down(&mut self) -> Vec<(P, A)> {
+        self.held
+            .drain(..)
+            .filter_map(|(_, to, word)| match word {
+                Word::EndAck(ack) => Some((to, ack)),
+                Word::Message(_) => None,
+            })
             .collect()
     }
 }
@@ -177,54 +239,124 @@ mod tests {
         panic!("the pair never settled");
     }
 
+    type Outbox7 = Outbox<u32, &'static str>;
+
+    fn grant(n: u32) -> Message<u32> {
+        Message::Grant {
+            job: crate::advert::JobId(7),
+            hold: crate::advert::HoldId(n),
+            ranks: vec![n],
+            incarnation: n,
+            placement: Default::default(),
+        }
+    }
+
+    /// A message that is not a grant.
+    fn withdraw(n: u32) -> Message<u32> {
+        Message::Withdraw {
+            job: crate::advert::JobId(7),
+            hold: crate::advert::HoldId(n),
+            ranks: Vec::new(),
+        }
+    }
+
     #[test]
     fn a_grant_waits_until_a_copy_holds_it_and_what_follows_to_its_node_waits_behind() {
         let (mut home, mut copy) = pair();
         let first = settle(&mut home, &mut copy, Vec::new());
         assert!(first.is_empty());
-        let mut outbox: Outbox<u32, &str> = Outbox::new(8);
+        let mut outbox = Outbox7::default();
         let mut out = Vec::new();
         home.propose("granted to 5", &mut out).unwrap();
-        assert_eq!(outbox.grant(&home, 5, "grant"), None, "not committed yet");
-        assert_eq!(outbox.behind(&home, 5, "cancel"), None, "behind the grant");
         assert_eq!(
-            outbox.behind(&home, 6, "to another node"),
-            Some("to another node"),
+            outbox.message(&home, 5, grant(1)),
+            None,
+            "not committed yet"
+        );
+        assert_eq!(
+            outbox.message(&home, 5, withdraw(1)),
+            None,
+            "behind the grant"
+        );
+        assert_eq!(
+            outbox.message(&home, 6, withdraw(2)),
+            Some(withdraw(2)),
             "nothing waits for node 6"
         );
         let committed = settle(&mut home, &mut copy, out);
         assert_eq!(committed, vec![1]);
-        assert_eq!(outbox.committed(1), vec![(5, "grant"), (5, "cancel")]);
+        assert_eq!(
+            outbox.committed(1),
+            vec![
+                (5, Word::Message(grant(1))),
+                (5, Word::Message(withdraw(1)))
+            ]
+        );
         assert!(outbox.is_empty());
         // Committed already: it goes at once.
-        assert_eq!(outbox.grant(&home, 5, "again"), Some("again"));
+        assert_eq!(outbox.message(&home, 5, grant(2)), Some(grant(2)));
     }
 
     #[test]
     fn an_end_is_acknowledged_once_its_entry_is_committed_and_not_before() {
         let (mut home, mut copy) = pair();
-        let mut outbox: Outbox<u32, &str> = Outbox::new(8);
+        let mut outbox = Outbox7::default();
         let mut out = Vec::new();
         home.propose("rank 0 ended", &mut out).unwrap();
         assert_eq!(outbox.end_ack(&home, 1, 3, "ack"), None);
         assert!(outbox.committed(0).is_empty(), "index 1 is not committed");
         let committed = settle(&mut home, &mut copy, out);
-        assert_eq!(outbox.committed(committed[0]), vec![(3, "ack")]);
+        assert_eq!(
+            outbox.committed(committed[0]),
+            vec![(3, Word::EndAck("ack"))]
+        );
     }
 
     #[test]
     fn a_replica_that_is_not_primary_or_a_full_outbox_holds_nothing() {
         let (mut home, copy) = pair();
-        let mut outbox: Outbox<u32, &str> = Outbox::new(1);
-        assert_eq!(outbox.grant(&copy, 5, "from a copy"), Some("from a copy"));
+        let mut outbox = Outbox7::with_max(1);
+        assert_eq!(
+            outbox.message(&copy, 5, grant(1)),
+            Some(grant(1)),
+            "from a copy"
+        );
         let mut out = Vec::new();
         home.propose("granted", &mut out).unwrap();
-        assert_eq!(outbox.grant(&home, 5, "held"), None);
+        assert_eq!(outbox.message(&home, 5, grant(1)), None);
         assert_eq!(
-            outbox.grant(&home, 6, "past the bound"),
-            Some("past the bound")
+            outbox.message(&home, 6, grant(2)),
+            Some(grant(2)),
+            "past the bound"
         );
-        assert_eq!(outbox.take_if(|_, to, _| *to == 5), vec![(5, "held")]);
+        assert_eq!(outbox.len(), 1);
+    }
+
+    #[test]
+    fn a_grant_taken_back_goes_to_nobody_and_a_stepped_down_home_answers_its_acks() {
+        use crate::advert::JobId;
+        let (mut home, _copy) = pair();
+        let mut outbox = Outbox7::default();
+        let mut out = Vec::new();
+        home.propose("granted to 5 and 6", &mut out).unwrap();
+        assert_eq!(outbox.message(&home, 5, grant(1)), None);
+        assert_eq!(outbox.message(&home, 5, withdraw(1)), None);
+        assert_eq!(outbox.message(&home, 6, grant(2)), None);
+        assert_eq!(outbox.end_ack(&home, 1, 5, "ack to 5"), None);
+        let lost = JobEvent::WorkersLost {
+            job: JobId(7),
+            node: 5,
+            ranks: vec![1],
+            reason: crate::node::LostReason::Left,
+        };
+        assert_eq!(
+            outbox.take_back(&lost),
+            vec![(5, withdraw(1))],
+            "5's grant goes to nobody, what followed it goes now"
+        );
+        assert_eq!(outbox.len(), 2, "6's grant and the acknowledgement stay");
+        assert_eq!(outbox.step_down(), vec![(5, "ack to 5")]);
+        assert!(outbox.is_empty());
     }
 
     #[test]

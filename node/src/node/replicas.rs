@@ -10,7 +10,7 @@
 //! acknowledgements of rank ends wait until a copy holds their entry (the
 //! core's rule, [`zorilla_core::commit`]).
 
-use zorilla_core::commit::{Outbox, end_index};
+use zorilla_core::commit::{Outbox, Word, end_index};
 use zorilla_core::copies::choose_copies;
 use zorilla_core::node::{JobEntry, JobState};
 use zorilla_core::replica::{Action, Msg, Replica, Signature, Signer, Statement, Timing};
@@ -38,9 +38,6 @@ pub(super) const TICK: Duration = Duration::from_millis(100);
 /// the job's home to clients meanwhile; it holds no election for it). The
 /// primary forgets an ended job once its copies hold the end.
 const ENDED_KEPT: Duration = Duration::from_secs(60);
-/// The most messages a home holds for one job until a copy holds their
-/// grants (see [`Node::hold_message`]).
-const MAX_HELD: usize = 1024;
 /// How long a node remembers that a job's primary dropped its copy
 /// (longer than a copy that missed its drop takes to stand and hear so).
 const DROPPED_KEPT: Duration = Duration::from_secs(60);
@@ -65,17 +62,8 @@ pub(super) struct JobReplica {
     /// their entry (grants, acknowledgements of rank ends), and what it
     /// said to the same nodes after them: the core's rule
     /// ([`zorilla_core::commit`]).
-    held: Outbox<PeerId, Word>,
-}
-
-/// A word of a home that may wait for its log ([`JobReplica::held`]).
-// Most words are messages: boxing them would cost an allocation each.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum Word {
-    /// A scheduling message (a grant, or what followed one).
-    Message(Message<PeerId>),
-    /// The answer to a member's report of a rank's end.
-    EndAck(Reply),
+    /// (An acknowledgement held is the answer to the member's report.)
+    held: Outbox<PeerId, Reply>,
 }
 
 impl JobReplica {
@@ -86,7 +74,7 @@ impl JobReplica {
             ended_at: None,
             extras: BTreeSet::new(),
             gone: BTreeSet::new(),
-            held: Outbox::new(MAX_HELD),
+            held: Outbox::default(),
         }
     }
 }
@@ -165,23 +153,14 @@ impl Node {
         };
         // A grant still held that the home took back goes nowhere; what
         // waited behind it goes now.
-        let taken_back = |to: &PeerId| match event {
-            JobEvent::Ended { .. } | JobEvent::RolledBack { .. } => true,
-            JobEvent::WorkersLost { node, .. } => to == node,
-            _ => false,
-        };
-        let now: Vec<(PeerId, Word)> = self
+        let now = self
             .replicas
             .get_mut(&job)
-            .map(|h| {
-                h.held
-                    .take_if(|_, to, word| matches!(word, Word::Message(_)) && taken_back(to))
-                    .into_iter()
-                    .filter(|(_, word)| !matches!(word, Word::Message(Message::Grant { .. })))
-                    .collect()
-            })
+            .map(|h| h.held.take_back(event))
             .unwrap_or_default();
-        self.say(now);
+        for (to, msg) in now {
+            self.send_now(to, msg);
+        }
         let Some(held) = self.replicas.get_mut(&job) else {
             return;
         };
@@ -702,7 +681,7 @@ impl Node {
                     let unsaid = self
                         .replicas
                         .get_mut(&job)
-                        .map(|h| h.held.take_if(|_, _, _| true))
+                        .map(|h| h.held.step_down())
                         .unwrap_or_default();
                     self.unsay(job, unsaid);
                     self.step_down(job, epoch.primary);
@@ -769,16 +748,7 @@ impl Node {
         let Some(held) = self.replicas.get_mut(&msg.job().0) else {
             return Some(msg);
         };
-        let word = Word::Message(msg);
-        let back = if matches!(word, Word::Message(Message::Grant { .. })) {
-            held.held.grant(&held.replica, to, word)
-        } else {
-            held.held.behind(&held.replica, to, word)
-        };
-        match back {
-            Some(Word::Message(msg)) => Some(msg),
-            _ => None,
-        }
+        held.held.message(&held.replica, to, msg)
     }
 
     /// Answers a member's report of a rank's end, which the scheduler has
@@ -797,16 +767,13 @@ impl Node {
         // An end not in the log (a stale worker's) is not the job's: it is
         // acknowledged at once, as the simulator does.
         let index = end_index(held.replica.entries(), &node, rank).unwrap_or(0);
-        if let Some(Word::EndAck(reply)) =
-            held.held
-                .end_ack(&held.replica, index, node, Word::EndAck(reply))
-        {
+        if let Some(reply) = held.held.end_ack(&held.replica, index, node, reply) {
             self.reply(reply, PeerReply::Ack);
         }
     }
 
     /// Says the words whose time came.
-    fn say(&mut self, words: Vec<(PeerId, Word)>) {
+    fn say(&mut self, words: Vec<(PeerId, Word<PeerId, Reply>)>) {
         for (to, word) in words {
             match word {
                 Word::Message(msg) => self.send_now(to, msg),
@@ -815,20 +782,17 @@ impl Node {
         }
     }
 
-    /// This node is not the job's primary any more: its held grants go to
-    /// nobody (the new primary makes its own), and a member waiting for
+    /// This node is not the job's primary any more: a member waiting for
     /// the acknowledgement of an end hears to report it again.
-    fn unsay(&mut self, job: u64, words: Vec<(PeerId, Word)>) {
-        for (_, word) in words {
-            if let Word::EndAck(reply) = word {
-                self.reply(
-                    reply,
-                    PeerReply::refused(
-                        RefusalKind::NotHere,
-                        format!("this node is not the home of job {} any more", JobId(job)),
-                    ),
-                );
-            }
+    fn unsay(&mut self, job: u64, acks: Vec<(PeerId, Reply)>) {
+        for (_, reply) in acks {
+            self.reply(
+                reply,
+                PeerReply::refused(
+                    RefusalKind::NotHere,
+                    format!("this node is not the home of job {} any more", JobId(job)),
+                ),
+            );
         }
     }
 

@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use zorilla_core::Time;
 use zorilla_core::advert::{JobId, Message, Phase, Placed};
-use zorilla_core::commit::{Outbox, end_index};
+use zorilla_core::commit::{Outbox, Word, end_index};
 use zorilla_core::copies::choose_copies;
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{Input, JobEntry, JobEvent, JobSpec, JobState, WorkerEnd};
@@ -74,19 +74,9 @@ fn signer(node: u32) -> std::sync::Arc<dyn zorilla_core::replica::Signer<u32>> {
     std::sync::Arc::new(StandInSigner::new(node))
 }
 
-/// The most words a primary holds for one job until its log is committed
-/// (as the node's, see [`zorilla_core::commit`]).
-const MAX_HELD: usize = 1024;
-
-/// A primary's word that waits for its log to be committed (the core's
-/// rule, [`zorilla_core::commit`], as in the node).
-#[derive(Debug, Clone)]
-pub(super) enum Word {
-    /// A scheduling message: a grant, or what followed one to its node.
-    Message(Message<u32>),
-    /// The acknowledgement of a rank's end.
-    EndAck { rank: u32, incarnation: u32 },
-}
+/// A primary's acknowledgement of a rank's end that waits for its log (see
+/// [`zorilla_core::commit`]): the rank and its worker's incarnation.
+pub(super) type EndAck = (u32, u32);
 
 /// The replicas of one job, by node.
 #[derive(Debug, Default)]
@@ -97,7 +87,7 @@ pub(super) struct Replicated {
     /// Nodes the job's primary was told are gone (until they rejoin).
     pub(super) gone: BTreeSet<u32>,
     /// Each primary's words that wait for its log.
-    pub(super) outboxes: BTreeMap<u32, Outbox<u32, Word>>,
+    pub(super) outboxes: BTreeMap<u32, Outbox<u32, EndAck>>,
     /// The primary in charge was lost (failed or cut off): who, when.
     pub(super) lost_at: Option<(u32, Time)>,
     /// The job ended and its end is committed: its replicas tick no more.
@@ -255,20 +245,10 @@ impl Sim {
         }
         // A grant still held that the home took back goes nowhere; what
         // waited behind it goes now (as in the node).
-        let taken_back = |to: &u32| match event {
-            JobEvent::Ended { .. } | JobEvent::RolledBack { .. } => true,
-            JobEvent::WorkersLost { node, .. } => to == node,
-            _ => false,
-        };
-        let now_words: Vec<(u32, Word)> = r
+        let now_sent = r
             .outboxes
             .get_mut(&node)
-            .map(|o| {
-                o.take_if(|_, to, word| matches!(word, Word::Message(_)) && taken_back(to))
-                    .into_iter()
-                    .filter(|(_, word)| !matches!(word, Word::Message(Message::Grant { .. })))
-                    .collect()
-            })
+            .map(|o| o.take_back(event))
             .unwrap_or_default();
         let Some(replica) = r.replicas.get_mut(&node) else {
             return false;
@@ -277,7 +257,9 @@ impl Sim {
         // A full log (MAX_LOG entries) takes nothing more: the job's later
         // events live at the home only.
         let _ = replica.propose(entry, &mut out);
-        self.say(node, job, now_words);
+        for (to, msg) in now_sent {
+            self.send_now(node, to, msg);
+        }
         self.replica_actions(node, job, out);
         if matches!(
             event,
@@ -895,12 +877,11 @@ impl Sim {
         let Some(index) = end_index(rep.entries(), &from, rank) else {
             return self.acknowledge(home, job, from, rank, incarnation, false);
         };
-        let word = Word::EndAck { rank, incarnation };
-        let outbox = r
-            .outboxes
-            .entry(home)
-            .or_insert_with(|| Outbox::new(MAX_HELD));
-        if outbox.end_ack(rep, index, from, word).is_some() {
+        let outbox = r.outboxes.entry(home).or_default();
+        if outbox
+            .end_ack(rep, index, from, (rank, incarnation))
+            .is_some()
+        {
             self.acknowledge(home, job, from, rank, incarnation, true);
         }
     }
@@ -925,29 +906,15 @@ impl Sim {
         let Some(rep) = r.replicas.get(&node) else {
             return Some(msg);
         };
-        let outbox = r
-            .outboxes
-            .entry(node)
-            .or_insert_with(|| Outbox::new(MAX_HELD));
-        let grant = matches!(msg, Message::Grant { .. });
-        let word = Word::Message(msg);
-        let back = if grant {
-            outbox.grant(rep, to, word)
-        } else {
-            outbox.behind(rep, to, word)
-        };
-        match back {
-            Some(Word::Message(msg)) => Some(msg),
-            _ => None,
-        }
+        r.outboxes.entry(node).or_default().message(rep, to, msg)
     }
 
     /// The primary at `node` says the words whose time came.
-    fn say(&mut self, node: u32, job: JobId, words: Vec<(u32, Word)>) {
+    fn say(&mut self, node: u32, job: JobId, words: Vec<(u32, Word<u32, EndAck>)>) {
         for (to, word) in words {
             match word {
                 Word::Message(msg) => self.send_now(node, to, msg),
-                Word::EndAck { rank, incarnation } => {
+                Word::EndAck((rank, incarnation)) => {
                     self.acknowledge(node, job, to, rank, incarnation, true)
                 }
             }
