@@ -74,14 +74,7 @@ async fn another_user_sees_only_that_a_job_exists_through_any_node() {
     assert_eq!(running.request.args, vec!["secret-of-alice".to_string()]);
     // The rank's first line has reached the home (the reads below expect
     // a log).
-    let start = std::time::Instant::now();
-    while at_home.logs(job).await.unwrap().is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "no log line from the job"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_first_log(&mut at_home, job).await;
 
     for (i, node) in grid.nodes.iter().enumerate() {
         let mut bob = connect(node, None, &bob).await;
@@ -249,14 +242,7 @@ async fn a_nodes_token_manages_its_jobs_and_no_other_nodes() {
     let seen = admin0.status(job).await.unwrap();
     assert_eq!(seen.request.args, vec!["secret-of-alice".to_string()]);
     // The worker's first output reaches the home a moment after it runs.
-    let start = std::time::Instant::now();
-    while admin0.logs(job).await.unwrap().is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "node 0's admin never saw the job's logs"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_first_log(&mut admin0, job).await;
     let cancelled = admin0.cancel(job).await.unwrap();
     assert_eq!(cancelled.phase, JobPhase::Cancelled);
 }
@@ -316,4 +302,17 @@ async fn a_nodes_owner_runs_only_the_users_it_names_and_the_home_says_why() {
         bobs_now.ranks.is_empty(),
         "still nothing of Bob's: {bobs_now:?}"
     );
+}
+
+/// Waits until `client` reads a log line of `job`: the worker's first
+/// output reaches the home a moment after the job shows as running.
+async fn wait_first_log(client: &mut zorilla_node::client::Client, job: u64) {
+    let start = std::time::Instant::now();
+    while client.logs(job).await.unwrap().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no log line of job {job} within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
