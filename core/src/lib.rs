@@ -36,8 +36,11 @@
 //!   (grants, the acknowledgement of a rank's end).
 //! - [`checkpoint`]: which nodes hold a rank's checkpoint, and the home's
 //!   index of each rank's latest one.
-//! - [`node`]: the per-node state machine that ties the above together, both
-//!   as the home of jobs and as a candidate worker node.
+//! - [`node`]: the scheduler of one node, both as the home of jobs and as a
+//!   candidate worker node.
+//! - [`machine`]: a node's whole part in jobs as one state machine: the
+//!   scheduler, rank liveness, replica logs, copy placement and the commit
+//!   rule, composed once for the node and the simulator alike.
 //!
 //! Time is a [`Time`]: the duration since an epoch chosen by the driver (the
 //! node's start, or the simulation's). Times never cross the wire: adverts
@@ -53,6 +56,7 @@ pub mod copies;
 pub mod flood;
 pub mod limits;
 pub mod liveness;
+pub mod machine;
 pub mod neighbours;
 pub mod node;
 pub mod replica;

@@ -197,6 +197,22 @@ impl<P: PeerKey> RankLiveness<P> {
         }
     }
 
+    /// Forgets ranks of `job` wherever they were placed (the job rolled
+    /// back and stopped them).
+    pub fn forget_ranks(&mut self, job: JobId, ranks: &[u32]) {
+        self.nodes.retain(|_, watched| {
+            if let Some(placed) = watched.ranks.get_mut(&job) {
+                for rank in ranks {
+                    placed.remove(rank);
+                }
+                if placed.is_empty() {
+                    watched.ranks.remove(&job);
+                }
+            }
+            !watched.ranks.is_empty()
+        });
+    }
+
     /// Rank `rank` of `job` on `node` ended and said so.
     pub fn ended(&mut self, job: JobId, node: &P, rank: u32) {
         self.forget(job, node, &[rank]);
