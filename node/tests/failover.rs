@@ -11,8 +11,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Grid, Net, TestNode, grid_with_idle_home, grid_with_idle_home_on, nqueens, stdout_of,
-    wait_completed, wasm,
+    Grid, Net, TestNode, grid_with_idle_home, grid_with_idle_home_on, nqueens, sites_grid_env,
+    stdout_of, wait_completed, wasm,
 };
 use zorilla_node::client::ClientError;
 use zorilla_node::protocol::{ErrorKind, JobPhase, JobStatus};
@@ -39,11 +39,25 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
     let mut client = nodes[0].client().await;
     let job = submit_stagger(&mut client, 0, 12).await;
     wait_six_ranks_running(&mut client, job).await;
+    let (mut clients, new_home, took) = kill_home_for_a_copy(nodes, job).await;
+    eprintln!(
+        "node {} took the job over {took:?} after the kill",
+        new_home + 1
+    );
+    completed_once(&mut clients[new_home], job).await;
+}
+
+/// Kills the home (node 0) of a running `job` (-9) and waits, through
+/// the other nodes, until some other node is its home while it still runs
+/// (within [`TAKEOVER_BOUND`]): a client of each other node, the new
+/// home's place among them, and how long after the kill it showed.
+async fn kill_home_for_a_copy(
+    nodes: &mut [TestNode],
+    job: u64,
+) -> (Vec<zorilla_node::client::Client>, usize, Duration) {
     nodes[0].kill();
     let killed = Instant::now();
     let old_home = nodes[0].peer.clone();
-
-    // Some other node becomes the job's home while the job still runs.
     let mut clients = Vec::new();
     for node in &nodes[1..] {
         clients.push(node.client().await);
@@ -72,18 +86,20 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    eprintln!(
-        "node {} took the job over {took:?} after the kill",
-        new_home + 1
-    );
-    let status = wait_completed(&mut clients[new_home], job, Duration::from_secs(120)).await;
-    assert_eq!(status.phase, JobPhase::Completed);
+    (clients, new_home, took)
+}
+
+/// Waits until the `stagger` job of six completes (asking through
+/// `client`), and checks every rank ended with status 0 and its log is
+/// whole and once (no worker started again).
+async fn completed_once(client: &mut zorilla_node::client::Client, job: u64) {
+    let status = wait_completed(client, job, Duration::from_secs(120)).await;
     assert_eq!(status.ranks.len(), 6, "{status:?}");
     assert!(
         status.ranks.values().all(|r| r.exit_status == Some(0)),
-        "{status:?}"
+        "every rank's end: {status:?}"
     );
-    let logs = clients[new_home].logs(job).await.unwrap();
+    let logs = client.logs(job).await.unwrap();
     for rank in 0..6u32 {
         let of_rank: Vec<_> = logs.iter().filter(|l| l.rank == rank).cloned().collect();
         assert_eq!(
@@ -92,6 +108,48 @@ async fn the_home_of_a_running_job_is_killed_and_a_copy_finishes_it() {
             "rank {rank}'s log: whole, and its worker started once"
         );
     }
+}
+
+/// The rule of when a home's grant goes out (issue 30): only once a copy
+/// holds it in the job's log, so that a copy that takes the job over knows
+/// of every worker the home started. A home whose replica messages reach
+/// the job's copies a second late (a test switch:
+/// `ZORILLA_TEST_REPLICA_DELAY_MS`) runs a job of six `stagger` ranks that
+/// wait 8 s; as soon as all six have said they run, it is killed (-9). The
+/// copy that takes the job over knows where every rank runs: each worker
+/// runs on and ends once (every rank's log is whole and says it started
+/// once), and the job completes with every rank's end and output. (With
+/// the grants sent at once, before a copy held them, the workers ran
+/// before any copy held the job's log, and no node could take the job
+/// over: this test fails so.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_killed_right_after_its_grants_leaves_no_rank_to_start_again() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let delay = |i: usize| {
+        if i == 0 {
+            vec![(
+                "ZORILLA_TEST_REPLICA_DELAY_MS".to_string(),
+                "1000".to_string(),
+            )]
+        } else {
+            Vec::new()
+        }
+    };
+    let mut grid = sites_grid_env(
+        Net::Loopback,
+        &[4],
+        |i| if i == 0 { 0 } else { 2 },
+        |_| Vec::new(),
+        delay,
+    );
+    let nodes = &mut grid.nodes;
+    let mut client = nodes[0].client().await;
+    let job = submit_stagger(&mut client, 0, 8).await;
+    wait_six_ranks_running(&mut client, job).await;
+    let (mut clients, new_home, _) = kill_home_for_a_copy(nodes, job).await;
+    completed_once(&mut clients[new_home], job).await;
+    let outputs = clients[new_home].outputs(job).await.unwrap();
+    assert_eq!(outputs.len(), 6, "every rank's output: {outputs:?}");
 }
 
 /// How soon a copy must have taken a job over after its home died: the

@@ -1,6 +1,8 @@
 //! The discrete-event grid simulator: thousands of nodes, each running the
-//! real core ([`Scheduler`], [`FloodRouter`], and in our overlay the real
-//! peer keeping, [`PeerKeeper`]), over a simulated network.
+//! real core (the node's [`JobMachine`](zorilla_core::machine::JobMachine):
+//! scheduler, rank liveness, replicated job logs; the [`FloodRouter`]; and
+//! in our overlay the real peer keeping, [`PeerKeeper`]), over a simulated
+//! network.
 //!
 //! What a simulated node knows is only what a real node could know: the RTTs
 //! it measured itself (true RTT plus jitter), and the messages it received.
@@ -23,10 +25,10 @@ use rand_chacha::ChaCha8Rng;
 use zorilla_core::Time;
 use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::{FloodConfig, FloodId, FloodRouter, Verdict};
+use zorilla_core::liveness::{Answer, Question};
+use zorilla_core::machine::Input as MInput;
 use zorilla_core::neighbours::keeper::PeerKeeper;
-use zorilla_core::node::{
-    Input, JobEvent, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig, WorkerEnd,
-};
+use zorilla_core::node::{Input, JobEvent, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig};
 use zorilla_core::resources::{REFERENCE_SPEED, Resources};
 
 use crate::scenario::{Grid, Scenario};
@@ -103,16 +105,26 @@ enum Event {
     Rejoin {
         node: u32,
     },
-    /// Failover: a replica message of a job between two nodes.
+    /// Failover: a replica message of a job between two nodes (with the
+    /// job's copy when its sender sent it).
     Replica {
         to: u32,
         from: u32,
         job: JobId,
         msg: failover::ReplicaMsg,
+        copy: Option<failover::SimCopy>,
     },
-    /// Failover: the replicas of a job tick.
-    ReplicaTick {
-        job: JobId,
+    /// A home asks a node which of its ranks run there.
+    RanksAsked {
+        to: u32,
+        from: u32,
+        question: Question,
+    },
+    /// The node's answer.
+    RanksAnswered {
+        to: u32,
+        from: u32,
+        answer: Answer,
     },
     /// Failover: a member reports again the ends not acknowledged yet.
     ReportRetry {
@@ -175,7 +187,14 @@ impl Ord for Scheduled {
 
 struct SimNode {
     alive: bool,
-    scheduler: Scheduler<u32>,
+    /// This run of the node (a fresh one at every rejoin), and since when
+    /// it runs: what it tells homes that ask which ranks run here.
+    boot: u64,
+    since: Time,
+    /// The node's part in jobs: the same machine the node runs.
+    machine: failover::Machine,
+    /// The links its machine was last told of (see `tell_links`).
+    links_told: Vec<u32>,
     router: FloodRouter<u32>,
     /// Ours: the peer keeping; the paper's: the measured RTTs.
     overlay: NodeOverlay,
@@ -407,9 +426,18 @@ impl Sim {
         } else {
             NodeOverlay::Paper(BTreeMap::new())
         };
+        let machine = failover::Machine::new(
+            node,
+            config,
+            self.machine_config(),
+            std::sync::Arc::new(zorilla_core::replica::StandInSigner::new(node)),
+        );
         SimNode {
             alive: true,
-            scheduler: Scheduler::new(node, config),
+            boot: self.seq,
+            since: self.now,
+            machine,
+            links_told: Vec::new(),
             router: FloodRouter::new(FloodConfig {
                 // The paper's nodes flood to every neighbour but the sender.
                 prune: self.mode.our_overlay(),
@@ -496,7 +524,7 @@ impl Sim {
                 let n = &mut self.nodes[node as usize];
                 if n.alive && n.wake_at == Some(self.now) {
                     n.wake_at = None;
-                    let out = n.scheduler.handle_timeout(self.now);
+                    let out = n.machine.handle_timeout(self.now);
                     self.execute(node, out);
                 }
             }
@@ -541,27 +569,25 @@ impl Sim {
                 job,
                 rank,
                 incarnation,
-            } => {
-                if self.failover.is_some() {
-                    self.report_received(home, from, job, rank, incarnation);
-                } else if self.nodes[home as usize].alive && self.nodes[from as usize].alive {
-                    let input = Input::RankEnded {
-                        job,
-                        node: from,
-                        rank,
-                        incarnation,
-                        end: WorkerEnd::Exited(0),
-                    };
-                    self.feed(home, input);
-                }
-            }
+            } => self.report_received(home, from, job, rank, incarnation),
             Event::Fail { node } => self.fail(node),
             Event::Detect { node } => self.detect(node),
             Event::Rejoin { node } => self.rejoin(node),
             Event::KeeperTick { node } => self.keeper_tick(node),
             Event::PingRound { node } => self.ping_round(node),
-            Event::Replica { to, from, job, msg } => self.replica_message(to, from, job, msg),
-            Event::ReplicaTick { job } => self.replica_tick(job),
+            Event::Replica {
+                to,
+                from,
+                job,
+                msg,
+                copy,
+            } => self.replica_message(to, from, job, msg, copy),
+            Event::RanksAsked { to, from, question } => self.ranks_asked(to, from, question),
+            Event::RanksAnswered { to, from, answer } => {
+                if self.reachable(from, to) {
+                    self.feed_machine(to, MInput::RanksAnswered { node: from, answer });
+                }
+            }
             Event::ReportRetry { node, job } => self.report_retry(node, job),
             Event::RankAck {
                 to,
@@ -618,7 +644,7 @@ impl Sim {
             }
             return;
         }
-        self.failover_submit(plan.home, id, &plan.spec);
+        self.failover_submit(plan.home, id);
         // What the real node's scheduler hears from its overlay: how far
         // the peers it measured are.
         let max_known = self.keeper_config().neighbours.max_known;
@@ -626,17 +652,23 @@ impl Sim {
         if let NodeOverlay::Ours(keeper) = &node.overlay {
             let table = keeper.table();
             let every_peer = table.known_len() < max_known;
-            let distances = table.known().map(|(_, rtt)| rtt);
-            node.scheduler.set_peer_distances(distances, every_peer);
+            let distances = table.known().map(|(_, rtt)| rtt).collect();
+            self.feed_machine(
+                plan.home,
+                MInput::PeerDistances {
+                    distances,
+                    every_peer,
+                },
+            );
         }
         // A plan outside the scheduler's limits is refused at the door,
         // as a node refuses a client's: its job never runs.
-        let Ok(spec) = node.scheduler.admit(plan.spec) else {
+        let Ok(spec) = self.nodes[plan.home as usize].machine.admit(plan.spec) else {
             return;
         };
-        self.feed(
+        self.feed_machine(
             plan.home,
-            Input::Submit {
+            MInput::Submit {
                 owner: None,
                 job: id,
                 spec,
@@ -717,28 +749,38 @@ impl Sim {
         );
     }
 
-    /// Hands an input to a node's scheduler and executes what comes out.
+    /// Hands a scheduling input to a node's machine and executes what comes
+    /// out.
     fn feed(&mut self, node: u32, input: Input<u32>) {
-        let out = self.nodes[node as usize].scheduler.handle(self.now, input);
+        self.feed_machine(node, MInput::Sched(input));
+    }
+
+    /// Hands an input to a node's machine and executes what comes out.
+    fn feed_machine(&mut self, node: u32, input: failover::MachineInput) {
+        let out = self.nodes[node as usize].machine.handle(self.now, input);
         self.execute(node, out);
     }
 
-    fn execute(&mut self, node: u32, outputs: Vec<Output<u32>>) {
+    fn execute(&mut self, node: u32, outputs: Vec<failover::MachineOutput>) {
         // A home's grants are judged once the call's outputs are executed:
         // its own workers of the grant have started then, the others not.
         let mut granted_jobs: Vec<JobId> = Vec::new();
+        let mut taken_over: Vec<JobId> = Vec::new();
         for output in outputs {
+            let output = match output {
+                failover::MachineOutput::Sched(output) => output,
+                other => {
+                    taken_over.extend(self.machine_output(node, other));
+                    continue;
+                }
+            };
             if let Output::Job(JobEvent::Granted { job, .. }) = &output
                 && !granted_jobs.contains(job)
             {
                 granted_jobs.push(*job);
             }
             match output {
-                Output::Send { to, msg } => {
-                    if let Some(msg) = self.hold_message(node, to, msg) {
-                        self.send_now(node, to, msg);
-                    }
-                }
+                Output::Send { to, msg } => self.send_now(node, to, msg),
                 Output::Flood(advert) => {
                     self.floods += 1;
                     let id = FloodId {
@@ -808,7 +850,7 @@ impl Sim {
                     }
                 }
                 Output::Job(event) => {
-                    if self.replicate_event(node, &event) {
+                    if self.job_event_seen(node, &event) {
                         self.job_event(event);
                     }
                 }
@@ -817,16 +859,20 @@ impl Sim {
                 Output::PlacementChanged {
                     job,
                     home,
+                    phase,
                     placement,
                     ..
-                } => self.placement_heard(node, job, home, &placement),
+                } => self.placement_heard(node, job, home, phase, &placement),
             }
         }
         for job in granted_jobs {
             self.judge_grant(node, job);
         }
+        for job in taken_over {
+            self.after_takeover(node, job);
+        }
         let n = &mut self.nodes[node as usize];
-        if let Some(at) = n.scheduler.next_timeout() {
+        if let Some(at) = n.machine.next_timeout() {
             let at = at.max(self.now);
             if n.wake_at.is_none_or(|w| at < w || w < self.now) {
                 n.wake_at = Some(at);
@@ -1031,7 +1077,7 @@ impl Sim {
         self.nodes
             .iter()
             .filter(|n| n.alive)
-            .map(|n| n.scheduler.held_workers())
+            .map(|n| n.machine.scheduler().held_workers())
             .sum()
     }
 
@@ -1044,14 +1090,33 @@ impl Sim {
     /// For tests that the invariant checks catch a scheduler that
     /// misbehaves; a correct run never needs it.
     pub fn inject(&mut self, node: u32, outputs: Vec<Output<u32>>) {
-        self.execute(node, outputs);
+        self.execute(
+            node,
+            outputs
+                .into_iter()
+                .map(failover::MachineOutput::Sched)
+                .collect(),
+        );
+    }
+
+    /// Hands `input` to `node`'s machine now, as its driver would, and
+    /// executes what comes out (for tests: a user's cancel, say).
+    pub fn input(&mut self, node: u32, input: Input<u32>) {
+        self.feed(node, input);
+    }
+
+    /// A node's scheduler, to look at.
+    pub fn scheduler(&self, node: u32) -> &Scheduler<u32> {
+        self.nodes[node as usize].machine.scheduler()
     }
 
     /// A node's scheduler, to change behind the simulator's back: what it
     /// outputs is not executed and no wake-up is scheduled for it. For tests
     /// of the invariant checks, like [`inject`](Self::inject).
     pub fn scheduler_mut(&mut self, node: u32) -> &mut Scheduler<u32> {
-        &mut self.nodes[node as usize].scheduler
+        self.nodes[node as usize]
+            .machine
+            .scheduler_behind_the_back()
     }
 
     /// The neighbours of every node (for overlay checks).

@@ -45,8 +45,6 @@ mod replicas;
 mod tests;
 mod verdicts;
 
-use verdicts::Verdicts;
-
 /// What a job's copy proves about the job: the home that accepted it first
 /// (the node derives a job's id from that home and a nonce it drew, so a
 /// copy that does not make the id proves nothing).
@@ -58,6 +56,11 @@ pub trait Origin<P> {
 /// How long things are kept and how often replicas tick.
 #[derive(Debug, Clone)]
 pub struct MachineConfig {
+    /// Whether jobs' logs are replicated at all. The node always
+    /// replicates; the simulator only where a scenario asks for it (a run
+    /// without copies then models a grid whose homes never fail, as the
+    /// paper's). Without replication every word goes at once.
+    pub replicate: bool,
     /// Lease and election timing of the replicas.
     pub timing: Timing,
     /// How often replicas are ticked (heartbeats, leases, elections): well
@@ -93,6 +96,7 @@ pub struct MachineConfig {
 impl Default for MachineConfig {
     fn default() -> Self {
         MachineConfig {
+            replicate: true,
             timing: Timing::default(),
             tick: Duration::from_millis(100),
             degree: crate::copies::DEFAULT_DEGREE,
@@ -380,7 +384,7 @@ pub struct JobMachine<P: Ord, R, C> {
     sched: Scheduler<P>,
     liveness: RankLiveness<P>,
     replicas: replicas::Replicas<P, R, C>,
-    verdicts: Verdicts<P>,
+    verdicts: verdicts::Verdicts<P>,
     /// When the replicas next tick (while there are any).
     next_tick: Option<Time>,
     /// When held verdicts are next looked at (while any are held).
@@ -404,7 +408,7 @@ where
             sched: Scheduler::new(me.clone(), sched),
             liveness: RankLiveness::new(config.liveness.clone()),
             replicas: replicas::Replicas::default(),
-            verdicts: Verdicts::default(),
+            verdicts: verdicts::Verdicts::default(),
             next_tick: None,
             next_recheck: None,
             me,
@@ -416,6 +420,14 @@ where
     /// The scheduler, to look at.
     pub fn scheduler(&self) -> &Scheduler<P> {
         &self.sched
+    }
+
+    /// The scheduler, to change behind the machine's back: nothing it
+    /// decides then is logged, held or watched. Only for tests of a
+    /// driver's own checks (that they catch a scheduler that misbehaves).
+    #[doc(hidden)]
+    pub fn scheduler_behind_the_back(&mut self) -> &mut Scheduler<P> {
+        &mut self.sched
     }
 
     /// Checks a job's spec against this node's limits (see
@@ -563,6 +575,52 @@ where
                 other => out.push(Output::Sched(other)),
             }
         }
+    }
+
+    /// Whether the driver can take workers now (see
+    /// [`Scheduler::set_paused`]); the outputs are what resuming sets off.
+    pub fn set_paused(&mut self, now: Time, paused: bool) -> Vec<Output<P, R, C>> {
+        let sched = self.sched.set_paused(now, paused);
+        let mut out = Vec::new();
+        self.sched_outputs(now, sched, &mut out);
+        out
+    }
+
+    /// Changes how many workers a job of this home may use (see
+    /// [`Scheduler::resize`]).
+    pub fn resize(
+        &mut self,
+        now: Time,
+        job: JobId,
+        max: u32,
+    ) -> Result<Vec<Output<P, R, C>>, crate::node::ResizeError> {
+        let sched = self.sched.resize(now, job, max)?;
+        let mut out = Vec::new();
+        self.sched_outputs(now, sched, &mut out);
+        Ok(out)
+    }
+
+    /// A worker of a job of this home stored a checkpoint (see
+    /// [`Scheduler::checkpoint_stored`]); what the index logs goes into
+    /// the job's log.
+    pub fn checkpoint_stored(
+        &mut self,
+        now: Time,
+        job: JobId,
+        node: &P,
+        rank: u32,
+        checkpoint: crate::checkpoint::Latest<P>,
+    ) -> Result<Vec<Output<P, R, C>>, crate::node::CheckpointRefused> {
+        let sched = self.sched.checkpoint_stored(job, node, rank, checkpoint)?;
+        let mut out = Vec::new();
+        self.sched_outputs(now, sched, &mut out);
+        Ok(out)
+    }
+
+    /// Forgets where the checkpoints of an ended job are: their holders,
+    /// to tell (see [`Scheduler::forget_checkpoints`]).
+    pub fn forget_checkpoints(&mut self, job: JobId) -> BTreeSet<P> {
+        self.sched.forget_checkpoints(job)
     }
 
     /// Liveness watches the ranks the home placed on other nodes, until

@@ -127,6 +127,9 @@ where
         owner: Option<P>,
         out: &mut Out<P, R, C>,
     ) {
+        if !self.config.replicate {
+            return;
+        }
         let mut replica = Replica::primary(
             job.0,
             self.me.clone(),
@@ -210,9 +213,9 @@ where
             self.config.degree,
         );
         held.extras = copies.extras;
-        if *held.replica.copies() == copies.all {
-            return Vec::new();
-        }
+        // Set even when they did not change: the appends that name the
+        // copies invite again a copy that lost its replica (it restarted),
+        // and the home is in touch with it again.
         held.replica.set_copies(copies.all, 1)
     }
 
@@ -248,7 +251,7 @@ where
         copy: C,
         out: &mut Out<P, R, C>,
     ) {
-        if home == self.me || self.replicas.jobs.contains_key(&job) {
+        if !self.config.replicate || home == self.me || self.replicas.jobs.contains_key(&job) {
             return;
         }
         let Some(first) = copy.first_home(job) else {
@@ -289,6 +292,9 @@ where
         copy: Option<C>,
         out: &mut Out<P, R, C>,
     ) {
+        if !self.config.replicate {
+            return;
+        }
         let mut invited_now = false;
         if !self.replicas.jobs.contains_key(&job) {
             // Only a primary that names this node among the job's copies

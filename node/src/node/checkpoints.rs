@@ -258,7 +258,11 @@ impl Node {
             // Told only to the node the rank is placed on: its fresh
             // worker is the one that loads it.
             CheckpointRpc::Where { job, rank } => {
-                match self.sched.checkpoint_of(JobId(job), &from, rank) {
+                match self
+                    .machine
+                    .scheduler()
+                    .checkpoint_of(JobId(job), &from, rank)
+                {
                     Ok(latest) => {
                         let ticket = self.overlay.signer().sign(&ticket(job, rank, &from));
                         PeerReply::Checkpoint(CheckpointReply::At(latest.map(|l| Located {
@@ -287,9 +291,10 @@ impl Node {
         latest: Latest<PeerId>,
     ) -> PeerReply {
         let (seq, generation, holders) = (latest.seq, latest.generation, latest.holders.len());
+        let now = self.now();
         match self
-            .sched
-            .checkpoint_stored(JobId(job), &from, rank, latest)
+            .machine
+            .checkpoint_stored(now, JobId(job), &from, rank, latest)
         {
             Ok(out) => {
                 tracing::debug!(
@@ -310,11 +315,12 @@ impl Node {
     /// Tells the holders of checkpoints of jobs that ended here to drop
     /// them, and lets the holder delete ranks unwritten for too long.
     pub(super) fn collect_checkpoints(&mut self) {
-        for job in self.sched.checkpoints().jobs() {
+        let jobs = self.machine.scheduler().checkpoints().jobs();
+        for job in jobs {
             if self.jobs.is_under_way(job) {
                 continue;
             }
-            for holder in self.sched.forget_checkpoints(JobId(job)) {
+            for holder in self.machine.forget_checkpoints(JobId(job)) {
                 let net = self.net.clone();
                 self.tasks.spawn(async move {
                     let rpc = PeerRpc::Checkpoint(CheckpointRpc::Drop { job });

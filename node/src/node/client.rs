@@ -97,8 +97,7 @@ impl Node {
                     return not_found(job);
                 }
                 self.end_home_job(job, JobPhase::Cancelled, "cancelled by user".into());
-                let out = self.sched.handle(self.now(), Input::Cancel(JobId(job)));
-                self.execute(out);
+                self.feed_sched(Input::Cancel(JobId(job)));
                 self.status(job)
                     .map_or_else(|| not_found(job), Response::Status)
             }
@@ -115,7 +114,7 @@ impl Node {
                 Response::error(ErrorKind::Internal, "outputs are not the loop's")
             }
             Request::NodeInfo => {
-                let r = self.sched.config().resources;
+                let r = self.machine.scheduler().config().resources;
                 Response::NodeInfo(NodeInfo {
                     peer: self.me.to_string(),
                     listen: Vec::new(),
@@ -138,7 +137,7 @@ impl Node {
                     neighbours: self.neighbours.len(),
                     messages_sent: self.messages_sent,
                     disk_problem: self.store.unwritable(),
-                    peers_measured: self.sched.peer_distances().len(),
+                    peers_measured: self.machine.scheduler().peer_distances().len(),
                     jobs: self.jobs.counts(),
                     // Filled in by the connection, which knows them.
                     version: String::new(),
@@ -159,7 +158,7 @@ impl Node {
         }
         let owner = caller.submitter.clone();
         let (request, module, inputs) = submission.into_parts();
-        let spec = match self.sched.admit(request.spec()) {
+        let spec = match self.machine.admit(request.spec()) {
             Ok(spec) => spec,
             Err(e) => return Response::error(ErrorKind::BadRequest, e.to_string()),
         };
@@ -215,16 +214,13 @@ impl Node {
         let owner = record.owner.map(|o| o.key());
         self.jobs.start(record);
         tracing::info!(job = %JobId(id), "job submitted");
-        self.replicate_new_job(id, spec.spec().clone(), owner);
-        let out = self.sched.handle(
-            self.now(),
-            Input::Submit {
-                job: JobId(id),
-                spec,
-                owner,
-            },
-        );
-        self.execute(out);
+        // Its log starts with its spec, and its first copies are placed,
+        // before it is flooded (see `zorilla_core::machine`).
+        self.feed(machine::Input::Submit {
+            job: JobId(id),
+            spec,
+            owner,
+        });
         Response::Submitted { job: id }
     }
 
@@ -232,7 +228,7 @@ impl Node {
         if self.record(job).is_none() {
             return not_found(job);
         }
-        match self.sched.resize(self.now(), JobId(job), max_workers) {
+        match self.machine.resize(self.now(), JobId(job), max_workers) {
             Ok(out) => {
                 if let Some(record) = self.jobs.under_way_mut(job) {
                     record.request.max_workers = max_workers;
@@ -365,7 +361,8 @@ impl Node {
     pub(super) fn status_of(&self, job: &JobRecord) -> JobStatus {
         let id = job.id;
         let reason = if job.phase == JobPhase::Scheduling {
-            self.sched
+            self.machine
+                .scheduler()
                 .report(JobId(id))
                 .map(|r| format!("pending: {}", r.explain()))
                 .unwrap_or_else(|| job.reason.clone())
@@ -375,7 +372,7 @@ impl Node {
         let seeking =
             job.phase <= JobPhase::Running && (job.ranks.len() as u32) < job.request.max_workers;
         let pending = seeking
-            .then(|| self.sched.report(JobId(id)))
+            .then(|| self.machine.scheduler().report(JobId(id)))
             .flatten()
             .map(|r| Pending {
                 floods: r.floods,

@@ -4,59 +4,137 @@
 //! loss means for the job, and whom to tell of a placement, is the core's
 //! call.
 
+use super::replicas::notice_log;
 use super::*;
 
 impl Node {
-    pub(super) fn execute(&mut self, out: Vec<Output<PeerId>>) {
+    /// Executes what the core's machine said, in order.
+    pub(super) fn execute(&mut self, out: Vec<MachineOutput>) {
+        let mut primaries = false;
         for output in out {
             match output {
-                Output::Send { to, msg } => self.send_msg(to, msg),
-                Output::Flood(advert) => {
-                    self.messages_sent += 1;
-                    let overlay = self.overlay.clone();
-                    let id = FloodId {
-                        job: advert.job,
-                        seq: advert.flood.seq,
+                MachineOutput::Sched(output) => self.execute_sched(output),
+                MachineOutput::Replica {
+                    to,
+                    job,
+                    msg,
+                    with_copy,
+                } => {
+                    // A copy that may not hold the job yet gets it with the
+                    // log (an extra copy, or one that is behind).
+                    let copy = with_copy
+                        .then(|| self.replica_copy(job.0))
+                        .flatten()
+                        .map(Box::new);
+                    let rpc = PeerRpc::Replica {
+                        job: job.0,
+                        msg: Box::new(msg),
+                        copy,
                     };
-                    let header = advert.flood;
-                    let payload = cbor_advert(&advert);
-                    tokio::spawn(async move {
-                        if let Err(e) = overlay.flood(id, header, payload).await {
-                            tracing::warn!("flood failed: {e}");
-                        }
-                    });
+                    if self.replica_delay.is_zero() {
+                        self.send(to, rpc);
+                    } else {
+                        self.send_late(to, rpc, self.replica_delay);
+                    }
                 }
-                Output::StartWorkers {
+                MachineOutput::EndAck(reply) => self.reply(reply, PeerReply::Ack),
+                MachineOutput::NotHome { job, reply } => self.reply(
+                    reply,
+                    PeerReply::refused(
+                        RefusalKind::NotHere,
+                        format!("this node is not the home of job {job}"),
+                    ),
+                ),
+                MachineOutput::Ask { node, question } => self.ask_ranks(node, question),
+                MachineOutput::Probe(peer) => self.maybe_probe(peer),
+                MachineOutput::TookOver {
                     job,
-                    home,
-                    ranks,
-                    incarnation,
-                    placement,
-                } => self.start_workers(job.0, home, ranks, incarnation, placement, None),
-                Output::StopWorkers { job, reason } => {
-                    tracing::info!(job = %job, "stopping workers: {reason}");
-                    self.stop_workers(job.0);
+                    term,
+                    state,
+                    copy,
+                    old_home,
+                } => {
+                    self.took_over(job.0, term, &state, copy, old_home);
+                    primaries = true;
                 }
-                Output::PlacementChanged {
-                    job,
-                    home,
-                    phase,
-                    placement,
-                    replaced,
-                } => self.placement_changed(job.0, home, phase.into(), placement, replaced),
-                Output::Job(event) => self.job_event(event),
+                MachineOutput::SteppedDown { job, primary } => self.stepped_down(job.0, primary),
+                MachineOutput::HomeMoved { job, home } => {
+                    self.home_moved(job.0, home);
+                    primaries = true;
+                }
+                MachineOutput::CopyTaken { job, home, copy } => {
+                    self.fetch_job_files(job.0, home, &copy);
+                    primaries = true;
+                }
+                MachineOutput::CopyOver(job) => {
+                    self.forget_idle_member(job.0);
+                    primaries = true;
+                }
+                MachineOutput::CopiesChanged { job, copies } => self.publish_copies(job.0, copies),
+                MachineOutput::Misbehaviour { peer, what } => {
+                    self.overlay.report_misbehaviour(peer, what);
+                }
+                MachineOutput::Notice(notice) => notice_log(notice),
             }
+        }
+        if primaries {
+            self.publish_primaries();
         }
     }
 
-    /// Sends a scheduling message of the core; a grant goes once a copy
-    /// holds it, and what follows it to the same node after it
-    /// ([`Node::hold_message`]), with the job's copy (see
-    /// [`PeerRpc::Grant`]).
-    fn send_msg(&mut self, to: PeerId, msg: Message<PeerId>) {
-        if let Some(msg) = self.hold_message(to, msg) {
-            self.send_now(to, msg);
+    /// Executes one of the scheduler's outputs (a grant, and what follows
+    /// one to its node, only once a copy holds it: the machine held it
+    /// until then).
+    fn execute_sched(&mut self, output: Output<PeerId>) {
+        match output {
+            Output::Send { to, msg } => self.send_now(to, msg),
+            Output::Flood(advert) => {
+                self.messages_sent += 1;
+                let overlay = self.overlay.clone();
+                let id = FloodId {
+                    job: advert.job,
+                    seq: advert.flood.seq,
+                };
+                let header = advert.flood;
+                let payload = cbor_advert(&advert);
+                tokio::spawn(async move {
+                    if let Err(e) = overlay.flood(id, header, payload).await {
+                        tracing::warn!("flood failed: {e}");
+                    }
+                });
+            }
+            Output::StartWorkers {
+                job,
+                home,
+                ranks,
+                incarnation,
+                placement,
+            } => self.start_workers(job.0, home, ranks, incarnation, placement, None),
+            Output::StopWorkers { job, reason } => {
+                tracing::info!(job = %job, "stopping workers: {reason}");
+                self.stop_workers(job.0);
+            }
+            Output::PlacementChanged {
+                job,
+                home,
+                phase,
+                placement,
+                replaced,
+            } => self.placement_changed(job.0, home, phase.into(), placement, replaced),
+            Output::Job(event) => self.job_event(event),
         }
+    }
+
+    /// Hands the machine an input and executes what comes out.
+    pub(super) fn feed(&mut self, input: machine::Input<PeerId, Reply, JobCopy>) {
+        let out = self.machine.handle(self.now(), input);
+        self.execute(out);
+    }
+
+    /// Hands the scheduler an input (through the machine) and executes what
+    /// comes out.
+    pub(super) fn feed_sched(&mut self, input: Input<PeerId>) {
+        self.feed(machine::Input::Sched(input));
     }
 
     /// Sends a scheduling message now (a grant with the job's copy).
@@ -95,10 +173,9 @@ impl Node {
     }
 
     /// Executes an event of a home job (the decisions are the core's: see
-    /// [`zorilla_core::node::RankTable`]): the record is kept and stored,
-    /// liveness follows the placement.
+    /// [`zorilla_core::node::RankTable`]; the machine logged it and its
+    /// liveness follows it): the record is kept and stored.
     pub(super) fn job_event(&mut self, event: JobEvent<PeerId>) {
-        self.replicate_event(&event);
         match &event {
             JobEvent::Granted { job, .. }
             | JobEvent::WorkersLost { job, .. }
@@ -115,9 +192,6 @@ impl Node {
                 job, node, ranks, ..
             } => {
                 tracing::info!(job = %job, %node, ?ranks, "workers granted");
-                if node != self.me {
-                    self.liveness.placed(self.now(), job, node, &ranks);
-                }
                 if let Some(record) = self.jobs.under_way_mut(job.0) {
                     for rank in &ranks {
                         record
@@ -153,7 +227,6 @@ impl Node {
                     LostReason::Liveness(_) => tracing::warn!(job = %job, "ranks lost: {why}"),
                     _ => tracing::warn!(job = %job, "workers lost: {why}"),
                 }
-                self.liveness.forget(job, &node, &ranks);
                 self.record_outcomes(job.0, &node, &ranks, &RankOutcome::Lost(reason));
             }
             JobEvent::RankEnded {
@@ -162,7 +235,6 @@ impl Node {
                 rank,
                 outcome,
             } => {
-                self.liveness.ended(job, &node, rank);
                 self.record_outcomes(job.0, &node, &[rank], &outcome);
             }
             JobEvent::Checkpointed {
@@ -207,12 +279,10 @@ impl Node {
                 }
                 let outcome = RankOutcome::Lost(LostReason::RolledBack);
                 for (node, ranks) in by_node {
-                    self.liveness.forget(job, &node, &ranks);
                     self.record_outcomes(job.0, &node, &ranks, &outcome);
                 }
             }
             JobEvent::Ended { job, phase, reason } => {
-                self.liveness.forget_job(job);
                 if phase.is_end() {
                     self.end_home_job(job.0, phase.into(), reason.to_string());
                 }
@@ -253,10 +323,11 @@ impl Node {
 
     /// Whether `peer` holds ranks (not lost) of a job of ours under way.
     pub(super) fn runs_ours(&self, peer: &PeerId) -> bool {
-        self.sched
+        let sched = self.machine.scheduler();
+        sched
             .home_jobs()
             .filter(|(_, phase)| *phase <= Phase::Running)
-            .filter_map(|(job, _)| self.sched.placement(job))
+            .filter_map(|(job, _)| sched.placement(job))
             .any(|nodes| nodes.contains_key(peer))
     }
 
@@ -274,14 +345,13 @@ impl Node {
         replaced: Vec<u32>,
     ) {
         self.status.job_phase(job, home, phase);
-        if self.primary_of(job) == Some(home) {
-            self.follow(job, home);
-            if phase.is_terminal() {
-                // The home says the job is over: the copy here need not
-                // wait for the end in the log to stop watching the home.
-                self.replica_job_over(job);
-            }
-        }
+        // A copy told the job is over by its home need not wait for the
+        // end in the log to stop watching the home.
+        self.feed(machine::Input::HomeHeard {
+            job: JobId(job),
+            home,
+            over: phase.is_terminal(),
+        });
         let Some(member) = self.members.get_mut(&job) else {
             return;
         };

@@ -1,16 +1,17 @@
 //! The loop's side of rank liveness (the decisions are the core's
-//! [`zorilla_core::liveness`]): as a home, asking every node that holds
-//! ranks of its jobs which it runs, and giving up the ranks that count as
-//! lost; as a member, answering that truthfully (a node that restarted
+//! [`zorilla_core::liveness`], driven by its [`zorilla_core::machine`]): as
+//! a home, asking the nodes the machine names which ranks they run, and
+//! whether its jobs' ranks all wait on one another; as a member, answering that truthfully (a node that restarted
 //! knows none) and stopping workers of ranks the home no longer places
 //! here (it took them for lost and gave them to another node).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use zorilla_core::advert::JobId;
 use zorilla_core::advert::Phase;
-use zorilla_core::liveness::{Answer, Lost};
+use zorilla_core::liveness::{Answer, Question};
+use zorilla_core::machine;
 use zorilla_core::node::Input;
 use zorilla_core::stall::{MAX_WAIT, Waits};
 use zorilla_overlay::PeerId;
@@ -18,119 +19,67 @@ use zorilla_overlay::PeerId;
 use super::{Done, NoRanks, Node};
 use crate::wire::{MAX_ASKED_JOBS, PeerReply, PeerRpc, RefusalKind};
 
-/// How often the loop looks for questions due and silent nodes: well
-/// within the core's two seconds between questions.
+/// How often the loop looks whether its home jobs' ranks all wait on one
+/// another (the ranks here are asked then).
 pub(super) const CHECK: Duration = Duration::from_millis(500);
 
-/// How long a home holds back a verdict that a node is lost while it is
-/// out of touch with most copies of a job that node serves (see
-/// [`zorilla_core::replica::Replica::in_touch`]). Such a home may be the
-/// one cut off: its copies then elect another home, which keeps the job's
-/// workers, and it hears so and steps down once the partition heals. Had it
-/// decided alone, it would have failed (or restarted elsewhere) a job that
-/// runs on. A home whose copies all died decides after this.
-pub(super) const HOLD_AT_MOST: Duration = Duration::from_secs(30);
-
-/// At most this many verdicts are held; beyond, they are delivered.
-const MAX_HELD: usize = 1024;
-
-/// Loss verdicts a home holds back while it is out of touch with most of
-/// the copies of a job they concern (see [`HOLD_AT_MOST`]).
-#[derive(Debug, Default)]
-pub(super) struct Held {
-    /// Nodes that answered no probe, since when held.
-    dead: BTreeMap<PeerId, Instant>,
-    /// Ranks of silent nodes, since when held.
-    lost: Vec<(Lost<PeerId>, Instant)>,
-}
-
-impl Held {
-    /// Holds the verdict that `peer` is dead (since the first time it was
-    /// held); false when too many are held already.
-    fn hold_dead(&mut self, peer: PeerId, now: Instant) -> bool {
-        if self.dead.len() + self.lost.len() >= MAX_HELD && !self.dead.contains_key(&peer) {
-            return false;
-        }
-        self.dead.entry(peer).or_insert(now);
-        true
-    }
-
-    /// Holds the verdict that ranks are lost; false when too many are held.
-    fn hold_lost(&mut self, lost: Lost<PeerId>, now: Instant) -> Result<(), Lost<PeerId>> {
-        if self.dead.len() + self.lost.len() >= MAX_HELD {
-            return Err(lost);
-        }
-        self.lost.push((lost, now));
-        Ok(())
-    }
-
-    /// Whether nothing is held.
-    fn is_empty(&self) -> bool {
-        self.dead.is_empty() && self.lost.is_empty()
-    }
-}
-
 impl Node {
-    /// Ranks of silent nodes are lost; nodes due a question get one.
-    pub(super) fn check_ranks(&mut self) {
+    /// Asks `peer` which of the ranks placed there it runs (the machine's
+    /// question; the answer comes back as [`Done::RanksAnswered`]).
+    pub(super) fn ask_ranks(&mut self, peer: PeerId, question: Question) {
         let now = self.now();
-        self.recheck_held();
-        let lost = self.liveness.check(now);
-        self.lose_ranks(lost);
-        let wait = self.liveness.config().silence;
-        for (peer, question) in self.liveness.due(now) {
-            let jobs: BTreeMap<u64, Vec<u32>> = question
-                .into_iter()
-                .map(|(job, ranks)| (job.0, ranks))
-                .collect();
-            let net = self.net.clone();
-            self.messages_sent += 1;
-            self.tasks.spawn(async move {
-                let call = net.call_ok(peer, PeerRpc::Ranks { jobs: jobs.clone() });
-                let answer = match tokio::time::timeout(wait, call).await {
-                    Ok(Ok(PeerReply::Ranks {
+        let wait = self.machine.liveness_config().silence;
+        let jobs: BTreeMap<u64, Vec<u32>> = question
+            .into_iter()
+            .map(|(job, ranks)| (job.0, ranks))
+            .collect();
+        let net = self.net.clone();
+        self.messages_sent += 1;
+        self.tasks.spawn(async move {
+            let call = net.call_ok(peer, PeerRpc::Ranks { jobs: jobs.clone() });
+            let answer = match tokio::time::timeout(wait, call).await {
+                Ok(Ok(PeerReply::Ranks {
+                    boot,
+                    uptime_ms,
+                    running,
+                    waits,
+                })) => Ok((
+                    Answer {
                         boot,
-                        uptime_ms,
-                        running,
-                        waits,
-                    })) => Ok((
-                        Answer {
-                            boot,
-                            uptime: Duration::from_millis(uptime_ms),
-                            running: running
-                                .into_iter()
-                                .map(|(job, ranks)| (JobId(job), ranks.into_iter().collect()))
-                                .collect(),
-                        },
-                        asked_waits(&jobs, waits),
-                    )),
-                    Ok(Ok(_)) => Err(NoRanks::NotRanks),
-                    Ok(Err(e)) => Err(NoRanks::Call(e)),
-                    Err(_) => Err(NoRanks::Timeout(wait)),
-                };
-                Done::RanksAnswered {
-                    peer,
-                    answer,
-                    asked: now,
-                }
-            });
-        }
-        self.check_stalls();
+                        uptime: Duration::from_millis(uptime_ms),
+                        running: running
+                            .into_iter()
+                            .map(|(job, ranks)| (JobId(job), ranks.into_iter().collect()))
+                            .collect(),
+                    },
+                    asked_waits(&jobs, waits),
+                )),
+                Ok(Ok(_)) => Err(NoRanks::NotRanks),
+                Ok(Err(e)) => Err(NoRanks::Call(e)),
+                Err(_) => Err(NoRanks::Timeout(wait)),
+            };
+            Done::RanksAnswered {
+                peer,
+                answer,
+                asked: now,
+            }
+        });
     }
 
     /// Ends the home jobs whose running ranks all wait with nothing in
     /// flight (the core decides: see [`zorilla_core::stall`]). The ranks
     /// on this node are asked here and now.
-    fn check_stalls(&mut self) {
+    pub(super) fn check_stalls(&mut self) {
         let now = self.now();
         let running: Vec<JobId> = self
-            .sched
+            .machine
+            .scheduler()
             .home_jobs()
             .filter(|(_, phase)| *phase == Phase::Running)
             .map(|(job, _)| job)
             .collect();
         for job in running {
-            let Some(table) = self.sched.ranks(job) else {
+            let Some(table) = self.machine.scheduler().ranks(job) else {
                 continue;
             };
             let ranks = table.running();
@@ -144,8 +93,7 @@ impl Node {
                     "every running rank waits for a message, with none in flight: the job \
                      cannot go on"
                 );
-                let out = self.sched.handle(now, Input::Stalled { job, ranks });
-                self.execute(out);
+                self.feed_sched(Input::Stalled { job, ranks });
             }
         }
     }
@@ -183,126 +131,12 @@ impl Node {
                 for (job, waits) in waits {
                     self.stall.heard(now, asked, JobId(job), peer, waits);
                 }
-                let lost = self.liveness.answer(now, &peer, &answer);
-                self.lose_ranks(lost);
+                self.feed(machine::Input::RanksAnswered { node: peer, answer });
             }
             Err(e) => {
                 tracing::debug!(%peer, "no answer about its ranks: {e}");
                 self.maybe_probe(peer);
             }
-        }
-    }
-
-    /// A home job of this node that `peer` serves (runs ranks of, or holds
-    /// a copy of) whose copies this node is out of touch with.
-    fn cut_off_over(&self, peer: &PeerId) -> Option<u64> {
-        let now = self.now();
-        self.sched
-            .home_jobs()
-            .map(|(job, _)| job.0)
-            .filter(|job| self.out_of_touch(*job, now))
-            .find(|job| {
-                self.sched
-                    .placement(JobId(*job))
-                    .is_some_and(|nodes| nodes.contains_key(peer))
-                    || self.shares_job_replica(*job, peer)
-            })
-    }
-
-    /// `peer` answered no probe: the scheduler loses it, unless this node
-    /// is out of touch with most copies of a job it serves (then the
-    /// verdict waits; see [`HOLD_AT_MOST`]).
-    pub(super) fn lose_peer(&mut self, peer: PeerId) {
-        if let Some(job) = self.cut_off_over(&peer)
-            && self.held.hold_dead(peer, Instant::now())
-        {
-            tracing::warn!(
-                job = %JobId(job),
-                %peer,
-                "peer does not answer, nor do most copies of a job it serves: this node may be the one cut off, so it waits before treating it as lost"
-            );
-            return;
-        }
-        tracing::warn!(%peer, "peer does not answer; treating it as lost");
-        let out = self.sched.handle(self.now(), Input::PeerLost(peer));
-        self.execute(out);
-    }
-
-    /// Held verdicts: delivered once held for [`HOLD_AT_MOST`]; asked
-    /// again once this node hears most of the job's copies (the partition
-    /// healed, or it was only slow); dropped once it is no longer the
-    /// job's home (the home the copies elected decides).
-    fn recheck_held(&mut self) {
-        if self.held.is_empty() {
-            return;
-        }
-        let now = self.now();
-        let at = Instant::now();
-        let expired = |since: Instant| at.saturating_duration_since(since) >= HOLD_AT_MOST;
-        let held = std::mem::take(&mut self.held);
-        for (peer, since) in held.dead {
-            if expired(since) {
-                tracing::warn!(%peer, "peer does not answer, nor do most copies of a job it serves, for {HOLD_AT_MOST:?}: treating it as lost");
-                let out = self.sched.handle(now, Input::PeerLost(peer));
-                self.execute(out);
-            } else if self.cut_off_over(&peer).is_none() {
-                // A fresh probe decides, now that the copies are heard.
-                self.maybe_probe(peer);
-            } else {
-                self.held.dead.insert(peer, since);
-            }
-        }
-        for (lost, since) in held.lost {
-            let job = lost.job;
-            if expired(since) {
-                self.deliver_lost(lost);
-            } else if !self.sched.home_jobs().any(|(j, _)| j == job) {
-                // Another home took the job over: it decides.
-            } else if !self.out_of_touch(job.0, now) {
-                // Asked again, now that the copies are heard.
-                self.liveness.placed(now, job, lost.node, &lost.ranks);
-            } else {
-                self.held.lost.push((lost, since));
-            }
-        }
-    }
-
-    /// Gives up ranks that count as lost: the scheduler replaces them or
-    /// fails the job (and says so in its events); held back for jobs whose
-    /// copies this node is out of touch with (see [`HOLD_AT_MOST`]).
-    fn lose_ranks(&mut self, lost: Vec<Lost<PeerId>>) {
-        let now = self.now();
-        for lost in lost {
-            if self.out_of_touch(lost.job.0, now) {
-                match self.held.hold_lost(lost, Instant::now()) {
-                    Ok(()) => continue,
-                    Err(lost) => self.deliver_lost(lost),
-                }
-            } else {
-                self.deliver_lost(lost);
-            }
-        }
-    }
-
-    fn deliver_lost(&mut self, lost: Lost<PeerId>) {
-        {
-            let Lost {
-                job,
-                node,
-                ranks,
-                cause,
-            } = lost;
-            // The core loses only ranks it still counts as running
-            // there, so one lost by other means since (a probe, a
-            // withdrawal) or ended is not lost twice.
-            let input = Input::RanksLost {
-                job,
-                node,
-                ranks,
-                cause,
-            };
-            let out = self.sched.handle(self.now(), input);
-            self.execute(out);
         }
     }
 
@@ -320,7 +154,7 @@ impl Node {
                 ),
             );
         }
-        let grace = self.liveness.config().grace;
+        let grace = self.machine.liveness_config().grace;
         let mut running = BTreeMap::new();
         for (job, member) in self.members.iter_mut().filter(|(_, m)| m.home == from) {
             let placed: BTreeSet<u32> = jobs

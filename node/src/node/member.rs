@@ -12,7 +12,12 @@ impl Node {
     /// policy let it in) with the owner's signature of the job; a home
     /// that says otherwise misbehaves.
     fn check_copy(&self, job: u64, home: PeerId, copy: JobCopy) -> Result<JobCopy, PrepareError> {
-        let advertised = self.sched.engaged_owner(JobId(job)).flatten().copied();
+        let advertised = self
+            .machine
+            .scheduler()
+            .engaged_owner(JobId(job))
+            .flatten()
+            .copied();
         let named = copy.owner.map(|o| o.key());
         let checked = if copy.first_home(job).is_none() {
             Err("does not show the first home and nonce the job's id was made from".to_owned())
@@ -74,8 +79,15 @@ impl Node {
         };
         // A node running a job's workers holds a copy of its state, once
         // the grant is taken and its copy checked.
-        if let Ok(copy) = &copy {
-            self.replicate_as_member(job, home, copy);
+        if let Ok(copy) = &copy
+            && home != self.me
+        {
+            self.feed(machine::Input::Granted {
+                job: JobId(job),
+                home,
+                copy: copy.clone(),
+            });
+            self.publish_primaries();
         }
         let member = self.members.entry(job).or_insert_with(|| MemberJob {
             home,
@@ -164,7 +176,10 @@ impl Node {
             Done::Reply { to, reply } => self.reply(to, reply),
             Done::Moved(found) => self.moved(found),
             Done::PeerDistances(distances, every_peer) => {
-                self.sched.set_peer_distances(distances, every_peer);
+                self.feed(machine::Input::PeerDistances {
+                    distances,
+                    every_peer,
+                });
             }
             Done::RanksAnswered {
                 peer,
@@ -172,8 +187,7 @@ impl Node {
                 asked,
             } => self.ranks_answered(peer, answer, asked),
             Done::Granted { peer, boot } => {
-                let now = self.now();
-                self.liveness.booted(now, &peer, boot);
+                self.feed(machine::Input::Booted { node: peer, boot });
             }
             Done::Refreshed { job, info } => match info {
                 Ok(info) => {
@@ -191,9 +205,10 @@ impl Node {
             },
             Done::PeerDead(peer) => {
                 self.probing.remove(&peer);
-                self.lose_peer(peer);
-                // Copies of jobs whose primary it was choose the next.
-                self.replicas_peer_gone(peer);
+                // The scheduler loses it (unless this node may be the one
+                // cut off), copies of jobs whose primary it was choose the
+                // next, homes whose copy it held place another.
+                self.feed(machine::Input::PeerDead(peer));
                 // Workers of jobs whose home is gone are stopped, unless
                 // this node holds a copy of the job's state: then they wait
                 // for the job's next home.
@@ -233,14 +248,10 @@ impl Node {
                 if empty && !self.is_copy(job) {
                     self.members.remove(&job);
                 }
-                let out = self.sched.handle(
-                    self.now(),
-                    Input::WorkersEnded {
-                        job: JobId(job),
-                        ranks: vec![rank],
-                    },
-                );
-                self.execute(out);
+                self.feed_sched(Input::WorkersEnded {
+                    job: JobId(job),
+                    ranks: vec![rank],
+                });
             }
             Done::Prepared {
                 job,
@@ -324,7 +335,9 @@ impl Node {
             },
         };
         // The job's home as it is now and as it moves (see `replicas`).
-        self.publish_copies(job);
+        if let Some(copies) = self.machine.copies(JobId(job)).cloned() {
+            self.publish_copies(job, copies);
+        }
         let Some((home_rx, copies_rx)) = self
             .members
             .get(&job)

@@ -1,16 +1,19 @@
 //! The node's event loop: one `tokio::select!` over shutdown, client
 //! commands, overlay events, calls from this node's own tasks, finished
-//! tasks and the scheduler's timer. Each branch hands its event to the core's
-//! [`Scheduler`] (or to the job bookkeeping here) and executes what comes
-//! out. Every decision about where workers go is the core's; this module
-//! does the IO: messages, files, workers, the database.
+//! tasks and the core's timer. Each branch hands its event to the core's
+//! [`JobMachine`] (scheduler, rank liveness, replicated job logs: the same
+//! machine the simulator runs), or to the job bookkeeping here, and executes
+//! what comes out. Every decision about where workers go, what a rank's end
+//! means and when a home's word may go out is the core's; this module does
+//! the IO: messages, files, workers, the database.
 //!
 //! The loop's parts: [`client`] (requests of this node's clients), [`peers`]
 //! (overlay events and other nodes' requests), [`home`] (the jobs this node
 //! is home to: the core's outputs, records, placements, ends), [`member`]
 //! (workers on this node), [`files`] (a job's files on a worker node, and
-//! the checks of what peers name), [`liveness`] (whether placed ranks
-//! still run).
+//! the checks of what peers name), [`liveness`] (the questions the core
+//! asks, and this node's answers), [`replicas`] (what a copy, a takeover or
+//! a step-down means for the records and workers here).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -22,10 +25,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use zorilla_core::advert::{Advert, JobId, Message};
 use zorilla_core::flood::FloodId;
-use zorilla_core::liveness::{Answer, LivenessConfig, RankLiveness};
+use zorilla_core::liveness::Answer;
+use zorilla_core::machine::{self, JobMachine, MachineConfig};
 use zorilla_core::node::{
-    Failure, Input, JobEvent, LostReason, Output, Phase, RankOutcome, Scheduler, SchedulerConfig,
-    WorkerEnd,
+    Failure, Input, JobEvent, LostReason, Output, Phase, RankOutcome, SchedulerConfig, WorkerEnd,
 };
 use zorilla_core::stall::{StallWatch, Waits};
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
@@ -104,6 +107,21 @@ const JOIN_WAIT: Duration = Duration::from_secs(5);
 /// Pauses between the liveness probes of a peer whose connection was
 /// lost: three probes in all.
 const PROBE_PAUSES: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
+
+/// The core's machine as the node drives it: peers are libp2p peers, a
+/// member's report of a rank's end is answered through its reply, and a
+/// job's copy is what a grant or an invitation carries.
+type Machine = JobMachine<PeerId, Reply, JobCopy>;
+/// What the machine asks the node to do.
+type MachineOutput = machine::Output<PeerId, Reply, JobCopy>;
+
+/// Test only: how long a node holds back every replica message it sends,
+/// in milliseconds (at most [`MAX_TEST_REPLICA_DELAY`]): a test kills a
+/// home between what it told a member and its log reaching a copy.
+const TEST_REPLICA_DELAY: &str = "ZORILLA_TEST_REPLICA_DELAY_MS";
+/// Below a copy's lease, so that the delayed heartbeats keep it from
+/// standing for election.
+const MAX_TEST_REPLICA_DELAY: Duration = Duration::from_millis(1000);
 
 /// Where the answer to a peer call goes.
 enum Reply {
@@ -222,9 +240,10 @@ pub(crate) struct Node {
     /// This run of the node: random at every start, never stored, so that
     /// homes tell a restart from a node that was only quiet.
     boot: u64,
-    sched: Scheduler<PeerId>,
-    /// Whether the nodes holding ranks of this home's jobs still run them.
-    liveness: RankLiveness<PeerId>,
+    /// The core's part in jobs: the scheduler, the liveness of this home's
+    /// ranks, the replicas of jobs' logs and the rule of what waits for
+    /// them (see [`zorilla_core::machine`]).
+    machine: Machine,
     /// Whether the ranks of this home's jobs all wait on one another.
     stall: StallWatch<PeerId>,
     overlay: OverlayHandle,
@@ -239,9 +258,6 @@ pub(crate) struct Node {
     members: HashMap<u64, MemberJob>,
     tasks: JoinSet<Done>,
     probing: BTreeSet<PeerId>,
-    /// Loss verdicts held back while this node, as a job's home, is out of
-    /// touch with most of its copies.
-    held: liveness::Held,
     /// The overlay's current neighbours (from its change events).
     neighbours: BTreeSet<PeerId>,
     /// Turns of the extra copies' fetches of their jobs' files.
@@ -260,16 +276,14 @@ pub(crate) struct Node {
     ended_since_release: bool,
     /// Checkpoints held here, and where those of this home's jobs are.
     checkpoints: checkpoints::CheckpointState,
-    /// This node's replicas of jobs' state (see `replicas`).
-    replicas: BTreeMap<u64, replicas::JobReplica>,
-    /// Jobs whose primary dropped this node's copy, and when (see
-    /// [`zorilla_core::replica::Msg::Absent`]: such a node does not say it
-    /// holds none).
-    dropped_copies: BTreeMap<u64, Instant>,
-    /// The primaries of those, for the client connections.
+    /// The primaries of the jobs this node holds copies of, for the
+    /// client connections.
     primaries: crate::forward::Primaries,
     /// The nonces this node gave its jobs' owners (see [`crate::owner`]).
     sessions: crate::owner::SharedSessions,
+    /// How long replica messages are held back (zero but in tests: see
+    /// [`TEST_REPLICA_DELAY`]).
+    replica_delay: Duration,
 }
 
 /// What the loop is started with.
@@ -320,8 +334,12 @@ impl Node {
             me,
             epoch: Instant::now(),
             boot: random_u64(),
-            sched: Scheduler::new(me, sched),
-            liveness: RankLiveness::new(LivenessConfig::default()),
+            machine: JobMachine::new(
+                me,
+                sched,
+                MachineConfig::default(),
+                Arc::new(replicas::StatementSigner(overlay.signer())),
+            ),
             stall: StallWatch::new(),
             net: Net {
                 me,
@@ -338,7 +356,6 @@ impl Node {
             members: HashMap::new(),
             tasks: JoinSet::new(),
             probing: BTreeSet::new(),
-            held: liveness::Held::default(),
             neighbours: BTreeSet::new(),
             copy_fetches: Arc::new(tokio::sync::Semaphore::new(replicas::MAX_COPY_FETCHES)),
             messages_sent: 0,
@@ -347,10 +364,14 @@ impl Node {
             disk_problem: None,
             ended_since_release: false,
             checkpoints,
-            replicas: BTreeMap::new(),
-            dropped_copies: BTreeMap::new(),
             primaries,
             sessions,
+            replica_delay: std::env::var(TEST_REPLICA_DELAY)
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+                .map_or(Duration::ZERO, |ms| {
+                    Duration::from_millis(ms).min(MAX_TEST_REPLICA_DELAY)
+                }),
         };
         node.recover();
         node.net.links.accept().await;
@@ -361,15 +382,13 @@ impl Node {
         store_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ranks_check = tokio::time::interval(liveness::CHECK);
         ranks_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut replica_tick = tokio::time::interval(replicas::TICK);
-        replica_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut release_check = tokio::time::interval(RELEASE_CHECK);
         release_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut distances_check = tokio::time::interval(PEER_DISTANCES_CHECK);
         distances_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let deadline = node
-                .sched
+                .machine
                 .next_timeout()
                 .map(|t| tokio::time::Instant::from_std(node.epoch + t));
             let timer = async {
@@ -411,13 +430,12 @@ impl Node {
                     node.collect_checkpoints();
                 }
                 _ = store_check.tick() => node.check_store(),
-                _ = ranks_check.tick() => node.check_ranks(),
+                _ = ranks_check.tick() => node.check_stalls(),
                 _ = release_check.tick() => node.release_memory(),
-                _ = replica_tick.tick() => node.tick_replicas(),
                 _ = distances_check.tick() => node.ask_peer_distances(),
                 () = timer => {
                     let now = node.now();
-                    let out = node.sched.handle_timeout(now);
+                    let out = node.machine.handle_timeout(now);
                     node.execute(out);
                     node.status.touch();
                 }
@@ -470,7 +488,7 @@ impl Node {
         }
         let paused = problem.is_some();
         self.disk_problem = problem;
-        let out = self.sched.set_paused(self.now(), paused);
+        let out = self.machine.set_paused(self.now(), paused);
         self.execute(out);
         self.status.touch();
     }
@@ -501,7 +519,7 @@ impl Node {
             .collect();
         self.status.publish(status::LoopState {
             epoch: self.epoch,
-            sched: &self.sched,
+            sched: self.machine.scheduler(),
             jobs: self.jobs.all_under_way(),
             finished: self.jobs.finished(),
             members,

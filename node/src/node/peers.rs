@@ -30,10 +30,7 @@ impl Node {
                     }
                     // Held or declined, the pending queue may change.
                     self.status.touch();
-                    let out = self
-                        .sched
-                        .handle(self.now(), Input::AdvertDelivered { advert, distance });
-                    self.execute(out);
+                    self.feed_sched(Input::AdvertDelivered { advert, distance });
                 }
                 Err(e) => tracing::debug!("undecodable advert: {e}"),
             },
@@ -67,7 +64,8 @@ impl Node {
                 }
                 self.neighbours.extend(added);
                 self.checkpoint_neighbours();
-                self.replicas_neighbours_changed();
+                let near = self.neighbours.iter().map(|p| (*p, None)).collect();
+                self.feed(machine::Input::Neighbours(near));
             }
             Event::PeerConnected { .. } | Event::Listening { .. } => {}
         }
@@ -136,6 +134,19 @@ impl Node {
         });
     }
 
+    /// Sends `rpc` to `to` after `delay` (see [`super::TEST_REPLICA_DELAY`]).
+    pub(super) fn send_late(&mut self, to: PeerId, rpc: PeerRpc, delay: Duration) {
+        self.messages_sent += 1;
+        let net = self.net.clone();
+        self.tasks.spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Err(e) = net.call(to, rpc).await {
+                tracing::debug!(peer = %to, "send failed: {e}");
+            }
+            Done::Nothing
+        });
+    }
+
     /// Answers a peer's request; `rtt` is the sender's RTT as this node
     /// measured it, if it did (the core ranks offers by it).
     pub(super) fn rpc(&mut self, from: PeerId, rpc: PeerRpc, reply: Reply, rtt: Option<Duration>) {
@@ -167,17 +178,19 @@ impl Node {
                     msg: grant,
                     rtt,
                 };
-                let out = self.sched.handle(self.now(), input);
+                let out = self
+                    .machine
+                    .handle(self.now(), machine::Input::Sched(input));
                 let mut copy = Some(*copy);
                 for output in out {
                     match output {
-                        Output::StartWorkers {
+                        MachineOutput::Sched(Output::StartWorkers {
                             job: started,
                             home,
                             ranks,
                             incarnation,
                             placement,
-                        } if started.0 == job && copy.is_some() => self.start_workers(
+                        }) if started.0 == job && copy.is_some() => self.start_workers(
                             job,
                             home,
                             ranks,
@@ -280,18 +293,16 @@ impl Node {
                 incarnation,
                 end,
             } => {
-                let input = Input::RankEnded {
+                // Acknowledged once a copy holds the end (the member
+                // forgets the rank then): see `zorilla_core::machine`.
+                return self.feed(machine::Input::EndReported {
                     job: JobId(job),
                     node: from,
                     rank,
                     incarnation,
                     end,
-                };
-                let out = self.sched.handle(self.now(), input);
-                self.execute(out);
-                // Acknowledged once a copy holds the end (the member
-                // forgets the rank then).
-                return self.acknowledge_end(job, from, rank, reply);
+                    reply,
+                });
             }
         };
         self.reply(reply, answer);
@@ -371,7 +382,10 @@ impl Node {
             record.ranks.get(&rank).is_some_and(|r| *r.node == from)
         })
         .map_err(|e| e.to_string())?;
-        let room = output_room(&record.request, self.sched.config().resources.disk_mib);
+        let room = output_room(
+            &record.request,
+            self.machine.scheduler().config().resources.disk_mib,
+        );
         let store = &self.store;
         self.jobs
             .take_output(job, len as u64, room, || {
@@ -453,8 +467,7 @@ impl Node {
     /// comes out.
     fn sched_message(&mut self, from: PeerId, msg: Message<PeerId>, rtt: Option<Duration>) {
         let input = Input::Message { from, msg, rtt };
-        let out = self.sched.handle(self.now(), input);
-        self.execute(out);
+        self.feed_sched(input);
     }
 
     pub(super) fn job_info(&self, job: u64) -> Option<JobInfo> {
@@ -470,7 +483,8 @@ impl Node {
             ranks: if record.phase.is_terminal() {
                 BTreeMap::new()
             } else {
-                self.sched
+                self.machine
+                    .scheduler()
                     .ranks(JobId(job))
                     .map(|table| table.placement())
                     .unwrap_or_default()

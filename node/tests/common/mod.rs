@@ -361,6 +361,18 @@ pub(crate) fn sites_grid_of(
     cores: impl Fn(usize) -> u32,
     extra: impl Fn(usize) -> Vec<String>,
 ) -> Grid {
+    sites_grid_env(net, sizes, cores, extra, |_| Vec::new())
+}
+
+/// [`sites_grid_of`] where node `i` is started with the environment
+/// variables `env(i)` besides the harness's.
+pub(crate) fn sites_grid_env(
+    net: Net,
+    sizes: &[usize],
+    cores: impl Fn(usize) -> u32,
+    extra: impl Fn(usize) -> Vec<String>,
+    env: impl Fn(usize) -> Vec<(String, String)>,
+) -> Grid {
     let dir = tempfile::tempdir().unwrap();
     let network = format!("test-{}", std::process::id());
     let hosts = (net == Net::Hosts).then(|| Hosts::new(sizes));
@@ -392,7 +404,7 @@ pub(crate) fn sites_grid_of(
                 &more,
             );
             let host = grid.hosts.as_ref().map(|hosts| hosts.hosts[i].clone());
-            let node = TestNode::spawn_on(&node_dir, args, Vec::new(), host);
+            let node = TestNode::spawn_on(&node_dir, args, env(i), host);
             grid.nodes.push(node);
             i += 1;
         }

@@ -110,6 +110,7 @@ impl Sim {
                 neighbours.push((peer, rtt));
             }
             self.nodes[node as usize].neighbours = neighbours;
+            self.tell_links(node);
         }
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use rand::seq::IndexedRandom;
 use zorilla_core::Time;
 use zorilla_core::advert::JobId;
-use zorilla_core::node::Input;
 
+use super::failover::MachineInput;
 use super::mode::Mode;
 use super::node_overlay::NodeOverlay;
 use super::{Event, Sim};
@@ -65,6 +65,17 @@ impl Sim {
         // (a neighbour is redialed, which fails, and replaced). The paper's:
         // the nodes that measured it drop it from their links.
         let knowers: BTreeSet<u32> = self.connections_fail(failed).into_iter().collect();
+        // Nodes that share a job's replica with it probe it, as a node
+        // does, and find it gone.
+        if self.failover.is_some() {
+            partners.extend(
+                self.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n.alive && n.machine.shares_replica_with(&failed))
+                    .map(|(i, _)| i as u32),
+            );
+        }
         // Only they and the partners hear of it, in node order.
         let told: BTreeSet<u32> = knowers.union(&partners).copied().collect();
         for node in told {
@@ -78,10 +89,11 @@ impl Sim {
                 if let NodeOverlay::Paper(rtts) = &mut n.overlay {
                     rtts.remove(&failed);
                     n.neighbours.retain(|(p, _)| *p != failed);
+                    self.tell_links(node);
                 }
             }
             if knows || partners.contains(&node) {
-                self.feed(node, Input::PeerLost(failed));
+                self.feed_machine(node, MachineInput::PeerDead(failed));
             }
         }
         let lost: Vec<JobId> = self
@@ -95,7 +107,6 @@ impl Sim {
                 r.placement.remove(&failed);
             }
         }
-        self.failover_detect(failed);
     }
 
     pub(super) fn rejoin(&mut self, node: u32) {
@@ -104,7 +115,6 @@ impl Sim {
         }
         let fresh = self.fresh_node(node, None);
         self.nodes[node as usize] = fresh;
-        self.failover_rejoin(node);
         let alive: Vec<u32> = (0..self.nodes.len() as u32)
             .filter(|n| self.nodes[*n as usize].alive)
             .collect();
@@ -123,8 +133,10 @@ impl Sim {
                     neighbours.push((peer, rtt));
                     let back = self.sample(peer, node);
                     self.nodes[peer as usize].neighbours.push((node, back));
+                    self.tell_links(peer);
                 }
                 self.nodes[node as usize].neighbours = neighbours;
+                self.tell_links(node);
             }
         }
     }

@@ -1,113 +1,97 @@
-//! Failover (issue 16): every home job's state is replicated, and a home
-//! that fails is taken over by one of its copies.
+//! Failover (issue 16), as the node runs it: every node is the core's
+//! [`JobMachine`], which replicates the jobs it is home to, places their
+//! copies, holds a home's grants and acknowledgements of rank ends until a
+//! copy holds their entry, has a copy that wins an election take the job
+//! over and an old home step down. The simulator only carries the machines'
+//! messages through its network, answers their liveness questions from
+//! what runs where, and watches.
 //!
-//! With a scenario's `[failover]` (or [`Sim::enable_failover`]), the home
-//! of every job holds the primary [`Replica`] of the job's log: the job's
-//! spec first ([`JobEntry::Submitted`]), then each of the home's job
-//! events as its scheduler outputs them. The copies are the nodes that run
-//! the job's ranks, and near nodes of the home that run none while those
-//! are fewer than the replication degree (the home's own measured links,
-//! nearest first). Replica messages travel through the simulated network
-//! with its latencies and are lost to and from failed or isolated nodes;
-//! the replicas of a job are ticked every [`TICK`].
-//!
-//! When a copy wins an election ([`Action::BecamePrimary`]), the simulator
-//! replays its log into a [`JobState`] and hands it to that node's
-//! scheduler ([`Scheduler::adopt`](zorilla_core::node::Scheduler::adopt)),
-//! which tells the job's nodes with a placement; a member whose replica
-//! follows the new primary then moves the job's home
-//! ([`Scheduler::home_moved`](zorilla_core::node::Scheduler::home_moved)).
-//! An old primary that learns of a newer epoch drops the job
-//! ([`Scheduler::step_down`](zorilla_core::node::Scheduler::step_down)).
+//! With a scenario's `[failover]`, the machines replicate (the degree and
+//! timing of its setup); without, they do not (a grid whose homes never
+//! fail, as the paper's), and every word goes at once. Replica messages
+//! travel with the network's latencies and are lost to and from failed or
+//! isolated nodes.
 //!
 //! A member reports each worker's end to the primary its replica follows
-//! and again every [`REPORT_RETRY`] until the primary acknowledges it; the
-//! primary acknowledges only once the end is committed (held by a copy),
-//! so an acknowledged output is never lost with the home. Its grants, and
-//! what follows one to the same node, wait for a copy too. Both are the
-//! core's rule ([`zorilla_core::commit::Outbox`]), held as the node holds
-//! them.
-//!
-//! A copy that the primary drops (a near node once the ranks' nodes are
-//! copies enough, the old primary after an election) hears so from the
-//! primary's append that leaves it out
-//! ([`Replica::is_dropped`](zorilla_core::replica::Replica::is_dropped)) and
-//! forgets its replica: left alone, two dropped copies would elect one of
-//! them when their lease runs out. Copies are placed by the core's
-//! [`choose_copies`], as in the node.
+//! and again every [`REPORT_RETRY`] until the primary acknowledges it (the
+//! node's member does the same).
 //!
 //! The checks ([`Sim::check_failover`], after every event through
 //! [`Sim::check_invariants`]; [`Sim::check_jobs_ended`] at the end): at
 //! most one primary per epoch of a job, every acknowledged rank end in the
 //! log of the primary in charge, no worker running [`STOP_BOUND`] after
-//! its job ended, and every job ended by the end of the run (unless every
-//! node that held its state failed: beyond what a degree covers).
+//! its job ended, no member starting workers on a grant no copy held, and
+//! every job ended by the end of the run (unless every node that held its
+//! state failed: beyond what a degree covers).
 
-use std::collections::btree_map::Entry as MapEntry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use zorilla_core::Time;
-use zorilla_core::advert::{JobId, Message, Phase, Placed};
-use zorilla_core::commit::{Outbox, Word, end_index};
-use zorilla_core::copies::choose_copies;
-use zorilla_core::liveness::LostCause;
-use zorilla_core::node::{Input, JobEntry, JobEvent, JobSpec, JobState, WorkerEnd};
-use zorilla_core::replica::{Action, Msg, Replica, StandInSigner};
+use zorilla_core::advert::{JobId, Phase, Placed};
+use zorilla_core::commit::end_index;
+use zorilla_core::liveness::{Answer, Question};
+use zorilla_core::machine::{self, JobMachine, MachineConfig, Origin};
+use zorilla_core::node::{JobEntry, JobEvent, JobState, WorkerEnd};
+use zorilla_core::replica::Msg;
 
 use super::failover_report::*;
 use super::{Event, Sim};
 
-/// How often the replicas of a job are ticked.
-pub(super) const TICK: Duration = Duration::from_millis(50);
+/// How often a machine's replicas tick.
+const TICK: Duration = Duration::from_millis(50);
 /// How often a member reports again a worker's end not yet acknowledged.
 pub(super) const REPORT_RETRY: Duration = Duration::from_secs(1);
-/// What a job's log holds.
-pub(super) type Entry = JobEntry<u32>;
 /// A replica message between simulated nodes.
-pub(super) type ReplicaMsg = Msg<u32, Entry>;
-pub(super) type Rep = Replica<u32, Entry>;
+pub(super) type ReplicaMsg = Msg<u32, JobEntry<u32>>;
 
-/// Node `node`'s signer of its votes: the core's stand-in (every node is
-/// played by the simulator, which checks the protocol, not cryptography).
-fn signer(node: u32) -> std::sync::Arc<dyn zorilla_core::replica::Signer<u32>> {
-    std::sync::Arc::new(StandInSigner::new(node))
+/// A job's copy as the simulator hands it on: the job's first home (the
+/// node binds it to the job's id; here every node is honest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SimCopy(pub(super) u32);
+
+impl Origin<u32> for SimCopy {
+    fn first_home(&self, _job: JobId) -> Option<u32> {
+        Some(self.0)
+    }
 }
 
-/// A primary's acknowledgement of a rank's end that waits for its log (see
-/// [`zorilla_core::commit`]): the rank and its worker's incarnation.
-pub(super) type EndAck = (u32, u32);
+/// A member's report of a rank's end, as the home answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct EndAck {
+    job: JobId,
+    member: u32,
+    rank: u32,
+    incarnation: u32,
+}
 
-/// The replicas of one job, by node.
+/// A simulated node's part in jobs: the same machine the node runs.
+pub(super) type Machine = JobMachine<u32, EndAck, SimCopy>;
+/// What a machine asks the simulator to do.
+pub(super) type MachineOutput = machine::Output<u32, EndAck, SimCopy>;
+/// What the simulator tells a machine.
+pub(super) type MachineInput = machine::Input<u32, EndAck, SimCopy>;
+
+/// What the simulator watches of one job's replication.
 #[derive(Debug, Default)]
-pub(super) struct Replicated {
-    pub(super) replicas: BTreeMap<u32, Rep>,
-    /// Copies on near nodes that run none of the job's ranks.
-    pub(super) extras: BTreeSet<u32>,
-    /// Nodes the job's primary was told are gone (until they rejoin).
-    pub(super) gone: BTreeSet<u32>,
-    /// Each primary's words that wait for its log.
-    pub(super) outboxes: BTreeMap<u32, Outbox<u32, EndAck>>,
+pub(super) struct Watched {
+    /// The job's first home.
+    pub(super) first: u32,
     /// The primary in charge was lost (failed or cut off): who, when.
     pub(super) lost_at: Option<(u32, Time)>,
-    /// The job ended and its end is committed: its replicas tick no more.
-    pub(super) retired: bool,
     /// Every node holding its state failed.
     pub(super) orphaned: bool,
-    /// Nodes whose copy the primary dropped (they never say they hold
-    /// none, see the core's `Msg::Absent`).
-    pub(super) dropped: BTreeSet<u32>,
     /// Nodes that failed while the job ran (also those that came back).
     pub(super) failed: BTreeSet<u32>,
     /// When the job ended (as the primary in charge said).
     pub(super) ended_at: Option<Time>,
 }
 
-/// The simulator's replication state (see the [module docs](self)).
+/// The simulator's side of replication (see the [module docs](self)).
 #[derive(Debug, Default)]
 pub(super) struct Failover {
     pub(super) config: FailoverConfig,
-    pub(super) jobs: BTreeMap<JobId, Replicated>,
+    pub(super) jobs: BTreeMap<JobId, Watched>,
     /// Every (job, term) and its primary, ever seen.
     pub(super) primaries: BTreeMap<(JobId, u64), u32>,
     /// Rank ends acknowledged, per job: (node, rank).
@@ -130,9 +114,47 @@ impl Failover {
 
 impl Sim {
     /// Replicates every home job from now on, with `config` (see the
-    /// [module docs](self)). Call it before the first event.
+    /// [module docs](self)). Call it before the nodes are made.
     pub fn enable_failover(&mut self, config: FailoverConfig) {
         self.failover = Some(Box::new(Failover::new(config)));
+    }
+
+    /// The machine's configuration for this run.
+    pub(super) fn machine_config(&self) -> MachineConfig {
+        match &self.failover {
+            Some(f) => MachineConfig {
+                replicate: true,
+                timing: f.config.timing,
+                degree: f.config.degree,
+                tick: TICK,
+                ..MachineConfig::default()
+            },
+            None => MachineConfig {
+                replicate: false,
+                tick: TICK,
+                ..MachineConfig::default()
+            },
+        }
+    }
+
+    /// `node`'s links changed: with replication, its machine hears them
+    /// (the candidates for its jobs' extra copies, as the node's overlay
+    /// tells its neighbours), if they differ from what it heard last.
+    pub(super) fn tell_links(&mut self, node: u32) {
+        if self.failover.is_none() {
+            return;
+        }
+        let n = &mut self.nodes[node as usize];
+        if !n.alive || n.links_told.iter().eq(n.neighbours.iter().map(|(p, _)| p)) {
+            return;
+        }
+        n.links_told = n.neighbours.iter().map(|(p, _)| *p).collect();
+        let near = n
+            .neighbours
+            .iter()
+            .map(|(p, rtt)| (*p, Some(*rtt)))
+            .collect();
+        self.feed_machine(node, MachineInput::Neighbours(near));
     }
 
     /// Cuts `node` off from every other node at `at` (a partition: it runs
@@ -168,21 +190,24 @@ impl Sim {
 
     /// The live primary in charge of `job` (the highest term), if any.
     pub fn primary_of(&self, job: JobId) -> Option<u32> {
-        let r = self.failover.as_ref()?.jobs.get(&job)?;
-        r.replicas
+        self.nodes
             .iter()
-            .filter(|(n, rep)| rep.is_primary() && self.nodes[**n as usize].alive)
+            .enumerate()
+            .filter(|(_, n)| n.alive)
+            .filter_map(|(i, n)| n.machine.replica(job).map(|rep| (i as u32, rep)))
+            .filter(|(_, rep)| rep.is_primary())
             .max_by_key(|(_, rep)| rep.epoch().term)
-            .map(|(n, _)| *n)
+            .map(|(n, _)| n)
     }
 
     /// The nodes holding a replica of `job` (the primary included).
     pub fn replica_holders(&self, job: JobId) -> Vec<u32> {
-        self.failover
-            .as_ref()
-            .and_then(|f| f.jobs.get(&job))
-            .map(|r| r.replicas.keys().copied().collect())
-            .unwrap_or_default()
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.alive && n.machine.replica(job).is_some())
+            .map(|(i, _)| i as u32)
+            .collect()
     }
 
     /// Whether a message from `a` gets to `b`: both up, and neither cut
@@ -193,128 +218,53 @@ impl Sim {
             && (a == b || (!self.isolated.contains(&a) && !self.isolated.contains(&b)))
     }
 
-    /// A job is submitted to `home`: its primary replica logs the spec and
-    /// places its first copies.
-    pub(super) fn failover_submit(&mut self, home: u32, job: JobId, spec: &JobSpec) {
-        let now = self.now;
+    /// A job is submitted to `home` (its machine logs it and places its
+    /// copies): the simulator starts watching it.
+    pub(super) fn failover_submit(&mut self, home: u32, job: JobId) {
         let Some(f) = self.failover.as_mut() else {
             return;
         };
-        let mut replica = Rep::primary(job.0, home, now, f.config.timing, signer(home));
-        let mut out = Vec::new();
-        let entry = JobEntry::Submitted {
-            spec: spec.clone(),
-            owner: None,
-        };
-        if replica.propose(entry, &mut out).is_err() {
-            return;
-        }
-        let r = f.jobs.entry(job).or_default();
-        r.replicas.insert(home, replica);
+        f.jobs.insert(
+            job,
+            Watched {
+                first: home,
+                ..Watched::default()
+            },
+        );
         f.primaries.insert((job, 0), home);
-        self.replica_actions(home, job, out);
-        self.place_copies(job);
-        self.push(now + TICK, Event::ReplicaTick { job });
     }
 
-    /// A job event a node's scheduler output: the primary logs it. Whether
-    /// it is the job's (from the primary in charge) and counts in its
-    /// record.
-    pub(super) fn replicate_event(&mut self, node: u32, event: &JobEvent<u32>) -> bool {
+    /// A job event of `node`'s scheduler: whether it is the job's (from the
+    /// primary in charge) and counts in its record.
+    pub(super) fn job_event_seen(&mut self, node: u32, event: &JobEvent<u32>) -> bool {
         let now = self.now;
         let Some(f) = self.failover.as_mut() else {
             return true;
         };
-        let Some(entry) = JobEntry::of(event) else {
+        if JobEntry::of(event).is_none() {
             return true;
-        };
+        }
         let job = event.job();
-        let Some(r) = f.jobs.get_mut(&job) else {
-            return true;
-        };
         let in_charge = self.jobs.get(&job).is_some_and(|rec| rec.home == node);
-        if !r.replicas.get(&node).is_some_and(|rep| rep.is_primary()) {
-            f.report.stale_events += 1;
-            return false;
+        let primary = self.nodes[node as usize]
+            .machine
+            .replica(job)
+            .is_some_and(|rep| rep.is_primary());
+        if !primary || !in_charge {
+            // The machine of a job ended with no copy forgets the job: its
+            // end is the job's all the same.
+            let ended_alone = in_charge && matches!(event, JobEvent::Ended { .. });
+            if !ended_alone {
+                f.report.stale_events += 1;
+                return false;
+            }
         }
-        if !in_charge {
-            f.report.stale_events += 1;
-        }
-        if in_charge && matches!(event, JobEvent::Ended { .. }) {
+        if matches!(event, JobEvent::Ended { .. })
+            && let Some(r) = f.jobs.get_mut(&job)
+        {
             r.ended_at.get_or_insert(now);
         }
-        // A grant still held that the home took back goes nowhere; what
-        // waited behind it goes now (as in the node).
-        let now_sent = r
-            .outboxes
-            .get_mut(&node)
-            .map(|o| o.take_back(event))
-            .unwrap_or_default();
-        let Some(replica) = r.replicas.get_mut(&node) else {
-            return false;
-        };
-        let mut out = Vec::new();
-        // A full log (MAX_LOG entries) takes nothing more: the job's later
-        // events live at the home only.
-        let _ = replica.propose(entry, &mut out);
-        for (to, msg) in now_sent {
-            self.send_now(node, to, msg);
-        }
-        self.replica_actions(node, job, out);
-        if matches!(
-            event,
-            JobEvent::Granted { .. } | JobEvent::WorkersLost { .. } | JobEvent::Started { .. }
-        ) {
-            self.place_copies(job);
-        }
-        in_charge
-    }
-
-    /// The primary in charge of `job` places its copies: the nodes running
-    /// its ranks, and near nodes running none while those are fewer than
-    /// the degree (those placed before kept first).
-    pub(super) fn place_copies(&mut self, job: JobId) {
-        let Some(primary) = self.primary_of(job) else {
-            return;
-        };
-        let Some(f) = self.failover.as_mut() else {
-            return;
-        };
-        let degree = f.config.degree;
-        let Some(r) = f.jobs.get_mut(&job) else {
-            return;
-        };
-        let node = &self.nodes[primary as usize];
-        let members: Vec<u32> = node
-            .scheduler
-            .placement(job)
-            .map(|p| p.keys().copied().collect())
-            .unwrap_or_default();
-        let near: Vec<(u32, Option<Duration>)> = node
-            .neighbours
-            .iter()
-            .map(|(p, rtt)| (*p, Some(*rtt)))
-            .collect();
-        let gone = &r.gone;
-        let placed = choose_copies(
-            job.0,
-            &primary,
-            members,
-            &r.extras,
-            &near,
-            |p| !gone.contains(p),
-            degree,
-        );
-        r.extras = placed.extras;
-        let copies = placed.all;
-        let Some(replica) = r.replicas.get_mut(&primary) else {
-            return;
-        };
-        if *replica.copies() == copies {
-            return;
-        }
-        let out = replica.set_copies(copies, 1);
-        self.replica_actions(primary, job, out);
+        true
     }
 
     pub(super) fn count_replica_message(&mut self, job: JobId) {
@@ -328,183 +278,164 @@ impl Sim {
         }
     }
 
-    /// Executes a replica's actions at `node`.
-    pub(super) fn replica_actions(
-        &mut self,
-        node: u32,
-        job: JobId,
-        actions: Vec<Action<u32, Entry>>,
-    ) {
-        // A new primary's first appends go out before anything its
-        // adoption sends (the copies it places next among them): a copy
-        // must learn the copies from the latest append, not an older one.
-        let mut became = None;
-        for action in actions {
-            match action {
-                Action::Send { to, msg } => {
-                    if to == node {
-                        continue;
-                    }
-                    self.count_replica_message(job);
-                    let at = self.now + self.one_way(node, to);
-                    self.push(
-                        at,
-                        Event::Replica {
-                            to,
-                            from: node,
-                            job,
-                            msg,
-                        },
-                    );
-                }
-                // A copy replays its log only when it takes over.
-                Action::Appended { .. } => {}
-                Action::Committed { index } => self.committed(node, job, index),
-                Action::BecamePrimary { epoch } => became = Some(epoch.term),
-                Action::SteppedDown { epoch } => {
-                    if let Some(f) = self.failover.as_mut() {
-                        f.report.stepped_down += 1;
-                        if let Some(r) = f.jobs.get_mut(&job) {
-                            // Grants not sent are the new primary's to make;
-                            // members report their ends to it again.
-                            r.outboxes.remove(&node);
-                        }
-                    }
-                    self.nodes[node as usize]
-                        .scheduler
-                        .step_down(job, epoch.primary);
-                }
-                // Entries only an old primary held: job events of a home
-                // that was cut off. Nothing of them was acknowledged (none
-                // was committed), and the members whose reports they logged
-                // report again to the primary in charge.
-                Action::Dropped { .. } => {}
-                // The simulator's nodes are honest: a refusal of one as
-                // misbehaving is a bug of the protocol.
-                Action::Refused { from, why } => assert!(
-                    !why.is_misbehaviour(),
-                    "node {node} refused a replica message of node {from}: {why}"
-                ),
+    /// Executes what `node`'s machine said besides the scheduler's words;
+    /// a copy that took a job over is returned, for the simulator to look
+    /// at once the adoption's outputs are executed.
+    pub(super) fn machine_output(&mut self, node: u32, output: MachineOutput) -> Option<JobId> {
+        match output {
+            MachineOutput::Sched(_) => unreachable!("the scheduler's outputs are executed apart"),
+            MachineOutput::Replica {
+                to,
+                job,
+                msg,
+                with_copy,
+            } => {
+                self.count_replica_message(job);
+                let first = self
+                    .failover
+                    .as_ref()
+                    .and_then(|f| f.jobs.get(&job))
+                    .map(|r| r.first);
+                let copy = first.filter(|_| with_copy).map(SimCopy);
+                let at = self.now + self.one_way(node, to);
+                self.push(
+                    at,
+                    Event::Replica {
+                        to,
+                        from: node,
+                        job,
+                        msg,
+                        copy,
+                    },
+                );
             }
+            MachineOutput::EndAck(ack) => self.acknowledge(node, ack),
+            // The member reports again, to the primary its replica follows.
+            MachineOutput::NotHome { .. } => {}
+            MachineOutput::Ask { node: to, question } => {
+                self.messages += 1;
+                *self.by_kind.entry("liveness").or_default() += 1;
+                let at = self.now + self.one_way(node, to);
+                self.push(
+                    at,
+                    Event::RanksAsked {
+                        to,
+                        from: node,
+                        question,
+                    },
+                );
+            }
+            // A probe of a node that cannot be reached fails.
+            MachineOutput::Probe(peer) => {
+                if !self.reachable(node, peer) {
+                    self.feed_machine(node, MachineInput::PeerDead(peer));
+                }
+            }
+            MachineOutput::TookOver {
+                job, term, state, ..
+            } => {
+                self.became_primary(node, job, term, &state);
+                return Some(job);
+            }
+            MachineOutput::SteppedDown { .. } => {
+                if let Some(f) = self.failover.as_mut() {
+                    f.report.stepped_down += 1;
+                }
+            }
+            MachineOutput::HomeMoved { job, home } => {
+                if let Some(f) = self.failover.as_mut()
+                    && f.known_home.contains_key(&(node, job))
+                {
+                    f.known_home.insert((node, job), home);
+                }
+            }
+            // The simulator's nodes are honest: a refusal of one as
+            // misbehaving is a bug of the protocol.
+            MachineOutput::Misbehaviour { peer, what } => self.violations.push(format!(
+                "{:?}: node {node} says node {peer} misbehaved: {what}",
+                self.now
+            )),
+            MachineOutput::CopyTaken { .. }
+            | MachineOutput::CopyOver(_)
+            | MachineOutput::CopiesChanged { .. }
+            | MachineOutput::Notice(_) => {}
         }
-        if let Some(term) = became {
-            self.became_primary(node, job, term);
+        None
+    }
+
+    /// A replica message arrives.
+    pub(super) fn replica_message(
+        &mut self,
+        to: u32,
+        from: u32,
+        job: JobId,
+        msg: ReplicaMsg,
+        copy: Option<SimCopy>,
+    ) {
+        if self.reachable(from, to) {
+            let input = MachineInput::Replica {
+                from,
+                job,
+                msg,
+                copy,
+            };
+            self.feed_machine(to, input);
         }
     }
 
-    /// A replica message arrives. A node that holds no replica of the job
-    /// becomes a copy on the first append it gets.
-    pub(super) fn replica_message(&mut self, to: u32, from: u32, job: JobId, msg: ReplicaMsg) {
+    /// A home asks `to` which of its ranks run there: `to` answers with
+    /// what runs there, its boot id and uptime, as a node does.
+    pub(super) fn ranks_asked(&mut self, to: u32, from: u32, question: Question) {
         if !self.reachable(from, to) {
             return;
         }
-        let now = self.now;
+        let n = &self.nodes[to as usize];
+        let answer = Answer {
+            boot: n.boot,
+            uptime: self.now.saturating_sub(n.since),
+            running: question
+                .keys()
+                .map(|job| {
+                    let here = self
+                        .running
+                        .get(&(to, *job))
+                        .map(|ranks| ranks.keys().copied().collect())
+                        .unwrap_or_default();
+                    (*job, here)
+                })
+                .collect(),
+        };
+        self.messages += 1;
+        *self.by_kind.entry("liveness").or_default() += 1;
+        let at = self.now + self.one_way(to, from);
+        self.push(
+            at,
+            Event::RanksAnswered {
+                to: from,
+                from: to,
+                answer,
+            },
+        );
+    }
+
+    /// The primary at `home` acknowledges a rank's end to its member (once
+    /// a copy holds it; at once for an end not in the log, a stale
+    /// worker's, which is not counted as kept).
+    fn acknowledge(&mut self, home: u32, ack: EndAck) {
+        let EndAck {
+            job,
+            member,
+            rank,
+            incarnation,
+        } = ack;
         let Some(f) = self.failover.as_mut() else {
             return;
         };
-        let timing = f.config.timing;
-        // A new copy starts from the job's first home, as the node's does
-        // (it knows it from the job's id).
-        let Some(&first) = f.primaries.get(&(job, 0)) else {
-            return;
-        };
-        let Some(r) = f.jobs.get_mut(&job) else {
-            return;
-        };
-        let replica = match r.replicas.entry(to) {
-            MapEntry::Occupied(e) => e.into_mut(),
-            MapEntry::Vacant(e) => {
-                if !matches!(msg, Msg::Append { .. }) {
-                    // A standing hears that this node holds no replica,
-                    // unless the primary dropped this node's copy.
-                    let answer = Rep::answer_without_replica(job.0, &msg, &StandInSigner::new(to))
-                        .filter(|_| !r.dropped.contains(&to));
-                    let send = answer.map(|msg| Action::Send { to: from, msg });
-                    self.replica_actions(to, job, send.into_iter().collect());
-                    return;
-                }
-                e.insert(Rep::copy(job.0, to, first, now, timing, signer(to)))
-            }
-        };
-        let out = replica.on_message(now, from, msg);
-        if replica.is_dropped() {
-            r.replicas.remove(&to);
-            r.dropped.insert(to);
-        }
-        self.replica_actions(to, job, out);
-    }
-
-    /// Time passes for the replicas of `job`.
-    pub(super) fn replica_tick(&mut self, job: JobId) {
-        let now = self.now;
-        let Some(r) = self.failover.as_ref().and_then(|f| f.jobs.get(&job)) else {
-            return;
-        };
-        if r.retired {
-            return;
-        }
-        let nodes: Vec<u32> = r
-            .replicas
-            .keys()
-            .copied()
-            .filter(|n| self.nodes[*n as usize].alive)
-            .collect();
-        if nodes.is_empty() {
-            return;
-        }
-        for node in nodes {
-            let out = self
-                .failover
-                .as_mut()
-                .and_then(|f| f.jobs.get_mut(&job))
-                .and_then(|r| r.replicas.get_mut(&node))
-                .map(|rep| rep.tick(now))
-                .unwrap_or_default();
-            self.replica_actions(node, job, out);
-        }
-        self.push(now + TICK, Event::ReplicaTick { job });
-    }
-
-    /// Entries up to `index` are committed at primary `node`: the rank
-    /// ends waiting for them are acknowledged, and a job whose end is
-    /// committed retires its replicas.
-    pub(super) fn committed(&mut self, node: u32, job: JobId, index: u64) {
-        let Some(f) = self.failover.as_mut() else {
-            return;
-        };
-        let Some(r) = f.jobs.get_mut(&job) else {
-            return;
-        };
-        let ready = r
-            .outboxes
-            .get_mut(&node)
-            .map(|o| o.committed(index))
-            .unwrap_or_default();
-        let ended = r.replicas.get(&node).is_some_and(|rep| {
-            rep.entries()
-                .take(index as usize)
-                .any(|e| matches!(e, JobEntry::Event(JobEvent::Ended { .. })))
-        });
-        let in_charge = self.jobs.get(&job).is_some_and(|rec| rec.home == node);
-        if ended && in_charge {
-            r.retired = true;
-        }
-        self.say(node, job, ready);
-    }
-
-    /// The primary at `home` acknowledges a rank's end to its member
-    /// (`kept`: its end is in the log; otherwise the worker was stale and
-    /// its end is not the job's).
-    pub(super) fn acknowledge(
-        &mut self,
-        home: u32,
-        job: JobId,
-        member: u32,
-        rank: u32,
-        incarnation: u32,
-        kept: bool,
-    ) {
-        if kept && let Some(f) = self.failover.as_mut() {
+        let kept = self.nodes[home as usize]
+            .machine
+            .replica(job)
+            .is_some_and(|rep| end_index(rep.entries(), &member, rank).is_some());
+        if kept {
             f.acknowledged
                 .entry(job)
                 .or_default()
@@ -523,9 +454,9 @@ impl Sim {
         );
     }
 
-    /// A copy at `node` won the election for `job`: the simulator replays
-    /// its log and the node's scheduler adopts the job.
-    pub(super) fn became_primary(&mut self, node: u32, job: JobId, term: u64) {
+    /// A copy at `node` won the election for `job` (its machine adopted the
+    /// job in `state`, what its log says): the simulator follows.
+    fn became_primary(&mut self, node: u32, job: JobId, term: u64, state: &JobState<u32>) {
         let now = self.now;
         let Some(f) = self.failover.as_mut() else {
             return;
@@ -538,10 +469,7 @@ impl Sim {
                  (at most one primary per epoch)"
             ));
         }
-        let Some(r) = f.jobs.get_mut(&job) else {
-            return;
-        };
-        let lost = r.lost_at.take();
+        let lost = f.jobs.get_mut(&job).and_then(|r| r.lost_at.take());
         let from = lost.map_or_else(
             || self.jobs.get(&job).map_or(node, |rec| rec.home),
             |(n, _)| n,
@@ -553,107 +481,36 @@ impl Sim {
             term,
             after: lost.map(|(_, at)| now.saturating_sub(at)),
         });
-        let entries: Vec<Entry> = r
-            .replicas
-            .get(&node)
-            .map(|rep| rep.entries().cloned().collect())
-            .unwrap_or_default();
         if let Some(record) = self.jobs.get_mut(&job) {
             record.home = node;
             record.home_moves += 1;
         }
-        if let Some(state) = JobState::replay(&entries) {
-            let out = self.nodes[node as usize]
-                .scheduler
-                .adopt(now, job, term, state);
-            self.resync_record(node, job);
-            self.execute(node, out);
-            // The log says where ranks run; the new home also knows which
-            // of those nodes are gone (the old home among them, most
-            // often), as a home does when its connections to them close.
-            let gone = self
-                .failover
-                .as_ref()
-                .and_then(|f| f.jobs.get(&job))
-                .map(|r| r.gone.clone());
-            let placed = self.nodes[node as usize]
-                .scheduler
-                .placement(job)
-                .unwrap_or_default();
-            for peer in placed
-                .into_keys()
-                .filter(|p| gone.as_ref().is_some_and(|g| g.contains(p)))
-            {
-                self.feed(node, Input::PeerLost(peer));
-            }
-            // A node that failed and came back since forgot the ranks it
-            // ran, and a node whose grant was lost with the old home never
-            // started its ranks: the new home's liveness checks find them
-            // not running (see the core's `liveness`), modelled here at
-            // once.
-            self.unrun_ranks_lost(node, job);
-        }
-        self.place_copies(job);
+        self.resync_record(job, state);
     }
 
-    /// The new home `home` of `job` learns which ranks placed on live nodes
-    /// do not run there: those of nodes that failed and rejoined since
-    /// ([`LostCause::Restarted`]), and those whose grant never arrived (the
-    /// old home failed with it on its way; [`LostCause::NotRunning`]).
-    fn unrun_ranks_lost(&mut self, home: u32, job: JobId) {
-        let Some(restarted) = self
-            .failover
-            .as_ref()
-            .and_then(|f| f.jobs.get(&job))
-            .map(|r| r.failed.clone())
-        else {
-            return;
-        };
-        let mut lost: BTreeMap<(u32, bool), Vec<u32>> = BTreeMap::new();
-        if let Some(table) = self.nodes[home as usize].scheduler.ranks(job) {
-            for (rank, r) in table.iter() {
-                let runs = self
-                    .running
-                    .get(&(r.node, job))
-                    .is_some_and(|ranks| ranks.get(&rank) == Some(&r.incarnation));
-                let ever_started = self
-                    .jobs
-                    .get(&job)
-                    .and_then(|record| record.started.get(&r.node))
-                    .is_some_and(|ranks| ranks.contains(&rank));
-                let alive = self.nodes[r.node as usize].alive;
-                let was_restarted = restarted.contains(&r.node);
-                if r.outcome.is_none() && alive && !runs && (was_restarted || !ever_started) {
-                    lost.entry((r.node, was_restarted)).or_default().push(rank);
-                }
+    /// Once the adoption's outputs are executed: the new home `node` of
+    /// `job` hears which of the nodes the log places ranks on are down (a
+    /// node's probes of them fail as their connections closed).
+    pub(super) fn after_takeover(&mut self, node: u32, job: JobId) {
+        let placed = self.nodes[node as usize]
+            .machine
+            .scheduler()
+            .placement(job)
+            .unwrap_or_default();
+        for peer in placed.into_keys() {
+            if !self.nodes[peer as usize].alive {
+                self.feed_machine(node, MachineInput::PeerDead(peer));
             }
-        }
-        for ((node, was_restarted), ranks) in lost {
-            let cause = if was_restarted {
-                LostCause::Restarted
-            } else {
-                LostCause::NotRunning
-            };
-            self.feed(
-                home,
-                Input::RanksLost {
-                    job,
-                    node,
-                    ranks,
-                    cause,
-                },
-            );
         }
     }
 
-    /// After a takeover the job is what the new home's log says: grants
-    /// and an end the old home made but did not get to a copy are undone
-    /// in the simulator's record (the new home grants those ranks again,
-    /// and ends the job again).
-    pub(super) fn resync_record(&mut self, node: u32, job: JobId) {
-        let scheduler = &self.nodes[node as usize].scheduler;
-        let phase = scheduler.phase(job);
-        let placement = scheduler.placement(job).unwrap_or_default();
+    /// After a takeover the job is what the new home's log says (`state`,
+    /// before the new home acts on it: what it does then comes as its
+    /// events): grants and an end the old home made but did not get to a
+    /// copy are undone in the simulator's record (the new home grants
+    /// those ranks again, and ends the job again).
+    fn resync_record(&mut self, job: JobId, state: &JobState<u32>) {
+        let placement = state.ranks.by_node();
         let Some(record) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -665,41 +522,68 @@ impl Sim {
             .iter()
             .map(|(n, ranks)| (*n, ranks.len() as u32))
             .collect();
-        if phase.is_some_and(|p| p <= Phase::Running)
+        if state.phase <= Phase::Running
             && record.ended.take().is_some()
             && let Some(f) = self.failover.as_mut()
         {
             f.report.ends_redone += 1;
             if let Some(r) = f.jobs.get_mut(&job) {
                 r.ended_at = None;
-                r.retired = false;
             }
         }
     }
 
-    /// A member heard a job's placement: from a node its replica follows
-    /// as the job's primary, the job's home moves there. Ranks running here
-    /// that the new home does not place here were granted by an old home
-    /// whose grant was lost with it: they stop.
+    /// Whether `job`'s end is committed at its home (or the home forgot the
+    /// job, every copy holding its end): its replication is over.
+    pub(super) fn retired(&self, job: JobId) -> bool {
+        let ended = self
+            .failover
+            .as_ref()
+            .and_then(|f| f.jobs.get(&job))
+            .is_some_and(|r| r.ended_at.is_some());
+        let Some(home) = self.jobs.get(&job).map(|rec| rec.home).filter(|_| ended) else {
+            return false;
+        };
+        match self.nodes[home as usize].machine.replica(job) {
+            None => true,
+            Some(rep) => rep
+                .entries()
+                .take(rep.committed() as usize)
+                .any(|e| matches!(e, JobEntry::Event(JobEvent::Ended { .. }))),
+        }
+    }
+
+    /// A member heard a job's placement from `home` (its machine follows
+    /// `home` if its replica does). Ranks running here that a new home does
+    /// not place here were granted by an old home whose grant was lost with
+    /// it: they stop.
     pub(super) fn placement_heard(
         &mut self,
         node: u32,
         job: JobId,
         home: u32,
+        phase: Phase,
         placement: &BTreeMap<u32, Placed<u32>>,
     ) {
-        let Some(f) = self.failover.as_mut() else {
-            return;
-        };
-        let known = f.known_home.get(&(node, job)).copied();
+        let known = self
+            .failover
+            .as_ref()
+            .and_then(|f| f.known_home.get(&(node, job)).copied());
+        self.feed_machine(
+            node,
+            MachineInput::HomeHeard {
+                job,
+                home,
+                over: phase.is_end(),
+            },
+        );
         if known.is_none_or(|k| k == home) {
             return;
         }
-        let follows = f
-            .jobs
-            .get(&job)
-            .and_then(|r| r.replicas.get(&node))
-            .is_some_and(|rep| *rep.primary_peer() == home);
+        let follows = self.nodes[node as usize].machine.primary_of(job) == Some(&home);
+        let Some(f) = self.failover.as_mut() else {
+            return;
+        };
         if !follows {
             return;
         }
@@ -719,7 +603,6 @@ impl Sim {
                     .collect()
             })
             .unwrap_or_default();
-        self.nodes[node as usize].scheduler.home_moved(job, home);
         if !orphans.is_empty() {
             if let Some(f) = self.failover.as_mut() {
                 f.report.orphan_workers += orphans.len() as u64;
@@ -735,7 +618,7 @@ impl Sim {
             self.workers_gone(node, job, orphans.len() as u32);
             self.feed(
                 node,
-                Input::WorkersEnded {
+                zorilla_core::node::Input::WorkersEnded {
                     job,
                     ranks: orphans,
                 },
@@ -753,7 +636,7 @@ impl Sim {
             return;
         };
         f.known_home.entry((node, job)).or_insert(home);
-        let Some(rep) = f.jobs.get(&job).and_then(|r| r.replicas.get(&home)) else {
+        let Some(rep) = self.nodes[home as usize].machine.replica(job) else {
             return;
         };
         if node == home || !rep.is_primary() {
@@ -799,11 +682,10 @@ impl Sim {
             return;
         };
         let ranks = ranks.clone();
-        let target = f
-            .jobs
-            .get(&job)
-            .and_then(|r| r.replicas.get(&node))
-            .map(|rep| *rep.primary_peer())
+        let target = self.nodes[node as usize]
+            .machine
+            .primary_of(job)
+            .copied()
             .or_else(|| f.known_home.get(&(node, job)).copied())
             .or_else(|| self.jobs.get(&job).map(|rec| rec.home));
         if let Some(home) = target {
@@ -831,8 +713,9 @@ impl Sim {
         }
     }
 
-    /// A rank's end reaches `home`. Only the primary takes it; it
-    /// acknowledges once the end is committed.
+    /// A rank's end reaches `home`: its machine takes it, and acknowledges
+    /// it once the end is committed (a node that is not the job's primary
+    /// says so, and the member reports again).
     pub(super) fn report_received(
         &mut self,
         home: u32,
@@ -844,81 +727,20 @@ impl Sim {
         if !self.reachable(from, home) {
             return;
         }
-        let primary = |sim: &Sim| {
-            sim.failover
-                .as_ref()
-                .and_then(|f| f.jobs.get(&job))
-                .and_then(|r| r.replicas.get(&home))
-                .filter(|rep| rep.is_primary())
-                .is_some()
-        };
-        if !primary(self) {
-            return;
-        }
-        let input = Input::RankEnded {
+        let input = MachineInput::EndReported {
             job,
             node: from,
             rank,
             incarnation,
             end: WorkerEnd::Exited(0),
+            reply: EndAck {
+                job,
+                member: from,
+                rank,
+                incarnation,
+            },
         };
-        self.feed(home, input);
-        let Some(f) = self.failover.as_mut() else {
-            return;
-        };
-        let Some(r) = f.jobs.get_mut(&job) else {
-            return;
-        };
-        let Some(rep) = r.replicas.get(&home) else {
-            return;
-        };
-        // An end not in the log (a stale worker's) is not the job's: it is
-        // acknowledged at once, and not counted as kept.
-        let Some(index) = end_index(rep.entries(), &from, rank) else {
-            return self.acknowledge(home, job, from, rank, incarnation, false);
-        };
-        let outbox = r.outboxes.entry(home).or_default();
-        if outbox
-            .end_ack(rep, index, from, (rank, incarnation))
-            .is_some()
-        {
-            self.acknowledge(home, job, from, rank, incarnation, true);
-        }
-    }
-
-    /// A scheduling message of the primary at `node`: a grant goes once a
-    /// copy holds it, and what follows it to the same node waits behind
-    /// it (the core's rule, as in the node). The message back if it can go
-    /// now.
-    pub(super) fn hold_message(
-        &mut self,
-        node: u32,
-        to: u32,
-        msg: Message<u32>,
-    ) -> Option<Message<u32>> {
-        let Some(r) = self
-            .failover
-            .as_mut()
-            .and_then(|f| f.jobs.get_mut(&msg.job()))
-        else {
-            return Some(msg);
-        };
-        let Some(rep) = r.replicas.get(&node) else {
-            return Some(msg);
-        };
-        r.outboxes.entry(node).or_default().message(rep, to, msg)
-    }
-
-    /// The primary at `node` says the words whose time came.
-    fn say(&mut self, node: u32, job: JobId, words: Vec<(u32, Word<u32, EndAck>)>) {
-        for (to, word) in words {
-            match word {
-                Word::Message(msg) => self.send_now(node, to, msg),
-                Word::EndAck((rank, incarnation)) => {
-                    self.acknowledge(node, job, to, rank, incarnation, true)
-                }
-            }
-        }
+        self.feed_machine(home, input);
     }
 
     /// A member hears that its rank's end is acknowledged.

@@ -12,86 +12,51 @@ use super::Sim;
 use super::failover_report::*;
 
 impl Sim {
-    /// `node` fails: its replicas, unacknowledged ends and knowledge go
-    /// with it.
+    /// `node` fails: the jobs whose primary in charge it was are lost to
+    /// their copies from now; a job none of whose other state holders is up
+    /// is orphaned; the member's unacknowledged ends and knowledge go with
+    /// it.
     pub(super) fn failover_fail(&mut self, node: u32) {
         let now = self.now;
-        let Some(f) = self.failover.as_mut() else {
+        if self.failover.is_none() {
             return;
-        };
-        let ended: BTreeSet<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, rec)| rec.ended.is_some())
-            .map(|(job, _)| *job)
-            .collect();
-        for (job, r) in f.jobs.iter_mut() {
-            // What the node remembered is gone with it.
-            r.dropped.remove(&node);
-            r.failed.insert(node);
-            let Some(rep) = r.replicas.remove(&node) else {
+        }
+        let jobs = self.watched_jobs();
+        for job in jobs {
+            let held = self.nodes[node as usize].machine.replica(job);
+            let Some(primary) = held.map(|rep| rep.is_primary()) else {
+                if let Some(r) = self.failover.as_mut().and_then(|f| f.jobs.get_mut(&job)) {
+                    r.failed.insert(node);
+                }
                 continue;
             };
-            let in_charge = self.jobs.get(job).is_some_and(|rec| rec.home == node);
-            if rep.is_primary() && in_charge && !r.retired {
+            let in_charge = self.jobs.get(&job).is_some_and(|rec| rec.home == node);
+            let retired = self.retired(job);
+            let ended = self.jobs.get(&job).is_some_and(|rec| rec.ended.is_some());
+            let holders_alive = self.replica_holders(job).iter().any(|n| *n != node);
+            let Some(r) = self.failover.as_mut().and_then(|f| f.jobs.get_mut(&job)) else {
+                continue;
+            };
+            r.failed.insert(node);
+            if primary && in_charge && !retired {
                 r.lost_at.get_or_insert((node, now));
             }
-            r.outboxes.remove(&node);
-            let holders_alive = r
-                .replicas
-                .keys()
-                .any(|n| self.nodes[*n as usize].alive && *n != node);
-            if !holders_alive && !ended.contains(job) {
+            if !holders_alive && !ended {
                 r.orphaned = true;
             }
         }
-        f.unacked.retain(|(n, _), _| *n != node);
-        f.known_home.retain(|(n, _), _| *n != node);
-    }
-
-    /// Peers notice that `failed` is gone: every replica of every job is
-    /// told (a copy whose primary it was stands at once), and primaries
-    /// place copies elsewhere.
-    pub(super) fn failover_detect(&mut self, failed: u32) {
-        let now = self.now;
-        let Some(f) = self.failover.as_mut() else {
-            return;
-        };
-        let mut replace = Vec::new();
-        let mut actions = Vec::new();
-        for (job, r) in f.jobs.iter_mut() {
-            r.gone.insert(failed);
-            if r.retired {
-                continue;
-            }
-            for (node, rep) in r.replicas.iter_mut() {
-                if *node == failed || !self.nodes[*node as usize].alive {
-                    continue;
-                }
-                if rep.is_primary() && rep.copies().contains(&failed) {
-                    replace.push(*job);
-                }
-                let out = rep.peer_gone(now, &failed);
-                if !out.is_empty() {
-                    actions.push((*node, *job, out));
-                }
-            }
-        }
-        for (node, job, out) in actions {
-            self.replica_actions(node, job, out);
-        }
-        for job in replace {
-            self.place_copies(job);
-        }
-    }
-
-    /// `node` rejoined with a fresh state: it may hold copies again.
-    pub(super) fn failover_rejoin(&mut self, node: u32) {
         if let Some(f) = self.failover.as_mut() {
-            for r in f.jobs.values_mut() {
-                r.gone.remove(&node);
-            }
+            f.unacked.retain(|(n, _), _| *n != node);
+            f.known_home.retain(|(n, _), _| *n != node);
         }
+    }
+
+    /// The jobs the simulator watches the replication of.
+    fn watched_jobs(&self) -> Vec<JobId> {
+        self.failover
+            .as_ref()
+            .map(|f| f.jobs.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// `node` is cut off: the jobs whose primary in charge it is are lost
@@ -99,12 +64,13 @@ impl Sim {
     pub(super) fn isolate(&mut self, node: u32) {
         self.isolated.insert(node);
         let now = self.now;
-        let Some(f) = self.failover.as_mut() else {
-            return;
-        };
-        for (job, r) in f.jobs.iter_mut() {
-            let in_charge = self.jobs.get(job).is_some_and(|rec| rec.home == node);
-            if in_charge && !r.retired {
+        let jobs = self.watched_jobs();
+        for job in jobs {
+            let in_charge = self.jobs.get(&job).is_some_and(|rec| rec.home == node);
+            if in_charge
+                && !self.retired(job)
+                && let Some(r) = self.failover.as_mut().and_then(|f| f.jobs.get_mut(&job))
+            {
                 r.lost_at.get_or_insert((node, now));
             }
         }
@@ -135,12 +101,16 @@ impl Sim {
         };
         let now = self.now;
         for (job, r) in &f.jobs {
-            for (node, rep) in &r.replicas {
-                if !rep.is_primary() || !self.nodes[*node as usize].alive {
+            for (node, n) in self.nodes.iter().enumerate() {
+                let Some(rep) = n.machine.replica(*job) else {
+                    continue;
+                };
+                if !rep.is_primary() || !n.alive {
                     continue;
                 }
+                let node = node as u32;
                 let term = rep.epoch().term;
-                if f.primaries.get(&(*job, term)) != Some(node) {
+                if f.primaries.get(&(*job, term)) != Some(&node) {
                     return Err(format!(
                         "{now:?}: {job}: node {node} is primary in term {term}, which node {:?} \
                          took (at most one primary per epoch)",
@@ -152,7 +122,7 @@ impl Sim {
                 continue;
             }
             if let (Some(primary), Some(acked)) = (self.primary_of(*job), f.acknowledged.get(job))
-                && let Some(rep) = r.replicas.get(&primary)
+                && let Some(rep) = self.nodes[primary as usize].machine.replica(*job)
             {
                 let held: BTreeSet<(u32, u32)> = rep
                     .entries()
@@ -203,13 +173,14 @@ impl Sim {
             return format!("{job} unknown");
         };
         let home = &self.nodes[rec.home as usize];
-        let table = home.scheduler.ranks(job).map(|t| {
+        let table = home.machine.scheduler().ranks(job).map(|t| {
             t.iter()
                 .map(|(rank, r)| format!("{rank}@{}#{}:{:?}", r.node, r.incarnation, r.outcome))
                 .collect::<Vec<_>>()
         });
         let lost: Vec<u32> = home
-            .scheduler
+            .machine
+            .scheduler()
             .ranks(job)
             .map(|t| t.lost().collect())
             .unwrap_or_default();
@@ -229,35 +200,29 @@ impl Sim {
                     .collect()
             })
             .unwrap_or_default();
-        let replicas: Vec<String> = f
-            .and_then(|f| f.jobs.get(&job))
-            .map(|r| {
-                r.replicas
-                    .iter()
-                    .map(|(n, rep)| {
-                        format!(
-                            "{n}{}:t{}p{}{}len{}",
-                            if self.nodes[*n as usize].alive {
-                                ""
-                            } else {
-                                "(down)"
-                            },
-                            rep.epoch().term,
-                            rep.epoch().primary,
-                            if rep.is_primary() { "*" } else { "" },
-                            rep.len()
-                        )
-                    })
-                    .collect()
+        let replicas: Vec<String> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(n, node)| node.machine.replica(job).map(|rep| (n, node, rep)))
+            .map(|(n, node, rep)| {
+                format!(
+                    "{n}{}:t{}p{}{}len{}",
+                    if node.alive { "" } else { "(down)" },
+                    rep.epoch().term,
+                    rep.epoch().primary,
+                    if rep.is_primary() { "*" } else { "" },
+                    rep.len()
+                )
             })
-            .unwrap_or_default();
+            .collect();
         format!(
             "home node {} ({}, moved {} times), phase {:?}, ranks {table:?}, lost {lost:?}, \
              running {running:?}, unacknowledged {unacked:?}, replicas {replicas:?}",
             rec.home,
             if home.alive { "up" } else { "down" },
             rec.home_moves,
-            home.scheduler.phase(job)
+            home.machine.scheduler().phase(job)
         )
     }
 

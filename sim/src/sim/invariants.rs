@@ -28,7 +28,7 @@ impl Sim {
             if !node.alive {
                 continue;
             }
-            let s = &node.scheduler;
+            let s = node.machine.scheduler();
             let running: u32 = s.running().map(|(_, ranks)| ranks.len() as u32).sum();
             if running + s.held_workers() > self.grid.cores[i] {
                 return Err(format!(

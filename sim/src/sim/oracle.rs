@@ -71,7 +71,8 @@ impl Sim {
                     .map(|(_, count)| *count)
                     .sum();
                 let held: u32 = node
-                    .scheduler
+                    .machine
+                    .scheduler()
                     .holds()
                     .filter(|h| h.job != job)
                     .map(|h| h.workers)

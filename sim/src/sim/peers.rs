@@ -573,6 +573,7 @@ impl Sim {
         if let NodeOverlay::Ours(keeper) = &n.overlay {
             n.neighbours = keeper.links();
         }
+        self.tell_links(node);
     }
 
     /// The neighbours each node chose as its nearest (the `near` links).

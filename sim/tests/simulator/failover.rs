@@ -115,7 +115,8 @@ fn a_home_killed_mid_job_is_taken_over_by_one_copy_and_the_job_completes() {
         after >= Duration::from_millis(1400) && after <= Duration::from_millis(2100),
         "took over after {after:?}"
     );
-    assert_eq!(sim.primary_of(JOB), Some(to));
+    // (The new home forgets the job's log once every copy holds its end:
+    // the record names it.)
     let run = sim.run();
     let job = &run.jobs[0];
     assert_eq!(job.home, to);
@@ -155,7 +156,7 @@ fn a_partitioned_home_steps_down_when_the_partition_heals() {
     assert_eq!(r.stepped_down, 1, "the old home stepped down");
     assert_eq!(r.takeovers.len(), 1, "{:?}", r.takeovers);
     assert_eq!(
-        sim.scheduler_mut(0).home_of(JOB),
+        sim.scheduler(0).home_of(JOB),
         Some(&successor),
         "the old home's own ranks answer to the new home"
     );
@@ -295,9 +296,7 @@ fn the_failover_checks_catch_a_worker_left_running() {
     // The job runs on its home's two cores; cancel it there and start a
     // stray worker of it elsewhere.
     run_to(&mut sim, Duration::from_secs(2));
-    let now = sim.now();
-    let out = sim.scheduler_mut(0).handle(now, Input::Cancel(JOB));
-    sim.inject(0, out);
+    sim.input(0, Input::Cancel(JOB));
     sim.inject(
         5,
         vec![Output::StartWorkers {
