@@ -414,3 +414,59 @@ fn an_invitation_without_the_jobs_origin_is_reported() {
     );
     assert_eq!(stranger.replica_count(), 0);
 }
+
+/// A home that hears too few of a job's copies may be the one cut off:
+/// its verdict that a node serving the job is dead waits (it says so), and
+/// is delivered only after `hold_at_most`, when its copies have not taken
+/// the job over meanwhile.
+#[test]
+fn a_home_out_of_touch_with_its_copies_holds_a_loss_back() {
+    let mut grid = Grid::new(3);
+    grid.submit(3);
+    // Two of the three copies go silent: the home hears one of three.
+    grid.down.extend([2, 3]);
+    let lease = MachineConfig::default().timing.lease;
+    let at = grid.now + lease + ms(100);
+    grid.run_until(at);
+    assert!(grid.nodes[&HOME].out_of_touch(JOB, grid.now));
+    grid.input(HOME, Input::PeerDead(2));
+    let lost = |grid: &Grid| {
+        grid.said(HOME, |o| {
+            matches!(
+                o,
+                Output::Sched(SchedOutput::Job(JobEvent::WorkersLost { node: 2, .. }))
+            )
+        })
+    };
+    assert_eq!(lost(&grid), 0, "the home acted on the loss while cut off");
+    assert_eq!(
+        grid.said(HOME, |o| matches!(
+            o,
+            Output::Notice(Notice::VerdictHeld { peer: 2, .. })
+        )),
+        1
+    );
+    let hold = MachineConfig::default().hold_at_most;
+    let until = grid.now + hold + Duration::from_secs(1);
+    grid.run_until(until);
+    assert_eq!(lost(&grid), 1, "the held verdict was never delivered");
+}
+
+/// A copy that restarted (its replica lost) is invited again when its home
+/// places the job's copies again (here, as its neighbours change): the
+/// home's appends name the copies every time.
+#[test]
+fn a_copy_that_lost_its_replica_is_invited_again() {
+    let mut grid = Grid::new(2);
+    grid.submit(2);
+    let member = *grid.grants().keys().next().unwrap();
+    assert!(grid.nodes[&member].replica(JOB).is_some());
+    grid.nodes.insert(member, machine(member, 1));
+    assert!(grid.nodes[&member].replica(JOB).is_none());
+    let near = grid.nodes.keys().map(|n| (*n, None)).collect();
+    grid.input(HOME, Input::Neighbours(near));
+    assert!(
+        grid.nodes[&member].replica(JOB).is_some(),
+        "the restarted copy was not invited again"
+    );
+}
