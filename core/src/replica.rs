@@ -757,8 +757,17 @@ impl<P: PeerKey + Hash, E: Clone> Replica<P, E> {
             Role::Primary => {
                 if now.saturating_sub(self.heard) >= self.timing.heartbeat {
                     self.heard = now;
+                    let lease = self.timing.lease;
                     for p in self.copies.clone() {
-                        self.send_append(&p, false, &mut out);
+                        // A copy silent for a lease may have lost its
+                        // replica (its node restarted): the heartbeat names
+                        // the copies, which invites it again, and so lets
+                        // this primary hear it.
+                        let silent = self
+                            .progress
+                            .get(&p)
+                            .is_some_and(|g| g.answered.saturating_add(lease) <= now);
+                        self.send_append(&p, silent, &mut out);
                     }
                     for p in self.unnotified.keys() {
                         out.push(self.dropped_notice(p.clone()));

@@ -256,7 +256,7 @@ async fn the_home_and_a_checkpoint_holder_killed_together() {
 
     // Through a node that lives on (rank 0's), until the new home answers.
     let mut asked = nodes[worker0].client().await;
-    let (_, stdout, context) = completed_under_a_new_home(&mut asked, job, &nodes[0].peer).await;
+    let (_, stdout, context) = completed_under_a_new_home(&mut asked, job, nodes).await;
     for r in [0u32, 1] {
         let computed = last_value(&stdout, r, "computed").expect("each rank finished");
         let line = format!(
@@ -300,13 +300,14 @@ async fn the_home_and_a_checkpoint_holder_killed_together() {
 }
 
 /// Waits, asking through `asked` (a node that lives on), until `job` is
-/// over after its home `old_home` died; asserts that it completed under
+/// over after its home, `nodes[0]`, died; asserts that it completed under
 /// another home. Its status, stdout, and both with stderr for messages.
 async fn completed_under_a_new_home(
     asked: &mut zorilla_node::client::Client,
     job: u64,
-    old_home: &str,
+    nodes: &[common::TestNode],
 ) -> (JobStatus, String, String) {
+    let old_home = nodes[0].peer.as_str();
     let start = Instant::now();
     let status = loop {
         if let Ok(s) = asked.status(job).await
@@ -316,7 +317,11 @@ async fn completed_under_a_new_home(
         }
         assert!(
             start.elapsed() < Duration::from_secs(180),
-            "the job never ended after its home died"
+            "the job never ended after its home died; the nodes' logs:{}",
+            nodes
+                .iter()
+                .map(|n| format!("\n--- {}\n{}", n.peer, n.log_tail()))
+                .collect::<String>()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -711,13 +716,12 @@ async fn a_stencil_rolls_back_under_a_new_home_when_its_home_and_a_worker_die_to
         .map(|(_, writer, _)| *writer)
         .find(|w| *w != victim)
         .expect("a node running another rank");
-    let old_home = grid.nodes[0].peer.clone();
     grid.nodes[0].kill();
     grid.nodes[victim].kill();
 
     // Through a node that lives on, until the new home ends the job.
     let mut asked = grid.nodes[survivor].client().await;
-    let (status, stdout, context) = completed_under_a_new_home(&mut asked, job, &old_home).await;
+    let (status, stdout, context) = completed_under_a_new_home(&mut asked, job, &grid.nodes).await;
     assert_ne!(
         status.ranks[&rank].node, grid.nodes[victim].peer,
         "{context}"

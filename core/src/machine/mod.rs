@@ -61,6 +61,11 @@ pub struct MachineConfig {
     /// without copies then models a grid whose homes never fail, as the
     /// paper's). Without replication every word goes at once.
     pub replicate: bool,
+    /// Whether the home asks the nodes holding its ranks which run (see
+    /// [`RankLiveness`]). The node always does; the simulator does where
+    /// nodes can fail (a scenario with churn or failover): elsewhere the
+    /// questions find nothing and only cost events.
+    pub watch_ranks: bool,
     /// Lease and election timing of the replicas.
     pub timing: Timing,
     /// How often replicas are ticked (heartbeats, leases, elections): well
@@ -97,6 +102,7 @@ impl Default for MachineConfig {
     fn default() -> Self {
         MachineConfig {
             replicate: true,
+            watch_ranks: true,
             timing: Timing::default(),
             tick: Duration::from_millis(100),
             degree: crate::copies::DEFAULT_DEGREE,
@@ -626,6 +632,9 @@ where
     /// Liveness watches the ranks the home placed on other nodes, until
     /// they end or are lost.
     fn follow_in_liveness(&mut self, now: Time, event: &JobEvent<P>) {
+        if !self.config.watch_ranks {
+            return;
+        }
         match event {
             JobEvent::Granted {
                 job, node, ranks, ..

@@ -680,7 +680,7 @@ where
                     .filter(|p| *p != self.me)
             });
         for (node, ranks) in state.ranks.by_node() {
-            if node != self.me {
+            if node != self.me && self.config.watch_ranks {
                 self.liveness.placed(now, job, node, &ranks);
             }
         }

@@ -452,9 +452,10 @@ fn a_home_out_of_touch_with_its_copies_holds_a_loss_back() {
     assert_eq!(lost(&grid), 1, "the held verdict was never delivered");
 }
 
-/// A copy that restarted (its replica lost) is invited again when its home
-/// places the job's copies again (here, as its neighbours change): the
-/// home's appends name the copies every time.
+/// A copy that restarted (its replica lost) is invited again: by the
+/// home's heartbeats once it has been silent for a lease (nothing else
+/// happens to the job meanwhile), and whenever the home places the job's
+/// copies again (here, as its neighbours change).
 #[test]
 fn a_copy_that_lost_its_replica_is_invited_again() {
     let mut grid = Grid::new(2);
@@ -462,11 +463,18 @@ fn a_copy_that_lost_its_replica_is_invited_again() {
     let member = *grid.grants().keys().next().unwrap();
     assert!(grid.nodes[&member].replica(JOB).is_some());
     grid.nodes.insert(member, machine(member, 1));
-    assert!(grid.nodes[&member].replica(JOB).is_none());
+    let timing = MachineConfig::default().timing;
+    let until = grid.now + timing.lease + 2 * timing.heartbeat;
+    grid.run_until(until);
+    assert!(
+        grid.nodes[&member].replica(JOB).is_some(),
+        "the heartbeats did not invite the restarted copy again"
+    );
+    grid.nodes.insert(member, machine(member, 1));
     let near = grid.nodes.keys().map(|n| (*n, None)).collect();
     grid.input(HOME, Input::Neighbours(near));
     assert!(
         grid.nodes[&member].replica(JOB).is_some(),
-        "the restarted copy was not invited again"
+        "placing the copies again did not invite the restarted copy"
     );
 }

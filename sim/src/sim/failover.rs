@@ -119,11 +119,14 @@ impl Sim {
         self.failover = Some(Box::new(Failover::new(config)));
     }
 
-    /// The machine's configuration for this run.
+    /// The machine's configuration for this run: replication with
+    /// `[failover]`, liveness questions where nodes can fail.
     pub(super) fn machine_config(&self) -> MachineConfig {
+        let watch_ranks = self.failover.is_some() || self.scenario.churn.is_some();
         match &self.failover {
             Some(f) => MachineConfig {
                 replicate: true,
+                watch_ranks,
                 timing: f.config.timing,
                 degree: f.config.degree,
                 tick: TICK,
@@ -131,6 +134,7 @@ impl Sim {
             },
             None => MachineConfig {
                 replicate: false,
+                watch_ranks,
                 tick: TICK,
                 ..MachineConfig::default()
             },
