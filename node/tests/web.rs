@@ -271,14 +271,22 @@ async fn status_pages_of_a_real_grid() {
         (seen.role, seen.home.as_str()),
         (JobRole::Participant, n0.peer.as_str())
     );
-    let detail: JobDetail = get_json(other.web, &format!("/api/jobs/{id}")).await;
-    assert!(
-        detail
-            .workers
-            .iter()
-            .any(|w| w.node == participant && w.state == WorkerState::Exited),
-        "{detail:?}"
-    );
+    // Its own worker shows as exited once the home acknowledged its end,
+    // which waits until a copy holds it: possibly a moment after the home
+    // told it the job completed.
+    let _: JobDetail = poll_json(
+        other.web,
+        &format!("/api/jobs/{id}"),
+        Duration::from_secs(10),
+        "the participant's worker shown as exited",
+        |detail: &JobDetail| {
+            detail
+                .workers
+                .iter()
+                .any(|w| w.node == participant && w.state == WorkerState::Exited)
+        },
+    )
+    .await;
     let page = get(other.web, &format!("/jobs/{id}")).await;
     assert_eq!(page.status, 200);
     assert_escaped("participant's job page", &page.body);
