@@ -135,5 +135,5 @@ pub use chunk::{
     MESSAGE_OVERHEAD, RANK_BUDGET, Violation, footprint,
 };
 pub use inbound::{Inbound, Received};
-pub use outbox::{Admission, Outbox};
+pub use outbox::{Admission, Outbox, SharedChunk};
 pub use rank::RankReceiver;
