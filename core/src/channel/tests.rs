@@ -65,6 +65,35 @@ fn a_large_message_is_chunked_and_built_in_room_its_credit_covers() {
     assert_eq!(rest, vec![big]);
 }
 
+/// Chunks handed out sharing their message are the chunks `next_chunk`
+/// hands out, and an ask is left to `next_chunk`.
+#[test]
+fn shared_chunks_are_the_same_chunks_and_leave_asks_to_next_chunk() {
+    let (mut out, mut inb) = (Outbox::new(), Inbound::new());
+    inb.raise_limit(MAX_WINDOW);
+    out.on_ack(inb.ack(CH)).unwrap();
+    let big = message(1, 2 * CHUNK_BYTES + 3);
+    out.push(CH, message(0, 10));
+    out.push(CH, big.clone());
+    let mut got = Vec::new();
+    while let Some(shared) = out.next_shared(CHUNK_BYTES) {
+        if let Received::Complete(m) = inb.on_chunk(shared.chunk()).unwrap() {
+            got.push(m);
+        }
+    }
+    assert_eq!(got, vec![message(0, 10), big]);
+    // Short of credit with everything acknowledged: an ask, which only
+    // `next_chunk` hands out.
+    out.on_ack(inb.ack(CH)).unwrap();
+    let len = MAX_WINDOW * 2;
+    assert_eq!(out.admits(CH, len), Admission::Ask);
+    out.ask(CH, len);
+    assert!(out.ask_next());
+    assert!(out.next_shared(CHUNK_BYTES).is_none());
+    let ask = out.next_chunk(CHUNK_BYTES).unwrap();
+    assert_eq!((ask.total, ask.bytes.len()), (len, 0));
+}
+
 #[test]
 fn a_rewind_resends_what_was_not_acked_and_duplicates_are_dropped() {
     let mut out = Outbox::new();
