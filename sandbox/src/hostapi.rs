@@ -75,7 +75,19 @@ pub(crate) struct HostNet {
     loaded: Option<Checkpoint>,
     /// Whether the worker waits in a receive without a deadline.
     waiting: Waiting,
+    /// The memory of the last large message the worker received, kept for
+    /// its next large send (see [`SPARE_BYTES`]).
+    spare: Vec<u8>,
 }
+
+/// A message of at least this many bytes, once the worker has copied it,
+/// leaves its memory to the worker's next send of one: glibc hands an
+/// allocation this large back to the system when it is freed (its largest
+/// threshold for that is 32 MiB), so a fresh one faults in every page
+/// again, about as costly as copying it twice (measured at 64 MiB: see
+/// `BENCHMARKS.md`, issue 29). A worker keeps at most one such buffer,
+/// no larger than [`MAX_MESSAGE_BYTES`], until its next send or its end.
+const SPARE_BYTES: usize = 32 * 1024 * 1024;
 
 /// Whether a worker waits in a receive without a deadline (`zorilla_recv`
 /// with a negative timeout, as a blocking `MPI_Recv` does), and since when.
@@ -148,6 +160,7 @@ impl HostNet {
             checkpoints: None,
             loaded: None,
             waiting: Waiting::default(),
+            spare: Vec::new(),
         }
     }
 
@@ -331,7 +344,14 @@ async fn send<T: HostApiState>(
     let Some(range) = guest_range(&caller, mem, ptr, len) else {
         return EFAULT;
     };
-    let payload = mem.data(&caller)[range].to_vec();
+    let spare = &mut caller.data_mut().net().spare;
+    let mut payload = if len >= SPARE_BYTES && spare.capacity() >= len {
+        std::mem::take(spare)
+    } else {
+        Vec::new()
+    };
+    payload.clear();
+    payload.extend_from_slice(&mem.data(&caller)[range]);
     let transport = &mut caller.data_mut().net().transport;
     let sent = transport.send(dest as Rank, payload);
     // A deadline too far away to represent is the same as none.
@@ -413,6 +433,9 @@ pub(crate) fn add_to_linker<T: HostApiState>(linker: &mut Linker<T>) -> wasmtime
                 data[src].copy_from_slice(&(from as i32).to_le_bytes());
                 if payload.len() <= cap {
                     data[buf.start..buf.start + payload.len()].copy_from_slice(&payload);
+                    if (SPARE_BYTES..=MAX_MESSAGE_BYTES).contains(&payload.capacity()) {
+                        caller.data_mut().net().spare = payload;
+                    }
                 } else {
                     caller.data_mut().net().pending = Some((from, payload));
                 }

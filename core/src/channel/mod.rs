@@ -112,7 +112,8 @@
 //!
 //! Sender: [`Outbox::admits`] says whether a message may be queued now;
 //! [`Outbox::push`] queues it; [`Outbox::next_chunk`] gives the next chunk
-//! to write (round robin over channels); [`Outbox::on_ack`] takes an ack
+//! to write (round robin over channels; [`Outbox::next_shared`] the same
+//! sharing its message, so that it can be written without the outbox); [`Outbox::on_ack`] takes an ack
 //! from the peer; [`Outbox::rewind`] after the stream was lost.
 //! Receiver: [`Inbound::on_chunk`] for each chunk read;
 //! [`Inbound::consumed`] when the worker takes a message;
@@ -135,5 +136,5 @@ pub use chunk::{
     MESSAGE_OVERHEAD, RANK_BUDGET, Violation, footprint,
 };
 pub use inbound::{Inbound, Received};
-pub use outbox::{Admission, Outbox};
+pub use outbox::{Admission, Outbox, SharedChunk};
 pub use rank::RankReceiver;

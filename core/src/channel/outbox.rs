@@ -3,16 +3,54 @@
 //! acknowledged.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
 
 use super::chunk::{
     Ack, CHUNK_BYTES, ChannelId, Chunk, INITIAL_WINDOW, MAX_MESSAGE_BYTES, Violation, footprint,
 };
 
-/// A queued message: kept until acknowledged.
+/// A queued message: kept until acknowledged (shared with the chunks of
+/// it being written, see [`Outbox::next_shared`]).
 #[derive(Debug)]
 struct Queued {
     seq: u64,
-    data: Vec<u8>,
+    data: Arc<Vec<u8>>,
+}
+
+/// A chunk as [`Outbox::next_shared`] hands it out: its bytes stay in
+/// their message, which it shares, so that a driver can write them after
+/// it let go of the outbox, without copying them first.
+#[derive(Clone, Debug)]
+pub struct SharedChunk {
+    /// The channel.
+    pub channel: ChannelId,
+    /// The message's number in its channel.
+    pub seq: u64,
+    /// Where the chunk's bytes go in the message.
+    pub offset: u64,
+    /// The message.
+    message: Arc<Vec<u8>>,
+    /// The chunk's bytes in the message.
+    range: Range<usize>,
+}
+
+impl SharedChunk {
+    /// The chunk's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.message[self.range.clone()]
+    }
+
+    /// The chunk, borrowing its bytes.
+    pub fn chunk(&self) -> Chunk<'_> {
+        Chunk {
+            channel: self.channel,
+            seq: self.seq,
+            offset: self.offset,
+            total: self.message.len() as u64,
+            bytes: self.bytes(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -155,7 +193,10 @@ impl Outbox {
         let was_idle = !c.has_unsent();
         c.next_seq += 1;
         c.end = c.end.saturating_add(footprint(data.len() as u64));
-        c.queue.push_back(Queued { seq, data });
+        c.queue.push_back(Queued {
+            seq,
+            data: Arc::new(data),
+        });
         if was_idle {
             self.ready.push_back(channel);
         }
@@ -186,6 +227,58 @@ impl Outbox {
     /// the channels with something to send in turn. The chunk counts as
     /// sent.
     pub fn next_chunk(&mut self, max: usize) -> Option<Chunk<'_>> {
+        let (channel, seq, offset, total, range) = self.take_next(max)?;
+        let data = match range {
+            Some(range) => {
+                let c = self.channels.get(&channel)?;
+                &c.queued(seq)?.data[range]
+            }
+            None => &[],
+        };
+        Some(Chunk {
+            channel,
+            seq,
+            offset,
+            total,
+            bytes: data,
+        })
+    }
+
+    /// [`next_chunk`](Self::next_chunk), sharing the chunk's message
+    /// rather than borrowing the outbox; `None` also for an ask (which
+    /// [`next_chunk`](Self::next_chunk) hands out), so call it only when
+    /// [`ask_next`](Self::ask_next) is false.
+    pub fn next_shared(&mut self, max: usize) -> Option<SharedChunk> {
+        if self.ask_next() {
+            return None;
+        }
+        let (channel, seq, offset, _, range) = self.take_next(max)?;
+        let c = self.channels.get(&channel)?;
+        Some(SharedChunk {
+            channel,
+            seq,
+            offset,
+            message: c.queued(seq)?.data.clone(),
+            range: range?,
+        })
+    }
+
+    /// Whether the next chunk to transmit is an ask (a chunk without bytes).
+    pub fn ask_next(&self) -> bool {
+        self.ready
+            .front()
+            .and_then(|id| self.channels.get(id))
+            .is_some_and(|c| !c.has_unsent())
+    }
+
+    /// Takes the next chunk off the round robin: its channel, number,
+    /// offset, message length, and its bytes' range in the message (`None`
+    /// for an ask).
+    #[allow(clippy::type_complexity)]
+    fn take_next(
+        &mut self,
+        max: usize,
+    ) -> Option<(ChannelId, u64, u64, u64, Option<Range<usize>>)> {
         let max = max.clamp(1, CHUNK_BYTES) as u64;
         let channel = self.ready.pop_front()?;
         let c = self.channels.get_mut(&channel)?;
@@ -194,13 +287,7 @@ impl Outbox {
             // message, without its bytes.
             let total = c.ask.filter(|_| !c.ask_sent)?;
             c.ask_sent = true;
-            return Some(Chunk {
-                channel,
-                seq: c.next_seq,
-                offset: 0,
-                total,
-                bytes: &[],
-            });
+            return Some((channel, c.next_seq, 0, total, None));
         }
         let seq = c.sent_seq;
         let offset = c.sent_offset;
@@ -215,15 +302,8 @@ impl Outbox {
         if c.has_unsent() || c.ask_due() {
             self.ready.push_back(channel);
         }
-        let c = self.channels.get(&channel)?;
-        let data = &c.queued(seq)?.data;
-        Some(Chunk {
-            channel,
-            seq,
-            offset,
-            total,
-            bytes: &data[offset as usize..(offset + len) as usize],
-        })
+        let range = offset as usize..(offset + len) as usize;
+        Some((channel, seq, offset, total, Some(range)))
     }
 
     /// Takes an ack from the peer: drops what it acknowledges and takes

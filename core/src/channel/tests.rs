@@ -46,7 +46,7 @@ fn messages_arrive_in_order_and_acks_free_them() {
 }
 
 #[test]
-fn a_large_message_is_chunked_and_allocated_as_it_arrives() {
+fn a_large_message_is_chunked_and_built_in_room_its_credit_covers() {
     let mut out = Outbox::new();
     let mut inb = Inbound::new();
     let big = message(3, 3 * CHUNK_BYTES + 5);
@@ -57,10 +57,41 @@ fn a_large_message_is_chunked_and_allocated_as_it_arrives() {
     let first = out.next_chunk(CHUNK_BYTES).unwrap();
     assert_eq!((first.offset, first.bytes.len()), (0, CHUNK_BYTES));
     assert_eq!(inb.on_chunk(first).unwrap(), Received::Partial);
-    // Only what arrived is held, not what the first chunk announced.
+    // Only what arrived counts as held; the room taken for the rest is
+    // within the credit the rank lent.
     assert!(inb.buffered_bytes() <= CHUNK_BYTES as u64);
+    assert!(footprint(big.len() as u64) <= inb.limit());
     let rest = pump(&mut out, &mut inb);
     assert_eq!(rest, vec![big]);
+}
+
+/// Chunks handed out sharing their message are the chunks `next_chunk`
+/// hands out, and an ask is left to `next_chunk`.
+#[test]
+fn shared_chunks_are_the_same_chunks_and_leave_asks_to_next_chunk() {
+    let (mut out, mut inb) = (Outbox::new(), Inbound::new());
+    inb.raise_limit(MAX_WINDOW);
+    out.on_ack(inb.ack(CH)).unwrap();
+    let big = message(1, 2 * CHUNK_BYTES + 3);
+    out.push(CH, message(0, 10));
+    out.push(CH, big.clone());
+    let mut got = Vec::new();
+    while let Some(shared) = out.next_shared(CHUNK_BYTES) {
+        if let Received::Complete(m) = inb.on_chunk(shared.chunk()).unwrap() {
+            got.push(m);
+        }
+    }
+    assert_eq!(got, vec![message(0, 10), big]);
+    // Short of credit with everything acknowledged: an ask, which only
+    // `next_chunk` hands out.
+    out.on_ack(inb.ack(CH)).unwrap();
+    let len = MAX_WINDOW * 2;
+    assert_eq!(out.admits(CH, len), Admission::Ask);
+    out.ask(CH, len);
+    assert!(out.ask_next());
+    assert!(out.next_shared(CHUNK_BYTES).is_none());
+    let ask = out.next_chunk(CHUNK_BYTES).unwrap();
+    assert_eq!((ask.total, ask.bytes.len()), (len, 0));
 }
 
 #[test]
@@ -287,7 +318,7 @@ fn hostile_chunks_are_refused() {
         Err(Violation::BadOffset { .. })
     ));
     assert_eq!(inb.on_chunk(chunk(0, 2, 6, &[1])), Err(Violation::BadChunk));
-    // A 64 MiB announcement (granted) holds only what came.
+    // A 64 MiB announcement (granted) counts only what came as held.
     let mut inb = Inbound::new();
     assert_eq!(
         inb.on_chunk(chunk(0, 0, MAX_MESSAGE_BYTES, &[])),

@@ -38,20 +38,25 @@
 //!
 //! 1. the sending worker copies it out of its guest's memory (copy 1),
 //!    queues it on the outbox, encodes its chunk into the connection's
-//!    write buffer (copy 2) and writes that to TLS, which encrypts it into
-//!    its record buffer (copy 3) and hands it to the socket: no other task
-//!    runs on the sending node (larger messages, and any when the
-//!    connection is busy, are written by the link's writer task: one
-//!    hand-off);
+//!    write buffer (copy 2; a chunk of 16 KiB or more is not copied there:
+//!    its frame's head is, and TLS takes the head and the chunk's bytes
+//!    from where they are in one vectored write) and writes that to TLS,
+//!    which encrypts it into its record buffer (copy 3) and hands it to the
+//!    socket: no other task runs on the sending node (larger messages, and
+//!    any when the connection is busy, are written by the link's writer
+//!    task: one hand-off);
 //! 2. on the receiving node the socket's readiness wakes the task that
 //!    serves the connection (hand-off 1: a thread woken out of `epoll`),
 //!    whose TLS decrypts into the stream's read buffer (copy 4); the chunk
-//!    is appended to the message being built (copy 5), and the complete
-//!    message pushed into the rank's inbox, waking its worker (hand-off 2,
-//!    unless the worker is polling its inbox: see [`Inbox::recv`]);
+//!    is copied into the message being built (copy 5: room for the whole
+//!    message is taken with its first chunk, which its credit covers, so
+//!    it never moves as it grows), and the complete message pushed into
+//!    the rank's inbox, waking its worker (hand-off 2, unless the worker
+//!    is polling its inbox: see [`Inbox::recv`]);
 //! 3. the worker copies the message into its guest's memory (copy 6).
 //!
-//! Acknowledgements do not add hops per message: they go back at most
+//! So a large message is copied five times (copies 1, 3 to 6), a small
+//! one six. Acknowledgements do not add hops per message: they go back at most
 //! every few milliseconds (or at once when a sender may be short of
 //! credit). Between two workers of one node: the sender copies the
 //! message out of its guest's memory into the receiver's inbox (copy 1,
@@ -70,7 +75,8 @@
 //!   the initial window times the number of workers sending to it, plus one
 //!   message: about 96 MiB for a job of a thousand ranks, whatever they
 //!   send (see [`zorilla_core::channel`]). A message's memory is allocated
-//!   as its chunks arrive (an announced length allocates nothing). This
+//!   when its first chunk arrives, within the credit its channel was
+//!   granted (an announced length alone allocates nothing). This
 //!   module only executes the policy: it tells the rank's receiver of asks
 //!   and reads, and raises the limits of the channels it names.
 //! - Sender: a channel's unacknowledged messages (its retransmission

@@ -18,7 +18,9 @@
 //! the lock is taken) is left to the writer task, which any readiness it
 //! registered wakes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::IoSlice;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
@@ -26,14 +28,22 @@ use std::task::{Context, Poll, Wake, Waker};
 use futures::io::AsyncWrite;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use zorilla_core::channel::{ChannelId, Outbox};
+use zorilla_core::channel::{ChannelId, Outbox, SharedChunk};
 use zorilla_overlay::PeerId;
-use zorilla_overlay::streams::protocol::{Frame, encode};
+use zorilla_overlay::streams::protocol::{Frame, encode, encode_data_head};
 
 use super::lock::lock;
 
 /// Bytes the writer task batches into one write.
 pub(super) const WRITE_BATCH: usize = 512 * 1024;
+
+/// Chunks of at least this many bytes are written from their message,
+/// after their frame's head, rather than copied behind it into the write
+/// buffer first (smaller ones are copied: one write for many of them).
+const SHARE_BYTES: usize = 16 * 1024;
+
+/// The most pieces (heads, chunks' bytes) handed to one vectored write.
+const WRITE_SLICES: usize = 16;
 
 /// The largest message a sending worker writes on an idle connection
 /// itself, and the most bytes of frames it writes then (larger messages
@@ -95,6 +105,7 @@ impl OutLink {
         *lock(&self.wire) = Some(Wire {
             w: Box::pin(w),
             buf: Vec::new(),
+            pieces: VecDeque::new(),
             pos: 0,
             unflushed: false,
             failed: None,
@@ -176,8 +187,12 @@ impl Wake for WakeWriter {
 /// outbox and not written yet.
 pub(super) struct Wire {
     w: Pin<Box<dyn AsyncWrite + Send>>,
-    /// Frames taken off the outbox; written up to `pos`.
+    /// Frames taken off the outbox, encoded: whole small ones, and the
+    /// heads of large chunks (whose bytes stay in their message).
     buf: Vec<u8>,
+    /// What is left to write, in order.
+    pieces: VecDeque<Piece>,
+    /// Bytes of the first piece written.
     pos: usize,
     /// Something was written since the last flush.
     unflushed: bool,
@@ -187,10 +202,27 @@ pub(super) struct Wire {
     waker: Waker,
 }
 
+/// A piece of what a [`Wire`] writes.
+enum Piece {
+    /// Frames encoded in the wire's buffer.
+    Encoded(Range<usize>),
+    /// A large chunk's bytes, in its message (after its head).
+    Bytes(SharedChunk),
+}
+
+impl Piece {
+    fn bytes<'a>(&'a self, buf: &'a [u8]) -> &'a [u8] {
+        match self {
+            Piece::Encoded(range) => &buf[range.clone()],
+            Piece::Bytes(chunk) => chunk.bytes(),
+        }
+    }
+}
+
 impl Wire {
     /// Nothing is left to write or flush, and nothing failed.
     fn idle(&self) -> bool {
-        self.pos == self.buf.len() && !self.unflushed && self.failed.is_none()
+        self.pieces.is_empty() && !self.unflushed && self.failed.is_none()
     }
 
     /// Writes what is left of the batch, flushes, and takes the next batch
@@ -223,14 +255,14 @@ impl Wire {
     ) -> Poll<Result<(), String>> {
         let mut taken = false;
         loop {
-            while self.pos < self.buf.len() {
-                let n = match self.w.as_mut().poll_write(cx, &self.buf[self.pos..]) {
+            while !self.pieces.is_empty() {
+                let n = match self.poll_write_pieces(cx) {
                     Poll::Ready(Ok(0)) => return Poll::Ready(Err("the connection wrote 0".into())),
                     Poll::Ready(Ok(n)) => n,
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e.to_string())),
                     Poll::Pending => return Poll::Pending,
                 };
-                self.pos += n;
+                self.advance(n);
                 self.unflushed = true;
             }
             if self.unflushed {
@@ -246,16 +278,8 @@ impl Wire {
                 return Poll::Ready(Ok(()));
             }
             taken = true;
-            {
-                let mut s = lock(state);
-                while self.buf.len() < batch {
-                    match s.outbox.next_chunk(batch) {
-                        Some(chunk) => encode(&Frame::Data(chunk), &mut self.buf),
-                        None => break,
-                    }
-                }
-            }
-            if self.buf.is_empty() {
+            self.take_batch(state, batch);
+            if self.pieces.is_empty() {
                 if !once {
                     // The connection's own wake-ups (a direct connection's
                     // cut among them) may have been registered by a sender
@@ -268,6 +292,89 @@ impl Wire {
                 }
                 return Poll::Ready(Ok(()));
             }
+        }
+    }
+
+    /// Takes about `batch` bytes of frames off the outbox (the buffer and
+    /// the pieces are empty).
+    fn take_batch(&mut self, state: &Mutex<OutState>, batch: usize) {
+        let mut s = lock(state);
+        let mut taken = 0;
+        while taken < batch {
+            let start = self.buf.len();
+            if s.outbox.ask_next() {
+                match s.outbox.next_chunk(batch) {
+                    Some(chunk) => encode(&Frame::Data(chunk), &mut self.buf),
+                    None => break,
+                }
+                taken += self.buf.len() - start;
+                self.encoded(start);
+                continue;
+            }
+            let Some(chunk) = s.outbox.next_shared(batch) else {
+                break;
+            };
+            let len = chunk.bytes().len();
+            if len >= SHARE_BYTES {
+                encode_data_head(&chunk.chunk(), &mut self.buf);
+                self.encoded(start);
+                self.pieces.push_back(Piece::Bytes(chunk));
+            } else {
+                encode(&Frame::Data(chunk.chunk()), &mut self.buf);
+                self.encoded(start);
+            }
+            taken += self.buf.len() - start + len;
+        }
+    }
+
+    /// Adds what was encoded in the buffer from `start` to the pieces.
+    fn encoded(&mut self, start: usize) {
+        let end = self.buf.len();
+        if end == start {
+            return;
+        }
+        if let Some(Piece::Encoded(last)) = self.pieces.back_mut()
+            && last.end == start
+        {
+            last.end = end;
+            return;
+        }
+        self.pieces.push_back(Piece::Encoded(start..end));
+    }
+
+    /// Writes the first pieces in one vectored write.
+    fn poll_write_pieces(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        let Wire {
+            w,
+            buf,
+            pieces,
+            pos,
+            ..
+        } = self;
+        let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+        let mut count = 0;
+        for (piece, slice) in pieces.iter().zip(slices.iter_mut()) {
+            let bytes = piece.bytes(buf);
+            *slice = IoSlice::new(if count == 0 { &bytes[*pos..] } else { bytes });
+            count += 1;
+        }
+        w.as_mut().poll_write_vectored(cx, &slices[..count])
+    }
+
+    /// `n` more bytes of the pieces were written.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(first) = self.pieces.front() else {
+                return;
+            };
+            let left = first.bytes(&self.buf).len() - self.pos;
+            if n < left {
+                self.pos += n;
+                return;
+            }
+            n -= left;
+            self.pieces.pop_front();
+            self.pos = 0;
         }
     }
 }

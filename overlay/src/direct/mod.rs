@@ -140,6 +140,18 @@ impl futures::AsyncWrite for CutStream {
         Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
+    /// TLS takes the slices as one stream of records: a frame's head and
+    /// its chunk's bytes, written from where they are, share records.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
         this.check(cx)?;

@@ -179,26 +179,37 @@ fn put_channel(out: &mut Vec<u8>, c: ChannelId) {
     out.extend_from_slice(&c.to_incarnation.to_le_bytes());
 }
 
+/// Appends the head of a data frame carrying `chunk`: all of it but the
+/// chunk's bytes, which must follow it on the stream (a writer that writes
+/// them from where they are, without copying them behind the head first).
+pub fn encode_data_head(chunk: &Chunk<'_>, out: &mut Vec<u8>) {
+    let len = (DATA_HEADER_BYTES - 4 + chunk.bytes.len()) as u32;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.push(DATA);
+    put_channel(out, chunk.channel);
+    out.extend_from_slice(&chunk.seq.to_le_bytes());
+    out.extend_from_slice(&chunk.offset.to_le_bytes());
+    out.extend_from_slice(&chunk.total.to_le_bytes());
+}
+
 /// Appends `frame` to `out`.
 pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
     let start = out.len();
-    out.extend_from_slice(&[0; 4]);
     match frame {
         Frame::Data(c) => {
-            out.push(DATA);
-            put_channel(out, c.channel);
-            out.extend_from_slice(&c.seq.to_le_bytes());
-            out.extend_from_slice(&c.offset.to_le_bytes());
-            out.extend_from_slice(&c.total.to_le_bytes());
+            encode_data_head(c, out);
             out.extend_from_slice(c.bytes);
+            return;
         }
         Frame::Ack(a) => {
+            out.extend_from_slice(&[0; 4]);
             out.push(ACK);
             put_channel(out, a.channel);
             out.extend_from_slice(&a.next.to_le_bytes());
             out.extend_from_slice(&a.limit.to_le_bytes());
         }
         Frame::Refuse(c, reason) => {
+            out.extend_from_slice(&[0; 4]);
             out.push(REFUSE);
             put_channel(out, *c);
             out.push(match reason {
@@ -207,6 +218,7 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
             });
         }
         Frame::Offer(port) => {
+            out.extend_from_slice(&[0; 4]);
             out.push(OFFER);
             out.extend_from_slice(&port.to_le_bytes());
         }
