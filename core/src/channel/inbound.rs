@@ -161,12 +161,9 @@ impl Inbound {
             if start.saturating_add(footprint(total)) > self.limit {
                 return Err(Violation::NoCredit);
             }
-            // The credit covers the whole message: its room is taken at
-            // once, so that it is written in place as its chunks come (no
-            // copies as it grows). Only a message the rank granted room
-            // for gets this far.
+            // Room for this chunk only: the rest is allocated as it comes.
             let mut data = Vec::new();
-            data.try_reserve_exact(total as usize)
+            data.try_reserve_exact(bytes.len())
                 .map_err(|_| Violation::BadChunk)?;
             self.partial = Some(Partial { seq, total, data });
         }
@@ -185,6 +182,16 @@ impl Inbound {
                 got: offset,
                 expected: have,
             });
+        }
+        // Grow by doubling, but never past the announced length.
+        if partial.data.capacity() < end as usize {
+            let want = (end as usize)
+                .max(partial.data.capacity() * 2)
+                .min(total as usize);
+            partial
+                .data
+                .try_reserve_exact(want - partial.data.len())
+                .map_err(|_| Violation::BadChunk)?;
         }
         partial.data.extend_from_slice(bytes);
         if end < total {
