@@ -257,9 +257,23 @@ where
         let Some(first) = copy.first_home(job) else {
             return;
         };
+        self.hold_copy(now, job, first, copy, out);
+    }
+
+    /// Starts this node's copy of `job`, whose first home is `first`, from
+    /// the job's first epoch (unless it holds as many replicas as it may:
+    /// then it says so); whether it did.
+    fn hold_copy(
+        &mut self,
+        now: Time,
+        job: JobId,
+        first: P,
+        copy: C,
+        out: &mut Out<P, R, C>,
+    ) -> bool {
         if self.replicas.len() >= self.config.max_replicas {
             out.push(Output::Notice(Notice::TooManyReplicas(job)));
-            return;
+            return false;
         }
         let replica = Replica::copy(
             job.0,
@@ -273,6 +287,7 @@ where
             .jobs
             .insert(job, Held::new(replica, Some(copy)));
         self.ensure_ticking(now);
+        true
     }
 
     /// A replica message from `from`. Only the job's replicas are heard:
@@ -328,23 +343,10 @@ where
                 });
                 return;
             };
-            if self.replicas.len() >= self.config.max_replicas {
-                out.push(Output::Notice(Notice::TooManyReplicas(job)));
+            if !self.hold_copy(now, job, first, copy, out) {
                 return;
             }
             invited_now = true;
-            let replica = Replica::copy(
-                job.0,
-                self.me.clone(),
-                first,
-                now,
-                self.config.timing,
-                self.signer.clone(),
-            );
-            self.replicas
-                .jobs
-                .insert(job, Held::new(replica, Some(copy)));
-            self.ensure_ticking(now);
         }
         let Some(held) = self.replicas.jobs.get_mut(&job) else {
             return;
