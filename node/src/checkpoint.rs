@@ -37,7 +37,7 @@ use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
 use crate::wire::{PeerReply, PeerRpc};
 
 // A checkpoint's blocks are cut as the files' blocks are.
-const _: () = assert!(MAX_BLOCK_BYTES == crate::wire::BLOCK_BYTES);
+const _: () = assert!(MAX_BLOCK_BYTES == crate::wire::files::BLOCK_BYTES);
 // A guest's generations are the ones the core takes.
 const _: () = assert!(zorilla_sandbox::MAX_GENERATION == zorilla_core::checkpoint::MAX_GENERATION);
 

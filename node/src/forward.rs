@@ -8,7 +8,7 @@
 //! the job knows its primary ([`Primaries`], published by the loop); any
 //! other node asks at most [`MAX_ASKED`] of the peers it knows, all at
 //! once, which of them is the job's home or knows it
-//! ([`PeerRpc::WhereIs`]), and keeps the answer for [`HOME_KEPT`] (at most
+//! ([`ForwardRpc::WhereIs`]), and keeps the answer for [`HOME_KEPT`] (at most
 //! [`MAX_HOMES`] jobs), so that a client that follows a job through it
 //! does not make it ask again at every request; a home kept that does not
 //! answer as the job's home is forgotten, and looked for again. A forwarded request is answered by the node
@@ -26,6 +26,7 @@ use futures::StreamExt;
 use zorilla_overlay::{OverlayHandle, PeerId};
 
 use crate::protocol::{ErrorKind, Request, Response};
+use crate::wire::forward::ForwardRpc;
 use crate::wire::{PeerReply, PeerRpc, decode, encode};
 
 /// The most peers asked where a job's home is.
@@ -247,7 +248,7 @@ async fn ask_home(
     request: Request,
 ) -> Result<Response, NotHome> {
     let request = shrink(request);
-    let rpc = PeerRpc::Client(Box::new(request));
+    let rpc = PeerRpc::Forward(ForwardRpc::Client(Box::new(request)));
     let call = overlay.request(home, encode(&rpc));
     let answer = match tokio::time::timeout(FORWARD_TIMEOUT, call).await {
         Ok(Ok(bytes)) => decode::<PeerReply>(&bytes),
@@ -279,7 +280,10 @@ pub(crate) async fn find_home(overlay: &OverlayHandle, job: u64) -> Option<PeerI
             let overlay = overlay.clone();
             async move {
                 let bytes = overlay
-                    .request(p.peer, encode(&PeerRpc::WhereIs { job }))
+                    .request(
+                        p.peer,
+                        encode(&PeerRpc::Forward(ForwardRpc::WhereIs { job })),
+                    )
                     .await
                     .ok()?;
                 match decode::<PeerReply>(&bytes).ok()? {

@@ -23,8 +23,16 @@ use crate::protocol::{
 };
 use crate::store::checkpoints::Manifest;
 use crate::store::{self, FileRef, JobRecord};
+use crate::wire::barrier::{BarrierMsg, BarrierRpc};
 use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
-use crate::wire::{self, BarrierMsg, JobCopy, JobInfo, PeerReply, PeerRpc, Placed, view};
+use crate::wire::files::FileRpc;
+use crate::wire::forward::ForwardRpc;
+use crate::wire::job_copy::{JobCopy, JobInfo, Placed};
+use crate::wire::liveness::RanksRpc;
+use crate::wire::member::MemberRpc;
+use crate::wire::sched::SchedRpc;
+use crate::wire::view::ViewRpc;
+use crate::wire::{self, PeerReply, PeerRpc, view};
 
 /// A decoder of outside bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -620,15 +628,15 @@ fn job_record(g: &mut Gen) -> JobRecord {
 
 fn peer_rpc(g: &mut Gen) -> PeerRpc {
     let job = g.int();
-    match g.below(15) {
-        0 => PeerRpc::Sched(message(g)),
-        1 => PeerRpc::GetJob { job },
-        2 => PeerRpc::GetBlock {
+    match g.below(17) {
+        0 => PeerRpc::Sched(SchedRpc::Message(message(g))),
+        1 => PeerRpc::Member(MemberRpc::GetJob { job }),
+        2 => PeerRpc::File(FileRpc::GetBlock {
             sha256: g.string(),
             offset: g.int(),
             len: g.u32(),
-        },
-        3 => PeerRpc::Grant {
+        }),
+        3 => PeerRpc::Sched(SchedRpc::Grant {
             grant: message(g),
             copy: Box::new(JobCopy {
                 request: job_request(g),
@@ -639,8 +647,8 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
                 owner_proof: g.option(submit_proof),
                 origin: g.option(origin),
             }),
-        },
-        4 | 5 => PeerRpc::Barrier {
+        }),
+        4 | 5 => PeerRpc::Barrier(BarrierRpc {
             job,
             to: g.u32(),
             from: g.u32(),
@@ -649,18 +657,18 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
                 1 => BarrierMsg::Withdraw { token: g.int() },
                 _ => BarrierMsg::Release { token: g.int() },
             },
-        },
-        6 => PeerRpc::Log {
+        }),
+        6 => PeerRpc::Member(MemberRpc::Log {
             job,
             chunk: log_chunk(g),
-        },
-        7 => PeerRpc::Output {
+        }),
+        7 => PeerRpc::Member(MemberRpc::Output {
             job,
             name: g.string(),
             offset: g.int(),
             data: g.bytes(),
-        },
-        8 => PeerRpc::WorkerEnded {
+        }),
+        8 => PeerRpc::Member(MemberRpc::WorkerEnded {
             job,
             rank: g.u32(),
             incarnation: g.u32(),
@@ -681,13 +689,17 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
                 }),
                 _ => WorkerEnd::Cancelled,
             },
-        },
+        }),
         9 => PeerRpc::Ping,
-        10 => PeerRpc::Status,
-        11 => PeerRpc::StatusJob { job: g.string() },
+        10 => PeerRpc::View(ViewRpc::Node),
+        11 => PeerRpc::View(ViewRpc::Job { job: g.string() }),
         12 => PeerRpc::Checkpoint(checkpoint_rpc(g)),
-        13 => PeerRpc::Summary,
-        _ => PeerRpc::Sched(Message::Advert(advert(g))),
+        13 => PeerRpc::View(ViewRpc::Summary),
+        14 => PeerRpc::Ranks(RanksRpc {
+            jobs: g.map(Gen::int, |g| g.vec(Gen::u32)),
+        }),
+        15 => PeerRpc::Forward(ForwardRpc::WhereIs { job }),
+        _ => PeerRpc::Sched(SchedRpc::Message(Message::Advert(advert(g)))),
     }
 }
 

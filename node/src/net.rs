@@ -28,7 +28,9 @@ use zorilla_sandbox::transport::BoxFuture;
 use zorilla_sandbox::{Delivery, Rank, Transport, TransportError};
 
 use crate::link::{Inbox, JobRoutes, Links, lock};
-use crate::wire::{BarrierMsg, DecodeError, PeerReply, PeerRpc, Placed, Refusal, decode, encode};
+use crate::wire::barrier::{BarrierMsg, BarrierRpc};
+use crate::wire::job_copy::Placed;
+use crate::wire::{DecodeError, PeerReply, PeerRpc, Refusal, decode, encode};
 
 /// Capacity of each rank's barrier queue.
 pub(crate) const BARRIER_QUEUE: usize = 256;
@@ -319,12 +321,12 @@ impl Drop for Withdrawal {
             return;
         };
         let (net, job) = (self.net.clone(), self.job.clone());
-        let rpc = PeerRpc::Barrier {
+        let rpc = PeerRpc::Barrier(BarrierRpc {
             job: job.job,
             to: 0,
             from: self.from,
             msg: BarrierMsg::Withdraw { token: self.token },
-        };
+        });
         runtime.spawn(async move {
             let _ = tokio::time::timeout(WITHDRAW_FOR, deliver(&net, &job, 0, rpc)).await;
         });
@@ -382,12 +384,12 @@ impl NetTransport {
             }
         }
         for (to, token) in self.round.finish() {
-            let rpc = PeerRpc::Barrier {
+            let rpc = PeerRpc::Barrier(BarrierRpc {
                 job: self.job.job,
                 to,
                 from: 0,
                 msg: BarrierMsg::Release { token },
-            };
+            });
             self.deliver(to, rpc).await?;
         }
         Ok(())
@@ -406,12 +408,12 @@ impl NetTransport {
             token,
             armed: true,
         };
-        let rpc = PeerRpc::Barrier {
+        let rpc = PeerRpc::Barrier(BarrierRpc {
             job: self.job.job,
             to: 0,
             from: self.rank,
             msg: BarrierMsg::Enter { token },
-        };
+        });
         let result = match self.deliver(0, rpc).await {
             Err(e) => Err(e),
             Ok(()) => loop {

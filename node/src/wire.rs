@@ -1,93 +1,44 @@
-//! What nodes say to each other over the overlay's rpc protocol (CBOR): the
-//! core's scheduling messages, job copies and placement pushes, file blocks,
-//! rank-to-rank messages, worker output streaming to the home, and the
-//! status page's remote views and grid view.
+//! What nodes say to each other over the overlay's rpc protocol (CBOR),
+//! one file per concern: scheduling and grants ([`sched`]), a member's
+//! reports to a job's home ([`member`]), files ([`files`]), barriers
+//! ([`barrier`]), liveness ([`liveness`]), replicas of a job's log
+//! ([`replica`]), a client's questions passed to a job's home
+//! ([`forward`]), the status page's remote views ([`view`]) and
+//! checkpoints ([`checkpoint`]). Each file has its requests and their
+//! checks; this one has the envelope ([`PeerRpc`]), the answers
+//! ([`PeerReply`]) and the encoding.
+//!
+//! A request is checked once, when it is decoded ([`PeerRpc::check`]),
+//! against the documented maxima; the node's handlers take it checked.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use zorilla_core::advert::Message;
-use zorilla_core::node::WorkerEnd;
 use zorilla_overlay::PeerId;
 
-use crate::protocol::{JobPhase, JobRequest, LogChunk};
-use crate::store::FileRef;
-
+pub(crate) mod barrier;
 pub(crate) mod checkpoint;
+pub(crate) mod files;
+pub(crate) mod forward;
+pub(crate) mod job_copy;
+pub(crate) mod liveness;
+pub(crate) mod member;
+pub(crate) mod replica;
+pub(crate) mod sched;
 pub(crate) mod view;
 
+use barrier::BarrierRpc;
 use checkpoint::{CheckpointReply, CheckpointRpc};
+use files::FileRpc;
+use forward::ForwardRpc;
+use job_copy::JobInfo;
+use liveness::RanksRpc;
+use member::MemberRpc;
+use replica::ReplicaRpc;
+use sched::SchedRpc;
+use view::ViewRpc;
 
-/// Largest block of a file (or of output) sent in one rpc: well under the
-/// overlay's 1 MiB frame cap, large enough that a module of a few hundred
-/// KiB moves in a handful of round trips.
-pub(crate) const BLOCK_BYTES: usize = 256 * 1024;
-
-/// Largest module or input file of a job a node fetches: a job is submitted
-/// in one client frame, so none of its files can be larger.
-pub(crate) const MAX_FILE_BYTES: u64 = crate::protocol::frame::DEFAULT_MAX_FRAME as u64;
-
-/// The most jobs one [`PeerRpc::Ranks`] asks about: far more than a node
-/// runs workers for at once (its owner's limit on jobs), so a question
-/// above it is refused as malformed.
-pub(crate) const MAX_ASKED_JOBS: usize = 4096;
-
-/// A job's copy, as the home hands it to nodes running its workers.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct JobInfo {
-    pub(crate) id: u64,
-    pub(crate) home: PeerId,
-    pub(crate) phase: JobPhase,
-    pub(crate) request: JobRequest,
-    pub(crate) module: FileRef,
-    pub(crate) inputs: Vec<FileRef>,
-    pub(crate) ranks: BTreeMap<u32, Placed>,
-}
-
-/// What a member needs of a job to start its workers, besides the grant:
-/// what to run and with what limits, and the files to fetch (by hash, from
-/// the home or another node of the job). It travels with the grant
-/// ([`PeerRpc::Grant`]), so a member starts without asking the home.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct JobCopy {
-    pub(crate) request: JobRequest,
-    pub(crate) module: FileRef,
-    pub(crate) inputs: Vec<FileRef>,
-    /// When the job was accepted, seconds since the Unix epoch (what a
-    /// node that takes the job over shows).
-    #[serde(default)]
-    pub(crate) submitted_unix: u64,
-    /// The user who owns the job (a node that takes the job over keeps it
-    /// that user's).
-    #[serde(default)]
-    pub(crate) owner: Option<crate::owner::UserId>,
-    /// The owner's signature of the submission: a node checks it before
-    /// it runs a worker of the job.
-    #[serde(default)]
-    pub(crate) owner_proof: Option<crate::owner::SubmitProof>,
-    /// The job's first home and the nonce its id was made from: a node
-    /// takes a grant or an invitation to hold a copy only if they give the
-    /// job's id (see [`crate::origin`]).
-    #[serde(default)]
-    pub(crate) origin: Option<crate::origin::JobOrigin>,
-}
-
-impl JobCopy {
-    /// The job's first home, if the copy's origin makes `job`'s id (see
-    /// [`crate::origin`]).
-    pub(crate) fn first_home(&self, job: u64) -> Option<PeerId> {
-        self.origin.and_then(|o| o.first_home(job))
-    }
-}
-
-/// Where a rank runs (the core's [`zorilla_core::advert::Placed`]).
-pub(crate) type Placed = zorilla_core::advert::Placed<PeerId>;
-
-/// A message between the replicas of a job (the core's
-/// [`zorilla_core::replica::Msg`] of its [`zorilla_core::node::JobEntry`]
-/// log).
-pub(crate) type ReplicaMsg =
-    zorilla_core::replica::Msg<PeerId, zorilla_core::node::JobEntry<PeerId>>;
+use crate::validate::Invalid;
 
 /// Why a node did not serve a peer's request: what kind of no, for the
 /// asker to act on, and one sentence for its log.
@@ -131,112 +82,57 @@ impl PeerReply {
     }
 }
 
-/// A request from one node to another.
+/// A request from one node to another: its concern, then the request of
+/// that concern (in the concern's own file).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum PeerRpc {
-    /// A scheduling message of the core (a grant travels as
-    /// [`PeerRpc::Grant`]).
-    Sched(Message<PeerId>),
-    /// Home to member: the core's [`Message::Grant`] (the ranks to start,
-    /// their incarnation, the job's whole placement) with the job's copy:
-    /// everything the member needs to start its workers, in one message.
-    Grant {
-        grant: Message<PeerId>,
-        copy: Box<JobCopy>,
-    },
-    /// A member to the home that has said nothing for a while: the job's
-    /// state (see `Node::refresh_stale_copies`).
-    GetJob { job: u64 },
-    /// A block of a content-addressed file.
-    GetBlock {
-        sha256: String,
-        offset: u64,
-        len: u32,
-    },
-    /// Barrier traffic: ranks enter at rank 0, rank 0 releases them.
-    Barrier {
-        job: u64,
-        to: u32,
-        from: u32,
-        msg: BarrierMsg,
-    },
-    /// Worker node to home: output of a rank.
-    Log { job: u64, chunk: LogChunk },
-    /// Worker node to home: a piece of an output file.
-    Output {
-        job: u64,
-        name: String,
-        offset: u64,
-        #[serde(with = "serde_bytes")]
-        data: Vec<u8>,
-    },
-    /// Worker node to home: a rank's worker ended (after all its output
-    /// was sent). `incarnation` is the grant that started it, so that the
-    /// home tells a replaced worker's late report from the current one's.
-    WorkerEnded {
-        job: u64,
-        rank: u32,
-        incarnation: u32,
-        end: WorkerEnd,
-    },
     /// Liveness probe.
     Ping,
-    /// Home to a node holding ranks of its jobs: which of these ranks do
-    /// you run? `jobs` holds, per job, the ranks the home places on the
-    /// receiver (at most [`MAX_ASKED_JOBS`] jobs). Answered with
-    /// [`PeerReply::Ranks`]; a node stops workers of the sender's jobs that
-    /// the sender no longer places on it (see `node::liveness`).
-    Ranks { jobs: BTreeMap<u64, Vec<u32>> },
-    /// The status page's remote view: everything this node shows.
-    Status,
-    /// The status page's remote view of one job (its id as the pages
-    /// print it).
-    StatusJob { job: String },
-    /// Checkpoints: blocks to and from holders, where a rank's latest is
-    /// (see [`checkpoint`]).
+    /// Scheduling: the core's messages and grants.
+    Sched(SchedRpc),
+    /// A member to a job's home.
+    Member(MemberRpc),
+    /// A job's files.
+    File(FileRpc),
+    /// Between a job's ranks.
+    Barrier(BarrierRpc),
+    /// A home to a node holding its ranks.
+    Ranks(RanksRpc),
+    /// Between a job's replicas.
+    Replica(ReplicaRpc),
+    /// A client's question on its way to a job's home.
+    Forward(ForwardRpc),
+    /// The status page's remote views.
+    View(ViewRpc),
+    /// Checkpoints: blocks to and from holders, where a rank's latest is.
     Checkpoint(CheckpointRpc),
-    /// Between the replicas of a job (its primary and its copies): the
-    /// core's [`zorilla_core::replica::Msg`] of the job's log. `copy` goes
-    /// with an append that may reach a node that does not hold the job yet
-    /// (an extra copy, or one that fell behind), so that any copy can
-    /// become the job's home.
-    Replica {
-        job: u64,
-        msg: Box<ReplicaMsg>,
-        copy: Option<Box<JobCopy>>,
-    },
-    /// Which node is the home of `job`, if the receiver knows? Answered
-    /// with [`PeerReply::Home`] (see [`crate::forward`]).
-    WhereIs { job: u64 },
-    /// A client's request about a job whose home the receiver is, from
-    /// the node the client asked (see [`crate::forward`]). Answered with
-    /// [`PeerReply::Client`]; never forwarded again.
-    Client(Box<crate::protocol::Request>),
-    /// The status page's grid view: what the receiver says about itself
-    /// (answered with [`PeerReply::Summary`]).
-    Summary,
 }
 
-/// What a [`PeerRpc::Barrier`] says. Every barrier call of a worker has a
-/// token of its own, so that rank 0 can tell a call that was abandoned from
-/// a later one, and a worker can tell its release from one meant for an
-/// earlier call or an earlier worker of its rank.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum BarrierMsg {
-    /// To rank 0: the sender waits in its barrier call `token`.
-    Enter { token: u64 },
-    /// To rank 0: the sender's call `token` was dropped before the barrier
-    /// completed (its worker was cancelled or hit a limit while waiting).
-    Withdraw { token: u64 },
-    /// From rank 0: the call `token` of the receiver may return.
-    Release { token: u64 },
+impl PeerRpc {
+    /// Checks a request from a peer, once decoded: every count, rank, size
+    /// and duration within the documented maxima. A peer whose request
+    /// fails is answered with the sentence and counted as misbehaving.
+    pub(crate) fn check(&self) -> Result<(), Invalid> {
+        match self {
+            PeerRpc::Ping => Ok(()),
+            PeerRpc::Sched(rpc) => rpc.check(),
+            PeerRpc::Member(rpc) => rpc.check(),
+            PeerRpc::File(rpc) => rpc.check(),
+            PeerRpc::Barrier(rpc) => rpc.check(),
+            PeerRpc::Ranks(rpc) => rpc.check(),
+            PeerRpc::Replica(rpc) => rpc.check(),
+            PeerRpc::Forward(rpc) => rpc.check(),
+            PeerRpc::View(rpc) => rpc.check(),
+            PeerRpc::Checkpoint(rpc) => rpc.check(),
+        }
+    }
 }
 
 /// The answer to a [`PeerRpc`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum PeerReply {
     Ack,
-    /// Answer to a [`PeerRpc::Grant`]: which run of the node took it (its
+    /// Answer to a [`SchedRpc::Grant`]: which run of the node took it (its
     /// boot id, as in [`PeerReply::Ranks`]), so that the home can tell a
     /// restart however soon after the grant it came.
     Granted {
@@ -244,13 +140,13 @@ pub(crate) enum PeerReply {
     },
     Job(Box<JobInfo>),
     Block(#[serde(with = "serde_bytes")] Vec<u8>),
-    /// Answer to [`PeerRpc::Status`].
+    /// Answer to [`ViewRpc::Node`].
     Status(Box<view::Snapshot>),
-    /// Answer to [`PeerRpc::StatusJob`]; `None` if the job is unknown here.
+    /// Answer to [`ViewRpc::Job`]; `None` if the job is unknown here.
     StatusJob(Option<Box<view::JobDetail>>),
-    /// Answer to [`PeerRpc::Summary`].
+    /// Answer to [`ViewRpc::Summary`].
     Summary(Box<view::Summary>),
-    /// Answer to [`PeerRpc::Ranks`]: this run of the node (`boot`, random
+    /// Answer to [`RanksRpc`]: this run of the node (`boot`, random
     /// at every start, and how long it has been up) and the ranks it runs
     /// or is starting of the jobs asked about (jobs it does not know are
     /// left out).
@@ -268,9 +164,9 @@ pub(crate) enum PeerReply {
     Checkpoint(CheckpointReply),
     /// The request was not served, and why.
     Refused(Refusal),
-    /// Answer to [`PeerRpc::WhereIs`]: the job's home, if known.
+    /// Answer to [`ForwardRpc::WhereIs`]: the job's home, if known.
     Home(Option<PeerId>),
-    /// Answer to [`PeerRpc::Client`].
+    /// Answer to [`ForwardRpc::Client`].
     Client(Box<crate::protocol::Response>),
 }
 
@@ -309,7 +205,14 @@ mod tests {
     use zorilla_overlay::config::DEFAULT_MAX_MESSAGE_SIZE;
 
     use super::*;
+    use crate::protocol::{JobPhase, JobRequest, LogChunk};
+    use crate::store::FileRef;
     use crate::validate;
+    use barrier::BarrierMsg;
+    use files::BLOCK_BYTES;
+    use job_copy::{JobCopy, Placed};
+    use zorilla_core::advert::Message;
+    use zorilla_core::node::WorkerEnd;
 
     /// The largest copies that pass validation must travel in one overlay
     /// message with room to spare: three quarters of the cap at most.
@@ -381,22 +284,22 @@ mod tests {
             inputs: copy.inputs,
             ranks: placement(),
         };
-        assert_eq!(validate::job_info(&info), Ok(()));
+        assert_eq!(info.check(), Ok(()));
         let bytes = encode(&PeerReply::Job(Box::new(info))).len();
         assert!(bytes < ROOM, "{bytes} bytes");
     }
 
     #[test]
     fn the_largest_valid_peer_requests_fit_one_overlay_message() {
-        let push = PeerRpc::Sched(Message::Placement {
+        let push = PeerRpc::Sched(SchedRpc::Message(Message::Placement {
             job: JobId(u64::MAX),
             phase: Phase::Running,
             placement: placement(),
             replaced: (0..limits::MAX_WORKERS).collect(),
-        });
+        }));
         // The one message that starts a member's workers: every rank of
         // the largest job, its whole placement, and its largest copy.
-        let grant = PeerRpc::Grant {
+        let grant = PeerRpc::Sched(SchedRpc::Grant {
             grant: Message::Grant {
                 hold: HoldId(u32::MAX),
                 job: JobId(u64::MAX),
@@ -405,7 +308,7 @@ mod tests {
                 placement: placement(),
             },
             copy: Box::new(largest_copy()),
-        };
+        });
         let advert = Advert {
             job: JobId(u64::MAX),
             home: PeerId::random(),
@@ -426,14 +329,14 @@ mod tests {
             owner: Some(crate::owner::UserKey::generate().id().key()),
         };
         assert_eq!(limits::check_advert(&advert), Ok(()));
-        let ended = PeerRpc::WorkerEnded {
+        let ended = PeerRpc::Member(MemberRpc::WorkerEnded {
             job: u64::MAX,
             rank: limits::MAX_WORKERS - 1,
             incarnation: u32::MAX,
             end: WorkerEnd::Failed(zorilla_core::node::Failure::Trapped(
                 "x".repeat(validate::MAX_OUTCOME_BYTES),
             )),
-        };
+        });
         use crate::store::checkpoints::{
             MAX_BLOCK_BYTES, MAX_BLOCKS, MAX_CHECKPOINT_BYTES, Manifest,
         };
@@ -469,7 +372,7 @@ mod tests {
         let answer = PeerReply::Checkpoint(CheckpointReply::Manifest(Some(manifest)));
         assert!(encode(&answer).len() < ROOM);
         for rpc in [push, grant, ended, put, commit, stored] {
-            assert_eq!(validate::peer_rpc(&rpc), Ok(()), "{rpc:?}");
+            assert_eq!(rpc.check(), Ok(()), "{rpc:?}");
             let bytes = encode(&rpc).len();
             assert!(bytes < ROOM, "{bytes} bytes");
         }
@@ -478,8 +381,8 @@ mod tests {
 
     #[test]
     fn out_of_range_peer_requests_are_refused_with_a_sentence() {
-        let refused = |rpc: PeerRpc| validate::peer_rpc(&rpc).unwrap_err().to_string();
-        let advert = PeerRpc::Sched(Message::Advert(Advert {
+        let refused = |rpc: PeerRpc| rpc.check().unwrap_err().to_string();
+        let advert = PeerRpc::Sched(SchedRpc::Message(Message::Advert(Advert {
             job: JobId(1),
             home: PeerId::random(),
             per_worker: Resources::new(1, 64, 0),
@@ -493,31 +396,31 @@ mod tests {
                 path_rtt: Duration::ZERO,
             },
             owner: None,
-        }));
+        })));
         assert!(refused(advert).contains("advert expiry"));
-        let offer = PeerRpc::Sched(Message::Offer {
+        let offer = PeerRpc::Sched(SchedRpc::Message(Message::Offer {
             hold: HoldId(0),
             job: JobId(1),
             workers: u32::MAX,
             distance: Duration::MAX,
             residue: Resources::ZERO,
             machine: Machine::default(),
-        });
+        }));
         assert!(refused(offer).contains("offered workers"));
         // What an offer says of its machine is bounded too: a node cannot
         // claim more busy cores than it has, nor an absurd speed.
         let offer = |machine| {
-            PeerRpc::Sched(Message::Offer {
+            PeerRpc::Sched(SchedRpc::Message(Message::Offer {
                 hold: HoldId(0),
                 job: JobId(1),
                 workers: 1,
                 distance: Duration::from_millis(1),
                 residue: Resources::new(1, 0, 0),
                 machine,
-            })
+            }))
         };
         let machine = |cores, busy, speed| Machine { cores, busy, speed };
-        assert!(validate::peer_rpc(&offer(machine(4, 3, 1500))).is_ok());
+        assert!(offer(machine(4, 3, 1500)).check().is_ok());
         assert!(refused(offer(machine(u32::MAX, 0, 1000))).contains("node cores"));
         assert!(refused(offer(machine(4, 5, 1000))).contains("busy cores"));
         assert!(refused(offer(machine(4, 0, u32::MAX))).contains("CPU speed"));
@@ -529,12 +432,12 @@ mod tests {
                 incarnation: 0,
             },
         )]);
-        let push = PeerRpc::Sched(Message::Placement {
+        let push = PeerRpc::Sched(SchedRpc::Message(Message::Placement {
             job: JobId(1),
             phase: Phase::Running,
             placement: placed.clone(),
             replaced: vec![],
-        });
+        }));
         assert!(refused(push).contains("rank is 4294967295"));
         let grant = Message::Grant {
             hold: HoldId(0),
@@ -557,63 +460,65 @@ mod tests {
             origin: None,
         });
         assert!(
-            refused(PeerRpc::Grant {
+            refused(PeerRpc::Sched(SchedRpc::Grant {
                 grant: grant.clone(),
                 copy: copy.clone()
-            })
+            }))
             .contains("rank is 4294967295")
         );
         // A grant without the job's copy would leave the member asking.
         assert_eq!(
-            refused(PeerRpc::Sched(grant)),
+            refused(PeerRpc::Sched(SchedRpc::Message(grant))),
             "a grant travels with its job's copy, not as a bare scheduling message"
         );
-        let not_a_grant = PeerRpc::Grant {
+        let not_a_grant = PeerRpc::Sched(SchedRpc::Grant {
             grant: Message::Refuse {
                 hold: None,
                 job: JobId(1),
                 reason: zorilla_core::advert::RefuseReason::NotChosen,
             },
             copy,
-        };
+        });
         assert_eq!(
             refused(not_a_grant),
             "a job's copy travels with a grant only"
         );
-        let barrier = PeerRpc::Barrier {
+        let barrier = PeerRpc::Barrier(BarrierRpc {
             job: 1,
             to: u32::MAX,
             from: 0,
             msg: BarrierMsg::Enter { token: 1 },
-        };
+        });
         assert!(refused(barrier).contains("receiving rank"));
-        let output = |name: &str, offset| PeerRpc::Output {
-            job: 1,
-            name: name.into(),
-            offset,
-            data: vec![1],
+        let output = |name: &str, offset| {
+            PeerRpc::Member(MemberRpc::Output {
+                job: 1,
+                name: name.into(),
+                offset,
+                data: vec![1],
+            })
         };
         assert!(refused(output("0/../x", 0)).contains("not usable"));
         assert!(refused(output("x", 0)).contains("<rank>/<path>"));
         assert!(refused(output("0//x", 0)).contains("not usable"));
         assert!(refused(output("0/x", u64::MAX)).contains("output offset"));
-        assert_eq!(validate::peer_rpc(&output("3/x.txt", 7)), Ok(()));
+        assert_eq!(output("3/x.txt", 7).check(), Ok(()));
         // Subdirectories of a rank's outputs travel as rank/sub/file.
-        assert_eq!(validate::peer_rpc(&output("3/sub/x.txt", 0)), Ok(()));
-        let block = PeerRpc::GetBlock {
+        assert_eq!(output("3/sub/x.txt", 0).check(), Ok(()));
+        let block = PeerRpc::File(FileRpc::GetBlock {
             sha256: "../../etc/passwd".into(),
             offset: 0,
             len: 1,
-        };
+        });
         assert!(refused(block).contains("64 hex digits"));
-        let log = PeerRpc::Log {
+        let log = PeerRpc::Member(MemberRpc::Log {
             job: 1,
             chunk: LogChunk {
                 rank: 0,
                 stderr: false,
                 data: vec![0; BLOCK_BYTES + 1],
             },
-        };
+        });
         assert!(refused(log).contains("log chunk size"));
         let put = PeerRpc::Checkpoint(CheckpointRpc::Put {
             job: 1,
@@ -716,13 +621,13 @@ mod replica_tests {
             mandate: None,
             roster: None,
         };
-        let rpc = PeerRpc::Replica {
+        let rpc = PeerRpc::Replica(ReplicaRpc {
             job: 1,
             msg: Box::new(msg),
             copy: None,
-        };
+        });
         let back: PeerRpc = decode(&encode(&rpc)).expect("decodes");
-        crate::validate::peer_rpc(&back).expect("passes the checks");
+        back.check().expect("passes the checks");
     }
 
     /// A peer may pass on only a client's questions about a job (status,
@@ -733,7 +638,7 @@ mod replica_tests {
     fn a_peer_passes_on_only_questions_about_a_job_and_bounded_appends() {
         use crate::protocol::{JobRequest, Request};
         let passed =
-            |request: Request| crate::validate::peer_rpc(&PeerRpc::Client(Box::new(request)));
+            |request: Request| PeerRpc::Forward(ForwardRpc::Client(Box::new(request))).check();
         assert!(passed(Request::Status { job: 1 }).is_ok());
         assert!(passed(Request::Cancel { job: 1 }).is_ok());
         assert!(
@@ -777,12 +682,12 @@ mod replica_tests {
             mandate: None,
             roster: None,
         };
-        let rpc = PeerRpc::Replica {
+        let rpc = PeerRpc::Replica(ReplicaRpc {
             job: 1,
             msg: Box::new(too_many),
             copy: None,
-        };
-        assert!(crate::validate::peer_rpc(&rpc).is_err());
+        });
+        assert!(rpc.check().is_err());
     }
 
     /// The largest append of checkpoint entries (a rollback job's log)
@@ -805,32 +710,34 @@ mod replica_tests {
                 },
             })
         };
-        let append = |generation| PeerRpc::Replica {
-            job: u64::MAX,
-            msg: Box::new(Msg::Append {
-                epoch: epoch.clone(),
-                after: 0,
-                after_epoch: Some(epoch.clone()),
-                entries: vec![
-                    (epoch.clone(), entry(generation));
-                    zorilla_core::replica::MAX_ENTRIES_PER_APPEND
-                ],
-                copies: None,
-                version: 0,
-                end: zorilla_core::replica::MAX_LOG,
-                mandate: None,
-                roster: None,
-            }),
-            copy: None,
+        let append = |generation| {
+            PeerRpc::Replica(ReplicaRpc {
+                job: u64::MAX,
+                msg: Box::new(Msg::Append {
+                    epoch: epoch.clone(),
+                    after: 0,
+                    after_epoch: Some(epoch.clone()),
+                    entries: vec![
+                        (epoch.clone(), entry(generation));
+                        zorilla_core::replica::MAX_ENTRIES_PER_APPEND
+                    ],
+                    copies: None,
+                    version: 0,
+                    end: zorilla_core::replica::MAX_LOG,
+                    mandate: None,
+                    roster: None,
+                }),
+                copy: None,
+            })
         };
         let largest = append(MAX_GENERATION);
-        assert_eq!(crate::validate::peer_rpc(&largest), Ok(()));
+        assert_eq!(largest.check(), Ok(()));
         let bytes = encode(&largest).len();
         assert!(
             bytes < zorilla_overlay::config::DEFAULT_MAX_MESSAGE_SIZE,
             "{bytes} bytes"
         );
-        let refused = crate::validate::peer_rpc(&append(MAX_GENERATION + 1)).unwrap_err();
+        let refused = append(MAX_GENERATION + 1).check().unwrap_err();
         assert!(
             refused.to_string().contains("checkpoint generation"),
             "{refused}"

@@ -35,20 +35,34 @@ enum RpcRequest {
 /// The node's peer requests that the test sends (same names, same shapes).
 #[derive(Serialize)]
 enum PeerRpc {
-    GetJob {
-        job: u64,
-    },
+    Member(MemberRpc),
+    File(FileRpc),
+    Replica(ReplicaRpc),
+    Checkpoint(CheckpointRpc),
+}
+
+/// A member's request to a job's home (same names, same shapes).
+#[derive(Serialize)]
+enum MemberRpc {
+    GetJob { job: u64 },
+}
+
+/// A request for a file (same names, same shapes).
+#[derive(Serialize)]
+enum FileRpc {
     GetBlock {
         sha256: String,
         offset: u64,
         len: u32,
     },
-    Replica {
-        job: u64,
-        msg: Box<ReplicaMsg>,
-        copy: Option<Box<JobCopy>>,
-    },
-    Checkpoint(CheckpointRpc),
+}
+
+/// A replica message (same names, same shapes).
+#[derive(Serialize)]
+struct ReplicaRpc {
+    job: u64,
+    msg: Box<ReplicaMsg>,
+    copy: Option<Box<JobCopy>>,
 }
 
 /// The node's checkpoint requests (same names, same shapes).
@@ -193,11 +207,11 @@ async fn a_stranger_naming_itself_a_jobs_home_changes_nothing_and_is_reported() 
     };
     for node in [home, member] {
         for msg in [&append, &alive] {
-            let rpc = PeerRpc::Replica {
+            let rpc = PeerRpc::Replica(ReplicaRpc {
                 job,
                 msg: Box::new(msg.clone()),
                 copy: None,
-            };
+            });
             send(&raw, node.peer.parse().unwrap(), &rpc).await;
         }
     }
@@ -280,7 +294,7 @@ async fn a_strangers_invitation_takes_no_copy_slot_from_the_jobs_home() {
         term: 1,
         primary: raw.peer,
     };
-    let invitation = PeerRpc::Replica {
+    let invitation = PeerRpc::Replica(ReplicaRpc {
         job,
         msg: Box::new(ReplicaMsg::Append {
             epoch,
@@ -309,7 +323,7 @@ async fn a_strangers_invitation_takes_no_copy_slot_from_the_jobs_home() {
                 nonce: [7; 16],
             }),
         })),
-    };
+    });
     send(&raw, spare_peer, &invitation).await;
     let spare_node = &grid.nodes[spare];
     wait_log(
@@ -410,12 +424,12 @@ async fn a_stranger_gets_nothing_of_a_job_from_its_home_or_a_checkpoint_holder()
     let raw = raw_peer_at(&grid.network, &[home, holder]).await;
     let me = raw.peer.to_string();
     let home_peer: PeerId = home.peer.parse().unwrap();
-    send(&raw, home_peer, &PeerRpc::GetJob { job }).await;
-    let block = PeerRpc::GetBlock {
+    send(&raw, home_peer, &PeerRpc::Member(MemberRpc::GetJob { job })).await;
+    let block = PeerRpc::File(FileRpc::GetBlock {
         sha256: sha256.clone(),
         offset: 0,
         len: 1024,
-    };
+    });
     send(&raw, home_peer, &block).await;
     let holder_peer: PeerId = holder.peer.parse().unwrap();
     let manifest = PeerRpc::Checkpoint(CheckpointRpc::Manifest {

@@ -29,7 +29,7 @@
 //!   authenticated by the nodes' libp2p identities, which carry the same
 //!   frames when they can be made.
 //! - `wire`: the CBOR frames of `/zorilla/<network>/flood/1` and
-//!   `/zorilla/<network>/rpc/3` and their size-capped codec.
+//!   `/zorilla/<network>/rpc/4` and their size-capped codec.
 //! - [`cbor`]: the check of CBOR from outside before it is decoded (no
 //!   header may declare more than the input could hold).
 //! - `fuzz` (hidden): entry points for the fuzz harness, not an API.

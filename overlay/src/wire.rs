@@ -29,7 +29,7 @@
 //! the cap.
 //!
 //! Versioning is in the protocol names (`/zorilla/<network>/flood/1`,
-//! `/zorilla/<network>/rpc/3`): a change to these types that old nodes cannot
+//! `/zorilla/<network>/rpc/4`): a change to these types that old nodes cannot
 //! read gets a new number, and libp2p's protocol negotiation keeps old and
 //! new nodes from misreading each other.
 
@@ -59,12 +59,14 @@ pub(crate) fn ranks_protocol(network: &str) -> String {
     format!("/zorilla/{network}/ranks/4")
 }
 
-/// The request-response protocol's name on network `network`. Version 3:
+/// The request-response protocol's name on network `network`. Version 4:
+/// the node's requests name their concern first (`PeerRpc::Member(..)`,
+/// `PeerRpc::File(..)`, ...: zorilla-node's `wire`). Version 3:
 /// peers exchange network coordinates ([`RpcRequest::Coordinates`]).
 /// Version 2: the scheduling messages name the member's hold they are
 /// about (zorilla-core's `HoldId`).
 pub(crate) fn rpc_protocol(network: &str) -> String {
-    format!("/zorilla/{network}/rpc/3")
+    format!("/zorilla/{network}/rpc/4")
 }
 
 /// The identify protocol version of network `network`: peers announcing

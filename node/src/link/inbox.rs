@@ -13,7 +13,7 @@ use zorilla_sandbox::{Delivery, MembershipChange, TransportError};
 
 use super::lock::lock;
 use super::peer_inbound::PeerInbound;
-use crate::wire::Placed;
+use crate::wire::job_copy::Placed;
 
 /// Unread membership changes an inbox keeps (older ones are dropped by the
 /// host API anyway).

@@ -10,7 +10,7 @@ use zorilla_overlay::streams::protocol::Refusal;
 use super::inbox::{Inbox, JobRoutes, Source};
 use super::lock::lock;
 use super::peer_inbound::{PeerInbound, RecvChannel};
-use crate::wire::Placed;
+use crate::wire::job_copy::Placed;
 
 /// Channels one peer may have open towards this node.
 const MAX_CHANNELS_PER_PEER: usize = 1 << 16;

@@ -10,7 +10,7 @@ use zorilla_sandbox::Delivery;
 use super::inbox::Item;
 use super::intake::admit;
 use super::*;
-use crate::wire::Placed;
+use crate::wire::job_copy::Placed;
 
 const CH: ChannelId = ChannelId {
     job: 1,

@@ -278,11 +278,20 @@ impl Node {
         self.record(job).map(|_| self.me)
     }
 
+    /// Answers where a job's home is, or a client's request another node
+    /// passed on (see [`crate::forward`]).
+    pub(super) fn forward_rpc(&mut self, rpc: ForwardRpc, reply: Reply) {
+        match rpc {
+            ForwardRpc::WhereIs { job } => self.reply(reply, PeerReply::Home(self.home_of(job))),
+            ForwardRpc::Client(request) => self.forwarded(*request, reply),
+        }
+    }
+
     /// A client's request that another node passed on (see
     /// [`crate::forward`]): answered here if this node is the job's home,
     /// never passed on again, as a stranger's unless it carries the job's
     /// owner's proof (see [`crate::owner`]).
-    pub(super) fn forwarded(&mut self, request: Request, reply: Reply) {
+    fn forwarded(&mut self, request: Request, reply: Reply) {
         let Some(job) = crate::forward::job_of(&request) else {
             return self.reply(
                 reply,

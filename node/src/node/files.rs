@@ -130,11 +130,11 @@ pub(super) async fn fetch(
     let mut data = Vec::with_capacity(usize::try_from(file.size).unwrap_or(0));
     let mut failures = 0;
     while (data.len() as u64) < file.size {
-        let rpc = PeerRpc::GetBlock {
+        let rpc = PeerRpc::File(FileRpc::GetBlock {
             sha256: file.sha256.clone(),
             offset: data.len() as u64,
             len: BLOCK_BYTES as u32,
-        };
+        });
         let from = sources[failures % sources.len().max(1)];
         match net.call_ok(from, rpc).await {
             Ok(PeerReply::Block(block))
@@ -261,6 +261,63 @@ pub(super) fn cached_block(files: &Path, sha256: &str, offset: u64, len: u32) ->
     let mut block = Vec::with_capacity(want as usize);
     file.take(want).read_to_end(&mut block).ok()?;
     Some(block)
+}
+
+impl Node {
+    /// Answers a request for a block of a file: only a node of a job that
+    /// uses the file gets it ([`Node::may_fetch_file`]).
+    pub(super) fn file_rpc(&self, from: PeerId, rpc: FileRpc) -> PeerReply {
+        match rpc {
+            FileRpc::GetBlock {
+                sha256,
+                offset,
+                len,
+            } => match check_hash(&sha256) {
+                Err(e) => PeerReply::refused(RefusalKind::Malformed, e.to_string()),
+                Ok(()) if !self.may_fetch_file(&from, &sha256) => self.refuse_data(
+                    from,
+                    format!("it asked for file {sha256}, of no job of which it holds a part"),
+                ),
+                Ok(()) => {
+                    match self
+                        .store
+                        .blob_block(&sha256, offset, (len as usize).min(BLOCK_BYTES))
+                    {
+                        Ok(Some(block)) => PeerReply::Block(block),
+                        // Not a file of a job of ours: perhaps one this node
+                        // fetched to run workers (then it is complete and
+                        // hash-checked).
+                        Ok(None) => {
+                            match cached_block(&self.dir.join("files"), &sha256, offset, len) {
+                                Some(block) => PeerReply::Block(block),
+                                None => PeerReply::refused(
+                                    RefusalKind::NotHere,
+                                    format!("no file {sha256} here"),
+                                ),
+                            }
+                        }
+                        Err(e) => PeerReply::refused(RefusalKind::Unavailable, e.to_string()),
+                    }
+                }
+            },
+        }
+    }
+
+    /// Whether `peer` may fetch the file `sha256`: it is a module or input
+    /// of a job that `peer` is of ([`Node::of_job`]), as this node knows.
+    fn may_fetch_file(&self, peer: &PeerId, sha256: &str) -> bool {
+        let uses = |module: &FileRef, inputs: &[FileRef]| {
+            module.sha256 == sha256 || inputs.iter().any(|f| f.sha256 == sha256)
+        };
+        let home_jobs = self
+            .jobs
+            .all_under_way()
+            .iter()
+            .filter(|(_, r)| uses(&r.module, &r.inputs))
+            .map(|(job, _)| *job);
+        let copied = self.replica_jobs_using(|copy| uses(&copy.module, &copy.inputs));
+        home_jobs.chain(copied).any(|job| self.of_job(job, peer))
+    }
 }
 
 #[cfg(test)]

@@ -26,11 +26,11 @@ impl Node {
                         .then(|| self.replica_copy(job.0))
                         .flatten()
                         .map(Box::new);
-                    let rpc = PeerRpc::Replica {
+                    let rpc = PeerRpc::Replica(ReplicaRpc {
                         job: job.0,
                         msg: Box::new(msg),
                         copy,
-                    };
+                    });
                     if self.replica_delay.is_zero() {
                         self.send(to, rpc);
                     } else {
@@ -141,10 +141,10 @@ impl Node {
     pub(super) fn send_now(&mut self, to: PeerId, msg: Message<PeerId>) {
         let rpc = match msg {
             Message::Grant { job, .. } => match self.job_copy(job.0) {
-                Some(copy) => PeerRpc::Grant {
+                Some(copy) => PeerRpc::Sched(SchedRpc::Grant {
                     grant: msg,
                     copy: Box::new(copy),
-                },
+                }),
                 // The record is written before the job is submitted to the
                 // core, so this does not happen; the member's hold times
                 // out and it withdraws.
@@ -153,7 +153,7 @@ impl Node {
                     return;
                 }
             },
-            msg => PeerRpc::Sched(msg),
+            msg => PeerRpc::Sched(SchedRpc::Message(msg)),
         };
         self.send(to, rpc);
     }

@@ -17,7 +17,8 @@ use zorilla_core::stall::{MAX_WAIT, Waits};
 use zorilla_overlay::PeerId;
 
 use super::{Done, NoRanks, Node};
-use crate::wire::{MAX_ASKED_JOBS, PeerReply, PeerRpc, RefusalKind};
+use crate::wire::liveness::{MAX_ASKED_JOBS, RanksRpc};
+use crate::wire::{PeerReply, PeerRpc, RefusalKind};
 
 /// How often the loop looks whether its home jobs' ranks all wait on one
 /// another (the ranks here are asked then).
@@ -36,7 +37,7 @@ impl Node {
         let net = self.net.clone();
         self.messages_sent += 1;
         self.tasks.spawn(async move {
-            let call = net.call_ok(peer, PeerRpc::Ranks { jobs: jobs.clone() });
+            let call = net.call_ok(peer, PeerRpc::Ranks(RanksRpc { jobs: jobs.clone() }));
             let answer = match tokio::time::timeout(wait, call).await {
                 Ok(Ok(PeerReply::Ranks {
                     boot,

@@ -6,6 +6,73 @@ use super::files::{PrepareError, link_inputs, prepare};
 use super::*;
 
 impl Node {
+    /// Takes a peer's scheduling message to the core. A grant comes with
+    /// the job's copy, which goes with the core's decision: workers start
+    /// with it (`start_workers`, where the node becomes one of the job's
+    /// copies), or the grant is withdrawn and it goes.
+    pub(super) fn sched_rpc(
+        &mut self,
+        from: PeerId,
+        rpc: SchedRpc,
+        rtt: Option<Duration>,
+    ) -> PeerReply {
+        let (grant, copy) = match rpc {
+            SchedRpc::Message(msg) => {
+                self.feed_sched(Input::Message { from, msg, rtt });
+                return PeerReply::Ack;
+            }
+            SchedRpc::Grant { grant, copy } => (grant, copy),
+        };
+        let job = grant.job().0;
+        let input = Input::Message {
+            from,
+            msg: grant,
+            rtt,
+        };
+        let out = self
+            .machine
+            .handle(self.now(), machine::Input::Sched(input));
+        let mut copy = Some(*copy);
+        for output in out {
+            match output {
+                MachineOutput::Sched(Output::StartWorkers {
+                    job: started,
+                    home,
+                    ranks,
+                    incarnation,
+                    placement,
+                }) if started.0 == job && copy.is_some() => {
+                    self.start_workers(job, home, ranks, incarnation, placement, copy.take())
+                }
+                output => self.execute(vec![output]),
+            }
+        }
+        PeerReply::Granted { boot: self.boot }
+    }
+
+    /// Hands a barrier message to the rank it is for, if it runs here.
+    pub(super) fn barrier_rpc(&self, from: PeerId, rpc: BarrierRpc) -> PeerReply {
+        let BarrierRpc {
+            job,
+            to,
+            from: src,
+            msg,
+        } = rpc;
+        match self.members.get(&job).and_then(|m| m.net.barrier(to)) {
+            Some(tx) => match tx.try_send(BarrierItem {
+                from: src,
+                node: from,
+                msg,
+            }) {
+                Ok(()) => PeerReply::Ack,
+                Err(_) => {
+                    PeerReply::refused(RefusalKind::Unavailable, "barrier queue full or closed")
+                }
+            },
+            None => PeerReply::refused(RefusalKind::NotHere, format!("rank {to} not here")),
+        }
+    }
+
     /// The copy of a granted job, if its origin gives the job's id (so
     /// that it names the job's first home: see [`crate::origin`]) and it
     /// names the owner its advert named (by which this node's owner's
@@ -59,7 +126,7 @@ impl Node {
 
     /// Starts workers of a job granted to this node: the grant carried
     /// the job's placement, and its copy came with it (`granted`, see
-    /// [`PeerRpc::Grant`]; a job of our own's copy is its record), so only
+    /// [`SchedRpc::Grant`]; a job of our own's copy is its record), so only
     /// the files are fetched before the workers start.
     pub(super) fn start_workers(
         &mut self,
@@ -157,8 +224,11 @@ impl Node {
             member.heard = Instant::now();
             let (net, home, job) = (self.net.clone(), member.home, *job);
             self.tasks.spawn(async move {
-                let info = match net.call_ok(home, PeerRpc::GetJob { job }).await {
-                    Ok(PeerReply::Job(info)) => match validate::job_info(&info) {
+                let info = match net
+                    .call_ok(home, PeerRpc::Member(MemberRpc::GetJob { job }))
+                    .await
+                {
+                    Ok(PeerReply::Job(info)) => match info.check() {
                         Ok(()) => Ok(info),
                         Err(e) => Err(NoState::Refused(e)),
                     },
@@ -303,12 +373,12 @@ impl Node {
                     let net = self.net.clone();
                     let end = WorkerEnd::Failed(Failure::NotStarted(cut_outcome(e.to_string())));
                     self.tasks.spawn(async move {
-                        let rpc = PeerRpc::WorkerEnded {
+                        let rpc = PeerRpc::Member(MemberRpc::WorkerEnded {
                             job,
                             rank,
                             incarnation,
                             end,
-                        };
+                        });
                         let _ = net.call(home, rpc).await;
                         Done::WorkerEnded {
                             job,
@@ -495,12 +565,12 @@ pub(super) async fn supervise(
     // take the others' wait for it for a stall.
     net.links.settled(job, rank, incarnation).await;
     let end = worker_end(report.outcome, &limits);
-    let rpc = PeerRpc::WorkerEnded {
+    let rpc = PeerRpc::Member(MemberRpc::WorkerEnded {
         job,
         rank,
         incarnation,
         end,
-    };
+    });
     let mut ended = Ended {
         net,
         home,
@@ -550,7 +620,7 @@ struct Ended {
     outputs_limit: u64,
     job: u64,
     rank: u32,
-    /// Its report ([`PeerRpc::WorkerEnded`]).
+    /// Its report ([`MemberRpc::WorkerEnded`]).
     rpc: PeerRpc,
     cancel: zorilla_sandbox::CancelHandle,
 }
@@ -677,7 +747,9 @@ async fn send_log(net: &Net, home: PeerId, job: u64, rank: u32, stderr: bool, da
             stderr,
             data: piece.to_vec(),
         };
-        let _ = net.call(home, PeerRpc::Log { job, chunk }).await;
+        let _ = net
+            .call(home, PeerRpc::Member(MemberRpc::Log { job, chunk }))
+            .await;
     }
 }
 
@@ -747,7 +819,9 @@ pub(super) async fn send_outputs(
             data: format!("zorilla: {line}\n").into_bytes(),
         };
         async move {
-            let _ = net.call(home, PeerRpc::Log { job, chunk }).await;
+            let _ = net
+                .call(home, PeerRpc::Member(MemberRpc::Log { job, chunk }))
+                .await;
         }
     };
     let root = outputs.to_owned();
@@ -802,12 +876,12 @@ pub(super) async fn send_outputs(
             }
             let last = block.len() < BLOCK_BYTES;
             let n = block.len() as u64;
-            let rpc = PeerRpc::Output {
+            let rpc = PeerRpc::Member(MemberRpc::Output {
                 job,
                 name: sent_as.clone(),
                 offset,
                 data: block,
-            };
+            });
             let mut answer = net.call(home, rpc.clone()).await;
             for _ in 1..3 {
                 if answer.is_ok() {

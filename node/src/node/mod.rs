@@ -47,10 +47,16 @@ use crate::protocol::{
 use crate::status::{self, Publisher};
 use crate::store::{Append, FileRef, JobRecord, Store, StoreError, StoredPeer, Writer};
 use crate::validate;
-use crate::wire::{
-    BLOCK_BYTES, JobCopy, JobInfo, MAX_FILE_BYTES, PeerReply, PeerRpc, Placed, RefusalKind, decode,
-    encode,
-};
+use crate::wire::barrier::BarrierRpc;
+use crate::wire::files::FileRpc;
+use crate::wire::files::{BLOCK_BYTES, MAX_FILE_BYTES};
+use crate::wire::forward::ForwardRpc;
+use crate::wire::job_copy::{JobCopy, JobInfo, Placed};
+use crate::wire::member::MemberRpc;
+use crate::wire::replica::ReplicaRpc;
+use crate::wire::sched::SchedRpc;
+use crate::wire::view::ViewRpc;
+use crate::wire::{PeerReply, PeerRpc, RefusalKind, decode, encode};
 use homejobs::HomeJobs;
 
 mod checkpoints;
@@ -62,6 +68,7 @@ mod liveness;
 mod member;
 mod peers;
 mod replicas;
+mod reports;
 
 /// A client request on its way into the event loop.
 pub(crate) struct Command {

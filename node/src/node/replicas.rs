@@ -12,7 +12,7 @@ use zorilla_overlay::identity::PeerSigner;
 
 use super::files::{check_job_copy, fetch};
 use super::*;
-use crate::wire::ReplicaMsg;
+use crate::wire::replica::ReplicaMsg;
 
 /// How many extra copies fetch their job's files at once.
 pub(super) const MAX_COPY_FETCHES: usize = 4;
@@ -159,11 +159,11 @@ impl Node {
         if let Some(msg) = self.machine.newer_primary_notice(JobId(job), &peer) {
             self.send(
                 peer,
-                PeerRpc::Replica {
+                PeerRpc::Replica(ReplicaRpc {
                     job,
                     msg: Box::new(msg),
                     copy: None,
-                },
+                }),
             );
         }
     }

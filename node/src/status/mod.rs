@@ -24,13 +24,13 @@
 //! The grid view: [`NodeStatus`]'s `StatusSource::summary` is what this
 //! node says about itself (its site, cores, and the jobs it runs workers
 //! of), and `StatusSource::remote_summary` asks a peer for its own with a
-//! [`PeerRpc::Summary`](crate::wire::PeerRpc::Summary); the web interface
+//! [`ViewRpc::Summary`](crate::wire::view::ViewRpc::Summary); the web interface
 //! bounds how many peers it asks and how often (`zorilla_webui::grid`).
 //!
 //! Remote views: [`NodeStatus`]'s `StatusSource::remote` and
 //! `StatusSource::remote_job` send the peer a
-//! [`PeerRpc::Status`](crate::wire::PeerRpc::Status) or
-//! [`PeerRpc::StatusJob`](crate::wire::PeerRpc::StatusJob) and wait at most
+//! [`ViewRpc::Node`](crate::wire::view::ViewRpc::Node) or
+//! [`ViewRpc::Job`](crate::wire::view::ViewRpc::Job) and wait at most
 //! [`REMOTE_TIMEOUT`](remote::REMOTE_TIMEOUT). The peer's loop hands such a
 //! request to [`answer`] off the loop; the answer is cut to
 //! [`MAX_REPLY_BYTES`](remote::MAX_REPLY_BYTES) (the overlay refuses frames
@@ -57,5 +57,4 @@ mod wire_view;
 
 pub(crate) use poll::poll_overlay;
 pub(crate) use publish::{LoopState, MAX_JOBS, Member, Publisher};
-pub(crate) use remote::Asked;
 pub(crate) use source::{NodeStatus, answer};

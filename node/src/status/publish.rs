@@ -109,27 +109,24 @@ impl Publisher {
 
     /// A peer's request arrived: marks what it may change.
     pub(crate) fn note_rpc(&mut self, rpc: &PeerRpc) {
+        use crate::wire::member::MemberRpc;
         match rpc {
-            PeerRpc::Log { job, .. } => {
+            PeerRpc::Member(MemberRpc::Log { job, .. }) => {
                 self.logs.insert(*job);
             }
-            // Nothing shown changes.
-            PeerRpc::Barrier { .. }
-            | PeerRpc::GetBlock { .. }
-            | PeerRpc::GetJob { .. }
-            | PeerRpc::Output { .. }
-            | PeerRpc::Ping
-            | PeerRpc::Ranks { .. }
-            | PeerRpc::Status
-            | PeerRpc::StatusJob { .. }
-            | PeerRpc::Summary
-            | PeerRpc::Checkpoint(_)
-            | PeerRpc::Replica { .. }
-            | PeerRpc::WhereIs { .. }
-            | PeerRpc::Client(_) => {}
-            PeerRpc::Sched(_) | PeerRpc::Grant { .. } | PeerRpc::WorkerEnded { .. } => {
+            PeerRpc::Sched(_) | PeerRpc::Member(MemberRpc::WorkerEnded { .. }) => {
                 self.dirty = true;
             }
+            // Nothing shown changes.
+            PeerRpc::Member(MemberRpc::GetJob { .. } | MemberRpc::Output { .. })
+            | PeerRpc::Ping
+            | PeerRpc::File(_)
+            | PeerRpc::Barrier(_)
+            | PeerRpc::Ranks(_)
+            | PeerRpc::Replica(_)
+            | PeerRpc::Forward(_)
+            | PeerRpc::View(_)
+            | PeerRpc::Checkpoint(_) => {}
         }
     }
 
@@ -545,14 +542,14 @@ mod tests {
         publisher.publish(state(&sched, &jobs));
         assert!(changes.try_recv().is_err());
         // A log chunk announces its job's page only.
-        publisher.note_rpc(&PeerRpc::Log {
+        publisher.note_rpc(&PeerRpc::Member(crate::wire::member::MemberRpc::Log {
             job: 1200,
             chunk: protocol::LogChunk {
                 rank: 0,
                 stderr: false,
                 data: b"x\n".to_vec(),
             },
-        });
+        }));
         assert!(publisher.due().is_some());
         publisher.publish(state(&sched, &jobs));
         assert_eq!(
@@ -561,11 +558,16 @@ mod tests {
         );
         assert!(changes.try_recv().is_err());
         // The remote view's answer fits.
-        match answer(&status, &crate::status::Asked::Node) {
+        match answer(&status, &crate::wire::view::ViewRpc::Node) {
             PeerReply::Status(snap) => assert_eq!(snap.jobs.len(), MAX_JOBS),
             other => panic!("{other:?}"),
         }
-        match answer(&status, &crate::status::Asked::Job("nonsense".into())) {
+        match answer(
+            &status,
+            &crate::wire::view::ViewRpc::Job {
+                job: "nonsense".into(),
+            },
+        ) {
             PeerReply::StatusJob(None) => {}
             other => panic!("{other:?}"),
         }
@@ -609,7 +611,7 @@ mod tests {
             }
             let publish = start.elapsed() / rounds;
             let start = Instant::now();
-            let bytes = encode(&answer(&status, &crate::status::Asked::Node)).len();
+            let bytes = encode(&answer(&status, &crate::wire::view::ViewRpc::Node)).len();
             let remote = start.elapsed();
             println!(
                 "{n} stored jobs: publish {:.2} ms; remote-view answer {:.2} ms, {bytes} bytes",

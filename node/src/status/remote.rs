@@ -11,7 +11,8 @@ use zorilla_webui::model::{JobDetail, NodeSnapshot, NodeSummary};
 use zorilla_webui::{RemoteError, StatusSource};
 
 use crate::validate;
-use crate::wire::{PeerReply, PeerRpc, decode, encode, view};
+use crate::wire::view::{self, ViewRpc};
+use crate::wire::{PeerReply, PeerRpc, decode, encode};
 
 /// How long a remote view waits for the peer (less than the web
 /// interface's own bound, so that the page says why).
@@ -28,9 +29,9 @@ pub(super) async fn remote_view(
     peer: PeerId,
     known: bool,
 ) -> Result<NodeSnapshot, RemoteError> {
-    match ask(overlay, peer, PeerRpc::Status, known).await? {
+    match ask(overlay, peer, ViewRpc::Node, known).await? {
         PeerReply::Status(snap) => {
-            validate::remote_view(&snap).map_err(refused)?;
+            snap.check().map_err(refused)?;
             Ok(NodeSnapshot::from(*snap))
         }
         other => Err(unexpected(&other)),
@@ -44,9 +45,9 @@ pub(super) async fn remote_summary(
     peer: PeerId,
     known: bool,
 ) -> Result<NodeSummary, RemoteError> {
-    match ask(overlay, peer, PeerRpc::Summary, known).await? {
+    match ask(overlay, peer, ViewRpc::Summary, known).await? {
         PeerReply::Summary(summary) => {
-            validate::summary(&summary).map_err(refused)?;
+            summary.check().map_err(refused)?;
             Ok(NodeSummary::from(*summary))
         }
         other => Err(unexpected(&other)),
@@ -61,10 +62,10 @@ pub(super) async fn remote_job(
     job: String,
     known: bool,
 ) -> Result<Option<JobDetail>, RemoteError> {
-    match ask(overlay, peer, PeerRpc::StatusJob { job }, known).await? {
+    match ask(overlay, peer, ViewRpc::Job { job }, known).await? {
         PeerReply::StatusJob(None) => Ok(None),
         PeerReply::StatusJob(Some(job)) => {
-            validate::remote_job(&job).map_err(refused)?;
+            job.check().map_err(refused)?;
             Ok(Some(JobDetail::from(*job)))
         }
         other => Err(unexpected(&other)),
@@ -75,26 +76,26 @@ fn refused(why: validate::Invalid) -> RemoteError {
     RemoteError::Unreachable(format!("the peer's answer is refused: {why}"))
 }
 
-/// Sends a status rpc to `peer` and waits at most [`REMOTE_TIMEOUT`].
+/// Sends a view request to `peer` and waits at most [`REMOTE_TIMEOUT`].
 async fn ask(
     overlay: &OverlayHandle,
     peer: PeerId,
-    rpc: PeerRpc,
+    rpc: ViewRpc,
     known: bool,
 ) -> Result<PeerReply, RemoteError> {
-    let bytes =
-        match tokio::time::timeout(REMOTE_TIMEOUT, overlay.request(peer, encode(&rpc))).await {
-            Err(_) => {
-                return Err(RemoteError::Unreachable(format!(
-                    "no answer within {} s",
-                    REMOTE_TIMEOUT.as_secs()
-                )));
-            }
-            // A peer the overlay never heard of cannot be dialed.
-            Ok(Err(_)) if !known => return Err(RemoteError::UnknownPeer),
-            Ok(Err(e)) => return Err(RemoteError::Unreachable(e.to_string())),
-            Ok(Ok(bytes)) => bytes,
-        };
+    let rpc = encode(&PeerRpc::View(rpc));
+    let bytes = match tokio::time::timeout(REMOTE_TIMEOUT, overlay.request(peer, rpc)).await {
+        Err(_) => {
+            return Err(RemoteError::Unreachable(format!(
+                "no answer within {} s",
+                REMOTE_TIMEOUT.as_secs()
+            )));
+        }
+        // A peer the overlay never heard of cannot be dialed.
+        Ok(Err(_)) if !known => return Err(RemoteError::UnknownPeer),
+        Ok(Err(e)) => return Err(RemoteError::Unreachable(e.to_string())),
+        Ok(Ok(bytes)) => bytes,
+    };
     match decode::<PeerReply>(&bytes) {
         Ok(PeerReply::Refused(e)) => Err(RemoteError::Unreachable(format!("the peer said: {e}"))),
         Ok(reply) => Ok(reply),
@@ -122,17 +123,6 @@ fn unexpected(reply: &PeerReply) -> RemoteError {
     RemoteError::Unreachable(format!("the peer answered with {what}"))
 }
 
-/// What a peer asked of this node's status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Asked {
-    /// The whole node ([`PeerRpc::Status`]).
-    Node,
-    /// One job ([`PeerRpc::StatusJob`]).
-    Job(String),
-    /// Its summary for a grid view ([`PeerRpc::Summary`]).
-    Summary,
-}
-
 /// A peer's remote-view or grid-view request, answered from `status`, cut
 /// to [`MAX_REPLY_BYTES`] (a summary is cut to the wire's maxima, far
 /// below).
@@ -141,15 +131,15 @@ pub(crate) enum Asked {
 /// anybody may see, that the job exists (its id, phase, home and size),
 /// never its arguments (which a job's name shows), why it waits, where its
 /// workers run or the tail of its log.
-pub(super) fn answer_from(status: &impl StatusSource, asked: &Asked) -> PeerReply {
+pub(super) fn answer_from(status: &impl StatusSource, asked: &ViewRpc) -> PeerReply {
     match asked {
-        Asked::Node => {
+        ViewRpc::Node => {
             let mut snap = view::Snapshot::from(zorilla_webui::snapshot(status));
             snap.jobs.iter_mut().for_each(public_job);
             fit_snapshot(&mut snap, MAX_REPLY_BYTES);
             PeerReply::Status(Box::new(snap))
         }
-        Asked::Job(id) => PeerReply::StatusJob(status.job(id).map(|detail| {
+        ViewRpc::Job { job } => PeerReply::StatusJob(status.job(job).map(|detail| {
             let mut detail = view::JobDetail::from(detail);
             public_job(&mut detail.summary);
             detail.workers.clear();
@@ -157,7 +147,7 @@ pub(super) fn answer_from(status: &impl StatusSource, asked: &Asked) -> PeerRepl
             fit_job(&mut detail, MAX_REPLY_BYTES);
             Box::new(detail)
         })),
-        Asked::Summary => {
+        ViewRpc::Summary => {
             let mut summary = view::Summary::from(status.summary());
             for job in &mut summary.jobs {
                 job.name.clone_from(&job.id);

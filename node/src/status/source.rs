@@ -18,10 +18,11 @@ use zorilla_webui::model::{
 use zorilla_webui::{Change, MAX_LOG_LINES, RemoteError, StatusSource};
 
 use super::convert::{home_entry, hostname, log_lines, parse_job, resources};
-use super::remote::{self, Asked, answer_from};
+use super::remote::{self, answer_from};
 use super::view::{LoopView, NetView, coordinates};
 use crate::store::{Store, unix_ms};
 use crate::wire::PeerReply;
+use crate::wire::view::ViewRpc;
 
 /// Change notifications buffered per subscriber; a browser that falls
 /// further behind is sent the latest state.
@@ -322,6 +323,6 @@ impl StatusSource for NodeStatus {
 /// status, cut to
 /// [`MAX_REPLY_BYTES`](super::remote::MAX_REPLY_BYTES). Reads the database:
 /// run it off the loop.
-pub(crate) fn answer(status: &NodeStatus, asked: &Asked) -> PeerReply {
+pub(crate) fn answer(status: &NodeStatus, asked: &ViewRpc) -> PeerReply {
     answer_from(status, asked)
 }

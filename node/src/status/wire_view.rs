@@ -5,7 +5,7 @@
 //! Towards the wire, every list and text is cut to the wire's maxima (what
 //! the pages show is within them already; the cut keeps the bound should
 //! the pages' own maxima grow). From the wire, the values were checked by
-//! `validate::remote_view` or `validate::remote_job` first.
+//! `Snapshot::check` or `JobDetail::check` (`crate::wire::view`) first.
 
 use zorilla_webui::model as m;
 
@@ -550,7 +550,7 @@ mod tests {
         assert_eq!(wire.jobs.len(), w::MAX_JOBS);
         assert_eq!(wire.peers.len(), w::MAX_PEERS);
         assert!(wire.overview.name.len() <= w::MAX_TEXT_BYTES);
-        assert_eq!(crate::validate::remote_view(&wire), Ok(()));
+        assert_eq!(wire.check(), Ok(()));
 
         let mut job = job();
         job.log_tail = (0..w::MAX_LOG_LINES + 5)
@@ -563,7 +563,7 @@ mod tests {
         let wire = w::JobDetail::from(job);
         assert_eq!(wire.log_tail.len(), w::MAX_LOG_LINES);
         assert_eq!(wire.log_tail[0].at_secs, 5.0, "the newest lines stay");
-        assert_eq!(crate::validate::remote_job(&wire), Ok(()));
+        assert_eq!(wire.check(), Ok(()));
     }
 
     /// An answer beyond the maxima is refused with a sentence.
@@ -571,20 +571,20 @@ mod tests {
     fn a_view_beyond_the_maxima_is_refused() {
         let mut wire = w::Snapshot::from(snapshot());
         wire.peers = vec![wire.peers[0].clone(); w::MAX_PEERS + 1];
-        let why = crate::validate::remote_view(&wire).unwrap_err().to_string();
+        let why = wire.check().unwrap_err().to_string();
         assert!(why.contains("peers"), "{why}");
         let mut wire = w::Snapshot::from(snapshot());
         wire.jobs[0].name = "x".repeat(w::MAX_TEXT_BYTES + 1);
-        assert!(crate::validate::remote_view(&wire).is_err());
+        assert!(wire.check().is_err());
         for speed in [0, zorilla_core::limits::MAX_SPEED + 1] {
             let mut wire = w::Snapshot::from(snapshot());
             wire.overview.cpu_speed = speed;
-            let why = crate::validate::remote_view(&wire).unwrap_err().to_string();
+            let why = wire.check().unwrap_err().to_string();
             assert!(why.contains("CPU speed"), "{speed}: {why}");
         }
         let mut job = w::JobDetail::from(job());
         job.workers = vec![job.workers[0].clone(); w::MAX_WORKERS + 1];
-        let why = crate::validate::remote_job(&job).unwrap_err().to_string();
+        let why = job.check().unwrap_err().to_string();
         assert!(why.contains("workers"), "{why}");
     }
 }

@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256};
 use super::schema::unix_ms;
 
 /// The largest block of a checkpoint: as the files' blocks
-/// (`wire::BLOCK_BYTES`, a test keeps them equal), well under the overlay's
+/// (`wire::files::BLOCK_BYTES`, a test keeps them equal), well under the overlay's
 /// frame cap. Its own constant so that the store does not depend on the
 /// wire, which depends on the store's types.
 pub(crate) const MAX_BLOCK_BYTES: usize = 256 * 1024;

@@ -9,7 +9,10 @@
 use serde::{Deserialize, Serialize};
 use zorilla_overlay::PeerId;
 
+use zorilla_core::limits;
+
 use crate::store::checkpoints::{BlockHash, Manifest};
+use crate::validate::{self, Invalid};
 
 /// A request about checkpoints.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -101,4 +104,74 @@ pub(crate) enum CheckpointReply {
     At(Option<Located>),
     /// Answer to [`CheckpointRpc::Manifest`]: `None` if it is not held.
     Manifest(Option<Manifest>),
+}
+
+impl CheckpointRpc {
+    /// Checks ranks of a job, blocks, manifests and holder lists within
+    /// [`crate::store::checkpoints`]' maxima.
+    pub(crate) fn check(&self) -> Result<(), Invalid> {
+        use crate::store::checkpoints::{MAX_BLOCK_BYTES, MAX_BLOCKS, MAX_CHECKPOINT_BYTES};
+        match self {
+            CheckpointRpc::Put { rank: r, data, .. } => {
+                validate::rank("checkpoint rank", *r)?;
+                limits::at_most(
+                    "checkpoint block size in bytes",
+                    data.len(),
+                    MAX_BLOCK_BYTES,
+                )?;
+            }
+            CheckpointRpc::Commit {
+                rank: r,
+                manifest,
+                copies,
+                ..
+            } => {
+                validate::rank("checkpoint rank", *r)?;
+                limits::at_most(
+                    "job copies",
+                    copies.len(),
+                    zorilla_core::replica::MAX_COPIES,
+                )?;
+                limits::at_most("checkpoint blocks", manifest.blocks.len(), MAX_BLOCKS)?;
+                limits::at_most(
+                    "checkpoint size in bytes",
+                    manifest.size,
+                    MAX_CHECKPOINT_BYTES,
+                )?;
+                validate::generation(manifest.generation)?;
+            }
+            CheckpointRpc::Stored {
+                rank: r,
+                size,
+                holders,
+                generation: g,
+                ..
+            } => {
+                validate::generation(*g)?;
+                validate::rank("checkpoint rank", *r)?;
+                limits::at_most("checkpoint size in bytes", *size, MAX_CHECKPOINT_BYTES)?;
+                limits::at_most(
+                    "checkpoint holders",
+                    holders.len(),
+                    zorilla_core::checkpoint::MAX_REPLICAS,
+                )?;
+            }
+            CheckpointRpc::Manifest {
+                rank: r, ticket, ..
+            }
+            | CheckpointRpc::Get {
+                rank: r, ticket, ..
+            } => {
+                validate::rank("checkpoint rank", *r)?;
+                limits::at_most(
+                    "ticket bytes",
+                    ticket.len(),
+                    zorilla_core::replica::MAX_SIGNATURE,
+                )?;
+            }
+            CheckpointRpc::Where { rank: r, .. } => validate::rank("checkpoint rank", *r)?,
+            CheckpointRpc::Drop { .. } => {}
+        }
+        Ok(())
+    }
 }

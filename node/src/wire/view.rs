@@ -1,5 +1,5 @@
-//! The status page's remote view as nodes exchange it ([`super::PeerReply::Status`]
-//! and [`super::PeerReply::StatusJob`]): the wire's own types, so that the
+//! The status page's remote view as nodes exchange it (`PeerReply::Status`
+//! and `PeerReply::StatusJob`): the wire's own types, so that the
 //! page's model (`zorilla_webui::model`) can change without changing what
 //! nodes say to each other. The node converts between the two in one place
 //! (`status::wire_view`).
@@ -10,11 +10,38 @@
 //!
 //! Every list and text has a documented maximum: the answering node cuts
 //! its view to them, and the asking node refuses an answer beyond them
-//! (`validate::remote_view`, `validate::remote_job`) before showing it.
+//! ([`Snapshot::check`], [`JobDetail::check`], [`Summary::check`]) before
+//! showing it.
 //! Texts are whatever the answering node says (names, reasons, log lines):
 //! the pages escape them.
 
 use serde::{Deserialize, Serialize};
+use zorilla_core::limits;
+
+use crate::validate::Invalid;
+
+/// A request for the status page's remote view of the receiver.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum ViewRpc {
+    /// Everything the receiver shows. Answered with `PeerReply::Status`.
+    Node,
+    /// One job (its id as the pages print it, at most
+    /// [`MAX_JOB_NAME_BYTES`]). Answered with `PeerReply::StatusJob`.
+    Job { job: String },
+    /// The grid view: what the receiver says about itself. Answered with
+    /// `PeerReply::Summary`.
+    Summary,
+}
+
+impl ViewRpc {
+    /// Checks the job name's length.
+    pub(crate) fn check(&self) -> Result<(), Invalid> {
+        if let ViewRpc::Job { job } = self {
+            limits::at_most("job name length in bytes", job.len(), MAX_JOB_NAME_BYTES)?;
+        }
+        Ok(())
+    }
+}
 
 /// The most jobs a view lists (and home jobs an overview names).
 pub(crate) const MAX_JOBS: usize = 500;
@@ -220,7 +247,7 @@ pub(crate) struct SummaryJob {
 }
 
 /// What a node says about itself for a peer's grid view
-/// ([`super::PeerReply::Summary`]): a node answers for itself only, so
+/// (`PeerReply::Summary`): a node answers for itself only, so
 /// that a view asking dozens of peers costs each a few hundred bytes
 /// (at most about 26 KiB by the maxima), not a whole [`Snapshot`] (up to
 /// 768 KiB: every peer, job and advert the node knows).
@@ -235,4 +262,187 @@ pub(crate) struct Summary {
     pub(crate) workers_running: u32,
     /// At most [`MAX_SUMMARY_JOBS`].
     pub(crate) jobs: Vec<SummaryJob>,
+}
+
+/// The longest job id a remote status view may name: 64 bytes (ids print
+/// as 16 hex digits).
+pub(crate) const MAX_JOB_NAME_BYTES: usize = 64;
+
+/// Checks that a text of a remote view is at most [`MAX_TEXT_BYTES`].
+fn text(field: &'static str, text: &str) -> Result<(), Invalid> {
+    Ok(limits::at_most(field, text.len(), MAX_TEXT_BYTES)?)
+}
+
+/// Checks a peer's answer to `ViewRpc::Node` before it is shown:
+/// every list and text within the maxima of this module.
+impl Snapshot {
+    pub(crate) fn check(&self) -> Result<(), Invalid> {
+        let snapshot = self;
+        let o = &snapshot.overview;
+        for (field, value) in [
+            ("node id length in bytes", &o.node_id),
+            ("node name length in bytes", &o.name),
+            ("version length in bytes", &o.version),
+            ("network name length in bytes", &o.network),
+        ] {
+            text(field, value)?;
+        }
+        text(
+            "problem length in bytes",
+            o.problem.as_deref().unwrap_or(""),
+        )?;
+        limits::at_most(
+            "listen addresses",
+            o.listen_addresses.len(),
+            MAX_LISTEN_ADDRESSES,
+        )?;
+        for a in &o.listen_addresses {
+            text("listen address length in bytes", a)?;
+        }
+        limits::one_to("CPU speed", o.cpu_speed, limits::MAX_SPEED)?;
+        limits::at_most("home jobs", o.home_jobs.len(), MAX_JOBS)?;
+        for j in &o.home_jobs {
+            text("job id length in bytes", j)?;
+        }
+        limits::at_most("peers", snapshot.peers.len(), MAX_PEERS)?;
+        for p in &snapshot.peers {
+            text("peer id length in bytes", &p.peer_id)?;
+            text("peer name length in bytes", p.name.as_deref().unwrap_or(""))?;
+            let coordinates = p.coordinates.as_ref().map_or(0, Vec::len);
+            limits::at_most("peer coordinates", coordinates, MAX_COORDINATES)?;
+        }
+        limits::at_most("jobs", snapshot.jobs.len(), MAX_JOBS)?;
+        for j in &snapshot.jobs {
+            job_summary(j)?;
+        }
+        limits::at_most("pending adverts", snapshot.pending.len(), MAX_PENDING)?;
+        for a in &snapshot.pending {
+            text("job id length in bytes", &a.job_id)?;
+            text("job name length in bytes", &a.job_name)?;
+            text("home id length in bytes", &a.home)?;
+        }
+        Ok(())
+    }
+}
+
+fn job_summary(j: &JobSummary) -> Result<(), Invalid> {
+    text("job id length in bytes", &j.id)?;
+    text("job name length in bytes", &j.name)?;
+    text("home id length in bytes", &j.home)?;
+    text("owner id length in bytes", j.owner.as_deref().unwrap_or(""))?;
+    text("strategy length in bytes", &j.strategy)?;
+    text(
+        "pending reason length in bytes",
+        j.pending_reason.as_deref().unwrap_or(""),
+    )
+}
+
+/// Checks a peer's answer to `ViewRpc::Job` before it is shown:
+/// every list and text within the maxima of this module.
+impl JobDetail {
+    pub(crate) fn check(&self) -> Result<(), Invalid> {
+        let job = self;
+        job_summary(&job.summary)?;
+        limits::at_most("workers", job.workers.len(), MAX_WORKERS)?;
+        for w in &job.workers {
+            text("worker node length in bytes", &w.node)?;
+            text(
+                "worker end length in bytes",
+                w.ended.as_deref().unwrap_or(""),
+            )?;
+        }
+        limits::at_most("log lines", job.log_tail.len(), MAX_LOG_LINES)?;
+        for l in &job.log_tail {
+            text("log line length in bytes", &l.text)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a peer's answer to `ViewRpc::Summary` before it is shown:
+/// every list and text within the maxima of [`Summary`], and no more
+/// cores in use than offered.
+impl Summary {
+    pub(crate) fn check(&self) -> Result<(), Invalid> {
+        let s = self;
+        let short = |field: &'static str, text: &str| {
+            limits::at_most(field, text.len(), MAX_SUMMARY_TEXT_BYTES)
+        };
+        let id = |field: &'static str, text: &str| {
+            limits::at_most(field, text.len(), MAX_SUMMARY_ID_BYTES)
+        };
+        short("node name length in bytes", &s.name)?;
+        short("site length in bytes", s.site.as_deref().unwrap_or(""))?;
+        limits::at_most(
+            "cores in use",
+            s.used_cores as usize,
+            s.offered_cores as usize,
+        )?;
+        limits::at_most("jobs", s.jobs.len(), MAX_SUMMARY_JOBS)?;
+        for j in &s.jobs {
+            id("job id length in bytes", &j.id)?;
+            short("job name length in bytes", &j.name)?;
+            id("home id length in bytes", &j.home)?;
+            limits::at_most("workers of a job", j.ranks as usize, MAX_WORKERS)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grid_summary_beyond_its_maxima_is_refused() {
+        let job = |ranks: u32| SummaryJob {
+            id: "0123456789abcdef".into(),
+            name: "nqueens 16".into(),
+            home: "12D3KooWHome".into(),
+            ranks,
+        };
+        let ok = Summary {
+            name: "n".repeat(MAX_SUMMARY_TEXT_BYTES),
+            site: Some("amsterdam".into()),
+            offered_cores: 4,
+            used_cores: 4,
+            workers_running: 4,
+            jobs: vec![job(4); MAX_SUMMARY_JOBS],
+        };
+        assert_eq!(ok.check(), Ok(()));
+        // At its maxima, a summary is a small answer.
+        assert!(super::super::encode(&ok).len() < 32 * 1024);
+        let bad = [
+            Summary {
+                name: "n".repeat(MAX_SUMMARY_TEXT_BYTES + 1),
+                ..ok.clone()
+            },
+            Summary {
+                site: Some("s".repeat(MAX_SUMMARY_TEXT_BYTES + 1)),
+                ..ok.clone()
+            },
+            Summary {
+                used_cores: 5,
+                ..ok.clone()
+            },
+            Summary {
+                jobs: vec![job(1); MAX_SUMMARY_JOBS + 1],
+                ..ok.clone()
+            },
+            Summary {
+                jobs: vec![job(MAX_WORKERS as u32 + 1)],
+                ..ok.clone()
+            },
+            Summary {
+                jobs: vec![SummaryJob {
+                    id: "i".repeat(MAX_SUMMARY_ID_BYTES + 1),
+                    ..job(1)
+                }],
+                ..ok.clone()
+            },
+        ];
+        for s in bad {
+            assert!(s.check().is_err(), "{s:?}");
+        }
+    }
 }

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) enum Protocol {
     /// `/zorilla/<network>/flood/1`.
     Flood,
-    /// `/zorilla/<network>/rpc/3`.
+    /// `/zorilla/<network>/rpc/4`.
     Rpc,
 }
 
@@ -183,7 +183,7 @@ impl RawPeer {
             .with_max_concurrent_streams(1000);
         let identify_version = format!("/zorilla/{network}/1");
         let flood = StreamProtocol::try_from_owned(format!("/zorilla/{network}/flood/1")).unwrap();
-        let rpc = StreamProtocol::try_from_owned(format!("/zorilla/{network}/rpc/3")).unwrap();
+        let rpc = StreamProtocol::try_from_owned(format!("/zorilla/{network}/rpc/4")).unwrap();
         let mut swarm = libp2p::SwarmBuilder::with_new_identity()
             .with_tokio()
             .with_tcp(
