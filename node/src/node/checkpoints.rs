@@ -101,37 +101,6 @@ fn checkpoint_refusal(e: &CheckpointRefused) -> RefusalKind {
     }
 }
 
-/// Runs `f` on the holder off the loop and answers `to` with its result.
-fn on_holder(
-    overlay: OverlayHandle,
-    holder: &Result<Arc<Mutex<Holder>>, String>,
-    to: Reply,
-    f: impl FnOnce(&mut Holder) -> Result<PeerReply, HolderError> + Send + 'static,
-) {
-    let holder = holder.clone();
-    tokio::spawn(async move {
-        let answer = match holder {
-            Err(e) => PeerReply::refused(RefusalKind::Unavailable, e),
-            Ok(holder) => tokio::task::spawn_blocking(move || {
-                let mut holder = holder.lock().unwrap_or_else(|e| e.into_inner());
-                f(&mut holder).unwrap_or_else(|e| holder_refusal(&e))
-            })
-            .await
-            .unwrap_or_else(|e| {
-                PeerReply::refused(RefusalKind::Unavailable, format!("checkpoint holder: {e}"))
-            }),
-        };
-        match to {
-            Reply::Local(tx) => {
-                let _ = tx.send(answer);
-            }
-            Reply::Overlay(r) => {
-                let _ = overlay.respond(r, encode(&answer)).await;
-            }
-        }
-    });
-}
-
 impl Node {
     /// The checkpoint store of a worker of `rank` of `job` starting here.
     pub(super) fn worker_checkpoints(
@@ -165,10 +134,31 @@ impl Node {
         *shared = self.neighbours.iter().copied().collect();
     }
 
+    /// Runs `f` on the holder off the loop and answers `to` with its
+    /// result.
+    fn on_holder(
+        &mut self,
+        to: Reply,
+        f: impl FnOnce(&mut Holder) -> Result<PeerReply, HolderError> + Send + 'static,
+    ) {
+        let holder = self.checkpoints.holder.clone();
+        self.answer_later(to, async move {
+            match holder {
+                Err(e) => PeerReply::refused(RefusalKind::Unavailable, e),
+                Ok(holder) => tokio::task::spawn_blocking(move || {
+                    let mut holder = holder.lock().unwrap_or_else(|e| e.into_inner());
+                    f(&mut holder).unwrap_or_else(|e| holder_refusal(&e))
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    PeerReply::refused(RefusalKind::Unavailable, format!("checkpoint holder: {e}"))
+                }),
+            }
+        });
+    }
+
     /// Answers a request about checkpoints.
     pub(super) fn checkpoint_rpc(&mut self, from: PeerId, rpc: CheckpointRpc, reply: Reply) {
-        let overlay = self.overlay.clone();
-        let holder = &self.checkpoints.holder;
         let answer = match rpc {
             CheckpointRpc::Put {
                 job,
@@ -178,7 +168,7 @@ impl Node {
                 data,
             } => {
                 let (owner, home) = (from.to_string(), home.to_string());
-                return on_holder(overlay, holder, reply, move |h| {
+                return self.on_holder(reply, move |h| {
                     h.put(&owner, &home, job, rank, seq, &data)
                         .map(|_| PeerReply::Ack)
                 });
@@ -191,7 +181,7 @@ impl Node {
             } => {
                 let owner = from.to_string();
                 let copies = copies.iter().map(PeerId::to_string).collect();
-                return on_holder(overlay, holder, reply, move |h| {
+                return self.on_holder(reply, move |h| {
                     h.commit(&owner, job, rank, manifest, copies)
                         .map(|()| PeerReply::Ack)
                 });
@@ -202,7 +192,7 @@ impl Node {
                 seq,
                 ticket,
             } => {
-                return on_holder(overlay, holder, reply, move |h| {
+                return self.on_holder(reply, move |h| {
                     if let Some(refused) = refuse_reader(h, from, job, rank, &ticket)? {
                         return Ok(refused);
                     }
@@ -216,7 +206,7 @@ impl Node {
                 hash,
                 ticket,
             } => {
-                return on_holder(overlay, holder, reply, move |h| {
+                return self.on_holder(reply, move |h| {
                     if let Some(refused) = refuse_reader(h, from, job, rank, &ticket)? {
                         return Ok(refused);
                     }
@@ -231,7 +221,7 @@ impl Node {
             }
             CheckpointRpc::Drop { job } => {
                 let home = from.to_string();
-                return on_holder(overlay, holder, reply, move |h| {
+                return self.on_holder(reply, move |h| {
                     let ranks = h.drop_job(&home, job)?;
                     if ranks > 0 {
                         tracing::info!(job = %JobId(job), ranks, "checkpoints of an ended job dropped");

@@ -97,10 +97,11 @@ impl Node {
                 };
                 let header = advert.flood;
                 let payload = cbor_advert(&advert);
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     if let Err(e) = overlay.flood(id, header, payload).await {
                         tracing::warn!("flood failed: {e}");
                     }
+                    Done::Nothing
                 });
             }
             Output::StartWorkers {

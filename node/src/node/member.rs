@@ -242,6 +242,13 @@ impl Node {
 
     pub(super) fn done(&mut self, done: Done) {
         match done {
+            Done::Then(first, then) => {
+                self.tasks.spawn(async move {
+                    then.await;
+                    Done::Nothing
+                });
+                self.done(*first);
+            }
             Done::Nothing => {}
             Done::Reply { to, reply } => self.reply(to, reply),
             Done::Moved(found) => self.moved(found),
@@ -588,7 +595,7 @@ pub(super) async fn supervise(
     ended.report(to).await;
     // Until the loop forgets the job (it ended, or this node holds no
     // copy of it), a new home gets it all again.
-    tokio::spawn(async move {
+    let follow = async move {
         while ended.home.changed().await.is_ok() {
             let to = *ended.home.borrow_and_update();
             ended.send_all(to).await;
@@ -596,12 +603,13 @@ pub(super) async fn supervise(
         }
         let _ = std::fs::remove_dir_all(&job_dir);
         ended.log.remove();
-    });
-    Done::WorkerEnded {
+    };
+    let ended = Done::WorkerEnded {
         job,
         rank,
         incarnation,
-    }
+    };
+    Done::Then(Box::new(ended), Box::pin(follow))
 }
 
 /// How often a member reports a worker's end that no home has

@@ -57,8 +57,10 @@ use crate::wire::replica::ReplicaRpc;
 use crate::wire::sched::SchedRpc;
 use crate::wire::view::ViewRpc;
 use crate::wire::{PeerReply, PeerRpc, RefusalKind, decode, encode};
+use answers::Answers;
 use homejobs::HomeJobs;
 
+mod answers;
 mod checkpoints;
 mod client;
 mod files;
@@ -138,6 +140,12 @@ enum Reply {
 
 /// What a finished background task tells the loop.
 enum Done {
+    /// What the first says, and a task that goes on after it (spawned in
+    /// the loop's set, so that it is tracked and stops with the node).
+    Then(
+        Box<Done>,
+        std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    ),
     /// Workers of a job are ready to start here.
     Prepared {
         job: u64,
@@ -264,6 +272,8 @@ pub(crate) struct Node {
     jobs: HomeJobs,
     members: HashMap<u64, MemberJob>,
     tasks: JoinSet<Done>,
+    /// The answers made or sent off the loop (see [`answers`]).
+    answers: Answers,
     probing: BTreeSet<PeerId>,
     /// The overlay's current neighbours (from its change events).
     neighbours: BTreeSet<PeerId>,
@@ -362,6 +372,7 @@ impl Node {
             jobs: HomeJobs::new(finished_in_memory),
             members: HashMap::new(),
             tasks: JoinSet::new(),
+            answers: Answers::new(answers::MAX_ANSWERS),
             probing: BTreeSet::new(),
             neighbours: BTreeSet::new(),
             copy_fetches: Arc::new(tokio::sync::Semaphore::new(replicas::MAX_COPY_FETCHES)),

@@ -102,17 +102,42 @@ impl Node {
         });
     }
 
-    pub(super) fn reply(&self, to: Reply, reply: PeerReply) {
+    /// Answers `to` with `reply`.
+    pub(super) fn reply(&mut self, to: Reply, reply: PeerReply) {
         match to {
             Reply::Local(tx) => {
                 let _ = tx.send(reply);
             }
-            Reply::Overlay(responder) => {
-                let overlay = self.overlay.clone();
-                tokio::spawn(async move {
-                    let _ = overlay.respond(responder, encode(&reply)).await;
-                });
+            to => self.answer_later(to, async move { reply }),
+        }
+    }
+
+    /// Answers `to` with what `answer` makes, off the loop, as one of the
+    /// node's [`Answers`] (unanswered beyond their bound: the asker's call
+    /// fails).
+    pub(super) fn answer_later(
+        &mut self,
+        to: Reply,
+        answer: impl std::future::Future<Output = PeerReply> + Send + 'static,
+    ) {
+        let overlay = self.overlay.clone();
+        let run = self.answers.spawn(async move {
+            let answer = answer.await;
+            match to {
+                Reply::Local(tx) => {
+                    let _ = tx.send(answer);
+                }
+                Reply::Overlay(r) => {
+                    let _ = overlay.respond(r, encode(&answer)).await;
+                }
             }
+        });
+        if !run && self.answers.dropped().is_power_of_two() {
+            tracing::warn!(
+                "{} answers under way: a request goes unanswered ({} so far)",
+                self.answers.under_way(),
+                self.answers.dropped()
+            );
         }
     }
 
@@ -173,48 +198,30 @@ impl Node {
 
     /// Answers a remote view off the loop: the answer reads the database
     /// and is encoded and cut to size there.
-    pub(super) fn status_reply(&self, to: Reply, asked: ViewRpc) {
+    pub(super) fn status_reply(&mut self, to: Reply, asked: ViewRpc) {
         let status = self.status.status();
-        let overlay = self.overlay.clone();
-        tokio::spawn(async move {
-            let answer = tokio::task::spawn_blocking(move || status::answer(&status, &asked))
+        self.answer_later(to, async move {
+            tokio::task::spawn_blocking(move || status::answer(&status, &asked))
                 .await
                 .unwrap_or_else(|e| {
                     PeerReply::refused(RefusalKind::Unavailable, format!("status: {e}"))
-                });
-            match to {
-                Reply::Local(tx) => {
-                    let _ = tx.send(answer);
-                }
-                Reply::Overlay(r) => {
-                    let _ = overlay.respond(r, encode(&answer)).await;
-                }
-            }
+                })
         });
     }
 
     /// Hands a log chunk or output block to the store's writer, and
     /// answers the sender once it is written (so a sender waits for the
     /// disk, and the loop does not).
-    pub(super) fn append(&self, to: Reply, item: Append) {
+    pub(super) fn append(&mut self, to: Reply, item: Append) {
         let writer = self.writer.clone();
         let activity = self.activity.clone();
-        let overlay = self.overlay.clone();
-        tokio::spawn(async move {
-            let answer = match writer.append(item).await {
+        self.answer_later(to, async move {
+            match writer.append(item).await {
                 Ok(()) => {
                     activity.send_modify(|n| *n = n.wrapping_add(1));
                     PeerReply::Ack
                 }
                 Err(e) => PeerReply::refused(RefusalKind::Unavailable, e.to_string()),
-            };
-            match to {
-                Reply::Local(tx) => {
-                    let _ = tx.send(answer);
-                }
-                Reply::Overlay(r) => {
-                    let _ = overlay.respond(r, encode(&answer)).await;
-                }
             }
         });
     }
