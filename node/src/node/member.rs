@@ -156,35 +156,10 @@ impl Node {
             });
             self.publish_primaries();
         }
-        let member = self.members.entry(job).or_insert_with(|| MemberJob {
-            home,
-            net: JobNet::new(job, self.net.links.clone()),
-            workers: HashMap::new(),
-            incarnations: HashMap::new(),
-            pending: HashMap::new(),
-            stopped: false,
-            heard: Instant::now(),
-            born: HashMap::new(),
-            home_tx: watch::channel(home).0,
-            copies_tx: watch::channel(Vec::new()).0,
-        });
-        if member.stopped {
-            // Stopped before (the job rolled back) and given ranks again:
-            // the stopped workers' network is closed for good, the fresh
-            // ones get a network of their own.
-            member.net = JobNet::new(job, self.net.links.clone());
-        }
-        member.stopped = false;
-        member.heard = Instant::now();
-        member.net.set_ranks(placement.clone());
         // Inboxes exist from now on, so messages for these ranks queue
         // while the module is fetched.
-        for rank in &ranks {
-            member.born.insert(*rank, Instant::now());
-            member.incarnations.insert(*rank, incarnation);
-            let ends = member.net.register(*rank, incarnation);
-            member.pending.insert(*rank, ends);
-        }
+        self.members
+            .given(job, home, &ranks, incarnation, &placement, &self.net.links);
         let net = self.net.clone();
         let sandbox = self.sandbox.clone();
         let dir = self.dir.join("jobs").join(JobId(job).to_string());
@@ -204,25 +179,15 @@ impl Node {
     }
 
     pub(super) fn stop_workers(&mut self, job: u64) {
-        if let Some(member) = self.members.get_mut(&job) {
-            member.stopped = true;
-            for worker in member.workers.values() {
-                worker.cancel();
-            }
-            member.net.close();
-        }
+        self.members.stop(job);
     }
 
     /// Copies of jobs whose home has said nothing for [`COPY_STALE`] ask it
     /// for the job's state: a lost push (a cancel, a replaced rank) is
     /// found out within that time instead of never.
     pub(super) fn refresh_stale_copies(&mut self) {
-        for (job, member) in &mut self.members {
-            if member.heard.elapsed() < COPY_STALE || member.home == self.me {
-                continue;
-            }
-            member.heard = Instant::now();
-            let (net, home, job) = (self.net.clone(), member.home, *job);
+        for (job, home) in self.members.stale(&self.me, COPY_STALE) {
+            let net = self.net.clone();
             self.tasks.spawn(async move {
                 let info = match net
                     .call_ok(home, PeerRpc::Member(MemberRpc::GetJob { job }))
@@ -305,21 +270,11 @@ impl Node {
                 incarnation,
             } => {
                 self.ended_since_release = true;
-                let mut empty = false;
-                if let Some(member) = self.members.get_mut(&job) {
-                    if member
-                        .incarnations
-                        .get(&rank)
-                        .is_some_and(|latest| *latest != incarnation)
-                    {
-                        // A stopped worker of a rank that runs here again:
-                        // the fresh worker's resources stay taken.
-                        return;
-                    }
-                    member.workers.remove(&rank);
-                    member.incarnations.remove(&rank);
-                    empty = member.workers.is_empty();
-                }
+                // A stopped worker of a rank that runs here again: the
+                // fresh worker's resources stay taken.
+                let Some(empty) = self.members.worker_ended(job, rank, incarnation) else {
+                    return;
+                };
                 // A copy keeps the job's ranks that ended here (their
                 // outputs, for a new home) until the job is over.
                 if empty && !self.is_copy(job) {

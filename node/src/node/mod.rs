@@ -15,7 +15,7 @@
 //! asks, and this node's answers), [`replicas`] (what a copy, a takeover or
 //! a step-down means for the records and workers here).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,12 +34,11 @@ use zorilla_core::stall::{StallWatch, Waits};
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::jobfs;
 use zorilla_sandbox::{
-    CancelHandle, ChangeKind, Limits, MembershipChange, Outcome, OutputKind, Program, Sandbox,
-    Waiting, WorkerSpec,
+    ChangeKind, Limits, MembershipChange, Outcome, OutputKind, Program, Sandbox, WorkerSpec,
 };
 
-use crate::link::{Inbox, Links};
-use crate::net::{BarrierItem, CallError, JobNet, LocalCall, Net, NetTransport};
+use crate::link::Links;
+use crate::net::{BarrierItem, CallError, LocalCall, Net, NetTransport};
 use crate::protocol::{
     ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NodeInfo,
     OutcomeCode, Pending, RankStatus, Request, Response,
@@ -59,6 +58,7 @@ use crate::wire::view::ViewRpc;
 use crate::wire::{PeerReply, PeerRpc, RefusalKind, decode, encode};
 use answers::Answers;
 use homejobs::HomeJobs;
+use members::{Ends, Members, RunningWorker};
 
 mod answers;
 mod checkpoints;
@@ -68,6 +68,7 @@ mod home;
 mod homejobs;
 mod liveness;
 mod member;
+mod members;
 mod peers;
 mod replicas;
 mod reports;
@@ -210,44 +211,6 @@ enum NoState {
     NotAJob,
 }
 
-/// A worker running here, as the loop holds it.
-struct RunningWorker {
-    cancel: CancelHandle,
-    /// Whether it waits in a receive without a deadline (see `liveness`).
-    waiting: Waiting,
-}
-
-impl RunningWorker {
-    fn cancel(&self) {
-        self.cancel.cancel();
-    }
-}
-
-/// A job with workers on this node (the home's own jobs included).
-struct MemberJob {
-    home: PeerId,
-    net: Arc<JobNet>,
-    workers: HashMap<u32, RunningWorker>,
-    /// The incarnation of each rank's latest worker here: an older one's
-    /// end (stopped for a rollback, its rank since given a fresh worker
-    /// here) changes nothing of the new one's.
-    incarnations: HashMap<u32, u32>,
-    /// Inbox ends of ranks whose workers are being prepared.
-    pending: HashMap<u32, Ends>,
-    stopped: bool,
-    /// When the home last told this copy anything (or it asked).
-    heard: Instant,
-    /// When each rank was given to this node (see `liveness`).
-    born: HashMap<u32, Instant>,
-    /// The job's home as this node knows it, for the tasks that send to
-    /// it (the job may change home: see `replicas`).
-    home_tx: watch::Sender<PeerId>,
-    /// The job's copies as this node's replica knows them, for the
-    /// holders of its workers' checkpoints (see `checkpoint`): one of them
-    /// becomes the home if the home is lost.
-    copies_tx: watch::Sender<Vec<PeerId>>,
-}
-
 /// Everything the loop owns.
 pub(crate) struct Node {
     me: PeerId,
@@ -270,7 +233,8 @@ pub(crate) struct Node {
     dir: PathBuf,
     /// The jobs this node is home to, in memory (see [`homejobs`]).
     jobs: HomeJobs,
-    members: HashMap<u64, MemberJob>,
+    /// The jobs this node runs workers of (see [`members`]).
+    members: Members,
     tasks: JoinSet<Done>,
     /// The answers made or sent off the loop (see [`answers`]).
     answers: Answers,
@@ -370,7 +334,7 @@ impl Node {
             sandbox,
             dir,
             jobs: HomeJobs::new(finished_in_memory),
-            members: HashMap::new(),
+            members: Members::default(),
             tasks: JoinSet::new(),
             answers: Answers::new(answers::MAX_ANSWERS),
             probing: BTreeSet::new(),
@@ -681,9 +645,6 @@ impl Node {
         self.activity.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
-
-/// The ends of a rank's inbox, made before its worker starts.
-type Ends = (Arc<Inbox>, mpsc::Receiver<BarrierItem>);
 
 /// A random number: std's per-instance random hasher keys are a good
 /// enough source (job ids, a first file source) without an OS-rng

@@ -78,7 +78,7 @@ impl Node {
         // Copies of the same job too: whether a copy is gone decides
         // whether the others are a majority after the home's death.
         let involved = self.runs_ours(&peer)
-            || self.members.values().any(|m| m.home == peer)
+            || self.members.runs_for(&peer)
             || self.shares_replica_with(&peer);
         if !involved || !self.probing.insert(peer) {
             return;
