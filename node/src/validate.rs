@@ -3,7 +3,7 @@
 //! input names), the client requests an owner or another node may make,
 //! and the pieces every peer request is checked with (ranks, placements,
 //! names). Each concern of the peer protocol checks its own requests with
-//! them, in its file of [`crate::wire`].
+//! them, in its file of `crate::wire`.
 //!
 //! Used at every door: the node's `submit` and `resize`, the job spec files
 //! of the `zorilla` CLI (which so refuses before sending), and the decoding

@@ -8,12 +8,19 @@
 //! the IO: messages, files, workers, the database.
 //!
 //! The loop's parts: [`client`] (requests of this node's clients), [`peers`]
-//! (overlay events and other nodes' requests), [`home`] (the jobs this node
-//! is home to: the core's outputs, records, placements, ends), [`member`]
-//! (workers on this node), [`files`] (a job's files on a worker node, and
+//! (overlay events, and other nodes' requests handed by concern to the part
+//! that owns it), [`home`] (the jobs this node is home to: the core's
+//! outputs, records, placements, ends), [`reports`] (the home's side of its
+//! members' logs, outputs and ends), [`member`] (starting and supervising
+//! workers on this node), [`files`] (a job's files on a worker node, and
 //! the checks of what peers name), [`liveness`] (the questions the core
 //! asks, and this node's answers), [`replicas`] (what a copy, a takeover or
-//! a step-down means for the records and workers here).
+//! a step-down means for the records and workers here), [`checkpoints`].
+//!
+//! Components that own their fields, each with unit tests: [`homejobs`]
+//! (the home's records under way and finished), [`members`] (the jobs this
+//! node runs workers of), [`answers`] (the answers made off the loop: one
+//! tracked set, bounded).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
