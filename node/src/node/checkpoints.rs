@@ -3,16 +3,22 @@
 //! loop, in the holder's own database), and as the home that knows where
 //! each rank's latest checkpoint is and tells the holders when a job ended.
 
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+use zorilla_core::advert::JobId;
 use zorilla_core::checkpoint::Latest;
 use zorilla_core::node::CheckpointRefused;
+use zorilla_overlay::PeerId;
+use zorilla_overlay::identity::PeerSigner;
 
-use super::*;
+use super::{Done, Node, Reply};
 use crate::checkpoint::{CheckpointSettings, Neighbours, NetCheckpoints, ticket};
 use crate::store::checkpoints::{Holder, HolderError};
 use crate::wire::checkpoint::{CheckpointReply, CheckpointRpc, Located};
-use zorilla_overlay::identity::PeerSigner;
+use crate::wire::{PeerReply, PeerRpc, RefusalKind};
 
 /// How often the holder deletes ranks nobody wrote for too long.
 const EXPIRE_CHECK: Duration = Duration::from_secs(600);

@@ -2,10 +2,25 @@
 //! and reading jobs this node is home to, each as far as its caller may
 //! (see [`crate::owner`]).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+use zorilla_core::advert::JobId;
+use zorilla_core::machine;
+use zorilla_core::node::Input;
+use zorilla_overlay::PeerId;
+
+use super::{Done, Node, Reply};
 use crate::origin::JobOrigin;
 use crate::owner::{Access, Caller};
+use crate::protocol::{
+    ErrorKind, JobPhase, JobRequest, JobStatus, LogPage, MAX_LOG_PAGE_BYTES, NodeInfo, Pending,
+    Request, Response,
+};
+use crate::store::{FileRef, JobRecord, StoreError};
 use crate::validate::Submission;
+use crate::wire::forward::ForwardRpc;
+use crate::wire::{PeerReply, RefusalKind};
 
 impl Node {
     /// What `caller` may have of `job` (a job this node is home to) when it

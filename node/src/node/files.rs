@@ -4,7 +4,20 @@
 //! checks of names and hashes that come from peers before they touch the
 //! disk.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use zorilla_core::advert::JobId;
+use zorilla_overlay::PeerId;
+use zorilla_sandbox::{Program, Sandbox, jobfs};
+
+use super::{Node, random_below, random_u64};
+use crate::net::Net;
+use crate::store::FileRef;
+use crate::wire::files::{BLOCK_BYTES, FileRpc, MAX_FILE_BYTES};
+use crate::wire::job_copy::{JobCopy, Placed};
+use crate::wire::{PeerReply, PeerRpc, RefusalKind};
 
 /// Why a name or hash from a peer is refused before it touches the disk.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

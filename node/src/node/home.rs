@@ -4,8 +4,24 @@
 //! loss means for the job, and whom to tell of a placement, is the core's
 //! call.
 
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use zorilla_core::advert::{JobId, Message};
+use zorilla_core::flood::FloodId;
+use zorilla_core::machine;
+use zorilla_core::node::{Input, JobEvent, LostReason, Output, Phase, RankOutcome};
+use zorilla_overlay::PeerId;
+use zorilla_sandbox::{ChangeKind, MembershipChange};
+
 use super::replicas::notice_log;
-use super::*;
+use super::{Done, MachineOutput, Node, Reply, cbor_advert};
+use crate::protocol::{JobPhase, RankStatus};
+use crate::store::StoredPeer;
+use crate::wire::job_copy::{JobCopy, Placed};
+use crate::wire::replica::ReplicaRpc;
+use crate::wire::sched::SchedRpc;
+use crate::wire::{PeerReply, PeerRpc, RefusalKind};
 
 impl Node {
     /// Executes what the core's machine said, in order.

@@ -9,10 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use zorilla_core::advert::JobId;
-use zorilla_core::advert::Phase;
 use zorilla_core::liveness::{Answer, Question};
 use zorilla_core::machine;
 use zorilla_core::node::Input;
+use zorilla_core::node::Phase;
 use zorilla_core::stall::{MAX_WAIT, Waits};
 use zorilla_overlay::PeerId;
 

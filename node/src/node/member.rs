@@ -2,8 +2,29 @@
 //! (once their job's files are here), stopping them, and supervising each
 //! until its output and its end have reached the job's home.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use zorilla_core::advert::JobId;
+use zorilla_core::machine;
+use zorilla_core::node::{Failure, Input, Output, WorkerEnd};
+use zorilla_overlay::PeerId;
+use zorilla_sandbox::{Limits, Outcome, OutputKind, Program, WorkerSpec, jobfs};
+
 use super::files::{PrepareError, link_inputs, prepare};
-use super::*;
+use super::members::{Ends, RunningWorker};
+use super::{COPY_STALE, Done, MachineOutput, NoState, Node, random_u64};
+use crate::net::{BarrierItem, Net, NetTransport};
+use crate::protocol::{JobPhase, LogChunk};
+use crate::validate;
+use crate::wire::barrier::BarrierRpc;
+use crate::wire::files::BLOCK_BYTES;
+use crate::wire::job_copy::{JobCopy, Placed};
+use crate::wire::member::MemberRpc;
+use crate::wire::sched::SchedRpc;
+use crate::wire::{PeerReply, PeerRpc, RefusalKind};
 
 impl Node {
     /// Takes a peer's scheduling message to the core. A grant comes with

@@ -23,49 +23,31 @@
 //! tracked set, bounded).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
-use zorilla_core::advert::{Advert, JobId, Message};
-use zorilla_core::flood::FloodId;
+use zorilla_core::advert::{Advert, JobId};
 use zorilla_core::liveness::Answer;
 use zorilla_core::machine::{self, JobMachine, MachineConfig};
-use zorilla_core::node::{
-    Failure, Input, JobEvent, LostReason, Output, Phase, RankOutcome, SchedulerConfig, WorkerEnd,
-};
+use zorilla_core::node::SchedulerConfig;
 use zorilla_core::stall::{StallWatch, Waits};
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
-use zorilla_sandbox::jobfs;
-use zorilla_sandbox::{
-    ChangeKind, Limits, MembershipChange, Outcome, OutputKind, Program, Sandbox, WorkerSpec,
-};
+use zorilla_sandbox::{Program, Sandbox};
 
 use crate::link::Links;
-use crate::net::{BarrierItem, CallError, LocalCall, Net, NetTransport};
-use crate::protocol::{
-    ErrorKind, JobPhase, JobRequest, JobStatus, LogChunk, LogPage, MAX_LOG_PAGE_BYTES, NodeInfo,
-    OutcomeCode, Pending, RankStatus, Request, Response,
-};
+use crate::net::{CallError, LocalCall, Net};
+use crate::protocol::{JobPhase, OutcomeCode, Request, Response};
 use crate::status::{self, Publisher};
-use crate::store::{Append, FileRef, JobRecord, Store, StoreError, StoredPeer, Writer};
+use crate::store::{JobRecord, Store, StoredPeer, Writer};
 use crate::validate;
-use crate::wire::barrier::BarrierRpc;
-use crate::wire::files::FileRpc;
-use crate::wire::files::{BLOCK_BYTES, MAX_FILE_BYTES};
-use crate::wire::forward::ForwardRpc;
-use crate::wire::job_copy::{JobCopy, JobInfo, Placed};
-use crate::wire::member::MemberRpc;
-use crate::wire::replica::ReplicaRpc;
-use crate::wire::sched::SchedRpc;
-use crate::wire::view::ViewRpc;
-use crate::wire::{PeerReply, PeerRpc, RefusalKind, decode, encode};
+use crate::wire::job_copy::{JobCopy, JobInfo};
+use crate::wire::{PeerReply, encode};
 use answers::Answers;
 use homejobs::HomeJobs;
-use members::{Ends, Members, RunningWorker};
+use members::Members;
 
 mod answers;
 mod checkpoints;

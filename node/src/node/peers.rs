@@ -4,7 +4,19 @@
 //! it: [`crate::wire`] has one file per concern, and so, mostly, does this
 //! module's parent).
 
-use super::*;
+use std::time::Duration;
+
+use zorilla_core::advert::Advert;
+use zorilla_core::machine;
+use zorilla_core::node::Input;
+use zorilla_overlay::{Event, PeerId};
+
+use super::{Done, Node, PROBE_PAUSES, Reply};
+use crate::status;
+use crate::store::Append;
+use crate::wire::replica::ReplicaRpc;
+use crate::wire::view::ViewRpc;
+use crate::wire::{PeerReply, PeerRpc, RefusalKind, decode, encode};
 
 impl Node {
     pub(super) fn overlay_event(&mut self, event: Event) {

@@ -5,14 +5,24 @@
 //! home's; the workers of a job follow its home. Replica messages reach
 //! the machine only with a job copy whose fields are checked.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use zorilla_core::advert::JobId;
+use zorilla_core::machine;
 use zorilla_core::machine::{Notice, Origin};
 use zorilla_core::node::JobState;
 use zorilla_core::replica::{Signature, Signer, Statement};
+use zorilla_overlay::PeerId;
 use zorilla_overlay::identity::PeerSigner;
 
 use super::files::{check_job_copy, fetch};
-use super::*;
-use crate::wire::replica::ReplicaMsg;
+use super::{Done, Node};
+use crate::protocol::{JobPhase, RankStatus};
+use crate::store::{FileRef, JobRecord, StoredPeer};
+use crate::wire::job_copy::JobCopy;
+use crate::wire::replica::{ReplicaMsg, ReplicaRpc};
+use crate::wire::{PeerRpc, encode};
 
 /// How many extra copies fetch their job's files at once.
 pub(super) const MAX_COPY_FETCHES: usize = 4;

@@ -3,9 +3,20 @@
 //! end ([`MemberRpc`]). The home takes them only from the nodes of the
 //! job's ranks, and outputs only up to what it keeps for a job.
 
+use std::collections::BTreeMap;
+
+use zorilla_core::advert::JobId;
+use zorilla_core::machine;
+use zorilla_overlay::PeerId;
+
 use super::client::output_room;
 use super::files::check_output_name;
-use super::*;
+use super::{Node, Reply};
+use crate::store::{Append, JobRecord};
+use crate::wire::files::BLOCK_BYTES;
+use crate::wire::job_copy::JobInfo;
+use crate::wire::member::MemberRpc;
+use crate::wire::{PeerReply, RefusalKind};
 
 impl Node {
     /// Answers a member's request, or hands it to the store's writer (logs
