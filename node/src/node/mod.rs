@@ -224,6 +224,15 @@ pub(crate) struct Node {
     jobs: HomeJobs,
     /// The jobs this node runs workers of (see [`members`]).
     members: Members,
+    /// The loop's own work off the loop: messages it sends, probes of
+    /// peers, workers and their preparation, fetches, liveness questions.
+    /// Each ends on its own (calls time out, workers have their limits).
+    /// Most follow what the core bounds (its holds, its pending adverts,
+    /// the ranks placed here, the peers of its jobs); a message the core
+    /// sends in answer to a peer's (a refusal of an offer, say) lives at
+    /// most a call's timeout, and a peer has at most as many requests under
+    /// way as the overlay lets it. What answers peers' requests directly is
+    /// in [`Node::answers`], bounded.
     tasks: JoinSet<Done>,
     /// The answers made or sent off the loop (see [`answers`]).
     answers: Answers,
