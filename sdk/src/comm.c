@@ -13,7 +13,6 @@
 #include "zmpi.h"
 
 struct zmpi_group zmpi_group_empty = {1, 0, NULL, MPI_UNDEFINED, 1};
-struct zmpi_comm zmpi_comm_world, zmpi_comm_self;
 int zmpi_next_ctx = 4;
 
 static struct zmpi_group world_group, self_group;
@@ -943,4 +942,22 @@ int zmpi_neighbors(MPI_Comm comm, int *indegree, const int **sources, int *outde
     *sources = *destinations = n;
     *scratch = n;
     return 0;
+}
+
+int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler h)
+{
+    if (!zmpi_comm_ok(comm))
+        return zmpi_error(NULL, MPI_ERR_COMM, "MPI_Comm_set_errhandler", "invalid communicator");
+    if (h != MPI_ERRORS_ARE_FATAL && h != MPI_ERRORS_RETURN)
+        return zmpi_error(comm, MPI_ERR_ARG, "MPI_Comm_set_errhandler", "unknown error handler");
+    comm->errh = h;
+    return MPI_SUCCESS;
+}
+
+int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *h)
+{
+    if (!zmpi_comm_ok(comm))
+        return zmpi_error(NULL, MPI_ERR_COMM, "MPI_Comm_get_errhandler", "invalid communicator");
+    *h = comm->errh;
+    return MPI_SUCCESS;
 }
