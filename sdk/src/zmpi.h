@@ -195,6 +195,9 @@ MPI_Request zmpi_irecv(void *buf, int count, MPI_Datatype t, int src, int tag, M
  * destination. With block != 0 it waits for something to arrive when there
  * is nothing to send. Returns MPI_SUCCESS or an error code. */
 int zmpi_progress(int block);
+/* Sets up the engine on first use (zmpi_isend and zmpi_irecv do it; call
+ * it before zmpi_progress when neither has run). */
+int zmpi_p2p_ready(void);
 int zmpi_wait(MPI_Request *r, MPI_Status *status);
 void zmpi_request_release(MPI_Request r);
 /* Looks for a matching message without receiving it. */
