@@ -4,8 +4,8 @@
  * world's size, the predefined communicators' storage (MPI_Init fills it
  * with comm.c's zmpi_comm_init) and error handlers, zmpi_error and
  * zmpi_check_init, error strings; and the calls that need nothing else
- * (Abort, Wtime, version, processor name). The bottom of the library's layers
- * (scripts/c-cycles.py): it uses no other file of the library.
+ * (Abort, Wtime, version, processor name). The bottom of the library's
+ * layers (scripts/c-cycles.py): it uses no other file of the library.
  */
 #include <stdio.h>
 #include <stdlib.h>
