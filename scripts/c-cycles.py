@@ -26,6 +26,8 @@ import shutil
 import subprocess
 import sys
 
+from graphs import sccs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -86,37 +88,6 @@ def graph(found):
     return {e: sorted(s) for e, s in edges.items()}
 
 
-def sccs(nodes, edges):
-    """Tarjan's strongly connected components."""
-    succ = {n: sorted(b for a, b in edges if a == n) for n in nodes}
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def strong(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in succ[v]:
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            out.append(sorted(comp))
-
-    for v in sorted(nodes):
-        if v not in index:
-            strong(v)
-    return out
-
-
 def layers(nodes, edges):
     """Each file's height: 0 for one that uses no other, else one more than
     the highest it uses (the graph must be acyclic)."""
@@ -148,7 +119,7 @@ def main():
     if not found:
         sys.exit(f"c-cycles: {archive} has no members")
     edges = graph(found)
-    cycles = [c for c in sccs(found.keys(), edges.keys()) if len(c) > 1]
+    cycles = [sorted(c) for c in sccs(sorted(found), sorted(edges)) if len(c) > 1]
     print(f"{os.path.basename(archive)}: {len(found)} files, {len(edges)} edges, {len(cycles)} cycles")
     for comp in cycles:
         members_ = set(comp)
