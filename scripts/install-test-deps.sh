@@ -9,11 +9,14 @@
 # compute benchmark builds the native baseline of nqueens.c), mount (the
 # full-disk test mounts a small tmpfs in a mount namespace of its own),
 # llvm (llvm-ar: GNU ar writes no symbol index for wasm objects, which
-# sdk/build.sh needs), openmpi-bin and libopenmpi-dev (node/tests/mpi.rs
-# runs the MPI test programs under OpenMPI too, and the MPI benchmark
-# measures it beside Zorilla, as does the ping-pong benchmark), python3
+# sdk/build.sh needs; llvm-nm, which reads what each of the MPI library's
+# objects defines and uses for scripts/c-cycles.py), openmpi-bin and
+# libopenmpi-dev (node/tests/mpi.rs runs the MPI test programs under
+# OpenMPI too, and the MPI benchmark measures it beside Zorilla, as does
+# the ping-pong benchmark), python3
 # (scripts/module-cycles.py checks that no module depends back on one
-# that depends on it).
+# that depends on it, scripts/c-cycles.py the same of the MPI library's
+# C files).
 set -euo pipefail
 
 packages=(

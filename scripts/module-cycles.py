@@ -19,6 +19,8 @@ import os
 import re
 import sys
 
+from graphs import sccs
+
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
@@ -191,42 +193,6 @@ def analyse(src):
                 continue
             edges.setdefault((mod, target), []).append(f"{mods[mod][0]}:{line}")
     return mods, edges
-
-
-def sccs(nodes, edges):
-    graph = {n: [] for n in nodes}
-    for a, b in edges:
-        graph.setdefault(a, []).append(b)
-        graph.setdefault(b, [])
-    index, low, stack, on, out = {}, {}, [], set(), []
-    counter = [0]
-
-    def strong(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            out.append(comp)
-
-    sys.setrecursionlimit(10000)
-    for v in graph:
-        if v not in index:
-            strong(v)
-    return out
 
 
 def name(mod):

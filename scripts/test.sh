@@ -30,6 +30,9 @@ done
 echo "== no module depends on a module that depends back on it"
 python3 scripts/module-cycles.py
 
+echo "== no C file of the MPI library (sdk/src) uses one that uses it back"
+python3 scripts/c-cycles.py
+
 echo "== every file and test docs/security.md names exists"
 python3 scripts/check-security-doc.py
 

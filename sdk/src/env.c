@@ -1,14 +1,21 @@
 /*
- * env.c — starting and ending MPI, error handlers and error strings, time.
+ * env.c — the library's state and its error handling, which every other
+ * part uses: whether MPI is initialized or finalized, this rank and the
+ * world's size, the predefined communicators' storage (MPI_Init fills it
+ * with comm.c's zmpi_comm_init) and error handlers, zmpi_error and
+ * zmpi_check_init, error strings; and the calls that need nothing else
+ * (Abort, Wtime, version, processor name). The bottom of the library's
+ * layers (scripts/c-cycles.py): it uses no other file of the library.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include <zorilla.h>
 #include "zmpi.h"
 
 int zmpi_initialized, zmpi_finalized;
 int zmpi_world_rank, zmpi_world_size = 1;
+/* Here, not in comm.c, because zmpi_error takes COMM_WORLD's handler. */
+struct zmpi_comm zmpi_comm_world, zmpi_comm_self;
 struct zmpi_errhandler zmpi_errors_are_fatal = {1}, zmpi_errors_return = {0};
 
 static const char *const messages[] = {
@@ -78,54 +85,6 @@ int zmpi_check_init(const char *fn)
     exit(MPI_ERR_OTHER);
 }
 
-int MPI_Init(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    if (zmpi_initialized)
-        return zmpi_error(NULL, MPI_ERR_OTHER, "MPI_Init", "MPI is already initialized");
-    int32_t rank = zorilla_rank(), size = zorilla_size();
-    if (rank < 0 || size < 1 || rank >= size) {
-        fprintf(stderr, "MPI_Init: this worker has no valid rank\n");
-        exit(MPI_ERR_OTHER);
-    }
-    zmpi_world_rank = rank;
-    zmpi_world_size = size;
-    zmpi_comm_init(rank, size);
-    zmpi_initialized = 1;
-    return MPI_SUCCESS;
-}
-
-int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
-{
-    int err = MPI_Init(argc, argv);
-    /* A WebAssembly worker has a single thread, so every level holds. */
-    if (provided)
-        *provided = required;
-    return err;
-}
-
-int MPI_Query_thread(int *provided)
-{
-    *provided = MPI_THREAD_MULTIPLE;
-    return MPI_SUCCESS;
-}
-
-int MPI_Finalize(void)
-{
-    int err = zmpi_check_init("MPI_Finalize");
-    if (err)
-        return err;
-    /* Every send must leave before this worker ends, and no rank ends while
-     * another may still need to send to it. */
-    err = zmpi_flush_sends();
-    if (!err)
-        err = MPI_Barrier(MPI_COMM_WORLD);
-    zmpi_finalized = 1;
-    return err ? zmpi_error(NULL, err, "MPI_Finalize", "could not finish pending messages")
-               : MPI_SUCCESS;
-}
-
 int MPI_Initialized(int *flag)
 {
     *flag = zmpi_initialized;
@@ -173,24 +132,6 @@ double MPI_Wtick(void)
     if (clock_getres(CLOCK_MONOTONIC, &ts) != 0 || (ts.tv_sec == 0 && ts.tv_nsec == 0))
         return 1e-9;
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler h)
-{
-    if (!zmpi_comm_ok(comm))
-        return zmpi_error(NULL, MPI_ERR_COMM, "MPI_Comm_set_errhandler", "invalid communicator");
-    if (h != MPI_ERRORS_ARE_FATAL && h != MPI_ERRORS_RETURN)
-        return zmpi_error(comm, MPI_ERR_ARG, "MPI_Comm_set_errhandler", "unknown error handler");
-    comm->errh = h;
-    return MPI_SUCCESS;
-}
-
-int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *h)
-{
-    if (!zmpi_comm_ok(comm))
-        return zmpi_error(NULL, MPI_ERR_COMM, "MPI_Comm_get_errhandler", "invalid communicator");
-    *h = comm->errh;
-    return MPI_SUCCESS;
 }
 
 int MPI_Errhandler_free(MPI_Errhandler *h)

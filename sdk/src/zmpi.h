@@ -1,10 +1,26 @@
 /*
- * zmpi.h — the library's internal interface between its parts:
- * env.c (init, errors, time), p2p.c (the wire format, matching and the
- * progress engine), request.c (Wait/Test), datatype.c (type maps, pack),
- * op.c (reduction operators), coll.c (collectives), comm.c (communicators,
- * groups, Cartesian and distributed graph topologies), info.c (Info
- * objects), win.c (one-sided communication), wasi.c (what wasi-libc lacks).
+ * zmpi.h — the library's internal interface between its parts. They form
+ * layers, listed here from the bottom: each file calls only files listed
+ * before it, never back (scripts/c-cycles.py checks the built objects), so
+ * a part can be understood from what is below it.
+ *   env.c          the library's state (initialized, this rank, the
+ *                  world's size, the predefined communicators' storage)
+ *                  and errors (zmpi_error, zmpi_check_init), time
+ *   wasi.c         what wasi-libc lacks (nothing of MPI)
+ *   datatype.c     type maps, pack; op.c: reduction operators
+ *   info.c         Info objects
+ *   comm.c         communicators, groups and topologies as objects, and
+ *                  every query on them (no messages)
+ *   p2p.c          the wire format, matching and the progress engine
+ *   request.c      Wait/Test
+ *   sendrecv.c     the point-to-point MPI calls, and the blocking helpers
+ *                  of the collectives
+ *   coll.c         collectives
+ *   comm_create.c  making communicators (collective: Comm_dup, split,
+ *                  Cartesian and graph constructors)
+ *   checkpoint.c   Zorilla's checkpoint extension
+ *   win.c          one-sided communication
+ *   init.c         MPI_Init and MPI_Finalize
  */
 #ifndef ZMPI_INTERNAL_H
 #define ZMPI_INTERNAL_H
@@ -128,6 +144,29 @@ struct zmpi_errhandler {
 /* World rank of rank r of comm. */
 static inline int zmpi_world(MPI_Comm c, int r) { return c->group->world[r]; }
 int zmpi_comm_ok(MPI_Comm c);
+/* The checks an MPI call on a communicator starts with (MPI is running,
+ * c is a communicator; CHECK_CART: a Cartesian one): on failure the call
+ * returns the error. */
+#define CHECK_COMM(fn, c)                                                          \
+    do {                                                                           \
+        int e_ = zmpi_check_init(fn);                                              \
+        if (e_)                                                                    \
+            return e_;                                                             \
+        if (!zmpi_comm_ok(c))                                                      \
+            return zmpi_error(NULL, MPI_ERR_COMM, fn, "invalid communicator");     \
+    } while (0)
+#define CHECK_CART(fn, c)                                                            \
+    do {                                                                             \
+        CHECK_COMM(fn, c);                                                           \
+        if (!(c)->cart)                                                              \
+            return zmpi_error(c, MPI_ERR_TOPOLOGY, fn, "not a Cartesian communicator"); \
+    } while (0)
+/* A new group of n world ranks (copied), or NULL when out of memory. */
+struct zmpi_group *zmpi_group_new(int n, const int *world);
+/* Free what a communicator holds (a predefined group is kept; NULL is none). */
+void zmpi_group_drop(struct zmpi_group *g);
+void zmpi_cart_drop(struct zmpi_cart *c);
+void zmpi_dgraph_drop(struct zmpi_dgraph *d);
 void zmpi_comm_init(int world_rank, int world_size);
 /* Tags the library reserves for collectives (user tags are >= 0). */
 enum {
@@ -195,6 +234,9 @@ MPI_Request zmpi_irecv(void *buf, int count, MPI_Datatype t, int src, int tag, M
  * destination. With block != 0 it waits for something to arrive when there
  * is nothing to send. Returns MPI_SUCCESS or an error code. */
 int zmpi_progress(int block);
+/* Sets up the engine on first use (zmpi_isend and zmpi_irecv do it; call
+ * it before zmpi_progress when neither has run). */
+int zmpi_p2p_ready(void);
 int zmpi_wait(MPI_Request *r, MPI_Status *status);
 void zmpi_request_release(MPI_Request r);
 /* Looks for a matching message without receiving it. */
