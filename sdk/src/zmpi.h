@@ -93,7 +93,6 @@ void zmpi_unpack(const void *in, long long bytes, void *out, int count, MPI_Data
 /* Copies count elements of type st to rcount elements of type rt (same signature). */
 int zmpi_copy(const void *src, int scount, MPI_Datatype st, void *dst, int rcount, MPI_Datatype rt);
 int zmpi_type_ok(MPI_Datatype t);
-void zmpi_types_init(void);
 
 /* ---- operators ---- */
 struct zmpi_op {
