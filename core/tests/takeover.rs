@@ -315,6 +315,52 @@ fn a_successor_adopts_a_running_job_tells_its_nodes_and_finishes_it() {
     assert!(successor.adopt(ms(2200), JOB, 1, state).is_empty());
 }
 
+/// A home sends its grants once a copy holds their entries; the start
+/// that follows them in its log may not have reached a copy when the home
+/// dies. The successor still takes the job for running (a home is running
+/// from its first grant), so that the ranks' ends complete it rather than
+/// it expiring "before it got its workers" with every rank done (seen on
+/// real nodes: `node/tests/failover.rs`,
+/// `a_home_killed_right_after_its_grants_leaves_no_rank_to_start_again`).
+#[test]
+fn a_log_cut_after_the_grants_before_the_start_replays_a_running_job_that_completes() {
+    let (mut old, _) = Logged::submit(0, ms(0), spec(2, 2, LostPolicy::Fail));
+    old.offer(ms(1), 1, 1);
+    let out = old.offer(ms(2), 2, 1);
+    assert_eq!(grants_to(&out).len(), 2);
+    let cut: Vec<JobEntry<u32>> = old
+        .log
+        .iter()
+        .take_while(|e| {
+            !matches!(
+                e,
+                JobEntry::Event(JobEvent::Started { .. } | JobEvent::Full { .. })
+            )
+        })
+        .cloned()
+        .collect();
+    assert!(cut.len() < old.log.len(), "the home logged its start");
+    let state = JobState::replay(&cut).unwrap();
+    assert_eq!(state.phase, Phase::Running);
+    let mut successor = Scheduler::new(1, config(4));
+    successor.adopt(ms(1000), JOB, 1, state);
+    assert_eq!(successor.phase(JOB), Some(Phase::Running));
+    let mut out = Vec::new();
+    for (node, rank) in [(1, 0), (2, 1)] {
+        out = successor.handle(
+            ms(1100),
+            Input::RankEnded {
+                job: JOB,
+                node,
+                rank,
+                incarnation: rank,
+                end: WorkerEnd::Exited(0),
+            },
+        );
+    }
+    assert!(out.contains(&completed_with(2)), "{out:?}");
+}
+
 #[test]
 fn a_successor_floods_for_lost_ranks_under_numbers_the_old_home_never_used() {
     let (mut old, _) = Logged::submit(0, ms(0), spec(1, 3, LostPolicy::Replace));

@@ -107,6 +107,10 @@ impl<P: Clone + Ord> JobState<P> {
             } => {
                 self.ranks.restore(node, *incarnation, ranks);
                 self.grants = self.grants.max(incarnation.saturating_add(1));
+                // A home runs from its first grant (`Started` follows in
+                // the same step), and grants go out once a copy holds
+                // them: a log cut between the two is of a running job.
+                self.phase.advance(Phase::Running);
             }
             JobEvent::Started { .. } => {
                 self.phase.advance(Phase::Running);
