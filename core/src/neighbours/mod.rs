@@ -407,6 +407,21 @@ impl<P: PeerKey> NeighbourTable<P> {
             .chain(self.far.iter().map(move |p| (p, LinkKind::Far, rtt(p))))
     }
 
+    /// The current neighbours, near ones first, each group in peer order
+    /// (what [`neighbours`](Self::neighbours) gives, without a search for
+    /// each one's RTT).
+    pub fn neighbour_peers(&self) -> impl Iterator<Item = &P> {
+        self.near.iter().chain(self.far.iter())
+    }
+
+    /// The measured peers, in peer order.
+    pub fn measured_peers(&self) -> impl Iterator<Item = &P> {
+        self.known
+            .iter()
+            .filter(|(_, info)| info.is_measured())
+            .map(|(peer, _)| peer)
+    }
+
     /// The current neighbours with their smoothed RTT, as the flood router
     /// takes them.
     pub fn neighbour_rtts(&self) -> Vec<(P, Duration)> {
