@@ -462,10 +462,15 @@ impl<P: PeerKey> NeighbourTable<P> {
                 Some((rank, peer))
             })
             .collect();
-        measured.sort();
-        let near: BTreeSet<P> = measured
+        // The `near` smallest first (ranks are distinct: peers are); the
+        // rest is sorted only if far links are to be drawn from it in order
+        // (see below).
+        let split = self.config.near.min(measured.len());
+        if split < measured.len() {
+            measured.select_nth_unstable(split);
+        }
+        let near: BTreeSet<P> = measured[..split]
             .iter()
-            .take(self.config.near)
             .map(|(_, peer)| (*peer).clone())
             .collect();
 
@@ -482,9 +487,16 @@ impl<P: PeerKey> NeighbourTable<P> {
             }
         }
         let wanted = self.config.far - far.len();
-        let pool = measured
+        // Drawing none still draws a number for every peer of the pool, but
+        // what is drawn does not depend on their order: the pool is sorted
+        // only when picks are to be made from it (most refreshes keep their
+        // far links).
+        let rest = &mut measured[split..];
+        if wanted > 0 {
+            rest.sort_unstable();
+        }
+        let pool = rest
             .iter()
-            .skip(self.config.near)
             .map(|(_, peer)| *peer)
             .filter(|peer| !far.contains(*peer));
         let picks = pool.choose_multiple(&mut self.rng, wanted);
