@@ -20,10 +20,10 @@
 #   scripts/bench.sh --with-100k  the full run with the simulator's
 #                              synthetic-100k too: until it meets issue
 #                              30's 2 minutes and 4 GB it takes far longer
-#                              and likely over 10 GB (ten times
-#                              synthetic-10k's 1.2 GB; BENCHMARKS.md,
-#                              "100,000 nodes"), so it is not in the
-#                              plain full run.
+#                              and likely over 8 GB (with one job and no
+#                              ping rounds it took 11 minutes of CPU and
+#                              7.2 GB; BENCHMARKS.md, "100,000 nodes"),
+#                              so it is not in the plain full run.
 #   scripts/bench.sh --resume B  a full run that stopped at the benchmark
 #                              `cargo bench --bench B` (it failed, say)
 #                              goes on from B: the logs before it are kept,

@@ -217,6 +217,9 @@ pub struct Sim {
     scenario: Scenario,
     rng: ChaCha8Rng,
     nodes: Vec<SimNode>,
+    /// Per node, its `alive`: the peer keeping reads it for one peer after
+    /// another, and a node's whole `SimNode` is a cache miss each.
+    up: Vec<bool>,
     heap: BinaryHeap<Reverse<Scheduled>>,
     seq: u64,
     now: Time,
@@ -314,6 +317,7 @@ impl Sim {
             scenario: scenario.clone(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             nodes: Vec::with_capacity(grid.len()),
+            up: vec![true; grid.len()],
             heap: BinaryHeap::new(),
             seq: 0,
             now: Time::ZERO,

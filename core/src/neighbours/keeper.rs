@@ -607,21 +607,23 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         if self.is_connected(asker) {
             self.introduced.insert(asker.clone());
         }
-        let mut seen = BTreeSet::new();
-        self.table
-            .neighbours()
-            .map(|(p, _, _)| p)
+        // What is told so far is what was seen (at most `max`, a short
+        // list to search).
+        let mut told: Vec<&P> = Vec::with_capacity(max);
+        let best = self
+            .table
+            .neighbour_peers()
             .chain(self.verified.iter())
-            .chain(
-                self.table
-                    .known()
-                    .filter(|(_, rtt)| rtt.is_some())
-                    .map(|(p, _)| p),
-            )
-            .filter(|p| *p != asker && seen.insert((*p).clone()))
-            .take(max)
-            .cloned()
-            .collect()
+            .chain(self.table.measured_peers());
+        for peer in best {
+            if told.len() >= max {
+                break;
+            }
+            if peer != asker && !told.contains(&peer) {
+                told.push(peer);
+            }
+        }
+        told.into_iter().cloned().collect()
     }
 
     /// Our answer to `asker`'s peer exchange was sent: a newcomer that came
@@ -746,8 +748,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         let link_deadline = self.config.ping_interval + self.config.ping_timeout;
         let unlinked: BTreeSet<P> = self
             .table
-            .neighbours()
-            .map(|(p, _, _)| p)
+            .neighbour_peers()
             .filter(|p| !self.is_connected(p))
             .cloned()
             .collect();
@@ -810,8 +811,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             self.next_peer_exchange = now + self.config.peer_exchange_interval;
             let partner = self
                 .table
-                .neighbours()
-                .map(|(p, _, _)| p)
+                .neighbour_peers()
                 .filter(|p| self.verified.contains(*p))
                 .choose(&mut self.rng)
                 .or_else(|| self.verified.iter().choose(&mut self.rng))
@@ -823,8 +823,7 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             // with a connection that closed while it was under way.
             let neighbours: Vec<P> = self
                 .table
-                .neighbours()
-                .map(|(p, _, _)| p)
+                .neighbour_peers()
                 .filter(|p| self.verified.contains(*p))
                 .cloned()
                 .collect();

@@ -89,35 +89,136 @@ pub enum LinkKind {
     Far,
 }
 
-/// What the table knows of one peer: its smoothed RTT and two pointers.
+/// What the table knows of one peer: its smoothed RTT and one pointer.
 /// Most known peers are candidates nobody measured yet, and a table holds
 /// up to `max_known` of them on every node (the simulator runs 100,000
 /// tables), so what only a measured peer or one that reported its
-/// coordinate has lives behind a box of its own; the smoothed RTT, which
-/// the table's choices read for every known peer, stays in place.
-#[derive(Debug, Clone, Default)]
+/// coordinate has lives behind one box of its own (its samples inline, so
+/// that a sample reads one allocation, not three); the smoothed RTT, which
+/// the table's choices read for every known peer, stays in place, in
+/// nanoseconds (RTTs are kept in nanoseconds up to 584 years, far beyond
+/// any a ping measures: see [`nanos`]).
+#[derive(Debug, Clone)]
 struct PeerInfo {
-    /// The minimum of the samples, kept up to date by `observe`; `Some`
-    /// exactly when `measured` is.
-    min: Option<Duration>,
-    /// Its RTT samples, once it was measured.
-    measured: Option<Box<Measured>>,
-    /// The network coordinate the peer last reported, with when.
-    position: Option<Box<(Position, Time)>>,
+    /// The minimum of the samples in nanoseconds, kept up to date by
+    /// `observe`; [`UNMEASURED`] exactly when `more` has no samples.
+    min: u64,
+    more: Option<Box<More>>,
 }
 
-/// A measured peer's RTT samples.
+impl Default for PeerInfo {
+    fn default() -> Self {
+        PeerInfo {
+            min: UNMEASURED,
+            more: None,
+        }
+    }
+}
+
+/// `PeerInfo::min` of a peer not measured yet.
+const UNMEASURED: u64 = u64::MAX;
+
+/// An RTT in nanoseconds, below [`UNMEASURED`]: saturated at 584 years,
+/// which no measured RTT comes near (a ping times out in seconds).
+fn nanos(rtt: Duration) -> u64 {
+    u64::try_from(rtt.as_nanos()).map_or(UNMEASURED - 1, |n| n.min(UNMEASURED - 1))
+}
+
+/// What a measured peer, or one that reported its coordinate, has.
 #[derive(Debug, Clone)]
-struct Measured {
-    /// Most recent samples, newest at the back; at most `config.samples`,
-    /// never empty.
-    samples: VecDeque<Duration>,
-    last_measured: Time,
+struct More {
+    /// Its most recent RTT samples once it was measured (empty before).
+    samples: Samples,
+    /// When it was last measured (`Some` exactly when `samples` has some).
+    last_measured: Option<Time>,
+    /// The network coordinate the peer last reported, with when.
+    position: Option<(Position, Time)>,
+}
+
+/// Samples kept in place when the table keeps at most this many per peer
+/// (the default 8), else in a list of their own.
+const INLINE_SAMPLES: usize = 8;
+
+/// A peer's most recent RTT samples, in nanoseconds: at most the table's
+/// `config.samples`, the oldest leaving first.
+#[derive(Debug, Clone)]
+enum Samples {
+    /// A ring: the oldest at `head` once `len` reached the limit (until
+    /// then `head` is 0 and the samples are `ring[..len]`).
+    Inline {
+        ring: [u64; INLINE_SAMPLES],
+        head: u8,
+        len: u8,
+    },
+    List(VecDeque<u64>),
+}
+
+impl Samples {
+    fn new(limit: usize) -> Self {
+        if limit <= INLINE_SAMPLES {
+            Samples::Inline {
+                ring: [0; INLINE_SAMPLES],
+                head: 0,
+                len: 0,
+            }
+        } else {
+            Samples::List(VecDeque::new())
+        }
+    }
+
+    /// Adds `sample`; returns the oldest one if it left to make room
+    /// (`limit` samples were kept).
+    fn push(&mut self, sample: u64, limit: usize) -> Option<u64> {
+        match self {
+            Samples::Inline { ring, head, len } => {
+                let (at, full) = (usize::from(*head), usize::from(*len));
+                if full == limit {
+                    let gone = std::mem::replace(&mut ring[at], sample);
+                    *head = ((at + 1) % limit) as u8;
+                    Some(gone)
+                } else {
+                    ring[full] = sample;
+                    *len += 1;
+                    None
+                }
+            }
+            Samples::List(list) => {
+                let gone = (list.len() == limit).then(|| list.pop_front()).flatten();
+                list.push_back(sample);
+                gone
+            }
+        }
+    }
+
+    fn min(&self) -> Option<u64> {
+        match self {
+            Samples::Inline { ring, len, .. } => ring[..usize::from(*len)].iter().min().copied(),
+            Samples::List(list) => list.iter().min().copied(),
+        }
+    }
 }
 
 impl PeerInfo {
     fn smoothed(&self) -> Option<Duration> {
-        self.min
+        (self.min != UNMEASURED).then(|| Duration::from_nanos(self.min))
+    }
+
+    fn is_measured(&self) -> bool {
+        self.min != UNMEASURED
+    }
+
+    fn position(&self) -> Option<(Position, Time)> {
+        self.more.as_ref().and_then(|more| more.position)
+    }
+
+    fn more(&mut self, limit: usize) -> &mut More {
+        self.more.get_or_insert_with(|| {
+            Box::new(More {
+                samples: Samples::new(limit),
+                last_measured: None,
+                position: None,
+            })
+        })
     }
 }
 
@@ -162,7 +263,8 @@ impl<P: PeerKey> NeighbourTable<P> {
     /// not measured yet. Returns whether it was new. Ignored when the table is
     /// full, so that gossip cannot push measured peers out.
     pub fn add_candidate(&mut self, peer: P) -> bool {
-        if self.known.contains_key(&peer) || self.known.len() >= self.config.max_known {
+        // A full table (most of a run) answers without a search.
+        if self.known.len() >= self.config.max_known || self.known.contains_key(&peer) {
             return false;
         }
         self.known.insert(peer, PeerInfo::default());
@@ -186,44 +288,44 @@ impl<P: PeerKey> NeighbourTable<P> {
         rtt: Duration,
         now: Time,
     ) -> Option<(Duration, Option<(Position, Time)>)> {
-        if !self.known.contains_key(&peer) && self.known.len() >= self.config.max_known {
+        let limit = self.config.samples.max(1);
+        let sample = nanos(rtt);
+        // A known peer (almost every sample) is found with one search.
+        if let Some(info) = self.known.get_mut(&peer) {
+            return Some(Self::add_sample(info, sample, limit, now));
+        }
+        if self.known.len() >= self.config.max_known {
             self.forget_one_non_neighbour();
             if self.known.len() >= self.config.max_known {
                 return None;
             }
         }
-        let limit = self.config.samples.max(1);
         let info = self.known.entry(peer).or_default();
-        let min = match (&mut info.measured, info.min) {
-            (Some(m), Some(min)) => {
-                let gone = (m.samples.len() == limit)
-                    .then(|| m.samples.pop_front())
-                    .flatten();
-                m.samples.push_back(rtt);
-                m.last_measured = now;
-                // The minimum changes only if the sample that left was it
-                // (or the new one is below it).
-                if gone == Some(min) {
-                    m.samples.iter().min().copied().unwrap_or(rtt)
-                } else {
-                    min.min(rtt)
-                }
-            }
-            _ => {
-                // Grown as samples come, not `limit` at once: most
-                // measured peers of a full table were measured by a probe's
-                // few samples only.
-                let mut samples = VecDeque::new();
-                samples.push_back(rtt);
-                info.measured = Some(Box::new(Measured {
-                    samples,
-                    last_measured: now,
-                }));
-                rtt
-            }
+        Some(Self::add_sample(info, sample, limit, now))
+    }
+
+    /// One sample (in nanoseconds) of a known peer: its smoothed RTT and
+    /// reported coordinate after it.
+    fn add_sample(
+        info: &mut PeerInfo,
+        sample: u64,
+        limit: usize,
+        now: Time,
+    ) -> (Duration, Option<(Position, Time)>) {
+        let min = info.min;
+        let more = info.more(limit);
+        let gone = more.samples.push(sample, limit);
+        more.last_measured = Some(now);
+        // The minimum changes only if the sample that left was it (or the
+        // new one is below it); the first sample is the minimum.
+        let min = if gone == Some(min) {
+            more.samples.min().unwrap_or(sample)
+        } else {
+            min.min(sample)
         };
-        info.min = Some(min);
-        Some((min, info.position.as_deref().copied()))
+        let position = more.position;
+        info.min = min;
+        (Duration::from_nanos(min), position)
     }
 
     /// Forgets a peer (it failed, left, or was refused). It stops being a
@@ -246,25 +348,21 @@ impl<P: PeerKey> NeighbourTable<P> {
     pub fn last_measured(&self, peer: &P) -> Option<Time> {
         self.known
             .get(peer)
-            .and_then(|info| info.measured.as_ref().map(|m| m.last_measured))
+            .and_then(|info| info.more.as_ref().and_then(|more| more.last_measured))
     }
 
     /// Records the network coordinate `peer` reported at `now` (checked by
     /// the caller), if the peer is known: it is forgotten with the peer.
     pub fn set_position(&mut self, peer: &P, position: Position, now: Time) {
+        let limit = self.config.samples.max(1);
         if let Some(info) = self.known.get_mut(peer) {
-            match &mut info.position {
-                Some(at) => **at = (position, now),
-                None => info.position = Some(Box::new((position, now))),
-            }
+            info.more(limit).position = Some((position, now));
         }
     }
 
     /// The network coordinate `peer` last reported, with when.
     pub fn position(&self, peer: &P) -> Option<(Position, Time)> {
-        self.known
-            .get(peer)
-            .and_then(|info| info.position.as_deref().copied())
+        self.known.get(peer).and_then(PeerInfo::position)
     }
 
     /// Known peers not measured yet: the driver should connect to them so that
@@ -272,7 +370,7 @@ impl<P: PeerKey> NeighbourTable<P> {
     pub fn unmeasured(&self) -> impl Iterator<Item = &P> {
         self.known
             .iter()
-            .filter(|(_, info)| info.min.is_none())
+            .filter(|(_, info)| !info.is_measured())
             .map(|(peer, _)| peer)
     }
 
@@ -307,6 +405,21 @@ impl<P: PeerKey> NeighbourTable<P> {
             .iter()
             .map(move |p| (p, LinkKind::Near, rtt(p)))
             .chain(self.far.iter().map(move |p| (p, LinkKind::Far, rtt(p))))
+    }
+
+    /// The current neighbours, near ones first, each group in peer order
+    /// (what [`neighbours`](Self::neighbours) gives, without a search for
+    /// each one's RTT).
+    pub fn neighbour_peers(&self) -> impl Iterator<Item = &P> {
+        self.near.iter().chain(self.far.iter())
+    }
+
+    /// The measured peers, in peer order.
+    pub fn measured_peers(&self) -> impl Iterator<Item = &P> {
+        self.known
+            .iter()
+            .filter(|(_, info)| info.is_measured())
+            .map(|(peer, _)| peer)
     }
 
     /// The current neighbours with their smoothed RTT, as the flood router
@@ -349,10 +462,15 @@ impl<P: PeerKey> NeighbourTable<P> {
                 Some((rank, peer))
             })
             .collect();
-        measured.sort();
-        let near: BTreeSet<P> = measured
+        // The `near` smallest first (ranks are distinct: peers are); the
+        // rest is sorted only if far links are to be drawn from it in order
+        // (see below).
+        let split = self.config.near.min(measured.len());
+        if split < measured.len() {
+            measured.select_nth_unstable(split);
+        }
+        let near: BTreeSet<P> = measured[..split]
             .iter()
-            .take(self.config.near)
             .map(|(_, peer)| (*peer).clone())
             .collect();
 
@@ -369,9 +487,16 @@ impl<P: PeerKey> NeighbourTable<P> {
             }
         }
         let wanted = self.config.far - far.len();
-        let pool = measured
+        // Drawing none still draws a number for every peer of the pool, but
+        // what is drawn does not depend on their order: the pool is sorted
+        // only when picks are to be made from it (most refreshes keep their
+        // far links).
+        let rest = &mut measured[split..];
+        if wanted > 0 {
+            rest.sort_unstable();
+        }
+        let pool = rest
             .iter()
-            .skip(self.config.near)
             .map(|(_, peer)| *peer)
             .filter(|peer| !far.contains(*peer));
         let picks = pool.choose_multiple(&mut self.rng, wanted);
@@ -396,7 +521,7 @@ impl<P: PeerKey> NeighbourTable<P> {
             .known
             .iter()
             .rev()
-            .find(|(peer, info)| info.min.is_none() && !neighbour(peer))
+            .find(|(peer, info)| !info.is_measured() && !neighbour(peer))
             .or_else(|| {
                 self.known
                     .iter()

@@ -25,6 +25,7 @@ impl Sim {
             return;
         }
         self.nodes[node as usize].alive = false;
+        self.up[node as usize] = false;
         self.watch_silent(node);
         self.failover_fail(node);
         let jobs: Vec<(JobId, u32)> = self
@@ -115,6 +116,7 @@ impl Sim {
         }
         let fresh = self.fresh_node(node, None);
         self.nodes[node as usize] = fresh;
+        self.up[node as usize] = true;
         let alive: Vec<u32> = (0..self.nodes.len() as u32)
             .filter(|n| self.nodes[*n as usize].alive)
             .collect();

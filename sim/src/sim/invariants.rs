@@ -18,13 +18,20 @@ impl Sim {
     /// - every reservation is released or used in time: no hold outlives
     ///   its hold timeout (nor the advert), and no home keeps offers for a
     ///   job that ended or has all its workers;
-    /// - expired adverts are gone from pending queues.
+    /// - expired adverts are gone from pending queues;
+    /// - the simulator's copy of which nodes are up is every node's own.
     pub fn check_invariants(&self) -> Result<(), String> {
         if let Some(v) = self.violations.first() {
             return Err(v.clone());
         }
         self.check_failover()?;
         for (i, node) in self.nodes.iter().enumerate() {
+            if self.up[i] != node.alive {
+                return Err(format!(
+                    "node {i}: alive {} but up {}",
+                    node.alive, self.up[i]
+                ));
+            }
             if !node.alive {
                 continue;
             }

@@ -90,10 +90,12 @@ impl Sim {
     }
 
     fn keeper(&mut self, node: u32) -> Option<&mut PeerKeeper<u32, u64>> {
-        let n = &mut self.nodes[node as usize];
-        match &mut n.overlay {
-            NodeOverlay::Ours(keeper) if n.alive => Some(keeper),
-            _ => None,
+        if !self.up[node as usize] {
+            return None;
+        }
+        match &mut self.nodes[node as usize].overlay {
+            NodeOverlay::Ours(keeper) => Some(keeper),
+            NodeOverlay::Paper(_) => None,
         }
     }
 
@@ -140,10 +142,10 @@ impl Sim {
     pub(super) fn tick(&mut self, node: u32) {
         let now = self.keeper_now();
         let peers: Vec<u32> = match &self.nodes[node as usize].overlay {
-            NodeOverlay::Ours(keeper) if self.nodes[node as usize].alive => keeper
+            NodeOverlay::Ours(keeper) if self.up[node as usize] => keeper
                 .connected_peers()
                 .copied()
-                .filter(|p| self.nodes[*p as usize].alive)
+                .filter(|p| self.up[*p as usize])
                 .collect(),
             _ => return,
         };
@@ -273,14 +275,14 @@ impl Sim {
     fn answer_pings(&mut self, node: u32) -> Option<bool> {
         let now = self.keeper_now();
         let peers: Vec<u32> = match &self.nodes[node as usize].overlay {
-            NodeOverlay::Ours(keeper) if self.nodes[node as usize].alive => {
+            NodeOverlay::Ours(keeper) if self.up[node as usize] => {
                 keeper.connected_peers().copied().collect()
             }
             _ => return None,
         };
         let mut silent = false;
         for peer in peers {
-            if !self.nodes[peer as usize].alive {
+            if !self.up[peer as usize] {
                 silent = true;
                 continue;
             }
