@@ -228,6 +228,10 @@ fn a_full_node_introduces_newcomers_and_lets_them_go() {
     assert!(drain(&mut keeper).contains(&Action::AskPeers(9)));
     // It gets our peers, neighbours first...
     assert_eq!(keeper.peers_requested(&9, 32), vec![1, 2, 3, 4]);
+    // The overlay asks for all of them (and filters them by address): the
+    // same answer, without an allocation or search sized by the ask.
+    assert_eq!(keeper.peers_requested(&9, usize::MAX), vec![1, 2, 3, 4]);
+    assert_eq!(keeper.peers_requested(&9, 2), vec![1, 2]);
     // ... and once it has them, its connection is the one closed: not a
     // neighbour's, nor one of peers still getting to know us.
     keeper.peers_sent(&9, now, &Idle);

@@ -99,6 +99,10 @@ use crate::bounded::make_room;
 use crate::vivaldi::{Position, Refused, Vivaldi, VivaldiConfig};
 use crate::{PeerKey, Time};
 
+/// The longest peer-exchange answer whose repeats are found by searching
+/// it (see [`PeerKeeper::peers_requested`]).
+const SHORT_ANSWER: usize = 64;
+
 /// A former neighbour's connection is kept this long after it stopped being
 /// one, so that flood copies already sent on it arrive and a neighbour that
 /// flaps in and out of the set (equal RTTs) is not redialed each time; a
@@ -607,9 +611,13 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         if self.is_connected(asker) {
             self.introduced.insert(asker.clone());
         }
-        // What is told so far is what was seen (at most `max`, a short
-        // list to search).
-        let mut told: Vec<&P> = Vec::with_capacity(max);
+        // A short answer (the simulator asks for 32) finds repeats in
+        // what it told so far; a long one (the overlay asks for all, and
+        // filters them by address) keeps a set, so that neither the
+        // allocation nor the search follows `max`.
+        let short = max <= SHORT_ANSWER;
+        let mut told: Vec<&P> = Vec::with_capacity(max.min(SHORT_ANSWER));
+        let mut seen: BTreeSet<&P> = BTreeSet::new();
         let best = self
             .table
             .neighbour_peers()
@@ -619,7 +627,13 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
             if told.len() >= max {
                 break;
             }
-            if peer != asker && !told.contains(&peer) {
+            let new = peer != asker
+                && if short {
+                    !told.contains(&peer)
+                } else {
+                    seen.insert(peer)
+                };
+            if new {
                 told.push(peer);
             }
         }
