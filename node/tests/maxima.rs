@@ -289,7 +289,13 @@ enum RpcRequest {
 /// The node's peer requests that the test sends (same names, same shapes).
 #[derive(Serialize)]
 enum PeerRpc {
-    Sched(Message<PeerId>),
+    Sched(SchedRpc),
+}
+
+/// The node's scheduling requests (same names, same shapes).
+#[derive(Serialize)]
+enum SchedRpc {
+    Message(Message<PeerId>),
 }
 
 fn cbor<T: Serialize>(value: &T) -> Vec<u8> {
@@ -391,7 +397,7 @@ async fn a_hostile_peers_extreme_values_do_not_crash_the_node() {
             a.flood.latency_budget = Some(Duration::MAX);
         }),
     ];
-    let offer = PeerRpc::Sched(Message::Offer {
+    let offer = PeerRpc::Sched(SchedRpc::Message(Message::Offer {
         job: JobId(waiting),
         hold: HoldId(u32::MAX),
         workers: u32::MAX,
@@ -402,8 +408,8 @@ async fn a_hostile_peers_extreme_values_do_not_crash_the_node() {
             busy: u32::MAX,
             speed: u32::MAX,
         },
-    });
-    let placement = PeerRpc::Sched(Message::Placement {
+    }));
+    let placement = PeerRpc::Sched(SchedRpc::Message(Message::Placement {
         job: JobId(waiting),
         phase: Phase::Running,
         placement: BTreeMap::from([(
@@ -414,7 +420,7 @@ async fn a_hostile_peers_extreme_values_do_not_crash_the_node() {
             },
         )]),
         replaced: vec![u32::MAX],
-    });
+    }));
     // The node delivers floods only from a peer it has identified: send
     // the adverts until it has (each refusal is logged; adverts cost the
     // forwarding neighbour no strike). Then the requests, once: each is a
