@@ -273,12 +273,11 @@ fn text(field: &'static str, text: &str) -> Result<(), Invalid> {
     Ok(limits::at_most(field, text.len(), MAX_TEXT_BYTES)?)
 }
 
-/// Checks a peer's answer to `ViewRpc::Node` before it is shown:
-/// every list and text within the maxima of this module.
 impl Snapshot {
+    /// Checks a peer's answer to `ViewRpc::Node` before it is shown:
+    /// every list and text within the maxima of this module.
     pub(crate) fn check(&self) -> Result<(), Invalid> {
-        let snapshot = self;
-        let o = &snapshot.overview;
+        let o = &self.overview;
         for (field, value) in [
             ("node id length in bytes", &o.node_id),
             ("node name length in bytes", &o.name),
@@ -304,19 +303,19 @@ impl Snapshot {
         for j in &o.home_jobs {
             text("job id length in bytes", j)?;
         }
-        limits::at_most("peers", snapshot.peers.len(), MAX_PEERS)?;
-        for p in &snapshot.peers {
+        limits::at_most("peers", self.peers.len(), MAX_PEERS)?;
+        for p in &self.peers {
             text("peer id length in bytes", &p.peer_id)?;
             text("peer name length in bytes", p.name.as_deref().unwrap_or(""))?;
             let coordinates = p.coordinates.as_ref().map_or(0, Vec::len);
             limits::at_most("peer coordinates", coordinates, MAX_COORDINATES)?;
         }
-        limits::at_most("jobs", snapshot.jobs.len(), MAX_JOBS)?;
-        for j in &snapshot.jobs {
+        limits::at_most("jobs", self.jobs.len(), MAX_JOBS)?;
+        for j in &self.jobs {
             job_summary(j)?;
         }
-        limits::at_most("pending adverts", snapshot.pending.len(), MAX_PENDING)?;
-        for a in &snapshot.pending {
+        limits::at_most("pending adverts", self.pending.len(), MAX_PENDING)?;
+        for a in &self.pending {
             text("job id length in bytes", &a.job_id)?;
             text("job name length in bytes", &a.job_name)?;
             text("home id length in bytes", &a.home)?;
@@ -337,49 +336,47 @@ fn job_summary(j: &JobSummary) -> Result<(), Invalid> {
     )
 }
 
-/// Checks a peer's answer to `ViewRpc::Job` before it is shown:
-/// every list and text within the maxima of this module.
 impl JobDetail {
+    /// Checks a peer's answer to `ViewRpc::Job` before it is shown:
+    /// every list and text within the maxima of this module.
     pub(crate) fn check(&self) -> Result<(), Invalid> {
-        let job = self;
-        job_summary(&job.summary)?;
-        limits::at_most("workers", job.workers.len(), MAX_WORKERS)?;
-        for w in &job.workers {
+        job_summary(&self.summary)?;
+        limits::at_most("workers", self.workers.len(), MAX_WORKERS)?;
+        for w in &self.workers {
             text("worker node length in bytes", &w.node)?;
             text(
                 "worker end length in bytes",
                 w.ended.as_deref().unwrap_or(""),
             )?;
         }
-        limits::at_most("log lines", job.log_tail.len(), MAX_LOG_LINES)?;
-        for l in &job.log_tail {
+        limits::at_most("log lines", self.log_tail.len(), MAX_LOG_LINES)?;
+        for l in &self.log_tail {
             text("log line length in bytes", &l.text)?;
         }
         Ok(())
     }
 }
 
-/// Checks a peer's answer to `ViewRpc::Summary` before it is shown:
-/// every list and text within the maxima of [`Summary`], and no more
-/// cores in use than offered.
 impl Summary {
+    /// Checks a peer's answer to `ViewRpc::Summary` before it is shown:
+    /// every list and text within the maxima of [`Summary`], and no more
+    /// cores in use than offered.
     pub(crate) fn check(&self) -> Result<(), Invalid> {
-        let s = self;
         let short = |field: &'static str, text: &str| {
             limits::at_most(field, text.len(), MAX_SUMMARY_TEXT_BYTES)
         };
         let id = |field: &'static str, text: &str| {
             limits::at_most(field, text.len(), MAX_SUMMARY_ID_BYTES)
         };
-        short("node name length in bytes", &s.name)?;
-        short("site length in bytes", s.site.as_deref().unwrap_or(""))?;
+        short("node name length in bytes", &self.name)?;
+        short("site length in bytes", self.site.as_deref().unwrap_or(""))?;
         limits::at_most(
             "cores in use",
-            s.used_cores as usize,
-            s.offered_cores as usize,
+            self.used_cores as usize,
+            self.offered_cores as usize,
         )?;
-        limits::at_most("jobs", s.jobs.len(), MAX_SUMMARY_JOBS)?;
-        for j in &s.jobs {
+        limits::at_most("jobs", self.jobs.len(), MAX_SUMMARY_JOBS)?;
+        for j in &self.jobs {
             id("job id length in bytes", &j.id)?;
             short("job name length in bytes", &j.name)?;
             id("home id length in bytes", &j.home)?;
