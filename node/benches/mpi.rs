@@ -40,6 +40,16 @@ fn short() -> bool {
     std::env::var_os("ZORILLA_BENCH_SHORT").is_some()
 }
 
+/// Whether the part named `part` runs: all of them unless
+/// `ZORILLA_MPI_ONLY` names some (comma-separated: allreduce, bcast,
+/// onesided, is, jacobi), for measuring one while changing it.
+fn wanted(part: &str) -> bool {
+    match std::env::var("ZORILLA_MPI_ONLY") {
+        Ok(only) => only.split(',').any(|p| p.trim() == part),
+        Err(_) => true,
+    }
+}
+
 /// Runs a build or a baseline; its stdout.
 fn check(cmd: &mut Command, what: &str) -> String {
     String::from_utf8_lossy(&run(cmd, what).stdout).into_owned()
@@ -194,7 +204,7 @@ async fn main() {
     let mut client = grid.nodes[0].client().await;
     let (small_iters, big_iters) = if short() { (20, 2) } else { (1000, 20) };
     let sizes = [(8u64, "8b", small_iters), (1 << 20, "1mib", big_iters)];
-    for n in [4u32, 8] {
+    for n in [4u32, 8].into_iter().filter(|_| wanted("allreduce")) {
         for (bytes, label, iters) in sizes {
             let args = strings(&[&"allreduce", &bytes, &iters]);
             let outs = three_ways(&mut client, &coll, n, Strategy::Spread, &args).await;
@@ -208,7 +218,7 @@ async fn main() {
         }
     }
     // Bcast from rank 0, 4 ranks one per node.
-    for (bytes, label, iters) in sizes {
+    for (bytes, label, iters) in sizes.into_iter().filter(|_| wanted("bcast")) {
         let args = strings(&[&"bcast", &bytes, &iters]);
         let outs = three_ways(&mut client, &coll, 4, Strategy::Spread, &args).await;
         report(
@@ -222,7 +232,7 @@ async fn main() {
     // One-sided, 2 ranks on 2 nodes: the latency of one 8-byte operation
     // and its fence, and the bandwidth of 1 MiB operations, 16 an epoch.
     let (window, epochs) = if short() { (4, 2) } else { (16, 10) };
-    for op in ["put", "get"] {
+    for op in ["put", "get"].into_iter().filter(|_| wanted("onesided")) {
         let args = strings(&[&op, &8, &small_iters, &1]);
         let outs = three_ways(&mut client, &onesided, 2, Strategy::Spread, &args).await;
         report(
@@ -242,25 +252,30 @@ async fn main() {
             0,
         );
     }
-    // The integer sort shaped like NPB IS, 4 ranks one per node: class W's
-    // sizes (2^20 keys up to 2^16, 10 iterations), 2^16 keys in CI.
-    let (log2_keys, log2_max) = if short() { (16, 11) } else { (20, 16) };
-    let args = strings(&[&log2_keys, &log2_max, &10, &"bench"]);
-    let outs = three_ways(&mut client, &is, 4, Strategy::Spread, &args).await;
-    // The same keys give the same sum whichever MPI sorted them.
-    let sum = |out: &str| {
-        out.lines()
-            .find(|l| l.starts_with("is key_sum"))
-            .map(str::to_string)
-    };
-    assert!(outs.iter().all(|o| o.ends_with("OK\n")), "{outs:?}");
-    assert!(sum(&outs[0]).is_some(), "{}", outs[0]);
-    assert!(outs.iter().all(|o| sum(o) == sum(&outs[0])), "{outs:?}");
-    report("is_4ranks", &outs, "is_mops", "Mop/s", 2);
-    println!("RESULT mpi.is_log2_keys {log2_keys}");
+    if wanted("is") {
+        // The integer sort shaped like NPB IS, 4 ranks one per node: class W's
+        // sizes (2^20 keys up to 2^16, 10 iterations), 2^16 keys in CI.
+        let (log2_keys, log2_max) = if short() { (16, 11) } else { (20, 16) };
+        let args = strings(&[&log2_keys, &log2_max, &10, &"bench"]);
+        let outs = three_ways(&mut client, &is, 4, Strategy::Spread, &args).await;
+        // The same keys give the same sum whichever MPI sorted them.
+        let sum = |out: &str| {
+            out.lines()
+                .find(|l| l.starts_with("is key_sum"))
+                .map(str::to_string)
+        };
+        assert!(outs.iter().all(|o| o.ends_with("OK\n")), "{outs:?}");
+        assert!(sum(&outs[0]).is_some(), "{}", outs[0]);
+        assert!(outs.iter().all(|o| sum(o) == sum(&outs[0])), "{outs:?}");
+        report("is_4ranks", &outs, "is_mops", "Mop/s", 2);
+        println!("RESULT mpi.is_log2_keys {log2_keys}");
+    }
     drop(client);
     drop(grid);
 
+    if !wanted("jacobi") {
+        return;
+    }
     // The stencil: 4 ranks on 2 nodes of 2 cores.
     let grid = common::grid(2, 2);
     let mut client = grid.nodes[0].client().await;

@@ -24,7 +24,7 @@
 //!   revocations, and the gate that checks a peer's credential before any
 //!   other protocol reaches it.
 //! - [`streams`]: long-lived raw streams between nodes for the messages
-//!   between workers (`/zorilla/<network>/ranks/4`), and their frames.
+//!   between workers (`/zorilla/<network>/ranks/5`), and their frames.
 //! - [`direct`]: the rank data plane, direct TLS connections (AES-GCM)
 //!   authenticated by the nodes' libp2p identities, which carry the same
 //!   frames when they can be made.

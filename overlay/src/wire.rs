@@ -56,7 +56,7 @@ pub(crate) fn flood_protocol(network: &str) -> String {
 /// instead of 4 MiB, credit counts each message's overhead, and a sender
 /// asks whenever it is short of credit with everything acknowledged.
 pub(crate) fn ranks_protocol(network: &str) -> String {
-    format!("/zorilla/{network}/ranks/4")
+    format!("/zorilla/{network}/ranks/5")
 }
 
 /// The request-response protocol's name on network `network`. Version 4:

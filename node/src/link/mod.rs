@@ -20,8 +20,9 @@
 //!
 //! The bytes of a stream go over the rank data plane
 //! ([`zorilla_overlay::direct`]) where they can: the receiver of a libp2p
-//! stream offers the port of its data plane as its first frame (and
-//! expects the sender there); the sender dials it at the IP address of
+//! stream offers where its data plane listens as its first frame (and
+//! expects the sender there); the sender dials it at the address offered
+//! (see [`direct_addrs`] for which it takes), then at the IP address of
 //! its libp2p connection, and carries on over the direct connection (TLS
 //! with AES-GCM, authenticated by both nodes' identities) with the same
 //! frames, as after a reconnection: what was not acknowledged is sent
@@ -110,7 +111,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -120,7 +121,7 @@ use zorilla_core::channel::{INITIAL_WINDOW, Inbound, Outbox, RANK_BUDGET, RankRe
 use zorilla_core::limits::MAX_WORKERS;
 #[cfg(doc)]
 use zorilla_overlay::streams::protocol::MAX_FRAME_BYTES;
-use zorilla_overlay::streams::protocol::{Frame, Refusal, encode};
+use zorilla_overlay::streams::protocol::{Frame, Offer, Refusal, encode};
 use zorilla_overlay::{DirectPlane, OverlayHandle, PeerId};
 use zorilla_sandbox::TransportError;
 
@@ -196,7 +197,7 @@ impl Links {
         let links = self.clone();
         tokio::spawn(async move {
             while let Some(stream) = streams.recv().await {
-                let offer = links.direct.as_ref().map(|plane| plane.port());
+                let offer = links.direct.as_ref().map(|plane| plane.offer());
                 tokio::spawn(serve_inbound(
                     links.clone(),
                     stream.peer,
@@ -402,8 +403,9 @@ impl Links {
 async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
     let mut failing_since: Option<Instant> = None;
     let mut backoff = Duration::from_millis(10);
-    // Where the peer's rank data plane listens, as its last offer said.
-    let mut direct: Option<SocketAddr> = None;
+    // Where the peer's rank data plane listens, as its last offer said:
+    // where to dial it, in order.
+    let mut direct: Vec<SocketAddr> = Vec::new();
     // When a direct connection to it last could not be made.
     let mut direct_failed: Option<Instant> = None;
     let mut direct_backoff = Duration::ZERO;
@@ -413,10 +415,24 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
             link.wake.notified().await;
             continue;
         }
-        if let (Some(addr), Some(plane)) = (direct, &links.direct) {
+        if let (false, Some(plane)) = (direct.is_empty(), &links.direct) {
             tokio::time::sleep(direct_backoff).await;
-            match plane.dial(link.peer, addr).await {
-                Ok(stream) => {
+            let mut dialed = Err(String::new());
+            for (i, addr) in direct.iter().enumerate() {
+                dialed = plane
+                    .dial(link.peer, *addr)
+                    .await
+                    .map(|stream| (i, stream))
+                    .map_err(|e| e.to_string());
+                if dialed.is_ok() {
+                    break;
+                }
+            }
+            match dialed {
+                Ok((i, stream)) => {
+                    let addr = direct[i];
+                    // The next dial after a break goes where this one did.
+                    direct.rotate_left(i);
                     failing_since = None;
                     tracing::debug!(peer = %link.peer, %addr, "direct message connection");
                     let opened = Instant::now();
@@ -436,10 +452,10 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                 Err(e) => {
                     tracing::info!(
                         peer = %link.peer,
-                        %addr,
+                        addrs = ?direct,
                         "no direct connection to the peer ({e}): messages go over libp2p"
                     );
-                    direct = None;
+                    direct.clear();
                     direct_failed = Some(Instant::now());
                 }
             }
@@ -453,8 +469,8 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                     && ip.is_some()
                     && direct_failed.is_none_or(|at| at.elapsed() >= DIRECT_RETRY);
                 match serve_outbound(&links, &link, stream.stream, take_offer).await {
-                    Ok(port) => {
-                        direct = ip.map(|ip| SocketAddr::new(ip, port));
+                    Ok(offer) => {
+                        direct = ip.map(|ip| direct_addrs(offer, ip)).unwrap_or_default();
                         direct_backoff = Duration::ZERO;
                     }
                     Err(e) => tracing::debug!(peer = %link.peer, "message stream ended: {e}"),
@@ -487,15 +503,44 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
     }
 }
 
+/// Where to dial the rank data plane a peer offered over a connection
+/// from IP address `conn`, in order: the address offered, if it is one
+/// this node may be sent to, then `conn`.
+///
+/// A node listening on one of its machine's addresses may connect to
+/// others from another (on one machine, every connection comes from
+/// 127.0.0.1 whatever loopback address the node listens on), so the
+/// connection's address alone would miss its plane. An address offered
+/// is taken unless it is not one host's (unspecified, multicast,
+/// broadcast), or is loopback while the peer is not on this machine: a
+/// peer may not point this node at its own machine's services. Whatever
+/// is dialed must prove the peer's identity in the TLS handshake.
+fn direct_addrs(offer: Offer, conn: IpAddr) -> Vec<SocketAddr> {
+    let usable = |ip: IpAddr| {
+        let broadcast = matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
+        !ip.is_unspecified()
+            && !ip.is_multicast()
+            && !broadcast
+            && (!ip.is_loopback() || conn.is_loopback())
+    };
+    let mut addrs = Vec::with_capacity(2);
+    if let Some(ip) = offer.ip.filter(|ip| *ip != conn && usable(*ip)) {
+        addrs.push(SocketAddr::new(ip, offer.port));
+    }
+    addrs.push(SocketAddr::new(conn, offer.port));
+    addrs
+}
+
 /// Runs one outbound stream until it breaks: writes chunks, reads acks.
-/// Ends with the port the peer offered if `take_offer` (the caller goes
-/// over to a direct connection), else ignores offers.
+/// Ends with where the peer's data plane listens, if it offered it and
+/// `take_offer` (the caller goes over to a direct connection), else
+/// ignores offers.
 async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
     links: &Links,
     link: &Arc<OutLink>,
     stream: S,
     take_offer: bool,
-) -> Result<u16, String> {
+) -> Result<Offer, String> {
     let (mut r, w) = stream.split();
     link.attach(w);
     let writer = async {
@@ -509,7 +554,7 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
         let mut frames = FrameReader::new();
         loop {
             if !frames.fill(&mut r).await? {
-                return Err::<u16, String>("closed by the peer".into());
+                return Err::<Offer, String>("closed by the peer".into());
             }
             let mut credit = false;
             let mut violation = None;
@@ -562,9 +607,9 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
                                 link.wake.notify_one();
                             });
                         }
-                        Frame::Offer(port) => {
+                        Frame::Offer(offer) => {
                             if take_offer {
-                                offered = Some(port);
+                                offered = Some(offer);
                             }
                         }
                         Frame::Data(_) => {
@@ -577,10 +622,10 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
             if credit {
                 link.credit.notify_waiters();
             }
-            if let Some(port) = offered
+            if let Some(offer) = offered
                 && violation.is_none()
             {
-                return Ok(port);
+                return Ok(offer);
             }
             if let Some(v) = violation {
                 links
@@ -597,12 +642,12 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
 }
 
 /// Serves one stream `peer` opened: reads chunks, writes acks; first
-/// offers the port of this node's rank data plane if `offer`.
+/// offers where this node's rank data plane listens if `offer`.
 async fn serve_inbound<S: AsyncRead + AsyncWrite>(
     links: Arc<Links>,
     peer: PeerId,
     stream: S,
-    offer: Option<u16>,
+    offer: Option<Offer>,
 ) {
     let state = links.peer_inbound(peer);
     let generation = {
@@ -639,9 +684,9 @@ async fn serve_inbound<S: AsyncRead + AsyncWrite>(
     };
     let writer = async {
         let mut buf = Vec::new();
-        if let (Some(port), Some(plane)) = (offer, &links.direct) {
+        if let (Some(offer), Some(plane)) = (offer, &links.direct) {
             plane.expect(peer);
-            encode(&Frame::Offer(port), &mut buf);
+            encode(&Frame::Offer(offer), &mut buf);
         }
         loop {
             let due = {

@@ -281,9 +281,9 @@ async fn many_senders_cannot_make_a_rank_hold_more_than_its_budget() {
     assert!(remote.out.all_acked() || remote.pump(&routes));
 }
 
-/// Two overlays on loopback (the sender bootstrapping from the receiver)
-/// and their links: job 1 with rank 0 on the receiver, every other rank
-/// on the sender.
+/// Two overlays on loopback (the sender bootstrapping from the receiver,
+/// unless started with [`Pair::dialed_by_receiver`]) and their links: job
+/// 1 with rank 0 on the receiver, every other rank on the sender.
 struct Pair {
     sender: Arc<Links>,
     receiver: Arc<Links>,
@@ -315,6 +315,33 @@ impl Pair {
         .await
         .unwrap();
         tokio::spawn(async move { while events.recv().await.is_some() {} });
+        Pair::with(sender, receiver).await
+    }
+
+    /// A pair whose receiver listens on loopback address 127.0.9.1 and
+    /// dials the sender (on 127.0.0.1): the sender sees the connection
+    /// come from 127.0.0.1, where the receiver does not listen, as with
+    /// a node on several addresses that listens on one of them.
+    async fn dialed_by_receiver(network: &str) -> Pair {
+        use zorilla_overlay::{Overlay, OverlayConfig};
+        let (sender, mut events) = Overlay::start(OverlayConfig::local(network)).await.unwrap();
+        tokio::spawn(async move { while events.recv().await.is_some() {} });
+        let at = sender.listen_addrs().await.unwrap();
+        let (receiver, mut events) = Overlay::start(OverlayConfig {
+            bootstrap: at,
+            listen: vec!["/ip4/127.0.9.1/tcp/0".parse().unwrap()],
+            ..OverlayConfig::local(network)
+        })
+        .await
+        .unwrap();
+        tokio::spawn(async move { while events.recv().await.is_some() {} });
+        Pair::with(sender, receiver).await
+    }
+
+    async fn with(
+        sender: zorilla_overlay::OverlayHandle,
+        receiver: zorilla_overlay::OverlayHandle,
+    ) -> Pair {
         let (sender_id, receiver_id) = (sender.local_peer_id(), receiver.local_peer_id());
         let inbox = Inbox::new(0);
         let routes = Arc::new(Routes {
@@ -410,6 +437,21 @@ async fn messages_take_the_direct_connection_when_one_can_be_made() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_connection_is_made_to_the_address_the_receiver_listens_on() {
+    let pair = Pair::dialed_by_receiver("link-direct-addr").await;
+    let (to, from) = (Pair::plane(&pair.receiver), Pair::plane(&pair.sender));
+    assert_eq!(to.offer().ip, Some([127, 0, 9, 1].into()));
+    pair.send(0, 1000).await;
+    assert_eq!(pair.recv(1000).await, 0);
+    until("a direct connection", || to.stats().accepted >= 1).await;
+    for n in 1..4 {
+        pair.send(n, 300_000).await;
+        assert_eq!(pair.recv(300_000).await, n);
+    }
+    assert_eq!(from.stats().dial_failed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_go_over_libp2p_when_no_direct_connection_can_be_made() {
     let pair = Pair::start("link-fallback").await;
     let (to, from) = (Pair::plane(&pair.receiver), Pair::plane(&pair.sender));
@@ -469,7 +511,7 @@ async fn a_direct_connection_cut_mid_message_loses_and_duplicates_nothing() {
         let at = (BIG / part) as u64;
         let pair = pair.clone();
         until("part of the message", move || pair.partial() >= at).await;
-        aborted += cut(to.port());
+        aborted += cut(to.offer().port);
     }
     assert!(aborted >= 2, "{aborted} sockets aborted");
     assert_eq!(pair.recv(BIG).await, 1);
@@ -781,4 +823,40 @@ fn a_waiting_worker_spins_a_bounded_while_then_sleeps_and_sleeps_at_once_after_a
         recv.as_mut().poll(&mut cx),
         Poll::Ready(Ok(Delivery::Membership(JOINED)))
     ));
+}
+
+#[test]
+fn a_direct_dial_goes_to_the_address_offered_then_to_the_connections() {
+    let offer = |ip: Option<[u8; 4]>| Offer {
+        port: 7,
+        ip: ip.map(IpAddr::from),
+    };
+    let at = |ip: [u8; 4]| SocketAddr::new(IpAddr::from(ip), 7);
+    let lan: IpAddr = [10, 0, 0, 2].into();
+    let local: IpAddr = [127, 0, 0, 1].into();
+    // Listening on all addresses: the connection's.
+    assert_eq!(direct_addrs(offer(None), lan), [at([10, 0, 0, 2])]);
+    // On one: that one first.
+    assert_eq!(
+        direct_addrs(offer(Some([10, 0, 0, 3])), lan),
+        [at([10, 0, 0, 3]), at([10, 0, 0, 2])]
+    );
+    assert_eq!(
+        direct_addrs(offer(Some([10, 0, 0, 2])), lan),
+        [at([10, 0, 0, 2])]
+    );
+    assert_eq!(
+        direct_addrs(offer(Some([127, 0, 1, 2])), local),
+        [at([127, 0, 1, 2]), at([127, 0, 0, 1])]
+    );
+    // Never this machine's loopback for a peer elsewhere, nor an address
+    // that is not one host's.
+    for ip in [
+        [127, 0, 0, 1],
+        [0, 0, 0, 0],
+        [224, 0, 0, 1],
+        [255, 255, 255, 255],
+    ] {
+        assert_eq!(direct_addrs(offer(Some(ip)), lan), [at([10, 0, 0, 2])]);
+    }
 }

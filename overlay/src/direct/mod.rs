@@ -27,9 +27,10 @@
 //! # How a connection comes about
 //!
 //! The node decides (see the node's `link` module): a sender whose libp2p
-//! rank stream brings it the receiver's offer of its port
-//! ([`Frame::Offer`](crate::streams::protocol::Frame::Offer)) dials that
-//! port at the IP address its libp2p connection to the receiver has
+//! rank stream brings it the receiver's offer of where its plane listens
+//! ([`Frame::Offer`](crate::streams::protocol::Frame::Offer): the port,
+//! and the address when the plane listens on one) dials the address
+//! offered, then the IP address its libp2p connection to the receiver has
 //! ([`PeerStream::remote_ip`](crate::PeerStream)), and uses the direct
 //! connection if the dial and the handshake succeed, the libp2p stream
 //! otherwise (relayed connections, NATs, firewalls). This module only
@@ -190,8 +191,8 @@ pub enum DirectError {
 /// and the peers it expects.
 pub struct DirectPlane {
     local: PeerId,
-    /// The listener's port.
-    port: u16,
+    /// The listener's address.
+    addr: std::net::SocketAddr,
     alpn: Vec<u8>,
     /// This node's certificate and key.
     own: Arc<verifier::OwnCert>,
@@ -230,7 +231,7 @@ impl std::fmt::Debug for DirectPlane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectPlane")
             .field("local", &self.local)
-            .field("port", &self.port)
+            .field("addr", &self.addr)
             .finish_non_exhaustive()
     }
 }
@@ -262,10 +263,10 @@ impl DirectPlane {
         let listener = TcpListener::bind((ip, 0))
             .await
             .map_err(|e| format!("cannot listen on {ip}: {e}"))?;
-        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let plane = Arc::new(DirectPlane {
             local,
-            port,
+            addr,
             alpn,
             own,
             server: Arc::new(server),
@@ -289,9 +290,14 @@ impl DirectPlane {
         }
     }
 
-    /// The listener's port (what the node offers its peers).
-    pub fn port(&self) -> u16 {
-        self.port
+    /// Where the listener is, as the node offers it to its peers: its
+    /// port, and its address unless it listens on all of the machine's.
+    pub fn offer(&self) -> crate::streams::protocol::Offer {
+        let ip = self.addr.ip();
+        crate::streams::protocol::Offer {
+            port: self.addr.port(),
+            ip: (!ip.is_unspecified()).then_some(ip),
+        }
     }
 
     /// What the plane counted so far.

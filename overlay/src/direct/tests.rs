@@ -20,7 +20,7 @@ async fn plane() -> (Keypair, Arc<DirectPlane>) {
 }
 
 fn addr(plane: &DirectPlane) -> SocketAddr {
-    SocketAddr::new(LOOPBACK, plane.port())
+    SocketAddr::new(LOOPBACK, plane.offer().port)
 }
 
 /// Two planes, `b` expecting `a`, and `a`'s connection to `b` at both

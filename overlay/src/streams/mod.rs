@@ -1,4 +1,4 @@
-//! Long-lived raw streams between nodes: the `/zorilla/<network>/ranks/4`
+//! Long-lived raw streams between nodes: the `/zorilla/<network>/ranks/5`
 //! protocol that carries the messages between the workers of jobs.
 //!
 //! The overlay only opens and accepts the streams and hands them out

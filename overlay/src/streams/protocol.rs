@@ -10,11 +10,16 @@
 //! | 1 | [`Frame::Data`] | channel, seq u64, offset u64, total u64, then the chunk's bytes (at most [`CHUNK_BYTES`]) |
 //! | 2 | [`Frame::Ack`] | channel, next u64, limit u64 |
 //! | 3 | [`Frame::Refuse`] | channel, reason u8 (1 not here yet, 2 closed) |
-//! | 4 | [`Frame::Offer`] | port u16 |
+//! | 4 | [`Frame::Offer`] | port u16, then the IP address: none, 4 bytes (IPv4) or 16 (IPv6) |
 //!
 //! The receiver of a libp2p stream may offer the port of its rank data
-//! plane ([`crate::direct`]) first: the sender may then carry on over a
-//! direct connection to that port, with the same frames.
+//! plane ([`crate::direct`]) first, with the address it listens on when
+//! that is one address (not all of the machine's): the sender may then
+//! carry on over a direct connection there, with the same frames. The
+//! address matters where a node listens on one of several: its
+//! connections to others may come from another of its addresses, where
+//! nothing listens (as on one machine, where every dial comes from
+//! 127.0.0.1 whatever loopback address the node listens on).
 //!
 //! A channel ([`ChannelId`]) is written as job u64, from u32,
 //! from_incarnation u32, to u32, to_incarnation u32.
@@ -55,9 +60,18 @@ pub enum Frame<'a> {
     Ack(Ack),
     /// The receiver refuses a channel's data.
     Refuse(ChannelId, Refusal),
-    /// The receiver's rank data plane listens on this port (at the IP
-    /// address of the stream's connection).
-    Offer(u16),
+    /// Where the receiver's rank data plane listens.
+    Offer(Offer),
+}
+
+/// Where a node's rank data plane listens, as it offers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offer {
+    /// The listener's port.
+    pub port: u16,
+    /// The one address it listens on; none when it listens on all of the
+    /// machine's (then it is reached at the stream connection's).
+    pub ip: Option<std::net::IpAddr>,
 }
 
 /// A frame that cannot be decoded.
@@ -161,10 +175,18 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
         }
         OFFER => {
             let port = r.take(2)?;
-            if !r.0.is_empty() {
-                return Err(FrameError::Malformed);
-            }
-            Frame::Offer(u16::from_le_bytes([port[0], port[1]]))
+            let port = u16::from_le_bytes([port[0], port[1]]);
+            let ip = match r.0.len() {
+                0 => None,
+                4 => Some(std::net::IpAddr::from(
+                    <[u8; 4]>::try_from(r.0).map_err(|_| FrameError::Malformed)?,
+                )),
+                16 => Some(std::net::IpAddr::from(
+                    <[u8; 16]>::try_from(r.0).map_err(|_| FrameError::Malformed)?,
+                )),
+                _ => return Err(FrameError::Malformed),
+            };
+            Frame::Offer(Offer { port, ip })
         }
         other => return Err(FrameError::UnknownKind(other)),
     };
@@ -217,10 +239,15 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
                 Refusal::Closed => 2,
             });
         }
-        Frame::Offer(port) => {
+        Frame::Offer(offer) => {
             out.extend_from_slice(&[0; 4]);
             out.push(OFFER);
-            out.extend_from_slice(&port.to_le_bytes());
+            out.extend_from_slice(&offer.port.to_le_bytes());
+            match offer.ip {
+                None => {}
+                Some(std::net::IpAddr::V4(ip)) => out.extend_from_slice(&ip.octets()),
+                Some(std::net::IpAddr::V6(ip)) => out.extend_from_slice(&ip.octets()),
+            }
         }
     }
     let len = (out.len() - start - 4) as u32;
@@ -255,7 +282,18 @@ mod tests {
                 limit: 1 << 40,
             }),
             Frame::Refuse(CH, Refusal::Closed),
-            Frame::Offer(40123),
+            Frame::Offer(Offer {
+                port: 40123,
+                ip: None,
+            }),
+            Frame::Offer(Offer {
+                port: 40124,
+                ip: Some([127, 0, 1, 2].into()),
+            }),
+            Frame::Offer(Offer {
+                port: 40125,
+                ip: Some(std::net::Ipv6Addr::LOCALHOST.into()),
+            }),
         ];
         let mut buf = Vec::new();
         for f in &frames {
@@ -291,5 +329,10 @@ mod tests {
         encode(&Frame::Refuse(CH, Refusal::NotHere), &mut refuse);
         *refuse.last_mut().unwrap() = 7;
         assert_eq!(decode(&refuse), Err(FrameError::Malformed));
+        // An offer's address is 4 or 16 bytes, or absent.
+        assert_eq!(
+            decode(&[6, 0, 0, 0, OFFER, 1, 2, 127, 0, 0]),
+            Err(FrameError::Malformed)
+        );
     }
 }
