@@ -107,6 +107,50 @@ pub struct Advert<P> {
     /// the job before it runs a worker of it).
     #[serde(default = "no_owner")]
     pub owner: Option<P>,
+    /// What the job's workers are: a node that cannot run them declines.
+    #[serde(default)]
+    pub kind: WorkKind,
+}
+
+/// What a job's workers are.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum WorkKind {
+    /// WebAssembly modules: any node runs them in its sandbox.
+    #[default]
+    Wasm,
+    /// Native executables for this architecture: run only by nodes of it
+    /// whose owner allows the job's owner native jobs.
+    Native(Arch),
+}
+
+impl WorkKind {
+    /// Whether the workers are WebAssembly modules.
+    pub fn is_wasm(&self) -> bool {
+        *self == WorkKind::Wasm
+    }
+}
+
+/// A machine architecture native jobs are built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Arch {
+    /// x86-64 (ELF machine 62).
+    X86_64,
+    /// 64-bit ARM (ELF machine 183).
+    Aarch64,
+    /// 64-bit RISC-V (ELF machine 243).
+    Riscv64,
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+            Arch::Riscv64 => "riscv64",
+        })
+    }
 }
 
 /// No owner named (adverts of nodes from before owners existed).
@@ -144,6 +188,16 @@ pub enum DeclineReason {
     /// The job's owner has as many jobs or cores here as the node's owner
     /// allows one user.
     UserLimit,
+    /// A native job, and the owner runs none.
+    NoNativeJobs,
+    /// A native job, and the owner runs only named users' native jobs,
+    /// not this job's owner's.
+    NativeNotThisUser,
+    /// A native job built for another architecture than the node's.
+    OtherArch,
+    /// A native job, and the node cannot enforce its kernel sandbox (its
+    /// log says which mechanism is missing).
+    NoNativeSandbox,
 }
 
 impl std::fmt::Display for DeclineReason {
@@ -156,6 +210,10 @@ impl std::fmt::Display for DeclineReason {
             DeclineReason::Denied => "owner denies jobs from this node",
             DeclineReason::NotThisUser => "owner does not run this user's jobs",
             DeclineReason::UserLimit => "owner's limit for this user reached (jobs or cores)",
+            DeclineReason::NoNativeJobs => "owner runs no native jobs",
+            DeclineReason::NativeNotThisUser => "owner does not run this user's native jobs",
+            DeclineReason::OtherArch => "a native job for another architecture",
+            DeclineReason::NoNativeSandbox => "the node cannot enforce the sandbox of native jobs",
         })
     }
 }

@@ -270,6 +270,7 @@ mod tests {
                 path_rtt: Duration::ZERO,
             },
             owner: None,
+            kind: crate::advert::WorkKind::Wasm,
         }
     }
 

@@ -105,6 +105,7 @@ fn advert() -> impl Strategy<Value = Advert<u32>> {
                         path_rtt: path,
                     },
                     owner: None,
+                    kind: zorilla_core::advert::WorkKind::Wasm,
                 }
             },
         )
@@ -203,6 +204,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
                 } else {
                     LostPolicy::Fail
                 },
+                kind: zorilla_core::advert::WorkKind::Wasm,
             },
         )
 }
@@ -407,6 +409,7 @@ fn lifetimes_near_two_to_the_64_seconds_are_refused() {
             strategy: MapStrategy::Concentrate,
             lifetime: Duration::from_secs(secs),
             on_worker_lost: LostPolicy::Fail,
+            kind: zorilla_core::advert::WorkKind::Wasm,
         };
         let sentence = node.admit(spec).unwrap_err().to_string();
         assert!(sentence.starts_with("lifetime is "), "{sentence}");
@@ -435,6 +438,7 @@ fn an_advert_expiring_in_nearly_two_to_the_64_seconds_does_not_panic_a_member() 
             path_rtt: Duration::ZERO,
         },
         owner: None,
+        kind: zorilla_core::advert::WorkKind::Wasm,
     };
     assert!(limits::check_advert(&advert).is_err());
     let deliver = |node: &mut Scheduler<u32>, now, advert| {

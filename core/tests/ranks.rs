@@ -46,6 +46,7 @@ fn running_with(workers: WorkerCount, nodes: &[u32], on_worker_lost: LostPolicy)
         strategy: zorilla_core::advert::Strategy::Concentrate,
         lifetime: Duration::from_secs(60),
         on_worker_lost,
+        kind: zorilla_core::advert::WorkKind::Wasm,
     };
     home.handle(
         ms(0),
@@ -471,6 +472,7 @@ fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
         strategy: zorilla_core::advert::Strategy::Concentrate,
         lifetime: Duration::from_secs(60),
         on_worker_lost: LostPolicy::Fail,
+        kind: zorilla_core::advert::WorkKind::Wasm,
     };
     home.handle(
         ms(0),
@@ -594,6 +596,7 @@ fn a_member_starts_from_the_grant_alone_and_passes_placement_changes_on() {
             path_rtt: Duration::ZERO,
         },
         owner: None,
+        kind: zorilla_core::advert::WorkKind::Wasm,
     };
     let offered = member.handle(
         ms(0),

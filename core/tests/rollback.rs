@@ -41,6 +41,7 @@ fn spec(workers: u32) -> JobSpec {
         strategy: Strategy::Concentrate,
         lifetime: Duration::from_secs(60),
         on_worker_lost: LostPolicy::Rollback,
+        kind: zorilla_core::advert::WorkKind::Wasm,
     }
 }
 

@@ -34,6 +34,7 @@ fn spec(min: u32, max: u32, lost: LostPolicy) -> JobSpec {
         strategy: Strategy::Concentrate,
         lifetime: Duration::from_secs(60),
         on_worker_lost: lost,
+        kind: zorilla_core::advert::WorkKind::Wasm,
     }
 }
 

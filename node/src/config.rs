@@ -28,6 +28,8 @@
 //! user_max_cores = 8                 # cores of one user's workers here at once (default: no cap)
 //! user_max_jobs = 4                  # jobs of one user with workers here at once (default: no cap)
 //! user_limits."12D3Koo..." = { max_cores = 16, max_jobs = 8 }  # one user's own
+//! native_users = ["12D3Koo..."]      # users whose native jobs run here (default: none)
+//! native_read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc"]  # what native workers may read (this is the default)
 //! topology = "sites.toml"            # emulated latency (tests, demos)
 //! site = "amsterdam"                  # grid view's group; the topology's site
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
@@ -56,6 +58,10 @@ pub const DEFAULT_CLIENT: &str = "127.0.0.1:0";
 /// Default status page address: loopback only, port chosen by the OS
 /// (printed, and written to `web.addr` in the state directory).
 pub const DEFAULT_WEB: &str = "127.0.0.1:0";
+/// What native workers may read besides their job directory, unless the
+/// owner says otherwise: the system's programs and libraries and its
+/// configuration (for the dynamic loader, users and names).
+pub const DEFAULT_NATIVE_READ_ONLY: &[&str] = &["/usr", "/lib", "/lib64", "/bin", "/etc"];
 /// Default network name.
 pub const DEFAULT_NETWORK: &str = "default";
 /// Default J: jobs with workers on this node at once.
@@ -223,6 +229,13 @@ pub struct Config {
     /// Limits of particular users (by user id), instead of
     /// `user_max_cores` and `user_max_jobs`.
     pub user_limits: Option<std::collections::BTreeMap<String, UserLimitsConfig>>,
+    /// User ids whose native jobs (executables for this machine, in the
+    /// kernel's sandbox) run here. Absent or empty: no native jobs; every
+    /// other user's are declined, and the home's report says why.
+    pub native_users: Option<Vec<String>>,
+    /// The system paths (absolute) native workers may read, besides their
+    /// job directory. Default [`DEFAULT_NATIVE_READ_ONLY`].
+    pub native_read_only: Option<Vec<PathBuf>>,
     /// Emulated-latency topology file (see `zorilla_overlay::latency`).
     pub topology: Option<PathBuf>,
     /// Where this machine is, in a word (a site, a building): the status
@@ -357,6 +370,8 @@ impl Config {
             user_max_cores,
             user_max_jobs,
             user_limits,
+            native_users,
+            native_read_only,
             topology,
             site,
             web,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
 use tokio::sync::{mpsc, watch};
-use zorilla_core::node::{OwnerLimits, SchedulerConfig, UserLimits, UserPolicy};
+use zorilla_core::node::{NativePolicy, OwnerLimits, SchedulerConfig, UserLimits, UserPolicy};
 use zorilla_core::resources::Resources;
 use zorilla_overlay::{
     LatencyEmulation, Multiaddr, Overlay, OverlayConfig, PeerId, SharedTopology, Topology,
@@ -247,6 +247,7 @@ impl Daemon {
                     .unwrap_or(config::DEFAULT_MAX_WORKERS_PER_JOB),
                 deny,
                 users,
+                native: native_policy(config)?,
             },
             // The scheduler's reports of ended jobs go with their records.
             ended_capacity: finished_in_memory,
@@ -589,6 +590,35 @@ fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
         );
     }
     Ok(UserPolicy { only, each, named })
+}
+
+/// Which native jobs the node runs: those of the users the owner lists,
+/// for this machine's architecture. Whether the node can sandbox them is
+/// found out when it starts.
+fn native_policy(config: &Config) -> anyhow::Result<NativePolicy<PeerId>> {
+    let users = config
+        .native_users
+        .iter()
+        .flatten()
+        .map(|text| {
+            text.parse::<crate::owner::UserId>()
+                .map(|u| u.key())
+                .map_err(|e| anyhow::anyhow!("native_users: {e}"))
+        })
+        .collect::<anyhow::Result<BTreeSet<PeerId>>>()?;
+    for path in config.native_read_only.iter().flatten() {
+        if !path.is_absolute() {
+            anyhow::bail!(
+                "native_read_only: {} is not an absolute path",
+                path.display()
+            );
+        }
+    }
+    Ok(NativePolicy {
+        users,
+        arch: crate::native::this_arch(),
+        sandbox: false,
+    })
 }
 
 #[cfg(test)]

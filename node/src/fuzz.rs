@@ -244,6 +244,7 @@ fn job_request(g: &mut Gen) -> JobRequest {
         args: g.vec(Gen::string),
         wall_time_secs: g.int(),
         cpu_time_secs: g.int(),
+        kind: zorilla_core::advert::WorkKind::Wasm,
     }
 }
 
@@ -508,6 +509,7 @@ fn advert(g: &mut Gen) -> Advert<PeerId> {
             path_rtt: g.duration(),
         },
         owner: g.option(peer),
+        kind: zorilla_core::advert::WorkKind::Wasm,
     }
 }
 

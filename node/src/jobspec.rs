@@ -19,6 +19,8 @@
 //! inputs = ["data/board.txt"]   # files workers read under /inputs, relative to this file
 //! outputs = "results"           # where `submit --wait` and `fetch` put outputs
 //! mpi = false                   # an MPI program (sdk/bin/zmpicc): must be rigid
+//! native = false                # a native executable for this machine: runs only on nodes
+//!                               # whose owners allow your native jobs (`native_users`)
 //! ```
 //!
 //! Every field but `module` may be left out (defaults: one worker,
@@ -27,7 +29,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use zorilla_core::advert::Strategy;
+use zorilla_core::advert::{Strategy, WorkKind};
 use zorilla_core::node::LostPolicy;
 
 use crate::protocol::{JobRequest, NamedFile};
@@ -74,6 +76,10 @@ pub struct JobFile {
     /// property of how the job is submitted, the node runs it like any
     /// other).
     pub mpi: Option<bool>,
+    /// A native executable (ELF, for the architecture it was built for)
+    /// instead of a WebAssembly module: it runs only on nodes of that
+    /// architecture whose owners allow the user's native jobs.
+    pub native: Option<bool>,
 }
 
 /// Why a job spec could not be used.
@@ -162,7 +168,8 @@ impl JobFile {
             lifetime_secs,
             on_worker_lost,
             outputs,
-            mpi
+            mpi,
+            native
         );
         if !other.args.is_empty() {
             self.args = other.args;
@@ -223,11 +230,39 @@ impl JobFile {
             args: self.args.clone(),
             cpu_time_secs: self.cpu_time_secs.unwrap_or(defaults.cpu_time_secs),
             wall_time_secs: self.wall_time_secs.unwrap_or(defaults.wall_time_secs),
+            kind: WorkKind::Wasm,
         };
         // The node's own check: what it would refuse is refused here,
         // before anything is sent.
         validate::request(&request).map_err(|e| SpecError::Invalid(e.to_string()))?;
         Ok(request)
+    }
+
+    /// `request` with the kind of worker `module` (read from `path`) is:
+    /// a native executable only if the spec says so, and then of the
+    /// architecture it was built for.
+    fn with_kind(
+        &self,
+        request: JobRequest,
+        path: &Path,
+        module: &[u8],
+    ) -> Result<JobRequest, SpecError> {
+        let kind = if self.native == Some(true) {
+            let arch = crate::native::executable_arch(module).map_err(|e| {
+                SpecError::Invalid(format!("{} cannot be a native job: {e}", path.display()))
+            })?;
+            WorkKind::Native(arch)
+        } else if crate::native::looks_native(module) {
+            return Err(SpecError::Invalid(format!(
+                "{} is a native executable: give `native = true` in the spec or --native \
+                 (it runs only on nodes whose owners allow your native jobs), or build a \
+                 WebAssembly module",
+                path.display()
+            )));
+        } else {
+            WorkKind::Wasm
+        };
+        Ok(JobRequest { kind, ..request })
     }
 
     /// The request with the module and inputs read from disk.
@@ -245,6 +280,7 @@ impl JobFile {
             })
         };
         let module = read(module_path)?;
+        let request = self.with_kind(request, module_path, &module)?;
         let mut inputs = Vec::with_capacity(self.inputs.len());
         for path in &self.inputs {
             let name = path

@@ -14,6 +14,9 @@
 //!   become a request with its module and inputs.
 //! - [`owner`]: users and the jobs they own: user keys, signed
 //!   submissions and requests, who may see or change a job.
+//! - [`native`]: native jobs' executables (ELF, their architecture) as
+//!   a node checks them; whose native jobs a node runs is the core's
+//!   `NativePolicy`.
 //! - [`validate`]: the checks of everything that comes from a client or a
 //!   peer against the documented maxima of `zorilla_core::limits`.
 //! - `daemon`, as [`run`] / [`Daemon`]: staged start-up (state directory,
@@ -52,6 +55,7 @@ pub mod fuzz;
 mod heap;
 pub mod jobspec;
 mod link;
+pub mod native;
 mod net;
 mod node;
 mod origin;

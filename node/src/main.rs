@@ -86,6 +86,13 @@ struct Cli {
     /// User id whose jobs run here (repeatable; default: any member's).
     #[arg(long = "user", env = "ZORILLA_USERS", value_delimiter = ',')]
     users: Vec<String>,
+    /// User id whose native jobs run here (repeatable; default: none).
+    #[arg(
+        long = "native-user",
+        env = "ZORILLA_NATIVE_USERS",
+        value_delimiter = ','
+    )]
+    native_users: Vec<String>,
     /// Cores of one user's workers here at once.
     #[arg(long, env = "ZORILLA_USER_MAX_CORES")]
     user_max_cores: Option<u32>,
@@ -334,6 +341,8 @@ impl Cli {
             user_max_cores: self.user_max_cores,
             user_max_jobs: self.user_max_jobs,
             user_limits: None,
+            native_users: list(&self.native_users),
+            native_read_only: None,
             topology: self.topology.clone(),
             site: self.site.clone(),
             web: self.web,

@@ -451,9 +451,13 @@ async fn answer_here(request: Request, caller: Caller, config: &ServerConfig) ->
                 Ok(submission) => submission,
                 Err(e) => return Response::error(ErrorKind::BadRequest, e.to_string()),
             };
-            // A broken module is refused here, before the job is accepted.
+            // A broken module is refused here, before the job is accepted
+            // (a native executable was checked with the submission).
             let sandbox = config.sandbox.clone();
             let checked = tokio::task::spawn_blocking(move || {
+                if !submission.request().kind.is_wasm() {
+                    return (Ok(()), submission);
+                }
                 let checked = sandbox
                     .load(submission.module())
                     .map(|_| ())

@@ -13,6 +13,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use zorilla_core::advert::WorkKind;
 use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
 use zorilla_core::node::SpecError;
 
@@ -52,6 +53,20 @@ pub enum Invalid {
     /// No module.
     #[error("the module is empty: a job needs a WebAssembly module")]
     EmptyModule,
+    /// A native job whose module is not an executable of its architecture.
+    #[error("the job is native for {arch}, but its module is not such an executable: {reason}")]
+    NotNative {
+        /// The architecture the job names.
+        arch: zorilla_core::advert::Arch,
+        /// What the module is instead.
+        reason: String,
+    },
+    /// A WebAssembly job whose module is a native executable.
+    #[error(
+        "the module is a native executable: submit it as a native job (`zorilla submit --native`), \
+         which runs only on nodes whose owners allow your native jobs"
+    )]
+    NativeAsWasm,
     /// A grant sent without the job's copy.
     #[error("a grant travels with its job's copy, not as a bare scheduling message")]
     BareGrant,
@@ -182,6 +197,20 @@ pub fn submission(
     self::request(&request)?;
     if module.is_empty() {
         return Err(Invalid::EmptyModule);
+    }
+    match request.kind {
+        WorkKind::Wasm if crate::native::looks_native(&module) => {
+            return Err(Invalid::NativeAsWasm);
+        }
+        WorkKind::Wasm => {}
+        WorkKind::Native(arch) => match crate::native::executable_arch(&module) {
+            Ok(built) if built == arch => {}
+            Ok(built) => {
+                let reason = format!("it is built for {built}");
+                return Err(Invalid::NotNative { arch, reason });
+            }
+            Err(reason) => return Err(Invalid::NotNative { arch, reason }),
+        },
     }
     input_names(inputs.iter().map(|f| f.name.as_str()))?;
     Ok(Submission {

@@ -234,6 +234,7 @@ mod tests {
             args: vec!["é".repeat(per_arg / 2); limits::MAX_ARGS],
             wall_time_secs: limits::MAX_WALL_TIME.as_secs(),
             cpu_time_secs: limits::MAX_WALL_TIME.as_secs(),
+            kind: zorilla_core::advert::WorkKind::Wasm,
         }
     }
 
@@ -327,6 +328,7 @@ mod tests {
                 path_rtt: limits::MAX_RTT,
             },
             owner: Some(crate::owner::UserKey::generate().id().key()),
+            kind: zorilla_core::advert::WorkKind::Wasm,
         };
         assert_eq!(limits::check_advert(&advert), Ok(()));
         let ended = PeerRpc::Member(MemberRpc::WorkerEnded {
@@ -396,6 +398,7 @@ mod tests {
                 path_rtt: Duration::ZERO,
             },
             owner: None,
+            kind: zorilla_core::advert::WorkKind::Wasm,
         })));
         assert!(refused(advert).contains("advert expiry"));
         let offer = PeerRpc::Sched(SchedRpc::Message(Message::Offer {
@@ -600,6 +603,7 @@ mod replica_tests {
             strategy: Strategy::Concentrate,
             lifetime: std::time::Duration::from_secs(120),
             on_worker_lost: LostPolicy::Fail,
+            kind: zorilla_core::advert::WorkKind::Wasm,
         };
         let msg = Msg::Append {
             epoch: epoch.clone(),

@@ -324,6 +324,7 @@ fn hostile_advert(
             path_rtt: Duration::ZERO,
         },
         owner: None,
+        kind: zorilla_core::advert::WorkKind::Wasm,
     };
     tweak(&mut advert);
     advert

@@ -57,6 +57,7 @@ fn spec(workers: u32) -> JobSpec {
         strategy: Strategy::Spread,
         lifetime: Duration::from_secs(600),
         on_worker_lost: LostPolicy::Fail,
+        kind: crate::advert::WorkKind::Wasm,
     }
 }
 

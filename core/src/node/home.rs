@@ -159,6 +159,7 @@ impl<P: PeerKey> Scheduler<P> {
                     expires_in: job.expires_at.saturating_sub(now),
                     flood: header,
                     owner: job.owner.clone(),
+                    kind: job.spec.kind,
                 };
                 // The home considers its own machine first (it is the
                 // nearest there is), and again at every flood, as any

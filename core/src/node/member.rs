@@ -52,6 +52,10 @@ impl<P: PeerKey> Scheduler<P> {
                         | DeclineReason::NoWorkersAllowed
                         | DeclineReason::TooLarge
                         | DeclineReason::NotThisUser
+                        | DeclineReason::NoNativeJobs
+                        | DeclineReason::NativeNotThisUser
+                        | DeclineReason::OtherArch
+                        | DeclineReason::NoNativeSandbox
                 );
                 if permanent {
                     self.remember_declined(job);
@@ -106,6 +110,7 @@ impl<P: PeerKey> Scheduler<P> {
         if !limits.users.allows(advert.owner.as_ref()) {
             return Err(DeclineReason::NotThisUser);
         }
+        limits.native.check(advert.kind, advert.owner.as_ref())?;
         if limits.max_workers_per_job == 0 {
             return Err(DeclineReason::NoWorkersAllowed);
         }

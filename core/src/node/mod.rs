@@ -120,8 +120,8 @@ pub use joblog::{JobEntry, JobState};
 pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
 pub use report::{Hold, PendingReport};
 pub use spec::{
-    Admitted, JobSpec, LostPolicy, OwnerLimits, ResizeError, SchedulerConfig, SpecError,
-    UserLimits, UserPolicy,
+    Admitted, JobSpec, LostPolicy, NativePolicy, OwnerLimits, ResizeError, SchedulerConfig,
+    SpecError, UserLimits, UserPolicy,
 };
 
 /// A job this node is home to.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::advert::{JobId, Strategy, WorkerCount};
+use crate::advert::{Arch, DeclineReason, JobId, Strategy, WorkKind, WorkerCount};
 use crate::allocation::SameDistance;
 use crate::limits::{self, LimitError};
 use crate::resources::{REFERENCE_SPEED, Resources};
@@ -24,6 +24,54 @@ pub struct OwnerLimits<P: Ord> {
     /// Whose jobs this node runs, and how much of it each user may have.
     #[serde(default = "UserPolicy::default")]
     pub users: UserPolicy<P>,
+    /// Which native jobs this node runs (none by default).
+    #[serde(default = "NativePolicy::default")]
+    pub native: NativePolicy<P>,
+}
+
+/// Which native jobs a node runs: those of the users its owner lists, built
+/// for its architecture, and only if it can sandbox them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativePolicy<P: Ord> {
+    /// The users whose native jobs run here; empty: none.
+    pub users: BTreeSet<P>,
+    /// The node's architecture.
+    pub arch: Option<Arch>,
+    /// Whether the node can enforce the kernel sandbox of native workers
+    /// (every mechanism and limit); without it, no native job runs here.
+    pub sandbox: bool,
+}
+
+impl<P: Ord> Default for NativePolicy<P> {
+    fn default() -> Self {
+        NativePolicy {
+            users: BTreeSet::new(),
+            arch: None,
+            sandbox: false,
+        }
+    }
+}
+
+impl<P: Ord> NativePolicy<P> {
+    /// Whether a job of `kind` owned by `owner` may run here; why not.
+    pub fn check(&self, kind: WorkKind, owner: Option<&P>) -> Result<(), DeclineReason> {
+        let WorkKind::Native(arch) = kind else {
+            return Ok(());
+        };
+        if self.users.is_empty() {
+            return Err(DeclineReason::NoNativeJobs);
+        }
+        if !owner.is_some_and(|o| self.users.contains(o)) {
+            return Err(DeclineReason::NativeNotThisUser);
+        }
+        if self.arch != Some(arch) {
+            return Err(DeclineReason::OtherArch);
+        }
+        if !self.sandbox {
+            return Err(DeclineReason::NoNativeSandbox);
+        }
+        Ok(())
+    }
 }
 
 /// Whose jobs a node runs (a job's owner is the user who signed its
@@ -96,6 +144,7 @@ impl<P: Ord> Default for OwnerLimits<P> {
             max_workers_per_job: u32::MAX,
             deny: BTreeSet::new(),
             users: UserPolicy::default(),
+            native: NativePolicy::default(),
         }
     }
 }
@@ -188,6 +237,9 @@ pub struct JobSpec {
     /// What a rigid job does when a worker is lost (malleable jobs always
     /// look for a replacement).
     pub on_worker_lost: LostPolicy,
+    /// What the job's workers are.
+    #[serde(default)]
+    pub kind: WorkKind,
 }
 
 /// Why a job specification was refused.

@@ -4,15 +4,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use zorilla_core::advert::{
-    Advert, DeclineReason, FloodHeader, HoldId, JobId, Message, Placed, RefuseReason, Strategy,
-    WorkerCount,
+    Advert, Arch, DeclineReason, FloodHeader, HoldId, JobId, Message, Placed, RefuseReason,
+    Strategy, WorkKind, WorkerCount,
 };
 use zorilla_core::allocation::SameDistance;
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
     DIRECT_ADVERTS_PER_SEC, EndReason, Input, JobEvent, JobSpec, KNOWLEDGE_KEPT, LostPolicy,
-    LostReason, MAX_DIRECT_PER_STEP, Output, OwnerLimits, Phase, RankOutcome, ResizeError,
-    Scheduler, SchedulerConfig, UserLimits, UserPolicy, WorkerEnd,
+    LostReason, MAX_DIRECT_PER_STEP, NativePolicy, Output, OwnerLimits, Phase, RankOutcome,
+    ResizeError, Scheduler, SchedulerConfig, UserLimits, UserPolicy, WorkerEnd,
 };
 use zorilla_core::resources::{Machine, REFERENCE_SPEED, Resources};
 use zorilla_core::schedule::ScheduleConfig;
@@ -56,6 +56,7 @@ fn advert(workers: WorkerCount) -> Advert<u32> {
             path_rtt: ms(1),
         },
         owner: None,
+        kind: WorkKind::Wasm,
     }
 }
 
@@ -66,6 +67,7 @@ fn spec(workers: WorkerCount) -> JobSpec {
         strategy: Strategy::Concentrate,
         lifetime: Duration::from_secs(60),
         on_worker_lost: LostPolicy::Fail,
+        kind: WorkKind::Wasm,
     }
 }
 

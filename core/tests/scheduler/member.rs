@@ -529,3 +529,80 @@ fn late_answers_to_an_earlier_hold_leave_the_next_hold_alone() {
         "{out:?}"
     );
 }
+
+/// A node whose owner runs user 100's native jobs, for x86-64, with its
+/// sandbox as `sandbox` says.
+fn native_member(sandbox: bool) -> Scheduler<u32> {
+    Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(8, 4096, 0),
+            limits: OwnerLimits {
+                native: NativePolicy {
+                    users: [100].into(),
+                    arch: Some(Arch::X86_64),
+                    sandbox,
+                },
+                ..OwnerLimits::default()
+            },
+            ..SchedulerConfig::default()
+        },
+    )
+}
+
+fn native_job(job: u64, owner: Option<u32>, arch: Arch) -> Input<u32> {
+    Input::AdvertDelivered {
+        advert: Advert {
+            job: JobId(job),
+            owner,
+            kind: WorkKind::Native(arch),
+            ..advert(WorkerCount::rigid(1))
+        },
+        distance: ms(1),
+    }
+}
+
+#[test]
+fn a_native_job_runs_only_where_the_owner_allows_its_user_on_its_architecture_in_a_sandbox() {
+    // By default a node runs no native job, whoever owns it, but any
+    // user's WebAssembly job.
+    let mut node = member_for_user_100();
+    let out = node.handle(ms(0), native_job(1, Some(100), Arch::X86_64));
+    assert_eq!(decline_reason(&out), Some(DeclineReason::NoNativeJobs));
+    let mut node = native_member(true);
+    for (job, owner, arch, reason) in [
+        (2, Some(101), Arch::X86_64, DeclineReason::NativeNotThisUser),
+        (3, None, Arch::X86_64, DeclineReason::NativeNotThisUser),
+        (4, Some(100), Arch::Aarch64, DeclineReason::OtherArch),
+    ] {
+        let out = node.handle(ms(1), native_job(job, owner, arch));
+        assert_eq!(decline_reason(&out), Some(reason), "job {job}");
+    }
+    assert_eq!(node.pending().count(), 0, "declined for good, not queued");
+    let out = node.handle(ms(2), native_job(5, Some(100), Arch::X86_64));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer { workers: 1, .. },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    let out = node.handle(ms(3), owned_by(6, Some(101), 1));
+    assert!(
+        matches!(
+            &out[..],
+            [Output::Send {
+                msg: Message::Offer { .. },
+                ..
+            }]
+        ),
+        "another user's WebAssembly job: {out:?}"
+    );
+    // A node that cannot sandbox native workers runs none.
+    let mut node = native_member(false);
+    let out = node.handle(ms(0), native_job(7, Some(100), Arch::X86_64));
+    assert_eq!(decline_reason(&out), Some(DeclineReason::NoNativeSandbox));
+}

@@ -17,7 +17,7 @@ pub mod frame;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use zorilla_core::advert::{Strategy, WorkerCount};
+use zorilla_core::advert::{Strategy, WorkKind, WorkerCount};
 use zorilla_core::node::{Failure, JobSpec, LostPolicy, RankOutcome};
 use zorilla_core::resources::Resources;
 
@@ -111,6 +111,12 @@ pub struct JobRequest {
     pub wall_time_secs: u64,
     /// CPU-time limit per worker in seconds; 0 for the node's cap.
     pub cpu_time_secs: u64,
+    /// What the workers are: a WebAssembly module (the default), or a
+    /// native executable for an architecture, which runs only on nodes
+    /// whose owner allows the job's owner native jobs. Left out of the
+    /// encoding when WebAssembly, as before native jobs existed.
+    #[serde(skip_serializing_if = "WorkKind::is_wasm")]
+    pub kind: WorkKind,
 }
 
 impl Default for JobRequest {
@@ -127,6 +133,7 @@ impl Default for JobRequest {
             args: Vec::new(),
             wall_time_secs: 0,
             cpu_time_secs: 0,
+            kind: WorkKind::Wasm,
         }
     }
 }
@@ -143,6 +150,7 @@ impl JobRequest {
             strategy: self.strategy,
             lifetime: std::time::Duration::from_secs(self.lifetime_secs),
             on_worker_lost: self.on_worker_lost,
+            kind: self.kind,
         }
     }
 }

@@ -68,6 +68,7 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
                     strategy: w.strategy,
                     lifetime: Duration::from_secs_f64(w.lifetime_s),
                     on_worker_lost: LostPolicy::Replace,
+                    kind: zorilla_core::advert::WorkKind::Wasm,
                 },
                 duration,
             }
@@ -96,6 +97,7 @@ pub fn sweep_job(scenario: &Scenario, grid: &Grid, n: u32, strategy: Strategy) -
             strategy,
             lifetime: Duration::from_secs_f64(scenario.workload.lifetime_s),
             on_worker_lost: LostPolicy::Fail,
+            kind: zorilla_core::advert::WorkKind::Wasm,
         },
         duration: None,
     }

@@ -37,6 +37,7 @@ workers = [1, 1]
                 strategy: Strategy::Concentrate,
                 lifetime: Duration::from_secs(60),
                 on_worker_lost: LostPolicy::Fail,
+                kind: zorilla_core::advert::WorkKind::Wasm,
             },
             duration: Some(Duration::from_secs_f64(work)),
         })

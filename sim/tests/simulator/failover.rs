@@ -41,6 +41,7 @@ fn one_job(workers: u32) -> JobPlan {
             strategy: Strategy::Concentrate,
             lifetime: Duration::from_secs(60),
             on_worker_lost: LostPolicy::Replace,
+            kind: zorilla_core::advert::WorkKind::Wasm,
         },
         duration: Some(Duration::from_secs(20)),
     }

@@ -25,6 +25,7 @@ fn one_job(workers: WorkerCount, at: Duration) -> Sim {
             strategy: Strategy::Concentrate,
             lifetime: Duration::from_secs(60),
             on_worker_lost: LostPolicy::Fail,
+            kind: zorilla_core::advert::WorkKind::Wasm,
         },
         duration: None,
     };
@@ -162,6 +163,7 @@ fn invariant_checks_catch_a_hold_that_outlives_its_timeout() {
                 path_rtt: Duration::from_millis(1),
             },
             owner: None,
+            kind: zorilla_core::advert::WorkKind::Wasm,
         };
         let input = Input::AdvertDelivered {
             advert,

@@ -188,6 +188,11 @@ pub(crate) struct SubmitArgs {
     /// An MPI program (built with sdk/bin/zmpicc): refuses malleable sizes.
     #[arg(long)]
     pub(crate) mpi: bool,
+    /// A native executable for this machine's architecture instead of a
+    /// WebAssembly module: runs only on nodes whose owners allow your
+    /// native jobs.
+    #[arg(long)]
+    pub(crate) native: bool,
     /// Wait for the job to end, with a progress bar.
     #[arg(long)]
     pub(crate) wait: bool,

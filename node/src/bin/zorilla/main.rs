@@ -323,6 +323,7 @@ fn job_of(args: &SubmitArgs) -> Result<Job> {
         inputs: args.inputs.clone(),
         outputs: args.outputs.clone(),
         mpi: args.mpi.then_some(true),
+        native: args.native.then_some(true),
     };
     Ok(file.overridden_by(flags).job()?)
 }
