@@ -53,6 +53,7 @@ pub mod hostapi;
 pub mod jobfs;
 mod limits;
 pub mod local;
+pub mod native;
 pub mod output;
 pub mod transport;
 mod worker;
