@@ -137,6 +137,44 @@ async fn a_job_writes_its_directory_reads_listed_paths_and_nothing_else() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jobs_own_program_runs_from_its_directory() {
+    // A C program built now, linked against the machine's C library, as a
+    // user's binary would be.
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job");
+    std::fs::create_dir(&job).unwrap();
+    let source = dir.path().join("prog.c");
+    std::fs::write(
+        &source,
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+         int main(int argc, char **argv) {\n\
+           char *buf = malloc(1 << 20);\n\
+           printf(\"%s uid %d pid %d %s\\n\", argv[1], (int)getuid(), (int)getpid(),\n\
+                  getenv(\"GREETING\"));\n\
+           free(buf);\n\
+           return 7;\n\
+         }\n",
+    )
+    .unwrap();
+    let built = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(job.join("prog"))
+        .arg(&source)
+        .status()
+        .expect("cc (gcc) is on every machine these tests run on");
+    assert!(built.success());
+    let spec = NativeSpec {
+        exe: "/job/prog".into(),
+        args: vec!["hello".into()],
+        env: vec![("GREETING".into(), "howdy".into())],
+        ..sh(&job, "", Limits::UNLIMITED)
+    };
+    let done = run(sandbox(), spec).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(7), "{done:?}");
+    assert_eq!(done.stdout, "hello uid 1000 pid 2 howdy\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_sees_only_its_own_processes() {
     let dir = tempfile::tempdir().unwrap();
     // The test's own process is visible on the host, and not in the job.

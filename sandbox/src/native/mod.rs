@@ -130,7 +130,8 @@ pub struct NativeSpec {
     pub exe: PathBuf,
     /// Arguments after `argv[0]`.
     pub args: Vec<String>,
-    /// Environment variables; nothing of the node's environment is passed.
+    /// Environment variables; nothing of the node's environment is passed
+    /// (not even `PATH`).
     pub env: Vec<(String, String)>,
     /// The job directory on this machine; the worker sees it at `/job`,
     /// starts there, and may write there. Its files are given to the
