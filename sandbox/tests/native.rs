@@ -4,7 +4,7 @@
 //! wait is for an event, bounded in time.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -22,13 +22,34 @@ fn config(cgroup_name: &str) -> NativeConfig {
     config
 }
 
-/// The sandbox the tests share (probed once).
-fn sandbox() -> &'static NativeSandbox {
-    static SANDBOX: OnceLock<NativeSandbox> = OnceLock::new();
-    SANDBOX.get_or_init(|| {
-        NativeSandbox::probe(config("zorilla-native-test"))
-            .unwrap_or_else(|e| panic!("{e} (these tests need root, as in CI)"))
-    })
+/// A sandbox of the test's own: its workers' groups are made in parents of
+/// its own, removed when it is dropped.
+struct Own(NativeSandbox);
+
+impl std::ops::Deref for Own {
+    type Target = NativeSandbox;
+    fn deref(&self) -> &NativeSandbox {
+        &self.0
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        for parent in self.0.cgroup_parents() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+fn sandbox() -> Own {
+    static MADE: AtomicU32 = AtomicU32::new(0);
+    let name = format!(
+        "zorilla-native-test-{}-{}",
+        std::process::id(),
+        MADE.fetch_add(1, Ordering::Relaxed)
+    );
+    Own(NativeSandbox::probe(config(&name))
+        .unwrap_or_else(|e| panic!("{e} (these tests need root, as in CI)")))
 }
 
 fn limits(f: impl FnOnce(&mut Limits)) -> Limits {
@@ -107,7 +128,7 @@ async fn a_job_writes_its_directory_reads_listed_paths_and_nothing_else() {
            test -e /$d && echo has-$d; done; id -u",
         secret.display()
     );
-    let done = run(sandbox(), sh(&job, &script, Limits::UNLIMITED)).await;
+    let done = run(&sandbox(), sh(&job, &script, Limits::UNLIMITED)).await;
     assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
     let lines: Vec<&str> = done.stdout.lines().collect();
     assert_eq!(lines[0], "from the job");
@@ -169,7 +190,7 @@ async fn the_jobs_own_program_runs_from_its_directory() {
         env: vec![("GREETING".into(), "howdy".into())],
         ..sh(&job, "", Limits::UNLIMITED)
     };
-    let done = run(sandbox(), spec).await;
+    let done = run(&sandbox(), spec).await;
     assert_eq!(done.report.outcome, Outcome::Exited(7), "{done:?}");
     assert_eq!(done.stdout, "hello uid 1000 pid 2 howdy\n");
 }
@@ -182,7 +203,7 @@ async fn a_job_sees_only_its_own_processes() {
         "ls /proc | grep -c '^[0-9]*$'; test -e /proc/{}/status && echo host-visible; echo $$",
         std::process::id()
     );
-    let done = run(sandbox(), sh(dir.path(), &script, Limits::UNLIMITED)).await;
+    let done = run(&sandbox(), sh(dir.path(), &script, Limits::UNLIMITED)).await;
     assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
     let lines: Vec<&str> = done.stdout.lines().collect();
     // The namespace's first process, sh, ls and grep (the test's process
@@ -200,7 +221,7 @@ async fn exceeding_the_memory_limit_is_out_of_memory() {
     // A string that doubles until it is far beyond 32 MiB.
     let script = "awk 'BEGIN { s = \"x\"; for (i = 0; i < 40; i++) s = s s; print length(s) }'";
     let limits = limits(|l| l.memory_bytes = 32 << 20);
-    let done = run(sandbox(), sh(dir.path(), script, limits)).await;
+    let done = run(&sandbox(), sh(dir.path(), script, limits)).await;
     assert_eq!(done.report.outcome, Outcome::OutOfMemory, "{done:?}");
     assert_eq!(
         done.report.outcome.to_string(),
@@ -217,7 +238,7 @@ async fn a_fork_bomb_ends_at_the_process_limit() {
         "bomb() { [ $1 -gt 12 ] && exit 0; bomb $(($1+1)) & bomb $(($1+1)); wait; }; bomb 0";
     let mut spec = sh(dir.path(), script, limits(|l| l.wall_time = PATIENCE));
     spec.max_processes = 16;
-    let done = run(sandbox(), spec).await;
+    let done = run(&sandbox(), spec).await;
     assert_eq!(done.report.outcome, process_limit_outcome(16), "{done:?}");
     assert_eq!(
         done.report.outcome.to_string(),
@@ -234,7 +255,7 @@ async fn a_busy_job_ends_at_its_cpu_time_limit() {
         "while :; do :; done",
         limits(|l| l.cpu_time = cpu),
     );
-    let done = run(sandbox(), spec).await;
+    let done = run(&sandbox(), spec).await;
     assert_eq!(done.report.outcome, Outcome::CpuLimit(cpu), "{done:?}");
     assert!(done.report.cpu_time >= cpu, "{done:?}");
 }
@@ -244,7 +265,7 @@ async fn a_sleeping_job_ends_at_its_wall_clock_limit() {
     let dir = tempfile::tempdir().unwrap();
     let wall = Duration::from_millis(300);
     let spec = sh(dir.path(), "sleep 600", limits(|l| l.wall_time = wall));
-    let done = run(sandbox(), spec).await;
+    let done = run(&sandbox(), spec).await;
     assert_eq!(done.report.outcome, Outcome::TimeLimit(wall), "{done:?}");
     assert!(done.report.cpu_time < Duration::from_secs(1), "{done:?}");
 }
@@ -253,7 +274,7 @@ async fn a_sleeping_job_ends_at_its_wall_clock_limit() {
 async fn output_and_disk_limits_hold_and_exit_statuses_pass_through() {
     let dir = tempfile::tempdir().unwrap();
     let loud = sh(dir.path(), "yes", limits(|l| l.output_bytes = 1000));
-    let done = run(sandbox(), loud).await;
+    let done = run(&sandbox(), loud).await;
     assert_eq!(done.report.outcome, Outcome::OutputLimit, "{done:?}");
     assert_eq!(done.stdout.len(), 1000);
     assert_eq!(done.report.output_bytes, 1000);
@@ -263,16 +284,16 @@ async fn output_and_disk_limits_hold_and_exit_statuses_pass_through() {
         "while :; do head -c 100000 /dev/zero >> /job/big; done",
         limits(|l| l.disk_bytes = 1 << 20),
     );
-    let done = run(sandbox(), writer).await;
+    let done = run(&sandbox(), writer).await;
     assert_eq!(done.report.outcome, Outcome::DiskLimit, "{done:?}");
 
     let failing = sh(dir.path(), "echo bye >&2; exit 3", Limits::UNLIMITED);
-    let done = run(sandbox(), failing).await;
+    let done = run(&sandbox(), failing).await;
     assert_eq!(done.report.outcome, Outcome::Exited(3), "{done:?}");
     assert_eq!(done.stderr, "bye\n");
 
     let killed = sh(dir.path(), "kill -SEGV $$", Limits::UNLIMITED);
-    let done = run(sandbox(), killed).await;
+    let done = run(&sandbox(), killed).await;
     assert_eq!(
         done.report.outcome.to_string(),
         "was stopped by a trap: killed by signal 11 (SIGSEGV)",
@@ -295,9 +316,7 @@ fn processes_with(marker: &str) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_kills_everything_the_job_started() {
-    // A sandbox of its own, so that its groups' parent holds only this
-    // test's worker.
-    let sandbox = NativeSandbox::probe(config("zorilla-native-test-cancel")).unwrap();
+    let sandbox = sandbox();
     let dir = tempfile::tempdir().unwrap();
     let marker = format!("{}.{}", 900_000 + std::process::id() % 90_000, 5);
     // A child and a grandchild that ignore SIGTERM, and the job itself.
@@ -336,7 +355,7 @@ async fn cancel_kills_everything_the_job_started() {
 }
 
 /// The workers' groups of `sandbox` that exist now.
-fn groups(sandbox: &NativeSandbox) -> Vec<PathBuf> {
+fn groups(sandbox: &Own) -> Vec<PathBuf> {
     sandbox
         .cgroup_parents()
         .iter()
@@ -354,7 +373,7 @@ async fn calls_a_job_has_no_business_making_fail_with_eperm() {
     // (and the worker's own may have children): the refusal is seccomp's.
     let script = "unshare --user true || echo refused; \
                   unshare --mount true || echo refused-mount";
-    let done = run(sandbox(), sh(dir.path(), script, Limits::UNLIMITED)).await;
+    let done = run(&sandbox(), sh(dir.path(), script, Limits::UNLIMITED)).await;
     assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
     assert_eq!(done.stdout, "refused\nrefused-mount\n", "{done:?}");
     assert!(done.stderr.contains("Operation not permitted"), "{done:?}");
@@ -378,7 +397,7 @@ fn the_probe_names_the_mechanism_it_cannot_enforce() {
     assert!(sentence.contains("memory controller"), "{sentence}");
 
     // A helper that is not there.
-    let mut missing = config("zorilla-native-test");
+    let mut missing = config("zorilla-native-test-missing");
     missing.init_program = fake.path().join("no-such-helper");
     let sentence = NativeSandbox::probe(missing)
         .err()

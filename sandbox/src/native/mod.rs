@@ -198,6 +198,12 @@ impl NativeSandbox {
                 "no user ids for native workers (the range is empty or has root)".into(),
             ));
         }
+        if let Err(e) = std::fs::metadata(&config.init_program) {
+            return Err(Unenforceable(format!(
+                "cannot start the sandbox helper {}: {e}",
+                config.init_program.display()
+            )));
+        }
         let hierarchy = Hierarchy::find(&config.cgroup_name, config.cgroup_root.as_deref())
             .map_err(|e| Unenforceable(format!("control groups: {e}")))?;
         landlock::probe().map_err(Unenforceable)?;
@@ -236,10 +242,16 @@ impl NativeSandbox {
     /// Sets a sandbox up once without running anything in it.
     fn trial(&self) -> Result<(), String> {
         let inner = &self.inner;
+        // Unique in the process, and hard to guess for another user of
+        // /tmp (who could only make the probe fail by taking the name).
+        static TRIALS: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
         let scratch = std::env::temp_dir().join(format!(
-            "zorilla-native-probe-{}-{}",
+            "zorilla-native-probe-{}-{}-{nanos}",
             std::process::id(),
-            inner.started.fetch_add(1, Ordering::Relaxed)
+            TRIALS.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir(&scratch)
             .map_err(|e| format!("cannot make {}: {e}", scratch.display()))?;
@@ -247,7 +259,11 @@ impl NativeSandbox {
         let result = (|| {
             std::os::unix::fs::lchown(&scratch, Some(id), Some(id))
                 .map_err(|e| format!("cannot give {} to user {id}: {e}", scratch.display()))?;
-            let name = format!("probe-{}", std::process::id());
+            let name = format!(
+                "probe-{}-{}",
+                std::process::id(),
+                inner.started.fetch_add(1, Ordering::Relaxed)
+            );
             let group = inner
                 .hierarchy
                 .create(
