@@ -379,6 +379,31 @@ async fn calls_a_job_has_no_business_making_fail_with_eperm() {
     assert!(done.stderr.contains("Operation not permitted"), "{done:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abstract_sockets_of_the_machine_cannot_be_reached() {
+    // The network namespace is the machine's (MPI needs it), and with it
+    // the abstract Unix sockets of the machine's services: Landlock scopes
+    // them out.
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("zorilla-native-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); \
+         s.connect(b'\\0{name}')\" 2>&1 | tail -n 1"
+    );
+    let done = run(&sandbox(), sh(dir.path(), &script, Limits::UNLIMITED)).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
+    assert!(
+        done.stdout.contains("PermissionError") || done.stdout.contains("not permitted"),
+        "{done:?}"
+    );
+    // The same connection from outside works: the socket is there.
+    std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+    drop(listener);
+}
+
 #[test]
 fn the_probe_names_the_mechanism_it_cannot_enforce() {
     // A control-group "root" that is an ordinary directory.

@@ -3,7 +3,10 @@
 //! write only its job directory, its `/tmp` and `/dev/shm`, read and run
 //! the owner's read-only paths, read `/proc` (its own PID namespace's) and
 //! use the few devices every program expects. Signals may only go to
-//! processes of the same sandbox (on kernels with Landlock ABI 6).
+//! processes of the same sandbox, and abstract Unix sockets (which the
+//! mount namespace cannot hide: they live in the network namespace, which
+//! workers share with the machine for MPI) only be reached if the sandbox
+//! made them (both on kernels with Landlock ABI 6).
 //!
 //! The mount namespace already hides everything else; Landlock holds even
 //! if a mount were wrong, and covers what mounts cannot (a read-only path
@@ -51,7 +54,7 @@ pub(crate) fn restrict(read_only: &[&Path]) -> Result<(), String> {
     rules.extend(read_only.iter().map(|p| (*p, read)));
     let mut ruleset = Ruleset::default()
         .handle_access(all)
-        .and_then(|r| r.scope(Scope::Signal))
+        .and_then(|r| r.scope(Scope::Signal | Scope::AbstractUnixSocket))
         .and_then(|r| r.create())
         .map_err(|e| format!("landlock: {e}"))?;
     for (path, access) in rules {
