@@ -404,6 +404,41 @@ async fn abstract_sockets_of_the_machine_cannot_be_reached() {
     drop(listener);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_running_together_have_identities_of_their_own() {
+    use std::os::unix::fs::MetadataExt;
+    let sandbox = sandbox();
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    std::fs::create_dir(&first).unwrap();
+    std::fs::create_dir(&second).unwrap();
+    // The first worker runs until cancelled, once it has written its file.
+    let (tx, mut rx) = mpsc::channel(4);
+    let mut spec = sh(
+        &first,
+        "echo mine > /job/a.txt; echo ready; sleep 600",
+        Limits::UNLIMITED,
+    );
+    spec.output = Some(tx);
+    let running = sandbox.start(spec);
+    let ready = tokio::time::timeout(PATIENCE, rx.recv())
+        .await
+        .expect("the first worker started in time");
+    assert_eq!(ready.map(|c| c.data), Some(b"ready\n".to_vec()));
+    let done = run(&sandbox, sh(&second, "ls /job; id -u", Limits::UNLIMITED)).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
+    // Its own empty directory; the same id inside.
+    assert_eq!(done.stdout, "1000\n", "{done:?}");
+    let owner = |p: &Path| std::fs::metadata(p).unwrap().uid();
+    assert_ne!(owner(&first), owner(&second));
+    assert_eq!(owner(&first.join("a.txt")), owner(&first));
+    running.cancel();
+    let report = tokio::time::timeout(PATIENCE, running.wait())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Cancelled);
+}
+
 #[test]
 fn the_probe_names_the_mechanism_it_cannot_enforce() {
     // A control-group "root" that is an ordinary directory.
