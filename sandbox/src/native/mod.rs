@@ -50,9 +50,10 @@ use tokio::task::JoinHandle;
 
 pub use init::{init_main, init_main_with};
 
+use crate::hostapi::Waiting;
 use crate::limits::{LimitFlag, LimitHit, Limits};
 use crate::output::{OutputChunk, OutputKind, OutputShared};
-use crate::worker::{CancelHandle, Outcome, WorkerReport};
+use crate::worker::{CancelHandle, Outcome, WorkerHandle, WorkerReport};
 use cgroup::{Group, GroupLimits, Hierarchy};
 use init::Status;
 use plan::Plan;
@@ -299,9 +300,12 @@ impl NativeSandbox {
     }
 
     /// Starts a worker as a tokio task (call inside a tokio runtime) and
-    /// returns its handle. A worker that cannot start ends with
-    /// [`Outcome::Failed`] saying why.
-    pub fn start(&self, spec: NativeSpec) -> NativeHandle {
+    /// returns its handle, the same as a WebAssembly worker's (a native
+    /// worker never waits in the host API: its [`WorkerHandle::waiting`] is
+    /// always `None`). Cancelling kills every process it started; its
+    /// report comes once they and its control groups are gone. A worker
+    /// that cannot start ends with [`Outcome::Failed`] saying why.
+    pub fn start(&self, spec: NativeSpec) -> WorkerHandle {
         let (cancel, cancelled) = CancelHandle::new();
         let inner = self.inner.clone();
         let task = tokio::spawn(async move {
@@ -310,35 +314,10 @@ impl NativeSandbox {
             report.wall_time = started.elapsed();
             report
         });
-        NativeHandle { cancel, task }
-    }
-}
-
-/// A started native worker.
-pub struct NativeHandle {
-    cancel: CancelHandle,
-    task: JoinHandle<WorkerReport>,
-}
-
-impl NativeHandle {
-    /// A handle that cancels this worker.
-    pub fn cancel_handle(&self) -> CancelHandle {
-        self.cancel.clone()
-    }
-
-    /// Cancels the worker: every process it started is killed;
-    /// [`NativeHandle::wait`] then reports [`Outcome::Cancelled`] unless it
-    /// had already ended.
-    pub fn cancel(&self) {
-        self.cancel.cancel();
-    }
-
-    /// Waits for the worker to end and for its processes and control groups
-    /// to be gone.
-    pub async fn wait(self) -> WorkerReport {
-        match self.task.await {
-            Ok(report) => report,
-            Err(e) => failed(format!("worker task failed: {e}")),
+        WorkerHandle {
+            cancel,
+            waiting: Waiting::default(),
+            task,
         }
     }
 }
@@ -558,6 +537,20 @@ async fn run(
 trait PipeRead: tokio::io::AsyncRead + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + Unpin + Send> PipeRead for T {}
 
+/// The limit a worker's group (or its output) crossed, if any; CPU time is
+/// checked by [`watch_group`] only (a worker that ended keeps its end).
+fn crossed(counters: cgroup::Counters, flag: &LimitFlag, processes: u32) -> Option<Outcome> {
+    if counters.oom_kills > 0 {
+        Some(Outcome::OutOfMemory)
+    } else if flag.get() == Some(LimitHit::Output) {
+        Some(Outcome::OutputLimit)
+    } else if counters.pids_refused > 0 {
+        Some(process_limit_outcome(processes))
+    } else {
+        None
+    }
+}
+
 /// The outcome of a worker whose helper ended on its own: a limit that
 /// killed or stopped it, else what the helper reported.
 fn ended_by_itself(
@@ -566,14 +559,8 @@ fn ended_by_itself(
     flag: &LimitFlag,
     processes: u32,
 ) -> Outcome {
-    if counters.oom_kills > 0 {
-        return Outcome::OutOfMemory;
-    }
-    if flag.get() == Some(LimitHit::Output) {
-        return Outcome::OutputLimit;
-    }
-    if counters.pids_refused > 0 {
-        return process_limit_outcome(processes);
+    if let Some(outcome) = crossed(counters, flag, processes) {
+        return outcome;
     }
     match Status::parse(status) {
         Some(Status::Exited(code)) => Outcome::Exited(code),
@@ -590,14 +577,8 @@ async fn watch_group(group: &Group, limits: Limits, processes: u32, flag: &Limit
     loop {
         tick.tick().await;
         let counters = group.counters();
-        if counters.oom_kills > 0 {
-            return Outcome::OutOfMemory;
-        }
-        if flag.get() == Some(LimitHit::Output) {
-            return Outcome::OutputLimit;
-        }
-        if counters.pids_refused > 0 {
-            return process_limit_outcome(processes);
+        if let Some(outcome) = crossed(counters, flag, processes) {
+            return outcome;
         }
         if counters.cpu > limits.cpu_time {
             return Outcome::CpuLimit(limits.cpu_time);
