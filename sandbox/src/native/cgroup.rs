@@ -69,13 +69,17 @@ const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpuacct"];
 impl Hierarchy {
     /// Finds the node's own control groups from `/proc/self/cgroup` and
     /// `/proc/self/mountinfo`, and makes (or reuses) a directory `name`
-    /// under each, in which workers' groups will be made. With `root`,
-    /// every v1 hierarchy is taken to be mounted at `root/<controller>` and
-    /// the node's group to be its top (for a node whose owner gives it a
-    /// group of its own, and for tests). The error says which controller
-    /// is missing or unusable.
+    /// under each, in which workers' groups will be made. With `root`, the
+    /// groups are made under it instead: a v2 group (one with
+    /// `cgroup.controllers`, e.g. one systemd delegated to the node, with
+    /// no processes of its own), or a directory holding the v1 hierarchies
+    /// as `root/<controller>`. The error says which controller is missing
+    /// or unusable.
     pub(crate) fn find(name: &str, root: Option<&Path>) -> Result<Hierarchy, String> {
         if let Some(root) = root {
+            if root.join("cgroup.controllers").exists() {
+                return v2_under(name, root);
+            }
             return v1_under(name, |ctrl| Some(root.join(ctrl)));
         }
         let own = fs::read_to_string("/proc/self/cgroup")

@@ -93,9 +93,12 @@ pub struct NativeConfig {
     /// Name of the directory made under the node's own control group(s),
     /// which holds the workers' groups.
     pub cgroup_name: String,
-    /// Where the v1 control-group hierarchies are (`<root>/memory`,
-    /// `<root>/pids`, `<root>/cpuacct`), if not where the node's own groups
-    /// are (found from `/proc/self/cgroup`).
+    /// Where to make the workers' groups, if not under the node's own
+    /// groups (found from `/proc/self/cgroup`): a cgroup v2 group delegated
+    /// to the node that holds no process (systemd's `Delegate=yes` gives
+    /// the node its unit's group; the node keeps itself in a leaf of it),
+    /// or a directory with the v1 hierarchies as `<root>/memory`,
+    /// `<root>/pids` and `<root>/cpuacct`.
     pub cgroup_root: Option<PathBuf>,
 }
 
