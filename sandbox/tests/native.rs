@@ -203,9 +203,14 @@ async fn a_job_sees_only_its_own_processes() {
         "ls /proc | grep -c '^[0-9]*$'; test -e /proc/{}/status && echo host-visible; echo $$",
         std::process::id()
     );
+    let script = format!("echo ${{CARGO_PKG_NAME:-clean-env}}; {script}");
+    assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
     let done = run(&sandbox(), sh(dir.path(), &script, Limits::UNLIMITED)).await;
     assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
     let lines: Vec<&str> = done.stdout.lines().collect();
+    // Nothing of the node's environment.
+    assert_eq!(lines[0], "clean-env");
+    let lines = &lines[1..];
     // The namespace's first process, sh, ls and grep (the test's process
     // is not one of them whatever its number).
     let count: usize = lines[0].parse().unwrap();

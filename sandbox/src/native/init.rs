@@ -259,8 +259,6 @@ fn helper_gone(go: &OwnedFd) -> bool {
 fn run(plan: &Plan) -> Status {
     let child = Command::new(&plan.exe)
         .args(&plan.args)
-        .env_clear()
-        .envs(plan.env.iter().map(|(k, v)| (k, v)))
         .current_dir("/job")
         .stdin(Stdio::null())
         .spawn();

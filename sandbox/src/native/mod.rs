@@ -286,7 +286,6 @@ impl NativeSandbox {
                 read_only: SYSTEM_PATHS.iter().map(PathBuf::from).collect(),
                 tmp_bytes: 1 << 20,
                 probe: true,
-                env: Vec::new(),
                 exe: "/bin/true".into(),
                 args: Vec::new(),
             };
@@ -413,7 +412,6 @@ async fn supervise(
         read_only: spec.read_only_paths.clone(),
         tmp_bytes: limits.memory_bytes.min(limits.disk_bytes),
         probe: false,
-        env: spec.env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
         exe: spec.exe.clone(),
         args: spec.args.iter().map(OsString::from).collect(),
     };
@@ -446,7 +444,9 @@ async fn run(
         command
             .args(&inner.config.init_args)
             .args(plan.to_args())
+            // The job's program inherits the helper's environment.
             .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::from(status_w))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1,10 +1,12 @@
 //! What the node tells the helper ([`super::init`]) to set up: one worker's
 //! identity, groups, paths, limits and program, as the helper's command
 //! line. Both sides are in this crate, so the format is private to it;
-//! it is strict all the same (an unknown flag is an error).
+//! it is strict all the same (an unknown flag is an error). The job's
+//! environment is not in it: it is the helper's own environment, which
+//! the job's program inherits, so that it is as private on the machine as
+//! any process's (a command line is not).
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// One worker's setup.
@@ -25,8 +27,6 @@ pub(crate) struct Plan {
     pub(crate) tmp_bytes: u64,
     /// Only set everything up and exit, running nothing (the probe).
     pub(crate) probe: bool,
-    /// The job's environment.
-    pub(crate) env: Vec<(OsString, OsString)>,
     /// The program, as the worker sees it.
     pub(crate) exe: PathBuf,
     /// Its arguments after `argv[0]`.
@@ -53,12 +53,6 @@ impl Plan {
         flag("--tmp-bytes", self.tmp_bytes.to_string().into());
         if self.probe {
             flag("--probe", "yes".into());
-        }
-        for (k, v) in &self.env {
-            let mut kv = k.clone();
-            kv.push("=");
-            kv.push(v);
-            flag("--env", kv);
         }
         out.push("--".into());
         out.push(self.exe.clone().into());
@@ -93,17 +87,6 @@ impl Plan {
                 Some("--read-only") => plan.read_only.push(value.into()),
                 Some("--tmp-bytes") => plan.tmp_bytes = number(&value)?,
                 Some("--probe") => plan.probe = true,
-                Some("--env") => {
-                    let bytes = value.as_bytes();
-                    let eq = bytes
-                        .iter()
-                        .position(|&b| b == b'=')
-                        .ok_or("an --env without =")?;
-                    plan.env.push((
-                        OsStr::from_bytes(&bytes[..eq]).into(),
-                        OsStr::from_bytes(&bytes[eq + 1..]).into(),
-                    ));
-                }
                 _ => return Err(format!("unknown flag {}", name.to_string_lossy())),
             }
         }
@@ -131,7 +114,6 @@ mod tests {
             read_only: vec!["/usr".into(), "/lib64".into()],
             tmp_bytes: 1 << 20,
             probe: false,
-            env: vec![("A".into(), "x=y".into()), ("EMPTY".into(), "".into())],
             exe: "/bin/sh".into(),
             args: vec!["-c".into(), "--".into(), "echo hi".into()],
         };
