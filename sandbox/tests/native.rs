@@ -200,7 +200,8 @@ async fn a_job_sees_only_its_own_processes() {
     let dir = tempfile::tempdir().unwrap();
     // The test's own process is visible on the host, and not in the job.
     let script = format!(
-        "ls /proc | grep -c '^[0-9]*$'; test -e /proc/{}/status && echo host-visible; echo $$",
+        "ls /proc | grep -c '^[0-9]*$'; test -e /proc/{}/status && echo host-visible; \
+         ls /proc/1/fd > /dev/null 2>&1 || echo first-closed; echo $$",
         std::process::id()
     );
     let script = format!("echo ${{CARGO_PKG_NAME:-clean-env}}; {script}");
@@ -216,6 +217,9 @@ async fn a_job_sees_only_its_own_processes() {
     let count: usize = lines[0].parse().unwrap();
     assert!(count <= 4, "{done:?}");
     assert!(!lines.contains(&"host-visible") || std::process::id() <= 4);
+    // The namespace's first process holds the status pipe to the node: the
+    // job cannot reach it through /proc (it is not dumpable).
+    assert!(lines.contains(&"first-closed"), "{done:?}");
     // sh is the second process of its namespace.
     assert_eq!(lines.last(), Some(&"2"), "{done:?}");
 }

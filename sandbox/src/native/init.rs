@@ -214,6 +214,10 @@ fn sandbox(plan: &Plan, ready: OwnedFd, go: &OwnedFd) -> Result<(), String> {
     // Asked only now: a change of identity clears the parent-death signal.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+    // Not dumpable (a change of identity already made it so; said here
+    // because it matters): the job, of the same identity, cannot reach
+    // this process's status pipe or memory through /proc.
+    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("cannot be undumpable: {e}"))?;
     if helper_gone(go) {
         return Err("the helper ended".into());
     }
