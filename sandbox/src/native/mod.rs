@@ -14,18 +14,18 @@
 //! - in its own mount namespace: its job directory writable at `/job`, the
 //!   owner's read-only paths, its own `/proc`, a few devices, a tmpfs
 //!   `/tmp` and `/dev/shm`; nothing else of the machine's files;
-//! - under Landlock rules that say the same by path ([`landlock`]), and a
+//! - under Landlock rules that say the same by path (`landlock`), and a
 //!   seccomp filter that refuses what a job has no business doing
 //!   ([`seccomp`]) with `EPERM`;
 //! - in control groups that hold its memory and process count and count
-//!   its CPU time ([`cgroup`]); its output is captured bounded as a
+//!   its CPU time (`cgroup`); its output is captured bounded as a
 //!   WebAssembly worker's is, and its job directory measured for the disk
 //!   limit.
 //!
 //! [`NativeSandbox::probe`] checks at the node's start that this machine
 //! can enforce all of it, by setting up a real sandbox once, and says which
 //! mechanism is missing if not. [`NativeSandbox::start`] runs a worker; the
-//! setup itself is done by a small helper program ([`init`]: why a helper,
+//! setup itself is done by a small helper program (`init`: why a helper,
 //! and the order of the steps). The network is not restricted: MPI ranks
 //! talk to each other over it.
 
