@@ -476,6 +476,64 @@ mod tests {
         );
     }
 
+    /// The v2 files a worker's group is made with and read from, in a
+    /// directory that only looks like a delegated v2 group (these machines
+    /// have v1; the real v1 path runs in `tests/native.rs`).
+    #[test]
+    fn a_v2_group_gets_its_limits_and_its_counters_are_read() {
+        let root = tempfile::tempdir().unwrap();
+        fs::write(root.path().join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        let hierarchy = Hierarchy::find("workers", Some(root.path())).unwrap();
+        assert_eq!(hierarchy.parents(), vec![root.path().join("workers")]);
+        let read = |p: PathBuf| fs::read_to_string(p).unwrap();
+        assert_eq!(
+            read(root.path().join("cgroup.subtree_control")),
+            "+memory +pids"
+        );
+        let parent = root.path().join("workers");
+        assert_eq!(read(parent.join("cgroup.subtree_control")), "+memory +pids");
+        // What the kernel makes in a new group.
+        let group = hierarchy
+            .create(
+                "w1",
+                GroupLimits {
+                    memory_bytes: 1 << 20,
+                    processes: 18,
+                },
+            )
+            .unwrap();
+        let dir = parent.join("w1");
+        assert_eq!(read(dir.join("memory.max")), "1048576");
+        assert_eq!(read(dir.join("pids.max")), "18");
+        assert_eq!(group.procs_files(), vec![dir.join("cgroup.procs")]);
+        fs::write(
+            dir.join("memory.events"),
+            "low 0\nmax 3\noom 1\noom_kill 1\n",
+        )
+        .unwrap();
+        fs::write(dir.join("pids.events"), "max 2\n").unwrap();
+        fs::write(dir.join("cpu.stat"), "usage_usec 1500\nuser_usec 1000\n").unwrap();
+        assert_eq!(
+            group.counters(),
+            Counters {
+                oom_kills: 1,
+                pids_refused: 2,
+                cpu: Duration::from_micros(1500),
+            }
+        );
+        assert!(group.processes().is_empty());
+    }
+
+    #[test]
+    fn a_directory_without_controllers_is_refused_with_the_controller_named() {
+        let root = tempfile::tempdir().unwrap();
+        for ctrl in V1_CONTROLLERS {
+            fs::create_dir(root.path().join(ctrl)).unwrap();
+        }
+        let err = Hierarchy::find("workers", Some(root.path())).unwrap_err();
+        assert!(err.contains("with the memory controller"), "{err}");
+    }
+
     #[test]
     fn counters_are_read_by_key() {
         let oom = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
