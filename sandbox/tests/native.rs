@@ -301,6 +301,17 @@ async fn output_and_disk_limits_hold_and_exit_statuses_pass_through() {
     assert_eq!(done.report.outcome, Outcome::Exited(3), "{done:?}");
     assert_eq!(done.stderr, "bye\n");
 
+    let missing = NativeSpec {
+        exe: "/job/missing".into(),
+        ..sh(dir.path(), "", Limits::UNLIMITED)
+    };
+    let done = run(&sandbox(), missing).await;
+    assert_eq!(
+        done.report.outcome.to_string(),
+        "could not start: cannot run /job/missing: No such file or directory (os error 2)",
+        "{done:?}"
+    );
+
     let killed = sh(dir.path(), "kill -SEGV $$", Limits::UNLIMITED);
     let done = run(&sandbox(), killed).await;
     assert_eq!(
