@@ -27,6 +27,9 @@
 //! - [`checkpoint`]: a guest's checkpoints as the sandbox sees them (the
 //!   [`Checkpoints`] trait the node implements).
 //! - [`output`]: capture of a worker's stdout and stderr, bounded.
+//! - [`native`]: native workers, the job's own executable in a sandbox the
+//!   kernel enforces (namespaces, Landlock, seccomp, control groups), ending
+//!   in the same [`Outcome`]s; `zorilla-native-init` is its helper program.
 //! - `worker`: one running worker: its store, start, cancellation, end.
 //! - `limits`: a worker's limits, capped by the node owner's, and the
 //!   memory limiter; `diskquota`: its disk limit, held at each write.
@@ -53,6 +56,7 @@ pub mod hostapi;
 pub mod jobfs;
 mod limits;
 pub mod local;
+pub mod native;
 pub mod output;
 pub mod transport;
 mod worker;

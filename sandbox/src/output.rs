@@ -82,6 +82,41 @@ impl OutputShared {
         }
     }
 
+    /// Forwards what a native worker writes to one of its pipes, in chunks
+    /// of at most [`MAX_CHUNK_BYTES`], waiting for room in the channel (the
+    /// worker then blocks in its writes, as a WebAssembly guest waits).
+    /// Returns at the end of the pipe, or once the bytes pass the limit
+    /// (delivering them up to the limit exactly): then `true`.
+    pub(crate) async fn pump(
+        &self,
+        kind: OutputKind,
+        mut pipe: impl tokio::io::AsyncRead + Unpin,
+    ) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; MAX_CHUNK_BYTES];
+        loop {
+            let len = match pipe.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(len) => len,
+            };
+            let allowed = self.account(len);
+            if allowed > 0
+                && let Some(sink) = &self.sink
+            {
+                let chunk = OutputChunk {
+                    kind,
+                    data: buf[..allowed].to_vec(),
+                };
+                // Without a receiver the output is discarded (but counted).
+                let _ = sink.send(chunk).await;
+            }
+            if allowed < len {
+                self.flag.set(LimitHit::Output);
+                return true;
+            }
+        }
+    }
+
     /// Bytes the guest has written so far (capped at the limit).
     pub(crate) fn written(&self) -> u64 {
         self.written.load(Ordering::Relaxed).min(self.limit)

@@ -299,7 +299,7 @@ impl PreparedWorker {
 
 /// Returns once the files under `dir` take more than `limit` bytes (never,
 /// without a directory or a limit).
-async fn watch_disk(dir: Option<PathBuf>, limit: u64) {
+pub(crate) async fn watch_disk(dir: Option<PathBuf>, limit: u64) {
     let Some(dir) = dir.filter(|_| limit != u64::MAX) else {
         return std::future::pending().await;
     };
