@@ -64,6 +64,8 @@ pub struct Daemon {
     /// How the status page's grid view asks the peers (see
     /// [`Config::grid_view_peers`]).
     pub grid_view: zorilla_webui::grid::GridSettings,
+    /// What native workers may read besides their job directory.
+    pub native_read_only: Vec<PathBuf>,
 }
 
 /// The owner's caps on how long one worker may run; a job's own limits are
@@ -352,6 +354,13 @@ impl Daemon {
             site: config.site.clone(),
             cpu_speed,
             grid_view,
+            native_read_only: match &config.native_read_only {
+                Some(paths) => paths.clone(),
+                None => config::DEFAULT_NATIVE_READ_ONLY
+                    .iter()
+                    .map(PathBuf::from)
+                    .collect(),
+            },
         })
     }
 }
@@ -429,7 +438,7 @@ impl ReadyLine {
 /// Runs a node until `shutdown` resolves. Prints its [`ReadyLine`] to
 /// stdout once it is ready.
 pub async fn run(
-    daemon: Daemon,
+    mut daemon: Daemon,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let store = Arc::new(Store::open_with_cache(
@@ -453,6 +462,29 @@ pub async fn run(
         // workers blocked on messages use no core.
         config.max_workers = resources.cores.max(1) * 2 + 2;
         Sandbox::new(config)?
+    };
+    // Native workers, if the owner runs anyone's: only where the kernel's
+    // sandbox holds, with the same caps as WebAssembly workers'.
+    let native = if daemon.scheduler.limits.native.users.is_empty() {
+        None
+    } else {
+        let caps = sandbox.config().caps;
+        let read_only = daemon.native_read_only.clone();
+        match tokio::task::spawn_blocking(move || crate::native::probe(caps, read_only)).await? {
+            Ok(native) => {
+                tracing::info!(
+                    "native jobs of {} users run here, in control groups {}",
+                    daemon.scheduler.limits.native.users.len(),
+                    native.sandbox.describe()
+                );
+                daemon.scheduler.limits.native.sandbox = true;
+                Some(native)
+            }
+            Err(e) => {
+                tracing::warn!("{e}: native jobs are declined");
+                None
+            }
+        }
     };
     let (overlay, events) = Overlay::start(daemon.overlay.clone()).await?;
     let peer = overlay.local_peer_id();
@@ -533,6 +565,7 @@ pub async fn run(
         sched: daemon.scheduler,
         store,
         sandbox,
+        native,
         dir: daemon.state_dir,
         finished_in_memory: daemon.finished_in_memory,
         checkpoints: daemon.checkpoints,

@@ -386,7 +386,16 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
+/// The first argument that makes `zorilla-node` the helper that puts a
+/// native worker into its sandbox (see `zorilla_sandbox::native`): the
+/// node starts itself so for each native worker.
+const NATIVE_INIT: &str = zorilla_node::native::INIT_ARG;
+
 fn main() -> anyhow::Result<()> {
+    // First, while the process has one thread: the helper forks.
+    if std::env::args_os().nth(1).is_some_and(|a| a == NATIVE_INIT) {
+        zorilla_sandbox::native::init_main_with(std::env::args_os().skip(2));
+    }
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));

@@ -5,8 +5,45 @@
 //! policy ([`zorilla_core::node::NativePolicy`]), decided on the advert,
 //! and the executable is checked again by each node before it runs.
 
+use std::path::PathBuf;
+
 use object::{Architecture, BinaryFormat, Object, ObjectKind};
 use zorilla_core::advert::Arch;
+use zorilla_sandbox::Limits;
+use zorilla_sandbox::native::{NativeConfig, NativeSandbox, Unenforceable};
+
+/// The first argument with which `zorilla-node` is the helper that puts a
+/// native worker into its sandbox (the node starts its own binary so).
+pub const INIT_ARG: &str = "__native-init";
+
+/// Where a native worker's program is in its job directory (it sees the
+/// directory at `/job`).
+pub(crate) const PROGRAM: &str = "program";
+
+/// The most processes and threads of one native worker.
+pub(crate) const MAX_PROCESSES: u32 = 256;
+
+/// What the node runs native workers with: the kernel's sandbox, and what
+/// its owner lets them read.
+#[derive(Clone)]
+pub(crate) struct NativeWorkers {
+    pub(crate) sandbox: NativeSandbox,
+    pub(crate) read_only: Vec<PathBuf>,
+}
+
+/// The sandbox of native workers, if this machine can enforce all of it
+/// (the node's own binary as its helper, the owner's caps); else the
+/// sentence that says which mechanism is missing. Blocks for a few
+/// milliseconds: it builds one sandbox.
+pub(crate) fn probe(caps: Limits, read_only: Vec<PathBuf>) -> Result<NativeWorkers, Unenforceable> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Unenforceable(format!("cannot find the node's own program: {e}")))?;
+    let mut config = NativeConfig::new(exe);
+    config.init_args = vec![INIT_ARG.into()];
+    config.caps = caps;
+    let sandbox = NativeSandbox::probe(config)?;
+    Ok(NativeWorkers { sandbox, read_only })
+}
 
 /// This machine's architecture, if native jobs can be built for it.
 pub(crate) fn this_arch() -> Option<Arch> {

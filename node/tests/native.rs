@@ -19,13 +19,16 @@ async fn connect(node: &common::TestNode, user: &UserKey) -> Client {
         .as_user(user.clone())
 }
 
-/// A native job of this machine's `true`.
-fn native_true() -> (JobRequest, Vec<u8>) {
-    let exe = std::fs::read("/bin/true").unwrap();
+/// A native job of this machine's `echo`, saying hello.
+fn native_echo() -> (JobRequest, Vec<u8>) {
+    let exe = std::fs::read("/bin/echo").unwrap();
     let arch = zorilla_node::native::executable_arch(&exe).unwrap();
     let request = JobRequest {
         kind: WorkKind::Native(arch),
         lifetime_secs: 60,
+        args: ["hello", "from", "a", "native", "worker"]
+            .map(String::from)
+            .to_vec(),
         ..JobRequest::default()
     };
     (request, exe)
@@ -45,10 +48,10 @@ async fn wait_declined(client: &mut Client, job: u64, reason: &str) {
 
 /// Three nodes: the home (node 0, no cores), node 1 whose owner runs no
 /// native jobs (the default), node 2 whose owner runs Alice's. Bob's native
-/// job is declined by both, each saying why; Alice's by node 1, and by
-/// node 2 while it cannot sandbox native workers.
+/// job is declined by both, each saying why; Alice's runs on node 2, in
+/// the kernel's sandbox.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_a_node_whose_owner_lists_the_user_takes_a_native_job_and_the_home_says_why() {
+async fn only_a_node_whose_owner_lists_the_user_runs_a_native_job_and_the_home_says_why() {
     let (alice, bob) = (UserKey::generate(), UserKey::generate());
     let alice_id = alice.id().to_string();
     let grid = common::sites_grid_of(
@@ -64,7 +67,7 @@ async fn only_a_node_whose_owner_lists_the_user_takes_a_native_job_and_the_home_
         },
     );
     common::wait_for_neighbours(&grid.nodes, 2, Duration::from_secs(30)).await;
-    let (request, exe) = native_true();
+    let (request, exe) = native_echo();
 
     let mut as_bob = connect(&grid.nodes[0], &bob).await;
     let bobs = as_bob
@@ -81,13 +84,10 @@ async fn only_a_node_whose_owner_lists_the_user_takes_a_native_job_and_the_home_
 
     let mut as_alice = connect(&grid.nodes[0], &alice).await;
     let alices = as_alice.submit(request, exe, Vec::new()).await.unwrap();
-    wait_declined(&mut as_alice, alices, "owner runs no native jobs").await;
-    wait_declined(
-        &mut as_alice,
-        alices,
-        "the node cannot enforce the sandbox of native jobs",
-    )
-    .await;
+    let done = common::wait_completed(&mut as_alice, alices, Duration::from_secs(60)).await;
+    assert_eq!(done.ranks[&0].node, grid.nodes[2].peer, "{done:?}");
+    let logs = common::stdout_of(&as_alice.logs(alices).await.unwrap());
+    assert_eq!(logs, "hello from a native worker\n");
 }
 
 /// A native executable is not taken for a WebAssembly module, nor a
@@ -96,7 +96,7 @@ async fn only_a_node_whose_owner_lists_the_user_takes_a_native_job_and_the_home_
 async fn a_submission_whose_module_is_not_of_its_kind_is_refused_with_a_sentence() {
     let grid = common::grid(1, 1);
     let mut client = connect(&grid.nodes[0], &UserKey::generate()).await;
-    let (native, exe) = native_true();
+    let (native, exe) = native_echo();
     let refused = |r: Result<u64, ClientError>| match r {
         Err(ClientError::Node {
             kind: ErrorKind::BadRequest,
@@ -112,4 +112,69 @@ async fn a_submission_whose_module_is_not_of_its_kind_is_refused_with_a_sentence
             .await,
     );
     assert!(message.contains("not an ELF executable"), "{message}");
+}
+
+/// A native worker cannot read the node's own state (its keys, its
+/// database), and a cancel leaves none of its processes running, however
+/// they hide (here a `sleep` it `exec`s into, with a mark no other process
+/// has).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_worker_sees_nothing_of_its_node_and_a_cancel_ends_all_of_it() {
+    let alice = UserKey::generate();
+    let alice_id = alice.id().to_string();
+    let grid = common::sites_grid_of(
+        Net::Loopback,
+        &[1],
+        |_| 1,
+        |_| vec!["--native-user".into(), alice_id.clone()],
+    );
+    let state = grid.nodes[0].dir.clone();
+    let secret = state.join("secret-of-the-node");
+    std::fs::write(&secret, "the node's own").unwrap();
+    // Seconds no other process of the machine sleeps for.
+    let mark = 900_000 + std::process::id() % 90_000;
+    let script = format!(
+        "cat {} 2>/dev/null || echo cannot read the node; ls {} 2>/dev/null || echo cannot list it; \
+         echo started; exec sleep {mark}",
+        secret.display(),
+        state.display()
+    );
+    let request = JobRequest {
+        args: vec!["-c".into(), script],
+        ..native_echo().0
+    };
+    let sh = std::fs::read("/bin/sh").unwrap();
+    let mut client = connect(&grid.nodes[0], &alice).await;
+    let job = client.submit(request, sh, Vec::new()).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let out = loop {
+        let out = common::stdout_of(&client.logs(job).await.unwrap());
+        if out.contains("started") {
+            break out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never started: {out:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(out, "cannot read the node\ncannot list it\nstarted\n");
+    let sleeping = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .any(|cmd| cmd == format!("sleep\0{mark}\0").as_bytes())
+    };
+    assert!(sleeping(), "the worker's sleep runs");
+    let cancelled = client.cancel(job).await.unwrap();
+    assert_eq!(cancelled.phase, JobPhase::Cancelled);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sleeping() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker's sleep still runs 30 s after the cancel"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -451,6 +451,23 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
+    /// The handle of a worker that could not start, saying why (its
+    /// report is [`Outcome::Failed`]). Call inside a tokio runtime.
+    pub fn failed(why: String) -> WorkerHandle {
+        let (cancel, _) = CancelHandle::new();
+        let report = WorkerReport {
+            outcome: Outcome::Failed(why),
+            cpu_time: Duration::ZERO,
+            output_bytes: 0,
+            wall_time: Duration::ZERO,
+        };
+        WorkerHandle {
+            cancel,
+            waiting: Waiting::default(),
+            task: tokio::spawn(async move { report }),
+        }
+    }
+
     /// Whether the worker waits in a receive without a deadline.
     pub fn waiting(&self) -> Waiting {
         self.waiting.clone()

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use zorilla_core::advert::JobId;
+use zorilla_core::advert::{JobId, WorkKind};
 use zorilla_overlay::PeerId;
 use zorilla_sandbox::{Program, Sandbox, jobfs};
 
@@ -75,10 +75,22 @@ fn local(e: impl std::fmt::Display) -> PrepareError {
     PrepareError::Local(e.to_string())
 }
 
+/// What a member runs of a job: a WebAssembly module loaded by the
+/// sandbox, or a native executable, checked and kept in the job's
+/// directory.
+pub(crate) enum Runnable {
+    /// A WebAssembly module.
+    Wasm(Program),
+    /// A native executable's bytes, checked to be one for this machine
+    /// (each worker gets its own copy in its job directory).
+    Native(std::sync::Arc<Vec<u8>>),
+}
+
 /// Gets the job's module and inputs (from the local file cache or in
 /// blocks from the home or another node of the job, hash-checked), and
-/// loads the module. The copy came with the grant; it is checked here
-/// before it names anything on disk.
+/// loads the module (or checks the native executable: ELF, for this
+/// machine's architecture, as the job says). The copy came with the
+/// grant; it is checked here before it names anything on disk.
 pub(super) async fn prepare(
     net: Net,
     sandbox: Sandbox,
@@ -87,7 +99,7 @@ pub(super) async fn prepare(
     placement: &BTreeMap<u32, Placed>,
     dir: PathBuf,
     files: PathBuf,
-) -> Result<(JobCopy, Program, PathBuf), PrepareError> {
+) -> Result<(JobCopy, Runnable, PathBuf), PrepareError> {
     check_job_copy(&copy).map_err(PrepareError::Refused)?;
     tokio::fs::create_dir_all(&files).await.map_err(local)?;
     // Files come from the home or from another node of the job that has
@@ -113,11 +125,25 @@ pub(super) async fn prepare(
             .await
             .map_err(local)?;
     }
+    if let WorkKind::Native(arch) = copy.request.kind {
+        // Checked here too: this node runs only what it can.
+        return match crate::native::executable_arch(&module) {
+            Ok(built) if Some(built) == crate::native::this_arch() && built == arch => {
+                Ok((copy, Runnable::Native(std::sync::Arc::new(module)), dir))
+            }
+            Ok(built) => Err(PrepareError::Module(format!(
+                "the native executable is built for {built}, not for this node"
+            ))),
+            Err(e) => Err(PrepareError::Module(format!(
+                "not a native executable: {e}"
+            ))),
+        };
+    }
     let program = tokio::task::spawn_blocking(move || sandbox.load(&module))
         .await
         .map_err(local)?
         .map_err(|e| PrepareError::Module(e.to_string()))?;
-    Ok((copy, program, dir))
+    Ok((copy, Runnable::Wasm(program), dir))
 }
 
 /// Gets a content-addressed file: from the local cache, else in blocks from
@@ -183,16 +209,18 @@ pub(super) async fn fetch(
 }
 
 /// Gives each rank its own view of the job's inputs (hard links, copies
-/// where links fail). `from` holds only what [`prepare`] wrote there; `to`
+/// where links fail or if `copy`). `from` holds only what [`prepare`] wrote there; `to`
 /// is the rank's own, and nothing is written through a link in either.
-pub(super) fn link_inputs(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(super) fn link_inputs(from: &Path, to: &Path, copy: bool) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     let listing = jobfs::walk(from)?;
     for (name, size) in listing.files {
         let dest = to.join(&name);
         // `link` neither follows a link at `from` nor writes through one
-        // at `dest` (it fails if `dest` exists).
-        if std::fs::hard_link(from.join(&name), &dest).is_ok() {
+        // at `dest` (it fails if `dest` exists). A native worker is given
+        // its directory's files, so it gets copies: a link would give it
+        // the file every worker of the job here shares.
+        if !copy && std::fs::hard_link(from.join(&name), &dest).is_ok() {
             continue;
         }
         if std::fs::symlink_metadata(&dest).is_ok() {
@@ -452,7 +480,7 @@ mod tests {
         std::fs::write(from.join("b.txt"), b"b").unwrap();
         std::fs::write(dir.path().join("victim"), b"untouched").unwrap();
         std::os::unix::fs::symlink("../../victim", to.join("b.txt")).unwrap();
-        link_inputs(&from, &to).unwrap();
+        link_inputs(&from, &to, false).unwrap();
         assert_eq!(std::fs::read(to.join("a.txt")).unwrap(), b"a");
         assert_eq!(
             std::fs::read(dir.path().join("victim")).unwrap(),

@@ -11,9 +11,9 @@ use zorilla_core::advert::JobId;
 use zorilla_core::machine;
 use zorilla_core::node::{Failure, Input, Output, WorkerEnd};
 use zorilla_overlay::PeerId;
-use zorilla_sandbox::{Limits, Outcome, OutputKind, Program, WorkerSpec, jobfs};
+use zorilla_sandbox::{Limits, Outcome, OutputChunk, OutputKind, WorkerHandle, WorkerSpec, jobfs};
 
-use super::files::{PrepareError, link_inputs, prepare};
+use super::files::{PrepareError, Runnable, link_inputs, prepare};
 use super::members::{Ends, RunningWorker};
 use super::{COPY_STALE, Done, MachineOutput, NoState, Node, random_u64};
 use crate::net::{BarrierItem, Net, NetTransport};
@@ -320,7 +320,7 @@ impl Node {
         job: u64,
         ranks: Vec<u32>,
         incarnation: u32,
-        result: Result<(JobCopy, Program, PathBuf), PrepareError>,
+        result: Result<(JobCopy, Runnable, PathBuf), PrepareError>,
     ) {
         let Some(member) = self.members.get_mut(&job) else {
             return;
@@ -402,7 +402,8 @@ impl Node {
             // Per incarnation: a worker stopped for a rollback cleans up
             // its own directory and log, never its rank's fresh worker's.
             let job_dir = dir.join(format!("{rank}.{incarnation}"));
-            if let Err(e) = link_inputs(&dir.join("inputs"), &job_dir.join("inputs")) {
+            let native = matches!(program, Runnable::Native(_));
+            if let Err(e) = link_inputs(&dir.join("inputs"), &job_dir.join("inputs"), native) {
                 tracing::warn!("cannot prepare the job directory: {e}");
             }
             let (out_tx, out_rx) = mpsc::channel(16);
@@ -414,26 +415,42 @@ impl Node {
                 barrier_rx,
                 random_u64(),
             );
-            let spec = WorkerSpec {
-                program_name: "worker".into(),
-                args: info.request.args.clone(),
-                env: vec![
-                    ("ZORILLA_JOB".into(), JobId(job).to_string()),
-                    ("ZORILLA_RANK".into(), rank.to_string()),
-                ],
-                job_dir: Some(job_dir.clone()),
-                limits,
-                output: Some(out_tx),
-                transport: Some(Box::new(transport)),
-                checkpoints: Some(self.worker_checkpoints(
-                    job,
-                    home_rx.clone(),
-                    copies_rx.clone(),
-                    rank,
-                    incarnation,
-                )),
+            let env = vec![
+                ("ZORILLA_JOB".into(), JobId(job).to_string()),
+                ("ZORILLA_RANK".into(), rank.to_string()),
+            ];
+            let handle = match &program {
+                Runnable::Wasm(program) => {
+                    let spec = WorkerSpec {
+                        program_name: "worker".into(),
+                        args: info.request.args.clone(),
+                        env,
+                        job_dir: Some(job_dir.clone()),
+                        limits,
+                        output: Some(out_tx),
+                        transport: Some(Box::new(transport)),
+                        checkpoints: Some(self.worker_checkpoints(
+                            job,
+                            home_rx.clone(),
+                            copies_rx.clone(),
+                            rank,
+                            incarnation,
+                        )),
+                    };
+                    self.sandbox.start(program, spec)
+                }
+                Runnable::Native(exe) => {
+                    match self.start_native(exe, &info, env, &job_dir, limits, out_tx) {
+                        Ok(handle) => handle,
+                        Err(e) => {
+                            tracing::warn!(job = %JobId(job), rank, "cannot start a native worker: {e}");
+                            zorilla_sandbox::WorkerHandle::failed(format!(
+                                "its native worker could not start: {e}"
+                            ))
+                        }
+                    }
+                }
             };
-            let handle = self.sandbox.start(&program, spec);
             if let Some(member) = self.members.get_mut(&job) {
                 let running = RunningWorker {
                     cancel: handle.cancel_handle(),
@@ -461,6 +478,49 @@ impl Node {
                 in_force,
             ));
         }
+    }
+}
+
+impl Node {
+    /// Starts a native worker of `info`'s job in `job_dir`: its program
+    /// copied there (the worker's own, as everything in its directory),
+    /// in the kernel's sandbox. Fails if this node runs no native workers
+    /// (its owner's policy decided on the offer; this is its machine
+    /// saying it again) or the directory cannot be made ready.
+    fn start_native(
+        &self,
+        exe: &[u8],
+        info: &JobCopy,
+        env: Vec<(String, String)>,
+        job_dir: &Path,
+        limits: Limits,
+        output: mpsc::Sender<OutputChunk>,
+    ) -> Result<WorkerHandle, String> {
+        let Some(native) = &self.native else {
+            return Err("this node runs no native workers".into());
+        };
+        std::fs::create_dir_all(job_dir.join("outputs"))
+            .map_err(|e| format!("cannot make its job directory: {e}"))?;
+        let program = job_dir.join(crate::native::PROGRAM);
+        let mut file = jobfs::create_file(job_dir, crate::native::PROGRAM)
+            .map_err(|e| format!("cannot write its program: {e}"))?;
+        std::io::Write::write_all(&mut file, exe)
+            .and_then(|()| {
+                use std::os::unix::fs::PermissionsExt;
+                file.set_permissions(std::fs::Permissions::from_mode(0o755))
+            })
+            .map_err(|e| format!("cannot write its program {}: {e}", program.display()))?;
+        let spec = zorilla_sandbox::native::NativeSpec {
+            exe: Path::new("/job").join(crate::native::PROGRAM),
+            args: info.request.args.clone(),
+            env,
+            job_dir: job_dir.to_owned(),
+            read_only_paths: native.read_only.clone(),
+            limits,
+            max_processes: crate::native::MAX_PROCESSES,
+            output: Some(output),
+        };
+        Ok(native.sandbox.start(spec))
     }
 }
 

@@ -35,7 +35,7 @@ use zorilla_core::machine::{self, JobMachine, MachineConfig};
 use zorilla_core::node::SchedulerConfig;
 use zorilla_core::stall::{StallWatch, Waits};
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
-use zorilla_sandbox::{Program, Sandbox};
+use zorilla_sandbox::Sandbox;
 
 use crate::link::Links;
 use crate::net::{CallError, LocalCall, Net};
@@ -142,7 +142,7 @@ enum Done {
         ranks: Vec<u32>,
         /// The grant that placed them here.
         incarnation: u32,
-        result: Box<Result<(JobCopy, Program, PathBuf), files::PrepareError>>,
+        result: Box<Result<(JobCopy, files::Runnable, PathBuf), files::PrepareError>>,
     },
     /// A worker here ended and its output went to the home.
     WorkerEnded {
@@ -219,6 +219,8 @@ pub(crate) struct Node {
     /// Writes what workers send (logs, outputs) off the loop.
     writer: Writer,
     sandbox: Sandbox,
+    /// Native workers' sandbox, if this node runs native jobs.
+    native: Option<crate::native::NativeWorkers>,
     dir: PathBuf,
     /// The jobs this node is home to, in memory (see [`homejobs`]).
     jobs: HomeJobs,
@@ -273,6 +275,8 @@ pub(crate) struct Parts {
     pub(crate) sched: SchedulerConfig<PeerId>,
     pub(crate) store: Arc<Store>,
     pub(crate) sandbox: Sandbox,
+    /// Native workers' sandbox, if this node runs native jobs.
+    pub(crate) native: Option<crate::native::NativeWorkers>,
     pub(crate) dir: PathBuf,
     /// Finished home jobs kept in memory (`Config::finished_in_memory`).
     pub(crate) finished_in_memory: usize,
@@ -298,6 +302,7 @@ impl Node {
             sched,
             store,
             sandbox,
+            native,
             dir,
             finished_in_memory,
             checkpoints,
@@ -330,6 +335,7 @@ impl Node {
             writer: Writer::start(store.clone()).expect("cannot start the store's writer thread"),
             store,
             sandbox,
+            native,
             dir,
             jobs: HomeJobs::new(finished_in_memory),
             members: Members::default(),
