@@ -406,6 +406,7 @@ fn stored_rank(g: &mut Gen) -> RankStatus<crate::store::StoredPeer> {
                 OutcomeCode::TimeLimit,
                 OutcomeCode::OutputLimit,
                 OutcomeCode::DiskLimit,
+                OutcomeCode::ProcessLimit,
                 OutcomeCode::NotStarted,
                 OutcomeCode::Cancelled,
                 OutcomeCode::Lost,
@@ -676,7 +677,7 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
             incarnation: g.u32(),
             end: match g.u32() % 3 {
                 0 => WorkerEnd::Exited(g.u32() as i32),
-                1 => WorkerEnd::Failed(match g.below(7) {
+                1 => WorkerEnd::Failed(match g.below(8) {
                     0 => Failure::Trapped(g.string()),
                     1 => Failure::OutOfMemory { limit_mib: g.int() },
                     2 => Failure::CpuLimit {
@@ -687,6 +688,9 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
                     },
                     4 => Failure::OutputLimit { limit_mib: g.int() },
                     5 => Failure::DiskLimit { limit_mib: g.int() },
+                    6 => Failure::ProcessLimit {
+                        limit: g.int() as u32,
+                    },
                     _ => Failure::NotStarted(g.string()),
                 }),
                 _ => WorkerEnd::Cancelled,

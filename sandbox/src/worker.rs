@@ -92,6 +92,9 @@ pub enum Outcome {
     OutputLimit,
     /// The guest kept more than its disk limit in `/outputs`.
     DiskLimit,
+    /// A native worker tried to run more processes and threads at once
+    /// than its limit: the limit in force.
+    ProcessLimit(u32),
     /// The worker was cancelled through its [`CancelHandle`].
     Cancelled,
     /// The worker could not start (e.g. no free worker slot, job directory
@@ -117,6 +120,10 @@ impl std::fmt::Display for Outcome {
             ),
             Outcome::OutputLimit => f.write_str("wrote more than its output limit"),
             Outcome::DiskLimit => f.write_str("kept more than its disk limit in /outputs"),
+            Outcome::ProcessLimit(limit) => write!(
+                f,
+                "tried to run more than its limit of {limit} processes and threads"
+            ),
             Outcome::Cancelled => f.write_str("was cancelled"),
             Outcome::Failed(why) => write!(f, "could not start: {why}"),
         }

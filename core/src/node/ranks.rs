@@ -68,6 +68,12 @@ pub enum Failure {
         /// The limit in force, in MiB.
         limit_mib: u64,
     },
+    /// A native worker tried to run more processes and threads at once
+    /// than its limit.
+    ProcessLimit {
+        /// The limit in force.
+        limit: u32,
+    },
     /// It could not start; why (the module was refused, its files could
     /// not be fetched, ...).
     NotStarted(String),
@@ -100,6 +106,10 @@ impl fmt::Display for Failure {
             Failure::DiskLimit { limit_mib } => {
                 write!(f, "stopped: wrote more than its {limit_mib} MiB disk limit")
             }
+            Failure::ProcessLimit { limit } => write!(
+                f,
+                "stopped: tried to run more than its limit of {limit} processes and threads"
+            ),
             Failure::NotStarted(why) => write!(f, "could not start: {why}"),
         }
     }

@@ -820,6 +820,7 @@ pub(super) fn worker_end(outcome: Outcome, limits: &Limits) -> WorkerEnd {
         Outcome::DiskLimit => Failure::DiskLimit {
             limit_mib: mib(limits.disk_bytes),
         },
+        Outcome::ProcessLimit(limit) => Failure::ProcessLimit { limit },
         Outcome::Failed(why) => Failure::NotStarted(cut_outcome(why)),
     };
     WorkerEnd::Failed(failure)

@@ -406,6 +406,9 @@ pub enum OutcomeCode {
     OutputLimit,
     /// It kept more than its disk limit in `/outputs`.
     DiskLimit,
+    /// A native worker tried to run more processes and threads than its
+    /// limit.
+    ProcessLimit,
     /// It could not start.
     NotStarted,
     /// It was cancelled.
@@ -427,6 +430,7 @@ impl OutcomeCode {
             OutcomeCode::TimeLimit => "time_limit",
             OutcomeCode::OutputLimit => "output_limit",
             OutcomeCode::DiskLimit => "disk_limit",
+            OutcomeCode::ProcessLimit => "process_limit",
             OutcomeCode::NotStarted => "not_started",
             OutcomeCode::Cancelled => "cancelled",
             OutcomeCode::Lost => "lost",
@@ -447,6 +451,7 @@ impl From<&RankOutcome> for OutcomeCode {
                 Failure::TimeLimit { .. } => OutcomeCode::TimeLimit,
                 Failure::OutputLimit { .. } => OutcomeCode::OutputLimit,
                 Failure::DiskLimit { .. } => OutcomeCode::DiskLimit,
+                Failure::ProcessLimit { .. } => OutcomeCode::ProcessLimit,
                 Failure::NotStarted(_) => OutcomeCode::NotStarted,
             },
             RankOutcome::Cancelled => OutcomeCode::Cancelled,

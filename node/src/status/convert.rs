@@ -162,6 +162,7 @@ pub(super) fn rank_state<N>(status: &protocol::RankStatus<N>, job_phase: JobPhas
             | C::TimeLimit
             | C::OutputLimit
             | C::DiskLimit
+            | C::ProcessLimit
             | C::NotStarted
             | C::Cancelled
             | C::Stopped,

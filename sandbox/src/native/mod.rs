@@ -160,12 +160,9 @@ pub struct NativeSpec {
 }
 
 /// The outcome of a worker that tried to run more processes and threads
-/// than its limit. (Until the node has an outcome of its own for this, it
-/// is told as a trap.)
+/// than its limit.
 pub fn process_limit_outcome(limit: u32) -> Outcome {
-    Outcome::Trapped(format!(
-        "it tried to run more than its limit of {limit} processes and threads"
-    ))
+    Outcome::ProcessLimit(limit)
 }
 
 /// The outcome of a worker whose program was killed by `signal`.
