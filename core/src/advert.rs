@@ -116,6 +116,7 @@ pub struct Advert<P> {
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
+#[serde(rename_all = "snake_case")]
 pub enum WorkKind {
     /// WebAssembly modules: any node runs them in its sandbox.
     #[default]
@@ -134,6 +135,7 @@ impl WorkKind {
 
 /// A machine architecture native jobs are built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Arch {
     /// x86-64 (ELF machine 62).
     X86_64,

@@ -762,6 +762,24 @@ mod tests {
 
     use super::*;
 
+    /// A job's kind as docs/protocol.md writes it, and left out when it is
+    /// WebAssembly (so that what older clients signed still verifies).
+    #[test]
+    fn a_jobs_kind_is_written_as_documented_and_left_out_for_webassembly() {
+        let json = |r: &JobRequest| serde_json::to_value(r).unwrap();
+        assert!(json(&JobRequest::default()).get("kind").is_none());
+        let native = JobRequest {
+            kind: WorkKind::Native(zorilla_core::advert::Arch::X86_64),
+            ..JobRequest::default()
+        };
+        assert_eq!(
+            json(&native)["kind"],
+            serde_json::json!({"native": "x86_64"})
+        );
+        let back: JobRequest = serde_json::from_value(json(&native)).unwrap();
+        assert_eq!(back, native);
+    }
+
     /// Every kind of end: the code programs match on, as it goes on the
     /// wire, and the sentence people read, with its figure.
     #[test]
