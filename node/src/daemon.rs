@@ -594,12 +594,15 @@ fn notify(state: &[sd_notify::NotifyState<'_>]) {
 /// Whose jobs this node runs and each user's limits, from the
 /// configuration (user ids checked: a typo must not let nobody in, or
 /// everybody).
+/// The key of the user id `text` (as `zorilla whoami` prints it), from
+/// configuration setting `field`.
+fn user(field: &str, text: &str) -> anyhow::Result<PeerId> {
+    text.parse::<crate::owner::UserId>()
+        .map(|u| u.key())
+        .map_err(|e| anyhow::anyhow!("{field}: {e}"))
+}
+
 fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
-    let user = |field: &str, text: &str| -> anyhow::Result<PeerId> {
-        text.parse::<crate::owner::UserId>()
-            .map(|u| u.key())
-            .map_err(|e| anyhow::anyhow!("{field}: {e}"))
-    };
     let only = match &config.users {
         None => None,
         Some(list) => Some(
@@ -633,11 +636,7 @@ fn native_policy(config: &Config) -> anyhow::Result<NativePolicy<PeerId>> {
         .native_users
         .iter()
         .flatten()
-        .map(|text| {
-            text.parse::<crate::owner::UserId>()
-                .map(|u| u.key())
-                .map_err(|e| anyhow::anyhow!("native_users: {e}"))
-        })
+        .map(|text| user("native_users", text))
         .collect::<anyhow::Result<BTreeSet<PeerId>>>()?;
     for path in config.native_read_only.iter().flatten() {
         if !path.is_absolute() {
