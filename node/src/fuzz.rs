@@ -245,6 +245,7 @@ fn job_request(g: &mut Gen) -> JobRequest {
         wall_time_secs: g.int(),
         cpu_time_secs: g.int(),
         kind: zorilla_core::advert::WorkKind::Wasm,
+        deterministic: g.bool().then(|| g.int()),
     }
 }
 

@@ -21,6 +21,8 @@
 //! mpi = false                   # an MPI program (sdk/bin/zmpicc): must be rigid
 //! native = false                # a native executable for this machine: runs only on nodes
 //!                               # whose owners allow your native jobs (`native_users`)
+//! deterministic = false         # the same output bits in every run and on every node
+//! # seed = 7                    # of a deterministic job (default 0): keys its random bytes
 //! ```
 //!
 //! Every field but `module` may be left out (defaults: one worker,
@@ -80,6 +82,12 @@ pub struct JobFile {
     /// instead of a WebAssembly module: it runs only on nodes of that
     /// architecture whose owners allow the user's native jobs.
     pub native: Option<bool>,
+    /// Deterministic workers: outputs that depend only on the module,
+    /// inputs, arguments, rank, job size and [`JobFile::seed`], bit for
+    /// bit (virtual clocks, seeded randomness, canonical NaNs).
+    pub deterministic: Option<bool>,
+    /// The seed of a deterministic job (0 if left out).
+    pub seed: Option<u64>,
 }
 
 /// Why a job spec could not be used.
@@ -169,7 +177,9 @@ impl JobFile {
             on_worker_lost,
             outputs,
             mpi,
-            native
+            native,
+            deterministic,
+            seed
         );
         if !other.args.is_empty() {
             self.args = other.args;
@@ -218,6 +228,17 @@ impl JobFile {
                  of {min} to {max} (a malleable job always has lost workers replaced)"
             )));
         }
+        let deterministic = match (self.deterministic, self.seed) {
+            (Some(true), seed) => Some(seed.unwrap_or(0)),
+            (_, None) => None,
+            (_, Some(_)) => {
+                return Err(SpecError::Invalid(
+                    "a seed is for a deterministic job: add `deterministic = true` \
+                     (--deterministic)"
+                        .into(),
+                ));
+            }
+        };
         let request = JobRequest {
             min_workers: min,
             max_workers: max,
@@ -231,6 +252,7 @@ impl JobFile {
             cpu_time_secs: self.cpu_time_secs.unwrap_or(defaults.cpu_time_secs),
             wall_time_secs: self.wall_time_secs.unwrap_or(defaults.wall_time_secs),
             kind: WorkKind::Wasm,
+            deterministic,
         };
         // The node's own check: what it would refuse is refused here,
         // before anything is sent.
@@ -262,7 +284,10 @@ impl JobFile {
         } else {
             WorkKind::Wasm
         };
-        Ok(JobRequest { kind, ..request })
+        let request = JobRequest { kind, ..request };
+        // Checked again with its kind: a native job cannot be deterministic.
+        validate::request(&request).map_err(|e| SpecError::Invalid(e.to_string()))?;
+        Ok(request)
     }
 
     /// The request with the module and inputs read from disk.
@@ -339,6 +364,21 @@ mod tests {
         assert_eq!(request.strategy, Strategy::Spread);
         assert_eq!(request.on_worker_lost, LostPolicy::Replace);
         assert_eq!(request.args, vec!["14".to_string()]);
+    }
+
+    #[test]
+    fn a_deterministic_job_has_seed_0_unless_given_and_a_seed_alone_is_refused() {
+        let request = |toml: &str| toml::from_str::<JobFile>(toml).unwrap().request();
+        assert_eq!(request("").unwrap().deterministic, None);
+        let det = request("deterministic = true").unwrap();
+        assert_eq!(det.deterministic, Some(0));
+        let seeded = request("deterministic = true\nseed = 7").unwrap();
+        assert_eq!(seeded.deterministic, Some(7));
+        let alone = request("seed = 7").unwrap_err().to_string();
+        assert!(alone.contains("add `deterministic = true`"), "{alone}");
+        let malleable = request("deterministic = true\nmin_workers = 1\nmax_workers = 2");
+        let malleable = malleable.unwrap_err().to_string();
+        assert!(malleable.contains("must have a fixed size"), "{malleable}");
     }
 
     #[test]

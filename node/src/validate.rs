@@ -67,6 +67,23 @@ pub enum Invalid {
          which runs only on nodes whose owners allow your native jobs"
     )]
     NativeAsWasm,
+    /// A deterministic job that is native.
+    #[error(
+        "a native job cannot be deterministic: only WebAssembly workers compute the same bits \
+         on every machine"
+    )]
+    DeterministicNative,
+    /// A deterministic job whose size may change.
+    #[error(
+        "a deterministic job must have a fixed size (min_workers = max_workers, here {min} and \
+         {max}): when a job grows depends on the grid, not on its inputs"
+    )]
+    DeterministicMalleable {
+        /// The least workers asked for.
+        min: u32,
+        /// The most.
+        max: u32,
+    },
     /// A grant sent without the job's copy.
     #[error("a grant travels with its job's copy, not as a bare scheduling message")]
     BareGrant,
@@ -137,6 +154,17 @@ pub fn request(request: &JobRequest) -> Result<(), Invalid> {
     )?;
     if let Some(i) = request.args.iter().position(|arg| arg.contains('\0')) {
         return Err(Invalid::NulInArgument(i + 1));
+    }
+    if request.deterministic.is_some() {
+        if !request.kind.is_wasm() {
+            return Err(Invalid::DeterministicNative);
+        }
+        if request.min_workers != request.max_workers {
+            return Err(Invalid::DeterministicMalleable {
+                min: request.min_workers,
+                max: request.max_workers,
+            });
+        }
     }
     Ok(())
 }

@@ -235,6 +235,7 @@ mod tests {
             wall_time_secs: limits::MAX_WALL_TIME.as_secs(),
             cpu_time_secs: limits::MAX_WALL_TIME.as_secs(),
             kind: zorilla_core::advert::WorkKind::Wasm,
+            deterministic: Some(u64::MAX),
         }
     }
 

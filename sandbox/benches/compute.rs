@@ -12,12 +12,22 @@
 //! worker's CPU time (1.0: native speed); CPU time rather than wall-clock
 //! time, so that other load on the machine does not skew the comparison.
 //! The wall-clock times are printed too.
+//!
+//! Then the cost of deterministic workers (issue 34,
+//! `zorilla_sandbox::determinism`): nqueens (integer code) and
+//! `examples/src/mandel.c` (doubles; size 1200, 1000 iterations, 200 and
+//! 100 when short) each run on the default engine and on the deterministic
+//! one, alternating, best of three; the figure is the default engine's CPU
+//! time over the deterministic engine's (1.0: no cost). Both must print the
+//! same line.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use zorilla_sandbox::{Outcome, Sandbox, SandboxConfig, WorkerSpec};
+use zorilla_sandbox::{
+    Determinism, Execution, Outcome, Program, Sandbox, SandboxConfig, WorkerSpec,
+};
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
@@ -76,16 +86,22 @@ fn run_native(binary: &Path, n: u32, expected: &str) -> Run {
     }
 }
 
-async fn run_sandbox(
-    sandbox: &Sandbox,
-    program: &zorilla_sandbox::Program,
-    n: u32,
-    expected: &str,
-) -> Run {
+async fn run_sandbox(sandbox: &Sandbox, program: &Program, n: u32, expected: &str) -> Run {
+    let (run, out) = run_guest(sandbox, program, &[n.to_string()]).await;
+    assert_eq!(out, expected);
+    run
+}
+
+/// Runs `program` with `args` to its end (seed 1 if it is deterministic);
+/// returns its times and stdout.
+async fn run_guest(sandbox: &Sandbox, program: &Program, args: &[String]) -> (Run, String) {
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let deterministic = (program.execution() == Execution::Deterministic)
+        .then_some(Determinism { seed: 1, rank: 0 });
     let spec = WorkerSpec {
-        args: vec![n.to_string()],
+        args: args.to_vec(),
         output: Some(tx),
+        deterministic,
         ..WorkerSpec::default()
     };
     let started = Instant::now();
@@ -96,11 +112,11 @@ async fn run_sandbox(
     while let Some(chunk) = rx.recv().await {
         out.extend_from_slice(&chunk.data);
     }
-    assert_eq!(String::from_utf8_lossy(&out), expected);
-    Run {
+    let run = Run {
         cpu: report.cpu_time,
         wall,
-    }
+    };
+    (run, String::from_utf8_lossy(&out).into_owned())
 }
 
 fn main() {
@@ -121,9 +137,65 @@ fn main() {
     let sandbox = Sandbox::new(SandboxConfig::new(dir.path().join("cache"))).unwrap();
     let wasm = std::fs::read(examples().join("wasm/nqueens.wasm")).unwrap();
     let program = sandbox.load(&wasm).unwrap();
-    for n in sizes {
+    for &n in &sizes {
         measure(&runtime, &sandbox, &program, &native, n, rounds);
     }
+
+    let nqueens_n = sizes.last().copied().unwrap_or(12).to_string();
+    let mandel_args = if short {
+        ["200", "100"]
+    } else {
+        ["1200", "1000"]
+    };
+    let mandel_args: Vec<String> = mandel_args.map(String::from).to_vec();
+    for (name, args) in [("nqueens", vec![nqueens_n]), ("mandel", mandel_args)] {
+        let wasm = std::fs::read(examples().join(format!("wasm/{name}.wasm"))).unwrap();
+        let default = sandbox.load_for(&wasm, Execution::Default).unwrap();
+        let deterministic = sandbox.load_for(&wasm, Execution::Deterministic).unwrap();
+        deterministic_cost(
+            &runtime,
+            &sandbox,
+            name,
+            &args,
+            [&default, &deterministic],
+            rounds,
+        );
+    }
+}
+
+/// Times `name` with `args` on the default engine and the deterministic
+/// one, alternating, and prints the figures and RESULT lines.
+fn deterministic_cost(
+    runtime: &tokio::runtime::Runtime,
+    sandbox: &Sandbox,
+    name: &str,
+    args: &[String],
+    [default, deterministic]: [&Program; 2],
+    rounds: usize,
+) {
+    let (mut fast, mut exact) = (Vec::new(), Vec::new());
+    let mut printed = None;
+    for _ in 0..rounds {
+        for (program, runs) in [(default, &mut fast), (deterministic, &mut exact)] {
+            let (run, out) = runtime.block_on(run_guest(sandbox, program, args));
+            // Both engines compute the same result (nothing here makes a NaN).
+            assert_eq!(printed.get_or_insert_with(|| out.clone()), &out);
+            runs.push(run);
+        }
+    }
+    let (fast, exact) = (best(&fast), best(&exact));
+    let ratio = fast.cpu.as_secs_f64() / exact.cpu.as_secs_f64();
+    println!("{name} {}, 1 worker, best of {rounds}:", args.join(" "));
+    println!(
+        "  default engine:       CPU {:.3} s",
+        fast.cpu.as_secs_f64()
+    );
+    println!(
+        "  deterministic engine: CPU {:.3} s",
+        exact.cpu.as_secs_f64()
+    );
+    println!("  deterministic speed relative to default: {ratio:.2}");
+    println!("RESULT compute.deterministic_{name}_vs_default {ratio:.2} x");
 }
 
 /// Times N=`n` natively and in the sandbox, alternating, and prints the

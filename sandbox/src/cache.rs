@@ -3,7 +3,8 @@
 //! Compiling a module with Cranelift takes tens of milliseconds; loading a
 //! precompiled artifact takes a fraction of one. Every module is therefore
 //! compiled once per node and kept in `cache_dir` as `<sha256 of wasm>.cwasm`,
-//! reused across jobs and restarts.
+//! reused across jobs and restarts (`<sha256 of wasm>-deterministic.cwasm`
+//! for the engine of deterministic workers, whose code differs).
 //!
 //! Loading a precompiled artifact runs native code produced earlier, so an
 //! entry is trusted only after checks that rule out anything but an intact
@@ -77,6 +78,18 @@ pub(crate) struct Counters {
     pub(crate) rejected: AtomicU64,
 }
 
+impl CacheStats {
+    /// Both counts added, as for the caches of two engines.
+    pub(crate) fn plus(self, other: CacheStats) -> CacheStats {
+        CacheStats {
+            compiled: self.compiled.saturating_add(other.compiled),
+            loaded_from_disk: self.loaded_from_disk.saturating_add(other.loaded_from_disk),
+            memory_hits: self.memory_hits.saturating_add(other.memory_hits),
+            rejected: self.rejected.saturating_add(other.rejected),
+        }
+    }
+}
+
 impl Counters {
     pub(crate) fn snapshot(&self) -> CacheStats {
         CacheStats {
@@ -105,6 +118,9 @@ impl Hasher for ShaHasher {
 /// The on-disk artifact store for one engine.
 pub(crate) struct DiskCache {
     dir: PathBuf,
+    /// Ends the entries' names before `.cwasm`: one engine's entries never
+    /// take the place of another's.
+    suffix: &'static str,
     fingerprint: Digest32,
     pub(crate) counters: Counters,
 }
@@ -132,7 +148,11 @@ enum Rejection {
 
 impl DiskCache {
     /// Opens (creating if needed) the cache directory for `engine`.
-    pub(crate) fn open(dir: &Path, engine: &Engine) -> Result<DiskCache, SandboxError> {
+    pub(crate) fn open(
+        dir: &Path,
+        engine: &Engine,
+        suffix: &'static str,
+    ) -> Result<DiskCache, SandboxError> {
         create_private_dir(dir).map_err(|source| SandboxError::Cache {
             path: dir.to_owned(),
             source,
@@ -143,6 +163,7 @@ impl DiskCache {
         std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
         Ok(DiskCache {
             dir: dir.to_owned(),
+            suffix,
             fingerprint: hasher.0.finalize().into(),
             counters: Counters::default(),
         })
@@ -150,7 +171,8 @@ impl DiskCache {
 
     /// The file that holds the artifact of the module with this hash.
     pub(crate) fn path_for(&self, wasm_hash: &Digest32) -> PathBuf {
-        self.dir.join(format!("{}.cwasm", hex::encode(wasm_hash)))
+        self.dir
+            .join(format!("{}{}.cwasm", hex::encode(wasm_hash), self.suffix))
     }
 
     /// Compiles `wasm`, or loads it from a verified entry on disk, and

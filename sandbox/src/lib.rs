@@ -12,7 +12,8 @@
 //! - [`Sandbox::load`] turns module bytes into a [`Program`]: validated,
 //!   compiled once and cached on disk by content hash ([`cache`]), imports
 //!   checked against what we provide, so a bad module is refused before any
-//!   worker starts.
+//!   worker starts. [`Sandbox::load_for`] loads it for deterministic
+//!   workers ([`determinism`]), whose engine is made on first use.
 //! - [`Sandbox::start`] runs one worker of a program as a tokio task with a
 //!   [`WorkerSpec`] (arguments, environment, job directory, [`Limits`],
 //!   output channel, transport) and returns a [`WorkerHandle`] to cancel it
@@ -24,6 +25,8 @@
 //!
 //! - [`jobfs`]: how the host touches a job directory a guest has filled
 //!   (and any other directory it does not trust): never through a link.
+//! - [`determinism`]: deterministic workers, whose outputs are the same
+//!   bits on every node: their engine settings, randomness and clocks.
 //! - [`checkpoint`]: a guest's checkpoints as the sandbox sees them (the
 //!   [`Checkpoints`] trait the node implements).
 //! - [`output`]: capture of a worker's stdout and stderr, bounded.
@@ -49,6 +52,7 @@
 
 pub mod cache;
 pub mod checkpoint;
+pub mod determinism;
 mod diskquota;
 mod epoch;
 mod error;
@@ -64,7 +68,7 @@ mod worker;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use wasmtime::{
@@ -78,6 +82,7 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, Checkpoints, MAX_CHECKPOINT_BYTES, MAX_GENERATION,
     MemoryCheckpoints,
 };
+pub use determinism::{Determinism, Execution};
 pub use diskquota::DISK_POLL;
 pub use error::SandboxError;
 pub use hostapi::Waiting;
@@ -147,25 +152,36 @@ pub struct Sandbox {
 }
 
 struct SandboxInner {
+    /// The engine of [`Execution::Default`] workers, made with the sandbox.
+    fast: Runtime,
+    /// The engine of [`Execution::Deterministic`] workers, made when the
+    /// first is loaded (most nodes never run one); a failure to make it is
+    /// kept and told each time.
+    deterministic: OnceLock<Result<Runtime, String>>,
+    loaded: Mutex<LoadedPrograms>,
+    config: SandboxConfig,
+    /// The disk all workers share ([`SandboxConfig::disk_bytes`]).
+    disk: Arc<diskquota::DiskBudget>,
+}
+
+/// One engine and what is bound to it: the linker, the module cache and
+/// the epoch ticker.
+struct Runtime {
     engine: Engine,
     linker: Linker<WorkerState>,
     /// Every `(module, name)` the linker defines, to name a missing import.
     provided: HashSet<(String, String)>,
     cache: DiskCache,
-    loaded: Mutex<LoadedPrograms>,
-    config: SandboxConfig,
     pooling: bool,
     /// Shared with every worker, which keeps it running while it exists.
     ticker: Arc<Ticker>,
-    /// The disk all workers share ([`SandboxConfig::disk_bytes`]).
-    disk: Arc<diskquota::DiskBudget>,
 }
 
 /// Programs already in memory, with their insertion order for eviction.
 #[derive(Default)]
 struct LoadedPrograms {
-    by_hash: HashMap<Digest32, Program>,
-    order: VecDeque<Digest32>,
+    by_hash: HashMap<(Digest32, Execution), Program>,
+    order: VecDeque<(Digest32, Execution)>,
 }
 
 /// A module ready to run as workers: validated, compiled, imports resolved.
@@ -173,6 +189,7 @@ struct LoadedPrograms {
 #[derive(Clone)]
 pub struct Program {
     hash: Digest32,
+    execution: Execution,
     pre: InstancePre<WorkerState>,
 }
 
@@ -180,6 +197,11 @@ impl Program {
     /// SHA-256 of the module's bytes, in hex: the key of the module cache.
     pub fn hash_hex(&self) -> String {
         hex::encode(self.hash)
+    }
+
+    /// The engine it was compiled for, and so how its workers compute.
+    pub fn execution(&self) -> Execution {
+        self.execution
     }
 }
 
@@ -191,8 +213,11 @@ const MAX_WASM32_MEMORY: u64 = 4 << 30;
 /// no bounds check either.
 const MEMORY_GUARD: u64 = 32 << 20;
 
-fn engine_config(config: &SandboxConfig, pooling: bool) -> Config {
+fn engine_config(config: &SandboxConfig, pooling: bool, execution: Execution) -> Config {
     let mut wasm = Config::new();
+    if execution == Execution::Deterministic {
+        determinism::configure(&mut wasm);
+    }
     // Cancellation and the wall-clock and CPU limits are checked at epoch
     // ticks. No fuel: metering every instruction slowed compute-bound
     // guests about threefold; CPU time comes from the thread CPU clock
@@ -235,52 +260,35 @@ fn engine_config(config: &SandboxConfig, pooling: bool) -> Config {
 impl Sandbox {
     /// Creates the engine, the linker, the cache and the epoch ticker.
     pub fn new(config: SandboxConfig) -> Result<Sandbox, SandboxError> {
-        let engine_error = |e: wasmtime::Error| SandboxError::Engine(format!("{e:#}"));
-        let mut pooling = config.max_workers > 0;
-        let engine = match Engine::new(&engine_config(&config, pooling)) {
-            Ok(engine) => engine,
-            // The pool reserves address space up front, which a restricted
-            // environment (ulimit -v) may refuse: fall back to on-demand.
-            Err(e) if pooling => {
-                tracing::warn!(error = %e, "pooling allocator unavailable; allocating instances on demand");
-                pooling = false;
-                Engine::new(&engine_config(&config, false)).map_err(engine_error)?
-            }
-            Err(e) => return Err(engine_error(e)),
-        };
-
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |state: &mut WorkerState| {
-            &mut state.wasi
-        })
-        .map_err(engine_error)?;
-        diskquota::add_to_linker(&mut linker).map_err(engine_error)?;
-        hostapi::add_to_linker(&mut linker).map_err(engine_error)?;
-        let provided = {
-            let mut store = Store::new(&engine, placeholder_state());
-            linker
-                .iter(&mut store)
-                .map(|(module, name, _)| (module.to_owned(), name.to_owned()))
-                .collect()
-        };
-
-        let cache = DiskCache::open(&config.cache_dir, &engine)?;
-        let ticker = Ticker::start(engine.clone(), config.epoch_tick)
-            .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        let fast = Runtime::new(&config, Execution::Default)?;
         let disk = diskquota::DiskBudget::new(config.disk_bytes);
         Ok(Sandbox {
             inner: Arc::new(SandboxInner {
                 disk,
-                engine,
-                linker,
-                provided,
-                cache,
+                fast,
+                deterministic: OnceLock::new(),
                 loaded: Mutex::new(LoadedPrograms::default()),
                 config,
-                pooling,
-                ticker: Arc::new(ticker),
             }),
         })
+    }
+
+    /// The runtime of `execution`'s workers, made now if it is the first.
+    fn runtime(&self, execution: Execution) -> Result<&Runtime, SandboxError> {
+        match execution {
+            Execution::Default => Ok(&self.inner.fast),
+            Execution::Deterministic => self
+                .inner
+                .deterministic
+                .get_or_init(|| {
+                    Runtime::new(&self.inner.config, Execution::Deterministic)
+                        .map_err(|e| e.to_string())
+                })
+                .as_ref()
+                .map_err(|e| {
+                    SandboxError::Engine(format!("the deterministic engine cannot run: {e}"))
+                }),
+        }
     }
 
     /// The configuration in force.
@@ -291,25 +299,38 @@ impl Sandbox {
     /// Whether the pooling allocator is in use (see
     /// [`SandboxConfig::max_workers`]).
     pub fn uses_pooling(&self) -> bool {
-        self.inner.pooling
+        self.inner.fast.pooling
     }
 
-    /// What the module cache has done so far.
+    /// What the module cache has done so far, for both engines.
     pub fn cache_stats(&self) -> CacheStats {
-        self.inner.cache.counters.snapshot()
+        let fast = self.inner.fast.cache.counters.snapshot();
+        match self.inner.deterministic.get() {
+            Some(Ok(deterministic)) => fast.plus(deterministic.cache.counters.snapshot()),
+            _ => fast,
+        }
     }
 
-    /// Where the cache keeps the artifact of a module with these bytes
-    /// (whether or not it exists yet).
+    /// Where the cache keeps the artifact of a module with these bytes for
+    /// default workers (whether or not it exists yet).
     pub fn cache_path(&self, wasm: &[u8]) -> PathBuf {
-        self.inner.cache.path_for(&sha256(wasm))
+        self.inner.fast.cache.path_for(&sha256(wasm))
     }
 
-    /// Makes a [`Program`] of a module: from memory, from the disk cache, or
-    /// by compiling it. Refuses bytes that are not valid WebAssembly, modules
-    /// that import anything the sandbox does not provide (naming the import),
-    /// and modules without a `_start` function.
+    /// Makes a [`Program`] of a module for default workers: from memory,
+    /// from the disk cache, or by compiling it. Refuses bytes that are not
+    /// valid WebAssembly, modules that import anything the sandbox does not
+    /// provide (naming the import), and modules without a `_start`
+    /// function.
     pub fn load(&self, wasm: &[u8]) -> Result<Program, SandboxError> {
+        self.load_for(wasm, Execution::Default)
+    }
+
+    /// [`Sandbox::load`] for workers that compute as `execution` says: a
+    /// program is compiled for one engine, and its workers must be started
+    /// with a [`WorkerSpec::deterministic`] exactly when it is
+    /// [`Execution::Deterministic`].
+    pub fn load_for(&self, wasm: &[u8], execution: Execution) -> Result<Program, SandboxError> {
         if !wasm.starts_with(b"\0asm") {
             return Err(SandboxError::InvalidModule(
                 "the bytes do not start with the `\\0asm` magic number of a WebAssembly binary"
@@ -317,8 +338,10 @@ impl Sandbox {
             ));
         }
         let hash = sha256(wasm);
-        if let Some(program) = self.lock_loaded().by_hash.get(&hash) {
-            self.inner
+        let runtime = self.runtime(execution)?;
+        let key = (hash, execution);
+        if let Some(program) = self.lock_loaded().by_hash.get(&key) {
+            runtime
                 .cache
                 .counters
                 .memory_hits
@@ -328,48 +351,26 @@ impl Sandbox {
 
         // The checks run before the cache writes an entry: a refused module
         // leaves no artifact behind.
-        let pre = self
-            .inner
+        let pre = runtime
             .cache
-            .get_or_compile(&self.inner.engine, wasm, &hash, |module| self.check(module))?;
-        let program = Program { hash, pre };
+            .get_or_compile(&runtime.engine, wasm, &hash, |module| runtime.check(module))?;
+        let program = Program {
+            hash,
+            execution,
+            pre,
+        };
 
         let mut loaded = self.lock_loaded();
-        if !loaded.by_hash.contains_key(&hash) {
+        if !loaded.by_hash.contains_key(&key) {
             while loaded.order.len() >= self.inner.config.loaded_programs.max(1) {
                 if let Some(oldest) = loaded.order.pop_front() {
                     loaded.by_hash.remove(&oldest);
                 }
             }
-            loaded.order.push_back(hash);
-            loaded.by_hash.insert(hash, program.clone());
+            loaded.order.push_back(key);
+            loaded.by_hash.insert(key, program.clone());
         }
         Ok(program)
-    }
-
-    /// Accepts a compiled module if it imports only what the sandbox
-    /// provides, with the right types, and exports a `_start` command.
-    fn check(&self, module: &Module) -> Result<InstancePre<WorkerState>, SandboxError> {
-        for import in module.imports() {
-            if !self
-                .inner
-                .provided
-                .contains(&(import.module().to_owned(), import.name().to_owned()))
-            {
-                return Err(SandboxError::UnknownImport {
-                    module: import.module().to_owned(),
-                    name: import.name().to_owned(),
-                });
-            }
-        }
-        match module.get_export("_start") {
-            Some(ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0 => {}
-            _ => return Err(SandboxError::NoEntryPoint),
-        }
-        self.inner
-            .linker
-            .instantiate_pre(module)
-            .map_err(|e| SandboxError::IncompatibleImport(format!("{e:#}")))
     }
 
     fn lock_loaded(&self) -> std::sync::MutexGuard<'_, LoadedPrograms> {
@@ -436,11 +437,32 @@ impl Sandbox {
         cancelled: tokio::sync::watch::Receiver<bool>,
         waiting: Waiting,
     ) -> Result<PreparedWorker, (SandboxError, Option<LimitHit>)> {
-        if !Engine::same(program.pre.module().engine(), &self.inner.engine) {
+        let runtime = self.runtime(program.execution).map_err(|e| (e, None))?;
+        if !Engine::same(program.pre.module().engine(), &runtime.engine) {
             return Err((
                 SandboxError::Instantiate("the program was loaded by another sandbox".to_owned()),
                 None,
             ));
+        }
+        match (program.execution, spec.deterministic) {
+            (Execution::Default, None) | (Execution::Deterministic, Some(_)) => {}
+            (Execution::Default, Some(_)) => {
+                return Err((
+                    SandboxError::Instantiate(
+                        "a deterministic worker needs a program loaded for deterministic execution"
+                            .to_owned(),
+                    ),
+                    None,
+                ));
+            }
+            (Execution::Deterministic, None) => {
+                return Err((
+                    SandboxError::Instantiate(
+                        "a program loaded for deterministic execution needs a seed".to_owned(),
+                    ),
+                    None,
+                ));
+            }
         }
         let limits = spec.limits.capped_by(&self.inner.config.caps);
         let flag = Arc::new(LimitFlag::default());
@@ -458,6 +480,9 @@ impl Sandbox {
         .arg(&spec.program_name)
         .args(&spec.args)
         .envs(&spec.env);
+        if let Some(determinism) = &spec.deterministic {
+            determinism.apply(&mut wasi);
+        }
         if let Some(dir) = &spec.job_dir {
             for (sub, guest, perms) in [
                 ("inputs", "/inputs", FsPerms::ReadOnly),
@@ -496,7 +521,7 @@ impl Sandbox {
             ),
         };
 
-        let mut store = Store::new(&self.inner.engine, state);
+        let mut store = Store::new(&runtime.engine, state);
         store.limiter(|state| &mut state.limiter);
         let instantiate_error =
             |e: wasmtime::Error| (SandboxError::Instantiate(format!("{e:#}")), flag.get());
@@ -520,8 +545,86 @@ impl Sandbox {
             cancel,
             cancelled,
             outputs: spec.job_dir.as_ref().map(|d| d.join("outputs")),
-            _ticker: self.inner.ticker.clone(),
+            _ticker: runtime.ticker.clone(),
         })
+    }
+}
+
+impl Runtime {
+    /// Makes the engine of `execution`'s workers (with the pooling allocator
+    /// for default workers if the config asks for it), its linker, cache and
+    /// ticker.
+    fn new(config: &SandboxConfig, execution: Execution) -> Result<Runtime, SandboxError> {
+        let engine_error = |e: wasmtime::Error| SandboxError::Engine(format!("{e:#}"));
+        // Deterministic workers allocate on demand: their engine is made
+        // late and for few workers, and a second pool would reserve as much
+        // address space again on every node.
+        let mut pooling = config.max_workers > 0 && execution == Execution::Default;
+        let engine = match Engine::new(&engine_config(config, pooling, execution)) {
+            Ok(engine) => engine,
+            // The pool reserves address space up front, which a restricted
+            // environment (ulimit -v) may refuse: fall back to on-demand.
+            Err(e) if pooling => {
+                tracing::warn!(error = %e, "pooling allocator unavailable; allocating instances on demand");
+                pooling = false;
+                Engine::new(&engine_config(config, false, execution)).map_err(engine_error)?
+            }
+            Err(e) => return Err(engine_error(e)),
+        };
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |state: &mut WorkerState| {
+            &mut state.wasi
+        })
+        .map_err(engine_error)?;
+        diskquota::add_to_linker(&mut linker).map_err(engine_error)?;
+        hostapi::add_to_linker(&mut linker).map_err(engine_error)?;
+        let provided = {
+            let mut store = Store::new(&engine, placeholder_state());
+            linker
+                .iter(&mut store)
+                .map(|(module, name, _)| (module.to_owned(), name.to_owned()))
+                .collect()
+        };
+
+        let suffix = match execution {
+            Execution::Default => "",
+            Execution::Deterministic => "-deterministic",
+        };
+        let cache = DiskCache::open(&config.cache_dir, &engine, suffix)?;
+        let ticker = Ticker::start(engine.clone(), config.epoch_tick)
+            .map_err(|e| SandboxError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        Ok(Runtime {
+            engine,
+            linker,
+            provided,
+            cache,
+            pooling,
+            ticker: Arc::new(ticker),
+        })
+    }
+
+    /// Accepts a compiled module if it imports only what the sandbox
+    /// provides, with the right types, and exports a `_start` command.
+    fn check(&self, module: &Module) -> Result<InstancePre<WorkerState>, SandboxError> {
+        for import in module.imports() {
+            if !self
+                .provided
+                .contains(&(import.module().to_owned(), import.name().to_owned()))
+            {
+                return Err(SandboxError::UnknownImport {
+                    module: import.module().to_owned(),
+                    name: import.name().to_owned(),
+                });
+            }
+        }
+        match module.get_export("_start") {
+            Some(ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0 => {}
+            _ => return Err(SandboxError::NoEntryPoint),
+        }
+        self.linker
+            .instantiate_pre(module)
+            .map_err(|e| SandboxError::IncompatibleImport(format!("{e:#}")))
     }
 }
 

@@ -57,6 +57,10 @@ pub struct WorkerSpec {
     /// Where the worker's checkpoints go (see [`crate::checkpoint`]).
     /// `None`: the checkpoint calls answer `ZORILLA_ENOTSUP`.
     pub checkpoints: Option<std::sync::Arc<dyn crate::checkpoint::Checkpoints>>,
+    /// `Some` for a deterministic worker (its randomness and clocks, see
+    /// [`crate::determinism`]), whose program must have been loaded with
+    /// [`crate::Execution::Deterministic`]; `None` for every other.
+    pub deterministic: Option<crate::Determinism>,
 }
 
 impl Default for WorkerSpec {
@@ -70,6 +74,7 @@ impl Default for WorkerSpec {
             output: None,
             transport: None,
             checkpoints: None,
+            deterministic: None,
         }
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use zorilla_core::advert::{JobId, WorkKind};
 use zorilla_overlay::PeerId;
-use zorilla_sandbox::{Program, Sandbox, jobfs};
+use zorilla_sandbox::{Execution, Program, Sandbox, jobfs};
 
 use super::{Node, random_below, random_u64};
 use crate::net::Net;
@@ -139,7 +139,12 @@ pub(super) async fn prepare(
             ))),
         };
     }
-    let program = tokio::task::spawn_blocking(move || sandbox.load(&module))
+    // A deterministic job's workers run on the engine of their own.
+    let execution = match copy.request.deterministic {
+        Some(_) => Execution::Deterministic,
+        None => Execution::Default,
+    };
+    let program = tokio::task::spawn_blocking(move || sandbox.load_for(&module, execution))
         .await
         .map_err(local)?
         .map_err(|e| PrepareError::Module(e.to_string()))?;

@@ -415,10 +415,16 @@ impl Node {
                 barrier_rx,
                 random_u64(),
             );
-            let env = vec![
-                ("ZORILLA_JOB".into(), JobId(job).to_string()),
-                ("ZORILLA_RANK".into(), rank.to_string()),
-            ];
+            // A deterministic worker's environment is the same in every
+            // run of the job: without the job's id.
+            let deterministic = info
+                .request
+                .deterministic
+                .map(|seed| zorilla_sandbox::Determinism { seed, rank });
+            let mut env = vec![("ZORILLA_RANK".into(), rank.to_string())];
+            if deterministic.is_none() {
+                env.insert(0, ("ZORILLA_JOB".into(), JobId(job).to_string()));
+            }
             let handle = match &program {
                 Runnable::Wasm(program) => {
                     let spec = WorkerSpec {
@@ -436,6 +442,7 @@ impl Node {
                             rank,
                             incarnation,
                         )),
+                        deterministic,
                     };
                     self.sandbox.start(program, spec)
                 }

@@ -117,6 +117,13 @@ pub struct JobRequest {
     /// encoding when WebAssembly, as before native jobs existed.
     #[serde(skip_serializing_if = "WorkKind::is_wasm")]
     pub kind: WorkKind,
+    /// `Some(seed)`: the workers are deterministic (see
+    /// `zorilla_sandbox::determinism`): their outputs depend only on the
+    /// module, inputs, arguments, rank, job size and this seed, bit for
+    /// bit, on whichever nodes they run. WebAssembly jobs of a fixed size
+    /// only. Left out of the encoding when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deterministic: Option<u64>,
 }
 
 impl Default for JobRequest {
@@ -134,6 +141,7 @@ impl Default for JobRequest {
             wall_time_secs: 0,
             cpu_time_secs: 0,
             kind: WorkKind::Wasm,
+            deterministic: None,
         }
     }
 }
@@ -778,6 +786,21 @@ mod tests {
         );
         let back: JobRequest = serde_json::from_value(json(&native)).unwrap();
         assert_eq!(back, native);
+    }
+
+    /// A request made before deterministic jobs encodes as it did (so
+    /// its owner's signature still holds); a seed is written as a number.
+    #[test]
+    fn a_seed_is_written_only_for_a_deterministic_job() {
+        let json = |r: &JobRequest| serde_json::to_value(r).unwrap();
+        assert!(json(&JobRequest::default()).get("deterministic").is_none());
+        let seeded = JobRequest {
+            deterministic: Some(7),
+            ..JobRequest::default()
+        };
+        assert_eq!(json(&seeded)["deterministic"], serde_json::json!(7));
+        let back: JobRequest = serde_json::from_value(json(&seeded)).unwrap();
+        assert_eq!(back, seeded);
     }
 
     /// Every kind of end: the code programs match on, as it goes on the

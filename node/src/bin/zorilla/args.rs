@@ -40,7 +40,7 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Submit a job (a job spec file, flags, or both: flags win).
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// Show a job's phase, workers, and why it is still pending.
     Status {
         /// The job id (or a unique prefix of it).
@@ -193,6 +193,15 @@ pub(crate) struct SubmitArgs {
     /// native jobs.
     #[arg(long)]
     pub(crate) native: bool,
+    /// Deterministic workers: the same output bits in every run and on
+    /// every node (virtual clocks, seeded randomness, canonical NaNs;
+    /// WebAssembly jobs of a fixed size).
+    #[arg(long)]
+    pub(crate) deterministic: bool,
+    /// The seed of a deterministic job (default 0): keys the random bytes
+    /// its workers read.
+    #[arg(long, requires = "deterministic")]
+    pub(crate) seed: Option<u64>,
     /// Wait for the job to end, with a progress bar.
     #[arg(long)]
     pub(crate) wait: bool,

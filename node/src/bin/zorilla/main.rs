@@ -324,6 +324,8 @@ fn job_of(args: &SubmitArgs) -> Result<Job> {
         outputs: args.outputs.clone(),
         mpi: args.mpi.then_some(true),
         native: args.native.then_some(true),
+        deterministic: args.deterministic.then_some(true),
+        seed: args.seed,
     };
     Ok(file.overridden_by(flags).job()?)
 }
