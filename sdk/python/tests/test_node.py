@@ -91,11 +91,12 @@ class OneNode(unittest.TestCase):
                 self.assertEqual(rank.code, OutcomeCode.EXITED)
                 self.assertEqual(rank.exit_status, 0)
                 self.assertTrue(rank.succeeded)
-            stdout = b"".join(c.data for c in chunks if not c.stderr)
-            stderr = b"".join(c.data for c in chunks if c.stderr)
-            self.assertEqual(stdout.count(b"Hello, reader!\n"), 2, stdout)
-            self.assertIn(b"arg 2: two", stdout)
-            self.assertIn(b"hello: wrote /outputs/greeting.txt", stderr)
+            # Each rank's output whole (the ranks' chunks interleave).
+            for rank in (0, 1):
+                stdout = b"".join(c.data for c in chunks if c.rank == rank and not c.stderr)
+                stderr = b"".join(c.data for c in chunks if c.rank == rank and c.stderr)
+                self.assertEqual(stdout, b"Hello, reader!\narg 1: one\narg 2: two\n")
+                self.assertEqual(stderr, b"hello: wrote /outputs/greeting.txt\n")
             # What follow gave is all the logs there are.
             self.assertEqual([c.data for c in client.logs(job)], [c.data for c in chunks])
             # The outputs, listed page by page, read block by block and fetched.

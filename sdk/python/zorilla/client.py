@@ -196,9 +196,11 @@ class Client:
     def _send(self, request: rq.Request) -> Any:
         """Sends ``request`` as it is and reads its answer. A failure of the
         connection or of the protocol closes it: what follows on it could
-        not be trusted."""
+        not be trusted. A request too large for a frame is refused before
+        anything is sent, and the connection goes on."""
+        data = wire.frame(request.to_wire())
         try:
-            wire.send(self._sock, request.to_wire())
+            wire.send_frame(self._sock, data)
             return request.read(self._answer(self._sock, request.answer))
         except NodeError:
             raise

@@ -48,7 +48,11 @@ def frame(value: Any, max_frame: int = MAX_FRAME) -> bytes:
 
 def send(sock: socket.socket, value: Any, max_frame: int = MAX_FRAME) -> None:
     """Writes ``value`` as one frame."""
-    data = frame(value, max_frame)
+    send_frame(sock, frame(value, max_frame))
+
+
+def send_frame(sock: socket.socket, data: bytes) -> None:
+    """Writes a frame made by :func:`frame`."""
     try:
         sock.sendall(data)
     except OSError as e:
