@@ -25,6 +25,8 @@ MAX_FRAME = 64 * 1024 * 1024
 HELLO_MAX_FRAME = 4 * 1024
 #: How much of a frame is read at a time.
 _CHUNK = 1024 * 1024
+#: What cbor2 before 5.5 returns for a lone break code (later ones raise).
+_BREAK = getattr(cbor2, "break_marker", object())
 
 
 def encode(value: Any) -> bytes:
@@ -99,6 +101,6 @@ def decode(body: bytes) -> Any:
         raise ProtocolError(f"the node sent a frame that is not CBOR: {e}") from e
     if fp.tell() != len(body):
         raise ProtocolError(f"the node sent a frame with {len(body) - fp.tell()} bytes after its value")
-    if value is cbor2.break_marker:
+    if value is _BREAK:
         raise ProtocolError("the node sent a frame that is not CBOR (a break where a value should be)")
     return value
