@@ -111,6 +111,26 @@ class OneNode(unittest.TestCase):
             # Waiting for a job that is over returns at once.
             self.assertEqual(client.wait(job, timeout=JOB_TIMEOUT).phase, Phase.COMPLETED)
 
+    def test_a_large_output_is_read_block_by_block(self):
+        mib = 5  # two blocks of at most 4 MiB
+        with self.connect(self.alice) as client:
+            job = client.submit(module("big"), JobRequest(args=[str(mib)]))
+            self.assertEqual(client.wait(job, timeout=JOB_TIMEOUT).phase, Phase.COMPLETED)
+            self.assertEqual([(o.name, o.size) for o in client.outputs(job)], [("0/big.bin", mib << 20)])
+            blocks = all_of(client.output_blocks(job, "0/big.bin"))
+            self.assertEqual([len(b) for b in blocks], [4 << 20, 1 << 20])
+            # examples/src/big.c: xorshift32 from 1, 4 bytes little-endian each.
+            expected = bytearray()
+            x = 1
+            for _ in range((mib << 20) // 4):
+                x ^= (x << 13) & 0xFFFFFFFF
+                x ^= x >> 17
+                x ^= (x << 5) & 0xFFFFFFFF
+                expected += x.to_bytes(4, "little")
+            self.assertTrue(b"".join(blocks) == expected, "big.bin is not what big.c writes")
+            (path,) = client.fetch(job, self.dir / "big")
+            self.assertTrue(path.read_bytes() == expected)
+
     def test_another_users_key_is_refused_for_someone_elses_job(self):
         with self.connect(self.alice) as alice:
             job = self.submit_hello(alice)

@@ -18,6 +18,7 @@ import cbor2
 from zorilla import (
     Arch,
     BadRequestError,
+    Client,
     ConnectionClosed,
     JobRequest,
     JobStatus,
@@ -30,6 +31,7 @@ from zorilla import (
     UnauthorizedError,
     UserKey,
     UserKeyError,
+    Welcome,
     errors,
     requests,
     user,
@@ -205,6 +207,98 @@ class Values(unittest.TestCase):
         self.assertEqual(len(errors.ERRORS), 8)
         for kind, cls in errors.ERRORS.items():
             self.assertEqual(cls("x").kind, kind)
+
+
+class FakeNode:
+    """A node that answers a script over a socket pair: each step the
+    request it expects (checked by the test) and the answer it sends."""
+
+    def __init__(self, test: unittest.TestCase, script):
+        self.client_side, self.node_side = socket.socketpair()
+        test.addCleanup(self.client_side.close)
+        test.addCleanup(self.node_side.close)
+        self.node_side.settimeout(10)
+        self.client_side.settimeout(10)
+        self.script = script
+        self.asked = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+        self.user = UserKey.generate()
+        self.client = Client(self.client_side, Welcome(3, "12D3KooWnode", b"w" * 16), self.user)
+
+    def serve(self):
+        for answer in self.script:
+            try:
+                self.asked.append(wire.receive(self.node_side))
+            except Exception:  # the client closed: the test says why
+                return
+            wire.send(self.node_side, answer)
+
+    def done(self):
+        self.thread.join(timeout=10)
+        return self.asked
+
+
+class AgainstAFakeNode(unittest.TestCase):
+    def owner(self, asked, key):
+        """The nonce, sequence number and request of an owner's request,
+        its signature by ``key`` checked."""
+        proof, request = asked["Owner"]["proof"], asked["Owner"]["request"]
+        self.assertEqual(proof["user"], key.id)
+        message = wire.encode(["zorilla owner request 1", list(proof["nonce"]), proof["seq"], request])
+        self.assertTrue(user.verify(key.id, message, proof["signature"]))
+        return proof["nonce"], proof["seq"], request
+
+    def test_a_stale_nonce_is_replaced_once_and_sequence_numbers_rise(self):
+        status = dict(Values.STATUS, job=5)
+        node = FakeNode(self, [
+            {"Challenge": {"nonce": b"A" * 16}},
+            {"Error": {"kind": "Stale", "message": "ask again"}},
+            {"Challenge": {"nonce": b"B" * 16}},
+            {"Status": status},
+            {"Status": status},
+        ])
+        self.assertEqual(node.client.status(5).job, 5)
+        self.assertEqual(node.client.status(5).job, 5)
+        asked = node.done()
+        self.assertEqual(asked[0], {"Challenge": {"job": 5}})
+        self.assertEqual(self.owner(asked[1], node.user), (b"A" * 16, 0, {"Status": {"job": 5}}))
+        self.assertEqual(asked[2], {"Challenge": {"job": 5}})
+        self.assertEqual(self.owner(asked[3], node.user), (b"B" * 16, 0, {"Status": {"job": 5}}))
+        self.assertEqual(self.owner(asked[4], node.user)[:2], (b"B" * 16, 1))
+
+    def test_outputs_are_listed_page_by_page_and_read_block_by_block(self):
+        node = FakeNode(self, [
+            {"Challenge": {"nonce": b"A" * 16}},
+            {"Outputs": {"files": [{"name": "0/a", "size": 3}], "more": True}},
+            {"Outputs": {"files": [{"name": "1/b", "size": 0}], "more": False}},
+            {"OutputBlock": {"data": b"ab", "size": 3}},
+            {"OutputBlock": {"data": b"c", "size": 3}},
+        ])
+        self.assertEqual([(o.name, o.size) for o in node.client.outputs(7)], [("0/a", 3), ("1/b", 0)])
+        self.assertEqual(node.client.read_output(7, "0/a"), b"abc")
+        requests_asked = [self.owner(a, node.user)[2] for a in node.done()[1:]]
+        self.assertEqual(requests_asked, [
+            {"Outputs": {"job": 7, "after": ""}},
+            {"Outputs": {"job": 7, "after": "0/a"}},
+            {"OutputBlock": {"job": 7, "name": "0/a", "offset": 0, "len": 4 * 1024 * 1024}},
+            {"OutputBlock": {"job": 7, "name": "0/a", "offset": 2, "len": 4 * 1024 * 1024}},
+        ])
+
+    def test_an_output_named_out_of_its_directory_is_refused(self):
+        node = FakeNode(self, [
+            {"Challenge": {"nonce": b"A" * 16}},
+            {"Outputs": {"files": [{"name": "0/../../etc/x", "size": 1}], "more": False}},
+        ])
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaises(ProtocolError):
+                node.client.fetch(7, tmp)
+            self.assertEqual(os.listdir(tmp), [])
+
+    def test_an_answer_of_the_wrong_kind_is_a_protocol_error(self):
+        node = FakeNode(self, ["Ok"])
+        with self.assertRaises(ProtocolError):
+            node.client.node_info()
 
 
 if __name__ == "__main__":
