@@ -101,7 +101,9 @@ class OneNode(unittest.TestCase):
             self.assertEqual([c.data for c in client.logs(job)], [c.data for c in chunks])
             # The outputs, listed page by page, read block by block and fetched.
             outputs = client.outputs(job)
-            self.assertEqual([(o.name, o.size) for o in outputs], [("0/greeting.txt", 15), ("1/greeting.txt", 15)])
+            self.assertEqual(
+                [(o.name, o.size) for o in outputs], [("0/greeting.txt", 15), ("1/greeting.txt", 15)]
+            )
             self.assertEqual(client.read_output(job, "1/greeting.txt"), b"Hello, reader!\n")
             block = client.output_block(job, "0/greeting.txt", 7, 4)
             self.assertEqual((block.data, block.size), (b"read", 15))
@@ -172,6 +174,22 @@ class OneNode(unittest.TestCase):
             self.assertIsInstance(rest, list)
             final = client.status(job)
             self.assertEqual(final.phase, Phase.CANCELLED, final.reason)
+
+    def test_the_local_node_is_found_as_the_zorilla_tool_finds_it(self):
+        saved = dict(os.environ)
+        try:
+            for name in ("ZORILLA_NODE", "ZORILLA_STATE_DIR", "ZORILLA_TOKEN"):
+                os.environ.pop(name, None)
+            os.environ["ZORILLA_STATE_DIR"] = str(self.node.state_dir)
+            with Client.connect(user=self.alice) as client:
+                self.assertEqual(client.peer, self.node.peer)
+            os.environ["ZORILLA_NODE"] = self.node.client
+            os.environ["ZORILLA_STATE_DIR"] = str(self.dir / "nowhere")
+            with Client.connect(user=self.alice) as client:
+                self.assertEqual(client.peer, self.node.peer)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
     def test_the_nodes_errors_arrive_as_their_exceptions(self):
         with self.connect(self.alice) as client:

@@ -172,7 +172,8 @@ class Values(unittest.TestCase):
     # docs/protocol.md's example status.
     STATUS = {
         "job": 7, "phase": "completed", "reason": "all 1 workers exited with status 0",
-        "ranks": {0: {"node": "12D3KooWx", "outcome": "exited with status 0", "code": "exited", "exit_status": 0}},
+        "ranks": {0: {"node": "12D3KooWx", "outcome": "exited with status 0", "code": "exited",
+                      "exit_status": 0}},
         "request": {"min_workers": 1, "max_workers": 1, "cores": 1, "memory_mib": 64, "disk_mib": 0,
                     "strategy": "concentrate", "lifetime_secs": 60, "on_worker_lost": "fail",
                     "args": ["one"], "wall_time_secs": 0, "cpu_time_secs": 0},

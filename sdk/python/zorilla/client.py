@@ -74,7 +74,8 @@ def local_node_address() -> str:
         candidates += [Path(data) / "zorilla", Path("/var/lib/zorilla")]
     for directory in candidates:
         try:
-            return (directory / "client.addr").read_text()[:1024].strip()
+            with open(directory / "client.addr", encoding="utf-8", errors="replace") as f:
+                return f.read(1024).strip()
         except OSError:
             continue
     raise ConnectionFailed(
@@ -370,7 +371,9 @@ class Client:
         for entry in self.outputs(job):
             parts = PurePosixPath(entry.name).parts
             if not parts or entry.name.startswith("/") or any(p in ("..", ".", "") for p in parts):
-                raise ProtocolError(f"the node named an output {entry.name!r:.120}, which is no path below the job's")
+                raise ProtocolError(
+                    f"the node named an output {entry.name!r:.120}, which is no path below the job's"
+                )
             path = dest.joinpath(*parts)
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as f:

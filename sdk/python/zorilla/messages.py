@@ -526,7 +526,9 @@ class NodeInfo:
             memory_mib=_uint(d, "memory_mib", w, 0),
             disk_mib=_uint(d, "disk_mib", w, 0),
             running={
-                _expect(j, int, "running key"): [_expect(r, int, "running[]") for r in _expect(rs, list, "running[]")]
+                _expect(j, int, "running key"): [
+                    _expect(r, int, "running[]") for r in _expect(rs, list, "running[]")
+                ]
                 for j, rs in _field(d, "running", dict, w, {}).items()
             },
             neighbours=_uint(d, "neighbours", w, 0),

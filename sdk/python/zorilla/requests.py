@@ -266,7 +266,12 @@ class OwnerProof:
     signature: bytes
 
     def to_wire(self) -> Dict[str, Any]:
-        return {"user": self.user, "nonce": bytes(self.nonce), "seq": self.seq, "signature": bytes(self.signature)}
+        return {
+            "user": self.user,
+            "nonce": bytes(self.nonce),
+            "seq": self.seq,
+            "signature": bytes(self.signature),
+        }
 
 
 @dataclass

@@ -190,7 +190,9 @@ def default_key_path() -> Path:
     if config is None:
         home = env("HOME")
         if home is None:
-            raise UserKeyError("no place for the user key: set ZORILLA_USER_KEY (a file) or HOME or XDG_CONFIG_HOME")
+            raise UserKeyError(
+                "no place for the user key: set ZORILLA_USER_KEY (a file) or HOME or XDG_CONFIG_HOME"
+            )
         config = os.path.join(home, ".config")
     return Path(config) / "zorilla" / "user.key"
 
