@@ -3,7 +3,8 @@
 A node is started on loopback with every port chosen by the OS (its client
 port, overlay and status page), in a state directory of the test's own;
 the test waits for its ready line (``zorilla-node ready peer=... client=...``),
-read from its stdout by a thread, with a deadline, and stops it at the end.
+read from its stdout by a thread, with a deadline, and stops it at the end
+(and the kernel kills it if the test process dies first).
 
 The binaries are taken from ``$ZORILLA_BIN_DIR`` (scripts/test.sh sets it to
 the debug build), else from ``target/debug`` of the repository; without
@@ -13,9 +14,11 @@ set, when they fail.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import queue
+import signal
 import subprocess
 import threading
 import unittest
@@ -43,6 +46,16 @@ def binary(name: str) -> str:
             raise AssertionError(message)
         raise unittest.SkipTest(message)
     return str(path)
+
+
+def _die_with_parent() -> None:
+    """Run in the child before it executes the node: the kernel kills it
+    when the test process ends, however that ends (Linux's
+    PR_SET_PDEATHSIG), so that no node outlives its test."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: stop() is then the only stop
 
 
 def clean_env(**extra: str) -> Dict[str, str]:
@@ -82,6 +95,7 @@ class Node:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 env=clean_env(RUST_LOG="info,zorilla_overlay=warn,libp2p=warn"),
+                preexec_fn=_die_with_parent,
             )
         ready: "queue.Queue[Optional[str]]" = queue.Queue()
         threading.Thread(target=self._drain, args=(ready,), daemon=True).start()

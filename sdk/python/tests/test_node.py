@@ -43,18 +43,16 @@ class OneNode(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="zorilla-python-")
+        cls.addClassCleanup(cls.tmp.cleanup)
         cls.dir = Path(cls.tmp.name)
         cls.node = Node(cls.dir / "node")
+        # Stopped even if what follows fails (tearDownClass would not run).
+        cls.addClassCleanup(cls.node.stop)
         cls.alice_key = cls.dir / "alice" / "user.key"
         cls.alice = UserKey.load_or_create(cls.alice_key)
         cls.bob_key = cls.dir / "bob" / "user.key"
         cls.bob_whoami = zorilla_tool("whoami", user_key=cls.bob_key)
         cls.bob = UserKey.load(cls.bob_key)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.node.stop()
-        cls.tmp.cleanup()
 
     def connect(self, user: UserKey) -> Client:
         return Client.connect(self.node.client, user=user, token=None, name="python-test")
@@ -226,12 +224,9 @@ class ANodeWithAToken(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="zorilla-python-")
+        cls.addClassCleanup(cls.tmp.cleanup)
         cls.node = Node(Path(cls.tmp.name) / "node", token=cls.TOKEN)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.node.stop()
-        cls.tmp.cleanup()
+        cls.addClassCleanup(cls.node.stop)
 
     def test_the_token_is_needed_and_makes_its_holder_admin(self):
         alice, carol = UserKey.generate(), UserKey.generate()
