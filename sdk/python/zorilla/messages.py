@@ -132,7 +132,7 @@ class Kind:
         return self.native is None
 
     def to_wire(self) -> Any:
-        return "wasm" if self.native is None else {"native": self.native.value}
+        return "wasm" if self.native is None else {"native": Arch(self.native).value}
 
     @classmethod
     def from_wire(cls, value: Any) -> "Kind":
