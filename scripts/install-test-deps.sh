@@ -16,7 +16,10 @@
 # the ping-pong benchmark), python3
 # (scripts/module-cycles.py checks that no module depends back on one
 # that depends on it, scripts/c-cycles.py the same of the MPI library's
-# C files).
+# C files), python3-venv, python3-setuptools and python3-wheel (the Python
+# client, sdk/python, is installed with pip into a virtual environment and
+# built there without downloading anything), python3-cbor2 and
+# python3-cryptography (its dependencies: CBOR and ed25519).
 set -euo pipefail
 
 packages=(
@@ -26,7 +29,7 @@ packages=(
   systemd
   gcc mount
   llvm openmpi-bin libopenmpi-dev
-  python3
+  python3 python3-venv python3-setuptools python3-wheel python3-cbor2 python3-cryptography
 )
 missing=()
 for p in "${packages[@]}"; do

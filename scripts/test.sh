@@ -2,7 +2,8 @@
 # Runs every check CI runs: installs the Debian packages the tests need (if
 # missing), checks that the committed guest modules rebuild identically from
 # their C sources, then formatting, lints and the whole test suite (and
-# lints and the QUIC tests of a build without QUIC).
+# the Python client's tests, and lints and the QUIC tests of a build
+# without QUIC).
 # Usage: scripts/test.sh        (from anywhere inside the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+# With the debug binaries cargo test built: the Python client installed
+# with pip into a virtual environment, and its tests against real nodes.
+echo "== the Python client (sdk/python/run-tests.sh)"
+sdk/python/run-tests.sh
 
 # QUIC is a cargo feature (`quic`, on by default): the build without it
 # must compile, lint clean and refuse QUIC. Only the QUIC tests of the
