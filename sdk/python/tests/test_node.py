@@ -111,6 +111,19 @@ class OneNode(unittest.TestCase):
             # Waiting for a job that is over returns at once.
             self.assertEqual(client.wait(job, timeout=JOB_TIMEOUT).phase, Phase.COMPLETED)
 
+    def test_a_deterministic_job_signed_with_its_seed_gives_the_same_bits_twice(self):
+        with self.connect(self.alice) as client:
+            runs = []
+            for _ in range(2):
+                job = client.submit(module("detcheck"), JobRequest.workers(2, deterministic=7))
+                status = client.wait(job, timeout=JOB_TIMEOUT)
+                self.assertEqual(status.phase, Phase.COMPLETED, status.reason)
+                self.assertEqual(status.request.deterministic, 7)
+                runs.append([client.read_output(job, f"{rank}/det.txt") for rank in (0, 1)])
+            self.assertEqual(runs[0], runs[1])
+            self.assertNotEqual(runs[0][0], runs[0][1])  # the rank keys the random bytes
+            self.assertIn(b"nan payload+1 7ff8000000000000", runs[0][0])
+
     def test_a_large_output_is_read_block_by_block(self):
         mib = 5  # two blocks of at most 4 MiB
         with self.connect(self.alice) as client:

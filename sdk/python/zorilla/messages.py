@@ -164,6 +164,9 @@ class JobRequest:
     wall_time_secs: int = 0
     cpu_time_secs: int = 0
     kind: Kind = field(default_factory=Kind)
+    #: A seed for a deterministic job (the same output bits in every run and
+    #: on every node; WebAssembly and a fixed size only), or ``None``.
+    deterministic: Optional[int] = None
 
     @classmethod
     def workers(cls, n: int, **fields: Any) -> "JobRequest":
@@ -189,6 +192,8 @@ class JobRequest:
         }
         if not self.kind.is_wasm:
             wire["kind"] = self.kind.to_wire()
+        if self.deterministic is not None:
+            wire["deterministic"] = int(self.deterministic)
         return wire
 
     @classmethod
@@ -210,6 +215,7 @@ class JobRequest:
             wall_time_secs=_uint(d, "wall_time_secs", w, 0),
             cpu_time_secs=_uint(d, "cpu_time_secs", w, 0),
             kind=Kind.from_wire(d.get("kind", "wasm")),
+            deterministic=_uint(d, "deterministic", w, None),
         )
 
 
