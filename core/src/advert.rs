@@ -110,6 +110,9 @@ pub struct Advert<P> {
     /// What the job's workers are: a node that cannot run them declines.
     #[serde(default)]
     pub kind: WorkKind,
+    /// The job's priority among its owner's jobs ([`JobSpec::priority`](crate::node::JobSpec::priority)).
+    #[serde(default)]
+    pub priority: i8,
 }
 
 /// What a job's workers are.

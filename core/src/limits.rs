@@ -271,6 +271,7 @@ mod tests {
             },
             owner: None,
             kind: crate::advert::WorkKind::Wasm,
+            priority: 0,
         }
     }
 

@@ -106,6 +106,7 @@ fn advert() -> impl Strategy<Value = Advert<u32>> {
                     },
                     owner: None,
                     kind: zorilla_core::advert::WorkKind::Wasm,
+                    priority: 0,
                 }
             },
         )
@@ -205,6 +206,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
                     LostPolicy::Fail
                 },
                 kind: zorilla_core::advert::WorkKind::Wasm,
+                priority: 0,
             },
         )
 }
@@ -410,6 +412,7 @@ fn lifetimes_near_two_to_the_64_seconds_are_refused() {
             lifetime: Duration::from_secs(secs),
             on_worker_lost: LostPolicy::Fail,
             kind: zorilla_core::advert::WorkKind::Wasm,
+            priority: 0,
         };
         let sentence = node.admit(spec).unwrap_err().to_string();
         assert!(sentence.starts_with("lifetime is "), "{sentence}");
@@ -439,6 +442,7 @@ fn an_advert_expiring_in_nearly_two_to_the_64_seconds_does_not_panic_a_member() 
         },
         owner: None,
         kind: zorilla_core::advert::WorkKind::Wasm,
+        priority: 0,
     };
     assert!(limits::check_advert(&advert).is_err());
     let deliver = |node: &mut Scheduler<u32>, now, advert| {

@@ -47,6 +47,7 @@ fn running_with(workers: WorkerCount, nodes: &[u32], on_worker_lost: LostPolicy)
         lifetime: Duration::from_secs(60),
         on_worker_lost,
         kind: zorilla_core::advert::WorkKind::Wasm,
+        priority: 0,
     };
     home.handle(
         ms(0),
@@ -473,6 +474,7 @@ fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
         lifetime: Duration::from_secs(60),
         on_worker_lost: LostPolicy::Fail,
         kind: zorilla_core::advert::WorkKind::Wasm,
+        priority: 0,
     };
     home.handle(
         ms(0),
@@ -597,6 +599,7 @@ fn a_member_starts_from_the_grant_alone_and_passes_placement_changes_on() {
         },
         owner: None,
         kind: zorilla_core::advert::WorkKind::Wasm,
+        priority: 0,
     };
     let offered = member.handle(
         ms(0),

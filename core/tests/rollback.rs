@@ -42,6 +42,7 @@ fn spec(workers: u32) -> JobSpec {
         lifetime: Duration::from_secs(60),
         on_worker_lost: LostPolicy::Rollback,
         kind: zorilla_core::advert::WorkKind::Wasm,
+        priority: 0,
     }
 }
 

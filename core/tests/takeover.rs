@@ -35,6 +35,7 @@ fn spec(min: u32, max: u32, lost: LostPolicy) -> JobSpec {
         lifetime: Duration::from_secs(60),
         on_worker_lost: lost,
         kind: zorilla_core::advert::WorkKind::Wasm,
+        priority: 0,
     }
 }
 

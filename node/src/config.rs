@@ -28,6 +28,7 @@
 //! user_max_cores = 8                 # cores of one user's workers here at once (default: no cap)
 //! user_max_jobs = 4                  # jobs of one user with workers here at once (default: no cap)
 //! user_limits."12D3Koo..." = { max_cores = 16, max_jobs = 8 }  # one user's own
+//! own_users = ["12D3Koo..."]         # the owner's own users: first to get cores that free up
 //! native_users = ["12D3Koo..."]      # users whose native jobs run here (default: none)
 //! native_read_only = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"]  # what native workers may read (the default)
 //! topology = "sites.toml"            # emulated latency (tests, demos)
@@ -229,6 +230,9 @@ pub struct Config {
     /// Limits of particular users (by user id), instead of
     /// `user_max_cores` and `user_max_jobs`.
     pub user_limits: Option<std::collections::BTreeMap<String, UserLimitsConfig>>,
+    /// The owner's own users (user ids): when jobs wait for this node's
+    /// cores, theirs get the cores that free up before anyone else's.
+    pub own_users: Option<Vec<String>>,
     /// User ids whose native jobs (executables for this machine, in the
     /// kernel's sandbox) run here. Absent or empty: no native jobs; every
     /// other user's are declined, and the home's report says why.
@@ -370,6 +374,7 @@ impl Config {
             user_max_cores,
             user_max_jobs,
             user_limits,
+            own_users,
             native_users,
             native_read_only,
             topology,

@@ -625,7 +625,18 @@ fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
             },
         );
     }
-    Ok(UserPolicy { only, each, named })
+    let first = config
+        .own_users
+        .iter()
+        .flatten()
+        .map(|text| user("own_users", text))
+        .collect::<anyhow::Result<BTreeSet<PeerId>>>()?;
+    Ok(UserPolicy {
+        only,
+        each,
+        named,
+        first,
+    })
 }
 
 /// Which native jobs the node runs: those of the users the owner lists,

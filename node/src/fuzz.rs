@@ -246,6 +246,7 @@ fn job_request(g: &mut Gen) -> JobRequest {
         cpu_time_secs: g.int(),
         kind: zorilla_core::advert::WorkKind::Wasm,
         deterministic: g.bool().then(|| g.int()),
+        priority: g.pick(&[i8::MIN, -1, 0, 1, i8::MAX]),
     }
 }
 
@@ -512,6 +513,7 @@ fn advert(g: &mut Gen) -> Advert<PeerId> {
         },
         owner: g.option(peer),
         kind: zorilla_core::advert::WorkKind::Wasm,
+        priority: g.pick(&[i8::MIN, -1, 0, 1, i8::MAX]),
     }
 }
 

@@ -23,6 +23,7 @@
 //!                               # whose owners allow your native jobs (`native_users`)
 //! deterministic = false         # the same output bits in every run and on every node
 //! # seed = 7                    # of a deterministic job (default 0): keys its random bytes
+//! priority = 0                  # -128 to 127: among your jobs waiting for cores, higher first
 //! ```
 //!
 //! Every field but `module` may be left out (defaults: one worker,
@@ -88,6 +89,8 @@ pub struct JobFile {
     pub deterministic: Option<bool>,
     /// The seed of a deterministic job (0 if left out).
     pub seed: Option<u64>,
+    /// Among the user's own jobs waiting for the same cores, higher first.
+    pub priority: Option<i8>,
 }
 
 /// Why a job spec could not be used.
@@ -179,7 +182,8 @@ impl JobFile {
             mpi,
             native,
             deterministic,
-            seed
+            seed,
+            priority
         );
         if !other.args.is_empty() {
             self.args = other.args;
@@ -253,6 +257,7 @@ impl JobFile {
             wall_time_secs: self.wall_time_secs.unwrap_or(defaults.wall_time_secs),
             kind: WorkKind::Wasm,
             deterministic,
+            priority: self.priority.unwrap_or(defaults.priority),
         };
         // The node's own check: what it would refuse is refused here,
         // before anything is sent.

@@ -93,6 +93,10 @@ struct Cli {
         value_delimiter = ','
     )]
     native_users: Vec<String>,
+    /// User id of the owner's own users, whose waiting jobs get freed
+    /// cores first (repeatable; default: none).
+    #[arg(long = "own-user", env = "ZORILLA_OWN_USERS", value_delimiter = ',')]
+    own_users: Vec<String>,
     /// Cores of one user's workers here at once.
     #[arg(long, env = "ZORILLA_USER_MAX_CORES")]
     user_max_cores: Option<u32>,
@@ -341,6 +345,7 @@ impl Cli {
             user_max_cores: self.user_max_cores,
             user_max_jobs: self.user_max_jobs,
             user_limits: None,
+            own_users: list(&self.own_users),
             native_users: list(&self.native_users),
             native_read_only: None,
             topology: self.topology.clone(),

@@ -236,6 +236,7 @@ mod tests {
             cpu_time_secs: limits::MAX_WALL_TIME.as_secs(),
             kind: zorilla_core::advert::WorkKind::Wasm,
             deterministic: Some(u64::MAX),
+            priority: i8::MIN,
         }
     }
 
@@ -330,6 +331,7 @@ mod tests {
             },
             owner: Some(crate::owner::UserKey::generate().id().key()),
             kind: zorilla_core::advert::WorkKind::Wasm,
+            priority: i8::MIN,
         };
         assert_eq!(limits::check_advert(&advert), Ok(()));
         let ended = PeerRpc::Member(MemberRpc::WorkerEnded {
@@ -400,6 +402,7 @@ mod tests {
             },
             owner: None,
             kind: zorilla_core::advert::WorkKind::Wasm,
+            priority: i8::MIN,
         })));
         assert!(refused(advert).contains("advert expiry"));
         let offer = PeerRpc::Sched(SchedRpc::Message(Message::Offer {
@@ -605,6 +608,7 @@ mod replica_tests {
             lifetime: std::time::Duration::from_secs(120),
             on_worker_lost: LostPolicy::Fail,
             kind: zorilla_core::advert::WorkKind::Wasm,
+            priority: 0,
         };
         let msg = Msg::Append {
             epoch: epoch.clone(),

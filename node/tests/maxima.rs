@@ -325,6 +325,7 @@ fn hostile_advert(
         },
         owner: None,
         kind: zorilla_core::advert::WorkKind::Wasm,
+        priority: 0,
     };
     tweak(&mut advert);
     advert

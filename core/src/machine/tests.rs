@@ -58,6 +58,7 @@ fn spec(workers: u32) -> JobSpec {
         lifetime: Duration::from_secs(600),
         on_worker_lost: LostPolicy::Fail,
         kind: crate::advert::WorkKind::Wasm,
+        priority: 0,
     }
 }
 

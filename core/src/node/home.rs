@@ -160,6 +160,7 @@ impl<P: PeerKey> Scheduler<P> {
                     flood: header,
                     owner: job.owner.clone(),
                     kind: job.spec.kind,
+                    priority: job.spec.priority,
                 };
                 // The home considers its own machine first (it is the
                 // nearest there is), and again at every flood, as any

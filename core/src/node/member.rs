@@ -329,8 +329,8 @@ impl<P: PeerKey> Scheduler<P> {
             self.raise_offer(job, out);
         }
         self.pending.retain(|p| p.expires_at > now);
-        let mut i = 0;
-        while i < self.pending.len() {
+        let mut taken = Vec::new();
+        for i in self.turns() {
             let entry = &self.pending[i];
             let advert = entry.advert.clone();
             let distance = entry.distance;
@@ -340,14 +340,70 @@ impl<P: PeerKey> Scheduler<P> {
                 ..advert
             };
             let expires_at = entry.expires_at;
-            match self.offer_or_reason(now, &advert, expires_at, distance) {
-                Ok(outputs) => {
-                    out.extend(outputs);
-                    self.pending.remove(i);
-                }
-                Err(_) => i += 1,
+            if let Ok(outputs) = self.offer_or_reason(now, &advert, expires_at, distance) {
+                out.extend(outputs);
+                taken.push(i);
             }
         }
+        taken.sort_unstable();
+        for i in taken.into_iter().rev() {
+            self.pending.remove(i);
+        }
+    }
+
+    /// The order in which queued adverts get the cores that freed up:
+    /// the owner's own users' jobs first ([`UserPolicy::first`]), then the
+    /// rest, each group in queue order ([`Scheduler::by_priority`]).
+    /// Indices into `pending`.
+    fn turns(&mut self) -> Vec<usize> {
+        self.by_priority();
+        let users = &self.config.limits.users;
+        let mut order: Vec<usize> = (0..self.pending.len()).collect();
+        // Stable: queue order within each group.
+        order.sort_by_key(|&i| !users.comes_first(self.pending[i].advert.owner.as_ref()));
+        order
+    }
+
+    /// Puts each user's queued adverts in that user's places in the queue
+    /// by priority (higher first, oldest first among equals), so that a
+    /// user's priorities reorder only that user's jobs: a job that goes
+    /// ahead of its user's earlier one takes that one's turn, and the
+    /// earlier one waits in its place, behind other users' jobs it was
+    /// ahead of.
+    fn by_priority(&mut self) {
+        let mut places: BTreeMap<Option<&P>, Vec<usize>> = BTreeMap::new();
+        for (i, entry) in self.pending.iter().enumerate() {
+            places
+                .entry(entry.advert.owner.as_ref())
+                .or_default()
+                .push(i);
+        }
+        let mut moves: Vec<(usize, usize)> = Vec::new();
+        for slots in places.values() {
+            let mut jobs = slots.clone();
+            // Stable: oldest first among equal priorities.
+            jobs.sort_by_key(|&i| std::cmp::Reverse(self.pending[i].advert.priority));
+            moves.extend(
+                slots
+                    .iter()
+                    .copied()
+                    .zip(jobs)
+                    .filter(|(to, from)| to != from),
+            );
+        }
+        if moves.is_empty() {
+            return;
+        }
+        let mut entries: Vec<Option<Pending<P>>> = self.pending.drain(..).map(Some).collect();
+        let mut placed: Vec<Option<Pending<P>>> = (0..entries.len()).map(|_| None).collect();
+        for (to, from) in moves {
+            placed[to] = entries[from].take();
+        }
+        self.pending = placed
+            .into_iter()
+            .zip(entries)
+            .filter_map(|(moved, stayed)| moved.or(stayed))
+            .collect();
     }
 
     #[allow(clippy::too_many_arguments)]

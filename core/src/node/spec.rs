@@ -87,6 +87,10 @@ pub struct UserPolicy<P: Ord> {
     pub each: UserLimits,
     /// The limits of particular users.
     pub named: BTreeMap<P, UserLimits>,
+    /// The owner's own users: when jobs wait for this node's cores, theirs
+    /// are offered the cores that free up before anyone else's.
+    #[serde(default = "BTreeSet::new")]
+    pub first: BTreeSet<P>,
 }
 
 impl<P: Ord> Default for UserPolicy<P> {
@@ -95,6 +99,7 @@ impl<P: Ord> Default for UserPolicy<P> {
             only: None,
             each: UserLimits::default(),
             named: BTreeMap::new(),
+            first: BTreeSet::new(),
         }
     }
 }
@@ -107,6 +112,11 @@ impl<P: Ord> UserPolicy<P> {
             (Some(only), Some(owner)) => only.contains(owner),
             (Some(_), None) => false,
         }
+    }
+
+    /// Whether `owner` is one of the owner's own users ([`UserPolicy::first`]).
+    pub fn comes_first(&self, owner: Option<&P>) -> bool {
+        owner.is_some_and(|o| self.first.contains(o))
     }
 
     /// What `owner` may have here at once (a job with no owner: `each`).
@@ -240,6 +250,11 @@ pub struct JobSpec {
     /// What the job's workers are.
     #[serde(default)]
     pub kind: WorkKind,
+    /// Among its owner's jobs waiting for the same cores of a node, higher
+    /// goes first (0 by default). It orders one user's jobs only: other
+    /// users' jobs keep their turn, whatever their priorities.
+    #[serde(default)]
+    pub priority: i8,
 }
 
 /// Why a job specification was refused.

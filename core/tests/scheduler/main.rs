@@ -57,6 +57,7 @@ fn advert(workers: WorkerCount) -> Advert<u32> {
         },
         owner: None,
         kind: WorkKind::Wasm,
+        priority: 0,
     }
 }
 
@@ -68,6 +69,7 @@ fn spec(workers: WorkerCount) -> JobSpec {
         lifetime: Duration::from_secs(60),
         on_worker_lost: LostPolicy::Fail,
         kind: WorkKind::Wasm,
+        priority: 0,
     }
 }
 

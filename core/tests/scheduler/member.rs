@@ -311,6 +311,7 @@ fn member_for_user_100() -> Scheduler<u32> {
                         max_jobs: 1,
                     },
                     named: Default::default(),
+                    first: std::collections::BTreeSet::new(),
                 },
                 ..OwnerLimits::default()
             },
@@ -605,4 +606,101 @@ fn a_native_job_runs_only_where_the_owner_allows_its_user_on_its_architecture_in
     let mut node = native_member(false);
     let out = node.handle(ms(0), native_job(7, Some(100), Arch::X86_64));
     assert_eq!(decline_reason(&out), Some(DeclineReason::NoNativeSandbox));
+}
+
+/// Which queued job the member offers the core that frees up to, when
+/// jobs of `queued` (job, owner, priority), in this order, wait for the
+/// one core of a node whose owner's own users are `first`.
+fn next_offered(first: &[u32], queued: &[(u64, u32, i8)]) -> Vec<u64> {
+    let mut node = Scheduler::new(
+        1u32,
+        SchedulerConfig {
+            resources: Resources::new(1, 4096, 4096),
+            limits: OwnerLimits {
+                users: UserPolicy {
+                    first: first.iter().copied().collect(),
+                    ..UserPolicy::default()
+                },
+                ..OwnerLimits::default()
+            },
+            ..SchedulerConfig::default()
+        },
+    );
+    other_job_takes_a_core(&mut node);
+    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
+    for (t, &(job, owner, priority)) in queued.iter().enumerate() {
+        let advert = Advert {
+            job: JobId(job),
+            owner: Some(owner),
+            priority,
+            ..advert(WorkerCount::rigid(1))
+        };
+        let out = node.handle(
+            ms(2 + t as u64),
+            Input::AdvertDelivered {
+                advert,
+                distance: ms(1),
+            },
+        );
+        assert_eq!(decline_reason(&out), Some(DeclineReason::Busy));
+    }
+    let mut offered = Vec::new();
+    // Each time the core frees up, one queued job gets it.
+    let mut ending = JobId(99);
+    for t in 0..queued.len() as u64 {
+        let out = node.handle(
+            ms(100 + 10 * t),
+            Input::WorkersEnded {
+                job: ending,
+                ranks: vec![0],
+            },
+        );
+        let [
+            Output::Send {
+                msg: Message::Offer { job, hold, .. },
+                ..
+            },
+        ] = &out[..]
+        else {
+            panic!("one offer expected: {out:?}");
+        };
+        offered.push(job.0);
+        from_home(
+            &mut node,
+            ms(101 + 10 * t),
+            grant_of_hold(hold.0, *job, vec![0], 0),
+        );
+        ending = *job;
+    }
+    offered
+}
+
+#[test]
+fn freed_cores_go_to_the_owners_own_users_first_then_to_the_rest_in_turn() {
+    // Users 7 and 8 queued before the owner's user 5: 5 goes first.
+    assert_eq!(
+        next_offered(&[5], &[(1, 7, 0), (2, 8, 0), (3, 5, 0)]),
+        [3, 1, 2]
+    );
+    // Without own users, the oldest goes first.
+    assert_eq!(
+        next_offered(&[], &[(1, 7, 0), (2, 8, 0), (3, 5, 0)]),
+        [1, 2, 3]
+    );
+}
+
+#[test]
+fn a_users_priorities_reorder_only_that_users_jobs() {
+    // User 7's later job of priority 5 takes the place of its earlier one
+    // (priority 0); user 8's job keeps its turn between them, whatever
+    // the priorities.
+    assert_eq!(
+        next_offered(&[], &[(1, 7, 0), (2, 8, -3), (3, 7, 5)]),
+        [3, 2, 1]
+    );
+    // Equal priorities: oldest first.
+    assert_eq!(
+        next_offered(&[], &[(1, 7, 2), (2, 7, 2), (3, 8, 9)]),
+        [1, 2, 3]
+    );
 }

@@ -124,6 +124,15 @@ pub struct JobRequest {
     /// only. Left out of the encoding when `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deterministic: Option<u64>,
+    /// Among the owner's own jobs waiting for the same cores of a node,
+    /// higher goes first (-128 to 127). Orders one user's jobs only. Left
+    /// out of the encoding when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub priority: i8,
+}
+
+fn is_zero(priority: &i8) -> bool {
+    *priority == 0
 }
 
 impl Default for JobRequest {
@@ -142,6 +151,7 @@ impl Default for JobRequest {
             cpu_time_secs: 0,
             kind: WorkKind::Wasm,
             deterministic: None,
+            priority: 0,
         }
     }
 }
@@ -159,6 +169,7 @@ impl JobRequest {
             lifetime: std::time::Duration::from_secs(self.lifetime_secs),
             on_worker_lost: self.on_worker_lost,
             kind: self.kind,
+            priority: self.priority,
         }
     }
 }

@@ -103,6 +103,10 @@ class Signing(unittest.TestCase):
         native = JobRequest(kind=Kind(Arch.X86_64)).to_wire()
         self.assertEqual(native["kind"], {"native": "x86_64"})
         self.assertEqual(JobRequest.from_wire(native), JobRequest(kind=Kind(Arch.X86_64)))
+        # The optional fields come last, in the node's order, only when set.
+        every = JobRequest(kind=Kind(Arch.X86_64), deterministic=7, priority=-3).to_wire()
+        self.assertEqual(list(every)[-3:], ["kind", "deterministic", "priority"])
+        self.assertEqual(JobRequest.from_wire(every).priority, -3)
 
     def test_what_is_signed_has_the_nonce_as_an_array_of_bytes(self):
         nonce = bytes(range(16))

@@ -167,6 +167,9 @@ class JobRequest:
     #: A seed for a deterministic job (the same output bits in every run and
     #: on every node; WebAssembly and a fixed size only), or ``None``.
     deterministic: Optional[int] = None
+    #: Among the user's own jobs waiting for the same cores of a node,
+    #: higher goes first (-128 to 127); other users' jobs keep their turn.
+    priority: int = 0
 
     @classmethod
     def workers(cls, n: int, **fields: Any) -> "JobRequest":
@@ -194,6 +197,8 @@ class JobRequest:
             wire["kind"] = self.kind.to_wire()
         if self.deterministic is not None:
             wire["deterministic"] = int(self.deterministic)
+        if self.priority != 0:
+            wire["priority"] = int(self.priority)
         return wire
 
     @classmethod
@@ -216,6 +221,7 @@ class JobRequest:
             cpu_time_secs=_uint(d, "cpu_time_secs", w, 0),
             kind=Kind.from_wire(d.get("kind", "wasm")),
             deterministic=_uint(d, "deterministic", w, None),
+            priority=_field(d, "priority", int, w, 0),
         )
 
 

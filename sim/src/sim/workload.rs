@@ -69,6 +69,7 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
                     lifetime: Duration::from_secs_f64(w.lifetime_s),
                     on_worker_lost: LostPolicy::Replace,
                     kind: zorilla_core::advert::WorkKind::Wasm,
+                    priority: 0,
                 },
                 duration,
             }
@@ -98,6 +99,7 @@ pub fn sweep_job(scenario: &Scenario, grid: &Grid, n: u32, strategy: Strategy) -
             lifetime: Duration::from_secs_f64(scenario.workload.lifetime_s),
             on_worker_lost: LostPolicy::Fail,
             kind: zorilla_core::advert::WorkKind::Wasm,
+            priority: 0,
         },
         duration: None,
     }

@@ -38,6 +38,7 @@ workers = [1, 1]
                 lifetime: Duration::from_secs(60),
                 on_worker_lost: LostPolicy::Fail,
                 kind: zorilla_core::advert::WorkKind::Wasm,
+                priority: 0,
             },
             duration: Some(Duration::from_secs_f64(work)),
         })

@@ -42,6 +42,7 @@ fn one_job(workers: u32) -> JobPlan {
             lifetime: Duration::from_secs(60),
             on_worker_lost: LostPolicy::Replace,
             kind: zorilla_core::advert::WorkKind::Wasm,
+            priority: 0,
         },
         duration: Some(Duration::from_secs(20)),
     }

@@ -26,6 +26,7 @@ fn one_job(workers: WorkerCount, at: Duration) -> Sim {
             lifetime: Duration::from_secs(60),
             on_worker_lost: LostPolicy::Fail,
             kind: zorilla_core::advert::WorkKind::Wasm,
+            priority: 0,
         },
         duration: None,
     };
@@ -164,6 +165,7 @@ fn invariant_checks_catch_a_hold_that_outlives_its_timeout() {
             },
             owner: None,
             kind: zorilla_core::advert::WorkKind::Wasm,
+            priority: 0,
         };
         let input = Input::AdvertDelivered {
             advert,

@@ -202,6 +202,10 @@ pub(crate) struct SubmitArgs {
     /// its workers read.
     #[arg(long, requires = "deterministic")]
     pub(crate) seed: Option<u64>,
+    /// Among your jobs waiting for the same cores, higher goes first
+    /// (-128 to 127; default 0). Other users' jobs keep their turn.
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) priority: Option<i8>,
     /// Wait for the job to end, with a progress bar.
     #[arg(long)]
     pub(crate) wait: bool,

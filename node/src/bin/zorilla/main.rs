@@ -326,6 +326,7 @@ fn job_of(args: &SubmitArgs) -> Result<Job> {
         native: args.native.then_some(true),
         deterministic: args.deterministic.then_some(true),
         seed: args.seed,
+        priority: args.priority,
     };
     Ok(file.overridden_by(flags).job()?)
 }

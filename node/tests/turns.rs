@@ -1,0 +1,116 @@
+//! Whose waiting job gets a node's core when it frees up (issue 33, item
+//! 3), on real nodes: the owner's own users' jobs before everyone else's
+//! (`own_users`), and a user's priorities reorder only that user's jobs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Net, TestNode, wait_for, wait_for_neighbours, wasm};
+use zorilla_node::client::Client;
+use zorilla_node::owner::UserKey;
+use zorilla_node::protocol::{JobPhase, JobRequest};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+async fn connect(node: &TestNode, user: &UserKey) -> Client {
+    Client::connect_with(node.client.as_str(), None, "turns test")
+        .await
+        .unwrap()
+        .as_user(user.clone())
+}
+
+/// A job of one worker that waits until it is cancelled.
+fn idle(priority: i8) -> JobRequest {
+    JobRequest {
+        lifetime_secs: 600,
+        priority,
+        ..JobRequest::default()
+    }
+}
+
+/// Submits an idle job and waits until the node with the core has
+/// declined it as busy (it waits in that node's queue).
+async fn queued(client: &mut Client, priority: i8) -> u64 {
+    let job = client
+        .submit(idle(priority), wasm("idle"), vec![])
+        .await
+        .unwrap();
+    wait_for(client, job, DEADLINE, "a busy decline", |s| {
+        s.pending
+            .as_ref()
+            .is_some_and(|p| p.declines.keys().any(|reason| reason.starts_with("busy")))
+    })
+    .await;
+    job
+}
+
+/// Waits until one of `jobs` (each with the client of its owner) runs;
+/// returns which.
+async fn first_to_run(jobs: &mut [(&mut Client, u64)]) -> u64 {
+    let start = std::time::Instant::now();
+    loop {
+        for (client, job) in jobs.iter_mut() {
+            let status = client.status(*job).await.unwrap();
+            if status.phase == JobPhase::Running {
+                return *job;
+            }
+        }
+        assert!(start.elapsed() < DEADLINE, "none of the jobs started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A home without cores and a node of one core whose owner's own user is
+/// Alice. Bob's job holds the core; Bob queues a job of priority 0, then
+/// one of priority 5, then Alice queues one. The core goes to Alice's job
+/// first, though it came last; then to Bob's later job of priority 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freed_cores_go_to_the_owners_users_first_then_by_each_users_priorities() {
+    let (alice, bob) = (UserKey::generate(), UserKey::generate());
+    let alice_id = alice.id().to_string();
+    let grid = common::sites_grid_of(
+        Net::Loopback,
+        &[2],
+        |i| if i == 0 { 0 } else { 1 },
+        |i| {
+            if i == 1 {
+                vec!["--own-user".into(), alice_id.clone()]
+            } else {
+                Vec::new()
+            }
+        },
+    );
+    wait_for_neighbours(&grid.nodes, 1, DEADLINE).await;
+    let mut as_bob = connect(&grid.nodes[0], &bob).await;
+    let mut as_alice = connect(&grid.nodes[0], &alice).await;
+
+    let holder = as_bob.submit(idle(0), wasm("idle"), vec![]).await.unwrap();
+    wait_for(&mut as_bob, holder, DEADLINE, "the start", |s| {
+        s.phase == JobPhase::Running
+    })
+    .await;
+    let bobs_low = queued(&mut as_bob, 0).await;
+    let bobs_high = queued(&mut as_bob, 5).await;
+    let alices = queued(&mut as_alice, 0).await;
+
+    as_bob.cancel(holder).await.unwrap();
+    let mut bob_for_high = connect(&grid.nodes[0], &bob).await;
+    let first = first_to_run(&mut [
+        (&mut as_bob, bobs_low),
+        (&mut bob_for_high, bobs_high),
+        (&mut as_alice, alices),
+    ])
+    .await;
+    assert_eq!(first, alices, "the owner's own user's job goes first");
+
+    as_alice.cancel(alices).await.unwrap();
+    let second = first_to_run(&mut [(&mut as_bob, bobs_low), (&mut bob_for_high, bobs_high)]).await;
+    assert_eq!(
+        second, bobs_high,
+        "Bob's job of priority 5 goes before his earlier one"
+    );
+    for job in [bobs_low, bobs_high] {
+        as_bob.cancel(job).await.unwrap();
+    }
+}
