@@ -699,9 +699,19 @@ fn install_sh_native_installs_the_drop_in_and_reserves_the_workers_ids_once() {
 
     // Without --native on a fresh root, none of it.
     let plain = tmp.path().join("plain");
-    let out = install(&["--no-build", "--binary", b, "--dest", plain.to_str().unwrap()]);
+    let out = install(&[
+        "--no-build",
+        "--binary",
+        b,
+        "--dest",
+        plain.to_str().unwrap(),
+    ]);
     assert!(out.status.success());
-    assert!(!plain.join("etc/systemd/system/zorilla-node.service.d").exists());
+    assert!(
+        !plain
+            .join("etc/systemd/system/zorilla-node.service.d")
+            .exists()
+    );
     assert!(!plain.join("etc/subuid").exists());
 }
 
