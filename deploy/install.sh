@@ -206,7 +206,8 @@ if [ "$native" -eq 1 ] || [ -e "$dropin" ]; then
   echo "$was $dropin (native jobs; remove it to turn them off)"
 fi
 if [ "$native" -eq 1 ]; then
-  install -d -m 0755 "$dest/etc"
+  # (Under --dest only: `install -d -m` would set the mode of a real /etc.)
+  [ -z "$dest" ] || install -d -m 0755 "$dest/etc"
   reserve_native_ids
 fi
 
