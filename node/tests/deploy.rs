@@ -486,3 +486,296 @@ fn install_sh_refuses_what_it_cannot_do() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option: --frobnicate"));
 }
+
+/// The unit with the native drop-in beside it, as systemd would read them:
+/// `dir/zorilla-node.service` and `dir/zorilla-node.service.d/native.conf`
+/// (systemd-analyze reads drop-ins from the unit's directory). Returns the
+/// unit's path.
+fn unit_with_drop_in(unit: &str, drop_in: &str, binary: &Path, dir: &Path) -> PathBuf {
+    let path = unit_copy(unit, binary, dir);
+    let d = dir.join("zorilla-node.service.d");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("native.conf"), drop_in).unwrap();
+    path
+}
+
+/// The values of the drop-in's `key=` lines, space-separated, in order.
+fn drop_in_values(text: &str, key: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+        .flat_map(|v| v.split_whitespace().map(str::to_owned))
+        .collect()
+}
+
+/// The drop-in for native jobs verifies with the unit, and `systemd-analyze
+/// security` shows that the unit with it allows what the sandbox's setup
+/// needs (the namespaces, the capabilities, mounts, cgroup delegation)
+/// while the rest of the hardening holds: no network, UTS or cgroup
+/// namespace, no capability beyond the five, no module, raw I/O, clock or
+/// debugging calls, no packet sockets, no new privileges.
+#[test]
+fn the_native_drop_in_verifies_and_grants_only_what_the_sandbox_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(deploy("zorilla-node.service")).unwrap();
+    let drop_in = std::fs::read_to_string(deploy("zorilla-node-native.conf")).unwrap();
+    let copy = unit_with_drop_in(&unit, &drop_in, Path::new(NODE), dir.path());
+    assert_verifies(&copy);
+
+    // The helper the node starts gets its capabilities from the ambient
+    // set: the same five as the bounding set.
+    let bounding = drop_in_values(&drop_in, "CapabilityBoundingSet");
+    assert_eq!(
+        bounding,
+        [
+            "CAP_SYS_ADMIN",
+            "CAP_SETUID",
+            "CAP_SETGID",
+            "CAP_CHOWN",
+            "CAP_DAC_OVERRIDE"
+        ]
+    );
+    assert_eq!(drop_in_values(&drop_in, "AmbientCapabilities"), bounding);
+    // The calls of the setup that the unit's filter refuses, each added
+    // back by name or by its group.
+    let calls = drop_in_values(&drop_in, "SystemCallFilter");
+    for call in [
+        "mount",
+        "umount2",
+        "pivot_root",
+        "@setuid",
+        "capset",
+        "@chown",
+        "seccomp",
+        "landlock_create_ruleset",
+        "landlock_add_rule",
+        "landlock_restrict_self",
+    ] {
+        assert!(calls.iter().any(|c| c == call), "{call} not in {calls:?}");
+    }
+
+    let out = systemd_analyze(&["security", "--offline=true", copy.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = |check: &str| {
+        stdout
+            .lines()
+            .find(|l| l.contains(&format!(" {check} ")))
+            .unwrap_or_else(|| panic!("no {check} line in\n{stdout}"))
+    };
+    for granted in [
+        "Delegate=",
+        "ProtectControlGroups=",
+        "RestrictNamespaces=~user",
+        "RestrictNamespaces=~pid",
+        "RestrictNamespaces=~mnt",
+        "RestrictNamespaces=~ipc",
+        "CapabilityBoundingSet=~CAP_SYS_ADMIN",
+        "CapabilityBoundingSet=~CAP_SET(UID|GID|PCAP)",
+        "CapabilityBoundingSet=~CAP_(CHOWN|FSETID|SETFCAP)",
+        "SystemCallFilter=~@mount",
+    ] {
+        assert!(
+            line(granted).starts_with('✗'),
+            "the drop-in does not grant {granted}:\n{}",
+            line(granted)
+        );
+    }
+    for kept in [
+        "RestrictNamespaces=~net",
+        "RestrictNamespaces=~uts",
+        "RestrictNamespaces=~cgroup",
+        "NoNewPrivileges=",
+        "CapabilityBoundingSet=~CAP_KILL",
+        "CapabilityBoundingSet=~CAP_SYS_PTRACE",
+        "CapabilityBoundingSet=~CAP_SYS_MODULE",
+        "CapabilityBoundingSet=~CAP_NET_ADMIN",
+        "CapabilityBoundingSet=~CAP_SYS_CHROOT",
+        "CapabilityBoundingSet=~CAP_MKNOD",
+        "CapabilityBoundingSet=~CAP_BPF",
+        "SystemCallFilter=~@module",
+        "SystemCallFilter=~@raw-io",
+        "SystemCallFilter=~@clock",
+        "SystemCallFilter=~@debug",
+        "SystemCallFilter=~@reboot",
+        "SystemCallFilter=~@swap",
+        "RestrictAddressFamilies=~AF_PACKET",
+        "ProtectKernelTunables=",
+        "ProtectSystem=",
+    ] {
+        assert!(
+            line(kept).starts_with('✓'),
+            "the drop-in gives up {kept}:\n{}",
+            line(kept)
+        );
+    }
+}
+
+/// The ids install.sh reserves are those the node gives its native workers.
+fn native_ids() -> std::ops::Range<u32> {
+    zorilla_sandbox::native::NativeConfig::new(PathBuf::new()).ids
+}
+
+/// A root directory with a stand-in binary and these passwd, group and
+/// subuid files; returns (binary, root).
+fn native_root(tmp: &Path, passwd: &str, group: &str, subuid: &str) -> (PathBuf, PathBuf) {
+    let bin = tmp.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let stand_in = bin.join("zorilla-node");
+    std::fs::write(&stand_in, "#!/bin/sh\necho stand-in\n").unwrap();
+    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = tmp.join("root");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    for (file, text) in [("passwd", passwd), ("group", group), ("subuid", subuid)] {
+        std::fs::write(root.join("etc").join(file), text).unwrap();
+    }
+    (stand_in, root)
+}
+
+const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n";
+const GROUP: &str = "root:x:0:\nalice:x:1000:\n";
+
+#[test]
+fn install_sh_native_installs_the_drop_in_and_reserves_the_workers_ids_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (binary, root) = native_root(tmp.path(), PASSWD, GROUP, "alice:100000:65536\n");
+    let (b, r) = (binary.to_str().unwrap(), root.to_str().unwrap());
+    let ids = native_ids();
+    let entry = format!("zorilla:{}:{}\n", ids.start, ids.end - ids.start);
+
+    let out = install(&["--no-build", "--binary", b, "--dest", r, "--native"]);
+    assert!(out.status.success());
+    let dropin = root.join("etc/systemd/system/zorilla-node.service.d/native.conf");
+    assert_eq!(
+        std::fs::read_to_string(&dropin).unwrap(),
+        std::fs::read_to_string(deploy("zorilla-node-native.conf")).unwrap()
+    );
+    assert_eq!(mode(&dropin), 0o644);
+    let subuid = root.join("etc/subuid");
+    let subgid = root.join("etc/subgid");
+    assert_eq!(
+        std::fs::read_to_string(&subuid).unwrap(),
+        format!("alice:100000:65536\n{entry}")
+    );
+    // No subgid file before: made, with the entry alone.
+    assert_eq!(std::fs::read_to_string(&subgid).unwrap(), entry);
+    assert_eq!(mode(&subgid), 0o644);
+    // The owner is told what is left to do.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("native_users = ["), "{stdout}");
+    // The installed unit and drop-in verify together.
+    let check = tempfile::tempdir().unwrap();
+    assert_verifies(&unit_with_drop_in(
+        &std::fs::read_to_string(root.join("etc/systemd/system/zorilla-node.service")).unwrap(),
+        &std::fs::read_to_string(&dropin).unwrap(),
+        &binary,
+        check.path(),
+    ));
+
+    // Again: the ids are reserved once; with native_users set the owner
+    // is not told to set it.
+    let config = root.join("etc/zorilla/zorilla.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("native_users = [\"12D3KooWNTiS4dgqGsnWQ679cWV2qELwKgz871TdA71nuCT9i64d\"]\n");
+    std::fs::write(&config, text).unwrap();
+    let out = install(&["--no-build", "--binary", b, "--dest", r, "--native"]);
+    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(&subuid).unwrap(),
+        format!("alice:100000:65536\n{entry}")
+    );
+    assert_eq!(std::fs::read_to_string(&subgid).unwrap(), entry);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("native_users = ["), "{stdout}");
+    assert!(stdout.contains("lists native_users"), "{stdout}");
+
+    // An upgrade without --native keeps native jobs on: the drop-in is
+    // upgraded with the unit, not dropped.
+    std::fs::write(&dropin, "[Service]\n# an old drop-in\n").unwrap();
+    let out = install(&["--no-build", "--binary", b, "--dest", r]);
+    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(&dropin).unwrap(),
+        std::fs::read_to_string(deploy("zorilla-node-native.conf")).unwrap()
+    );
+
+    // Without --native on a fresh root, none of it.
+    let plain = tmp.path().join("plain");
+    let out = install(&[
+        "--no-build",
+        "--binary",
+        b,
+        "--dest",
+        plain.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(
+        !plain
+            .join("etc/systemd/system/zorilla-node.service.d")
+            .exists()
+    );
+    assert!(!plain.join("etc/subuid").exists());
+}
+
+/// A user, a group or another subordinate range with one of the workers'
+/// ids: install.sh --native refuses, saying which, and installs nothing.
+#[test]
+fn install_sh_native_refuses_ids_that_are_taken() {
+    let ids = native_ids();
+    let taken = ids.start + 5;
+    let cases = [
+        (
+            format!("{PASSWD}mallory:x:{taken}:100::/:/bin/sh\n"),
+            GROUP.to_owned(),
+            String::new(),
+            "user mallory has id",
+        ),
+        (
+            PASSWD.to_owned(),
+            format!("{GROUP}builders:x:{}:\n", ids.end - 1),
+            String::new(),
+            "group builders has id",
+        ),
+        (
+            PASSWD.to_owned(),
+            GROUP.to_owned(),
+            format!("alice:{}:65536\n", ids.start - 10),
+            "gives alice ids",
+        ),
+    ];
+    for (passwd, group, subuid, says) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let (binary, root) = native_root(tmp.path(), &passwd, &group, &subuid);
+        let out = install(&[
+            "--no-build",
+            "--binary",
+            binary.to_str().unwrap(),
+            "--dest",
+            root.to_str().unwrap(),
+            "--native",
+        ]);
+        assert!(!out.status.success(), "{says}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{says}: {stderr}");
+        assert!(!root.join("etc/systemd").exists(), "{says}");
+        assert_eq!(
+            std::fs::read_to_string(root.join("etc/subuid")).unwrap(),
+            subuid
+        );
+    }
+    // Ids just outside the range are nobody's business.
+    let tmp = tempfile::tempdir().unwrap();
+    let (binary, root) = native_root(
+        tmp.path(),
+        &format!("{PASSWD}next:x:{}:100::/:/bin/sh\n", ids.end),
+        &format!("{GROUP}before:x:{}:\n", ids.start - 1),
+        &format!("alice:{}:10\n", ids.start - 10),
+    );
+    let out = install(&[
+        "--no-build",
+        "--binary",
+        binary.to_str().unwrap(),
+        "--dest",
+        root.to_str().unwrap(),
+        "--native",
+    ]);
+    assert!(out.status.success());
+}

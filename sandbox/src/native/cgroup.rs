@@ -96,6 +96,7 @@ impl Hierarchy {
                 fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
             let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
             if has("memory") && has("pids") {
+                leave_for_leaf(&dir, std::process::id())?;
                 return v2_under(name, &dir);
             }
         }
@@ -206,7 +207,7 @@ fn v2_under(name: &str, dir: &Path) -> Result<Hierarchy, String> {
     // The node's group must pass the controllers down to `parent`, and
     // `parent` to the workers' groups. (v2 refuses this for a group that has
     // processes of its own besides the root: a node started by systemd with
-    // `Delegate=yes` keeps itself in a leaf and gives this the parent.)
+    // `Delegate=` has moved itself into a leaf first, `leave_for_leaf`.)
     for (at, what) in [(dir, "the node's group"), (&*parent, "the workers' group")] {
         fs::write(at.join("cgroup.subtree_control"), "+memory +pids").map_err(|e| {
             format!(
@@ -217,6 +218,37 @@ fn v2_under(name: &str, dir: &Path) -> Result<Hierarchy, String> {
         })?;
     }
     Ok(Hierarchy::V2 { parent })
+}
+
+/// The leaf of its own v2 group the node moves itself into (see
+/// [`leave_for_leaf`]).
+pub(crate) const NODE_LEAF: &str = "zorilla-node";
+
+/// Moves this process (`me`), when it is the only one in its v2 group
+/// `dir`, into the leaf [`NODE_LEAF`] of that group, and says whether it
+/// did. A v2 group that holds processes cannot give controllers to its
+/// children, so the node started by systemd with `Delegate=` (alone in its
+/// unit's group, which systemd handed over to it) steps down into a leaf,
+/// and its unit's group can then hold the workers' groups. A group that
+/// holds other processes too is left as it is: moving the node alone would
+/// not free it (and the error that follows says to delegate a group).
+fn leave_for_leaf(dir: &Path, me: u32) -> Result<bool, String> {
+    let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    let pids: Vec<&str> = procs.split_whitespace().collect();
+    if pids != [me.to_string()] {
+        return Ok(false);
+    }
+    let leaf = dir.join(NODE_LEAF);
+    make_dir(&leaf)
+        .and_then(|()| fs::write(leaf.join("cgroup.procs"), "0"))
+        .map_err(|e| {
+            format!(
+                "cannot move the node into {} to free its cgroup v2 group for the workers' \
+                 groups: {e}",
+                leaf.display()
+            )
+        })?;
+    Ok(true)
 }
 
 fn make_dir(dir: &Path) -> io::Result<()> {
@@ -522,6 +554,30 @@ mod tests {
             }
         );
         assert!(group.processes().is_empty());
+    }
+
+    /// A node alone in its delegated group (its systemd unit's) moves into
+    /// a leaf of it, so that the group may give controllers to the
+    /// workers' groups; in a group it shares, or that another process
+    /// already left, it stays where it is. (A directory that looks like a
+    /// v2 group: the kernel would make the leaf's `cgroup.procs` itself.)
+    #[test]
+    fn a_node_alone_in_its_v2_group_moves_into_a_leaf_and_only_then() {
+        let unit = tempfile::tempdir().unwrap();
+        let leaf_procs = unit.path().join(NODE_LEAF).join("cgroup.procs");
+        fs::write(unit.path().join("cgroup.procs"), "4242\n4243\n").unwrap();
+        assert_eq!(leave_for_leaf(unit.path(), 4242), Ok(false));
+        assert!(!unit.path().join(NODE_LEAF).exists());
+        fs::write(unit.path().join("cgroup.procs"), "").unwrap();
+        assert_eq!(leave_for_leaf(unit.path(), 4242), Ok(false));
+        assert!(!unit.path().join(NODE_LEAF).exists());
+        fs::write(unit.path().join("cgroup.procs"), "4242\n").unwrap();
+        assert_eq!(leave_for_leaf(unit.path(), 4242), Ok(true));
+        assert_eq!(fs::read_to_string(&leaf_procs).unwrap(), "0");
+        // A node restarted in the same unit finds its leaf there already.
+        fs::remove_file(&leaf_procs).unwrap();
+        assert_eq!(leave_for_leaf(unit.path(), 4242), Ok(true));
+        assert_eq!(fs::read_to_string(&leaf_procs).unwrap(), "0");
     }
 
     #[test]
