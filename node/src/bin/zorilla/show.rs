@@ -191,6 +191,17 @@ pub(crate) fn describe(status: &JobStatus) -> String {
         age(status),
         r.args.join(" ")
     );
+    if let Some(seed) = r.deterministic {
+        out.push_str(&format!(
+            "results   deterministic, seed {seed}: the same bits in every run, on every node\n"
+        ));
+    }
+    if r.priority != 0 {
+        out.push_str(&format!(
+            "priority  {} among your jobs waiting for cores\n",
+            r.priority
+        ));
+    }
     if let Some(home) = &status.home {
         out.push_str(&format!("home      node {home}\n"));
     }
@@ -334,4 +345,44 @@ pub(crate) fn peers_table(peers: &[PeerEntry]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zorilla_node::protocol::{JobPhase, JobRequest};
+
+    fn status(request: JobRequest) -> JobStatus {
+        JobStatus {
+            job: 1,
+            phase: JobPhase::Scheduling,
+            reason: "waiting".into(),
+            ranks: Default::default(),
+            request,
+            pending: None,
+            submitted_unix: 0,
+            home: None,
+            moved_from: None,
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn a_jobs_seed_and_priority_are_shown_when_it_has_them() {
+        let plain = describe(&status(JobRequest::default()));
+        assert!(
+            !plain.contains("deterministic") && !plain.contains("priority"),
+            "{plain}"
+        );
+        let seeded = describe(&status(JobRequest {
+            deterministic: Some(7),
+            priority: -2,
+            ..JobRequest::default()
+        }));
+        assert!(
+            seeded.contains("results   deterministic, seed 7:"),
+            "{seeded}"
+        );
+        assert!(seeded.contains("priority  -2 among your jobs"), "{seeded}");
+    }
 }
