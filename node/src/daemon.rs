@@ -602,14 +602,18 @@ fn user(field: &str, text: &str) -> anyhow::Result<PeerId> {
         .map_err(|e| anyhow::anyhow!("{field}: {e}"))
 }
 
+/// The users of the config's list `field` (absent: none).
+fn user_set(field: &'static str, list: Option<&Vec<String>>) -> anyhow::Result<BTreeSet<PeerId>> {
+    list.into_iter()
+        .flatten()
+        .map(|text| user(field, text))
+        .collect()
+}
+
 fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
     let only = match &config.users {
         None => None,
-        Some(list) => Some(
-            list.iter()
-                .map(|u| user("users", u))
-                .collect::<anyhow::Result<BTreeSet<PeerId>>>()?,
-        ),
+        Some(list) => Some(user_set("users", Some(list))?),
     };
     let each = UserLimits {
         max_cores: config.user_max_cores.unwrap_or(u32::MAX),
@@ -625,12 +629,7 @@ fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
             },
         );
     }
-    let first = config
-        .own_users
-        .iter()
-        .flatten()
-        .map(|text| user("own_users", text))
-        .collect::<anyhow::Result<BTreeSet<PeerId>>>()?;
+    let first = user_set("own_users", config.own_users.as_ref())?;
     Ok(UserPolicy {
         only,
         each,
@@ -643,12 +642,7 @@ fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
 /// for this machine's architecture. Whether the node can sandbox them is
 /// found out when it starts.
 fn native_policy(config: &Config) -> anyhow::Result<NativePolicy<PeerId>> {
-    let users = config
-        .native_users
-        .iter()
-        .flatten()
-        .map(|text| user("native_users", text))
-        .collect::<anyhow::Result<BTreeSet<PeerId>>>()?;
+    let users = user_set("native_users", config.native_users.as_ref())?;
     for path in config.native_read_only.iter().flatten() {
         if !path.is_absolute() {
             anyhow::bail!(

@@ -717,6 +717,18 @@ fn install_sh_native_installs_the_drop_in_and_reserves_the_workers_ids_once() {
 
 /// A user, a group or another subordinate range with one of the workers'
 /// ids: install.sh --native refuses, saying which, and installs nothing.
+/// `install.sh --native` of `binary` into the root directory `root`.
+fn install_native(binary: &Path, root: &Path) -> Output {
+    install(&[
+        "--no-build",
+        "--binary",
+        binary.to_str().unwrap(),
+        "--dest",
+        root.to_str().unwrap(),
+        "--native",
+    ])
+}
+
 #[test]
 fn install_sh_native_refuses_ids_that_are_taken() {
     let ids = native_ids();
@@ -744,14 +756,7 @@ fn install_sh_native_refuses_ids_that_are_taken() {
     for (passwd, group, subuid, says) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let (binary, root) = native_root(tmp.path(), &passwd, &group, &subuid);
-        let out = install(&[
-            "--no-build",
-            "--binary",
-            binary.to_str().unwrap(),
-            "--dest",
-            root.to_str().unwrap(),
-            "--native",
-        ]);
+        let out = install_native(&binary, &root);
         assert!(!out.status.success(), "{says}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{says}: {stderr}");
@@ -769,13 +774,6 @@ fn install_sh_native_refuses_ids_that_are_taken() {
         &format!("{GROUP}before:x:{}:\n", ids.start - 1),
         &format!("alice:{}:10\n", ids.start - 10),
     );
-    let out = install(&[
-        "--no-build",
-        "--binary",
-        binary.to_str().unwrap(),
-        "--dest",
-        root.to_str().unwrap(),
-        "--native",
-    ]);
+    let out = install_native(&binary, &root);
     assert!(out.status.success());
 }

@@ -87,20 +87,37 @@ class Submit(Request):
 
 
 @dataclass
-class Status(Request):
-    """The status of a job."""
-
-    variant: ClassVar[str] = "Status"
-    answer: ClassVar[str] = "Status"
-    owners: ClassVar[bool] = True
+class _OfJob(Request):
+    """A request whose data is one job's id."""
 
     job: int
 
     def body(self) -> Any:
         return {"job": self.job}
 
+
+class _AnsweredWithStatus(_OfJob):
+    """A request about a job, answered with the job's status."""
+
+    answer: ClassVar[str] = "Status"
+    owners: ClassVar[bool] = True
+
     def read(self, data: Any) -> JobStatus:
         return JobStatus.from_wire(data)
+
+
+def _list_of(data: Any, name: str, read: Any) -> List[Any]:
+    """A list answer (``name`` on the wire), each item read by ``read``."""
+    if not isinstance(data, list):
+        raise ProtocolError(f"{name} is not a list: {data!r:.80}")
+    return [read(item) for item in data]
+
+
+@dataclass
+class Status(_AnsweredWithStatus):
+    """The status of a job."""
+
+    variant: ClassVar[str] = "Status"
 
 
 @dataclass
@@ -111,26 +128,14 @@ class ListJobs(Request):
     answer: ClassVar[str] = "Jobs"
 
     def read(self, data: Any) -> List[JobStatus]:
-        if not isinstance(data, list):
-            raise ProtocolError(f"Jobs is not a list: {data!r:.80}")
-        return [JobStatus.from_wire(s) for s in data]
+        return _list_of(data, "Jobs", JobStatus.from_wire)
 
 
 @dataclass
-class Cancel(Request):
+class Cancel(_AnsweredWithStatus):
     """Cancel a job; answered with its status after the cancel."""
 
     variant: ClassVar[str] = "Cancel"
-    answer: ClassVar[str] = "Status"
-    owners: ClassVar[bool] = True
-
-    job: int
-
-    def body(self) -> Any:
-        return {"job": self.job}
-
-    def read(self, data: Any) -> JobStatus:
-        return JobStatus.from_wire(data)
 
 
 @dataclass
@@ -194,21 +199,15 @@ class OutputBlock(Request):
 
 
 @dataclass
-class Resize(Request):
+class Resize(_AnsweredWithStatus):
     """Change a malleable job's most workers."""
 
     variant: ClassVar[str] = "Resize"
-    answer: ClassVar[str] = "Status"
-    owners: ClassVar[bool] = True
 
-    job: int
     max_workers: int
 
     def body(self) -> Any:
         return {"job": self.job, "max_workers": self.max_workers}
-
-    def read(self, data: Any) -> JobStatus:
-        return JobStatus.from_wire(data)
 
 
 @dataclass
@@ -230,22 +229,15 @@ class Peers(Request):
     answer: ClassVar[str] = "Peers"
 
     def read(self, data: Any) -> List[PeerEntry]:
-        if not isinstance(data, list):
-            raise ProtocolError(f"Peers is not a list: {data!r:.80}")
-        return [PeerEntry.from_wire(p) for p in data]
+        return _list_of(data, "Peers", PeerEntry.from_wire)
 
 
 @dataclass
-class Challenge(Request):
+class Challenge(_OfJob):
     """A nonce from the home of ``job`` for its owner's proofs."""
 
     variant: ClassVar[str] = "Challenge"
     answer: ClassVar[str] = "Challenge"
-
-    job: int
-
-    def body(self) -> Any:
-        return {"job": self.job}
 
     def read(self, data: Any) -> bytes:
         nonce = data.get("nonce") if isinstance(data, dict) else None
