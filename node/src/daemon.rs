@@ -591,9 +591,6 @@ fn notify(state: &[sd_notify::NotifyState<'_>]) {
     }
 }
 
-/// Whose jobs this node runs and each user's limits, from the
-/// configuration (user ids checked: a typo must not let nobody in, or
-/// everybody).
 /// The key of the user id `text` (as `zorilla whoami` prints it), from
 /// configuration setting `field`.
 fn user(field: &str, text: &str) -> anyhow::Result<PeerId> {
@@ -610,6 +607,9 @@ fn user_set(field: &'static str, list: Option<&Vec<String>>) -> anyhow::Result<B
         .collect()
 }
 
+/// Whose jobs this node runs and each user's limits, from the
+/// configuration (user ids checked: a typo must not let nobody in, or
+/// everybody).
 fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
     let only = match &config.users {
         None => None,

@@ -28,7 +28,8 @@
 //! node leaves out everything that differs between runs, such as the job's
 //! id) and inputs; a job whose size does not change while it runs; and, for
 //! message-passing jobs, a program whose results do not depend on the order
-//! in which messages from different senders arrive (see sdk/README.md).
+//! in which messages from different senders arrive (see the README, *MPI
+//! programs*).
 
 use std::cell::Cell;
 use std::time::Duration;

@@ -378,31 +378,24 @@ impl<P: PeerKey> Scheduler<P> {
                 .or_default()
                 .push(i);
         }
-        let mut moves: Vec<(usize, usize)> = Vec::new();
+        // `order[place]`: the entry that goes to `place`.
+        let mut order: Vec<usize> = (0..self.pending.len()).collect();
         for slots in places.values() {
             let mut jobs = slots.clone();
             // Stable: oldest first among equal priorities.
             jobs.sort_by_key(|&i| std::cmp::Reverse(self.pending[i].advert.priority));
-            moves.extend(
-                slots
-                    .iter()
-                    .copied()
-                    .zip(jobs)
-                    .filter(|(to, from)| to != from),
-            );
+            for (&place, job) in slots.iter().zip(jobs) {
+                order[place] = job;
+            }
         }
-        if moves.is_empty() {
+        if order.iter().enumerate().all(|(place, &job)| place == job) {
             return;
         }
+        // A permutation: every entry is taken exactly once.
         let mut entries: Vec<Option<Pending<P>>> = self.pending.drain(..).map(Some).collect();
-        let mut placed: Vec<Option<Pending<P>>> = (0..entries.len()).map(|_| None).collect();
-        for (to, from) in moves {
-            placed[to] = entries[from].take();
-        }
-        self.pending = placed
+        self.pending = order
             .into_iter()
-            .zip(entries)
-            .filter_map(|(moved, stayed)| moved.or(stayed))
+            .filter_map(|job| entries[job].take())
             .collect();
     }
 
