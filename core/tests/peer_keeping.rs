@@ -374,6 +374,38 @@ fn a_peer_whose_handshake_fails_twice_is_dead() {
     assert!(keeper.refused(&5));
 }
 
+/// A peer taken for dead (its only address did not answer) is tried again
+/// as soon as an address of it is new (a NATed node's relayed address
+/// comes after its private one), not after `dead_retry_after`; banned
+/// peers stay refused whatever their addresses.
+#[test]
+fn a_dead_peer_is_dialed_again_at_a_new_address_and_a_banned_one_is_not() {
+    let mut keeper = Keeper::new(config(), 1, Duration::ZERO);
+    keeper.learned([5], Duration::ZERO, &Idle);
+    assert_eq!(drain(&mut keeper), vec![Action::Dial(5)]);
+    keeper.dial_failed(&5, DialFailure::Unreachable, ms(10));
+    drain(&mut keeper);
+    assert!(keeper.refused(&5) && keeper.is_dead(&5));
+    // Told of again at the same address: still dead.
+    keeper.learned([5], s(5), &Idle);
+    assert!(!drain(&mut keeper).contains(&Action::Dial(5)));
+    // At a new one: dialed at once.
+    keeper.new_address(&5);
+    assert!(!keeper.refused(&5));
+    keeper.learned([5], s(6), &Idle);
+    assert!(drain(&mut keeper).contains(&Action::Dial(5)));
+
+    // A banned peer is not dead, and a new address does not lift its ban.
+    join(&mut keeper, 6, ms(5), s(7));
+    for _ in 0..3 {
+        keeper.offence(6, s(7));
+    }
+    drain(&mut keeper);
+    assert!(keeper.refused(&6) && !keeper.is_dead(&6));
+    keeper.new_address(&6);
+    assert!(keeper.refused(&6));
+}
+
 #[test]
 fn what_hostile_peers_can_make_the_keeper_remember_is_bounded() {
     let config = config();

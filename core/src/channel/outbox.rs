@@ -394,6 +394,17 @@ impl Outbox {
             .collect()
     }
 
+    /// Whether bytes of a message went out on the current stream and are
+    /// not acknowledged yet (an ask waiting for its grant is not counted:
+    /// a receiver may rightly keep that waiting).
+    pub fn awaits_ack(&self) -> bool {
+        self.channels.values().any(|c| {
+            c.queue
+                .front()
+                .is_some_and(|q| q.seq < c.sent_seq || (q.seq == c.sent_seq && c.sent_offset > 0))
+        })
+    }
+
     /// Whether one of the channels `which` picks still holds
     /// unacknowledged messages or an ask (without listing them).
     pub fn holds(&self, which: impl Fn(&ChannelId) -> bool) -> bool {

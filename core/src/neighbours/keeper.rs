@@ -333,6 +333,28 @@ impl<P: PeerKey, C: Clone + Ord + std::fmt::Debug> PeerKeeper<P, C> {
         self.banned.contains(peer) || self.dead.contains(peer) || self.foreign.contains(peer)
     }
 
+    /// Whether `peer` is refused only for having been unreachable (not
+    /// banned, not of another network): a new address may revive it
+    /// ([`Self::new_address`]).
+    pub fn is_dead(&self, peer: &P) -> bool {
+        self.dead.contains(peer) && !self.banned.contains(peer) && !self.foreign.contains(peer)
+    }
+
+    /// Peer exchange told of an address of `peer` not known before: if it
+    /// was taken for dead (unreachable at the addresses known then), it
+    /// may be tried again at once. A node behind a NAT is told of first at
+    /// its private address, and at a relayed one only once a relay holds a
+    /// reservation for it; without this, the relayed address would go
+    /// unheard for `dead_retry_after` (and a job's ranks on the two nodes
+    /// would wait that long to reach each other). The driver keeps a
+    /// bounded number of addresses per peer, so a peer cannot be revived
+    /// for ever by addresses made up.
+    pub fn new_address(&mut self, peer: &P) {
+        if self.is_dead(peer) {
+            self.dead.remove(peer);
+        }
+    }
+
     /// Whether the driver should keep what it knows of `peer` (addresses):
     /// it is in the table or connected.
     pub fn remembers(&self, peer: &P) -> bool {

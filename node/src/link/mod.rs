@@ -100,6 +100,10 @@
 //!
 //! # Failures
 //!
+//! A stream on which sent messages wait for their acknowledgement while
+//! nothing at all comes back for [`ACK_SILENCE`] is taken for broken, like
+//! one that ended with an error: a connection can die without one.
+//!
 //! A sender whose peer cannot be reached for [`GIVE_UP`] gets
 //! `TransportError::Closed` for the messages it has there; a message to a
 //! rank whose worker ended is refused (`Closed`) by its node; the job's end
@@ -139,6 +143,15 @@ const ACCEPT_QUEUE: usize = 64;
 /// How long a sender whose direct connection to a peer could not be made
 /// stays on the libp2p stream before it takes an offer again.
 pub(crate) const DIRECT_RETRY: Duration = Duration::from_secs(30);
+
+/// How long a stream may stay silent (no frame from the peer) while what
+/// was sent on it waits for an acknowledgement, at two checks this far
+/// apart, before it is taken for broken: the link opens another and sends
+/// everything unacknowledged again. A receiving node acknowledges within
+/// milliseconds whatever its ranks do with their messages, so only a
+/// stream that lost its way (a connection that died without an error, an
+/// acknowledgement lost between streams) stays silent this long.
+pub(crate) const ACK_SILENCE: Duration = Duration::from_secs(10);
 
 /// A direct connection that ends sooner than this after it opened counts
 /// as failing: the next is dialed after a growing pause.
@@ -552,10 +565,32 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
     };
     let reader = async {
         let mut frames = FrameReader::new();
+        let mut next_check = Instant::now() + ACK_SILENCE;
+        // Sent messages waited for their acks at the last check.
+        let mut suspect = false;
         loop {
-            if !frames.fill(&mut r).await? {
+            let more = tokio::select! {
+                more = frames.fill(&mut r) => more?,
+                () = tokio::time::sleep_until(next_check) => {
+                    let waiting = lock(&link.state).outbox.awaits_ack();
+                    if waiting && suspect {
+                        tracing::info!(
+                            peer = %link.peer,
+                            "no acknowledgement on the message stream for {ACK_SILENCE:?}: \
+                             opening another and sending again"
+                        );
+                        return Err(format!("silent for {ACK_SILENCE:?} with messages unacknowledged"));
+                    }
+                    suspect = waiting;
+                    next_check = Instant::now() + ACK_SILENCE;
+                    continue;
+                }
+            };
+            if !more {
                 return Err::<Offer, String>("closed by the peer".into());
             }
+            next_check = Instant::now() + ACK_SILENCE;
+            suspect = false;
             let mut credit = false;
             let mut violation = None;
             let mut offered = None;

@@ -860,3 +860,83 @@ fn a_direct_dial_goes_to_the_address_offered_then_to_the_connections() {
         assert_eq!(direct_addrs(offer(Some(ip)), lan), [at([10, 0, 0, 2])]);
     }
 }
+
+/// A connection that takes every byte and never answers: one that died
+/// without an error, as a NAT that dropped its mapping leaves it.
+struct Silent;
+
+impl AsyncRead for Silent {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        _: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Pending
+    }
+}
+
+impl AsyncWrite for Silent {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// A stream on which a message went out and nothing ever came back is
+/// given up after [`ACK_SILENCE`] (so that the link opens another and
+/// sends the message again); a silent stream with nothing waiting for an
+/// acknowledgement is kept.
+#[tokio::test]
+async fn a_stream_that_never_acknowledges_what_was_sent_is_taken_for_broken() {
+    use zorilla_overlay::{Overlay, OverlayConfig};
+    let (overlay, mut events) = Overlay::start(OverlayConfig::local("link-silent"))
+        .await
+        .unwrap();
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let links = Links::new(overlay.local_peer_id(), overlay);
+    let link = OutLink::new(PeerId::random());
+    tokio::time::pause();
+
+    let idle = tokio::time::timeout(
+        ACK_SILENCE * 5,
+        serve_outbound(&links, &link, Silent, false),
+    )
+    .await;
+    assert!(
+        idle.is_err(),
+        "a stream with nothing to acknowledge ended: {idle:?}"
+    );
+
+    push(&link, 1, 100);
+    let start = Instant::now();
+    let broken = tokio::time::timeout(
+        ACK_SILENCE * 5,
+        serve_outbound(&links, &link, Silent, false),
+    )
+    .await;
+    assert!(matches!(broken, Ok(Err(_))), "{broken:?}");
+    assert!(
+        start.elapsed() >= ACK_SILENCE,
+        "given up after {:?}",
+        start.elapsed()
+    );
+    assert!(
+        lock(&link.state).outbox.awaits_ack(),
+        "the message is still kept"
+    );
+}

@@ -546,7 +546,10 @@ impl Driver {
         let via = self.via.get(&from).cloned();
         let mut learned = Vec::new();
         for record in records.into_iter().take(MAX_PEER_RECORDS) {
-            if record.peer == self.local || self.keeper.refused(&record.peer) {
+            let peer = record.peer;
+            // A peer taken for dead is heard of again if an address is new
+            // (see `PeerKeeper::new_address`); banned and foreign ones not.
+            if peer == self.local || (self.keeper.refused(&peer) && !self.keeper.is_dead(&peer)) {
                 continue;
             }
             let addrs: Vec<Multiaddr> = record
@@ -559,8 +562,12 @@ impl Driver {
             }
             // New addresses of a known peer too (a relayed one comes
             // after the peer's first, unreachable, ones); bounded per peer.
-            self.remember_addrs(record.peer, addrs);
-            learned.push(record.peer);
+            if self.remember_addrs(peer, addrs) {
+                self.keeper.new_address(&peer);
+            }
+            if !self.keeper.refused(&peer) {
+                learned.push(peer);
+            }
         }
         self.learned(learned).await;
     }
@@ -584,13 +591,18 @@ impl Driver {
         self.nat.policy.relay_capable(peer, capable);
     }
 
-    fn remember_addrs(&mut self, peer: PeerId, addrs: impl IntoIterator<Item = Multiaddr>) {
+    /// Adds `addrs` to what we know of `peer` (dialable ones, at most
+    /// `MAX_ADDRS_PER_PEER` in all); returns whether one was new.
+    fn remember_addrs(&mut self, peer: PeerId, addrs: impl IntoIterator<Item = Multiaddr>) -> bool {
         let known = self.addrs.entry(peer).or_default();
+        let mut added = false;
         for addr in addrs {
             if dialable(&addr) && !known.contains(&addr) && known.len() < MAX_ADDRS_PER_PEER {
                 known.push(addr);
+                added = true;
             }
         }
+        added
     }
 
     /// Dials `peer` at its known addresses unless connected or dialing.
