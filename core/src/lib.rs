@@ -36,6 +36,8 @@
 //!   (grants, the acknowledgement of a rank's end).
 //! - [`checkpoint`]: which nodes hold a rank's checkpoint, and the home's
 //!   index of each rank's latest one.
+//! - [`favours`]: a node's Network of Favors ledger: whose waiting jobs
+//!   get freed cores first, in proportion to the favours their homes did.
 //! - [`node`]: the scheduler of one node, both as the home of jobs and as a
 //!   candidate worker node.
 //! - [`machine`]: a node's whole part in jobs as one state machine: the
@@ -53,6 +55,7 @@ pub mod channel;
 pub mod checkpoint;
 pub mod commit;
 pub mod copies;
+pub mod favours;
 pub mod flood;
 pub mod limits;
 pub mod liveness;

@@ -44,6 +44,7 @@ impl<P: PeerKey> Scheduler<P> {
                 schedule,
                 next_flood_at: Some(now),
                 offers: BTreeMap::new(),
+                worked: BTreeMap::new(),
                 granted_holds: BTreeMap::new(),
                 ranks: RankTable::default(),
                 grants: 0,
@@ -333,6 +334,10 @@ impl<P: PeerKey> Scheduler<P> {
                 job.ranks
                     .place(&assignment.node, incarnation, assignment.workers);
             replaced_now.extend(&replaced);
+            for rank in &ranks {
+                job.worked
+                    .insert(*rank, (assignment.node.clone(), now, offer.machine.speed));
+            }
             out.push(Output::Job(JobEvent::Granted {
                 job: job_id,
                 node: assignment.node.clone(),
@@ -515,8 +520,10 @@ impl<P: PeerKey> Scheduler<P> {
 
     /// A node reported the end of a rank's worker: the rank table records
     /// it (unless it is stale), and the job fails or completes by it.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn rank_ended(
         &mut self,
+        now: Time,
         job_id: JobId,
         node: P,
         rank: u32,
@@ -530,6 +537,15 @@ impl<P: PeerKey> Scheduler<P> {
         let outcome = RankOutcome::from(end);
         if !job.ranks.end(&node, rank, incarnation, outcome.clone()) {
             return; // Stale (a replaced worker's), repeated, or unknown.
+        }
+        if let Some((by, at, speed)) = job.worked.remove(&rank)
+            && by == node
+            && node != self.id
+        {
+            let ms = millis(now.saturating_sub(at));
+            let own = self.config.speed;
+            self.favours
+                .received(&node, job.spec.per_worker.cores, ms, speed, own, now);
         }
         out.push(Output::Job(JobEvent::RankEnded {
             job: job_id,

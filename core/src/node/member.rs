@@ -164,6 +164,7 @@ impl<P: PeerKey> Scheduler<P> {
                 wanted: advert.workers.max,
                 distance,
                 running: BTreeSet::new(),
+                started: BTreeMap::new(),
             });
         if engagement.held == 0 {
             // A new hold. Numbered node-wide, not per job: a job's
@@ -353,13 +354,17 @@ impl<P: PeerKey> Scheduler<P> {
 
     /// The order in which queued adverts get the cores that freed up:
     /// the owner's own users' jobs first ([`UserPolicy::first`]), then the
-    /// rest, each group in queue order ([`Scheduler::by_priority`]).
+    /// rest; each group by the favours the jobs' homes did this node
+    /// ([`crate::favours::turns`]), each home's jobs in queue order
+    /// ([`Scheduler::by_priority`]).
     /// Indices into `pending`.
     fn turns(&mut self) -> Vec<usize> {
         self.by_priority();
         let users = &self.config.limits.users;
-        let mut order: Vec<usize> = (0..self.pending.len()).collect();
-        // Stable: queue order within each group.
+        let homes: Vec<&P> = self.pending.iter().map(|p| &p.advert.home).collect();
+        let favours = &self.favours;
+        let mut order = crate::favours::turns(&homes, |home| favours.balance(home));
+        // Stable: the favours' order within each group.
         order.sort_by_key(|&i| !users.comes_first(self.pending[i].advert.owner.as_ref()));
         order
     }
@@ -416,6 +421,7 @@ impl<P: PeerKey> Scheduler<P> {
                 // The part of the hold not granted is released.
                 e.held = 0;
                 e.running.extend(&ranks);
+                e.started.extend(ranks.iter().map(|r| (*r, now)));
                 true
             }
             _ => false,

@@ -99,6 +99,7 @@ use crate::advert::{
 use crate::allocation::{Candidate, allocate_preferring};
 use crate::bounded::make_room;
 use crate::checkpoint::CheckpointIndex;
+use crate::favours::{Ledger, millis};
 use crate::limits;
 use crate::resources::{Machine, Resources};
 use crate::schedule::{FloodMode, FloodSchedule, Reach, WaitMode};
@@ -137,6 +138,10 @@ struct HomeJob<P> {
     next_flood_at: Option<Time>,
     /// Offers held for us, not yet granted or refused.
     offers: BTreeMap<P, HeldOffer>,
+    /// The ranks running elsewhere: where, since when, and the speed of
+    /// that node's cores (its offer's), for the favour it does this
+    /// node (see [`crate::favours`]).
+    worked: BTreeMap<u32, (P, Time, u32)>,
     /// The hold each node's last grant used: an offer raising it crossed
     /// that grant, which releases it at the node (no refusal needed, and
     /// one would overtake the grant). At most one entry per node granted.
@@ -365,6 +370,9 @@ struct Engagement<P> {
     distance: Duration,
     /// Ranks running here.
     running: BTreeSet<u32>,
+    /// When each of them was granted: the favour this node does the
+    /// job's home is counted from then (see [`crate::favours`]).
+    started: BTreeMap<u32, Time>,
 }
 
 impl<P> Engagement<P> {
@@ -416,9 +424,17 @@ pub struct Scheduler<P: Ord> {
     /// are every peer it heard of (see [`Scheduler::set_peer_distances`]).
     peers_known: usize,
     every_peer: bool,
+    /// Favours done and received, per consumer (see [`crate::favours`]).
+    favours: Ledger<P>,
 }
 
 impl<P: PeerKey> Scheduler<P> {
+    /// What this node owes and is owed: its Network of Favors balances
+    /// ([`crate::favours`]).
+    pub fn favours(&self) -> &Ledger<P> {
+        &self.favours
+    }
+
     /// The scheduler of node `id`.
     pub fn new(id: P, config: SchedulerConfig<P>) -> Self {
         Scheduler {
@@ -439,6 +455,7 @@ impl<P: PeerKey> Scheduler<P> {
             peer_distances: Vec::new(),
             peers_known: 0,
             every_peer: false,
+            favours: Ledger::new(),
         }
     }
 
@@ -704,7 +721,7 @@ impl<P: PeerKey> Scheduler<P> {
                 rank,
                 incarnation,
                 end,
-            } => self.rank_ended(job, node, rank, incarnation, end, &mut out),
+            } => self.rank_ended(now, job, node, rank, incarnation, end, &mut out),
             // The driver refuses out-of-range messages when it decodes
             // them (see `limits`); one that got here anyway is ignored, so
             // that nothing the core sends on can be out of range either.
@@ -724,6 +741,12 @@ impl<P: PeerKey> Scheduler<P> {
                 if let Some(e) = self.engaged.get_mut(&job) {
                     for rank in &ranks {
                         e.running.remove(rank);
+                        if let Some(at) = e.started.remove(rank)
+                            && e.home != self.id
+                        {
+                            let ms = millis(now.saturating_sub(at));
+                            self.favours.gave(&e.home, e.per_worker.cores, ms, now);
+                        }
                     }
                     if e.running.is_empty() && e.held == 0 {
                         self.engaged.remove(&job);

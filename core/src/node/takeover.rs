@@ -76,6 +76,7 @@ impl<P: PeerKey> Scheduler<P> {
             schedule,
             next_flood_at: floods.then_some(now),
             offers: BTreeMap::new(),
+            worked: BTreeMap::new(),
             // The holds the old home's grants used are not logged; offers
             // to this home are made afresh.
             granted_holds: BTreeMap::new(),

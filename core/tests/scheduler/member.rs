@@ -704,3 +704,76 @@ fn a_users_priorities_reorder_only_that_users_jobs() {
         [1, 2, 3]
     );
 }
+
+/// Network of Favors (`zorilla_core::favours`): node 1 (one core) is home
+/// of job 7, which node 10 runs for 10 s; then jobs of a stranger's home
+/// (20) and of node 10 wait for node 1's core, the stranger's first: the
+/// freed core is offered to node 10's job. The worker node 1 ran for home
+/// 0 is a favour to 0, whose balance stays zero (it never goes below).
+#[test]
+fn a_freed_core_goes_first_to_the_job_of_a_node_that_did_this_one_favours() {
+    let mut node = member(1);
+    other_job_takes_a_core(&mut node);
+    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
+    // Node 1's own job runs on node 10 from 10 ms to 10.010 s.
+    let own = Scheduler::admit(&node, spec(WorkerCount::rigid(1))).unwrap();
+    node.handle(
+        ms(2),
+        Input::Submit {
+            job: JOB,
+            spec: own,
+            owner: None,
+        },
+    );
+    offer_from(&mut node, ms(10), 10, 1, 1);
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    assert_eq!(node.favours().balance(&10), 0, "nothing done yet");
+    node.handle(
+        ms(10_010),
+        Input::RankEnded {
+            job: JOB,
+            node: 10,
+            rank: 0,
+            incarnation: 0,
+            end: WorkerEnd::Exited(0),
+        },
+    );
+    // 1 core for 10 s at node 1's own speed.
+    assert_eq!(node.favours().balance(&10), 10_000);
+
+    for (t, (job, home)) in [(1, 20), (2, 10)].into_iter().enumerate() {
+        let advert = Advert {
+            job: JobId(job),
+            home,
+            ..advert(WorkerCount::rigid(1))
+        };
+        let out = node.handle(
+            ms(10_100 + t as u64),
+            Input::AdvertDelivered {
+                advert,
+                distance: ms(1),
+            },
+        );
+        assert_eq!(decline_reason(&out), Some(DeclineReason::Busy));
+    }
+    let out = node.handle(
+        ms(20_000),
+        Input::WorkersEnded {
+            job: JobId(99),
+            ranks: vec![0],
+        },
+    );
+    let offered: Vec<(u32, JobId)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                to,
+                msg: Message::Offer { job, .. },
+            } => Some((*to, *job)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(offered, vec![(10, JobId(2))], "{out:?}");
+    assert_eq!(node.favours().balance(&HOME), 0);
+    assert_eq!(node.favours().len(), 2, "accounts of 10 and of home 0");
+}
