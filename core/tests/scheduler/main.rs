@@ -234,6 +234,21 @@ fn new_offer_from(
     )
 }
 
+/// Node `from` reports that rank `rank` (incarnation 0) of `JOB` exited
+/// with status 0.
+fn rank_exited(node: &mut Scheduler<u32>, now: Duration, from: u32, rank: u32) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::RankEnded {
+            job: JOB,
+            node: from,
+            rank,
+            incarnation: 0,
+            end: WorkerEnd::Exited(0),
+        },
+    )
+}
+
 fn queued(node: &Scheduler<u32>) -> Vec<(u64, Duration)> {
     node.pending().map(|(a, at)| (a.job.0, at)).collect()
 }

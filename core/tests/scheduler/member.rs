@@ -331,6 +331,18 @@ fn owned_by(job: u64, owner: Option<u32>, workers: u32) -> Input<u32> {
     }
 }
 
+/// `advert` reaches `node` while its cores are busy: it is queued.
+fn queue_while_busy(node: &mut Scheduler<u32>, now: Duration, advert: Advert<u32>) {
+    let out = node.handle(
+        now,
+        Input::AdvertDelivered {
+            advert,
+            distance: ms(1),
+        },
+    );
+    assert_eq!(decline_reason(&out), Some(DeclineReason::Busy));
+}
+
 fn decline_reason(out: &[Output<u32>]) -> Option<DeclineReason> {
     match out {
         [
@@ -635,14 +647,7 @@ fn next_offered(first: &[u32], queued: &[(u64, u32, i8)]) -> Vec<u64> {
             priority,
             ..advert(WorkerCount::rigid(1))
         };
-        let out = node.handle(
-            ms(2 + t as u64),
-            Input::AdvertDelivered {
-                advert,
-                distance: ms(1),
-            },
-        );
-        assert_eq!(decline_reason(&out), Some(DeclineReason::Busy));
+        queue_while_busy(&mut node, ms(2 + t as u64), advert);
     }
     let mut offered = Vec::new();
     // Each time the core frees up, one queued job gets it.
@@ -728,16 +733,7 @@ fn a_freed_core_goes_first_to_the_job_of_a_node_that_did_this_one_favours() {
     offer_from(&mut node, ms(10), 10, 1, 1);
     assert_eq!(node.phase(JOB), Some(Phase::Running));
     assert_eq!(node.favours().balance(&10), 0, "nothing done yet");
-    node.handle(
-        ms(10_010),
-        Input::RankEnded {
-            job: JOB,
-            node: 10,
-            rank: 0,
-            incarnation: 0,
-            end: WorkerEnd::Exited(0),
-        },
-    );
+    rank_exited(&mut node, ms(10_010), 10, 0);
     // 1 core for 10 s at node 1's own speed.
     assert_eq!(node.favours().balance(&10), 10_000);
 
@@ -747,14 +743,7 @@ fn a_freed_core_goes_first_to_the_job_of_a_node_that_did_this_one_favours() {
             home,
             ..advert(WorkerCount::rigid(1))
         };
-        let out = node.handle(
-            ms(10_100 + t as u64),
-            Input::AdvertDelivered {
-                advert,
-                distance: ms(1),
-            },
-        );
-        assert_eq!(decline_reason(&out), Some(DeclineReason::Busy));
+        queue_while_busy(&mut node, ms(10_100 + t as u64), advert);
     }
     let out = node.handle(
         ms(20_000),

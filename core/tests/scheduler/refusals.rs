@@ -119,16 +119,7 @@ fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
 
     // A completed job has all it needed.
     let mut node = home_running_one_worker_on_10();
-    node.handle(
-        ms(2),
-        Input::RankEnded {
-            job: JOB,
-            node: 10,
-            rank: 0,
-            incarnation: 0,
-            end: WorkerEnd::Exited(0),
-        },
-    );
+    rank_exited(&mut node, ms(2), 10, 0);
     assert_eq!(node.phase(JOB), Some(Phase::Completed));
     assert_eq!(
         offer_from(&mut node, ms(3), 11, 1, 1),

@@ -533,6 +533,19 @@ struct Socket {
     cap: Arc<std::sync::atomic::AtomicUsize>,
 }
 
+/// Nothing ever comes back on it: as a stream a test serves, it is a
+/// connection that died without an error (a NAT that dropped its mapping
+/// leaves one so).
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        _: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Pending
+    }
+}
+
 impl futures::io::AsyncWrite for Socket {
     fn poll_write(
         self: std::pin::Pin<&mut Self>,
@@ -861,42 +874,6 @@ fn a_direct_dial_goes_to_the_address_offered_then_to_the_connections() {
     }
 }
 
-/// A connection that takes every byte and never answers: one that died
-/// without an error, as a NAT that dropped its mapping leaves it.
-struct Silent;
-
-impl AsyncRead for Silent {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        _: &mut [u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::task::Poll::Pending
-    }
-}
-
-impl AsyncWrite for Silent {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-    fn poll_close(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-}
-
 /// A stream on which a message went out and nothing ever came back is
 /// given up after [`ACK_SILENCE`] (so that the link opens another and
 /// sends the message again); a silent stream with nothing waiting for an
@@ -914,7 +891,7 @@ async fn a_stream_that_never_acknowledges_what_was_sent_is_taken_for_broken() {
 
     let idle = tokio::time::timeout(
         ACK_SILENCE * 5,
-        serve_outbound(&links, &link, Silent, false),
+        serve_outbound(&links, &link, Socket::default(), false),
     )
     .await;
     assert!(
@@ -926,7 +903,7 @@ async fn a_stream_that_never_acknowledges_what_was_sent_is_taken_for_broken() {
     let start = Instant::now();
     let broken = tokio::time::timeout(
         ACK_SILENCE * 5,
-        serve_outbound(&links, &link, Silent, false),
+        serve_outbound(&links, &link, Socket::default(), false),
     )
     .await;
     assert!(matches!(broken, Ok(Err(_))), "{broken:?}");
