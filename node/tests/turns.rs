@@ -1,6 +1,7 @@
 //! Whose waiting job gets a node's core when it frees up (issue 33, item
 //! 3), on real nodes: the owner's own users' jobs before everyone else's
-//! (`own_users`), and a user's priorities reorder only that user's jobs.
+//! (`own_users`), and a user's priorities reorder only that user's jobs;
+//! the favours behind the others' turns (item 2).
 
 mod common;
 
@@ -10,6 +11,7 @@ use common::{Net, TestNode, wait_for, wait_for_neighbours, wasm};
 use zorilla_node::client::Client;
 use zorilla_node::owner::UserKey;
 use zorilla_node::protocol::{JobPhase, JobRequest};
+use zorilla_webui::model::{Creditor, NodeOverview};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -113,4 +115,55 @@ async fn freed_cores_go_to_the_owners_users_first_then_by_each_users_priorities(
     for job in [bobs_low, bobs_high] {
         as_bob.cancel(job).await.unwrap();
     }
+}
+
+/// What `node`'s status page (JSON API) lists as its creditors.
+async fn creditors(node: &TestNode) -> Vec<Creditor> {
+    let (code, body) = node.http_get("/api/overview").await;
+    assert_eq!(code, 200, "{body}");
+    let overview: NodeOverview = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("/api/overview is not an overview ({e}): {body}"));
+    overview.creditors
+}
+
+/// The favours behind the turns (Network of Favors, issue 33 item 2): a
+/// home without cores whose job ran 2 s on the other node owes that node
+/// the favour, and its status page (JSON API) lists the node as its
+/// creditor with those core seconds; the node that ran it owes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_whose_job_another_node_ran_lists_that_node_as_its_creditor() {
+    let grid = common::sites_grid_of(
+        Net::Loopback,
+        &[2],
+        |i| if i == 0 { 0 } else { 1 },
+        |_| Vec::new(),
+    );
+    wait_for_neighbours(&grid.nodes, 1, DEADLINE).await;
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        args: vec!["0".into(), "2".into()],
+        lifetime_secs: 60,
+        ..JobRequest::default()
+    };
+    let job = client
+        .submit(request, wasm("stagger"), vec![])
+        .await
+        .unwrap();
+    let status = common::wait_completed(&mut client, job, DEADLINE).await;
+    assert_eq!(status.ranks[&0].node, grid.nodes[1].peer.to_string());
+
+    let start = std::time::Instant::now();
+    let owed = loop {
+        let owed = creditors(&grid.nodes[0]).await;
+        if !owed.is_empty() {
+            break owed;
+        }
+        assert!(start.elapsed() < DEADLINE, "the home lists no creditor");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(owed.len(), 1, "{owed:?}");
+    assert_eq!(owed[0].node_id, grid.nodes[1].peer.to_string());
+    // 2 s of one core, at the same speed (one machine), whole seconds.
+    assert!((2..=4).contains(&owed[0].balance_core_secs), "{owed:?}");
+    assert!(creditors(&grid.nodes[1]).await.is_empty());
 }

@@ -77,6 +77,27 @@ pub struct NodeOverview {
     /// `addresses`: a remote view has none, and none is left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grid: Option<GridAccess>,
+    /// The homes whose waiting jobs this node serves first for the favours
+    /// their nodes did its own (its Network of Favors balances), largest
+    /// first, at most [`MAX_CREDITORS`]. Shown for this node only, like
+    /// `addresses`: a remote view has none, and none is left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub creditors: Vec<Creditor>,
+}
+
+/// The most creditors an overview lists.
+pub const MAX_CREDITORS: usize = 16;
+
+/// A node that did this node more favours than it got: the core time its
+/// workers ran for the jobs homed here (in this machine's core seconds:
+/// scaled by the two nodes' core speeds) beyond what this node ran for
+/// the jobs homed there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Creditor {
+    /// The node's peer id.
+    pub node_id: String,
+    /// The balance, in this machine's core seconds.
+    pub balance_core_secs: u64,
 }
 
 /// Who may join a node's grid.

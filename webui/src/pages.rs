@@ -381,6 +381,27 @@ fn overview(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
             @if let Some(source) = &node.cpu_speed_source { ", " (source) }
             " (1000 is the reference; homes prefer idle, then faster nodes among equally near offers)."
         }
+        @if !node.creditors.is_empty() {
+            h2 { "Favours" }
+            p {
+                "Nodes that ran more for this node's jobs than it ran for theirs: their \
+                 jobs get this node's freed cores first, in proportion (core seconds of \
+                 this machine)."
+            }
+            div.scroll {
+                table #creditors {
+                    thead { tr { th { "Node" } th { "Balance" } } }
+                    tbody {
+                        @for c in &node.creditors {
+                            tr {
+                                td { a.id href=(peer_href(&c.node_id)) title=(c.node_id) { (short(&c.node_id)) } }
+                                td.num { (c.balance_core_secs) " core s" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         h2 { "Jobs this node is home to (" (node.home_jobs.len()) ")" }
         @if node.home_jobs.is_empty() {
             p.empty { "None." }

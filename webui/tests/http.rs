@@ -50,6 +50,10 @@ async fn overview_page() {
         "16.0 GiB",
         "512.0 MiB",
         "Jobs this node is home to (2)",
+        // The favours it owes, the creditor's id escaped.
+        "<table id=\"creditors\">",
+        "3600 core s",
+        "creditor&lt;script&gt;",
         "&lt;script&gt;alert(1)&lt;/script&gt;",
         "href=\"/jobs/job-1\"",
         "data-live=\"/events/overview\"",

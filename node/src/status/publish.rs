@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use zorilla_core::advert::JobId;
 use zorilla_core::node::Scheduler;
 use zorilla_overlay::PeerId;
-use zorilla_webui::model::{JobPhase, JobRole, JobSummary, PendingAdvert, WorkerInfo, WorkerState};
+use zorilla_webui::model::{
+    Creditor, JobPhase, JobRole, JobSummary, MAX_CREDITORS, PendingAdvert, WorkerInfo, WorkerState,
+};
 
 use super::convert::{home_entry, job_name, resources, state_by_phase, strategy, submitted};
 use super::source::NodeStatus;
@@ -332,6 +334,21 @@ impl Publisher {
             })
             .collect();
         let offered = sched.config().resources;
+        let mut creditors: Vec<Creditor> = sched
+            .favours()
+            .creditors()
+            .map(|(node, balance)| Creditor {
+                node_id: node.to_string(),
+                balance_core_secs: balance / 1000,
+            })
+            .filter(|c| c.balance_core_secs > 0)
+            .collect();
+        creditors.sort_by(|a, b| {
+            b.balance_core_secs
+                .cmp(&a.balance_core_secs)
+                .then_with(|| a.node_id.cmp(&b.node_id))
+        });
+        creditors.truncate(MAX_CREDITORS);
         LoopView {
             in_use: resources(offered.saturating_sub(&sched.free())),
             workers_running: state.members.iter().map(|m| m.running.len() as u32).sum(),
@@ -339,6 +356,7 @@ impl Publisher {
             jobs,
             pending,
             disk_problem: state.disk_problem,
+            creditors,
         }
     }
 }

@@ -155,6 +155,7 @@ impl StatusSource for NodeStatus {
             uptime_secs: self.started.elapsed().as_secs(),
             network: self.network.clone(),
             grid: self.grid.clone(),
+            creditors: local.creditors.clone(),
             listen_addresses: net.listen.clone(),
             addresses: net.addresses.clone(),
             position: net.position.map(|p| Position {

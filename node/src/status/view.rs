@@ -10,7 +10,7 @@ use zorilla_core::vivaldi::{Coord, Position};
 use zorilla_overlay::OverlayStats;
 use zorilla_webui::Change;
 use zorilla_webui::model::{
-    AddressInfo, JobRole, JobSummary, PeerInfo, PendingAdvert, Resources, WorkerInfo,
+    AddressInfo, Creditor, JobRole, JobSummary, PeerInfo, PendingAdvert, Resources, WorkerInfo,
 };
 
 /// What the loop publishes.
@@ -24,6 +24,8 @@ pub(super) struct LoopView {
     pub(super) pending: Vec<PendingEntry>,
     /// Why the disk cannot be written, while it cannot.
     pub(super) disk_problem: Option<String>,
+    /// The largest favour balances (see `zorilla_core::favours`).
+    pub(super) creditors: Vec<Creditor>,
 }
 
 /// A job as the pages list it (home or participant).
@@ -96,6 +98,7 @@ pub(super) fn diff(old: &LoopView, new: &LoopView) -> BTreeSet<ChangeKey> {
     if old.in_use != new.in_use
         || old.workers_running != new.workers_running
         || old.disk_problem != new.disk_problem
+        || old.creditors != new.creditors
     {
         out.insert(ChangeKey::Node);
     }

@@ -94,6 +94,8 @@ impl From<w::Overview> for m::NodeOverview {
             addresses: Vec::new(),
             position: None,
             grid: None,
+            // Not on the wire: a node's balances with others are its own.
+            creditors: Vec::new(),
         }
     }
 }
@@ -464,6 +466,7 @@ mod tests {
                 addresses: Vec::new(),
                 position: None,
                 grid: None,
+                creditors: Vec::new(),
             },
             peers: vec![m::PeerInfo {
                 peer_id: "p".into(),

@@ -119,6 +119,10 @@ pub fn node_snapshot(id: &str, name: &str, jobs: Vec<JobSummary>) -> NodeSnapsho
                 fingerprint: XSS1.into(),
                 expires_unix: u64::MAX,
             }),
+            creditors: vec![Creditor {
+                node_id: format!("creditor{XSS1}"),
+                balance_core_secs: 3600,
+            }],
         },
         peers: vec![
             PeerInfo {
