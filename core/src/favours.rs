@@ -77,6 +77,9 @@ impl Account {
 #[derive(Debug, Clone, Default)]
 pub struct Ledger<P> {
     accounts: BTreeMap<P, Account>,
+    /// How many times a favour was counted: a driver that keeps the
+    /// ledger across restarts saves it when this moved.
+    changes: u64,
 }
 
 impl<P: Ord + Clone> Ledger<P> {
@@ -84,13 +87,35 @@ impl<P: Ord + Clone> Ledger<P> {
     pub fn new() -> Self {
         Ledger {
             accounts: BTreeMap::new(),
+            changes: 0,
         }
+    }
+
+    /// Every account: the consumer, the favours received from it and
+    /// those given to it.
+    pub fn accounts(&self) -> impl Iterator<Item = (&P, Favour, Favour)> {
+        self.accounts.iter().map(|(p, a)| (p, a.received, a.given))
+    }
+
+    /// Takes back an account a driver kept across a restart (see
+    /// [`Ledger::accounts`]); within [`MAX_CONSUMERS`] as always.
+    pub fn restore(&mut self, consumer: &P, received: Favour, given: Favour, now: Time) {
+        let account = self.account(consumer, now);
+        account.received = received;
+        account.given = given;
+    }
+
+    /// How many favours were counted since the ledger was made (restored
+    /// accounts not counted).
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// This node ran `cores` cores for `ms` milliseconds for a job homed at
     /// `consumer`.
     pub fn gave(&mut self, consumer: &P, cores: u32, ms: u64, now: Time) {
         let favour = u64::from(cores).saturating_mul(ms);
+        self.changes = self.changes.wrapping_add(1);
         let account = self.account(consumer, now);
         account.given = account.given.saturating_add(favour);
     }
@@ -99,6 +124,7 @@ impl<P: Ord + Clone> Ledger<P> {
     /// here, its cores `speed` against this node's `own_speed`.
     pub fn received(&mut self, by: &P, cores: u32, ms: u64, speed: u32, own_speed: u32, now: Time) {
         let favour = scaled(u64::from(cores).saturating_mul(ms), speed, own_speed);
+        self.changes = self.changes.wrapping_add(1);
         let account = self.account(by, now);
         account.received = account.received.saturating_add(favour);
     }

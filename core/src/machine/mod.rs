@@ -428,6 +428,12 @@ where
         &self.sched
     }
 
+    /// Takes back the favour accounts a driver kept across a restart (see
+    /// [`Scheduler::restore_favours`]).
+    pub fn restore_favours(&mut self, accounts: impl IntoIterator<Item = (P, u64, u64)>) {
+        self.sched.restore_favours(accounts);
+    }
+
     /// The scheduler, to change behind the machine's back: nothing it
     /// decides then is logged, held or watched. Only for tests of a
     /// driver's own checks (that they catch a scheduler that misbehaves).

@@ -435,6 +435,14 @@ impl<P: PeerKey> Scheduler<P> {
         &self.favours
     }
 
+    /// Takes back the favour accounts (consumer, received, given) a driver
+    /// kept across a restart (see [`Ledger::accounts`]).
+    pub fn restore_favours(&mut self, accounts: impl IntoIterator<Item = (P, u64, u64)>) {
+        for (consumer, received, given) in accounts {
+            self.favours.restore(&consumer, received, given, Time::ZERO);
+        }
+    }
+
     /// The scheduler of node `id`.
     pub fn new(id: P, config: SchedulerConfig<P>) -> Self {
         Scheduler {

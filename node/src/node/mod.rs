@@ -265,6 +265,9 @@ pub(crate) struct Node {
     /// How long replica messages are held back (zero but in tests: see
     /// [`TEST_REPLICA_DELAY`]).
     replica_delay: Duration,
+    /// The favour ledger's changes when it was last saved (see
+    /// [`Node::save_favours`]).
+    favours_saved: u64,
 }
 
 /// What the loop is started with.
@@ -358,8 +361,17 @@ impl Node {
                 .map_or(Duration::ZERO, |ms| {
                     Duration::from_millis(ms).min(MAX_TEST_REPLICA_DELAY)
                 }),
+            favours_saved: 0,
         };
         node.recover();
+        // The favour balances from before a restart (see `save_favours`).
+        match node.store.favours() {
+            Ok(accounts) => {
+                node.machine.restore_favours(accounts);
+                node.status.touch();
+            }
+            Err(e) => tracing::warn!("cannot read the favour balances; starting without: {e}"),
+        }
         node.net.links.accept().await;
         tokio::pin!(shutdown);
         let mut copies_check = tokio::time::interval(COPY_CHECK);
@@ -415,7 +427,10 @@ impl Node {
                     node.refresh_stale_copies();
                     node.collect_checkpoints();
                 }
-                _ = store_check.tick() => node.check_store(),
+                _ = store_check.tick() => {
+                    node.check_store();
+                    node.save_favours();
+                }
                 _ = ranks_check.tick() => node.check_stalls(),
                 _ = release_check.tick() => node.release_memory(),
                 _ = distances_check.tick() => node.ask_peer_distances(),
@@ -619,7 +634,23 @@ impl Node {
         }
     }
 
+    /// Saves the favour ledger if it changed since it was last saved: at
+    /// most once per [`STORE_CHECK`] and when the node shuts down, so a
+    /// node killed loses at most that much of its balances.
+    fn save_favours(&mut self) {
+        let ledger = self.machine.scheduler().favours();
+        let changes = ledger.changes();
+        if changes == self.favours_saved {
+            return;
+        }
+        match self.store.put_favours(ledger.accounts()) {
+            Ok(()) => self.favours_saved = changes,
+            Err(e) => tracing::warn!("cannot save the favour balances: {e}"),
+        }
+    }
+
     fn shutdown(&mut self) {
+        self.save_favours();
         for member in self.members.values_mut() {
             for (_, worker) in member.workers.drain() {
                 worker.cancel();

@@ -14,8 +14,8 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, WriteTran
 
 use super::files::write_output;
 use super::schema::{
-    BLOBS, JOBS, JobRecord, LOG_TIMES, LOGS, META, OUTPUT_FILES, OUTPUTS, StoreError, classify,
-    err, unix_ms,
+    BLOBS, FAVOURS, JOBS, JobRecord, LOG_TIMES, LOGS, META, OUTPUT_FILES, OUTPUTS, StoreError,
+    classify, err, unix_ms,
 };
 
 /// redb's page cache (and write buffer, at most half of it). Every page
@@ -212,6 +212,7 @@ impl Store {
             tx.open_table(LOG_TIMES)?;
             tx.open_table(META)?;
             tx.open_table(OUTPUT_FILES)?;
+            tx.open_table(FAVOURS)?;
             Ok(true)
         })
     }

@@ -22,7 +22,8 @@
 //!
 //! Parts: [`schema`] (tables, records, errors), [`db`] (the database, its
 //! transactions, and writes that wait for a disk that failed), [`jobs`],
-//! [`logs`] and [`outputs`] (what the node stores of each), [`files`] (the
+//! [`logs`] and [`outputs`] (what the node stores of each), [`favours`]
+//! (the node's Network of Favors balances), [`files`] (the
 //! output files beside the database), [`writer`] (the thread that writes
 //! logs and outputs).
 
@@ -32,6 +33,7 @@ use redb::Database;
 
 pub(crate) mod checkpoints;
 mod db;
+mod favours;
 mod files;
 mod jobs;
 mod logs;

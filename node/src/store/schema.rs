@@ -23,6 +23,10 @@ pub(super) const OUTPUT_FILES: TableDefinition<'_, (u64, &str), u64> =
 /// keys as [`LOGS`].
 pub(super) const LOG_TIMES: TableDefinition<'_, (u64, u64), u64> =
     TableDefinition::new("log_times");
+/// The node's Network of Favors accounts (see `zorilla_core::favours`):
+/// a consumer's peer id (text) to the favours received from it and given
+/// to it, in this machine's core-milliseconds.
+pub(super) const FAVOURS: TableDefinition<'_, &str, (u64, u64)> = TableDefinition::new("favours");
 /// The store's own marks: when it last wrote after the disk failed.
 pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 

@@ -633,3 +633,31 @@ fn a_records_nodes_are_peer_ids_stored_as_text() {
         "{err:?}"
     );
 }
+
+/// The favour balances a node saved are what it reads back after a
+/// reopen, and a save replaces what was there (an account gone from the
+/// ledger is gone from the store).
+#[test]
+fn favour_accounts_survive_a_reopen_and_a_save_replaces_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    let (a, b) = (
+        zorilla_overlay::PeerId::random(),
+        zorilla_overlay::PeerId::random(),
+    );
+    {
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.favours().unwrap(), vec![]);
+        store
+            .put_favours([(&a, 5_000, 1_000), (&b, 0, 7)].into_iter())
+            .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let mut got = store.favours().unwrap();
+    got.sort();
+    let mut want = vec![(a, 5_000, 1_000), (b, 0, 7)];
+    want.sort();
+    assert_eq!(got, want);
+    store.put_favours([(&b, 9, 9)].into_iter()).unwrap();
+    assert_eq!(store.favours().unwrap(), vec![(b, 9, 9)]);
+}

@@ -221,6 +221,27 @@ impl TestNode {
         let _ = self.child.wait();
     }
 
+    /// Stops the node as its service manager would (SIGTERM: it shuts
+    /// down in order), killing it if it has not ended within 30 s, and
+    /// starts it again on the same directory.
+    pub(crate) fn restart_gracefully(&mut self) {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill (procps) runs");
+        assert!(sent.success(), "SIGTERM to {pid} failed");
+        let start = std::time::Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the node did not end after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.restart();
+    }
+
     pub(crate) fn restart(&mut self) {
         self.kill();
         // The old value's drop kills the already dead process again: harmless.
