@@ -100,7 +100,7 @@ done
 
 # The simulator on generated topologies (BENCHMARKS.md, "Generated
 # topologies"): the arguments as BENCHMARKS.md names them; the --short run
-# takes 2 topologies instead of N.
+# takes 2 topologies (or seeds) instead of N.
 run_sim() { # log-name zorilla-sim-arguments...
     [[ -n $resume ]] && return
     local name=$1
@@ -108,7 +108,7 @@ run_sim() { # log-name zorilla-sim-arguments...
     local args=("$@")
     if $short; then
         for i in "${!args[@]}"; do
-            if [[ ${args[$i]} == --random || ${args[$i]} == --hetero ]]; then
+            if [[ ${args[$i]} == --random || ${args[$i]} == --hetero || ${args[$i]} == --fairshare ]]; then
                 args[$((i + 1))]=2
             fi
         done
@@ -120,6 +120,8 @@ run_sim() { # log-name zorilla-sim-arguments...
 run_sim random-small --random 200 --size small
 run_sim random-full --random 40 --size full
 run_sim hetero-small --hetero 200 --size small --mode ours-nearest,ours,paper
+# Fair sharing (BENCHMARKS.md, "Fair sharing"): seeds 1 to 5, 2 in the short run.
+run_sim fairshare --fairshare 5
 
 # Measurements that are tests marked #[ignore] or sized by the environment.
 run_test() { # log-name cargo-test-arguments...

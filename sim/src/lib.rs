@@ -9,8 +9,12 @@
 //! machines whose workers run by work, CPU speed and the multi-core
 //! desktop grids paper's contention model, for job turnaround
 //! (`zorilla-sim --hetero N`); [`sweep`] is the P2P-MPI co-allocation
-//! sweep, one job of `n` workers against the paper's algorithms.
+//! sweep, one job of `n` workers against the paper's algorithms;
+//! [`fairshare`] measures the Network of Favors' fair sharing among
+//! contributors, free riders and fresh identities against first come,
+//! first served (`zorilla-sim --fairshare N`).
 
+pub mod fairshare;
 pub mod generate;
 pub mod random;
 pub mod report;

@@ -209,10 +209,16 @@ pub fn from_csv(text: &str) -> anyhow::Result<Vec<Run>> {
         if f.len() != 11 && f.len() != 12 {
             return Err(bad());
         }
-        let mode = [Mode::Ours, Mode::Paper, Mode::OursHop, Mode::OursNearest]
-            .into_iter()
-            .find(|m| m.name() == f[1])
-            .ok_or_else(bad)?;
+        let mode = [
+            Mode::Ours,
+            Mode::Paper,
+            Mode::OursHop,
+            Mode::OursNearest,
+            Mode::OursFcfs,
+        ]
+        .into_iter()
+        .find(|m| m.name() == f[1])
+        .ok_or_else(bad)?;
         let num = |k: usize| f[k].parse::<f64>().map_err(|_| bad());
         let int = |k: usize| f[k].parse::<usize>().map_err(|_| bad());
         runs.push(Run {

@@ -273,6 +273,7 @@ fn mode_label(mode: Mode) -> &'static str {
         Mode::Paper => "paper baseline: hop floods, 1 s doubling, Bamboo-like overlay",
         Mode::OursHop => "ours with hop floods only (no latency budget)",
         Mode::OursNearest => "ours, nearest offers first only (no idle/fast preference)",
+        Mode::OursFcfs => "ours, queues first come first served (no fair sharing)",
     }
 }
 
@@ -283,5 +284,6 @@ pub(crate) fn mode_color(mode: Mode) -> RGBAColor {
         Mode::Paper => RED.to_rgba(),
         Mode::OursHop => GREEN.to_rgba(),
         Mode::OursNearest => MAGENTA.to_rgba(),
+        Mode::OursFcfs => CYAN.to_rgba(),
     }
 }

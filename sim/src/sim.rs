@@ -421,6 +421,7 @@ impl Sim {
             // the reference machine's.
             speed: (self.grid.speed[node as usize] * f64::from(REFERENCE_SPEED)).round() as u32,
             prefer: self.mode.prefer(),
+            fair_share: self.mode.fair_share(),
             ..SchedulerConfig::default()
         };
         let overlay = if self.mode.our_overlay() {

@@ -362,8 +362,10 @@ impl<P: PeerKey> Scheduler<P> {
         self.by_priority();
         let users = &self.config.limits.users;
         let homes: Vec<&P> = self.pending.iter().map(|p| &p.advert.home).collect();
-        let favours = &self.favours;
-        let mut order = crate::favours::turns(&homes, |home| favours.balance(home));
+        // Without fair sharing every balance counts as zero: queue order.
+        let favours = self.config.fair_share.then_some(&self.favours);
+        let mut order =
+            crate::favours::turns(&homes, |home| favours.map_or(0, |f| f.balance(home)));
         // Stable: the favours' order within each group.
         order.sort_by_key(|&i| !users.comes_first(self.pending[i].advert.owner.as_ref()));
         order

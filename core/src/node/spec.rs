@@ -193,6 +193,11 @@ pub struct SchedulerConfig<P: Ord> {
     /// How many ended jobs the home remembers (phase and report) before it
     /// forgets the oldest; the driver keeps its own durable record.
     pub ended_capacity: usize,
+    /// Whether queued jobs take turns by the favours their homes did this
+    /// node ([`crate::favours`]); `false`: in queue order (first come,
+    /// first served), the baseline the simulator measures fair sharing
+    /// against. On by default.
+    pub fair_share: bool,
 }
 
 impl<P: Ord> Default for SchedulerConfig<P> {
@@ -208,6 +213,7 @@ impl<P: Ord> Default for SchedulerConfig<P> {
             declined_capacity: 1024,
             max_job_workers: limits::MAX_WORKERS,
             ended_capacity: 1024,
+            fair_share: true,
         }
     }
 }

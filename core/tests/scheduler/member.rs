@@ -717,7 +717,27 @@ fn a_users_priorities_reorder_only_that_users_jobs() {
 /// 0 is a favour to 0, whose balance stays zero (it never goes below).
 #[test]
 fn a_freed_core_goes_first_to_the_job_of_a_node_that_did_this_one_favours() {
-    let mut node = member(1);
+    assert_eq!(freed_core_offered_to(true), vec![(10, JobId(2))]);
+}
+
+/// The same without fair sharing (`SchedulerConfig::fair_share` off, the
+/// simulator's first-come-first-served baseline): the stranger's job,
+/// queued first, is offered the core.
+#[test]
+fn without_fair_sharing_a_freed_core_goes_to_the_job_queued_first() {
+    assert_eq!(freed_core_offered_to(false), vec![(20, JobId(1))]);
+}
+
+/// The offers node 1 makes when its core frees up in the scenario above.
+fn freed_core_offered_to(fair_share: bool) -> Vec<(u32, JobId)> {
+    let mut node = Scheduler::new(
+        1,
+        SchedulerConfig {
+            resources: Resources::new(1, 4096, 4096),
+            fair_share,
+            ..SchedulerConfig::default()
+        },
+    );
     other_job_takes_a_core(&mut node);
     from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
     // Node 1's own job runs on node 10 from 10 ms to 10.010 s.
@@ -762,7 +782,7 @@ fn a_freed_core_goes_first_to_the_job_of_a_node_that_did_this_one_favours() {
             _ => None,
         })
         .collect();
-    assert_eq!(offered, vec![(10, JobId(2))], "{out:?}");
     assert_eq!(node.favours().balance(&HOME), 0);
     assert_eq!(node.favours().len(), 2, "accounts of 10 and of home 0");
+    offered
 }

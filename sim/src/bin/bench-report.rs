@@ -225,6 +225,36 @@ fn read_logs(dir: &Path) -> anyhow::Result<Results> {
 /// What each figure is, in the order of the table, and where it comes from.
 const FIGURES: &[(&str, &str, &str)] = &[
     (
+        "fairshare.ours.contributor_share",
+        "fair sharing: core time per contributor (8 contributors, 4 free riders, 24 identities; 1.6x the cores asked for)",
+        "zorilla-sim --fairshare 5",
+    ),
+    (
+        "fairshare.ours.free_rider_share",
+        "fair sharing: core time per free rider",
+        "zorilla-sim --fairshare 5",
+    ),
+    (
+        "fairshare.ours.identities_share",
+        "fair sharing: core time of the 24 fresh identities together",
+        "zorilla-sim --fairshare 5",
+    ),
+    (
+        "fairshare.fcfs.contributor_share",
+        "first come, first served (same plans): core time per contributor",
+        "zorilla-sim --fairshare 5",
+    ),
+    (
+        "fairshare.fcfs.free_rider_share",
+        "first come, first served: core time per free rider",
+        "zorilla-sim --fairshare 5",
+    ),
+    (
+        "fairshare.fcfs.identities_share",
+        "first come, first served: core time of the identities together",
+        "zorilla-sim --fairshare 5",
+    ),
+    (
         "client.submits",
         "submissions accepted per second, 8 clients",
         "cargo bench -p zorilla-node --bench client",

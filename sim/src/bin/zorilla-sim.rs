@@ -7,6 +7,7 @@
 //! zorilla-sim sim/scenarios/zorilla-4.2.toml --mode both --out out/sim
 //! zorilla-sim sim/scenarios/zorilla-4.2.toml --mode ours,ours-hop   # ablation
 //! zorilla-sim --random 200 --size full --out out/random   # generated topologies
+//! zorilla-sim --fairshare 5    # Network of Favors against first come, first served
 //! ```
 
 use std::path::PathBuf;
@@ -31,6 +32,8 @@ enum Modes {
     OursHop,
     /// Ours without the preference of idle, faster nodes.
     OursNearest,
+    /// Ours with queues first come, first served: isolates fair sharing.
+    OursFcfs,
     /// Ours and the paper's baseline.
     Both,
 }
@@ -68,7 +71,7 @@ enum Sizes {
 #[command(version, about)]
 struct Args {
     /// The scenario file (TOML), e.g. sim/scenarios/zorilla-4.2.toml.
-    #[arg(required_unless_present_any = ["random", "plot", "hetero"])]
+    #[arg(required_unless_present_any = ["random", "plot", "hetero", "fairshare"])]
     scenario: Option<PathBuf>,
     /// Instead of a scenario file: this many generated topologies (seeds 1
     /// to N; random sites, sizes, cores, RTTs and workloads), each run with
@@ -81,6 +84,12 @@ struct Args {
     /// of job turnaround (submission to end).
     #[arg(long, conflicts_with_all = ["scenario", "random"])]
     hetero: Option<u64>,
+    /// Instead of a scenario file: the fair-sharing experiment
+    /// (`zorilla_sim::fairshare`) on seeds 1 to N, each with fair sharing
+    /// (ours) and first come, first served (ours-fcfs): each class's share
+    /// of the core time and its tasks' turnaround.
+    #[arg(long, conflicts_with_all = ["scenario", "random", "hetero"])]
+    fairshare: Option<u64>,
     /// Instead of running: plot again the `random.csv` a `--random` run
     /// wrote, into `random.svg` in `--out`.
     #[arg(long, conflicts_with_all = ["scenario", "random"])]
@@ -141,6 +150,9 @@ fn main() -> anyhow::Result<()> {
     let modes = modes(&args.mode);
     if let Some(n) = args.hetero {
         return hetero(&args, n, &modes);
+    }
+    if let Some(n) = args.fairshare {
+        return fairshare(&args, n);
     }
     if let Some(n) = args.random {
         return random(&args, n, &modes);
@@ -249,6 +261,7 @@ fn modes(asked: &[Modes]) -> Vec<Mode> {
             Modes::Paper => &[Mode::Paper],
             Modes::OursHop => &[Mode::OursHop],
             Modes::OursNearest => &[Mode::OursNearest],
+            Modes::OursFcfs => &[Mode::OursFcfs],
             Modes::Both => &[Mode::Ours, Mode::Paper],
         };
         for m in add {
@@ -305,6 +318,100 @@ fn hetero(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     }
     let violations: usize = runs.iter().map(|r| r.violations).sum();
     println!("in {:.1} s", started.elapsed().as_secs_f64());
+    anyhow::ensure!(violations == 0, "{violations} invariant violations");
+    Ok(())
+}
+
+/// `--fairshare N`: the fair-sharing experiment on seeds 1 to N (or
+/// `--seeds`), with and without fair sharing; per class the mean over the
+/// seeds of its share of the core time delivered during the window, and
+/// its tasks' turnaround over every seed; RESULT lines for bench-report.
+fn fairshare(args: &Args, n: u64) -> anyhow::Result<()> {
+    use zorilla_sim::fairshare::{Class, Outcome, Setup, median_p95, run};
+    let setup = Setup::DEFAULT;
+    let seeds: Vec<u64> = match &args.seeds {
+        Some(seeds) => seeds.clone(),
+        None => (1..=n).collect(),
+    };
+    let started = Instant::now();
+    println!(
+        "fair sharing: {} contributors of {} cores, {} free riders, {} fresh identities sharing one \
+         free rider's load; every user a bag of {} one-worker tasks of {} s every {} s for {} s \
+         ({:.2} times the cores asked for); {} seed(s)",
+        setup.contributors,
+        setup.cores,
+        setup.free_riders,
+        setup.identities,
+        setup.bag,
+        setup.task_s,
+        setup.period_s,
+        setup.window_s,
+        setup.load(),
+        seeds.len()
+    );
+    let classes = [Class::Contributor, Class::FreeRider, Class::Identity];
+    let mut violations = 0;
+    for (mode, key) in [(Mode::Ours, "ours"), (Mode::OursFcfs, "fcfs")] {
+        let runs: Vec<Outcome> = seeds
+            .iter()
+            .map(|&seed| run(&setup, mode, seed))
+            .collect::<anyhow::Result<_>>()?;
+        violations += runs.iter().map(|r| r.violations.len()).sum::<usize>();
+        let k = runs.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&Outcome) -> f64| runs.iter().map(f).sum::<f64>() / k;
+        println!(
+            "\n{}: core time delivered during the window {:.1}% of the contributors' (mean)",
+            mode.name(),
+            mean(&|o| 100.0 * o.delivered_s / o.capacity_s)
+        );
+        println!(
+            "  {:<13} {:>5} {:>14} {:>14} {:>14} {:>22} {:>15}",
+            "class",
+            "users",
+            "share",
+            "per user",
+            "contributed",
+            "turnaround med / p95",
+            "completed"
+        );
+        for class in classes {
+            let figures = |o: &Outcome| o.classes.get(&class).cloned().unwrap_or_default();
+            let share = mean(&|o| o.share(class));
+            let user = mean(&|o| o.user_share(class));
+            let contributed = mean(&|o| 100.0 * figures(o).contributed_s / o.delivered_s);
+            let turnarounds: Vec<f64> = runs.iter().flat_map(|o| figures(o).turnarounds).collect();
+            let (median, p95) = median_p95(turnarounds);
+            let completed: u32 = runs.iter().map(|o| figures(o).completed).sum();
+            let tasks: u32 = runs.iter().map(|o| figures(o).tasks).sum();
+            println!(
+                "  {:<13} {:>5} {:>13.1}% {:>13.1}% {:>13.1}% {:>12.0} s / {:>4.0} s {:>6} of {:<6}",
+                class.name(),
+                runs.first().map_or(0, |o| figures(o).users),
+                share,
+                user,
+                contributed,
+                median,
+                p95,
+                completed,
+                tasks
+            );
+            let name = match class {
+                Class::Contributor => "contributor",
+                Class::FreeRider => "free_rider",
+                Class::Identity => "identities",
+            };
+            if class == Class::Identity {
+                println!(
+                    "RESULT fairshare.{key}.{name}_share {share:.1} % of the core time, all together"
+                );
+            } else {
+                println!("RESULT fairshare.{key}.{name}_share {user:.1} % of the core time, each");
+            }
+            println!("RESULT fairshare.{key}.{name}_turnaround {median:.0} s median");
+            println!("RESULT fairshare.{key}.{name}_completed {completed} of {tasks} tasks");
+        }
+    }
+    println!("\nin {:.1} s", started.elapsed().as_secs_f64());
     anyhow::ensure!(violations == 0, "{violations} invariant violations");
     Ok(())
 }

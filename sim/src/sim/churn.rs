@@ -121,7 +121,9 @@ impl Sim {
             .filter(|n| self.nodes[*n as usize].alive)
             .collect();
         match self.mode {
-            Mode::Ours | Mode::OursHop | Mode::OursNearest => self.rejoin_ours(node, &alive),
+            Mode::Ours | Mode::OursHop | Mode::OursNearest | Mode::OursFcfs => {
+                self.rejoin_ours(node, &alive)
+            }
             Mode::Paper => {
                 // A Bamboo node joins with a random set of measured peers.
                 let count = self.scenario.overlay.baseline_leaves + 16;

@@ -20,6 +20,11 @@ pub enum Mode {
     /// near offers (nearest first only, as the paper's home): a comparison
     /// with [`Mode::Ours`] isolates what the preference does.
     OursNearest,
+    /// Ours with the members' queues served first come, first served
+    /// instead of by the Network of Favors (`SchedulerConfig::fair_share`
+    /// off): a comparison with [`Mode::Ours`] isolates what fair sharing
+    /// does (`crate::fairshare`).
+    OursFcfs,
 }
 
 impl Mode {
@@ -30,13 +35,14 @@ impl Mode {
             Mode::Paper => "paper",
             Mode::OursHop => "ours-hop",
             Mode::OursNearest => "ours-nearest",
+            Mode::OursFcfs => "ours-fcfs",
         }
     }
 
     /// The flooding schedule a home uses in this mode.
     pub fn schedule(self) -> ScheduleConfig {
         match self {
-            Mode::Ours | Mode::OursNearest => ScheduleConfig::default(),
+            Mode::Ours | Mode::OursNearest | Mode::OursFcfs => ScheduleConfig::default(),
             Mode::Paper => ScheduleConfig::paper(),
             Mode::OursHop => ScheduleConfig {
                 flood_mode: FloodMode::Hops,
@@ -50,9 +56,16 @@ impl Mode {
     /// paper's takes the nearest first only.
     pub fn prefer(self) -> Option<SameDistance> {
         match self {
-            Mode::Ours | Mode::OursHop => Some(SameDistance::DEFAULT),
+            Mode::Ours | Mode::OursHop | Mode::OursFcfs => Some(SameDistance::DEFAULT),
             Mode::Paper | Mode::OursNearest => None,
         }
+    }
+
+    /// Whether members serve their queues by the favours the jobs' homes
+    /// did them (every mode but [`Mode::OursFcfs`]; the paper's too, so
+    /// that its figures stay those of our scheduler's core).
+    pub fn fair_share(self) -> bool {
+        self != Mode::OursFcfs
     }
 
     /// Whether the overlay is ours (nearest `k` plus far links) rather than
