@@ -56,7 +56,7 @@ impl<P: PeerKey> Scheduler<P> {
                 report,
                 logged_checkpoints: 0,
                 answered: BTreeSet::new(),
-                asked: BTreeSet::new(),
+                asked: BTreeMap::new(),
             },
         );
     }
@@ -94,7 +94,10 @@ impl<P: PeerKey> Scheduler<P> {
             .filter(|(node, k)| {
                 k.rtt <= budget
                     && now.saturating_sub(k.seen) < KNOWLEDGE_KEPT
-                    && !job.asked.contains(*node)
+                    && job
+                        .asked
+                        .get(*node)
+                        .is_none_or(|at| now.saturating_sub(*at) >= ASK_AGAIN_AFTER)
             })
             .map(|(node, k)| (node.clone(), k.rtt))
             .collect();
@@ -116,7 +119,7 @@ impl<P: PeerKey> Scheduler<P> {
         // Asked now, by a direct advert or by the flood: a later step
         // inside the ball does not ask them again.
         for (node, _) in &targets {
-            job.asked.insert(node.clone());
+            job.asked.insert(node.clone(), now);
         }
         known_ball.then_some(targets)
     }

@@ -175,9 +175,9 @@ struct HomeJob<P> {
     /// [`MAX_ANSWERED`]: a later offer of one of them is not a new answer
     /// (see [`HomeJob::new_answer`]).
     answered: BTreeSet<P>,
-    /// Nodes sent a direct advert of this search (at most
-    /// [`MAX_KNOWN_NODES`]).
-    asked: BTreeSet<P>,
+    /// Nodes sent a direct advert of this search, and when (at most
+    /// [`MAX_KNOWN_NODES`]): asked again after [`ASK_AGAIN_AFTER`].
+    asked: BTreeMap<P, Time>,
 }
 
 /// The most nodes a home remembers as having answered one job; beyond it,
@@ -200,6 +200,16 @@ pub const SETTLE_SLACK: Duration = Duration::from_micros(2500);
 /// The most peer distances a scheduler keeps
 /// ([`Scheduler::set_peer_distances`]), the nearest.
 pub const MAX_PEER_DISTANCES: usize = 4096;
+
+/// How long a node asked for a job (a direct advert) is taken to keep it:
+/// after that a step of the job's search asks it again. A member that
+/// declined a job as busy keeps its advert in its queue and offers when
+/// cores free up, but a full queue pushes adverts out, and nothing tells
+/// the home: without asking again, a job whose adverts were pushed out of
+/// every queue would wait for ever while cores sit idle (zorilla-sim
+/// `--fairshare`: 627 of 1,600 tasks of free riders never started). A
+/// member that still holds the advert only refreshes it.
+pub const ASK_AGAIN_AFTER: Duration = Duration::from_secs(60);
 
 /// The most direct adverts one step of a job's search sends (the nearest
 /// nodes first; the rest at the next step). A direct advert to a node the

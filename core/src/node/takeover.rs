@@ -94,7 +94,7 @@ impl<P: PeerKey> Scheduler<P> {
                 ..PendingReport::default()
             },
             answered: BTreeSet::new(),
-            asked: BTreeSet::new(),
+            asked: BTreeMap::new(),
             spec,
             owner,
         };

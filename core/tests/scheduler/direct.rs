@@ -9,7 +9,12 @@ const SECOND: JobId = JobId(8);
 /// A home whose job `JOB` (rigid 1) flooded the 1 ms ball: node 10
 /// offered at 1 ms (and was granted), node 11 declined as busy at 1 ms.
 fn home_that_flooded_once() -> Scheduler<u32> {
-    let mut node = home(ScheduleConfig::default());
+    home_that_flooded_once_with(ScheduleConfig::default())
+}
+
+/// [`home_that_flooded_once`] with `schedule`.
+fn home_that_flooded_once_with(schedule: ScheduleConfig) -> Scheduler<u32> {
+    let mut node = home(schedule);
     let out = submit(&mut node, ms(0), WorkerCount::rigid(1));
     assert!(
         matches!(&out[..], [Output::Flood(a)] if a.flood.latency_budget == Some(ms(1))),
@@ -124,6 +129,55 @@ fn a_node_whose_hold_timed_out_is_asked_again() {
         vec![(10, SECOND, 0), (12, SECOND, 0)],
         "{out:?}"
     );
+}
+
+/// A node asked for a waiting job (it declined as busy, and queued the
+/// advert) is asked again once [`ASK_AGAIN_AFTER`] has passed, and not
+/// before: its queue may have pushed the advert out (nothing tells the
+/// home), and a job asked of nobody any more would wait for ever.
+#[test]
+fn a_node_asked_for_a_waiting_job_is_asked_again_after_a_while() {
+    // Floods no wider than the 1 ms ball: every later step of a job is
+    // direct adverts to the nodes the first found (as in a grid whose
+    // floods reached the largest budget, renewed by the home's other jobs).
+    let mut node = home_that_flooded_once_with(ScheduleConfig {
+        max_budget: ms(1),
+        max_radius: 1,
+        ..ScheduleConfig::default()
+    });
+    // A job that may wait longer than the default minute.
+    let waits = JobSpec {
+        lifetime: ASK_AGAIN_AFTER * 10,
+        ..spec(WorkerCount::rigid(1))
+    };
+    let out = node.handle(
+        ms(100),
+        Input::Submit {
+            owner: None,
+            job: SECOND,
+            spec: node.admit(waits).unwrap(),
+        },
+    );
+    assert_eq!(direct(&out), vec![(10, SECOND, 0), (11, SECOND, 0)]);
+    let mut asked_again = None;
+    let mut steps = 0;
+    while asked_again.is_none() {
+        let at = node.next_timeout().expect("the job still searches");
+        assert!(at < ms(100) + ASK_AGAIN_AFTER * 3, "never asked again");
+        steps += 1;
+        assert!(steps < 1000, "a bounded number of steps");
+        let out = node.handle_timeout(at);
+        let asked: Vec<u32> = direct(&out)
+            .into_iter()
+            .filter(|(_, job, _)| *job == SECOND)
+            .map(|(to, _, _)| to)
+            .collect();
+        if !asked.is_empty() {
+            assert!(at >= ms(100) + ASK_AGAIN_AFTER, "asked again at {at:?}");
+            assert_eq!(asked, vec![10, 11]);
+            asked_again = Some(at);
+        }
+    }
 }
 
 #[test]

@@ -10,9 +10,9 @@ use zorilla_core::advert::{
 use zorilla_core::allocation::SameDistance;
 use zorilla_core::liveness::LostCause;
 use zorilla_core::node::{
-    DIRECT_ADVERTS_PER_SEC, EndReason, Input, JobEvent, JobSpec, KNOWLEDGE_KEPT, LostPolicy,
-    LostReason, MAX_DIRECT_PER_STEP, NativePolicy, Output, OwnerLimits, Phase, RankOutcome,
-    ResizeError, Scheduler, SchedulerConfig, UserLimits, UserPolicy, WorkerEnd,
+    ASK_AGAIN_AFTER, DIRECT_ADVERTS_PER_SEC, EndReason, Input, JobEvent, JobSpec, KNOWLEDGE_KEPT,
+    LostPolicy, LostReason, MAX_DIRECT_PER_STEP, NativePolicy, Output, OwnerLimits, Phase,
+    RankOutcome, ResizeError, Scheduler, SchedulerConfig, UserLimits, UserPolicy, WorkerEnd,
 };
 use zorilla_core::resources::{Machine, REFERENCE_SPEED, Resources};
 use zorilla_core::schedule::ScheduleConfig;
