@@ -113,6 +113,13 @@ pub struct Advert<P> {
     /// The job's priority among its owner's jobs ([`JobSpec::priority`](crate::node::JobSpec::priority)).
     #[serde(default)]
     pub priority: i8,
+    /// Whether its workers may be stopped to give their cores to a job of
+    /// a node the member owes favours (see [`crate::favours`]): its home
+    /// replaces lost workers ([`LostPolicy`](crate::node::LostPolicy)
+    /// other than `Fail`), so the job goes on elsewhere (from its
+    /// checkpoints, if it takes them).
+    #[serde(default)]
+    pub preemptible: bool,
 }
 
 /// What a job's workers are.

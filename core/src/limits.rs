@@ -272,6 +272,7 @@ mod tests {
             owner: None,
             kind: crate::advert::WorkKind::Wasm,
             priority: 0,
+            preemptible: false,
         }
     }
 

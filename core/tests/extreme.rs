@@ -107,6 +107,7 @@ fn advert() -> impl Strategy<Value = Advert<u32>> {
                     owner: None,
                     kind: zorilla_core::advert::WorkKind::Wasm,
                     priority: 0,
+                    preemptible: false,
                 }
             },
         )
@@ -443,6 +444,7 @@ fn an_advert_expiring_in_nearly_two_to_the_64_seconds_does_not_panic_a_member() 
         owner: None,
         kind: zorilla_core::advert::WorkKind::Wasm,
         priority: 0,
+        preemptible: false,
     };
     assert!(limits::check_advert(&advert).is_err());
     let deliver = |node: &mut Scheduler<u32>, now, advert| {

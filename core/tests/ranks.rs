@@ -600,6 +600,7 @@ fn a_member_starts_from_the_grant_alone_and_passes_placement_changes_on() {
         owner: None,
         kind: zorilla_core::advert::WorkKind::Wasm,
         priority: 0,
+        preemptible: false,
     };
     let offered = member.handle(
         ms(0),

@@ -849,7 +849,10 @@ impl Sim {
                         self.reschedule(node);
                     }
                 }
-                Output::StopWorkers { job, .. } => {
+                // Stopped for a creditor's job: gone from the node as
+                // when their job stops them (the home was told, and
+                // replaces them).
+                Output::StopWorkers { job, .. } | Output::Preempted { job, .. } => {
                     if let Some(ranks) = self.running.remove(&(node, job)) {
                         self.workers_gone(node, job, ranks.len() as u32);
                     }

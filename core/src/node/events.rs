@@ -139,6 +139,16 @@ pub enum Output<P> {
         /// Ranks that got a fresh worker since the last change.
         replaced: Vec<u32>,
     },
+    /// Stop every worker of `job` on this node: its cores go to
+    /// `for_job`, a job of a node this one owes favours (see
+    /// [`crate::favours`]). The job's home was told (a withdrawal of its
+    /// ranks here) and replaces them elsewhere.
+    Preempted {
+        /// The job whose workers stop.
+        job: JobId,
+        /// The creditor's job that gets their cores.
+        for_job: JobId,
+    },
     /// Stop every worker of a job on this node.
     StopWorkers {
         /// The job.

@@ -165,6 +165,7 @@ impl<P: PeerKey> Scheduler<P> {
                     owner: job.owner.clone(),
                     kind: job.spec.kind,
                     priority: job.spec.priority,
+                    preemptible: job.spec.on_worker_lost != LostPolicy::Fail,
                 };
                 // The home considers its own machine first (it is the
                 // nearest there is), and again at every flood, as any

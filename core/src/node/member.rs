@@ -42,7 +42,11 @@ impl<P: PeerKey> Scheduler<P> {
         if self.declined.contains(&job) {
             return;
         }
-        match self.offer_or_reason(now, &advert, expires_at, distance) {
+        let mut answer = self.offer_or_reason(now, &advert, expires_at, distance);
+        if answer == Err(DeclineReason::Busy) && self.preempt_for(&advert, now, out) {
+            answer = self.offer_or_reason(now, &advert, expires_at, distance);
+        }
+        match answer {
             Ok(outputs) => out.extend(outputs),
             Err(reason) => {
                 let home = advert.home.clone();
@@ -72,6 +76,75 @@ impl<P: PeerKey> Scheduler<P> {
                 });
             }
         }
+    }
+
+    /// Frees cores for `advert` if its home is a creditor (see
+    /// [`crate::favours`]) and they run a job that may be preempted
+    /// ([`Advert::preemptible`]) of a home that stands lower (a stranger,
+    /// or a smaller creditor), never the owner's own users' jobs: the
+    /// workers of the lowest-standing such job, the most recently granted
+    /// among equals (the least work lost), stop (`Output::Preempted`) and
+    /// its home is told to replace them (a withdrawal). One job at a time,
+    /// and only if that frees enough for one of `advert`'s workers.
+    /// Returns whether it preempted.
+    fn preempt_for(&mut self, advert: &Advert<P>, now: Time, out: &mut Vec<Output<P>>) -> bool {
+        if !self.config.fair_share {
+            return false;
+        }
+        let standing = self.favours.balance(&advert.home);
+        if standing == 0 {
+            return false;
+        }
+        let free = self.free();
+        let users = &self.config.limits.users;
+        let victim = self
+            .engaged
+            .iter()
+            .filter(|(job, e)| {
+                **job != advert.job
+                    && e.preemptible
+                    && e.held == 0
+                    && !e.running.is_empty()
+                    && !users.comes_first(e.owner.as_ref())
+                    && self.favours.balance(&e.home) < standing
+                    && free
+                        .saturating_add(&e.uses())
+                        .workers_that_fit(&advert.per_worker)
+                        > 0
+            })
+            .min_by_key(|(job, e)| {
+                let newest = e.started.values().max().copied().unwrap_or_default();
+                (
+                    self.favours.balance(&e.home),
+                    std::cmp::Reverse(newest),
+                    **job,
+                )
+            })
+            .map(|(job, _)| *job);
+        let Some(job) = victim else {
+            return false;
+        };
+        let Some(e) = self.engaged.remove(&job) else {
+            return false;
+        };
+        // The work done so far was a favour all the same.
+        for at in e.started.values() {
+            let ms = millis(now.saturating_sub(*at));
+            self.favours.gave(&e.home, e.per_worker.cores, ms, now);
+        }
+        out.push(Output::Send {
+            to: e.home.clone(),
+            msg: Message::Withdraw {
+                job,
+                hold: e.hold,
+                ranks: e.running.iter().copied().collect(),
+            },
+        });
+        out.push(Output::Preempted {
+            job,
+            for_job: advert.job,
+        });
+        true
     }
 
     /// Whether a direct advert from `home` may be taken now (at most
@@ -165,6 +238,7 @@ impl<P: PeerKey> Scheduler<P> {
                 distance,
                 running: BTreeSet::new(),
                 started: BTreeMap::new(),
+                preemptible: advert.preemptible,
             });
         if engagement.held == 0 {
             // A new hold. Numbered node-wide, not per job: a job's

@@ -380,6 +380,9 @@ struct Engagement<P> {
     distance: Duration,
     /// Ranks running here.
     running: BTreeSet<u32>,
+    /// Whether they may be stopped for a creditor's job (the advert's
+    /// [`Advert::preemptible`]).
+    preemptible: bool,
     /// When each of them was granted: the favour this node does the
     /// job's home is counted from then (see [`crate::favours`]).
     started: BTreeMap<u32, Time>,

@@ -58,6 +58,7 @@ fn advert(workers: WorkerCount) -> Advert<u32> {
         owner: None,
         kind: WorkKind::Wasm,
         priority: 0,
+        preemptible: false,
     }
 }
 

@@ -710,6 +710,117 @@ fn a_users_priorities_reorder_only_that_users_jobs() {
     );
 }
 
+/// Node 1, of one core, that runs a worker of `busy` (granted at 1 ms by
+/// its home) and owes node 10 a favour: node 1's own job `JOB` ran on node
+/// 10 for 10 s (balance 10,000 core-ms).
+fn node_owing_10(fair_share: bool, busy: Advert<u32>) -> Scheduler<u32> {
+    let mut node = Scheduler::new(
+        1,
+        SchedulerConfig {
+            resources: Resources::new(1, 4096, 4096),
+            fair_share,
+            ..SchedulerConfig::default()
+        },
+    );
+    let (busy_job, busy_home) = (busy.job, busy.home);
+    node.handle(
+        ms(0),
+        Input::AdvertDelivered {
+            advert: busy,
+            distance: ms(1),
+        },
+    );
+    node.handle(
+        ms(1),
+        Input::Message {
+            from: busy_home,
+            msg: grant(busy_job, vec![0], 3),
+            rtt: None,
+        },
+    );
+    let own = Scheduler::admit(&node, spec(WorkerCount::rigid(1))).unwrap();
+    node.handle(
+        ms(2),
+        Input::Submit {
+            job: JOB,
+            spec: own,
+            owner: None,
+        },
+    );
+    offer_from(&mut node, ms(10), 10, 1, 1);
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    assert_eq!(node.favours().balance(&10), 0, "nothing done yet");
+    rank_exited(&mut node, ms(10_010), 10, 0);
+    // 1 core for 10 s at node 1's own speed.
+    assert_eq!(node.favours().balance(&10), 10_000);
+    node
+}
+
+/// Node 1 owes node 10 and its core runs job 99 of a stranger (home 20),
+/// preemptible or not; node 10's job 2 arrives. What node 1 does: the
+/// stops, withdrawals and offers among its outputs.
+fn creditor_arrives(victim_preemptible: bool, creditor: u32) -> Vec<String> {
+    let busy = Advert {
+        job: JobId(99),
+        home: 20,
+        preemptible: victim_preemptible,
+        ..advert(WorkerCount::rigid(1))
+    };
+    let mut node = node_owing_10(true, busy);
+    let out = node.handle(
+        ms(20_000),
+        Input::AdvertDelivered {
+            advert: Advert {
+                job: JobId(2),
+                home: creditor,
+                ..advert(WorkerCount::rigid(1))
+            },
+            distance: ms(1),
+        },
+    );
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Preempted { job, for_job } => Some(format!("stop {} for {}", job.0, for_job.0)),
+            Output::Send {
+                to,
+                msg: Message::Withdraw { job, ranks, .. },
+            } => Some(format!("withdraw {} {ranks:?} to {to}", job.0)),
+            Output::Send {
+                to,
+                msg: Message::Offer { job, workers, .. },
+            } => Some(format!("offer {workers} of {} to {to}", job.0)),
+            Output::Send {
+                to,
+                msg: Message::Decline { job, reason },
+            } => Some(format!("decline {} to {to}: {reason:?}", job.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Preemption (issue 33, item 2): a creditor's job that finds the core
+/// taken by a stranger's job that may be preempted gets it at once; the
+/// stranger's home is told to place its worker elsewhere.
+#[test]
+fn a_creditors_job_preempts_a_strangers_preemptible_worker() {
+    assert_eq!(
+        creditor_arrives(true, 10),
+        vec![
+            "withdraw 99 [0] to 20",
+            "stop 99 for 2",
+            "offer 1 of 2 to 10"
+        ]
+    );
+}
+
+/// No preemption for a job whose home would fail without the worker, nor
+/// for a stranger's job: they wait in the queue like any other.
+#[test]
+fn a_worker_that_may_not_be_preempted_or_a_strangers_advert_preempts_nothing() {
+    assert_eq!(creditor_arrives(false, 10), vec!["decline 2 to 10: Busy"]);
+    assert_eq!(creditor_arrives(true, 30), vec!["decline 2 to 30: Busy"]);
+}
+
 /// Network of Favors (`zorilla_core::favours`): node 1 (one core) is home
 /// of job 7, which node 10 runs for 10 s; then jobs of a stranger's home
 /// (20) and of node 10 wait for node 1's core, the stranger's first: the
@@ -730,33 +841,11 @@ fn without_fair_sharing_a_freed_core_goes_to_the_job_queued_first() {
 
 /// The offers node 1 makes when its core frees up in the scenario above.
 fn freed_core_offered_to(fair_share: bool) -> Vec<(u32, JobId)> {
-    let mut node = Scheduler::new(
-        1,
-        SchedulerConfig {
-            resources: Resources::new(1, 4096, 4096),
-            fair_share,
-            ..SchedulerConfig::default()
-        },
-    );
-    other_job_takes_a_core(&mut node);
-    from_home(&mut node, ms(1), grant(JobId(99), vec![0], 3));
-    // Node 1's own job runs on node 10 from 10 ms to 10.010 s.
-    let own = Scheduler::admit(&node, spec(WorkerCount::rigid(1))).unwrap();
-    node.handle(
-        ms(2),
-        Input::Submit {
-            job: JOB,
-            spec: own,
-            owner: None,
-        },
-    );
-    offer_from(&mut node, ms(10), 10, 1, 1);
-    assert_eq!(node.phase(JOB), Some(Phase::Running));
-    assert_eq!(node.favours().balance(&10), 0, "nothing done yet");
-    rank_exited(&mut node, ms(10_010), 10, 0);
-    // 1 core for 10 s at node 1's own speed.
-    assert_eq!(node.favours().balance(&10), 10_000);
-
+    let busy = Advert {
+        job: JobId(99),
+        ..advert(WorkerCount::rigid(1))
+    };
+    let mut node = node_owing_10(fair_share, busy);
     for (t, (job, home)) in [(1, 20), (2, 10)].into_iter().enumerate() {
         let advert = Advert {
             job: JobId(job),

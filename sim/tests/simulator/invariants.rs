@@ -166,6 +166,7 @@ fn invariant_checks_catch_a_hold_that_outlives_its_timeout() {
             owner: None,
             kind: zorilla_core::advert::WorkKind::Wasm,
             priority: 0,
+            preemptible: false,
         };
         let input = Input::AdvertDelivered {
             advert,
