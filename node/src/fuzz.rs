@@ -514,6 +514,7 @@ fn advert(g: &mut Gen) -> Advert<PeerId> {
         owner: g.option(peer),
         kind: zorilla_core::advert::WorkKind::Wasm,
         priority: g.pick(&[i8::MIN, -1, 0, 1, i8::MAX]),
+        preemptible: g.bool(),
     }
 }
 

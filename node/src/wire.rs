@@ -332,6 +332,7 @@ mod tests {
             owner: Some(crate::owner::UserKey::generate().id().key()),
             kind: zorilla_core::advert::WorkKind::Wasm,
             priority: i8::MIN,
+            preemptible: false,
         };
         assert_eq!(limits::check_advert(&advert), Ok(()));
         let ended = PeerRpc::Member(MemberRpc::WorkerEnded {
@@ -403,6 +404,7 @@ mod tests {
             owner: None,
             kind: zorilla_core::advert::WorkKind::Wasm,
             priority: i8::MIN,
+            preemptible: false,
         })));
         assert!(refused(advert).contains("advert expiry"));
         let offer = PeerRpc::Sched(SchedRpc::Message(Message::Offer {

@@ -326,6 +326,7 @@ fn hostile_advert(
         owner: None,
         kind: zorilla_core::advert::WorkKind::Wasm,
         priority: 0,
+        preemptible: false,
     };
     tweak(&mut advert);
     advert

@@ -131,6 +131,15 @@ impl Node {
                 tracing::info!(job = %job, "stopping workers: {reason}");
                 self.stop_workers(job.0);
             }
+            Output::Preempted { job, for_job } => {
+                tracing::info!(
+                    job = %job,
+                    %for_job,
+                    "stopping workers: their cores go to a job of a node this one owes \
+                     favours; their home places them elsewhere"
+                );
+                self.stop_workers(job.0);
+            }
             Output::PlacementChanged {
                 job,
                 home,
