@@ -1,16 +1,18 @@
 //! Whose waiting job gets a node's core when it frees up (issue 33, item
 //! 3), on real nodes: the owner's own users' jobs before everyone else's
 //! (`own_users`), and a user's priorities reorder only that user's jobs;
-//! the favours behind the others' turns (item 2).
+//! the favours behind the others' turns, and preemption for a creditor
+//! (item 2).
 
 mod common;
 
 use std::time::Duration;
 
 use common::{Net, TestNode, wait_for, wait_for_neighbours, wasm};
+use zorilla_core::node::LostPolicy;
 use zorilla_node::client::Client;
 use zorilla_node::owner::UserKey;
-use zorilla_node::protocol::{JobPhase, JobRequest};
+use zorilla_node::protocol::{JobPhase, JobRequest, OutcomeCode};
 use zorilla_webui::model::{Creditor, NodeOverview};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -186,4 +188,98 @@ async fn a_home_whose_job_another_node_ran_lists_that_node_as_its_creditor() {
         owed,
         "after a restart"
     );
+}
+
+/// Preemption for a creditor (issue 33, item 2), on real nodes: S (no
+/// cores) is a stranger's home, M and C have a core each. A job of M's
+/// ran one of its two workers on C: M owes C. C runs an idle job of its
+/// own; S's idle job, which replaces lost workers, runs on M, the only
+/// core left. C's next job finds no core free: M stops S's worker and runs
+/// C's job, and S's job looks for a replacement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_creditors_job_preempts_a_strangers_worker_that_can_be_replaced() {
+    let grid = common::sites_grid_of(
+        Net::Loopback,
+        &[3],
+        |i| if i == 0 { 0 } else { 1 },
+        |_| Vec::new(),
+    );
+    wait_for_neighbours(&grid.nodes, 2, DEADLINE).await;
+    let (s, m, c) = (&grid.nodes[0], &grid.nodes[1], &grid.nodes[2]);
+
+    // M owes C: its job of two one-second workers ran one on C.
+    let mut at_m = m.client().await;
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 2,
+        args: vec!["0".into(), "1".into()],
+        lifetime_secs: 60,
+        ..JobRequest::default()
+    };
+    let job = at_m.submit(request, wasm("stagger"), vec![]).await.unwrap();
+    let status = common::wait_completed(&mut at_m, job, DEADLINE).await;
+    let used: Vec<&String> = status.ranks.values().map(|r| &r.node).collect();
+    assert!(used.contains(&&c.peer.to_string()), "{status:?}");
+    assert_eq!(listed_creditors(m).await[0].node_id, c.peer.to_string());
+
+    // C's own idle job takes C's core; then S's, which can be replaced,
+    // takes M's.
+    let mut at_c = c.client().await;
+    let first = at_c.submit(idle(0), wasm("idle"), vec![]).await.unwrap();
+    let running_on = |node: &TestNode| {
+        let peer = node.peer.to_string();
+        move |s: &zorilla_node::protocol::JobStatus| {
+            s.phase == JobPhase::Running && s.ranks.values().all(|r| r.node == peer)
+        }
+    };
+    wait_for(&mut at_c, first, DEADLINE, "C's job on C", running_on(c)).await;
+    let mut at_s = s.client().await;
+    let strangers = at_s
+        .submit(
+            JobRequest {
+                on_worker_lost: LostPolicy::Replace,
+                ..idle(0)
+            },
+            wasm("idle"),
+            vec![],
+        )
+        .await
+        .unwrap();
+    wait_for(
+        &mut at_s,
+        strangers,
+        DEADLINE,
+        "S's job on M",
+        running_on(m),
+    )
+    .await;
+
+    // C's next job: M's core, at once.
+    let second = at_c.submit(idle(0), wasm("idle"), vec![]).await.unwrap();
+    wait_for(&mut at_c, second, DEADLINE, "C's job on M", running_on(m)).await;
+    let log = std::fs::read_to_string(m.dir.join("node.log")).unwrap_or_default();
+    assert!(
+        log.contains("their cores go to a job of a node this one owes favours"),
+        "M's log does not say it preempted:\n{}",
+        m.log_tail()
+    );
+    // S's job lost its worker there, and goes on looking for another.
+    wait_for(
+        &mut at_s,
+        strangers,
+        DEADLINE,
+        "S's worker lost on M",
+        |st| {
+            st.phase == JobPhase::Running
+                && st.ranks[&0].code == Some(OutcomeCode::Lost)
+                && st.ranks[&0]
+                    .outcome
+                    .as_deref()
+                    .is_some_and(|o| o.contains("preempted"))
+        },
+    )
+    .await;
+    at_c.cancel(first).await.unwrap();
+    at_c.cancel(second).await.unwrap();
+    at_s.cancel(strangers).await.unwrap();
 }

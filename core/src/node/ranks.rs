@@ -139,7 +139,8 @@ pub enum LostReason {
     /// The node failed or left the grid.
     Left,
     /// The node gave the ranks back: its hold had run out when the grant
-    /// came.
+    /// came, or it preempted their workers for a job of a node it owes
+    /// favours (see [`crate::favours`]).
     Withdrawn,
     /// The node no longer runs the rank, by the home's liveness checks.
     Liveness(LostCause),
@@ -153,7 +154,10 @@ impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LostReason::Left => f.write_str("failed or left"),
-            LostReason::Withdrawn => f.write_str("gave the rank back before it started"),
+            LostReason::Withdrawn => f.write_str(
+                "gave the rank back (its hold had run out, or it preempted the worker \
+                 for a job of a node it owes favours)",
+            ),
             LostReason::Liveness(cause) => cause.fmt(f),
             LostReason::RolledBack => {
                 f.write_str("was stopped to roll the job back to a common checkpoint")
