@@ -205,6 +205,7 @@ impl Overlay {
             via: HashMap::new(),
             pending_requests: HashMap::new(),
             peer_exchanges: HashMap::new(),
+            lookups: std::collections::BTreeMap::new(),
             stats: OverlayStats::default(),
             nat: driver::NatState::new(&config.nat),
             direct: direct.clone(),

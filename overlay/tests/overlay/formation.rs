@@ -316,3 +316,57 @@ async fn a_flood_copy_is_not_passed_to_the_senders_other_recipients() {
         assert_eq!(sent, 0, "{} passed the flood on", node.peer);
     }
 }
+
+/// A node that wants to reach a peer it knows no address of asks its
+/// peers at once rather than at its next peer exchange: with exchanges an
+/// hour apart and no probes (so that nothing else makes them meet), A's
+/// request to C, whom only B knows, gets through, C having joined after
+/// A's first exchange with B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_peer_of_unknown_address_looks_it_up_among_the_peers() {
+    let net = network("lookup");
+    let make = || OverlayConfig {
+        peer_exchange_interval: Duration::from_secs(3600),
+        max_probes: 0,
+        ..config(&net, 2, 0)
+    };
+    let b = Node::start(make()).await;
+    let joined = |node: &Node, peer: PeerId| {
+        let seen = node.seen.clone();
+        move || {
+            let seen = seen.clone();
+            async move {
+                if seen.lock().unwrap().connected.contains(&peer) {
+                    Ok(())
+                } else {
+                    Err("not connected".to_string())
+                }
+            }
+        }
+    };
+    let a = Node::start(OverlayConfig {
+        bootstrap: vec![b.addr.clone()],
+        ..make()
+    })
+    .await;
+    eventually("A meets B", Duration::from_secs(20), joined(&a, b.peer)).await;
+    let c = Node::start(OverlayConfig {
+        bootstrap: vec![b.addr.clone()],
+        ..make()
+    })
+    .await;
+    eventually("C meets B", Duration::from_secs(20), joined(&c, b.peer)).await;
+    let known = a.handle.known_peers().await.unwrap();
+    assert!(
+        known.iter().all(|k| k.peer != c.peer),
+        "A learned C before it asked: {known:?}"
+    );
+    eventually("A's request reaches C", Duration::from_secs(20), || async {
+        match a.handle.request(c.peer, b"ping".to_vec()).await {
+            Ok(answer) if answer == b"gnip" => Ok(()),
+            Ok(answer) => Err(format!("answer {answer:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+}

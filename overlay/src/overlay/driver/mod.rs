@@ -2,7 +2,7 @@
 //! router libp2p's events and the time, and executes what they decide and
 //! what the node asks ([`Command`]s).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use zorilla_core::Time;
 use zorilla_core::advert::FloodHeader;
+use zorilla_core::bounded::make_room;
 use zorilla_core::flood::{DropReason, FloodId, FloodRouter, HomeDistance, Verdict};
 use zorilla_core::neighbours::keeper::{
     Action, DialFailure, DisconnectReason, PeerFacts, PeerKeeper,
@@ -33,6 +34,14 @@ use crate::membership::gate::GateOut;
 
 mod events;
 mod nat;
+
+/// How often we ask our peers for the addresses of one peer we want to
+/// reach and know none of ([`Driver::look_up`]).
+const LOOKUP_EVERY: Duration = Duration::from_secs(1);
+/// How many peers one look-up asks.
+const LOOKUP_FANOUT: usize = 3;
+/// The most peers whose last look-up we remember.
+const MAX_LOOKUPS: usize = 256;
 
 /// What only the event loop knows about a peer, for the keeper.
 struct Facts<'a> {
@@ -74,6 +83,9 @@ pub(super) struct Driver {
     pub(super) pending_requests: HashMap<OutboundRequestId, (PeerId, ReplySlot)>,
     /// Our outstanding peer-exchange requests, with whom.
     pub(super) peer_exchanges: HashMap<OutboundRequestId, PeerId>,
+    /// When we last asked our peers for the addresses of each peer the
+    /// application wanted to reach and we knew none of ([`Driver::look_up`]).
+    pub(super) lookups: BTreeMap<PeerId, Time>,
     pub(super) stats: OverlayStats,
     /// NAT traversal's state ([`nat`]).
     pub(super) nat: NatState,
@@ -240,12 +252,14 @@ impl Driver {
                     let _ = reply.send(Err(RequestError::TooLarge { size, max }));
                     return;
                 }
+                self.look_up(peer);
                 let id = self.send_rpc(peer, RpcRequest::App(payload));
                 self.pending_requests.insert(id, (peer, reply));
                 let now = self.now();
                 self.keeper.app_traffic(peer, now);
             }
             Command::OpenStream { peer, reply } => {
+                self.look_up(peer);
                 let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
                 let now = self.now();
                 self.keeper.app_traffic(peer, now);
@@ -379,6 +393,49 @@ impl Driver {
 
     /// Sends `request` to `peer` on the rpc protocol, dialing the
     /// addresses we know of it if we are not connected.
+    /// The application wants to reach `peer`, which is not connected and
+    /// of which we know no address: asks up to [`LOOKUP_FANOUT`] connected
+    /// peers (neighbours first) for their peers, out of the exchange's
+    /// turn, at most once per [`LOOKUP_EVERY`] per peer. The answers are
+    /// taken as any peer exchange's. Without this a job's ranks on two
+    /// nodes that had not met waited for the next exchange (every
+    /// `peer_exchange_interval`) before they could reach each other.
+    fn look_up(&mut self, peer: PeerId) {
+        if peer == self.local
+            || self.swarm.is_connected(&peer)
+            || self.addrs.get(&peer).is_some_and(|a| !a.is_empty())
+        {
+            return;
+        }
+        let now = self.now();
+        if self
+            .lookups
+            .get(&peer)
+            .is_some_and(|at| now.saturating_sub(*at) < LOOKUP_EVERY)
+        {
+            return;
+        }
+        make_room(&mut self.lookups, &peer, MAX_LOOKUPS, |at| *at);
+        self.lookups.insert(peer, now);
+        let neighbours: Vec<PeerId> = self
+            .keeper
+            .table()
+            .neighbours()
+            .map(|(p, _, _)| *p)
+            .filter(|p| self.swarm.is_connected(p))
+            .collect();
+        let others: Vec<PeerId> = self.swarm.connected_peers().copied().collect();
+        let mut asked = BTreeSet::new();
+        for partner in neighbours.into_iter().chain(others) {
+            if asked.len() >= LOOKUP_FANOUT {
+                break;
+            }
+            if partner != peer && asked.insert(partner) {
+                self.request_peers(partner);
+            }
+        }
+    }
+
     pub(super) fn send_rpc(&mut self, peer: PeerId, request: RpcRequest) -> OutboundRequestId {
         let addrs = self.addrs.get(&peer).cloned().unwrap_or_default();
         self.stats.requests_sent += 1;
