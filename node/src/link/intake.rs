@@ -157,7 +157,11 @@ fn take_chunk_for(
     let received = c.inbound.on_chunk(chunk);
     let wake = match received {
         Err(v) => return Err(Fault::Violation(v.to_string())),
-        Ok(Received::Partial) => false,
+        // Part of a larger message: an ack (unchanged) goes back within
+        // the ack delay all the same, so that the sender hears from this
+        // node while a large message arrives slowly (a stream silent for
+        // `ACK_SILENCE` with messages unacknowledged is taken for broken).
+        Ok(Received::Partial) => s.owe(channel, false),
         Ok(Received::Duplicate) => s.owe(channel, true),
         Ok(Received::Asked { total }) => {
             let start = s

@@ -917,3 +917,35 @@ async fn a_stream_that_never_acknowledges_what_was_sent_is_taken_for_broken() {
         "the message is still kept"
     );
 }
+
+/// A chunk of a message that is not complete yet owes its sender an ack
+/// (unchanged) all the same: while a large message arrives slowly, its
+/// sender hears from this node ([`ACK_SILENCE`]).
+#[tokio::test]
+async fn part_of_a_message_owes_its_sender_an_ack() {
+    let peer = PeerId::random();
+    let inbox = Inbox::new(0);
+    let routes = Routes {
+        inbox: inbox.clone(),
+        peer,
+    };
+    let mut remote = Remote {
+        out: Outbox::new(),
+        todo: BTreeMap::from([(1, VecDeque::from([(0, 600 << 10)]))]),
+        state: Arc::new(PeerInbound::new(peer)),
+    };
+    let channel = Remote::channel(1);
+    // The ask and its grant (the rank lends room for the message).
+    while remote.out.admits(channel, 600 << 10) != Admission::Yes {
+        assert!(remote.pump(&routes), "no room for the message");
+    }
+    remote.out.push(channel, tagged(1, 0, 600 << 10));
+    lock(&remote.state.state).pending.clear();
+    let first = remote.out.next_chunk(CHUNK_BYTES).expect("a chunk");
+    assert!(first.bytes.len() < 600 << 10, "part of the message");
+    take_chunk(&remote.state, Some(&routes), 0, first).unwrap();
+    assert!(
+        lock(&remote.state.state).pending.contains(&channel),
+        "no ack owed for part of a message"
+    );
+}
