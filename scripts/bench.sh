@@ -108,7 +108,8 @@ run_sim() { # log-name zorilla-sim-arguments...
     local args=("$@")
     if $short; then
         for i in "${!args[@]}"; do
-            if [[ ${args[$i]} == --random || ${args[$i]} == --hetero || ${args[$i]} == --fairshare ]]; then
+            if [[ ${args[$i]} == --random || ${args[$i]} == --hetero || ${args[$i]} == --fairshare \
+                || ${args[$i]} == --preemption ]]; then
                 args[$((i + 1))]=2
             fi
         done
@@ -122,6 +123,8 @@ run_sim random-full --random 40 --size full
 run_sim hetero-small --hetero 200 --size small --mode ours-nearest,ours,paper
 # Fair sharing (BENCHMARKS.md, "Fair sharing"): seeds 1 to 5, 2 in the short run.
 run_sim fairshare --fairshare 5
+# Preemption (BENCHMARKS.md, "Preemption"): seeds 1 to 5, 2 in the short run.
+run_sim preemption --preemption 5
 
 # Measurements that are tests marked #[ignore] or sized by the environment.
 run_test() { # log-name cargo-test-arguments...

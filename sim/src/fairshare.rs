@@ -23,8 +23,9 @@
 //! its machines ran others' jobs), and its tasks' turnaround (submission
 //! to end) over the whole run, backlog included.
 //!
-//! Not modelled: preemption (the core has none yet: a creditor waits for
-//! a core to free up), balances kept across restarts (no node restarts
+//! Not modelled here: preemption (every task is `LostPolicy::Fail`, so
+//! no member may stop one for a creditor; [`preemption`] measures it),
+//! balances kept across restarts (no node restarts
 //! here), owners' own users (every job is submitted without an owner, so
 //! a contributor's own tasks take their turns on its own machine as a
 //! stranger's would).
@@ -40,6 +41,8 @@ use zorilla_core::resources::Resources;
 
 use crate::scenario::{Cluster, Latency, OverlaySetup, Scenario, Workload};
 use crate::sim::{JobPlan, Mode, RunReport, Sim};
+
+pub mod preemption;
 
 /// The experiment's size and workload.
 #[derive(Debug, Clone, Copy)]

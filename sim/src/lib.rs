@@ -12,7 +12,9 @@
 //! sweep, one job of `n` workers against the paper's algorithms;
 //! [`fairshare`] measures the Network of Favors' fair sharing among
 //! contributors, free riders and fresh identities against first come,
-//! first served (`zorilla-sim --fairshare N`).
+//! first served (`zorilla-sim --fairshare N`), and
+//! [`fairshare::preemption`] what preempting strangers' long jobs does
+//! for contributors (`zorilla-sim --preemption N`).
 
 pub mod fairshare;
 pub mod generate;

@@ -228,6 +228,14 @@ pub struct Sim {
     /// Ranks running on each machine, per job, with their incarnations
     /// (omniscient bookkeeping).
     running: BTreeMap<(u32, JobId), BTreeMap<u32, u32>>,
+    /// When the workers in `running` started, per machine and job (the
+    /// first start since none ran there): what a preemption wastes.
+    since: BTreeMap<(u32, JobId), Time>,
+    /// Times each job's workers were preempted on each machine: the
+    /// plain model's end events carry the count they were scheduled
+    /// under, so that the end of preempted workers does not end a
+    /// replacement that started there since.
+    preemptions: BTreeMap<(u32, JobId), u64>,
     used: Vec<u32>,
     /// Memory the workers running on each machine need together (MiB).
     memory_used: Vec<u64>,
@@ -324,6 +332,8 @@ impl Sim {
             plans,
             jobs: BTreeMap::new(),
             running: BTreeMap::new(),
+            since: BTreeMap::new(),
+            preemptions: BTreeMap::new(),
             used: vec![0; grid.len()],
             memory_used: vec![0; grid.len()],
             work: BTreeMap::new(),
@@ -630,6 +640,8 @@ impl Sim {
                 ended: None,
                 lost_ranks: 0,
                 replaced_ranks: 0,
+                preempted_workers: 0,
+                preempted_work_s: 0.0,
                 running: 0,
                 duration: plan.duration,
                 memory_mib: plan.spec.per_worker.memory_mib,
@@ -811,6 +823,9 @@ impl Sim {
                         self.settle(node);
                     }
                     let running = self.running.entry((node, job)).or_default();
+                    if running.is_empty() {
+                        self.since.insert((node, job), self.now);
+                    }
                     running.extend(ranks.iter().map(|r| (*r, incarnation)));
                     self.used[node as usize] += count;
                     let memory = self.jobs.get(&job).map_or(0, |r| r.memory_mib);
@@ -835,10 +850,12 @@ impl Sim {
                             }
                             Some(duration) => {
                                 let at = self.now + duration;
+                                let generation =
+                                    self.preemptions.get(&(node, job)).copied().unwrap_or(0);
                                 let end = Event::WorkersEnd {
                                     node,
                                     job,
-                                    generation: 0,
+                                    generation,
                                 };
                                 self.push(at, end);
                             }
@@ -852,9 +869,22 @@ impl Sim {
                 // Stopped for a creditor's job: gone from the node as
                 // when their job stops them (the home was told, and
                 // replaces them).
-                Output::StopWorkers { job, .. } | Output::Preempted { job, .. } => {
+                Output::StopWorkers { job, .. } => {
                     if let Some(ranks) = self.running.remove(&(node, job)) {
                         self.workers_gone(node, job, ranks.len() as u32);
+                    }
+                }
+                Output::Preempted { job, .. } => {
+                    if let Some(ranks) = self.running.remove(&(node, job)) {
+                        let count = ranks.len() as u32;
+                        let since = self.since.remove(&(node, job)).unwrap_or(self.now);
+                        *self.preemptions.entry((node, job)).or_default() += 1;
+                        if let Some(record) = self.jobs.get_mut(&job) {
+                            record.preempted_workers += count;
+                            record.preempted_work_s +=
+                                f64::from(count) * self.now.saturating_sub(since).as_secs_f64();
+                        }
+                        self.workers_gone(node, job, count);
                     }
                 }
                 Output::Job(event) => {

@@ -255,6 +255,21 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "zorilla-sim --fairshare 5",
     ),
     (
+        "preemption.preempt.short_turnaround",
+        "preemption: contributors' 10 s tasks after free riders' 250 s ones took the cores, median turnaround",
+        "zorilla-sim --preemption 5",
+    ),
+    (
+        "preemption.nopreempt.short_turnaround",
+        "the same without preemption (free riders' tasks not replaceable), median turnaround",
+        "zorilla-sim --preemption 5",
+    ),
+    (
+        "preemption.preempt.lost",
+        "preemption: core time the preempted workers had run (lost, replacements start over)",
+        "zorilla-sim --preemption 5",
+    ),
+    (
         "client.submits",
         "submissions accepted per second, 8 clients",
         "cargo bench -p zorilla-node --bench client",

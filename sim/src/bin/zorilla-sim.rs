@@ -8,6 +8,7 @@
 //! zorilla-sim sim/scenarios/zorilla-4.2.toml --mode ours,ours-hop   # ablation
 //! zorilla-sim --random 200 --size full --out out/random   # generated topologies
 //! zorilla-sim --fairshare 5    # Network of Favors against first come, first served
+//! zorilla-sim --preemption 5   # preempting strangers' long jobs for contributors
 //! ```
 
 use std::path::PathBuf;
@@ -71,7 +72,7 @@ enum Sizes {
 #[command(version, about)]
 struct Args {
     /// The scenario file (TOML), e.g. sim/scenarios/zorilla-4.2.toml.
-    #[arg(required_unless_present_any = ["random", "plot", "hetero", "fairshare"])]
+    #[arg(required_unless_present_any = ["random", "plot", "hetero", "fairshare", "preemption"])]
     scenario: Option<PathBuf>,
     /// Instead of a scenario file: this many generated topologies (seeds 1
     /// to N; random sites, sizes, cores, RTTs and workloads), each run with
@@ -90,6 +91,12 @@ struct Args {
     /// of the core time and its tasks' turnaround.
     #[arg(long, conflicts_with_all = ["scenario", "random", "hetero"])]
     fairshare: Option<u64>,
+    /// Instead of a scenario file: the preemption experiment
+    /// (`zorilla_sim::fairshare::preemption`) on seeds 1 to N, each with
+    /// fair sharing and preemption, fair sharing without, and first come,
+    /// first served: turnarounds, workers preempted, core time lost.
+    #[arg(long, conflicts_with_all = ["scenario", "random", "hetero", "fairshare"])]
+    preemption: Option<u64>,
     /// Instead of running: plot again the `random.csv` a `--random` run
     /// wrote, into `random.svg` in `--out`.
     #[arg(long, conflicts_with_all = ["scenario", "random"])]
@@ -153,6 +160,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(n) = args.fairshare {
         return fairshare(&args, n);
+    }
+    if let Some(n) = args.preemption {
+        return preemption(&args, n);
     }
     if let Some(n) = args.random {
         return random(&args, n, &modes);
@@ -409,6 +419,88 @@ fn fairshare(args: &Args, n: u64) -> anyhow::Result<()> {
             }
             println!("RESULT fairshare.{key}.{name}_turnaround {median:.0} s median");
             println!("RESULT fairshare.{key}.{name}_completed {completed} of {tasks} tasks");
+        }
+    }
+    println!("\nin {:.1} s", started.elapsed().as_secs_f64());
+    anyhow::ensure!(violations == 0, "{violations} invariant violations");
+    Ok(())
+}
+
+/// `--preemption N`: the preemption experiment on seeds 1 to N (or
+/// `--seeds`), three ways; turnarounds over every seed, preemptions and
+/// core time lost summed over them; RESULT lines for bench-report.
+fn preemption(args: &Args, n: u64) -> anyhow::Result<()> {
+    use zorilla_sim::fairshare::median_p95;
+    use zorilla_sim::fairshare::preemption::{Outcome, Setup, TaskFigures, Variant, run};
+    let setup = Setup::DEFAULT;
+    let seeds: Vec<u64> = match &args.seeds {
+        Some(seeds) => seeds.clone(),
+        None => (1..=n).collect(),
+    };
+    let started = Instant::now();
+    println!(
+        "preemption: {} contributors of {} cores ({} warm-up tasks each), then {} free riders with \
+         {} one-worker tasks of {} s each at {} s, then per contributor {} bags of {} tasks of {} s \
+         every {} s from {} s; {} seed(s)",
+        setup.contributors,
+        setup.cores,
+        setup.warmup,
+        setup.free_riders,
+        setup.long_tasks,
+        setup.long_s,
+        setup.long_at_s,
+        setup.bags,
+        setup.bag,
+        setup.short_s,
+        setup.period_s,
+        setup.short_at_s,
+        seeds.len()
+    );
+    let mut violations = 0;
+    for variant in Variant::ALL {
+        let runs: Vec<Outcome> = seeds
+            .iter()
+            .map(|&seed| run(&setup, variant, seed))
+            .collect::<anyhow::Result<_>>()?;
+        violations += runs.iter().map(|r| r.violations.len()).sum::<usize>();
+        println!("\n{}:", variant.describe());
+        println!(
+            "  {:<20} {:>22} {:>15} {:>10} {:>9} {:>14} {:>15}",
+            "tasks",
+            "turnaround med / p95",
+            "completed",
+            "preempted",
+            "replaced",
+            "most per task",
+            "core time lost"
+        );
+        let key = variant.key();
+        let short: fn(&Outcome) -> &TaskFigures = |o| &o.short;
+        let long: fn(&Outcome) -> &TaskFigures = |o| &o.long;
+        for (name, label, figures) in [
+            ("short", "contributors' short", short),
+            ("long", "free riders' long", long),
+        ] {
+            let all: Vec<&TaskFigures> = runs.iter().map(figures).collect();
+            let (median, p95) =
+                median_p95(all.iter().flat_map(|f| f.turnarounds.clone()).collect());
+            let completed: u32 = all.iter().map(|f| f.completed).sum();
+            let tasks: u32 = all.iter().map(|f| f.tasks).sum();
+            let preempted: u32 = all.iter().map(|f| f.preempted).sum();
+            let replaced: u32 = all.iter().map(|f| f.replaced).sum();
+            let most = all.iter().map(|f| f.most_preempted).max().unwrap_or(0);
+            let lost: f64 = all.iter().map(|f| f.wasted_s).sum();
+            println!(
+                "  {:<20} {:>12.0} s / {:>4.0} s {:>6} of {:<6} {:>10} {:>9} {:>14} {:>11.0} c-s",
+                label, median, p95, completed, tasks, preempted, replaced, most, lost
+            );
+            println!("RESULT preemption.{key}.{name}_turnaround {median:.0} s median");
+            println!("RESULT preemption.{key}.{name}_turnaround_p95 {p95:.0} s");
+            println!("RESULT preemption.{key}.{name}_completed {completed} of {tasks} tasks");
+            if name == "long" {
+                println!("RESULT preemption.{key}.preempted {preempted} workers");
+                println!("RESULT preemption.{key}.lost {lost:.0} core-seconds");
+            }
         }
     }
     println!("\nin {:.1} s", started.elapsed().as_secs_f64());

@@ -108,7 +108,11 @@ impl Sim {
     pub(super) fn current_end(&self, node: u32, job: JobId, generation: u64) -> bool {
         match self.work.get(&(node, job)) {
             Some(work) => work.generation == generation,
-            None => !self.work_model(),
+            // The plain model: not ended early by a preemption since.
+            None => {
+                !self.work_model()
+                    && self.preemptions.get(&(node, job)).copied().unwrap_or(0) == generation
+            }
         }
     }
 

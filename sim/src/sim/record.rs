@@ -55,6 +55,11 @@ pub struct JobRecord {
     pub lost_ranks: u32,
     /// Lost ranks its home granted again.
     pub replaced_ranks: u32,
+    /// Workers a member stopped for a creditor's job (`Output::Preempted`).
+    pub preempted_workers: u32,
+    /// Core-seconds those workers had run when stopped (each one-core;
+    /// lost unless the job can resume: a replacement starts over).
+    pub preempted_work_s: f64,
     /// Replica messages sent about this job (failover).
     pub replica_messages: u64,
     /// Times a copy took the job over from its home (failover).
