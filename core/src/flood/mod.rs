@@ -404,7 +404,13 @@ impl<P: PeerKey> FloodRouter<P> {
         if self.config.prune {
             skip.extend_from_slice(also_sent);
         }
+        // Only in a latency-bounded flood: in one limited by hops alone, a
+        // neighbour nearer in latency may be more hops away, have had the
+        // flood with too little TTL to pass it on, and never get this
+        // copy's (a proptest found a node 4 hops out missed by a flood of
+        // radius 5 so).
         if self.config.prune
+            && header.latency_budget.is_some()
             && !more_ttl
             && let Some(known) = self.nearer.get(&key)
         {

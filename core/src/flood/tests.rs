@@ -35,8 +35,11 @@ fn nearer_neighbours_are_remembered_per_home_where_the_home_is_known() {
         }
     }
     let neighbours = [(1, ms(1)), (2, ms(1)), (3, ms(1))];
+    // Latency-bounded floods (a hop-limited one is not pruned: see
+    // `a_flood_limited_by_hops_only_is_not_pruned_by_latency`).
     let at = |path: u64| FloodHeader {
         path_rtt: ms(path),
+        latency_budget: Some(ms(1000)),
         ..header(5)
     };
     let flood = |job: u64| FloodId {
@@ -77,6 +80,7 @@ fn no_copy_to_peers_the_sender_served_nor_where_a_shorter_way_is_known() {
     let at = |path: u64, seq: u32| FloodHeader {
         seq,
         path_rtt: ms(path),
+        latency_budget: Some(ms(1000)),
         ..header(5)
     };
     let flood = |seq: u32| FloodId { job: JobId(9), seq };
@@ -88,9 +92,10 @@ fn no_copy_to_peers_the_sender_served_nor_where_a_shorter_way_is_known() {
     // flood here and to peer 2, so peer 2 is at most 4 ms away.
     let sent = peers(router.receive_from(&1, flood(0), at(3, 0), &[2], None, &neighbours, ms(0)));
     assert_eq!(sent, vec![3, 4]);
-    // Peer 3's duplicate says it is 1 ms from the home.
+    // Peer 3's duplicate says it is 1 ms from the home (a way short
+    // enough that the copy is passed on again, not delivered again).
     let dup = router.receive_from(&3, flood(0), at(2, 0), &[], None, &neighbours, ms(1));
-    assert_eq!(dup, Verdict::Drop(DropReason::Duplicate));
+    assert!(matches!(dup, Verdict::Reforward { .. }), "{dup:?}");
     // The next flood, from peer 4 at 4 ms (so peer 4 is 3 ms away): the
     // way through here is 5 ms, and each of 1 (2 ms), 2 (4 ms) and 3
     // (1 ms) has a shorter one.
@@ -116,6 +121,32 @@ fn no_copy_to_peers_the_sender_served_nor_where_a_shorter_way_is_known() {
 
 /// A stranger's copies cannot grow the distances a router keeps per
 /// home past their bound.
+
+/// A flood limited by hops only goes to every neighbour but the ones its
+/// sender served, whatever their known distances: a neighbour nearer in
+/// latency may be more hops away from the home, and have had the flood
+/// with too little TTL to pass it on.
+#[test]
+fn a_flood_limited_by_hops_only_is_not_pruned_by_latency() {
+    let mut router: FloodRouter<u32> = FloodRouter::new(FloodConfig::default());
+    let neighbours = [(1, ms(1)), (2, ms(1)), (3, ms(1))];
+    let at = |path: u64, seq: u32| FloodHeader {
+        seq,
+        path_rtt: ms(path),
+        ..header(5)
+    };
+    let flood = |seq: u32| FloodId { job: JobId(9), seq };
+    // Peer 3's copy says it is 1 ms from the home.
+    router.receive_from(&3, flood(0), at(2, 0), &[], None, &neighbours, ms(0));
+    // The next flood comes by peer 1 at 4 ms: peer 3 gets it all the same.
+    let Verdict::Deliver { forward, .. } =
+        router.receive_from(&1, flood(1), at(4, 1), &[], None, &neighbours, ms(1))
+    else {
+        panic!("not delivered");
+    };
+    let sent: Vec<u32> = forward.iter().map(|(p, _)| *p).collect();
+    assert_eq!(sent, vec![2, 3]);
+}
 #[test]
 fn distances_kept_per_home_are_bounded() {
     let mut router: FloodRouter<u32> = FloodRouter::new(FloodConfig {
