@@ -191,21 +191,9 @@ impl Setup {
                         let identity = (k * self.bag + j) % self.identities.max(1);
                         self.contributors + self.free_riders + identity
                     };
-                    plans.push(JobPlan {
-                        at: Duration::from_secs_f64(at),
-                        home,
-                        spec: JobSpec {
-                            per_worker: Resources::new(1, 0, 0),
-                            workers: WorkerCount::rigid(1),
-                            strategy: Strategy::default(),
-                            // Tasks wait as long as it takes.
-                            lifetime: Duration::from_secs_f64(self.window_s * 10.0),
-                            on_worker_lost: LostPolicy::Fail,
-                            kind: zorilla_core::advert::WorkKind::Wasm,
-                            priority: 0,
-                        },
-                        duration: Some(Duration::from_secs_f64(self.task_s)),
-                    });
+                    // Tasks wait as long as it takes.
+                    let lifetime = Duration::from_secs_f64(self.window_s * 10.0);
+                    plans.push(task(at, home, self.task_s, lifetime, LostPolicy::Fail));
                 }
                 k += 1;
             }
@@ -290,6 +278,32 @@ impl Outcome {
             _ => self.classes.get(&class).map_or(1, |c| c.users.max(1)),
         };
         self.share(class) / f64::from(users)
+    }
+}
+
+/// A one-worker task of one core submitted at `at_s` to `home`, running
+/// `run_s` seconds, waiting at most `lifetime` for its worker, losing it by
+/// `policy`.
+pub(crate) fn task(
+    at_s: f64,
+    home: u32,
+    run_s: f64,
+    lifetime: Duration,
+    policy: LostPolicy,
+) -> JobPlan {
+    JobPlan {
+        at: Duration::from_secs_f64(at_s),
+        home,
+        spec: JobSpec {
+            per_worker: Resources::new(1, 0, 0),
+            workers: WorkerCount::rigid(1),
+            strategy: Strategy::default(),
+            lifetime,
+            on_worker_lost: policy,
+            kind: zorilla_core::advert::WorkKind::Wasm,
+            priority: 0,
+        },
+        duration: Some(Duration::from_secs_f64(run_s)),
     }
 }
 

@@ -119,9 +119,6 @@ fn no_copy_to_peers_the_sender_served_nor_where_a_shorter_way_is_known() {
     assert_eq!(sent, vec![2, 3, 4]);
 }
 
-/// A stranger's copies cannot grow the distances a router keeps per
-/// home past their bound.
-
 /// A flood limited by hops only goes to every neighbour but the ones its
 /// sender served, whatever their known distances: a neighbour nearer in
 /// latency may be more hops away from the home, and have had the flood
@@ -147,6 +144,9 @@ fn a_flood_limited_by_hops_only_is_not_pruned_by_latency() {
     let sent: Vec<u32> = forward.iter().map(|(p, _)| *p).collect();
     assert_eq!(sent, vec![2, 3]);
 }
+
+/// A stranger's copies cannot grow the distances a router keeps per
+/// home past their bound.
 #[test]
 fn distances_kept_per_home_are_bounded() {
     let mut router: FloodRouter<u32> = FloodRouter::new(FloodConfig {

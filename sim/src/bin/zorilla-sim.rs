@@ -291,10 +291,7 @@ fn hetero(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
         Sizes::Full => Size::FULL,
     };
     let started = Instant::now();
-    let seeds: Vec<u64> = match &args.seeds {
-        Some(seeds) => seeds.clone(),
-        None => (1..=n).collect(),
-    };
+    let seeds = seeds_or(args, n);
     let runs = random::turnarounds(seeds.iter().copied(), size, modes)?;
     println!(
         "{} heterogeneous topologies ({:?}), every completed job's turnaround (submission to end):",
@@ -332,6 +329,14 @@ fn hetero(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The seeds `--seeds` names, else 1 to `n`.
+fn seeds_or(args: &Args, n: u64) -> Vec<u64> {
+    match &args.seeds {
+        Some(seeds) => seeds.clone(),
+        None => (1..=n).collect(),
+    }
+}
+
 /// `--fairshare N`: the fair-sharing experiment on seeds 1 to N (or
 /// `--seeds`), with and without fair sharing; per class the mean over the
 /// seeds of its share of the core time delivered during the window, and
@@ -339,10 +344,7 @@ fn hetero(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
 fn fairshare(args: &Args, n: u64) -> anyhow::Result<()> {
     use zorilla_sim::fairshare::{Class, Outcome, Setup, median_p95, run};
     let setup = Setup::DEFAULT;
-    let seeds: Vec<u64> = match &args.seeds {
-        Some(seeds) => seeds.clone(),
-        None => (1..=n).collect(),
-    };
+    let seeds = seeds_or(args, n);
     let started = Instant::now();
     println!(
         "fair sharing: {} contributors of {} cores, {} free riders, {} fresh identities sharing one \
@@ -433,10 +435,7 @@ fn preemption(args: &Args, n: u64) -> anyhow::Result<()> {
     use zorilla_sim::fairshare::median_p95;
     use zorilla_sim::fairshare::preemption::{Outcome, Setup, TaskFigures, Variant, run};
     let setup = Setup::DEFAULT;
-    let seeds: Vec<u64> = match &args.seeds {
-        Some(seeds) => seeds.clone(),
-        None => (1..=n).collect(),
-    };
+    let seeds = seeds_or(args, n);
     let started = Instant::now();
     println!(
         "preemption: {} contributors of {} cores ({} warm-up tasks each), then {} free riders with \
@@ -525,10 +524,7 @@ fn random(args: &Args, n: u64, modes: &[Mode]) -> anyhow::Result<()> {
     );
     // `--seeds` picks topologies out of the N to look at closely: only
     // those run, and each run's per-job CSV is written beside random.csv.
-    let seeds: Vec<u64> = match &args.seeds {
-        Some(seeds) => seeds.clone(),
-        None => (1..=n).collect(),
-    };
+    let seeds = seeds_or(args, n);
     for &seed in &seeds {
         if args.seeds.is_some() {
             let mut scenario = zorilla_sim::generate::scenario(seed, size);

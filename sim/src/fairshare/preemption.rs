@@ -30,9 +30,8 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use zorilla_core::advert::{Phase, Strategy, WorkKind, WorkerCount};
-use zorilla_core::node::{JobSpec, LostPolicy};
-use zorilla_core::resources::Resources;
+use zorilla_core::advert::Phase;
+use zorilla_core::node::LostPolicy;
 
 use crate::scenario::Scenario;
 use crate::sim::{JobPlan, Mode, RunReport, Sim};
@@ -134,20 +133,9 @@ impl Setup {
     pub fn plans(&self, seed: u64, long_policy: LostPolicy) -> Vec<JobPlan> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x9ee_3971);
         let lifetime = Duration::from_secs_f64(self.short_at_s + 10.0 * self.long_s);
-        let task = |at: f64, home: u32, run_s: f64, policy: LostPolicy| JobPlan {
-            at: Duration::from_secs_f64(at),
-            home,
-            spec: JobSpec {
-                per_worker: Resources::new(1, 0, 0),
-                workers: WorkerCount::rigid(1),
-                strategy: Strategy::default(),
-                // Tasks wait as long as it takes.
-                lifetime,
-                on_worker_lost: policy,
-                kind: WorkKind::Wasm,
-                priority: 0,
-            },
-            duration: Some(Duration::from_secs_f64(run_s)),
+        // Tasks wait as long as it takes.
+        let task = |at: f64, home: u32, run_s: f64, policy: LostPolicy| {
+            super::task(at, home, run_s, lifetime, policy)
         };
         let mut plans = Vec::new();
         for home in 0..self.contributors {
