@@ -113,7 +113,7 @@ impl<P: PeerKey> Scheduler<P> {
                         > 0
             })
             .min_by_key(|(job, e)| {
-                let newest = e.started.values().max().copied().unwrap_or_default();
+                let newest = e.running.values().max().copied().unwrap_or_default();
                 (
                     self.favours.balance(&e.home),
                     std::cmp::Reverse(newest),
@@ -128,7 +128,7 @@ impl<P: PeerKey> Scheduler<P> {
             return false;
         };
         // The work done so far was a favour all the same.
-        for at in e.started.values() {
+        for at in e.running.values() {
             let ms = millis(now.saturating_sub(*at));
             self.favours.gave(&e.home, e.per_worker.cores, ms, now);
         }
@@ -137,7 +137,7 @@ impl<P: PeerKey> Scheduler<P> {
             msg: Message::Withdraw {
                 job,
                 hold: e.hold,
-                ranks: e.running.iter().copied().collect(),
+                ranks: e.running.keys().copied().collect(),
             },
         });
         out.push(Output::Preempted {
@@ -236,8 +236,7 @@ impl<P: PeerKey> Scheduler<P> {
                 held_until,
                 wanted: advert.workers.max,
                 distance,
-                running: BTreeSet::new(),
-                started: BTreeMap::new(),
+                running: BTreeMap::new(),
                 preemptible: advert.preemptible,
             });
         if engagement.held == 0 {
@@ -496,8 +495,7 @@ impl<P: PeerKey> Scheduler<P> {
             Some(e) if e.home == from && e.hold == hold && e.held as usize >= ranks.len() => {
                 // The part of the hold not granted is released.
                 e.held = 0;
-                e.running.extend(&ranks);
-                e.started.extend(ranks.iter().map(|r| (*r, now)));
+                e.running.extend(ranks.iter().map(|r| (*r, now)));
                 true
             }
             _ => false,

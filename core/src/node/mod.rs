@@ -378,14 +378,13 @@ struct Engagement<P> {
     /// its home, from the advert: what a raised offer needs.
     wanted: u32,
     distance: Duration,
-    /// Ranks running here.
-    running: BTreeSet<u32>,
+    /// Ranks running here, and when each was granted: the favour this
+    /// node does the job's home is counted from then (see
+    /// [`crate::favours`]).
+    running: BTreeMap<u32, Time>,
     /// Whether they may be stopped for a creditor's job (the advert's
     /// [`Advert::preemptible`]).
     preemptible: bool,
-    /// When each of them was granted: the favour this node does the
-    /// job's home is counted from then (see [`crate::favours`]).
-    started: BTreeMap<u32, Time>,
 }
 
 impl<P> Engagement<P> {
@@ -598,11 +597,11 @@ impl<P: PeerKey> Scheduler<P> {
     }
 
     /// Workers this node runs, per job.
-    pub fn running(&self) -> impl Iterator<Item = (JobId, &BTreeSet<u32>)> {
+    pub fn running(&self) -> impl Iterator<Item = (JobId, impl ExactSizeIterator<Item = &u32>)> {
         self.engaged
             .iter()
             .filter(|(_, e)| !e.running.is_empty())
-            .map(|(job, e)| (*job, &e.running))
+            .map(|(job, e)| (*job, e.running.keys()))
     }
 
     /// Workers this node holds for jobs (offered, not yet granted).
@@ -761,8 +760,7 @@ impl<P: PeerKey> Scheduler<P> {
             Input::WorkersEnded { job, ranks } => {
                 if let Some(e) = self.engaged.get_mut(&job) {
                     for rank in &ranks {
-                        e.running.remove(rank);
-                        if let Some(at) = e.started.remove(rank)
+                        if let Some(at) = e.running.remove(rank)
                             && e.home != self.id
                         {
                             let ms = millis(now.saturating_sub(at));

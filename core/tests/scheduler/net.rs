@@ -304,8 +304,10 @@ fn a_member_running_workers_of_a_job_offers_more_within_the_owner_limit() {
         }]
     );
     assert_eq!(
-        node.running().collect::<Vec<_>>(),
-        vec![(JOB, &std::collections::BTreeSet::from([0]))]
+        node.running()
+            .map(|(job, ranks)| (job, ranks.copied().collect::<Vec<_>>()))
+            .collect::<Vec<_>>(),
+        vec![(JOB, vec![0])]
     );
     let out = deliver(&mut node, ms(40_000), job);
     assert!(matches!(
