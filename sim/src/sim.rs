@@ -866,14 +866,14 @@ impl Sim {
                         self.reschedule(node);
                     }
                 }
-                // Stopped for a creditor's job: gone from the node as
-                // when their job stops them (the home was told, and
-                // replaces them).
                 Output::StopWorkers { job, .. } => {
                     if let Some(ranks) = self.running.remove(&(node, job)) {
                         self.workers_gone(node, job, ranks.len() as u32);
                     }
                 }
+                // Stopped for a creditor's job: gone from the node as
+                // when their job stops them (the home was told, and
+                // replaces them), and what they had run is counted lost.
                 Output::Preempted { job, .. } => {
                     if let Some(ranks) = self.running.remove(&(node, job)) {
                         let count = ranks.len() as u32;
