@@ -13,15 +13,11 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::{Net, grid_on, nqueens, stdout_of, wait_all_measured, wait_completed, wasm};
-use zorilla_webui::model::{AddressInfo, NodeOverview};
+use zorilla_webui::model::AddressInfo;
 
 /// The node's own addresses as its status page's JSON API shows them.
 async fn addresses(node: &common::TestNode) -> Vec<AddressInfo> {
-    let (code, body) = node.http_get("/api/overview").await;
-    assert_eq!(code, 200, "{body}");
-    let overview: NodeOverview = serde_json::from_str(&body)
-        .unwrap_or_else(|e| panic!("/api/overview is not an overview ({e}): {body}"));
-    overview.addresses
+    node.overview().await.addresses
 }
 
 /// No node keeps (or was passed) a loopback or link-local address of

@@ -13,7 +13,7 @@ use zorilla_core::node::LostPolicy;
 use zorilla_node::client::Client;
 use zorilla_node::owner::UserKey;
 use zorilla_node::protocol::{JobPhase, JobRequest, OutcomeCode};
-use zorilla_webui::model::{Creditor, NodeOverview};
+use zorilla_webui::model::Creditor;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -121,11 +121,7 @@ async fn freed_cores_go_to_the_owners_users_first_then_by_each_users_priorities(
 
 /// What `node`'s status page (JSON API) lists as its creditors.
 async fn creditors(node: &TestNode) -> Vec<Creditor> {
-    let (code, body) = node.http_get("/api/overview").await;
-    assert_eq!(code, 200, "{body}");
-    let overview: NodeOverview = serde_json::from_str(&body)
-        .unwrap_or_else(|e| panic!("/api/overview is not an overview ({e}): {body}"));
-    overview.creditors
+    node.overview().await.creditors
 }
 
 /// `node`'s creditors once it lists any (its page comes up before its

@@ -284,6 +284,14 @@ impl TestNode {
         .await
         .unwrap()
     }
+
+    /// The node's overview as its status page's JSON API shows it.
+    pub(crate) async fn overview(&self) -> zorilla_webui::model::NodeOverview {
+        let (code, body) = self.http_get("/api/overview").await;
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("/api/overview is not an overview ({e}): {body}"))
+    }
 }
 
 impl Drop for TestNode {

@@ -5,18 +5,14 @@
 use std::time::{Duration, Instant};
 
 use zorilla_node::protocol::JobRequest;
-use zorilla_webui::model::{AddressInfo, NodeOverview};
+use zorilla_webui::model::AddressInfo;
 
 use super::netns::{Hosts, Nat};
 use super::{Grid, TestNode, stdout_of, wait_completed, wasm};
 
 /// The node's own addresses as its status page's JSON API shows them.
 async fn addresses(node: &TestNode) -> Vec<AddressInfo> {
-    let (code, body) = node.http_get("/api/overview").await;
-    assert_eq!(code, 200, "{body}");
-    let overview: NodeOverview = serde_json::from_str(&body)
-        .unwrap_or_else(|e| panic!("/api/overview is not an overview ({e}): {body}"));
-    overview.addresses
+    node.overview().await.addresses
 }
 
 /// Waits until the status page of `node` shows an address that `ok`
