@@ -82,6 +82,9 @@ fn the_demo_runs_a_closed_grid_with_one_flag() {
     let _grid = one_grid();
     let out = Command::new(env!("CARGO_BIN_EXE_zorilla-demo"))
         .args(["--closed", "--queens", "10", "--workers", "8"])
+        // Should the grid not form, the demo's report shows the tails of
+        // the lagging nodes' logs: with what the gates did.
+        .env("RUST_LOG", "info,zorilla_overlay::membership=debug")
         .output()
         .expect("run zorilla-demo");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -140,6 +140,43 @@ fn host(s: usize, k: usize) -> String {
     format!("127.0.{}.{}", s + 1, k + 1)
 }
 
+/// Why the grid is not ready: each node's neighbours, and the last lines
+/// of the log of each node with fewer than three.
+async fn formation_report(nodes: &[DemoNode], dir: &Path) -> String {
+    /// Lines of each lagging node's log shown.
+    const TAIL: usize = 60;
+    let mut report = String::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let neighbours = match Client::connect(node.client.as_str()).await {
+            Ok(mut client) => match client.node_info().await {
+                Ok(info) => info.neighbours,
+                Err(e) => {
+                    report.push_str(&format!("  n{i} ({}): {e}\n", node.site));
+                    continue;
+                }
+            },
+            Err(e) => {
+                report.push_str(&format!("  n{i} ({}): {e}\n", node.site));
+                continue;
+            }
+        };
+        report.push_str(&format!(
+            "  n{i} ({}, {}): {neighbours} neighbours\n",
+            node.site, node.peer
+        ));
+        if neighbours < 3 {
+            let log = dir.join(format!("n{i}")).join("node.log");
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            report.push_str(&format!("    the last lines of {}:\n", log.display()));
+            for line in &lines[lines.len().saturating_sub(TAIL)..] {
+                report.push_str(&format!("    {line}\n"));
+            }
+        }
+    }
+    report
+}
+
 fn start_node(
     exe: &Path,
     dir: &Path,
@@ -162,7 +199,12 @@ fn start_node(
         .arg("--topology")
         .arg(dir.parent().unwrap_or(dir).join("sites.toml"))
         .args(["--site", SITES[s].0])
-        .env("RUST_LOG", "warn")
+        // Warnings only, unless the demo's caller asks for more (a test
+        // does, so that a failure's report says what the nodes did).
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(log)
         // Their own process group: a Ctrl-C at the terminal goes to the
@@ -290,7 +332,10 @@ async fn demo(args: Args) -> Result<ExitCode, String> {
             < 3
         {
             if Instant::now() > deadline {
-                return Err("the overlay did not form within 60 s".into());
+                return Err(format!(
+                    "the overlay did not form within 60 s:\n{}",
+                    formation_report(&nodes, &dir).await
+                ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -77,6 +77,7 @@ use crate::identity;
 use crate::wire;
 
 mod driver;
+mod fresh_port;
 mod handle;
 mod swarm;
 mod types;

@@ -31,6 +31,7 @@ use crate::latency::{Delay, MaybeDelayed, Route};
 use crate::membership::gate::Gate;
 use crate::wire::{self, CborCodec, FloodAck, FloodFrame, RpcRequest, RpcResponse};
 
+use super::fresh_port::FreshPortOnConflict;
 use super::types::OverlayError;
 
 /// How long the transport's handshake (noise, yamux) may take.
@@ -110,25 +111,26 @@ pub(super) fn build_swarm(
     let setup = |e: &dyn std::fmt::Display| OverlayError::Setup(e.to_string());
     let local = key.public().to_peer_id();
     let latency = config.latency.clone();
-    let tcp = libp2p::tcp::tokio::Transport::new(libp2p::tcp::Config::default().nodelay(true)).map(
-        move |stream, endpoint| {
-            // Only the dialer delays (see the latency module): it knows the
-            // remote's listen port, hence its site.
-            let delay = match (&latency, &endpoint) {
-                (Some(l), ConnectedPoint::Dialer { address, .. }) => {
-                    l.topology.route_to(&l.site, address).map(|(remote, _)| {
-                        Delay::Route(Route {
-                            topology: l.topology.clone(),
-                            local: l.site.clone(),
-                            remote,
-                        })
+    let tcp = FreshPortOnConflict::new(libp2p::tcp::tokio::Transport::new(
+        libp2p::tcp::Config::default().nodelay(true),
+    ))
+    .map(move |stream, endpoint| {
+        // Only the dialer delays (see the latency module): it knows the
+        // remote's listen port, hence its site.
+        let delay = match (&latency, &endpoint) {
+            (Some(l), ConnectedPoint::Dialer { address, .. }) => {
+                l.topology.route_to(&l.site, address).map(|(remote, _)| {
+                    Delay::Route(Route {
+                        topology: l.topology.clone(),
+                        local: l.site.clone(),
+                        remote,
                     })
-                }
-                _ => None,
-            };
-            MaybeDelayed::new(stream, delay)
-        },
-    );
+                })
+            }
+            _ => None,
+        };
+        MaybeDelayed::new(stream, delay)
+    });
     // Relayed connections get the same upgrade as TCP ones (the relay
     // sees only noise's ciphertext).
     let (relay_transport, relay_client) = relay::client::new(local);
