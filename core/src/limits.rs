@@ -28,6 +28,14 @@ use crate::resources::{Machine, Resources};
 /// within one overlay message (1 MiB), with room for its request.
 pub const MAX_WORKERS: u32 = 10_000;
 
+/// The most tasks one job array may have: 10,000. A task's index is its
+/// rank at the home, and ranks stay below [`MAX_WORKERS`] everywhere a
+/// peer's message names one; a larger sweep is several arrays.
+pub const MAX_TASKS: u32 = MAX_WORKERS;
+
+/// The most times a failed task of a job array runs again: 10.
+pub const MAX_TASK_RETRIES: u8 = 10;
+
 /// The most cores one worker may ask for: 1,024 (a large machine has a few
 /// hundred; a worker runs on one thread anyway).
 pub const MAX_CORES: u32 = 1024;

@@ -208,6 +208,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
                 },
                 kind: zorilla_core::advert::WorkKind::Wasm,
                 priority: 0,
+                tasks: None,
             },
         )
 }
@@ -414,6 +415,7 @@ fn lifetimes_near_two_to_the_64_seconds_are_refused() {
             on_worker_lost: LostPolicy::Fail,
             kind: zorilla_core::advert::WorkKind::Wasm,
             priority: 0,
+            tasks: None,
         };
         let sentence = node.admit(spec).unwrap_err().to_string();
         assert!(sentence.starts_with("lifetime is "), "{sentence}");

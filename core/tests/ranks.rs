@@ -48,6 +48,7 @@ fn running_with(workers: WorkerCount, nodes: &[u32], on_worker_lost: LostPolicy)
         on_worker_lost,
         kind: zorilla_core::advert::WorkKind::Wasm,
         priority: 0,
+        tasks: None,
     };
     home.handle(
         ms(0),
@@ -475,6 +476,7 @@ fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
         on_worker_lost: LostPolicy::Fail,
         kind: zorilla_core::advert::WorkKind::Wasm,
         priority: 0,
+        tasks: None,
     };
     home.handle(
         ms(0),

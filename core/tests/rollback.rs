@@ -43,6 +43,7 @@ fn spec(workers: u32) -> JobSpec {
         on_worker_lost: LostPolicy::Rollback,
         kind: zorilla_core::advert::WorkKind::Wasm,
         priority: 0,
+        tasks: None,
     }
 }
 

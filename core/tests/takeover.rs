@@ -36,6 +36,7 @@ fn spec(min: u32, max: u32, lost: LostPolicy) -> JobSpec {
         on_worker_lost: lost,
         kind: zorilla_core::advert::WorkKind::Wasm,
         priority: 0,
+        tasks: None,
     }
 }
 

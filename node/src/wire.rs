@@ -611,6 +611,7 @@ mod replica_tests {
             on_worker_lost: LostPolicy::Fail,
             kind: zorilla_core::advert::WorkKind::Wasm,
             priority: 0,
+            tasks: None,
         };
         let msg = Msg::Append {
             epoch: epoch.clone(),

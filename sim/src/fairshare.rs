@@ -302,6 +302,7 @@ pub(crate) fn task(
             on_worker_lost: policy,
             kind: zorilla_core::advert::WorkKind::Wasm,
             priority: 0,
+            tasks: None,
         },
         duration: Some(Duration::from_secs_f64(run_s)),
     }

@@ -59,6 +59,7 @@ fn spec(workers: u32) -> JobSpec {
         on_worker_lost: LostPolicy::Fail,
         kind: crate::advert::WorkKind::Wasm,
         priority: 0,
+        tasks: None,
     }
 }
 

@@ -20,6 +20,7 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         }
         let spec = spec.into_spec();
+        let ranks = RankTable::for_spec(&spec);
         let mut schedule = FloodSchedule::resume(
             self.config.schedule.clone(),
             spec.workers.max,
@@ -46,7 +47,7 @@ impl<P: PeerKey> Scheduler<P> {
                 offers: BTreeMap::new(),
                 worked: BTreeMap::new(),
                 granted_holds: BTreeMap::new(),
-                ranks: RankTable::default(),
+                ranks,
                 grants: 0,
                 earlier_floods: 0,
                 settle_at: None,
@@ -165,7 +166,8 @@ impl<P: PeerKey> Scheduler<P> {
                     owner: job.owner.clone(),
                     kind: job.spec.kind,
                     priority: job.spec.priority,
-                    preemptible: job.spec.on_worker_lost != LostPolicy::Fail,
+                    // An array's task starts over elsewhere.
+                    preemptible: job.spec.on_worker_lost != LostPolicy::Fail || job.is_array(),
                 };
                 // The home considers its own machine first (it is the
                 // nearest there is), and again at every flood, as any
@@ -222,7 +224,7 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         }
         let granted = job.granted_workers();
-        let wanted = job.spec.workers.max.saturating_sub(granted);
+        let wanted = job.usable_workers().saturating_sub(granted);
         if wanted == 0 {
             return;
         }
@@ -337,6 +339,19 @@ impl<P: PeerKey> Scheduler<P> {
             let (ranks, replaced) =
                 job.ranks
                     .place(&assignment.node, incarnation, assignment.workers);
+            if ranks.is_empty() {
+                // An array with no task left for this node (it had fewer
+                // waiting than were counted): nothing to grant.
+                out.push(Output::Send {
+                    to: assignment.node.clone(),
+                    msg: Message::Refuse {
+                        job: job_id,
+                        hold: Some(offer.hold),
+                        reason: RefuseReason::NotChosen,
+                    },
+                });
+                continue;
+            }
             replaced_now.extend(&replaced);
             for rank in &ranks {
                 job.worked
@@ -354,6 +369,17 @@ impl<P: PeerKey> Scheduler<P> {
         }
         let placement = job.ranks.placement();
         for (node, hold, ranks, incarnation) in &granted {
+            // An array's tasks are worlds of their own: a node learns
+            // where its own run, not where the others do.
+            let placement = if job.is_array() {
+                placement
+                    .iter()
+                    .filter(|(_, placed)| placed.node == *node)
+                    .map(|(rank, placed)| (*rank, placed.clone()))
+                    .collect()
+            } else {
+                placement.clone()
+            };
             out.push(Output::Send {
                 to: node.clone(),
                 msg: Message::Grant {
@@ -361,7 +387,7 @@ impl<P: PeerKey> Scheduler<P> {
                     hold: *hold,
                     ranks: ranks.clone(),
                     incarnation: *incarnation,
-                    placement: placement.clone(),
+                    placement,
                 },
             });
         }
@@ -373,14 +399,15 @@ impl<P: PeerKey> Scheduler<P> {
                 workers: total,
             }));
         }
-        if total >= job.spec.workers.max {
+        if total >= job.usable_workers() {
             self.last_reach = job.schedule.reach();
             job.full(job_id, out);
         }
         // The nodes that ran ranks before learn of the new ones (and of the
-        // start); the nodes granted now have it all in their grant.
+        // start); the nodes granted now have it all in their grant. An
+        // array's nodes need not know of each other's tasks.
         let skip: BTreeSet<P> = granted.into_iter().map(|(node, ..)| node).collect();
-        if !skip.is_empty() {
+        if !skip.is_empty() && !job.is_array() {
             job.announce(job_id, replaced_now, &skip, out);
         }
     }
@@ -562,6 +589,10 @@ impl<P: PeerKey> Scheduler<P> {
         if job.phase != Phase::Running {
             return;
         }
+        if job.is_array() {
+            self.task_ended(now, job_id, out);
+            return;
+        }
         match outcome {
             RankOutcome::Cancelled => {}
             RankOutcome::Exited(0) => self.complete_if_all_succeeded(job_id, out),
@@ -576,6 +607,53 @@ impl<P: PeerKey> Scheduler<P> {
                 },
                 out,
             ),
+        }
+    }
+
+    /// A task of job array `job_id` ended (and left the rank table): the
+    /// array ends once every task is done or failed for good, completed
+    /// if none failed; otherwise, if tasks wait and the job had stopped
+    /// looking for cores, it looks again.
+    fn task_ended(&mut self, now: Time, job_id: JobId, out: &mut Vec<Output<P>>) {
+        let Some(job) = self.home.get_mut(&job_id) else {
+            return;
+        };
+        let Some(tasks) = job.ranks.tasks() else {
+            return;
+        };
+        if tasks.over() {
+            let counts = tasks.counts(0);
+            let first = tasks
+                .failed()
+                .next()
+                .map(|(task, node, outcome)| (task, node.clone(), outcome.clone()));
+            let (phase, refuse, reason) = match first {
+                None => (
+                    Phase::Completed,
+                    RefuseReason::JobFull,
+                    EndReason::TasksDone {
+                        tasks: counts.count,
+                    },
+                ),
+                Some((task, node, outcome)) => (
+                    Phase::Failed,
+                    RefuseReason::Failed,
+                    EndReason::TasksFailed {
+                        tasks: counts.count,
+                        failed: counts.failed,
+                        task,
+                        node,
+                        outcome,
+                    },
+                ),
+            };
+            self.end_job(job_id, phase, refuse, reason, out);
+            return;
+        }
+        job.report.granted = job.granted_workers();
+        let wanted = job.usable_workers().saturating_sub(job.granted_workers());
+        if wanted > 0 && job.next_flood_at.is_none() {
+            job.flood_afresh(now, wanted);
         }
     }
 
@@ -628,7 +706,8 @@ impl<P: PeerKey> Scheduler<P> {
             ranks: lost.clone(),
             reason,
         }));
-        let rigid = job.spec.workers.is_rigid();
+        // An array is never rigid: a lost task runs again by itself.
+        let rigid = job.spec.workers.is_rigid() && !job.is_array();
         // A rank given back before it started computed nothing the others
         // depend on (they wait for it at their next exchange): its fresh
         // worker starts from the rank's checkpoint as a replacement does.
@@ -656,12 +735,15 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         }
         job.report.granted = job.granted_workers();
-        // The nodes left learn that the lost ranks are gone.
-        job.announce(job_id, Vec::new(), &BTreeSet::new(), out);
-        if job.phase == Phase::Running && job.granted_workers() < job.spec.workers.max {
+        // The nodes left learn that the lost ranks are gone (an array's
+        // need not know).
+        if !job.is_array() {
+            job.announce(job_id, Vec::new(), &BTreeSet::new(), out);
+        }
+        let usable = job.usable_workers();
+        if job.phase == Phase::Running && job.granted_workers() < usable {
             // Look for replacements now, with a fresh schedule.
-            let max = job.spec.workers.max;
-            job.flood_afresh(now, max);
+            job.flood_afresh(now, usable);
         }
     }
 
@@ -679,7 +761,12 @@ impl<P: PeerKey> Scheduler<P> {
         // A replacement or a new worker would wake them (it is announced
         // to every rank).
         let may_grow = !job.spec.workers.is_rigid() && job.granted_workers() < job.spec.workers.max;
-        if job.phase != Phase::Running || job.ranks.lost().next().is_some() || may_grow {
+        // An array's tasks wait for no one.
+        if job.is_array()
+            || job.phase != Phase::Running
+            || job.ranks.lost().next().is_some()
+            || may_grow
+        {
             return;
         }
         let running = job.ranks.running();

@@ -82,7 +82,7 @@ impl<P: Clone + Ord> JobState<P> {
             spec: spec.clone(),
             owner: owner.clone(),
             phase: Phase::Scheduling,
-            ranks: RankTable::default(),
+            ranks: RankTable::for_spec(spec),
             grants: 0,
             full: false,
             checkpoints: CheckpointIndex::new(),

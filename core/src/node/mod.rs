@@ -114,6 +114,7 @@ mod report;
 mod rollback;
 mod spec;
 mod takeover;
+mod tasks;
 
 pub use crate::advert::{Phase, Placed};
 pub use events::{CheckpointRefused, Input, JobEvent, Output};
@@ -122,8 +123,9 @@ pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, Wo
 pub use report::{Hold, PendingReport};
 pub use spec::{
     Admitted, JobSpec, LostPolicy, NativePolicy, OwnerLimits, ResizeError, SchedulerConfig,
-    SpecError, UserLimits, UserPolicy,
+    SpecError, TaskArray, UserLimits, UserPolicy,
 };
+pub use tasks::{TaskCounts, TaskEnd, TaskProgress};
 
 /// A job this node is home to.
 #[derive(Debug, Clone)]
@@ -335,9 +337,28 @@ impl<P> HomeJob<P> {
         }
     }
 
-    /// Ranks placed and not lost (running or ended).
+    /// Ranks placed and not lost (running or ended); of an array, the
+    /// tasks running.
     fn granted_workers(&self) -> u32 {
         self.ranks.placed()
+    }
+
+    /// The most workers the job can use now: its `max`; for an array, the
+    /// tasks running and those waiting to run, up to its `max_running`.
+    fn usable_workers(&self) -> u32 {
+        let max = self.spec.workers.max;
+        match self.ranks.tasks() {
+            Some(tasks) => self
+                .granted_workers()
+                .saturating_add(tasks.available())
+                .min(max),
+            None => max,
+        }
+    }
+
+    /// Whether the job is a job array (see [`TaskArray`]).
+    fn is_array(&self) -> bool {
+        self.spec.tasks.is_some()
     }
 
     /// Starts a new flood schedule for `workers` workers, its first flood
@@ -813,7 +834,8 @@ impl<P: PeerKey> Scheduler<P> {
             return Err(ResizeError::Ended(job_id));
         }
         let WorkerCount { min, max: old } = job.spec.workers;
-        if min == old {
+        // An array's max_running may change however it was set.
+        if min == old && !job.is_array() {
             return Err(ResizeError::Rigid {
                 job: job_id,
                 workers: min,
@@ -829,10 +851,14 @@ impl<P: PeerKey> Scheduler<P> {
                 granted,
             });
         }
+        let limit = job.spec.tasks.map_or(limit, |t| t.count.min(limit));
         if max > limit {
             return Err(ResizeError::TooManyWorkers { asked: max, limit });
         }
         job.spec.workers.max = max;
+        if let Some(tasks) = &mut job.spec.tasks {
+            tasks.max_running = max;
+        }
         let mut out = Vec::new();
         if max > old && granted < max && job.next_flood_at.is_none() {
             // Flooding had stopped (the job was full): start afresh.

@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::spec::JobSpec;
+use super::tasks::{TaskEnd, TaskProgress};
 use crate::advert::Placed;
 use crate::liveness::LostCause;
 
@@ -257,6 +259,25 @@ pub enum EndReason<P> {
         /// Why they count as lost.
         reason: LostReason,
     },
+    /// Every task of a job array exited with status 0.
+    TasksDone {
+        /// The array's tasks.
+        tasks: u32,
+    },
+    /// Every task of a job array ended, and some failed for good (after
+    /// their retries).
+    TasksFailed {
+        /// The array's tasks.
+        tasks: u32,
+        /// How many failed.
+        failed: u32,
+        /// The first of them (`zorilla status` lists them all): the task.
+        task: u32,
+        /// The node it last ran on.
+        node: P,
+        /// How it ended there.
+        outcome: RankOutcome,
+    },
     /// Every rank still running waited for a message with nothing in
     /// flight, so none could ever go on (see [`crate::stall`]).
     Stalled {
@@ -284,6 +305,21 @@ impl<P: fmt::Display> fmt::Display for EndReason<P> {
             EndReason::Completed { workers } => {
                 write!(f, "all {workers} workers exited with status 0")
             }
+            EndReason::TasksDone { tasks } => {
+                write!(f, "all {tasks} tasks exited with status 0")
+            }
+            EndReason::TasksFailed {
+                tasks,
+                failed,
+                task,
+                node,
+                outcome,
+            } => write!(
+                f,
+                "{failed} of {tasks} tasks failed after their retries; the first, task {task} \
+                 on {node}: {}",
+                outcome.display(node)
+            ),
             EndReason::Cancelled => f.write_str("cancelled by user"),
             EndReason::Expired { why } => write!(f, "expired before it got its workers: {why}"),
             EndReason::RankFailed {
@@ -365,6 +401,10 @@ pub struct RankTable<P> {
     /// Ranks whose current worker replaced one lost on its own: it started
     /// over while the others went on.
     replaced: BTreeSet<u32>,
+    /// A job array's progress (its running tasks are the ranks above,
+    /// numbered by task index, and nothing is ever lost here: a lost task
+    /// waits in the progress to run again); `None` for a job of ranks.
+    tasks: Option<TaskProgress<P>>,
 }
 
 impl<P> Default for RankTable<P> {
@@ -374,11 +414,26 @@ impl<P> Default for RankTable<P> {
             lost: BTreeSet::new(),
             lost_alone: BTreeSet::new(),
             replaced: BTreeSet::new(),
+            tasks: None,
         }
     }
 }
 
 impl<P> RankTable<P> {
+    /// The empty table of a job of `spec`: of ranks, or of a job array's
+    /// tasks.
+    pub fn for_spec(spec: &JobSpec) -> Self {
+        RankTable {
+            tasks: spec.tasks.map(TaskProgress::new),
+            ..RankTable::default()
+        }
+    }
+
+    /// A job array's progress; `None` for a job of ranks.
+    pub fn tasks(&self) -> Option<&TaskProgress<P>> {
+        self.tasks.as_ref()
+    }
+
     /// Ranks placed and not lost (running or ended).
     pub fn placed(&self) -> u32 {
         let n = self.ranks.len().saturating_sub(self.lost.len());
@@ -421,8 +476,12 @@ impl<P> RankTable<P> {
     }
 
     /// Whether every rank was placed and exited with status 0 (none is
-    /// running, and none waits to be replaced).
+    /// running, and none waits to be replaced); of an array, whether every
+    /// task is done.
     pub fn all_succeeded(&self) -> bool {
+        if let Some(tasks) = &self.tasks {
+            return tasks.over() && tasks.failed().next().is_none();
+        }
         !self.ranks.is_empty()
             && self
                 .ranks
@@ -435,10 +494,21 @@ impl<P: Clone + Eq> RankTable<P> {
     /// Places `count` ranks on `node` with grant number `incarnation`:
     /// lost ranks first (lowest first), then new ones. Returns the ranks,
     /// and which of them replace lost ones.
+    ///
+    /// Of a job array, the next `count` tasks for `node` (fewer if fewer
+    /// wait; see [`TaskProgress`]), none of them a replacement.
     pub(crate) fn place(&mut self, node: &P, incarnation: u32, count: u32) -> (Vec<u32>, Vec<u32>) {
-        let mut ranks = Vec::with_capacity(count as usize);
+        let mut ranks = Vec::with_capacity(count.min(1024) as usize);
         let mut replaced = Vec::new();
         for _ in 0..count {
+            if let Some(tasks) = &mut self.tasks {
+                let Some(task) = tasks.take(node) else {
+                    break;
+                };
+                self.insert_placed(node, incarnation, task);
+                ranks.push(task);
+                continue;
+            }
             let rank = match self.lost.pop_first() {
                 Some(rank) => {
                     replaced.push(rank);
@@ -460,19 +530,26 @@ impl<P: Clone + Eq> RankTable<P> {
     /// [`JobState::replay`](super::JobState::replay)).
     pub(crate) fn restore(&mut self, node: &P, incarnation: u32, ranks: &[u32]) {
         for &rank in ranks {
-            self.lost.remove(&rank);
-            if self.lost_alone.remove(&rank) {
-                self.replaced.insert(rank);
+            if let Some(tasks) = &mut self.tasks {
+                tasks.restore(rank);
             }
-            self.ranks.insert(
-                rank,
-                Rank {
-                    node: node.clone(),
-                    incarnation,
-                    outcome: None,
-                },
-            );
+            self.insert_placed(node, incarnation, rank);
         }
+    }
+
+    fn insert_placed(&mut self, node: &P, incarnation: u32, rank: u32) {
+        self.lost.remove(&rank);
+        if self.lost_alone.remove(&rank) {
+            self.replaced.insert(rank);
+        }
+        self.ranks.insert(
+            rank,
+            Rank {
+                node: node.clone(),
+                incarnation,
+                outcome: None,
+            },
+        );
     }
 
     /// Nodes with placed (not lost) ranks.
@@ -490,6 +567,7 @@ impl<P: Clone + Eq> RankTable<P> {
     /// Those of `ranks` (all if `None`) whose workers still run on `node`
     /// as far as the home knows become lost for `reason`; returns them.
     /// A rank that already ended (or was lost) stays as it is.
+    /// A job array's lost tasks leave the table and wait to run again.
     pub(crate) fn lose(&mut self, node: &P, ranks: Option<&[u32]>, reason: LostReason) -> Vec<u32> {
         let mut lost = Vec::new();
         for (r, rank) in &mut self.ranks {
@@ -498,6 +576,13 @@ impl<P: Clone + Eq> RankTable<P> {
                 rank.outcome = Some(RankOutcome::Lost(reason));
                 lost.push(*r);
             }
+        }
+        if let Some(tasks) = &mut self.tasks {
+            for task in &lost {
+                self.ranks.remove(task);
+                tasks.ended(*task, node, RankOutcome::Lost(reason));
+            }
+            return lost;
         }
         self.lost.extend(&lost);
         self.lost_alone.extend(&lost);
@@ -508,6 +593,16 @@ impl<P: Clone + Eq> RankTable<P> {
     /// `reason` (the job rolls back: every rank gets a fresh worker);
     /// returns them.
     pub(crate) fn lose_all(&mut self, reason: LostReason) -> Vec<u32> {
+        if self.tasks.is_some() {
+            // An array's tasks do not roll back together (its spec cannot
+            // ask to); each running one is lost by itself.
+            let running: Vec<(u32, P)> = self.running().into_iter().collect();
+            let mut lost = Vec::new();
+            for (task, node) in running {
+                lost.extend(self.lose(&node, Some(&[task]), reason));
+            }
+            return lost;
+        }
         let mut lost = Vec::new();
         for (r, rank) in &mut self.ranks {
             if !rank.is_lost() {
@@ -526,6 +621,9 @@ impl<P: Clone + Eq> RankTable<P> {
     /// Records the end of `rank`'s worker on `node`, incarnation
     /// `incarnation`: `false` (and nothing changes) if the table places
     /// no such worker, or it already ended.
+    ///
+    /// A job array's task leaves the table as it ends (see
+    /// [`RankTable::end_task`]).
     pub(crate) fn end(
         &mut self,
         node: &P,
@@ -533,12 +631,36 @@ impl<P: Clone + Eq> RankTable<P> {
         incarnation: u32,
         outcome: RankOutcome,
     ) -> bool {
+        if self.tasks.is_some() {
+            return self.end_task(node, rank, incarnation, outcome).is_some();
+        }
         match self.ranks.get_mut(&rank) {
             Some(r) if r.node == *node && r.incarnation == incarnation && r.outcome.is_none() => {
                 r.outcome = Some(outcome);
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Records the end of job array task `task`'s worker on `node`,
+    /// incarnation `incarnation`: the task leaves the table, and the
+    /// progress says what becomes of it; `None` (and nothing changes) if
+    /// the table places no such worker, or this is no array.
+    pub(crate) fn end_task(
+        &mut self,
+        node: &P,
+        task: u32,
+        incarnation: u32,
+        outcome: RankOutcome,
+    ) -> Option<TaskEnd> {
+        let tasks = self.tasks.as_mut()?;
+        match self.ranks.get(&task) {
+            Some(r) if r.node == *node && r.incarnation == incarnation && r.outcome.is_none() => {
+                self.ranks.remove(&task);
+                Some(tasks.ended(task, node, outcome))
+            }
+            _ => None,
         }
     }
 

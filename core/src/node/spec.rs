@@ -261,6 +261,39 @@ pub struct JobSpec {
     /// users' jobs keep their turn, whatever their priorities.
     #[serde(default)]
     pub priority: i8,
+    /// A job array: this many independent tasks of the job's module, each
+    /// a worker of its own numbered by its task index (its rank at the
+    /// home), at most `max_running` of them at once. `None`: one job of
+    /// `workers` ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<TaskArray>,
+}
+
+/// A job array's shape (see [`JobSpec::tasks`]): what HTCondor's
+/// `queue N` and Slurm's `--array` give, as one job. The home hands task
+/// indices out as nodes offer cores (a task that failed or was lost first
+/// again), and keeps counts rather than a record per task (see
+/// [`TaskProgress`](super::TaskProgress)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskArray {
+    /// How many tasks, numbered from 0 (at most [`limits::MAX_TASKS`]).
+    pub count: u32,
+    /// The most tasks running at once; the job's `workers` are 1 to this.
+    pub max_running: u32,
+    /// How often a failed task runs again, each time on whichever node
+    /// offers next (at most [`limits::MAX_TASK_RETRIES`]). A task lost
+    /// with its node runs again without counting.
+    pub retries: u8,
+}
+
+impl TaskArray {
+    /// The worker count a job array has: from 1 to `max_running`.
+    pub fn workers(&self) -> WorkerCount {
+        WorkerCount {
+            min: 1,
+            max: self.max_running,
+        }
+    }
 }
 
 /// Why a job specification was refused.
@@ -294,6 +327,24 @@ pub enum SpecError {
     /// A job with this id exists.
     #[error("job {0} already exists")]
     Duplicate(JobId),
+    /// A job array whose worker count is not 1 to its `max_running`.
+    #[error(
+        "a job array runs 1 to max_running ({max_running}) workers at once, not {min} to {max}"
+    )]
+    ArrayWorkers {
+        /// The array's most tasks at once.
+        max_running: u32,
+        /// The workers' min asked.
+        min: u32,
+        /// The workers' max asked.
+        max: u32,
+    },
+    /// A job array asked to roll back: its tasks are independent.
+    #[error(
+        "a job array's tasks are independent: a lost task runs again by itself, so \
+         on_worker_lost = \"rollback\" does not apply"
+    )]
+    ArrayRollback,
 }
 
 /// A job spec a scheduler took within its limits
@@ -349,6 +400,21 @@ impl JobSpec {
         }
         limits::duration_at_most("lifetime", self.lifetime, limits::MAX_LIFETIME)?;
         limits::check_resources(&self.per_worker)?;
+        if let Some(tasks) = &self.tasks {
+            limits::one_to("tasks", tasks.count, limits::MAX_TASKS)?;
+            limits::one_to("max_running", tasks.max_running, tasks.count.min(limit))?;
+            limits::at_most("retries", tasks.retries, limits::MAX_TASK_RETRIES)?;
+            if self.workers != tasks.workers() {
+                return Err(SpecError::ArrayWorkers {
+                    max_running: tasks.max_running,
+                    min,
+                    max,
+                });
+            }
+            if self.on_worker_lost == LostPolicy::Rollback {
+                return Err(SpecError::ArrayRollback);
+            }
+        }
         Ok(())
     }
 }

@@ -17,6 +17,7 @@ use zorilla_core::node::{
 use zorilla_core::resources::{Machine, REFERENCE_SPEED, Resources};
 use zorilla_core::schedule::ScheduleConfig;
 
+mod arrays;
 mod direct;
 mod home;
 mod member;
@@ -71,6 +72,7 @@ fn spec(workers: WorkerCount) -> JobSpec {
         on_worker_lost: LostPolicy::Fail,
         kind: WorkKind::Wasm,
         priority: 0,
+        tasks: None,
     }
 }
 

@@ -170,6 +170,7 @@ impl JobRequest {
             on_worker_lost: self.on_worker_lost,
             kind: self.kind,
             priority: self.priority,
+            tasks: None,
         }
     }
 }

@@ -86,6 +86,10 @@ fn check_msg(msg: &ReplicaMsg) -> Result<(), Invalid> {
                 match entry {
                     JobEntry::Submitted { spec, .. } => {
                         limits::at_most("workers", spec.workers.max, MAX_WORKERS)?;
+                        if let Some(tasks) = &spec.tasks {
+                            limits::at_most("tasks", tasks.count, limits::MAX_TASKS)?;
+                            limits::at_most("retries", tasks.retries, limits::MAX_TASK_RETRIES)?;
+                        }
                     }
                     JobEntry::Event(event) => match event {
                         JobEvent::Granted {
@@ -115,7 +119,15 @@ fn check_msg(msg: &ReplicaMsg) -> Result<(), Invalid> {
                             EndReason::Stalled { waiting, replaced } => {
                                 validate::placement(waiting.iter(), replaced)?
                             }
-                            EndReason::Completed { .. } | EndReason::Cancelled => {}
+                            EndReason::TasksFailed {
+                                task, outcome: o, ..
+                            } => {
+                                validate::rank("task", *task)?;
+                                outcome(o)?;
+                            }
+                            EndReason::Completed { .. }
+                            | EndReason::TasksDone { .. }
+                            | EndReason::Cancelled => {}
                         },
                         JobEvent::Checkpointed {
                             rank: r,

@@ -70,6 +70,7 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
                     on_worker_lost: LostPolicy::Replace,
                     kind: zorilla_core::advert::WorkKind::Wasm,
                     priority: 0,
+                    tasks: None,
                 },
                 duration,
             }
@@ -100,6 +101,7 @@ pub fn sweep_job(scenario: &Scenario, grid: &Grid, n: u32, strategy: Strategy) -
             on_worker_lost: LostPolicy::Fail,
             kind: zorilla_core::advert::WorkKind::Wasm,
             priority: 0,
+            tasks: None,
         },
         duration: None,
     }

@@ -39,6 +39,7 @@ workers = [1, 1]
                 on_worker_lost: LostPolicy::Fail,
                 kind: zorilla_core::advert::WorkKind::Wasm,
                 priority: 0,
+                tasks: None,
             },
             duration: Some(Duration::from_secs_f64(work)),
         })

@@ -43,6 +43,7 @@ fn one_job(workers: u32) -> JobPlan {
             on_worker_lost: LostPolicy::Replace,
             kind: zorilla_core::advert::WorkKind::Wasm,
             priority: 0,
+            tasks: None,
         },
         duration: Some(Duration::from_secs(20)),
     }

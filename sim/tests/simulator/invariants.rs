@@ -27,6 +27,7 @@ fn one_job(workers: WorkerCount, at: Duration) -> Sim {
             on_worker_lost: LostPolicy::Fail,
             kind: zorilla_core::advert::WorkKind::Wasm,
             priority: 0,
+            tasks: None,
         },
         duration: None,
     };

@@ -1,0 +1,264 @@
+//! Job arrays at their home: task indices handed out as nodes offer, a
+//! record only for the tasks that run, retries elsewhere, losses run
+//! again, and the array's end.
+
+use super::*;
+use zorilla_core::node::{JobEntry, JobState, SpecError, TaskArray, TaskCounts};
+
+fn array(count: u32, max_running: u32, retries: u8) -> JobSpec {
+    let tasks = TaskArray {
+        count,
+        max_running,
+        retries,
+    };
+    JobSpec {
+        tasks: Some(tasks),
+        ..spec(tasks.workers())
+    }
+}
+
+fn submit_array(node: &mut Scheduler<u32>, spec: JobSpec) -> Vec<Output<u32>> {
+    node.handle(
+        ms(0),
+        Input::Submit {
+            owner: None,
+            job: JOB,
+            spec: node.admit(spec).unwrap(),
+        },
+    )
+}
+
+fn task_ended(
+    node: &mut Scheduler<u32>,
+    now: Duration,
+    from: u32,
+    task: u32,
+    incarnation: u32,
+    end: WorkerEnd,
+) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::RankEnded {
+            job: JOB,
+            node: from,
+            rank: task,
+            incarnation,
+            end,
+        },
+    )
+}
+
+fn counts(node: &Scheduler<u32>) -> TaskCounts {
+    let table = node.ranks(JOB).unwrap();
+    table.tasks().unwrap().counts(table.placed())
+}
+
+fn looks_for_cores(out: &[Output<u32>]) -> bool {
+    out.iter().any(|o| {
+        matches!(o, Output::Flood(a) if a.job == JOB)
+            || matches!(o, Output::Send { msg: Message::Advert(a), .. } if a.job == JOB)
+    })
+}
+
+fn ended(out: &[Output<u32>]) -> Option<(Phase, String)> {
+    out.iter().find_map(|o| match o {
+        Output::Job(JobEvent::Ended { phase, reason, .. }) => Some((*phase, reason.to_string())),
+        _ => None,
+    })
+}
+
+#[test]
+fn an_array_hands_out_task_indices_as_cores_free_and_completes_when_every_task_is_done() {
+    let mut node = home(ScheduleConfig::paper());
+    let out = submit_array(&mut node, array(5, 2, 0));
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Job(JobEvent::Rejected { .. }))),
+        "{out:?}"
+    );
+    assert!(looks_for_cores(&out), "{out:?}");
+    // Node 10 offers both cores: tasks 0 and 1, and the array is full.
+    let out = offer_from(&mut node, ms(1), 10, 2, 1);
+    assert!(granted(&out, 10, vec![0, 1], 0), "{out:?}");
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+    assert_eq!(
+        counts(&node),
+        TaskCounts {
+            count: 5,
+            waiting: 3,
+            running: 2,
+            done: 0,
+            failed: 0
+        }
+    );
+    // Task 0 is done: the home looks for a core again, and the next offer
+    // gets task 2.
+    let mut out = task_ended(&mut node, ms(10), 10, 0, 0, WorkerEnd::Exited(0));
+    out.extend(node.handle_timeout(ms(10)));
+    assert!(looks_for_cores(&out), "{out:?}");
+    let out = new_offer_from(&mut node, ms(11), 10, 1, 1, 1);
+    assert!(granted(&out, 10, vec![2], 1), "{out:?}");
+    // Only running tasks have records at the home.
+    assert_eq!(
+        node.ranks(JOB)
+            .unwrap()
+            .iter()
+            .map(|(r, _)| r)
+            .collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    task_ended(&mut node, ms(20), 10, 1, 0, WorkerEnd::Exited(0));
+    task_ended(&mut node, ms(20), 10, 2, 1, WorkerEnd::Exited(0));
+    node.handle_timeout(ms(20));
+    let out = new_offer_from(&mut node, ms(21), 11, 0, 2, 1);
+    assert!(granted(&out, 11, vec![3, 4], 2), "{out:?}");
+    task_ended(&mut node, ms(30), 11, 3, 2, WorkerEnd::Exited(0));
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    let out = task_ended(&mut node, ms(30), 11, 4, 2, WorkerEnd::Exited(0));
+    assert_eq!(
+        ended(&out),
+        Some((
+            Phase::Completed,
+            "all 5 tasks exited with status 0".to_string()
+        ))
+    );
+    assert_eq!(node.ranks(JOB).unwrap().iter().count(), 0);
+}
+
+#[test]
+fn a_failed_task_runs_again_on_another_node_and_the_array_fails_naming_it_after_its_retries() {
+    let mut node = home(ScheduleConfig::paper());
+    submit_array(&mut node, array(2, 1, 1));
+    node.handle_timeout(ms(0));
+    let out = offer_from(&mut node, ms(1), 10, 1, 1);
+    assert!(granted(&out, 10, vec![0], 0));
+    // Task 0 fails on node 10: it will run again, but not there first.
+    task_ended(&mut node, ms(5), 10, 0, 0, WorkerEnd::Exited(3));
+    assert_eq!(node.phase(JOB), Some(Phase::Running));
+    assert_eq!(counts(&node).waiting, 2);
+    node.handle_timeout(ms(5));
+    let out = new_offer_from(&mut node, ms(6), 10, 1, 1, 1);
+    assert!(
+        granted(&out, 10, vec![1], 1),
+        "node 10 gets the fresh task: {out:?}"
+    );
+    task_ended(&mut node, ms(7), 10, 1, 1, WorkerEnd::Exited(0));
+    node.handle_timeout(ms(7));
+    let out = offer_from(&mut node, ms(8), 11, 1, 1);
+    assert!(
+        granted(&out, 11, vec![0], 2),
+        "node 11 retries task 0: {out:?}"
+    );
+    // Its second failure is one more than its retries.
+    let out = task_ended(&mut node, ms(9), 11, 0, 2, WorkerEnd::Exited(3));
+    let (phase, reason) = ended(&out).expect("the array ended");
+    assert_eq!(phase, Phase::Failed);
+    assert_eq!(
+        reason,
+        "1 of 2 tasks failed after their retries; the first, task 0 on 11: exited with status 3"
+    );
+    let table = node.ranks(JOB).unwrap();
+    let failed: Vec<u32> = table.tasks().unwrap().failed().map(|(t, ..)| t).collect();
+    assert_eq!(failed, vec![0]);
+}
+
+#[test]
+fn a_task_lost_with_its_node_runs_again_without_counting_a_retry() {
+    let mut node = home(ScheduleConfig::paper());
+    // No retries: a loss is not a failure, so the task still runs again.
+    submit_array(&mut node, array(1, 1, 0));
+    node.handle_timeout(ms(0));
+    let out = offer_from(&mut node, ms(1), 10, 1, 1);
+    assert!(granted(&out, 10, vec![0], 0));
+    let out = node.handle(ms(2), Input::PeerLost(10));
+    assert!(out.contains(&Output::Job(JobEvent::WorkersLost {
+        job: JOB,
+        node: 10,
+        ranks: vec![0],
+        reason: LostReason::Left,
+    })));
+    assert_eq!(counts(&node).waiting, 1);
+    node.handle_timeout(ms(2));
+    let out = offer_from(&mut node, ms(3), 11, 1, 1);
+    assert!(granted(&out, 11, vec![0], 1), "{out:?}");
+    let out = task_ended(&mut node, ms(4), 11, 0, 1, WorkerEnd::Exited(0));
+    assert_eq!(ended(&out).map(|(p, _)| p), Some(Phase::Completed));
+}
+
+#[test]
+fn an_arrays_log_replays_to_the_same_progress() {
+    let mut node = home(ScheduleConfig::paper());
+    let spec = array(4, 2, 1);
+    let mut log = vec![JobEntry::Submitted {
+        spec: spec.clone(),
+        owner: None,
+    }];
+    let mut keep = |out: Vec<Output<u32>>| {
+        for o in out {
+            if let Output::Job(event) = o
+                && let Some(entry) = JobEntry::of(&event)
+            {
+                log.push(entry);
+            }
+        }
+    };
+    keep(submit_array(&mut node, spec));
+    keep(node.handle_timeout(ms(0)));
+    keep(offer_from(&mut node, ms(1), 10, 2, 1));
+    keep(task_ended(&mut node, ms(2), 10, 0, 0, WorkerEnd::Exited(0)));
+    keep(task_ended(&mut node, ms(2), 10, 1, 0, WorkerEnd::Exited(9)));
+    keep(node.handle_timeout(ms(2)));
+    keep(offer_from(&mut node, ms(3), 11, 2, 1));
+    let state = JobState::replay(&log).expect("a log");
+    let home = node.ranks(JOB).unwrap();
+    assert_eq!(
+        state.ranks.tasks().unwrap().counts(state.ranks.placed()),
+        home.tasks().unwrap().counts(home.placed())
+    );
+    assert_eq!(state.ranks.tasks(), home.tasks());
+    assert_eq!(
+        state.ranks.iter().map(|(r, _)| r).collect::<Vec<_>>(),
+        home.iter().map(|(r, _)| r).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn an_array_spec_must_run_one_to_max_running_workers_and_cannot_roll_back() {
+    let node = home(ScheduleConfig::paper());
+    let mut wrong = array(10, 4, 0);
+    wrong.workers = WorkerCount::rigid(4);
+    assert_eq!(
+        node.admit(wrong).unwrap_err(),
+        SpecError::ArrayWorkers {
+            max_running: 4,
+            min: 4,
+            max: 4
+        }
+    );
+    let rollback = JobSpec {
+        on_worker_lost: LostPolicy::Rollback,
+        ..array(10, 4, 0)
+    };
+    assert_eq!(node.admit(rollback).unwrap_err(), SpecError::ArrayRollback);
+    let too_many_at_once = array(3, 4, 0);
+    assert!(
+        node.admit(too_many_at_once)
+            .unwrap_err()
+            .to_string()
+            .contains("max_running is 4, but must be from 1 to 3")
+    );
+    let too_many = array(zorilla_core::limits::MAX_TASKS + 1, 1, 0);
+    assert!(
+        node.admit(too_many)
+            .unwrap_err()
+            .to_string()
+            .starts_with("tasks is")
+    );
+    let retries = array(10, 1, zorilla_core::limits::MAX_TASK_RETRIES + 1);
+    assert!(
+        node.admit(retries)
+            .unwrap_err()
+            .to_string()
+            .starts_with("retries is")
+    );
+}
