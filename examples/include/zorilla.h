@@ -35,6 +35,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -98,6 +99,16 @@ ZORILLA_IMPORT("rank") int32_t zorilla_rank(void);
 
 /* The current number of workers in the job. Grows when workers join. */
 ZORILLA_IMPORT("size") int32_t zorilla_size(void);
+
+/* Of a job array's task (`tasks = N` in the job spec, `zorilla submit
+ * --tasks N`): its index, 0 to N-1, from the environment variable
+ * ZORILLA_TASK; -1 for a worker that is not an array's task. Each task is
+ * a world of its own: zorilla_rank() is 0 and zorilla_size() 1 (the tasks
+ * of an array exchange no messages). ZORILLA_TASKS holds N. */
+static inline int32_t zorilla_task(void) {
+    const char *task = getenv("ZORILLA_TASK");
+    return task ? (int32_t)strtol(task, NULL, 10) : -1;
+}
 
 /* Sends `len` bytes at `data` to worker `dest` (which may be this worker).
  * Returns ZORILLA_OK once the message is queued for delivery; waits while

@@ -247,6 +247,11 @@ fn job_request(g: &mut Gen) -> JobRequest {
         kind: zorilla_core::advert::WorkKind::Wasm,
         deterministic: g.bool().then(|| g.int()),
         priority: g.pick(&[i8::MIN, -1, 0, 1, i8::MAX]),
+        tasks: g.option(|g| crate::protocol::Tasks {
+            count: g.u32(),
+            retries: g.u8(),
+            args_file: g.option(Gen::string),
+        }),
     }
 }
 
@@ -377,6 +382,14 @@ fn job_status(g: &mut Gen) -> JobStatus {
         home: g.option(Gen::string),
         moved_from: g.option(Gen::string),
         owner: g.option(Gen::string),
+        tasks: g.option(|g| crate::protocol::TaskStatus {
+            count: g.u32(),
+            waiting: g.u32(),
+            running: g.u32(),
+            done: g.u32(),
+            failed: g.u32(),
+            failed_tasks: g.map(Gen::u32, rank_status),
+        }),
     }
 }
 
@@ -630,6 +643,7 @@ fn job_record(g: &mut Gen) -> JobRecord {
         owner: g.option(user),
         owner_proof: g.option(submit_proof),
         origin: g.option(origin),
+        tasks: None,
     }
 }
 

@@ -24,6 +24,10 @@
 //! deterministic = false         # the same output bits in every run and on every node
 //! # seed = 7                    # of a deterministic job (default 0): keys its random bytes
 //! priority = 0                  # -128 to 127: among your jobs waiting for cores, higher first
+//! # tasks = 1000                # a job array: 1000 independent tasks (ZORILLA_TASK = 0..999)
+//! # max_running = 50            # ... at most 50 at once (default: all of them)
+//! # retries = 2                 # ... a failed task runs again up to twice, elsewhere
+//! # task_args = "params.txt"    # ... task i gets the words of line i after `args`
 //! ```
 //!
 //! Every field but `module` may be left out (defaults: one worker,
@@ -35,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use zorilla_core::advert::{Strategy, WorkKind};
 use zorilla_core::node::LostPolicy;
 
-use crate::protocol::{JobRequest, NamedFile};
+use crate::protocol::{JobRequest, NamedFile, Tasks};
 use crate::validate;
 
 /// A job spec file, as written.
@@ -91,6 +95,17 @@ pub struct JobFile {
     pub seed: Option<u64>,
     /// Among the user's own jobs waiting for the same cores, higher first.
     pub priority: Option<i8>,
+    /// A job array of this many tasks (left out: not an array, unless
+    /// `task_args` gives them, a task per line).
+    pub tasks: Option<u32>,
+    /// The most tasks of the array running at once (default: all).
+    pub max_running: Option<u32>,
+    /// How often a failed task runs again (default 0).
+    pub retries: Option<u8>,
+    /// A file with a line of arguments per task, relative to the spec
+    /// file: sent as an input, and task `i`'s worker gets the words of
+    /// line `i` after `args`.
+    pub task_args: Option<PathBuf>,
 }
 
 /// Why a job spec could not be used.
@@ -149,6 +164,9 @@ impl JobFile {
         for input in &mut file.inputs {
             *input = base.join(&*input);
         }
+        if let Some(task_args) = &mut file.task_args {
+            *task_args = base.join(&*task_args);
+        }
         Ok(file)
     }
 
@@ -183,7 +201,11 @@ impl JobFile {
             native,
             deterministic,
             seed,
-            priority
+            priority,
+            tasks,
+            max_running,
+            retries,
+            task_args
         );
         if !other.args.is_empty() {
             self.args = other.args;
@@ -243,6 +265,39 @@ impl JobFile {
                 ));
             }
         };
+        let tasks = self.tasks()?;
+        let (min, max) = match &tasks {
+            Some(tasks) => {
+                if self.workers.is_some()
+                    || self.min_workers.is_some()
+                    || self.max_workers.is_some()
+                {
+                    return Err(SpecError::Invalid(
+                        "a job array runs a worker per task: give `max_running` (--max-running) \
+                         for how many run at once, not `workers`, `min_workers` or `max_workers`"
+                            .into(),
+                    ));
+                }
+                if self.mpi == Some(true) {
+                    return Err(SpecError::Invalid(
+                        "a job array's tasks are independent programs, each a world of one: \
+                         it cannot be an MPI job of many ranks"
+                            .into(),
+                    ));
+                }
+                (1, self.max_running.unwrap_or(tasks.count).min(tasks.count))
+            }
+            None => {
+                if self.max_running.is_some() || self.retries.is_some() {
+                    return Err(SpecError::Invalid(
+                        "`max_running` and `retries` are for a job array: give `tasks` \
+                         (--tasks) or `task_args` (--task-args)"
+                            .into(),
+                    ));
+                }
+                (min, max)
+            }
+        };
         let request = JobRequest {
             min_workers: min,
             max_workers: max,
@@ -258,11 +313,49 @@ impl JobFile {
             kind: WorkKind::Wasm,
             deterministic,
             priority: self.priority.unwrap_or(defaults.priority),
+            tasks,
         };
         // The node's own check: what it would refuse is refused here,
         // before anything is sent.
         validate::request(&request).map_err(|e| SpecError::Invalid(e.to_string()))?;
         Ok(request)
+    }
+
+    /// The array this spec asks for: `tasks`, else a task per line of
+    /// `task_args` (read here to count them); `None` if neither is given.
+    fn tasks(&self) -> Result<Option<Tasks>, SpecError> {
+        let args_file = match &self.task_args {
+            None => None,
+            Some(path) => {
+                let name = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .ok_or_else(|| {
+                        SpecError::Invalid(format!(
+                            "task_args {} has no usable file name",
+                            path.display()
+                        ))
+                    })?
+                    .to_string();
+                Some((path, name))
+            }
+        };
+        let count = match (self.tasks, &args_file) {
+            (Some(count), _) => count,
+            (None, Some((path, _))) => {
+                let text = std::fs::read_to_string(path).map_err(|error| SpecError::Read {
+                    path: path.to_path_buf(),
+                    error,
+                })?;
+                u32::try_from(text.lines().count()).unwrap_or(u32::MAX)
+            }
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(Tasks {
+            count,
+            retries: self.retries.unwrap_or(0),
+            args_file: args_file.map(|(_, name)| name),
+        }))
     }
 
     /// `request` with the kind of worker `module` (read from `path`) is:
@@ -312,7 +405,8 @@ impl JobFile {
         let module = read(module_path)?;
         let request = self.with_kind(request, module_path, &module)?;
         let mut inputs = Vec::with_capacity(self.inputs.len());
-        for path in &self.inputs {
+        // A job array's task arguments travel as one more input.
+        for path in self.inputs.iter().chain(&self.task_args) {
             let name = path
                 .file_name()
                 .and_then(|n| n.to_str())

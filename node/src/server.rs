@@ -485,7 +485,7 @@ async fn answer_here(request: Request, caller: Caller, config: &ServerConfig) ->
 /// Hands a request of `caller` to the event loop and waits for its
 /// answer.
 async fn ask(request: Request, caller: Caller, config: &ServerConfig) -> Response {
-    ask_loop(Asked::Request(request), caller, config).await
+    ask_loop(Asked::Request(Box::new(request)), caller, config).await
 }
 
 /// Hands what `caller` asks to the event loop and waits for its answer.

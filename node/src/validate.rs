@@ -17,7 +17,7 @@ use zorilla_core::advert::WorkKind;
 use zorilla_core::limits::{self, LimitError, MAX_WORKERS};
 use zorilla_core::node::SpecError;
 
-use crate::protocol::{JobRequest, MAX_OUTPUT_BLOCK_BYTES, NamedFile, Request};
+use crate::protocol::{JobRequest, MAX_OUTPUT_BLOCK_BYTES, NamedFile, Request, Tasks};
 
 /// Why something from outside was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,6 +84,9 @@ pub enum Invalid {
         /// The most.
         max: u32,
     },
+    /// A job array's task arguments file that cannot serve its tasks.
+    #[error("the task arguments file cannot be used: {0}")]
+    TaskArgs(String),
     /// A grant sent without the job's copy.
     #[error("a grant travels with its job's copy, not as a bare scheduling message")]
     BareGrant,
@@ -155,11 +158,15 @@ pub fn request(request: &JobRequest) -> Result<(), Invalid> {
     if let Some(i) = request.args.iter().position(|arg| arg.contains('\0')) {
         return Err(Invalid::NulInArgument(i + 1));
     }
+    if let Some(file) = request.tasks.as_ref().and_then(|t| t.args_file.as_ref()) {
+        file_name("task arguments file", file)?;
+    }
     if request.deterministic.is_some() {
         if !request.kind.is_wasm() {
             return Err(Invalid::DeterministicNative);
         }
-        if request.min_workers != request.max_workers {
+        // An array's tasks are each a world of one: their size is fixed.
+        if request.min_workers != request.max_workers && request.tasks.is_none() {
             return Err(Invalid::DeterministicMalleable {
                 min: request.min_workers,
                 max: request.max_workers,
@@ -216,6 +223,33 @@ pub fn input_names<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> Result<
     Ok(())
 }
 
+/// Checks a job array's task arguments file: one of `inputs`, UTF-8, with
+/// a line for every task.
+pub fn task_args(tasks: &Tasks, inputs: &[NamedFile]) -> Result<(), Invalid> {
+    let Some(name) = &tasks.args_file else {
+        return Ok(());
+    };
+    let file = inputs
+        .iter()
+        .find(|f| f.name == *name)
+        .ok_or_else(|| Invalid::TaskArgs("it is not one of the job's inputs".into()))?;
+    let text = std::str::from_utf8(&file.data)
+        .map_err(|_| Invalid::TaskArgs("it is not UTF-8 text".into()))?;
+    let lines = text.lines().count();
+    if lines < tasks.count as usize {
+        return Err(Invalid::TaskArgs(format!(
+            "it has {lines} lines, but the job has {} tasks (a line each)",
+            tasks.count
+        )));
+    }
+    if text.contains('\0') {
+        return Err(Invalid::TaskArgs(
+            "it contains a NUL byte, which no program can receive".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a whole submission: request, module and inputs.
 pub fn submission(
     request: JobRequest,
@@ -241,6 +275,9 @@ pub fn submission(
         },
     }
     input_names(inputs.iter().map(|f| f.name.as_str()))?;
+    if let Some(tasks) = &request.tasks {
+        task_args(tasks, &inputs)?;
+    }
     Ok(Submission {
         request,
         module,

@@ -237,6 +237,7 @@ mod tests {
             kind: zorilla_core::advert::WorkKind::Wasm,
             deterministic: Some(u64::MAX),
             priority: i8::MIN,
+            tasks: None,
         }
     }
 

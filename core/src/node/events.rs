@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::ranks::{EndReason, LostReason, RankOutcome, WorkerEnd};
+use super::outcome::{LostReason, RankOutcome, WorkerEnd};
+use super::ranks::EndReason;
 use super::spec::{Admitted, SpecError};
 use crate::advert::{Advert, JobId, Message, Phase, Placed, RefuseReason};
 use crate::checkpoint::Latest;

@@ -155,20 +155,7 @@ impl<P: PeerKey> Scheduler<P> {
                 job.report.floods = job.schedule.floods();
                 job.report.radius = header.ttl;
                 job.report.budget = header.latency_budget;
-                let advert = Advert {
-                    job: job_id,
-                    home: self.id.clone(),
-                    per_worker: job.spec.per_worker,
-                    workers: job.spec.workers,
-                    strategy: job.spec.strategy,
-                    expires_in: job.expires_at.saturating_sub(now),
-                    flood: header,
-                    owner: job.owner.clone(),
-                    kind: job.spec.kind,
-                    priority: job.spec.priority,
-                    // An array's task starts over elsewhere.
-                    preemptible: job.spec.on_worker_lost != LostPolicy::Fail || job.is_array(),
-                };
+                let advert = job.advert(job_id, &self.id, header, now);
                 // The home considers its own machine first (it is the
                 // nearest there is), and again at every flood, as any
                 // member does, to raise a short offer.
@@ -590,7 +577,7 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         }
         if job.is_array() {
-            self.task_ended(now, job_id, out);
+            self.task_ended(now, job_id, node, out);
             return;
         }
         match outcome {
@@ -614,7 +601,7 @@ impl<P: PeerKey> Scheduler<P> {
     /// array ends once every task is done or failed for good, completed
     /// if none failed; otherwise, if tasks wait and the job had stopped
     /// looking for cores, it looks again.
-    fn task_ended(&mut self, now: Time, job_id: JobId, out: &mut Vec<Output<P>>) {
+    fn task_ended(&mut self, now: Time, job_id: JobId, node: P, out: &mut Vec<Output<P>>) {
         let Some(job) = self.home.get_mut(&job_id) else {
             return;
         };
@@ -652,7 +639,28 @@ impl<P: PeerKey> Scheduler<P> {
         }
         job.report.granted = job.granted_workers();
         let wanted = job.usable_workers().saturating_sub(job.granted_workers());
-        if wanted > 0 && job.next_flood_at.is_none() {
+        if wanted == 0 {
+            return;
+        }
+        // The node whose task ended has a core free now: it is asked at
+        // once, directly (its copy of the advert went when it offered).
+        if node != self.id {
+            let header = FloodHeader {
+                seq: 0,
+                ttl: 0,
+                latency_budget: None,
+                path_rtt: self.known.get(&node).map_or(Duration::ZERO, |k| k.rtt),
+            };
+            let advert = job.advert(job_id, &self.id, header, now);
+            out.push(Output::Send {
+                to: node,
+                msg: Message::Advert(advert),
+            });
+        }
+        // A search that stopped (the array was running all it could) or
+        // that floods ever more rarely (nothing new answered) starts
+        // afresh: cores free up as tasks end, nearest first.
+        if job.next_flood_at.is_none() || job.schedule.exhausted() {
             job.flood_afresh(now, wanted);
         }
     }

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::events::JobEvent;
-use super::ranks::LostReason;
+use super::outcome::LostReason;
 use super::ranks::RankTable;
 use super::spec::JobSpec;
 use crate::advert::{JobId, Phase};

@@ -109,6 +109,7 @@ mod events;
 mod home;
 mod joblog;
 mod member;
+mod outcome;
 mod ranks;
 mod report;
 mod rollback;
@@ -119,7 +120,8 @@ mod tasks;
 pub use crate::advert::{Phase, Placed};
 pub use events::{CheckpointRefused, Input, JobEvent, Output};
 pub use joblog::{JobEntry, JobState};
-pub use ranks::{EndReason, Failure, LostReason, Rank, RankOutcome, RankTable, WorkerEnd};
+pub use outcome::{Failure, LostReason, RankOutcome, WorkerEnd};
+pub use ranks::{EndReason, Rank, RankTable};
 pub use report::{Hold, PendingReport};
 pub use spec::{
     Admitted, JobSpec, LostPolicy, NativePolicy, OwnerLimits, ResizeError, SchedulerConfig,
@@ -353,6 +355,27 @@ impl<P> HomeJob<P> {
                 .saturating_add(tasks.available())
                 .min(max),
             None => max,
+        }
+    }
+
+    /// The job's advert as this home sends it now, with `header`.
+    fn advert(&self, job_id: JobId, home: &P, header: FloodHeader, now: Time) -> Advert<P>
+    where
+        P: Clone,
+    {
+        Advert {
+            job: job_id,
+            home: home.clone(),
+            per_worker: self.spec.per_worker,
+            workers: self.spec.workers,
+            strategy: self.spec.strategy,
+            expires_in: self.expires_at.saturating_sub(now),
+            flood: header,
+            owner: self.owner.clone(),
+            kind: self.spec.kind,
+            priority: self.spec.priority,
+            // An array's task starts over elsewhere.
+            preemptible: self.spec.on_worker_lost != LostPolicy::Fail || self.is_array(),
         }
     }
 

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::ranks::RankOutcome;
+use super::outcome::RankOutcome;
 use super::spec::TaskArray;
 
 /// What became of one task's worker, as [`TaskProgress::ended`] decides.
@@ -197,7 +197,7 @@ impl<P: Clone + Eq> TaskProgress<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::ranks::{Failure, LostReason};
+    use crate::node::outcome::{Failure, LostReason};
 
     fn array(count: u32, retries: u8) -> TaskProgress<u32> {
         TaskProgress::new(TaskArray {

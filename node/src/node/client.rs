@@ -215,6 +215,7 @@ impl Node {
             owner: owner.as_ref().map(|o| o.user),
             owner_proof: owner.map(|o| o.proof),
             origin: Some(origin),
+            tasks: None,
         };
         // Stored before anything else happens: an accepted job is never lost.
         match self.store.put_submission(&record, &files) {
@@ -433,6 +434,7 @@ impl Node {
             home: Some(self.me.to_string()),
             moved_from: job.moved_from.map(|n| n.to_string()),
             owner: job.owner.map(|o| o.to_string()),
+            tasks: job.tasks.clone().map(|t| t.map_node(|n| n.to_string())),
         }
     }
 }
@@ -457,15 +459,16 @@ pub(super) fn not_found(job: u64) -> Response {
 /// The most output bytes a home keeps of one job: the disk this node
 /// offers to jobs (`disk_mib` of its configuration), and no more than the
 /// job's workers may leave in all when the job says how much disk each
-/// gets (its `disk_mib` times its most workers).
+/// gets (its `disk_mib` times its most workers; a job array's, times its
+/// tasks).
 pub(super) fn output_room(request: &JobRequest, home_disk_mib: u64) -> u64 {
     let mut mib = home_disk_mib;
     if request.disk_mib > 0 {
-        mib = mib.min(
-            request
-                .disk_mib
-                .saturating_mul(u64::from(request.max_workers)),
-        );
+        let workers = request
+            .tasks
+            .as_ref()
+            .map_or(request.max_workers, |t| t.count);
+        mib = mib.min(request.disk_mib.saturating_mul(u64::from(workers)));
     }
     mib.saturating_mul(1024 * 1024)
 }

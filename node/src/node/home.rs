@@ -16,7 +16,7 @@ use zorilla_sandbox::{ChangeKind, MembershipChange};
 
 use super::replicas::notice_log;
 use super::{Done, MachineOutput, Node, Reply, cbor_advert};
-use crate::protocol::{JobPhase, RankStatus};
+use crate::protocol::{JobPhase, RankStatus, TaskStatus};
 use crate::store::StoredPeer;
 use crate::wire::job_copy::{JobCopy, Placed};
 use crate::wire::replica::ReplicaRpc;
@@ -227,6 +227,9 @@ impl Node {
                     let record = record.clone();
                     self.persist(&record);
                 }
+                if self.is_array(job.0) {
+                    self.sync_tasks(job.0);
+                }
             }
             JobEvent::Started { job, workers } => {
                 if let Some(record) = self.jobs.under_way_mut(job.0)
@@ -253,7 +256,12 @@ impl Node {
                     LostReason::Liveness(_) => tracing::warn!(job = %job, "ranks lost: {why}"),
                     _ => tracing::warn!(job = %job, "workers lost: {why}"),
                 }
-                self.record_outcomes(job.0, &node, &ranks, &RankOutcome::Lost(reason));
+                if self.is_array(job.0) {
+                    // The tasks run again elsewhere.
+                    self.sync_tasks(job.0);
+                } else {
+                    self.record_outcomes(job.0, &node, &ranks, &RankOutcome::Lost(reason));
+                }
             }
             JobEvent::RankEnded {
                 job,
@@ -261,7 +269,14 @@ impl Node {
                 rank,
                 outcome,
             } => {
-                self.record_outcomes(job.0, &node, &[rank], &outcome);
+                if self.is_array(job.0) {
+                    if !outcome.is_success() {
+                        tracing::info!(job = %job, task = rank, "task {rank} on {node}: {}", outcome.display(&node));
+                    }
+                    self.sync_tasks(job.0);
+                } else {
+                    self.record_outcomes(job.0, &node, &[rank], &outcome);
+                }
             }
             JobEvent::Checkpointed {
                 job,
@@ -314,6 +329,33 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// Whether home job `job` is a job array.
+    fn is_array(&self, job: u64) -> bool {
+        self.jobs
+            .under_way(job)
+            .is_some_and(|record| record.request.tasks.is_some())
+    }
+
+    /// A job array's record follows the core's table: the counts, the
+    /// failed tasks, and only the running tasks among its ranks (the
+    /// array's record does not grow with its tasks).
+    fn sync_tasks(&mut self, job: u64) {
+        let Some(table) = self.machine.scheduler().ranks(JobId(job)) else {
+            return;
+        };
+        let Some(tasks) = TaskStatus::of(table, |node| StoredPeer(*node)) else {
+            return;
+        };
+        let running = table.running();
+        let Some(record) = self.jobs.under_way_mut(job) else {
+            return;
+        };
+        record.ranks.retain(|task, _| running.contains_key(task));
+        record.tasks = Some(tasks);
+        let record = record.clone();
+        self.persist(&record);
     }
 
     /// Writes what became of ranks on `node` into their job's record

@@ -407,21 +407,45 @@ impl Node {
                 tracing::warn!("cannot prepare the job directory: {e}");
             }
             let (out_tx, out_rx) = mpsc::channel(16);
-            let transport = NetTransport::new(
-                rank,
-                self.net.clone(),
-                job_net.clone(),
-                inbox,
-                barrier_rx,
-                random_u64(),
-            );
+            // A job array's task is a world of its own (rank 0 of 1): its
+            // rank at the home is its task index, which it reads from
+            // ZORILLA_TASK, with its line of the task arguments file.
+            let transport: Box<dyn zorilla_sandbox::transport::Transport> =
+                match &info.request.tasks {
+                    Some(_) => {
+                        drop((inbox, barrier_rx));
+                        Box::new(zorilla_sandbox::local::LocalGroup::solo(SOLO_INBOX))
+                    }
+                    None => Box::new(NetTransport::new(
+                        rank,
+                        self.net.clone(),
+                        job_net.clone(),
+                        inbox,
+                        barrier_rx,
+                        random_u64(),
+                    )),
+                };
             // A deterministic worker's environment is the same in every
             // run of the job: without the job's id.
             let deterministic = info
                 .request
                 .deterministic
                 .map(|seed| zorilla_sandbox::Determinism { seed, rank });
+            let mut args = info.request.args.clone();
             let mut env = vec![("ZORILLA_RANK".into(), rank.to_string())];
+            if let Some(tasks) = &info.request.tasks {
+                env = vec![
+                    ("ZORILLA_RANK".into(), "0".into()),
+                    ("ZORILLA_TASK".into(), rank.to_string()),
+                    ("ZORILLA_TASKS".into(), tasks.count.to_string()),
+                ];
+                if let Some(file) = &tasks.args_file {
+                    match task_args(&dir.join("inputs").join(file), rank) {
+                        Ok(words) => args.extend(words),
+                        Err(e) => tracing::warn!(job = %JobId(job), task = rank, "{e}"),
+                    }
+                }
+            }
             if deterministic.is_none() {
                 env.insert(0, ("ZORILLA_JOB".into(), JobId(job).to_string()));
             }
@@ -429,12 +453,12 @@ impl Node {
                 Runnable::Wasm(program) => {
                     let spec = WorkerSpec {
                         program_name: "worker".into(),
-                        args: info.request.args.clone(),
+                        args,
                         env,
                         job_dir: Some(job_dir.clone()),
                         limits,
                         output: Some(out_tx),
-                        transport: Some(Box::new(transport)),
+                        transport: Some(transport),
                         checkpoints: Some(self.worker_checkpoints(
                             job,
                             home_rx.clone(),
@@ -447,7 +471,7 @@ impl Node {
                     self.sandbox.start(program, spec)
                 }
                 Runnable::Native(exe) => {
-                    match self.start_native(exe, &info, env, &job_dir, limits, out_tx) {
+                    match self.start_native(exe, args, env, &job_dir, limits, out_tx) {
                         Ok(handle) => handle,
                         Err(e) => {
                             tracing::warn!(job = %JobId(job), rank, "cannot start a native worker: {e}");
@@ -488,6 +512,30 @@ impl Node {
     }
 }
 
+/// The inbox of a job array task's own one-rank world: it can only send
+/// to itself.
+const SOLO_INBOX: usize = 16;
+
+/// The words of line `task` (from 0) of a job array's task arguments
+/// file, split at white space. The file is one of the job's inputs,
+/// bounded as they are, and was checked at submission to have a line for
+/// every task.
+fn task_args(file: &Path, task: u32) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        format!(
+            "cannot read the task arguments file {}: {e}",
+            file.display()
+        )
+    })?;
+    let line = text.lines().nth(task as usize).ok_or_else(|| {
+        format!(
+            "the task arguments file {} has no line for task {task}",
+            file.display()
+        )
+    })?;
+    Ok(line.split_whitespace().map(str::to_owned).collect())
+}
+
 impl Node {
     /// Starts a native worker of `info`'s job in `job_dir`: its program
     /// copied there (the worker's own, as everything in its directory),
@@ -497,7 +545,7 @@ impl Node {
     fn start_native(
         &self,
         exe: &[u8],
-        info: &JobCopy,
+        args: Vec<String>,
         env: Vec<(String, String)>,
         job_dir: &Path,
         limits: Limits,
@@ -519,7 +567,7 @@ impl Node {
             .map_err(|e| format!("cannot write its program {}: {e}", program.display()))?;
         let spec = zorilla_sandbox::native::NativeSpec {
             exe: Path::new("/job").join(crate::native::PROGRAM),
-            args: info.request.args.clone(),
+            args,
             env,
             job_dir: job_dir.to_owned(),
             read_only_paths: native.read_only.clone(),

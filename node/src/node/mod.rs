@@ -74,8 +74,8 @@ pub(crate) struct Command {
 pub(crate) enum Asked {
     /// A submission, checked where it came in.
     Submit(Box<crate::validate::Submission>),
-    /// Anything else.
-    Request(Request),
+    /// Anything else (boxed: a request may carry a job's whole request).
+    Request(Box<Request>),
 }
 
 /// How often copies of jobs look whether their home has been quiet.
@@ -407,7 +407,7 @@ impl Node {
                 Some(cmd) = commands.recv() => {
                     let response = match cmd.asked {
                         Asked::Submit(submission) => node.submit(*submission, &cmd.caller),
-                        Asked::Request(request) => node.command(request, &cmd.caller),
+                        Asked::Request(request) => node.command(*request, &cmd.caller),
                     };
                     let _ = cmd.reply.send(response);
                     node.status.touch();

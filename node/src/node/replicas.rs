@@ -248,6 +248,7 @@ impl Node {
             owner: copy.owner,
             owner_proof: copy.owner_proof,
             origin: copy.origin,
+            tasks: crate::protocol::TaskStatus::of(&state.ranks, |node| StoredPeer(*node)),
         };
         self.persist(&record);
         if phase.is_terminal() {

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use zorilla_core::advert::{Strategy, WorkKind, WorkerCount};
-use zorilla_core::node::{Failure, JobSpec, LostPolicy, RankOutcome};
+use zorilla_core::node::{Failure, JobSpec, LostPolicy, RankOutcome, RankTable, TaskArray};
 use zorilla_core::resources::Resources;
 
 pub use connection::{Connection, ConnectionError};
@@ -129,6 +129,97 @@ pub struct JobRequest {
     /// out of the encoding when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub priority: i8,
+    /// A job array: this many independent tasks of the module, at most
+    /// `max_workers` running at once (`min_workers` is then 1), each a
+    /// worker of its own that knows its task index (`ZORILLA_TASK`). Left
+    /// out of the encoding when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Tasks>,
+}
+
+/// A job array's tasks (see [`JobRequest::tasks`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tasks {
+    /// How many tasks, numbered from 0.
+    pub count: u32,
+    /// How often a failed task runs again, on another node where the grid
+    /// has one (0 to 10).
+    #[serde(default)]
+    pub retries: u8,
+    /// An input file of the job with a line per task: task `i`'s worker
+    /// gets the words of line `i` (split at white space) after the job's
+    /// `args`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_file: Option<String>,
+}
+
+/// The most failed tasks a job array's status lists (the count has them
+/// all).
+pub const MAX_LISTED_FAILED_TASKS: usize = 1000;
+
+/// A job array's progress (see [`JobStatus::tasks`]): counts by phase,
+/// and the tasks that failed for good. `N` names nodes, as in
+/// [`RankStatus`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatus<N = String> {
+    /// Tasks in all.
+    pub count: u32,
+    /// Not started yet, or waiting to run again.
+    pub waiting: u32,
+    /// Running now.
+    pub running: u32,
+    /// Exited with status 0.
+    pub done: u32,
+    /// Failed for good (after their retries).
+    pub failed: u32,
+    /// The tasks that failed for good, lowest first, at most
+    /// [`MAX_LISTED_FAILED_TASKS`], each with its last run's node and end.
+    pub failed_tasks: BTreeMap<u32, RankStatus<N>>,
+}
+
+impl<N> TaskStatus<N> {
+    /// A job array's progress from the core's table of its ranks, with
+    /// its nodes named by `name` (`None` for a job of ranks).
+    pub fn of<P: std::fmt::Display>(
+        table: &RankTable<P>,
+        name: impl Fn(&P) -> N,
+    ) -> Option<TaskStatus<N>> {
+        let progress = table.tasks()?;
+        let counts = progress.counts(table.placed());
+        let failed_tasks = progress
+            .failed()
+            .take(MAX_LISTED_FAILED_TASKS)
+            .map(|(task, node, outcome)| {
+                let mut status = RankStatus::running(name(node));
+                status.ended(outcome, node);
+                (task, status)
+            })
+            .collect();
+        Some(TaskStatus {
+            count: counts.count,
+            waiting: counts.waiting,
+            running: counts.running,
+            done: counts.done,
+            failed: counts.failed,
+            failed_tasks,
+        })
+    }
+
+    /// The same progress with its nodes named by `name`.
+    pub fn map_node<M>(self, mut name: impl FnMut(N) -> M) -> TaskStatus<M> {
+        TaskStatus {
+            count: self.count,
+            waiting: self.waiting,
+            running: self.running,
+            done: self.done,
+            failed: self.failed,
+            failed_tasks: self
+                .failed_tasks
+                .into_iter()
+                .map(|(task, status)| (task, status.map_node(&mut name)))
+                .collect(),
+        }
+    }
 }
 
 fn is_zero(priority: &i8) -> bool {
@@ -152,6 +243,7 @@ impl Default for JobRequest {
             kind: WorkKind::Wasm,
             deterministic: None,
             priority: 0,
+            tasks: None,
         }
     }
 }
@@ -170,7 +262,11 @@ impl JobRequest {
             on_worker_lost: self.on_worker_lost,
             kind: self.kind,
             priority: self.priority,
-            tasks: None,
+            tasks: self.tasks.as_ref().map(|t| TaskArray {
+                count: t.count,
+                max_running: self.max_workers,
+                retries: t.retries,
+            }),
         }
     }
 }
@@ -537,6 +633,9 @@ pub struct JobStatus {
     /// The user who submitted it (none: its home's admin).
     #[serde(default)]
     pub owner: Option<String>,
+    /// A job array's progress (its `ranks` are the tasks running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<TaskStatus>,
 }
 
 impl JobStatus {
@@ -559,6 +658,7 @@ impl JobStatus {
             home: None,
             moved_from: None,
             owner: self.owner.clone(),
+            tasks: None,
         }
     }
 

@@ -508,6 +508,7 @@ mod tests {
                     owner: None,
                     owner_proof: None,
                     origin: None,
+                    tasks: None,
                 };
                 (id, record)
             })

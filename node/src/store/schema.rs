@@ -71,6 +71,10 @@ pub(crate) struct JobRecord {
     /// [`crate::origin`]); none for a job accepted before ids were bound.
     #[serde(default)]
     pub(crate) origin: Option<crate::origin::JobOrigin>,
+    /// A job array's progress, as the core's table last said (its `ranks`
+    /// above are then the tasks running).
+    #[serde(default)]
+    pub(crate) tasks: Option<crate::protocol::TaskStatus<StoredPeer>>,
 }
 
 /// A node named in a job's record: a peer id, kept as its text (as records

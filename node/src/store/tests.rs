@@ -34,6 +34,7 @@ fn everything_survives_a_reopen() {
         owner: None,
         owner_proof: None,
         origin: None,
+        tasks: None,
     };
     {
         let store = Store::open(&path).unwrap();
@@ -370,6 +371,7 @@ pub(crate) fn job(id: u64, phase: JobPhase) -> JobRecord {
         owner: None,
         owner_proof: None,
         origin: None,
+        tasks: None,
     }
 }
 
@@ -533,6 +535,7 @@ fn phases_only_move_forward() {
         owner: None,
         owner_proof: None,
         origin: None,
+        tasks: None,
     };
     assert!(!job.advance(JobPhase::Scheduling, "again"));
     assert!(job.advance(JobPhase::Running, "go"));
@@ -570,6 +573,7 @@ fn a_job_that_ends_lists_no_rank_running() {
         owner: None,
         owner_proof: None,
         origin: None,
+        tasks: None,
     };
     job.close_ranks(OutcomeCode::Lost, "lost: the home node restarted");
     assert!(job.advance(JobPhase::Failed, "the home node restarted"));

@@ -206,6 +206,20 @@ pub(crate) struct SubmitArgs {
     /// (-128 to 127; default 0). Other users' jobs keep their turn.
     #[arg(long, allow_negative_numbers = true)]
     pub(crate) priority: Option<i8>,
+    /// A job array of this many independent tasks (each worker reads its
+    /// index from ZORILLA_TASK).
+    #[arg(long)]
+    pub(crate) tasks: Option<u32>,
+    /// The most tasks of the array running at once (default: all).
+    #[arg(long)]
+    pub(crate) max_running: Option<u32>,
+    /// How often a failed task runs again, elsewhere (default 0).
+    #[arg(long)]
+    pub(crate) retries: Option<u8>,
+    /// A file with a line of arguments per task: task i gets the words of
+    /// line i after the --arg ones (with no --tasks, a task per line).
+    #[arg(long)]
+    pub(crate) task_args: Option<PathBuf>,
     /// Wait for the job to end, with a progress bar.
     #[arg(long)]
     pub(crate) wait: bool,

@@ -327,6 +327,10 @@ fn job_of(args: &SubmitArgs) -> Result<Job> {
         deterministic: args.deterministic.then_some(true),
         seed: args.seed,
         priority: args.priority,
+        tasks: args.tasks,
+        max_running: args.max_running,
+        retries: args.retries,
+        task_args: args.task_args.clone(),
     };
     Ok(file.overridden_by(flags).job()?)
 }

@@ -76,6 +76,20 @@ pub(crate) fn show_progress(bar: &ProgressBar, status: &JobStatus) {
                 .unwrap_or_default();
             bar.set_message(msg);
         }
+        _ if status.tasks.is_some() => {
+            let tasks = status.tasks.clone().unwrap_or_default();
+            bar.set_style(style(
+                "{spinner} {elapsed:>4} tasks      [{bar:20}] {pos}/{len} ended   {wide_msg}",
+            ));
+            bar.set_length(u64::from(tasks.count.max(1)));
+            bar.set_position(u64::from(tasks.done.saturating_add(tasks.failed)));
+            bar.set_message(format!(
+                "{} running on {} nodes, {} failed",
+                tasks.running,
+                nodes_of(status).len(),
+                tasks.failed
+            ));
+        }
         _ => {
             let total = status.ranks.len().max(1) as u64;
             let ended = status
@@ -105,6 +119,17 @@ pub(crate) fn progress_line(status: &JobStatus) -> String {
             status.pending.as_ref().map_or(0, |p| p.granted),
             status.request.min_workers
         ),
+        JobPhase::Running if status.tasks.is_some() => {
+            let t = status.tasks.clone().unwrap_or_default();
+            format!(
+                "running, tasks: {} done, {} failed, {} running on {} nodes, {} waiting",
+                t.done,
+                t.failed,
+                t.running,
+                nodes_of(status).len(),
+                t.waiting
+            )
+        }
         JobPhase::Running => format!(
             "running, {} workers on {} nodes",
             status.running_workers(),
@@ -191,6 +216,34 @@ pub(crate) fn describe(status: &JobStatus) -> String {
         age(status),
         r.args.join(" ")
     );
+    if let Some(t) = &status.tasks {
+        out.push_str(&format!(
+            "tasks     {} in all: {} waiting, {} running, {} done, {} failed{}\n",
+            t.count,
+            t.waiting,
+            t.running,
+            t.done,
+            t.failed,
+            r.tasks
+                .as_ref()
+                .filter(|t| t.retries > 0)
+                .map(|t| format!(" (a failed task runs again up to {} times)", t.retries))
+                .unwrap_or_default()
+        ));
+        for (task, failed) in &t.failed_tasks {
+            out.push_str(&format!(
+                "  failed {task:>4}  node …{}  {}\n",
+                short_peer(&failed.node),
+                failed.outcome.as_deref().unwrap_or("failed")
+            ));
+        }
+        if (t.failed as usize) > t.failed_tasks.len() {
+            out.push_str(&format!(
+                "  ... and {} more failed tasks\n",
+                t.failed as usize - t.failed_tasks.len()
+            ));
+        }
+    }
     if let Some(seed) = r.deterministic {
         out.push_str(&format!(
             "results   deterministic, seed {seed}: the same bits in every run, on every node\n"
@@ -233,7 +286,11 @@ pub(crate) fn describe(status: &JobStatus) -> String {
         }
     }
     if !status.ranks.is_empty() {
-        out.push_str("ranks\n");
+        out.push_str(if status.tasks.is_some() {
+            "tasks running\n"
+        } else {
+            "ranks\n"
+        });
         for (rank, r) in &status.ranks {
             out.push_str(&format!(
                 "  {rank:>4}  node …{}  {}\n",
@@ -254,7 +311,11 @@ pub(crate) fn list_table(jobs: &[JobStatus]) -> String {
         "JOB", "PHASE", "WORKERS", "AGE", "REASON"
     );
     for job in jobs {
-        let workers = format!("{}/{}", job.ranks.len(), job.request.max_workers);
+        let workers = match &job.tasks {
+            // An array: tasks ended of all.
+            Some(t) => format!("{}/{}t", t.done.saturating_add(t.failed), t.count),
+            None => format!("{}/{}", job.ranks.len(), job.request.max_workers),
+        };
         let mut reason = job.reason.clone();
         if reason.chars().count() > 60 {
             reason = reason.chars().take(59).collect::<String>() + "…";
@@ -364,6 +425,7 @@ mod tests {
             home: None,
             moved_from: None,
             owner: None,
+            tasks: None,
         }
     }
 

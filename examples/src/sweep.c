@@ -1,0 +1,40 @@
+/* sweep: one task of a job array (a parameter sweep).
+ *
+ * Task i (zorilla_task(), from ZORILLA_TASK) squares its parameter, the
+ * first argument after the job's own ones (from its line of the array's
+ * task arguments file), or i itself without one, and writes
+ * "task i of N: x^2 = y" to stdout and to /outputs/result.txt. A
+ * parameter "fail" makes the task exit with status 3 (a task that fails,
+ * for the tests of retries). Exits 2 when run outside an array. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zorilla.h"
+
+int main(int argc, char **argv) {
+    int32_t task = zorilla_task();
+    if (task < 0) {
+        fprintf(stderr, "sweep: not a task of a job array (no ZORILLA_TASK)\n");
+        return 2;
+    }
+    const char *tasks = getenv("ZORILLA_TASKS");
+    const char *param = argc > 1 ? argv[argc - 1] : NULL;
+    if (param && strcmp(param, "fail") == 0) {
+        fprintf(stderr, "sweep: task %d asked to fail\n", (int)task);
+        return 3;
+    }
+    long long x = param ? strtoll(param, NULL, 10) : task;
+    char line[128];
+    snprintf(line, sizeof line, "task %d of %s: %lld^2 = %lld\n", (int)task,
+             tasks ? tasks : "?", x, x * x);
+    fputs(line, stdout);
+    FILE *out = fopen("/outputs/result.txt", "w");
+    if (!out) {
+        fprintf(stderr, "sweep: cannot create /outputs/result.txt\n");
+        return 4;
+    }
+    fputs(line, out);
+    fclose(out);
+    return zorilla_rank() == 0 && zorilla_size() == 1 ? 0 : 5;
+}
