@@ -1,14 +1,17 @@
 /* sweep: one task of a job array (a parameter sweep).
  *
- * Task i (zorilla_task(), from ZORILLA_TASK) squares its parameter, the
- * first argument after the job's own ones (from its line of the array's
- * task arguments file), or i itself without one, and writes
+ * Usage: sweep [spin MS] [PARAM]. With `spin MS` the task first computes
+ * for MS milliseconds (a task of that length, for the benchmarks). Task i
+ * (zorilla_task(), from ZORILLA_TASK) then squares its parameter, the
+ * last argument (from its line of the array's task arguments file), or i
+ * itself without one, and writes
  * "task i of N: x^2 = y" to stdout and to /outputs/result.txt. A
  * parameter "fail" makes the task exit with status 3 (a task that fails,
  * for the tests of retries). Exits 2 when run outside an array. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "zorilla.h"
 
@@ -19,7 +22,19 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *tasks = getenv("ZORILLA_TASKS");
-    const char *param = argc > 1 ? argv[argc - 1] : NULL;
+    int first = 1;
+    if (argc > 2 && strcmp(argv[1], "spin") == 0) {
+        long ms = atol(argv[2]);
+        struct timespec start, now;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        volatile unsigned long counter = 0;
+        do {
+            for (int k = 0; k < 10000; k++) counter++;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+        } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < ms);
+        first = 3;
+    }
+    const char *param = argc > first ? argv[argc - 1] : NULL;
     if (param && strcmp(param, "fail") == 0) {
         fprintf(stderr, "sweep: task %d asked to fail\n", (int)task);
         return 3;

@@ -214,3 +214,32 @@ fn a_spec_with_too_few_task_argument_lines_is_refused_before_it_is_sent() {
         "{stderr}"
     );
 }
+
+/// The home runs tasks of its own array too, beside the other nodes, and
+/// every one of many short tasks ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_of_many_short_tasks_runs_on_every_node_the_home_too_and_ends() {
+    let grid = common::grid(3, 2);
+    let home = &grid.nodes[0];
+    common::wait_for_neighbours(&grid.nodes, 2, Duration::from_secs(30)).await;
+    let request = zorilla_node::protocol::JobRequest {
+        min_workers: 1,
+        max_workers: 100,
+        memory_mib: 16,
+        lifetime_secs: 300,
+        args: vec!["spin".into(), "20".into()],
+        tasks: Some(zorilla_node::protocol::Tasks {
+            count: 100,
+            retries: 0,
+            args_file: None,
+        }),
+        ..Default::default()
+    };
+    let mut client = home.client().await;
+    let job = client
+        .submit(request, common::wasm("sweep"), vec![])
+        .await
+        .unwrap();
+    let status = common::wait_completed(&mut client, job, Duration::from_secs(120)).await;
+    assert_eq!(status.reason, "all 100 tasks exited with status 0");
+}

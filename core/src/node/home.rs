@@ -268,16 +268,22 @@ impl<P: PeerKey> Scheduler<P> {
         let settle_at = match job.schedule.config().wait_mode {
             WaitMode::Doubling => now,
             WaitMode::Adaptive => {
-                let sent = job.schedule.last_flood_at().unwrap_or(now);
                 // The RTTs come from peers: saturating, never a panic.
                 // Slack for answers delayed on their way: delays grow with
                 // the path, so half the farthest RTT, at most
                 // `SETTLE_SLACK`. None when only this node was chosen:
                 // nothing is nearer than that.
                 let slack = (farthest / 2).min(SETTLE_SLACK);
-                let flood_settled = sent
-                    .saturating_add(farthest.saturating_mul(2))
-                    .saturating_add(slack);
+                // No flood of this search went out yet (a running job's
+                // search started afresh, the offers in hand answering
+                // direct adverts): there is no flood's answers to wait
+                // for. Waiting from `now` instead moved the settling
+                // along with the clock, and a settling job sends no flood:
+                // an array's offers sat until their holds ran out (30 s).
+                let flood_settled = job.schedule.last_flood_at().map_or(now, |sent| {
+                    sent.saturating_add(farthest.saturating_mul(2))
+                        .saturating_add(slack)
+                });
                 // Offers also come in bursts without a flood: cores that
                 // free up together (a job ended) serve the adverts queued
                 // on them together, each offer after its node's one-way
@@ -524,15 +530,19 @@ impl<P: PeerKey> Scheduler<P> {
                 }
             }
         };
-        if let Some(reason) = refuse {
-            out.push(Output::Send {
+        match refuse {
+            Some(reason) => out.push(Output::Send {
                 to: from,
                 msg: Message::Refuse {
                     job: job_id,
                     hold: Some(hold),
                     reason,
                 },
-            });
+            }),
+            // The offer may complete what the job waits for: decided now,
+            // not at the job's next flood (which a running job's search,
+            // an array's say, may send only much later).
+            None => self.try_allocate(now, job_id, out),
         }
     }
 

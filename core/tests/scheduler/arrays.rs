@@ -267,3 +267,176 @@ fn an_array_spec_must_run_one_to_max_running_workers_and_cannot_roll_back() {
             .starts_with("retries is")
     );
 }
+
+/// Four schedulers of 2 cores wired together (the home one of them),
+/// messages and floods delivered at once, every task taking 50 ms: an
+/// array of 80 tasks keeps the cores busy to its end, with no pause
+/// waiting for the job's next flood (each scheduler is woken only when it
+/// asks to be: an offer must be taken when it comes).
+#[test]
+fn an_array_over_four_nodes_keeps_their_cores_busy_to_its_last_task() {
+    let mut nodes: BTreeMap<u32, Scheduler<u32>> = (0..4)
+        .map(|id| {
+            let config = SchedulerConfig {
+                resources: Resources::new(2, 4096, 4096),
+                ..SchedulerConfig::default()
+            };
+            (id, Scheduler::new(id, config))
+        })
+        .collect();
+    // (when, node, task, incarnation): workers running, by end time.
+    let mut ends: Vec<(Duration, u32, u32, u32)> = Vec::new();
+    let mut queue: Vec<(u32, Output<u32>)> = Vec::new();
+    let spec = nodes[&0].admit(array(80, 80, 0)).unwrap();
+    let out = nodes.get_mut(&0).unwrap().handle(
+        ms(0),
+        Input::Submit {
+            owner: None,
+            job: JOB,
+            spec,
+        },
+    );
+    queue.extend(out.into_iter().map(|o| (0, o)));
+    let mut now = ms(0);
+    let mut idle_since: Option<Duration> = None;
+    let mut longest_idle = Duration::ZERO;
+    while now < Duration::from_secs(60) && nodes[&0].phase(JOB) == Some(Phase::Running)
+        || now == ms(0)
+    {
+        deliver_all(&mut nodes, &mut queue, &mut ends, now);
+        now += ms(5);
+        // Workers that end now: their node's scheduler frees the core and
+        // the home takes in the end.
+        let (done, running): (Vec<_>, Vec<_>) = ends.into_iter().partition(|e| e.0 <= now);
+        ends = running;
+        for (_, node, task, incarnation) in done {
+            let out = nodes.get_mut(&0).unwrap().handle(
+                now,
+                Input::RankEnded {
+                    job: JOB,
+                    node,
+                    rank: task,
+                    incarnation,
+                    end: WorkerEnd::Exited(0),
+                },
+            );
+            queue.extend(out.into_iter().map(|o| (0, o)));
+            // The home's answer (a direct advert) reaches the node before
+            // the node's own loop takes the end in, as it can on real
+            // nodes (the end is reported to the home first).
+            deliver_all(&mut nodes, &mut queue, &mut ends, now);
+            let out = nodes.get_mut(&node).unwrap().handle(
+                now,
+                Input::WorkersEnded {
+                    job: JOB,
+                    ranks: vec![task],
+                },
+            );
+            queue.extend(out.into_iter().map(|o| (node, o)));
+        }
+        // Each scheduler is woken when it asks to be, as a node's loop
+        // does, not more often.
+        for node in 0..4 {
+            if nodes[&node].next_timeout().is_some_and(|at| at <= now) {
+                let out = nodes.get_mut(&node).unwrap().handle_timeout(now);
+                queue.extend(out.into_iter().map(|o| (node, o)));
+            }
+        }
+        // No worker running while the array is not over: idle.
+        if ends.is_empty() && queue.is_empty() && nodes[&0].phase(JOB) == Some(Phase::Running) {
+            let since = *idle_since.get_or_insert(now);
+            longest_idle = longest_idle.max(now - since);
+        } else {
+            idle_since = None;
+        }
+    }
+    assert_eq!(nodes[&0].phase(JOB), Some(Phase::Completed), "at {now:?}");
+    assert!(
+        longest_idle <= ms(100),
+        "the grid stood idle for {longest_idle:?} while tasks waited"
+    );
+    // 80 tasks of 50 ms on 8 cores: 0.5 s at best.
+    assert!(now <= Duration::from_secs(2), "took {now:?}");
+}
+
+/// Delivers every output queued (and what that sends) at once; workers
+/// started end 50 ms later.
+fn deliver_all(
+    nodes: &mut BTreeMap<u32, Scheduler<u32>>,
+    queue: &mut Vec<(u32, Output<u32>)>,
+    ends: &mut Vec<(Duration, u32, u32, u32)>,
+    now: Duration,
+) {
+    while let Some((from, output)) = queue.pop() {
+        let (to, input) = match output {
+            Output::Send { to, msg } => (
+                vec![to],
+                Input::Message {
+                    from,
+                    msg,
+                    rtt: Some(ms(1)),
+                },
+            ),
+            Output::Flood(advert) => (
+                (0..4).filter(|n| *n != from).collect(),
+                Input::AdvertDelivered {
+                    advert,
+                    distance: ms(1),
+                },
+            ),
+            Output::StartWorkers {
+                ranks, incarnation, ..
+            } => {
+                for task in ranks {
+                    ends.push((now + ms(50), from, task, incarnation));
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        for node in to {
+            let out = nodes.get_mut(&node).unwrap().handle(now, input.clone());
+            queue.extend(out.into_iter().map(|o| (node, o)));
+        }
+    }
+}
+
+/// An array that ran all it could stops looking for cores; when a task
+/// fails and runs again, its search starts afresh, and an offer that comes
+/// then is granted once it settles (twice its RTT and a half), not at the
+/// search's next flood.
+#[test]
+fn an_offer_before_a_fresh_searchs_first_flood_is_granted_without_waiting_for_one() {
+    let mut node = home(ScheduleConfig::default());
+    submit_array(&mut node, array(2, 1, 1));
+    node.handle_timeout(ms(0));
+    let out = offer_from(&mut node, ms(1), 10, 1, 5);
+    let (out, _) = until_granted(&mut node, out, ms(1), 10, 0);
+    assert!(out.contains(&Output::Job(JobEvent::Full { job: JOB })));
+    // Task 0 fails: it runs again, and the search starts afresh.
+    task_ended(&mut node, ms(100), 10, 0, 0, WorkerEnd::Exited(1));
+    // Node 11 answers before any flood of the new search.
+    let out = offer_from(&mut node, ms(101), 11, 1, 5);
+    let (_, at) = until_granted(&mut node, out, ms(101), 11, 1);
+    assert!(at <= ms(130), "granted only at {at:?}");
+}
+
+/// Steps `node` every 5 ms from `now` until it grants task 0 to `to` as
+/// grant `incarnation` (within a second); the outputs of that step, and
+/// when.
+fn until_granted(
+    node: &mut Scheduler<u32>,
+    mut out: Vec<Output<u32>>,
+    mut now: Duration,
+    to: u32,
+    incarnation: u32,
+) -> (Vec<Output<u32>>, Duration) {
+    let start = now;
+    while !granted(&out, to, vec![0], incarnation) {
+        now += ms(5);
+        assert!(now < start + ms(1000), "not granted by {now:?}");
+        out = node.handle_timeout(now);
+        eprintln!("DBG {now:?} {out:?} next {:?}", node.next_timeout());
+    }
+    (out, now)
+}

@@ -150,7 +150,7 @@ impl Members {
     /// Worker `incarnation` of `rank` of `job` ended: its rank is free
     /// unless a newer worker of it runs here (then `None`: the fresh
     /// worker's resources stay taken). `Some(true)` if no worker of the
-    /// job runs here any more.
+    /// job runs here any more, nor waits to start.
     pub(super) fn worker_ended(&mut self, job: u64, rank: u32, incarnation: u32) -> Option<bool> {
         let Some(member) = self.jobs.get_mut(&job) else {
             return Some(true);
@@ -164,7 +164,11 @@ impl Members {
         }
         member.workers.remove(&rank);
         member.incarnations.remove(&rank);
-        Some(member.workers.is_empty())
+        // Ranks granted and still being prepared count too: a job array's
+        // next task is often granted to this node before its last one's
+        // end is taken in, and forgetting the job then left that task
+        // never started and never reported (the array never ended).
+        Some(member.workers.is_empty() && member.pending.is_empty())
     }
 
     /// The jobs of other homes that have said nothing for `after`, with
