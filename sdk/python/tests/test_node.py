@@ -1,8 +1,10 @@
 """The client against real `zorilla-node` processes: a job submitted with
 a user's key runs to completion, its logs are followed and its outputs
-fetched; another user's key is refused for it; a job is cancelled and
-resized; the node's errors arrive as their exceptions; and the user id the
-client computes is the one `zorilla whoami` prints for the same key file.
+fetched; a job array runs its tasks, retries and lists a failing one, and
+has outputs per task; another user's key is refused for it; a job is
+cancelled and resized; the node's errors arrive as their exceptions; and
+the user id the client computes is the one `zorilla whoami` prints for the
+same key file.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from zorilla import (
     OutcomeCode,
     Phase,
     Strategy,
+    Tasks,
     UnauthorizedError,
     UserKey,
     VersionError,
@@ -33,6 +36,13 @@ from nodes import Node, all_of, module, zorilla as zorilla_tool
 #: How long a small job may take from submit to its end (a debug build
 #: compiles the module first).
 JOB_TIMEOUT = 120.0
+#: How many tasks of an array run at once on the one node. More stall
+#: there: a task granted while the node's last running worker of the array
+#: ends is never started (the node drops the array's worker record,
+#: node/src/node/members.rs `worker_ended`, before the task's module is
+#: prepared), so its home waits for it forever. A home that runs no tasks
+#: itself is not affected (its workers' nodes keep the job's copy).
+ONE_AT_A_TIME = 1
 
 
 class OneNode(unittest.TestCase):
@@ -124,6 +134,86 @@ class OneNode(unittest.TestCase):
             self.assertNotEqual(runs[0][0], runs[0][1])  # the rank keys the random bytes
             self.assertIn(b"nan payload+1 7ff8000000000000", runs[0][0])
 
+    def test_an_array_retries_a_failing_task_lists_it_and_has_outputs_per_task(self):
+        # Eight tasks, a line of arguments each; task 5's always fails
+        # (examples/src/sweep.c exits 3 on "fail"). One at a time (see
+        # ONE_AT_A_TIME).
+        lines = ["fail" if i == 5 else str(10 + i) for i in range(8)]
+        with self.connect(self.alice) as client:
+            job = client.submit_array(
+                module("sweep"), lines, JobRequest(lifetime_secs=120), max_running=ONE_AT_A_TIME, retries=1
+            )
+            chunks = all_of(client.follow(job, timeout=JOB_TIMEOUT))
+            status = client.status(job)
+            self.assertEqual(status.phase, Phase.FAILED, status.reason)
+            self.assertTrue(
+                status.reason.startswith("1 of 8 tasks failed after their retries; the first, task 5 on ")
+                and status.reason.endswith(": exited with status 3"),
+                status.reason,
+            )
+            # What was asked for, as the home read it from the signed request.
+            self.assertEqual(status.request.tasks, Tasks(8, 1, zorilla.TASK_ARGS_FILE))
+            self.assertEqual((status.request.min_workers, status.request.max_workers), (1, ONE_AT_A_TIME))
+            tasks = status.tasks
+            self.assertIsNotNone(tasks)
+            self.assertEqual(
+                (tasks.count, tasks.waiting, tasks.running, tasks.done, tasks.failed), (8, 0, 0, 7, 1)
+            )
+            self.assertEqual(list(tasks.failed_tasks), [5])
+            failed = tasks.failed_tasks[5]
+            self.assertEqual((failed.code, failed.exit_status), (OutcomeCode.EXITED, 3))
+            self.assertEqual(failed.node, self.node.peer)
+            self.assertFalse(failed.succeeded)
+            # The home keeps no record of ended tasks: ranks are the running ones.
+            self.assertEqual(status.ranks, {})
+            # Task 5 ran twice (once more for its retry); the others once,
+            # each its own line's parameter, as task i of 8.
+            stderr = b"".join(c.data for c in chunks if c.stderr)
+            self.assertEqual(stderr.count(b"sweep: task 5 asked to fail"), 2, stderr)
+            expected = {i: f"task {i} of 8: {10 + i}^2 = {(10 + i) ** 2}\n".encode() for i in range(8) if i != 5}
+            for i, line in expected.items():
+                stdout = b"".join(c.data for c in chunks if c.rank == i and not c.stderr)
+                self.assertEqual(stdout, line)
+            # Outputs per task: task i's under i/.
+            outputs = client.outputs(job)
+            self.assertEqual(
+                sorted((o.rank, o.path) for o in outputs), [(i, "result.txt") for i in sorted(expected)]
+            )
+            for i, line in expected.items():
+                self.assertEqual(client.read_output(job, f"{i}/result.txt"), line)
+            fetched = client.fetch(job, self.dir / "sweep")
+            self.assertEqual(len(fetched), 7)
+            self.assertEqual((self.dir / "sweep" / "3" / "result.txt").read_bytes(), expected[3])
+            self.assertFalse((self.dir / "sweep" / "5").exists())
+
+    def test_an_array_of_a_request_of_its_own_completes(self):
+        with self.connect(self.alice) as client:
+            # An array as a JobRequest, its lines in an input of the job's
+            # own; then one of a count alone, each task squaring its index.
+            params = JobRequest.array(3, max_running=ONE_AT_A_TIME, args_file="params.txt")
+            job = client.submit(module("sweep"), params, inputs={"params.txt": b"7\n8\n9\n"})
+            status = client.wait(job, timeout=JOB_TIMEOUT)
+            self.assertEqual(status.phase, Phase.COMPLETED, status.reason)
+            self.assertEqual(status.reason, "all 3 tasks exited with status 0")
+            self.assertEqual(status.tasks.count, 3)
+            self.assertEqual((status.tasks.done, status.tasks.failed, status.tasks.failed_tasks), (3, 0, {}))
+            self.assertEqual(
+                [client.read_output(job, f"{i}/result.txt") for i in range(3)],
+                [b"task 0 of 3: 7^2 = 49\n", b"task 1 of 3: 8^2 = 64\n", b"task 2 of 3: 9^2 = 81\n"],
+            )
+            counted = client.submit_array(module("sweep"), 4, max_running=ONE_AT_A_TIME)
+            status = client.wait(counted, timeout=JOB_TIMEOUT)
+            self.assertEqual(status.phase, Phase.COMPLETED, status.reason)
+            self.assertEqual(status.request.tasks, Tasks(4))
+            self.assertEqual(status.request.max_workers, ONE_AT_A_TIME)
+            self.assertEqual((status.tasks.count, status.tasks.done), (4, 4))
+            self.assertEqual(
+                {o.name: client.read_output(counted, o.name) for o in client.outputs(counted)},
+                {f"{i}/result.txt": f"task {i} of 4: {i}^2 = {i * i}\n".encode() for i in range(4)},
+            )
+            # A job of ranks has no tasks.
+            self.assertIsNone(client.status(self.submit_hello(client)).tasks)
+
     def test_a_large_output_is_read_block_by_block(self):
         mib = 5  # two blocks of at most 4 MiB
         with self.connect(self.alice) as client:
@@ -213,6 +303,18 @@ class OneNode(unittest.TestCase):
             with self.assertRaises(BadRequestError) as caught:
                 client.submit(b"not wasm")
             self.assertIn("module refused", caught.exception.message)
+            # What the client does not check ahead: the node's sentence.
+            with self.assertRaises(BadRequestError) as caught:
+                client.submit(module("sweep"), JobRequest.array(3, args_file="params.txt"))
+            self.assertIn("the task arguments file cannot be used: it is not one of the job's inputs",
+                          caught.exception.message)
+            with self.assertRaises(BadRequestError) as caught:
+                client.submit(module("sweep"), JobRequest.array(3, args_file="p"), inputs={"p": b"1\n2\n"})
+            self.assertIn("it has 2 lines, but the job has 3 tasks", caught.exception.message)
+            # What it does: refused before anything is sent.
+            with self.assertRaises(ValueError) as caught:
+                client.submit_array(module("sweep"), 10001)
+            self.assertEqual(str(caught.exception), "tasks is 10001, but must be from 1 to 10000")
             # A mistake leaves the connection usable.
             info = client.node_info()
             self.assertEqual(info.peer, self.node.peer)

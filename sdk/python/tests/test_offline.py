@@ -25,9 +25,12 @@ from zorilla import (
     Kind,
     NodeError,
     OutcomeCode,
+    OnWorkerLost,
     Phase,
     ProtocolError,
     StaleError,
+    Tasks,
+    TaskStatus,
     UnauthorizedError,
     UserKey,
     UserKeyError,
@@ -107,6 +110,47 @@ class Signing(unittest.TestCase):
         every = JobRequest(kind=Kind(Arch.X86_64), deterministic=7, priority=-3).to_wire()
         self.assertEqual(list(every)[-3:], ["kind", "deterministic", "priority"])
         self.assertEqual(JobRequest.from_wire(every).priority, -3)
+
+    def test_a_job_arrays_tasks_are_encoded_only_when_set(self):
+        # Not an array: no "tasks" (a signature made without it holds).
+        self.assertNotIn("tasks", JobRequest().to_wire())
+        self.assertNotIn("tasks", JobRequest(tasks=None, priority=1).to_wire())
+        array = JobRequest.array(8, max_running=3, retries=1, args_file="params.txt", priority=2)
+        wire_ = array.to_wire()
+        self.assertEqual(list(wire_)[-2:], ["priority", "tasks"])
+        self.assertEqual((wire_["min_workers"], wire_["max_workers"]), (1, 3))
+        # Its fields in the node's order; args_file left out when None,
+        # retries always there.
+        self.assertEqual(list(wire_["tasks"].items()), [("count", 8), ("retries", 1), ("args_file", "params.txt")])
+        self.assertEqual(JobRequest.array(4).to_wire()["tasks"], {"count": 4, "retries": 0})
+        self.assertEqual(JobRequest.array(4).max_workers, 4)
+        self.assertEqual(JobRequest.array(4, max_running=9).max_workers, 4)  # as `zorilla submit` does
+        self.assertEqual(JobRequest.from_wire(wire_), array)
+        self.assertEqual(JobRequest.from_wire(wire_).tasks, Tasks(8, 1, "params.txt"))
+        self.assertIsNone(JobRequest.from_wire(JobRequest().to_wire()).tasks)
+        self.assertEqual(Tasks.from_wire({"count": 2}), Tasks(2))
+        # What is signed has it too.
+        signed = cbor2.loads(user.submit_message(b"n" * 16, array, "ab", []))
+        self.assertEqual(signed[2]["tasks"], {"count": 8, "retries": 1, "args_file": "params.txt"})
+
+    def test_a_job_array_the_node_would_refuse_is_refused_ahead(self):
+        JobRequest().check_array()  # a job of ranks: nothing to check
+        JobRequest(min_workers=2, max_workers=5).check_array()
+        refused = {
+            "tasks is 0, but must be from 1 to 10000": lambda: JobRequest.array(0),
+            "tasks is 10001, but must be from 1 to 10000": lambda: JobRequest.array(10001),
+            "retries is 11, but must be at most 10": lambda: JobRequest.array(3, retries=11),
+            "max_running is 0, but must be from 1 to 3": lambda: JobRequest.array(3, max_running=0),
+            "max_running is 4, but must be from 1 to 3": lambda: JobRequest(
+                max_workers=4, tasks=Tasks(3)).check_array(),
+            "a job array runs 1 to max_running (3) workers at once, not 2 to 3": lambda: JobRequest(
+                min_workers=2, max_workers=3, tasks=Tasks(3)).check_array(),
+            "rollback": lambda: JobRequest.array(3, on_worker_lost=OnWorkerLost.ROLLBACK),
+        }
+        for sentence, make in refused.items():
+            with self.assertRaises(ValueError, msg=sentence) as caught:
+                make()
+            self.assertIn(sentence, str(caught.exception))
 
     def test_what_is_signed_has_the_nonce_as_an_array_of_bytes(self):
         nonce = bytes(range(16))
@@ -195,6 +239,25 @@ class Values(unittest.TestCase):
         self.assertEqual(status.request.args, ["one"])
         newer = dict(self.STATUS, ranks={0: {"node": "n", "outcome": "?", "code": "some_new_code"}})
         self.assertEqual(JobStatus.from_wire(newer).ranks[0].code, "some_new_code")
+
+    def test_a_job_arrays_progress_is_read_with_its_failed_tasks_as_ranks(self):
+        self.assertIsNone(JobStatus.from_wire(self.STATUS).tasks)
+        array = dict(self.STATUS, phase="failed", ranks={}, tasks={
+            "count": 8, "waiting": 0, "running": 0, "done": 7, "failed": 1,
+            "failed_tasks": {5: {"node": "12D3KooWx", "outcome": "exited with status 3",
+                                 "code": "exited", "exit_status": 3}},
+        })
+        tasks = JobStatus.from_wire(array).tasks
+        self.assertIsInstance(tasks, TaskStatus)
+        self.assertEqual((tasks.count, tasks.waiting, tasks.running, tasks.done, tasks.failed), (8, 0, 0, 7, 1))
+        self.assertEqual(list(tasks.failed_tasks), [5])
+        self.assertEqual((tasks.failed_tasks[5].code, tasks.failed_tasks[5].exit_status), (OutcomeCode.EXITED, 3))
+        self.assertFalse(tasks.failed_tasks[5].succeeded)
+        for broken in [dict(array, tasks=[]), dict(array, tasks={"count": -1}),
+                       dict(array, tasks={"count": 1, "failed_tasks": {"5": {"node": "n"}}}),
+                       dict(array, tasks={"count": 1, "failed_tasks": {5: {"outcome": None}}})]:
+            with self.assertRaises(ProtocolError, msg=broken["tasks"]):
+                JobStatus.from_wire(broken)
 
     def test_a_value_of_the_wrong_type_is_a_protocol_error(self):
         for broken in [dict(self.STATUS, job="seven"), dict(self.STATUS, phase="paused"),
@@ -299,6 +362,39 @@ class AgainstAFakeNode(unittest.TestCase):
             with self.assertRaises(ProtocolError):
                 node.client.fetch(7, tmp)
             self.assertEqual(os.listdir(tmp), [])
+
+    def test_an_arrays_lines_go_as_an_input_its_tasks_name(self):
+        node = FakeNode(self, [{"Submitted": {"job": 9}}])
+        lines = ["1", "2 3", "", "fail"]
+        job = node.client.submit_array(b"\0asm", lines, JobRequest(args=["x"]), inputs={"a": b"A"}, retries=2)
+        self.assertEqual(job, 9)
+        (asked,) = node.done()
+        submit = asked["Submit"]
+        self.assertEqual(submit["job"]["tasks"], {"count": 4, "retries": 2, "args_file": "task_args.txt"})
+        self.assertEqual((submit["job"]["min_workers"], submit["job"]["max_workers"]), (1, 4))
+        self.assertEqual(submit["job"]["args"], ["x"])
+        self.assertEqual(submit["inputs"], [{"name": "a", "data": b"A"},
+                                            {"name": "task_args.txt", "data": b"1\n2 3\n\nfail\n"}])
+        # Signed as sent.
+        hashes = [(f["name"], user._sha256_hex(f["data"])) for f in submit["inputs"]]
+        message = user.submit_message(b"w" * 16, JobRequest.from_wire(submit["job"]),
+                                      user._sha256_hex(submit["module"]), hashes)
+        self.assertTrue(user.verify(node.user.id, message, submit["owner"]["signature"]))
+
+    def test_an_array_the_node_would_refuse_is_not_sent(self):
+        node = FakeNode(self, [])
+        refusals = [
+            lambda: node.client.submit(b"\0asm", JobRequest(max_workers=3, tasks=Tasks(2))),
+            lambda: node.client.submit_array(b"\0asm", 3, retries=11),
+            lambda: node.client.submit_array(b"\0asm", []),
+            lambda: node.client.submit_array(b"\0asm", ["1", "2\n3"]),
+            lambda: node.client.submit_array(b"\0asm", "1\n2\n"),
+            lambda: node.client.submit_array(b"\0asm", ["1"], inputs={"task_args.txt": b""}),
+        ]
+        for refused in refusals:
+            with self.assertRaises(ValueError):
+                refused()
+        self.assertEqual(node.done(), [])
 
     def test_an_answer_of_the_wrong_kind_is_a_protocol_error(self):
         node = FakeNode(self, ["Ok"])

@@ -18,6 +18,7 @@ thread (or connect several) for concurrency.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -38,6 +39,7 @@ from .messages import (
     OutputEntry,
     OutputPage,
     PeerEntry,
+    Tasks,
     Welcome,
 )
 from .user import UserKey
@@ -51,6 +53,9 @@ CONNECT_TIMEOUT = 10.0
 ANSWER_TIMEOUT = 120.0
 #: The most jobs a client keeps a home's nonce for.
 MAX_SESSIONS = 1024
+#: The input :meth:`Client.submit_array` puts a job array's lines of task
+#: arguments in.
+TASK_ARGS_FILE = "task_args.txt"
 
 Module = Union[bytes, bytearray, memoryview, str, os.PathLike]
 Inputs = Union[Mapping[str, bytes], Sequence[NamedFile], None]
@@ -97,6 +102,17 @@ def _named_files(inputs: Inputs) -> List[NamedFile]:
     if isinstance(inputs, Mapping):
         return [NamedFile(name, bytes(data)) for name, data in inputs.items()]
     return list(inputs)
+
+
+def _task_args_file(lines: Sequence[str]) -> bytes:
+    """A job array's task arguments file: a line per task. A line may not
+    hold a line break (it would be two tasks' lines) nor a NUL."""
+    for i, line in enumerate(lines):
+        if not isinstance(line, str):
+            raise ValueError(f"task {i}'s arguments are {type(line).__name__}, not a line of text")
+        if "\n" in line or "\0" in line:
+            raise ValueError(f"task {i}'s line of arguments {line!r:.80} holds a line break or a NUL")
+    return "".join(line + "\n" for line in lines).encode()
 
 
 def _module_bytes(module: Module) -> bytes:
@@ -245,12 +261,53 @@ class Client:
         """Submits a job running ``module`` (its bytes, or a path), signed
         by this client's user, whose job it is; this node becomes its home.
         ``inputs`` (a mapping of plain names to bytes, or NamedFiles) are
-        what workers read under ``/inputs``. Returns the job's id."""
+        what workers read under ``/inputs``. Returns the job's id. A job
+        array the node would refuse raises ``ValueError`` before anything
+        is sent (:meth:`JobRequest.check_array`)."""
         job = job if job is not None else JobRequest()
+        job.check_array()
         module = _module_bytes(module)
         files = _named_files(inputs)
         owner = self.user.sign_submission(self.welcome.nonce, job, module, files)
         return self.call(rq.Submit(job, module, files, owner))
+
+    def submit_array(
+        self,
+        module: Module,
+        tasks: Union[int, Sequence[str]],
+        job: Optional[JobRequest] = None,
+        inputs: Inputs = None,
+        *,
+        max_running: Optional[int] = None,
+        retries: int = 0,
+    ) -> int:
+        """Submits a job array running ``module``: ``tasks`` is how many
+        tasks, or a line of arguments per task (task ``i`` gets the words of
+        ``tasks[i]``, split at white space, after the job's ``args``; the
+        lines go as the input ``task_args.txt``, :data:`TASK_ARGS_FILE`).
+        Each task is a worker of its own that sees its index in
+        ``ZORILLA_TASK``, and writes its outputs under ``<task>/``. At most
+        ``max_running`` run at once (default, and at most: all of them); a
+        task that fails runs again up to ``retries`` times. ``job`` gives
+        what every task asks for (cores, memory, args, ...); its worker
+        counts and ``tasks`` are replaced. Returns the job's id; raises
+        ``ValueError`` for an array the node would refuse."""
+        job = job if job is not None else JobRequest()
+        files = _named_files(inputs)
+        if isinstance(tasks, int):
+            count, args_file = tasks, None
+        else:
+            if isinstance(tasks, str):
+                raise ValueError("tasks is a count or a sequence of lines, one per task, not one string")
+            if any(f.name == TASK_ARGS_FILE for f in files):
+                raise ValueError(f"an input is named {TASK_ARGS_FILE}, where the tasks' lines of arguments go")
+            count, args_file = len(tasks), TASK_ARGS_FILE
+            files.append(NamedFile(TASK_ARGS_FILE, _task_args_file(tasks)))
+        running = count if max_running is None else min(max_running, count)
+        array = dataclasses.replace(
+            job, min_workers=1, max_workers=running, tasks=Tasks(count, retries, args_file)
+        )
+        return self.submit(module, array, files)
 
     def status(self, job: int) -> JobStatus:
         """The status of a job (in full to its owner; to anybody else only
@@ -266,7 +323,8 @@ class Client:
         return self.call(rq.Cancel(job))
 
     def resize(self, job: int, max_workers: int) -> JobStatus:
-        """Changes the most workers a malleable job may use."""
+        """Changes the most workers a malleable job may use (a job array's:
+        how many tasks run at once, up to its count)."""
         return self.call(rq.Resize(job, max_workers))
 
     def logs_page(self, job: int, from_: int = 0, wait_secs: int = 0) -> LogPage:
@@ -363,7 +421,8 @@ class Client:
 
     def fetch(self, job: int, dest: Union[str, os.PathLike]) -> List[Path]:
         """Writes every output file of a job into ``dest`` as
-        ``dest/<rank>/<path>``, streamed block by block; returns the paths
+        ``dest/<rank>/<path>`` (a job array's: ``dest/<task>/<path>``),
+        streamed block by block; returns the paths
         written. A name that would leave ``dest`` (absolute, or with
         ``..``) is refused with a ProtocolError."""
         dest = Path(dest)

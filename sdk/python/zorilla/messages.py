@@ -1,6 +1,7 @@
 """The values the protocol carries, as dataclasses with the field names of
 docs/protocol.md ("Requests", "Responses"): what a job asks for
-(:class:`JobRequest`), how it stands (:class:`JobStatus`, :class:`RankStatus`,
+(:class:`JobRequest`, a job array's :class:`Tasks`), how it stands
+(:class:`JobStatus`, :class:`RankStatus`, :class:`TaskStatus`,
 :class:`Pending`), its logs and outputs, and what a node is
 (:class:`NodeInfo`, :class:`PeerEntry`).
 
@@ -145,6 +146,44 @@ class Kind:
 
 # --- what a job asks for -----------------------------------------------------
 
+#: The most tasks one job array may have.
+MAX_TASKS = 10_000
+#: The most times a failed task of a job array runs again.
+MAX_TASK_RETRIES = 10
+
+
+@dataclass
+class Tasks:
+    """A job array's tasks (``JobRequest.tasks``): ``count`` independent
+    tasks of the module, numbered from 0, each a worker of its own (a world
+    of one) that sees its index in ``ZORILLA_TASK`` and ``count`` in
+    ``ZORILLA_TASKS``. A task that fails runs again, on another node if one
+    offers, up to ``retries`` times (0 to 10). ``args_file`` names one of
+    the job's inputs with a line per task: task ``i`` gets the words of
+    line ``i`` (split at white space) after the job's ``args``."""
+
+    count: int
+    retries: int = 0
+    args_file: Optional[str] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        """In the node's order, ``args_file`` left out when ``None`` as the
+        node does."""
+        wire: Dict[str, Any] = {"count": int(self.count), "retries": int(self.retries)}
+        if self.args_file is not None:
+            wire["args_file"] = str(self.args_file)
+        return wire
+
+    @classmethod
+    def from_wire(cls, value: Any) -> "Tasks":
+        d = _map(value, "request.tasks")
+        w = "request.tasks"
+        return cls(
+            count=_uint(d, "count", w),
+            retries=_uint(d, "retries", w, 0),
+            args_file=_field(d, "args_file", str, w, None),
+        )
+
 
 @dataclass
 class JobRequest:
@@ -170,16 +209,70 @@ class JobRequest:
     #: Among the user's own jobs waiting for the same cores of a node,
     #: higher goes first (-128 to 127); other users' jobs keep their turn.
     priority: int = 0
+    #: A job array (:class:`Tasks`), or ``None``: ``min_workers`` is then 1
+    #: and ``max_workers`` how many tasks run at once (at most ``count``).
+    tasks: Optional[Tasks] = None
 
     @classmethod
     def workers(cls, n: int, **fields: Any) -> "JobRequest":
         """A rigid job of exactly ``n`` workers."""
         return cls(min_workers=n, max_workers=n, **fields)
 
+    @classmethod
+    def array(
+        cls,
+        count: int,
+        max_running: Optional[int] = None,
+        retries: int = 0,
+        args_file: Optional[str] = None,
+        **fields: Any,
+    ) -> "JobRequest":
+        """A job array of ``count`` tasks (:class:`Tasks`), at most
+        ``max_running`` of them running at once (default, and at most: all
+        of them, as the `zorilla` tool does), each that fails run again up
+        to ``retries`` times. Raises ``ValueError`` for an array the node
+        would refuse (:meth:`check_array`)."""
+        running = count if max_running is None else min(max_running, count)
+        job = cls(min_workers=1, max_workers=running, tasks=Tasks(count, retries, args_file), **fields)
+        job.check_array()
+        return job
+
+    def check_array(self) -> None:
+        """Raises ``ValueError``, naming the field and its range as the
+        node's :class:`~zorilla.errors.BadRequestError` would, for a job
+        array the node would refuse: ``count`` not 1 to 10,000, ``retries``
+        over 10, ``max_workers`` (how many run at once) not 1 to ``count``,
+        ``min_workers`` not 1, or ``on_worker_lost`` ``"rollback"``.
+        :meth:`Client.submit <zorilla.client.Client.submit>` checks so
+        before anything is signed or sent. Nothing for a job of ranks."""
+        tasks = self.tasks
+        if tasks is None:
+            return
+        if not 1 <= tasks.count <= MAX_TASKS:
+            raise ValueError(f"tasks is {tasks.count}, but must be from 1 to {MAX_TASKS}")
+        if not 1 <= self.max_workers <= tasks.count:
+            raise ValueError(
+                f"max_running is {self.max_workers}, but must be from 1 to {tasks.count} "
+                "(a job array's max_workers is how many of its tasks run at once)"
+            )
+        if not 0 <= tasks.retries <= MAX_TASK_RETRIES:
+            raise ValueError(f"retries is {tasks.retries}, but must be at most {MAX_TASK_RETRIES}")
+        if self.min_workers != 1:
+            raise ValueError(
+                f"a job array runs 1 to max_running ({self.max_workers}) workers at once, "
+                f"not {self.min_workers} to {self.max_workers}"
+            )
+        if OnWorkerLost(self.on_worker_lost) == OnWorkerLost.ROLLBACK:
+            raise ValueError(
+                "a job array's tasks are independent: a lost task runs again by itself, so "
+                'on_worker_lost = "rollback" does not apply'
+            )
+
     def to_wire(self) -> Dict[str, Any]:
         """Every field, in the order of the node's type (what a signed
-        submission signs), ``kind`` left out for WebAssembly as the node
-        does."""
+        submission signs), the optional ones left out as the node does:
+        ``kind`` for WebAssembly, ``deterministic`` and ``tasks`` when
+        ``None``, ``priority`` when 0."""
         wire: Dict[str, Any] = {
             "min_workers": int(self.min_workers),
             "max_workers": int(self.max_workers),
@@ -199,6 +292,8 @@ class JobRequest:
             wire["deterministic"] = int(self.deterministic)
         if self.priority != 0:
             wire["priority"] = int(self.priority)
+        if self.tasks is not None:
+            wire["tasks"] = self.tasks.to_wire()
         return wire
 
     @classmethod
@@ -222,6 +317,7 @@ class JobRequest:
             kind=Kind.from_wire(d.get("kind", "wasm")),
             deterministic=_uint(d, "deterministic", w, None),
             priority=_field(d, "priority", int, w, 0),
+            tasks=None if d.get("tasks") is None else Tasks.from_wire(d["tasks"]),
         )
 
 
@@ -276,6 +372,44 @@ class RankStatus:
         )
 
 
+def _rank_map(d: Dict[Any, Any], name: str, what: str) -> Dict[int, RankStatus]:
+    """A map of ranks (or tasks) to their :class:`RankStatus`."""
+    ranks = {}
+    for rank, r in _field(d, name, dict, what, {}).items():
+        rank = _expect(rank, int, f"{what}.{name} key")
+        ranks[rank] = RankStatus.from_wire(r, f"{what}.{name}[{rank}]")
+    return ranks
+
+
+@dataclass
+class TaskStatus:
+    """A job array's progress: how many of its ``count`` tasks wait (to
+    start, or to run again), run, are done (exited with status 0) and
+    failed for good (after their retries); and the failed ones, lowest
+    first (at most 1000 listed; ``failed`` counts them all), each with its
+    last run's node and end as a rank's."""
+
+    count: int
+    waiting: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    failed_tasks: Dict[int, RankStatus] = field(default_factory=dict)
+
+    @classmethod
+    def from_wire(cls, value: Any) -> "TaskStatus":
+        d = _map(value, "status.tasks")
+        w = "status.tasks"
+        return cls(
+            count=_uint(d, "count", w),
+            waiting=_uint(d, "waiting", w, 0),
+            running=_uint(d, "running", w, 0),
+            done=_uint(d, "done", w, 0),
+            failed=_uint(d, "failed", w, 0),
+            failed_tasks=_rank_map(d, "failed_tasks", w),
+        )
+
+
 @dataclass
 class Pending:
     """What the home knows of a job's search for workers: why it waits."""
@@ -317,7 +451,10 @@ class Pending:
 class JobStatus:
     """A job's status. To anybody but its owner (and its home's admin) only
     ``job``, ``phase``, ``owner`` and the request's worker counts are
-    filled in; the other fields are empty."""
+    filled in; the other fields are empty. A job array's ``tasks`` is its
+    progress (``None`` for a job of ranks), and its ``ranks`` are the
+    tasks running, by task index (the home keeps no record of an ended
+    task but its count, and the failed ones)."""
 
     job: int
     phase: Phase
@@ -329,6 +466,7 @@ class JobStatus:
     home: Optional[str] = None
     moved_from: Optional[str] = None
     owner: Optional[str] = None
+    tasks: Optional[TaskStatus] = None
 
     @property
     def is_terminal(self) -> bool:
@@ -344,22 +482,20 @@ class JobStatus:
     def from_wire(cls, value: Any) -> "JobStatus":
         d = _map(value, "status")
         w = "status"
-        ranks = {}
-        for rank, r in _field(d, "ranks", dict, w, {}).items():
-            rank = _expect(rank, int, "status.ranks key")
-            ranks[rank] = RankStatus.from_wire(r, f"status.ranks[{rank}]")
         pending = d.get("pending")
+        tasks = d.get("tasks")
         return cls(
             job=_uint(d, "job", w),
             phase=_enum(Phase, _field(d, "phase", str, w), "status.phase"),
             reason=_field(d, "reason", str, w, ""),
-            ranks=ranks,
+            ranks=_rank_map(d, "ranks", w),
             request=JobRequest.from_wire(_field(d, "request", dict, w, {})),
             pending=None if pending is None else Pending.from_wire(pending),
             submitted_unix=_uint(d, "submitted_unix", w, 0),
             home=_field(d, "home", str, w, None),
             moved_from=_field(d, "moved_from", str, w, None),
             owner=_field(d, "owner", str, w, None),
+            tasks=None if tasks is None else TaskStatus.from_wire(tasks),
         )
 
 
@@ -381,7 +517,8 @@ def parse_job_id(text: str) -> int:
 
 @dataclass
 class LogChunk:
-    """One piece of a worker's stdout (or stderr, ``stderr`` true)."""
+    """One piece of a worker's stdout (or stderr, ``stderr`` true);
+    ``rank`` is the worker's rank (a job array's: its task index)."""
 
     rank: int
     stderr: bool
@@ -420,7 +557,8 @@ class LogPage:
 @dataclass
 class OutputEntry:
     """An output file of a job: ``name`` is ``rank/path`` (the rank that
-    wrote it, its path below ``/outputs``), ``size`` its size so far."""
+    wrote it, a job array's task index, and its path below ``/outputs``),
+    ``size`` its size so far."""
 
     name: str
     size: int

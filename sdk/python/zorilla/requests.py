@@ -4,8 +4,10 @@ that is read (``read``), and whether it is about a job that only its
 owner may ask (``job_of`` is then the job: the client sends it with the
 owner's proof, :class:`Owner`).
 
-A new request of the protocol (job arrays, say) is one more class here and
-one more method of :class:`~zorilla.client.Client` that calls it.
+A new request of the protocol is one more class here and one more method
+of :class:`~zorilla.client.Client` that calls it (a new field of a job,
+such as a job array's ``tasks``, is one more field of
+:class:`~zorilla.messages.JobRequest` instead).
 """
 
 from __future__ import annotations
