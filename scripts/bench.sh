@@ -166,6 +166,7 @@ run_bench zorilla-node pingpong
 run_bench zorilla-node checkpoint
 run_bench zorilla-node failover
 run_bench zorilla-node realnet
+run_bench zorilla-node arrays
 
 "${CARGO_TARGET_DIR:-target}/$sim_target/bench-report" --logs "$logs" --markdown "$markdown" \
     --readme "$readme" --svg-dir "$svg_dir"

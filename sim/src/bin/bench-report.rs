@@ -270,6 +270,41 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "zorilla-sim --preemption 5",
     ),
     (
+        "arrays.array.efficiency",
+        "job array of 1,000 tasks of 50 ms on 8 nodes of 2 cores: the tasks' time over the cores times the makespan",
+        "cargo bench --workspace --bench arrays",
+    ),
+    (
+        "arrays.array.msgs_per_task",
+        "job array of 1,000 tasks: overlay messages per task",
+        "cargo bench --workspace --bench arrays",
+    ),
+    (
+        "arrays.small.makespan",
+        "200 of those tasks as one array: makespan",
+        "cargo bench --workspace --bench arrays",
+    ),
+    (
+        "arrays.jobs.makespan",
+        "the same 200 tasks as 200 one-worker jobs submitted at once: makespan",
+        "cargo bench --workspace --bench arrays",
+    ),
+    (
+        "arrays.small.msgs_per_task",
+        "200 tasks as one array: overlay messages per task",
+        "cargo bench --workspace --bench arrays",
+    ),
+    (
+        "arrays.jobs.msgs_per_task",
+        "200 one-worker jobs: overlay messages per task",
+        "cargo bench --workspace --bench arrays",
+    ),
+    (
+        "arrays.b.slowdown",
+        "another user's job of two 0.5 s tasks while the array holds every core: turnaround against alone (worst of 3)",
+        "cargo bench --workspace --bench arrays",
+    ),
+    (
         "client.submits",
         "submissions accepted per second, 8 clients",
         "cargo bench -p zorilla-node --bench client",
