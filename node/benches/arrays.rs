@@ -55,7 +55,10 @@ async fn wait_end(client: &mut Client, job: u64, limit: Duration) -> JobStatus {
     loop {
         match client.status(job).await {
             Ok(status) if status.phase.is_terminal() => return status,
-            Ok(status) => assert!(start.elapsed() < limit, "job not over in {limit:?}: {status:?}"),
+            Ok(status) => assert!(
+                start.elapsed() < limit,
+                "job not over in {limit:?}: {status:?}"
+            ),
             Err(e) => assert!(start.elapsed() < limit, "job not over in {limit:?}: {e}"),
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -172,7 +175,10 @@ async fn main() {
     // submitted at once.
     let m0 = messages(&mut clients).await;
     let t0 = Instant::now();
-    let job = a.submit(array(jobs_n), module.clone(), vec![]).await.unwrap();
+    let job = a
+        .submit(array(jobs_n), module.clone(), vec![])
+        .await
+        .unwrap();
     let status = wait_end(&mut a, job, Duration::from_secs(600)).await;
     assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
     let small_s = t0.elapsed().as_secs_f64();
