@@ -244,12 +244,29 @@ mod tests {
         let mut members = Members::default();
         members.given(7, home, &[0], 1, &placement(&[0], me, 1), &links);
         members.given(7, home, &[0], 2, &placement(&[0], me, 2), &links);
+        // Both workers started: their ends were taken, as `prepared` does.
+        members.get_mut(&7).unwrap().pending.clear();
         assert_eq!(members.worker_ended(7, 0, 1), None);
         assert_eq!(members.get(&7).unwrap().incarnations.get(&0), Some(&2));
         assert_eq!(members.worker_ended(7, 0, 2), Some(true));
         assert!(members.get(&7).unwrap().incarnations.is_empty());
         // A job not known here has nothing left running.
         assert_eq!(members.worker_ended(8, 0, 0), Some(true));
+    }
+
+    /// A job array's next task, granted here before its last one's end
+    /// is taken in, keeps the job: it waits to start.
+    #[tokio::test]
+    async fn a_job_whose_next_rank_waits_to_start_is_not_left_empty() {
+        let links = links().await;
+        let (home, me) = (PeerId::random(), PeerId::random());
+        let mut members = Members::default();
+        members.given(7, home, &[0], 1, &placement(&[0], me, 1), &links);
+        members.get_mut(&7).unwrap().pending.clear();
+        members.given(7, home, &[1], 2, &placement(&[1], me, 2), &links);
+        assert_eq!(members.worker_ended(7, 0, 1), Some(false));
+        members.get_mut(&7).unwrap().pending.clear();
+        assert_eq!(members.worker_ended(7, 1, 2), Some(true));
     }
 
     #[tokio::test]
