@@ -408,11 +408,14 @@ impl Pair {
     }
 }
 
-/// Waits (bounded) until `done`.
+/// Waits (bounded) until `done`: as long as `recv` waits for a message
+/// (a loaded machine's full test run once went past a 20 s bound here,
+/// in the cut-connection test, which passes alone in 0.3 s; why the
+/// transfer resumed so late under load was not found).
 async fn until(what: &str, done: impl Fn() -> bool) {
     let start = Instant::now();
     while !done() {
-        assert!(start.elapsed() < Duration::from_secs(20), "never: {what}");
+        assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
