@@ -109,24 +109,13 @@ async fn main() {
         (8, 1000, 200)
     };
     let module = common::wasm("sweep");
-    let dir = tempfile::tempdir().unwrap();
-    let network = format!("arrays-{}", std::process::id());
-    let first = TestNode::start(&dir.path().join("n0"), &network, None, CORES);
-    let bootstrap = first.listen.clone();
-    let mut nodes = vec![first];
-    for i in 1..node_count {
-        nodes.push(TestNode::start(
-            &dir.path().join(format!("n{i}")),
-            &network,
-            Some(&bootstrap),
-            CORES,
-        ));
-    }
+    let grid = common::grid(node_count, CORES);
+    let nodes = &grid.nodes;
     let mut clients = Vec::new();
-    for n in &nodes {
+    for n in nodes {
         clients.push(Client::connect(n.client.as_str()).await.unwrap());
     }
-    common::wait_for_neighbours(&nodes, 2.min(node_count - 1), Duration::from_secs(60)).await;
+    common::wait_for_neighbours(nodes, 2.min(node_count - 1), Duration::from_secs(60)).await;
     let grid_cores = node_count as f64 * f64::from(CORES);
     let ideal = |tasks: u32, ms: u64| f64::from(tasks) * ms as f64 / 1000.0 / grid_cores;
     println!(
@@ -154,7 +143,7 @@ async fn main() {
     let array_s = t0.elapsed().as_secs_f64();
     let array_msgs = messages(&mut clients).await - m0;
     assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
-    let spread = started_per_node(&nodes, job);
+    let spread = started_per_node(nodes, job);
     println!(
         "array of {tasks} tasks: {array_s:.2} s, efficiency {:.2}, {:.1} messages per task; \
          tasks per node {spread:?}",
@@ -277,7 +266,7 @@ async fn main() {
     }
     let status = wait_end(&mut a, job_a, Duration::from_secs(600)).await;
     assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
-    let spread = started_per_node(&nodes, job_a);
+    let spread = started_per_node(nodes, job_a);
     let worst = beside.iter().copied().fold(0.0, f64::max);
     println!(
         "user B's jobs beside A's array of {tasks}: {beside:.2?} s ({:.2}x alone at worst); A's \

@@ -13,7 +13,7 @@
 //! node it failed on while any other task can start there ("elsewhere",
 //! as far as the grid allows: on a grid of one node it runs there again).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -123,11 +123,6 @@ impl<P> TaskProgress<P> {
     /// Failed tasks so far (their failed attempts) of the tasks not over.
     pub fn attempts(&self, task: u32) -> u8 {
         self.attempts.get(&task).copied().unwrap_or(0)
-    }
-
-    /// Which tasks wait to run again, lowest first.
-    pub fn again(&self) -> BTreeSet<u32> {
-        self.again.keys().copied().collect()
     }
 }
 
