@@ -109,8 +109,13 @@ run_sim() { # log-name zorilla-sim-arguments...
     if $short; then
         for i in "${!args[@]}"; do
             if [[ ${args[$i]} == --random || ${args[$i]} == --hetero || ${args[$i]} == --fairshare \
-                || ${args[$i]} == --preemption ]]; then
+                || ${args[$i]} == --preemption || ${args[$i]} == --arrays ]]; then
                 args[$((i + 1))]=2
+            fi
+            # The arrays experiment's bags take minutes a seed in a debug
+            # build: the short run takes the tests' smaller grids.
+            if [[ ${args[$i]} == --arrays ]]; then
+                args+=(--size small)
             fi
         done
     fi
@@ -125,6 +130,9 @@ run_sim hetero-small --hetero 200 --size small --mode ours-nearest,ours,paper
 run_sim fairshare --fairshare 5
 # Preemption (BENCHMARKS.md, "Preemption"): seeds 1 to 5, 2 in the short run.
 run_sim preemption --preemption 5
+# Fair sharing with job arrays on generated topologies (BENCHMARKS.md, "Job
+# arrays in the simulator"): seeds 1 to 5, 2 in the short run.
+run_sim fairshare-arrays --arrays 5
 
 # Measurements that are tests marked #[ignore] or sized by the environment.
 run_test() { # log-name cargo-test-arguments...

@@ -5,8 +5,9 @@
 //! The grid is one site of three kinds of nodes:
 //!
 //! - *contributors*, which offer their cores and submit bags of short
-//!   independent one-worker tasks (a parameter sweep as separate jobs, job
-//!   arrays not existing yet);
+//!   independent one-worker tasks (a parameter sweep as separate jobs, as
+//!   before job arrays existed; [`arrays`] measures arrays, on generated
+//!   topologies);
 //! - *free riders*, which submit the same bags and offer no core;
 //! - *fresh identities*: one more free rider's load split over many
 //!   nodes without cores (a whitewasher, or a Sybil), each submitting a
@@ -42,6 +43,7 @@ use zorilla_core::resources::Resources;
 use crate::scenario::{Cluster, Latency, OverlaySetup, Scenario, Workload};
 use crate::sim::{JobPlan, Mode, RunReport, Sim};
 
+pub mod arrays;
 pub mod preemption;
 
 /// The experiment's size and workload.

@@ -14,7 +14,10 @@
 //! contributors, free riders and fresh identities against first come,
 //! first served (`zorilla-sim --fairshare N`), and
 //! [`fairshare::preemption`] what preempting strangers' long jobs does
-//! for contributors (`zorilla-sim --preemption N`).
+//! for contributors (`zorilla-sim --preemption N`), and
+//! [`fairshare::arrays`] many users' job arrays on generated topologies
+//! with contention, each user's share against its contribution
+//! (`zorilla-sim --arrays N`).
 
 pub mod fairshare;
 pub mod generate;

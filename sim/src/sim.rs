@@ -38,7 +38,7 @@ use record::start_violation;
 pub use contention_model::alpha;
 pub use failover_report::{FailoverConfig, FailoverReport, STOP_BOUND, Takeover};
 pub use mode::Mode;
-pub use record::{JobPlan, JobRecord, RunReport};
+pub use record::{JobPlan, JobRecord, RunEnd, RunReport, WorkerRun};
 pub use workload::{plan_jobs, shuffled, sweep_job};
 
 mod bamboo;
@@ -86,6 +86,9 @@ enum Event {
         /// Which schedule of the machine's ends this is (see
         /// `contention`; always 0 in the plain model).
         generation: u64,
+        /// Which of them: every worker of the job there (`None`), or one
+        /// task of a job array (tasks end on their own).
+        task: Option<u32>,
     },
     /// A worker's end reported to its job's home (the real node's
     /// `WorkerEnded` call).
@@ -239,9 +242,10 @@ pub struct Sim {
     used: Vec<u32>,
     /// Memory the workers running on each machine need together (MiB).
     memory_used: Vec<u64>,
-    /// The work left of the workers running on each machine, per job
-    /// (only when workers run by work, speed and contention: `contention`).
-    work: BTreeMap<(u32, JobId), contention_model::Work>,
+    /// The work left of the workers running on each machine, per job and,
+    /// for a job array, per task (only when workers run by work, speed and
+    /// contention: `contention`).
+    work: BTreeMap<(u32, JobId, Option<u32>), contention_model::Work>,
     /// When each machine's work was last settled.
     settled_at: Vec<Time>,
     /// Per machine, when workers ended there lately and how many: the
@@ -548,13 +552,14 @@ impl Sim {
                 node,
                 job,
                 generation,
+                task,
             } => {
-                if !self.current_end(node, job, generation) {
+                if !self.current_end(node, job, task, generation) {
                     return true;
                 }
-                if let Some(ranks) = self.running.remove(&(node, job)) {
-                    self.workers_gone(node, job, ranks.len() as u32);
+                if let Some(ranks) = self.take_running(node, job, task) {
                     let ended: Vec<u32> = ranks.keys().copied().collect();
+                    self.workers_gone(node, job, &ended, task, RunEnd::Completed);
                     self.feed(node, Input::WorkersEnded { job, ranks: ended });
                     if self.failover.is_some() {
                         // Reported to the primary until it acknowledges.
@@ -630,6 +635,7 @@ impl Sim {
                 home: plan.home,
                 workers: plan.spec.workers.max,
                 min_workers: plan.spec.workers.min,
+                tasks: plan.spec.tasks.map(|t| t.count),
                 submitted: self.now,
                 started_at: None,
                 started_with: 0,
@@ -651,6 +657,8 @@ impl Sim {
                 started: BTreeMap::new(),
                 judged_extra_us: 0.0,
                 judged_workers: 0,
+                runs: Vec::new(),
+                open_runs: BTreeMap::new(),
                 replica_messages: 0,
                 home_moves: 0,
             },
@@ -844,20 +852,41 @@ impl Sim {
                     if let Some(record) = self.jobs.get_mut(&job) {
                         record.running += count;
                         record.started.entry(node).or_default().extend(&ranks);
+                        for &rank in &ranks {
+                            record.open_runs.insert((node, rank), record.runs.len());
+                            record.runs.push(WorkerRun {
+                                node,
+                                rank,
+                                started: self.now,
+                                ended: None,
+                            });
+                        }
+                        // A job's workers on a machine end together; an
+                        // array's tasks each on their own.
+                        let groups: Vec<Option<u32>> = if record.tasks.is_some() {
+                            ranks.iter().map(|r| Some(*r)).collect()
+                        } else {
+                            vec![None]
+                        };
                         match record.duration {
                             Some(work) if model => {
-                                self.add_work(node, job, work);
+                                for task in groups {
+                                    self.add_work(node, job, task, work);
+                                }
                             }
                             Some(duration) => {
                                 let at = self.now + duration;
                                 let generation =
                                     self.preemptions.get(&(node, job)).copied().unwrap_or(0);
-                                let end = Event::WorkersEnd {
-                                    node,
-                                    job,
-                                    generation,
-                                };
-                                self.push(at, end);
+                                for task in groups {
+                                    let end = Event::WorkersEnd {
+                                        node,
+                                        job,
+                                        generation,
+                                        task,
+                                    };
+                                    self.push(at, end);
+                                }
                             }
                             None => {}
                         }
@@ -868,7 +897,8 @@ impl Sim {
                 }
                 Output::StopWorkers { job, .. } => {
                     if let Some(ranks) = self.running.remove(&(node, job)) {
-                        self.workers_gone(node, job, ranks.len() as u32);
+                        let ranks: Vec<u32> = ranks.into_keys().collect();
+                        self.workers_gone(node, job, &ranks, None, RunEnd::Stopped);
                     }
                 }
                 // Stopped for a creditor's job: gone from the node as
@@ -884,7 +914,8 @@ impl Sim {
                             record.preempted_work_s +=
                                 f64::from(count) * self.now.saturating_sub(since).as_secs_f64();
                         }
-                        self.workers_gone(node, job, count);
+                        let ranks: Vec<u32> = ranks.into_keys().collect();
+                        self.workers_gone(node, job, &ranks, None, RunEnd::Stopped);
                     }
                 }
                 Output::Job(event) => {
@@ -919,7 +950,44 @@ impl Sim {
         }
     }
 
-    fn workers_gone(&mut self, node: u32, job: JobId, count: u32) {
+    /// The running ranks of `job` on `node` that end: all of them, or
+    /// one task of an array (`None` if none ran).
+    fn take_running(
+        &mut self,
+        node: u32,
+        job: JobId,
+        task: Option<u32>,
+    ) -> Option<BTreeMap<u32, u32>> {
+        let Some(task) = task else {
+            return self.running.remove(&(node, job));
+        };
+        let ranks = self.running.get_mut(&(node, job))?;
+        let incarnation = ranks.remove(&task)?;
+        if ranks.is_empty() {
+            self.running.remove(&(node, job));
+        }
+        Some(BTreeMap::from([(task, incarnation)]))
+    }
+
+    /// Workers `ranks` of `job` on `node` are gone, `how`: every worker
+    /// of the job there (`task` `None`), or one task of an array.
+    fn workers_gone(
+        &mut self,
+        node: u32,
+        job: JobId,
+        ranks: &[u32],
+        task: Option<u32>,
+        how: RunEnd,
+    ) {
+        let count = ranks.len() as u32;
+        let now = self.now;
+        if let Some(record) = self.jobs.get_mut(&job) {
+            for rank in ranks {
+                if let Some(i) = record.open_runs.remove(&(node, *rank)) {
+                    record.runs[i].ended = Some((now, how));
+                }
+            }
+        }
         let model = self.work_model();
         if model {
             self.settle(node);
@@ -929,7 +997,7 @@ impl Sim {
         let memory_used = &mut self.memory_used[node as usize];
         *memory_used = memory_used.saturating_sub(memory * u64::from(count));
         if model {
-            self.drop_work(node, job);
+            self.drop_work(node, job, task);
             self.reschedule(node);
         }
         let freed = &mut self.freed[node as usize];
@@ -1012,7 +1080,22 @@ impl Sim {
                     record.ended_at = Some(now);
                 }
             }
-            JobEvent::RankEnded { .. } => {}
+            // An array's ended task is granted no more: its node may
+            // take the next one.
+            JobEvent::RankEnded {
+                job, node, rank, ..
+            } => {
+                if let Some(record) = self.jobs.get_mut(&job)
+                    && record.tasks.is_some()
+                    && record.ranks.get_mut(&node).is_some_and(|g| g.remove(&rank))
+                    && let Some(count) = record.placement.get_mut(&node)
+                {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        record.placement.remove(&node);
+                    }
+                }
+            }
             JobEvent::WorkersLost {
                 job, node, ranks, ..
             } => {

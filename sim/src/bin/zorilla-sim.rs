@@ -9,6 +9,7 @@
 //! zorilla-sim --random 200 --size full --out out/random   # generated topologies
 //! zorilla-sim --fairshare 5    # Network of Favors against first come, first served
 //! zorilla-sim --preemption 5   # preempting strangers' long jobs for contributors
+//! zorilla-sim --arrays 5       # many users' job arrays on generated topologies
 //! ```
 
 use std::path::PathBuf;
@@ -72,7 +73,9 @@ enum Sizes {
 #[command(version, about)]
 struct Args {
     /// The scenario file (TOML), e.g. sim/scenarios/zorilla-4.2.toml.
-    #[arg(required_unless_present_any = ["random", "plot", "hetero", "fairshare", "preemption"])]
+    #[arg(required_unless_present_any = [
+        "random", "plot", "hetero", "fairshare", "preemption", "arrays"
+    ])]
     scenario: Option<PathBuf>,
     /// Instead of a scenario file: this many generated topologies (seeds 1
     /// to N; random sites, sizes, cores, RTTs and workloads), each run with
@@ -97,6 +100,14 @@ struct Args {
     /// first served: turnarounds, workers preempted, core time lost.
     #[arg(long, conflicts_with_all = ["scenario", "random", "hetero", "fairshare"])]
     preemption: Option<u64>,
+    /// Instead of a scenario file: fair sharing with job arrays
+    /// (`zorilla_sim::fairshare::arrays`) on the generated heterogeneous
+    /// topologies of seeds 1 to N, with contributors, free riders and
+    /// fresh identities, each with fair sharing and first come, first
+    /// served: each class's share of the work against its contribution,
+    /// and its arrays' turnaround. `--size small` for the tests' setup.
+    #[arg(long, conflicts_with_all = ["scenario", "random", "hetero", "fairshare", "preemption"])]
+    arrays: Option<u64>,
     /// Instead of running: plot again the `random.csv` a `--random` run
     /// wrote, into `random.svg` in `--out`.
     #[arg(long, conflicts_with_all = ["scenario", "random"])]
@@ -163,6 +174,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(n) = args.preemption {
         return preemption(&args, n);
+    }
+    if let Some(n) = args.arrays {
+        return arrays(&args, n);
     }
     if let Some(n) = args.random {
         return random(&args, n, &modes);
@@ -422,6 +436,154 @@ fn fairshare(args: &Args, n: u64) -> anyhow::Result<()> {
             println!("RESULT fairshare.{key}.{name}_turnaround {median:.0} s median");
             println!("RESULT fairshare.{key}.{name}_completed {completed} of {tasks} tasks");
         }
+    }
+    println!("\nin {:.1} s", started.elapsed().as_secs_f64());
+    anyhow::ensure!(violations == 0, "{violations} invariant violations");
+    Ok(())
+}
+
+/// `--arrays N`: fair sharing with job arrays on the generated
+/// topologies of seeds 1 to N (or `--seeds`), with and without fair
+/// sharing; per class the mean over the seeds of its share of the work
+/// done during the window and of its contribution, and its arrays'
+/// turnaround over every seed; RESULT lines for bench-report.
+fn arrays(args: &Args, n: u64) -> anyhow::Result<()> {
+    use zorilla_sim::fairshare::arrays::{Outcome, Setup, Submission, run};
+    use zorilla_sim::fairshare::{Class, median_p95};
+    let setup = match args.size {
+        Sizes::Small => Setup::SMALL,
+        Sizes::Full => Setup::DEFAULT,
+    };
+    let seeds = seeds_or(args, n);
+    let started = Instant::now();
+    println!(
+        "job arrays: generated heterogeneous topologies (up to {} sites of up to {} machines, \
+         contention), every machine with cores a contributor, {} free riders, {} fresh identities \
+         sharing one free rider's arrays; every user an array of one-core tasks of {} reference \
+         seconds every {} s for {} s ({:.2} times the cores asked for); {} seed(s)",
+        setup.size.sites,
+        setup.size.machines,
+        setup.free_riders,
+        setup.identities,
+        setup.task_s,
+        setup.period_s,
+        setup.window_s,
+        setup.load,
+        seeds.len()
+    );
+    let classes = [Class::Contributor, Class::FreeRider, Class::Identity];
+    let mut violations = 0;
+    for (mode, submission, key) in [
+        (Mode::Ours, Submission::Arrays, "ours"),
+        (Mode::OursFcfs, Submission::Arrays, "fcfs"),
+        (Mode::Ours, Submission::Bags, "bags"),
+    ] {
+        let runs: Vec<Outcome> = seeds
+            .iter()
+            .map(|&seed| run(&setup, mode, submission, seed))
+            .collect::<anyhow::Result<_>>()?;
+        violations += runs.iter().map(|r| r.violations.len()).sum::<usize>();
+        let k = runs.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&Outcome) -> f64| runs.iter().map(f).sum::<f64>() / k;
+        let messages: u64 = runs.iter().map(|o| o.messages).sum();
+        let tasks: u64 = runs.iter().map(|o| o.tasks_total).sum();
+        let per_task = messages as f64 / tasks.max(1) as f64;
+        println!(
+            "\n{}, {}: {per_task:.1} messages per task",
+            mode.name(),
+            submission.name()
+        );
+        println!("RESULT fairarrays.{key}.messages_per_task {per_task:.1} messages per task");
+        for o in &runs {
+            println!(
+                "  seed {}: {} contributors, {} tasks a submission; rank correlation of a \
+                 contributor's contribution and the work it got {}",
+                o.seed,
+                o.contributors,
+                o.tasks,
+                o.contribution_correlation()
+                    .map_or("-".into(), |r| format!("{r:.2}"))
+            );
+        }
+        // Each user of the first seed: what it gave against what it got.
+        if let Some(o) = runs.first() {
+            println!(
+                "  seed {}, each user (work in % of the work done in the window):",
+                o.seed
+            );
+            println!(
+                "    {:>5} {:<13} {:>5} {:>12} {:>9} {:>9}",
+                "node", "class", "cores", "contributed", "got", "of asked"
+            );
+            for (node, (class, f)) in &o.users {
+                let pct = |x: f64| 100.0 * x / o.delivered_s.max(f64::MIN_POSITIVE);
+                println!(
+                    "    {:>5} {:<13} {:>5} {:>11.1}% {:>8.1}% {:>8.0}%",
+                    node,
+                    class.name(),
+                    f.cores,
+                    pct(f.contributed_s),
+                    pct(f.got_s),
+                    100.0 * f.got_s / f.asked_s.max(f64::MIN_POSITIVE)
+                );
+            }
+        }
+        println!(
+            "  {:<13} {:>14} {:>14} {:>14} {:>10} {:>22} {:>15}",
+            "class", "share", "per user", "contributed", "of asked", "turnaround med / p95", "done"
+        );
+        for class in classes {
+            let share = mean(&|o| o.share(class));
+            let user = mean(&|o| o.user_share(class));
+            let contributed = mean(&|o| {
+                let gave: f64 = o.of(class).map(|f| f.contributed_s).sum();
+                100.0 * gave / o.delivered_s.max(f64::MIN_POSITIVE)
+            });
+            let satisfied = mean(&|o| o.satisfaction(class));
+            let turnarounds: Vec<f64> = runs.iter().flat_map(|o| o.turnarounds(class)).collect();
+            let (median, p95) = median_p95(turnarounds);
+            let (completed, submitted) = runs.iter().fold((0, 0), |(c, a), o| {
+                let (oc, oa) = o.completed(class);
+                (c + oc, a + oa)
+            });
+            println!(
+                "  {:<13} {:>13.1}% {:>13.1}% {:>13.1}% {:>9.0}% {:>12.0} s / {:>4.0} s {:>6} of {:<6}",
+                class.name(),
+                share,
+                user,
+                contributed,
+                satisfied,
+                median,
+                p95,
+                completed,
+                submitted
+            );
+            let name = match class {
+                Class::Contributor => "contributor",
+                Class::FreeRider => "free_rider",
+                Class::Identity => "identities",
+            };
+            if class == Class::Identity {
+                println!(
+                    "RESULT fairarrays.{key}.{name}_share {share:.1} % of the work, all together"
+                );
+            } else {
+                println!("RESULT fairarrays.{key}.{name}_share {user:.1} % of the work, each");
+            }
+            println!(
+                "RESULT fairarrays.{key}.{name}_satisfied {satisfied:.0} % of the work asked for"
+            );
+            println!("RESULT fairarrays.{key}.{name}_turnaround {median:.0} s median");
+            println!(
+                "RESULT fairarrays.{key}.{name}_completed {completed} of {submitted} submissions"
+            );
+        }
+        let correlations: Vec<f64> = runs
+            .iter()
+            .filter_map(|o| o.contribution_correlation())
+            .collect();
+        let correlation = correlations.iter().sum::<f64>() / correlations.len().max(1) as f64;
+        println!("RESULT fairarrays.{key}.correlation {correlation:.2} rank correlation (mean)");
     }
     println!("\nin {:.1} s", started.elapsed().as_secs_f64());
     anyhow::ensure!(violations == 0, "{violations} invariant violations");

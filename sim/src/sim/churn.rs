@@ -11,7 +11,7 @@ use zorilla_core::advert::JobId;
 use super::failover::MachineInput;
 use super::mode::Mode;
 use super::node_overlay::NodeOverlay;
-use super::{Event, Sim};
+use super::{Event, RunEnd, Sim};
 
 impl Sim {
     /// Fails `node` at `at`, as the scenario's churn would (its detection
@@ -28,14 +28,14 @@ impl Sim {
         self.up[node as usize] = false;
         self.watch_silent(node);
         self.failover_fail(node);
-        let jobs: Vec<(JobId, u32)> = self
+        let jobs: Vec<(JobId, Vec<u32>)> = self
             .running
             .range((node, JobId(0))..=(node, JobId(u64::MAX)))
-            .map(|((_, job), ranks)| (*job, ranks.len() as u32))
+            .map(|((_, job), ranks)| (*job, ranks.keys().copied().collect()))
             .collect();
-        for (job, count) in jobs {
+        for (job, ranks) in jobs {
             self.running.remove(&(node, job));
-            self.workers_gone(node, job, count);
+            self.workers_gone(node, job, &ranks, None, RunEnd::Stopped);
         }
         if let Some(churn) = &self.scenario.churn {
             let detect = self.now + Duration::from_secs_f64(churn.detect_after_s);

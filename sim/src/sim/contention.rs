@@ -68,8 +68,9 @@ impl Sim {
 
     /// Workers of `job` with `work` reference seconds each start on
     /// `node` (already settled and counted in `used`).
-    pub(super) fn add_work(&mut self, node: u32, job: JobId, work: Duration) {
-        let entry = self.work.entry((node, job)).or_insert(Work {
+    /// (`task`: one task of a job array, which ends on its own).
+    pub(super) fn add_work(&mut self, node: u32, job: JobId, task: Option<u32>, work: Duration) {
+        let entry = self.work.entry((node, job, task)).or_insert(Work {
             remaining: 0.0,
             generation: 0,
         });
@@ -82,22 +83,23 @@ impl Sim {
     pub(super) fn reschedule(&mut self, node: u32) {
         let rate = self.rate(node).max(f64::MIN_POSITIVE);
         let now = self.now;
-        let ends: Vec<(JobId, u64, Duration)> = self
+        let ends: Vec<(JobId, Option<u32>, u64, Duration)> = self
             .work
             .range_mut(keys(node))
-            .map(|((_, job), work)| {
+            .map(|((_, job, task), work)| {
                 work.generation += 1;
                 let left = Duration::from_secs_f64((work.remaining / rate).min(1e9));
-                (*job, work.generation, now + left)
+                (*job, *task, work.generation, now + left)
             })
             .collect();
-        for (job, generation, at) in ends {
+        for (job, task, generation, at) in ends {
             self.push(
                 at,
                 Event::WorkersEnd {
                     node,
                     job,
                     generation,
+                    task,
                 },
             );
         }
@@ -105,8 +107,14 @@ impl Sim {
 
     /// Whether an end event of `job` on `node` is the current one (always,
     /// in the plain model).
-    pub(super) fn current_end(&self, node: u32, job: JobId, generation: u64) -> bool {
-        match self.work.get(&(node, job)) {
+    pub(super) fn current_end(
+        &self,
+        node: u32,
+        job: JobId,
+        task: Option<u32>,
+        generation: u64,
+    ) -> bool {
+        match self.work.get(&(node, job, task)) {
             Some(work) => work.generation == generation,
             // The plain model: not ended early by a preemption since.
             None => {
@@ -117,13 +125,28 @@ impl Sim {
     }
 
     /// The work of `job`'s workers on `node` is gone (they ended or
-    /// stopped; `node` settled before).
-    pub(super) fn drop_work(&mut self, node: u32, job: JobId) {
-        self.work.remove(&(node, job));
+    /// stopped; `node` settled before): all of them (`task` `None`), or
+    /// one task of an array.
+    pub(super) fn drop_work(&mut self, node: u32, job: JobId, task: Option<u32>) {
+        match task {
+            Some(task) => {
+                self.work.remove(&(node, job, Some(task)));
+            }
+            None => {
+                let gone: Vec<_> = self
+                    .work
+                    .range((node, job, None)..=(node, job, Some(u32::MAX)))
+                    .map(|(key, _)| *key)
+                    .collect();
+                for key in gone {
+                    self.work.remove(&key);
+                }
+            }
+        }
     }
 }
 
 /// Every job's key on `node`.
-fn keys(node: u32) -> std::ops::RangeInclusive<(u32, JobId)> {
-    (node, JobId(0))..=(node, JobId(u64::MAX))
+fn keys(node: u32) -> std::ops::RangeInclusive<(u32, JobId, Option<u32>)> {
+    (node, JobId(0), None)..=(node, JobId(u64::MAX), Some(u32::MAX))
 }

@@ -36,7 +36,7 @@ use zorilla_core::node::{JobEntry, JobEvent, JobState, WorkerEnd};
 use zorilla_core::replica::Msg;
 
 use super::failover_report::*;
-use super::{Event, Sim};
+use super::{Event, RunEnd, Sim};
 
 /// How often a machine's replicas tick.
 const TICK: Duration = Duration::from_millis(50);
@@ -619,7 +619,14 @@ impl Sim {
                     self.running.remove(&(node, job));
                 }
             }
-            self.workers_gone(node, job, orphans.len() as u32);
+            // An array's tasks each end on their own.
+            if self.jobs.get(&job).is_some_and(|r| r.tasks.is_some()) {
+                for rank in &orphans {
+                    self.workers_gone(node, job, &[*rank], Some(*rank), RunEnd::Stopped);
+                }
+            } else {
+                self.workers_gone(node, job, &orphans, None, RunEnd::Stopped);
+            }
             self.feed(
                 node,
                 zorilla_core::node::Input::WorkersEnded {

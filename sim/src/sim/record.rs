@@ -34,6 +34,9 @@ pub struct JobRecord {
     pub workers: u32,
     /// Workers it needs to start (its `min`; `workers` for a rigid job).
     pub min_workers: u32,
+    /// Its tasks, if it is a job array (`workers` of them run at once;
+    /// each task is a rank and ends on its own).
+    pub tasks: Option<u32>,
     /// Submission time.
     pub submitted: Time,
     /// When it started (got its `min` workers).
@@ -85,6 +88,43 @@ pub struct JobRecord {
     pub judged_extra_us: f64,
     /// Workers judged: every grant's, replacements included.
     pub judged_workers: u32,
+    /// Every worker that started, in start order: where, which rank, when,
+    /// and how it ended.
+    pub runs: Vec<WorkerRun>,
+    /// The runs still open, by machine and rank: their index in `runs`.
+    pub(super) open_runs: BTreeMap<(u32, u32), usize>,
+}
+
+/// One worker of a job, from its start to its end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerRun {
+    /// The machine it ran on.
+    pub node: u32,
+    /// Its rank (an array's task).
+    pub rank: u32,
+    /// When it started.
+    pub started: Time,
+    /// When it ended and how, if it did before the run's end.
+    pub ended: Option<(Time, RunEnd)>,
+}
+
+/// How a worker's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// It did all its work.
+    Completed,
+    /// It was stopped first (cancelled, preempted, its machine lost, or an
+    /// orphan of a takeover): a task stopped so runs again elsewhere.
+    Stopped,
+}
+
+impl WorkerRun {
+    /// Core-seconds it held its core between `from` and `to` (a run that
+    /// never ended held it until `end`, the run's end).
+    pub fn core_s(&self, from: Time, to: Time, end: Time) -> f64 {
+        let stop = self.ended.map_or(end, |(at, _)| at).min(to);
+        stop.saturating_sub(self.started.max(from)).as_secs_f64()
+    }
 }
 
 impl JobRecord {
