@@ -270,6 +270,41 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "zorilla-sim --preemption 5",
     ),
     (
+        "fairarrays.ours.correlation",
+        "job arrays of many users on generated topologies with contention, fair sharing: rank correlation of a contributor's contribution and the work it got",
+        "zorilla-sim --arrays 5",
+    ),
+    (
+        "fairarrays.fcfs.correlation",
+        "the same, first come, first served",
+        "zorilla-sim --arrays 5",
+    ),
+    (
+        "fairarrays.ours.free_rider_share",
+        "job arrays, fair sharing: work per free rider",
+        "zorilla-sim --arrays 5",
+    ),
+    (
+        "fairarrays.fcfs.free_rider_share",
+        "job arrays, first come, first served: work per free rider",
+        "zorilla-sim --arrays 5",
+    ),
+    (
+        "fairarrays.ours.identities_share",
+        "job arrays, fair sharing: work of the 24 fresh identities together",
+        "zorilla-sim --arrays 5",
+    ),
+    (
+        "fairarrays.ours.messages_per_task",
+        "job arrays, fair sharing: messages per task",
+        "zorilla-sim --arrays 5",
+    ),
+    (
+        "fairarrays.bags.messages_per_task",
+        "the same tasks as bags of one-worker jobs: messages per task",
+        "zorilla-sim --arrays 5",
+    ),
+    (
         "arrays.array.efficiency",
         "job array of 1,000 tasks of 50 ms on 8 nodes of 2 cores: the tasks' time over the cores times the makespan",
         "cargo bench --workspace --bench arrays",
