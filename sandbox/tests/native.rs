@@ -66,6 +66,7 @@ fn sh(job_dir: &Path, script: &str, limits: Limits) -> NativeSpec {
         limits,
         max_processes: 64,
         output: None,
+        inherit: None,
     }
 }
 
@@ -485,4 +486,51 @@ fn the_probe_names_the_mechanism_it_cannot_enforce() {
         sentence.contains("cannot start the sandbox helper"),
         "{sentence}"
     );
+}
+
+/// The socket a worker is given is its descriptor 3, both ways, and its
+/// end closes when the worker ends; a worker given none has no descriptor
+/// 3 (nothing else of the node's leaks in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_talks_over_the_socket_it_inherits_as_descriptor_3_and_gets_no_other() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job");
+    std::fs::create_dir(&job).unwrap();
+    let sandbox = sandbox();
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let mut spec = sh(
+        &job,
+        "echo hello >&3 && read answer <&3 && echo \"got $answer\"",
+        Limits::UNLIMITED,
+    );
+    spec.inherit = Some(theirs.into());
+    let talk = std::thread::spawn(move || {
+        let mut lines = BufReader::new(ours.try_clone().unwrap());
+        let mut line = String::new();
+        lines.read_line(&mut line).unwrap();
+        (&ours).write_all(b"welcome\n").unwrap();
+        // The worker's end closes with it: end of file, not a hang.
+        let mut rest = String::new();
+        lines.read_line(&mut rest).unwrap();
+        (line, rest)
+    });
+    let done = run(&sandbox, spec).await;
+    assert_eq!(done.report.outcome, Outcome::Exited(0), "{done:?}");
+    assert_eq!(done.stdout, "got welcome\n", "{done:?}");
+    let (said, rest) = talk.join().unwrap();
+    assert_eq!(said, "hello\n");
+    assert_eq!(rest, "", "the worker's end is closed once it ended");
+
+    let done = run(
+        &sandbox,
+        sh(
+            &job,
+            "if [ -e /proc/self/fd/3 ]; then echo open; else echo closed; fi",
+            Limits::UNLIMITED,
+        ),
+    )
+    .await;
+    assert_eq!(done.stdout, "closed\n", "{done:?}");
 }

@@ -574,6 +574,7 @@ impl Node {
             limits,
             max_processes: crate::native::MAX_PROCESSES,
             output: Some(output),
+            inherit: None,
         };
         Ok(native.sandbox.start(spec))
     }

@@ -39,6 +39,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::Read;
 use std::ops::Range;
+use std::os::fd::AsRawFd;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -157,7 +158,15 @@ pub struct NativeSpec {
     /// Where stdout and stderr go, in chunks. `None`: discarded (but still
     /// counted against the output limit).
     pub output: Option<mpsc::Sender<OutputChunk>>,
+    /// A socket the program finds open as file descriptor
+    /// [`INHERITED_FD`] (the node's end serves the MPI library's process
+    /// management interface, see the node's `pmi`); no other descriptor
+    /// of the node reaches the worker.
+    pub inherit: Option<std::os::fd::OwnedFd>,
 }
+
+/// The descriptor number [`NativeSpec::inherit`] has in the worker.
+pub const INHERITED_FD: i32 = 3;
 
 /// The outcome of a worker that tried to run more processes and threads
 /// than its limit.
@@ -427,10 +436,13 @@ async fn run(
     group: &Arc<Group>,
     limits: Limits,
     processes: u32,
-    spec: NativeSpec,
+    mut spec: NativeSpec,
     mut cancelled: watch::Receiver<bool>,
 ) -> WorkerReport {
     let flag = Arc::new(LimitFlag::default());
+    // The node's copy closes once the helper has its own: the worker's
+    // end of the socket then ends with the worker.
+    let inherit = spec.inherit.take();
     let output = OutputShared::new(spec.output, limits.output_bytes, flag.clone());
     let (status_r, status_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
         Ok(pipe) => pipe,
@@ -448,7 +460,12 @@ async fn run(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        command.spawn()
+        if let Some(fd) = inherit.as_ref() {
+            inherit_as(&mut command, fd.as_raw_fd());
+        }
+        let spawned = command.spawn();
+        drop(inherit);
+        spawned
         // The command, with the node's end of the status pipe's writing
         // side, is dropped here: the pipe ends when the helper's copies do.
     };
@@ -665,6 +682,34 @@ fn give_tree(root: &Path, id: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Makes `fd` the spawned helper's descriptor [`INHERITED_FD`], open
+/// across its `exec` (and so the worker's: the helper and C keep it, and
+/// G inherits it). Between fork and exec only `dup2` and `fcntl` run, both
+/// async-signal-safe, so this is sound in the multi-threaded node; every
+/// other descriptor the node opens is close-on-exec (Rust's default), so
+/// only this one reaches the worker, and only this worker.
+fn inherit_as(command: &mut tokio::process::Command, fd: i32) {
+    #[allow(unsafe_code)]
+    // SAFETY: the closure makes only async-signal-safe calls (dup2,
+    // fcntl) and touches no memory of the parent but the copied `fd`.
+    unsafe {
+        command.pre_exec(move || {
+            if fd == INHERITED_FD {
+                // dup2 onto itself keeps close-on-exec: clear it instead.
+                let flags = nix::libc::fcntl(fd, nix::libc::F_GETFD);
+                if flags < 0
+                    || nix::libc::fcntl(fd, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if nix::libc::dup2(fd, INHERITED_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,6 +724,7 @@ mod tests {
             limits: Limits::UNLIMITED,
             max_processes: 1,
             output: None,
+            inherit: None,
         }
     }
 
