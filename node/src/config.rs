@@ -30,7 +30,7 @@
 //! user_limits."12D3Koo..." = { max_cores = 16, max_jobs = 8 }  # one user's own
 //! own_users = ["12D3Koo..."]         # the owner's own users: first to get cores that free up
 //! native_users = ["12D3Koo..."]      # users whose native jobs run here (default: none)
-//! native_read_only = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"]  # what native workers may read (the default)
+//! native_read_only = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/sys"]  # what native workers may read (the default)
 //! topology = "sites.toml"            # emulated latency (tests, demos)
 //! site = "amsterdam"                  # grid view's group; the topology's site
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
@@ -62,7 +62,7 @@ pub const DEFAULT_WEB: &str = "127.0.0.1:0";
 /// What native workers may read besides their job directory, unless the
 /// owner says otherwise: the system's programs and libraries and its
 /// configuration (for the dynamic loader, users and names).
-pub const DEFAULT_NATIVE_READ_ONLY: [&str; 6] = zorilla_sandbox::native::SYSTEM_PATHS;
+pub const DEFAULT_NATIVE_READ_ONLY: [&str; 7] = zorilla_sandbox::native::SYSTEM_PATHS;
 /// Default network name.
 pub const DEFAULT_NETWORK: &str = "default";
 /// Default J: jobs with workers on this node at once.

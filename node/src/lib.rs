@@ -33,6 +33,8 @@
 //!   the job's home.
 //! - `wire`: what nodes say to each other over the overlay's rpc.
 //! - `origin`: a job's id, bound to the node that accepted it.
+//! - `pmi`: the MPI library's process management interface (PMI-1) for
+//!   native ranks, its fences over the job's rank links.
 //! - `net`: calls between nodes, and the sandbox's transport over them.
 //! - `link`: the message path between workers: rank inboxes, and streams
 //!   (or direct connections) between nodes.
@@ -60,6 +62,7 @@ mod net;
 mod node;
 mod origin;
 pub mod owner;
+mod pmi;
 pub mod protocol;
 mod server;
 mod status;

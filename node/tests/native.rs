@@ -178,3 +178,79 @@ async fn a_native_worker_sees_nothing_of_its_node_and_a_cancel_ends_all_of_it() 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// `examples/native/mpi_ring.c` built with the distribution's MPICH
+/// (`mpicc.mpich`, which scripts/install-test-deps.sh installs).
+fn mpich_ring() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("mpi_ring");
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/native/mpi_ring.c");
+    let built = std::process::Command::new("mpicc.mpich")
+        .arg(source)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run mpicc.mpich ({e}): install MPICH (libmpich-dev)"));
+    assert!(built.success(), "mpicc.mpich failed");
+    std::fs::read(&exe).unwrap()
+}
+
+/// An MPI program built with MPICH runs unchanged as a native job of 2
+/// ranks, first both on one node, then on two: its ranks wire up through
+/// the nodes' PMI-1 servers (issue 32, item 3) and pass a token round the
+/// ring and sum their ranks over MPICH's own transport. (Two ranks: with
+/// three or more, Debian 12's MPICH 4.0.2 hangs in `MPI_Finalize` when
+/// UCX has only TCP between ranks of one machine, as it has between our
+/// sandboxes; it does under MPICH's own `mpiexec` with `UCX_TLS=tcp,self`
+/// too. See BENCHMARKS.md, "Native MPI jobs".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mpich_program_runs_unchanged_on_one_node_and_across_nodes() {
+    let alice = UserKey::generate();
+    let alice_id = alice.id().to_string();
+    let exe = mpich_ring();
+    let arch = zorilla_node::native::executable_arch(&exe).unwrap();
+    let request = JobRequest {
+        kind: WorkKind::Native(arch),
+        lifetime_secs: 120,
+        min_workers: 2,
+        max_workers: 2,
+        ..JobRequest::default()
+    };
+    // One node of 2 cores, then a home without cores and two of one.
+    for (sizes, cores) in [(vec![1], vec![2]), (vec![3], vec![0, 1, 1])] {
+        let grid = common::sites_grid_of(
+            Net::Loopback,
+            &sizes,
+            |i| cores[i],
+            |_| vec!["--native-user".into(), alice_id.clone()],
+        );
+        common::wait_for_neighbours(&grid.nodes, grid.nodes.len() - 1, Duration::from_secs(30))
+            .await;
+        let mut client = connect(&grid.nodes[0], &alice).await;
+        let job = client
+            .submit(request.clone(), exe.clone(), Vec::new())
+            .await
+            .unwrap();
+        let status = wait_for(&mut client, job, Duration::from_secs(90), "its end", |s| {
+            s.phase.is_terminal()
+        })
+        .await;
+        let logs = client.logs(job).await.unwrap();
+        let (out, err) = (common::stdout_of(&logs), common::stderr_of(&logs));
+        assert_eq!(
+            status.phase,
+            JobPhase::Completed,
+            "{status:?}\n{out}\n{err}"
+        );
+        for rank in 0..2 {
+            let line = format!("rank {rank} of 2: token 2, sum of ranks 1\n");
+            assert!(
+                out.contains(&line),
+                "{cores:?}: no {line:?} in {out:?} ({err})"
+            );
+        }
+        let nodes: std::collections::BTreeSet<_> =
+            status.ranks.values().map(|r| r.node.clone()).collect();
+        assert_eq!(nodes.len(), cores.len().min(2), "{status:?}");
+    }
+}

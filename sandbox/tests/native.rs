@@ -123,6 +123,7 @@ async fn a_job_writes_its_directory_reads_listed_paths_and_nothing_else() {
          cat {} || echo no-secret; cat /root/.bashrc /var/log/dpkg.log || echo no-root; \
          echo x > /usr/zorilla-test || echo no-usr-write; \
          echo x > /proc/self/comm || echo no-proc-write; \
+         echo 1 > /sys/kernel/mm/ksm/run || echo no-sys-write; \
          for d in job proc tmp dev usr etc root var home sys boot; do \
            test -e /$d && echo has-$d; done; id -u",
         secret.display()
@@ -137,12 +138,14 @@ async fn a_job_writes_its_directory_reads_listed_paths_and_nothing_else() {
     assert!(lines.contains(&"no-usr-write"), "{done:?}");
     // /proc is writable as far as mounts go: Landlock refuses this.
     assert!(lines.contains(&"no-proc-write"), "{done:?}");
+    // /sys is listed (MPI libraries read it), read-only.
+    assert!(lines.contains(&"no-sys-write"), "{done:?}");
     // The root holds only the sandbox's own directories and listed paths.
-    for entry in ["job", "proc", "tmp", "dev", "usr", "etc"] {
+    for entry in ["job", "proc", "tmp", "dev", "usr", "etc", "sys"] {
         let has = format!("has-{entry}");
         assert!(lines.contains(&has.as_str()), "{entry} missing: {done:?}");
     }
-    for entry in ["root", "var", "home", "sys", "boot"] {
+    for entry in ["root", "var", "home", "boot"] {
         let has = format!("has-{entry}");
         assert!(!lines.contains(&has.as_str()), "{entry} shown: {done:?}");
     }

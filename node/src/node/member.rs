@@ -471,7 +471,27 @@ impl Node {
                     self.sandbox.start(program, spec)
                 }
                 Runnable::Native(exe) => {
-                    match self.start_native(exe, args, env, &job_dir, limits, out_tx) {
+                    // The MPI library's process management interface, on
+                    // a socket the worker inherits (see `pmi`).
+                    let size = transport.size().max(1);
+                    let inherit = match std::os::unix::net::UnixStream::pair().and_then(
+                        |(ours, theirs)| {
+                            ours.set_nonblocking(true)?;
+                            Ok((tokio::net::UnixStream::from_std(ours)?, theirs))
+                        },
+                    ) {
+                        Ok((ours, theirs)) => {
+                            tokio::spawn(crate::pmi::serve(job, rank, size, ours, transport));
+                            env.extend(crate::pmi::env(rank, size));
+                            Some(std::os::fd::OwnedFd::from(theirs))
+                        }
+                        Err(e) => {
+                            tracing::warn!(job = %JobId(job), rank, "no PMI for a native worker: {e}");
+                            None
+                        }
+                    };
+                    let started = StartedWith { args, env, inherit };
+                    match self.start_native(exe, started, &job_dir, limits, out_tx) {
                         Ok(handle) => handle,
                         Err(e) => {
                             tracing::warn!(job = %JobId(job), rank, "cannot start a native worker: {e}");
@@ -512,6 +532,14 @@ impl Node {
     }
 }
 
+/// What a native worker's program is started with: its arguments, its
+/// whole environment, and the socket it inherits (its PMI server's).
+struct StartedWith {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    inherit: Option<std::os::fd::OwnedFd>,
+}
+
 /// The inbox of a job array task's own one-rank world: it can only send
 /// to itself.
 const SOLO_INBOX: usize = 16;
@@ -545,12 +573,12 @@ impl Node {
     fn start_native(
         &self,
         exe: &[u8],
-        args: Vec<String>,
-        env: Vec<(String, String)>,
+        with: StartedWith,
         job_dir: &Path,
         limits: Limits,
         output: mpsc::Sender<OutputChunk>,
     ) -> Result<WorkerHandle, String> {
+        let StartedWith { args, env, inherit } = with;
         let Some(native) = &self.native else {
             return Err("this node runs no native workers".into());
         };
@@ -574,7 +602,7 @@ impl Node {
             limits,
             max_processes: crate::native::MAX_PROCESSES,
             output: Some(output),
-            inherit: None,
+            inherit,
         };
         Ok(native.sandbox.start(spec))
     }

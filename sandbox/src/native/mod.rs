@@ -60,9 +60,11 @@ use init::Status;
 use plan::Plan;
 
 /// System paths an owner typically shows native workers read-only: the
-/// programs and libraries of the distribution and its configuration.
+/// programs and libraries of the distribution, its configuration, and
+/// `/sys`, where MPI libraries (hwloc, UCX) read the machine's processors
+/// and network interfaces (without it MPICH's UCX finds no transport).
 /// (Paths a machine does not have are skipped.)
-pub const SYSTEM_PATHS: [&str; 6] = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"];
+pub const SYSTEM_PATHS: [&str; 7] = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/sys"];
 
 /// How often a worker's control groups are read for its memory, process
 /// and CPU-time limits: a worker can overshoot its CPU time by about this.
