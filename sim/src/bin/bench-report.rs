@@ -340,6 +340,21 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench --workspace --bench arrays",
     ),
     (
+        "native_mpi.latency_ratio",
+        "an MPICH program as a native job on 2 nodes: 8-byte latency against mpiexec.hydra over the same transport (UCX over TCP)",
+        "cargo bench --workspace --bench native_mpi",
+    ),
+    (
+        "native_mpi.bandwidth_ratio",
+        "the same, 1 MiB messages: bandwidth against mpiexec.hydra over the same transport",
+        "cargo bench --workspace --bench native_mpi",
+    ),
+    (
+        "native_mpi.zorilla.init",
+        "the same: MPI_Init through the nodes' PMI-1 servers",
+        "cargo bench --workspace --bench native_mpi",
+    ),
+    (
         "client.submits",
         "submissions accepted per second, 8 clients",
         "cargo bench -p zorilla-node --bench client",
