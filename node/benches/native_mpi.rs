@@ -35,7 +35,10 @@ fn figures(out: &str) -> BTreeMap<String, f64> {
 
 fn build(dir: &std::path::Path) -> std::path::PathBuf {
     let exe = dir.join("mpi_pingpong");
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/native/mpi_pingpong.c");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/native/mpi_pingpong.c"
+    );
     let built = std::process::Command::new("mpicc.mpich")
         .args(["-O2", source, "-o"])
         .arg(&exe)
@@ -63,7 +66,11 @@ fn best(runs: &[BTreeMap<String, f64>]) -> BTreeMap<String, f64> {
     for run in runs {
         for (k, v) in run {
             let b = best.entry(k.clone()).or_insert(*v);
-            *b = if k.starts_with("bandwidth") { b.max(*v) } else { b.min(*v) };
+            *b = if k.starts_with("bandwidth") {
+                b.max(*v)
+            } else {
+                b.min(*v)
+            };
         }
     }
     best
@@ -113,7 +120,12 @@ async fn main() {
         zorilla.push(figures(&out));
     }
     let tcp: Vec<_> = (0..RUNS)
-        .map(|_| hydra(&exe_path, &[("UCX_TLS", "tcp,self"), ("MPIR_CVAR_NOLOCAL", "1")]))
+        .map(|_| {
+            hydra(
+                &exe_path,
+                &[("UCX_TLS", "tcp,self"), ("MPIR_CVAR_NOLOCAL", "1")],
+            )
+        })
         .collect();
     let shm: Vec<_> = (0..RUNS).map(|_| hydra(&exe_path, &[])).collect();
     let (z, t, s) = (best(&zorilla), best(&tcp), best(&shm));
@@ -134,9 +146,18 @@ async fn main() {
     }
     println!("RESULT native_mpi.zorilla.init {:.1} ms", z["init_ms"]);
     println!("RESULT native_mpi.hydra_tcp.init {:.1} ms", t["init_ms"]);
-    println!("RESULT native_mpi.zorilla.latency {:.2} µs", z["latency_8B_us"]);
-    println!("RESULT native_mpi.hydra_tcp.latency {:.2} µs", t["latency_8B_us"]);
-    println!("RESULT native_mpi.hydra_shm.latency {:.2} µs", s["latency_8B_us"]);
+    println!(
+        "RESULT native_mpi.zorilla.latency {:.2} µs",
+        z["latency_8B_us"]
+    );
+    println!(
+        "RESULT native_mpi.hydra_tcp.latency {:.2} µs",
+        t["latency_8B_us"]
+    );
+    println!(
+        "RESULT native_mpi.hydra_shm.latency {:.2} µs",
+        s["latency_8B_us"]
+    );
     println!(
         "RESULT native_mpi.zorilla.bandwidth {:.0} MB/s",
         z["bandwidth_1MiB_MBps"]
