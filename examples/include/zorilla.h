@@ -41,7 +41,14 @@
 extern "C" {
 #endif
 
+#ifdef __wasm__
 #define ZORILLA_IMPORT(name) __attribute__((import_module("zorilla"), import_name(name)))
+#else
+/* A native build (a native job, issue 32): the calls come from
+ * sdk/native/zorilla_native.c, which has zorilla_rank(), zorilla_size()
+ * and the checkpoint calls (a native program's messages go over MPI). */
+#define ZORILLA_IMPORT(name)
+#endif
 
 /* Status codes (negative values are errors). */
 #define ZORILLA_OK 0

@@ -35,6 +35,8 @@
 //! - `origin`: a job's id, bound to the node that accepted it.
 //! - `pmi`: the MPI library's process management interface (PMI-1) for
 //!   native ranks, its fences over the job's rank links.
+//! - `nativeapi`: the `zorilla.h` calls of native ranks (checkpoints),
+//!   served on a socket each inherits.
 //! - `net`: calls between nodes, and the sandbox's transport over them.
 //! - `link`: the message path between workers: rank inboxes, and streams
 //!   (or direct connections) between nodes.
@@ -58,6 +60,7 @@ mod heap;
 pub mod jobspec;
 mod link;
 pub mod native;
+mod nativeapi;
 mod net;
 mod node;
 mod origin;

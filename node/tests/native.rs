@@ -254,3 +254,101 @@ async fn an_mpich_program_runs_unchanged_on_one_node_and_across_nodes() {
         assert_eq!(nodes.len(), cores.len().min(2), "{status:?}");
     }
 }
+
+/// `examples/native/count.c` with `sdk/native/zorilla_native.c`: a native
+/// program that saves a checkpoint every 10 steps through `zorilla.h`.
+fn native_count() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("count");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let built = std::process::Command::new("gcc")
+        .args(["-O2", "-I"])
+        .arg(format!("{root}/examples/include"))
+        .arg(format!("{root}/examples/native/count.c"))
+        .arg(format!("{root}/sdk/native/zorilla_native.c"))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("gcc");
+    assert!(built.success(), "gcc failed");
+    std::fs::read(&exe).unwrap()
+}
+
+/// A native rank's checkpoints are kept on other nodes as a WebAssembly
+/// rank's are (issue 32, item 4): its node is killed mid-run, the rank is
+/// replaced on another node, and the fresh worker resumes from the latest
+/// checkpoint it saved instead of from the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_native_rank_resumes_from_its_checkpoint() {
+    let alice = UserKey::generate();
+    let alice_id = alice.id().to_string();
+    let exe = native_count();
+    let arch = zorilla_node::native::executable_arch(&exe).unwrap();
+    // A home without cores and three nodes of one core.
+    let mut grid = common::sites_grid_of(
+        Net::Loopback,
+        &[4],
+        |i| if i == 0 { 0 } else { 1 },
+        |_| vec!["--native-user".into(), alice_id.clone()],
+    );
+    common::wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(30)).await;
+    let mut client = connect(&grid.nodes[0], &alice).await;
+    let request = JobRequest {
+        kind: WorkKind::Native(arch),
+        lifetime_secs: 120,
+        on_worker_lost: zorilla_core::node::LostPolicy::Replace,
+        args: vec!["400".into()],
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, exe, Vec::new()).await.unwrap();
+    // A checkpoint kept on another node, well into the run.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = common::stdout_of(&client.logs(job).await.unwrap());
+        if out.lines().any(|l| {
+            l.strip_prefix("count checkpoint=")
+                .and_then(|rest| rest.split_once(" copies="))
+                .is_some_and(|(at, copies)| {
+                    at.parse::<u32>().unwrap_or(0) >= 50 && copies.parse::<i32>().unwrap_or(0) >= 1
+                })
+        }) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint kept: {out:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = client.status(job).await.unwrap();
+    let node = status.ranks[&0].node.clone();
+    let victim = grid.nodes.iter().position(|n| n.peer == node).unwrap();
+    assert_ne!(victim, 0, "the home has no cores");
+    grid.nodes[victim].kill();
+
+    let status = wait_for(&mut client, job, Duration::from_secs(120), "its end", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
+    let logs = client.logs(job).await.unwrap();
+    let (out, err) = (common::stdout_of(&logs), common::stderr_of(&logs));
+    assert_eq!(
+        status.phase,
+        JobPhase::Completed,
+        "{status:?}\n{out}\n{err}"
+    );
+    assert_ne!(status.ranks[&0].node, node, "replaced elsewhere");
+    let starts: Vec<u32> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("count rank=0 start="))
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    assert_eq!(starts.len(), 2, "{out}");
+    assert_eq!(starts[0], 0, "{out}");
+    assert!(
+        starts[1] >= 50 && starts[1] < 400,
+        "resumed at {}: {out}",
+        starts[1]
+    );
+    assert!(out.contains("count done=400"), "{out}");
+}

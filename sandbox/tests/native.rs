@@ -66,7 +66,7 @@ fn sh(job_dir: &Path, script: &str, limits: Limits) -> NativeSpec {
         limits,
         max_processes: 64,
         output: None,
-        inherit: None,
+        inherit: Vec::new(),
     }
 }
 
@@ -508,7 +508,7 @@ async fn a_worker_talks_over_the_socket_it_inherits_as_descriptor_3_and_gets_no_
         "echo hello >&3 && read answer <&3 && echo \"got $answer\"",
         Limits::UNLIMITED,
     );
-    spec.inherit = Some(theirs.into());
+    spec.inherit = vec![theirs.into()];
     let talk = std::thread::spawn(move || {
         let mut lines = BufReader::new(ours.try_clone().unwrap());
         let mut line = String::new();

@@ -471,23 +471,35 @@ impl Node {
                     self.sandbox.start(program, spec)
                 }
                 Runnable::Native(exe) => {
-                    // The MPI library's process management interface, on
-                    // a socket the worker inherits (see `pmi`).
+                    // The MPI library's process management interface and
+                    // the `zorilla.h` calls, each on a socket the worker
+                    // inherits (see `pmi` and `nativeapi`).
                     let size = transport.size().max(1);
-                    let inherit = match std::os::unix::net::UnixStream::pair().and_then(
-                        |(ours, theirs)| {
-                            ours.set_nonblocking(true)?;
-                            Ok((tokio::net::UnixStream::from_std(ours)?, theirs))
-                        },
-                    ) {
-                        Ok((ours, theirs)) => {
-                            tokio::spawn(crate::pmi::serve(job, rank, size, ours, transport));
+                    let checkpoints = self.worker_checkpoints(
+                        job,
+                        home_rx.clone(),
+                        copies_rx.clone(),
+                        rank,
+                        incarnation,
+                    );
+                    let inherit = match (socket_pair(), socket_pair()) {
+                        (Ok((pmi, pmi_theirs)), Ok((api, api_theirs))) => {
+                            tokio::spawn(crate::pmi::serve(job, rank, size, pmi, transport));
+                            tokio::spawn(crate::nativeapi::serve(
+                                job,
+                                rank,
+                                api,
+                                Some(checkpoints),
+                            ));
                             env.extend(crate::pmi::env(rank, size));
-                            Some(std::os::fd::OwnedFd::from(theirs))
+                            let api_fd = zorilla_sandbox::native::INHERITED_FD + 1;
+                            env.push((crate::nativeapi::ENV.into(), api_fd.to_string()));
+                            env.push(("ZORILLA_SIZE".into(), size.to_string()));
+                            vec![pmi_theirs, api_theirs]
                         }
-                        Err(e) => {
-                            tracing::warn!(job = %JobId(job), rank, "no PMI for a native worker: {e}");
-                            None
+                        (Err(e), _) | (_, Err(e)) => {
+                            tracing::warn!(job = %JobId(job), rank, "no sockets for a native worker: {e}");
+                            Vec::new()
                         }
                     };
                     let started = StartedWith { args, env, inherit };
@@ -533,11 +545,20 @@ impl Node {
 }
 
 /// What a native worker's program is started with: its arguments, its
-/// whole environment, and the socket it inherits (its PMI server's).
+/// whole environment, and the sockets it inherits (its PMI server's and
+/// its `zorilla.h` calls').
 struct StartedWith {
     args: Vec<String>,
     env: Vec<(String, String)>,
-    inherit: Option<std::os::fd::OwnedFd>,
+    inherit: Vec<std::os::fd::OwnedFd>,
+}
+
+/// A connected pair of sockets: the node's end (for tokio) and the
+/// worker's.
+fn socket_pair() -> std::io::Result<(tokio::net::UnixStream, std::os::fd::OwnedFd)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    ours.set_nonblocking(true)?;
+    Ok((tokio::net::UnixStream::from_std(ours)?, theirs.into()))
 }
 
 /// The inbox of a job array task's own one-rank world: it can only send

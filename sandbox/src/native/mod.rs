@@ -160,15 +160,21 @@ pub struct NativeSpec {
     /// Where stdout and stderr go, in chunks. `None`: discarded (but still
     /// counted against the output limit).
     pub output: Option<mpsc::Sender<OutputChunk>>,
-    /// A socket the program finds open as file descriptor
-    /// [`INHERITED_FD`] (the node's end serves the MPI library's process
-    /// management interface, see the node's `pmi`); no other descriptor
-    /// of the node reaches the worker.
-    pub inherit: Option<std::os::fd::OwnedFd>,
+    /// Sockets the program finds open, the first as file descriptor
+    /// [`INHERITED_FD`], the next as the one after, and so on (the node
+    /// serves the MPI library's process management interface on the
+    /// first, see the node's `pmi`, and the `zorilla.h` calls of native
+    /// programs on the second); no other descriptor of the node reaches
+    /// the worker. At most [`MAX_INHERITED`].
+    pub inherit: Vec<std::os::fd::OwnedFd>,
 }
 
-/// The descriptor number [`NativeSpec::inherit`] has in the worker.
+/// The descriptor number the first of [`NativeSpec::inherit`] has in the
+/// worker.
 pub const INHERITED_FD: i32 = 3;
+
+/// The most descriptors a worker inherits.
+pub const MAX_INHERITED: usize = 4;
 
 /// The outcome of a worker that tried to run more processes and threads
 /// than its limit.
@@ -442,9 +448,10 @@ async fn run(
     mut cancelled: watch::Receiver<bool>,
 ) -> WorkerReport {
     let flag = Arc::new(LimitFlag::default());
-    // The node's copy closes once the helper has its own: the worker's
-    // end of the socket then ends with the worker.
-    let inherit = spec.inherit.take();
+    // The node's copies close once the helper has its own: the worker's
+    // ends of the sockets then end with the worker.
+    let mut inherit = std::mem::take(&mut spec.inherit);
+    inherit.truncate(MAX_INHERITED);
     let output = OutputShared::new(spec.output, limits.output_bytes, flag.clone());
     let (status_r, status_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
         Ok(pipe) => pipe,
@@ -462,8 +469,11 @@ async fn run(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        if let Some(fd) = inherit.as_ref() {
-            inherit_as(&mut command, fd.as_raw_fd());
+        if !inherit.is_empty() {
+            inherit_as(
+                &mut command,
+                inherit.iter().map(|fd| fd.as_raw_fd()).collect(),
+            );
         }
         let spawned = command.spawn();
         drop(inherit);
@@ -684,28 +694,28 @@ fn give_tree(root: &Path, id: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Makes `fd` the spawned helper's descriptor [`INHERITED_FD`], open
-/// across its `exec` (and so the worker's: the helper and C keep it, and
-/// G inherits it). Between fork and exec only `dup2` and `fcntl` run, both
-/// async-signal-safe, so this is sound in the multi-threaded node; every
-/// other descriptor the node opens is close-on-exec (Rust's default), so
-/// only this one reaches the worker, and only this worker.
-fn inherit_as(command: &mut tokio::process::Command, fd: i32) {
+/// Makes `fds` the spawned helper's descriptors [`INHERITED_FD`] and up,
+/// open across its `exec` (and so the worker's: the helper and C keep
+/// them, and G inherits them). Between fork and exec only `fcntl` and
+/// `dup2` run, both async-signal-safe, so this is sound in the
+/// multi-threaded node; every other descriptor the node opens is
+/// close-on-exec (Rust's default), so only these reach the worker, and
+/// only this worker.
+fn inherit_as(command: &mut tokio::process::Command, fds: Vec<i32>) {
+    use nix::libc;
     #[allow(unsafe_code)]
-    // SAFETY: the closure makes only async-signal-safe calls (dup2,
-    // fcntl) and touches no memory of the parent but the copied `fd`.
+    // SAFETY: the closure makes only async-signal-safe calls (fcntl,
+    // dup2) and touches no memory but its own copy of `fds`.
     unsafe {
         command.pre_exec(move || {
-            if fd == INHERITED_FD {
-                // dup2 onto itself keeps close-on-exec: clear it instead.
-                let flags = nix::libc::fcntl(fd, nix::libc::F_GETFD);
-                if flags < 0
-                    || nix::libc::fcntl(fd, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC) < 0
-                {
+            // First above every target, so that moving one descriptor
+            // never overwrites another still to be moved.
+            let above = INHERITED_FD + MAX_INHERITED as i32;
+            for (i, fd) in fds.iter().enumerate() {
+                let high = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, above);
+                if high < 0 || libc::dup2(high, INHERITED_FD + i as i32) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-            } else if nix::libc::dup2(fd, INHERITED_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
@@ -726,7 +736,7 @@ mod tests {
             limits: Limits::UNLIMITED,
             max_processes: 1,
             output: None,
-            inherit: None,
+            inherit: Vec::new(),
         }
     }
 
