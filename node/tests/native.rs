@@ -352,3 +352,70 @@ async fn a_replaced_native_rank_resumes_from_its_checkpoint() {
     );
     assert!(out.contains("count done=400"), "{out}");
 }
+
+/// The home's failover does not stop native ranks (issue 32, item 4): the
+/// home (without cores) is killed while a native rank runs on another
+/// node; a copy of the job takes it over, and the rank runs on to its end
+/// on the same node, without starting again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_rank_runs_on_through_its_homes_failover() {
+    let alice = UserKey::generate();
+    let alice_id = alice.id().to_string();
+    let exe = native_count();
+    let arch = zorilla_node::native::executable_arch(&exe).unwrap();
+    let mut grid = common::sites_grid_of(
+        Net::Loopback,
+        &[4],
+        |i| if i == 0 { 0 } else { 1 },
+        |_| vec!["--native-user".into(), alice_id.clone()],
+    );
+    common::wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(30)).await;
+    let mut client = connect(&grid.nodes[0], &alice).await;
+    let request = JobRequest {
+        kind: WorkKind::Native(arch),
+        lifetime_secs: 120,
+        on_worker_lost: zorilla_core::node::LostPolicy::Replace,
+        args: vec!["300".into()],
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, exe, Vec::new()).await.unwrap();
+    let running = wait_for(&mut client, job, Duration::from_secs(60), "its rank", |s| {
+        s.running_workers() == 1
+    })
+    .await;
+    let node = running.ranks[&0].node.clone();
+    let worker = grid.nodes.iter().position(|n| n.peer == node).unwrap();
+    assert_ne!(worker, 0, "the home has no cores");
+    grid.nodes[0].kill();
+
+    // Through the rank's node, until the new home answers.
+    let mut asked = connect(&grid.nodes[worker], &alice).await;
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Ok(s) = asked.status(job).await
+            && s.phase.is_terminal()
+        {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the job never ended after its home died"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let logs = asked.logs(job).await.unwrap();
+    let (out, err) = (common::stdout_of(&logs), common::stderr_of(&logs));
+    assert_eq!(
+        status.phase,
+        JobPhase::Completed,
+        "{status:?}\n{out}\n{err}"
+    );
+    assert_ne!(status.home.as_deref(), Some(grid.nodes[0].peer.as_str()));
+    assert_eq!(status.ranks[&0].node, node, "the rank ran on where it was");
+    let starts = out
+        .lines()
+        .filter(|l| l.starts_with("count rank=0 start="))
+        .count();
+    assert_eq!(starts, 1, "never started again: {out}");
+    assert!(out.contains("count done=300"), "{out}");
+}
