@@ -419,3 +419,102 @@ async fn a_native_rank_runs_on_through_its_homes_failover() {
     assert_eq!(starts, 1, "never started again: {out}");
     assert!(out.contains("count done=300"), "{out}");
 }
+
+/// `examples/native/mpi_steps.c` built with MPICH and Zorilla's native
+/// checkpoint library (`sdk/native/zmpi_checkpoint.c`).
+fn mpich_steps() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("mpi_steps");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let built = std::process::Command::new("mpicc.mpich")
+        .arg("-O2")
+        .arg(format!("-I{root}/examples/include"))
+        .arg(format!("-I{root}/sdk/native"))
+        .arg(format!("{root}/examples/native/mpi_steps.c"))
+        .arg(format!("{root}/sdk/native/zmpi_checkpoint.c"))
+        .arg(format!("{root}/sdk/native/zorilla_native.c"))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run mpicc.mpich ({e}): install MPICH (libmpich-dev)"));
+    assert!(built.success(), "mpicc.mpich failed");
+    std::fs::read(&exe).unwrap()
+}
+
+/// An MPICH program's collective checkpoints (`ZMPI_Checkpoint_save` of
+/// the native library) roll a job back (issue 32, item 4): of a job of 2
+/// ranks on 2 nodes with `on_worker_lost = "rollback"`, one rank's node is
+/// killed; both ranks start again, wired up anew through their PMI
+/// servers, from the latest generation both hold, and finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mpich_job_rolls_back_to_its_ranks_common_checkpoint() {
+    let alice = UserKey::generate();
+    let alice_id = alice.id().to_string();
+    let exe = mpich_steps();
+    let arch = zorilla_node::native::executable_arch(&exe).unwrap();
+    // A home without cores and three nodes of one: one spare.
+    let mut grid = common::sites_grid_of(
+        Net::Loopback,
+        &[4],
+        |i| if i == 0 { 0 } else { 1 },
+        |_| vec!["--native-user".into(), alice_id.clone()],
+    );
+    common::wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(30)).await;
+    let mut client = connect(&grid.nodes[0], &alice).await;
+    let request = JobRequest {
+        kind: WorkKind::Native(arch),
+        lifetime_secs: 120,
+        min_workers: 2,
+        max_workers: 2,
+        on_worker_lost: zorilla_core::node::LostPolicy::Rollback,
+        args: vec!["300".into()],
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, exe, Vec::new()).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = common::stdout_of(&client.logs(job).await.unwrap());
+        if out.contains("steps rank=1 checkpoint=50 copies=") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint: {out:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = client.status(job).await.unwrap();
+    let node = status.ranks[&1].node.clone();
+    let victim = grid.nodes.iter().position(|n| n.peer == node).unwrap();
+    grid.nodes[victim].kill();
+
+    let status = wait_for(&mut client, job, Duration::from_secs(120), "its end", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
+    let logs = client.logs(job).await.unwrap();
+    let (out, err) = (common::stdout_of(&logs), common::stderr_of(&logs));
+    assert_eq!(
+        status.phase,
+        JobPhase::Completed,
+        "{status:?}\n{out}\n{err}"
+    );
+    for rank in 0..2 {
+        let starts: Vec<u32> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("steps rank={rank} start=")))
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        assert!(starts.len() >= 2, "rank {rank} started again: {out}");
+        assert_eq!(starts[0], 0, "{out}");
+        let resumed = *starts.last().unwrap();
+        assert!(
+            resumed >= 50 && resumed < 300,
+            "rank {rank} resumed at {resumed}: {out}"
+        );
+        assert!(
+            out.contains(&format!("steps rank={rank} done=300")),
+            "{out}"
+        );
+    }
+}
