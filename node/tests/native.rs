@@ -1,6 +1,8 @@
 //! Native jobs (issue 32) against real nodes: whose native jobs a node
 //! runs is its owner's choice, and every other node declines with a reason
-//! its home shows.
+//! its home shows; MPICH programs wired up by the nodes' PMI-1 servers;
+//! native checkpoints with replacement and rollback, and native ranks
+//! through their home's failover.
 
 mod common;
 
@@ -8,9 +10,10 @@ use std::time::Duration;
 
 use common::{Net, wait_for};
 use zorilla_core::advert::WorkKind;
+use zorilla_core::node::LostPolicy;
 use zorilla_node::client::{Client, ClientError};
 use zorilla_node::owner::UserKey;
-use zorilla_node::protocol::{ErrorKind, JobPhase, JobRequest};
+use zorilla_node::protocol::{ErrorKind, JobPhase, JobRequest, JobStatus};
 
 async fn connect(node: &common::TestNode, user: &UserKey) -> Client {
     Client::connect_with(node.client.as_str(), None, "native test")
@@ -179,20 +182,104 @@ async fn a_native_worker_sees_nothing_of_its_node_and_a_cancel_ends_all_of_it() 
     }
 }
 
-/// `examples/native/mpi_ring.c` built with the distribution's MPICH
-/// (`mpicc.mpich`, which scripts/install-test-deps.sh installs).
-fn mpich_ring() -> Vec<u8> {
+/// The repository's root.
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+/// A native program built by `compiler` (gcc, or the distribution's
+/// MPICH's `mpicc.mpich`, which scripts/install-test-deps.sh installs)
+/// from `sources` of the repository, with its C headers.
+fn build(compiler: &str, sources: &[&str]) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("mpi_ring");
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/native/mpi_ring.c");
-    let built = std::process::Command::new("mpicc.mpich")
-        .arg(source)
+    let exe = dir.path().join("program");
+    let built = std::process::Command::new(compiler)
+        .arg("-O2")
+        .arg(format!("-I{ROOT}/examples/include"))
+        .arg(format!("-I{ROOT}/sdk/native"))
+        .args(sources.iter().map(|s| format!("{ROOT}/{s}")))
         .arg("-o")
         .arg(&exe)
         .status()
-        .unwrap_or_else(|e| panic!("cannot run mpicc.mpich ({e}): install MPICH (libmpich-dev)"));
-    assert!(built.success(), "mpicc.mpich failed");
+        .unwrap_or_else(|e| {
+            panic!("cannot run {compiler} ({e}): install it (MPICH: libmpich-dev)")
+        });
+    assert!(built.success(), "{compiler} failed");
     std::fs::read(&exe).unwrap()
+}
+
+/// A home without cores (node 0) and `n` nodes of `cores` cores, each
+/// running `user`'s native jobs, all knowing each other.
+async fn native_grid(user: &UserKey, n: usize, cores: u32) -> common::Grid {
+    let id = user.id().to_string();
+    let grid = common::sites_grid_of(
+        Net::Loopback,
+        &[n + 1],
+        |i| if i == 0 { 0 } else { cores },
+        |_| vec!["--native-user".into(), id.clone()],
+    );
+    common::wait_for_neighbours(&grid.nodes, n, Duration::from_secs(30)).await;
+    grid
+}
+
+/// A native job of `exe` with `workers` ranks, losing them by `lost`.
+fn native_job(exe: &[u8], workers: u32, lost: LostPolicy, args: &[&str]) -> JobRequest {
+    JobRequest {
+        kind: WorkKind::Native(zorilla_node::native::executable_arch(exe).unwrap()),
+        lifetime_secs: 120,
+        min_workers: workers,
+        max_workers: workers,
+        on_worker_lost: lost,
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..JobRequest::default()
+    }
+}
+
+/// Waits until `job` is over, asking `client`; its status and stdout
+/// (asserting that it completed).
+async fn completed(client: &mut Client, job: u64) -> (JobStatus, String) {
+    let start = std::time::Instant::now();
+    let status = loop {
+        // A status a node cannot give now (the job's home just moved) is
+        // asked again.
+        if let Ok(s) = client.status(job).await
+            && s.phase.is_terminal()
+        {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "job {job} not over in 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let logs = client.logs(job).await.unwrap();
+    let (out, err) = (common::stdout_of(&logs), common::stderr_of(&logs));
+    assert_eq!(
+        status.phase,
+        JobPhase::Completed,
+        "{status:?}\n{out}\n{err}"
+    );
+    (status, out)
+}
+
+/// Waits until the job's stdout has a line `done` says is there.
+async fn wait_line(client: &mut Client, job: u64, what: &str, done: impl Fn(&str) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = common::stdout_of(&client.logs(job).await.unwrap());
+        if out.lines().any(&done) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no {what}: {out:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The values of `key=` in the stdout lines that start with `prefix`.
+fn values(out: &str, prefix: &str) -> Vec<u32> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .filter_map(|v| v.parse().ok())
+        .collect()
 }
 
 /// An MPI program built with MPICH runs unchanged as a native job of 2
@@ -206,72 +293,34 @@ fn mpich_ring() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mpich_program_runs_unchanged_on_one_node_and_across_nodes() {
     let alice = UserKey::generate();
-    let alice_id = alice.id().to_string();
-    let exe = mpich_ring();
-    let arch = zorilla_node::native::executable_arch(&exe).unwrap();
-    let request = JobRequest {
-        kind: WorkKind::Native(arch),
-        lifetime_secs: 120,
-        min_workers: 2,
-        max_workers: 2,
-        ..JobRequest::default()
-    };
-    // One node of 2 cores, then a home without cores and two of one.
-    for (sizes, cores) in [(vec![1], vec![2]), (vec![3], vec![0, 1, 1])] {
-        let grid = common::sites_grid_of(
-            Net::Loopback,
-            &sizes,
-            |i| cores[i],
-            |_| vec!["--native-user".into(), alice_id.clone()],
-        );
-        common::wait_for_neighbours(&grid.nodes, grid.nodes.len() - 1, Duration::from_secs(30))
-            .await;
+    let exe = build("mpicc.mpich", &["examples/native/mpi_ring.c"]);
+    let request = native_job(&exe, 2, LostPolicy::Fail, &[]);
+    // One node of 2 cores, then two of one.
+    for (n, cores) in [(1, 2), (2, 1)] {
+        let grid = native_grid(&alice, n, cores).await;
         let mut client = connect(&grid.nodes[0], &alice).await;
         let job = client
             .submit(request.clone(), exe.clone(), Vec::new())
             .await
             .unwrap();
-        let status = wait_for(&mut client, job, Duration::from_secs(90), "its end", |s| {
-            s.phase.is_terminal()
-        })
-        .await;
-        let logs = client.logs(job).await.unwrap();
-        let (out, err) = (common::stdout_of(&logs), common::stderr_of(&logs));
-        assert_eq!(
-            status.phase,
-            JobPhase::Completed,
-            "{status:?}\n{out}\n{err}"
-        );
+        let (status, out) = completed(&mut client, job).await;
         for rank in 0..2 {
             let line = format!("rank {rank} of 2: token 2, sum of ranks 1\n");
-            assert!(
-                out.contains(&line),
-                "{cores:?}: no {line:?} in {out:?} ({err})"
-            );
+            assert!(out.contains(&line), "{n} nodes: no {line:?} in {out:?}");
         }
         let nodes: std::collections::BTreeSet<_> =
             status.ranks.values().map(|r| r.node.clone()).collect();
-        assert_eq!(nodes.len(), cores.len().min(2), "{status:?}");
+        assert_eq!(nodes.len(), n, "{status:?}");
     }
 }
 
 /// `examples/native/count.c` with `sdk/native/zorilla_native.c`: a native
 /// program that saves a checkpoint every 10 steps through `zorilla.h`.
 fn native_count() -> Vec<u8> {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("count");
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let built = std::process::Command::new("gcc")
-        .args(["-O2", "-I"])
-        .arg(format!("{root}/examples/include"))
-        .arg(format!("{root}/examples/native/count.c"))
-        .arg(format!("{root}/sdk/native/zorilla_native.c"))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("gcc");
-    assert!(built.success(), "gcc failed");
-    std::fs::read(&exe).unwrap()
+    build(
+        "gcc",
+        &["examples/native/count.c", "sdk/native/zorilla_native.c"],
+    )
 }
 
 /// A native rank's checkpoints are kept on other nodes as a WebAssembly
@@ -281,68 +330,28 @@ fn native_count() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_native_rank_resumes_from_its_checkpoint() {
     let alice = UserKey::generate();
-    let alice_id = alice.id().to_string();
     let exe = native_count();
-    let arch = zorilla_node::native::executable_arch(&exe).unwrap();
-    // A home without cores and three nodes of one core.
-    let mut grid = common::sites_grid_of(
-        Net::Loopback,
-        &[4],
-        |i| if i == 0 { 0 } else { 1 },
-        |_| vec!["--native-user".into(), alice_id.clone()],
-    );
-    common::wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(30)).await;
+    let mut grid = native_grid(&alice, 3, 1).await;
     let mut client = connect(&grid.nodes[0], &alice).await;
-    let request = JobRequest {
-        kind: WorkKind::Native(arch),
-        lifetime_secs: 120,
-        on_worker_lost: zorilla_core::node::LostPolicy::Replace,
-        args: vec!["400".into()],
-        ..JobRequest::default()
-    };
+    let request = native_job(&exe, 1, LostPolicy::Replace, &["400"]);
     let job = client.submit(request, exe, Vec::new()).await.unwrap();
     // A checkpoint kept on another node, well into the run.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = common::stdout_of(&client.logs(job).await.unwrap());
-        if out.lines().any(|l| {
-            l.strip_prefix("count checkpoint=")
-                .and_then(|rest| rest.split_once(" copies="))
-                .is_some_and(|(at, copies)| {
-                    at.parse::<u32>().unwrap_or(0) >= 50 && copies.parse::<i32>().unwrap_or(0) >= 1
-                })
-        }) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint kept: {out:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let status = client.status(job).await.unwrap();
-    let node = status.ranks[&0].node.clone();
+    wait_line(&mut client, job, "checkpoint kept", |l| {
+        l.strip_prefix("count checkpoint=")
+            .and_then(|rest| rest.split_once(" copies="))
+            .is_some_and(|(at, copies)| {
+                at.parse::<u32>().unwrap_or(0) >= 50 && copies.parse::<i32>().unwrap_or(0) >= 1
+            })
+    })
+    .await;
+    let node = client.status(job).await.unwrap().ranks[&0].node.clone();
     let victim = grid.nodes.iter().position(|n| n.peer == node).unwrap();
     assert_ne!(victim, 0, "the home has no cores");
     grid.nodes[victim].kill();
 
-    let status = wait_for(&mut client, job, Duration::from_secs(120), "its end", |s| {
-        s.phase.is_terminal()
-    })
-    .await;
-    let logs = client.logs(job).await.unwrap();
-    let (out, err) = (common::stdout_of(&logs), common::stderr_of(&logs));
-    assert_eq!(
-        status.phase,
-        JobPhase::Completed,
-        "{status:?}\n{out}\n{err}"
-    );
+    let (status, out) = completed(&mut client, job).await;
     assert_ne!(status.ranks[&0].node, node, "replaced elsewhere");
-    let starts: Vec<u32> = out
-        .lines()
-        .filter_map(|l| l.strip_prefix("count rank=0 start="))
-        .filter_map(|v| v.parse().ok())
-        .collect();
+    let starts = values(&out, "count rank=0 start=");
     assert_eq!(starts.len(), 2, "{out}");
     assert_eq!(starts[0], 0, "{out}");
     assert!(
@@ -360,24 +369,10 @@ async fn a_replaced_native_rank_resumes_from_its_checkpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_rank_runs_on_through_its_homes_failover() {
     let alice = UserKey::generate();
-    let alice_id = alice.id().to_string();
     let exe = native_count();
-    let arch = zorilla_node::native::executable_arch(&exe).unwrap();
-    let mut grid = common::sites_grid_of(
-        Net::Loopback,
-        &[4],
-        |i| if i == 0 { 0 } else { 1 },
-        |_| vec!["--native-user".into(), alice_id.clone()],
-    );
-    common::wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(30)).await;
+    let mut grid = native_grid(&alice, 3, 1).await;
     let mut client = connect(&grid.nodes[0], &alice).await;
-    let request = JobRequest {
-        kind: WorkKind::Native(arch),
-        lifetime_secs: 120,
-        on_worker_lost: zorilla_core::node::LostPolicy::Replace,
-        args: vec!["300".into()],
-        ..JobRequest::default()
-    };
+    let request = native_job(&exe, 1, LostPolicy::Replace, &["300"]);
     let job = client.submit(request, exe, Vec::new()).await.unwrap();
     let running = wait_for(&mut client, job, Duration::from_secs(60), "its rank", |s| {
         s.running_workers() == 1
@@ -390,55 +385,15 @@ async fn a_native_rank_runs_on_through_its_homes_failover() {
 
     // Through the rank's node, until the new home answers.
     let mut asked = connect(&grid.nodes[worker], &alice).await;
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Ok(s) = asked.status(job).await
-            && s.phase.is_terminal()
-        {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "the job never ended after its home died"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let logs = asked.logs(job).await.unwrap();
-    let (out, err) = (common::stdout_of(&logs), common::stderr_of(&logs));
-    assert_eq!(
-        status.phase,
-        JobPhase::Completed,
-        "{status:?}\n{out}\n{err}"
-    );
+    let (status, out) = completed(&mut asked, job).await;
     assert_ne!(status.home.as_deref(), Some(grid.nodes[0].peer.as_str()));
     assert_eq!(status.ranks[&0].node, node, "the rank ran on where it was");
-    let starts = out
-        .lines()
-        .filter(|l| l.starts_with("count rank=0 start="))
-        .count();
-    assert_eq!(starts, 1, "never started again: {out}");
+    assert_eq!(
+        values(&out, "count rank=0 start="),
+        [0],
+        "never started again: {out}"
+    );
     assert!(out.contains("count done=300"), "{out}");
-}
-
-/// `examples/native/mpi_steps.c` built with MPICH and Zorilla's native
-/// checkpoint library (`sdk/native/zmpi_checkpoint.c`).
-fn mpich_steps() -> Vec<u8> {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("mpi_steps");
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let built = std::process::Command::new("mpicc.mpich")
-        .arg("-O2")
-        .arg(format!("-I{root}/examples/include"))
-        .arg(format!("-I{root}/sdk/native"))
-        .arg(format!("{root}/examples/native/mpi_steps.c"))
-        .arg(format!("{root}/sdk/native/zmpi_checkpoint.c"))
-        .arg(format!("{root}/sdk/native/zorilla_native.c"))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run mpicc.mpich ({e}): install MPICH (libmpich-dev)"));
-    assert!(built.success(), "mpicc.mpich failed");
-    std::fs::read(&exe).unwrap()
 }
 
 /// An MPICH program's collective checkpoints (`ZMPI_Checkpoint_save` of
@@ -449,67 +404,35 @@ fn mpich_steps() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mpich_job_rolls_back_to_its_ranks_common_checkpoint() {
     let alice = UserKey::generate();
-    let alice_id = alice.id().to_string();
-    let exe = mpich_steps();
-    let arch = zorilla_node::native::executable_arch(&exe).unwrap();
-    // A home without cores and three nodes of one: one spare.
-    let mut grid = common::sites_grid_of(
-        Net::Loopback,
-        &[4],
-        |i| if i == 0 { 0 } else { 1 },
-        |_| vec!["--native-user".into(), alice_id.clone()],
+    let exe = build(
+        "mpicc.mpich",
+        &[
+            "examples/native/mpi_steps.c",
+            "sdk/native/zmpi_checkpoint.c",
+            "sdk/native/zorilla_native.c",
+        ],
     );
-    common::wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(30)).await;
+    // Three nodes of one core: one spare.
+    let mut grid = native_grid(&alice, 3, 1).await;
     let mut client = connect(&grid.nodes[0], &alice).await;
-    let request = JobRequest {
-        kind: WorkKind::Native(arch),
-        lifetime_secs: 120,
-        min_workers: 2,
-        max_workers: 2,
-        on_worker_lost: zorilla_core::node::LostPolicy::Rollback,
-        args: vec!["300".into()],
-        ..JobRequest::default()
-    };
+    let request = native_job(&exe, 2, LostPolicy::Rollback, &["300"]);
     let job = client.submit(request, exe, Vec::new()).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = common::stdout_of(&client.logs(job).await.unwrap());
-        if out.contains("steps rank=1 checkpoint=50 copies=") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint: {out:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let status = client.status(job).await.unwrap();
-    let node = status.ranks[&1].node.clone();
+    wait_line(&mut client, job, "checkpoint", |l| {
+        l.starts_with("steps rank=1 checkpoint=50 copies=")
+    })
+    .await;
+    let node = client.status(job).await.unwrap().ranks[&1].node.clone();
     let victim = grid.nodes.iter().position(|n| n.peer == node).unwrap();
     grid.nodes[victim].kill();
 
-    let status = wait_for(&mut client, job, Duration::from_secs(120), "its end", |s| {
-        s.phase.is_terminal()
-    })
-    .await;
-    let logs = client.logs(job).await.unwrap();
-    let (out, err) = (common::stdout_of(&logs), common::stderr_of(&logs));
-    assert_eq!(
-        status.phase,
-        JobPhase::Completed,
-        "{status:?}\n{out}\n{err}"
-    );
+    let (_, out) = completed(&mut client, job).await;
     for rank in 0..2 {
-        let starts: Vec<u32> = out
-            .lines()
-            .filter_map(|l| l.strip_prefix(&format!("steps rank={rank} start=")))
-            .filter_map(|v| v.parse().ok())
-            .collect();
+        let starts = values(&out, &format!("steps rank={rank} start="));
         assert!(starts.len() >= 2, "rank {rank} started again: {out}");
         assert_eq!(starts[0], 0, "{out}");
         let resumed = *starts.last().unwrap();
         assert!(
-            resumed >= 50 && resumed < 300,
+            (50..300).contains(&resumed),
             "rank {rank} resumed at {resumed}: {out}"
         );
         assert!(
