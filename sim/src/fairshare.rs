@@ -226,6 +226,15 @@ impl Class {
             Class::Identity => "identities",
         }
     }
+
+    /// In figures' names (`RESULT` lines).
+    pub fn key(self) -> &'static str {
+        match self {
+            Class::Contributor => "contributor",
+            Class::FreeRider => "free_rider",
+            Class::Identity => "identities",
+        }
+    }
 }
 
 /// One class's figures in one run.

@@ -421,11 +421,7 @@ fn fairshare(args: &Args, n: u64) -> anyhow::Result<()> {
                 completed,
                 tasks
             );
-            let name = match class {
-                Class::Contributor => "contributor",
-                Class::FreeRider => "free_rider",
-                Class::Identity => "identities",
-            };
+            let name = class.key();
             if class == Class::Identity {
                 println!(
                     "RESULT fairshare.{key}.{name}_share {share:.1} % of the core time, all together"
@@ -558,11 +554,7 @@ fn arrays(args: &Args, n: u64) -> anyhow::Result<()> {
                 completed,
                 submitted
             );
-            let name = match class {
-                Class::Contributor => "contributor",
-                Class::FreeRider => "free_rider",
-                Class::Identity => "identities",
-            };
+            let name = class.key();
             if class == Class::Identity {
                 println!(
                     "RESULT fairarrays.{key}.{name}_share {share:.1} % of the work, all together"
