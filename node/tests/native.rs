@@ -286,8 +286,8 @@ fn values(out: &str, prefix: &str) -> Vec<u32> {
 /// ranks, first both on one node, then on two: its ranks wire up through
 /// the nodes' PMI-1 servers (issue 32, item 3) and pass a token round the
 /// ring and sum their ranks over MPICH's own transport. (Two ranks: with
-/// three or more, Debian 12's MPICH 4.0.2 hangs in `MPI_Finalize` when
-/// UCX has only TCP between ranks of one machine, as it has between our
+/// three or more, Debian 12's MPICH 4.0.2 mostly hangs in `MPI_Finalize`
+/// when UCX has only TCP between the ranks, as it has between our
 /// sandboxes; it does under MPICH's own `mpiexec` with `UCX_TLS=tcp,self`
 /// too. See BENCHMARKS.md, "Native MPI jobs".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
