@@ -470,10 +470,8 @@ async fn run(
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         if !inherit.is_empty() {
-            inherit_as(
-                &mut command,
-                inherit.iter().map(|fd| fd.as_raw_fd()).collect(),
-            );
+            let fds: Vec<i32> = inherit.iter().map(|fd| fd.as_raw_fd()).collect();
+            inherit_as(&mut command, &fds);
         }
         let spawned = command.spawn();
         drop(inherit);
@@ -701,19 +699,30 @@ fn give_tree(root: &Path, id: u32) -> std::io::Result<()> {
 /// multi-threaded node; every other descriptor the node opens is
 /// close-on-exec (Rust's default), so only these reach the worker, and
 /// only this worker.
-fn inherit_as(command: &mut tokio::process::Command, fds: Vec<i32>) {
+fn inherit_as(command: &mut tokio::process::Command, fds: &[i32]) {
     use nix::libc;
+    let mut from = [-1; MAX_INHERITED];
+    let count = fds.len().min(MAX_INHERITED);
+    from[..count].copy_from_slice(&fds[..count]);
     #[allow(unsafe_code)]
     // SAFETY: the closure makes only async-signal-safe calls (fcntl,
-    // dup2) and touches no memory but its own copy of `fds`.
+    // dup2) and touches no memory but its own copy of `from` (an array:
+    // nothing is allocated between fork and exec).
     unsafe {
         command.pre_exec(move || {
-            // First above every target, so that moving one descriptor
-            // never overwrites another still to be moved.
+            // Every descriptor is first copied above every target, and
+            // only then moved to its target: a source that is another's
+            // target is never overwritten before it is copied.
             let above = INHERITED_FD + MAX_INHERITED as i32;
-            for (i, fd) in fds.iter().enumerate() {
-                let high = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, above);
-                if high < 0 || libc::dup2(high, INHERITED_FD + i as i32) < 0 {
+            let mut high = [-1; MAX_INHERITED];
+            for i in 0..count {
+                high[i] = libc::fcntl(from[i], libc::F_DUPFD_CLOEXEC, above);
+                if high[i] < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (i, fd) in high.iter().take(count).enumerate() {
+                if libc::dup2(*fd, INHERITED_FD + i as i32) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }
