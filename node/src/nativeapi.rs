@@ -26,17 +26,11 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use zorilla_sandbox::checkpoint::MAX_GENERATION;
-use zorilla_sandbox::{Checkpoint, CheckpointError, Checkpoints};
+use zorilla_sandbox::hostapi::{EINVAL, ETOOBIG, checkpoint_status};
+use zorilla_sandbox::{Checkpoint, Checkpoints};
 
 /// The longest request line.
 const MAX_LINE: u64 = 128;
-
-// `zorilla.h`'s status codes.
-const ETOOBIG: i32 = -4;
-const ENOCHECKPOINT: i32 = -7;
-const ENOTSUP: i32 = -8;
-const ECHECKPOINT: i32 = -9;
-const EINVAL: i32 = -10;
 
 /// The environment variable that names the descriptor.
 pub(crate) const ENV: &str = "ZORILLA_FD";
@@ -44,28 +38,14 @@ pub(crate) const ENV: &str = "ZORILLA_FD";
 /// An answer: its line and the bytes after it, or a `zorilla.h` status.
 type Answer = Result<(String, Option<Arc<Vec<u8>>>), i32>;
 
-fn status(error: CheckpointError) -> i32 {
-    match error {
-        CheckpointError::TooLarge { .. } => ETOOBIG,
-        CheckpointError::None => ENOCHECKPOINT,
-        CheckpointError::Unsupported => ENOTSUP,
-        CheckpointError::Store(e) => {
-            tracing::warn!("checkpoint of a native rank: {e}");
-            ECHECKPOINT
-        }
-    }
-}
-
 /// Serves one native rank's `zorilla.h` calls on `stream` until it closes.
-pub(crate) async fn serve(
-    job: u64,
-    rank: u32,
-    stream: UnixStream,
-    store: Option<Arc<dyn Checkpoints>>,
-) {
+pub(crate) async fn serve(job: u64, rank: u32, stream: UnixStream, store: Arc<dyn Checkpoints>) {
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     let mut line = String::new();
+    // The checkpoint fetched last (`size` then `load` fetch it once, as
+    // the WebAssembly host's calls do); a save makes it stale.
+    let mut loaded: Option<Checkpoint> = None;
     loop {
         line.clear();
         match (&mut read).take(MAX_LINE).read_line(&mut line).await {
@@ -81,8 +61,8 @@ pub(crate) async fn serve(
             }
         }
         let words: Vec<&str> = line.split_ascii_whitespace().collect();
-        let reply: Answer = match (words.as_slice(), &store) {
-            (["save", generation, len], store) => {
+        let reply: Answer = match words.as_slice() {
+            ["save", generation, len] => {
                 let (Ok(generation), Ok(len)) = (generation.parse::<u64>(), len.parse::<u64>())
                 else {
                     tracing::warn!(
@@ -92,8 +72,7 @@ pub(crate) async fn serve(
                     );
                     return;
                 };
-                let limit = store.as_ref().map_or(0, |s| s.limit());
-                if len > limit || generation > MAX_GENERATION {
+                if len > store.limit() || generation > MAX_GENERATION {
                     // Read past the bytes without keeping them.
                     if tokio::io::copy(&mut (&mut read).take(len), &mut tokio::io::sink())
                         .await
@@ -101,40 +80,33 @@ pub(crate) async fn serve(
                     {
                         return;
                     }
-                    Err(match store {
-                        None => ENOTSUP,
-                        Some(_) if len > limit => ETOOBIG,
-                        Some(_) => EINVAL,
-                    })
+                    Err(if len > store.limit() { ETOOBIG } else { EINVAL })
                 } else {
                     let mut data = vec![0; len as usize];
                     if read.read_exact(&mut data).await.is_err() {
                         return;
                     }
-                    match store {
-                        Some(store) => {
-                            let generation = (generation > 0).then_some(generation);
-                            store
-                                .save(data, generation)
-                                .await
-                                .map(|places| (format!("ok {places}\n"), None))
-                                .map_err(status)
-                        }
-                        None => Err(ENOTSUP),
-                    }
+                    loaded = None;
+                    let generation = (generation > 0).then_some(generation);
+                    store
+                        .save(data, generation)
+                        .await
+                        .map(|places| (format!("ok {places}\n"), None))
+                        .map_err(checkpoint_status)
                 }
             }
-            (["size"], Some(store)) => store
-                .load()
-                .await
-                .map(|c| (header(&c), None))
-                .map_err(status),
-            (["load"], Some(store)) => store
-                .load()
-                .await
-                .map(|c| (header(&c), Some(c.data)))
-                .map_err(status),
-            (["size" | "load"], None) => Err(ENOTSUP),
+            [what @ ("size" | "load")] => {
+                let latest = match loaded.take() {
+                    Some(checkpoint) => Ok(checkpoint),
+                    None => store.load().await.map_err(checkpoint_status),
+                };
+                latest.map(|checkpoint| {
+                    let data = (*what == "load").then(|| checkpoint.data.clone());
+                    let head = header(&checkpoint);
+                    loaded = Some(checkpoint);
+                    (head, data)
+                })
+            }
             _ => {
                 tracing::warn!(
                     job,
@@ -177,6 +149,7 @@ fn header(checkpoint: &Checkpoint) -> String {
 mod tests {
     use super::*;
     use zorilla_sandbox::checkpoint::MemoryCheckpoints;
+    use zorilla_sandbox::hostapi::ENOCHECKPOINT;
 
     async fn ask(s: &mut BufReader<UnixStream>, request: &[u8]) -> String {
         s.get_mut().write_all(request).await.unwrap();
@@ -192,8 +165,7 @@ mod tests {
     async fn a_rank_saves_and_its_next_worker_loads_within_the_limit() {
         let store = MemoryCheckpoints::new(16);
         let (ours, theirs) = UnixStream::pair().unwrap();
-        let first: Arc<dyn Checkpoints> = Arc::new(store.clone());
-        tokio::spawn(serve(1, 0, theirs, Some(first)));
+        tokio::spawn(serve(1, 0, theirs, Arc::new(store.clone())));
         let mut s = BufReader::new(ours);
         assert_eq!(
             ask(&mut s, b"size\n").await,
@@ -208,14 +180,16 @@ mod tests {
         drop(s);
 
         let (ours, theirs) = UnixStream::pair().unwrap();
-        let next: Arc<dyn Checkpoints> = Arc::new(store);
-        tokio::spawn(serve(1, 0, theirs, Some(next)));
+        tokio::spawn(serve(1, 0, theirs, Arc::new(store)));
         let mut s = BufReader::new(ours);
         assert_eq!(ask(&mut s, b"size\n").await, "ok 2 3\n");
         assert_eq!(ask(&mut s, b"load\n").await, "ok 2 3\n");
         let mut data = [0u8; 2];
         s.read_exact(&mut data).await.unwrap();
         assert_eq!(&data, b"hi");
+        // A save makes what was fetched stale.
+        assert_eq!(ask(&mut s, b"save 0 3\nabc").await, "ok 1\n");
+        assert_eq!(ask(&mut s, b"size\n").await, "ok 3 0\n");
         s.get_mut().write_all(b"format c:\n").await.unwrap();
         let mut rest = String::new();
         assert_eq!(s.read_line(&mut rest).await.unwrap(), 0);

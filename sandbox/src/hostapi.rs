@@ -44,13 +44,18 @@ const OK: i32 = 0;
 const ETIMEDOUT: i32 = -1;
 const EBADRANK: i32 = -2;
 const EFAULT: i32 = -3;
-const ETOOBIG: i32 = -4;
+/// zorilla.h's `ZORILLA_ETOOBIG`: larger than allowed (a checkpoint past
+/// the store's limit).
+pub const ETOOBIG: i32 = -4;
 const ECLOSED: i32 = -5;
 const EMEMBERSHIP: i32 = -6;
-const ENOCHECKPOINT: i32 = -7;
+/// zorilla.h's `ZORILLA_ENOCHECKPOINT`: no checkpoint saved for the rank.
+pub const ENOCHECKPOINT: i32 = -7;
 const ENOTSUP: i32 = -8;
 const ECHECKPOINT: i32 = -9;
-const EINVAL: i32 = -10;
+/// zorilla.h's `ZORILLA_EINVAL`: an argument out of its range (a
+/// checkpoint generation).
+pub const EINVAL: i32 = -10;
 
 /// Unread membership changes kept per worker; older ones are dropped (a
 /// guest that never reads them must not make the host grow without bound).
@@ -287,7 +292,9 @@ async fn save_checkpoint<T: HostApiState>(
     }
 }
 
-fn checkpoint_status(error: CheckpointError) -> i32 {
+/// The zorilla.h status of a checkpoint call that failed with `error`
+/// (the store's own failure is logged: the status only says it failed).
+pub fn checkpoint_status(error: CheckpointError) -> i32 {
     match error {
         CheckpointError::TooLarge { .. } => ETOOBIG,
         CheckpointError::None => ENOCHECKPOINT,

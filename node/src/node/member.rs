@@ -485,12 +485,7 @@ impl Node {
                     let inherit = match (socket_pair(), socket_pair()) {
                         (Ok((pmi, pmi_theirs)), Ok((api, api_theirs))) => {
                             tokio::spawn(crate::pmi::serve(job, rank, size, pmi, transport));
-                            tokio::spawn(crate::nativeapi::serve(
-                                job,
-                                rank,
-                                api,
-                                Some(checkpoints),
-                            ));
+                            tokio::spawn(crate::nativeapi::serve(job, rank, api, checkpoints));
                             env.extend(crate::pmi::env(rank, size));
                             let api_fd = zorilla_sandbox::native::INHERITED_FD + 1;
                             env.push((crate::nativeapi::ENV.into(), api_fd.to_string()));
