@@ -38,6 +38,9 @@ pub(crate) const MAX_VALUE: usize = 1024;
 const MAX_KVSNAME: usize = 256;
 /// The most bytes of keys and values one rank holds for its job.
 pub(crate) const MAX_KVS_BYTES: usize = 8 << 20;
+/// The most bytes of keys and values one fence carries: each rank's keys
+/// put since the last fence, at most a space's, from every rank.
+const MAX_FENCE_BYTES: usize = 2 * MAX_KVS_BYTES;
 
 /// What the environment of a native rank says about its PMI server.
 pub(crate) fn env(rank: u32, size: u32) -> Vec<(String, String)> {
@@ -69,8 +72,9 @@ struct Server {
     kvsname: String,
     kvs: BTreeMap<String, String>,
     bytes: usize,
-    /// Keys put since the last fence, in order.
-    fresh: Vec<(String, String)>,
+    /// Keys put since the last fence (a key put again once, with its last
+    /// value: so never more than the space holds).
+    fresh: BTreeMap<String, String>,
     transport: Box<dyn Transport>,
 }
 
@@ -89,7 +93,7 @@ pub(crate) async fn serve(
         kvsname: format!("zorilla-{job:016x}"),
         kvs: BTreeMap::new(),
         bytes: 0,
-        fresh: Vec::new(),
+        fresh: BTreeMap::new(),
         transport,
     };
     let (read, mut write) = stream.into_split();
@@ -218,7 +222,7 @@ impl Server {
             ));
         }
         self.insert(key.to_string(), value.to_string())?;
-        self.fresh.push((key.to_string(), value.to_string()));
+        self.fresh.insert(key.to_string(), value.to_string());
         Ok(())
     }
 
@@ -241,25 +245,35 @@ impl Server {
     /// every rank (2 (size - 1) messages).
     async fn fence(&mut self) -> Result<(), String> {
         let mine = Fence {
-            puts: std::mem::take(&mut self.fresh),
+            puts: std::mem::take(&mut self.fresh).into_iter().collect(),
         };
         if self.size <= 1 {
             return Ok(());
         }
         if self.rank == 0 {
+            // Each rank's keys are taken as they come, so that a space
+            // that would overflow fails the fence before more is held.
             let mut all = mine.puts;
+            let mut bytes = fence_bytes(&all);
             for _ in 1..self.size {
                 let fence = self.receive().await?;
+                bytes = bytes.saturating_add(fence_bytes(&fence.puts));
+                if bytes > MAX_FENCE_BYTES {
+                    return Err(format!(
+                        "the ranks put more than {MAX_FENCE_BYTES} bytes of keys in one fence"
+                    ));
+                }
+                self.merge(&fence.puts)?;
                 all.extend(fence.puts);
             }
-            let bytes = encode(&Fence { puts: all.clone() })?;
+            let bytes = encode(&Fence { puts: all })?;
             for rank in 1..self.size {
                 self.transport
                     .send(rank, bytes.clone())
                     .await
                     .map_err(|e| e.to_string())?;
             }
-            self.merge(all)
+            Ok(())
         } else {
             let bytes = encode(&mine)?;
             self.transport
@@ -267,7 +281,7 @@ impl Server {
                 .await
                 .map_err(|e| e.to_string())?;
             let all = self.receive().await?;
-            self.merge(all.puts)
+            self.merge(&all.puts)
         }
     }
 
@@ -277,8 +291,10 @@ impl Server {
         loop {
             match self.transport.recv().await.map_err(|e| e.to_string())? {
                 Delivery::Message { payload, .. } => {
-                    if payload.len() > MAX_KVS_BYTES * 2 {
-                        return Err("a fence message larger than a key-value space".into());
+                    if payload.len() > MAX_FENCE_BYTES {
+                        return Err(format!(
+                            "a fence message larger than {MAX_FENCE_BYTES} bytes"
+                        ));
                     }
                     return ciborium::from_reader(payload.as_slice())
                         .map_err(|e| format!("a fence message that does not decode: {e}"));
@@ -289,15 +305,20 @@ impl Server {
     }
 
     /// Takes the keys of a fence (this rank's own among them).
-    fn merge(&mut self, puts: Vec<(String, String)>) -> Result<(), String> {
+    fn merge(&mut self, puts: &[(String, String)]) -> Result<(), String> {
         for (key, value) in puts {
             if key.len() > MAX_KEY || value.len() > MAX_VALUE {
                 return Err("a fence message with a key or value too long".into());
             }
-            self.insert(key, value)?;
+            self.insert(key.clone(), value.clone())?;
         }
         Ok(())
     }
+}
+
+/// The bytes of keys and values of `puts`.
+fn fence_bytes(puts: &[(String, String)]) -> usize {
+    puts.iter().map(|(k, v)| k.len() + v.len()).sum()
 }
 
 fn encode(fence: &Fence) -> Result<Vec<u8>, String> {
@@ -373,5 +394,50 @@ mod tests {
         r1.get_mut().write_all(huge.as_bytes()).await.unwrap();
         let mut reply = String::new();
         assert_eq!(r1.read_line(&mut reply).await.unwrap(), 0, "{reply}");
+    }
+
+    /// A rank's key-value space is bounded: puts past [`MAX_KVS_BYTES`]
+    /// are refused (the rank goes on), and a key put again takes its last
+    /// value, within the space.
+    #[tokio::test]
+    async fn puts_past_the_space_are_refused_and_a_key_put_again_takes_its_last_value() {
+        let (a, b) = UnixStream::pair().unwrap();
+        tokio::spawn(serve(9, 0, 1, b, Box::new(LocalGroup::solo(4))));
+        let mut r = BufReader::new(a);
+        let value = "v".repeat(MAX_VALUE);
+        let mut taken = 0usize;
+        loop {
+            let line = format!("cmd=put kvsname=x key=k{taken} value={value}\n");
+            r.get_mut().write_all(line.as_bytes()).await.unwrap();
+            let mut reply = String::new();
+            r.read_line(&mut reply).await.unwrap();
+            if reply.starts_with("cmd=put_result rc=-1") {
+                assert!(reply.contains("full"), "{reply}");
+                break;
+            }
+            assert_eq!(reply, "cmd=put_result rc=0\n");
+            taken += 1;
+            assert!(taken * MAX_VALUE <= MAX_KVS_BYTES, "{taken} puts taken");
+        }
+        assert!(
+            (taken + 1) * (MAX_VALUE + 6) > MAX_KVS_BYTES,
+            "only {taken} puts taken"
+        );
+        // Put again: the value is replaced, and the space has room for it.
+        for v in ["one", "two"] {
+            let line = format!("cmd=put kvsname=x key=k0 value={v}\n");
+            r.get_mut().write_all(line.as_bytes()).await.unwrap();
+            let mut reply = String::new();
+            r.read_line(&mut reply).await.unwrap();
+            assert_eq!(reply, "cmd=put_result rc=0\n");
+        }
+        r.get_mut().write_all(b"cmd=barrier_in\n").await.unwrap();
+        let mut reply = String::new();
+        r.read_line(&mut reply).await.unwrap();
+        assert_eq!(reply, "cmd=barrier_out rc=0\n");
+        r.get_mut().write_all(b"cmd=get key=k0\n").await.unwrap();
+        let mut reply = String::new();
+        r.read_line(&mut reply).await.unwrap();
+        assert_eq!(reply, "cmd=get_result rc=0 value=two\n");
     }
 }
