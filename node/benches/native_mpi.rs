@@ -33,21 +33,6 @@ fn figures(out: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-fn build(dir: &std::path::Path) -> std::path::PathBuf {
-    let exe = dir.join("mpi_pingpong");
-    let source = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/native/mpi_pingpong.c"
-    );
-    let built = std::process::Command::new("mpicc.mpich")
-        .args(["-O2", source, "-o"])
-        .arg(&exe)
-        .status()
-        .expect("mpicc.mpich (install MPICH: libmpich-dev)");
-    assert!(built.success(), "mpicc.mpich failed");
-    exe
-}
-
 /// One run under `mpiexec.hydra -n 2` with `env`.
 fn hydra(exe: &std::path::Path, env: &[(&str, &str)]) -> BTreeMap<String, f64> {
     let out = std::process::Command::new("timeout")
@@ -79,8 +64,15 @@ fn best(runs: &[BTreeMap<String, f64>]) -> BTreeMap<String, f64> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let exe_path = build(dir.path());
-    let exe = std::fs::read(&exe_path).unwrap();
+    let exe = common::build_native("mpicc.mpich", &["examples/native/mpi_pingpong.c"]);
+    // mpiexec runs the same program from a file.
+    let exe_path = dir.path().join("mpi_pingpong");
+    std::fs::write(&exe_path, &exe).unwrap();
+    std::fs::set_permissions(
+        &exe_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let user = UserKey::generate();
     let user_id = user.id().to_string();
     // A home without cores and two nodes of one: the ranks on two nodes.

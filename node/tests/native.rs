@@ -182,30 +182,6 @@ async fn a_native_worker_sees_nothing_of_its_node_and_a_cancel_ends_all_of_it() 
     }
 }
 
-/// The repository's root.
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-
-/// A native program built by `compiler` (gcc, or the distribution's
-/// MPICH's `mpicc.mpich`, which scripts/install-test-deps.sh installs)
-/// from `sources` of the repository, with its C headers.
-fn build(compiler: &str, sources: &[&str]) -> Vec<u8> {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("program");
-    let built = std::process::Command::new(compiler)
-        .arg("-O2")
-        .arg(format!("-I{ROOT}/examples/include"))
-        .arg(format!("-I{ROOT}/sdk/native"))
-        .args(sources.iter().map(|s| format!("{ROOT}/{s}")))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {compiler} ({e}): install it (MPICH: libmpich-dev)")
-        });
-    assert!(built.success(), "{compiler} failed");
-    std::fs::read(&exe).unwrap()
-}
-
 /// A home without cores (node 0) and `n` nodes of `cores` cores, each
 /// running `user`'s native jobs, all knowing each other.
 async fn native_grid(user: &UserKey, n: usize, cores: u32) -> common::Grid {
@@ -293,7 +269,7 @@ fn values(out: &str, prefix: &str) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mpich_program_runs_unchanged_on_one_node_and_across_nodes() {
     let alice = UserKey::generate();
-    let exe = build("mpicc.mpich", &["examples/native/mpi_ring.c"]);
+    let exe = common::build_native("mpicc.mpich", &["examples/native/mpi_ring.c"]);
     let request = native_job(&exe, 2, LostPolicy::Fail, &[]);
     // One node of 2 cores, then two of one.
     for (n, cores) in [(1, 2), (2, 1)] {
@@ -317,7 +293,7 @@ async fn an_mpich_program_runs_unchanged_on_one_node_and_across_nodes() {
 /// `examples/native/count.c` with `sdk/native/zorilla_native.c`: a native
 /// program that saves a checkpoint every 10 steps through `zorilla.h`.
 fn native_count() -> Vec<u8> {
-    build(
+    common::build_native(
         "gcc",
         &["examples/native/count.c", "sdk/native/zorilla_native.c"],
     )
@@ -404,7 +380,7 @@ async fn a_native_rank_runs_on_through_its_homes_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mpich_job_rolls_back_to_its_ranks_common_checkpoint() {
     let alice = UserKey::generate();
-    let exe = build(
+    let exe = common::build_native(
         "mpicc.mpich",
         &[
             "examples/native/mpi_steps.c",

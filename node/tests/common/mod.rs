@@ -634,3 +634,26 @@ pub(crate) fn test_user_key() -> PathBuf {
         .join(format!("zorilla-test-{}", std::process::id()))
         .join("user.key")
 }
+
+/// A native program built by `compiler` (gcc, or the distribution's
+/// MPICH's `mpicc.mpich`, which scripts/install-test-deps.sh installs)
+/// with `-O2` from `sources` of the repository, with its C headers
+/// (`examples/include`, `sdk/native`).
+pub(crate) fn build_native(compiler: &str, sources: &[&str]) -> Vec<u8> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("program");
+    let built = Command::new(compiler)
+        .arg("-O2")
+        .arg(format!("-I{root}/examples/include"))
+        .arg(format!("-I{root}/sdk/native"))
+        .args(sources.iter().map(|s| format!("{root}/{s}")))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {compiler} ({e}): install it (MPICH: libmpich-dev)")
+        });
+    assert!(built.success(), "{compiler} failed");
+    std::fs::read(&exe).unwrap()
+}
