@@ -218,7 +218,24 @@ async fn full_and_connected(nodes: &[&Node], size: usize) -> Result<Graph, Strin
     let graph = graph(nodes).await;
     for (peer, neighbours) in &graph {
         if neighbours.len() != size {
-            return Err(format!("{peer} has {} neighbours", neighbours.len()));
+            // What its connections looked like, for a failure that
+            // cannot be reproduced at will.
+            let (at, node) = nodes
+                .iter()
+                .enumerate()
+                .find(|(_, n)| n.peer == *peer)
+                .expect("the graph is of these nodes");
+            let stats = node.handle.stats().await.unwrap();
+            return Err(format!(
+                "{peer} (node {at}) has {} neighbours; connections: {} open, {} made, \
+                 {} incoming failed; {} requests sent, {} received",
+                neighbours.len(),
+                stats.open_connections,
+                stats.connections,
+                stats.failed_incoming,
+                stats.requests_sent,
+                stats.requests_received
+            ));
         }
         if let Some((n, _)) = neighbours.iter().find(|(n, _)| !graph.contains_key(n)) {
             return Err(format!("{peer} has neighbour {n} outside the grid"));
