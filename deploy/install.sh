@@ -19,7 +19,10 @@
 #                      reserve the ids of native workers, 1000000-1065535,
 #                      for user zorilla in /etc/subuid and /etc/subgid;
 #                      refused if a user, a group or another subordinate
-#                      range already has one of them
+#                      range already has one of them; and build the PMI-1
+#                      library through which Open MPI programs wire up,
+#                      DIR/lib/zorilla/libzorilla-pmi.so under --prefix
+#                      (with cc, if the machine has it)
 #   --dest DIR         install into DIR as root directory (DESTDIR-style:
 #                      for packaging and tests; needs no root, creates no
 #                      user and does not talk to systemd; --native checks
@@ -204,6 +207,20 @@ if [ "$native" -eq 1 ] || [ -e "$dropin" ]; then
   install -d -m 0755 "$unitdir/zorilla-node.service.d"
   install -m 0644 "$repo/deploy/zorilla-node-native.conf" "$dropin"
   echo "$was $dropin (native jobs; remove it to turn them off)"
+  # Open MPI programs load it to reach the node's PMI server (see
+  # sdk/native/zorilla_pmi.c); MPICH's need nothing. Upgraded with the rest.
+  libdir=$dest$prefix/lib/zorilla
+  if command -v cc >/dev/null 2>&1; then
+    install -d -m 0755 "$libdir"
+    cc -O2 -shared -fPIC "$repo/sdk/native/zorilla_pmi.c" -o "$libdir/libzorilla-pmi.so.tmp"
+    chmod 0644 "$libdir/libzorilla-pmi.so.tmp"
+    mv -f "$libdir/libzorilla-pmi.so.tmp" "$libdir/libzorilla-pmi.so"
+    echo "installed $libdir/libzorilla-pmi.so (Open MPI programs run natively through it)"
+    [ "$prefix" = /usr/local ] ||
+      echo "  set native_pmi_library = \"$prefix/lib/zorilla/libzorilla-pmi.so\" in the config"
+  else
+    echo "no C compiler (cc): Open MPI programs will not run natively here (install gcc and run again)"
+  fi
 fi
 if [ "$native" -eq 1 ]; then
   # (Under --dest only: `install -d -m` would set the mode of a real /etc.)

@@ -1,10 +1,11 @@
 /* A native MPI ping-pong between ranks 0 and 1, built with the
- * distribution's MPICH (mpicc.mpich -O2 mpi_pingpong.c -o mpi_pingpong).
+ * distribution's MPICH (mpicc.mpich -O2 mpi_pingpong.c -o mpi_pingpong) or
+ * Open MPI (mpicc.openmpi).
  * Rank 0 prints how long MPI_Init took, the mean round trip of 8-byte
  * messages (half of it: the one-way latency, as OSU's osu_latency reports
  * it) and the bandwidth of 1 MiB messages sent one way, each acknowledged
  * by a 1-byte reply every WINDOW messages. Used by node/benches/native_mpi.rs
- * on Zorilla's native jobs and under MPICH's own mpiexec. */
+ * on Zorilla's native jobs and under the MPI's own launcher. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -66,6 +66,9 @@ pub struct Daemon {
     pub grid_view: zorilla_webui::grid::GridSettings,
     /// What native workers may read besides their job directory.
     pub native_read_only: Vec<PathBuf>,
+    /// The PMI-1 library for Open MPI programs, if there is one (see
+    /// [`Config::native_pmi_library`]).
+    pub native_pmi_library: Option<PathBuf>,
 }
 
 /// The owner's caps on how long one worker may run; a job's own limits are
@@ -361,6 +364,11 @@ impl Daemon {
                     .map(PathBuf::from)
                     .collect(),
             },
+            native_pmi_library: match &config.native_pmi_library {
+                Some(path) => Some(path.clone()),
+                None => Some(PathBuf::from(config::DEFAULT_NATIVE_PMI_LIBRARY))
+                    .filter(|path| path.is_file()),
+            },
         })
     }
 }
@@ -470,12 +478,24 @@ pub async fn run(
     } else {
         let caps = sandbox.config().caps;
         let read_only = daemon.native_read_only.clone();
-        match tokio::task::spawn_blocking(move || crate::native::probe(caps, read_only)).await? {
+        let pmi_library = daemon.native_pmi_library.clone();
+        match tokio::task::spawn_blocking(move || {
+            crate::native::probe(caps, read_only, pmi_library)
+        })
+        .await?
+        {
             Ok(native) => {
                 tracing::info!(
-                    "native jobs of {} users run here, in control groups {}",
+                    "native jobs of {} users run here, in control groups {}; Open MPI programs {}",
                     daemon.scheduler.limits.native.users.len(),
-                    native.sandbox.describe()
+                    native.sandbox.describe(),
+                    match &native.pmi_library {
+                        Some(path) => format!("wire up through {}", path.display()),
+                        None => format!(
+                            "cannot wire up (no PMI library at {}: deploy/install.sh --native builds it)",
+                            config::DEFAULT_NATIVE_PMI_LIBRARY
+                        ),
+                    }
                 );
                 daemon.scheduler.limits.native.sandbox = true;
                 Some(native)
@@ -650,6 +670,14 @@ fn native_policy(config: &Config) -> anyhow::Result<NativePolicy<PeerId>> {
                 path.display()
             );
         }
+    }
+    if let Some(path) = &config.native_pmi_library
+        && (!path.is_absolute() || !path.is_file())
+    {
+        anyhow::bail!(
+            "native_pmi_library: {} is not an absolute path to a file",
+            path.display()
+        );
     }
     Ok(NativePolicy {
         users,

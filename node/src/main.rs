@@ -93,6 +93,10 @@ struct Cli {
         value_delimiter = ','
     )]
     native_users: Vec<String>,
+    /// The PMI-1 library for Open MPI programs run as native jobs
+    /// (default: /usr/local/lib/zorilla/libzorilla-pmi.so, if there).
+    #[arg(long, env = "ZORILLA_NATIVE_PMI_LIBRARY")]
+    native_pmi_library: Option<PathBuf>,
     /// User id of the owner's own users, whose waiting jobs get freed
     /// cores first (repeatable; default: none).
     #[arg(long = "own-user", env = "ZORILLA_OWN_USERS", value_delimiter = ',')]
@@ -348,6 +352,7 @@ impl Cli {
             own_users: list(&self.own_users),
             native_users: list(&self.native_users),
             native_read_only: None,
+            native_pmi_library: self.native_pmi_library.clone(),
             topology: self.topology.clone(),
             site: self.site.clone(),
             web: self.web,

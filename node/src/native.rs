@@ -23,26 +23,35 @@ pub(crate) const PROGRAM: &str = "program";
 /// The most processes and threads of one native worker.
 pub(crate) const MAX_PROCESSES: u32 = 256;
 
-/// What the node runs native workers with: the kernel's sandbox, and what
-/// its owner lets them read.
+/// What the node runs native workers with: the kernel's sandbox, what its
+/// owner lets them read, and the PMI-1 library Open MPI programs load.
 #[derive(Clone)]
 pub(crate) struct NativeWorkers {
     pub(crate) sandbox: NativeSandbox,
     pub(crate) read_only: Vec<PathBuf>,
+    pub(crate) pmi_library: Option<PathBuf>,
 }
 
 /// The sandbox of native workers, if this machine can enforce all of it
 /// (the node's own binary as its helper, the owner's caps); else the
 /// sentence that says which mechanism is missing. Blocks for a few
 /// milliseconds: it builds one sandbox.
-pub(crate) fn probe(caps: Limits, read_only: Vec<PathBuf>) -> Result<NativeWorkers, Unenforceable> {
+pub(crate) fn probe(
+    caps: Limits,
+    read_only: Vec<PathBuf>,
+    pmi_library: Option<PathBuf>,
+) -> Result<NativeWorkers, Unenforceable> {
     let exe = std::env::current_exe()
         .map_err(|e| Unenforceable(format!("cannot find the node's own program: {e}")))?;
     let mut config = NativeConfig::new(exe);
     config.init_args = vec![INIT_ARG.into()];
     config.caps = caps;
     let sandbox = NativeSandbox::probe(config)?;
-    Ok(NativeWorkers { sandbox, read_only })
+    Ok(NativeWorkers {
+        sandbox,
+        read_only,
+        pmi_library,
+    })
 }
 
 /// This machine's architecture, if native jobs can be built for it.

@@ -1,6 +1,9 @@
 //! The process management interface the MPI library of a native job's
 //! ranks expects (issue 32, item 3): PMI-1's wire protocol, as MPICH's
-//! `mpiexec` (Hydra) serves it and MPICH's library speaks it.
+//! `mpiexec` (Hydra) serves it and MPICH's library speaks it. Open MPI 4
+//! speaks it too, through its "flux" component and the node's PMI-1
+//! library (`sdk/native/zorilla_pmi.c`, see [`env`]); its values are
+//! padded with blanks, so a value is the rest of its line.
 //!
 //! Each native rank gets one end of a socket pair as its descriptor 3
 //! (`PMI_FD=3`, with `PMI_RANK` and `PMI_SIZE`; see
@@ -42,9 +45,17 @@ pub(crate) const MAX_KVS_BYTES: usize = 8 << 20;
 /// put since the last fence, at most a space's, from every rank.
 const MAX_FENCE_BYTES: usize = 2 * MAX_KVS_BYTES;
 
-/// What the environment of a native rank says about its PMI server.
-pub(crate) fn env(rank: u32, size: u32) -> Vec<(String, String)> {
-    vec![
+/// What the environment of a native rank says about its PMI server:
+/// where it is, for MPICH's library, and, with the node's PMI-1 library
+/// (`library`), the switch of Open MPI 4's "flux" component, which then
+/// loads that library to speak to the server.
+pub(crate) fn env(
+    job: u64,
+    rank: u32,
+    size: u32,
+    library: Option<&std::path::Path>,
+) -> Vec<(String, String)> {
+    let mut env = vec![
         (
             "PMI_FD".into(),
             zorilla_sandbox::native::INHERITED_FD.to_string(),
@@ -55,7 +66,21 @@ pub(crate) fn env(rank: u32, size: u32) -> Vec<(String, String)> {
         // shared memory between ranks of one node cannot work: its ranks
         // talk through the network stack even on one node.
         ("MPIR_CVAR_NOLOCAL".into(), "1".into()),
-    ]
+    ];
+    if let Some(library) = library {
+        env.extend([
+            // Open MPI takes it as its job id, the same for every rank of
+            // the job: 32 bits, of which it drops the top one of each half
+            // in places (so those are 0, lest ranks disagree), and whose
+            // low half must not be 0 (its own daemons').
+            ("FLUX_JOB_ID".into(), ((job & 0x7fff_7ffe) | 1).to_string()),
+            (
+                "FLUX_PMI_LIBRARY_PATH".into(),
+                library.display().to_string(),
+            ),
+        ]);
+    }
+    env
 }
 
 /// The keys one rank sent at a fence, or all of them as rank 0 sends them
@@ -110,7 +135,8 @@ pub(crate) async fn serve(
             }
         }
         let text = match std::str::from_utf8(&line) {
-            Ok(text) => text.trim_end(),
+            // Only the line's end goes: a value's trailing blanks are its own.
+            Ok(text) => text.trim_end_matches(['\n', '\r']),
             Err(_) => {
                 tracing::warn!(job, rank, "PMI: a line that is not UTF-8; disconnected");
                 return;
@@ -172,7 +198,14 @@ fn words(text: &str) -> BTreeMap<&str, &str> {
 impl Server {
     /// The reply to one line; `None` when the rank aborts.
     async fn answer(&mut self, text: &str) -> Result<Option<String>, String> {
-        let words = words(text);
+        // A value is the rest of its line and may hold anything, even
+        // what looks like other words: only what comes before it is read
+        // as words.
+        let (head, value) = match text.split_once(" value=") {
+            Some((head, value)) => (head, Some(value)),
+            None => (text, None),
+        };
+        let words = words(head);
         let Some(cmd) = words.get("cmd").copied() else {
             return Err("a line without a command".into());
         };
@@ -184,7 +217,7 @@ impl Server {
             "get_appnum" => "cmd=appnum appnum=0 rc=0\n".to_owned(),
             "get_my_kvsname" => format!("cmd=my_kvsname kvsname={} rc=0\n", self.kvsname),
             "get_universe_size" => format!("cmd=universe_size size={} rc=0\n", self.size),
-            "put" => match self.put(&words) {
+            "put" => match self.put(&words, value) {
                 Ok(()) => "cmd=put_result rc=0\n".to_owned(),
                 Err(why) => format!("cmd=put_result rc=-1 msg={}\n", why.replace(' ', "_")),
             },
@@ -210,10 +243,12 @@ impl Server {
         Ok(Some(reply))
     }
 
-    /// Takes a `put`: a key and value within the sizes, without blanks,
-    /// while the space has room.
-    fn put(&mut self, words: &BTreeMap<&str, &str>) -> Result<(), String> {
-        let (Some(key), Some(value)) = (words.get("key"), words.get("value")) else {
+    /// Takes a `put`: a key and value within the sizes, while the space
+    /// has room. The value is the rest of the line, blanks included (Open
+    /// MPI pads its values with blanks; MPICH's have none, so for them the
+    /// rest of the line is the last word).
+    fn put(&mut self, words: &BTreeMap<&str, &str>, value: Option<&str>) -> Result<(), String> {
+        let (Some(key), Some(value)) = (words.get("key"), value) else {
             return Err("a put needs a key and a value".into());
         };
         if key.is_empty() || key.len() > MAX_KEY || value.len() > MAX_VALUE {
@@ -394,6 +429,40 @@ mod tests {
         r1.get_mut().write_all(huge.as_bytes()).await.unwrap();
         let mut reply = String::new();
         assert_eq!(r1.read_line(&mut reply).await.unwrap(), 0, "{reply}");
+    }
+
+    /// A value is the rest of its line: Open MPI's, padded with blanks,
+    /// come back whole, and words inside a value (` key=`, ` cmd=`) are
+    /// the value's, not the command's.
+    #[tokio::test]
+    async fn a_value_is_the_rest_of_its_line_blanks_and_all() {
+        let (a, b) = UnixStream::pair().unwrap();
+        tokio::spawn(serve(9, 0, 1, b, Box::new(LocalGroup::solo(4))));
+        let mut r = BufReader::new(a);
+        for (line, reply) in [
+            (
+                "cmd=put kvsname=x key=k value=cG1peA  -\n",
+                "cmd=put_result rc=0\n",
+            ),
+            (
+                "cmd=put kvsname=x key=j value=a key=k cmd=finalize \n",
+                "cmd=put_result rc=0\n",
+            ),
+            ("cmd=barrier_in\n", "cmd=barrier_out rc=0\n"),
+            (
+                "cmd=get kvsname=x key=k\n",
+                "cmd=get_result rc=0 value=cG1peA  -\n",
+            ),
+            (
+                "cmd=get kvsname=x key=j\n",
+                "cmd=get_result rc=0 value=a key=k cmd=finalize \n",
+            ),
+        ] {
+            r.get_mut().write_all(line.as_bytes()).await.unwrap();
+            let mut got = String::new();
+            r.read_line(&mut got).await.unwrap();
+            assert_eq!(got, reply, "after {line:?}");
+        }
     }
 
     /// A rank's key-value space is bounded: puts past [`MAX_KVS_BYTES`]

@@ -311,11 +311,13 @@ fn the_example_config_parses_and_documents_every_option() {
         every.token.is_some() && every.peers.is_some() && every.deny.is_some(),
         "{every:?}"
     );
-    // (The topology file and a closed grid's credential are the
-    // operator's; the rest must resolve.)
+    // (The topology file, a closed grid's credential and the PMI library
+    // install.sh builds are the operator's; the rest must resolve.)
     assert!(every.credential.is_some() && every.grid_key.is_some());
+    assert!(every.native_pmi_library.is_some());
     let every = Config {
         topology: None,
+        native_pmi_library: None,
         site: None,
         credential: None,
         grid_key: None,
@@ -658,6 +660,32 @@ fn install_sh_native_installs_the_drop_in_and_reserves_the_workers_ids_once() {
     // No subgid file before: made, with the entry alone.
     assert_eq!(std::fs::read_to_string(&subgid).unwrap(), entry);
     assert_eq!(mode(&subgid), 0o644);
+    // The PMI-1 library for Open MPI programs, where the node looks for
+    // it by default, with the PMI_* calls Open MPI's component loads.
+    let library = root.join(
+        zorilla_node::config::DEFAULT_NATIVE_PMI_LIBRARY
+            .strip_prefix('/')
+            .unwrap(),
+    );
+    assert_eq!(mode(&library), 0o644);
+    let symbols = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&library)
+        .output()
+        .unwrap();
+    let symbols = String::from_utf8_lossy(&symbols.stdout);
+    for call in [
+        "PMI_Init",
+        "PMI_KVS_Put",
+        "PMI_KVS_Get",
+        "PMI_Barrier",
+        "PMI_Get_clique_ranks",
+    ] {
+        assert!(
+            symbols.contains(&format!(" T {call}\n")),
+            "{call} in {symbols}"
+        );
+    }
     // The owner is told what is left to do.
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("native_users = ["), "{stdout}");

@@ -1,7 +1,7 @@
 //! Native jobs (issue 32) against real nodes: whose native jobs a node
 //! runs is its owner's choice, and every other node declines with a reason
-//! its home shows; MPICH programs wired up by the nodes' PMI-1 servers;
-//! native checkpoints with replacement and rollback, and native ranks
+//! its home shows; MPICH and Open MPI programs wired up by the nodes'
+//! PMI-1 servers; native checkpoints with replacement and rollback, and native ranks
 //! through their home's failover.
 
 mod common;
@@ -183,14 +183,23 @@ async fn a_native_worker_sees_nothing_of_its_node_and_a_cancel_ends_all_of_it() 
 }
 
 /// A home without cores (node 0) and `n` nodes of `cores` cores, each
-/// running `user`'s native jobs, all knowing each other.
+/// running `user`'s native jobs (Open MPI's through the PMI-1 library),
+/// all knowing each other.
 async fn native_grid(user: &UserKey, n: usize, cores: u32) -> common::Grid {
     let id = user.id().to_string();
+    let library = common::pmi_library().display().to_string();
     let grid = common::sites_grid_of(
         Net::Loopback,
         &[n + 1],
         |i| if i == 0 { 0 } else { cores },
-        |_| vec!["--native-user".into(), id.clone()],
+        |_| {
+            vec![
+                "--native-user".into(),
+                id.clone(),
+                "--native-pmi-library".into(),
+                library.clone(),
+            ]
+        },
     );
     common::wait_for_neighbours(&grid.nodes, n, Duration::from_secs(30)).await;
     grid
@@ -282,6 +291,35 @@ async fn an_mpich_program_runs_unchanged_on_one_node_and_across_nodes() {
         let (status, out) = completed(&mut client, job).await;
         for rank in 0..2 {
             let line = format!("rank {rank} of 2: token 2, sum of ranks 1\n");
+            assert!(out.contains(&line), "{n} nodes: no {line:?} in {out:?}");
+        }
+        let nodes: std::collections::BTreeSet<_> =
+            status.ranks.values().map(|r| r.node.clone()).collect();
+        assert_eq!(nodes.len(), n, "{status:?}");
+    }
+}
+
+/// The same program built with Open MPI (Debian's `mpicc`), unchanged, runs
+/// as a native job of 3 ranks, on one node and across two: Open MPI's
+/// "flux" component loads the node's PMI-1 library
+/// (`sdk/native/zorilla_pmi.c`), which speaks to the same PMI-1 servers,
+/// and the ranks then talk over Open MPI's TCP transport.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_mpi_program_runs_unchanged_on_one_node_and_across_nodes() {
+    let alice = UserKey::generate();
+    let exe = common::build_native("mpicc.openmpi", &["examples/native/mpi_ring.c"]);
+    let request = native_job(&exe, 3, LostPolicy::Fail, &[]);
+    for (n, cores) in [(1, 3), (2, 2)] {
+        let grid = native_grid(&alice, n, cores).await;
+        let mut client = connect(&grid.nodes[0], &alice).await;
+        let job = client
+            .submit(request.clone(), exe.clone(), Vec::new())
+            .await
+            .unwrap();
+        let (status, out) = completed(&mut client, job).await;
+        // Rank 0 starts the token at 1; each other rank adds 1 on its way.
+        for (rank, token) in [(0, 3), (1, 2), (2, 3)] {
+            let line = format!("rank {rank} of 3: token {token}, sum of ranks 3\n");
             assert!(out.contains(&line), "{n} nodes: no {line:?} in {out:?}");
         }
         let nodes: std::collections::BTreeSet<_> =

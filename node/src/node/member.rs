@@ -486,7 +486,9 @@ impl Node {
                         (Ok((pmi, pmi_theirs)), Ok((api, api_theirs))) => {
                             tokio::spawn(crate::pmi::serve(job, rank, size, pmi, transport));
                             tokio::spawn(crate::nativeapi::serve(job, rank, api, checkpoints));
-                            env.extend(crate::pmi::env(rank, size));
+                            let library =
+                                self.native.as_ref().and_then(|n| n.pmi_library.as_deref());
+                            env.extend(crate::pmi::env(job, rank, size, library));
                             let api_fd = zorilla_sandbox::native::INHERITED_FD + 1;
                             env.push((crate::nativeapi::ENV.into(), api_fd.to_string()));
                             env.push(("ZORILLA_SIZE".into(), size.to_string()));
@@ -614,7 +616,14 @@ impl Node {
             args,
             env,
             job_dir: job_dir.to_owned(),
-            read_only_paths: native.read_only.clone(),
+            // The PMI library Open MPI programs load is shown with the
+            // system's paths, wherever the owner put it.
+            read_only_paths: native
+                .read_only
+                .iter()
+                .chain(&native.pmi_library)
+                .cloned()
+                .collect(),
             limits,
             max_processes: crate::native::MAX_PROCESSES,
             output: Some(output),

@@ -639,6 +639,33 @@ pub(crate) fn test_user_key() -> PathBuf {
 /// MPICH's `mpicc.mpich`, which scripts/install-test-deps.sh installs)
 /// with `-O2` from `sources` of the repository, with its C headers
 /// (`examples/include`, `sdk/native`).
+/// The node's PMI-1 library for Open MPI programs
+/// (`sdk/native/zorilla_pmi.c`), built once per test binary into the
+/// target's scratch directory (not under /tmp, which a native worker's
+/// sandbox replaces with its own).
+#[allow(dead_code)]
+pub(crate) fn pmi_library() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+            let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("pmi-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let library = dir.join("libzorilla-pmi.so");
+            let built = Command::new("cc")
+                .args(["-O2", "-shared", "-fPIC"])
+                .arg(format!("{root}/sdk/native/zorilla_pmi.c"))
+                .arg("-o")
+                .arg(&library)
+                .status()
+                .unwrap_or_else(|e| panic!("cannot run cc ({e})"));
+            assert!(built.success(), "cc failed on sdk/native/zorilla_pmi.c");
+            library
+        })
+        .clone()
+}
+
 pub(crate) fn build_native(compiler: &str, sources: &[&str]) -> Vec<u8> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let dir = tempfile::tempdir().unwrap();

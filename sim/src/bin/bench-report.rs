@@ -355,6 +355,16 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench --workspace --bench native_mpi",
     ),
     (
+        "native_mpi.ompi.latency_ratio",
+        "the same program built with Open MPI, as a native job on 2 nodes: 8-byte latency against mpirun over the same transport (TCP)",
+        "cargo bench --workspace --bench native_mpi",
+    ),
+    (
+        "native_mpi.ompi.bandwidth_ratio",
+        "the same, 1 MiB messages: bandwidth against mpirun over the same transport",
+        "cargo bench --workspace --bench native_mpi",
+    ),
+    (
         "client.submits",
         "submissions accepted per second, 8 clients",
         "cargo bench -p zorilla-node --bench client",
