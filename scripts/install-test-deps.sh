@@ -16,7 +16,8 @@
 # the ping-pong benchmark), mpich and libmpich-dev (node/tests/native.rs
 # builds an MPI program with mpicc.mpich and runs it as a native job, its
 # ranks wired up by the node's PMI-1 server; Open MPI stays the default
-# mpicc), python3
+# mpicc), gfortran (the same test builds a Fortran MPI program with each
+# MPI's mpif90), python3
 # (scripts/module-cycles.py checks that no module depends back on one
 # that depends on it, scripts/c-cycles.py the same of the MPI library's
 # C files), python3-venv, python3-setuptools and python3-wheel (the Python
@@ -30,7 +31,7 @@ packages=(
   chromium chromium-driver
   iproute2 util-linux nftables
   systemd
-  gcc mount
+  gcc gfortran mount
   llvm openmpi-bin libopenmpi-dev mpich libmpich-dev
   python3 python3-venv python3-setuptools python3-wheel python3-cbor2 python3-cryptography
 )

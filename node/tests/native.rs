@@ -328,6 +328,29 @@ async fn an_open_mpi_program_runs_unchanged_on_one_node_and_across_nodes() {
     }
 }
 
+/// The ring in Fortran (`examples/native/mpi_ring.f90`), built unchanged
+/// with each MPI's Fortran compiler, runs as a native job of 2 ranks on
+/// two nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fortran_program_of_either_mpi_runs_unchanged_across_nodes() {
+    let alice = UserKey::generate();
+    let grid = native_grid(&alice, 2, 1).await;
+    let mut client = connect(&grid.nodes[0], &alice).await;
+    for compiler in ["mpif90.mpich", "mpif90.openmpi"] {
+        let exe = common::build_native(compiler, &["examples/native/mpi_ring.f90"]);
+        let request = native_job(&exe, 2, LostPolicy::Fail, &[]);
+        let job = client.submit(request, exe, Vec::new()).await.unwrap();
+        let (status, out) = completed(&mut client, job).await;
+        for rank in 0..2 {
+            let line = format!("rank {rank} of 2: token 2, sum of ranks 1\n");
+            assert!(out.contains(&line), "{compiler}: no {line:?} in {out:?}");
+        }
+        let nodes: std::collections::BTreeSet<_> =
+            status.ranks.values().map(|r| r.node.clone()).collect();
+        assert_eq!(nodes.len(), 2, "{compiler}: {status:?}");
+    }
+}
+
 /// `examples/native/count.c` with `sdk/native/zorilla_native.c`: a native
 /// program that saves a checkpoint every 10 steps through `zorilla.h`.
 fn native_count() -> Vec<u8> {
