@@ -18,13 +18,17 @@
 //! ([`allocate_preferring`]), as that paper's job pushing prefers free
 //! nodes and among them the fastest. Distance still comes first: the order
 //! changes only within a group of equally near offers, never across groups.
+//!
+//! A native job's ranks talk over their MPI library's own transport, not
+//! through the overlay's relays: before mapping, its offers are narrowed
+//! to nodes that reach each other ([`reachable_together`]).
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::advert::Strategy;
-use crate::resources::Machine;
+use crate::resources::{Machine, Reachability};
 
 /// An offering node as the home sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -194,10 +198,137 @@ pub fn allocate_preferring<P: Clone + Ord>(
     )
 }
 
+/// The offers among which a native job's ranks are placed: nodes that
+/// reach each other ([`Reachability::together`]), since its ranks connect
+/// directly, not through the overlay. `pinned`: the kind of the nodes its
+/// ranks already run on (not unknown), which its new ones must match.
+/// Otherwise each kind the offers name (public, or behind one NAT) makes a
+/// group with the offers of unknown kind, tried in the order of their
+/// nearest offer: the first whose offers reach `needed` workers is taken,
+/// else the one that offers the most (the job waits for more). Offers of
+/// unknown kind alone make one group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Together<P> {
+    /// The offers of the group.
+    pub candidates: Vec<Candidate<P>>,
+    /// Its kind, if any offer of it has one: the job's ranks are then
+    /// pinned to it.
+    pub kind: Option<Reachability>,
+    /// Workers offered by nodes outside it.
+    pub apart: u32,
+}
+
+/// See [`Together`].
+pub fn reachable_together<P: Clone + Ord>(
+    candidates: &[Candidate<P>],
+    pinned: Option<Reachability>,
+    needed: u32,
+) -> Together<P> {
+    let group = |kind: Reachability| -> Together<P> {
+        let (inside, outside): (Vec<&Candidate<P>>, Vec<&Candidate<P>>) = candidates
+            .iter()
+            .partition(|c| c.machine.reach.together(kind));
+        let known = kind != Reachability::Unknown;
+        Together {
+            candidates: inside.into_iter().cloned().collect(),
+            kind: known.then_some(kind),
+            apart: offered(outside.into_iter()),
+        }
+    };
+    if let Some(kind) = pinned.filter(|k| *k != Reachability::Unknown) {
+        return group(kind);
+    }
+    let mut by_distance: Vec<&Candidate<P>> = candidates.iter().collect();
+    by_distance.sort_by(|a, b| a.rtt.cmp(&b.rtt).then_with(|| a.node.cmp(&b.node)));
+    let mut kinds: Vec<Reachability> = Vec::new();
+    for c in by_distance {
+        let kind = c.machine.reach;
+        if kind != Reachability::Unknown && !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    if kinds.is_empty() {
+        return group(Reachability::Unknown);
+    }
+    let mut best: Option<Together<P>> = None;
+    for kind in kinds {
+        let together = group(kind);
+        if offered(together.candidates.iter()) >= needed {
+            return together;
+        }
+        let more = best
+            .as_ref()
+            .is_none_or(|b| offered(together.candidates.iter()) > offered(b.candidates.iter()));
+        if more {
+            best = Some(together);
+        }
+    }
+    best.expect("at least one kind")
+}
+
+/// The workers `candidates` offer in all (saturating: counts from peers).
+fn offered<'a, P: 'a>(candidates: impl Iterator<Item = &'a Candidate<P>>) -> u32 {
+    candidates.fold(0u32, |sum, c| sum.saturating_add(c.offered))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::{any, prop_assert, prop_assert_eq, proptest};
+
+    /// Offers `(node, rtt µs, offered, reachability)`.
+    fn reaching(offers: &[(u32, u64, u32, Reachability)]) -> Vec<Candidate<u32>> {
+        offers
+            .iter()
+            .map(|&(node, rtt, offered, reach)| Candidate {
+                node,
+                rtt: Duration::from_micros(rtt),
+                offered,
+                machine: Machine {
+                    reach,
+                    ..Machine::default()
+                },
+            })
+            .collect()
+    }
+
+    fn nodes(together: &Together<u32>) -> Vec<u32> {
+        together.candidates.iter().map(|c| c.node).collect()
+    }
+
+    #[test]
+    fn a_native_jobs_ranks_go_only_to_nodes_that_reach_each_other() {
+        use Reachability::{BehindNat, Public, Unknown};
+        let nat = |last| BehindNat(std::net::IpAddr::from([192, 0, 2, last]));
+        // Nearest: a node behind NAT 1; then public ones; then one of
+        // unknown kind; then another behind NAT 1.
+        let offers = reaching(&[
+            (1, 100, 1, nat(1)),
+            (2, 200, 1, Public),
+            (3, 300, 1, Public),
+            (4, 400, 1, Unknown),
+            (5, 500, 1, nat(1)),
+            (6, 600, 1, nat(2)),
+        ]);
+        // Two workers: the nearest kind's group has them (with the
+        // unknown node): NAT 1.
+        let two = reachable_together(&offers, None, 2);
+        assert_eq!(nodes(&two), [1, 4, 5]);
+        assert_eq!((two.kind, two.apart), (Some(nat(1)), 3));
+        // Four: NAT 1's group has 3; the public one, with the unknown
+        // node, has 3 too; none has 4: the first of the largest.
+        let four = reachable_together(&offers, None, 4);
+        assert_eq!(nodes(&four), [1, 4, 5]);
+        // Pinned to public by the ranks that run: only public or unknown.
+        let pinned = reachable_together(&offers, Some(Public), 1);
+        assert_eq!(nodes(&pinned), [2, 3, 4]);
+        assert_eq!((pinned.kind, pinned.apart), (Some(Public), 3));
+        // Only unknown kinds (a grid on one machine): everyone, unpinned.
+        let unknown = reaching(&[(1, 100, 2, Unknown), (2, 50, 1, Unknown)]);
+        let all = reachable_together(&unknown, None, 3);
+        assert_eq!((nodes(&all), all.kind, all.apart), (vec![1, 2], None, 0));
+        assert_eq!(reachable_together(&unknown, Some(Unknown), 3), all);
+    }
 
     fn candidates(offers: &[(u32, u64, u32)]) -> Vec<Candidate<u32>> {
         offers
@@ -250,6 +381,7 @@ mod tests {
                     cores: 8,
                     busy,
                     speed,
+                    reach: Reachability::Unknown,
                 },
             })
             .collect()
@@ -323,6 +455,7 @@ mod tests {
                     cores: 0,
                     busy: u32::MAX,
                     speed: 0,
+                    reach: Reachability::Unknown,
                 },
             },
             Candidate {
@@ -333,6 +466,7 @@ mod tests {
                     cores: u32::MAX,
                     busy: u32::MAX,
                     speed: u32::MAX,
+                    reach: Reachability::Unknown,
                 },
             },
         ];

@@ -320,7 +320,12 @@ mod tests {
             workers: 1,
             distance: Duration::ZERO,
             residue: Resources::new(left, u64::MAX, u64::MAX),
-            machine: Machine { cores, busy, speed },
+            machine: Machine {
+                cores,
+                busy,
+                speed,
+                reach: crate::resources::Reachability::Unknown,
+            },
         };
         assert_eq!(check_message(&machine(64, 63, 1, 0)), Ok(()));
         assert_eq!(

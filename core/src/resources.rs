@@ -105,6 +105,53 @@ pub struct Machine {
     pub busy: u32,
     /// How fast a core of the node is, against [`REFERENCE_SPEED`].
     pub speed: u32,
+    /// Where the node can be reached from, as it sees itself: a native
+    /// job's ranks are placed only on nodes that reach each other
+    /// ([`Reachability::together`]).
+    #[serde(default)]
+    pub reach: Reachability,
+}
+
+/// Where a node can be reached from, as it sees itself (its overlay's
+/// address checks). A native job's ranks connect to each other directly,
+/// over their MPI library's own transport, without the overlay's relays
+/// or hole punching: so its home places them only on nodes that reach each
+/// other (see [`crate::allocation::reachable_together`]).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Reachability {
+    /// Not known: no peer on another host confirmed an address of the
+    /// node or failed to reach it (a grid on one machine, a LAN without
+    /// dial-backs). Taken to reach every node: nothing says otherwise.
+    #[default]
+    Unknown,
+    /// Peers on other hosts connected to an address of the node, or dialed
+    /// back to it: reachable from anywhere they are.
+    Public,
+    /// Behind a NAT whose outside address is this one (peers saw the node
+    /// there and could not dial back): reachable from the nodes behind the
+    /// same NAT only.
+    BehindNat(std::net::IpAddr),
+}
+
+impl Reachability {
+    /// Whether ranks on a node of `self` and one of `other` can connect
+    /// to each other directly (each way): the same kind, or one unknown.
+    pub fn together(self, other: Reachability) -> bool {
+        self == Reachability::Unknown || other == Reachability::Unknown || self == other
+    }
+}
+
+impl std::fmt::Display for Reachability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reachability::Unknown => f.write_str("reachability unknown"),
+            Reachability::Public => f.write_str("reachable"),
+            Reachability::BehindNat(ip) => write!(f, "behind the NAT at {ip}"),
+        }
+    }
 }
 
 impl Machine {
@@ -131,6 +178,7 @@ impl Default for Machine {
             cores: 0,
             busy: 0,
             speed: REFERENCE_SPEED,
+            reach: Reachability::Unknown,
         }
     }
 }

@@ -55,7 +55,12 @@ fn resources() -> impl Strategy<Value = Resources> {
 
 /// Cores, busy cores and speed, each ordinary or extreme.
 fn machine() -> impl Strategy<Value = Machine> {
-    (count(), count(), count()).prop_map(|(cores, busy, speed)| Machine { cores, busy, speed })
+    (count(), count(), count()).prop_map(|(cores, busy, speed)| Machine {
+        cores,
+        busy,
+        speed,
+        reach: zorilla_core::resources::Reachability::Unknown,
+    })
 }
 
 fn workers() -> impl Strategy<Value = WorkerCount> {

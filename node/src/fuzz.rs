@@ -377,6 +377,7 @@ fn job_status(g: &mut Gen) -> JobStatus {
             refusals: g.map(Gen::string, Gen::int),
             granted: g.u32(),
             needed: g.u32(),
+            apart: g.u32(),
         }),
         submitted_unix: g.int(),
         home: g.option(Gen::string),
@@ -545,6 +546,7 @@ fn message(g: &mut Gen) -> Message<PeerId> {
                 cores: g.u32(),
                 busy: g.u32(),
                 speed: g.u32(),
+                reach: zorilla_core::resources::Reachability::Unknown,
             },
         },
         2 => Message::Decline {

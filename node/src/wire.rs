@@ -429,7 +429,12 @@ mod tests {
                 machine,
             }))
         };
-        let machine = |cores, busy, speed| Machine { cores, busy, speed };
+        let machine = |cores, busy, speed| Machine {
+            cores,
+            busy,
+            speed,
+            reach: Default::default(),
+        };
         assert!(offer(machine(4, 3, 1500)).check().is_ok());
         assert!(refused(offer(machine(u32::MAX, 0, 1000))).contains("node cores"));
         assert!(refused(offer(machine(4, 5, 1000))).contains("busy cores"));

@@ -410,6 +410,9 @@ async fn a_hostile_peers_extreme_values_do_not_crash_the_node() {
             cores: u32::MAX,
             busy: u32::MAX,
             speed: u32::MAX,
+            reach: zorilla_core::resources::Reachability::BehindNat(std::net::IpAddr::V6(
+                std::net::Ipv6Addr::from([0xff; 16]),
+            )),
         },
     }));
     let placement = PeerRpc::Sched(SchedRpc::Message(Message::Placement {

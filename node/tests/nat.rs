@@ -16,8 +16,12 @@ mod common;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use common::natgrid::{behind_nats_with_relay_args, two_nodes_behind_nats_run_a_job};
+use common::natgrid::{
+    behind_nats_with_relay_args, nat_grid, two_nodes_behind_nats_run_a_job, wait_log,
+};
 use common::netns::{Hosts, Nat, in_netns};
+use zorilla_core::advert::WorkKind;
+use zorilla_node::protocol::{JobPhase, JobRequest};
 
 /// The port of `sender` on the public hosts as each of them sees it, for
 /// one UDP socket of a private host sending to each in turn.
@@ -124,4 +128,55 @@ async fn behind_symmetric_nats_a_job_outlasts_the_relays_circuit_limit() {
         outcome.circuits >= 3,
         "16 MiB through 4 MiB circuits needs several: {outcome:?}"
     );
+}
+
+/// A native job's ranks connect to each other directly, over their MPI
+/// library's own transport, which no relay or hole punch serves (issue
+/// 32): each NATed node finds out that it is behind its NAT and says so in
+/// its offers, and the home does not place the job's two ranks behind two
+/// different NATs. It waits, and its status says why; a native job of one
+/// rank runs there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_jobs_ranks_are_not_placed_behind_different_nats_and_the_home_says_why() {
+    let user = zorilla_node::owner::UserKey::load_or_create(&common::test_user_key()).unwrap();
+    let member_args = vec!["--native-user".to_string(), user.id().to_string()];
+    let (grid, _) = nat_grid(Nat::EndpointIndependent, &[], &member_args).await;
+    for node in &grid.nodes[1..] {
+        wait_log(
+            node,
+            "reachability: behind the NAT at 10.77.200.",
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+    let mut client = grid.nodes[0].client().await;
+    let exe = std::fs::read("/bin/echo").unwrap();
+    let arch = zorilla_node::native::executable_arch(&exe).unwrap();
+    let native = |workers| JobRequest {
+        kind: WorkKind::Native(arch),
+        min_workers: workers,
+        max_workers: workers,
+        lifetime_secs: 60,
+        args: vec!["alone".into()],
+        ..JobRequest::default()
+    };
+    let job = client.submit(native(2), exe.clone(), vec![]).await.unwrap();
+    let waiting = common::wait_for(
+        &mut client,
+        job,
+        Duration::from_secs(60),
+        "the home to count the workers behind the other NAT",
+        |s| s.pending.as_ref().is_some_and(|p| p.apart >= 1),
+    )
+    .await;
+    assert_eq!(waiting.phase, JobPhase::Scheduling, "{waiting:?}");
+    assert!(waiting.ranks.is_empty(), "{waiting:?}");
+    let pending = waiting.pending.unwrap();
+    assert!(pending.workers_offered >= 2, "{pending:?}");
+    client.cancel(job).await.unwrap();
+
+    let job = client.submit(native(1), exe, vec![]).await.unwrap();
+    let done = common::wait_completed(&mut client, job, Duration::from_secs(60)).await;
+    let out = common::stdout_of(&client.logs(job).await.unwrap());
+    assert_eq!(out, "alone\n", "{done:?}");
 }

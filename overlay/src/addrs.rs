@@ -469,6 +469,50 @@ pub fn translate<'a>(
     Some(Multiaddr::empty().with(ip).with(Protocol::Tcp(port)))
 }
 
+/// Where this node can be reached from, by what its own addresses show
+/// (for the scheduler's offers: a native job's ranks go only to nodes that
+/// reach each other). Public: a peer on another host connected to a
+/// listen address of ours, or dialed back to one. Behind a NAT: not
+/// public, and peers saw us at an address none of our interfaces has that
+/// no dial-back confirmed (the NAT's outside address, which names the
+/// NAT). Anything else (loopback only, no peer on another host yet) is
+/// unknown.
+pub fn reachability(own: &[OwnAddr]) -> zorilla_core::resources::Reachability {
+    use zorilla_core::resources::Reachability;
+    let direct = |a: &&OwnAddr| a.reach != Reach::Relayed && !is_relayed(&a.addr);
+    let public = own.iter().filter(direct).any(|a| {
+        matches!(
+            (a.reach, a.origin),
+            (Reach::DialedBack, _) | (Reach::Confirmed { .. }, Origin::Listen)
+        )
+    });
+    if public {
+        return Reachability::Public;
+    }
+    own.iter()
+        .filter(direct)
+        .filter(|a| {
+            a.origin == Origin::Observed
+                && matches!(
+                    a.reach,
+                    Reach::DialBackFailed
+                        | Reach::AwaitingDialBack { .. }
+                        | Reach::Candidate { .. }
+                )
+        })
+        .find_map(|a| ip_of(&a.addr))
+        .map_or(Reachability::Unknown, Reachability::BehindNat)
+}
+
+/// The IP address an address starts with, if it does.
+fn ip_of(addr: &Multiaddr) -> Option<IpAddr> {
+    match addr.iter().next()? {
+        Protocol::Ip4(ip) => Some(IpAddr::V4(ip)),
+        Protocol::Ip6(ip) => Some(IpAddr::V6(ip)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,6 +534,57 @@ mod tests {
         assert_eq!(scope(&a("/ip6/2001:db8::1/tcp/1")), Some(Scope::Network));
         assert_eq!(scope(&a("/dns4/example.org/tcp/1")), Some(Scope::Network));
         assert_eq!(scope(&a("/tcp/1")), None);
+    }
+
+    /// What a node's own addresses say of where it can be reached from.
+    #[test]
+    fn reachability_follows_the_addresses_peers_confirmed_or_failed() {
+        use zorilla_core::resources::Reachability;
+        let own = |addr: &str, origin, reach| OwnAddr {
+            addr: a(addr),
+            origin,
+            reach,
+        };
+        let lo = own("/ip4/127.0.0.1/tcp/1", Origin::Listen, Reach::ThisHostOnly);
+        let lan = own("/ip4/10.0.0.5/tcp/1", Origin::Listen, Reach::Unconfirmed);
+        // A grid on one machine, or no peer on another host yet: unknown.
+        assert_eq!(
+            reachability(std::slice::from_ref(&lo)),
+            Reachability::Unknown
+        );
+        assert_eq!(
+            reachability(&[lo.clone(), lan.clone()]),
+            Reachability::Unknown
+        );
+        // Peers on other hosts connected to a listen address: public.
+        let confirmed = own(
+            "/ip4/10.0.0.5/tcp/1",
+            Origin::Listen,
+            Reach::Confirmed { peers: 2 },
+        );
+        assert_eq!(reachability(&[lo.clone(), confirmed]), Reachability::Public);
+        let dialed = own(
+            "/ip4/198.51.100.4/tcp/1",
+            Origin::Observed,
+            Reach::DialedBack,
+        );
+        assert_eq!(reachability(&[lan.clone(), dialed]), Reachability::Public);
+        // Seen at a NAT's address that nobody could dial back to, with a
+        // relayed address: behind that NAT.
+        let relayed = own(
+            "/ip4/198.51.100.9/tcp/4001/p2p/12D3KooWNTiS4dgqGsnWQ679cWV2qELwKgz871TdA71nuCT9i64d/p2p-circuit",
+            Origin::Observed,
+            Reach::Relayed,
+        );
+        for reach in [Reach::DialBackFailed, Reach::AwaitingDialBack { peers: 1 }] {
+            let nat = own("/ip4/203.0.113.7/tcp/5555", Origin::Observed, reach);
+            assert_eq!(
+                reachability(&[lan.clone(), relayed.clone(), nat]),
+                Reachability::BehindNat(std::net::IpAddr::from([203, 0, 113, 7]))
+            );
+        }
+        // A relayed address alone names no NAT.
+        assert_eq!(reachability(&[lan, relayed]), Reachability::Unknown);
     }
 
     /// The case that was found: a node on another host got a peer's

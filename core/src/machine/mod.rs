@@ -195,6 +195,9 @@ pub enum Input<P, R, C> {
         /// Whether these are every peer the overlay heard of.
         every_peer: bool,
     },
+    /// Where this node can be reached from, as its overlay found out
+    /// (see [`Scheduler::set_reachability`]).
+    Reachability(crate::resources::Reachability),
     /// A node answered which ranks it runs ([`Output::Ask`]).
     RanksAnswered {
         /// The node.
@@ -521,6 +524,7 @@ where
                 distances,
                 every_peer,
             } => self.sched.set_peer_distances(distances, every_peer),
+            Input::Reachability(reach) => self.sched.set_reachability(reach),
             Input::RanksAnswered { node, answer } => {
                 let lost = self.liveness.answer(now, &node, &answer);
                 self.lose_ranks(now, lost, &mut out);

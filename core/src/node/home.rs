@@ -58,6 +58,7 @@ impl<P: PeerKey> Scheduler<P> {
                 logged_checkpoints: 0,
                 answered: BTreeSet::new(),
                 asked: BTreeMap::new(),
+                reach: None,
             },
         );
     }
@@ -215,7 +216,7 @@ impl<P: PeerKey> Scheduler<P> {
         if wanted == 0 {
             return;
         }
-        let candidates: Vec<Candidate<P>> = job
+        let mut candidates: Vec<Candidate<P>> = job
             .offers
             .iter()
             .map(|(node, offer)| Candidate {
@@ -225,9 +226,6 @@ impl<P: PeerKey> Scheduler<P> {
                 machine: offer.machine,
             })
             .collect();
-        let offered = candidates
-            .iter()
-            .fold(0u32, |sum, c| sum.saturating_add(c.offered));
         let needed_now = match job.phase {
             // Before the start the job needs `min` in all.
             Phase::Scheduling => job.spec.workers.min.saturating_sub(granted),
@@ -240,6 +238,20 @@ impl<P: PeerKey> Scheduler<P> {
             // A running (malleable, or rigid replacing) job takes any.
             _ => 1,
         };
+        // A native job's ranks connect to each other directly: only nodes
+        // that reach each other (not those behind another NAT) are
+        // candidates. The tasks of an array talk to nobody.
+        let direct = matches!(job.spec.kind, crate::advert::WorkKind::Native(_))
+            && job.spec.tasks.is_none()
+            && job.spec.workers.max > 1;
+        if direct {
+            let group = reachable_together(&candidates, job.reach, needed_now);
+            job.report.apart = group.apart;
+            candidates = group.candidates;
+        }
+        let offered = candidates
+            .iter()
+            .fold(0u32, |sum, c| sum.saturating_add(c.offered));
         if offered < needed_now {
             return;
         }
@@ -327,6 +339,10 @@ impl<P: PeerKey> Scheduler<P> {
             };
             let incarnation = job.grants;
             job.grants = job.grants.saturating_add(1);
+            if direct && offer.machine.reach != Reachability::Unknown {
+                // The job's later ranks must reach this one.
+                job.reach.get_or_insert(offer.machine.reach);
+            }
             job.granted_holds
                 .insert(assignment.node.clone(), offer.hold);
             let (ranks, replaced) =

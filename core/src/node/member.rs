@@ -352,6 +352,7 @@ impl<P: PeerKey> Scheduler<P> {
             cores: said,
             busy: cores.saturating_sub(free).min(said),
             speed: self.config.speed.clamp(1, limits::MAX_SPEED),
+            reach: self.reachability,
         }
     }
 

@@ -96,12 +96,12 @@ use std::time::Duration;
 use crate::advert::{
     Advert, DeclineReason, FloodHeader, HoldId, JobId, Message, RefuseReason, Strategy, WorkerCount,
 };
-use crate::allocation::{Candidate, allocate_preferring};
+use crate::allocation::{Candidate, allocate_preferring, reachable_together};
 use crate::bounded::make_room;
 use crate::checkpoint::CheckpointIndex;
 use crate::favours::{Ledger, millis};
 use crate::limits;
-use crate::resources::{Machine, Resources};
+use crate::resources::{Machine, Reachability, Resources};
 use crate::schedule::{FloodMode, FloodSchedule, Reach, WaitMode};
 use crate::{PeerKey, Time};
 
@@ -182,6 +182,11 @@ struct HomeJob<P> {
     /// Nodes sent a direct advert of this search, and when (at most
     /// [`MAX_KNOWN_NODES`]): asked again after [`ASK_AGAIN_AFTER`].
     asked: BTreeMap<P, Time>,
+    /// For a native job of several ranks: the kind of node its ranks were
+    /// placed on (see [`crate::allocation::reachable_together`]), which
+    /// its later ones must reach. Kept by this home only: a home that
+    /// takes the job over pins it again at its first grant.
+    reach: Option<Reachability>,
 }
 
 /// The most nodes a home remembers as having answered one job; beyond it,
@@ -482,6 +487,9 @@ pub struct Scheduler<P: Ord> {
     every_peer: bool,
     /// Favours done and received, per consumer (see [`crate::favours`]).
     favours: Ledger<P>,
+    /// Where this node can be reached from, as its offers say
+    /// ([`Scheduler::set_reachability`]).
+    reachability: Reachability,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -517,10 +525,22 @@ impl<P: PeerKey> Scheduler<P> {
             flooded: None,
             direct_taken: BTreeMap::new(),
             peer_distances: Vec::new(),
+            reachability: Reachability::Unknown,
             peers_known: 0,
             every_peer: false,
             favours: Ledger::new(),
         }
+    }
+
+    /// Where this node can be reached from, as the driver's overlay finds
+    /// out (its offers say it: see [`Reachability`]).
+    pub fn set_reachability(&mut self, reachability: Reachability) {
+        self.reachability = reachability;
+    }
+
+    /// Where this node can be reached from, as its offers say.
+    pub fn reachability(&self) -> Reachability {
+        self.reachability
     }
 
     /// Tells the scheduler how far the peers its overlay knows are (their

@@ -32,6 +32,12 @@ pub struct PendingReport {
     pub granted: u32,
     /// Workers the job needs to start (`min`).
     pub needed: u32,
+    /// Of the workers offered, those of nodes the job's other ranks could
+    /// not reach directly (a native job's: behind another NAT, or public
+    /// when they are behind one; see
+    /// [`reachable_together`](crate::allocation::reachable_together)).
+    #[serde(default)]
+    pub apart: u32,
 }
 
 impl PendingReport {
@@ -57,6 +63,15 @@ impl PendingReport {
             if !list.is_empty() {
                 write!(why, "; {what}: {list}").ok();
             }
+        }
+        if self.apart > 0 {
+            write!(
+                why,
+                "; {} workers offered by nodes the other ranks cannot reach directly \
+                 (behind another NAT: a native job's ranks connect to each other)",
+                self.apart
+            )
+            .ok();
         }
         why
     }

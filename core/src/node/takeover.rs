@@ -95,6 +95,7 @@ impl<P: PeerKey> Scheduler<P> {
             },
             answered: BTreeSet::new(),
             asked: BTreeMap::new(),
+            reach: None,
             spec,
             owner,
         };

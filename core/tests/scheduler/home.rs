@@ -682,6 +682,7 @@ fn offer_of_machine(
             cores: 8,
             busy,
             speed,
+            reach: zorilla_core::resources::Reachability::Unknown,
         },
     };
     let rtt = Some(ms(1));

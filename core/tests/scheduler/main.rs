@@ -94,6 +94,7 @@ fn machine(cores: u32, busy: u32) -> Machine {
         cores,
         busy,
         speed: REFERENCE_SPEED,
+        reach: zorilla_core::resources::Reachability::Unknown,
     }
 }
 

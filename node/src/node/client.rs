@@ -418,6 +418,7 @@ impl Node {
                     .collect(),
                 granted: r.granted,
                 needed: r.needed,
+                apart: r.apart,
             });
         JobStatus {
             job: id,

@@ -238,11 +238,17 @@ impl Node {
             Done::Nothing => {}
             Done::Reply { to, reply } => self.reply(to, reply),
             Done::Moved(found) => self.moved(found),
-            Done::PeerDistances(distances, every_peer) => {
+            Done::PeerDistances(distances, every_peer, reach) => {
                 self.feed(machine::Input::PeerDistances {
                     distances,
                     every_peer,
                 });
+                if reach != self.machine.scheduler().reachability() {
+                    tracing::info!(
+                        "reachability: {reach} (a native job's ranks are placed on nodes that reach each other)"
+                    );
+                }
+                self.feed(machine::Input::Reachability(reach));
             }
             Done::RanksAnswered {
                 peer,

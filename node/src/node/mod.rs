@@ -33,6 +33,7 @@ use zorilla_core::advert::{Advert, JobId};
 use zorilla_core::liveness::Answer;
 use zorilla_core::machine::{self, JobMachine, MachineConfig};
 use zorilla_core::node::SchedulerConfig;
+use zorilla_core::resources::Reachability;
 use zorilla_core::stall::{StallWatch, Waits};
 use zorilla_overlay::{Event, OverlayHandle, PeerId, Responder};
 use zorilla_sandbox::Sandbox;
@@ -170,8 +171,9 @@ enum Done {
     /// Which nodes hold the jobs that were under way at the restart.
     Moved(Vec<(u64, Option<PeerId>)>),
     /// The RTTs of the peers the overlay knows (`None`: not measured),
-    /// and whether they are every peer it heard of.
-    PeerDistances(Vec<Option<Duration>>, bool),
+    /// whether they are every peer it heard of, and where this node can
+    /// be reached from by its own addresses.
+    PeerDistances(Vec<Option<Duration>>, bool, Reachability),
     /// An answer to a peer, made off the loop.
     Reply { to: Reply, reply: PeerReply },
     /// Nothing to do.
@@ -453,20 +455,25 @@ impl Node {
         self.epoch.elapsed()
     }
 
-    /// Asks the overlay how far its peers are, for the scheduler (off the
-    /// loop; the answer comes back as [`Done::PeerDistances`]).
+    /// Asks the overlay how far its peers are, and what its own addresses
+    /// say of where this node can be reached from, for the scheduler (off
+    /// the loop; the answer comes back as [`Done::PeerDistances`]).
     fn ask_peer_distances(&mut self) {
         let overlay = self.overlay.clone();
         self.tasks.spawn(async move {
-            match overlay.known_peers().await {
-                Ok(peers) => {
+            match (overlay.known_peers().await, overlay.own_addrs().await) {
+                (Ok(peers), Ok(own)) => {
                     // The node's overlay keeps the default table: below its
                     // size, it has forgotten no peer it heard of.
                     let max_known = zorilla_core::neighbours::NeighbourConfig::default().max_known;
                     let every_peer = peers.len() < max_known;
-                    Done::PeerDistances(peers.into_iter().map(|p| p.rtt).collect(), every_peer)
+                    Done::PeerDistances(
+                        peers.into_iter().map(|p| p.rtt).collect(),
+                        every_peer,
+                        zorilla_overlay::addrs::reachability(&own),
+                    )
                 }
-                Err(_) => Done::Nothing,
+                _ => Done::Nothing,
             }
         });
     }

@@ -599,6 +599,11 @@ pub struct Pending {
     pub granted: u32,
     /// Workers the job needs to start.
     pub needed: u32,
+    /// Of the workers offered, those of nodes the job's other ranks could
+    /// not reach directly (a native job's ranks connect to each other:
+    /// nodes behind another NAT are left out).
+    #[serde(default)]
+    pub apart: u32,
 }
 
 /// A job's status.

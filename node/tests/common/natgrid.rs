@@ -65,74 +65,8 @@ pub(crate) async fn two_nodes_behind_nats_run_a_job(nat: Nat) -> Outcome {
 /// [`two_nodes_behind_nats_run_a_job`], with `relay_args` given to the
 /// public node (its relay's limits).
 pub(crate) async fn behind_nats_with_relay_args(nat: Nat, relay_args: &[String]) -> Outcome {
-    let hosts = Hosts::behind_nats(1, &[nat, nat]);
-    let dir = tempfile::tempdir().unwrap();
-    let network = format!("test-nat-{}", std::process::id());
-    // The overlay's NAT decisions are logged at info; the rank links'
-    // streams at debug, so that a job that hangs says where (one did, with
-    // its ranks connected only 21 s after they started and the job never
-    // completing after that).
-    // The relayed connections at debug, so that the circuits can be counted.
-    let env = vec![(
-        "RUST_LOG".to_string(),
-        "info,libp2p=error,zorilla_node::link=debug,zorilla_overlay::streams=debug,\
-         zorilla_overlay::overlay::driver::nat=debug"
-            .to_string(),
-    )];
-    let start = Instant::now();
-    let mut nodes: Vec<TestNode> = Vec::new();
-    for (i, host) in hosts.hosts.iter().enumerate() {
-        let node_dir = dir.path().join(format!("n{i}"));
-        let bootstrap = nodes.first().map(|n| n.listen.clone());
-        let cores = if i == 0 { 0 } else { 1 };
-        let extra = if i == 0 { relay_args } else { &[] };
-        let args = TestNode::args(
-            &node_dir,
-            &network,
-            bootstrap.as_deref(),
-            cores,
-            "0.0.0.0",
-            extra,
-        );
-        nodes.push(TestNode::spawn_on(
-            &node_dir,
-            args,
-            env.clone(),
-            Some(host.clone()),
-        ));
-    }
-    // Their logs are shown if the test fails (Grid's drop).
-    let grid = Grid {
-        nodes,
-        hosts: Some(hosts),
-        _dir: dir,
-        network,
-    };
-    let (nodes, hosts) = (&grid.nodes, grid.hosts.as_ref().unwrap());
-    let deadline = Duration::from_secs(90);
-    // P: reachable (the NATed nodes connected to it; AutoNAT asks only
-    // peers it dialed, and it dials none of them).
-    let public = format!("/ip4/{}/tcp/", hosts.hosts[0].ip);
-    let p = wait_address(&nodes[0], deadline, "confirmed address", |a| {
-        a.address.starts_with(&public) && a.reachable && a.why.contains("confirmed")
-    })
-    .await;
-    eprintln!("P: {p:?}");
-    // A and B: their NAT's address is not advertised; a relayed one is.
-    for node in &nodes[1..] {
-        let relayed = wait_address(node, deadline, "relayed address", |a| {
-            a.address.contains("/p2p-circuit") && a.reachable
-        })
-        .await;
-        assert!(relayed.address.starts_with(&public), "{relayed:?}");
-        let shown = addresses(node).await;
-        let nat_addr = format!("/ip4/10.77.200.{}/", 100 + node.host.as_ref().unwrap().site);
-        for a in shown.iter().filter(|a| a.address.starts_with(&nat_addr)) {
-            assert!(!a.reachable, "{}: {a:?}", node.peer);
-        }
-        eprintln!("{}: {shown:?}", node.peer);
-    }
-    let relayed_after = start.elapsed();
+    let (grid, relayed_after) = nat_grid(nat, relay_args, &[]).await;
+    let nodes = &grid.nodes;
 
     // The job: pingpong between rank 0 and rank 1, one behind each NAT.
     let request = JobRequest {
@@ -207,5 +141,102 @@ pub(crate) async fn behind_nats_with_relay_args(nat: Nat, relay_args: &[String])
         relayed_after,
         roundtrips,
         circuits,
+    }
+}
+
+/// The public node P (no cores, `relay_args`) and A and B behind NATs of
+/// kind `nat` each (a core each, `member_args`), once P's address is
+/// confirmed and A and B advertise relayed addresses; and how long that
+/// took.
+pub(crate) async fn nat_grid(
+    nat: Nat,
+    relay_args: &[String],
+    member_args: &[String],
+) -> (Grid, Duration) {
+    let hosts = Hosts::behind_nats(1, &[nat, nat]);
+    let dir = tempfile::tempdir().unwrap();
+    let network = format!("test-nat-{}", std::process::id());
+    // The overlay's NAT decisions are logged at info; the rank links'
+    // streams at debug, so that a job that hangs says where (one did, with
+    // its ranks connected only 21 s after they started and the job never
+    // completing after that).
+    // The relayed connections at debug, so that the circuits can be counted.
+    let env = vec![(
+        "RUST_LOG".to_string(),
+        "info,libp2p=error,zorilla_node::link=debug,zorilla_overlay::streams=debug,\
+         zorilla_overlay::overlay::driver::nat=debug"
+            .to_string(),
+    )];
+    let start = Instant::now();
+    let mut nodes: Vec<TestNode> = Vec::new();
+    for (i, host) in hosts.hosts.iter().enumerate() {
+        let node_dir = dir.path().join(format!("n{i}"));
+        let bootstrap = nodes.first().map(|n| n.listen.clone());
+        let cores = if i == 0 { 0 } else { 1 };
+        let extra = if i == 0 { relay_args } else { member_args };
+        let args = TestNode::args(
+            &node_dir,
+            &network,
+            bootstrap.as_deref(),
+            cores,
+            "0.0.0.0",
+            extra,
+        );
+        nodes.push(TestNode::spawn_on(
+            &node_dir,
+            args,
+            env.clone(),
+            Some(host.clone()),
+        ));
+    }
+    // Their logs are shown if the test fails (Grid's drop).
+    let grid = Grid {
+        nodes,
+        hosts: Some(hosts),
+        _dir: dir,
+        network,
+    };
+    let (nodes, hosts) = (&grid.nodes, grid.hosts.as_ref().unwrap());
+    let deadline = Duration::from_secs(90);
+    // P: reachable (the NATed nodes connected to it; AutoNAT asks only
+    // peers it dialed, and it dials none of them).
+    let public = format!("/ip4/{}/tcp/", hosts.hosts[0].ip);
+    let p = wait_address(&nodes[0], deadline, "confirmed address", |a| {
+        a.address.starts_with(&public) && a.reachable && a.why.contains("confirmed")
+    })
+    .await;
+    eprintln!("P: {p:?}");
+    // A and B: their NAT's address is not advertised; a relayed one is.
+    for node in &nodes[1..] {
+        let relayed = wait_address(node, deadline, "relayed address", |a| {
+            a.address.contains("/p2p-circuit") && a.reachable
+        })
+        .await;
+        assert!(relayed.address.starts_with(&public), "{relayed:?}");
+        let shown = addresses(node).await;
+        let nat_addr = format!("/ip4/10.77.200.{}/", 100 + node.host.as_ref().unwrap().site);
+        for a in shown.iter().filter(|a| a.address.starts_with(&nat_addr)) {
+            assert!(!a.reachable, "{}: {a:?}", node.peer);
+        }
+        eprintln!("{}: {shown:?}", node.peer);
+    }
+    (grid, start.elapsed())
+}
+
+/// Waits until the log of `node` has a line containing `text`.
+pub(crate) async fn wait_log(node: &TestNode, text: &str, deadline: Duration) {
+    let start = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(node.dir.join("node.log")).unwrap_or_default();
+        if log.lines().any(|l| l.contains(text)) {
+            return;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "{}: no {text:?} in its log after {deadline:?}\n{}",
+            node.peer,
+            node.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -424,6 +424,7 @@ class Pending:
     refusals: Dict[str, int] = field(default_factory=dict)
     granted: int = 0
     needed: int = 0
+    apart: int = 0
 
     @classmethod
     def from_wire(cls, value: Any) -> "Pending":
@@ -444,6 +445,7 @@ class Pending:
             refusals=counts("refusals"),
             granted=_uint(d, "granted", w, 0),
             needed=_uint(d, "needed", w, 0),
+            apart=_uint(d, "apart", w, 0),
         )
 
 

@@ -284,6 +284,13 @@ pub(crate) fn describe(status: &JobStatus) -> String {
         for (reason, n) in &p.refusals {
             out.push_str(&format!("          {n} offers refused: {reason}\n"));
         }
+        if p.apart > 0 {
+            out.push_str(&format!(
+                "          {} workers offered by nodes the other ranks cannot reach directly \
+                 (behind another NAT)\n",
+                p.apart
+            ));
+        }
     }
     if !status.ranks.is_empty() {
         out.push_str(if status.tasks.is_some() {
