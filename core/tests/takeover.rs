@@ -29,6 +29,7 @@ fn config(cores: u32) -> SchedulerConfig<u32> {
 
 fn spec(min: u32, max: u32, lost: LostPolicy) -> JobSpec {
     JobSpec {
+        runs: 1,
         per_worker: Resources::new(1, 100, 0),
         workers: WorkerCount { min, max },
         strategy: Strategy::Concentrate,
@@ -209,6 +210,7 @@ fn the_log_rebuilds_the_rank_table_at_every_step_of_random_runs() {
                     home.handle(
                         now,
                         Input::RankEnded {
+                            digest: None,
                             job: JOB,
                             node,
                             rank,
@@ -271,6 +273,7 @@ fn a_successor_adopts_a_running_job_tells_its_nodes_and_finishes_it() {
     let out = old.handle(
         ms(10),
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node: 2,
             rank: 1,
@@ -305,6 +308,7 @@ fn a_successor_adopts_a_running_job_tells_its_nodes_and_finishes_it() {
     let out = successor.handle(
         ms(2100),
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node: 1,
             rank: 0,
@@ -353,6 +357,7 @@ fn a_log_cut_after_the_grants_before_the_start_replays_a_running_job_that_comple
         out = successor.handle(
             ms(1100),
             Input::RankEnded {
+                digest: None,
                 job: JOB,
                 node,
                 rank,
@@ -457,6 +462,7 @@ fn a_successor_completes_a_job_whose_log_has_every_rank_ended() {
         old.handle(
             ms(10),
             Input::RankEnded {
+                digest: None,
                 job: JOB,
                 node,
                 rank,

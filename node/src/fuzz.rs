@@ -691,6 +691,9 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
         }),
         8 => PeerRpc::Member(MemberRpc::WorkerEnded {
             job,
+            digest: g
+                .bool()
+                .then(|| zorilla_core::runs::ResultDigest([g.u32() as u8; 32])),
             rank: g.u32(),
             incarnation: g.u32(),
             end: match g.u32() % 3 {

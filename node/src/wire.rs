@@ -605,6 +605,7 @@ mod replica_tests {
         let primary = PeerId::random();
         let epoch = Epoch { term: 0, primary };
         let spec = JobSpec {
+            runs: 1,
             per_worker: Resources::new(1, 64, 0),
             workers: WorkerCount { min: 8, max: 8 },
             strategy: Strategy::Concentrate,

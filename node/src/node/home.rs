@@ -268,6 +268,7 @@ impl Node {
                 node,
                 rank,
                 outcome,
+                ..
             } => {
                 if self.is_array(job.0) {
                     if !outcome.is_success() {

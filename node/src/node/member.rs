@@ -356,11 +356,14 @@ impl Node {
                     let net = self.net.clone();
                     let end = WorkerEnd::Failed(Failure::NotStarted(cut_outcome(e.to_string())));
                     self.tasks.spawn(async move {
+                        // No digest: a worker that never ran computed
+                        // nothing to compare.
                         let rpc = PeerRpc::Member(MemberRpc::WorkerEnded {
                             job,
                             rank,
                             incarnation,
                             end,
+                            digest: None,
                         });
                         let _ = net.call(home, rpc).await;
                         Done::WorkerEnded {
@@ -713,6 +716,7 @@ pub(super) async fn supervise(
         rank,
         incarnation,
         end,
+        digest: None,
     });
     let mut ended = Ended {
         net,

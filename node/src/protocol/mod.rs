@@ -252,6 +252,7 @@ impl JobRequest {
     /// The core's view of the request.
     pub fn spec(&self) -> JobSpec {
         JobSpec {
+            runs: 1,
             per_worker: Resources::new(self.cores, self.memory_mib, self.disk_mib),
             workers: WorkerCount {
                 min: self.min_workers,
