@@ -252,6 +252,7 @@ fn job_request(g: &mut Gen) -> JobRequest {
             retries: g.u8(),
             args_file: g.option(Gen::string),
         }),
+        replicas: g.u8(),
     }
 }
 
@@ -630,6 +631,7 @@ fn placed(g: &mut Gen) -> Placed {
 
 fn job_record(g: &mut Gen) -> JobRecord {
     JobRecord {
+        kept_run: None,
         id: g.int(),
         phase: job_phase(g),
         reason: g.string(),

@@ -84,6 +84,18 @@ pub enum Invalid {
         /// The most.
         max: u32,
     },
+    /// A job that runs more than once, not deterministic.
+    #[error(
+        "a job that runs {0} times (replicas) must be deterministic (\"deterministic\": SEED, \
+         --deterministic): runs that read the clock or fresh random bytes would never agree"
+    )]
+    ReplicasNotDeterministic(u8),
+    /// A job that runs more than once, of more than one worker.
+    #[error(
+        "a job that runs {0} times (replicas) must be of one worker and not a job array \
+         (replicated jobs of several ranks are not supported yet)"
+    )]
+    ReplicasShape(u8),
     /// A job array's task arguments file that cannot serve its tasks.
     #[error("the task arguments file cannot be used: {0}")]
     TaskArgs(String),
@@ -119,6 +131,15 @@ pub(crate) fn printable(name: &str) -> String {
 /// MiB per worker, the wall time, and the arguments (count, total bytes,
 /// no NUL).
 pub fn request(request: &JobRequest) -> Result<(), Invalid> {
+    limits::one_to("replicas", request.replicas, zorilla_core::runs::MAX_RUNS)?;
+    if request.replicas > 1 {
+        if request.deterministic.is_none() {
+            return Err(Invalid::ReplicasNotDeterministic(request.replicas));
+        }
+        if request.tasks.is_some() || request.max_workers != 1 || request.min_workers != 1 {
+            return Err(Invalid::ReplicasShape(request.replicas));
+        }
+    }
     let spec = request.spec();
     spec.check(MAX_WORKERS)?;
     if request.cores == 0 {

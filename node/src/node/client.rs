@@ -198,6 +198,7 @@ impl Node {
             files.push((&r.sha256, &f.data));
         }
         let record = JobRecord {
+            kept_run: None,
             id,
             // Stored straight as scheduling: the scheduler gets the job in
             // this same step, so a crash cannot fall between the two.
@@ -364,6 +365,9 @@ impl Node {
             return not_found(job);
         };
         let terminal = record.phase.is_terminal();
+        if let Some(kept) = record.kept() {
+            return self.kept_logs_page(job, from, max_bytes, terminal, kept);
+        }
         match self.store.logs_from(job, from, max_bytes) {
             Ok((_, _, stored)) if from > stored => Response::error(
                 ErrorKind::BadRequest,
@@ -380,6 +384,42 @@ impl Node {
                 next,
             }),
             Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
+        }
+    }
+
+    /// [`Node::logs_page`] of a job that ran more than once and kept the
+    /// run whose workers are `first..first + size`: that run's chunks only,
+    /// with their ranks within the run. A page of the store's with none
+    /// of them is skipped, so that a page is empty only at the end.
+    fn kept_logs_page(
+        &self,
+        job: u64,
+        mut from: u64,
+        max_bytes: usize,
+        terminal: bool,
+        (first, size): (u32, u32),
+    ) -> Response {
+        loop {
+            match self.store.logs_from(job, from, max_bytes) {
+                Ok((chunks, next, stored)) => {
+                    let chunks: Vec<crate::protocol::LogChunk> = chunks
+                        .into_iter()
+                        .filter_map(|mut chunk| {
+                            chunk.rank = chunk.rank.checked_sub(first).filter(|r| *r < size)?;
+                            Some(chunk)
+                        })
+                        .collect();
+                    if !chunks.is_empty() || next >= stored || next <= from {
+                        return Response::Logs(LogPage {
+                            ended: terminal && next >= stored,
+                            chunks,
+                            next,
+                        });
+                    }
+                    from = next;
+                }
+                Err(e) => return Response::error(ErrorKind::Internal, e.to_string()),
+            }
         }
     }
 

@@ -52,6 +52,7 @@ use members::Members;
 mod answers;
 mod checkpoints;
 mod client;
+mod digest;
 mod files;
 mod home;
 mod homejobs;
