@@ -90,10 +90,10 @@ pub enum Invalid {
          --deterministic): runs that read the clock or fresh random bytes would never agree"
     )]
     ReplicasNotDeterministic(u8),
-    /// A job that runs more than once, of more than one worker.
+    /// A job that runs more than once whose size may change, or an array.
     #[error(
-        "a job that runs {0} times (replicas) must be of one worker and not a job array \
-         (replicated jobs of several ranks are not supported yet)"
+        "a job that runs {0} times (replicas) must be of a fixed size (min_workers = \
+         max_workers: every run the same) and not a job array"
     )]
     ReplicasShape(u8),
     /// A job array's task arguments file that cannot serve its tasks.
@@ -136,7 +136,7 @@ pub fn request(request: &JobRequest) -> Result<(), Invalid> {
         if request.deterministic.is_none() {
             return Err(Invalid::ReplicasNotDeterministic(request.replicas));
         }
-        if request.tasks.is_some() || request.max_workers != 1 || request.min_workers != 1 {
+        if request.tasks.is_some() || request.max_workers != request.min_workers {
             return Err(Invalid::ReplicasShape(request.replicas));
         }
     }

@@ -3,9 +3,10 @@
 //! test-only `test-corrupt` feature, it adds a line to the stdout and
 //! output files of every worker it runs. A job that runs three times
 //! completes with the majority's results, names the liar and its home
-//! avoids it from then on; two runs that differ fail the job naming both
-//! nodes; an unreplicated job trusts its node as before; a lost run does
-//! not stop the job while another runs on.
+//! avoids it from then on, also when each run is a parallel job of its
+//! own; two runs that differ fail the job naming both nodes; an
+//! unreplicated job trusts its node as before; a lost run does not stop
+//! the job while another runs on.
 //!
 //! Run with `cargo test --workspace --features zorilla-node/test-corrupt
 //! --test replicated` (scripts/test.sh does).
@@ -176,6 +177,59 @@ async fn two_runs_that_differ_fail_naming_both_and_unreplicated_jobs_trust_their
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_run_of_a_parallel_job_is_a_world_of_its_own_and_the_liars_run_is_outvoted() {
+    // Three nodes of two cores, node 2 lying: each run's two ranks on one
+    // node (concentrate), messages and barriers within the run.
+    let grid = common::sites_grid_env(
+        Net::Loopback,
+        &[4],
+        |i| if i == 0 { 0 } else { 2 },
+        |_| Vec::new(),
+        |i| match i {
+            2 => vec![("ZORILLA_TEST_CORRUPT".into(), "1".into())],
+            _ => Vec::new(),
+        },
+    );
+    let liar = grid.nodes[2].peer.clone();
+    wait_for_neighbours(&grid.nodes, 3, DEADLINE).await;
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 2,
+        args: vec!["2".into(), "20".into()],
+        ..detcheck(3)
+    };
+    let job = client
+        .submit(request, wasm("barrier"), vec![])
+        .await
+        .unwrap();
+    let status = wait_completed(&mut client, job, DEADLINE).await;
+    assert_eq!(status.ranks.len(), 6, "{status:?}");
+    // Workers 2k and 2k+1 (run k) on one node, every run on another.
+    for run in 0..3 {
+        assert_eq!(
+            status.ranks[&(2 * run)].node,
+            status.ranks[&(2 * run + 1)].node
+        );
+    }
+    assert!(
+        status
+            .reason
+            .contains(&format!("node {liar} disagreed with the majority")),
+        "{}",
+        status.reason
+    );
+    let logs = client.logs(job).await.unwrap();
+    assert!(logs.iter().all(|c| c.rank < 2), "the kept run's ranks only");
+    let stdout = common::stdout_of(&logs);
+    assert!(stdout.contains("barrier ranks=2 rounds=2 ok"), "{stdout}");
+    assert!(
+        !stdout.contains(MADE_UP) && !stdout.contains("FAIL"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_run_does_not_stop_the_job_while_another_runs_on() {
     let mut grid = grid(2, None);
     wait_for_neighbours(&grid.nodes, 2, DEADLINE).await;
@@ -228,11 +282,11 @@ async fn replicas_are_checked_when_decoded() {
         ),
         (
             JobRequest {
-                min_workers: 2,
+                min_workers: 1,
                 max_workers: 2,
                 ..detcheck(2)
             },
-            "must be of one worker",
+            "must be of a fixed size",
         ),
     ] {
         let refused = client

@@ -17,7 +17,7 @@ use super::digest;
 use super::files::{PrepareError, Runnable, link_inputs, prepare};
 use super::members::{Ends, RunningWorker};
 use super::{COPY_STALE, Done, MachineOutput, NoState, Node, random_u64};
-use crate::net::{BarrierItem, Net, NetTransport};
+use crate::net::{BarrierItem, Net, NetTransport, World};
 use crate::protocol::{JobPhase, LogChunk};
 use crate::validate;
 use crate::wire::barrier::BarrierRpc;
@@ -414,31 +414,35 @@ impl Node {
             // A job array's task is a world of its own (rank 0 of 1): its
             // rank at the home is its task index, which it reads from
             // ZORILLA_TASK, with its line of the task arguments file. So
-            // is each run of a job that runs more than once (of one rank:
-            // see `validate::request`): its worker at the home is its run.
+            // is each run of a job of one rank that runs more than once:
+            // its worker at the home is its run. A run of several ranks
+            // is a world of its own over the overlay (`net::World`).
             let replicated = info.request.replicas > 1;
-            let solo = info.request.tasks.is_some() || replicated;
-            let transport: Box<dyn zorilla_sandbox::transport::Transport> = match solo {
-                true => {
-                    drop((inbox, barrier_rx));
-                    Box::new(zorilla_sandbox::local::LocalGroup::solo(SOLO_INBOX))
-                }
-                false => Box::new(NetTransport::new(
+            let size = info.request.max_workers.max(1);
+            let solo = info.request.tasks.is_some() || (replicated && size == 1);
+            let transport: Box<dyn zorilla_sandbox::transport::Transport> = if solo {
+                drop((inbox, barrier_rx));
+                Box::new(zorilla_sandbox::local::LocalGroup::solo(SOLO_INBOX))
+            } else {
+                let transport = NetTransport::new(
                     rank,
                     self.net.clone(),
                     job_net.clone(),
                     inbox,
                     barrier_rx,
                     random_u64(),
-                )),
+                );
+                Box::new(match replicated {
+                    true => transport.in_world(World {
+                        base: rank - rank % size,
+                        size,
+                    }),
+                    false => transport,
+                })
             };
             // Its rank within its run: every run's worker is the same
             // rank, with the same random bytes.
-            let world_rank = if replicated {
-                rank % info.request.max_workers.max(1)
-            } else {
-                rank
-            };
+            let world_rank = if replicated { rank % size } else { rank };
             // A deterministic worker's environment is the same in every
             // run of the job: without the job's id.
             let deterministic =

@@ -139,7 +139,8 @@ pub struct JobRequest {
     /// run uses, the runs' results compared by digest at the home: the
     /// majority's are kept, and nodes that gave others are named and
     /// avoided (see `zorilla_core::runs`). More than 1 needs a
-    /// deterministic job of one rank. Left out of the encoding when 1.
+    /// deterministic job of a fixed size, not an array (each run is then
+    /// a world of its own). Left out of the encoding when 1.
     #[serde(skip_serializing_if = "is_one")]
     pub replicas: u8,
 }

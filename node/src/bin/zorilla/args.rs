@@ -204,7 +204,7 @@ pub(crate) struct SubmitArgs {
     pub(crate) seed: Option<u64>,
     /// Run the job this many times (1 to 3), each run on nodes no other
     /// run uses, and keep the results most runs agree on; nodes that gave
-    /// others are named and avoided. Implies --deterministic; one worker.
+    /// others are named and avoided. Implies --deterministic; a fixed size.
     #[arg(long)]
     pub(crate) replicas: Option<u8>,
     /// Among your jobs waiting for the same cores, higher goes first

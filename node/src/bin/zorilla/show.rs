@@ -252,8 +252,8 @@ pub(crate) fn describe(status: &JobStatus) -> String {
     if r.replicas > 1 {
         out.push_str(&format!(
             "replicas  {} runs on distinct nodes, their results compared; the majority's \
-             are kept (worker w is run w)\n",
-            r.replicas
+             are kept (worker w is rank w % {} of run w / {})\n",
+            r.replicas, r.max_workers, r.max_workers
         ));
     }
     if r.priority != 0 {
