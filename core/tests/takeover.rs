@@ -542,3 +542,54 @@ fn a_log_without_its_spec_replays_to_nothing() {
     assert!(JobState::replay(&entries).is_none());
     assert!(JobState::<u32>::replay(&[]).is_none());
 }
+
+/// A job that runs three times changes home between its runs' ends: the
+/// log carries each end's digest, so the successor compares all three and
+/// keeps the majority, naming the run that gave another result.
+#[test]
+fn a_successor_compares_a_replicated_jobs_runs_with_the_digests_its_log_kept() {
+    use zorilla_core::runs::ResultDigest;
+    let spec = JobSpec {
+        runs: 3,
+        ..spec(3, 3, LostPolicy::Fail)
+    };
+    let (mut old, _) = Logged::submit(0, ms(0), spec);
+    for node in 1..=3 {
+        old.offer(ms(node.into()), node, 1);
+    }
+    let end = |node: u32, digest: u8| Input::RankEnded {
+        job: JOB,
+        node,
+        rank: node - 1,
+        incarnation: node - 1,
+        end: WorkerEnd::Exited(0),
+        digest: Some(ResultDigest([digest; 32])),
+    };
+    old.handle(ms(100), end(1, 7));
+    old.handle(ms(110), end(2, 9));
+    old.assert_replays();
+    let state = JobState::replay(&old.log).unwrap();
+    assert_eq!(state.spec.runs, 3);
+    let mut successor = Scheduler::new(3, config(0));
+    successor.adopt(ms(2000), JOB, 1, state);
+    let out = successor.handle(ms(2100), end(3, 7));
+    let ended = out.iter().find_map(|o| match o {
+        Output::Job(JobEvent::Ended { phase, reason, .. }) => Some((*phase, reason.clone())),
+        _ => None,
+    });
+    assert_eq!(
+        ended,
+        Some((
+            Phase::Completed,
+            EndReason::RunsKept {
+                runs: 3,
+                kept: 0,
+                agreed: 2,
+                completed: 3,
+                dissenters: vec![2],
+                failed: None,
+            }
+        ))
+    );
+    assert!(successor.avoided().contains(&2));
+}

@@ -500,14 +500,17 @@ pub(super) fn not_found(job: u64) -> Response {
 /// offers to jobs (`disk_mib` of its configuration), and no more than the
 /// job's workers may leave in all when the job says how much disk each
 /// gets (its `disk_mib` times its most workers; a job array's, times its
-/// tasks).
+/// tasks; a replicated job's, times its runs: every run's outputs come
+/// home until the runs are compared).
 pub(super) fn output_room(request: &JobRequest, home_disk_mib: u64) -> u64 {
     let mut mib = home_disk_mib;
     if request.disk_mib > 0 {
-        let workers = request
-            .tasks
-            .as_ref()
-            .map_or(request.max_workers, |t| t.count);
+        let workers = request.tasks.as_ref().map_or(
+            request
+                .max_workers
+                .saturating_mul(u32::from(request.replicas.max(1))),
+            |t| t.count,
+        );
         mib = mib.min(request.disk_mib.saturating_mul(u64::from(workers)));
     }
     mib.saturating_mul(1024 * 1024)
