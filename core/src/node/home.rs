@@ -570,7 +570,8 @@ impl<P: PeerKey> Scheduler<P> {
     }
 
     /// A node reported the end of a rank's worker: the rank table records
-    /// it (unless it is stale), and the job fails or completes by it.
+    /// it (unless it is stale), and the job fails or completes by it (a
+    /// job that runs more than once, by its runs once none runs).
     pub(super) fn rank_ended(
         &mut self,
         now: Time,

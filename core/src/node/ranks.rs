@@ -13,7 +13,10 @@
 //! completes once every placed rank exited with status 0 and at least its
 //! `min` workers were placed. A report from a worker the table no longer
 //! places (another node, or an older incarnation on the same node) is
-//! ignored, and so is a second report of the same worker.
+//! ignored, and so is a second report of the same worker. A job that runs
+//! more than once (`JobSpec::runs`) has every run's workers here, each end
+//! with its result digest; no single end fails or completes it: its runs
+//! are compared once none runs (see [`crate::runs`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
