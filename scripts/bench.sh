@@ -176,6 +176,7 @@ run_bench zorilla-node failover
 run_bench zorilla-node realnet
 run_bench zorilla-node arrays
 run_bench zorilla-node native_mpi
+run_bench zorilla-node replication
 
 "${CARGO_TARGET_DIR:-target}/$sim_target/bench-report" --logs "$logs" --markdown "$markdown" \
     --readme "$readme" --svg-dir "$svg_dir"

@@ -57,6 +57,11 @@ cargo test --workspace --locked
 echo "== the Python client (sdk/python/run-tests.sh)"
 sdk/python/run-tests.sh
 
+# A lying node is a test-only cargo feature (`test-corrupt`): no node built
+# without it can be told to lie. Its one test builds the node with it.
+echo "== replicated jobs beside a lying node (cargo feature test-corrupt)"
+cargo test --workspace --locked --features zorilla-node/test-corrupt --test replicated
+
 # QUIC is a cargo feature (`quic`, on by default): the build without it
 # must compile, lint clean and refuse QUIC. Only the QUIC tests of the
 # overlay run here (a minute or two); the node's unit tests without the

@@ -365,6 +365,7 @@ mod tests {
         use crate::node::RankOutcome;
         let end = |node: u32, rank: u32| {
             JobEntry::Event(JobEvent::RankEnded {
+                digest: None,
                 job: JobId(7),
                 node,
                 rank,

@@ -29,6 +29,10 @@
 //! - [`bounded`]: the rule of every per-peer table that is full.
 //! - [`channel`]: exactly-once, in-order, flow-controlled message channels
 //!   between the ranks of a job (sequencing, acks, credit).
+//! - [`runs`]: replicated execution: a job run several times on distinct
+//!   nodes, its runs' results compared by digest, the majority kept and
+//!   the nodes that dissented avoided (not [`replica`], which copies a
+//!   job's state for failover).
 //! - [`replica`]: a job's replicated state: the primary's numbered log,
 //!   its copies, the lease and the deterministic choice of a successor.
 //! - [`copies`]: which nodes hold copies of a job's replicated state.
@@ -64,6 +68,7 @@ pub mod neighbours;
 pub mod node;
 pub mod replica;
 pub mod resources;
+pub mod runs;
 pub mod schedule;
 pub mod stall;
 pub mod vivaldi;

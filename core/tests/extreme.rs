@@ -202,6 +202,7 @@ fn spec() -> impl Strategy<Value = JobSpec> {
     )
         .prop_map(
             |(per_worker, workers, strategy, lifetime, replace)| JobSpec {
+                runs: 1,
                 per_worker,
                 workers,
                 strategy,
@@ -374,7 +375,7 @@ proptest! {
                 Op::Cancel(job) => node.handle(now, Input::Cancel(job)),
                 Op::RankEnded(job, from, rank, incarnation, end) => node.handle(
                     now,
-                    Input::RankEnded { job, node: from, rank, incarnation, end },
+                    Input::RankEnded { job, node: from, rank, incarnation, end, digest: None },
                 ),
                 Op::RanksLost(job, from, ranks) => node.handle(
                     now,
@@ -413,6 +414,7 @@ fn lifetimes_near_two_to_the_64_seconds_are_refused() {
     for secs in [u64::MAX, u64::MAX - 1] {
         let node = Scheduler::new(ME, SchedulerConfig::default());
         let spec = JobSpec {
+            runs: 1,
             per_worker: Resources::new(1, 64, 0),
             workers: WorkerCount::rigid(1),
             strategy: MapStrategy::Concentrate,

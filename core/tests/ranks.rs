@@ -41,6 +41,7 @@ fn running_with(workers: WorkerCount, nodes: &[u32], on_worker_lost: LostPolicy)
         },
     );
     let spec = JobSpec {
+        runs: 1,
         per_worker: Resources::new(1, 100, 0),
         workers,
         strategy: zorilla_core::advert::Strategy::Concentrate,
@@ -68,7 +69,8 @@ fn running_with(workers: WorkerCount, nodes: &[u32], on_worker_lost: LostPolicy)
             Some(&Rank {
                 node: *node,
                 incarnation: i as u32,
-                outcome: None
+                outcome: None,
+                digest: None
             })
         );
     }
@@ -103,6 +105,7 @@ fn ends(
     home.handle(
         ms(100),
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node,
             rank,
@@ -114,6 +117,7 @@ fn ends(
 
 fn rank_ended(node: u32, rank: u32, outcome: RankOutcome) -> Output<u32> {
     Output::Job(JobEvent::RankEnded {
+        digest: None,
         job: JOB,
         node,
         rank,
@@ -444,6 +448,7 @@ fn reports_for_ranks_or_jobs_the_home_does_not_know_are_ignored() {
     let other = home.handle(
         ms(1),
         Input::RankEnded {
+            digest: None,
             job: JobId(99),
             node: 10,
             rank: 0,
@@ -469,6 +474,7 @@ fn nodes_granted_together_get_one_message_each_with_the_whole_placement() {
         },
     );
     let spec = JobSpec {
+        runs: 1,
         per_worker: Resources::new(1, 100, 0),
         workers: WorkerCount::rigid(3),
         strategy: zorilla_core::advert::Strategy::Concentrate,

@@ -33,6 +33,7 @@ fn config(cores: u32) -> SchedulerConfig<u32> {
 
 fn spec(workers: u32) -> JobSpec {
     JobSpec {
+        runs: 1,
         per_worker: Resources::new(1, 100, 0),
         workers: WorkerCount {
             min: workers,
@@ -250,6 +251,7 @@ fn a_lost_rank_rolls_every_rank_back_to_the_latest_common_generation() {
     let late = home.handle(
         ms(110),
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node,
             rank: 1,
@@ -318,6 +320,7 @@ fn a_lost_rank_rolls_every_rank_back_to_the_latest_common_generation() {
         last = home.handle(
             ms(300),
             Input::RankEnded {
+                digest: None,
                 job: JOB,
                 node,
                 rank,
@@ -492,6 +495,7 @@ fn a_job_that_replaces_or_fails_never_rolls_back_and_logs_no_checkpoint() {
     for policy in [LostPolicy::Replace, LostPolicy::Fail] {
         let mut sched = Scheduler::new(0, config(0));
         let spec = JobSpec {
+            runs: 1,
             on_worker_lost: policy,
             ..spec(2)
         };

@@ -29,6 +29,7 @@ fn config(cores: u32) -> SchedulerConfig<u32> {
 
 fn spec(min: u32, max: u32, lost: LostPolicy) -> JobSpec {
     JobSpec {
+        runs: 1,
         per_worker: Resources::new(1, 100, 0),
         workers: WorkerCount { min, max },
         strategy: Strategy::Concentrate,
@@ -209,6 +210,7 @@ fn the_log_rebuilds_the_rank_table_at_every_step_of_random_runs() {
                     home.handle(
                         now,
                         Input::RankEnded {
+                            digest: None,
                             job: JOB,
                             node,
                             rank,
@@ -271,6 +273,7 @@ fn a_successor_adopts_a_running_job_tells_its_nodes_and_finishes_it() {
     let out = old.handle(
         ms(10),
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node: 2,
             rank: 1,
@@ -305,6 +308,7 @@ fn a_successor_adopts_a_running_job_tells_its_nodes_and_finishes_it() {
     let out = successor.handle(
         ms(2100),
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node: 1,
             rank: 0,
@@ -353,6 +357,7 @@ fn a_log_cut_after_the_grants_before_the_start_replays_a_running_job_that_comple
         out = successor.handle(
             ms(1100),
             Input::RankEnded {
+                digest: None,
                 job: JOB,
                 node,
                 rank,
@@ -457,6 +462,7 @@ fn a_successor_completes_a_job_whose_log_has_every_rank_ended() {
         old.handle(
             ms(10),
             Input::RankEnded {
+                digest: None,
                 job: JOB,
                 node,
                 rank,
@@ -535,4 +541,55 @@ fn a_log_without_its_spec_replays_to_nothing() {
     })];
     assert!(JobState::replay(&entries).is_none());
     assert!(JobState::<u32>::replay(&[]).is_none());
+}
+
+/// A job that runs three times changes home between its runs' ends: the
+/// log carries each end's digest, so the successor compares all three and
+/// keeps the majority, naming the run that gave another result.
+#[test]
+fn a_successor_compares_a_replicated_jobs_runs_with_the_digests_its_log_kept() {
+    use zorilla_core::runs::ResultDigest;
+    let spec = JobSpec {
+        runs: 3,
+        ..spec(3, 3, LostPolicy::Fail)
+    };
+    let (mut old, _) = Logged::submit(0, ms(0), spec);
+    for node in 1..=3 {
+        old.offer(ms(node.into()), node, 1);
+    }
+    let end = |node: u32, digest: u8| Input::RankEnded {
+        job: JOB,
+        node,
+        rank: node - 1,
+        incarnation: node - 1,
+        end: WorkerEnd::Exited(0),
+        digest: Some(ResultDigest([digest; 32])),
+    };
+    old.handle(ms(100), end(1, 7));
+    old.handle(ms(110), end(2, 9));
+    old.assert_replays();
+    let state = JobState::replay(&old.log).unwrap();
+    assert_eq!(state.spec.runs, 3);
+    let mut successor = Scheduler::new(3, config(0));
+    successor.adopt(ms(2000), JOB, 1, state);
+    let out = successor.handle(ms(2100), end(3, 7));
+    let ended = out.iter().find_map(|o| match o {
+        Output::Job(JobEvent::Ended { phase, reason, .. }) => Some((*phase, reason.clone())),
+        _ => None,
+    });
+    assert_eq!(
+        ended,
+        Some((
+            Phase::Completed,
+            EndReason::RunsKept {
+                runs: 3,
+                kept: 0,
+                agreed: 2,
+                completed: 3,
+                dissenters: vec![2],
+                failed: None,
+            }
+        ))
+    );
+    assert!(successor.avoided().contains(&2));
 }

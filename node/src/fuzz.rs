@@ -252,6 +252,7 @@ fn job_request(g: &mut Gen) -> JobRequest {
             retries: g.u8(),
             args_file: g.option(Gen::string),
         }),
+        replicas: g.u8(),
     }
 }
 
@@ -632,6 +633,7 @@ fn placed(g: &mut Gen) -> Placed {
 
 fn job_record(g: &mut Gen) -> JobRecord {
     JobRecord {
+        kept_run: None,
         id: g.int(),
         phase: job_phase(g),
         reason: g.string(),
@@ -693,6 +695,9 @@ fn peer_rpc(g: &mut Gen) -> PeerRpc {
         }),
         8 => PeerRpc::Member(MemberRpc::WorkerEnded {
             job,
+            digest: g
+                .bool()
+                .then(|| zorilla_core::runs::ResultDigest([g.u32() as u8; 32])),
             rank: g.u32(),
             incarnation: g.u32(),
             end: match g.u32() % 3 {

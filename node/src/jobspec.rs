@@ -23,6 +23,8 @@
 //!                               # whose owners allow your native jobs (`native_users`)
 //! deterministic = false         # the same output bits in every run and on every node
 //! # seed = 7                    # of a deterministic job (default 0): keys its random bytes
+//! # replicas = 3                # run 3 times on distinct nodes, keep the majority's results
+//!                               # (implies deterministic; a fixed size, not an array)
 //! priority = 0                  # -128 to 127: among your jobs waiting for cores, higher first
 //! # tasks = 1000                # a job array: 1000 independent tasks (ZORILLA_TASK = 0..999)
 //! # max_running = 50            # ... at most 50 at once (default: all of them)
@@ -93,6 +95,11 @@ pub struct JobFile {
     pub deterministic: Option<bool>,
     /// The seed of a deterministic job (0 if left out).
     pub seed: Option<u64>,
+    /// How many times the job runs on distinct nodes, its runs' results
+    /// compared (1 to 3; see [`JobRequest::replicas`]). More than 1
+    /// makes the job deterministic (seed 0 unless `seed` says): runs that
+    /// read the clock or fresh random bytes would never agree.
+    pub replicas: Option<u8>,
     /// Among the user's own jobs waiting for the same cores, higher first.
     pub priority: Option<i8>,
     /// A job array of this many tasks (left out: not an array, unless
@@ -201,6 +208,7 @@ impl JobFile {
             native,
             deterministic,
             seed,
+            replicas,
             priority,
             tasks,
             max_running,
@@ -254,8 +262,16 @@ impl JobFile {
                  of {min} to {max} (a malleable job always has lost workers replaced)"
             )));
         }
+        let replicas = self.replicas.unwrap_or(1);
         let deterministic = match (self.deterministic, self.seed) {
+            (Some(false), _) if replicas > 1 => {
+                return Err(SpecError::Invalid(format!(
+                    "a job that runs {replicas} times (replicas) must be deterministic: runs \
+                     that read the clock or fresh random bytes would never agree"
+                )));
+            }
             (Some(true), seed) => Some(seed.unwrap_or(0)),
+            (None, seed) if replicas > 1 => Some(seed.unwrap_or(0)),
             (_, None) => None,
             (_, Some(_)) => {
                 return Err(SpecError::Invalid(
@@ -314,6 +330,7 @@ impl JobFile {
             deterministic,
             priority: self.priority.unwrap_or(defaults.priority),
             tasks,
+            replicas,
         };
         // The node's own check: what it would refuse is refused here,
         // before anything is sent.
@@ -463,6 +480,28 @@ mod tests {
         assert_eq!(request.strategy, Strategy::Spread);
         assert_eq!(request.on_worker_lost, LostPolicy::Replace);
         assert_eq!(request.args, vec!["14".to_string()]);
+    }
+
+    #[test]
+    fn replicas_make_a_job_deterministic_and_are_checked() {
+        let request = |toml: &str| toml::from_str::<JobFile>(toml).unwrap().request();
+        let replicated = request("replicas = 3").unwrap();
+        assert_eq!(
+            (replicated.replicas, replicated.deterministic),
+            (3, Some(0))
+        );
+        let seeded = request("replicas = 2\nseed = 7").unwrap();
+        assert_eq!(seeded.deterministic, Some(7));
+        assert_eq!(request("").unwrap().replicas, 1);
+        let clocked = request("replicas = 2\ndeterministic = false")
+            .unwrap_err()
+            .to_string();
+        assert!(clocked.contains("must be deterministic"), "{clocked}");
+        let many = request("replicas = 4").unwrap_err().to_string();
+        assert!(
+            many.contains("replicas is 4, but must be from 1 to 3"),
+            "{many}"
+        );
     }
 
     #[test]

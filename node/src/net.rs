@@ -257,9 +257,35 @@ impl<N: PartialEq> BarrierRound<N> {
     }
 }
 
+/// The ranks of one run of a job that runs more than once (see
+/// `zorilla_core::runs`): workers `base..base + size` at the home, which
+/// see one another as ranks `0..size` of a world of their own. What comes
+/// from a worker of another run (a message, a barrier call) is dropped: a
+/// node of one run cannot reach into another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct World {
+    /// The run's first worker at the home.
+    pub(crate) base: u32,
+    /// Its ranks.
+    pub(crate) size: u32,
+}
+
+impl World {
+    /// The rank within this world of worker `worker`; `None` if it is of
+    /// another run.
+    fn local(&self, worker: u32) -> Option<u32> {
+        worker.checked_sub(self.base).filter(|r| *r < self.size)
+    }
+}
+
 /// A worker's transport over the overlay.
 pub(crate) struct NetTransport {
+    /// The worker's rank at the home (its worker number, of a job that
+    /// runs more than once).
     rank: u32,
+    /// Of a job that runs more than once, the worker's run; `None`: the
+    /// job's ranks are one world.
+    world: Option<World>,
     net: Net,
     job: Arc<JobNet>,
     inbox: Arc<Inbox>,
@@ -306,6 +332,8 @@ async fn deliver(net: &Net, job: &JobNet, to: u32, rpc: PeerRpc) -> Result<(), T
 struct Withdrawal {
     net: Net,
     job: Arc<JobNet>,
+    /// The rank that coordinates the barrier (the world's first).
+    to: u32,
     from: u32,
     token: u64,
     armed: bool,
@@ -320,15 +348,15 @@ impl Drop for Withdrawal {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (net, job) = (self.net.clone(), self.job.clone());
+        let (net, job, to) = (self.net.clone(), self.job.clone(), self.to);
         let rpc = PeerRpc::Barrier(BarrierRpc {
             job: job.job,
-            to: 0,
+            to,
             from: self.from,
             msg: BarrierMsg::Withdraw { token: self.token },
         });
         runtime.spawn(async move {
-            let _ = tokio::time::timeout(WITHDRAW_FOR, deliver(&net, &job, 0, rpc)).await;
+            let _ = tokio::time::timeout(WITHDRAW_FOR, deliver(&net, &job, to, rpc)).await;
         });
     }
 }
@@ -346,6 +374,7 @@ impl NetTransport {
     ) -> NetTransport {
         NetTransport {
             rank,
+            world: None,
             net,
             job,
             inbox,
@@ -353,6 +382,35 @@ impl NetTransport {
             round: BarrierRound::default(),
             next_token: token_seed,
         }
+    }
+
+    /// This transport in `world` only (a run of a job that runs more
+    /// than once).
+    pub(crate) fn in_world(mut self, world: World) -> NetTransport {
+        self.world = Some(world);
+        self
+    }
+
+    /// The first worker of this worker's world: the barrier's coordinator.
+    fn base(&self) -> u32 {
+        self.world.map_or(0, |w| w.base)
+    }
+
+    /// Worker `worker` as a rank of this worker's world; `None` if it is
+    /// of another run.
+    fn local(&self, worker: u32) -> Option<u32> {
+        match self.world {
+            None => Some(worker),
+            Some(world) => world.local(worker),
+        }
+    }
+
+    /// Where this world's ranks run, by their ranks in it.
+    fn world_nodes(&self, placement: &BTreeMap<u32, Placed>) -> BTreeMap<u32, PeerId> {
+        nodes(placement)
+            .into_iter()
+            .filter_map(|(worker, node)| Some((self.local(worker)?, node)))
+            .collect()
     }
 
     async fn deliver(&self, to: u32, rpc: PeerRpc) -> Result<(), TransportError> {
@@ -368,15 +426,18 @@ impl NetTransport {
                 return Err(TransportError::Closed);
             }
             let size = self.size();
-            if self
-                .round
-                .complete(size, &nodes(&placement.borrow_and_update()))
-            {
+            let world = self.world_nodes(&placement.borrow_and_update());
+            if self.round.complete(size, &world) {
                 break;
             }
             tokio::select! {
                 item = self.barrier_rx.recv() => match item {
-                    Some(item) => self.round.handle(item.from, item.node, item.msg),
+                    Some(item) => {
+                        // Another run's worker has no say in this one's.
+                        if let Some(from) = self.local(item.from) {
+                            self.round.handle(from, item.node, item.msg);
+                        }
+                    }
                     None => return Err(TransportError::Closed),
                 },
                 // A new placement may void an arrival or make one count.
@@ -384,10 +445,11 @@ impl NetTransport {
             }
         }
         for (to, token) in self.round.finish() {
+            let to = self.base() + to;
             let rpc = PeerRpc::Barrier(BarrierRpc {
                 job: self.job.job,
                 to,
-                from: 0,
+                from: self.rank,
                 msg: BarrierMsg::Release { token },
             });
             self.deliver(to, rpc).await?;
@@ -401,20 +463,22 @@ impl NetTransport {
         let token = self.next_token;
         self.next_token = self.next_token.wrapping_add(1);
         // Armed from before the arrival is sent until the call returns.
+        let coordinator = self.base();
         let mut withdrawal = Withdrawal {
             net: self.net.clone(),
             job: self.job.clone(),
+            to: coordinator,
             from: self.rank,
             token,
             armed: true,
         };
         let rpc = PeerRpc::Barrier(BarrierRpc {
             job: self.job.job,
-            to: 0,
+            to: coordinator,
             from: self.rank,
             msg: BarrierMsg::Enter { token },
         });
-        let result = match self.deliver(0, rpc).await {
+        let result = match self.deliver(coordinator, rpc).await {
             Err(e) => Err(e),
             Ok(()) => loop {
                 match self.barrier_rx.recv().await {
@@ -505,11 +569,14 @@ impl Drop for NetTransport {
 
 impl Transport for NetTransport {
     fn rank(&self) -> Rank {
-        self.rank
+        self.rank - self.base()
     }
 
     fn size(&self) -> u32 {
-        self.job.size.load(Ordering::SeqCst)
+        match self.world {
+            Some(world) => world.size,
+            None => self.job.size.load(Ordering::SeqCst),
+        }
     }
 
     fn send(&mut self, to: Rank, payload: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>> {
@@ -518,17 +585,39 @@ impl Transport for NetTransport {
             if to >= size {
                 return Err(TransportError::BadRank { rank: to, size });
             }
-            self.send_message(to, payload).await
+            self.send_message(self.base() + to, payload).await
         })
     }
 
     fn recv(&mut self) -> BoxFuture<'_, Result<Delivery, TransportError>> {
-        Box::pin(self.inbox.recv())
+        if self.world.is_none() {
+            return Box::pin(self.inbox.recv());
+        }
+        // Cancel-safe: each delivery is taken whole, and one from another
+        // run is dropped before the next is waited for.
+        Box::pin(async move {
+            loop {
+                match self.inbox.recv().await? {
+                    Delivery::Message { from, payload } => {
+                        if let Some(from) = self.local(from) {
+                            return Ok(Delivery::Message { from, payload });
+                        }
+                    }
+                    Delivery::Membership(mut change) => {
+                        if let Some(rank) = self.local(change.rank) {
+                            change.rank = rank;
+                            change.size = self.size();
+                            return Ok(Delivery::Membership(change));
+                        }
+                    }
+                }
+            }
+        })
     }
 
     fn barrier(&mut self) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async move {
-            if self.rank == 0 {
+            if self.rank == self.base() {
                 self.coordinate_barrier().await
             } else {
                 self.enter_barrier().await

@@ -517,10 +517,10 @@ pub(crate) fn outputs(
         _ => return Response::error(ErrorKind::Internal, "not an outputs request"),
     };
     let id = zorilla_core::advert::JobId(job);
-    match store.job(job) {
+    let kept = match store.job(job) {
         Ok(Some(record)) if record.moved_to.is_none() => {
             match crate::owner::access(caller, sessions, job, record.owner.as_ref(), &request) {
-                Ok(Access::Full) => {}
+                Ok(Access::Full) => record.kept(),
                 Ok(Access::Public) => return crate::owner::owners_only(job, record.owner.as_ref()),
                 Err(e) => return e.response(),
             }
@@ -535,6 +535,9 @@ pub(crate) fn outputs(
             return Response::error(ErrorKind::NotFound, format!("no job {id} on this node"));
         }
         Err(e) => return Response::error(ErrorKind::Internal, e.to_string()),
+    };
+    if let Some(kept) = kept {
+        return kept_outputs(store, job, kept, request);
     }
     let answer = match request {
         Request::OutputBlock {
@@ -560,6 +563,64 @@ pub(crate) fn outputs(
                         })
                         .collect();
                     Response::Outputs(OutputPage { files, more })
+                })
+        }
+        _ => return Response::error(ErrorKind::Internal, "not an outputs request"),
+    };
+    answer.unwrap_or_else(|e| Response::error(ErrorKind::Internal, e.to_string()))
+}
+
+/// [`outputs`] of a job that ran more than once and kept the results of
+/// the run whose workers are `first..first + size` (see
+/// [`JobRecord::kept`](crate::store::JobRecord::kept)): only that run's
+/// files, named by their rank within the run, as an unreplicated job's.
+fn kept_outputs(store: &Store, job: u64, (first, size): (u32, u32), request: Request) -> Response {
+    // "rank/path" of the kept run's worker, as the home stored it.
+    let stored = |name: &str| -> Option<String> {
+        let (rank, path) = name.split_once('/')?;
+        let rank: u32 = rank.parse().ok().filter(|r| *r < size)?;
+        Some(format!("{}/{path}", first + rank))
+    };
+    let answer = match request {
+        Request::OutputBlock {
+            name, offset, len, ..
+        } => match stored(&name) {
+            None => Ok(None),
+            Some(stored) => store.output_block(job, &stored, offset, len as usize),
+        }
+        .map(|block| match block {
+            Some((data, size)) => Response::OutputBlock(OutputData { data, size }),
+            None => Response::error(
+                ErrorKind::NotFound,
+                format!(
+                    "job {} has no output named {name:?}",
+                    zorilla_core::advert::JobId(job)
+                ),
+            ),
+        }),
+        Request::Outputs { after, .. } => {
+            // A run's files are at most a worker's (bounded by
+            // `jobfs::MAX_ENTRIES`): listed whole, then paged.
+            store
+                .output_files(job, "", usize::MAX - 1)
+                .map(|(files, _)| {
+                    let mut shown: Vec<OutputEntry> = files
+                        .into_iter()
+                        .filter_map(|f| {
+                            let (worker, path) = f.name.split_once('/')?;
+                            let worker: u32 = worker.parse().ok()?;
+                            let rank = worker.checked_sub(first).filter(|r| *r < size)?;
+                            Some(OutputEntry {
+                                name: format!("{rank}/{path}"),
+                                size: f.size,
+                            })
+                        })
+                        .filter(|e| after.is_empty() || e.name.as_str() > after.as_str())
+                        .collect();
+                    shown.sort_by(|a, b| a.name.cmp(&b.name));
+                    let more = shown.len() > MAX_OUTPUT_LIST;
+                    shown.truncate(MAX_OUTPUT_LIST);
+                    Response::Outputs(OutputPage { files: shown, more })
                 })
         }
         _ => return Response::error(ErrorKind::Internal, "not an outputs request"),

@@ -84,6 +84,18 @@ pub enum Invalid {
         /// The most.
         max: u32,
     },
+    /// A job that runs more than once, not deterministic.
+    #[error(
+        "a job that runs {0} times (replicas) must be deterministic (\"deterministic\": SEED, \
+         --deterministic): runs that read the clock or fresh random bytes would never agree"
+    )]
+    ReplicasNotDeterministic(u8),
+    /// A job that runs more than once whose size may change, or an array.
+    #[error(
+        "a job that runs {0} times (replicas) must be of a fixed size (min_workers = \
+         max_workers: every run the same) and not a job array"
+    )]
+    ReplicasShape(u8),
     /// A job array's task arguments file that cannot serve its tasks.
     #[error("the task arguments file cannot be used: {0}")]
     TaskArgs(String),
@@ -119,6 +131,15 @@ pub(crate) fn printable(name: &str) -> String {
 /// MiB per worker, the wall time, and the arguments (count, total bytes,
 /// no NUL).
 pub fn request(request: &JobRequest) -> Result<(), Invalid> {
+    limits::one_to("replicas", request.replicas, zorilla_core::runs::MAX_RUNS)?;
+    if request.replicas > 1 {
+        if request.deterministic.is_none() {
+            return Err(Invalid::ReplicasNotDeterministic(request.replicas));
+        }
+        if request.tasks.is_some() || request.max_workers != request.min_workers {
+            return Err(Invalid::ReplicasShape(request.replicas));
+        }
+    }
     let spec = request.spec();
     spec.check(MAX_WORKERS)?;
     if request.cores == 0 {

@@ -238,6 +238,9 @@ mod tests {
             deterministic: Some(u64::MAX),
             priority: i8::MIN,
             tasks: None,
+            // A job that runs more than once has fewer workers per run:
+            // the largest valid request runs once.
+            replicas: 1,
         }
     }
 
@@ -343,6 +346,7 @@ mod tests {
             end: WorkerEnd::Failed(zorilla_core::node::Failure::Trapped(
                 "x".repeat(validate::MAX_OUTCOME_BYTES),
             )),
+            digest: Some(zorilla_core::runs::ResultDigest([u8::MAX; 32])),
         });
         use crate::store::checkpoints::{
             MAX_BLOCK_BYTES, MAX_BLOCKS, MAX_CHECKPOINT_BYTES, Manifest,
@@ -610,6 +614,7 @@ mod replica_tests {
         let primary = PeerId::random();
         let epoch = Epoch { term: 0, primary };
         let spec = JobSpec {
+            runs: 1,
             per_worker: Resources::new(1, 64, 0),
             workers: WorkerCount { min: 8, max: 8 },
             strategy: Strategy::Concentrate,

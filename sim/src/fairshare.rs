@@ -306,6 +306,7 @@ pub(crate) fn task(
         at: Duration::from_secs_f64(at_s),
         home,
         spec: JobSpec {
+            runs: 1,
             per_worker: Resources::new(1, 0, 0),
             workers: WorkerCount::rigid(1),
             strategy: Strategy::default(),

@@ -83,7 +83,17 @@ pub struct NodeOverview {
     /// `addresses`: a remote view has none, and none is left out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub creditors: Vec<Creditor>,
+    /// The nodes this node's jobs avoid: each gave results that a majority
+    /// of a replicated job's runs disagreed with (see `zorilla_core::runs`),
+    /// in peer id order, at most [`MAX_AVOIDED_SHOWN`]. Shown for this node
+    /// only, like `addresses`: a remote view has none, and none is left
+    /// out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoided: Vec<String>,
 }
+
+/// The most avoided nodes an overview lists.
+pub const MAX_AVOIDED_SHOWN: usize = 64;
 
 /// The most creditors an overview lists.
 pub const MAX_CREDITORS: usize = 16;

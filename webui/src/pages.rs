@@ -402,6 +402,18 @@ fn overview(scope: &Scope, node: &NodeOverview, jobs: &[JobSummary]) -> Markup {
                 }
             }
         }
+        @if !node.avoided.is_empty() {
+            h2 { "Nodes avoided (" (node.avoided.len()) ")" }
+            p {
+                "Each gave results that a majority of a replicated job's runs disagreed \
+                 with: this node grants it no worker of its jobs any more."
+            }
+            ul #avoided {
+                @for id in &node.avoided {
+                    li { a.id href=(peer_href(id)) title=(id) { (short(id)) } }
+                }
+            }
+        }
         h2 { "Jobs this node is home to (" (node.home_jobs.len()) ")" }
         @if node.home_jobs.is_empty() {
             p.empty { "None." }

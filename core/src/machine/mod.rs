@@ -152,6 +152,9 @@ pub enum Input<P, R, C> {
         incarnation: u32,
         /// How it ended.
         end: WorkerEnd,
+        /// The digest of what it computed (a job that runs more than
+        /// once: see [`crate::runs`]).
+        digest: Option<crate::runs::ResultDigest>,
         /// How the driver answers the member.
         reply: R,
     },
@@ -490,6 +493,7 @@ where
                 rank,
                 incarnation,
                 end,
+                digest,
                 reply,
             } => {
                 let input = crate::node::Input::RankEnded {
@@ -498,6 +502,7 @@ where
                     rank,
                     incarnation,
                     end,
+                    digest,
                 };
                 let sched = self.sched.handle(now, input);
                 self.sched_outputs(now, sched, &mut out);

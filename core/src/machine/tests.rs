@@ -49,6 +49,7 @@ fn machine(id: u32, cores: u32) -> M {
 
 fn spec(workers: u32) -> JobSpec {
     JobSpec {
+        runs: 1,
         per_worker: Resources::new(1, 100, 0),
         workers: WorkerCount {
             min: workers,
@@ -292,6 +293,7 @@ fn an_end_is_acknowledged_only_once_a_copy_holds_it() {
     grid.input(
         HOME,
         Input::EndReported {
+            digest: None,
             job: JOB,
             node: member,
             rank: ranks[0],
@@ -328,6 +330,7 @@ fn a_copy_does_not_acknowledge_an_end() {
     grid.input(
         copy,
         Input::EndReported {
+            digest: None,
             job: JOB,
             node: other,
             rank: 0,

@@ -11,6 +11,7 @@ use super::spec::{Admitted, SpecError};
 use crate::advert::{Advert, JobId, Message, Phase, Placed, RefuseReason};
 use crate::checkpoint::Latest;
 use crate::liveness::LostCause;
+use crate::runs::ResultDigest;
 
 /// An event for the scheduler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +44,9 @@ pub enum Input<P> {
         incarnation: u32,
         /// How it ended.
         end: WorkerEnd,
+        /// The digest of what it computed, of a job that runs more than
+        /// once (see [`crate::runs`]); `None` otherwise.
+        digest: Option<ResultDigest>,
     },
     /// The flood router delivered an advert (first copy of a flood).
     AdvertDelivered {
@@ -220,6 +224,10 @@ pub enum JobEvent<P> {
         rank: u32,
         /// How it ended.
         outcome: RankOutcome,
+        /// The digest of what it computed (a job that runs more than
+        /// once: see [`crate::runs`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        digest: Option<ResultDigest>,
     },
     /// A rank of a job whose ranks roll back together
     /// ([`LostPolicy::Rollback`](super::LostPolicy::Rollback)) stored a

@@ -211,14 +211,22 @@ impl<P: PeerKey> Scheduler<P> {
         if job.phase > Phase::Running || job.offers.is_empty() {
             return;
         }
+        // A job that runs more than once starts every run at once, and
+        // never grows or replaces: a run that lost a worker is given up.
+        let runs = u32::from(job.spec.runs);
+        if runs > 1 && job.phase != Phase::Scheduling {
+            return;
+        }
         let granted = job.granted_workers();
         let wanted = job.usable_workers().saturating_sub(granted);
         if wanted == 0 {
             return;
         }
+        let avoided = &self.avoided;
         let mut candidates: Vec<Candidate<P>> = job
             .offers
             .iter()
+            .filter(|(node, _)| !avoided.contains(node))
             .map(|(node, offer)| Candidate {
                 node: node.clone(),
                 rtt: offer.rtt,
@@ -257,15 +265,21 @@ impl<P: PeerKey> Scheduler<P> {
         }
         let n = offered.min(wanted);
         let prefer = self.config.prefer;
-        let Some(assignments) = allocate_preferring(job.spec.strategy, &candidates, n, prefer)
-        else {
+        let assignments = if runs > 1 {
+            let size = job.spec.workers.max / runs;
+            allocate_runs(job.spec.strategy, &candidates, runs, size, prefer)
+        } else {
+            allocate_preferring(job.spec.strategy, &candidates, n, prefer)
+        };
+        let Some(assignments) = assignments else {
             return;
         };
         // Spread wants one node per worker: while floods still find new
         // nodes, wait for them rather than doubling up early, until floods
         // stop finding any.
         let flood_due = job.next_flood_at.is_some_and(|at| at <= now);
-        let spread_waits = job.spec.strategy == Strategy::Spread
+        let spread_waits = runs == 1
+            && job.spec.strategy == Strategy::Spread
             && (candidates.len() as u32) < n
             && job.next_flood_at.is_some()
             && !(flood_due && job.schedule.exhausted());
@@ -500,6 +514,15 @@ impl<P: PeerKey> Scheduler<P> {
             // The node raised a hold that a grant on its way to it uses:
             // the grant releases the rest.
             Some(job) if job.granted_holds.get(&from) == Some(&hold) => None,
+            // A node that dissented from a majority of runs computes
+            // nothing for this home any more (see `crate::runs`).
+            Some(job) if self.avoided.contains(&from) => {
+                *job.report
+                    .refusals
+                    .entry(RefuseReason::NotChosen)
+                    .or_default() += 1;
+                Some(RefuseReason::NotChosen)
+            }
             Some(job) => {
                 job.new_answer(&from, now);
                 job.report.nodes_answered += 1;
@@ -563,23 +586,32 @@ impl<P: PeerKey> Scheduler<P> {
     }
 
     /// A node reported the end of a rank's worker: the rank table records
-    /// it (unless it is stale), and the job fails or completes by it.
-    #[allow(clippy::too_many_arguments)]
+    /// it (unless it is stale), and the job fails or completes by it (a
+    /// job that runs more than once, by its runs once none runs).
     pub(super) fn rank_ended(
         &mut self,
         now: Time,
         job_id: JobId,
-        node: P,
-        rank: u32,
-        incarnation: u32,
-        end: WorkerEnd,
+        ended: RankEnd<P>,
         out: &mut Vec<Output<P>>,
     ) {
+        let RankEnd {
+            node,
+            rank,
+            incarnation,
+            end,
+            digest,
+        } = ended;
         let Some(job) = self.home.get_mut(&job_id) else {
             return;
         };
         let outcome = RankOutcome::from(end);
-        if !job.ranks.end(&node, rank, incarnation, outcome.clone()) {
+        // Only a job that runs more than once compares digests.
+        let digest = digest.filter(|_| job.spec.runs > 1);
+        if !job
+            .ranks
+            .end(&node, rank, incarnation, outcome.clone(), digest)
+        {
             return; // Stale (a replaced worker's), repeated, or unknown.
         }
         if let Some((by, at, speed)) = job.worked.remove(&rank)
@@ -596,6 +628,7 @@ impl<P: PeerKey> Scheduler<P> {
             node: node.clone(),
             rank,
             outcome: outcome.clone(),
+            digest,
         }));
         // A job that ended already keeps its end (the rank's outcome is
         // only recorded).
@@ -604,6 +637,12 @@ impl<P: PeerKey> Scheduler<P> {
         }
         if job.is_array() {
             self.task_ended(now, job_id, node, out);
+            return;
+        }
+        // A run's failure is a result like any other: compared with the
+        // other runs' once none runs.
+        if job.spec.runs > 1 {
+            self.decide_runs(now, job_id, out);
             return;
         }
         match outcome {
@@ -740,6 +779,10 @@ impl<P: PeerKey> Scheduler<P> {
             ranks: lost.clone(),
             reason,
         }));
+        if job.spec.runs > 1 {
+            self.run_lost(now, job_id, &lost, reason, out);
+            return;
+        }
         // An array is never rigid: a lost task runs again by itself.
         let rigid = job.spec.workers.is_rigid() && !job.is_array();
         // A rank given back before it started computed nothing the others
@@ -779,6 +822,146 @@ impl<P: PeerKey> Scheduler<P> {
             // Look for replacements now, with a fresh schedule.
             job.flood_afresh(now, usable);
         }
+    }
+
+    /// Workers `lost` of a job that runs more than once were lost: their
+    /// runs cannot complete, so the other workers of those runs are
+    /// stopped (and count as lost too), and once no worker of the job
+    /// runs, the runs that completed decide (see [`crate::runs`]).
+    fn run_lost(
+        &mut self,
+        now: Time,
+        job_id: JobId,
+        lost: &[u32],
+        reason: LostReason,
+        out: &mut Vec<Output<P>>,
+    ) {
+        let Some(job) = self.home.get_mut(&job_id) else {
+            return;
+        };
+        if job.phase == Phase::Running {
+            let size = job.run_size();
+            let runs: BTreeSet<u32> = lost.iter().map(|w| run_of(*w, size)).collect();
+            let mut stop: BTreeMap<P, Vec<u32>> = BTreeMap::new();
+            for (w, rank) in job.ranks.iter() {
+                if rank.outcome.is_none() && runs.contains(&run_of(w, size)) {
+                    stop.entry(rank.node.clone()).or_default().push(w);
+                }
+            }
+            for (node, workers) in stop {
+                // No node takes part in two runs: the whole job stops
+                // there.
+                out.push(Output::Send {
+                    to: node.clone(),
+                    msg: Message::Refuse {
+                        job: job_id,
+                        hold: None,
+                        reason: RefuseReason::Failed,
+                    },
+                });
+                let also = job.ranks.lose(&node, Some(&workers), reason);
+                out.push(Output::Job(JobEvent::WorkersLost {
+                    job: job_id,
+                    node,
+                    ranks: also,
+                    reason,
+                }));
+            }
+        }
+        self.decide_runs(now, job_id, out);
+    }
+
+    /// Once no worker of running job `job_id` (which runs more than once)
+    /// runs, decides its results from its runs' digests and ends it (see
+    /// [`crate::runs`]); nodes that dissented from a majority are avoided
+    /// from now on.
+    fn decide_runs(&mut self, now: Time, job_id: JobId, out: &mut Vec<Output<P>>) {
+        let Some(job) = self.home.get(&job_id) else {
+            return;
+        };
+        if job.phase != Phase::Running || !job.ranks.running().is_empty() {
+            return;
+        }
+        let runs = u32::from(job.spec.runs);
+        let size = job.run_size();
+        let mut results: Vec<RunResult<P>> = (0..runs)
+            .map(|run| RunResult {
+                run,
+                nodes: BTreeSet::new(),
+                digests: Some(Vec::new()),
+            })
+            .collect();
+        for (w, rank) in job.ranks.iter() {
+            let Some(result) = results.get_mut(run_of(w, size) as usize) else {
+                continue;
+            };
+            result.nodes.insert(rank.node.clone());
+            let ended = rank
+                .outcome
+                .as_ref()
+                .is_some_and(|o| !matches!(o, RankOutcome::Lost(_)));
+            match (ended, rank.digest, &mut result.digests) {
+                (true, Some(digest), Some(digests)) => digests.push(digest),
+                _ => result.digests = None,
+            }
+        }
+        // A run not placed whole is not complete either.
+        for result in &mut results {
+            if result
+                .digests
+                .as_ref()
+                .is_some_and(|d| d.len() != size as usize)
+            {
+                result.digests = None;
+            }
+        }
+        let (phase, refuse, reason) = match decide(&results) {
+            Verdict::Kept {
+                kept,
+                agreed,
+                completed,
+                dissenters,
+            } => {
+                let failed = job
+                    .ranks
+                    .iter()
+                    .filter(|(w, _)| run_of(*w, size) == kept)
+                    .find_map(|(w, rank)| {
+                        let outcome = rank.outcome.as_ref().filter(|o| !o.is_success())?;
+                        Some((w % size.max(1), rank.node.clone(), outcome.clone()))
+                    });
+                for node in &dissenters {
+                    self.avoided.insert(node.clone(), now);
+                }
+                let (phase, refuse) = match failed {
+                    None => (Phase::Completed, RefuseReason::JobFull),
+                    Some(_) => (Phase::Failed, RefuseReason::Failed),
+                };
+                let reason = EndReason::RunsKept {
+                    runs: runs as u8,
+                    kept,
+                    agreed,
+                    completed,
+                    dissenters: dissenters.into_iter().collect(),
+                    failed,
+                };
+                (phase, refuse, reason)
+            }
+            Verdict::Disagreed { runs: ends } => (
+                Phase::Failed,
+                RefuseReason::Failed,
+                EndReason::RunsDisagreed {
+                    runs: runs as u8,
+                    ends,
+                },
+            ),
+            Verdict::NoneCompleted => (
+                Phase::Failed,
+                RefuseReason::Failed,
+                EndReason::RunsLost { runs: runs as u8 },
+            ),
+        };
+        self.end_job(job_id, phase, refuse, reason, out);
     }
 
     /// The driver found every running rank of `job_id` waiting with

@@ -130,10 +130,12 @@ impl<P: Clone + Ord> JobState<P> {
                 node,
                 rank,
                 outcome,
+                digest,
                 ..
             } => {
                 if let Some(incarnation) = self.ranks.get(*rank).map(|r| r.incarnation) {
-                    self.ranks.end(node, *rank, incarnation, outcome.clone());
+                    self.ranks
+                        .end(node, *rank, incarnation, outcome.clone(), *digest);
                 }
             }
             JobEvent::Checkpointed {

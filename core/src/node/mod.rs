@@ -102,6 +102,7 @@ use crate::checkpoint::CheckpointIndex;
 use crate::favours::{Ledger, millis};
 use crate::limits;
 use crate::resources::{Machine, Reachability, Resources};
+use crate::runs::{Avoided, ResultDigest, RunResult, Verdict, allocate_runs, decide, run_of};
 use crate::schedule::{FloodMode, FloodSchedule, Reach, WaitMode};
 use crate::{PeerKey, Time};
 
@@ -128,6 +129,16 @@ pub use spec::{
     SpecError, TaskArray, UserLimits, UserPolicy,
 };
 pub use tasks::{TaskCounts, TaskEnd, TaskProgress};
+
+/// A worker's end as its node reported it (see [`Input::RankEnded`]).
+#[derive(Debug, Clone)]
+struct RankEnd<P> {
+    node: P,
+    rank: u32,
+    incarnation: u32,
+    end: WorkerEnd,
+    digest: Option<ResultDigest>,
+}
 
 /// A job this node is home to.
 #[derive(Debug, Clone)]
@@ -389,6 +400,12 @@ impl<P> HomeJob<P> {
         self.spec.tasks.is_some()
     }
 
+    /// The ranks of each run of a job that runs more than once (see
+    /// [`crate::runs`]); of any other job, all its workers.
+    fn run_size(&self) -> u32 {
+        self.spec.workers.max / u32::from(self.spec.runs.max(1))
+    }
+
     /// Starts a new flood schedule for `workers` workers, its first flood
     /// at `now`, numbered on from the floods sent so far.
     ///
@@ -490,9 +507,18 @@ pub struct Scheduler<P: Ord> {
     /// Where this node can be reached from, as its offers say
     /// ([`Scheduler::set_reachability`]).
     reachability: Reachability,
+    /// Nodes that dissented from a majority of a job's runs: granted
+    /// nothing by this home from then on (see [`crate::runs`]).
+    avoided: Avoided<P>,
 }
 
 impl<P: PeerKey> Scheduler<P> {
+    /// The nodes this home avoids: they dissented from a majority of a
+    /// job's runs ([`crate::runs`]).
+    pub fn avoided(&self) -> &Avoided<P> {
+        &self.avoided
+    }
+
     /// What this node owes and is owed: its Network of Favors balances
     /// ([`crate::favours`]).
     pub fn favours(&self) -> &Ledger<P> {
@@ -529,6 +555,7 @@ impl<P: PeerKey> Scheduler<P> {
             peers_known: 0,
             every_peer: false,
             favours: Ledger::new(),
+            avoided: Avoided::default(),
         }
     }
 
@@ -805,7 +832,17 @@ impl<P: PeerKey> Scheduler<P> {
                 rank,
                 incarnation,
                 end,
-            } => self.rank_ended(now, job, node, rank, incarnation, end, &mut out),
+                digest,
+            } => {
+                let ended = RankEnd {
+                    node,
+                    rank,
+                    incarnation,
+                    end,
+                    digest,
+                };
+                self.rank_ended(now, job, ended, &mut out)
+            }
             // The driver refuses out-of-range messages when it decodes
             // them (see `limits`); one that got here anyway is ignored, so
             // that nothing the core sends on can be out of range either.

@@ -13,7 +13,10 @@
 //! completes once every placed rank exited with status 0 and at least its
 //! `min` workers were placed. A report from a worker the table no longer
 //! places (another node, or an older incarnation on the same node) is
-//! ignored, and so is a second report of the same worker.
+//! ignored, and so is a second report of the same worker. A job that runs
+//! more than once (`JobSpec::runs`) has every run's workers here, each end
+//! with its result digest; no single end fails or completes it: its runs
+//! are compared once none runs (see [`crate::runs`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -24,6 +27,7 @@ use super::outcome::{LostReason, RankOutcome};
 use super::spec::JobSpec;
 use super::tasks::{TaskEnd, TaskProgress};
 use crate::advert::Placed;
+use crate::runs::{ResultDigest, RunEnd};
 
 /// Why a job ended, as its home decided.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +91,49 @@ pub enum EndReason<P> {
         /// the program over, and what was sent to the lost one is gone.
         replaced: Vec<u32>,
     },
+    /// A job that ran more than once kept one run's results: a majority
+    /// of its complete runs gave them, or only that run completed (see
+    /// [`crate::runs`]). The job completed if every rank of that run
+    /// exited with status 0, and failed otherwise.
+    RunsKept {
+        /// The runs asked for.
+        runs: u8,
+        /// The run kept.
+        kept: u32,
+        /// The complete runs that gave its results (itself included).
+        agreed: u32,
+        /// The runs that completed (none of their workers lost).
+        completed: u32,
+        /// The nodes of the complete runs that gave other results: this
+        /// home avoids them from now on.
+        dissenters: Vec<P>,
+        /// Of the kept run, the first rank that did not exit with status
+        /// 0 (its rank within the run), its node and how it ended.
+        failed: Option<(u32, P, RankOutcome)>,
+    },
+    /// A job that ran more than once had no majority among its complete
+    /// runs: no result is kept, and nobody is blamed.
+    RunsDisagreed {
+        /// The runs asked for.
+        runs: u8,
+        /// Every complete run: its nodes and the digest of its first rank.
+        ends: Vec<RunEnd<P>>,
+    },
+    /// A job that ran more than once lost a worker of every run.
+    RunsLost {
+        /// The runs asked for.
+        runs: u8,
+    },
+}
+
+/// "node A" or "nodes A, B and C".
+fn nodes_in_words<P: fmt::Display>(nodes: &[P]) -> String {
+    let list: Vec<String> = nodes.iter().map(ToString::to_string).collect();
+    match list.split_last() {
+        None => "no node".to_string(),
+        Some((only, [])) => format!("node {only}"),
+        Some((last, rest)) => format!("nodes {} and {last}", rest.join(", ")),
+    }
 }
 
 /// "rank 3" or "ranks 0, 1 and 2".
@@ -141,6 +188,60 @@ impl<P: fmt::Display> fmt::Display for EndReason<P> {
                     list.join(", ")
                 )
             }
+            EndReason::RunsKept {
+                runs,
+                kept,
+                agreed,
+                completed,
+                dissenters,
+                failed,
+            } => {
+                if *completed == 1 {
+                    write!(
+                        f,
+                        "only run {kept} of {runs} completed (the others lost a worker): its \
+                         results were kept unchecked"
+                    )?;
+                } else if agreed == completed && *completed == u32::from(*runs) {
+                    write!(f, "all {runs} runs gave the same results (run {kept} kept)")?;
+                } else {
+                    write!(
+                        f,
+                        "{agreed} of {completed} complete runs (of {runs}) gave the same results \
+                         (run {kept} kept)"
+                    )?;
+                }
+                if !dissenters.is_empty() {
+                    write!(
+                        f,
+                        "; {} disagreed with the majority and {} avoided from now on",
+                        nodes_in_words(dissenters),
+                        if dissenters.len() == 1 { "is" } else { "are" }
+                    )?;
+                }
+                if let Some((rank, node, outcome)) = failed {
+                    write!(f, "; rank {rank} on {node}: {}", outcome.display(node))?;
+                }
+                Ok(())
+            }
+            EndReason::RunsDisagreed { runs, ends } => {
+                write!(
+                    f,
+                    "the runs gave different results and no majority ({} of {runs} complete):",
+                    ends.len()
+                )?;
+                for (i, end) in ends.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ";" };
+                    write!(f, "{sep} run {} on {}", end.run, nodes_in_words(&end.nodes))?;
+                    if let Some(digest) = end.digest {
+                        write!(f, " gave {digest}")?;
+                    }
+                }
+                f.write_str("; no result was kept")
+            }
+            EndReason::RunsLost { runs } => {
+                write!(f, "every one of its {runs} runs lost a worker")
+            }
             EndReason::Stalled { waiting, replaced } => {
                 let (them, they) = if waiting.len() == 1 {
                     (ranks_in_words(waiting), "it waited")
@@ -178,6 +279,9 @@ pub struct Rank<P> {
     pub incarnation: u32,
     /// What became of it; `None` while its worker runs (or starts).
     pub outcome: Option<RankOutcome>,
+    /// The digest of what its worker computed, as its node reported with
+    /// its end (a job that runs more than once: see [`crate::runs`]).
+    pub digest: Option<ResultDigest>,
 }
 
 impl<P> Rank<P> {
@@ -348,6 +452,7 @@ impl<P: Clone + Eq> RankTable<P> {
                 node: node.clone(),
                 incarnation,
                 outcome: None,
+                digest: None,
             },
         );
     }
@@ -430,6 +535,7 @@ impl<P: Clone + Eq> RankTable<P> {
         rank: u32,
         incarnation: u32,
         outcome: RankOutcome,
+        digest: Option<ResultDigest>,
     ) -> bool {
         if self.tasks.is_some() {
             return self.end_task(node, rank, incarnation, outcome).is_some();
@@ -437,6 +543,7 @@ impl<P: Clone + Eq> RankTable<P> {
         match self.ranks.get_mut(&rank) {
             Some(r) if r.node == *node && r.incarnation == incarnation && r.outcome.is_none() => {
                 r.outcome = Some(outcome);
+                r.digest = digest;
                 true
             }
             _ => false,
@@ -521,10 +628,16 @@ mod tests {
         t.place(&1u32, 0, 1);
         t.lose(&1, None, LostReason::Left);
         t.place(&1, 1, 1);
-        assert!(!t.end(&1, 0, 0, RankOutcome::Exited(0)), "old incarnation");
-        assert!(!t.end(&2, 0, 1, RankOutcome::Exited(0)), "other node");
-        assert!(t.end(&1, 0, 1, RankOutcome::Exited(3)));
-        assert!(!t.end(&1, 0, 1, RankOutcome::Exited(0)), "second report");
+        assert!(
+            !t.end(&1, 0, 0, RankOutcome::Exited(0), None),
+            "old incarnation"
+        );
+        assert!(!t.end(&2, 0, 1, RankOutcome::Exited(0), None), "other node");
+        assert!(t.end(&1, 0, 1, RankOutcome::Exited(3), None));
+        assert!(
+            !t.end(&1, 0, 1, RankOutcome::Exited(0), None),
+            "second report"
+        );
         assert_eq!(t.get(0).unwrap().outcome, Some(RankOutcome::Exited(3)));
         // An ended rank is not lost with its node.
         assert_eq!(t.lose(&1, None, LostReason::Left), Vec::<u32>::new());

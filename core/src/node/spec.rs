@@ -267,6 +267,21 @@ pub struct JobSpec {
     /// `workers` ranks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<TaskArray>,
+    /// How many times the job runs, each run on nodes no other run uses,
+    /// its results compared at the home ([`crate::runs`]); 1: once, as
+    /// jobs always did. `workers` counts the workers of every run (a
+    /// rigid job of `workers.max / runs` ranks per run). Left out of the
+    /// encoding when 1.
+    #[serde(default = "one_run", skip_serializing_if = "is_one_run")]
+    pub runs: u8,
+}
+
+fn one_run() -> u8 {
+    1
+}
+
+fn is_one_run(runs: &u8) -> bool {
+    *runs == 1
 }
 
 /// A job array's shape (see [`JobSpec::tasks`]): what HTCondor's
@@ -345,6 +360,17 @@ pub enum SpecError {
          on_worker_lost = \"rollback\" does not apply"
     )]
     ArrayRollback,
+    /// A job that runs more than once whose shape does not allow it.
+    #[error(
+        "a job that runs {runs} times must be of a fixed size, the same in every run \
+         ({workers} workers in all), and not a job array"
+    )]
+    RunsShape {
+        /// The runs asked for.
+        runs: u8,
+        /// The workers in all.
+        workers: u32,
+    },
 }
 
 /// A job spec a scheduler took within its limits
@@ -413,6 +439,16 @@ impl JobSpec {
             }
             if self.on_worker_lost == LostPolicy::Rollback {
                 return Err(SpecError::ArrayRollback);
+            }
+        }
+        limits::one_to("runs", self.runs, crate::runs::MAX_RUNS)?;
+        if self.runs > 1 {
+            let runs = u32::from(self.runs);
+            if self.tasks.is_some() || !self.workers.is_rigid() || max % runs != 0 {
+                return Err(SpecError::RunsShape {
+                    runs: self.runs,
+                    workers: max,
+                });
             }
         }
         Ok(())

@@ -12,6 +12,7 @@ fn array(count: u32, max_running: u32, retries: u8) -> JobSpec {
         retries,
     };
     JobSpec {
+        runs: 1,
         tasks: Some(tasks),
         ..spec(tasks.workers())
     }
@@ -39,6 +40,7 @@ fn task_ended(
     node.handle(
         now,
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node: from,
             rank: task,
@@ -241,6 +243,7 @@ fn an_array_spec_must_run_one_to_max_running_workers_and_cannot_roll_back() {
         }
     );
     let rollback = JobSpec {
+        runs: 1,
         on_worker_lost: LostPolicy::Rollback,
         ..array(10, 4, 0)
     };
@@ -313,6 +316,7 @@ fn an_array_over_four_nodes_keeps_their_cores_busy_to_its_last_task() {
             let out = nodes.get_mut(&0).unwrap().handle(
                 now,
                 Input::RankEnded {
+                    digest: None,
                     job: JOB,
                     node,
                     rank: task,

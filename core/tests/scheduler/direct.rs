@@ -147,6 +147,7 @@ fn a_node_asked_for_a_waiting_job_is_asked_again_after_a_while() {
     });
     // A job that may wait longer than the default minute.
     let waits = JobSpec {
+        runs: 1,
         lifetime: ASK_AGAIN_AFTER * 10,
         ..spec(WorkerCount::rigid(1))
     };

@@ -380,6 +380,7 @@ fn a_job_that_cannot_get_workers_expires_explaining_why() {
             job: JOB,
             spec: node
                 .admit(JobSpec {
+                    runs: 1,
                     lifetime: Duration::from_secs(5),
                     ..spec(WorkerCount::rigid(4))
                 })
@@ -534,6 +535,7 @@ fn a_failed_rank_stops_the_jobs_workers_everywhere_naming_it() {
     let out = node.handle(
         ms(3),
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node: 11,
             rank: 1,
@@ -637,6 +639,7 @@ fn only_a_nodes_first_answer_keeps_a_spread_job_waiting_for_new_nodes() {
             job: JOB,
             spec: node
                 .admit(JobSpec {
+                    runs: 1,
                     strategy: Strategy::Spread,
                     ..spec(WorkerCount::rigid(2))
                 })

@@ -65,6 +65,7 @@ fn advert(workers: WorkerCount) -> Advert<u32> {
 
 fn spec(workers: WorkerCount) -> JobSpec {
     JobSpec {
+        runs: 1,
         per_worker: Resources::new(1, 100, 0),
         workers,
         strategy: Strategy::Concentrate,
@@ -244,6 +245,7 @@ fn rank_exited(node: &mut Scheduler<u32>, now: Duration, from: u32, rank: u32) -
     node.handle(
         now,
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node: from,
             rank,

@@ -214,6 +214,7 @@ fn two_gangs_holding_parts_of_the_same_nodes_both_get_their_workers() {
         .collect();
     for (rank, node, incarnation) in placed {
         let end = Input::RankEnded {
+            digest: None,
             job: Y,
             node,
             rank,
@@ -487,6 +488,7 @@ fn a_rigid_job_replacing_lost_workers_gets_its_rank_back_on_the_same_node() {
             job: JOB,
             spec: node
                 .admit(JobSpec {
+                    runs: 1,
                     on_worker_lost: LostPolicy::Replace,
                     ..spec(WorkerCount::rigid(2))
                 })

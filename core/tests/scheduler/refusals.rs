@@ -51,6 +51,7 @@ fn expiry_refuses_held_offers_and_late_offers_as_expired() {
             job: JOB,
             spec: node
                 .admit(JobSpec {
+                    runs: 1,
                     lifetime: ms(500),
                     ..spec(WorkerCount::rigid(3))
                 })
@@ -96,6 +97,7 @@ fn a_failed_job_refuses_late_offers_as_failed_not_expired() {
     node.handle(
         ms(2),
         Input::RankEnded {
+            digest: None,
             job: JOB,
             node: 10,
             rank: 0,

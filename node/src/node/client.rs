@@ -198,6 +198,7 @@ impl Node {
             files.push((&r.sha256, &f.data));
         }
         let record = JobRecord {
+            kept_run: None,
             id,
             // Stored straight as scheduling: the scheduler gets the job in
             // this same step, so a crash cannot fall between the two.
@@ -364,6 +365,9 @@ impl Node {
             return not_found(job);
         };
         let terminal = record.phase.is_terminal();
+        if let Some(kept) = record.kept() {
+            return self.kept_logs_page(job, from, max_bytes, terminal, kept);
+        }
         match self.store.logs_from(job, from, max_bytes) {
             Ok((_, _, stored)) if from > stored => Response::error(
                 ErrorKind::BadRequest,
@@ -380,6 +384,42 @@ impl Node {
                 next,
             }),
             Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
+        }
+    }
+
+    /// [`Node::logs_page`] of a job that ran more than once and kept the
+    /// run whose workers are `first..first + size`: that run's chunks only,
+    /// with their ranks within the run. A page of the store's with none
+    /// of them is skipped, so that a page is empty only at the end.
+    fn kept_logs_page(
+        &self,
+        job: u64,
+        mut from: u64,
+        max_bytes: usize,
+        terminal: bool,
+        (first, size): (u32, u32),
+    ) -> Response {
+        loop {
+            match self.store.logs_from(job, from, max_bytes) {
+                Ok((chunks, next, stored)) => {
+                    let chunks: Vec<crate::protocol::LogChunk> = chunks
+                        .into_iter()
+                        .filter_map(|mut chunk| {
+                            chunk.rank = chunk.rank.checked_sub(first).filter(|r| *r < size)?;
+                            Some(chunk)
+                        })
+                        .collect();
+                    if !chunks.is_empty() || next >= stored || next <= from {
+                        return Response::Logs(LogPage {
+                            ended: terminal && next >= stored,
+                            chunks,
+                            next,
+                        });
+                    }
+                    from = next;
+                }
+                Err(e) => return Response::error(ErrorKind::Internal, e.to_string()),
+            }
         }
     }
 
@@ -461,14 +501,17 @@ pub(super) fn not_found(job: u64) -> Response {
 /// offers to jobs (`disk_mib` of its configuration), and no more than the
 /// job's workers may leave in all when the job says how much disk each
 /// gets (its `disk_mib` times its most workers; a job array's, times its
-/// tasks).
+/// tasks; a replicated job's, times its runs: every run's outputs come
+/// home until the runs are compared).
 pub(super) fn output_room(request: &JobRequest, home_disk_mib: u64) -> u64 {
     let mut mib = home_disk_mib;
     if request.disk_mib > 0 {
-        let workers = request
-            .tasks
-            .as_ref()
-            .map_or(request.max_workers, |t| t.count);
+        let workers = request.tasks.as_ref().map_or(
+            request
+                .max_workers
+                .saturating_mul(u32::from(request.replicas.max(1))),
+            |t| t.count,
+        );
         mib = mib.min(request.disk_mib.saturating_mul(u64::from(workers)));
     }
     mib.saturating_mul(1024 * 1024)

@@ -10,7 +10,7 @@ use std::time::Instant;
 use zorilla_core::advert::{JobId, Message};
 use zorilla_core::flood::FloodId;
 use zorilla_core::machine;
-use zorilla_core::node::{Input, JobEvent, LostReason, Output, Phase, RankOutcome};
+use zorilla_core::node::{EndReason, Input, JobEvent, LostReason, Output, Phase, RankOutcome};
 use zorilla_overlay::PeerId;
 use zorilla_sandbox::{ChangeKind, MembershipChange};
 
@@ -268,6 +268,7 @@ impl Node {
                 node,
                 rank,
                 outcome,
+                ..
             } => {
                 if self.is_array(job.0) {
                     if !outcome.is_success() {
@@ -324,6 +325,12 @@ impl Node {
                 }
             }
             JobEvent::Ended { job, phase, reason } => {
+                // The runs' verdict: the kept run's outputs are the job's.
+                if let EndReason::RunsKept { kept, .. } = &reason
+                    && let Some(record) = self.jobs.under_way_mut(job.0)
+                {
+                    record.kept_run = Some(*kept);
+                }
                 if phase.is_end() {
                     self.end_home_job(job.0, phase.into(), reason.to_string());
                 }

@@ -13,10 +13,11 @@ use zorilla_core::node::{Failure, Input, Output, WorkerEnd};
 use zorilla_overlay::PeerId;
 use zorilla_sandbox::{Limits, Outcome, OutputChunk, OutputKind, WorkerHandle, WorkerSpec, jobfs};
 
+use super::digest;
 use super::files::{PrepareError, Runnable, link_inputs, prepare};
 use super::members::{Ends, RunningWorker};
 use super::{COPY_STALE, Done, MachineOutput, NoState, Node, random_u64};
-use crate::net::{BarrierItem, Net, NetTransport};
+use crate::net::{BarrierItem, Net, NetTransport, World};
 use crate::protocol::{JobPhase, LogChunk};
 use crate::validate;
 use crate::wire::barrier::BarrierRpc;
@@ -362,11 +363,14 @@ impl Node {
                     let net = self.net.clone();
                     let end = WorkerEnd::Failed(Failure::NotStarted(cut_outcome(e.to_string())));
                     self.tasks.spawn(async move {
+                        // No digest: a worker that never ran computed
+                        // nothing to compare.
                         let rpc = PeerRpc::Member(MemberRpc::WorkerEnded {
                             job,
                             rank,
                             incarnation,
                             end,
+                            digest: None,
                         });
                         let _ = net.call(home, rpc).await;
                         Done::WorkerEnded {
@@ -415,30 +419,47 @@ impl Node {
             let (out_tx, out_rx) = mpsc::channel(16);
             // A job array's task is a world of its own (rank 0 of 1): its
             // rank at the home is its task index, which it reads from
-            // ZORILLA_TASK, with its line of the task arguments file.
-            let transport: Box<dyn zorilla_sandbox::transport::Transport> =
-                match &info.request.tasks {
-                    Some(_) => {
-                        drop((inbox, barrier_rx));
-                        Box::new(zorilla_sandbox::local::LocalGroup::solo(SOLO_INBOX))
-                    }
-                    None => Box::new(NetTransport::new(
-                        rank,
-                        self.net.clone(),
-                        job_net.clone(),
-                        inbox,
-                        barrier_rx,
-                        random_u64(),
-                    )),
-                };
+            // ZORILLA_TASK, with its line of the task arguments file. So
+            // is each run of a job of one rank that runs more than once:
+            // its worker at the home is its run. A run of several ranks
+            // is a world of its own over the overlay (`net::World`).
+            let replicated = info.request.replicas > 1;
+            let size = info.request.max_workers.max(1);
+            let solo = info.request.tasks.is_some() || (replicated && size == 1);
+            let transport: Box<dyn zorilla_sandbox::transport::Transport> = if solo {
+                drop((inbox, barrier_rx));
+                Box::new(zorilla_sandbox::local::LocalGroup::solo(SOLO_INBOX))
+            } else {
+                let transport = NetTransport::new(
+                    rank,
+                    self.net.clone(),
+                    job_net.clone(),
+                    inbox,
+                    barrier_rx,
+                    random_u64(),
+                );
+                Box::new(match replicated {
+                    true => transport.in_world(World {
+                        base: rank - rank % size,
+                        size,
+                    }),
+                    false => transport,
+                })
+            };
+            // Its rank within its run: every run's worker is the same
+            // rank, with the same random bytes.
+            let world_rank = if replicated { rank % size } else { rank };
             // A deterministic worker's environment is the same in every
             // run of the job: without the job's id.
-            let deterministic = info
-                .request
-                .deterministic
-                .map(|seed| zorilla_sandbox::Determinism { seed, rank });
+            let deterministic =
+                info.request
+                    .deterministic
+                    .map(|seed| zorilla_sandbox::Determinism {
+                        seed,
+                        rank: world_rank,
+                    });
             let mut args = info.request.args.clone();
-            let mut env = vec![("ZORILLA_RANK".into(), rank.to_string())];
+            let mut env = vec![("ZORILLA_RANK".into(), world_rank.to_string())];
             if let Some(tasks) = &info.request.tasks {
                 env = vec![
                     ("ZORILLA_RANK".into(), "0".into()),
@@ -542,6 +563,7 @@ impl Node {
                 job_dir,
                 log_file,
                 in_force,
+                replicated,
             ));
         }
     }
@@ -660,15 +682,20 @@ pub(super) async fn supervise(
     job_dir: PathBuf,
     log_file: PathBuf,
     limits: Limits,
+    replicated: bool,
 ) -> Done {
     let outputs_limit = limits.disk_bytes;
     let mut log = KeptLog::create(log_file).await;
+    // What the worker computed, for a job that runs more than once (see
+    // `digest`).
+    let mut hasher = digest::ResultHasher::new();
     let cancel = handle.cancel_handle();
     let wait = handle.wait();
     tokio::pin!(wait);
     let report = loop {
         tokio::select! {
             Some(chunk) = output.recv() => {
+                hasher.output(&chunk);
                 let to = *home.borrow();
                 log.send(&net, to, job, rank, chunk).await;
             }
@@ -682,6 +709,7 @@ pub(super) async fn supervise(
     let cancelled = report.outcome == Outcome::Cancelled;
     let drain = async {
         while let Ok(chunk) = output.try_recv() {
+            hasher.output(&chunk);
             let to = *home.borrow();
             log.send(&net, to, job, rank, chunk).await;
         }
@@ -702,6 +730,18 @@ pub(super) async fn supervise(
     }
     drain.await;
     let outputs = job_dir.join("outputs");
+    if digest::corrupts() {
+        // A test's lying member: what it sends and hashes is made up.
+        let chunk = OutputChunk {
+            kind: OutputKind::Stdout,
+            data: digest::MADE_UP.to_vec(),
+        };
+        hasher.output(&chunk);
+        let to = *home.borrow();
+        log.send(&net, to, job, rank, chunk).await;
+        let root = outputs.clone();
+        let _ = tokio::task::spawn_blocking(move || digest::corrupt_outputs(&root)).await;
+    }
     let to = *home.borrow_and_update();
     let sent = send_outputs(&net, to, job, rank, &outputs, outputs_limit);
     tokio::select! {
@@ -723,11 +763,22 @@ pub(super) async fn supervise(
     // take the others' wait for it for a stall.
     net.links.settled(job, rank, incarnation).await;
     let end = worker_end(report.outcome, &limits);
+    let digest = if replicated {
+        let root = outputs.clone();
+        let files =
+            tokio::task::spawn_blocking(move || digest::outputs_digest(&root, outputs_limit))
+                .await
+                .unwrap_or_default();
+        Some(hasher.finish(&end, files))
+    } else {
+        None
+    };
     let rpc = PeerRpc::Member(MemberRpc::WorkerEnded {
         job,
         rank,
         incarnation,
         end,
+        digest,
     });
     let mut ended = Ended {
         net,

@@ -53,6 +53,7 @@ use members::Members;
 mod answers;
 mod checkpoints;
 mod client;
+mod digest;
 mod files;
 mod home;
 mod homejobs;

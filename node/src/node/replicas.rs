@@ -235,6 +235,7 @@ impl Node {
         }
         let phase = JobPhase::from(state.phase);
         let record = JobRecord {
+            kept_run: None,
             id: job,
             phase,
             reason: format!("taken over from {old} (term {term})"),

@@ -63,6 +63,7 @@ impl Node {
                 rank,
                 incarnation,
                 end,
+                digest,
             } => {
                 // Acknowledged once a copy holds the end (the member
                 // forgets the rank then): see `zorilla_core::machine`.
@@ -72,6 +73,7 @@ impl Node {
                     rank,
                     incarnation,
                     end,
+                    digest,
                     reply,
                 });
             }

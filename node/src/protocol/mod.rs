@@ -135,6 +135,18 @@ pub struct JobRequest {
     /// out of the encoding when `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Tasks>,
+    /// How many times the job runs (1 to 3), each run on nodes no other
+    /// run uses, the runs' results compared by digest at the home: the
+    /// majority's are kept, and nodes that gave others are named and
+    /// avoided (see `zorilla_core::runs`). More than 1 needs a
+    /// deterministic job of a fixed size, not an array (each run is then
+    /// a world of its own). Left out of the encoding when 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub replicas: u8,
+}
+
+fn is_one(replicas: &u8) -> bool {
+    *replicas == 1
 }
 
 /// A job array's tasks (see [`JobRequest::tasks`]).
@@ -244,6 +256,7 @@ impl Default for JobRequest {
             deterministic: None,
             priority: 0,
             tasks: None,
+            replicas: 1,
         }
     }
 }
@@ -251,11 +264,16 @@ impl Default for JobRequest {
 impl JobRequest {
     /// The core's view of the request.
     pub fn spec(&self) -> JobSpec {
+        // Every run's workers: a job that runs r times has r times the
+        // ranks at its home (see `zorilla_core::runs`). Saturating: the
+        // counts are checked after.
+        let runs = u32::from(self.replicas.max(1));
         JobSpec {
+            runs: self.replicas,
             per_worker: Resources::new(self.cores, self.memory_mib, self.disk_mib),
             workers: WorkerCount {
-                min: self.min_workers,
-                max: self.max_workers,
+                min: self.min_workers.saturating_mul(runs),
+                max: self.max_workers.saturating_mul(runs),
             },
             strategy: self.strategy,
             lifetime: std::time::Duration::from_secs(self.lifetime_secs),

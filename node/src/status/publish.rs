@@ -349,6 +349,12 @@ impl Publisher {
                 .then_with(|| a.node_id.cmp(&b.node_id))
         });
         creditors.truncate(MAX_CREDITORS);
+        let avoided = sched
+            .avoided()
+            .iter()
+            .take(zorilla_webui::model::MAX_AVOIDED_SHOWN)
+            .map(|(node, _)| node.to_string())
+            .collect();
         LoopView {
             in_use: resources(offered.saturating_sub(&sched.free())),
             workers_running: state.members.iter().map(|m| m.running.len() as u32).sum(),
@@ -357,6 +363,7 @@ impl Publisher {
             pending,
             disk_problem: state.disk_problem,
             creditors,
+            avoided,
         }
     }
 }
@@ -484,6 +491,7 @@ mod tests {
                     })
                     .collect();
                 let record = JobRecord {
+                    kept_run: None,
                     id,
                     phase: if running {
                         protocol::JobPhase::Running

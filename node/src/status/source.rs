@@ -156,6 +156,7 @@ impl StatusSource for NodeStatus {
             network: self.network.clone(),
             grid: self.grid.clone(),
             creditors: local.creditors.clone(),
+            avoided: local.avoided.clone(),
             listen_addresses: net.listen.clone(),
             addresses: net.addresses.clone(),
             position: net.position.map(|p| Position {

@@ -26,6 +26,8 @@ pub(super) struct LoopView {
     pub(super) disk_problem: Option<String>,
     /// The largest favour balances (see `zorilla_core::favours`).
     pub(super) creditors: Vec<Creditor>,
+    /// The nodes the scheduler avoids (see `zorilla_core::runs`).
+    pub(super) avoided: Vec<String>,
 }
 
 /// A job as the pages list it (home or participant).
@@ -99,6 +101,7 @@ pub(super) fn diff(old: &LoopView, new: &LoopView) -> BTreeSet<ChangeKey> {
         || old.workers_running != new.workers_running
         || old.disk_problem != new.disk_problem
         || old.creditors != new.creditors
+        || old.avoided != new.avoided
     {
         out.insert(ChangeKey::Node);
     }

@@ -96,6 +96,7 @@ impl From<w::Overview> for m::NodeOverview {
             grid: None,
             // Not on the wire: a node's balances with others are its own.
             creditors: Vec::new(),
+            avoided: Vec::new(),
         }
     }
 }
@@ -467,6 +468,7 @@ mod tests {
                 position: None,
                 grid: None,
                 creditors: Vec::new(),
+                avoided: Vec::new(),
             },
             peers: vec![m::PeerInfo {
                 peer_id: "p".into(),

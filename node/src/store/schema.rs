@@ -75,6 +75,26 @@ pub(crate) struct JobRecord {
     /// above are then the tasks running).
     #[serde(default)]
     pub(crate) tasks: Option<crate::protocol::TaskStatus<StoredPeer>>,
+    /// Of a job that ran more than once (see `zorilla_core::runs`), the
+    /// run whose results were kept: its clients see that run's outputs
+    /// and logs as the job's ([`JobRecord::kept`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) kept_run: Option<u32>,
+}
+
+impl JobRecord {
+    /// Of a job that ran more than once and kept a run's results: the
+    /// first worker of that run at the home and the run's size, so that
+    /// its rank `r` is worker `first + r` (clients see only these, as
+    /// ranks `0..size`). `None` for any other job: every worker is seen
+    /// as it is.
+    pub(crate) fn kept(&self) -> Option<(u32, u32)> {
+        if self.request.replicas <= 1 {
+            return None;
+        }
+        let size = self.request.max_workers.max(1);
+        self.kept_run.map(|run| (run.saturating_mul(size), size))
+    }
 }
 
 /// A node named in a job's record: a peer id, kept as its text (as records

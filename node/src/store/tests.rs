@@ -17,6 +17,7 @@ fn everything_survives_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.redb");
     let job = JobRecord {
+        kept_run: None,
         id: 7,
         phase: JobPhase::Running,
         reason: "running".into(),
@@ -354,6 +355,7 @@ fn store_on(path: &Path, full: &std::sync::Arc<AtomicBool>) -> Store {
 /// A job record of `id` in `phase` (for tests of what keeps records).
 pub(crate) fn job(id: u64, phase: JobPhase) -> JobRecord {
     JobRecord {
+        kept_run: None,
         id,
         phase,
         reason: format!("{phase:?}"),
@@ -518,6 +520,7 @@ fn deferred_writes_are_bounded() {
 #[test]
 fn phases_only_move_forward() {
     let mut job = JobRecord {
+        kept_run: None,
         id: 1,
         phase: JobPhase::Scheduling,
         reason: String::new(),
@@ -554,6 +557,7 @@ fn a_job_that_ends_lists_no_rank_running() {
         status
     };
     let mut job = JobRecord {
+        kept_run: None,
         id: 7,
         phase: JobPhase::Running,
         reason: "running".into(),

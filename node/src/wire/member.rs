@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use zorilla_core::limits::{self, LimitError};
 use zorilla_core::node::{Failure, WorkerEnd};
+use zorilla_core::runs::ResultDigest;
 
 use super::files::BLOCK_BYTES;
 use crate::protocol::LogChunk;
@@ -30,12 +31,16 @@ pub(crate) enum MemberRpc {
     },
     /// A rank's worker ended (after all its output was sent).
     /// `incarnation` is the grant that started it, so that the home tells
-    /// a replaced worker's late report from the current one's.
+    /// a replaced worker's late report from the current one's. `digest`:
+    /// of what it computed, for a job that runs more than once (see
+    /// `crate::node::digest`); left out of the encoding otherwise.
     WorkerEnded {
         job: u64,
         rank: u32,
         incarnation: u32,
         end: WorkerEnd,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        digest: Option<ResultDigest>,
     },
 }
 

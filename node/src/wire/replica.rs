@@ -86,6 +86,7 @@ fn check_msg(msg: &ReplicaMsg) -> Result<(), Invalid> {
                 match entry {
                     JobEntry::Submitted { spec, .. } => {
                         limits::at_most("workers", spec.workers.max, MAX_WORKERS)?;
+                        limits::one_to("runs", spec.runs, zorilla_core::runs::MAX_RUNS)?;
                         if let Some(tasks) = &spec.tasks {
                             limits::at_most("tasks", tasks.count, limits::MAX_TASKS)?;
                             limits::at_most("retries", tasks.retries, limits::MAX_TASK_RETRIES)?;
@@ -125,8 +126,33 @@ fn check_msg(msg: &ReplicaMsg) -> Result<(), Invalid> {
                                 validate::rank("task", *task)?;
                                 outcome(o)?;
                             }
+                            EndReason::RunsKept {
+                                dissenters, failed, ..
+                            } => {
+                                limits::at_most(
+                                    "dissenters",
+                                    dissenters.len(),
+                                    MAX_WORKERS as usize,
+                                )?;
+                                if let Some((rank, _, o)) = failed {
+                                    validate::rank("rank", *rank)?;
+                                    outcome(o)?;
+                                }
+                            }
+                            EndReason::RunsDisagreed { ends, .. } => {
+                                let max = usize::from(zorilla_core::runs::MAX_RUNS);
+                                limits::at_most("runs", ends.len(), max)?;
+                                for end in ends {
+                                    limits::at_most(
+                                        "run's nodes",
+                                        end.nodes.len(),
+                                        MAX_WORKERS as usize,
+                                    )?;
+                                }
+                            }
                             EndReason::Completed { .. }
                             | EndReason::TasksDone { .. }
+                            | EndReason::RunsLost { .. }
                             | EndReason::Cancelled => {}
                         },
                         JobEvent::Checkpointed {

@@ -110,6 +110,10 @@ class Signing(unittest.TestCase):
         every = JobRequest(kind=Kind(Arch.X86_64), deterministic=7, priority=-3).to_wire()
         self.assertEqual(list(every)[-3:], ["kind", "deterministic", "priority"])
         self.assertEqual(JobRequest.from_wire(every).priority, -3)
+        replicated = JobRequest(deterministic=0, replicas=3).to_wire()
+        self.assertEqual(list(replicated)[-2:], ["deterministic", "replicas"])
+        self.assertEqual(JobRequest.from_wire(replicated).replicas, 3)
+        self.assertNotIn("replicas", JobRequest(replicas=1).to_wire())
 
     def test_a_job_arrays_tasks_are_encoded_only_when_set(self):
         # Not an array: no "tasks" (a signature made without it holds).

@@ -212,6 +212,11 @@ class JobRequest:
     #: A job array (:class:`Tasks`), or ``None``: ``min_workers`` is then 1
     #: and ``max_workers`` how many tasks run at once (at most ``count``).
     tasks: Optional[Tasks] = None
+    #: How many times the job runs (1 to 3), each run on nodes no other
+    #: run uses, the runs' results compared at its home: the majority's are
+    #: kept and nodes that gave others named and avoided. More than 1
+    #: needs ``deterministic`` and a fixed size.
+    replicas: int = 1
 
     @classmethod
     def workers(cls, n: int, **fields: Any) -> "JobRequest":
@@ -272,7 +277,7 @@ class JobRequest:
         """Every field, in the order of the node's type (what a signed
         submission signs), the optional ones left out as the node does:
         ``kind`` for WebAssembly, ``deterministic`` and ``tasks`` when
-        ``None``, ``priority`` when 0."""
+        ``None``, ``priority`` when 0, ``replicas`` when 1."""
         wire: Dict[str, Any] = {
             "min_workers": int(self.min_workers),
             "max_workers": int(self.max_workers),
@@ -294,6 +299,8 @@ class JobRequest:
             wire["priority"] = int(self.priority)
         if self.tasks is not None:
             wire["tasks"] = self.tasks.to_wire()
+        if self.replicas != 1:
+            wire["replicas"] = int(self.replicas)
         return wire
 
     @classmethod
@@ -318,6 +325,7 @@ class JobRequest:
             deterministic=_uint(d, "deterministic", w, None),
             priority=_field(d, "priority", int, w, 0),
             tasks=None if d.get("tasks") is None else Tasks.from_wire(d["tasks"]),
+            replicas=_uint(d, "replicas", w, 1),
         )
 
 

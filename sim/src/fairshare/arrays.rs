@@ -270,6 +270,7 @@ fn array(tasks: u32, memory_mib: u64, lifetime: Duration) -> JobSpec {
         retries: 0,
     };
     JobSpec {
+        runs: 1,
         per_worker: Resources::new(1, memory_mib, 0),
         workers: tasks.workers(),
         strategy: Strategy::default(),

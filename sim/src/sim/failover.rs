@@ -739,6 +739,7 @@ impl Sim {
             return;
         }
         let input = MachineInput::EndReported {
+            digest: None,
             job,
             node: from,
             rank,

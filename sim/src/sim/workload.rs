@@ -63,6 +63,7 @@ pub fn plan_jobs(scenario: &Scenario, grid: &Grid, seed: u64) -> Vec<JobPlan> {
                 at: Duration::from_secs_f64(at),
                 home,
                 spec: JobSpec {
+                    runs: 1,
                     per_worker: Resources::new(1, memory_mib, 0),
                     workers: WorkerCount { min, max: workers },
                     strategy: w.strategy,
@@ -94,6 +95,7 @@ pub fn sweep_job(scenario: &Scenario, grid: &Grid, n: u32, strategy: Strategy) -
         at: Time::ZERO,
         home,
         spec: JobSpec {
+            runs: 1,
             per_worker: Resources::new(1, 0, 0),
             workers: WorkerCount::rigid(n),
             strategy,

@@ -32,6 +32,7 @@ workers = [1, 1]
             at: Duration::from_secs_f64(at),
             home: 0,
             spec: JobSpec {
+                runs: 1,
                 per_worker: Resources::new(1, memory, 0),
                 workers: WorkerCount::rigid(1),
                 strategy: Strategy::Concentrate,

@@ -36,6 +36,7 @@ fn one_job(workers: u32) -> JobPlan {
         at: Duration::ZERO,
         home: 0,
         spec: JobSpec {
+            runs: 1,
             per_worker: Resources::new(1, 0, 0),
             workers: WorkerCount::rigid(workers),
             strategy: Strategy::Concentrate,

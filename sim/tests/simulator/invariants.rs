@@ -20,6 +20,7 @@ fn one_job(workers: WorkerCount, at: Duration) -> Sim {
         at,
         home: 0,
         spec: JobSpec {
+            runs: 1,
             per_worker: Resources::new(1, 0, 0),
             workers,
             strategy: Strategy::Concentrate,

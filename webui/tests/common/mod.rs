@@ -123,6 +123,7 @@ pub fn node_snapshot(id: &str, name: &str, jobs: Vec<JobSummary>) -> NodeSnapsho
                 node_id: format!("creditor{XSS1}"),
                 balance_core_secs: 3600,
             }],
+            avoided: vec![format!("liar{XSS1}")],
         },
         peers: vec![
             PeerInfo {

@@ -202,6 +202,11 @@ pub(crate) struct SubmitArgs {
     /// its workers read.
     #[arg(long, requires = "deterministic")]
     pub(crate) seed: Option<u64>,
+    /// Run the job this many times (1 to 3), each run on nodes no other
+    /// run uses, and keep the results most runs agree on; nodes that gave
+    /// others are named and avoided. Implies --deterministic; a fixed size.
+    #[arg(long)]
+    pub(crate) replicas: Option<u8>,
     /// Among your jobs waiting for the same cores, higher goes first
     /// (-128 to 127; default 0). Other users' jobs keep their turn.
     #[arg(long, allow_negative_numbers = true)]

@@ -326,6 +326,7 @@ fn job_of(args: &SubmitArgs) -> Result<Job> {
         native: args.native.then_some(true),
         deterministic: args.deterministic.then_some(true),
         seed: args.seed,
+        replicas: args.replicas,
         priority: args.priority,
         tasks: args.tasks,
         max_running: args.max_running,

@@ -249,6 +249,13 @@ pub(crate) fn describe(status: &JobStatus) -> String {
             "results   deterministic, seed {seed}: the same bits in every run, on every node\n"
         ));
     }
+    if r.replicas > 1 {
+        out.push_str(&format!(
+            "replicas  {} runs on distinct nodes, their results compared; the majority's \
+             are kept (worker w is rank w % {} of run w / {})\n",
+            r.replicas, r.max_workers, r.max_workers
+        ));
+    }
     if r.priority != 0 {
         out.push_str(&format!(
             "priority  {} among your jobs waiting for cores\n",
@@ -453,5 +460,15 @@ mod tests {
             "{seeded}"
         );
         assert!(seeded.contains("priority  -2 among your jobs"), "{seeded}");
+        assert!(!seeded.contains("replicas"), "{seeded}");
+        let replicated = describe(&status(JobRequest {
+            deterministic: Some(0),
+            replicas: 3,
+            ..JobRequest::default()
+        }));
+        assert!(
+            replicated.contains("replicas  3 runs on distinct nodes"),
+            "{replicated}"
+        );
     }
 }
