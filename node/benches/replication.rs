@@ -148,6 +148,16 @@ async fn main() {
                 secs * 1000.0
             );
             println!("RESULT replication.{name}.r{replicas}.messages {msgs:.0}");
+            if replicas > 1 {
+                println!(
+                    "RESULT replication.{name}.r{replicas}.wall_ratio {:.2} x unreplicated",
+                    secs / base.0
+                );
+                println!(
+                    "RESULT replication.{name}.r{replicas}.messages_ratio {:.2} x unreplicated",
+                    msgs / base.1
+                );
+            }
         }
     }
 }

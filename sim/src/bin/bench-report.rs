@@ -355,6 +355,21 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench --workspace --bench native_mpi",
     ),
     (
+        "replication.detcheck.r3.wall_ratio",
+        "a short deterministic job run 3 times (replicas = 3): wall time against run once",
+        "cargo bench --workspace --bench replication",
+    ),
+    (
+        "replication.detcheck.r3.messages_ratio",
+        "the same: overlay messages against run once",
+        "cargo bench --workspace --bench replication",
+    ),
+    (
+        "replication.nqueens.r2.wall_ratio",
+        "nqueens 13 run twice (replicas = 2): wall time against run once",
+        "cargo bench --workspace --bench replication",
+    ),
+    (
         "native_mpi.ompi.latency_ratio",
         "the same program built with Open MPI, as a native job on 2 nodes: 8-byte latency against mpirun over the same transport (TCP)",
         "cargo bench --workspace --bench native_mpi",
