@@ -279,24 +279,35 @@ fn values(out: &str, prefix: &str) -> Vec<u32> {
 async fn an_mpich_program_runs_unchanged_on_one_node_and_across_nodes() {
     let alice = UserKey::generate();
     let exe = common::build_native("mpicc.mpich", &["examples/native/mpi_ring.c"]);
-    let request = native_job(&exe, 2, LostPolicy::Fail, &[]);
     // One node of 2 cores, then two of one.
     for (n, cores) in [(1, 2), (2, 1)] {
         let grid = native_grid(&alice, n, cores).await;
         let mut client = connect(&grid.nodes[0], &alice).await;
-        let job = client
-            .submit(request.clone(), exe.clone(), Vec::new())
-            .await
-            .unwrap();
-        let (status, out) = completed(&mut client, job).await;
-        for rank in 0..2 {
-            let line = format!("rank {rank} of 2: token 2, sum of ranks 1\n");
-            assert!(out.contains(&line), "{n} nodes: no {line:?} in {out:?}");
-        }
-        let nodes: std::collections::BTreeSet<_> =
-            status.ranks.values().map(|r| r.node.clone()).collect();
-        assert_eq!(nodes.len(), n, "{status:?}");
+        ring_runs(&mut client, &exe, 2, n).await;
     }
+}
+
+/// Runs `exe`, an MPI ring (`examples/native/mpi_ring.*`), as a native
+/// job of `ranks` through `client`, and checks that it completed on
+/// `nodes` nodes, every rank printing its token and the sum of ranks.
+async fn ring_runs(client: &mut Client, exe: &[u8], ranks: u32, nodes: usize) {
+    let request = native_job(exe, ranks, LostPolicy::Fail, &[]);
+    let job = client
+        .submit(request, exe.to_vec(), Vec::new())
+        .await
+        .unwrap();
+    let (status, out) = completed(client, job).await;
+    // Rank 0 starts the token at 1; each other rank adds 1 on its way, and
+    // the last sends it back to rank 0.
+    let sum: u32 = (0..ranks).sum();
+    for rank in 0..ranks {
+        let token = if rank == 0 { ranks } else { rank + 1 };
+        let line = format!("rank {rank} of {ranks}: token {token}, sum of ranks {sum}\n");
+        assert!(out.contains(&line), "{nodes} nodes: no {line:?} in {out:?}");
+    }
+    let used: std::collections::BTreeSet<_> =
+        status.ranks.values().map(|r| r.node.clone()).collect();
+    assert_eq!(used.len(), nodes, "{status:?}");
 }
 
 /// The same program built with Open MPI (Debian's `mpicc`), unchanged, runs
@@ -308,23 +319,10 @@ async fn an_mpich_program_runs_unchanged_on_one_node_and_across_nodes() {
 async fn an_open_mpi_program_runs_unchanged_on_one_node_and_across_nodes() {
     let alice = UserKey::generate();
     let exe = common::build_native("mpicc.openmpi", &["examples/native/mpi_ring.c"]);
-    let request = native_job(&exe, 3, LostPolicy::Fail, &[]);
     for (n, cores) in [(1, 3), (2, 2)] {
         let grid = native_grid(&alice, n, cores).await;
         let mut client = connect(&grid.nodes[0], &alice).await;
-        let job = client
-            .submit(request.clone(), exe.clone(), Vec::new())
-            .await
-            .unwrap();
-        let (status, out) = completed(&mut client, job).await;
-        // Rank 0 starts the token at 1; each other rank adds 1 on its way.
-        for (rank, token) in [(0, 3), (1, 2), (2, 3)] {
-            let line = format!("rank {rank} of 3: token {token}, sum of ranks 3\n");
-            assert!(out.contains(&line), "{n} nodes: no {line:?} in {out:?}");
-        }
-        let nodes: std::collections::BTreeSet<_> =
-            status.ranks.values().map(|r| r.node.clone()).collect();
-        assert_eq!(nodes.len(), n, "{status:?}");
+        ring_runs(&mut client, &exe, 3, n).await;
     }
 }
 
@@ -338,16 +336,7 @@ async fn a_fortran_program_of_either_mpi_runs_unchanged_across_nodes() {
     let mut client = connect(&grid.nodes[0], &alice).await;
     for compiler in ["mpif90.mpich", "mpif90.openmpi"] {
         let exe = common::build_native(compiler, &["examples/native/mpi_ring.f90"]);
-        let request = native_job(&exe, 2, LostPolicy::Fail, &[]);
-        let job = client.submit(request, exe, Vec::new()).await.unwrap();
-        let (status, out) = completed(&mut client, job).await;
-        for rank in 0..2 {
-            let line = format!("rank {rank} of 2: token 2, sum of ranks 1\n");
-            assert!(out.contains(&line), "{compiler}: no {line:?} in {out:?}");
-        }
-        let nodes: std::collections::BTreeSet<_> =
-            status.ranks.values().map(|r| r.node.clone()).collect();
-        assert_eq!(nodes.len(), 2, "{compiler}: {status:?}");
+        ring_runs(&mut client, &exe, 2, 2).await;
     }
 }
 
