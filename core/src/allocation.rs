@@ -250,20 +250,18 @@ pub fn reachable_together<P: Clone + Ord>(
     if kinds.is_empty() {
         return group(Reachability::Unknown);
     }
-    let mut best: Option<Together<P>> = None;
+    let mut best: Option<(u32, Together<P>)> = None;
     for kind in kinds {
         let together = group(kind);
-        if offered(together.candidates.iter()) >= needed {
+        let workers = offered(together.candidates.iter());
+        if workers >= needed {
             return together;
         }
-        let more = best
-            .as_ref()
-            .is_none_or(|b| offered(together.candidates.iter()) > offered(b.candidates.iter()));
-        if more {
-            best = Some(together);
+        if best.as_ref().is_none_or(|(most, _)| workers > *most) {
+            best = Some((workers, together));
         }
     }
-    best.expect("at least one kind")
+    best.expect("at least one kind").1
 }
 
 /// The workers `candidates` offer in all (saturating: counts from peers).
