@@ -39,14 +39,6 @@ fn short() -> bool {
     std::env::var_os("ZORILLA_BENCH_SHORT").is_some()
 }
 
-async fn messages(clients: &mut [Client]) -> u64 {
-    let mut sum = 0;
-    for c in clients {
-        sum += c.node_info().await.unwrap().messages_sent;
-    }
-    sum
-}
-
 /// Waits for `job` to end (checking every 20 ms) and returns its status.
 /// A status the node cannot give now (a job whose home moved, asked
 /// through a node that has not heard yet) is asked again.
@@ -133,7 +125,7 @@ async fn main() {
         .as_user(UserKey::generate());
 
     // 1. One array of T tasks.
-    let m0 = messages(&mut clients).await;
+    let m0 = common::messages_sent(&mut clients).await;
     let t0 = Instant::now();
     let job = a
         .submit(array(tasks), module.clone(), vec![])
@@ -141,7 +133,7 @@ async fn main() {
         .unwrap();
     let status = wait_end(&mut a, job, Duration::from_secs(600)).await;
     let array_s = t0.elapsed().as_secs_f64();
-    let array_msgs = messages(&mut clients).await - m0;
+    let array_msgs = common::messages_sent(&mut clients).await - m0;
     assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
     let spread = started_per_node(nodes, job);
     println!(
@@ -162,7 +154,7 @@ async fn main() {
 
     // J of the tasks as one array, then as J jobs of one worker,
     // submitted at once.
-    let m0 = messages(&mut clients).await;
+    let m0 = common::messages_sent(&mut clients).await;
     let t0 = Instant::now();
     let job = a
         .submit(array(jobs_n), module.clone(), vec![])
@@ -171,7 +163,7 @@ async fn main() {
     let status = wait_end(&mut a, job, Duration::from_secs(600)).await;
     assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
     let small_s = t0.elapsed().as_secs_f64();
-    let small_msgs = messages(&mut clients).await - m0;
+    let small_msgs = common::messages_sent(&mut clients).await - m0;
     println!(
         "array of {jobs_n} tasks: {small_s:.2} s, efficiency {:.2}, {:.1} messages per task",
         ideal(jobs_n, TASK_MS) / small_s,
@@ -183,7 +175,7 @@ async fn main() {
         args: nap(TASK_MS),
         ..JobRequest::default()
     };
-    let m0 = messages(&mut clients).await;
+    let m0 = common::messages_sent(&mut clients).await;
     let t0 = Instant::now();
     let mut jobs = Vec::new();
     for _ in 0..jobs_n {
@@ -195,7 +187,7 @@ async fn main() {
         assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
     }
     let jobs_s = t0.elapsed().as_secs_f64();
-    let jobs_msgs = messages(&mut clients).await - m0;
+    let jobs_msgs = common::messages_sent(&mut clients).await - m0;
     println!(
         "{jobs_n} one-worker jobs: {jobs_s:.2} s (submitted in {submitted_s:.2} s), efficiency \
          {:.2}, {:.1} messages per task",

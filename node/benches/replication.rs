@@ -31,14 +31,6 @@ fn short() -> bool {
     std::env::var_os("ZORILLA_BENCH_SHORT").is_some()
 }
 
-async fn messages(clients: &mut [Client]) -> u64 {
-    let mut sum = 0;
-    for c in clients {
-        sum += c.node_info().await.unwrap().messages_sent;
-    }
-    sum
-}
-
 /// Waits for `job` to end (checking every 10 ms) and returns its status.
 async fn wait_end(client: &mut Client, job: u64, limit: Duration) -> JobStatus {
     let start = Instant::now();
@@ -72,7 +64,7 @@ async fn measure(
     let mut times = Vec::new();
     let mut msgs = 0;
     for _ in 0..jobs {
-        let m0 = messages(clients).await;
+        let m0 = common::messages_sent(clients).await;
         let t0 = Instant::now();
         let job = client
             .submit(request.clone(), module.to_vec(), vec![])
@@ -84,10 +76,10 @@ async fn measure(
         // The nodes' last words of the job (acknowledgements, the log's
         // last entries) are counted with it: until the count stands still
         // for 200 ms (at most 5 s).
-        let mut last = messages(clients).await;
+        let mut last = common::messages_sent(clients).await;
         for _ in 0..25 {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let now = messages(clients).await;
+            let now = common::messages_sent(clients).await;
             if now == last {
                 break;
             }

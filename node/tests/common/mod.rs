@@ -639,6 +639,17 @@ pub(crate) fn test_user_key() -> PathBuf {
 /// MPICH's `mpicc.mpich`, which scripts/install-test-deps.sh installs)
 /// with `-O2` from `sources` of the repository, with its C headers
 /// (`examples/include`, `sdk/native`).
+/// The overlay messages the nodes behind `clients` have sent in all (their
+/// `messages_sent`), for the benchmarks' message counts.
+#[allow(dead_code)]
+pub(crate) async fn messages_sent(clients: &mut [Client]) -> u64 {
+    let mut sum = 0;
+    for c in clients {
+        sum += c.node_info().await.unwrap().messages_sent;
+    }
+    sum
+}
+
 /// The node's PMI-1 library for Open MPI programs
 /// (`sdk/native/zorilla_pmi.c`), built once per test binary into the
 /// target's scratch directory (not under /tmp, which a native worker's
