@@ -687,15 +687,17 @@ pub(super) async fn supervise(
     let outputs_limit = limits.disk_bytes;
     let mut log = KeptLog::create(log_file).await;
     // What the worker computed, for a job that runs more than once (see
-    // `digest`).
-    let mut hasher = digest::ResultHasher::new();
+    // `digest`); other jobs' output is not hashed.
+    let mut hasher = replicated.then(digest::ResultHasher::new);
     let cancel = handle.cancel_handle();
     let wait = handle.wait();
     tokio::pin!(wait);
     let report = loop {
         tokio::select! {
             Some(chunk) = output.recv() => {
-                hasher.output(&chunk);
+                if let Some(hasher) = &mut hasher {
+                    hasher.output(&chunk);
+                }
                 let to = *home.borrow();
                 log.send(&net, to, job, rank, chunk).await;
             }
@@ -709,7 +711,9 @@ pub(super) async fn supervise(
     let cancelled = report.outcome == Outcome::Cancelled;
     let drain = async {
         while let Ok(chunk) = output.try_recv() {
-            hasher.output(&chunk);
+            if let Some(hasher) = &mut hasher {
+                hasher.output(&chunk);
+            }
             let to = *home.borrow();
             log.send(&net, to, job, rank, chunk).await;
         }
@@ -736,7 +740,9 @@ pub(super) async fn supervise(
             kind: OutputKind::Stdout,
             data: digest::MADE_UP.to_vec(),
         };
-        hasher.output(&chunk);
+        if let Some(hasher) = &mut hasher {
+            hasher.output(&chunk);
+        }
         let to = *home.borrow();
         log.send(&net, to, job, rank, chunk).await;
         let root = outputs.clone();
@@ -763,15 +769,16 @@ pub(super) async fn supervise(
     // take the others' wait for it for a stall.
     net.links.settled(job, rank, incarnation).await;
     let end = worker_end(report.outcome, &limits);
-    let digest = if replicated {
-        let root = outputs.clone();
-        let files =
-            tokio::task::spawn_blocking(move || digest::outputs_digest(&root, outputs_limit))
-                .await
-                .unwrap_or_default();
-        Some(hasher.finish(&end, files))
-    } else {
-        None
+    let digest = match hasher {
+        Some(hasher) => {
+            let root = outputs.clone();
+            let files =
+                tokio::task::spawn_blocking(move || digest::outputs_digest(&root, outputs_limit))
+                    .await
+                    .unwrap_or_default();
+            Some(hasher.finish(&end, files))
+        }
+        None => None,
     };
     let rpc = PeerRpc::Member(MemberRpc::WorkerEnded {
         job,
