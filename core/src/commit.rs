@@ -370,6 +370,7 @@ mod tests {
                 node,
                 rank,
                 outcome: RankOutcome::Exited(0),
+                check: false,
             })
         };
         let log = [end(1, 0), end(2, 0), end(1, 0), end(1, 1)];

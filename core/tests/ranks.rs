@@ -122,6 +122,7 @@ fn rank_ended(node: u32, rank: u32, outcome: RankOutcome) -> Output<u32> {
         node,
         rank,
         outcome,
+        check: false,
     })
 }
 

@@ -73,6 +73,7 @@ fn array(tasks: u32) -> JobRequest {
             count: tasks,
             retries: 0,
             args_file: None,
+            spot_checks: 0,
         }),
         ..JobRequest::default()
     }
@@ -217,6 +218,7 @@ async fn main() {
             count: 2,
             retries: 0,
             args_file: None,
+            spot_checks: 0,
         }),
         ..JobRequest::default()
     };

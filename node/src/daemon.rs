@@ -256,6 +256,10 @@ impl Daemon {
             },
             // The scheduler's reports of ended jobs go with their records.
             ended_capacity: finished_in_memory,
+            // Fresh at each start: no member may guess which of its
+            // results a spot check re-runs.
+            seed: rand::TryRngCore::try_next_u64(&mut rand::rngs::OsRng)
+                .map_err(|e| anyhow::anyhow!("the system's random number source: {e}"))?,
             ..SchedulerConfig::default()
         };
         let parse_addrs = |what: &str, addrs: &[String]| -> anyhow::Result<Vec<Multiaddr>> {

@@ -251,6 +251,7 @@ fn job_request(g: &mut Gen) -> JobRequest {
             count: g.u32(),
             retries: g.u8(),
             args_file: g.option(Gen::string),
+            spot_checks: g.u8(),
         }),
         replicas: g.u8(),
     }
@@ -391,6 +392,9 @@ fn job_status(g: &mut Gen) -> JobStatus {
             done: g.u32(),
             failed: g.u32(),
             failed_tasks: g.map(Gen::u32, rank_status),
+            checked: g.u32(),
+            checking: g.u32(),
+            caught: g.vec(Gen::string),
         }),
     }
 }

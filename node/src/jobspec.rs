@@ -30,6 +30,8 @@
 //! # max_running = 50            # ... at most 50 at once (default: all of them)
 //! # retries = 2                 # ... a failed task runs again up to twice, elsewhere
 //! # task_args = "params.txt"    # ... task i gets the words of line i after `args`
+//! # spot_checks = 10            # ... 10% of the tasks run again on another node, results
+//!                               # compared (implies deterministic)
 //! ```
 //!
 //! Every field but `module` may be left out (defaults: one worker,
@@ -113,6 +115,10 @@ pub struct JobFile {
     /// file: sent as an input, and task `i`'s worker gets the words of
     /// line `i` after `args`.
     pub task_args: Option<PathBuf>,
+    /// The percentage of an array's tasks run again on another node, their
+    /// results compared (0 to 100; see [`Tasks::spot_checks`]). More than
+    /// 0 makes the job deterministic (seed 0 unless `seed` says).
+    pub spot_checks: Option<u8>,
 }
 
 /// Why a job spec could not be used.
@@ -213,7 +219,8 @@ impl JobFile {
             tasks,
             max_running,
             retries,
-            task_args
+            task_args,
+            spot_checks
         );
         if !other.args.is_empty() {
             self.args = other.args;
@@ -263,6 +270,7 @@ impl JobFile {
             )));
         }
         let replicas = self.replicas.unwrap_or(1);
+        let checked = self.spot_checks.unwrap_or(0) > 0;
         let deterministic = match (self.deterministic, self.seed) {
             (Some(false), _) if replicas > 1 => {
                 return Err(SpecError::Invalid(format!(
@@ -270,8 +278,15 @@ impl JobFile {
                      that read the clock or fresh random bytes would never agree"
                 )));
             }
+            (Some(false), _) if checked => {
+                return Err(SpecError::Invalid(
+                    "a spot-checked job array must be deterministic: a task run twice that \
+                     reads the clock or fresh random bytes would never agree with itself"
+                        .into(),
+                ));
+            }
             (Some(true), seed) => Some(seed.unwrap_or(0)),
-            (None, seed) if replicas > 1 => Some(seed.unwrap_or(0)),
+            (None, seed) if replicas > 1 || checked => Some(seed.unwrap_or(0)),
             (_, None) => None,
             (_, Some(_)) => {
                 return Err(SpecError::Invalid(
@@ -304,10 +319,13 @@ impl JobFile {
                 (1, self.max_running.unwrap_or(tasks.count).min(tasks.count))
             }
             None => {
-                if self.max_running.is_some() || self.retries.is_some() {
+                if self.max_running.is_some()
+                    || self.retries.is_some()
+                    || self.spot_checks.is_some()
+                {
                     return Err(SpecError::Invalid(
-                        "`max_running` and `retries` are for a job array: give `tasks` \
-                         (--tasks) or `task_args` (--task-args)"
+                        "`max_running`, `retries` and `spot_checks` are for a job array: give \
+                         `tasks` (--tasks) or `task_args` (--task-args)"
                             .into(),
                     ));
                 }
@@ -372,6 +390,7 @@ impl JobFile {
             count,
             retries: self.retries.unwrap_or(0),
             args_file: args_file.map(|(_, name)| name),
+            spot_checks: self.spot_checks.unwrap_or(0),
         }))
     }
 

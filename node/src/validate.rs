@@ -96,6 +96,13 @@ pub enum Invalid {
          max_workers: every run the same) and not a job array"
     )]
     ReplicasShape(u8),
+    /// A spot-checked job array that is not deterministic.
+    #[error(
+        "a job array with spot checks must be deterministic (\"deterministic\": SEED, \
+         --deterministic): a task run twice that reads the clock or fresh random bytes would \
+         never agree with itself"
+    )]
+    SpotChecksNotDeterministic,
     /// A job array's task arguments file that cannot serve its tasks.
     #[error("the task arguments file cannot be used: {0}")]
     TaskArgs(String),
@@ -139,6 +146,10 @@ pub fn request(request: &JobRequest) -> Result<(), Invalid> {
         if request.tasks.is_some() || request.max_workers != request.min_workers {
             return Err(Invalid::ReplicasShape(request.replicas));
         }
+    }
+    if request.tasks.as_ref().is_some_and(|t| t.spot_checks > 0) && request.deterministic.is_none()
+    {
+        return Err(Invalid::SpotChecksNotDeterministic);
     }
     let spec = request.spec();
     spec.check(MAX_WORKERS)?;

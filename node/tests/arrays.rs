@@ -232,6 +232,7 @@ async fn an_array_of_many_short_tasks_runs_on_every_node_the_home_too_and_ends()
             count: 100,
             retries: 0,
             args_file: None,
+            spot_checks: 0,
         }),
         ..Default::default()
     };

@@ -6,7 +6,9 @@
 //! avoids it from then on, also when each run is a parallel job of its
 //! own; two runs that differ fail the job naming both nodes; an
 //! unreplicated job trusts its node as before; a lost run does not stop
-//! the job while another runs on.
+//! the job while another runs on. A spot-checked job array (item 3)
+//! catches the liar, runs its tasks again elsewhere and keeps only
+//! honest outputs.
 //!
 //! Run with `cargo test --workspace --features zorilla-node/test-corrupt
 //! --test replicated` (scripts/test.sh does).
@@ -291,6 +293,107 @@ async fn replicas_are_checked_when_decoded() {
     ] {
         let refused = client
             .submit(request, wasm("detcheck"), vec![])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, ClientError::Node { kind: ErrorKind::BadRequest, message }
+                if message.contains(says)),
+            "{refused:?}"
+        );
+    }
+}
+
+/// A deterministic array of `count` `sweep` tasks, `percent` of them spot
+/// checked, at most `running` at once.
+fn checked_array(count: u32, running: u32, percent: u8) -> JobRequest {
+    JobRequest {
+        min_workers: 1,
+        max_workers: running,
+        tasks: Some(zorilla_node::protocol::Tasks {
+            count,
+            retries: 0,
+            args_file: None,
+            spot_checks: percent,
+        }),
+        ..detcheck(1)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spot_checks_catch_a_lying_node_run_its_tasks_again_and_keep_honest_outputs() {
+    // Two honest nodes and a liar, a core each: every task checked, so
+    // the liar's first task is checked by one honest node and settled by
+    // the other.
+    let grid = grid(3, Some(3));
+    let liar = grid.nodes[3].peer.clone();
+    wait_for_neighbours(&grid.nodes, 3, DEADLINE).await;
+    let mut client = grid.nodes[0].client().await;
+    let job = client
+        .submit(checked_array(9, 3, 100), wasm("sweep"), vec![])
+        .await
+        .unwrap();
+    let status = wait_completed(&mut client, job, DEADLINE).await;
+    let tasks = status
+        .tasks
+        .clone()
+        .expect("an array's status has its tasks");
+    assert_eq!(tasks.caught, vec![liar.clone()], "{tasks:?}");
+    assert_eq!(
+        (tasks.done, tasks.checked, tasks.checking),
+        (9, 9, 0),
+        "{tasks:?}"
+    );
+    assert!(
+        status
+            .reason
+            .starts_with("all 9 tasks exited with status 0; 9 of them checked on another node")
+            && status.reason.contains(&format!(
+                "node {liar} gave results that two other nodes' runs disagreed with"
+            )),
+        "{}",
+        status.reason
+    );
+    // Every task's output is the honest one.
+    let files = outputs(&mut client, job).await;
+    assert_eq!(files.len(), 9, "{files:?}");
+    for (task, (name, text)) in files.iter().enumerate() {
+        assert_eq!(name, &format!("{task}/result.txt"));
+        assert_eq!(
+            text,
+            &format!("task {task} of 9: {task}^2 = {}\n", task * task)
+        );
+    }
+    // The home avoids the liar from now on, and its status page says so.
+    let later = client
+        .submit(checked_array(4, 2, 0), wasm("sweep"), vec![])
+        .await
+        .unwrap();
+    let status = wait_completed(&mut client, later, DEADLINE).await;
+    assert_eq!(status.reason, "all 4 tasks exited with status 0");
+    let (code, page) = grid.nodes[0].http_get("/api/overview").await;
+    assert_eq!(code, 200);
+    assert!(page.contains(&liar) && page.contains("avoided"), "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spot_checks_are_for_deterministic_arrays() {
+    let grid = common::grid(1, 1);
+    let mut client = grid.nodes[0].client().await;
+    for (request, says) in [
+        (
+            JobRequest {
+                deterministic: None,
+                ..checked_array(4, 1, 10)
+            },
+            "with spot checks must be deterministic",
+        ),
+        (
+            checked_array(4, 1, 101),
+            "spot_checks is 101, but must be at most 100",
+        ),
+    ] {
+        let refused = client
+            .submit(request, wasm("sweep"), vec![])
             .await
             .unwrap_err();
         assert!(

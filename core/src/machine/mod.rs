@@ -336,7 +336,7 @@ pub enum Output<P, R, C> {
         /// The term it won.
         term: u64,
         /// The job as the log describes it.
-        state: JobState<P>,
+        state: Box<JobState<P>>,
         /// The job's copy.
         copy: C,
         /// The home it ran under, if known.

@@ -689,7 +689,7 @@ where
         out.push(Output::TookOver {
             job,
             term,
-            state: state.clone(),
+            state: Box::new(state.clone()),
             copy,
             old_home,
         });

@@ -225,9 +225,14 @@ pub enum JobEvent<P> {
         /// How it ended.
         outcome: RankOutcome,
         /// The digest of what it computed (a job that runs more than
-        /// once: see [`crate::runs`]).
+        /// once: see [`crate::runs`]; a spot-checked job array's task).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         digest: Option<ResultDigest>,
+        /// Whether the home picked this end of a spot-checked array's task
+        /// for a check (see [`TaskProgress`](super::TaskProgress)): logged,
+        /// as the pick was random.
+        #[serde(default, skip_serializing_if = "is_false")]
+        check: bool,
     },
     /// A rank of a job whose ranks roll back together
     /// ([`LostPolicy::Rollback`](super::LostPolicy::Rollback)) stored a
@@ -312,4 +317,8 @@ pub enum CheckpointRefused {
     /// The rank, holders or generation are beyond their maxima.
     #[error("the checkpoint's rank, holders or generation are beyond their maxima")]
     OutOfRange,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }

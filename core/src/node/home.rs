@@ -606,11 +606,15 @@ impl<P: PeerKey> Scheduler<P> {
             return;
         };
         let outcome = RankOutcome::from(end);
-        // Only a job that runs more than once compares digests.
-        let digest = digest.filter(|_| job.spec.runs > 1);
+        // Only a job that runs more than once, or a spot-checked array,
+        // compares digests.
+        let spot = job.spec.tasks.map_or(0, |t| t.spot_checks);
+        let digest = digest.filter(|_| job.spec.runs > 1 || spot > 0);
+        // Picked after the fact, so that the member could not know.
+        let check = spot > 0 && self.rng.random_range(0..100u8) < spot;
         if !job
             .ranks
-            .end(&node, rank, incarnation, outcome.clone(), digest)
+            .end(&node, rank, incarnation, outcome.clone(), digest, check)
         {
             return; // Stale (a replaced worker's), repeated, or unknown.
         }
@@ -629,6 +633,7 @@ impl<P: PeerKey> Scheduler<P> {
             rank,
             outcome: outcome.clone(),
             digest,
+            check,
         }));
         // A job that ended already keeps its end (the rank's outcome is
         // only recorded).
@@ -673,6 +678,12 @@ impl<P: PeerKey> Scheduler<P> {
         let Some(tasks) = job.ranks.tasks() else {
             return;
         };
+        // A node a spot check caught is granted nothing more by this home.
+        for liar in tasks.caught() {
+            if !self.avoided.contains(liar) {
+                self.avoided.insert(liar.clone(), now);
+            }
+        }
         if tasks.over() {
             let counts = tasks.counts(0);
             let first = tasks
@@ -685,6 +696,8 @@ impl<P: PeerKey> Scheduler<P> {
                     RefuseReason::JobFull,
                     EndReason::TasksDone {
                         tasks: counts.count,
+                        checked: counts.checked,
+                        caught: tasks.caught().iter().cloned().collect(),
                     },
                 ),
                 Some((task, node, outcome)) => (

@@ -131,11 +131,12 @@ impl<P: Clone + Ord> JobState<P> {
                 rank,
                 outcome,
                 digest,
+                check,
                 ..
             } => {
                 if let Some(incarnation) = self.ranks.get(*rank).map(|r| r.incarnation) {
                     self.ranks
-                        .end(node, *rank, incarnation, outcome.clone(), *digest);
+                        .end(node, *rank, incarnation, outcome.clone(), *digest, *check);
                 }
             }
             JobEvent::Checkpointed {

@@ -90,6 +90,8 @@
 //!
 //! [`FloodRouter`]: crate::flood::FloodRouter
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha12Rng;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
@@ -510,6 +512,8 @@ pub struct Scheduler<P: Ord> {
     /// Nodes that dissented from a majority of a job's runs: granted
     /// nothing by this home from then on (see [`crate::runs`]).
     avoided: Avoided<P>,
+    /// The home's random picks (spot checks), from the config's seed.
+    rng: ChaCha12Rng,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -537,6 +541,7 @@ impl<P: PeerKey> Scheduler<P> {
     pub fn new(id: P, config: SchedulerConfig<P>) -> Self {
         Scheduler {
             id,
+            rng: ChaCha12Rng::seed_from_u64(config.seed),
             config,
             home: BTreeMap::new(),
             engaged: BTreeMap::new(),

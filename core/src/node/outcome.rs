@@ -164,6 +164,10 @@ pub enum RankOutcome {
     /// Its node was lost (the rank waits to be replaced, or its job
     /// failed).
     Lost(LostReason),
+    /// A job array's task whose spot check found three runs on three
+    /// nodes giving three different results (see
+    /// [`TaskProgress`](super::TaskProgress)): none can be believed.
+    Disputed,
 }
 
 impl From<WorkerEnd> for RankOutcome {
@@ -205,6 +209,10 @@ impl<P: fmt::Display> fmt::Display for OutcomeText<'_, P> {
             RankOutcome::Failed(failure) => failure.fmt(f),
             RankOutcome::Cancelled => f.write_str("was cancelled"),
             RankOutcome::Lost(reason) => write!(f, "lost: node {} {reason}", self.node),
+            RankOutcome::Disputed => f.write_str(
+                "gave a result that two other nodes' runs of the task both differed from, \
+                 and from each other",
+            ),
         }
     }
 }

@@ -67,6 +67,14 @@ pub enum EndReason<P> {
     TasksDone {
         /// The array's tasks.
         tasks: u32,
+        /// How many of them a spot check settled.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        checked: u32,
+        /// The nodes a spot check caught giving results that two other
+        /// nodes' runs disagreed with: their tasks ran again elsewhere,
+        /// and this home avoids them from now on.
+        #[serde(default = "Vec::new", skip_serializing_if = "Vec::is_empty")]
+        caught: Vec<P>,
     },
     /// Every task of a job array ended, and some failed for good (after
     /// their retries).
@@ -126,6 +134,10 @@ pub enum EndReason<P> {
     },
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// "node A" or "nodes A, B and C".
 fn nodes_in_words<P: fmt::Display>(nodes: &[P]) -> String {
     let list: Vec<String> = nodes.iter().map(ToString::to_string).collect();
@@ -152,8 +164,30 @@ impl<P: fmt::Display> fmt::Display for EndReason<P> {
             EndReason::Completed { workers } => {
                 write!(f, "all {workers} workers exited with status 0")
             }
-            EndReason::TasksDone { tasks } => {
-                write!(f, "all {tasks} tasks exited with status 0")
+            EndReason::TasksDone {
+                tasks,
+                checked,
+                caught,
+            } => {
+                write!(f, "all {tasks} tasks exited with status 0")?;
+                if *checked > 0 {
+                    write!(f, "; {checked} of them checked on another node")?;
+                }
+                if !caught.is_empty() {
+                    write!(
+                        f,
+                        "; {} gave results that two other nodes' runs disagreed with: \
+                         {} tasks ran again elsewhere, and {} avoided from now on",
+                        nodes_in_words(caught),
+                        if caught.len() == 1 { "its" } else { "their" },
+                        if caught.len() == 1 {
+                            "it is"
+                        } else {
+                            "they are"
+                        },
+                    )?;
+                }
+                Ok(())
             }
             EndReason::TasksFailed {
                 tasks,
@@ -394,7 +428,7 @@ impl<P> RankTable<P> {
     }
 }
 
-impl<P: Clone + Eq> RankTable<P> {
+impl<P: Clone + Ord> RankTable<P> {
     /// Places `count` ranks on `node` with grant number `incarnation`:
     /// lost ranks first (lowest first), then new ones. Returns the ranks,
     /// and which of them replace lost ones.
@@ -485,7 +519,7 @@ impl<P: Clone + Eq> RankTable<P> {
         if let Some(tasks) = &mut self.tasks {
             for task in &lost {
                 self.ranks.remove(task);
-                tasks.ended(*task, node, RankOutcome::Lost(reason));
+                tasks.ended(*task, node, RankOutcome::Lost(reason), None, false);
             }
             return lost;
         }
@@ -528,7 +562,8 @@ impl<P: Clone + Eq> RankTable<P> {
     /// no such worker, or it already ended.
     ///
     /// A job array's task leaves the table as it ends (see
-    /// [`RankTable::end_task`]).
+    /// [`RankTable::end_task`]); `check` is the home's pick of it for a
+    /// spot check.
     pub(crate) fn end(
         &mut self,
         node: &P,
@@ -536,9 +571,12 @@ impl<P: Clone + Eq> RankTable<P> {
         incarnation: u32,
         outcome: RankOutcome,
         digest: Option<ResultDigest>,
+        check: bool,
     ) -> bool {
         if self.tasks.is_some() {
-            return self.end_task(node, rank, incarnation, outcome).is_some();
+            return self
+                .end_task(node, rank, incarnation, outcome, digest, check)
+                .is_some();
         }
         match self.ranks.get_mut(&rank) {
             Some(r) if r.node == *node && r.incarnation == incarnation && r.outcome.is_none() => {
@@ -551,21 +589,24 @@ impl<P: Clone + Eq> RankTable<P> {
     }
 
     /// Records the end of job array task `task`'s worker on `node`,
-    /// incarnation `incarnation`: the task leaves the table, and the
-    /// progress says what becomes of it; `None` (and nothing changes) if
-    /// the table places no such worker, or this is no array.
+    /// incarnation `incarnation`, with its result `digest`, picked for a
+    /// spot check if `check`: the task leaves the table, and the progress
+    /// says what becomes of it; `None` (and nothing changes) if the table
+    /// places no such worker, or this is no array.
     pub(crate) fn end_task(
         &mut self,
         node: &P,
         task: u32,
         incarnation: u32,
         outcome: RankOutcome,
+        digest: Option<ResultDigest>,
+        check: bool,
     ) -> Option<TaskEnd> {
         let tasks = self.tasks.as_mut()?;
         match self.ranks.get(&task) {
             Some(r) if r.node == *node && r.incarnation == incarnation && r.outcome.is_none() => {
                 self.ranks.remove(&task);
-                Some(tasks.ended(task, node, outcome))
+                Some(tasks.ended(task, node, outcome, digest, check))
             }
             _ => None,
         }
@@ -629,13 +670,16 @@ mod tests {
         t.lose(&1, None, LostReason::Left);
         t.place(&1, 1, 1);
         assert!(
-            !t.end(&1, 0, 0, RankOutcome::Exited(0), None),
+            !t.end(&1, 0, 0, RankOutcome::Exited(0), None, false),
             "old incarnation"
         );
-        assert!(!t.end(&2, 0, 1, RankOutcome::Exited(0), None), "other node");
-        assert!(t.end(&1, 0, 1, RankOutcome::Exited(3), None));
         assert!(
-            !t.end(&1, 0, 1, RankOutcome::Exited(0), None),
+            !t.end(&2, 0, 1, RankOutcome::Exited(0), None, false),
+            "other node"
+        );
+        assert!(t.end(&1, 0, 1, RankOutcome::Exited(3), None, false));
+        assert!(
+            !t.end(&1, 0, 1, RankOutcome::Exited(0), None, false),
             "second report"
         );
         assert_eq!(t.get(0).unwrap().outcome, Some(RankOutcome::Exited(3)));

@@ -198,6 +198,11 @@ pub struct SchedulerConfig<P: Ord> {
     /// first served), the baseline the simulator measures fair sharing
     /// against. On by default.
     pub fair_share: bool,
+    /// Seeds the home's random picks (which tasks of a spot-checked array
+    /// run again elsewhere): a member that could guess it would lie only
+    /// where no check follows, so a node draws a fresh one at each start;
+    /// the simulator gives a seeded one.
+    pub seed: u64,
 }
 
 impl<P: Ord> Default for SchedulerConfig<P> {
@@ -214,6 +219,7 @@ impl<P: Ord> Default for SchedulerConfig<P> {
             max_job_workers: limits::MAX_WORKERS,
             ended_capacity: 1024,
             fair_share: true,
+            seed: 0,
         }
     }
 }
@@ -276,6 +282,10 @@ pub struct JobSpec {
     pub runs: u8,
 }
 
+fn is_zero(n: &u8) -> bool {
+    *n == 0
+}
+
 fn one_run() -> u8 {
     1
 }
@@ -299,6 +309,12 @@ pub struct TaskArray {
     /// offers next (at most [`limits::MAX_TASK_RETRIES`]). A task lost
     /// with its node runs again without counting.
     pub retries: u8,
+    /// The percentage (0 to 100) of tasks that exited with status 0 that
+    /// run once more on another node, their results compared at the home:
+    /// spot checks (see [`TaskProgress`](super::TaskProgress)). 0: none.
+    /// Left out of the encoding when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spot_checks: u8,
 }
 
 impl TaskArray {
@@ -430,6 +446,7 @@ impl JobSpec {
             limits::one_to("tasks", tasks.count, limits::MAX_TASKS)?;
             limits::one_to("max_running", tasks.max_running, tasks.count.min(limit))?;
             limits::at_most("retries", tasks.retries, limits::MAX_TASK_RETRIES)?;
+            limits::at_most("spot_checks", tasks.spot_checks, 100)?;
             if self.workers != tasks.workers() {
                 return Err(SpecError::ArrayWorkers {
                     max_running: tasks.max_running,

@@ -10,6 +10,7 @@ fn array(count: u32, max_running: u32, retries: u8) -> JobSpec {
         count,
         max_running,
         retries,
+        spot_checks: 0,
     };
     JobSpec {
         runs: 1,
@@ -90,7 +91,9 @@ fn an_array_hands_out_task_indices_as_cores_free_and_completes_when_every_task_i
             waiting: 3,
             running: 2,
             done: 0,
-            failed: 0
+            failed: 0,
+            checked: 0,
+            checking: 0,
         }
     );
     // Task 0 is done: the home looks for a core again, and the next offer
@@ -443,4 +446,105 @@ fn until_granted(
         eprintln!("DBG {now:?} {out:?} next {:?}", node.next_timeout());
     }
     (out, now)
+}
+
+/// Node `from` reports that task `task` (grant `incarnation`) exited with
+/// status 0, its result digest all `digest` bytes.
+fn task_gave(
+    node: &mut Scheduler<u32>,
+    now: Duration,
+    from: u32,
+    task: u32,
+    incarnation: u32,
+    digest: u8,
+) -> Vec<Output<u32>> {
+    node.handle(
+        now,
+        Input::RankEnded {
+            digest: Some(zorilla_core::runs::ResultDigest([digest; 32])),
+            job: JOB,
+            node: from,
+            rank: task,
+            incarnation,
+            end: WorkerEnd::Exited(0),
+        },
+    )
+}
+
+#[test]
+fn a_spot_check_catches_a_liar_which_the_home_then_avoids_and_its_log_replays_the_same() {
+    let mut node = home(ScheduleConfig::paper());
+    let tasks = TaskArray {
+        count: 2,
+        max_running: 1,
+        retries: 0,
+        spot_checks: 100,
+    };
+    let spec = JobSpec {
+        tasks: Some(tasks),
+        ..spec(tasks.workers())
+    };
+    let mut log = vec![JobEntry::Submitted {
+        spec: spec.clone(),
+        owner: None,
+    }];
+    keep(&mut log, submit_array(&mut node, spec));
+    // Node 10 lies about task 0; every end is picked for a check.
+    let out = keep(&mut log, offer_from(&mut node, ms(1), 10, 1, 1));
+    assert!(granted(&out, 10, vec![0], 0), "{out:?}");
+    keep(&mut log, task_gave(&mut node, ms(10), 10, 0, 0, 66));
+    assert_eq!(counts(&node).checking, 1);
+    // Node 10 is not given its own task's check: the fresh task 1.
+    let out = keep(&mut log, new_offer_from(&mut node, ms(11), 10, 1, 1, 1));
+    assert!(granted(&out, 10, vec![1], 1), "{out:?}");
+    keep(&mut log, task_gave(&mut node, ms(20), 10, 1, 1, 66));
+    // Node 11 checks task 0 and differs; node 12 settles it.
+    keep(&mut log, node.handle_timeout(ms(21)));
+    let out = keep(&mut log, offer_from(&mut node, ms(22), 11, 1, 1));
+    assert!(granted(&out, 11, vec![0], 2), "{out:?}");
+    keep(&mut log, task_gave(&mut node, ms(30), 11, 0, 2, 7));
+    keep(&mut log, node.handle_timeout(ms(31)));
+    let out = keep(&mut log, offer_from(&mut node, ms(32), 12, 1, 1));
+    assert!(granted(&out, 12, vec![0], 3), "{out:?}");
+    keep(&mut log, task_gave(&mut node, ms(40), 12, 0, 3, 7));
+    assert!(node.avoided().contains(&10), "the liar is avoided");
+    let table = node.ranks(JOB).unwrap().tasks().unwrap();
+    assert_eq!(table.caught().iter().copied().collect::<Vec<_>>(), vec![10]);
+    // Task 0 settled; task 1 waits for its check, from node 11 or 12.
+    let replayed = JobState::replay(&log).unwrap();
+    assert_eq!(replayed.ranks.tasks(), node.ranks(JOB).unwrap().tasks());
+    // The liar's offers are refused; node 11 checks task 1 and agrees
+    // with itself only once node 12 agrees too.
+    keep(&mut log, node.handle_timeout(ms(41)));
+    let out = keep(&mut log, new_offer_from(&mut node, ms(42), 10, 2, 1, 1));
+    assert!(!granted(&out, 10, vec![1], 4), "{out:?}");
+    let out = keep(&mut log, new_offer_from(&mut node, ms(43), 11, 1, 1, 1));
+    assert!(granted(&out, 11, vec![1], 4), "{out:?}");
+    keep(&mut log, task_gave(&mut node, ms(50), 11, 1, 4, 8));
+    keep(&mut log, node.handle_timeout(ms(51)));
+    let out = keep(&mut log, new_offer_from(&mut node, ms(52), 12, 1, 1, 1));
+    assert!(granted(&out, 12, vec![1], 5), "{out:?}");
+    let out = keep(&mut log, task_gave(&mut node, ms(60), 12, 1, 5, 8));
+    assert_eq!(
+        ended(&out),
+        Some((
+            Phase::Completed,
+            "all 2 tasks exited with status 0; 2 of them checked on another node; node 10 \
+             gave results that two other nodes' runs disagreed with: its tasks ran again \
+             elsewhere, and it is avoided from now on"
+                .into()
+        ))
+    );
+    let replayed = JobState::replay(&log).unwrap();
+    assert_eq!(replayed.phase, Phase::Completed);
+}
+
+/// `out`, its job events added to `log` as a home logs them.
+fn keep(log: &mut Vec<JobEntry<u32>>, out: Vec<Output<u32>>) -> Vec<Output<u32>> {
+    for o in &out {
+        if let Output::Job(event) = o {
+            log.extend(JobEntry::of(event));
+        }
+    }
+    out
 }

@@ -563,7 +563,15 @@ impl Node {
                 job_dir,
                 log_file,
                 in_force,
-                replicated,
+                // Compared at the home: a replicated job's runs, a
+                // spot-checked array's tasks (the member cannot tell
+                // which will be checked).
+                replicated
+                    || info
+                        .request
+                        .tasks
+                        .as_ref()
+                        .is_some_and(|t| t.spot_checks > 0),
             ));
         }
     }
@@ -682,13 +690,13 @@ pub(super) async fn supervise(
     job_dir: PathBuf,
     log_file: PathBuf,
     limits: Limits,
-    replicated: bool,
+    compared: bool,
 ) -> Done {
     let outputs_limit = limits.disk_bytes;
     let mut log = KeptLog::create(log_file).await;
-    // What the worker computed, for a job that runs more than once (see
-    // `digest`); other jobs' output is not hashed.
-    let mut hasher = replicated.then(digest::ResultHasher::new);
+    // What the worker computed, for a job whose results are compared
+    // (see `digest`); other jobs' output is not hashed.
+    let mut hasher = compared.then(digest::ResultHasher::new);
     let cancel = handle.cancel_handle();
     let wait = handle.wait();
     tokio::pin!(wait);

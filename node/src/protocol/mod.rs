@@ -163,6 +163,19 @@ pub struct Tasks {
     /// `args`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args_file: Option<String>,
+    /// The percentage (0 to 100) of the tasks that exit with status 0
+    /// that run once more on another node, picked at random by the home
+    /// after they ended; the two results are compared by digest, a third
+    /// run settles a difference, and a node caught giving a wrong result
+    /// has its other tasks run again and is avoided (see
+    /// `zorilla_core::node::TaskProgress`). More than 0 needs a
+    /// deterministic job. Left out of the encoding when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u8")]
+    pub spot_checks: u8,
+}
+
+fn is_zero_u8(n: &u8) -> bool {
+    *n == 0
 }
 
 /// The most failed tasks a job array's status lists (the count has them
@@ -187,6 +200,16 @@ pub struct TaskStatus<N = String> {
     /// The tasks that failed for good, lowest first, at most
     /// [`MAX_LISTED_FAILED_TASKS`], each with its last run's node and end.
     pub failed_tasks: BTreeMap<u32, RankStatus<N>>,
+    /// Of a spot-checked array: the done or failed tasks a check settled.
+    #[serde(default)]
+    pub checked: u32,
+    /// Tasks whose check (or its third run) has not settled yet.
+    #[serde(default)]
+    pub checking: u32,
+    /// Nodes a check caught giving a result two other runs disagreed
+    /// with (their tasks ran again; the home avoids them).
+    #[serde(default = "Vec::new", skip_serializing_if = "Vec::is_empty")]
+    pub caught: Vec<N>,
 }
 
 impl<N> TaskStatus<N> {
@@ -214,6 +237,9 @@ impl<N> TaskStatus<N> {
             done: counts.done,
             failed: counts.failed,
             failed_tasks,
+            checked: counts.checked,
+            checking: counts.checking,
+            caught: progress.caught().iter().map(&name).collect(),
         })
     }
 
@@ -230,6 +256,9 @@ impl<N> TaskStatus<N> {
                 .into_iter()
                 .map(|(task, status)| (task, status.map_node(&mut name)))
                 .collect(),
+            checked: self.checked,
+            checking: self.checking,
+            caught: self.caught.into_iter().map(&mut name).collect(),
         }
     }
 }
@@ -284,6 +313,7 @@ impl JobRequest {
                 count: t.count,
                 max_running: self.max_workers,
                 retries: t.retries,
+                spot_checks: t.spot_checks,
             }),
         }
     }
@@ -551,6 +581,8 @@ pub enum OutcomeCode {
     Lost,
     /// Its job ended while it ran.
     Stopped,
+    /// A spot-checked task whose three runs gave three different results.
+    Disputed,
 }
 
 impl OutcomeCode {
@@ -569,6 +601,7 @@ impl OutcomeCode {
             OutcomeCode::Cancelled => "cancelled",
             OutcomeCode::Lost => "lost",
             OutcomeCode::Stopped => "stopped",
+            OutcomeCode::Disputed => "disputed",
         }
     }
 }
@@ -590,6 +623,7 @@ impl From<&RankOutcome> for OutcomeCode {
             },
             RankOutcome::Cancelled => OutcomeCode::Cancelled,
             RankOutcome::Lost(_) => OutcomeCode::Lost,
+            RankOutcome::Disputed => OutcomeCode::Disputed,
         }
     }
 }

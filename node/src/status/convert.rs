@@ -165,7 +165,8 @@ pub(super) fn rank_state<N>(status: &protocol::RankStatus<N>, job_phase: JobPhas
             | C::ProcessLimit
             | C::NotStarted
             | C::Cancelled
-            | C::Stopped,
+            | C::Stopped
+            | C::Disputed,
         ) => WorkerState::Failed,
     }
 }

@@ -90,6 +90,7 @@ fn check_msg(msg: &ReplicaMsg) -> Result<(), Invalid> {
                         if let Some(tasks) = &spec.tasks {
                             limits::at_most("tasks", tasks.count, limits::MAX_TASKS)?;
                             limits::at_most("retries", tasks.retries, limits::MAX_TASK_RETRIES)?;
+                            limits::at_most("spot_checks", tasks.spot_checks, 100)?;
                         }
                     }
                     JobEntry::Event(event) => match event {
@@ -150,8 +151,10 @@ fn check_msg(msg: &ReplicaMsg) -> Result<(), Invalid> {
                                     )?;
                                 }
                             }
+                            EndReason::TasksDone { caught, .. } => {
+                                limits::at_most("caught", caught.len(), MAX_WORKERS as usize)?
+                            }
                             EndReason::Completed { .. }
-                            | EndReason::TasksDone { .. }
                             | EndReason::RunsLost { .. }
                             | EndReason::Cancelled => {}
                         },

@@ -268,6 +268,7 @@ fn array(tasks: u32, memory_mib: u64, lifetime: Duration) -> JobSpec {
         count: tasks,
         max_running: tasks,
         retries: 0,
+        spot_checks: 0,
     };
     JobSpec {
         runs: 1,

@@ -225,6 +225,12 @@ pub(crate) struct SubmitArgs {
     /// line i after the --arg ones (with no --tasks, a task per line).
     #[arg(long)]
     pub(crate) task_args: Option<PathBuf>,
+    /// Run this percentage (0 to 100) of the array's tasks again on
+    /// another node, picked at random after they end, and compare the
+    /// results: a node caught giving a wrong one has its tasks run again
+    /// elsewhere and is avoided. Implies --deterministic.
+    #[arg(long, value_name = "PERCENT")]
+    pub(crate) spot_checks: Option<u8>,
     /// Wait for the job to end, with a progress bar.
     #[arg(long)]
     pub(crate) wait: bool,

@@ -332,6 +332,7 @@ fn job_of(args: &SubmitArgs) -> Result<Job> {
         max_running: args.max_running,
         retries: args.retries,
         task_args: args.task_args.clone(),
+        spot_checks: args.spot_checks,
     };
     Ok(file.overridden_by(flags).job()?)
 }
