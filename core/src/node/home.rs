@@ -720,6 +720,13 @@ impl<P: PeerKey> Scheduler<P> {
         if wanted == 0 {
             return;
         }
+        // Only a check that node gave a result for waits (a check never
+        // goes to it): the search starts afresh at once, for another node,
+        // rather than at its schedule's next round.
+        if !job.ranks.tasks().is_some_and(|t| t.waits_for(&node)) {
+            job.flood_afresh(now, wanted);
+            return;
+        }
         // The node whose task ended has a core free now: it is asked at
         // once, directly (its copy of the advert went when it offered).
         if node != self.id {
@@ -731,7 +738,7 @@ impl<P: PeerKey> Scheduler<P> {
             };
             let advert = job.advert(job_id, &self.id, header, now);
             out.push(Output::Send {
-                to: node,
+                to: node.clone(),
                 msg: Message::Advert(advert),
             });
         }
@@ -740,6 +747,18 @@ impl<P: PeerKey> Scheduler<P> {
         // afresh: cores free up as tasks end, nearest first.
         if job.next_flood_at.is_none() || job.schedule.exhausted() {
             job.flood_afresh(now, wanted);
+            // One task for the one core that just freed: the node asked
+            // directly answers first, and its grant fills the job again
+            // (which stops the search). The search waits for that answer
+            // a moment, rather than asking every node for a core at every
+            // task's end: short tasks would have homes send more adverts
+            // than members take from one home (`DIRECT_ADVERTS_PER_SEC`),
+            // and the rest would wait for the next round.
+            if node != self.id && wanted == 1 {
+                let rtt = self.known.get(&node).map_or(Duration::ZERO, |k| k.rtt);
+                let answer = rtt.saturating_mul(2).max(DIRECT_ANSWER_WAIT);
+                job.next_flood_at = Some(now.saturating_add(answer));
+            }
         }
     }
 

@@ -245,6 +245,11 @@ pub const MAX_DIRECT_PER_STEP: usize = 32;
 /// jobs up sends more.
 pub const DIRECT_ADVERTS_PER_SEC: u32 = 64;
 
+/// How long a job array's home waits at least for the answer of the node
+/// it asked directly for the core a task's end freed, before it floods for
+/// it (twice the RTT to the node, if longer).
+pub const DIRECT_ANSWER_WAIT: Duration = Duration::from_millis(20);
+
 /// The most homes whose direct adverts a member counts at once; the one
 /// counted longest ago makes room.
 pub const MAX_COUNTED_HOMES: usize = 1024;

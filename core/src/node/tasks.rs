@@ -212,6 +212,18 @@ fn len(n: usize) -> u32 {
 }
 
 impl<P: Clone + Ord> TaskProgress<P> {
+    /// Whether a task waits that `node` may take: a fresh one, one to run
+    /// again, or a check it gave no result for.
+    pub fn waits_for(&self, node: &P) -> bool {
+        self.next < self.array.count
+            || !self.again.is_empty()
+            || self.to_check.iter().any(|task| {
+                self.checking
+                    .get(task)
+                    .is_none_or(|results| results.iter().all(|r| r.node != *node))
+            })
+    }
+
     /// The next task for `node`, taken out of those that wait: a check
     /// `node` gave no result for, else one to run again that did not fail
     /// on `node`, else a fresh one, else one that did (see the module's
