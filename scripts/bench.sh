@@ -109,7 +109,8 @@ run_sim() { # log-name zorilla-sim-arguments...
     if $short; then
         for i in "${!args[@]}"; do
             if [[ ${args[$i]} == --random || ${args[$i]} == --hetero || ${args[$i]} == --fairshare \
-                || ${args[$i]} == --preemption || ${args[$i]} == --arrays ]]; then
+                || ${args[$i]} == --preemption || ${args[$i]} == --arrays \
+                || ${args[$i]} == --spot-checks ]]; then
                 args[$((i + 1))]=2
             fi
             # The arrays experiment's bags take minutes a seed in a debug
@@ -133,6 +134,9 @@ run_sim preemption --preemption 5
 # Fair sharing with job arrays on generated topologies (BENCHMARKS.md, "Job
 # arrays in the simulator"): seeds 1 to 5, 2 in the short run.
 run_sim fairshare-arrays --arrays 5
+# Spot checks of a job array beside a lying node (BENCHMARKS.md, "Spot
+# checks"): seeds 1 to 50, 2 in the short run.
+run_sim spotchecks --spot-checks 50
 
 # Measurements that are tests marked #[ignore] or sized by the environment.
 run_test() { # log-name cargo-test-arguments...
@@ -152,14 +156,14 @@ ZORILLA_MEMORY_JOBS=$($short && echo 200 || echo 5000) ZORILLA_MEMORY_FLOOD_SECS
 # NAT traversal per NAT kind (BENCHMARKS.md, "NAT traversal"; as root).
 run_test nat --workspace --test nat -- --nocapture
 
-run_bench() { # package bench
+run_bench() { # package bench [more cargo arguments]
     # Resuming: the benchmarks before the named one ran already.
     [[ $resume == "$2" ]] && resume=done
     [[ -n $resume && $resume != done ]] && return
     echo "== cargo bench -p $1 --bench $2"
     # --workspace, not -p: the same features as the test build, so no
     # dependency is built a second time.
-    cargo bench --locked "${profile[@]}" --workspace --bench "$2" | tee "$logs/$1-$2.log"
+    cargo bench --locked "${profile[@]}" --workspace "${@:3}" --bench "$2" | tee "$logs/$1-$2.log"
 }
 run_bench zorilla-overlay flood
 run_bench zorilla-overlay connect
@@ -177,6 +181,10 @@ run_bench zorilla-node realnet
 run_bench zorilla-node arrays
 run_bench zorilla-node native_mpi
 run_bench zorilla-node replication
+# Spot checks beside a real lying node: only a node built with the
+# test-only feature can lie (the test build has it too, so nothing is
+# built twice in the short run).
+run_bench zorilla-node spotchecks --features zorilla-node/test-corrupt
 
 "${CARGO_TARGET_DIR:-target}/$sim_target/bench-report" --logs "$logs" --markdown "$markdown" \
     --readme "$readme" --svg-dir "$svg_dir"

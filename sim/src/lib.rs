@@ -17,7 +17,9 @@
 //! for contributors (`zorilla-sim --preemption N`), and
 //! [`fairshare::arrays`] many users' job arrays on generated topologies
 //! with contention, each user's share against its contribution
-//! (`zorilla-sim --arrays N`).
+//! (`zorilla-sim --arrays N`); [`spotcheck`] how often a job array's spot
+//! checks catch a node that lies about a share of its results, and what
+//! they cost (`zorilla-sim --spot-checks N`).
 
 pub mod fairshare;
 pub mod generate;
@@ -25,4 +27,5 @@ pub mod random;
 pub mod report;
 pub mod scenario;
 pub mod sim;
+pub mod spotcheck;
 pub mod sweep;

@@ -28,8 +28,11 @@ use zorilla_core::flood::{FloodConfig, FloodId, FloodRouter, Verdict};
 use zorilla_core::liveness::{Answer, Question};
 use zorilla_core::machine::Input as MInput;
 use zorilla_core::neighbours::keeper::PeerKeeper;
-use zorilla_core::node::{Input, JobEvent, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig};
+use zorilla_core::node::{
+    EndReason, Input, JobEvent, Output, OwnerLimits, Phase, Scheduler, SchedulerConfig,
+};
 use zorilla_core::resources::{REFERENCE_SPEED, Resources};
+use zorilla_core::runs::ResultDigest;
 
 use crate::scenario::{Grid, Scenario};
 use node_overlay::NodeOverlay;
@@ -285,6 +288,10 @@ pub struct Sim {
     keeper_ticking: Vec<bool>,
     /// Home jobs replicated (issue 16), if the run does.
     failover: Option<Box<failover::Failover>>,
+    /// Nodes that lie about their workers' results, each with the share of
+    /// its workers it lies about ([`Sim::with_liars`]), and the draws.
+    liars: BTreeMap<u32, f64>,
+    lies: ChaCha8Rng,
     /// Nodes cut off from every other.
     isolated: BTreeSet<u32>,
 }
@@ -328,6 +335,8 @@ impl Sim {
             seed,
             scenario: scenario.clone(),
             rng: ChaCha8Rng::seed_from_u64(seed),
+            liars: BTreeMap::new(),
+            lies: ChaCha8Rng::seed_from_u64(seed ^ 0x11e5),
             nodes: Vec::with_capacity(grid.len()),
             up: vec![true; grid.len()],
             heap: BinaryHeap::new(),
@@ -436,6 +445,7 @@ impl Sim {
             speed: (self.grid.speed[node as usize] * f64::from(REFERENCE_SPEED)).round() as u32,
             prefer: self.mode.prefer(),
             fair_share: self.mode.fair_share(),
+            seed: self.seed ^ u64::from(node).rotate_left(32),
             ..SchedulerConfig::default()
         };
         let overlay = if self.mode.our_overlay() {
@@ -502,6 +512,38 @@ impl Sim {
         let started = Instant::now();
         while self.step() {}
         self.report(started.elapsed())
+    }
+
+    /// The same run with `liars`: each of these nodes reports a made-up
+    /// result digest for this share (0 to 1) of its workers, drawn per
+    /// worker (the test-only lying node of the real one, `test-corrupt`,
+    /// made partial). Every other worker's digest is its job's and rank's
+    /// own, the same on every node.
+    pub fn with_liars(mut self, liars: BTreeMap<u32, f64>) -> Self {
+        self.liars = liars;
+        self
+    }
+
+    /// The digest `from` reports for `rank` of `job`, and whether it lied
+    /// (recorded in the job's `reports` when the run has liars).
+    pub(super) fn result_digest(&mut self, job: JobId, from: u32, rank: u32) -> ResultDigest {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&job.0.to_le_bytes());
+        bytes[8..12].copy_from_slice(&rank.to_le_bytes());
+        if self.liars.is_empty() {
+            return ResultDigest(bytes);
+        }
+        let share = self.liars.get(&from).copied().unwrap_or(0.0);
+        let lied = share > 0.0 && self.lies.random::<f64>() < share;
+        if lied {
+            // A made-up result: the liar's own, never the honest one.
+            bytes[12..16].copy_from_slice(&from.to_le_bytes());
+            bytes[16] = 1;
+        }
+        if let Some(record) = self.jobs.get_mut(&job) {
+            record.reports.entry(rank).or_default().push((from, lied));
+        }
+        ResultDigest(bytes)
     }
 
     /// Processes one event; returns false when the run is over.
@@ -659,6 +701,8 @@ impl Sim {
                 judged_workers: 0,
                 runs: Vec::new(),
                 open_runs: BTreeMap::new(),
+                reports: BTreeMap::new(),
+                caught: Vec::new(),
                 replica_messages: 0,
                 home_moves: 0,
             },
@@ -1075,6 +1119,9 @@ impl Sim {
                         self.violations.push(format!(
                             "{now:?}: {job}: ended {phase:?} after it ended {was:?}"
                         ));
+                    }
+                    if let EndReason::TasksDone { caught, .. } = &reason {
+                        record.caught.clone_from(caught);
                     }
                     record.ended = Some((phase, reason.to_string()));
                     record.ended_at = Some(now);

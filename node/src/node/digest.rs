@@ -24,9 +24,10 @@
 //! With the `test-corrupt` cargo feature only, a node whose environment
 //! has `ZORILLA_TEST_CORRUPT=1` lies about every worker it runs: it adds a
 //! line to the worker's stdout and to each of its output files before they
-//! are hashed and sent ([`corrupts`], [`corrupt_outputs`]). Tests use it
-//! to play a lying member; a node built without the feature has no way to
-//! do it.
+//! are hashed and sent ([`corrupts`], [`corrupt_outputs`]); with a share
+//! below 1 (`ZORILLA_TEST_CORRUPT=0.3`), about that share of its workers,
+//! drawn per worker. Tests use it to play a lying member; a node built
+//! without the feature has no way to do it.
 
 use std::path::Path;
 
@@ -118,8 +119,15 @@ pub(super) fn outputs_digest(root: &Path, limit: u64) -> [u8; 32] {
 pub(super) fn corrupts() -> bool {
     #[cfg(feature = "test-corrupt")]
     {
-        static CORRUPTS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *CORRUPTS.get_or_init(|| std::env::var("ZORILLA_TEST_CORRUPT").is_ok_and(|v| v == "1"))
+        static SHARE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+        let share = *SHARE.get_or_init(|| {
+            std::env::var("ZORILLA_TEST_CORRUPT")
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|s| (0.0..=1.0).contains(s))
+                .unwrap_or(0.0)
+        });
+        share >= 1.0 || (share > 0.0 && (super::random_u64() as f64) < share * u64::MAX as f64)
     }
     #[cfg(not(feature = "test-corrupt"))]
     {

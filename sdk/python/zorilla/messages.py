@@ -119,6 +119,7 @@ class OutcomeCode(str, enum.Enum):
     CANCELLED = "cancelled"
     LOST = "lost"
     STOPPED = "stopped"
+    DISPUTED = "disputed"
 
 
 @dataclass(frozen=True)
@@ -160,11 +161,15 @@ class Tasks:
     ``ZORILLA_TASKS``. A task that fails runs again, on another node if one
     offers, up to ``retries`` times (0 to 10). ``args_file`` names one of
     the job's inputs with a line per task: task ``i`` gets the words of
-    line ``i`` (split at white space) after the job's ``args``."""
+    line ``i`` (split at white space) after the job's ``args``.
+    ``spot_checks`` (0 to 100) is the percentage of tasks that exited with
+    status 0 the home runs once more on another node, comparing results (a
+    deterministic job only)."""
 
     count: int
     retries: int = 0
     args_file: Optional[str] = None
+    spot_checks: int = 0
 
     def to_wire(self) -> Dict[str, Any]:
         """In the node's order, ``args_file`` left out when ``None`` as the
@@ -172,6 +177,8 @@ class Tasks:
         wire: Dict[str, Any] = {"count": int(self.count), "retries": int(self.retries)}
         if self.args_file is not None:
             wire["args_file"] = str(self.args_file)
+        if self.spot_checks != 0:
+            wire["spot_checks"] = int(self.spot_checks)
         return wire
 
     @classmethod
@@ -182,6 +189,7 @@ class Tasks:
             count=_uint(d, "count", w),
             retries=_uint(d, "retries", w, 0),
             args_file=_field(d, "args_file", str, w, None),
+            spot_checks=_uint(d, "spot_checks", w, 0),
         )
 
 
@@ -230,15 +238,20 @@ class JobRequest:
         max_running: Optional[int] = None,
         retries: int = 0,
         args_file: Optional[str] = None,
+        spot_checks: int = 0,
         **fields: Any,
     ) -> "JobRequest":
         """A job array of ``count`` tasks (:class:`Tasks`), at most
         ``max_running`` of them running at once (default, and at most: all
         of them, as the `zorilla` tool does), each that fails run again up
-        to ``retries`` times. Raises ``ValueError`` for an array the node
+        to ``retries`` times, ``spot_checks`` % of them checked on another
+        node (deterministic with seed 0 unless ``deterministic`` says). Raises ``ValueError`` for an array the node
         would refuse (:meth:`check_array`)."""
         running = count if max_running is None else min(max_running, count)
-        job = cls(min_workers=1, max_workers=running, tasks=Tasks(count, retries, args_file), **fields)
+        if spot_checks and fields.get("deterministic") is None:
+            fields["deterministic"] = 0
+        tasks = Tasks(count, retries, args_file, spot_checks)
+        job = cls(min_workers=1, max_workers=running, tasks=tasks, **fields)
         job.check_array()
         return job
 
@@ -262,6 +275,13 @@ class JobRequest:
             )
         if not 0 <= tasks.retries <= MAX_TASK_RETRIES:
             raise ValueError(f"retries is {tasks.retries}, but must be at most {MAX_TASK_RETRIES}")
+        if not 0 <= tasks.spot_checks <= 100:
+            raise ValueError(f"spot_checks is {tasks.spot_checks}, but must be at most 100")
+        if tasks.spot_checks and self.deterministic is None:
+            raise ValueError(
+                "a job array with spot checks must be deterministic: a task run twice that "
+                "reads the clock or fresh random bytes would never agree with itself"
+            )
         if self.min_workers != 1:
             raise ValueError(
                 f"a job array runs 1 to max_running ({self.max_workers}) workers at once, "
@@ -395,7 +415,9 @@ class TaskStatus:
     start, or to run again), run, are done (exited with status 0) and
     failed for good (after their retries); and the failed ones, lowest
     first (at most 1000 listed; ``failed`` counts them all), each with its
-    last run's node and end as a rank's."""
+    last run's node and end as a rank's. Of a spot-checked array: the
+    tasks a check settled (``checked``) or has yet to (``checking``), and
+    the nodes caught giving results two others disagreed with."""
 
     count: int
     waiting: int = 0
@@ -403,6 +425,9 @@ class TaskStatus:
     done: int = 0
     failed: int = 0
     failed_tasks: Dict[int, RankStatus] = field(default_factory=dict)
+    checked: int = 0
+    checking: int = 0
+    caught: List[str] = field(default_factory=list)
 
     @classmethod
     def from_wire(cls, value: Any) -> "TaskStatus":
@@ -415,6 +440,9 @@ class TaskStatus:
             done=_uint(d, "done", w, 0),
             failed=_uint(d, "failed", w, 0),
             failed_tasks=_rank_map(d, "failed_tasks", w),
+            checked=_uint(d, "checked", w, 0),
+            checking=_uint(d, "checking", w, 0),
+            caught=[str(n) for n in _field(d, "caught", list, w, [])],
         )
 
 

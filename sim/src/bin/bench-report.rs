@@ -370,6 +370,51 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench --workspace --bench replication",
     ),
     (
+        "spotcheck.p10.f10.caught",
+        "spot checks of a job array (simulator): a node lying about 10% of its results caught, 10% of tasks checked",
+        "zorilla-sim --spot-checks 50",
+    ),
+    (
+        "spotcheck.p50.f10.caught",
+        "the same, a node lying about half its results",
+        "zorilla-sim --spot-checks 50",
+    ),
+    (
+        "spotcheck.p100.f5.caught",
+        "the same, a node lying about every result, 5% of tasks checked",
+        "zorilla-sim --spot-checks 50",
+    ),
+    (
+        "spotcheck.p50.f0.kept_lies",
+        "made-up results an array keeps beside a node lying about half its results, no checks",
+        "zorilla-sim --spot-checks 50",
+    ),
+    (
+        "spotcheck.p50.f10.kept_lies",
+        "the same, 10% of tasks checked",
+        "zorilla-sim --spot-checks 50",
+    ),
+    (
+        "spotcheck.p50.f10.extra_workers",
+        "the workers 10% spot checks add (checks, third runs, the caught node's tasks run again)",
+        "zorilla-sim --spot-checks 50",
+    ),
+    (
+        "spotchecks.real.caught",
+        "spot checks on real nodes: a node lying about half its results caught, 40 tasks, 20% checked",
+        "cargo bench --workspace --features zorilla-node/test-corrupt --bench spotchecks",
+    ),
+    (
+        "spotchecks.real.kept_checked",
+        "the same: made-up outputs the arrays kept (without checks: see the section)",
+        "cargo bench --workspace --features zorilla-node/test-corrupt --bench spotchecks",
+    ),
+    (
+        "spotchecks.real.wall_ratio",
+        "the same: wall time of the array against without checks",
+        "cargo bench --workspace --features zorilla-node/test-corrupt --bench spotchecks",
+    ),
+    (
         "native_mpi.ompi.latency_ratio",
         "the same program built with Open MPI, as a native job on 2 nodes: 8-byte latency against mpirun over the same transport (TCP)",
         "cargo bench --workspace --bench native_mpi",

@@ -10,6 +10,7 @@
 //! zorilla-sim --fairshare 5    # Network of Favors against first come, first served
 //! zorilla-sim --preemption 5   # preempting strangers' long jobs for contributors
 //! zorilla-sim --arrays 5       # many users' job arrays on generated topologies
+//! zorilla-sim --spot-checks 50 # a job array's spot checks beside a lying node
 //! ```
 
 use std::path::PathBuf;
@@ -74,7 +75,7 @@ enum Sizes {
 struct Args {
     /// The scenario file (TOML), e.g. sim/scenarios/zorilla-4.2.toml.
     #[arg(required_unless_present_any = [
-        "random", "plot", "hetero", "fairshare", "preemption", "arrays"
+        "random", "plot", "hetero", "fairshare", "preemption", "arrays", "spot_checks"
     ])]
     scenario: Option<PathBuf>,
     /// Instead of a scenario file: this many generated topologies (seeds 1
@@ -108,6 +109,13 @@ struct Args {
     /// and its arrays' turnaround. `--size small` for the tests' setup.
     #[arg(long, conflicts_with_all = ["scenario", "random", "hetero", "fairshare", "preemption"])]
     arrays: Option<u64>,
+    /// Instead of a scenario file: spot checks of a job array beside a
+    /// node that lies about a share of its results
+    /// (`zorilla_sim::spotcheck`), on seeds 1 to N, for several shares
+    /// lied about and shares checked: how often the liar is caught, the
+    /// made-up results kept, the workers the checks add.
+    #[arg(long, conflicts_with_all = ["scenario", "random", "hetero", "fairshare", "preemption", "arrays"])]
+    spot_checks: Option<u64>,
     /// Instead of running: plot again the `random.csv` a `--random` run
     /// wrote, into `random.svg` in `--out`.
     #[arg(long, conflicts_with_all = ["scenario", "random"])]
@@ -177,6 +185,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(n) = args.arrays {
         return arrays(&args, n);
+    }
+    if let Some(n) = args.spot_checks {
+        return spot_checks(&args, n);
     }
     if let Some(n) = args.random {
         return random(&args, n, &modes);
@@ -579,6 +590,66 @@ fn arrays(args: &Args, n: u64) -> anyhow::Result<()> {
     }
     println!("\nin {:.1} s", started.elapsed().as_secs_f64());
     anyhow::ensure!(violations == 0, "{violations} invariant violations");
+    Ok(())
+}
+
+/// `--spot-checks N`: the spot-check experiment on seeds 1 to N (or
+/// `--seeds`) for each share lied about and share checked: the share of
+/// runs in which the liar was caught (and what the model expects), the
+/// made-up results the arrays kept per 1,000 tasks, and the workers the
+/// checks added; RESULT lines for bench-report.
+fn spot_checks(args: &Args, n: u64) -> anyhow::Result<()> {
+    use zorilla_sim::spotcheck::{Outcome, Setup, run};
+    let setup = Setup::DEFAULT;
+    let seeds = seeds_or(args, n);
+    let started = Instant::now();
+    println!(
+        "spot checks: {} nodes of {} cores, node 0 lying about a share p of its results, a home \
+         without cores submitting one array of {} one-core tasks of {} s with a share f checked; \
+         {} seed(s) each",
+        setup.nodes,
+        setup.cores,
+        setup.tasks,
+        setup.task_s,
+        seeds.len()
+    );
+    println!(
+        "\n{:>5} {:>5} {:>9} {:>9} {:>13} {:>13} {:>13} {:>9}",
+        "p", "f", "caught", "expected", "liar results", "kept lies/1k", "extra workers", "makespan"
+    );
+    for share in [0.1, 0.5, 1.0] {
+        for percent in [0u8, 5, 10, 20] {
+            let runs: Vec<Outcome> = seeds
+                .iter()
+                .map(|&seed| run(&setup, share, percent, seed))
+                .collect::<anyhow::Result<_>>()?;
+            let incomplete = runs.iter().filter(|o| !o.completed).count();
+            anyhow::ensure!(
+                incomplete == 0,
+                "{incomplete} arrays did not complete (p {share}, f {percent} %)"
+            );
+            let k = runs.len().max(1) as f64;
+            let mean = |f: &dyn Fn(&Outcome) -> f64| runs.iter().map(f).sum::<f64>() / k;
+            let caught = mean(&|o| f64::from(u8::from(o.caught))) * 100.0;
+            let expected = mean(&|o| o.expected) * 100.0;
+            let results = mean(&|o| f64::from(o.liar_results));
+            let kept = mean(&|o| f64::from(o.kept_lies) * 1000.0 / f64::from(o.tasks.max(1)));
+            let extra = mean(&|o| f64::from(o.workers) / f64::from(o.tasks.max(1)) - 1.0) * 100.0;
+            let makespan = mean(&|o| o.makespan.as_secs_f64());
+            println!(
+                "{share:>5} {:>4}% {caught:>8.0}% {expected:>8.0}% {results:>13.1} {kept:>13.2} \
+                 {extra:>12.1}% {makespan:>8.0}s",
+                percent
+            );
+            let key = format!("spotcheck.p{:.0}.f{percent}", share * 100.0);
+            println!("RESULT {key}.caught {caught:.0} % of runs");
+            println!("RESULT {key}.expected {expected:.0} % of runs");
+            println!("RESULT {key}.kept_lies {kept:.2} per 1000 tasks");
+            println!("RESULT {key}.extra_workers {extra:.1} %");
+            println!("RESULT {key}.makespan {makespan:.0} s");
+        }
+    }
+    println!("\nin {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -263,7 +263,7 @@ pub fn plan(setup: &Setup, seed: u64, submission: Submission) -> anyhow::Result<
 
 /// An array of `tasks` one-core tasks of `memory_mib` each, all of which
 /// may run at once, waiting at most `lifetime`.
-fn array(tasks: u32, memory_mib: u64, lifetime: Duration) -> JobSpec {
+pub(crate) fn array(tasks: u32, memory_mib: u64, lifetime: Duration) -> JobSpec {
     let tasks = TaskArray {
         count: tasks,
         max_running: tasks,

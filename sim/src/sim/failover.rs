@@ -738,8 +738,9 @@ impl Sim {
         if !self.reachable(from, home) {
             return;
         }
+        let digest = Some(self.result_digest(job, from, rank));
         let input = MachineInput::EndReported {
-            digest: None,
+            digest,
             job,
             node: from,
             rank,

@@ -93,6 +93,12 @@ pub struct JobRecord {
     pub runs: Vec<WorkerRun>,
     /// The runs still open, by machine and rank: their index in `runs`.
     pub(super) open_runs: BTreeMap<(u32, u32), usize>,
+    /// Of a run with lying nodes ([`Sim::with_liars`](super::Sim::with_liars)),
+    /// every end reported to the home, per rank (an array's task), in
+    /// report order: the node and whether it lied.
+    pub reports: BTreeMap<u32, Vec<(u32, bool)>>,
+    /// The nodes a spot check caught, as the job's end says.
+    pub caught: Vec<u32>,
 }
 
 /// One worker of a job, from its start to its end.
