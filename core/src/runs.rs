@@ -169,22 +169,58 @@ pub fn decide<P: PeerKey>(results: &[RunResult<P>]) -> Verdict<P> {
 }
 
 /// Maps `runs` runs of `size` workers each onto `candidates`: each run
-/// with `strategy` on nodes no other run uses, run 0 on the nearest (as
-/// [`allocate_preferring`] orders them). The assignments come run by run,
-/// so that a rank table placing them in order numbers run `k`'s workers
-/// `k * size ..`. `None` while the candidates cannot hold every run.
+/// with `strategy` on nodes of owners no other run has (`owner_of` says
+/// who vouches for a node), or, where the candidates do not allow that, on
+/// nodes no other run uses; run 0 on the nearest (as
+/// [`allocate_preferring`] orders them). One owner's nodes could
+/// otherwise outvote another's with one lie told twice. The assignments
+/// come run by run, so that a rank table placing them in order numbers run
+/// `k`'s workers `k * size ..`. `None` while the candidates cannot hold
+/// every run on distinct nodes; else the assignments and how far apart
+/// the runs are.
 pub fn allocate_runs<P: Clone + Ord>(
     strategy: Strategy,
     candidates: &[Candidate<P>],
     runs: u32,
     size: u32,
     same: Option<SameDistance>,
+    owner_of: impl Fn(&P) -> P,
+) -> Option<(Vec<Assignment<P>>, Apart)> {
+    if let Some(a) = apart(strategy, candidates, runs, size, same, &owner_of) {
+        return Some((a, Apart::Owners));
+    }
+    apart(strategy, candidates, runs, size, same, &|node: &P| {
+        node.clone()
+    })
+    .map(|a| (a, Apart::Nodes))
+}
+
+/// How far apart [`allocate_runs`] kept a job's runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apart {
+    /// On nodes of distinct owners.
+    Owners,
+    /// On distinct nodes, some of one owner (the offers had no more
+    /// owners).
+    Nodes,
+}
+
+/// [`allocate_runs`] with runs kept apart by `key`: no two runs on nodes
+/// of the same key.
+fn apart<P: Clone + Ord>(
+    strategy: Strategy,
+    candidates: &[Candidate<P>],
+    runs: u32,
+    size: u32,
+    same: Option<SameDistance>,
+    key: &dyn Fn(&P) -> P,
 ) -> Option<Vec<Assignment<P>>> {
     let mut left: Vec<Candidate<P>> = candidates.to_vec();
     let mut all = Vec::new();
     for _ in 0..runs {
         let run = allocate_preferring(strategy, &left, size, same)?;
-        left.retain(|c| !run.iter().any(|a| a.node == c.node));
+        let used: BTreeSet<P> = run.iter().map(|a| key(&a.node)).collect();
+        left.retain(|c| !used.contains(&key(&c.node)));
         all.extend(run);
     }
     Some(all)
@@ -368,13 +404,13 @@ mod tests {
     #[test]
     fn runs_go_to_distinct_nodes_nearest_run_first() {
         let offers = [offer(1, 5, 4), offer(2, 1, 1), offer(3, 9, 2)];
-        let a = allocate_runs(Strategy::Concentrate, &offers, 3, 1, None).unwrap();
+        let (a, _) = allocate_runs(Strategy::Concentrate, &offers, 3, 1, None, u32::clone).unwrap();
         let nodes: Vec<u32> = a.iter().map(|a| a.node).collect();
         assert_eq!(nodes, vec![2, 1, 3]);
         assert!(a.iter().all(|a| a.workers == 1));
         // Two runs of two: node 1 could take both runs alone, but takes
         // part in one; the assignments come run by run.
-        let a = allocate_runs(Strategy::Concentrate, &offers, 2, 2, None).unwrap();
+        let (a, _) = allocate_runs(Strategy::Concentrate, &offers, 2, 2, None, u32::clone).unwrap();
         let mut runs: Vec<Vec<u32>> = vec![Vec::new()];
         let mut filled = 0;
         for assignment in &a {
@@ -389,9 +425,26 @@ mod tests {
         assert!(runs[0].iter().all(|n| !runs[1].contains(n)), "{runs:?}");
         // Not enough distinct nodes: wait.
         assert_eq!(
-            allocate_runs(Strategy::Concentrate, &offers[..2], 3, 1, None),
+            allocate_runs(Strategy::Concentrate, &offers[..2], 3, 1, None, u32::clone),
             None
         );
+    }
+
+    #[test]
+    fn runs_go_to_distinct_owners_where_the_offers_allow_and_else_to_distinct_nodes() {
+        // Nodes 1 and 2 are one owner's (10), node 3 another's (30); node
+        // 2 is the nearest, node 1 the next.
+        let offers = [offer(1, 2, 1), offer(2, 1, 1), offer(3, 9, 1)];
+        let owner = |n: &u32| if *n == 3 { 30 } else { 10 };
+        let (a, apart) = allocate_runs(Strategy::Concentrate, &offers, 2, 1, None, owner).unwrap();
+        let nodes: Vec<u32> = a.iter().map(|a| a.node).collect();
+        assert_eq!(nodes, vec![2, 3], "not nodes 2 and 1, of one owner");
+        assert_eq!(apart, Apart::Owners);
+        // Three runs: two owners cannot keep them apart; three nodes can.
+        let (a, apart) = allocate_runs(Strategy::Concentrate, &offers, 3, 1, None, owner).unwrap();
+        let nodes: BTreeSet<u32> = a.iter().map(|a| a.node).collect();
+        assert_eq!(nodes, BTreeSet::from([1, 2, 3]));
+        assert_eq!(apart, Apart::Nodes);
     }
 
     #[test]

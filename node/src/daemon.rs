@@ -597,6 +597,11 @@ pub async fn run(
         status: Publisher::new(status),
         primaries,
         sessions,
+        vouched_by: daemon
+            .overlay
+            .grid
+            .as_ref()
+            .map(|grid| grid.credential.inviter().map_or(peer, |i| i.body().member)),
     };
     Node::run(parts, shutdown).await;
     server.abort();

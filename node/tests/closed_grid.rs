@@ -3,7 +3,8 @@
 //! issue`, `grid revoke`, `zorilla revoke`): members run a job together; a
 //! node without a credential never joins and nothing of the job reaches
 //! it; a node refuses to start with an expired credential; a revoked
-//! member is cut off.
+//! member is cut off; the runs of a replicated job go to nodes of distinct
+//! owners (who vouches for a node: itself, or the member that invited it).
 
 mod common;
 
@@ -229,4 +230,89 @@ fn a_node_refuses_to_start_with_an_expired_credential_and_says_so() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("names peer"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_of_a_replicated_job_go_to_nodes_of_distinct_owners() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = tmp.path().join("grid.key");
+    run(&["grid", "init", "--key", key.to_str().unwrap()]);
+    let net = format!("owners-{}", std::process::id());
+    // Member x (the home, no cores) may invite: it vouches for a and b.
+    // Member c is vouched for by the grid key alone.
+    let dir = |name: &str| tmp.path().join(name);
+    let x_cred = dir("x.cred");
+    std::fs::create_dir_all(dir("x")).unwrap();
+    run(&[
+        "grid",
+        "issue",
+        "--key",
+        key.to_str().unwrap(),
+        "--peer",
+        &peer_id(&dir("x")),
+        "--may-invite",
+        "--out",
+        x_cred.to_str().unwrap(),
+    ]);
+    let invite = |name: &str| -> PathBuf {
+        std::fs::create_dir_all(dir(name)).unwrap();
+        let out = dir(name).with_extension("cred");
+        run(&[
+            "--state-dir",
+            dir("x").to_str().unwrap(),
+            "grid",
+            "invite",
+            "--credential",
+            x_cred.to_str().unwrap(),
+            "--peer",
+            &peer_id(&dir(name)),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        out
+    };
+    let (a_cred, b_cred) = (invite("a"), invite("b"));
+    let c_cred = issue(&key, &dir("c"), "30");
+    let mut nodes = vec![TestNode::start_with(
+        &dir("x"),
+        &net,
+        None,
+        0,
+        "127.0.0.1",
+        &with_credential(&x_cred),
+    )];
+    for (name, cred) in [("a", &a_cred), ("b", &b_cred), ("c", &c_cred)] {
+        nodes.push(TestNode::start_with(
+            &dir(name),
+            &net,
+            Some(&nodes[0].listen.clone()),
+            1,
+            "127.0.0.1",
+            &with_credential(cred),
+        ));
+    }
+    let c = nodes[3].peer.clone();
+    wait_for_neighbours(&nodes, 3, Duration::from_secs(30)).await;
+    let mut client = nodes[0].client().await;
+    // Two runs each: one on a or b (one owner's), the other on c. Without
+    // owners, any two of the three nodes would do.
+    for _ in 0..3 {
+        let request = zorilla_node::protocol::JobRequest {
+            lifetime_secs: 60,
+            deterministic: Some(7),
+            replicas: 2,
+            ..zorilla_node::protocol::JobRequest::default()
+        };
+        let job = client
+            .submit(request, wasm("detcheck"), Vec::new())
+            .await
+            .unwrap();
+        let status = wait_completed(&mut client, job, Duration::from_secs(60)).await;
+        let used: Vec<&String> = status.ranks.values().map(|r| &r.node).collect();
+        assert_eq!(used.len(), 2, "{status:?}");
+        assert!(
+            used.contains(&&c),
+            "both runs on nodes x vouches for: {status:?}"
+        );
+    }
 }

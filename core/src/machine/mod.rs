@@ -201,6 +201,14 @@ pub enum Input<P, R, C> {
     /// Where this node can be reached from, as its overlay found out
     /// (see [`Scheduler::set_reachability`]).
     Reachability(crate::resources::Reachability),
+    /// Who vouches for `node` (a closed grid's credential says it; see
+    /// [`Scheduler::set_owner`]).
+    Owner {
+        /// The node.
+        node: P,
+        /// Its owner, as far as the grid says.
+        owner: P,
+    },
     /// A node answered which ranks it runs ([`Output::Ask`]).
     RanksAnswered {
         /// The node.
@@ -530,6 +538,7 @@ where
                 every_peer,
             } => self.sched.set_peer_distances(distances, every_peer),
             Input::Reachability(reach) => self.sched.set_reachability(reach),
+            Input::Owner { node, owner } => self.sched.set_owner(node, owner, now),
             Input::RanksAnswered { node, answer } => {
                 let lost = self.liveness.answer(now, &node, &answer);
                 self.lose_ranks(now, lost, &mut out);

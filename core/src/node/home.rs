@@ -265,9 +265,21 @@ impl<P: PeerKey> Scheduler<P> {
         }
         let n = offered.min(wanted);
         let prefer = self.config.prefer;
+        let mut runs_apart = Apart::Owners;
         let assignments = if runs > 1 {
             let size = job.spec.workers.max / runs;
-            allocate_runs(job.spec.strategy, &candidates, runs, size, prefer)
+            let owners = &self.owners;
+            let owner_of = |node: &P| {
+                owners
+                    .get(node)
+                    .map_or_else(|| node.clone(), |(owner, _)| owner.clone())
+            };
+            allocate_runs(job.spec.strategy, &candidates, runs, size, prefer, owner_of).map(
+                |(assignments, apart)| {
+                    runs_apart = apart;
+                    assignments
+                },
+            )
         } else {
             allocate_preferring(job.spec.strategy, &candidates, n, prefer)
         };
@@ -283,7 +295,13 @@ impl<P: PeerKey> Scheduler<P> {
             && (candidates.len() as u32) < n
             && job.next_flood_at.is_some()
             && !(flood_due && job.schedule.exhausted());
-        if spread_waits {
+        // Runs that only distinct nodes keep apart, some of one owner:
+        // likewise, while floods still find new nodes, wait for another
+        // owner's (a node busy a moment ago offers again as it frees up).
+        let owners_wait = runs_apart == Apart::Nodes
+            && job.next_flood_at.is_some()
+            && !(flood_due && job.schedule.exhausted());
+        if spread_waits || owners_wait {
             return;
         }
         let farthest = assignments

@@ -104,7 +104,9 @@ use crate::checkpoint::CheckpointIndex;
 use crate::favours::{Ledger, millis};
 use crate::limits;
 use crate::resources::{Machine, Reachability, Resources};
-use crate::runs::{Avoided, ResultDigest, RunResult, Verdict, allocate_runs, decide, run_of};
+use crate::runs::{
+    Apart, Avoided, ResultDigest, RunResult, Verdict, allocate_runs, decide, run_of,
+};
 use crate::schedule::{FloodMode, FloodSchedule, Reach, WaitMode};
 use crate::{PeerKey, Time};
 
@@ -249,6 +251,10 @@ pub const DIRECT_ADVERTS_PER_SEC: u32 = 64;
 /// it asked directly for the core a task's end freed, before it floods for
 /// it (twice the RTT to the node, if longer).
 pub const DIRECT_ANSWER_WAIT: Duration = Duration::from_millis(20);
+
+/// The most nodes whose owners a scheduler keeps (see
+/// [`Scheduler::set_owner`]).
+pub const MAX_OWNERS: usize = 4096;
 
 /// The most homes whose direct adverts a member counts at once; the one
 /// counted longest ago makes room.
@@ -519,6 +525,9 @@ pub struct Scheduler<P: Ord> {
     avoided: Avoided<P>,
     /// The home's random picks (spot checks), from the config's seed.
     rng: ChaCha12Rng,
+    /// Who vouches for each node the driver knows it of (see
+    /// [`Scheduler::set_owner`]), and since when; at most [`MAX_OWNERS`].
+    owners: BTreeMap<P, (P, Time)>,
 }
 
 impl<P: PeerKey> Scheduler<P> {
@@ -566,7 +575,28 @@ impl<P: PeerKey> Scheduler<P> {
             every_peer: false,
             favours: Ledger::new(),
             avoided: Avoided::default(),
+            owners: BTreeMap::new(),
         }
+    }
+
+    /// `owner` vouches for `node` (a closed grid's credentials say so: the
+    /// member the grid key signed for, which is `node` itself or the
+    /// member that invited it). The runs of a job that runs more than once
+    /// go to nodes of distinct owners where the offers allow
+    /// ([`crate::runs::allocate_runs`]); a node of no known owner is its
+    /// own. At most [`MAX_OWNERS`] are kept, the longest known making
+    /// room.
+    pub fn set_owner(&mut self, node: P, owner: P, now: Time) {
+        make_room(&mut self.owners, &node, MAX_OWNERS, |(_, at)| *at);
+        self.owners.insert(node, (owner, now));
+    }
+
+    /// Who vouches for `node`: its owner as [`Scheduler::set_owner`] said,
+    /// or itself.
+    pub fn owner_of(&self, node: &P) -> P {
+        self.owners
+            .get(node)
+            .map_or_else(|| node.clone(), |(owner, _)| owner.clone())
     }
 
     /// Where this node can be reached from, as the driver's overlay finds

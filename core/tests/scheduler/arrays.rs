@@ -443,7 +443,6 @@ fn until_granted(
         now += ms(5);
         assert!(now < start + ms(1000), "not granted by {now:?}");
         out = node.handle_timeout(now);
-        eprintln!("DBG {now:?} {out:?} next {:?}", node.next_timeout());
     }
     (out, now)
 }

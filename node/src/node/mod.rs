@@ -292,6 +292,9 @@ pub(crate) struct Parts {
     pub(crate) status: Publisher,
     pub(crate) primaries: crate::forward::Primaries,
     pub(crate) sessions: crate::owner::SharedSessions,
+    /// Who vouches for this node in its closed grid (itself, or the member
+    /// that invited it); `None` in an open grid.
+    pub(crate) vouched_by: Option<PeerId>,
 }
 
 fn cbor_advert(advert: &Advert<PeerId>) -> Vec<u8> {
@@ -316,6 +319,7 @@ impl Node {
             status,
             primaries,
             sessions,
+            vouched_by,
         } = parts;
         let me = overlay.local_peer_id();
         let (local_tx, mut local_rx) = mpsc::channel::<LocalCall>(1024);
@@ -367,6 +371,12 @@ impl Node {
             favours_saved: 0,
         };
         node.recover();
+        // Its own owner, as its peers' credentials give theirs (see
+        // `peers`): its own runs are kept apart from its owner's other
+        // nodes' too.
+        if let Some(owner) = vouched_by {
+            node.feed(machine::Input::Owner { node: me, owner });
+        }
         // The favour balances from before a restart (see `save_favours`).
         match node.store.favours() {
             Ok(accounts) => {

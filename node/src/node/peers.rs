@@ -79,6 +79,14 @@ impl Node {
                 let near = self.neighbours.iter().map(|p| (*p, None)).collect();
                 self.feed(machine::Input::Neighbours(near));
             }
+            // A closed grid's member: who vouches for it keeps the runs of
+            // a replicated job apart (see `zorilla_core::runs`).
+            Event::Member { peer, vouched_by } => {
+                self.feed(machine::Input::Owner {
+                    node: peer,
+                    owner: vouched_by,
+                });
+            }
             Event::PeerConnected { .. } | Event::Listening { .. } => {}
         }
     }

@@ -130,6 +130,18 @@ pub enum Event {
         /// the offering node says.
         rtt: Option<Duration>,
     },
+    /// A peer of a closed grid showed a valid membership credential.
+    /// `vouched_by` is the member the grid key signed the chain's first
+    /// link for: the peer itself, or the member that invited it. Nodes one
+    /// member vouches for count as one owner's (a member that invites
+    /// machines vouches for them), so the node can keep the runs of a
+    /// replicated job apart by owner.
+    Member {
+        /// The peer.
+        peer: PeerId,
+        /// Who vouches for it.
+        vouched_by: PeerId,
+    },
     /// A peer of our network connected (and identified itself).
     PeerConnected {
         /// The peer.

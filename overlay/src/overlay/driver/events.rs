@@ -200,6 +200,8 @@ impl Driver {
             GateEvent::Admitted { peer, membership } => {
                 self.stats.members_admitted += 1;
                 tracing::debug!(%peer, expires = membership.expires, inviter = ?membership.inviter, "peer's membership credential checked");
+                let vouched_by = membership.inviter.unwrap_or(peer);
+                self.emit(Event::Member { peer, vouched_by }).await;
             }
             GateEvent::Refused {
                 peer,
