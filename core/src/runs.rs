@@ -226,18 +226,21 @@ fn apart<P: Clone + Ord>(
     Some(all)
 }
 
-/// The nodes a home remembers as having dissented from a majority, with
-/// when: it grants them no worker of its jobs from then on. At most
-/// [`MAX_AVOIDED`]; not kept over a restart.
+/// The nodes a home remembers as having dissented from a majority (or
+/// caught by a spot check), with when: it grants them no worker of its
+/// jobs from then on. At most [`MAX_AVOIDED`]; a driver keeps them over a
+/// restart ([`Avoided::changes`], [`Scheduler::restore_avoided`](crate::node::Scheduler::restore_avoided)).
 #[derive(Debug, Clone)]
 pub struct Avoided<P> {
     nodes: BTreeMap<P, Time>,
+    changes: u64,
 }
 
 impl<P> Default for Avoided<P> {
     fn default() -> Self {
         Avoided {
             nodes: BTreeMap::new(),
+            changes: 0,
         }
     }
 }
@@ -247,6 +250,12 @@ impl<P: PeerKey> Avoided<P> {
     pub fn insert(&mut self, node: P, now: Time) {
         make_room(&mut self.nodes, &node, MAX_AVOIDED, |at| *at);
         self.nodes.insert(node, now);
+        self.changes = self.changes.wrapping_add(1);
+    }
+
+    /// How many times the set changed: a driver saves it when this moved.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Whether `node` is avoided.

@@ -3,7 +3,7 @@
 //! test-only `test-corrupt` feature, it adds a line to the stdout and
 //! output files of every worker it runs. A job that runs three times
 //! completes with the majority's results, names the liar and its home
-//! avoids it from then on, also when each run is a parallel job of its
+//! avoids it from then on (also after a restart), also when each run is a parallel job of its
 //! own; two runs that differ fail the job naming both nodes; an
 //! unreplicated job trusts its node as before; a lost run does not stop
 //! the job while another runs on. A spot-checked job array (item 3)
@@ -136,7 +136,11 @@ async fn three_runs_keep_the_majority_name_the_liar_and_avoid_it_later() {
         "{}",
         status.reason
     );
-    // The status page lists the node avoided.
+    // The status page lists the node avoided, also after the home
+    // restarted.
+    wait_avoided(&grid.nodes[0], &liar).await;
+    let mut grid = grid;
+    grid.nodes[0].restart_gracefully();
     wait_avoided(&grid.nodes[0], &liar).await;
 }
 

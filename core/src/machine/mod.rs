@@ -448,6 +448,12 @@ where
         self.sched.restore_favours(accounts);
     }
 
+    /// Takes back the nodes a driver kept avoided across a restart (see
+    /// [`Scheduler::restore_avoided`]).
+    pub fn restore_avoided(&mut self, nodes: impl IntoIterator<Item = P>, now: Time) {
+        self.sched.restore_avoided(nodes, now);
+    }
+
     /// The scheduler, to change behind the machine's back: nothing it
     /// decides then is logged, held or watched. Only for tests of a
     /// driver's own checks (that they catch a scheduler that misbehaves).

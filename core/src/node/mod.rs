@@ -537,6 +537,14 @@ impl<P: PeerKey> Scheduler<P> {
         &self.avoided
     }
 
+    /// Takes back the nodes a driver kept avoided across a restart, oldest
+    /// first (they make room first), as of `now`.
+    pub fn restore_avoided(&mut self, nodes: impl IntoIterator<Item = P>, now: Time) {
+        for node in nodes {
+            self.avoided.insert(node, now);
+        }
+    }
+
     /// What this node owes and is owed: its Network of Favors balances
     /// ([`crate::favours`]).
     pub fn favours(&self) -> &Ledger<P> {

@@ -271,6 +271,9 @@ pub(crate) struct Node {
     /// The favour ledger's changes when it was last saved (see
     /// [`Node::save_favours`]).
     favours_saved: u64,
+    /// The avoided nodes' change count as last written (see
+    /// `save_avoided`).
+    avoided_saved: u64,
 }
 
 /// What the loop is started with.
@@ -369,6 +372,7 @@ impl Node {
                     Duration::from_millis(ms).min(MAX_TEST_REPLICA_DELAY)
                 }),
             favours_saved: 0,
+            avoided_saved: 0,
         };
         node.recover();
         // Its own owner, as its peers' credentials give theirs (see
@@ -384,6 +388,15 @@ impl Node {
                 node.status.touch();
             }
             Err(e) => tracing::warn!("cannot read the favour balances; starting without: {e}"),
+        }
+        // The nodes this home found lying, from before a restart.
+        match node.store.avoided() {
+            Ok(nodes) => {
+                let now = node.now();
+                node.machine.restore_avoided(nodes, now);
+                node.avoided_saved = node.machine.scheduler().avoided().changes();
+            }
+            Err(e) => tracing::warn!("cannot read the nodes avoided; starting without: {e}"),
         }
         node.net.links.accept().await;
         tokio::pin!(shutdown);
@@ -443,6 +456,7 @@ impl Node {
                 _ = store_check.tick() => {
                     node.check_store();
                     node.save_favours();
+                    node.save_avoided();
                 }
                 _ = ranks_check.tick() => node.check_stalls(),
                 _ = release_check.tick() => node.release_memory(),
@@ -667,8 +681,29 @@ impl Node {
         }
     }
 
+    /// Writes the nodes this home avoids to the store when they changed
+    /// since the last write, with when each was found out.
+    fn save_avoided(&mut self) {
+        let avoided = self.machine.scheduler().avoided();
+        let changes = avoided.changes();
+        if changes == self.avoided_saved {
+            return;
+        }
+        let now = self.now();
+        let unix = crate::store::unix_ms();
+        let nodes = avoided.iter().map(|(peer, at)| {
+            let ago = now.saturating_sub(at).as_millis() as u64;
+            (*peer, unix.saturating_sub(ago))
+        });
+        match self.store.put_avoided(nodes) {
+            Ok(()) => self.avoided_saved = changes,
+            Err(e) => tracing::warn!("cannot save the nodes avoided: {e}"),
+        }
+    }
+
     fn shutdown(&mut self) {
         self.save_favours();
+        self.save_avoided();
         for member in self.members.values_mut() {
             for (_, worker) in member.workers.drain() {
                 worker.cancel();

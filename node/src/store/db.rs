@@ -14,8 +14,8 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, WriteTran
 
 use super::files::write_output;
 use super::schema::{
-    BLOBS, FAVOURS, JOBS, JobRecord, LOG_TIMES, LOGS, META, OUTPUT_FILES, OUTPUTS, StoreError,
-    classify, err, unix_ms,
+    AVOIDED, BLOBS, FAVOURS, JOBS, JobRecord, LOG_TIMES, LOGS, META, OUTPUT_FILES, OUTPUTS,
+    StoreError, classify, err, unix_ms,
 };
 
 /// redb's page cache (and write buffer, at most half of it). Every page
@@ -213,6 +213,7 @@ impl Store {
             tx.open_table(META)?;
             tx.open_table(OUTPUT_FILES)?;
             tx.open_table(FAVOURS)?;
+            tx.open_table(AVOIDED)?;
             Ok(true)
         })
     }

@@ -27,6 +27,9 @@ pub(super) const LOG_TIMES: TableDefinition<'_, (u64, u64), u64> =
 /// a consumer's peer id (text) to the favours received from it and given
 /// to it, in this machine's core-milliseconds.
 pub(super) const FAVOURS: TableDefinition<'_, &str, (u64, u64)> = TableDefinition::new("favours");
+/// The nodes this home avoids (see `zorilla_core::runs::Avoided`): a
+/// peer id (text) to when it was found out, Unix milliseconds.
+pub(super) const AVOIDED: TableDefinition<'_, &str, u64> = TableDefinition::new("avoided");
 /// The store's own marks: when it last wrote after the disk failed.
 pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 

@@ -669,3 +669,24 @@ fn favour_accounts_survive_a_reopen_and_a_save_replaces_them() {
     store.put_favours([(&b, 9, 9)].into_iter()).unwrap();
     assert_eq!(store.favours().unwrap(), vec![(b, 9, 9)]);
 }
+
+#[test]
+fn the_nodes_avoided_survive_a_reopen_oldest_first_and_are_replaced_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    let (a, b) = (
+        zorilla_overlay::PeerId::random(),
+        zorilla_overlay::PeerId::random(),
+    );
+    {
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.avoided().unwrap(), vec![]);
+        store
+            .put_avoided([(a, 2_000), (b, 1_000)].into_iter())
+            .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.avoided().unwrap(), vec![b, a], "oldest first");
+    store.put_avoided([(a, 5)].into_iter()).unwrap();
+    assert_eq!(store.avoided().unwrap(), vec![a]);
+}
