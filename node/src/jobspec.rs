@@ -24,7 +24,8 @@
 //! deterministic = false         # the same output bits in every run and on every node
 //! # seed = 7                    # of a deterministic job (default 0): keys its random bytes
 //! # replicas = 3                # run 3 times on distinct nodes, keep the majority's results
-//!                               # (implies deterministic; a fixed size, not an array)
+//!                               # (implies deterministic; a fixed size; an array's tasks
+//!                               # run twice each, a third time if they differ)
 //! priority = 0                  # -128 to 127: among your jobs waiting for cores, higher first
 //! # tasks = 1000                # a job array: 1000 independent tasks (ZORILLA_TASK = 0..999)
 //! # max_running = 50            # ... at most 50 at once (default: all of them)

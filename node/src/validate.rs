@@ -93,7 +93,7 @@ pub enum Invalid {
     /// A job that runs more than once whose size may change, or an array.
     #[error(
         "a job that runs {0} times (replicas) must be of a fixed size (min_workers = \
-         max_workers: every run the same) and not a job array"
+         max_workers: every run the same), or a job array"
     )]
     ReplicasShape(u8),
     /// A spot-checked job array that is not deterministic.
@@ -143,12 +143,11 @@ pub fn request(request: &JobRequest) -> Result<(), Invalid> {
         if request.deterministic.is_none() {
             return Err(Invalid::ReplicasNotDeterministic(request.replicas));
         }
-        if request.tasks.is_some() || request.max_workers != request.min_workers {
+        if request.tasks.is_none() && request.max_workers != request.min_workers {
             return Err(Invalid::ReplicasShape(request.replicas));
         }
     }
-    if request.tasks.as_ref().is_some_and(|t| t.spot_checks > 0) && request.deterministic.is_none()
-    {
+    if request.spot_checks() > 0 && request.deterministic.is_none() {
         return Err(Invalid::SpotChecksNotDeterministic);
     }
     let spec = request.spec();

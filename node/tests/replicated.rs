@@ -421,3 +421,30 @@ async fn spot_checks_are_for_deterministic_arrays() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_with_replicas_checks_every_task_and_catches_the_liar() {
+    let grid = grid(3, Some(3));
+    let liar = grid.nodes[3].peer.clone();
+    wait_for_neighbours(&grid.nodes, 3, DEADLINE).await;
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        replicas: 2,
+        ..checked_array(6, 3, 0)
+    };
+    let job = client.submit(request, wasm("sweep"), vec![]).await.unwrap();
+    let status = wait_completed(&mut client, job, DEADLINE).await;
+    let tasks = status
+        .tasks
+        .clone()
+        .expect("an array's status has its tasks");
+    assert_eq!((tasks.done, tasks.checked), (6, 6), "{tasks:?}");
+    assert_eq!(tasks.caught, vec![liar], "{tasks:?}");
+    for (task, (name, text)) in outputs(&mut client, job).await.iter().enumerate() {
+        assert_eq!(name, &format!("{task}/result.txt"));
+        assert_eq!(
+            text,
+            &format!("task {task} of 6: {task}^2 = {}\n", task * task)
+        );
+    }
+}

@@ -423,7 +423,9 @@ impl Node {
             // is each run of a job of one rank that runs more than once:
             // its worker at the home is its run. A run of several ranks
             // is a world of its own over the overlay (`net::World`).
-            let replicated = info.request.replicas > 1;
+            // A job that runs whole more than once (an array's replicas
+            // are checks of its tasks, each a world of one anyway).
+            let replicated = info.request.runs() > 1;
             let size = info.request.max_workers.max(1);
             let solo = info.request.tasks.is_some() || (replicated && size == 1);
             let transport: Box<dyn zorilla_sandbox::transport::Transport> = if solo {
@@ -566,12 +568,7 @@ impl Node {
                 // Compared at the home: a replicated job's runs, a
                 // spot-checked array's tasks (the member cannot tell
                 // which will be checked).
-                replicated
-                    || info
-                        .request
-                        .tasks
-                        .as_ref()
-                        .is_some_and(|t| t.spot_checks > 0),
+                info.request.compared(),
             ));
         }
     }

@@ -139,8 +139,11 @@ pub struct JobRequest {
     /// run uses, the runs' results compared by digest at the home: the
     /// majority's are kept, and nodes that gave others are named and
     /// avoided (see `zorilla_core::runs`). More than 1 needs a
-    /// deterministic job of a fixed size, not an array (each run is then
-    /// a world of its own). Left out of the encoding when 1.
+    /// deterministic job of a fixed size (each run is then a world of its
+    /// own), or a job array: every task then runs twice, on two nodes, and
+    /// a third time on a third node only if the two differ (spot checks
+    /// of every task, [`Tasks::spot_checks`] 100). Left out of the
+    /// encoding when 1.
     #[serde(skip_serializing_if = "is_one")]
     pub replicas: u8,
 }
@@ -291,14 +294,41 @@ impl Default for JobRequest {
 }
 
 impl JobRequest {
+    /// How many times the job runs whole (see [`JobRequest::replicas`]):
+    /// 1 for a job array, whose replicas are checks of each task.
+    pub fn runs(&self) -> u8 {
+        match self.tasks {
+            Some(_) => 1,
+            None => self.replicas.max(1),
+        }
+    }
+
+    /// The percentage of a job array's tasks checked on another node: all
+    /// of them with replicas, else [`Tasks::spot_checks`]; 0 for a job of
+    /// ranks.
+    pub fn spot_checks(&self) -> u8 {
+        match &self.tasks {
+            Some(_) if self.replicas > 1 => 100,
+            Some(tasks) => tasks.spot_checks,
+            None => 0,
+        }
+    }
+
+    /// Whether the members report digests of what the job's workers
+    /// computed, for the home to compare: it runs more than once, or its
+    /// tasks are checked.
+    pub fn compared(&self) -> bool {
+        self.runs() > 1 || self.spot_checks() > 0
+    }
+
     /// The core's view of the request.
     pub fn spec(&self) -> JobSpec {
         // Every run's workers: a job that runs r times has r times the
         // ranks at its home (see `zorilla_core::runs`). Saturating: the
         // counts are checked after.
-        let runs = u32::from(self.replicas.max(1));
+        let runs = u32::from(self.runs());
         JobSpec {
-            runs: self.replicas,
+            runs: self.runs(),
             per_worker: Resources::new(self.cores, self.memory_mib, self.disk_mib),
             workers: WorkerCount {
                 min: self.min_workers.saturating_mul(runs),
@@ -313,7 +343,7 @@ impl JobRequest {
                 count: t.count,
                 max_running: self.max_workers,
                 retries: t.retries,
-                spot_checks: t.spot_checks,
+                spot_checks: self.spot_checks(),
             }),
         }
     }

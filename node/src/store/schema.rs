@@ -92,7 +92,7 @@ impl JobRecord {
     /// ranks `0..size`). `None` for any other job: every worker is seen
     /// as it is.
     pub(crate) fn kept(&self) -> Option<(u32, u32)> {
-        if self.request.replicas <= 1 {
+        if self.request.runs() <= 1 {
             return None;
         }
         let size = self.request.max_workers.max(1);

@@ -223,7 +223,8 @@ class JobRequest:
     #: How many times the job runs (1 to 3), each run on nodes no other
     #: run uses, the runs' results compared at its home: the majority's are
     #: kept and nodes that gave others named and avoided. More than 1
-    #: needs ``deterministic`` and a fixed size.
+    #: needs ``deterministic`` and a fixed size, or a job array (each task
+    #: then runs on two nodes, and on a third if they differ).
     replicas: int = 1
 
     @classmethod

@@ -204,7 +204,9 @@ pub(crate) struct SubmitArgs {
     pub(crate) seed: Option<u64>,
     /// Run the job this many times (1 to 3), each run on nodes no other
     /// run uses, and keep the results most runs agree on; nodes that gave
-    /// others are named and avoided. Implies --deterministic; a fixed size.
+    /// others are named and avoided. Implies --deterministic; a fixed
+    /// size, or a job array (each task then runs twice on two nodes, and
+    /// on a third if they differ).
     #[arg(long)]
     pub(crate) replicas: Option<u8>,
     /// Among your jobs waiting for the same cores, higher goes first

@@ -230,6 +230,19 @@ pub(crate) fn describe(status: &JobStatus) -> String {
                 .map(|t| format!(" (a failed task runs again up to {} times)", t.retries))
                 .unwrap_or_default()
         ));
+        if r.spot_checks() > 0 {
+            out.push_str(&format!(
+                "checks    {}% of the tasks run again on another node: {} settled, {} to settle\n",
+                r.spot_checks(),
+                t.checked,
+                t.checking
+            ));
+            for node in &t.caught {
+                out.push_str(&format!(
+                    "  caught  node {node}: gave results two other nodes disagreed with (its tasks ran again; avoided)\n"
+                ));
+            }
+        }
         for (task, failed) in &t.failed_tasks {
             out.push_str(&format!(
                 "  failed {task:>4}  node …{}  {}\n",
@@ -470,5 +483,40 @@ mod tests {
             replicated.contains("replicas  3 runs on distinct nodes"),
             "{replicated}"
         );
+    }
+
+    #[test]
+    fn a_spot_checked_arrays_checks_and_caught_nodes_are_shown() {
+        let request = JobRequest {
+            deterministic: Some(0),
+            tasks: Some(zorilla_node::protocol::Tasks {
+                count: 10,
+                retries: 0,
+                args_file: None,
+                spot_checks: 20,
+            }),
+            ..JobRequest::default()
+        };
+        let mut checked = status(request);
+        checked.tasks = Some(zorilla_node::protocol::TaskStatus {
+            count: 10,
+            done: 9,
+            checked: 3,
+            checking: 1,
+            caught: vec!["12D3KooWliar".into()],
+            ..Default::default()
+        });
+        let text = describe(&checked);
+        assert!(
+            text.contains(
+                "checks    20% of the tasks run again on another node: 3 settled, 1 to settle"
+            ) && text.contains("caught  node 12D3KooWliar"),
+            "{text}"
+        );
+        let mut plain = checked.clone();
+        if let Some(t) = &mut plain.request.tasks {
+            t.spot_checks = 0;
+        }
+        assert!(!describe(&plain).contains("checks"));
     }
 }
