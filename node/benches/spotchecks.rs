@@ -34,22 +34,6 @@ fn short() -> bool {
     std::env::var_os("ZORILLA_BENCH_SHORT").is_some()
 }
 
-/// Waits for `job` to end (checking every 10 ms) and returns its status.
-async fn wait_end(client: &mut Client, job: u64, limit: Duration) -> JobStatus {
-    let start = Instant::now();
-    loop {
-        let status = client.status(job).await.unwrap();
-        if status.phase.is_terminal() {
-            return status;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "job not over in {limit:?}: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Runs an array of [`TASKS`] with `percent` checked: its wall time (s),
 /// its status, and how many of its outputs are made up.
 async fn array(client: &mut Client, percent: u8) -> (f64, JobStatus, u32) {
@@ -71,7 +55,10 @@ async fn array(client: &mut Client, percent: u8) -> (f64, JobStatus, u32) {
         .submit(request, common::wasm("sweep"), vec![])
         .await
         .unwrap();
-    let status = wait_end(client, job, Duration::from_secs(300)).await;
+    let status = common::wait_for(client, job, Duration::from_secs(300), "its end", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
     let secs = t0.elapsed().as_secs_f64();
     assert_eq!(status.phase, JobPhase::Completed, "{status:?}");
     let mut lies = 0;

@@ -289,7 +289,7 @@ async fn a_lost_run_does_not_stop_the_job_while_another_runs_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_are_checked_when_decoded() {
+async fn replicas_and_spot_checks_are_checked_when_decoded() {
     let grid = common::grid(1, 1);
     let mut client = grid.nodes[0].client().await;
     for (request, says) in [
@@ -309,6 +309,17 @@ async fn replicas_are_checked_when_decoded() {
                 ..detcheck(2)
             },
             "must be of a fixed size",
+        ),
+        (
+            JobRequest {
+                deterministic: None,
+                ..checked_array(4, 1, 10)
+            },
+            "with spot checks must be deterministic",
+        ),
+        (
+            checked_array(4, 1, 101),
+            "spot_checks is 101, but must be at most 100",
         ),
     ] {
         let refused = client
@@ -391,35 +402,6 @@ async fn spot_checks_catch_a_lying_node_run_its_tasks_again_and_keep_honest_outp
     let status = wait_completed(&mut client, later, DEADLINE).await;
     assert_eq!(status.reason, "all 4 tasks exited with status 0");
     wait_avoided(&grid.nodes[0], &liar).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spot_checks_are_for_deterministic_arrays() {
-    let grid = common::grid(1, 1);
-    let mut client = grid.nodes[0].client().await;
-    for (request, says) in [
-        (
-            JobRequest {
-                deterministic: None,
-                ..checked_array(4, 1, 10)
-            },
-            "with spot checks must be deterministic",
-        ),
-        (
-            checked_array(4, 1, 101),
-            "spot_checks is 101, but must be at most 100",
-        ),
-    ] {
-        let refused = client
-            .submit(request, wasm("sweep"), vec![])
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&refused, ClientError::Node { kind: ErrorKind::BadRequest, message }
-                if message.contains(says)),
-            "{refused:?}"
-        );
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
