@@ -25,8 +25,6 @@ use std::time::{Duration, Instant};
 use zorilla_node::client::Client;
 use zorilla_node::protocol::{JobPhase, JobRequest, JobStatus, Tasks};
 
-/// What a lying node adds (node/src/node/digest.rs).
-const MADE_UP: &str = "a made-up result";
 const TASKS: u32 = 40;
 const PERCENT: u8 = 20;
 
@@ -64,7 +62,7 @@ async fn array(client: &mut Client, percent: u8) -> (f64, JobStatus, u32) {
     let mut lies = 0;
     for file in client.outputs(job).await.unwrap() {
         let data = client.read_output(job, &file.name).await.unwrap();
-        if String::from_utf8_lossy(&data).contains(MADE_UP) {
+        if String::from_utf8_lossy(&data).contains(common::MADE_UP) {
             lies += 1;
         }
     }
@@ -82,16 +80,7 @@ async fn main() {
     let (mut caught, mut kept_unchecked, mut kept_checked) = (0, 0, 0);
     let mut ratios = Vec::new();
     for round in 0..rounds {
-        let grid = common::sites_grid_env(
-            common::Net::Loopback,
-            &[5],
-            |i| if i == 0 { 0 } else { 1 },
-            |_| Vec::new(),
-            |i| match i {
-                4 => vec![("ZORILLA_TEST_CORRUPT".into(), "0.5".into())],
-                _ => Vec::new(),
-            },
-        );
+        let grid = common::liar_grid(4, Some(4), "0.5");
         let liar = grid.nodes[4].peer.clone();
         common::wait_for_neighbours(&grid.nodes, 3, Duration::from_secs(60)).await;
         let mut client = grid.nodes[0].client().await;

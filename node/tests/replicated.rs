@@ -23,9 +23,6 @@ use zorilla_node::protocol::{ErrorKind, JobPhase, JobRequest, JobStatus};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
-/// What a lying node adds (node/src/node/digest.rs).
-const MADE_UP: &str = "a made-up result";
-
 fn detcheck(replicas: u8) -> JobRequest {
     JobRequest {
         lifetime_secs: 60,
@@ -36,18 +33,9 @@ fn detcheck(replicas: u8) -> JobRequest {
 }
 
 /// An idle home (node 0) and `workers` nodes of one core each; node
-/// `liar` (if any) lies about its workers' results.
+/// `liar` (if any) lies about all its workers' results.
 fn grid(workers: usize, liar: Option<usize>) -> common::Grid {
-    common::sites_grid_env(
-        Net::Loopback,
-        &[workers + 1],
-        |i| if i == 0 { 0 } else { 1 },
-        |_| Vec::new(),
-        |i| match Some(i) == liar {
-            true => vec![("ZORILLA_TEST_CORRUPT".into(), "1".into())],
-            false => Vec::new(),
-        },
-    )
+    common::liar_grid(workers, liar, "1")
 }
 
 /// Each output file of `job` and its text.
@@ -117,9 +105,9 @@ async fn three_runs_keep_the_majority_name_the_liar_and_avoid_it_later() {
         "{files:?}"
     );
     assert!(files[0].1.contains("rank 0 of 1"), "{files:?}");
-    assert!(!files[0].1.contains(MADE_UP), "{files:?}");
+    assert!(!files[0].1.contains(common::MADE_UP), "{files:?}");
     let stdout = common::stdout_of(&client.logs(job).await.unwrap());
-    assert!(!stdout.contains(MADE_UP), "{stdout}");
+    assert!(!stdout.contains(common::MADE_UP), "{stdout}");
     assert_eq!(stdout, files[0].1, "stdout is the kept run's");
 
     // A later job of this home, replicated or not, runs elsewhere.
@@ -194,7 +182,7 @@ async fn two_runs_that_differ_fail_naming_both_and_unreplicated_jobs_trust_their
     let files = outputs(&mut client, job).await;
     for (name, text) in &files {
         let lied = name.starts_with(&format!("{on_liar}/"));
-        assert_eq!(text.contains(MADE_UP), lied, "{name}: {text}");
+        assert_eq!(text.contains(common::MADE_UP), lied, "{name}: {text}");
     }
 }
 
@@ -246,7 +234,7 @@ async fn each_run_of_a_parallel_job_is_a_world_of_its_own_and_the_liars_run_is_o
     let stdout = common::stdout_of(&logs);
     assert!(stdout.contains("barrier ranks=2 rounds=2 ok"), "{stdout}");
     assert!(
-        !stdout.contains(MADE_UP) && !stdout.contains("FAIL"),
+        !stdout.contains(common::MADE_UP) && !stdout.contains("FAIL"),
         "{stdout}"
     );
 }

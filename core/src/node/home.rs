@@ -268,12 +268,9 @@ impl<P: PeerKey> Scheduler<P> {
         let mut runs_apart = Apart::Owners;
         let assignments = if runs > 1 {
             let size = job.spec.workers.max / runs;
+            // `self.owners` alone: the job is borrowed from `self.home`.
             let owners = &self.owners;
-            let owner_of = |node: &P| {
-                owners
-                    .get(node)
-                    .map_or_else(|| node.clone(), |(owner, _)| owner.clone())
-            };
+            let owner_of = |node: &P| owner_in(owners, node);
             allocate_runs(job.spec.strategy, &candidates, runs, size, prefer, owner_of).map(
                 |(assignments, apart)| {
                     runs_apart = apart;

@@ -256,6 +256,13 @@ pub const DIRECT_ANSWER_WAIT: Duration = Duration::from_millis(20);
 /// [`Scheduler::set_owner`]).
 pub const MAX_OWNERS: usize = 4096;
 
+/// `node`'s owner in `owners` (see [`Scheduler::set_owner`]), or itself.
+fn owner_in<P: Clone + Ord>(owners: &BTreeMap<P, (P, Time)>, node: &P) -> P {
+    owners
+        .get(node)
+        .map_or_else(|| node.clone(), |(owner, _)| owner.clone())
+}
+
 /// The most homes whose direct adverts a member counts at once; the one
 /// counted longest ago makes room.
 pub const MAX_COUNTED_HOMES: usize = 1024;
@@ -602,9 +609,7 @@ impl<P: PeerKey> Scheduler<P> {
     /// Who vouches for `node`: its owner as [`Scheduler::set_owner`] said,
     /// or itself.
     pub fn owner_of(&self, node: &P) -> P {
-        self.owners
-            .get(node)
-            .map_or_else(|| node.clone(), |(owner, _)| owner.clone())
+        owner_in(&self.owners, node)
     }
 
     /// Where this node can be reached from, as the driver's overlay finds

@@ -217,11 +217,15 @@ impl<P: Clone + Ord> TaskProgress<P> {
     pub fn waits_for(&self, node: &P) -> bool {
         self.next < self.array.count
             || !self.again.is_empty()
-            || self.to_check.iter().any(|task| {
-                self.checking
-                    .get(task)
-                    .is_none_or(|results| results.iter().all(|r| r.node != *node))
-            })
+            || self.to_check.iter().any(|task| self.may_check(*task, node))
+    }
+
+    /// Whether `node` may run `task`'s next check: it gave no result for
+    /// it yet.
+    fn may_check(&self, task: u32, node: &P) -> bool {
+        self.checking
+            .get(&task)
+            .is_none_or(|results| results.iter().all(|r| r.node != *node))
     }
 
     /// The next task for `node`, taken out of those that wait: a check
@@ -229,11 +233,11 @@ impl<P: Clone + Ord> TaskProgress<P> {
     /// on `node`, else a fresh one, else one that did (see the module's
     /// docs); `None` if no task waits.
     pub(crate) fn take(&mut self, node: &P) -> Option<u32> {
-        let check = self.to_check.iter().copied().find(|task| {
-            self.checking
-                .get(task)
-                .is_none_or(|results| results.iter().all(|r| r.node != *node))
-        });
+        let check = self
+            .to_check
+            .iter()
+            .copied()
+            .find(|task| self.may_check(*task, node));
         if let Some(task) = check {
             self.to_check.remove(&task);
             return Some(task);

@@ -393,6 +393,27 @@ pub(crate) fn sites_grid_of(
     sites_grid_env(net, sizes, cores, extra, |_| Vec::new())
 }
 
+/// What the test-only lying node adds to the outputs it lies about
+/// (node/src/node/digest.rs).
+pub(crate) const MADE_UP: &str = "a made-up result";
+
+/// An idle home (node 0) and `workers` nodes of one core each on
+/// loopback; node `liar` (if any) is the test-only lying node (cargo
+/// feature `test-corrupt`), lying about `share` of its workers' results
+/// ("1": all of them).
+pub(crate) fn liar_grid(workers: usize, liar: Option<usize>, share: &str) -> Grid {
+    sites_grid_env(
+        Net::Loopback,
+        &[workers + 1],
+        |i| if i == 0 { 0 } else { 1 },
+        |_| Vec::new(),
+        |i| match Some(i) == liar {
+            true => vec![("ZORILLA_TEST_CORRUPT".into(), share.into())],
+            false => Vec::new(),
+        },
+    )
+}
+
 /// [`sites_grid_of`] where node `i` is started with the environment
 /// variables `env(i)` besides the harness's.
 pub(crate) fn sites_grid_env(
