@@ -38,21 +38,29 @@ fn peer_id(dir: &Path) -> String {
 
 /// A credential for the node of `dir`, written next to it.
 fn issue(key: &Path, dir: &Path, days: &str) -> PathBuf {
+    issue_with(key, dir, days, &[])
+}
+
+/// [`issue`] with `more` arguments of `grid issue` (`--may-invite`).
+fn issue_with(key: &Path, dir: &Path, days: &str, more: &[&str]) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let out = dir.with_extension("cred");
     let _ = std::fs::remove_file(&out);
-    run(&[
+    let peer = peer_id(dir);
+    let mut args = vec![
         "grid",
         "issue",
         "--key",
         key.to_str().unwrap(),
         "--peer",
-        &peer_id(dir),
+        &peer,
         "--days",
         days,
         "--out",
         out.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(more);
+    run(&args);
     out
 }
 
@@ -241,19 +249,7 @@ async fn the_runs_of_a_replicated_job_go_to_nodes_of_distinct_owners() {
     // Member x (the home, no cores) may invite: it vouches for a and b.
     // Member c is vouched for by the grid key alone.
     let dir = |name: &str| tmp.path().join(name);
-    let x_cred = dir("x.cred");
-    std::fs::create_dir_all(dir("x")).unwrap();
-    run(&[
-        "grid",
-        "issue",
-        "--key",
-        key.to_str().unwrap(),
-        "--peer",
-        &peer_id(&dir("x")),
-        "--may-invite",
-        "--out",
-        x_cred.to_str().unwrap(),
-    ]);
+    let x_cred = issue_with(&key, &dir("x"), "30", &["--may-invite"]);
     let invite = |name: &str| -> PathBuf {
         std::fs::create_dir_all(dir(name)).unwrap();
         let out = dir(name).with_extension("cred");
