@@ -208,18 +208,21 @@ if [ "$native" -eq 1 ] || [ -e "$dropin" ]; then
   install -m 0644 "$repo/deploy/zorilla-node-native.conf" "$dropin"
   echo "$was $dropin (native jobs; remove it to turn them off)"
   # Open MPI programs load it to reach the node's PMI server (see
-  # sdk/native/zorilla_pmi.c); MPICH's need nothing. Upgraded with the rest.
+  # sdk/native/zorilla_pmi.c); MPICH's need its fix of MPI_Finalize
+  # (sdk/native/zorilla_ucx.c) for jobs of 3 ranks or more. Upgraded with
+  # the rest.
   libdir=$dest$prefix/lib/zorilla
   if command -v cc >/dev/null 2>&1; then
     install -d -m 0755 "$libdir"
-    cc -O2 -shared -fPIC "$repo/sdk/native/zorilla_pmi.c" -o "$libdir/libzorilla-pmi.so.tmp"
+    cc -O2 -shared -fPIC "$repo/sdk/native/zorilla_pmi.c" "$repo/sdk/native/zorilla_ucx.c" \
+      -o "$libdir/libzorilla-pmi.so.tmp" -ldl
     chmod 0644 "$libdir/libzorilla-pmi.so.tmp"
     mv -f "$libdir/libzorilla-pmi.so.tmp" "$libdir/libzorilla-pmi.so"
-    echo "installed $libdir/libzorilla-pmi.so (Open MPI programs run natively through it)"
+    echo "installed $libdir/libzorilla-pmi.so (MPI programs run natively through it)"
     [ "$prefix" = /usr/local ] ||
       echo "  set native_pmi_library = \"$prefix/lib/zorilla/libzorilla-pmi.so\" in the config"
   else
-    echo "no C compiler (cc): Open MPI programs will not run natively here (install gcc and run again)"
+    echo "no C compiler (cc): Open MPI programs, and MPICH ones of 3 ranks or more, will not run natively here (install gcc and run again)"
   fi
 fi
 if [ "$native" -eq 1 ]; then

@@ -31,7 +31,7 @@
 //! own_users = ["12D3Koo..."]         # the owner's own users: first to get cores that free up
 //! native_users = ["12D3Koo..."]      # users whose native jobs run here (default: none)
 //! native_read_only = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/sys"]  # what native workers may read (the default)
-//! native_pmi_library = "/usr/local/lib/zorilla/libzorilla-pmi.so"  # PMI-1 library for Open MPI programs (the default, if there)
+//! native_pmi_library = "/usr/local/lib/zorilla/libzorilla-pmi.so"  # library for native MPI ranks (the default, if there)
 //! topology = "sites.toml"            # emulated latency (tests, demos)
 //! site = "amsterdam"                  # grid view's group; the topology's site
 //! web = "127.0.0.1:8080"              # status page (default: 127.0.0.1, port chosen)
@@ -65,8 +65,8 @@ pub const DEFAULT_WEB: &str = "127.0.0.1:0";
 /// configuration (for the dynamic loader, users and names).
 pub const DEFAULT_NATIVE_READ_ONLY: [&str; 7] = zorilla_sandbox::native::SYSTEM_PATHS;
 
-/// Where `deploy/install.sh --native` puts the PMI-1 library for Open MPI
-/// programs (see [`Config::native_pmi_library`]).
+/// Where `deploy/install.sh --native` puts the library for native MPI
+/// ranks (see [`Config::native_pmi_library`]).
 pub const DEFAULT_NATIVE_PMI_LIBRARY: &str = "/usr/local/lib/zorilla/libzorilla-pmi.so";
 /// Default network name.
 pub const DEFAULT_NETWORK: &str = "default";
@@ -245,12 +245,14 @@ pub struct Config {
     /// The system paths (absolute) native workers may read, besides their
     /// job directory. Default [`DEFAULT_NATIVE_READ_ONLY`].
     pub native_read_only: Option<Vec<PathBuf>>,
-    /// The PMI-1 client library (built from `sdk/native/zorilla_pmi.c`)
-    /// through which Open MPI programs run as native jobs: their ranks are
-    /// shown it and told where it is. Default
+    /// The library for native MPI ranks (built from
+    /// `sdk/native/zorilla_pmi.c` and `zorilla_ucx.c`): the PMI-1 client
+    /// through which Open MPI programs run as native jobs, and the fix of
+    /// MPICH 4.0's `MPI_Finalize` over UCX. Native ranks are shown it,
+    /// told where it is, and have it preloaded. Default
     /// [`DEFAULT_NATIVE_PMI_LIBRARY`] if it exists (`deploy/install.sh
     /// --native` builds it there); without one, Open MPI programs cannot
-    /// wire up (MPICH's need none).
+    /// wire up and MPICH jobs of 3 ranks or more may hang as they end.
     pub native_pmi_library: Option<PathBuf>,
     /// Emulated-latency topology file (see `zorilla_overlay::latency`).
     pub topology: Option<PathBuf>,

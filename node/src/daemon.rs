@@ -490,13 +490,14 @@ pub async fn run(
         {
             Ok(native) => {
                 tracing::info!(
-                    "native jobs of {} users run here, in control groups {}; Open MPI programs {}",
+                    "native jobs of {} users run here, in control groups {}; {}",
                     daemon.scheduler.limits.native.users.len(),
                     native.sandbox.describe(),
                     match &native.pmi_library {
-                        Some(path) => format!("wire up through {}", path.display()),
+                        Some(path) => format!("MPI programs run through {}", path.display()),
                         None => format!(
-                            "cannot wire up (no PMI library at {}: deploy/install.sh --native builds it)",
+                            "Open MPI programs cannot wire up, and MPICH jobs of 3 ranks or more may hang as they end \
+                             (no library for MPI ranks at {}: deploy/install.sh --native builds it)",
                             config::DEFAULT_NATIVE_PMI_LIBRARY
                         ),
                     }

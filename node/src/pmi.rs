@@ -46,9 +46,12 @@ pub(crate) const MAX_KVS_BYTES: usize = 8 << 20;
 const MAX_FENCE_BYTES: usize = 2 * MAX_KVS_BYTES;
 
 /// What the environment of a native rank says about its PMI server:
-/// where it is, for MPICH's library, and, with the node's PMI-1 library
-/// (`library`), the switch of Open MPI 4's "flux" component, which then
-/// loads that library to speak to the server.
+/// where it is, for MPICH's library, and, with the node's library for
+/// native ranks (`library`), the switch of Open MPI 4's "flux" component,
+/// which then loads that library to speak to the server. That library is
+/// also preloaded into every rank: it carries the fix for MPICH 4.0's
+/// `MPI_Finalize` over UCX (`sdk/native/zorilla_ucx.c`), which only MPICH
+/// programs' calls reach.
 pub(crate) fn env(
     job: u64,
     rank: u32,
@@ -78,6 +81,7 @@ pub(crate) fn env(
                 "FLUX_PMI_LIBRARY_PATH".into(),
                 library.display().to_string(),
             ),
+            ("LD_PRELOAD".into(), library.display().to_string()),
         ]);
     }
     env

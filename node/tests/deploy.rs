@@ -660,8 +660,9 @@ fn install_sh_native_installs_the_drop_in_and_reserves_the_workers_ids_once() {
     // No subgid file before: made, with the entry alone.
     assert_eq!(std::fs::read_to_string(&subgid).unwrap(), entry);
     assert_eq!(mode(&subgid), 0o644);
-    // The PMI-1 library for Open MPI programs, where the node looks for
-    // it by default, with the PMI_* calls Open MPI's component loads.
+    // The library for native MPI ranks, where the node looks for it by
+    // default, with the PMI_* calls Open MPI's component loads and the two
+    // UCX calls whose fix MPICH's MPI_Finalize needs.
     let library = root.join(
         zorilla_node::config::DEFAULT_NATIVE_PMI_LIBRARY
             .strip_prefix('/')
@@ -680,6 +681,8 @@ fn install_sh_native_installs_the_drop_in_and_reserves_the_workers_ids_once() {
         "PMI_KVS_Get",
         "PMI_Barrier",
         "PMI_Get_clique_ranks",
+        "ucp_disconnect_nb",
+        "ucp_worker_destroy",
     ] {
         assert!(
             symbols.contains(&format!(" T {call}\n")),

@@ -8,9 +8,12 @@
  * and dlopen()s the PMI-1 library named by FLUX_PMI_LIBRARY_PATH; the node
  * sets both for a native rank when its owner installed this library (see
  * README, "MPI programs, natively"). MPICH's library has a client of its
- * own and does not need this one. Build (deploy/install.sh does):
+ * own and does not need this one. The same library carries a fix for
+ * MPICH's MPI_Finalize (zorilla_ucx.c), and the node preloads it into
+ * every native rank. Build (deploy/install.sh does):
  *
- *   cc -O2 -shared -fPIC sdk/native/zorilla_pmi.c -o libzorilla-pmi.so
+ *   cc -O2 -shared -fPIC sdk/native/zorilla_pmi.c sdk/native/zorilla_ucx.c \
+ *      -o libzorilla-pmi.so -ldl
  *
  * Each rank runs alone in its sandbox, with a /dev/shm of its own, so its
  * clique (the ranks sharing its memory) is itself. One thread makes the

@@ -671,8 +671,9 @@ pub(crate) async fn messages_sent(clients: &mut [Client]) -> u64 {
     sum
 }
 
-/// The node's PMI-1 library for Open MPI programs
-/// (`sdk/native/zorilla_pmi.c`), built once per test binary into the
+/// The node's library for native MPI ranks (`sdk/native/zorilla_pmi.c`,
+/// the PMI-1 client of Open MPI programs, and `zorilla_ucx.c`, the fix of
+/// MPICH's `MPI_Finalize`), built once per test binary into the
 /// target's scratch directory (not under /tmp, which a native worker's
 /// sandbox replaces with its own).
 #[allow(dead_code)]
@@ -688,11 +689,16 @@ pub(crate) fn pmi_library() -> std::path::PathBuf {
             let built = Command::new("cc")
                 .args(["-O2", "-shared", "-fPIC"])
                 .arg(format!("{root}/sdk/native/zorilla_pmi.c"))
+                .arg(format!("{root}/sdk/native/zorilla_ucx.c"))
                 .arg("-o")
                 .arg(&library)
+                .arg("-ldl")
                 .status()
                 .unwrap_or_else(|e| panic!("cannot run cc ({e})"));
-            assert!(built.success(), "cc failed on sdk/native/zorilla_pmi.c");
+            assert!(
+                built.success(),
+                "cc failed on sdk/native/zorilla_pmi.c or zorilla_ucx.c"
+            );
             library
         })
         .clone()
