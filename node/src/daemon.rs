@@ -674,20 +674,18 @@ fn user_policy(config: &Config) -> anyhow::Result<UserPolicy<PeerId>> {
 fn native_policy(config: &Config) -> anyhow::Result<NativePolicy<PeerId>> {
     let users = user_set("native_users", config.native_users.as_ref())?;
     for path in config.native_read_only.iter().flatten() {
-        if !path.is_absolute() {
+        zorilla_sandbox::native::check_read_only(path)
+            .map_err(|e| anyhow::anyhow!("native_read_only: {e}"))?;
+    }
+    if let Some(path) = &config.native_pmi_library {
+        if !path.is_absolute() || !path.is_file() {
             anyhow::bail!(
-                "native_read_only: {} is not an absolute path",
+                "native_pmi_library: {} is not an absolute path to a file",
                 path.display()
             );
         }
-    }
-    if let Some(path) = &config.native_pmi_library
-        && (!path.is_absolute() || !path.is_file())
-    {
-        anyhow::bail!(
-            "native_pmi_library: {} is not an absolute path to a file",
-            path.display()
-        );
+        zorilla_sandbox::native::check_read_only(path)
+            .map_err(|e| anyhow::anyhow!("native_pmi_library: {e}"))?;
     }
     Ok(NativePolicy {
         users,
@@ -782,6 +780,39 @@ mod tests {
         };
         let err = Daemon::from_config(&tiny).unwrap_err().to_string();
         assert!(err.contains("max_connections"), "{err}");
+    }
+
+    /// What an owner lists for native workers to read is checked when the
+    /// node starts, against what the sandbox can show: a library under
+    /// `/tmp` (which each worker's sandbox replaces) or a relative path is
+    /// refused with the setting's name, not when a rank starts.
+    #[test]
+    fn native_paths_the_sandbox_cannot_show_are_refused_at_start() {
+        let dir = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let library = dir.path().join("libzorilla-pmi.so");
+        std::fs::write(&library, b"").unwrap();
+        let under_tmp = Config {
+            native_pmi_library: Some(library),
+            ..config(dir.path())
+        };
+        let err = Daemon::from_config(&under_tmp).unwrap_err().to_string();
+        assert!(
+            err.contains("native_pmi_library") && err.contains("cannot be shown"),
+            "{err}"
+        );
+        for bad in ["usr/lib", "/usr/../etc", "/proc/self", "/"] {
+            let listed = Config {
+                native_read_only: Some(vec![bad.into()]),
+                ..config(dir.path())
+            };
+            let err = Daemon::from_config(&listed).unwrap_err().to_string();
+            assert!(err.contains("native_read_only"), "{bad}: {err}");
+        }
+        let fine = Config {
+            native_read_only: Some(vec!["/usr".into(), "/opt/mpich".into()]),
+            ..config(dir.path())
+        };
+        assert!(Daemon::from_config(&fine).is_ok());
     }
 
     /// `quic = true` reaches the overlay where QUIC is built in, and is

@@ -648,22 +648,31 @@ fn check_paths(spec: &NativeSpec) -> Result<(), String> {
         ));
     }
     for path in &spec.read_only_paths {
-        let normal = path.is_absolute()
-            && path.components().skip(1).count() > 0
-            && path
-                .components()
-                .skip(1)
-                .all(|c| matches!(c, Component::Normal(_)));
-        let made = ["/tmp", "/job", "/proc", "/dev"]
-            .iter()
-            .any(|own| path.starts_with(own));
-        if !normal || made {
-            return Err(format!(
-                "the read-only path {} cannot be shown to a native worker \
-                 (absolute, without . or .., not /, /tmp, /job, /proc or /dev)",
-                path.display()
-            ));
-        }
+        check_read_only(path)?;
+    }
+    Ok(())
+}
+
+/// Whether the sandbox can show `path` read-only to a native worker: an
+/// absolute path without `.` or `..`, not `/` and not under what the
+/// sandbox makes itself (`/tmp`, `/job`, `/proc`, `/dev`). A node checks
+/// what its owner lists when it starts, so that no worker fails on it.
+pub fn check_read_only(path: &Path) -> Result<(), String> {
+    let normal = path.is_absolute()
+        && path.components().skip(1).count() > 0
+        && path
+            .components()
+            .skip(1)
+            .all(|c| matches!(c, Component::Normal(_)));
+    let made = ["/tmp", "/job", "/proc", "/dev"]
+        .iter()
+        .any(|own| path.starts_with(own));
+    if !normal || made {
+        return Err(format!(
+            "the read-only path {} cannot be shown to a native worker \
+             (absolute, without . or .., not /, /tmp, /job, /proc or /dev)",
+            path.display()
+        ));
     }
     Ok(())
 }
