@@ -355,6 +355,21 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench --workspace --bench native_mpi",
     ),
     (
+        "native_mpi.nqueens.speed_ratio",
+        "a compute-bound MPICH program (N-Queens of 16) as a native job on 2 nodes: speed against mpiexec.hydra (target at least 0.95)",
+        "cargo bench --workspace --bench native_mpi",
+    ),
+    (
+        "native_mpi.wasm.nqueens.speed_ratio",
+        "the same source built with zmpicc, a WebAssembly job on the same nodes: speed against the native job",
+        "cargo bench --workspace --bench native_mpi",
+    ),
+    (
+        "native_mpi.wasm.latency_ratio",
+        "the ping-pong's source built with zmpicc, a WebAssembly job on the same nodes: 8-byte latency against the MPICH native job",
+        "cargo bench --workspace --bench native_mpi",
+    ),
+    (
         "replication.detcheck.r3.wall_ratio",
         "a short deterministic job run 3 times (replicas = 3): wall time against run once",
         "cargo bench --workspace --bench replication",
@@ -427,6 +442,11 @@ const FIGURES: &[(&str, &str, &str)] = &[
     (
         "native_mpi.ompi.bandwidth_ratio",
         "the same, 1 MiB messages: bandwidth against mpirun over the same transport",
+        "cargo bench --workspace --bench native_mpi",
+    ),
+    (
+        "native_mpi.ompi.nqueens.speed_ratio",
+        "the compute-bound program built with Open MPI, as a native job on 2 nodes: speed against mpirun (target at least 0.95)",
         "cargo bench --workspace --bench native_mpi",
     ),
     (
