@@ -20,7 +20,7 @@ use common::{
 };
 use zorilla_core::advert::Strategy;
 use zorilla_core::node::LostPolicy;
-use zorilla_node::protocol::{JobRequest, JobStatus};
+use zorilla_node::protocol::{JobPhase, JobRequest, JobStatus};
 
 const CELLS: usize = 500;
 const ITERATIONS: u64 = 3000;
@@ -748,4 +748,34 @@ async fn a_stencil_rolls_back_under_a_new_home_when_its_home_and_a_worker_die_to
         );
         assert!(stdout.contains(&line), "missing {line:?}; {context}");
     }
+}
+
+/// A rank of a job that rolls back together which fails on its own (no
+/// node is lost) still fails the job, with its own reason: its node holds
+/// such an end back for a while (a rank often fails because another was
+/// lost, and the rollback then stops it too, see the member's
+/// `ROLLBACK_GRACE`), and sends it home when no rollback came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_failing_on_its_own_still_fails_a_job_that_rolls_back() {
+    let grid = grid(3, 1);
+    wait_for_neighbours(&grid.nodes, 2, Duration::from_secs(60)).await;
+    let mut client = grid.nodes[0].client().await;
+    let request = JobRequest {
+        min_workers: 2,
+        max_workers: 2,
+        strategy: Strategy::Spread,
+        lifetime_secs: 120,
+        on_worker_lost: LostPolicy::Rollback,
+        ..JobRequest::default()
+    };
+    let job = client.submit(request, wasm("trap"), vec![]).await.unwrap();
+    let status = wait_for(&mut client, job, Duration::from_secs(60), "its end", |s| {
+        s.phase.is_terminal()
+    })
+    .await;
+    assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
+    assert!(
+        status.reason.contains("in function explode"),
+        "not the rank's own reason: {status:?}"
+    );
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use zorilla_core::advert::JobId;
 use zorilla_core::machine;
-use zorilla_core::node::{Failure, Input, Output, WorkerEnd};
+use zorilla_core::node::{Failure, Input, LostPolicy, Output, WorkerEnd};
 use zorilla_overlay::PeerId;
 use zorilla_sandbox::{Limits, Outcome, OutputChunk, OutputKind, WorkerHandle, WorkerSpec, jobfs};
 
@@ -554,6 +554,8 @@ impl Node {
             // is what may go home, and an end by a limit names its figure.
             let in_force = limits.capped_by(&self.sandbox.config().caps);
             let log_file = dir.join("logs").join(format!("{rank}.{incarnation}"));
+            let rolls_back =
+                info.request.on_worker_lost == LostPolicy::Rollback && info.request.max_workers > 1;
             self.tasks.spawn(supervise(
                 net,
                 home_rx.clone(),
@@ -569,6 +571,7 @@ impl Node {
                 // spot-checked array's tasks (the member cannot tell
                 // which will be checked).
                 info.request.compared(),
+                rolls_back,
             ));
         }
     }
@@ -590,6 +593,11 @@ fn socket_pair() -> std::io::Result<(tokio::net::UnixStream, std::os::fd::OwnedF
     ours.set_nonblocking(true)?;
     Ok((tokio::net::UnixStream::from_std(ours)?, theirs.into()))
 }
+
+/// How long a failed rank of a job that rolls back together waits before
+/// its end goes home (see `supervise`): longer than the home takes to
+/// learn that a node is lost.
+const ROLLBACK_GRACE: Duration = Duration::from_secs(5);
 
 /// The inbox of a job array task's own one-rank world: it can only send
 /// to itself.
@@ -688,6 +696,7 @@ pub(super) async fn supervise(
     log_file: PathBuf,
     limits: Limits,
     compared: bool,
+    rolls_back: bool,
 ) -> Done {
     let outputs_limit = limits.disk_bytes;
     let mut log = KeptLog::create(log_file).await;
@@ -713,7 +722,19 @@ pub(super) async fn supervise(
             report = &mut wait => break report,
         }
     };
-    let cancelled = report.outcome == Outcome::Cancelled;
+    let mut cancelled = report.outcome == Outcome::Cancelled;
+    let failed = !matches!(report.outcome, Outcome::Exited(0) | Outcome::Cancelled);
+    if failed && rolls_back {
+        // A rank of a job that rolls back together often fails because
+        // another rank was lost: an MPI library gets an error, or a wrong
+        // result, from the lost peer at once, while the home learns of
+        // the loss later. Had this end gone home first, it would have
+        // failed the job; so it waits a while for the rollback, which
+        // stops this worker too and makes its end moot.
+        cancelled = tokio::time::timeout(ROLLBACK_GRACE, cancel.cancelled())
+            .await
+            .is_ok();
+    }
     let drain = async {
         while let Ok(chunk) = output.try_recv() {
             if let Some(hasher) = &mut hasher {
