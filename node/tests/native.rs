@@ -413,6 +413,13 @@ async fn a_native_rank_runs_on_through_its_homes_failover() {
     let node = running.ranks[&0].node.clone();
     let worker = grid.nodes.iter().position(|n| n.peer == node).unwrap();
     assert_ne!(worker, 0, "the home has no cores");
+    // Granted is not yet started: the rank's node fetches the program
+    // from the home first, and a home killed before that leaves no node
+    // with the program. So the kill waits for the rank's first line.
+    wait_line(&mut client, job, "the rank's start", |l| {
+        l.starts_with("count rank=0 start=")
+    })
+    .await;
     grid.nodes[0].kill();
 
     // Through the rank's node, until the new home answers.

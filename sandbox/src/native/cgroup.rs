@@ -331,7 +331,17 @@ fn join_cgroup(point: &Path, root: &str, path: &str) -> PathBuf {
 impl Group {
     fn make(&self, limits: GroupLimits) -> io::Result<()> {
         for dir in &self.dirs {
-            fs::create_dir(dir)?;
+            match fs::create_dir(dir) {
+                // A group of the same name left by an earlier node process
+                // that had the same process id and was killed before it
+                // could remove its groups: empty, so the kernel lets it go
+                // (a group with processes in it stays, and this fails).
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    fs::remove_dir(dir)?;
+                    fs::create_dir(dir)?;
+                }
+                other => other?,
+            }
         }
         let memory = limits.memory_bytes.to_string();
         let processes = if limits.processes == u32::MAX {
