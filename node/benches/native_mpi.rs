@@ -136,21 +136,6 @@ fn build(compiler: &str, source: &str, dir: &Path) -> (Vec<u8>, PathBuf) {
     (exe, path)
 }
 
-/// `source` built with `sdk/bin/zmpicc` into WebAssembly.
-fn build_wasm(source: &str, dir: &Path) -> Vec<u8> {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let out = dir.join("program.wasm");
-    common::run(
-        std::process::Command::new(common::sdk().join("bin/zmpicc"))
-            .arg("-O2")
-            .arg(format!("{root}/{source}"))
-            .arg("-o")
-            .arg(&out),
-        "zmpicc",
-    );
-    std::fs::read(&out).unwrap()
-}
-
 /// Prints the table of one MPI's three ways of running.
 fn table(title: &str, rows: [(&str, &BTreeMap<String, f64>); 3]) {
     println!("{title}, 2 ranks, best of {RUNS}:");
@@ -189,12 +174,9 @@ async fn main() {
     let (ompi, ompi_path) = build("mpicc.openmpi", PINGPONG, dir.path());
     let (nq_mpich, nq_mpich_path) = build("mpicc.mpich", NQUEENS, dir.path());
     let (nq_ompi, nq_ompi_path) = build("mpicc.openmpi", NQUEENS, dir.path());
-    common::run(
-        &mut std::process::Command::new(common::sdk().join("build.sh")),
-        "sdk/build.sh",
-    );
-    let wasm_pingpong = build_wasm(PINGPONG, dir.path());
-    let wasm_nqueens = build_wasm(NQUEENS, dir.path());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let wasm_pingpong = common::zmpicc_source(dir.path(), &root.join(PINGPONG));
+    let wasm_nqueens = common::zmpicc_source(dir.path(), &root.join(NQUEENS));
     let queens: u32 = if short() { 13 } else { 16 };
     let nq_args = vec![queens.to_string()];
     let user = UserKey::generate();

@@ -486,11 +486,19 @@ pub(crate) fn run(cmd: &mut Command, what: &str) -> std::process::Output {
 /// Builds sdk/tests/NAME.c with sdk/bin/zmpicc into `dir`: the module.
 /// The library is built first (sdk/build.sh) if a source changed.
 pub(crate) fn zmpicc(dir: &Path, name: &str) -> Vec<u8> {
+    zmpicc_source(dir, &sdk().join(format!("tests/{name}.c")))
+}
+
+/// Builds the C file `source` with sdk/bin/zmpicc (warnings are errors)
+/// into `dir`: the module. The library is built first (sdk/build.sh) if a
+/// source changed.
+pub(crate) fn zmpicc_source(dir: &Path, source: &Path) -> Vec<u8> {
+    let name = source.file_stem().unwrap().to_string_lossy();
     let out = dir.join(format!("{name}.wasm"));
     run(
         Command::new(sdk().join("bin/zmpicc"))
             .args(["-O2", "-Wall", "-Wextra", "-Werror"])
-            .arg(sdk().join(format!("tests/{name}.c")))
+            .arg(source)
             .arg("-o")
             .arg(&out),
         &format!("zmpicc {name}.c"),
