@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use zorilla_core::channel::ChannelId;
 use zorilla_overlay::{OverlayHandle, PeerId};
 use zorilla_sandbox::transport::BoxFuture;
-use zorilla_sandbox::{Delivery, Rank, Transport, TransportError};
+use zorilla_sandbox::{Delivery, Handover, Rank, Received, RecvBuffer, Transport, TransportError};
 
 use crate::link::{Inbox, JobRoutes, Links, lock};
 use crate::wire::barrier::{BarrierMsg, BarrierRpc};
@@ -498,12 +498,23 @@ impl NetTransport {
     }
 }
 
+/// Where a rank runs, as far as a sender is concerned.
+enum Destination {
+    /// On this node: its worker's inbox.
+    Here(Arc<Inbox>),
+    /// On another node.
+    There(Placed),
+}
+
 impl NetTransport {
-    /// Sends a message to `to` wherever it runs, waiting for credit; a
-    /// rank not placed yet (or lost and not yet replaced) is waited for.
-    async fn send_message(&self, to: u32, payload: Vec<u8>) -> Result<(), TransportError> {
-        let mut ranks = self.job.ranks.subscribe();
-        let mut payload = Some(payload);
+    /// Where rank `to` runs now, once it is placed (and, if here,
+    /// registered): a rank not placed yet (or lost and not yet replaced)
+    /// is waited for.
+    async fn destination(
+        &self,
+        ranks: &mut watch::Receiver<BTreeMap<u32, Placed>>,
+        to: u32,
+    ) -> Result<Destination, TransportError> {
         loop {
             if self.job.closed.load(Ordering::SeqCst) {
                 return Err(TransportError::Closed);
@@ -513,22 +524,30 @@ impl NetTransport {
                 let _ = tokio::time::timeout(RETRY * 10, ranks.changed()).await;
                 continue;
             };
-            let Some(message) = payload.take() else {
-                return Err(TransportError::Closed);
-            };
-            if placed.node == self.net.me {
-                match self.job.inbox(to) {
-                    Some(inbox) if inbox.incarnation() >= placed.incarnation => {
-                        return inbox.push_local(self.rank, message).await;
-                    }
-                    // Placed here but not registered yet: wait for it.
-                    _ => {
-                        payload = Some(message);
-                        let _ = tokio::time::timeout(RETRY, ranks.changed()).await;
-                        continue;
-                    }
+            if placed.node != self.net.me {
+                return Ok(Destination::There(placed));
+            }
+            match self.job.inbox(to) {
+                Some(inbox) if inbox.incarnation() >= placed.incarnation => {
+                    return Ok(Destination::Here(inbox));
+                }
+                // Placed here but not registered yet: wait for it.
+                _ => {
+                    let _ = tokio::time::timeout(RETRY, ranks.changed()).await;
                 }
             }
+        }
+    }
+
+    /// Sends a message to `to` wherever it runs, waiting for credit.
+    async fn send_message(&self, to: u32, payload: Vec<u8>) -> Result<(), TransportError> {
+        let mut ranks = self.job.ranks.subscribe();
+        let mut message = payload;
+        loop {
+            let placed = match self.destination(&mut ranks, to).await? {
+                Destination::Here(inbox) => return inbox.push_local(self.rank, message).await,
+                Destination::There(placed) => placed,
+            };
             // The channel between these two workers: a new worker of
             // either rank is a new channel.
             let channel = ChannelId {
@@ -554,7 +573,7 @@ impl NetTransport {
             let links = self.net.links.clone();
             match links.send(placed.node, channel, message, moved).await {
                 Ok(result) => return result,
-                Err(back) => payload = Some(back),
+                Err(back) => message = back,
             }
         }
     }
@@ -586,6 +605,59 @@ impl Transport for NetTransport {
                 return Err(TransportError::BadRank { rank: to, size });
             }
             self.send_message(self.base() + to, payload).await
+        })
+    }
+
+    fn reserve(
+        &mut self,
+        to: Rank,
+        len: usize,
+    ) -> BoxFuture<'_, Result<Option<Box<dyn Handover>>, TransportError>> {
+        Box::pin(async move {
+            let size = self.size();
+            if to >= size {
+                return Err(TransportError::BadRank { rank: to, size });
+            }
+            let mut ranks = self.job.ranks.subscribe();
+            match self.destination(&mut ranks, self.base() + to).await? {
+                Destination::Here(inbox) => inbox.reserve_local(self.rank, len).await.map(Some),
+                // A message of its own goes into the outbox.
+                Destination::There(_) => Ok(None),
+            }
+        })
+    }
+
+    fn recv_into<'a>(
+        &'a mut self,
+        buffer: &'a RecvBuffer,
+    ) -> BoxFuture<'a, Result<Received, TransportError>> {
+        if self.world.is_none() {
+            return Box::pin(self.inbox.recv_into(buffer));
+        }
+        // As `recv`; a message from another run written into the buffer is
+        // overwritten by the next.
+        Box::pin(async move {
+            loop {
+                match self.inbox.recv_into(buffer).await? {
+                    Received::Written { from, len } => {
+                        if let Some(from) = self.local(from) {
+                            return Ok(Received::Written { from, len });
+                        }
+                    }
+                    Received::Delivery(Delivery::Message { from, payload }) => {
+                        if let Some(from) = self.local(from) {
+                            return Ok(Received::Delivery(Delivery::Message { from, payload }));
+                        }
+                    }
+                    Received::Delivery(Delivery::Membership(mut change)) => {
+                        if let Some(rank) = self.local(change.rank) {
+                            change.rank = rank;
+                            change.size = self.size();
+                            return Ok(Received::Delivery(Delivery::Membership(change)));
+                        }
+                    }
+                }
+            }
         })
     }
 

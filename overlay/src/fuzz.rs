@@ -184,10 +184,19 @@ fn read_ranks_stream(bytes: &[u8]) -> Result<(), String> {
                 }
                 let channel = inbound.entry(id).or_default();
                 let start = channel.completed();
-                match channel.on_chunk(chunk).map_err(|e| e.to_string())? {
+                let whole = chunk.bytes.len() as u64;
+                // As the node takes chunks: a message in one chunk is not
+                // copied into one of its own.
+                let received = channel
+                    .on_chunk_in_place(chunk)
+                    .map_err(|e| e.to_string())?;
+                match received {
                     // The worker reads at once, which returns credit.
-                    Received::Complete(message) => {
-                        let len = message.len() as u64;
+                    Received::Complete(_) | Received::Whole => {
+                        let len = match received {
+                            Received::Complete(message) => message.len() as u64,
+                            _ => whole,
+                        };
                         channel.consumed(len);
                         let mut raised = rank.consumed(&id, len);
                         raised.push(id);

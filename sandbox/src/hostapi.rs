@@ -33,7 +33,8 @@ use wasmtime::{Caller, Linker, Memory};
 
 use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, MAX_GENERATION};
 use crate::transport::{
-    Delivery, MAX_MESSAGE_BYTES, MembershipChange, Rank, Transport, TransportError,
+    Delivery, Lend, MAX_MESSAGE_BYTES, MembershipChange, Rank, Received, RecvBuffer, Transport,
+    TransportError,
 };
 
 /// The import module name.
@@ -202,11 +203,16 @@ impl HostNet {
         self.membership.push_back(change);
     }
 
-    /// The next message, waiting at most `timeout` (`None`: for ever).
+    /// The next message, waiting at most `timeout` (`None`: for ever),
+    /// with `buffer` lent for it if given (see [`Transport::recv_into`]).
     /// Membership changes met on the way are queued for `membership_next`.
-    async fn next_message(&mut self, timeout: Option<Duration>) -> Result<(Rank, Vec<u8>), i32> {
-        if let Some(pending) = self.pending.take() {
-            return Ok(pending);
+    async fn next_message(
+        &mut self,
+        timeout: Option<Duration>,
+        buffer: Option<&RecvBuffer>,
+    ) -> Result<Got, i32> {
+        if let Some((from, payload)) = self.pending.take() {
+            return Ok(Got::Message(from, payload));
         }
         if self.watch_membership && !self.membership.is_empty() {
             return Err(EMEMBERSHIP);
@@ -216,31 +222,34 @@ impl HostNet {
         // Only a wait without a deadline can last for ever.
         let _waiting = deadline.is_none().then(|| self.waiting.begin());
         loop {
-            let delivery = match deadline {
-                None => self.transport.recv().await,
-                // Only a look: without a timer, which would round the
-                // deadline up to tokio's next millisecond tick and make
-                // every look (an MPI library's progress loop makes many)
-                // cost up to a millisecond.
-                Some(_) if timeout == Some(Duration::ZERO) => {
-                    match poll_once(self.transport.recv()) {
-                        Some(delivery) => delivery,
-                        None => return Err(ETIMEDOUT),
-                    }
-                }
-                // `timeout_at` polls the receive once before looking at the
-                // clock, so a zero timeout still picks up a waiting message;
-                // `recv` is cancel-safe, so a timeout loses nothing.
-                Some(deadline) => {
-                    match tokio::time::timeout_at(deadline, self.transport.recv()).await {
-                        Ok(delivery) => delivery,
-                        Err(_) => return Err(ETIMEDOUT),
-                    }
-                }
+            let received = match buffer {
+                Some(buffer) => within(deadline, false, self.transport.recv_into(buffer)).await,
+                // Only a look (a zero timeout, without a timer: see
+                // `within`), or no buffer to lend.
+                None => within(
+                    deadline,
+                    timeout == Some(Duration::ZERO),
+                    self.transport.recv(),
+                )
+                .await
+                .map(|delivery| delivery.map(Received::Delivery)),
             };
-            match delivery.map_err(status)? {
-                Delivery::Message { from, payload } => return Ok((from, payload)),
-                Delivery::Membership(change) => {
+            let received = match received {
+                Some(received) => received,
+                // A message written into the buffer just as the time ran
+                // out was put back when the receive was dropped: it came in
+                // time, so it is taken now rather than reported as none.
+                None => match poll_once(self.transport.recv()) {
+                    Some(delivery) => delivery.map(Received::Delivery),
+                    None => return Err(ETIMEDOUT),
+                },
+            };
+            match received.map_err(status)? {
+                Received::Written { from, len } => return Ok(Got::Written { from, len }),
+                Received::Delivery(Delivery::Message { from, payload }) => {
+                    return Ok(Got::Message(from, payload));
+                }
+                Received::Delivery(Delivery::Membership(change)) => {
                     self.note_membership(change);
                     if self.watch_membership {
                         return Err(EMEMBERSHIP);
@@ -248,6 +257,33 @@ impl HostNet {
                 }
             }
         }
+    }
+}
+
+/// What [`HostNet::next_message`] got.
+enum Got {
+    /// A message, to be copied into the guest.
+    Message(Rank, Vec<u8>),
+    /// A message already in the guest's lent buffer.
+    Written { from: Rank, len: usize },
+}
+
+/// Runs `future` until `deadline` (`None`: for ever); `None` if the time
+/// ran out first. `once`: only one poll, without a timer, which would round
+/// the deadline up to tokio's next millisecond tick and make every look
+/// (an MPI library's progress loop makes many) cost up to a millisecond.
+/// `timeout_at` polls the future once before looking at the clock, so a
+/// past deadline still takes what is ready; the transport's `send`,
+/// `reserve` and `recv` are cancel-safe, so a timeout loses nothing.
+async fn within<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    once: bool,
+    future: F,
+) -> Option<F::Output> {
+    match deadline {
+        None => Some(future.await),
+        Some(_) if once => poll_once(future),
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
     }
 }
 
@@ -351,6 +387,25 @@ async fn send<T: HostApiState>(
     let Some(range) = guest_range(&caller, mem, ptr, len) else {
         return EFAULT;
     };
+    // A deadline too far away to represent is the same as none.
+    let deadline = u64::try_from(timeout_ms)
+        .ok()
+        .and_then(|ms| tokio::time::Instant::now().checked_add(Duration::from_millis(ms)));
+    let once = timeout_ms == 0;
+    // One copy, straight out of the guest's memory, where the destination
+    // can take the bytes directly (a worker of this node).
+    let transport = &mut caller.data_mut().net().transport;
+    match within(deadline, once, transport.reserve(dest as Rank, len)).await {
+        None => return ETIMEDOUT,
+        Some(Err(e)) => return status(e),
+        Some(Ok(Some(handover))) => {
+            return match handover.hand_over(&mem.data(&caller)[range]) {
+                Ok(()) => OK,
+                Err(e) => status(e),
+            };
+        }
+        Some(Ok(None)) => {}
+    }
     let spare = &mut caller.data_mut().net().spare;
     let mut payload = if len >= SPARE_BYTES && spare.capacity() >= len {
         std::mem::take(spare)
@@ -360,29 +415,10 @@ async fn send<T: HostApiState>(
     payload.clear();
     payload.extend_from_slice(&mem.data(&caller)[range]);
     let transport = &mut caller.data_mut().net().transport;
-    let sent = transport.send(dest as Rank, payload);
-    // A deadline too far away to represent is the same as none.
-    let deadline = u64::try_from(timeout_ms)
-        .ok()
-        .and_then(|ms| tokio::time::Instant::now().checked_add(Duration::from_millis(ms)));
-    let result = match deadline {
-        None => sent.await,
-        // Only a try, without a timer (see `next_message`).
-        Some(_) if timeout_ms == 0 => match poll_once(sent) {
-            Some(result) => result,
-            None => return ETIMEDOUT,
-        },
-        // `timeout_at` polls the send once before looking at the clock, so
-        // 0 still sends when there is room; `send` is cancel-safe, so a
-        // timeout sends nothing.
-        Some(deadline) => match tokio::time::timeout_at(deadline, sent).await {
-            Ok(result) => result,
-            Err(_) => return ETIMEDOUT,
-        },
-    };
-    match result {
-        Ok(()) => OK,
-        Err(e) => status(e),
+    match within(deadline, once, transport.send(dest as Rank, payload)).await {
+        None => ETIMEDOUT,
+        Some(Ok(())) => OK,
+        Some(Err(e)) => status(e),
     }
 }
 
@@ -431,8 +467,36 @@ pub(crate) fn add_to_linker<T: HostApiState>(linker: &mut Linker<T>) -> wasmtime
                     return EFAULT;
                 };
                 let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-                let (from, payload) = match caller.data_mut().net().next_message(timeout).await {
-                    Ok(message) => message,
+                // A wait lends the buffer, so that a message can be copied
+                // straight into it; a look (timeout 0) takes what is there.
+                #[allow(unsafe_code)]
+                let lend = (timeout != Some(Duration::ZERO) && cap > 0).then(|| {
+                    // SAFETY: `buf` lies inside the memory (checked above),
+                    // so the pointer stays in its allocation. For `Lend::new`:
+                    // the memory never moves (the engine reserves a 32-bit
+                    // memory's whole address space and forbids moving it:
+                    // `engine_config`) and never shrinks; the guest does not
+                    // run until this call returns, and the host touches
+                    // `buf` only through the lend until `lend` is dropped,
+                    // below, before anything reads the memory. A worker
+                    // cancelled while it waits drops this future (wasmtime
+                    // resumes a dropped call's fiber to unwind it), and
+                    // `lend` with it, before its store and memory go.
+                    unsafe { Lend::new(mem.data_ptr(&caller).add(buf.start), cap) }
+                });
+                let got = caller
+                    .data_mut()
+                    .net()
+                    .next_message(timeout, lend.as_ref().map(Lend::buffer))
+                    .await;
+                drop(lend);
+                let (from, payload) = match got {
+                    Ok(Got::Message(from, payload)) => (from, payload),
+                    Ok(Got::Written { from, len }) => {
+                        mem.data_mut(&mut caller)[src]
+                            .copy_from_slice(&(from as i32).to_le_bytes());
+                        return i32::try_from(len).unwrap_or(i32::MAX);
+                    }
                     Err(code) => return code,
                 };
                 let len = i32::try_from(payload.len()).unwrap_or(i32::MAX);

@@ -88,7 +88,10 @@ pub use error::SandboxError;
 pub use hostapi::Waiting;
 pub use limits::Limits;
 pub use output::{OutputChunk, OutputKind};
-pub use transport::{ChangeKind, Delivery, MembershipChange, Rank, Transport, TransportError};
+pub use transport::{
+    ChangeKind, Delivery, Handover, Lend, MembershipChange, Rank, Received, RecvBuffer, Transport,
+    TransportError,
+};
 pub use worker::{
     CancelHandle, HumanDuration, Outcome, PreparedWorker, WorkerHandle, WorkerReport, WorkerSpec,
 };
@@ -241,6 +244,10 @@ fn engine_config(config: &SandboxConfig, pooling: bool, execution: Execution) ->
     wasm.signals_based_traps(true);
     wasm.memory_reservation(MAX_WASM32_MEMORY);
     wasm.memory_guard_size(MEMORY_GUARD);
+    // Not a default: a memory never moves, so that a receive can lend a
+    // range of it to another thread (`transport::RecvBuffer`). With the
+    // whole 32-bit address space reserved, growing never needs to move it.
+    wasm.memory_may_move(false);
     if pooling {
         let slots = config.max_workers;
         let max_memory = config.caps.memory_bytes.min(MAX_WASM32_MEMORY);

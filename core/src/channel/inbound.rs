@@ -10,6 +10,10 @@ use super::chunk::{
 pub enum Received {
     /// Part of a message; more to come.
     Partial,
+    /// A whole message in one chunk, left where the chunk's bytes are (only
+    /// from [`Inbound::on_chunk_in_place`]): the driver copies it to where it
+    /// is wanted.
+    Whole,
     /// The last chunk of a message: here it is, whole.
     Complete(Vec<u8>),
     /// A chunk of a message that arrived before: dropped (ack again, so
@@ -112,6 +116,18 @@ impl Inbound {
 
     /// Takes a chunk read from the stream.
     pub fn on_chunk(&mut self, chunk: Chunk<'_>) -> Result<Received, Violation> {
+        let bytes = chunk.bytes;
+        match self.on_chunk_in_place(chunk)? {
+            Received::Whole => Ok(Received::Complete(bytes.to_vec())),
+            received => Ok(received),
+        }
+    }
+
+    /// [`Inbound::on_chunk`], but a message that is all in this chunk is
+    /// not copied into a message of its own: [`Received::Whole`] says that
+    /// the chunk's bytes are the message (so that a driver with somewhere
+    /// to put it copies it once).
+    pub fn on_chunk_in_place(&mut self, chunk: Chunk<'_>) -> Result<Received, Violation> {
         let Chunk {
             seq,
             offset,
@@ -160,6 +176,13 @@ impl Inbound {
             let start = self.completed;
             if start.saturating_add(footprint(total)) > self.limit {
                 return Err(Violation::NoCredit);
+            }
+            if end == total {
+                // All of it in one chunk: nothing to build.
+                self.partial = None;
+                self.expected += 1;
+                self.completed = self.completed.saturating_add(footprint(total));
+                return Ok(Received::Whole);
             }
             // Room for this chunk only: the rest is allocated as it comes.
             let mut data = Vec::new();

@@ -1,6 +1,7 @@
 //! Rank inboxes: the messages and membership changes waiting for one
 //! rank's worker, and the rank's receive policy executed on them.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -9,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use zorilla_core::channel::{ChannelId, MAX_MESSAGE_BYTES, RankReceiver, footprint};
 use zorilla_overlay::PeerId;
-use zorilla_sandbox::{Delivery, MembershipChange, TransportError};
+use zorilla_sandbox::{Delivery, Handover, MembershipChange, Received, RecvBuffer, TransportError};
 
 use super::lock::lock;
 use super::peer_inbound::PeerInbound;
@@ -49,6 +50,51 @@ pub(super) struct InboxState {
     memberships: usize,
     /// When the last item was pushed.
     pushed: Option<std::time::Instant>,
+    /// The buffer the worker lent while it waits in [`Inbox::recv_into`].
+    posted: Option<RecvBuffer>,
+    /// A message written into `posted`, not yet returned to the worker.
+    written: Option<Written>,
+}
+
+/// A message copied straight into the worker's lent buffer.
+struct Written {
+    from: u32,
+    len: usize,
+    source: Source,
+}
+
+impl InboxState {
+    /// Puts a message in: straight into the worker's lent buffer when it
+    /// waits with one it fits, nothing is queued before it, and the bytes
+    /// are borrowed (moving an owned message into the queue copies
+    /// nothing); else into the queue, copied if borrowed.
+    fn put(&mut self, from: u32, bytes: Cow<'_, [u8]>, source: Source) {
+        let filled = match &bytes {
+            Cow::Borrowed(bytes) => {
+                self.items.is_empty()
+                    && self.written.is_none()
+                    && self
+                        .posted
+                        .as_ref()
+                        .is_some_and(|buffer| buffer.fill(bytes))
+            }
+            Cow::Owned(_) => false,
+        };
+        if filled {
+            self.written = Some(Written {
+                from,
+                len: bytes.len(),
+                source,
+            });
+        } else {
+            self.items.push_back(Item::Message {
+                from,
+                payload: bytes.into_owned(),
+                source,
+            });
+        }
+        self.pushed = Some(std::time::Instant::now());
+    }
 }
 
 /// The messages and membership changes waiting for one rank's worker.
@@ -198,12 +244,13 @@ impl Inbox {
         self.ready.notify_one();
     }
 
-    /// Queues a message that arrived from another node (its credit was
-    /// checked by its channel). Fails if the worker is gone.
+    /// Puts in a message that arrived from another node (its credit was
+    /// checked by its channel; see [`InboxState::put`]). Fails if the
+    /// worker is gone.
     pub(super) fn push_remote(
         &self,
         from: u32,
-        payload: Vec<u8>,
+        payload: Cow<'_, [u8]>,
         source: Source,
     ) -> Result<(), ()> {
         {
@@ -211,18 +258,13 @@ impl Inbox {
             if s.closed {
                 return Err(());
             }
-            s.items.push_back(Item::Message {
-                from,
-                payload,
-                source,
-            });
-            s.pushed = Some(std::time::Instant::now());
+            s.put(from, payload, source);
         }
         self.ready.notify_one();
         Ok(())
     }
 
-    /// Queues a message from rank `from` of this node, waiting for the
+    /// Puts in a message from rank `from` of this node, waiting for the
     /// rank's credit as a sender on another node would (asking for it
     /// when it is short).
     pub(crate) async fn push_local(
@@ -230,7 +272,17 @@ impl Inbox {
         from: u32,
         payload: Vec<u8>,
     ) -> Result<(), TransportError> {
-        let len = payload.len() as u64;
+        self.admit_local(from, payload.len()).await?;
+        self.put_local(from, Cow::Owned(payload))
+    }
+
+    /// Waits until the rank's credit admits a message of `len` bytes from
+    /// rank `from` of this node (asking for it when it is short). Takes
+    /// nothing: only `from`'s worker sends on its channel, and a limit
+    /// granted is never taken back, so what is admitted stays admitted
+    /// until [`Inbox::put_local`] puts the message in.
+    async fn admit_local(&self, from: u32, len: usize) -> Result<(), TransportError> {
+        let len = len as u64;
         if len > MAX_MESSAGE_BYTES {
             return Err(TransportError::TooLarge {
                 len: len as usize,
@@ -238,7 +290,6 @@ impl Inbox {
             });
         }
         let sender = Sender::Local(from);
-        let mut payload = Some(payload);
         loop {
             let room = self.room.notified();
             tokio::pin!(room);
@@ -246,43 +297,77 @@ impl Inbox {
             if self.is_closed() {
                 return Err(TransportError::Closed);
             }
-            let admitted = {
+            {
                 let mut r = lock(&self.receiving);
                 let end = r.local.get(&from).copied().unwrap_or(0);
-                let after = end.saturating_add(footprint(len));
-                if after <= r.rank.credit(&sender) {
-                    r.local.insert(from, after);
-                    true
-                } else {
-                    let raised = r.rank.asked(sender, end, len);
-                    self.raise(&mut r, raised, None);
-                    false
+                if end.saturating_add(footprint(len)) <= r.rank.credit(&sender) {
+                    return Ok(());
                 }
-            };
-            if admitted {
-                {
-                    let mut s = lock(&self.state);
-                    if s.closed {
-                        return Err(TransportError::Closed);
-                    }
-                    if let Some(payload) = payload.take() {
-                        s.items.push_back(Item::Message {
-                            from,
-                            payload,
-                            source: Source::Local,
-                        });
-                        s.pushed = Some(std::time::Instant::now());
-                    }
-                }
-                self.ready.notify_one();
-                return Ok(());
+                let raised = r.rank.asked(sender, end, len);
+                self.raise(&mut r, raised, None);
             }
             room.await;
         }
     }
 
+    /// Puts in a message from rank `from` of this node that
+    /// [`Inbox::admit_local`] admitted.
+    fn put_local(&self, from: u32, bytes: Cow<'_, [u8]>) -> Result<(), TransportError> {
+        {
+            let mut r = lock(&self.receiving);
+            let end = r.local.get(&from).copied().unwrap_or(0);
+            r.local
+                .insert(from, end.saturating_add(footprint(bytes.len() as u64)));
+        }
+        {
+            let mut s = lock(&self.state);
+            if s.closed {
+                return Err(TransportError::Closed);
+            }
+            s.put(from, bytes, Source::Local);
+        }
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// Waits until a message of `len` bytes from rank `from` of this node
+    /// is admitted; what it returns puts the message in, copied once:
+    /// straight from the sender's memory into this worker's lent buffer
+    /// when it waits with one (see [`Inbox::recv_into`]).
+    pub(crate) async fn reserve_local(
+        self: Arc<Self>,
+        from: u32,
+        len: usize,
+    ) -> Result<Box<dyn Handover>, TransportError> {
+        self.admit_local(from, len).await?;
+        Ok(Box::new(LocalHandover {
+            inbox: self,
+            from,
+            len,
+        }))
+    }
+
     /// The next delivery; `Closed` once the inbox is closed and empty.
     /// Cancel-safe: nothing is taken until it is returned.
+    pub(crate) async fn recv(&self) -> Result<Delivery, TransportError> {
+        match self.receive(None).await? {
+            Received::Delivery(delivery) => Ok(delivery),
+            // Not without a buffer.
+            Received::Written { .. } => Err(TransportError::Closed),
+        }
+    }
+
+    /// The next delivery, with `buffer` lent for it: a message that comes
+    /// while the worker waits, and fits, is copied straight into it by
+    /// whoever brings it (a worker of this node, or the task that reads
+    /// the stream from another node) instead of into a message of its own.
+    /// Cancel-safe: a message written into the buffer by a call whose
+    /// future is dropped is read back out of it and queued first.
+    pub(crate) async fn recv_into(&self, buffer: &RecvBuffer) -> Result<Received, TransportError> {
+        self.receive(Some(buffer)).await
+    }
+
+    /// [`Inbox::recv`] and [`Inbox::recv_into`].
     ///
     /// A worker that finds its inbox empty first polls it, yielding to the
     /// other tasks in between, for at most [`SPIN`] and [`SPIN_POLLS`]
@@ -293,45 +378,59 @@ impl Inbox {
     /// whose messages take longer (from another node: tens of µs) would
     /// only take a core from the tasks that bring them, and sleeps at once
     /// (measured: see `BENCHMARKS.md`, issue 29).
-    pub(crate) async fn recv(&self) -> Result<Delivery, TransportError> {
+    async fn receive(&self, buffer: Option<&RecvBuffer>) -> Result<Received, TransportError> {
         // When this call found the inbox empty, and how often it polled.
         let mut waiting: Option<(std::time::Instant, u32)> = None;
+        // Takes the buffer back however the call ends.
+        let _posted = buffer.map(|_| Posted(self));
         loop {
-            let item = {
+            let taken = {
                 let mut s = lock(&self.state);
-                let item = s.items.pop_front();
+                let taken = match s.written.take() {
+                    Some(written) => Some(Taken::Written(written)),
+                    None => s.items.pop_front().map(Taken::Item),
+                };
                 // How long the wait lasted until the delivery came (not until
                 // the worker ran again: a sleeping worker's wake-up is not
                 // the sender's delay).
-                if item.is_some()
+                if taken.is_some()
                     && let (Some((since, _)), Some(pushed)) = (waiting, s.pushed)
                 {
                     let waited = pushed.saturating_duration_since(since);
                     self.spin.store(waited <= SPIN, Ordering::Relaxed);
                 }
-                match item {
-                    Some(Item::Membership(change)) => {
-                        s.memberships -= 1;
-                        return Ok(Delivery::Membership(change));
+                match taken {
+                    Some(taken) => {
+                        s.posted = None;
+                        if let Taken::Item(Item::Membership(_)) = taken {
+                            s.memberships -= 1;
+                        }
+                        Some(taken)
                     }
-                    Some(Item::Message {
-                        from,
-                        payload,
-                        source,
-                    }) => Some((from, payload, source)),
                     None if s.closed => return Err(TransportError::Closed),
-                    None => None,
+                    None => {
+                        if s.posted.is_none() {
+                            s.posted = buffer.cloned();
+                        }
+                        None
+                    }
                 }
             };
-            match item {
-                Some((from, payload, source)) => {
-                    match source {
-                        Source::Local => self.read_local(from, payload.len() as u64),
-                        Source::Remote(peer, channel) => {
-                            self.read_remote(&peer, channel, payload.len() as u64);
-                        }
-                    }
-                    return Ok(Delivery::Message { from, payload });
+            match taken {
+                Some(Taken::Item(Item::Membership(change))) => {
+                    return Ok(Received::Delivery(Delivery::Membership(change)));
+                }
+                Some(Taken::Item(Item::Message {
+                    from,
+                    payload,
+                    source,
+                })) => {
+                    self.read(from, &source, payload.len());
+                    return Ok(Received::Delivery(Delivery::Message { from, payload }));
+                }
+                Some(Taken::Written(Written { from, len, source })) => {
+                    self.read(from, &source, len);
+                    return Ok(Received::Written { from, len });
                 }
                 None => {
                     let now = std::time::Instant::now();
@@ -350,6 +449,65 @@ impl Inbox {
                 }
             }
         }
+    }
+
+    /// The worker took a message of `len` bytes from `from` by way of
+    /// `source`: its credit goes back.
+    fn read(&self, from: u32, source: &Source, len: usize) {
+        match source {
+            Source::Local => self.read_local(from, len as u64),
+            Source::Remote(peer, channel) => self.read_remote(peer, *channel, len as u64),
+        }
+    }
+}
+
+/// What a receive took out of the inbox.
+enum Taken {
+    Item(Item),
+    Written(Written),
+}
+
+/// A receive's lent buffer, taken back from the inbox when the receive
+/// ends: a message written into it that the receive did not return (its
+/// future was dropped) is read back out of it and queued first.
+struct Posted<'a>(&'a Inbox);
+
+impl Drop for Posted<'_> {
+    fn drop(&mut self) {
+        let mut s = lock(&self.0.state);
+        let posted = s.posted.take();
+        if let Some(Written { from, len, source }) = s.written.take() {
+            // The lender keeps the buffer lent until the receive's future
+            // is dropped (`Transport::recv_into`), so it can be read.
+            match posted.and_then(|buffer| buffer.read(len)) {
+                Some(payload) => s.items.push_front(Item::Message {
+                    from,
+                    payload,
+                    source,
+                }),
+                // A lender that broke that contract lost the message; its
+                // credit at least goes back.
+                None => {
+                    drop(s);
+                    self.0.read(from, &source, len);
+                }
+            }
+        }
+    }
+}
+
+/// A message from a worker of this node, admitted: see
+/// [`Inbox::reserve_local`].
+struct LocalHandover {
+    inbox: Arc<Inbox>,
+    from: u32,
+    len: usize,
+}
+
+impl Handover for LocalHandover {
+    fn hand_over(self: Box<Self>, bytes: &[u8]) -> Result<(), TransportError> {
+        debug_assert_eq!(bytes.len(), self.len);
+        self.inbox.put_local(self.from, Cow::Borrowed(bytes))
     }
 }
 

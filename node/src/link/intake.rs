@@ -1,6 +1,7 @@
 //! Taking in one chunk from a peer: whether the addressed worker takes
 //! it, and what becomes of the channel's state.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use zorilla_core::channel::{ChannelId, Inbound, Received};
@@ -154,7 +155,8 @@ fn take_chunk_for(
         inbound: Inbound::new(),
         advertised: zorilla_core::channel::INITIAL_WINDOW,
     });
-    let received = c.inbound.on_chunk(chunk);
+    let bytes = chunk.bytes;
+    let received = c.inbound.on_chunk_in_place(chunk);
     let wake = match received {
         Err(v) => return Err(Fault::Violation(v.to_string())),
         // Part of a larger message: an ack (unchanged) goes back within
@@ -174,9 +176,15 @@ fn take_chunk_for(
             }
             return Ok(());
         }
-        Ok(Received::Complete(message)) => {
+        Ok(received @ (Received::Complete(_) | Received::Whole)) => {
             let wake = s.owe(channel, false);
             drop(s);
+            let message = match received {
+                Received::Complete(message) => Cow::Owned(message),
+                // Straight from the read buffer into the worker's, if it
+                // waits with one (else copied into a message of its own).
+                _ => Cow::Borrowed(bytes),
+            };
             let source = Source::Remote(state.clone(), channel);
             if let Some(inbox) = inbox
                 && inbox.push_remote(channel.from, message, source).is_err()

@@ -952,3 +952,146 @@ async fn part_of_a_message_owes_its_sender_an_ack() {
         "no ack owed for part of a message"
     );
 }
+
+/// Polls `future` once with a waker that does nothing.
+fn poll_once<F: std::future::Future + Unpin>(future: &mut F) -> std::task::Poll<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    std::pin::Pin::new(future).poll(&mut cx)
+}
+
+/// Waits for the receive `recv`, polling it (it spins or sleeps; the
+/// deliveries come from this thread, so a few polls suffice).
+fn finish<F: std::future::Future + Unpin>(recv: &mut F) -> F::Output {
+    for _ in 0..=super::inbox::SPIN_POLLS + 2 {
+        if let std::task::Poll::Ready(out) = poll_once(recv) {
+            return out;
+        }
+    }
+    panic!("the receive did not complete");
+}
+
+#[test]
+fn a_message_from_a_worker_of_this_node_is_copied_once_straight_into_the_waiting_workers_buffer() {
+    let inbox = Inbox::new(0);
+    let lend = zorilla_sandbox::Lend::owned(1 << 20);
+    let buffer = lend.buffer().clone();
+    let hand_over = |from: u32, bytes: &[u8]| {
+        let reserve = inbox.clone().reserve_local(from, bytes.len());
+        let mut reserve = Box::pin(reserve);
+        match poll_once(&mut reserve) {
+            std::task::Poll::Ready(handover) => handover.unwrap().hand_over(bytes).unwrap(),
+            std::task::Poll::Pending => panic!("no credit"),
+        }
+    };
+    // Many times the rank's budget goes through the buffer: the credit of
+    // what is written there comes back when the worker takes it.
+    let rounds = (RANK_BUDGET / (1 << 20)) as u32 * 3;
+    for n in 0..rounds {
+        let mut recv = Box::pin(inbox.recv_into(&buffer));
+        assert!(poll_once(&mut recv).is_pending(), "nothing is there yet");
+        let message = tagged(7, n, 1 << 20);
+        hand_over(7, &message);
+        // Not queued: written into the buffer.
+        assert!(lock(&inbox.state).items.is_empty());
+        assert_eq!(
+            finish(&mut recv).unwrap(),
+            zorilla_sandbox::Received::Written {
+                from: 7,
+                len: 1 << 20
+            }
+        );
+        assert_eq!(buffer.read(1 << 20).unwrap(), message);
+    }
+    // A message sent while the worker does not wait is queued (copied),
+    // and a receive with a buffer takes it from the queue.
+    hand_over(7, b"queued");
+    let mut recv = Box::pin(inbox.recv_into(&buffer));
+    assert_eq!(
+        finish(&mut recv).unwrap(),
+        zorilla_sandbox::Received::Delivery(Delivery::Message {
+            from: 7,
+            payload: b"queued".to_vec()
+        })
+    );
+    // Too large for the buffer: queued.
+    let mut recv = Box::pin(inbox.recv_into(&buffer));
+    assert!(poll_once(&mut recv).is_pending());
+    hand_over(7, &vec![1; (1 << 20) + 1]);
+    assert_eq!(lock(&inbox.state).items.len(), 1);
+    assert!(matches!(
+        finish(&mut recv).unwrap(),
+        zorilla_sandbox::Received::Delivery(Delivery::Message { .. })
+    ));
+}
+
+#[test]
+fn a_message_written_into_a_buffer_whose_receive_was_dropped_is_delivered_once_and_first() {
+    let inbox = Inbox::new(0);
+    let lend = zorilla_sandbox::Lend::owned(64);
+    let put = |from, bytes: &[u8]| {
+        let mut reserve = Box::pin(inbox.clone().reserve_local(from, bytes.len()));
+        let std::task::Poll::Ready(handover) = poll_once(&mut reserve) else {
+            panic!("no credit");
+        };
+        handover.unwrap().hand_over(bytes).unwrap();
+    };
+    let mut recv = Box::pin(inbox.recv_into(lend.buffer()));
+    assert!(poll_once(&mut recv).is_pending());
+    put(3, b"first");
+    put(3, b"second");
+    // The receive times out (its future is dropped) after the first was
+    // written into its buffer: it goes back to the head of the queue.
+    drop(recv);
+    let mut recv = Box::pin(inbox.recv());
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        match finish(&mut recv).unwrap() {
+            Delivery::Message { payload, .. } => got.push(payload),
+            other => panic!("unexpected {other:?}"),
+        }
+        recv = Box::pin(inbox.recv());
+    }
+    assert_eq!(got, vec![b"first".to_vec(), b"second".to_vec()]);
+    assert!(poll_once(&mut recv).is_pending(), "delivered twice");
+}
+
+#[test]
+fn a_message_in_one_chunk_from_another_node_is_written_straight_into_the_waiting_workers_buffer() {
+    let inbox = Inbox::new(0);
+    let peer = PeerId::random();
+    let routes = Routes {
+        inbox: inbox.clone(),
+        peer,
+    };
+    let mut remote = Remote {
+        out: Outbox::new(),
+        todo: BTreeMap::new(),
+        state: Arc::new(PeerInbound::new(peer)),
+    };
+    let lend = zorilla_sandbox::Lend::owned(CHUNK_BYTES);
+    // Three messages of one chunk each, then one of two chunks; each sent
+    // while the worker waits with its buffer.
+    let sizes = [0, 8, CHUNK_BYTES, CHUNK_BYTES + 1];
+    for (n, len) in sizes.into_iter().enumerate() {
+        let mut recv = Box::pin(inbox.recv_into(lend.buffer()));
+        assert!(poll_once(&mut recv).is_pending());
+        remote.todo.entry(4).or_default().push_back((n as u32, len));
+        for _ in 0..100 {
+            if !remote.pump(&routes) {
+                break;
+            }
+        }
+        let message = tagged(4, n as u32, len);
+        match finish(&mut recv).unwrap() {
+            zorilla_sandbox::Received::Written { from, len } => {
+                assert!(message.len() <= CHUNK_BYTES, "a larger one is built first");
+                assert_eq!((from, lend.buffer().read(len).unwrap()), (4, message));
+            }
+            zorilla_sandbox::Received::Delivery(Delivery::Message { from, payload }) => {
+                assert!(message.len() > CHUNK_BYTES, "one chunk was built");
+                assert_eq!((from, payload), (4, message));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
