@@ -313,5 +313,18 @@ async fn main() {
             );
         }
     }
+    if let Some(z) = local.get(&big) {
+        println!(
+            "RESULT pingpong.local_bw_big {:.0} MB/s at {}",
+            mbps(big, *z),
+            human(big)
+        );
+        if let Some(o) = mpi_shm.as_ref().and_then(|m| m.get(&big)) {
+            println!(
+                "RESULT pingpong.local_bw_big_vs_mpi {:.0} % of OpenMPI shm",
+                o / z * 100.0
+            );
+        }
+    }
     println!("RESULT pingpong.cipher {cipher:.0} MB/s");
 }

@@ -48,21 +48,28 @@
 //!    task: one hand-off);
 //! 2. on the receiving node the socket's readiness wakes the task that
 //!    serves the connection (hand-off 1: a thread woken out of `epoll`),
-//!    whose TLS decrypts into the stream's read buffer (copy 4); the chunk
-//!    is copied into the message being built (copy 5: room for the whole
-//!    message is taken with its first chunk, which its credit covers, so
-//!    it never moves as it grows), and the complete message pushed into
-//!    the rank's inbox, waking its worker (hand-off 2, unless the worker
-//!    is polling its inbox: see [`Inbox::recv`]);
-//! 3. the worker copies the message into its guest's memory (copy 6).
+//!    whose TLS decrypts into the stream's read buffer (copy 4). A message
+//!    of one chunk (up to 256 KiB: every message of the MPI library, which
+//!    sends in fragments of that size) goes from there straight into the
+//!    worker's memory when the worker waits in a receive with a buffer it
+//!    fits (copy 5, the last: see [`Inbox::recv_into`]), waking the worker
+//!    (hand-off 2, unless it is polling its inbox: see [`Inbox::recv`]);
+//!    otherwise it is copied into a message of its own (copy 5), as is
+//!    every chunk of a larger message (room for it grows as its chunks
+//!    come), and the complete message is queued in the rank's inbox;
+//! 3. the worker copies a queued message into its guest's memory (copy 6).
 //!
-//! So a large message is copied five times (copies 1, 3 to 6), a small
-//! one six. Acknowledgements do not add hops per message: they go back at most
+//! So a message is copied five or six times: five when it went straight
+//! into the waiting worker's memory, or when it is of 16 KiB or more
+//! (copy 2 skipped). Acknowledgements do not add hops per message: they go back at most
 //! every few milliseconds (or at once when a sender may be short of
-//! credit). Between two workers of one node: the sender copies the
-//! message out of its guest's memory into the receiver's inbox (copy 1,
-//! no other task), the receiver is woken (one hand-off, unless it polls)
-//! and copies it into its guest's memory (copy 2).
+//! credit). Between two workers of one node: once the rank's credit admits
+//! it, the sender copies the message out of its guest's memory straight
+//! into the receiving worker's, when that worker waits in a receive with a
+//! buffer it fits (one copy, no other task; [`Inbox::reserve_local`]), and
+//! wakes it (one hand-off, unless it polls); otherwise into the inbox's
+//! queue (copy 1), from which the receiver copies it into its guest's
+//! memory (copy 2).
 //!
 //! # Memory
 //!
