@@ -133,7 +133,7 @@ mod tests;
 
 pub use chunk::{
     Ack, CHUNK_BYTES, ChannelId, Chunk, INITIAL_WINDOW, MAX_MESSAGE_BYTES, MAX_WINDOW,
-    MESSAGE_OVERHEAD, RANK_BUDGET, Violation, footprint,
+    MESSAGE_OVERHEAD, RANK_BUDGET, STRIPE_BYTES, Violation, footprint,
 };
 pub use inbound::{Inbound, Received};
 pub use outbox::{Admission, Outbox, SharedChunk};

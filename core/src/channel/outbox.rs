@@ -7,7 +7,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::chunk::{
-    Ack, CHUNK_BYTES, ChannelId, Chunk, INITIAL_WINDOW, MAX_MESSAGE_BYTES, Violation, footprint,
+    Ack, CHUNK_BYTES, ChannelId, Chunk, INITIAL_WINDOW, MAX_MESSAGE_BYTES, STRIPE_BYTES, Violation,
+    footprint,
 };
 
 /// A queued message: kept until acknowledged (shared with the chunks of
@@ -116,6 +117,44 @@ impl SendChannel {
         self.queue
             .get(usize::try_from(seq.checked_sub(first)?).ok()?)
     }
+
+    /// Whether message `seq` is striped (when the outbox stripes).
+    fn large(&self, seq: u64) -> bool {
+        self.queued(seq)
+            .is_some_and(|q| q.data.len() as u64 >= STRIPE_BYTES)
+    }
+
+    /// Whether the primary stream may carry its next chunk: with
+    /// `striping`, a striped message is alone on its channel (it starts
+    /// once everything before it is acknowledged, and nothing after it
+    /// goes until it is).
+    fn sendable(&self, striping: bool) -> bool {
+        if !self.has_unsent() {
+            return false;
+        }
+        if !striping {
+            return true;
+        }
+        let Some(front) = self.queue.front() else {
+            return true;
+        };
+        front.seq == self.sent_seq
+            || !(self.large(front.seq) || (self.large(self.sent_seq) && self.sent_offset == 0))
+    }
+
+    /// Whether a lane may carry its next chunk: a striped message's, alone
+    /// on its channel, at a chunk boundary.
+    fn stripable(&self) -> bool {
+        self.has_unsent()
+            && self.queue.front().is_some_and(|q| q.seq == self.sent_seq)
+            && self.large(self.sent_seq)
+            && self.sent_offset.is_multiple_of(CHUNK_BYTES as u64)
+    }
+
+    /// Whether it belongs in the round robin.
+    fn ready(&self, striping: bool) -> bool {
+        self.sendable(striping) || self.ask_due()
+    }
 }
 
 /// What [`Outbox::admits`] says.
@@ -138,8 +177,11 @@ pub enum Admission {
 #[derive(Debug, Default)]
 pub struct Outbox {
     channels: BTreeMap<ChannelId, SendChannel>,
-    /// Channels with something to transmit, in round-robin order.
+    /// Channels with something to transmit, in round-robin order (and
+    /// some that had, which are skipped).
     ready: VecDeque<ChannelId>,
+    /// Whether large messages are striped (the link has lanes).
+    striping: bool,
 }
 
 impl Outbox {
@@ -253,22 +295,79 @@ impl Outbox {
             return None;
         }
         let (channel, seq, offset, _, range) = self.take_next(max)?;
+        self.shared(channel, seq, offset, range?)
+    }
+
+    fn shared(
+        &self,
+        channel: ChannelId,
+        seq: u64,
+        offset: u64,
+        range: Range<usize>,
+    ) -> Option<SharedChunk> {
         let c = self.channels.get(&channel)?;
         Some(SharedChunk {
             channel,
             seq,
             offset,
             message: c.queued(seq)?.data.clone(),
-            range: range?,
+            range,
         })
     }
 
     /// Whether the next chunk to transmit is an ask (a chunk without bytes).
     pub fn ask_next(&self) -> bool {
         self.ready
-            .front()
-            .and_then(|id| self.channels.get(id))
-            .is_some_and(|c| !c.has_unsent())
+            .iter()
+            .filter_map(|id| self.channels.get(id))
+            .find(|c| c.ready(self.striping))
+            .is_some_and(|c| !c.sendable(self.striping))
+    }
+
+    /// Stripes large messages from now on, or stops: call with `true` once
+    /// the link has lanes besides its stream ([`next_lane`](Self::next_lane)),
+    /// with `false` when they are gone (after [`rewind`](Self::rewind)).
+    pub fn set_striping(&mut self, on: bool) {
+        if self.striping == on {
+            return;
+        }
+        self.striping = on;
+        // Channels that were held back may go now.
+        for (id, c) in &self.channels {
+            if c.ready(on) && !self.ready.contains(id) {
+                self.ready.push_back(*id);
+            }
+        }
+    }
+
+    /// Whether large messages are striped.
+    pub fn striping(&self) -> bool {
+        self.striping
+    }
+
+    /// The next chunk for a lane: one of a striped message that is alone
+    /// on its channel, whole ([`CHUNK_BYTES`], or the message's last), at
+    /// a chunk boundary. The chunk counts as sent. `None` if no message
+    /// is being striped (or striping is off).
+    pub fn next_lane(&mut self) -> Option<SharedChunk> {
+        if !self.striping {
+            return None;
+        }
+        let channel = *self
+            .ready
+            .iter()
+            .find(|id| self.channels.get(id).is_some_and(SendChannel::stripable))?;
+        let (seq, offset, _, range) = self.take_from(channel, CHUNK_BYTES)?;
+        self.shared(channel, seq, offset, range)
+    }
+
+    /// Whether a lane has something to carry.
+    pub fn has_lane_work(&self) -> bool {
+        self.striping
+            && self
+                .ready
+                .iter()
+                .any(|id| self.channels.get(id).is_some_and(SendChannel::stripable))
     }
 
     /// Takes the next chunk off the round robin: its channel, number,
@@ -279,31 +378,66 @@ impl Outbox {
         &mut self,
         max: usize,
     ) -> Option<(ChannelId, u64, u64, u64, Option<Range<usize>>)> {
-        let max = max.clamp(1, CHUNK_BYTES) as u64;
-        let channel = self.ready.pop_front()?;
+        let striping = self.striping;
+        // Channels with nothing to send now are skipped (they come back
+        // when they have).
+        while let Some(id) = self.ready.front() {
+            if self.channels.get(id).is_some_and(|c| c.ready(striping)) {
+                break;
+            }
+            self.ready.pop_front();
+        }
+        let channel = *self.ready.front()?;
         let c = self.channels.get_mut(&channel)?;
-        if !c.has_unsent() {
+        if striping && max < CHUNK_BYTES && c.stripable() {
+            // Lanes may carry chunks of this message ahead of this one:
+            // every chunk of it is whole (left to a caller with room).
+            return None;
+        }
+        self.ready.pop_front();
+        if !c.sendable(striping) {
             // Nothing left to send but an ask: the first chunk of the
             // message, without its bytes.
             let total = c.ask.filter(|_| !c.ask_sent)?;
             c.ask_sent = true;
             return Some((channel, c.next_seq, 0, total, None));
         }
+        let (seq, offset, total, range) = self.take_from(channel, max)?;
+        let range = Some(range);
+        if self
+            .channels
+            .get(&channel)
+            .is_some_and(|c| c.ready(striping))
+        {
+            self.ready.push_back(channel);
+        }
+        Some((channel, seq, offset, total, range))
+    }
+
+    /// Takes the next chunk of `channel`'s message being sent, at most
+    /// `max` bytes and never across a multiple of [`CHUNK_BYTES`] (so that
+    /// a striped message's chunks are at chunk boundaries): its number,
+    /// offset, message length and bytes' range.
+    fn take_from(
+        &mut self,
+        channel: ChannelId,
+        max: usize,
+    ) -> Option<(u64, u64, u64, Range<usize>)> {
+        let c = self.channels.get_mut(&channel)?;
+        let max = max.clamp(1, CHUNK_BYTES) as u64;
         let seq = c.sent_seq;
         let offset = c.sent_offset;
         let total = c.queued(seq)?.data.len() as u64;
-        let len = total.saturating_sub(offset).min(max);
+        let boundary = CHUNK_BYTES as u64 - offset % CHUNK_BYTES as u64;
+        let len = total.saturating_sub(offset).min(max).min(boundary);
         if offset + len >= total {
             c.sent_seq += 1;
             c.sent_offset = 0;
         } else {
             c.sent_offset += len;
         }
-        if c.has_unsent() || c.ask_due() {
-            self.ready.push_back(channel);
-        }
         let range = offset as usize..(offset + len) as usize;
-        Some((channel, seq, offset, total, Some(range)))
+        Some((seq, offset, total, range))
     }
 
     /// Takes an ack from the peer: drops what it acknowledges and takes
@@ -334,13 +468,20 @@ impl Outbox {
             c.limit = ack.limit;
             changed = true;
         }
+        if self.striping && changed && c.ready(true) && !self.ready.contains(&ack.channel) {
+            // A striped message's channel goes on.
+            self.ready.push_back(ack.channel);
+        }
         Ok(changed)
     }
 
-    /// The stream was lost: every unacknowledged message is transmitted
-    /// again, from its first byte, on the next one.
+    /// The stream was lost (with its lanes): every unacknowledged message
+    /// is transmitted again, from its first byte, on the next one, and
+    /// nothing is striped until [`set_striping`](Self::set_striping) says
+    /// the next one has lanes.
     pub fn rewind(&mut self) {
         self.ready.clear();
+        self.striping = false;
         for (id, c) in &mut self.channels {
             c.sent_seq = c.queue.front().map_or(c.next_seq, |q| q.seq);
             c.sent_offset = 0;
