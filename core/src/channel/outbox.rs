@@ -73,6 +73,10 @@ struct SendChannel {
     /// its length, and whether the ask went out on the current stream.
     ask: Option<u64>,
     ask_sent: bool,
+    /// A message that goes on the stream alone, unstriped: the first sent
+    /// again after the receiver refused the channel (it drops what comes
+    /// before that message's first chunk, which a lane could overtake).
+    unstriped: Option<u64>,
 }
 
 impl Default for SendChannel {
@@ -88,6 +92,7 @@ impl Default for SendChannel {
             sent_offset: 0,
             ask: None,
             ask_sent: false,
+            unstriped: None,
         }
     }
 }
@@ -146,6 +151,7 @@ impl SendChannel {
     /// on its channel, at a chunk boundary.
     fn stripable(&self) -> bool {
         self.has_unsent()
+            && self.unstriped != Some(self.sent_seq)
             && self.queue.front().is_some_and(|q| q.seq == self.sent_seq)
             && self.large(self.sent_seq)
             && self.sent_offset.is_multiple_of(CHUNK_BYTES as u64)
@@ -493,7 +499,8 @@ impl Outbox {
     }
 
     /// Sends `channel`'s unacknowledged messages again from the first (the
-    /// receiver refused them: its rank was not there yet).
+    /// receiver refused them: its rank was not there yet); the first goes
+    /// unstriped (see [`next_lane`](Self::next_lane)).
     pub fn rewind_channel(&mut self, channel: ChannelId) {
         let Some(c) = self.channels.get_mut(&channel) else {
             return;
@@ -501,6 +508,7 @@ impl Outbox {
         c.sent_seq = c.queue.front().map_or(c.next_seq, |q| q.seq);
         c.sent_offset = 0;
         c.ask_sent = false;
+        c.unstriped = Some(c.sent_seq);
         if (c.has_unsent() || c.ask_due()) && !self.ready.contains(&channel) {
             self.ready.push_back(channel);
         }

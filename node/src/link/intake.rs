@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use zorilla_core::channel::{ChannelId, Inbound, Received};
+use zorilla_core::channel::{ChannelId, Inbound, Received, STRIPE_BYTES};
 use zorilla_overlay::PeerId;
 use zorilla_overlay::streams::protocol::Refusal;
 
@@ -175,7 +175,9 @@ fn take_chunk_for(
             return Ok(());
         }
         Ok(Received::Complete(message)) => {
-            let wake = s.owe(channel, false);
+            // A message that may have been striped is acknowledged at
+            // once: its channel's next waits for it.
+            let wake = s.owe(channel, message.len() as u64 >= STRIPE_BYTES);
             drop(s);
             let source = Source::Remote(state.clone(), channel);
             if let Some(inbox) = inbox

@@ -123,6 +123,7 @@ use zorilla_core::channel::{Admission, ChannelId, MAX_MESSAGE_BYTES};
 #[cfg(doc)]
 use zorilla_core::channel::{INITIAL_WINDOW, Inbound, Outbox, RANK_BUDGET, RankReceiver};
 use zorilla_core::limits::MAX_WORKERS;
+use zorilla_overlay::direct::{MAX_LANES, Role};
 #[cfg(doc)]
 use zorilla_overlay::streams::protocol::MAX_FRAME_BYTES;
 use zorilla_overlay::streams::protocol::{Frame, Offer, Refusal, encode};
@@ -152,6 +153,9 @@ pub(crate) const DIRECT_RETRY: Duration = Duration::from_secs(30);
 /// stream that lost its way (a connection that died without an error, an
 /// acknowledgement lost between streams) stays silent this long.
 pub(crate) const ACK_SILENCE: Duration = Duration::from_secs(10);
+
+/// How long a lane may take to name the stream it joins.
+const LANE_TICKET_WAIT: Duration = Duration::from_secs(5);
 
 /// A direct connection that ends sooner than this after it opened counts
 /// as failing: the next is dialed after a growing pause.
@@ -210,12 +214,15 @@ impl Links {
         let links = self.clone();
         tokio::spawn(async move {
             while let Some(stream) = streams.recv().await {
-                let offer = links.direct.as_ref().map(|plane| plane.offer());
+                let how = match links.direct.as_ref() {
+                    Some(plane) => Arrival::Offering(plane.offer()),
+                    None => Arrival::Libp2p,
+                };
                 tokio::spawn(serve_inbound(
                     links.clone(),
                     stream.peer,
                     stream.stream,
-                    offer,
+                    how,
                 ));
             }
         });
@@ -225,9 +232,13 @@ impl Links {
             tokio::spawn(async move {
                 while let Some(stream) = direct.recv().await {
                     let links = links.clone();
+                    if stream.role == Role::Lane {
+                        tokio::spawn(serve_lane(links, stream.peer, stream.stream));
+                        continue;
+                    }
                     tokio::spawn(async move {
                         let peer = stream.peer;
-                        serve_inbound(links.clone(), peer, stream.stream, None).await;
+                        serve_inbound(links.clone(), peer, stream.stream, Arrival::Direct).await;
                         // The peer may dial again after a break.
                         if let Some(plane) = &links.direct {
                             plane.expect(peer);
@@ -449,7 +460,9 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                     failing_since = None;
                     tracing::debug!(peer = %link.peer, %addr, "direct message connection");
                     let opened = Instant::now();
-                    if let Err(e) = serve_outbound(&links, &link, stream.stream, false).await {
+                    let lanes = Some((plane.clone(), addr));
+                    if let Err(e) = serve_outbound(&links, &link, stream.stream, false, lanes).await
+                    {
                         tracing::debug!(peer = %link.peer, "direct message connection ended: {e}");
                     }
                     link.detach();
@@ -481,7 +494,7 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                 let take_offer = links.direct.is_some()
                     && ip.is_some()
                     && direct_failed.is_none_or(|at| at.elapsed() >= DIRECT_RETRY);
-                match serve_outbound(&links, &link, stream.stream, take_offer).await {
+                match serve_outbound(&links, &link, stream.stream, take_offer, None).await {
                     Ok(offer) => {
                         direct = ip.map(|ip| direct_addrs(offer, ip)).unwrap_or_default();
                         direct_backoff = Duration::ZERO;
@@ -547,15 +560,27 @@ fn direct_addrs(offer: Offer, conn: IpAddr) -> Vec<SocketAddr> {
 /// Runs one outbound stream until it breaks: writes chunks, reads acks.
 /// Ends with where the peer's data plane listens, if it offered it and
 /// `take_offer` (the caller goes over to a direct connection), else
-/// ignores offers.
+/// ignores offers. On a direct connection (`lanes`: the plane and the
+/// address it was dialed at) opens the lanes the peer invites, and ends
+/// when any of them breaks.
 async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
     links: &Links,
     link: &Arc<OutLink>,
     stream: S,
     take_offer: bool,
+    lanes: Option<(Arc<DirectPlane>, SocketAddr)>,
 ) -> Result<Offer, String> {
     let (mut r, w) = stream.split();
     link.attach(w);
+    // The peer's invitation to open lanes: its ticket and how many.
+    let (invite_tx, invite_rx) = tokio::sync::oneshot::channel::<(u64, u8)>();
+    let mut invite_tx = lanes.is_some().then_some(invite_tx);
+    let lanes = async {
+        let (Some((plane, addr)), Ok((ticket, count))) = (lanes, invite_rx.await) else {
+            return std::future::pending().await;
+        };
+        serve_lanes(link, &plane, addr, ticket, count).await
+    };
     let writer = async {
         loop {
             // A permit left by a wake-up while this wrote is not lost.
@@ -647,10 +672,27 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
                                 offered = Some(offer);
                             }
                         }
-                        Frame::Data(_) => {
+                        Frame::Lanes { ticket, count } => {
+                            // Taken once per connection, on a direct one.
+                            if let Some(tx) = invite_tx.take() {
+                                let _ = tx.send((ticket, count));
+                            }
+                        }
+                        Frame::Data(_) | Frame::Lane(_) => {
                             violation = Some("data on the acknowledgement side".into());
                             break;
                         }
+                    }
+                }
+                if credit {
+                    // An ack may let a striped message, or what waited
+                    // for one, go.
+                    if s.outbox.has_unsent() {
+                        link.wake.notify_one();
+                    }
+                    if s.outbox.has_lane_work() {
+                        drop(s);
+                        link.wake_lanes();
                     }
                 }
             }
@@ -673,21 +715,105 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
     tokio::select! {
         r = writer => r,
         r = reader => r,
+        r = lanes => r,
     }
 }
 
+/// Opens up to `count` lanes (and no more than this node's plane opens)
+/// to the peer of `link` at `addr`, each presenting `ticket`, and serves
+/// them: their writers take chunks of striped messages. Never ends unless
+/// a lane breaks (an error: the link's connection is taken for broken).
+/// Without lanes (none wanted, or the first could not be made) it waits
+/// forever, and the link carries everything on its connection alone.
+async fn serve_lanes(
+    link: &Arc<OutLink>,
+    plane: &DirectPlane,
+    addr: SocketAddr,
+    ticket: u64,
+    count: u8,
+) -> Result<Offer, String> {
+    let count = count.min(plane.lanes()).min(MAX_LANES);
+    let mut opened = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        match plane.dial_lane(link.peer, addr).await {
+            Ok(lane) => opened.push(lane.stream),
+            Err(e) => {
+                tracing::debug!(peer = %link.peer, "cannot open a lane: {e}");
+                break;
+            }
+        }
+    }
+    if opened.is_empty() {
+        return std::future::pending().await;
+    }
+    let mut first = Vec::new();
+    encode(&Frame::Lane(ticket), &mut first);
+    let mut served = Vec::with_capacity(opened.len());
+    for mut stream in opened {
+        stream.write_all(&first).await.map_err(|e| e.to_string())?;
+        stream.flush().await.map_err(|e| e.to_string())?;
+        let port = stream.local_port();
+        let (mut r, w) = stream.split();
+        let lane = link.attach_lane(w, port);
+        served.push(async move {
+            let writer = async {
+                loop {
+                    std::future::poll_fn(|cx| lane.poll_write(link, cx)).await?;
+                    lane.wake.notified().await;
+                }
+            };
+            // Nothing comes back on a lane: anything, or its end, breaks it.
+            let reader = async {
+                let mut byte = [0u8; 1];
+                match r.read(&mut byte).await {
+                    Ok(0) => Err::<Offer, String>("the lane was closed by the peer".into()),
+                    Ok(_) => Err("data on a lane's return side".into()),
+                    Err(e) => Err(format!("the lane broke: {e}")),
+                }
+            };
+            tokio::select! {
+                r = writer => r,
+                r = reader => r,
+            }
+        });
+    }
+    tracing::debug!(peer = %link.peer, lanes = served.len(), "lanes opened");
+    futures::future::select_all(served.into_iter().map(Box::pin))
+        .await
+        .0
+}
+
+/// How an inbound stream came.
+#[derive(Clone, Copy, Debug)]
+enum Arrival {
+    /// Over libp2p, with this node's data plane off.
+    Libp2p,
+    /// Over libp2p: offer where this node's data plane listens.
+    Offering(Offer),
+    /// On the data plane: invite lanes.
+    Direct,
+}
+
 /// Serves one stream `peer` opened: reads chunks, writes acks; first
-/// offers where this node's rank data plane listens if `offer`.
+/// offers where this node's rank data plane listens, or invites lanes,
+/// as `how` says.
 async fn serve_inbound<S: AsyncRead + AsyncWrite>(
     links: Arc<Links>,
     peer: PeerId,
     stream: S,
-    offer: Option<Offer>,
+    how: Arrival,
 ) {
     let state = links.peer_inbound(peer);
     let generation = {
         let mut s = lock(&state.state);
         s.stream += 1;
+        // The lanes of the stream this one supersedes end, and what they
+        // and it built of a message is dropped: the sender sends every
+        // message not acknowledged again from its start.
+        s.lanes = 0;
+        for c in s.channels.values_mut() {
+            c.inbound.stream_lost();
+        }
         // Acks sent on a broken stream may be lost: send every channel's
         // state again on this one.
         let channels: Vec<_> = s.channels.keys().copied().collect();
@@ -696,6 +822,7 @@ async fn serve_inbound<S: AsyncRead + AsyncWrite>(
         }
         s.stream
     };
+    state.superseded.notify_waiters();
     state.wake.notify_one();
     let (mut r, mut w) = stream.split();
     let reader = async {
@@ -719,9 +846,19 @@ async fn serve_inbound<S: AsyncRead + AsyncWrite>(
     };
     let writer = async {
         let mut buf = Vec::new();
-        if let (Some(offer), Some(plane)) = (offer, &links.direct) {
-            plane.expect(peer);
-            encode(&Frame::Offer(offer), &mut buf);
+        match (how, &links.direct) {
+            (Arrival::Offering(offer), Some(plane)) => {
+                plane.expect(peer);
+                encode(&Frame::Offer(offer), &mut buf);
+            }
+            (Arrival::Direct, Some(plane)) if plane.lanes() > 0 => {
+                let invite = Frame::Lanes {
+                    ticket: generation,
+                    count: plane.lanes(),
+                };
+                encode(&invite, &mut buf);
+            }
+            _ => {}
         }
         loop {
             let due = {
@@ -777,6 +914,97 @@ async fn serve_inbound<S: AsyncRead + AsyncWrite>(
     if s.stream == generation {
         for c in s.channels.values_mut() {
             c.inbound.stream_lost();
+        }
+    }
+}
+
+/// Serves a lane `peer` opened: its first frame names the stream it
+/// joins (the ticket that stream's invitation gave), then it carries data
+/// frames into that stream's channels until the stream is superseded
+/// (then it ends: a newer stream has lanes of its own). A lane that joins
+/// no current stream, or one beyond those invited, is closed at once.
+async fn serve_lane(links: Arc<Links>, peer: PeerId, stream: zorilla_overlay::direct::CutStream) {
+    let Some(plane) = links.direct.clone() else {
+        return;
+    };
+    let state = links.peer_inbound(peer);
+    {
+        let mut s = lock(&state.state);
+        // Lanes of the current stream and of the one before, whose ends
+        // may not have been seen yet; more is a peer's doing.
+        if s.lane_conns >= 2 * MAX_LANES {
+            tracing::debug!(%peer, "a lane beyond the bound refused");
+            return;
+        }
+        s.lane_conns += 1;
+    }
+    let result = serve_lane_frames(&links, peer, &state, &plane, stream).await;
+    if let Err(e) = result {
+        tracing::debug!(%peer, "lane ended: {e}");
+    }
+    let mut s = lock(&state.state);
+    s.lane_conns = s.lane_conns.saturating_sub(1);
+}
+
+async fn serve_lane_frames(
+    links: &Links,
+    peer: PeerId,
+    state: &Arc<PeerInbound>,
+    plane: &DirectPlane,
+    stream: zorilla_overlay::direct::CutStream,
+) -> Result<(), String> {
+    let (mut r, _w) = stream.split();
+    let mut frames = FrameReader::new();
+    let first = tokio::time::timeout(LANE_TICKET_WAIT, async {
+        loop {
+            if let Some(frame) = frames.next().map_err(|e| violation(links, peer, &e))? {
+                return match frame {
+                    Frame::Lane(ticket) => Ok(ticket),
+                    _ => Err(violation(links, peer, &"a lane that names no stream")),
+                };
+            }
+            if !frames.fill(&mut r).await? {
+                return Err("closed before its ticket".to_string());
+            }
+        }
+    })
+    .await
+    .map_err(|_| "no ticket in time".to_string())??;
+    {
+        let mut s = lock(&state.state);
+        if s.stream != first {
+            return Err("for a stream superseded".into());
+        }
+        if s.lanes >= plane.lanes().min(MAX_LANES) {
+            return Err(violation(links, peer, &"more lanes than invited"));
+        }
+        s.lanes += 1;
+    }
+    loop {
+        let superseded = state.superseded.notified();
+        tokio::pin!(superseded);
+        superseded.as_mut().enable();
+        loop {
+            let frame = match frames.next() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(e) => return Err(violation(links, peer, &e)),
+            };
+            let Frame::Data(chunk) = frame else {
+                return Err(violation(links, peer, &"a frame other than data on a lane"));
+            };
+            receive(links, peer, state, first, chunk)?;
+        }
+        if lock(&state.state).stream != first {
+            return Err("superseded by a newer stream".into());
+        }
+        tokio::select! {
+            more = frames.fill(&mut r) => {
+                if !more? {
+                    return Ok(());
+                }
+            }
+            () = &mut superseded => {}
         }
     }
 }
