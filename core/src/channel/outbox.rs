@@ -129,10 +129,12 @@ impl SendChannel {
             .is_some_and(|q| q.data.len() as u64 >= STRIPE_BYTES)
     }
 
-    /// Whether the primary stream may carry its next chunk: with
-    /// `striping`, a striped message is alone on its channel (it starts
-    /// once everything before it is acknowledged, and nothing after it
-    /// goes until it is).
+    /// Whether the stream may carry its next chunk. With `striping`, a
+    /// striped message goes on lanes only, and alone on its channel: it
+    /// starts once everything before it is acknowledged (then it is
+    /// [`stripable`](Self::stripable)), and nothing after it goes until it
+    /// is acknowledged. (A large message the stream began before striping
+    /// was on, or one sent again after a refusal, goes on the stream.)
     fn sendable(&self, striping: bool) -> bool {
         if !self.has_unsent() {
             return false;
@@ -140,11 +142,17 @@ impl SendChannel {
         if !striping {
             return true;
         }
+        if self.stripable() {
+            return false;
+        }
+        let begun = self.sent_offset > 0 || self.unstriped == Some(self.sent_seq);
+        if self.large(self.sent_seq) && !begun {
+            return false;
+        }
         let Some(front) = self.queue.front() else {
             return true;
         };
-        front.seq == self.sent_seq
-            || !(self.large(front.seq) || (self.large(self.sent_seq) && self.sent_offset == 0))
+        front.seq == self.sent_seq || !self.large(front.seq)
     }
 
     /// Whether a lane may carry its next chunk: a striped message's, alone
@@ -188,6 +196,9 @@ pub struct Outbox {
     ready: VecDeque<ChannelId>,
     /// Whether large messages are striped (the link has lanes).
     striping: bool,
+    /// Channels whose message may be striped now, in round-robin order
+    /// for the lanes (and some that no longer are, which are skipped).
+    stripes: VecDeque<ChannelId>,
 }
 
 impl Outbox {
@@ -248,6 +259,7 @@ impl Outbox {
         if was_idle {
             self.ready.push_back(channel);
         }
+        self.note_stripe(channel);
         seq
     }
 
@@ -344,6 +356,32 @@ impl Outbox {
                 self.ready.push_back(*id);
             }
         }
+        self.stripes.clear();
+        if on {
+            self.find_stripes();
+        }
+    }
+
+    /// Adds the channels whose message lanes may carry now to `stripes`.
+    fn find_stripes(&mut self) {
+        for (id, c) in &self.channels {
+            if c.stripable() && !self.stripes.contains(id) {
+                self.stripes.push_back(*id);
+            }
+        }
+    }
+
+    /// Adds `channel` to `stripes` if lanes may carry its message now.
+    fn note_stripe(&mut self, channel: ChannelId) {
+        if self.striping
+            && self
+                .channels
+                .get(&channel)
+                .is_some_and(SendChannel::stripable)
+            && !self.stripes.contains(&channel)
+        {
+            self.stripes.push_back(channel);
+        }
     }
 
     /// Whether large messages are striped.
@@ -359,19 +397,28 @@ impl Outbox {
         if !self.striping {
             return None;
         }
-        let channel = *self
-            .ready
-            .iter()
-            .find(|id| self.channels.get(id).is_some_and(SendChannel::stripable))?;
-        let (seq, offset, _, range) = self.take_from(channel, CHUNK_BYTES)?;
-        self.shared(channel, seq, offset, range)
+        loop {
+            let channel = *self.stripes.front()?;
+            if self
+                .channels
+                .get(&channel)
+                .is_some_and(SendChannel::stripable)
+            {
+                // Round robin over striped messages, chunk by chunk.
+                self.stripes.pop_front();
+                let (seq, offset, _, range) = self.take_from(channel, CHUNK_BYTES)?;
+                self.note_stripe(channel);
+                return self.shared(channel, seq, offset, range);
+            }
+            self.stripes.pop_front();
+        }
     }
 
     /// Whether a lane has something to carry.
     pub fn has_lane_work(&self) -> bool {
         self.striping
             && self
-                .ready
+                .stripes
                 .iter()
                 .any(|id| self.channels.get(id).is_some_and(SendChannel::stripable))
     }
@@ -393,14 +440,8 @@ impl Outbox {
             }
             self.ready.pop_front();
         }
-        let channel = *self.ready.front()?;
+        let channel = self.ready.pop_front()?;
         let c = self.channels.get_mut(&channel)?;
-        if striping && max < CHUNK_BYTES && c.stripable() {
-            // Lanes may carry chunks of this message ahead of this one:
-            // every chunk of it is whole (left to a caller with room).
-            return None;
-        }
-        self.ready.pop_front();
         if !c.sendable(striping) {
             // Nothing left to send but an ask: the first chunk of the
             // message, without its bytes.
@@ -417,6 +458,9 @@ impl Outbox {
         {
             self.ready.push_back(channel);
         }
+        // (A message the stream began before striping was on goes to the
+        // lanes once the stream reached a chunk boundary.)
+        self.note_stripe(channel);
         Some((channel, seq, offset, total, range))
     }
 
@@ -474,9 +518,12 @@ impl Outbox {
             c.limit = ack.limit;
             changed = true;
         }
-        if self.striping && changed && c.ready(true) && !self.ready.contains(&ack.channel) {
-            // A striped message's channel goes on.
-            self.ready.push_back(ack.channel);
+        if self.striping && changed {
+            // A striped message may start, or what waited for one go on.
+            if c.ready(true) && !self.ready.contains(&ack.channel) {
+                self.ready.push_back(ack.channel);
+            }
+            self.note_stripe(ack.channel);
         }
         Ok(changed)
     }
@@ -487,6 +534,7 @@ impl Outbox {
     /// the next one has lanes.
     pub fn rewind(&mut self) {
         self.ready.clear();
+        self.stripes.clear();
         self.striping = false;
         for (id, c) in &mut self.channels {
             c.sent_seq = c.queue.front().map_or(c.next_seq, |q| q.seq);
@@ -518,12 +566,14 @@ impl Outbox {
     /// returns how many messages were still unacknowledged.
     pub fn close(&mut self, channel: ChannelId) -> usize {
         self.ready.retain(|c| *c != channel);
+        self.stripes.retain(|c| *c != channel);
         self.channels.remove(&channel).map_or(0, |c| c.queue.len())
     }
 
     /// Forgets every channel of `job`.
     pub fn close_job(&mut self, job: u64) {
         self.ready.retain(|c| c.job != job);
+        self.stripes.retain(|c| c.job != job);
         self.channels.retain(|c, _| c.job != job);
     }
 

@@ -32,6 +32,48 @@
 //! [`DIRECT_RETRY`] or more later. The sequencing, credit and replay above
 //! are the same on either path.
 //!
+//! ## Lanes
+//!
+//! A direct connection has *lanes* beside it (on the data plane only:
+//! never on a libp2p stream, where nothing changes): the receiver's first
+//! frame on it invites up to [`DirectPlane::lanes`] of them
+//! ([`Frame::Lanes`], with a ticket: the number of that connection, which
+//! supersedes every earlier one from the peer), and the sender opens that
+//! many more (or fewer, as its own setting says) to the same address
+//! ([`DirectPlane::dial_lane`]: TLS, authenticated as the connection is,
+//! marked as a lane in the handshake), each first naming the ticket
+//! ([`Frame::Lane`]). The connection itself carries everything as before
+//! but striped messages: every smaller message, acks, asks, refusals. The
+//! lanes carry whole chunks of *striped* messages, of [`STRIPE_BYTES`]
+//! (1 MiB) or more, each lane's writer (a task of its own) taking the next
+//! chunk when it is ready (see [`zorilla_core::channel`], "Striping", for
+//! why each message still arrives once and in order). So small messages
+//! never wait behind a large one's chunks, and a large message is
+//! encrypted, sent, received and decrypted by as many tasks at once as
+//! there are lanes. (The connection's writer does not take striped chunks
+//! too: it serves its reader's task, which took every chunk before the
+//! lanes' tasks were even scheduled on a busy machine.)
+//!
+//! Two lanes by default (`--rank-lanes`, at most [`MAX_LANES`]): each lane
+//! is served by one task at each end, whose TLS encrypts or decrypts on
+//! one core at a time, so two lanes beside the connection put a large
+//! message on two cores at each end while the connection's task stays
+//! free for small messages and acks: the two to four cores of the
+//! machines this grid mostly runs on. Each lane adds a socket and a read
+//! buffer ([`MAX_FRAME_BYTES`]) at each end and more chunks held apart at
+//! the receiver; more lanes than cores win nothing.
+//!
+//! Failures: a lane that breaks (or ends) breaks the link: the connection
+//! and every lane are dropped, and the next connection and its lanes
+//! carry everything unacknowledged again ([`Outbox::rewind`]). At the
+//! receiver a lane serves only the connection whose ticket it named: once
+//! a newer connection from the peer arrives, chunks from an older lane
+//! are refused and the lane closed, and what was built of a message is
+//! dropped (the sender sends it again from its start). A lane naming no
+//! current connection, one beyond those invited, or one silent for
+//! [`LANE_TICKET_WAIT`] is closed; a peer has at most twice
+//! [`MAX_LANES`] lane connections open here at once.
+//!
 //! # Hops and copies of one message
 //!
 //! Between two nodes, on the direct connection, a message of up to 64 KiB
@@ -49,15 +91,23 @@
 //! 2. on the receiving node the socket's readiness wakes the task that
 //!    serves the connection (hand-off 1: a thread woken out of `epoll`),
 //!    whose TLS decrypts into the stream's read buffer (copy 4); the chunk
-//!    is copied into the message being built (copy 5: room for the whole
-//!    message is taken with its first chunk, which its credit covers, so
-//!    it never moves as it grows), and the complete message pushed into
+//!    is copied into the message being built (copy 5: its room grows by
+//!    doubling as chunks arrive, never past the message's length, so what
+//!    arrived moves a few times as it grows), and the complete message pushed into
 //!    the rank's inbox, waking its worker (hand-off 2, unless the worker
 //!    is polling its inbox: see [`Inbox::recv`]);
 //! 3. the worker copies the message into its guest's memory (copy 6).
 //!
 //! So a large message is copied five times (copies 1, 3 to 6), a small
-//! one six. Acknowledgements do not add hops per message: they go back at most
+//! one six. A striped message (1 MiB or more, with lanes) is written and
+//! read by the tasks of the lanes at once, one chunk each at a time: the
+//! same copies, on up to two cores at each end, and no more hand-offs
+//! (the lanes' writer tasks are woken with the connection's), but a
+//! chunk that arrives ahead of the bytes
+//! before it is copied into a buffer of its own first (copy 5 happens
+//! twice for it), and the message waits, before it starts, for the
+//! acknowledgement of its channel's message before (at once after a
+//! large message, within the ack delay after a small one). Acknowledgements do not add hops per message: they go back at most
 //! every few milliseconds (or at once when a sender may be short of
 //! credit). Between two workers of one node: the sender copies the
 //! message out of its guest's memory into the receiver's inbox (copy 1,
@@ -76,15 +126,17 @@
 //!   the initial window times the number of workers sending to it, plus one
 //!   message: about 96 MiB for a job of a thousand ranks, whatever they
 //!   send (see [`zorilla_core::channel`]). A message's memory is allocated
-//!   when its first chunk arrives, within the credit its channel was
-//!   granted (an announced length alone allocates nothing). This
+//!   as its chunks arrive, within the credit its channel was granted (an
+//!   announced length alone allocates nothing; a striped message's chunks
+//!   that arrive ahead are kept as they came, the rest grows by doubling:
+//!   at most about twice what arrived). This
 //!   module only executes the policy: it tells the rank's receiver of asks
 //!   and reads, and raises the limits of the channels it names.
 //! - Sender: a channel's unacknowledged messages (its retransmission
 //!   buffer) are at most what the receiver's credit allowed: a worker's
 //!   `send` waits for credit before its message is queued.
-//! - Frames are at most [`MAX_FRAME_BYTES`]; each stream has one read
-//!   buffer of that size.
+//! - Frames are at most [`MAX_FRAME_BYTES`]; each stream and each lane
+//!   has one read buffer of that size.
 //! - A peer that breaks the protocol (a frame that does not decode, a chunk
 //!   out of order or beyond its credit, an ack of what was never sent) has
 //!   its stream dropped and is reported to the overlay.
@@ -121,7 +173,9 @@ use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use zorilla_core::channel::{Admission, ChannelId, MAX_MESSAGE_BYTES};
 #[cfg(doc)]
-use zorilla_core::channel::{INITIAL_WINDOW, Inbound, Outbox, RANK_BUDGET, RankReceiver};
+use zorilla_core::channel::{
+    INITIAL_WINDOW, Inbound, Outbox, RANK_BUDGET, RankReceiver, STRIPE_BYTES,
+};
 use zorilla_core::limits::MAX_WORKERS;
 use zorilla_overlay::direct::{MAX_LANES, Role};
 #[cfg(doc)]
@@ -755,10 +809,13 @@ async fn serve_lanes(
         let port = stream.local_port();
         let (mut r, w) = stream.split();
         let lane = link.attach_lane(w, port);
-        served.push(async move {
+        let link = link.clone();
+        // A task of its own, so that lanes are written on several threads
+        // at once (and not after the connection's writer in its task).
+        served.push(tokio::spawn(async move {
             let writer = async {
                 loop {
-                    std::future::poll_fn(|cx| lane.poll_write(link, cx)).await?;
+                    std::future::poll_fn(|cx| lane.poll_write(&link, cx)).await?;
                     lane.wake.notified().await;
                 }
             };
@@ -775,12 +832,27 @@ async fn serve_lanes(
                 r = writer => r,
                 r = reader => r,
             }
-        });
+        }));
     }
     tracing::debug!(peer = %link.peer, lanes = served.len(), "lanes opened");
-    futures::future::select_all(served.into_iter().map(Box::pin))
-        .await
-        .0
+    // The lanes' tasks end with this future (when the link's connection
+    // ends, or one of them).
+    let _abort = AbortOnDrop(served.iter().map(|t| t.abort_handle()).collect());
+    match futures::future::select_all(served).await.0 {
+        Ok(result) => result,
+        Err(e) => Err(format!("a lane's task failed: {e}")),
+    }
+}
+
+/// Aborts tasks when dropped.
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// How an inbound stream came.

@@ -24,8 +24,8 @@
 //! module docs of [`link`](super), "Direct connections"): each has a
 //! [`Wire`] of its own and its own writer task, which takes whole chunks
 //! of striped messages off the outbox ([`Outbox::next_lane`]) while any
-//! are there, as the link's own writer does in its turn: whichever is
-//! ready takes the next. Nobody else writes on a lane.
+//! are there: whichever lane is ready takes the next. Nobody else writes
+//! on a lane, and nothing else is written on one.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IoSlice;
