@@ -629,6 +629,39 @@ fn a_striped_message_is_alone_on_its_channel() {
     assert_eq!(out.next_chunk(CHUNK_BYTES).map(|c| c.seq), Some(2));
 }
 
+/// After a refusal (the receiver drops what comes before a message's first
+/// chunk), the message sent again goes unstriped on the stream, from its
+/// start; the next is striped again.
+#[test]
+fn a_striped_message_sent_again_after_a_refusal_goes_on_the_stream() {
+    let mut out = Outbox::new();
+    out.on_ack(Ack {
+        channel: CH,
+        next: 0,
+        limit: MAX_WINDOW,
+    })
+    .unwrap();
+    out.set_striping(true);
+    let big = message(4, 4 * CHUNK_BYTES);
+    out.push(CH, big.clone());
+    out.push(CH, big.clone());
+    assert_eq!(out.next_lane().map(|c| (c.seq, c.offset)), Some((0, 0)));
+    out.rewind_channel(CH);
+    assert!(out.next_lane().is_none());
+    let again: Vec<_> =
+        std::iter::from_fn(|| out.next_chunk(CHUNK_BYTES).map(|c| (c.seq, c.offset))).collect();
+    let offsets: Vec<_> = (0..4).map(|i| (0, (i * CHUNK_BYTES) as u64)).collect();
+    assert_eq!(again, offsets);
+    out.on_ack(Ack {
+        channel: CH,
+        next: 1,
+        limit: MAX_WINDOW,
+    })
+    .unwrap();
+    assert!(out.next_chunk(CHUNK_BYTES).is_none());
+    assert_eq!(out.next_lane().map(|c| (c.seq, c.offset)), Some((1, 0)));
+}
+
 /// A chunk in flight: its number, offset, message length and bytes.
 type Flying = (u64, u64, u64, Vec<u8>);
 
