@@ -5,6 +5,8 @@
 //!   core each on 127.0.0.1 (so the two workers land on different nodes),
 //!   the `transfer pingpong` guest (examples/src/transfer.c); their
 //!   messages take the rank data plane's direct TLS connection (AES-GCM).
+//! - The same with `--rank-lanes 0`: the direct connection alone, no
+//!   lanes (large messages are not striped).
 //! - The same with `--direct-ranks false`: the messages cross the
 //!   overlay's libp2p connection (TCP, noise, yamux), as before the data
 //!   plane.
@@ -198,6 +200,22 @@ async fn main() {
     let nodes = zorilla(&a, &sizes).await;
     drop((a, b));
 
+    // The same without lanes (the direct connection alone).
+    let no_lanes_args = ["--rank-lanes".to_string(), "0".to_string()];
+    let (dir_a, dir_b) = (dir.path().join("na"), dir.path().join("nb"));
+    let net = format!("{network}-n");
+    let a = TestNode::start_with(&dir_a, &net, None, 1, "127.0.0.1", &no_lanes_args);
+    let b = TestNode::start_with(
+        &dir_b,
+        &net,
+        Some(&a.listen),
+        1,
+        "127.0.0.1",
+        &no_lanes_args,
+    );
+    let no_lanes = zorilla(&a, &sizes).await;
+    drop((a, b));
+
     // The same over libp2p (no direct connections).
     let off = ["--direct-ranks".to_string(), "false".to_string()];
     let (dir_a, dir_b) = (dir.path().join("la"), dir.path().join("lb"));
@@ -229,9 +247,10 @@ async fn main() {
     let cipher = cipher_mb_per_s();
 
     println!(
-        "{:>8} | {:>22} | {:>22} | {:>22} | {:>9} | {:>22} | {:>22} | {:>9}",
+        "{:>8} | {:>22} | {:>22} | {:>22} | {:>22} | {:>9} | {:>22} | {:>22} | {:>9}",
         "size",
         "zorilla 2 nodes",
+        "2 nodes, no lanes",
         "2 nodes over libp2p",
         "openmpi tcp",
         "ratio",
@@ -253,9 +272,10 @@ async fn main() {
     };
     for (size, _) in &sizes {
         println!(
-            "{:>8} | {:>22} | {:>22} | {:>22} | {:>9} | {:>22} | {:>22} | {:>9}",
+            "{:>8} | {:>22} | {:>22} | {:>22} | {:>22} | {:>9} | {:>22} | {:>22} | {:>9}",
             human(*size),
             cell(Some(&nodes), *size),
+            cell(Some(&no_lanes), *size),
             cell(Some(&libp2p), *size),
             cell(mpi_tcp.as_ref(), *size),
             ratio(Some(&nodes), mpi_tcp.as_ref(), *size),

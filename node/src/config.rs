@@ -12,6 +12,7 @@
 //! max_connections = 128              # overlay connections at once
 //! quic = false                       # listen on QUIC too, beside TCP (cargo feature `quic`)
 //! direct_ranks = true                # messages between workers over direct TLS connections
+//! rank_lanes = 2                     # extra direct connections per peer for large messages (0-4)
 //! relay_max_reservations = 16        # nodes this node relays for (behind NATs)
 //! relay_circuit_secs = 3600          # longest relayed circuit through this node
 //! relay_circuit_mib = 1024           # most data of one relayed circuit
@@ -181,6 +182,10 @@ pub struct Config {
     /// latency covers libp2p's connections only). See
     /// `zorilla_overlay::direct`.
     pub direct_ranks: Option<bool>,
+    /// Lanes beside each direct connection to a peer: further direct
+    /// connections that carry chunks of large messages at once. Default
+    /// 2, at most 4, 0 for none. See `zorilla_node`'s link module.
+    pub rank_lanes: Option<u8>,
     /// How many nodes that are not reachable (behind NATs) this node
     /// relays for at once, when it is reachable itself; 0 relays for none.
     /// Default [`zorilla_overlay::config::DEFAULT_RELAY_MAX_RESERVATIONS`].
@@ -372,6 +377,7 @@ impl Config {
             max_connections,
             quic,
             direct_ranks,
+            rank_lanes,
             relay_max_reservations,
             relay_circuit_secs,
             relay_circuit_mib,

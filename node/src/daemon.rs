@@ -310,6 +310,9 @@ impl Daemon {
             latency,
             quic: config.quic.unwrap_or(false),
             direct_ranks: config.direct_ranks.unwrap_or(true),
+            rank_lanes: config
+                .rank_lanes
+                .unwrap_or(zorilla_overlay::direct::DEFAULT_LANES),
             nat: {
                 let default = zorilla_overlay::config::NatConfig::default();
                 zorilla_overlay::config::NatConfig {

@@ -45,6 +45,10 @@ struct Cli {
     /// Messages between workers over direct TLS connections (default true).
     #[arg(long, env = "ZORILLA_DIRECT_RANKS")]
     direct_ranks: Option<bool>,
+    /// Lanes (extra direct connections for large messages) beside each
+    /// direct connection to a peer (default 2, at most 4; 0: none).
+    #[arg(long, env = "ZORILLA_RANK_LANES")]
+    rank_lanes: Option<u8>,
     /// Nodes this node relays for at most (0: it relays for none).
     #[arg(long, env = "ZORILLA_RELAY_MAX_RESERVATIONS")]
     relay_max_reservations: Option<usize>,
@@ -333,6 +337,7 @@ impl Cli {
             max_connections: self.max_connections,
             quic: self.quic,
             direct_ranks: self.direct_ranks,
+            rank_lanes: self.rank_lanes,
             relay_max_reservations: self.relay_max_reservations,
             relay_circuit_secs: self.relay_circuit_secs,
             relay_circuit_mib: self.relay_circuit_mib,

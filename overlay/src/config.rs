@@ -208,6 +208,10 @@ pub struct OverlayConfig {
     /// be made, else over libp2p. Off with [`latency`](Self::latency)
     /// emulation, which covers libp2p's connections only.
     pub direct_ranks: bool,
+    /// Lanes beside each direct connection between two nodes, for large
+    /// messages (see [`crate::direct`]; at most
+    /// [`MAX_LANES`](crate::direct::MAX_LANES), 0: none).
+    pub rank_lanes: u8,
     /// A closed grid: the grid key and this node's credential. `None`
     /// (the default): an open grid, which anyone who reaches a node and
     /// knows the network's name may join.
@@ -244,6 +248,7 @@ impl Default for OverlayConfig {
             quic: false,
             nat: NatConfig::default(),
             direct_ranks: true,
+            rank_lanes: crate::direct::DEFAULT_LANES,
             grid: None,
         }
     }

@@ -215,8 +215,8 @@ fn read_ranks_stream(bytes: &[u8]) -> Result<(), String> {
             Frame::Refuse(channel, _) => {
                 outbox.close(channel);
             }
-            // A sender takes an offer or not; nothing to keep.
-            Frame::Offer(_) => {}
+            // A sender takes an offer or lanes or not; nothing to keep.
+            Frame::Offer(_) | Frame::Lanes { .. } | Frame::Lane(_) => {}
         }
     }
     if at < bytes.len() {
@@ -425,7 +425,18 @@ fn ranks_stream(g: &mut Gen) -> Vec<u8> {
                 }),
                 &mut out,
             ),
-            1 => protocol::encode(&Frame::Refuse(channel, Refusal::NotHere), &mut out),
+            1 => {
+                protocol::encode(&Frame::Refuse(channel, Refusal::NotHere), &mut out);
+                if g.below(4) == 0 {
+                    protocol::encode(
+                        &Frame::Lanes {
+                            ticket: g.int(),
+                            count: 2,
+                        },
+                        &mut out,
+                    );
+                }
+            }
             _ if asked[pick] => {}
             2 => {
                 // An ask for a message larger than the window, and its
@@ -455,6 +466,18 @@ fn ranks_stream(g: &mut Gen) -> Vec<u8> {
                     bytes: &bytes,
                 };
                 protocol::encode(&Frame::Data(part), &mut out);
+                // Its last chunk, ahead of the rest (as from a lane of a
+                // striped message).
+                let last = total / CHUNK_BYTES as u64 * CHUNK_BYTES as u64;
+                let tail = vec![7; (total - last) as usize];
+                let ahead = Chunk {
+                    channel,
+                    seq,
+                    offset: last,
+                    total,
+                    bytes: &tail,
+                };
+                protocol::encode(&Frame::Data(ahead), &mut out);
             }
             _ => {
                 let message = g.bytes();

@@ -26,6 +26,12 @@ pub fn footprint(len: u64) -> u64 {
 /// The largest chunk of a message on the wire.
 pub const CHUNK_BYTES: usize = 256 * 1024;
 
+/// Messages of at least this many bytes are *striped* where the link has
+/// lanes (see the module docs, "Striping"): their chunks go over several
+/// connections at once. Below it a message takes under a millisecond on
+/// one connection, less than the round trip striping costs it.
+pub const STRIPE_BYTES: u64 = 1024 * 1024;
+
 /// One direction between two workers of a job: a rank's worker to
 /// another's. A rank lost and given to a new worker gets a new
 /// *incarnation* (the number of the grant that placed it, see

@@ -1,5 +1,9 @@
-//! The receiver's side: an [`Inbound`] per channel, which takes chunks in
-//! order, enforces the channel's credit and builds its messages.
+//! The receiver's side: an [`Inbound`] per channel, which takes chunks of
+//! the message it expects (in order, or out of order from the lanes of a
+//! striped message), enforces the channel's credit and builds its
+//! messages.
+
+use std::collections::BTreeMap;
 
 use super::chunk::{
     Ack, CHUNK_BYTES, ChannelId, Chunk, INITIAL_WINDOW, MAX_MESSAGE_BYTES, Violation, footprint,
@@ -28,11 +32,56 @@ pub enum Received {
     },
 }
 
+/// The message being built: what arrived in order from its start, and
+/// chunks that arrived ahead of it (a striped message's, from other
+/// lanes), each kept as it came until the bytes before it arrive, so that
+/// memory follows the bytes received, not the length announced.
 #[derive(Debug)]
 struct Partial {
     seq: u64,
     total: u64,
+    /// The message's first bytes, without a gap.
     data: Vec<u8>,
+    /// Chunks beyond `data`, by offset (a multiple of [`CHUNK_BYTES`]).
+    ahead: BTreeMap<u64, Vec<u8>>,
+    /// Bytes in `ahead`.
+    ahead_bytes: u64,
+}
+
+impl Partial {
+    /// Moves the chunks of `ahead` that `data` now reaches into it.
+    fn join(&mut self) -> Result<(), Violation> {
+        while let Some(entry) = self.ahead.first_entry() {
+            let have = self.data.len() as u64;
+            let offset = *entry.key();
+            if offset > have {
+                return Ok(());
+            }
+            let bytes = entry.remove();
+            self.ahead_bytes = self.ahead_bytes.saturating_sub(bytes.len() as u64);
+            let skip = usize::try_from(have - offset).map_err(|_| Violation::BadChunk)?;
+            if let Some(tail) = bytes.get(skip..) {
+                self.append(tail)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends `bytes` to `data`, growing it by doubling, but never past
+    /// the announced length.
+    fn append(&mut self, bytes: &[u8]) -> Result<(), Violation> {
+        let end = self.data.len() + bytes.len();
+        if self.data.capacity() < end {
+            let want = end
+                .max(self.data.capacity().saturating_mul(2))
+                .min(usize::try_from(self.total).map_err(|_| Violation::BadChunk)?);
+            self.data
+                .try_reserve_exact(want.saturating_sub(self.data.len()))
+                .map_err(|_| Violation::BadChunk)?;
+        }
+        self.data.extend_from_slice(bytes);
+        Ok(())
+    }
 }
 
 /// The receiving side of one channel: sequencing, and the limit the
@@ -110,7 +159,10 @@ impl Inbound {
     /// Bytes held: complete messages the worker has not taken (with
     /// [`MESSAGE_OVERHEAD`](super::MESSAGE_OVERHEAD) each), and the message being built.
     pub fn buffered_bytes(&self) -> u64 {
-        let partial = self.partial.as_ref().map_or(0, |p| p.data.len() as u64);
+        let partial = self
+            .partial
+            .as_ref()
+            .map_or(0, |p| (p.data.len() as u64).saturating_add(p.ahead_bytes));
         self.completed.saturating_sub(self.consumed) + partial
     }
 
@@ -170,54 +222,75 @@ impl Inbound {
         if end > total {
             return Err(Violation::BadChunk);
         }
-        if offset == 0 {
-            // A message starts (again: after a reconnection the sender
-            // begins it anew, and what was built of it is dropped).
-            let start = self.completed;
-            if start.saturating_add(footprint(total)) > self.limit {
+        if self.partial.as_ref().is_some_and(|p| p.seq != seq) {
+            // (Cannot happen: a partial is always of the expected message.)
+            self.partial = None;
+        }
+        if self.partial.is_none() && offset == 0 && end == total {
+            // All of a message in one chunk: nothing to build.
+            if self.completed.saturating_add(footprint(total)) > self.limit {
                 return Err(Violation::NoCredit);
             }
-            if end == total {
-                // All of it in one chunk: nothing to build.
-                self.partial = None;
-                self.expected += 1;
-                self.completed = self.completed.saturating_add(footprint(total));
-                return Ok(Received::Whole);
-            }
-            // Room for this chunk only: the rest is allocated as it comes.
-            let mut data = Vec::new();
-            data.try_reserve_exact(bytes.len())
-                .map_err(|_| Violation::BadChunk)?;
-            self.partial = Some(Partial { seq, total, data });
+            self.expected += 1;
+            self.completed = self.completed.saturating_add(footprint(total));
+            return Ok(Received::Whole);
         }
-        let Some(partial) = self.partial.as_mut() else {
-            return Err(Violation::BadOffset {
-                got: offset,
-                expected: 0,
-            });
+        let partial = match self.partial.as_mut() {
+            Some(partial) => partial,
+            None => {
+                // A message starts: its first chunk to arrive (on a lane,
+                // not necessarily its first) is checked against the credit.
+                let start = self.completed;
+                if start.saturating_add(footprint(total)) > self.limit {
+                    return Err(Violation::NoCredit);
+                }
+                self.partial.insert(Partial {
+                    seq,
+                    total,
+                    data: Vec::new(),
+                    ahead: BTreeMap::new(),
+                    ahead_bytes: 0,
+                })
+            }
         };
-        if partial.seq != seq || partial.total != total {
+        if partial.total != total {
             return Err(Violation::BadChunk);
         }
         let have = partial.data.len() as u64;
-        if offset != have {
-            return Err(Violation::BadOffset {
-                got: offset,
-                expected: have,
-            });
+        if offset <= have {
+            // In order (a chunk that overlaps what arrived, sent again,
+            // carries the same bytes: only its new ones are taken).
+            let skip = usize::try_from(have - offset).map_err(|_| Violation::BadChunk)?;
+            if let Some(tail) = bytes.get(skip..) {
+                partial.append(tail)?;
+            }
+            partial.join()?;
+        } else {
+            // Ahead of what arrived in order: a whole chunk of a striped
+            // message (or its last), at a chunk boundary.
+            let aligned = offset.is_multiple_of(CHUNK_BYTES as u64);
+            if !aligned || (len != CHUNK_BYTES as u64 && end != total) {
+                return Err(Violation::BadOffset {
+                    got: offset,
+                    expected: have,
+                });
+            }
+            match partial.ahead.get(&offset) {
+                // The same chunk again (from a lane of an older
+                // connection): it carries the same bytes.
+                Some(kept) if kept.len() as u64 == len => {}
+                Some(_) => return Err(Violation::BadChunk),
+                None => {
+                    let mut kept = Vec::new();
+                    kept.try_reserve_exact(bytes.len())
+                        .map_err(|_| Violation::BadChunk)?;
+                    kept.extend_from_slice(bytes);
+                    partial.ahead.insert(offset, kept);
+                    partial.ahead_bytes = partial.ahead_bytes.saturating_add(len);
+                }
+            }
         }
-        // Grow by doubling, but never past the announced length.
-        if partial.data.capacity() < end as usize {
-            let want = (end as usize)
-                .max(partial.data.capacity() * 2)
-                .min(total as usize);
-            partial
-                .data
-                .try_reserve_exact(want - partial.data.len())
-                .map_err(|_| Violation::BadChunk)?;
-        }
-        partial.data.extend_from_slice(bytes);
-        if end < total {
+        if (partial.data.len() as u64) < total {
             return Ok(Received::Partial);
         }
         let done = self.partial.take().map(|p| p.data).unwrap_or_default();

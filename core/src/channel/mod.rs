@@ -11,14 +11,49 @@
 //!
 //! Messages of a channel are numbered from 0 (`seq`). A message is cut into
 //! chunks of at most [`CHUNK_BYTES`] that carry `(seq, offset, total)`. The
-//! receiver accepts only the next message it expects, chunk after chunk in
-//! order; a message with a smaller number is a duplicate and is dropped. It
-//! acknowledges cumulatively: "every message before `next` arrived". The
-//! sender keeps each message until it is acknowledged; when the stream
-//! breaks, [`Outbox::rewind`] sends every unacknowledged message again from
-//! its first byte on the next stream, and the receiver drops the half-built
-//! copy it had. So each message is delivered exactly once and in order,
-//! across any number of reconnections.
+//! receiver accepts only chunks of the next message it expects; a message
+//! with a smaller number is a duplicate and is dropped, one with a larger
+//! number a violation. It acknowledges cumulatively: "every message before
+//! `next` arrived". The sender keeps each message until it is
+//! acknowledged; when the stream breaks, [`Outbox::rewind`] sends every
+//! unacknowledged message again from its first byte on the next stream,
+//! and the receiver drops the half-built copy it had. So each message is
+//! delivered exactly once and in order, across any number of
+//! reconnections.
+//!
+//! # Striping
+//!
+//! Where the driver has *lanes* (further connections beside the stream,
+//! see the node's `link` module) it turns striping on
+//! ([`Outbox::set_striping`]): a message of at least [`STRIPE_BYTES`] is
+//! then cut at multiples of [`CHUNK_BYTES`] into whole chunks, which go
+//! on the lanes only, each to whichever lane's writer asks first
+//! ([`Outbox::next_lane`]; the stream keeps carrying everything else, so
+//! small messages never wait behind them). Chunks may then arrive out of
+//! order, so a striped message is *alone* on its
+//! channel: it starts only once everything before it on the channel is
+//! acknowledged, and nothing after it goes until it is acknowledged
+//! (the receiver acknowledges such a message at once). The receiver
+//! therefore only ever sees chunks of the one message it expects out of
+//! order, never a later message's: it takes a chunk of that message at
+//! any offset at or below what arrived in order (its new bytes), or, ahead
+//! of it, a whole chunk (or the last) at a multiple of [`CHUNK_BYTES`],
+//! kept apart until the bytes before it arrive. A chunk it has already
+//! (from a lane of a connection that broke) carries the same bytes,
+//! because a channel's message `seq` is always the same message: it is
+//! dropped. The credit is checked on whichever chunk of a message comes
+//! first. So the argument above holds: a message completes only when
+//! every byte of it arrived, once, and the next cannot start before.
+//!
+//! What it costs: a round trip per striped message on its channel (the
+//! wait for the acknowledgement of the message before, which the
+//! receiver sends at once for a large message and within its ack delay
+//! for a small one), which is small beside the transfer of a MiB or more;
+//! and the chunks that arrive ahead are copied once more (into their own
+//! buffer, then into the message). Memory stays proportional to what
+//! arrived: the in-order part grows by doubling (at most twice what it
+//! holds, never past the message's length), chunks ahead hold exactly
+//! their bytes, and nothing is allocated for what did not arrive.
 //!
 //! # Credit
 //!
@@ -113,8 +148,10 @@
 //! Sender: [`Outbox::admits`] says whether a message may be queued now;
 //! [`Outbox::push`] queues it; [`Outbox::next_chunk`] gives the next chunk
 //! to write (round robin over channels; [`Outbox::next_shared`] the same
-//! sharing its message, so that it can be written without the outbox); [`Outbox::on_ack`] takes an ack
-//! from the peer; [`Outbox::rewind`] after the stream was lost.
+//! sharing its message, so that it can be written without the outbox);
+//! [`Outbox::next_lane`] a chunk for a lane (with
+//! [`Outbox::set_striping`] on); [`Outbox::on_ack`] takes an ack from the
+//! peer; [`Outbox::rewind`] after the stream (and its lanes) was lost.
 //! Receiver: [`Inbound::on_chunk`] for each chunk read;
 //! [`Inbound::consumed`] when the worker takes a message;
 //! [`Inbound::ack`] for the ack to send; [`Inbound::stream_lost`] when the
@@ -133,7 +170,7 @@ mod tests;
 
 pub use chunk::{
     Ack, CHUNK_BYTES, ChannelId, Chunk, INITIAL_WINDOW, MAX_MESSAGE_BYTES, MAX_WINDOW,
-    MESSAGE_OVERHEAD, RANK_BUDGET, Violation, footprint,
+    MESSAGE_OVERHEAD, RANK_BUDGET, STRIPE_BYTES, Violation, footprint,
 };
 pub use inbound::{Inbound, Received};
 pub use outbox::{Admission, Outbox, SharedChunk};

@@ -7,7 +7,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::chunk::{
-    Ack, CHUNK_BYTES, ChannelId, Chunk, INITIAL_WINDOW, MAX_MESSAGE_BYTES, Violation, footprint,
+    Ack, CHUNK_BYTES, ChannelId, Chunk, INITIAL_WINDOW, MAX_MESSAGE_BYTES, STRIPE_BYTES, Violation,
+    footprint,
 };
 
 /// A queued message: kept until acknowledged (shared with the chunks of
@@ -16,6 +17,11 @@ use super::chunk::{
 struct Queued {
     seq: u64,
     data: Arc<Vec<u8>>,
+    /// Striped when the outbox stripes: a message of [`STRIPE_BYTES`] or
+    /// more pushed when nothing was unacknowledged on its channel, so that
+    /// it starts at once, alone (a large message behind others goes on
+    /// the stream, rather than wait for their acknowledgement).
+    stripe: bool,
 }
 
 /// A chunk as [`Outbox::next_shared`] hands it out: its bytes stay in
@@ -72,6 +78,10 @@ struct SendChannel {
     /// its length, and whether the ask went out on the current stream.
     ask: Option<u64>,
     ask_sent: bool,
+    /// A message that goes on the stream alone, unstriped: the first sent
+    /// again after the receiver refused the channel (it drops what comes
+    /// before that message's first chunk, which a lane could overtake).
+    unstriped: Option<u64>,
 }
 
 impl Default for SendChannel {
@@ -87,6 +97,7 @@ impl Default for SendChannel {
             sent_offset: 0,
             ask: None,
             ask_sent: false,
+            unstriped: None,
         }
     }
 }
@@ -116,6 +127,52 @@ impl SendChannel {
         self.queue
             .get(usize::try_from(seq.checked_sub(first)?).ok()?)
     }
+
+    /// Whether message `seq` is striped (when the outbox stripes).
+    fn large(&self, seq: u64) -> bool {
+        self.queued(seq).is_some_and(|q| q.stripe)
+    }
+
+    /// Whether the stream may carry its next chunk. With `striping`, a
+    /// striped message goes on lanes only, and alone on its channel: it
+    /// starts once everything before it is acknowledged (then it is
+    /// [`stripable`](Self::stripable)), and nothing after it goes until it
+    /// is acknowledged. (A large message the stream began before striping
+    /// was on, or one sent again after a refusal, goes on the stream.)
+    fn sendable(&self, striping: bool) -> bool {
+        if !self.has_unsent() {
+            return false;
+        }
+        if !striping {
+            return true;
+        }
+        if self.stripable() {
+            return false;
+        }
+        let begun = self.sent_offset > 0 || self.unstriped == Some(self.sent_seq);
+        if self.large(self.sent_seq) && !begun {
+            return false;
+        }
+        let Some(front) = self.queue.front() else {
+            return true;
+        };
+        front.seq == self.sent_seq || !self.large(front.seq)
+    }
+
+    /// Whether a lane may carry its next chunk: a striped message's, alone
+    /// on its channel, at a chunk boundary.
+    fn stripable(&self) -> bool {
+        self.has_unsent()
+            && self.unstriped != Some(self.sent_seq)
+            && self.queue.front().is_some_and(|q| q.seq == self.sent_seq)
+            && self.large(self.sent_seq)
+            && self.sent_offset.is_multiple_of(CHUNK_BYTES as u64)
+    }
+
+    /// Whether it belongs in the round robin.
+    fn ready(&self, striping: bool) -> bool {
+        self.sendable(striping) || self.ask_due()
+    }
 }
 
 /// What [`Outbox::admits`] says.
@@ -138,8 +195,14 @@ pub enum Admission {
 #[derive(Debug, Default)]
 pub struct Outbox {
     channels: BTreeMap<ChannelId, SendChannel>,
-    /// Channels with something to transmit, in round-robin order.
+    /// Channels with something to transmit, in round-robin order (and
+    /// some that had, which are skipped).
     ready: VecDeque<ChannelId>,
+    /// Whether large messages are striped (the link has lanes).
+    striping: bool,
+    /// Channels whose message may be striped now, in round-robin order
+    /// for the lanes (and some that no longer are, which are skipped).
+    stripes: VecDeque<ChannelId>,
 }
 
 impl Outbox {
@@ -193,13 +256,16 @@ impl Outbox {
         let was_idle = !c.has_unsent();
         c.next_seq += 1;
         c.end = c.end.saturating_add(footprint(data.len() as u64));
+        let stripe = c.queue.is_empty() && data.len() as u64 >= STRIPE_BYTES;
         c.queue.push_back(Queued {
             seq,
             data: Arc::new(data),
+            stripe,
         });
         if was_idle {
             self.ready.push_back(channel);
         }
+        self.note_stripe(channel);
         seq
     }
 
@@ -253,22 +319,114 @@ impl Outbox {
             return None;
         }
         let (channel, seq, offset, _, range) = self.take_next(max)?;
+        self.shared(channel, seq, offset, range?)
+    }
+
+    fn shared(
+        &self,
+        channel: ChannelId,
+        seq: u64,
+        offset: u64,
+        range: Range<usize>,
+    ) -> Option<SharedChunk> {
         let c = self.channels.get(&channel)?;
         Some(SharedChunk {
             channel,
             seq,
             offset,
             message: c.queued(seq)?.data.clone(),
-            range: range?,
+            range,
         })
     }
 
     /// Whether the next chunk to transmit is an ask (a chunk without bytes).
     pub fn ask_next(&self) -> bool {
         self.ready
-            .front()
-            .and_then(|id| self.channels.get(id))
-            .is_some_and(|c| !c.has_unsent())
+            .iter()
+            .filter_map(|id| self.channels.get(id))
+            .find(|c| c.ready(self.striping))
+            .is_some_and(|c| !c.sendable(self.striping))
+    }
+
+    /// Stripes large messages from now on, or stops: call with `true` once
+    /// the link has lanes besides its stream ([`next_lane`](Self::next_lane)),
+    /// with `false` when they are gone (after [`rewind`](Self::rewind)).
+    pub fn set_striping(&mut self, on: bool) {
+        if self.striping == on {
+            return;
+        }
+        self.striping = on;
+        // Channels that were held back may go now.
+        for (id, c) in &self.channels {
+            if c.ready(on) && !self.ready.contains(id) {
+                self.ready.push_back(*id);
+            }
+        }
+        self.stripes.clear();
+        if on {
+            self.find_stripes();
+        }
+    }
+
+    /// Adds the channels whose message lanes may carry now to `stripes`.
+    fn find_stripes(&mut self) {
+        for (id, c) in &self.channels {
+            if c.stripable() && !self.stripes.contains(id) {
+                self.stripes.push_back(*id);
+            }
+        }
+    }
+
+    /// Adds `channel` to `stripes` if lanes may carry its message now.
+    fn note_stripe(&mut self, channel: ChannelId) {
+        if self.striping
+            && self
+                .channels
+                .get(&channel)
+                .is_some_and(SendChannel::stripable)
+            && !self.stripes.contains(&channel)
+        {
+            self.stripes.push_back(channel);
+        }
+    }
+
+    /// Whether large messages are striped.
+    pub fn striping(&self) -> bool {
+        self.striping
+    }
+
+    /// The next chunk for a lane: one of a striped message that is alone
+    /// on its channel, whole ([`CHUNK_BYTES`], or the message's last), at
+    /// a chunk boundary. The chunk counts as sent. `None` if no message
+    /// is being striped (or striping is off).
+    pub fn next_lane(&mut self) -> Option<SharedChunk> {
+        if !self.striping {
+            return None;
+        }
+        loop {
+            let channel = *self.stripes.front()?;
+            if self
+                .channels
+                .get(&channel)
+                .is_some_and(SendChannel::stripable)
+            {
+                // Round robin over striped messages, chunk by chunk.
+                self.stripes.pop_front();
+                let (seq, offset, _, range) = self.take_from(channel, CHUNK_BYTES)?;
+                self.note_stripe(channel);
+                return self.shared(channel, seq, offset, range);
+            }
+            self.stripes.pop_front();
+        }
+    }
+
+    /// Whether a lane has something to carry.
+    pub fn has_lane_work(&self) -> bool {
+        self.striping
+            && self
+                .stripes
+                .iter()
+                .any(|id| self.channels.get(id).is_some_and(SendChannel::stripable))
     }
 
     /// Takes the next chunk off the round robin: its channel, number,
@@ -279,31 +437,63 @@ impl Outbox {
         &mut self,
         max: usize,
     ) -> Option<(ChannelId, u64, u64, u64, Option<Range<usize>>)> {
-        let max = max.clamp(1, CHUNK_BYTES) as u64;
+        let striping = self.striping;
+        // Channels with nothing to send now are skipped (they come back
+        // when they have).
+        while let Some(id) = self.ready.front() {
+            if self.channels.get(id).is_some_and(|c| c.ready(striping)) {
+                break;
+            }
+            self.ready.pop_front();
+        }
         let channel = self.ready.pop_front()?;
         let c = self.channels.get_mut(&channel)?;
-        if !c.has_unsent() {
+        if !c.sendable(striping) {
             // Nothing left to send but an ask: the first chunk of the
             // message, without its bytes.
             let total = c.ask.filter(|_| !c.ask_sent)?;
             c.ask_sent = true;
             return Some((channel, c.next_seq, 0, total, None));
         }
+        let (seq, offset, total, range) = self.take_from(channel, max)?;
+        let range = Some(range);
+        if self
+            .channels
+            .get(&channel)
+            .is_some_and(|c| c.ready(striping))
+        {
+            self.ready.push_back(channel);
+        }
+        // (A message the stream began before striping was on goes to the
+        // lanes once the stream reached a chunk boundary.)
+        self.note_stripe(channel);
+        Some((channel, seq, offset, total, range))
+    }
+
+    /// Takes the next chunk of `channel`'s message being sent, at most
+    /// `max` bytes and never across a multiple of [`CHUNK_BYTES`] (so that
+    /// a striped message's chunks are at chunk boundaries): its number,
+    /// offset, message length and bytes' range.
+    fn take_from(
+        &mut self,
+        channel: ChannelId,
+        max: usize,
+    ) -> Option<(u64, u64, u64, Range<usize>)> {
+        let c = self.channels.get_mut(&channel)?;
+        let max = max.clamp(1, CHUNK_BYTES) as u64;
         let seq = c.sent_seq;
         let offset = c.sent_offset;
         let total = c.queued(seq)?.data.len() as u64;
-        let len = total.saturating_sub(offset).min(max);
+        let boundary = CHUNK_BYTES as u64 - offset % CHUNK_BYTES as u64;
+        let len = total.saturating_sub(offset).min(max).min(boundary);
         if offset + len >= total {
             c.sent_seq += 1;
             c.sent_offset = 0;
         } else {
             c.sent_offset += len;
         }
-        if c.has_unsent() || c.ask_due() {
-            self.ready.push_back(channel);
-        }
         let range = offset as usize..(offset + len) as usize;
-        Some((channel, seq, offset, total, Some(range)))
+        Some((seq, offset, total, range))
     }
 
     /// Takes an ack from the peer: drops what it acknowledges and takes
@@ -334,13 +524,24 @@ impl Outbox {
             c.limit = ack.limit;
             changed = true;
         }
+        if self.striping && changed {
+            // A striped message may start, or what waited for one go on.
+            if c.ready(true) && !self.ready.contains(&ack.channel) {
+                self.ready.push_back(ack.channel);
+            }
+            self.note_stripe(ack.channel);
+        }
         Ok(changed)
     }
 
-    /// The stream was lost: every unacknowledged message is transmitted
-    /// again, from its first byte, on the next one.
+    /// The stream was lost (with its lanes): every unacknowledged message
+    /// is transmitted again, from its first byte, on the next one, and
+    /// nothing is striped until [`set_striping`](Self::set_striping) says
+    /// the next one has lanes.
     pub fn rewind(&mut self) {
         self.ready.clear();
+        self.stripes.clear();
+        self.striping = false;
         for (id, c) in &mut self.channels {
             c.sent_seq = c.queue.front().map_or(c.next_seq, |q| q.seq);
             c.sent_offset = 0;
@@ -352,7 +553,8 @@ impl Outbox {
     }
 
     /// Sends `channel`'s unacknowledged messages again from the first (the
-    /// receiver refused them: its rank was not there yet).
+    /// receiver refused them: its rank was not there yet); the first goes
+    /// unstriped (see [`next_lane`](Self::next_lane)).
     pub fn rewind_channel(&mut self, channel: ChannelId) {
         let Some(c) = self.channels.get_mut(&channel) else {
             return;
@@ -360,6 +562,7 @@ impl Outbox {
         c.sent_seq = c.queue.front().map_or(c.next_seq, |q| q.seq);
         c.sent_offset = 0;
         c.ask_sent = false;
+        c.unstriped = Some(c.sent_seq);
         if (c.has_unsent() || c.ask_due()) && !self.ready.contains(&channel) {
             self.ready.push_back(channel);
         }
@@ -369,12 +572,14 @@ impl Outbox {
     /// returns how many messages were still unacknowledged.
     pub fn close(&mut self, channel: ChannelId) -> usize {
         self.ready.retain(|c| *c != channel);
+        self.stripes.retain(|c| *c != channel);
         self.channels.remove(&channel).map_or(0, |c| c.queue.len())
     }
 
     /// Forgets every channel of `job`.
     pub fn close_job(&mut self, job: u64) {
         self.ready.retain(|c| c.job != job);
+        self.stripes.retain(|c| c.job != job);
         self.channels.retain(|c, _| c.job != job);
     }
 

@@ -443,6 +443,406 @@ fn random_breaks_never_lose_or_duplicate() {
     }
 }
 
+// ----- striping -----
+
+/// A chunk of `message` (message `seq` of [`CH`]) at chunk index `i`.
+fn striped_chunk(seq: u64, message: &[u8], i: usize) -> Chunk<'_> {
+    let start = i * CHUNK_BYTES;
+    let end = (start + CHUNK_BYTES).min(message.len());
+    Chunk {
+        channel: CH,
+        seq,
+        offset: start as u64,
+        total: message.len() as u64,
+        bytes: &message[start..end],
+    }
+}
+
+#[test]
+fn a_striped_message_arrives_out_of_order_and_holds_only_what_came() {
+    let big = message(5, 4 * CHUNK_BYTES + 7);
+    let mut inb = Inbound::new();
+    inb.raise_limit(footprint(big.len() as u64));
+    // Chunks 3, 1, 4 (the short last) arrive before 0 and 2.
+    for i in [3, 1, 4] {
+        assert_eq!(
+            inb.on_chunk(striped_chunk(0, &big, i)),
+            Ok(Received::Partial)
+        );
+    }
+    assert_eq!(inb.buffered_bytes(), 2 * CHUNK_BYTES as u64 + 7);
+    // The same chunks again (a lane of an older connection) change nothing.
+    for i in [1, 4] {
+        assert_eq!(
+            inb.on_chunk(striped_chunk(0, &big, i)),
+            Ok(Received::Partial)
+        );
+    }
+    assert_eq!(inb.buffered_bytes(), 2 * CHUNK_BYTES as u64 + 7);
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 0)),
+        Ok(Received::Partial)
+    );
+    // Chunk 0 joined chunk 1: held once, in the message.
+    assert_eq!(inb.buffered_bytes(), 3 * CHUNK_BYTES as u64 + 7);
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 0)),
+        Ok(Received::Partial)
+    );
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 2)),
+        Ok(Received::Complete(big.clone()))
+    );
+    assert_eq!(inb.next(), 1);
+    // A chunk of it once it is complete is a duplicate.
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 3)),
+        Ok(Received::Duplicate)
+    );
+}
+
+#[test]
+fn striped_chunks_are_checked() {
+    let big = message(1, 3 * CHUNK_BYTES);
+    let mut inb = Inbound::new();
+    // Beyond the credit, whichever chunk comes first.
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 2)),
+        Err(Violation::NoCredit)
+    );
+    inb.raise_limit(footprint(big.len() as u64));
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 2)),
+        Ok(Received::Partial)
+    );
+    // A later message while this one is being built: out of order.
+    assert!(matches!(
+        inb.on_chunk(striped_chunk(1, &big, 1)),
+        Err(Violation::OutOfOrder {
+            got: 1,
+            expected: 0
+        })
+    ));
+    // Ahead of what arrived, but not at a chunk boundary, or short.
+    let odd = Chunk {
+        offset: CHUNK_BYTES as u64 + 1,
+        bytes: &big[..10],
+        ..striped_chunk(0, &big, 1)
+    };
+    assert!(matches!(
+        inb.on_chunk(odd),
+        Err(Violation::BadOffset { .. })
+    ));
+    let short = Chunk {
+        bytes: &big[..10],
+        ..striped_chunk(0, &big, 1)
+    };
+    assert!(matches!(
+        inb.on_chunk(short),
+        Err(Violation::BadOffset { .. })
+    ));
+    // The same chunk with another length, or the message with another.
+    let shorter = Chunk {
+        bytes: &big[..10],
+        total: big.len() as u64,
+        offset: 2 * CHUNK_BYTES as u64,
+        ..striped_chunk(0, &big, 2)
+    };
+    assert_eq!(
+        inb.on_chunk(shorter),
+        Err(Violation::BadOffset {
+            got: 2 * CHUNK_BYTES as u64,
+            expected: 0
+        })
+    );
+    let other_total = Chunk {
+        total: big.len() as u64 + 1,
+        ..striped_chunk(0, &big, 1)
+    };
+    assert_eq!(inb.on_chunk(other_total), Err(Violation::BadChunk));
+}
+
+#[test]
+fn a_striped_message_is_alone_on_its_channel() {
+    let other = ChannelId { job: 8, ..CH };
+    let mut out = Outbox::new();
+    let mut inb = Inbound::new();
+    inb.raise_limit(MAX_WINDOW);
+    out.on_ack(inb.ack(CH)).unwrap();
+    out.set_striping(true);
+    let big = message(2, 6 * CHUNK_BYTES);
+    assert!(big.len() as u64 >= STRIPE_BYTES);
+    out.push(CH, vec![1; 10]);
+    // Pushed behind an unacknowledged message: it goes on the stream at
+    // once, unstriped, rather than wait for that message's ack.
+    out.push(CH, message(9, 6 * CHUNK_BYTES));
+    assert!(!out.has_lane_work());
+    let sent: Vec<_> =
+        std::iter::from_fn(|| out.next_chunk(CHUNK_BYTES).map(|c| (c.channel, c.seq))).collect();
+    assert_eq!(sent, [vec![(CH, 0)], vec![(CH, 1); 6]].concat());
+    out.on_ack(Ack {
+        channel: CH,
+        next: 2,
+        limit: MAX_WINDOW,
+    })
+    .unwrap();
+    // Pushed onto an idle channel: striped, and alone on it.
+    out.push(CH, big.clone());
+    out.push(CH, vec![3; 10]);
+    out.push(other, vec![4; 10]);
+    let sent: Vec<_> =
+        std::iter::from_fn(|| out.next_chunk(CHUNK_BYTES).map(|c| (c.channel, c.seq))).collect();
+    assert_eq!(sent, vec![(other, 0)], "only the other channel's");
+    // Its chunks go to the lanes (not the stream), whole and at chunk
+    // boundaries, and nothing after it.
+    assert!(out.has_lane_work());
+    assert!(out.next_shared(CHUNK_BYTES).is_none());
+    let chunks: Vec<_> = std::iter::from_fn(|| out.next_lane()).collect();
+    assert!(chunks.iter().all(|c| c.seq == 2));
+    let mut ends: Vec<_> = chunks
+        .iter()
+        .map(|c| (c.offset, c.offset + c.bytes().len() as u64))
+        .collect();
+    ends.sort();
+    assert!(
+        ends.windows(2).all(|w| w[0].1 == w[1].0),
+        "the chunks cover the message: {ends:?}"
+    );
+    assert_eq!(ends.last().map(|e| e.1), Some(big.len() as u64));
+    assert!(out.next_chunk(CHUNK_BYTES).is_none());
+    // In any order, the receiver builds it.
+    assert_eq!(
+        inb.on_chunk(Chunk {
+            channel: CH,
+            seq: 0,
+            offset: 0,
+            total: 10,
+            bytes: &[1; 10]
+        }),
+        Ok(Received::Complete(vec![1; 10]))
+    );
+    let first = message(9, 6 * CHUNK_BYTES);
+    for (i, bytes) in first.chunks(CHUNK_BYTES).enumerate() {
+        inb.on_chunk(Chunk {
+            channel: CH,
+            seq: 1,
+            offset: (i * CHUNK_BYTES) as u64,
+            total: first.len() as u64,
+            bytes,
+        })
+        .unwrap();
+    }
+    let mut done = None;
+    for c in chunks.iter().rev() {
+        if let Received::Complete(m) = inb.on_chunk(c.chunk()).unwrap() {
+            done = Some(m);
+        }
+    }
+    assert_eq!(done, Some(big));
+    out.on_ack(inb.ack(CH)).unwrap();
+    assert_eq!(out.next_chunk(CHUNK_BYTES).map(|c| c.seq), Some(3));
+}
+
+/// After a refusal (the receiver drops what comes before a message's first
+/// chunk), the message sent again goes unstriped on the stream, from its
+/// start; the next is striped again.
+#[test]
+fn a_striped_message_sent_again_after_a_refusal_goes_on_the_stream() {
+    let mut out = Outbox::new();
+    out.on_ack(Ack {
+        channel: CH,
+        next: 0,
+        limit: MAX_WINDOW,
+    })
+    .unwrap();
+    out.set_striping(true);
+    let big = message(4, 4 * CHUNK_BYTES);
+    out.push(CH, big.clone());
+    assert_eq!(out.next_lane().map(|c| (c.seq, c.offset)), Some((0, 0)));
+    out.rewind_channel(CH);
+    assert!(out.next_lane().is_none());
+    let again: Vec<_> =
+        std::iter::from_fn(|| out.next_chunk(CHUNK_BYTES).map(|c| (c.seq, c.offset))).collect();
+    let offsets: Vec<_> = (0..4).map(|i| (0, (i * CHUNK_BYTES) as u64)).collect();
+    assert_eq!(again, offsets);
+    out.on_ack(Ack {
+        channel: CH,
+        next: 1,
+        limit: MAX_WINDOW,
+    })
+    .unwrap();
+    out.push(CH, big.clone());
+    assert!(out.next_chunk(CHUNK_BYTES).is_none());
+    assert_eq!(out.next_lane().map(|c| (c.seq, c.offset)), Some((1, 0)));
+}
+
+/// A chunk in flight: its number, offset, message length and bytes.
+type Flying = (u64, u64, u64, Vec<u8>);
+
+/// Random faults with striping: chunks go over a stream and two lanes,
+/// delivered in a random interleaving (each connection in order), the
+/// connections break together at random points, lanes come and go; every
+/// message is delivered exactly once, in order, and the receiver holds no
+/// more than its bound.
+#[test]
+fn random_breaks_with_lanes_never_lose_or_duplicate() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(29);
+    let mut out = Outbox::new();
+    let mut inb = Inbound::new();
+    let mut rank = RankReceiver::default();
+    let mut sent = 0u8;
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    let mut read = 0;
+    // In flight on the stream and on each lane: (seq, offset, total, bytes).
+    let mut wires: [VecDeque<Flying>; 3] = Default::default();
+    let mut stale: VecDeque<Flying> = VecDeque::new();
+    let mut laned = 0;
+    let deliver = |inb: &mut Inbound,
+                   rank: &mut RankReceiver<ChannelId>,
+                   got: &mut Vec<Vec<u8>>,
+                   (seq, offset, total, bytes): Flying| {
+        let chunk = Chunk {
+            channel: CH,
+            seq,
+            offset,
+            total,
+            bytes: &bytes,
+        };
+        match inb.on_chunk(chunk).unwrap() {
+            Received::Complete(m) => got.push(m),
+            Received::Asked { total } => {
+                for c in rank.asked(CH, inb.completed(), total) {
+                    inb.raise_limit(rank.credit(&c));
+                }
+            }
+            _ => {}
+        }
+    };
+    for step in 0..40_000 {
+        match rng.random_range(0..14) {
+            0..=2 => {
+                let len = if rng.random_bool(0.9) {
+                    rng.random_range(STRIPE_BYTES as usize..3 * STRIPE_BYTES as usize)
+                } else {
+                    rng.random_range(0..CHUNK_BYTES * 2)
+                } as u64;
+                // Mostly onto an idle channel (only such a large message
+                // is striped), sometimes behind others (it goes on the
+                // stream).
+                let idle = out.buffered_bytes() == 0 || rng.random_bool(0.02);
+                match out.admits(CH, len) {
+                    Admission::Yes if sent < 250 && idle => {
+                        out.push(CH, vec![sent; len as usize]);
+                        sent += 1;
+                    }
+                    Admission::Ask => out.ask(CH, len),
+                    _ => {}
+                }
+            }
+            3..=4 => {
+                if let Some(c) = out.next_chunk(rng.random_range(1..=CHUNK_BYTES)) {
+                    wires[0].push_back((c.seq, c.offset, c.total, c.bytes.to_vec()));
+                }
+            }
+            5..=6 => {
+                let lane = rng.random_range(1..3);
+                if let Some(c) = out.next_lane() {
+                    laned += 1;
+                    let c = c.chunk();
+                    wires[lane].push_back((c.seq, c.offset, c.total, c.bytes.to_vec()));
+                }
+            }
+            7..=9 => {
+                let wire = rng.random_range(0..3);
+                if let Some(c) = wires[wire].pop_front() {
+                    deliver(&mut inb, &mut rank, &mut got, c);
+                }
+            }
+            10 => {
+                // The worker reads what arrived; the ack may get lost.
+                for m in &got[read..] {
+                    inb.consumed(m.len() as u64);
+                    rank.consumed(&CH, m.len() as u64);
+                }
+                read = got.len();
+                inb.raise_limit(rank.credit(&CH));
+                if rng.random_bool(0.5) {
+                    out.on_ack(inb.ack(CH)).unwrap();
+                }
+            }
+            11 => {
+                if rng.random_bool(0.05) {
+                    // Every connection breaks; what a lane still carried
+                    // may arrive later (it is refused as stale by the
+                    // node, but must not corrupt anything if it were not).
+                    for wire in &mut wires[1..] {
+                        stale.extend(wire.drain(..));
+                    }
+                    wires[0].clear();
+                    inb.stream_lost();
+                    out.rewind();
+                } else if !out.striping() {
+                    out.set_striping(true);
+                }
+            }
+            12 => {
+                if let Some(c) = stale.pop_front()
+                    && step % 2 == 0
+                {
+                    // Stale chunks of the message expected next carry its
+                    // bytes: harmless. Of later ones they would be a
+                    // violation (the node drops a stale lane first).
+                    if c.0 <= inb.next() {
+                        deliver(&mut inb, &mut rank, &mut got, c);
+                    }
+                }
+            }
+            _ => {
+                out.on_ack(inb.ack(CH)).unwrap();
+            }
+        }
+        assert!(inb.buffered_bytes() <= rank.bound(1));
+    }
+    // Drain.
+    for _ in 0..100_000 {
+        for m in &got[read..] {
+            inb.consumed(m.len() as u64);
+            rank.consumed(&CH, m.len() as u64);
+        }
+        read = got.len();
+        inb.raise_limit(rank.credit(&CH));
+        out.on_ack(inb.ack(CH)).unwrap();
+        for wire in &mut wires {
+            while let Some(c) = wire.pop_front() {
+                deliver(&mut inb, &mut rank, &mut got, c);
+            }
+        }
+        let lane = out.next_lane().map(|c| {
+            let c = c.chunk();
+            (c.seq, c.offset, c.total, c.bytes.to_vec())
+        });
+        let stream = out
+            .next_chunk(CHUNK_BYTES)
+            .map(|c| (c.seq, c.offset, c.total, c.bytes.to_vec()));
+        if lane.is_none() && stream.is_none() && out.all_acked() {
+            break;
+        }
+        wires[1].extend(lane);
+        wires[0].extend(stream);
+    }
+    assert!(sent > 20, "{sent}");
+    assert!(
+        laned > 100,
+        "{laned} chunks on lanes, {sent} sent, {} got",
+        got.len()
+    );
+    assert_eq!(got.len(), usize::from(sent));
+    for (i, m) in got.iter().enumerate() {
+        assert!(m.iter().all(|b| usize::from(*b) == i), "message {i} wrong");
+    }
+}
+
 // ----- a receiving rank's policy -----
 
 /// One sending worker: its channel to the rank, at both ends, and the

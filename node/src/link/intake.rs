@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use zorilla_core::channel::{ChannelId, Inbound, Received};
+use zorilla_core::channel::{ChannelId, Inbound, Received, STRIPE_BYTES};
 use zorilla_overlay::PeerId;
 use zorilla_overlay::streams::protocol::Refusal;
 
@@ -177,7 +177,12 @@ fn take_chunk_for(
             return Ok(());
         }
         Ok(received @ (Received::Complete(_) | Received::Whole)) => {
-            let wake = s.owe(channel, false);
+            // A message that may have been striped is acknowledged at
+            // once: its channel's next waits for it (a message of one
+            // chunk never is).
+            let striped =
+                matches!(&received, Received::Complete(m) if m.len() as u64 >= STRIPE_BYTES);
+            let wake = s.owe(channel, striped);
             drop(s);
             let message = match received {
                 Received::Complete(message) => Cow::Owned(message),

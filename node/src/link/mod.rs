@@ -32,6 +32,48 @@
 //! [`DIRECT_RETRY`] or more later. The sequencing, credit and replay above
 //! are the same on either path.
 //!
+//! ## Lanes
+//!
+//! A direct connection has *lanes* beside it (on the data plane only:
+//! never on a libp2p stream, where nothing changes): the receiver's first
+//! frame on it invites up to [`DirectPlane::lanes`] of them
+//! ([`Frame::Lanes`], with a ticket: the number of that connection, which
+//! supersedes every earlier one from the peer), and the sender opens that
+//! many more (or fewer, as its own setting says) to the same address
+//! ([`DirectPlane::dial_lane`]: TLS, authenticated as the connection is,
+//! marked as a lane in the handshake), each first naming the ticket
+//! ([`Frame::Lane`]). The connection itself carries everything as before
+//! but striped messages: every smaller message, acks, asks, refusals. The
+//! lanes carry whole chunks of *striped* messages, of [`STRIPE_BYTES`]
+//! (1 MiB) or more, each lane's writer (a task of its own) taking the next
+//! chunk when it is ready (see [`zorilla_core::channel`], "Striping", for
+//! why each message still arrives once and in order). So small messages
+//! never wait behind a large one's chunks, and a large message is
+//! encrypted, sent, received and decrypted by as many tasks at once as
+//! there are lanes. (The connection's writer does not take striped chunks
+//! too: it serves its reader's task, which took every chunk before the
+//! lanes' tasks were even scheduled on a busy machine.)
+//!
+//! Two lanes by default (`--rank-lanes`, at most [`MAX_LANES`]): each lane
+//! is served by one task at each end, whose TLS encrypts or decrypts on
+//! one core at a time, so two lanes beside the connection put a large
+//! message on two cores at each end while the connection's task stays
+//! free for small messages and acks: the two to four cores of the
+//! machines this grid mostly runs on. Each lane adds a socket and a read
+//! buffer ([`MAX_FRAME_BYTES`]) at each end and more chunks held apart at
+//! the receiver; more lanes than cores win nothing.
+//!
+//! Failures: a lane that breaks (or ends) breaks the link: the connection
+//! and every lane are dropped, and the next connection and its lanes
+//! carry everything unacknowledged again ([`Outbox::rewind`]). At the
+//! receiver a lane serves only the connection whose ticket it named: once
+//! a newer connection from the peer arrives, chunks from an older lane
+//! are refused and the lane closed, and what was built of a message is
+//! dropped (the sender sends it again from its start). A lane naming no
+//! current connection, one beyond those invited, or one silent for
+//! [`LANE_TICKET_WAIT`] is closed; a peer has at most twice
+//! [`MAX_LANES`] lane connections open here at once.
+//!
 //! # Hops and copies of one message
 //!
 //! Between two nodes, on the direct connection, a message of up to 64 KiB
@@ -55,13 +97,23 @@
 //!    fits (copy 5, the last: see [`Inbox::recv_into`]), waking the worker
 //!    (hand-off 2, unless it is polling its inbox: see [`Inbox::recv`]);
 //!    otherwise it is copied into a message of its own (copy 5), as is
-//!    every chunk of a larger message (room for it grows as its chunks
-//!    come), and the complete message is queued in the rank's inbox;
+//!    every chunk of a larger message (its room grows by doubling as
+//!    chunks arrive, never past the message's length, so what arrived
+//!    moves a few times as it grows), and the complete message is queued
+//!    in the rank's inbox;
 //! 3. the worker copies a queued message into its guest's memory (copy 6).
 //!
 //! So a message is copied five or six times: five when it went straight
 //! into the waiting worker's memory, or when it is of 16 KiB or more
-//! (copy 2 skipped). Acknowledgements do not add hops per message: they go back at most
+//! (copy 2 skipped). A striped message (1 MiB or more, with lanes) is
+//! written and read by the tasks of the lanes at once, one chunk each at
+//! a time: the same copies, on up to two cores at each end, and no more
+//! hand-offs (the lanes' writer tasks are woken with the connection's),
+//! but a chunk that arrives ahead of the bytes before it is copied into a
+//! buffer of its own first (copy 5 happens twice for it), and the message
+//! waits, before it starts, for the acknowledgement of its channel's
+//! message before (at once after a large message, within the ack delay
+//! after a small one). Acknowledgements do not add hops per message: they go back at most
 //! every few milliseconds (or at once when a sender may be short of
 //! credit). Between two workers of one node: once the rank's credit admits
 //! it, the sender copies the message out of its guest's memory straight
@@ -83,15 +135,17 @@
 //!   the initial window times the number of workers sending to it, plus one
 //!   message: about 96 MiB for a job of a thousand ranks, whatever they
 //!   send (see [`zorilla_core::channel`]). A message's memory is allocated
-//!   when its first chunk arrives, within the credit its channel was
-//!   granted (an announced length alone allocates nothing). This
+//!   as its chunks arrive, within the credit its channel was granted (an
+//!   announced length alone allocates nothing; a striped message's chunks
+//!   that arrive ahead are kept as they came, the rest grows by doubling:
+//!   at most about twice what arrived). This
 //!   module only executes the policy: it tells the rank's receiver of asks
 //!   and reads, and raises the limits of the channels it names.
 //! - Sender: a channel's unacknowledged messages (its retransmission
 //!   buffer) are at most what the receiver's credit allowed: a worker's
 //!   `send` waits for credit before its message is queued.
-//! - Frames are at most [`MAX_FRAME_BYTES`]; each stream has one read
-//!   buffer of that size.
+//! - Frames are at most [`MAX_FRAME_BYTES`]; each stream and each lane
+//!   has one read buffer of that size.
 //! - A peer that breaks the protocol (a frame that does not decode, a chunk
 //!   out of order or beyond its credit, an ack of what was never sent) has
 //!   its stream dropped and is reported to the overlay.
@@ -128,8 +182,11 @@ use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use zorilla_core::channel::{Admission, ChannelId, MAX_MESSAGE_BYTES};
 #[cfg(doc)]
-use zorilla_core::channel::{INITIAL_WINDOW, Inbound, Outbox, RANK_BUDGET, RankReceiver};
+use zorilla_core::channel::{
+    INITIAL_WINDOW, Inbound, Outbox, RANK_BUDGET, RankReceiver, STRIPE_BYTES,
+};
 use zorilla_core::limits::MAX_WORKERS;
+use zorilla_overlay::direct::{MAX_LANES, Role};
 #[cfg(doc)]
 use zorilla_overlay::streams::protocol::MAX_FRAME_BYTES;
 use zorilla_overlay::streams::protocol::{Frame, Offer, Refusal, encode};
@@ -159,6 +216,9 @@ pub(crate) const DIRECT_RETRY: Duration = Duration::from_secs(30);
 /// stream that lost its way (a connection that died without an error, an
 /// acknowledgement lost between streams) stays silent this long.
 pub(crate) const ACK_SILENCE: Duration = Duration::from_secs(10);
+
+/// How long a lane may take to name the stream it joins.
+const LANE_TICKET_WAIT: Duration = Duration::from_secs(5);
 
 /// A direct connection that ends sooner than this after it opened counts
 /// as failing: the next is dialed after a growing pause.
@@ -217,12 +277,15 @@ impl Links {
         let links = self.clone();
         tokio::spawn(async move {
             while let Some(stream) = streams.recv().await {
-                let offer = links.direct.as_ref().map(|plane| plane.offer());
+                let how = match links.direct.as_ref() {
+                    Some(plane) => Arrival::Offering(plane.offer()),
+                    None => Arrival::Libp2p,
+                };
                 tokio::spawn(serve_inbound(
                     links.clone(),
                     stream.peer,
                     stream.stream,
-                    offer,
+                    how,
                 ));
             }
         });
@@ -232,9 +295,13 @@ impl Links {
             tokio::spawn(async move {
                 while let Some(stream) = direct.recv().await {
                     let links = links.clone();
+                    if stream.role == Role::Lane {
+                        tokio::spawn(serve_lane(links, stream.peer, stream.stream));
+                        continue;
+                    }
                     tokio::spawn(async move {
                         let peer = stream.peer;
-                        serve_inbound(links.clone(), peer, stream.stream, None).await;
+                        serve_inbound(links.clone(), peer, stream.stream, Arrival::Direct).await;
                         // The peer may dial again after a break.
                         if let Some(plane) = &links.direct {
                             plane.expect(peer);
@@ -456,7 +523,9 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                     failing_since = None;
                     tracing::debug!(peer = %link.peer, %addr, "direct message connection");
                     let opened = Instant::now();
-                    if let Err(e) = serve_outbound(&links, &link, stream.stream, false).await {
+                    let lanes = Some((plane.clone(), addr));
+                    if let Err(e) = serve_outbound(&links, &link, stream.stream, false, lanes).await
+                    {
                         tracing::debug!(peer = %link.peer, "direct message connection ended: {e}");
                     }
                     link.detach();
@@ -488,7 +557,7 @@ async fn run_link(links: Arc<Links>, link: Arc<OutLink>) {
                 let take_offer = links.direct.is_some()
                     && ip.is_some()
                     && direct_failed.is_none_or(|at| at.elapsed() >= DIRECT_RETRY);
-                match serve_outbound(&links, &link, stream.stream, take_offer).await {
+                match serve_outbound(&links, &link, stream.stream, take_offer, None).await {
                     Ok(offer) => {
                         direct = ip.map(|ip| direct_addrs(offer, ip)).unwrap_or_default();
                         direct_backoff = Duration::ZERO;
@@ -554,15 +623,27 @@ fn direct_addrs(offer: Offer, conn: IpAddr) -> Vec<SocketAddr> {
 /// Runs one outbound stream until it breaks: writes chunks, reads acks.
 /// Ends with where the peer's data plane listens, if it offered it and
 /// `take_offer` (the caller goes over to a direct connection), else
-/// ignores offers.
+/// ignores offers. On a direct connection (`lanes`: the plane and the
+/// address it was dialed at) opens the lanes the peer invites, and ends
+/// when any of them breaks.
 async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
     links: &Links,
     link: &Arc<OutLink>,
     stream: S,
     take_offer: bool,
+    lanes: Option<(Arc<DirectPlane>, SocketAddr)>,
 ) -> Result<Offer, String> {
     let (mut r, w) = stream.split();
     link.attach(w);
+    // The peer's invitation to open lanes: its ticket and how many.
+    let (invite_tx, invite_rx) = tokio::sync::oneshot::channel::<(u64, u8)>();
+    let mut invite_tx = lanes.is_some().then_some(invite_tx);
+    let lanes = async {
+        let (Some((plane, addr)), Ok((ticket, count))) = (lanes, invite_rx.await) else {
+            return std::future::pending().await;
+        };
+        serve_lanes(link, &plane, addr, ticket, count).await
+    };
     let writer = async {
         loop {
             // A permit left by a wake-up while this wrote is not lost.
@@ -654,10 +735,27 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
                                 offered = Some(offer);
                             }
                         }
-                        Frame::Data(_) => {
+                        Frame::Lanes { ticket, count } => {
+                            // Taken once per connection, on a direct one.
+                            if let Some(tx) = invite_tx.take() {
+                                let _ = tx.send((ticket, count));
+                            }
+                        }
+                        Frame::Data(_) | Frame::Lane(_) => {
                             violation = Some("data on the acknowledgement side".into());
                             break;
                         }
+                    }
+                }
+                if credit {
+                    // An ack may let a striped message, or what waited
+                    // for one, go.
+                    if s.outbox.has_unsent() {
+                        link.wake.notify_one();
+                    }
+                    if s.outbox.has_lane_work() {
+                        drop(s);
+                        link.wake_lanes();
                     }
                 }
             }
@@ -680,21 +778,123 @@ async fn serve_outbound<S: AsyncRead + AsyncWrite + Send + 'static>(
     tokio::select! {
         r = writer => r,
         r = reader => r,
+        r = lanes => r,
     }
 }
 
+/// Opens up to `count` lanes (and no more than this node's plane opens)
+/// to the peer of `link` at `addr`, each presenting `ticket`, and serves
+/// them: their writers take chunks of striped messages. Never ends unless
+/// a lane breaks (an error: the link's connection is taken for broken).
+/// Without lanes (none wanted, or the first could not be made) it waits
+/// forever, and the link carries everything on its connection alone.
+async fn serve_lanes(
+    link: &Arc<OutLink>,
+    plane: &DirectPlane,
+    addr: SocketAddr,
+    ticket: u64,
+    count: u8,
+) -> Result<Offer, String> {
+    let count = count.min(plane.lanes()).min(MAX_LANES);
+    let mut opened = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        match plane.dial_lane(link.peer, addr).await {
+            Ok(lane) => opened.push(lane.stream),
+            Err(e) => {
+                tracing::debug!(peer = %link.peer, "cannot open a lane: {e}");
+                break;
+            }
+        }
+    }
+    if opened.is_empty() {
+        return std::future::pending().await;
+    }
+    let mut first = Vec::new();
+    encode(&Frame::Lane(ticket), &mut first);
+    let mut served = Vec::with_capacity(opened.len());
+    for mut stream in opened {
+        stream.write_all(&first).await.map_err(|e| e.to_string())?;
+        stream.flush().await.map_err(|e| e.to_string())?;
+        let port = stream.local_port();
+        let (mut r, w) = stream.split();
+        let lane = link.attach_lane(w, port);
+        let link = link.clone();
+        // A task of its own, so that lanes are written on several threads
+        // at once (and not after the connection's writer in its task).
+        served.push(tokio::spawn(async move {
+            let writer = async {
+                loop {
+                    std::future::poll_fn(|cx| lane.poll_write(&link, cx)).await?;
+                    lane.wake.notified().await;
+                }
+            };
+            // Nothing comes back on a lane: anything, or its end, breaks it.
+            let reader = async {
+                let mut byte = [0u8; 1];
+                match r.read(&mut byte).await {
+                    Ok(0) => Err::<Offer, String>("the lane was closed by the peer".into()),
+                    Ok(_) => Err("data on a lane's return side".into()),
+                    Err(e) => Err(format!("the lane broke: {e}")),
+                }
+            };
+            tokio::select! {
+                r = writer => r,
+                r = reader => r,
+            }
+        }));
+    }
+    tracing::debug!(peer = %link.peer, lanes = served.len(), "lanes opened");
+    // The lanes' tasks end with this future (when the link's connection
+    // ends, or one of them).
+    let _abort = AbortOnDrop(served.iter().map(|t| t.abort_handle()).collect());
+    match futures::future::select_all(served).await.0 {
+        Ok(result) => result,
+        Err(e) => Err(format!("a lane's task failed: {e}")),
+    }
+}
+
+/// Aborts tasks when dropped.
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// How an inbound stream came.
+#[derive(Clone, Copy, Debug)]
+enum Arrival {
+    /// Over libp2p, with this node's data plane off.
+    Libp2p,
+    /// Over libp2p: offer where this node's data plane listens.
+    Offering(Offer),
+    /// On the data plane: invite lanes.
+    Direct,
+}
+
 /// Serves one stream `peer` opened: reads chunks, writes acks; first
-/// offers where this node's rank data plane listens if `offer`.
+/// offers where this node's rank data plane listens, or invites lanes,
+/// as `how` says.
 async fn serve_inbound<S: AsyncRead + AsyncWrite>(
     links: Arc<Links>,
     peer: PeerId,
     stream: S,
-    offer: Option<Offer>,
+    how: Arrival,
 ) {
     let state = links.peer_inbound(peer);
     let generation = {
         let mut s = lock(&state.state);
         s.stream += 1;
+        // The lanes of the stream this one supersedes end, and what they
+        // and it built of a message is dropped: the sender sends every
+        // message not acknowledged again from its start.
+        s.lanes = 0;
+        for c in s.channels.values_mut() {
+            c.inbound.stream_lost();
+        }
         // Acks sent on a broken stream may be lost: send every channel's
         // state again on this one.
         let channels: Vec<_> = s.channels.keys().copied().collect();
@@ -703,6 +903,7 @@ async fn serve_inbound<S: AsyncRead + AsyncWrite>(
         }
         s.stream
     };
+    state.superseded.notify_waiters();
     state.wake.notify_one();
     let (mut r, mut w) = stream.split();
     let reader = async {
@@ -726,9 +927,19 @@ async fn serve_inbound<S: AsyncRead + AsyncWrite>(
     };
     let writer = async {
         let mut buf = Vec::new();
-        if let (Some(offer), Some(plane)) = (offer, &links.direct) {
-            plane.expect(peer);
-            encode(&Frame::Offer(offer), &mut buf);
+        match (how, &links.direct) {
+            (Arrival::Offering(offer), Some(plane)) => {
+                plane.expect(peer);
+                encode(&Frame::Offer(offer), &mut buf);
+            }
+            (Arrival::Direct, Some(plane)) if plane.lanes() > 0 => {
+                let invite = Frame::Lanes {
+                    ticket: generation,
+                    count: plane.lanes(),
+                };
+                encode(&invite, &mut buf);
+            }
+            _ => {}
         }
         loop {
             let due = {
@@ -784,6 +995,97 @@ async fn serve_inbound<S: AsyncRead + AsyncWrite>(
     if s.stream == generation {
         for c in s.channels.values_mut() {
             c.inbound.stream_lost();
+        }
+    }
+}
+
+/// Serves a lane `peer` opened: its first frame names the stream it
+/// joins (the ticket that stream's invitation gave), then it carries data
+/// frames into that stream's channels until the stream is superseded
+/// (then it ends: a newer stream has lanes of its own). A lane that joins
+/// no current stream, or one beyond those invited, is closed at once.
+async fn serve_lane(links: Arc<Links>, peer: PeerId, stream: zorilla_overlay::direct::CutStream) {
+    let Some(plane) = links.direct.clone() else {
+        return;
+    };
+    let state = links.peer_inbound(peer);
+    {
+        let mut s = lock(&state.state);
+        // Lanes of the current stream and of the one before, whose ends
+        // may not have been seen yet; more is a peer's doing.
+        if s.lane_conns >= 2 * MAX_LANES {
+            tracing::debug!(%peer, "a lane beyond the bound refused");
+            return;
+        }
+        s.lane_conns += 1;
+    }
+    let result = serve_lane_frames(&links, peer, &state, &plane, stream).await;
+    if let Err(e) = result {
+        tracing::debug!(%peer, "lane ended: {e}");
+    }
+    let mut s = lock(&state.state);
+    s.lane_conns = s.lane_conns.saturating_sub(1);
+}
+
+async fn serve_lane_frames(
+    links: &Links,
+    peer: PeerId,
+    state: &Arc<PeerInbound>,
+    plane: &DirectPlane,
+    stream: zorilla_overlay::direct::CutStream,
+) -> Result<(), String> {
+    let (mut r, _w) = stream.split();
+    let mut frames = FrameReader::new();
+    let first = tokio::time::timeout(LANE_TICKET_WAIT, async {
+        loop {
+            if let Some(frame) = frames.next().map_err(|e| violation(links, peer, &e))? {
+                return match frame {
+                    Frame::Lane(ticket) => Ok(ticket),
+                    _ => Err(violation(links, peer, &"a lane that names no stream")),
+                };
+            }
+            if !frames.fill(&mut r).await? {
+                return Err("closed before its ticket".to_string());
+            }
+        }
+    })
+    .await
+    .map_err(|_| "no ticket in time".to_string())??;
+    {
+        let mut s = lock(&state.state);
+        if s.stream != first {
+            return Err("for a stream superseded".into());
+        }
+        if s.lanes >= plane.lanes().min(MAX_LANES) {
+            return Err(violation(links, peer, &"more lanes than invited"));
+        }
+        s.lanes += 1;
+    }
+    loop {
+        let superseded = state.superseded.notified();
+        tokio::pin!(superseded);
+        superseded.as_mut().enable();
+        loop {
+            let frame = match frames.next() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(e) => return Err(violation(links, peer, &e)),
+            };
+            let Frame::Data(chunk) = frame else {
+                return Err(violation(links, peer, &"a frame other than data on a lane"));
+            };
+            receive(links, peer, state, first, chunk)?;
+        }
+        if lock(&state.state).stream != first {
+            return Err("superseded by a newer stream".into());
+        }
+        tokio::select! {
+            more = frames.fill(&mut r) => {
+                if !more? {
+                    return Ok(());
+                }
+            }
+            () = &mut superseded => {}
         }
     }
 }

@@ -17,6 +17,15 @@
 //! for the socket: whatever it cannot write at once (the socket is full,
 //! the lock is taken) is left to the writer task, which any readiness it
 //! registered wakes.
+//!
+//! # Lanes
+//!
+//! On a direct connection the link may have lanes besides (see the
+//! module docs of [`link`](super), "Direct connections"): each has a
+//! [`Wire`] of its own and its own writer task, which takes whole chunks
+//! of striped messages off the outbox ([`Outbox::next_lane`]) while any
+//! are there: whichever lane is ready takes the next. Nobody else writes
+//! on a lane, and nothing else is written on one.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IoSlice;
@@ -28,7 +37,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use futures::io::AsyncWrite;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use zorilla_core::channel::{ChannelId, Outbox, SharedChunk};
+use zorilla_core::channel::{ChannelId, Outbox, STRIPE_BYTES, SharedChunk};
 use zorilla_overlay::PeerId;
 use zorilla_overlay::streams::protocol::{Frame, encode, encode_data_head};
 
@@ -77,6 +86,38 @@ pub(crate) struct OutLink {
     pub(super) wake: Notify,
     /// Senders: credit came, or channels closed.
     pub(super) credit: Notify,
+    /// The lanes beside the connection being served, if it has any.
+    pub(super) lanes: Mutex<Vec<Arc<Lane>>>,
+    /// Chunks written on lanes so far (for tests and the status page).
+    pub(super) lane_chunks: std::sync::atomic::AtomicU64,
+}
+
+/// A lane's write side and its writer task's wake-up.
+pub(super) struct Lane {
+    wire: Mutex<Option<Wire>>,
+    pub(super) wake: Notify,
+    /// Its local port (so that a test can cut it alone).
+    pub(super) port: Option<u16>,
+}
+
+impl Lane {
+    /// The lane's writer task's part: writes chunks of striped messages
+    /// until there are none (ready) or the lane must wait (pending).
+    pub(super) fn poll_write(
+        &self,
+        link: &OutLink,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), String>> {
+        let mut wire = lock(&self.wire);
+        let Some(w) = wire.as_mut() else {
+            return Poll::Ready(Err("the lane is gone".into()));
+        };
+        let before = w.lane_chunks;
+        let result = w.poll_write_out(&link.state, WRITE_BATCH, false, cx);
+        link.lane_chunks
+            .fetch_add(w.lane_chunks - before, std::sync::atomic::Ordering::Relaxed);
+        result
+    }
 }
 
 /// How a message pushed on the outbox went out.
@@ -96,28 +137,53 @@ impl OutLink {
             wire: Mutex::new(None),
             wake: Notify::new(),
             credit: Notify::new(),
+            lanes: Mutex::new(Vec::new()),
+            lane_chunks: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Serves `w` as a lane beside the connection from now on; `port` is
+    /// its local port. Striping starts with the first lane.
+    pub(super) fn attach_lane(
+        &self,
+        w: impl AsyncWrite + Send + 'static,
+        port: Option<u16>,
+    ) -> Arc<Lane> {
+        let lane = Arc::new(Lane {
+            wire: Mutex::new(None),
+            wake: Notify::new(),
+            port,
+        });
+        let waker = Waker::from(Arc::new(WakeLane(Arc::downgrade(&lane))));
+        *lock(&lane.wire) = Some(Wire::new(Box::pin(w), waker, true));
+        tracing::debug!(peer = %self.peer, port = ?lane.port, "lane attached");
+        lock(&self.lanes).push(lane.clone());
+        lock(&self.state).outbox.set_striping(true);
+        self.wake_lanes();
+        lane
+    }
+
+    /// Wakes the lanes' writer tasks (chunks of striped messages wait).
+    pub(super) fn wake_lanes(&self) {
+        for lane in lock(&self.lanes).iter() {
+            lane.wake.notify_one();
+        }
     }
 
     /// Serves `w` as the write side of the link's connection from now on.
     pub(super) fn attach(self: &Arc<Self>, w: impl AsyncWrite + Send + 'static) {
         let waker = Waker::from(Arc::new(WakeWriter(Arc::downgrade(self))));
-        *lock(&self.wire) = Some(Wire {
-            w: Box::pin(w),
-            buf: Vec::new(),
-            pieces: VecDeque::new(),
-            pos: 0,
-            unflushed: false,
-            failed: None,
-            waker,
-        });
+        *lock(&self.wire) = Some(Wire::new(Box::pin(w), waker, false));
     }
 
-    /// The connection is over: nobody writes on it any more. Call before
-    /// the outbox is rewound, so what a sender writes on it meanwhile is
-    /// sent again on the next one.
+    /// The connection is over, with its lanes: nobody writes on them any
+    /// more. Call before the outbox is rewound, so what a sender writes on
+    /// it meanwhile is sent again on the next one.
     pub(super) fn detach(&self) {
         *lock(&self.wire) = None;
+        for lane in std::mem::take(&mut *lock(&self.lanes)) {
+            *lock(&lane.wire) = None;
+        }
     }
 
     /// Writes what waits in the outbox (a message of `len` bytes was just
@@ -128,6 +194,9 @@ impl OutLink {
             Written::Now
         } else {
             self.wake.notify_one();
+            if len as u64 >= STRIPE_BYTES {
+                self.wake_lanes();
+            }
             Written::Queued
         }
     }
@@ -168,6 +237,21 @@ impl OutLink {
     }
 }
 
+/// Wakes a lane's writer task.
+struct WakeLane(Weak<Lane>);
+
+impl Wake for WakeLane {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(lane) = self.0.upgrade() {
+            lane.wake.notify_one();
+        }
+    }
+}
+
 /// Wakes a link's writer task (for readiness a sender registered).
 struct WakeWriter(Weak<OutLink>);
 
@@ -200,6 +284,10 @@ pub(super) struct Wire {
     failed: Option<String>,
     /// Wakes the link's writer task.
     waker: Waker,
+    /// A lane's: it carries chunks of striped messages only.
+    lane: bool,
+    /// Chunks of striped messages it took as a lane.
+    lane_chunks: u64,
 }
 
 /// A piece of what a [`Wire`] writes.
@@ -220,6 +308,20 @@ impl Piece {
 }
 
 impl Wire {
+    fn new(w: Pin<Box<dyn AsyncWrite + Send>>, waker: Waker, lane: bool) -> Wire {
+        Wire {
+            w,
+            buf: Vec::new(),
+            pieces: VecDeque::new(),
+            pos: 0,
+            unflushed: false,
+            failed: None,
+            waker,
+            lane,
+            lane_chunks: 0,
+        }
+    }
+
     /// Nothing is left to write or flush, and nothing failed.
     fn idle(&self) -> bool {
         self.pieces.is_empty() && !self.unflushed && self.failed.is_none()
@@ -300,6 +402,20 @@ impl Wire {
     fn take_batch(&mut self, state: &Mutex<OutState>, batch: usize) {
         let mut s = lock(state);
         let mut taken = 0;
+        if self.lane {
+            while taken < batch {
+                let Some(chunk) = s.outbox.next_lane() else {
+                    break;
+                };
+                let start = self.buf.len();
+                encode_data_head(&chunk.chunk(), &mut self.buf);
+                self.encoded(start);
+                taken += self.buf.len() - start + chunk.bytes().len();
+                self.pieces.push_back(Piece::Bytes(chunk));
+                self.lane_chunks += 1;
+            }
+            return;
+        }
         while taken < batch {
             let start = self.buf.len();
             if s.outbox.ask_next() {

@@ -39,6 +39,10 @@ pub(super) struct RecvState {
     pub(super) refusals: BTreeMap<ChannelId, Refusal>,
     /// The stream currently served (a newer one supersedes it).
     pub(super) stream: u64,
+    /// Lanes joined to the current stream.
+    pub(super) lanes: u8,
+    /// Lane connections open from the peer (of any stream, or none yet).
+    pub(super) lane_conns: u8,
 }
 
 impl RecvState {
@@ -74,6 +78,8 @@ pub(crate) struct PeerInbound {
     pub(super) state: Mutex<RecvState>,
     /// The ack writer: acks or refusals owed.
     pub(super) wake: Notify,
+    /// Lanes: a newer stream superseded theirs.
+    pub(super) superseded: Notify,
 }
 
 impl PeerInbound {
@@ -82,6 +88,7 @@ impl PeerInbound {
             peer,
             state: Mutex::new(RecvState::default()),
             wake: Notify::new(),
+            superseded: Notify::new(),
         }
     }
 

@@ -436,7 +436,12 @@ async fn messages_take_the_direct_connection_when_one_can_be_made() {
         assert_eq!(pair.recv(300_000).await, n);
     }
     assert_eq!(from.stats().dial_failed, 0);
-    assert_eq!(from.stats().dialed, to.stats().accepted);
+    // The connection and its two lanes (which may still be under way)
+    // were dialed and accepted, and nothing else.
+    until("the connection and two lanes", || {
+        (from.stats().dialed, to.stats().accepted) == (3, 3)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -523,6 +528,174 @@ async fn a_direct_connection_cut_mid_message_loses_and_duplicates_nothing() {
     }
     sending.await.unwrap();
     assert!(to.stats().accepted >= 2, "the sender came back directly");
+}
+
+impl Pair {
+    /// The sender's link to the receiver.
+    fn out_link(&self) -> Arc<OutLink> {
+        lock(&self.sender.out)
+            .get(&self.receiver_id)
+            .cloned()
+            .expect("a link to the receiver")
+    }
+
+    /// The local ports of the sender's lanes now.
+    fn lane_ports(&self) -> Vec<u16> {
+        lock(&self.out_link().lanes)
+            .iter()
+            .filter_map(|lane| lane.port)
+            .collect()
+    }
+
+    /// Chunks the sender wrote on lanes so far.
+    fn lane_chunks(&self) -> u64 {
+        self.out_link()
+            .lane_chunks
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Aborts the TCP connection whose one end is local port `port` (a
+/// lane's; as root: `ss -K`); how many sockets.
+fn cut_local(port: u16) -> usize {
+    let out = std::process::Command::new("ss")
+        .args(["-K", "-t", "-n", "state", "established"])
+        .arg(format!("( sport = :{port} or dport = :{port} )"))
+        .output()
+        .expect("ss (iproute2) runs");
+    assert!(out.status.success(), "ss -K failed (this test needs root)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+/// A 64 MiB message and several of 4 MiB cross a direct connection and
+/// its lanes: each arrives once, intact, in order, and lanes carried
+/// chunks of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_are_striped_over_lanes_exactly_once_and_in_order() {
+    const BIG: usize = 64 << 20;
+    const MID: usize = 4 << 20;
+    let pair = Arc::new(Pair::start("link-lanes").await);
+    pair.send(0, 10).await;
+    assert_eq!(pair.recv(10).await, 0);
+    let to = Pair::plane(&pair.receiver).clone();
+    until("a direct connection", || to.stats().accepted >= 1).await;
+    let sending = {
+        let pair = pair.clone();
+        tokio::spawn(async move {
+            pair.send(1, BIG).await;
+            for n in 2..8 {
+                pair.send(n, MID).await;
+            }
+            pair.send(8, 100).await;
+        })
+    };
+    assert_eq!(pair.recv(BIG).await, 1);
+    for n in 2..8 {
+        assert_eq!(pair.recv(MID).await, n);
+    }
+    assert_eq!(pair.recv(100).await, 8);
+    sending.await.unwrap();
+    let lane_chunks = pair.lane_chunks();
+    let all = ((BIG + 6 * MID) / CHUNK_BYTES) as u64;
+    // (Every chunk of a striped message goes on a lane; the first ones
+    // of the first message may have gone before the lanes were open.)
+    assert!(
+        lane_chunks >= all * 3 / 4,
+        "lanes carried {lane_chunks} of {all} chunks"
+    );
+    // The primary connection and two lanes.
+    assert_eq!(to.stats().accepted, 3);
+    assert_eq!(pair.lane_ports().len(), 2);
+}
+
+/// A lane is aborted twice while a 64 MiB message is on its way: the
+/// link's connection and lanes are made again, and the message arrives
+/// once, intact, and the messages after it in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_cut_mid_message_loses_and_duplicates_nothing() {
+    const BIG: usize = 64 << 20;
+    let pair = Arc::new(Pair::start("link-lane-cut").await);
+    pair.send(0, 10).await;
+    assert_eq!(pair.recv(10).await, 0);
+    let to = Pair::plane(&pair.receiver).clone();
+    {
+        let pair = pair.clone();
+        until("lanes", move || pair.lane_ports().len() == 2).await;
+    }
+    let sending = {
+        let pair = pair.clone();
+        tokio::spawn(async move {
+            pair.send(1, BIG).await;
+            for n in 2..6 {
+                pair.send(n, if n % 2 == 0 { 4 << 20 } else { 100 }).await;
+            }
+        })
+    };
+    let mut aborted = 0;
+    let mut cut_ports = Vec::new();
+    for part in [8, 2] {
+        let at = (BIG / part) as u64;
+        let p = pair.clone();
+        until("part of the message", move || p.partial() >= at).await;
+        let p = pair.clone();
+        until("lanes", move || p.lane_ports().len() == 2).await;
+        let port = pair.lane_ports()[1];
+        cut_ports.push(port);
+        aborted += cut_local(port);
+    }
+    assert!(aborted >= 2, "{aborted} sockets aborted");
+    assert_ne!(cut_ports[0], cut_ports[1], "the second cut hit new lanes");
+    assert_eq!(pair.recv(BIG).await, 1);
+    for n in 2..6 {
+        assert_eq!(pair.recv(if n % 2 == 0 { 4 << 20 } else { 100 }).await, n);
+    }
+    sending.await.unwrap();
+    assert!(pair.lane_chunks() > 0);
+    // Connections were made again (the primary and its lanes).
+    assert!(to.stats().accepted >= 6, "{:?}", to.stats());
+}
+
+/// A lane beyond those invited, or naming another connection than the
+/// current one, is closed at once; the link's own lanes carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_beyond_those_invited_or_for_another_connection_are_closed() {
+    use futures::io::{AsyncReadExt, AsyncWriteExt};
+    let pair = Arc::new(Pair::start("link-lane-bound").await);
+    pair.send(0, 10).await;
+    assert_eq!(pair.recv(10).await, 0);
+    {
+        let pair = pair.clone();
+        until("lanes", move || pair.lane_ports().len() == 2).await;
+    }
+    let state = pair.receiver.peer_inbound(pair.sender_id);
+    {
+        let state = state.clone();
+        until("lanes joined", move || lock(&state.state).lanes == 2).await;
+    }
+    let ticket = lock(&state.state).stream;
+    let to = Pair::plane(&pair.receiver);
+    let addr = SocketAddr::new([127, 0, 0, 1].into(), to.offer().port);
+    let from = Pair::plane(&pair.sender);
+    for named in [ticket, ticket + 1, ticket - 1] {
+        let mut lane = from.dial_lane(pair.receiver_id, addr).await.unwrap().stream;
+        let mut first = Vec::new();
+        encode(&Frame::Lane(named), &mut first);
+        lane.write_all(&first).await.unwrap();
+        lane.flush().await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(10), lane.read(&mut byte))
+            .await
+            .expect("the lane is closed");
+        assert!(matches!(read, Ok(0) | Err(_)), "ticket {named}: {read:?}");
+    }
+    let before = pair.lane_chunks();
+    pair.send(1, 4 << 20).await;
+    assert_eq!(pair.recv(4 << 20).await, 1);
+    assert_eq!(pair.lane_chunks() - before, 16, "the lanes carried it");
 }
 
 /// A connection's write side as a test sees it: what was written, and
@@ -894,7 +1067,7 @@ async fn a_stream_that_never_acknowledges_what_was_sent_is_taken_for_broken() {
 
     let idle = tokio::time::timeout(
         ACK_SILENCE * 5,
-        serve_outbound(&links, &link, Socket::default(), false),
+        serve_outbound(&links, &link, Socket::default(), false, None),
     )
     .await;
     assert!(
@@ -906,7 +1079,7 @@ async fn a_stream_that_never_acknowledges_what_was_sent_is_taken_for_broken() {
     let start = Instant::now();
     let broken = tokio::time::timeout(
         ACK_SILENCE * 5,
-        serve_outbound(&links, &link, Socket::default(), false),
+        serve_outbound(&links, &link, Socket::default(), false, None),
     )
     .await;
     assert!(matches!(broken, Ok(Err(_))), "{broken:?}");

@@ -36,6 +36,17 @@
 //! otherwise (relayed connections, NATs, firewalls). This module only
 //! listens, dials and authenticates.
 //!
+//! # Lanes
+//!
+//! Beside its direct connection, a sender may open *lanes* to the same
+//! peer ([`DirectPlane::dial_lane`]): further connections, authenticated
+//! exactly the same way, that carry chunks of large messages so that one
+//! message uses several connections (and cores) at once. A lane says so
+//! in the TLS handshake (its own ALPN protocol, [`Role::Lane`]); what it
+//! joins and how many a receiver takes are the node's business (its
+//! `link` module), as is how many a sender opens
+//! ([`DirectPlane::lanes`], at most [`MAX_LANES`]).
+//!
 //! A peer whose membership of a closed grid is revoked (or expires) is cut
 //! off here too ([`DirectPlane::cut`]): its direct connections end at once,
 //! and it is not expected again for [`EXPECT_KEPT`].
@@ -83,12 +94,28 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const WELCOME: [u8; 1] = [0x5a];
 /// How long a dial (TCP connect and TLS handshake) may take.
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(3);
+/// The most lanes a node opens or takes beside one direct connection.
+pub const MAX_LANES: u8 = 4;
+/// Lanes beside each direct connection unless configured otherwise (see
+/// the node's `link` module for why two).
+pub const DEFAULT_LANES: u8 = 2;
+
+/// What a direct connection is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A link's connection: every frame of the ranks protocol.
+    Primary,
+    /// A lane beside a link's connection: chunks of large messages only.
+    Lane,
+}
 
 /// An authenticated direct connection to or from a peer (futures'
 /// `AsyncRead + AsyncWrite`).
 pub struct DirectStream {
     /// The peer at the other end, as its certificate proves.
     pub peer: PeerId,
+    /// What the dialer opened it for.
+    pub role: Role,
     /// The TLS stream.
     pub stream: CutStream,
 }
@@ -105,6 +132,12 @@ impl CutStream {
     /// The TLS stream (its state: cipher suite, certificates).
     pub fn get_ref(&self) -> &TlsStream<TcpStream> {
         &self.inner
+    }
+
+    /// The local port of its TCP connection.
+    pub fn local_port(&self) -> Option<u16> {
+        let (tcp, _) = self.inner.get_ref();
+        tcp.0.local_addr().ok().map(|a| a.port())
     }
 
     fn check(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
@@ -168,6 +201,7 @@ impl std::fmt::Debug for DirectStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectStream")
             .field("peer", &self.peer)
+            .field("role", &self.role)
             .finish_non_exhaustive()
     }
 }
@@ -194,6 +228,10 @@ pub struct DirectPlane {
     /// The listener's address.
     addr: std::net::SocketAddr,
     alpn: Vec<u8>,
+    /// The ALPN protocol of lanes.
+    lane_alpn: Vec<u8>,
+    /// Lanes to open beside each direct connection, and to take.
+    lanes: std::sync::atomic::AtomicU8,
     /// This node's certificate and key.
     own: Arc<verifier::OwnCert>,
     server: Arc<rustls::ServerConfig>,
@@ -246,6 +284,7 @@ impl DirectPlane {
     pub async fn start(key: &Keypair, ip: IpAddr, network: &str) -> Result<Arc<Self>, String> {
         let (cert, private) = libp2p::tls::certificate::generate(key).map_err(|e| e.to_string())?;
         let alpn = format!("/zorilla/{network}/ranks-direct/1").into_bytes();
+        let lane_alpn = format!("/zorilla/{network}/ranks-lane/1").into_bytes();
         let local = key.public().to_peer_id();
         let own = Arc::new(verifier::OwnCert::new(cert, &private).map_err(|e| e.to_string())?);
         let expected = Arc::new(Mutex::new(BTreeMap::new()));
@@ -257,7 +296,7 @@ impl DirectPlane {
                 expected.clone(),
             )))
             .with_cert_resolver(own.clone());
-        server.alpn_protocols = vec![alpn.clone()];
+        server.alpn_protocols = vec![alpn.clone(), lane_alpn.clone()];
         // No session tickets: every connection proves its peer afresh.
         server.send_tls13_tickets = 0;
         let listener = TcpListener::bind((ip, 0))
@@ -268,6 +307,8 @@ impl DirectPlane {
             local,
             addr,
             alpn,
+            lane_alpn,
+            lanes: std::sync::atomic::AtomicU8::new(DEFAULT_LANES),
             own,
             server: Arc::new(server),
             expected,
@@ -298,6 +339,18 @@ impl DirectPlane {
             port: self.addr.port(),
             ip: (!ip.is_unspecified()).then_some(ip),
         }
+    }
+
+    /// Lanes opened beside each direct connection, and taken beside each
+    /// connection from a peer (0: none).
+    pub fn lanes(&self) -> u8 {
+        self.lanes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets [`lanes`](Self::lanes) (at most [`MAX_LANES`]).
+    pub fn set_lanes(&self, lanes: u8) {
+        self.lanes
+            .store(lanes.min(MAX_LANES), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What the plane counted so far.
@@ -341,7 +394,7 @@ impl DirectPlane {
     }
 
     /// `stream`, to or from `peer`, made to end when `peer` is cut off.
-    fn cuttable(&self, peer: PeerId, stream: TlsStream<TcpStream>) -> DirectStream {
+    fn cuttable(&self, peer: PeerId, role: Role, stream: TlsStream<TcpStream>) -> DirectStream {
         let (tx, mut rx) = watch::channel(false);
         {
             let mut cuts = lock(&self.cuts);
@@ -356,6 +409,7 @@ impl DirectPlane {
         });
         DirectStream {
             peer,
+            role,
             stream: CutStream { inner: stream, cut },
         }
     }
@@ -377,7 +431,25 @@ impl DirectPlane {
     /// Connects to `peer` at `addr`; fails unless the other end proves to
     /// be `peer` and takes this node.
     pub async fn dial(&self, peer: PeerId, addr: SocketAddr) -> Result<DirectStream, DirectError> {
-        let result = tokio::time::timeout(DIAL_TIMEOUT, self.dial_inner(peer, addr))
+        self.dial_as(peer, addr, Role::Primary).await
+    }
+
+    /// [`dial`](Self::dial)s a lane (see the module docs).
+    pub async fn dial_lane(
+        &self,
+        peer: PeerId,
+        addr: SocketAddr,
+    ) -> Result<DirectStream, DirectError> {
+        self.dial_as(peer, addr, Role::Lane).await
+    }
+
+    async fn dial_as(
+        &self,
+        peer: PeerId,
+        addr: SocketAddr,
+        role: Role,
+    ) -> Result<DirectStream, DirectError> {
+        let result = tokio::time::timeout(DIAL_TIMEOUT, self.dial_inner(peer, addr, role))
             .await
             .unwrap_or(Err(DirectError::Timeout));
         let mut stats = lock(&self.stats);
@@ -392,6 +464,7 @@ impl DirectPlane {
         &self,
         peer: PeerId,
         addr: SocketAddr,
+        role: Role,
     ) -> Result<DirectStream, DirectError> {
         let mut config = rustls::ClientConfig::builder_with_provider(verifier::provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -399,7 +472,10 @@ impl DirectPlane {
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(verifier::PeerVerifier::only(peer)))
             .with_client_cert_resolver(self.own.clone());
-        config.alpn_protocols = vec![self.alpn.clone()];
+        config.alpn_protocols = vec![match role {
+            Role::Primary => self.alpn.clone(),
+            Role::Lane => self.lane_alpn.clone(),
+        }];
         config.resumption = rustls::client::Resumption::disabled();
         let tcp = tokio::net::TcpStream::connect(addr)
             .await
@@ -422,7 +498,7 @@ impl DirectPlane {
         if welcome != WELCOME {
             return Err(DirectError::Handshake("refused by the peer".into()));
         }
-        Ok(self.cuttable(peer, stream.into()))
+        Ok(self.cuttable(peer, role, stream.into()))
     }
 }
 
@@ -503,10 +579,15 @@ async fn handshake(
     if peer == plane.local || !plane.expects(&peer) {
         return Err(format!("{peer} was not offered a connection"));
     }
+    let role = match conn.alpn_protocol() {
+        Some(p) if p == plane.alpn.as_slice() => Role::Primary,
+        Some(p) if p == plane.lane_alpn.as_slice() => Role::Lane,
+        _ => return Err("no known ALPN protocol".into()),
+    };
     stream
         .write_all(&WELCOME)
         .await
         .map_err(|e| e.to_string())?;
     stream.flush().await.map_err(|e| e.to_string())?;
-    Ok(plane.cuttable(peer, stream.into()))
+    Ok(plane.cuttable(peer, role, stream.into()))
 }

@@ -180,3 +180,29 @@ async fn a_peer_cut_off_loses_its_connection_at_once_and_cannot_come_back() {
     assert!(matches!(err, DirectError::Handshake(_)), "{err:?}");
     assert!(inbound.try_recv().is_err(), "nothing handed on");
 }
+
+/// A lane is authenticated as a connection is, and says it is one; a
+/// peer not expected gets no lane either.
+#[tokio::test]
+async fn a_lane_is_dialed_and_authenticated_as_a_connection_is() {
+    let Connected {
+        a,
+        b,
+        b_id,
+        dialed,
+        accepted,
+        mut inbound,
+        ..
+    } = connected().await;
+    assert_eq!((dialed.role, accepted.role), (Role::Primary, Role::Primary));
+    let lane = a.dial_lane(b_id, addr(&b)).await.unwrap();
+    let taken = inbound.recv().await.unwrap();
+    assert_eq!((lane.role, taken.role), (Role::Lane, Role::Lane));
+    assert_eq!(taken.peer, a.local);
+    // A stranger's lane is refused in the handshake.
+    let (_, c) = plane().await;
+    assert!(c.dial_lane(b_id, addr(&b)).await.is_err());
+    // The lanes a node opens are bounded.
+    b.set_lanes(200);
+    assert_eq!(b.lanes(), MAX_LANES);
+}

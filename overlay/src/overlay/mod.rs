@@ -171,6 +171,7 @@ impl Overlay {
             Some(ip) => Some(
                 crate::direct::DirectPlane::start(&key, ip, &config.network)
                     .await
+                    .inspect(|plane| plane.set_lanes(config.rank_lanes))
                     .map_err(OverlayError::Setup)?,
             ),
             None => None,

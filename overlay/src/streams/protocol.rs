@@ -11,6 +11,8 @@
 //! | 2 | [`Frame::Ack`] | channel, next u64, limit u64 |
 //! | 3 | [`Frame::Refuse`] | channel, reason u8 (1 not here yet, 2 closed) |
 //! | 4 | [`Frame::Offer`] | port u16, then the IP address: none, 4 bytes (IPv4) or 16 (IPv6) |
+//! | 5 | [`Frame::Lanes`] | ticket u64, count u8 |
+//! | 6 | [`Frame::Lane`] | ticket u64 |
 //!
 //! The receiver of a libp2p stream may offer the port of its rank data
 //! plane ([`crate::direct`]) first, with the address it listens on when
@@ -20,6 +22,12 @@
 //! connections to others may come from another of its addresses, where
 //! nothing listens (as on one machine, where every dial comes from
 //! 127.0.0.1 whatever loopback address the node listens on).
+//!
+//! The receiver of a direct connection may invite the sender to open
+//! *lanes* beside it ([`Frame::Lanes`]: at most `count`, each presenting
+//! the ticket): further direct connections that carry only chunks of
+//! striped messages (see the node's `link` module). A lane's first frame
+//! is [`Frame::Lane`] with the ticket, then data frames.
 //!
 //! A channel ([`ChannelId`]) is written as job u64, from u32,
 //! from_incarnation u32, to u32, to_incarnation u32.
@@ -41,6 +49,8 @@ const DATA: u8 = 1;
 const ACK: u8 = 2;
 const REFUSE: u8 = 3;
 const OFFER: u8 = 4;
+const LANES: u8 = 5;
+const LANE: u8 = 6;
 
 /// Why a receiver refused a channel's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +72,16 @@ pub enum Frame<'a> {
     Refuse(ChannelId, Refusal),
     /// Where the receiver's rank data plane listens.
     Offer(Offer),
+    /// The receiver of a direct connection takes up to `count` lanes
+    /// beside it, each presenting `ticket` (see the module docs).
+    Lanes {
+        /// What a lane presents.
+        ticket: u64,
+        /// The most lanes taken.
+        count: u8,
+    },
+    /// A lane's first frame: the ticket of the connection it joins.
+    Lane(u64),
 }
 
 /// Where a node's rank data plane listens, as it offers it.
@@ -188,6 +208,21 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
             };
             Frame::Offer(Offer { port, ip })
         }
+        LANES => {
+            let ticket = r.u64()?;
+            let count = r.take(1)?[0];
+            if !r.0.is_empty() {
+                return Err(FrameError::Malformed);
+            }
+            Frame::Lanes { ticket, count }
+        }
+        LANE => {
+            let ticket = r.u64()?;
+            if !r.0.is_empty() {
+                return Err(FrameError::Malformed);
+            }
+            Frame::Lane(ticket)
+        }
         other => return Err(FrameError::UnknownKind(other)),
     };
     Ok(Some((frame, 4 + len)))
@@ -249,6 +284,17 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
                 Some(std::net::IpAddr::V6(ip)) => out.extend_from_slice(&ip.octets()),
             }
         }
+        Frame::Lanes { ticket, count } => {
+            out.extend_from_slice(&[0; 4]);
+            out.push(LANES);
+            out.extend_from_slice(&ticket.to_le_bytes());
+            out.push(*count);
+        }
+        Frame::Lane(ticket) => {
+            out.extend_from_slice(&[0; 4]);
+            out.push(LANE);
+            out.extend_from_slice(&ticket.to_le_bytes());
+        }
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
@@ -294,6 +340,11 @@ mod tests {
                 port: 40125,
                 ip: Some(std::net::Ipv6Addr::LOCALHOST.into()),
             }),
+            Frame::Lanes {
+                ticket: u64::MAX - 3,
+                count: 2,
+            },
+            Frame::Lane(17),
         ];
         let mut buf = Vec::new();
         for f in &frames {
