@@ -12,7 +12,7 @@
 //! max_connections = 128              # overlay connections at once
 //! quic = false                       # listen on QUIC too, beside TCP (cargo feature `quic`)
 //! direct_ranks = true                # messages between workers over direct TLS connections
-//! rank_lanes = 2                     # extra direct connections per peer for large messages (0-4)
+//! rank_lanes = 2                     # extra direct connections per peer for large messages (0-4; default 2 with 4 cores or more, else 0)
 //! relay_max_reservations = 16        # nodes this node relays for (behind NATs)
 //! relay_circuit_secs = 3600          # longest relayed circuit through this node
 //! relay_circuit_mib = 1024           # most data of one relayed circuit

@@ -312,7 +312,7 @@ impl Daemon {
             direct_ranks: config.direct_ranks.unwrap_or(true),
             rank_lanes: config
                 .rank_lanes
-                .unwrap_or(zorilla_overlay::direct::DEFAULT_LANES),
+                .unwrap_or_else(zorilla_overlay::direct::default_lanes),
             nat: {
                 let default = zorilla_overlay::config::NatConfig::default();
                 zorilla_overlay::config::NatConfig {

@@ -46,7 +46,8 @@ struct Cli {
     #[arg(long, env = "ZORILLA_DIRECT_RANKS")]
     direct_ranks: Option<bool>,
     /// Lanes (extra direct connections for large messages) beside each
-    /// direct connection to a peer (default 2, at most 4; 0: none).
+    /// direct connection to a peer (default 2 on a machine of 4 cores or
+    /// more, else 0; at most 4; 0: none).
     #[arg(long, env = "ZORILLA_RANK_LANES")]
     rank_lanes: Option<u8>,
     /// Nodes this node relays for at most (0: it relays for none).

@@ -97,10 +97,14 @@ async fn submit(client: &mut Client, request: JobRequest) -> u64 {
 
 /// Two one-core nodes: the two workers run on different nodes; messages
 /// from 0 bytes to 64 MiB go there and back intact, 200 pipelined ones in
-/// order, and a message of 64 MiB + 1 gets ETOOBIG at once.
+/// order, and a message of 64 MiB + 1 gets ETOOBIG at once. The nodes open
+/// two lanes (whatever this machine's default), so that the messages of
+/// a MiB or more are striped over them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_up_to_64_mib_between_nodes_arrive_intact_and_in_order() {
-    let grid = grid(2, 1);
+    let grid = common::sites_grid(common::Net::Loopback, &[2], 1, |_| {
+        vec!["--rank-lanes".to_string(), "2".to_string()]
+    });
     let mut client = grid.nodes[0].client().await;
     let max = MAX.to_string();
     let job = submit(&mut client, transfer(&["check", &max], 200)).await;

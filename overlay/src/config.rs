@@ -248,7 +248,7 @@ impl Default for OverlayConfig {
             quic: false,
             nat: NatConfig::default(),
             direct_ranks: true,
-            rank_lanes: crate::direct::DEFAULT_LANES,
+            rank_lanes: crate::direct::default_lanes(),
             grid: None,
         }
     }

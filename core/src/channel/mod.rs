@@ -25,15 +25,18 @@
 //!
 //! Where the driver has *lanes* (further connections beside the stream,
 //! see the node's `link` module) it turns striping on
-//! ([`Outbox::set_striping`]): a message of at least [`STRIPE_BYTES`] is
-//! then cut at multiples of [`CHUNK_BYTES`] into whole chunks, which go
+//! ([`Outbox::set_striping`]): a message of at least [`STRIPE_BYTES`],
+//! pushed onto a channel with nothing unacknowledged, is then cut at
+//! multiples of [`CHUNK_BYTES`] into whole chunks, which go
 //! on the lanes only, each to whichever lane's writer asks first
 //! ([`Outbox::next_lane`]; the stream keeps carrying everything else, so
 //! small messages never wait behind them). Chunks may then arrive out of
 //! order, so a striped message is *alone* on its
-//! channel: it starts only once everything before it on the channel is
-//! acknowledged, and nothing after it goes until it is acknowledged
-//! (the receiver acknowledges such a message at once). The receiver
+//! channel: nothing before it is unacknowledged when it is pushed (a large
+//! message pushed behind others goes on the stream instead, at once,
+//! rather than wait for their acknowledgement), and nothing after it goes
+//! until it is acknowledged (the receiver acknowledges a large message at
+//! once). The receiver
 //! therefore only ever sees chunks of the one message it expects out of
 //! order, never a later message's: it takes a chunk of that message at
 //! any offset at or below what arrived in order (its new bytes), or, ahead
@@ -45,11 +48,9 @@
 //! first. So the argument above holds: a message completes only when
 //! every byte of it arrived, once, and the next cannot start before.
 //!
-//! What it costs: a round trip per striped message on its channel (the
-//! wait for the acknowledgement of the message before, which the
-//! receiver sends at once for a large message and within its ack delay
-//! for a small one), which is small beside the transfer of a MiB or more;
-//! and the chunks that arrive ahead are copied once more (into their own
+//! What it costs: what follows a striped message on its channel waits a
+//! round trip for its acknowledgement, small beside the transfer of a MiB
+//! or more; and the chunks that arrive ahead are copied once more (into their own
 //! buffer, then into the message). Memory stays proportional to what
 //! arrived: the in-order part grows by doubling (at most twice what it
 //! holds, never past the message's length), chunks ahead hold exactly

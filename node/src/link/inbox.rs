@@ -385,6 +385,22 @@ impl Inbox {
         let _posted = buffer.map(|_| Posted(self));
         loop {
             let taken = {
+                // Spinning, and a sender holds the inbox (copying a message
+                // into the lent buffer, perhaps): look again after a yield
+                // rather than sleep on the lock.
+                let busy = matches!(
+                    self.state.try_lock(),
+                    Err(std::sync::TryLockError::WouldBlock)
+                );
+                if busy
+                    && let Some((since, polls)) = waiting.as_mut()
+                    && *polls < SPIN_POLLS
+                    && since.elapsed() < SPIN
+                {
+                    *polls += 1;
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 let mut s = lock(&self.state);
                 let taken = match s.written.take() {
                     Some(written) => Some(Taken::Written(written)),

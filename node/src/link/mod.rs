@@ -54,7 +54,9 @@
 //! too: it serves its reader's task, which took every chunk before the
 //! lanes' tasks were even scheduled on a busy machine.)
 //!
-//! Two lanes by default (`--rank-lanes`, at most [`MAX_LANES`]): each lane
+//! Two lanes by default on a machine of four cores or more, none on a
+//! smaller one, where they measured slower (`--rank-lanes`, at most
+//! [`MAX_LANES`]; see `zorilla_overlay::direct::default_lanes`): each lane
 //! is served by one task at each end, whose TLS encrypts or decrypts on
 //! one core at a time, so two lanes beside the connection put a large
 //! message on two cores at each end while the connection's task stays
@@ -110,10 +112,9 @@
 //! a time: the same copies, on up to two cores at each end, and no more
 //! hand-offs (the lanes' writer tasks are woken with the connection's),
 //! but a chunk that arrives ahead of the bytes before it is copied into a
-//! buffer of its own first (copy 5 happens twice for it), and the message
-//! waits, before it starts, for the acknowledgement of its channel's
-//! message before (at once after a large message, within the ack delay
-//! after a small one). Acknowledgements do not add hops per message: they go back at most
+//! buffer of its own first (copy 5 happens twice for it), and what
+//! follows it on its channel waits for its acknowledgement (sent at once).
+//! Acknowledgements do not add hops per message: they go back at most
 //! every few milliseconds (or at once when a sender may be short of
 //! credit). Between two workers of one node: once the rank's credit admits
 //! it, the sender copies the message out of its guest's memory straight

@@ -302,15 +302,25 @@ const PAIR_CHANNEL: ChannelId = ChannelId {
     to_incarnation: 0,
 };
 
+/// An overlay on loopback with two lanes beside each direct connection,
+/// whatever this machine's default (none on fewer than four cores): the
+/// tests are about them.
+fn lanes_config(network: &str) -> zorilla_overlay::OverlayConfig {
+    zorilla_overlay::OverlayConfig {
+        rank_lanes: zorilla_overlay::direct::DEFAULT_LANES,
+        ..zorilla_overlay::OverlayConfig::local(network)
+    }
+}
+
 impl Pair {
     async fn start(network: &str) -> Pair {
         use zorilla_overlay::{Overlay, OverlayConfig};
-        let (receiver, mut events) = Overlay::start(OverlayConfig::local(network)).await.unwrap();
+        let (receiver, mut events) = Overlay::start(lanes_config(network)).await.unwrap();
         tokio::spawn(async move { while events.recv().await.is_some() {} });
         let at = receiver.listen_addrs().await.unwrap();
         let (sender, mut events) = Overlay::start(OverlayConfig {
             bootstrap: at,
-            ..OverlayConfig::local(network)
+            ..lanes_config(network)
         })
         .await
         .unwrap();
@@ -324,13 +334,13 @@ impl Pair {
     /// a node on several addresses that listens on one of them.
     async fn dialed_by_receiver(network: &str) -> Pair {
         use zorilla_overlay::{Overlay, OverlayConfig};
-        let (sender, mut events) = Overlay::start(OverlayConfig::local(network)).await.unwrap();
+        let (sender, mut events) = Overlay::start(lanes_config(network)).await.unwrap();
         tokio::spawn(async move { while events.recv().await.is_some() {} });
         let at = sender.listen_addrs().await.unwrap();
         let (receiver, mut events) = Overlay::start(OverlayConfig {
             bootstrap: at,
             listen: vec!["/ip4/127.0.9.1/tcp/0".parse().unwrap()],
-            ..OverlayConfig::local(network)
+            ..lanes_config(network)
         })
         .await
         .unwrap();

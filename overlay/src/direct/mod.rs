@@ -96,9 +96,26 @@ const WELCOME: [u8; 1] = [0x5a];
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(3);
 /// The most lanes a node opens or takes beside one direct connection.
 pub const MAX_LANES: u8 = 4;
-/// Lanes beside each direct connection unless configured otherwise (see
-/// the node's `link` module for why two).
+/// Lanes beside each direct connection on a machine with at least
+/// [`LANE_CORES`] cores (see the node's `link` module for why two).
 pub const DEFAULT_LANES: u8 = 2;
+/// The fewest cores on which a node opens lanes unless configured
+/// otherwise ([`default_lanes`]).
+pub const LANE_CORES: usize = 4;
+
+/// Lanes beside each direct connection unless configured otherwise:
+/// [`DEFAULT_LANES`] on a machine with [`LANE_CORES`] cores or more, none
+/// on a smaller one. A lane is a task at each end, which pays only with a
+/// core free to run it: on 2 cores striping made 4 MiB messages 5-30%
+/// slower (`BENCHMARKS.md`, "Striping over lanes").
+pub fn default_lanes() -> u8 {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if cores >= LANE_CORES {
+        DEFAULT_LANES
+    } else {
+        0
+    }
+}
 
 /// What a direct connection is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

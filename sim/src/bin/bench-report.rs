@@ -585,6 +585,11 @@ const FIGURES: &[(&str, &str, &str)] = &[
         "cargo bench --workspace --bench pingpong",
     ),
     (
+        "pingpong.lanes_bw_big",
+        "the same with two lanes (large messages striped over them)",
+        "cargo bench --workspace --bench pingpong",
+    ),
+    (
         "pingpong.local_bw_big",
         "ping-pong bandwidth, large messages, two workers of one node",
         "cargo bench --workspace --bench pingpong",
