@@ -393,12 +393,7 @@ fn random_breaks_never_lose_or_duplicate() {
             }
             7 => {
                 // The worker reads what arrived; the ack may get lost.
-                for m in &got[read..] {
-                    inb.consumed(m.len() as u64);
-                    rank.consumed(&CH, m.len() as u64);
-                }
-                read = got.len();
-                inb.raise_limit(rank.credit(&CH));
+                read_arrived(&mut inb, &mut rank, &got, &mut read);
                 if rng.random_bool(0.5) {
                     out.on_ack(inb.ack(CH)).unwrap();
                 }
@@ -417,12 +412,7 @@ fn random_breaks_never_lose_or_duplicate() {
     }
     // Drain.
     for _ in 0..10_000 {
-        for m in &got[read..] {
-            inb.consumed(m.len() as u64);
-            rank.consumed(&CH, m.len() as u64);
-        }
-        read = got.len();
-        inb.raise_limit(rank.credit(&CH));
+        read_arrived(&mut inb, &mut rank, &got, &mut read);
         out.on_ack(inb.ack(CH)).unwrap();
         match out.next_chunk(CHUNK_BYTES) {
             Some(c) => match inb.on_chunk(c).unwrap() {
@@ -676,6 +666,22 @@ fn a_striped_message_sent_again_after_a_refusal_goes_on_the_stream() {
     assert_eq!(out.next_lane().map(|c| (c.seq, c.offset)), Some((1, 0)));
 }
 
+/// The worker reads the messages that arrived since `read`: their credit
+/// goes back to the channel.
+fn read_arrived(
+    inb: &mut Inbound,
+    rank: &mut RankReceiver<ChannelId>,
+    got: &[Vec<u8>],
+    read: &mut usize,
+) {
+    for m in &got[*read..] {
+        inb.consumed(m.len() as u64);
+        rank.consumed(&CH, m.len() as u64);
+    }
+    *read = got.len();
+    inb.raise_limit(rank.credit(&CH));
+}
+
 /// A chunk in flight: its number, offset, message length and bytes.
 type Flying = (u64, u64, u64, Vec<u8>);
 
@@ -761,12 +767,7 @@ fn random_breaks_with_lanes_never_lose_or_duplicate() {
             }
             10 => {
                 // The worker reads what arrived; the ack may get lost.
-                for m in &got[read..] {
-                    inb.consumed(m.len() as u64);
-                    rank.consumed(&CH, m.len() as u64);
-                }
-                read = got.len();
-                inb.raise_limit(rank.credit(&CH));
+                read_arrived(&mut inb, &mut rank, &got, &mut read);
                 if rng.random_bool(0.5) {
                     out.on_ack(inb.ack(CH)).unwrap();
                 }
@@ -806,12 +807,7 @@ fn random_breaks_with_lanes_never_lose_or_duplicate() {
     }
     // Drain.
     for _ in 0..100_000 {
-        for m in &got[read..] {
-            inb.consumed(m.len() as u64);
-            rank.consumed(&CH, m.len() as u64);
-        }
-        read = got.len();
-        inb.raise_limit(rank.credit(&CH));
+        read_arrived(&mut inb, &mut rank, &got, &mut read);
         out.on_ack(inb.ack(CH)).unwrap();
         for wire in &mut wires {
             while let Some(c) = wire.pop_front() {

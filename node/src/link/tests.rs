@@ -565,22 +565,6 @@ impl Pair {
     }
 }
 
-/// Aborts the TCP connection whose one end is local port `port` (a
-/// lane's; as root: `ss -K`); how many sockets.
-fn cut_local(port: u16) -> usize {
-    let out = std::process::Command::new("ss")
-        .args(["-K", "-t", "-n", "state", "established"])
-        .arg(format!("( sport = :{port} or dport = :{port} )"))
-        .output()
-        .expect("ss (iproute2) runs");
-    assert!(out.status.success(), "ss -K failed (this test needs root)");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .skip(1)
-        .filter(|l| !l.trim().is_empty())
-        .count()
-}
-
 /// A 64 MiB message and several of 4 MiB cross a direct connection and
 /// its lanes: each arrives once, intact, in order, and lanes carried
 /// chunks of them.
@@ -655,7 +639,7 @@ async fn a_lane_cut_mid_message_loses_and_duplicates_nothing() {
         until("lanes", move || p.lane_ports().len() == 2).await;
         let port = pair.lane_ports()[1];
         cut_ports.push(port);
-        aborted += cut_local(port);
+        aborted += cut(port);
     }
     assert!(aborted >= 2, "{aborted} sockets aborted");
     assert_ne!(cut_ports[0], cut_ports[1], "the second cut hit new lanes");
