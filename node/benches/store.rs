@@ -35,7 +35,9 @@ async fn main() {
     let total = if short() { 64 * MIB } else { 1024 * MIB };
     let block = 64 * 1024;
     // Beside the build, on the disk (a tmpfs would hide the writes).
+    // (It may not exist yet: the build can be elsewhere, CARGO_TARGET_DIR.)
     let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    std::fs::create_dir_all(&base).unwrap();
     let dir = tempfile::tempdir_in(&base).unwrap();
     let before = written();
     let took: Duration = zorilla_node::bench_append(dir.path(), total, block)
