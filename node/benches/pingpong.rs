@@ -315,38 +315,37 @@ async fn main() {
         .filter(|s| *s >= 4 << 20)
         .min();
     let big = big.unwrap_or_else(|| sizes.last().map_or(8, |(s, _)| *s));
-    if let Some(z) = nodes.get(&big) {
-        println!(
-            "RESULT pingpong.nodes_bw_big {:.0} MB/s at {}",
-            mbps(big, *z),
-            human(big)
-        );
-        if let Some(o) = mpi_tcp.as_ref().and_then(|m| m.get(&big)) {
+    // The bandwidth at `big` of the pair `name`, and as a share of the
+    // baseline's in the same run.
+    let bandwidth =
+        |name: &str, times: &BTreeMap<u64, f64>, baseline: Option<(&BTreeMap<u64, f64>, &str)>| {
+            let Some(z) = times.get(&big) else {
+                return;
+            };
             println!(
-                "RESULT pingpong.nodes_bw_big_vs_mpi {:.0} % of OpenMPI TCP",
-                o / z * 100.0
+                "RESULT pingpong.{name}_bw_big {:.0} MB/s at {}",
+                mbps(big, *z),
+                human(big)
             );
-        }
-    }
-    if let Some(z) = lanes.get(&big) {
-        println!(
-            "RESULT pingpong.lanes_bw_big {:.0} MB/s at {}",
-            mbps(big, *z),
-            human(big)
-        );
-    }
-    if let Some(z) = local.get(&big) {
-        println!(
-            "RESULT pingpong.local_bw_big {:.0} MB/s at {}",
-            mbps(big, *z),
-            human(big)
-        );
-        if let Some(o) = mpi_shm.as_ref().and_then(|m| m.get(&big)) {
-            println!(
-                "RESULT pingpong.local_bw_big_vs_mpi {:.0} % of OpenMPI shm",
-                o / z * 100.0
-            );
-        }
-    }
+            if let Some((m, what)) = baseline
+                && let Some(o) = m.get(&big)
+            {
+                println!(
+                    "RESULT pingpong.{name}_bw_big_vs_mpi {:.0} % of {what}",
+                    o / z * 100.0
+                );
+            }
+        };
+    bandwidth(
+        "nodes",
+        &nodes,
+        mpi_tcp.as_ref().map(|m| (m, "OpenMPI TCP")),
+    );
+    bandwidth("lanes", &lanes, None);
+    bandwidth(
+        "local",
+        &local,
+        mpi_shm.as_ref().map(|m| (m, "OpenMPI shm")),
+    );
     println!("RESULT pingpong.cipher {cipher:.0} MB/s");
 }

@@ -539,6 +539,41 @@ impl NetTransport {
         }
     }
 
+    /// The next delivery of this worker's world, with `buffer` lent for it
+    /// if given (see [`Inbox::recv_into`]). Cancel-safe: each delivery is
+    /// taken whole, and one from another run is dropped before the next is
+    /// waited for (one written into the buffer is overwritten by the next).
+    async fn receive(&self, buffer: Option<&RecvBuffer>) -> Result<Received, TransportError> {
+        loop {
+            let received = match buffer {
+                Some(buffer) => self.inbox.recv_into(buffer).await?,
+                None => Received::Delivery(self.inbox.recv().await?),
+            };
+            if self.world.is_none() {
+                return Ok(received);
+            }
+            match received {
+                Received::Written { from, len } => {
+                    if let Some(from) = self.local(from) {
+                        return Ok(Received::Written { from, len });
+                    }
+                }
+                Received::Delivery(Delivery::Message { from, payload }) => {
+                    if let Some(from) = self.local(from) {
+                        return Ok(Received::Delivery(Delivery::Message { from, payload }));
+                    }
+                }
+                Received::Delivery(Delivery::Membership(mut change)) => {
+                    if let Some(rank) = self.local(change.rank) {
+                        change.rank = rank;
+                        change.size = self.size();
+                        return Ok(Received::Delivery(Delivery::Membership(change)));
+                    }
+                }
+            }
+        }
+    }
+
     /// Sends a message to `to` wherever it runs, waiting for credit.
     async fn send_message(&self, to: u32, payload: Vec<u8>) -> Result<(), TransportError> {
         let mut ranks = self.job.ranks.subscribe();
@@ -631,58 +666,15 @@ impl Transport for NetTransport {
         &'a mut self,
         buffer: &'a RecvBuffer,
     ) -> BoxFuture<'a, Result<Received, TransportError>> {
-        if self.world.is_none() {
-            return Box::pin(self.inbox.recv_into(buffer));
-        }
-        // As `recv`; a message from another run written into the buffer is
-        // overwritten by the next.
-        Box::pin(async move {
-            loop {
-                match self.inbox.recv_into(buffer).await? {
-                    Received::Written { from, len } => {
-                        if let Some(from) = self.local(from) {
-                            return Ok(Received::Written { from, len });
-                        }
-                    }
-                    Received::Delivery(Delivery::Message { from, payload }) => {
-                        if let Some(from) = self.local(from) {
-                            return Ok(Received::Delivery(Delivery::Message { from, payload }));
-                        }
-                    }
-                    Received::Delivery(Delivery::Membership(mut change)) => {
-                        if let Some(rank) = self.local(change.rank) {
-                            change.rank = rank;
-                            change.size = self.size();
-                            return Ok(Received::Delivery(Delivery::Membership(change)));
-                        }
-                    }
-                }
-            }
-        })
+        Box::pin(self.receive(Some(buffer)))
     }
 
     fn recv(&mut self) -> BoxFuture<'_, Result<Delivery, TransportError>> {
-        if self.world.is_none() {
-            return Box::pin(self.inbox.recv());
-        }
-        // Cancel-safe: each delivery is taken whole, and one from another
-        // run is dropped before the next is waited for.
         Box::pin(async move {
-            loop {
-                match self.inbox.recv().await? {
-                    Delivery::Message { from, payload } => {
-                        if let Some(from) = self.local(from) {
-                            return Ok(Delivery::Message { from, payload });
-                        }
-                    }
-                    Delivery::Membership(mut change) => {
-                        if let Some(rank) = self.local(change.rank) {
-                            change.rank = rank;
-                            change.size = self.size();
-                            return Ok(Delivery::Membership(change));
-                        }
-                    }
-                }
+            match self.receive(None).await? {
+                Received::Delivery(delivery) => Ok(delivery),
+                // Not without a buffer.
+                Received::Written { .. } => Err(TransportError::Closed),
             }
         })
     }

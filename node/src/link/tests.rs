@@ -328,6 +328,15 @@ impl Pair {
         Pair::with(sender, receiver).await
     }
 
+    /// [`Pair::start`], with its link up: a first message (number 0, of
+    /// 10 bytes) went across.
+    async fn linked(network: &str) -> Pair {
+        let pair = Pair::start(network).await;
+        pair.send(0, 10).await;
+        assert_eq!(pair.recv(10).await, 0);
+        pair
+    }
+
     /// A pair whose receiver listens on loopback address 127.0.9.1 and
     /// dials the sender (on 127.0.0.1): the sender sees the connection
     /// come from 127.0.0.1, where the receiver does not listen, as with
@@ -510,9 +519,7 @@ fn cut(port: u16) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_direct_connection_cut_mid_message_loses_and_duplicates_nothing() {
     const BIG: usize = 32 << 20;
-    let pair = Arc::new(Pair::start("link-cut").await);
-    pair.send(0, 10).await;
-    assert_eq!(pair.recv(10).await, 0);
+    let pair = Arc::new(Pair::linked("link-cut").await);
     let to = Pair::plane(&pair.receiver).clone();
     until("a direct connection", || to.stats().accepted >= 1).await;
     let sending = {
@@ -572,9 +579,7 @@ impl Pair {
 async fn large_messages_are_striped_over_lanes_exactly_once_and_in_order() {
     const BIG: usize = 64 << 20;
     const MID: usize = 4 << 20;
-    let pair = Arc::new(Pair::start("link-lanes").await);
-    pair.send(0, 10).await;
-    assert_eq!(pair.recv(10).await, 0);
+    let pair = Arc::new(Pair::linked("link-lanes").await);
     let to = Pair::plane(&pair.receiver).clone();
     until("a direct connection", || to.stats().accepted >= 1).await;
     let sending = {
@@ -612,9 +617,7 @@ async fn large_messages_are_striped_over_lanes_exactly_once_and_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lane_cut_mid_message_loses_and_duplicates_nothing() {
     const BIG: usize = 64 << 20;
-    let pair = Arc::new(Pair::start("link-lane-cut").await);
-    pair.send(0, 10).await;
-    assert_eq!(pair.recv(10).await, 0);
+    let pair = Arc::new(Pair::linked("link-lane-cut").await);
     let to = Pair::plane(&pair.receiver).clone();
     {
         let pair = pair.clone();
@@ -658,9 +661,7 @@ async fn a_lane_cut_mid_message_loses_and_duplicates_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lanes_beyond_those_invited_or_for_another_connection_are_closed() {
     use futures::io::{AsyncReadExt, AsyncWriteExt};
-    let pair = Arc::new(Pair::start("link-lane-bound").await);
-    pair.send(0, 10).await;
-    assert_eq!(pair.recv(10).await, 0);
+    let pair = Arc::new(Pair::linked("link-lane-bound").await);
     {
         let pair = pair.clone();
         until("lanes", move || pair.lane_ports().len() == 2).await;
