@@ -206,7 +206,8 @@ fn read_ranks_stream(bytes: &[u8]) -> Result<(), String> {
                         let raised = rank.asked(id, start, total);
                         raise(&mut inbound, &rank, raised);
                     }
-                    Received::Partial | Received::Duplicate => {}
+                    // (Nothing is lent here.)
+                    Received::Partial | Received::Duplicate | Received::Lent { .. } => {}
                 }
             }
             Frame::Ack(ack) => {

@@ -224,11 +224,14 @@ impl RecvBuffer {
         self.0.capacity
     }
 
-    /// Copies `bytes` to the buffer's start. `false` (nothing copied) if
-    /// they do not fit or the buffer was taken back.
+    /// Copies `bytes` into the buffer at `offset`. `false` (nothing
+    /// copied) if they do not fit or the buffer was taken back.
     #[allow(unsafe_code)]
-    pub fn fill(&self, bytes: &[u8]) -> bool {
-        if bytes.len() > self.0.capacity {
+    pub fn write_at(&self, offset: usize, bytes: &[u8]) -> bool {
+        if offset
+            .checked_add(bytes.len())
+            .is_none_or(|end| end > self.0.capacity)
+        {
             return false;
         }
         let window = lock(&self.0.window);
@@ -238,8 +241,9 @@ impl RecvBuffer {
         // SAFETY: lent (`Some`, and the lock held), so `start..start +
         // capacity` is valid for writes and nothing else touches it (see
         // `Lend::new`); `bytes` is not in it (the lender does not read or
-        // write it, so no reference to it exists); `bytes.len()` fits.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start.0, bytes.len()) };
+        // write it, so no reference to it exists); `offset + bytes.len()`
+        // is within the capacity.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start.0.add(offset), bytes.len()) };
         true
     }
 
@@ -252,7 +256,7 @@ impl RecvBuffer {
         }
         let window = lock(&self.0.window);
         let start = window.as_ref()?;
-        // SAFETY: as in `fill`: lent, locked, `len` within the capacity.
+        // SAFETY: as in `write_at`: lent, locked, `len` within the capacity.
         Some(unsafe { std::slice::from_raw_parts(start.0, len) }.to_vec())
     }
 }
@@ -328,14 +332,18 @@ mod tests {
         let lend = Lend::owned(8);
         let buffer = lend.buffer().clone();
         assert_eq!(buffer.capacity(), 8);
-        assert!(!buffer.fill(&[1; 9]), "too long");
+        assert!(!buffer.write_at(0, &[1; 9]), "too long");
+        assert!(!buffer.write_at(6, &[1; 3]), "too long at its offset");
+        assert!(!buffer.write_at(usize::MAX, &[1]), "beyond any buffer");
         assert_eq!(buffer.read(8), Some(vec![0; 8]), "nothing written");
-        assert!(buffer.fill(&[1, 2, 3]));
+        assert!(buffer.write_at(0, &[1, 2, 3]));
         assert_eq!(buffer.read(3), Some(vec![1, 2, 3]));
+        assert!(buffer.write_at(5, &[7, 8, 9]));
+        assert_eq!(buffer.read(8), Some(vec![1, 2, 3, 0, 0, 7, 8, 9]));
         assert_eq!(buffer.read(9), None, "beyond the buffer");
         drop(lend);
         // Taken back: a clone kept by a deliverer writes and reads nothing.
-        assert!(!buffer.fill(&[4]));
+        assert!(!buffer.write_at(0, &[4]));
         assert_eq!(buffer.read(1), None);
     }
 }

@@ -154,7 +154,11 @@
 //! [`Outbox::set_striping`] on); [`Outbox::on_ack`] takes an ack from the
 //! peer; [`Outbox::rewind`] after the stream (and its lanes) was lost.
 //! Receiver: [`Inbound::on_chunk`] for each chunk read;
-//! [`Inbound::consumed`] when the worker takes a message;
+//! [`Inbound::lend`] when the driver has a place for the message being
+//! built (the waiting worker's memory: its further chunks are
+//! [`Received::Lent`], written there by the driver) and
+//! [`Inbound::give_back`] when it takes that place back before the message
+//! is whole; [`Inbound::consumed`] when the worker takes a message;
 //! [`Inbound::ack`] for the ack to send; [`Inbound::stream_lost`] when the
 //! stream it came on ended. The receiving rank's [`RankReceiver`] is told
 //! of asks ([`RankReceiver::asked`]) and reads

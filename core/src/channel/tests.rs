@@ -1131,3 +1131,160 @@ fn windows_grow_for_large_messages_and_shrink_under_pressure() {
     assert!(rank.credit(&1) >= start + footprint(100));
     assert_eq!(rank.lent(), 0);
 }
+
+// ----- building a message where the driver lent -----
+
+/// A place lent for message 0 of `len` bytes: what the driver writes there.
+struct Place(Vec<u8>);
+
+impl Place {
+    fn new(len: usize) -> Place {
+        Place(vec![0; len])
+    }
+
+    fn write(&mut self, offset: u64, bytes: &[u8]) -> bool {
+        let at = offset as usize;
+        self.0[at..at + bytes.len()].copy_from_slice(bytes);
+        true
+    }
+}
+
+#[test]
+fn a_message_lent_mid_way_is_written_where_lent_in_any_order() {
+    let big = message(3, 4 * CHUNK_BYTES + 7);
+    let mut inb = Inbound::new();
+    inb.raise_limit(footprint(big.len() as u64));
+    assert_eq!(inb.lend(|_, _| true), None, "nothing is being built");
+    // Chunks 0 and 3 arrive before the loan: held, and handed over with it.
+    for i in [0, 3] {
+        assert_eq!(
+            inb.on_chunk(striped_chunk(0, &big, i)),
+            Ok(Received::Partial)
+        );
+    }
+    assert_eq!(inb.building(), Some(big.len() as u64));
+    // A place that refuses a write is not lent.
+    let mut writes = Vec::new();
+    let refused = inb.lend(|offset, bytes| {
+        writes.push((offset, bytes.len()));
+        offset == 0
+    });
+    assert_eq!(refused, None);
+    assert_eq!(
+        writes,
+        [(0, CHUNK_BYTES), (3 * CHUNK_BYTES as u64, CHUNK_BYTES)]
+    );
+    assert_eq!(inb.building(), Some(big.len() as u64), "still built here");
+    let mut place = Place::new(big.len());
+    let loan = inb
+        .lend(|o, b| place.write(o, b))
+        .expect("a message is being built");
+    assert!(place.0[..CHUNK_BYTES] == big[..CHUNK_BYTES]);
+    assert!(place.0[3 * CHUNK_BYTES..4 * CHUNK_BYTES] == big[3 * CHUNK_BYTES..4 * CHUNK_BYTES]);
+    assert_eq!(inb.lent(), Some(loan));
+    assert_eq!(inb.building(), None);
+    assert_eq!(inb.buffered_bytes(), 0, "nothing of it is held here");
+    // The rest, out of order and with chunks sent again, is written there.
+    for i in [4, 1, 3, 0] {
+        let chunk = striped_chunk(0, &big, i);
+        assert_eq!(inb.on_chunk(chunk), Ok(Received::Lent { last: false }));
+        place.write(chunk.offset, chunk.bytes);
+    }
+    let chunk = striped_chunk(0, &big, 2);
+    assert_eq!(inb.on_chunk(chunk), Ok(Received::Lent { last: true }));
+    place.write(chunk.offset, chunk.bytes);
+    assert!(place.0 == big, "the message is whole where lent");
+    assert_eq!((inb.next(), inb.lent()), (1, None));
+    assert_eq!(inb.completed(), footprint(big.len() as u64));
+}
+
+#[test]
+fn a_loan_given_back_leaves_the_message_to_be_built_here() {
+    let big = message(9, 4 * CHUNK_BYTES + 7);
+    let mut inb = Inbound::new();
+    inb.raise_limit(footprint(big.len() as u64));
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 0)),
+        Ok(Received::Partial)
+    );
+    let mut place = Place::new(big.len());
+    let number = inb.lend(|o, b| place.write(o, b)).unwrap();
+    for i in [3, 1] {
+        let chunk = striped_chunk(0, &big, i);
+        assert_eq!(inb.on_chunk(chunk), Ok(Received::Lent { last: false }));
+        place.write(chunk.offset, chunk.bytes);
+    }
+    // Given back with its bytes up to the last written (chunk 3's end).
+    let written = place.0[..4 * CHUNK_BYTES].to_vec();
+    assert!(inb.give_back(number, Some(written)));
+    assert_eq!(inb.lent(), None);
+    assert_eq!(inb.buffered_bytes(), 3 * CHUNK_BYTES as u64);
+    assert!(inb.give_back(number, None), "a loan no longer current");
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 2)),
+        Ok(Received::Partial)
+    );
+    assert_eq!(inb.buffered_bytes(), 4 * CHUNK_BYTES as u64);
+    // Lent again: everything arrived is handed over.
+    let mut writes = Vec::new();
+    let loan = inb
+        .lend(|o, b| {
+            writes.push((o, b.to_vec()));
+            true
+        })
+        .unwrap();
+    assert_ne!(loan, number);
+    assert!(writes.len() == 1 && writes[0] == (0, big[..4 * CHUNK_BYTES].to_vec()));
+    // Given back short of what was written: the message is dropped (the
+    // driver ends the stream; the sender sends it again from its start).
+    assert!(!inb.give_back(loan, Some(big[..CHUNK_BYTES].to_vec())));
+    assert_eq!(
+        (inb.lent(), inb.building(), inb.buffered_bytes()),
+        (None, None, 0)
+    );
+    for i in 0..4 {
+        assert_eq!(
+            inb.on_chunk(striped_chunk(0, &big, i)),
+            Ok(Received::Partial)
+        );
+    }
+    let last = inb.on_chunk(striped_chunk(0, &big, 4));
+    assert!(
+        last == Ok(Received::Complete(big.clone())),
+        "sent again whole"
+    );
+}
+
+#[test]
+fn a_loan_ends_with_its_message_on_a_stream_lost_or_an_ask() {
+    let big = message(2, 2 * CHUNK_BYTES);
+    let mut inb = Inbound::new();
+    inb.raise_limit(footprint(big.len() as u64));
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 0)),
+        Ok(Received::Partial)
+    );
+    let loan = inb.lend(|_, _| true).unwrap();
+    inb.stream_lost();
+    assert_eq!(inb.lent(), None);
+    assert!(inb.give_back(loan, None), "changes nothing");
+    assert_eq!(
+        inb.on_chunk(striped_chunk(0, &big, 0)),
+        Ok(Received::Partial)
+    );
+    inb.lend(|_, _| true).unwrap();
+    let ask = Chunk {
+        channel: CH,
+        seq: 0,
+        offset: 0,
+        total: big.len() as u64,
+        bytes: &[],
+    };
+    assert_eq!(
+        inb.on_chunk(ask),
+        Ok(Received::Asked {
+            total: big.len() as u64
+        })
+    );
+    assert_eq!(inb.lent(), None);
+}

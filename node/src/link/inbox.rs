@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use zorilla_core::channel::{ChannelId, MAX_MESSAGE_BYTES, RankReceiver, footprint};
+use zorilla_core::channel::{ChannelId, Inbound, MAX_MESSAGE_BYTES, RankReceiver, footprint};
 use zorilla_overlay::PeerId;
 use zorilla_sandbox::{Delivery, Handover, MembershipChange, Received, RecvBuffer, TransportError};
 
 use super::lock::lock;
-use super::peer_inbound::PeerInbound;
+use super::peer_inbound::{PeerInbound, RecvState};
 use crate::wire::job_copy::Placed;
 
 /// Unread membership changes an inbox keeps (older ones are dropped by the
@@ -54,6 +54,9 @@ pub(super) struct InboxState {
     posted: Option<RecvBuffer>,
     /// A message written into `posted`, not yet returned to the worker.
     written: Option<Written>,
+    /// A message from another node being written into `posted` as it
+    /// arrives.
+    claim: Option<Claim>,
 }
 
 /// A message copied straight into the worker's lent buffer.
@@ -61,6 +64,28 @@ struct Written {
     from: u32,
     len: usize,
     source: Source,
+    /// The buffer it is in.
+    buffer: RecvBuffer,
+}
+
+/// A message of several chunks from another node, built in the worker's
+/// lent buffer (its channel's [`Inbound::lend`]): only the reader of the
+/// peer's stream writes it, holding the peer's lock and then the inbox's.
+/// It ends whole (it becomes [`Written`]), dropped with its stream, or
+/// given back when the receive ends first ([`Posted`]).
+struct Claim {
+    peer: Arc<PeerInbound>,
+    channel: ChannelId,
+    loan: u64,
+    buffer: RecvBuffer,
+    /// The end of the furthest byte written.
+    end: usize,
+}
+
+impl Claim {
+    fn of(&self, peer: &Arc<PeerInbound>, channel: ChannelId) -> bool {
+        self.channel == channel && Arc::ptr_eq(&self.peer, peer)
+    }
 }
 
 impl InboxState {
@@ -69,22 +94,16 @@ impl InboxState {
     /// are borrowed (moving an owned message into the queue copies
     /// nothing); else into the queue, copied if borrowed.
     fn put(&mut self, from: u32, bytes: Cow<'_, [u8]>, source: Source) {
-        let filled = match &bytes {
-            Cow::Borrowed(bytes) => {
-                self.items.is_empty()
-                    && self.written.is_none()
-                    && self
-                        .posted
-                        .as_ref()
-                        .is_some_and(|buffer| buffer.fill(bytes))
-            }
-            Cow::Owned(_) => false,
+        let filled = match (&bytes, self.lendable()) {
+            (Cow::Borrowed(bytes), Some(buffer)) if buffer.write_at(0, bytes) => Some(buffer),
+            _ => None,
         };
-        if filled {
+        if let Some(buffer) = filled {
             self.written = Some(Written {
                 from,
                 len: bytes.len(),
                 source,
+                buffer,
             });
         } else {
             self.items.push_back(Item::Message {
@@ -94,6 +113,62 @@ impl InboxState {
             });
         }
         self.pushed = Some(std::time::Instant::now());
+    }
+
+    /// The worker's lent buffer, if a message may go into it now: nothing
+    /// is queued before it, and no other message is (being) written there.
+    fn lendable(&self) -> Option<RecvBuffer> {
+        let free = self.items.is_empty() && self.written.is_none() && self.claim.is_none();
+        self.posted.clone().filter(|_| free)
+    }
+
+    /// Writes a chunk of `peer`'s `channel`, `bytes` at `offset` of a
+    /// message of `total` bytes, where the message is built under `loan`
+    /// (its channel said [`Received::Lent`](zorilla_core::channel::Received::Lent); `last`: the message is
+    /// whole with it). `false` if there is no such claim or the write
+    /// failed: the message is lost here (which cannot happen: a claim ends
+    /// only under the peer's lock, and its buffer stays lent until then).
+    pub(super) fn write_lent(
+        &mut self,
+        peer: &Arc<PeerInbound>,
+        channel: ChannelId,
+        loan: u64,
+        (offset, bytes, total): (u64, &[u8], u64),
+        last: bool,
+    ) -> bool {
+        let Some(claim) = self
+            .claim
+            .as_mut()
+            .filter(|c| c.of(peer, channel) && c.loan == loan)
+        else {
+            return false;
+        };
+        // Within the buffer, which holds `total` (checked when lent).
+        let (Ok(offset), Ok(total)) = (usize::try_from(offset), usize::try_from(total)) else {
+            return false;
+        };
+        if !claim.buffer.write_at(offset, bytes) {
+            return false;
+        }
+        claim.end = claim.end.max(offset + bytes.len());
+        if last && let Some(claim) = self.claim.take() {
+            self.written = Some(Written {
+                from: channel.from,
+                len: total,
+                source: Source::Remote(claim.peer, channel),
+                buffer: claim.buffer,
+            });
+            self.pushed = Some(std::time::Instant::now());
+        }
+        true
+    }
+
+    /// `peer`'s `channel` no longer builds a message under a loan it had
+    /// (the message was dropped): its claim, if it has one, is over.
+    pub(super) fn end_loan(&mut self, peer: &Arc<PeerInbound>, channel: ChannelId) {
+        if self.claim.as_ref().is_some_and(|c| c.of(peer, channel)) {
+            self.claim = None;
+        }
     }
 }
 
@@ -184,6 +259,48 @@ impl Inbox {
             .rank
             .asked(Sender::Remote(peer.peer, channel), start, total);
         self.raise(&mut r, raised, None);
+    }
+
+    /// Lends the worker's buffer to the message `inbound` (`peer`'s
+    /// `channel`) is building, if the worker waits with one that holds it
+    /// and nothing else may go there first ([`InboxState::lendable`]):
+    /// what arrived of it is written there now, its further chunks as they
+    /// come ([`InboxState::write_lent`]), which saves copying the message
+    /// whole into the buffer after it. Called with the peer's lock held.
+    pub(super) fn lend(&self, peer: &Arc<PeerInbound>, channel: ChannelId, inbound: &mut Inbound) {
+        let Some(total) = inbound.building() else {
+            return;
+        };
+        let mut s = lock(&self.state);
+        // A claim of this channel's whose message was dropped since (its
+        // stream was lost) is over.
+        s.end_loan(peer, channel);
+        let Some(buffer) = s.lendable().filter(|b| b.capacity() as u64 >= total) else {
+            return;
+        };
+        let mut end = 0;
+        let loan = inbound.lend(|offset, bytes| {
+            let Ok(offset) = usize::try_from(offset) else {
+                return false;
+            };
+            end = end.max(offset + bytes.len());
+            buffer.write_at(offset, bytes)
+        });
+        if let Some(loan) = loan {
+            s.claim = Some(Claim {
+                peer: peer.clone(),
+                channel,
+                loan,
+                buffer,
+                end,
+            });
+        }
+    }
+
+    /// A message claimed in the worker's buffer is whole there
+    /// ([`InboxState::write_lent`]): the worker wakes to take it.
+    pub(super) fn written(&self) {
+        self.ready.notify_one();
     }
 
     /// The worker read `len` bytes of `peer`'s `channel`.
@@ -444,7 +561,9 @@ impl Inbox {
                     self.read(from, &source, payload.len());
                     return Ok(Received::Delivery(Delivery::Message { from, payload }));
                 }
-                Some(Taken::Written(Written { from, len, source })) => {
+                Some(Taken::Written(Written {
+                    from, len, source, ..
+                })) => {
                     self.read(from, &source, len);
                     return Ok(Received::Written { from, len });
                 }
@@ -490,12 +609,32 @@ struct Posted<'a>(&'a Inbox);
 
 impl Drop for Posted<'_> {
     fn drop(&mut self) {
-        let mut s = lock(&self.0.state);
-        let posted = s.posted.take();
-        if let Some(Written { from, len, source }) = s.written.take() {
+        let inbox = self.0;
+        let mut s = lock(&inbox.state);
+        // Nothing more goes into the buffer.
+        s.posted = None;
+        if let Some(peer) = s.claim.as_ref().map(|c| c.peer.clone()) {
+            // A message being built in the buffer goes back to its
+            // channel, under its peer's lock, taken first (the lock
+            // order). Meanwhile only that peer's reader changes the claim
+            // (ends or completes it).
+            drop(s);
+            let mut p = lock(&peer.state);
+            s = lock(&inbox.state);
+            if let Some(claim) = s.claim.take() {
+                give_back(&mut p, claim);
+            }
+        }
+        if let Some(Written {
+            from,
+            len,
+            source,
+            buffer,
+        }) = s.written.take()
+        {
             // The lender keeps the buffer lent until the receive's future
             // is dropped (`Transport::recv_into`), so it can be read.
-            match posted.and_then(|buffer| buffer.read(len)) {
+            match buffer.read(len) {
                 Some(payload) => s.items.push_front(Item::Message {
                     from,
                     payload,
@@ -505,10 +644,27 @@ impl Drop for Posted<'_> {
                 // credit at least goes back.
                 None => {
                     drop(s);
-                    self.0.read(from, &source, len);
+                    inbox.read(from, &source, len);
                 }
             }
         }
+    }
+}
+
+/// Gives `claim`'s message back to its channel (in `p`, its peer's state):
+/// what was written of it is copied out of the buffer. Should that fail
+/// (the lender broke its contract), the message is dropped and the peer's
+/// stream ended, so that the sender sends it again from its start.
+fn give_back(p: &mut RecvState, claim: Claim) {
+    let written = claim.buffer.read(claim.end);
+    let kept = p
+        .channels
+        .get_mut(&claim.channel)
+        .is_none_or(|c| c.inbound.give_back(claim.loan, written));
+    if !kept {
+        p.stream = p.stream.wrapping_add(1);
+        claim.peer.superseded.notify_waiters();
+        claim.peer.wake.notify_one();
     }
 }
 

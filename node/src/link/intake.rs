@@ -54,6 +54,9 @@ pub(super) enum Fault {
     Superseded,
     /// The peer broke the protocol.
     Violation(String),
+    /// A message half received was lost here: the stream ends, so that
+    /// the peer sends it again from its start.
+    Lost,
 }
 
 /// Takes one chunk from `state`'s peer for `job` (if it is here).
@@ -155,15 +158,60 @@ fn take_chunk_for(
         inbound: Inbound::new(),
         advertised: zorilla_core::channel::INITIAL_WINDOW,
     });
-    let bytes = chunk.bytes;
+    let (bytes, offset, total) = (chunk.bytes, chunk.offset, chunk.total);
+    // A message built in the worker's buffer: its claim there is looked
+    // at and changed with the channel's state, under both locks.
+    let loan = c.inbound.lent();
+    let mut lent = loan
+        .zip(inbox)
+        .map(|(loan, inbox)| (loan, inbox, lock(&inbox.state)));
     let received = c.inbound.on_chunk_in_place(chunk);
+    if let Some((loan, _, inbox_state)) = lent.as_mut() {
+        match received {
+            Ok(Received::Lent { last })
+                if !inbox_state.write_lent(state, channel, *loan, (offset, bytes, total), last) =>
+            {
+                // (Cannot happen: see `write_lent`.)
+                c.inbound.give_back(*loan, None);
+                return Err(Fault::Lost);
+            }
+            Ok(Received::Lent { .. }) => {}
+            _ if c.inbound.lent() != Some(*loan) => inbox_state.end_loan(state, channel),
+            _ => {}
+        }
+    }
+    let claimed = lent.take().map(|(_, inbox, inbox_state)| {
+        drop(inbox_state);
+        inbox
+    });
     let wake = match received {
         Err(v) => return Err(Fault::Violation(v.to_string())),
         // Part of a larger message: an ack (unchanged) goes back within
         // the ack delay all the same, so that the sender hears from this
         // node while a large message arrives slowly (a stream silent for
         // `ACK_SILENCE` with messages unacknowledged is taken for broken).
-        Ok(Received::Partial) => s.owe(channel, false),
+        // If the worker waits with a buffer that holds the message, the
+        // rest of it is built there.
+        Ok(Received::Partial) => {
+            if let Some(inbox) = inbox {
+                inbox.lend(state, channel, &mut c.inbound);
+            }
+            s.owe(channel, false)
+        }
+        Ok(Received::Lent { last: false }) => s.owe(channel, false),
+        Ok(Received::Lent { last: true }) => {
+            // Whole in the worker's buffer (acknowledged at once, as any
+            // message that may have been striped).
+            let wake = s.owe(channel, total >= STRIPE_BYTES);
+            drop(s);
+            if let Some(inbox) = claimed {
+                inbox.written();
+            }
+            if wake {
+                state.wake.notify_one();
+            }
+            return Ok(());
+        }
         Ok(Received::Duplicate) => s.owe(channel, true),
         Ok(Received::Asked { total }) => {
             let start = s

@@ -97,12 +97,18 @@
 //!    sends in fragments of that size) goes from there straight into the
 //!    worker's memory when the worker waits in a receive with a buffer it
 //!    fits (copy 5, the last: see [`Inbox::recv_into`]), waking the worker
-//!    (hand-off 2, unless it is polling its inbox: see [`Inbox::recv`]);
-//!    otherwise it is copied into a message of its own (copy 5), as is
-//!    every chunk of a larger message (its room grows by doubling as
-//!    chunks arrive, never past the message's length, so what arrived
-//!    moves a few times as it grows), and the complete message is queued
-//!    in the rank's inbox;
+//!    (hand-off 2, unless it is polling its inbox: see [`Inbox::recv`]).
+//!    So do the chunks of a larger message, each as it arrives, in any
+//!    order (its channel's `Inbound::lend`, the inbox's claim on the
+//!    buffer), once the worker waits with a buffer that holds the whole
+//!    message and nothing is queued before it (what arrived before that is
+//!    copied in then); a receive that ends before the message is whole
+//!    gives what was written back to the channel, which builds the rest
+//!    of it in a message of its own. Otherwise a message is copied into a
+//!    message of its own (copy 5; its room grows by doubling as chunks
+//!    arrive, never past the message's length, so what arrived moves a
+//!    few times as it grows), and the complete message is queued in the
+//!    rank's inbox;
 //! 3. the worker copies a queued message into its guest's memory (copy 6).
 //!
 //! So a message is copied five or six times: five when it went straight
@@ -1113,6 +1119,7 @@ fn receive(
     match take_chunk(state, job.as_deref(), generation, chunk) {
         Ok(()) => Ok(()),
         Err(Fault::Superseded) => Err("superseded by a newer stream".into()),
+        Err(Fault::Lost) => Err("a message half received was lost here".into()),
         Err(Fault::Violation(what)) => Err(violation(links, peer, &what)),
     }
 }

@@ -1263,3 +1263,186 @@ fn a_message_in_one_chunk_from_another_node_is_written_straight_into_the_waiting
         }
     }
 }
+
+/// A chunk of a message, kept to be taken in any order.
+struct Owned {
+    seq: u64,
+    offset: u64,
+    total: u64,
+    bytes: Vec<u8>,
+}
+
+impl Remote {
+    /// Message `n` of `len` bytes from `from`, once its credit admits it
+    /// (asked for and granted through `routes`): its chunks, in order, not
+    /// yet taken by this node.
+    fn chunks(&mut self, routes: &Routes, from: u32, n: u32, len: usize) -> Vec<Owned> {
+        let channel = Remote::channel(from);
+        for _ in 0..100 {
+            match self.out.admits(channel, len as u64) {
+                Admission::Yes => break,
+                Admission::Ask => self.out.ask(channel, len as u64),
+                _ => {}
+            }
+            assert!(self.pump(routes), "no room for the message");
+        }
+        self.out.push(channel, tagged(from, n, len));
+        let mut chunks = Vec::new();
+        while let Some(c) = self.out.next_chunk(CHUNK_BYTES) {
+            chunks.push(Owned {
+                seq: c.seq,
+                offset: c.offset,
+                total: c.total,
+                bytes: c.bytes.to_vec(),
+            });
+        }
+        chunks
+    }
+
+    /// This node takes `chunk` of `from`'s channel.
+    fn take(&self, routes: &Routes, from: u32, chunk: &Owned) {
+        let chunk = zorilla_core::channel::Chunk {
+            channel: Remote::channel(from),
+            seq: chunk.seq,
+            offset: chunk.offset,
+            total: chunk.total,
+            bytes: &chunk.bytes,
+        };
+        take_chunk(&self.state, Some(routes), 0, chunk).unwrap();
+    }
+}
+
+fn remote_to(inbox: &Arc<Inbox>) -> (Routes, Remote) {
+    let peer = PeerId::random();
+    let routes = Routes {
+        inbox: inbox.clone(),
+        peer,
+    };
+    let remote = Remote {
+        out: Outbox::new(),
+        todo: BTreeMap::new(),
+        state: Arc::new(PeerInbound::new(peer)),
+    };
+    (routes, remote)
+}
+
+#[test]
+fn a_message_of_many_chunks_from_another_node_is_built_straight_in_the_waiting_workers_buffer() {
+    let inbox = Inbox::new(0);
+    let (routes, mut remote) = remote_to(&inbox);
+    let lend = zorilla_sandbox::Lend::owned(4 * CHUNK_BYTES);
+    let len = 3 * CHUNK_BYTES + 5;
+    // The worker waits before the first chunk; they come out of order,
+    // as from lanes: none is held on the way.
+    let chunks = remote.chunks(&routes, 4, 0, len);
+    let mut recv = Box::pin(inbox.recv_into(lend.buffer()));
+    assert!(poll_once(&mut recv).is_pending());
+    for i in [2, 0, 3] {
+        remote.take(&routes, 4, &chunks[i]);
+        assert!(poll_once(&mut recv).is_pending(), "not whole yet");
+        assert_eq!(remote.partial_bytes(), 0, "chunk {i} held on the way");
+    }
+    remote.take(&routes, 4, &chunks[1]);
+    let written = finish(&mut recv).unwrap();
+    assert_eq!(written, zorilla_sandbox::Received::Written { from: 4, len });
+    assert!(lend.buffer().read(len).unwrap() == tagged(4, 0, len));
+    // The worker waits only after two chunks of the next arrived: they
+    // are copied into its buffer, and the rest written there.
+    remote.pump(&routes);
+    let chunks = remote.chunks(&routes, 4, 1, len);
+    remote.take(&routes, 4, &chunks[0]);
+    remote.take(&routes, 4, &chunks[1]);
+    assert_eq!(remote.partial_bytes(), 2 * CHUNK_BYTES as u64);
+    let mut recv = Box::pin(inbox.recv_into(lend.buffer()));
+    assert!(poll_once(&mut recv).is_pending());
+    remote.take(&routes, 4, &chunks[2]);
+    assert_eq!(remote.partial_bytes(), 0, "not lent mid-way");
+    remote.take(&routes, 4, &chunks[3]);
+    let written = finish(&mut recv).unwrap();
+    assert_eq!(written, zorilla_sandbox::Received::Written { from: 4, len });
+    assert!(lend.buffer().read(len).unwrap() == tagged(4, 1, len));
+    assert!(lock(&inbox.state).items.is_empty(), "delivered twice");
+}
+
+#[test]
+fn a_message_half_built_in_a_buffer_whose_receive_ends_is_delivered_whole_once() {
+    let inbox = Inbox::new(0);
+    let (routes, mut remote) = remote_to(&inbox);
+    let lend = zorilla_sandbox::Lend::owned(4 * CHUNK_BYTES);
+    let len = 3 * CHUNK_BYTES + 5;
+    let message = |n| tagged(4, n, len);
+    // The receive times out half way: what was written goes back to the
+    // channel, and the message arrives whole from the queue.
+    let chunks = remote.chunks(&routes, 4, 0, len);
+    let mut recv = Box::pin(inbox.recv_into(lend.buffer()));
+    assert!(poll_once(&mut recv).is_pending());
+    remote.take(&routes, 4, &chunks[0]);
+    remote.take(&routes, 4, &chunks[2]);
+    assert_eq!(remote.partial_bytes(), 0, "not lent");
+    drop(recv);
+    assert_eq!(
+        remote.partial_bytes(),
+        2 * CHUNK_BYTES as u64,
+        "not given back"
+    );
+    remote.take(&routes, 4, &chunks[1]);
+    remote.take(&routes, 4, &chunks[3]);
+    let mut recv = Box::pin(inbox.recv());
+    match finish(&mut recv).unwrap() {
+        Delivery::Message { from, payload } => assert!(from == 4 && payload == message(0)),
+        other => panic!("unexpected {other:?}"),
+    }
+    // A message from another sender comes while one is being built in the
+    // buffer: it is queued and delivered first; the one being built goes
+    // back to its channel, and is lent again to the next receive.
+    remote.pump(&routes);
+    let chunks = remote.chunks(&routes, 4, 1, len);
+    let mut recv = Box::pin(inbox.recv_into(lend.buffer()));
+    assert!(poll_once(&mut recv).is_pending());
+    remote.take(&routes, 4, &chunks[0]);
+    let mut reserve = Box::pin(inbox.clone().reserve_local(9, 3));
+    let std::task::Poll::Ready(handover) = poll_once(&mut reserve) else {
+        panic!("no credit");
+    };
+    handover.unwrap().hand_over(b"hey").unwrap();
+    let local = zorilla_sandbox::Received::Delivery(Delivery::Message {
+        from: 9,
+        payload: b"hey".to_vec(),
+    });
+    assert_eq!(finish(&mut recv).unwrap(), local);
+    drop(recv);
+    assert_eq!(remote.partial_bytes(), CHUNK_BYTES as u64, "not given back");
+    let mut recv = Box::pin(inbox.recv_into(lend.buffer()));
+    assert!(poll_once(&mut recv).is_pending());
+    for chunk in &chunks[1..] {
+        remote.take(&routes, 4, chunk);
+    }
+    assert_eq!(
+        finish(&mut recv).unwrap(),
+        zorilla_sandbox::Received::Written { from: 4, len }
+    );
+    assert!(lend.buffer().read(len).unwrap() == message(1));
+    drop(recv);
+    // The stream is lost half way: the sender sends the message again
+    // from its start, and it is built in the buffer anew.
+    remote.pump(&routes);
+    let chunks = remote.chunks(&routes, 4, 2, len);
+    let mut recv = Box::pin(inbox.recv_into(lend.buffer()));
+    assert!(poll_once(&mut recv).is_pending());
+    remote.take(&routes, 4, &chunks[0]);
+    remote.take(&routes, 4, &chunks[1]);
+    for c in lock(&remote.state.state).channels.values_mut() {
+        c.inbound.stream_lost();
+    }
+    for chunk in &chunks {
+        remote.take(&routes, 4, chunk);
+    }
+    assert_eq!(
+        finish(&mut recv).unwrap(),
+        zorilla_sandbox::Received::Written { from: 4, len }
+    );
+    assert!(lend.buffer().read(len).unwrap() == message(2));
+    drop(recv);
+    let mut recv = Box::pin(inbox.recv());
+    assert!(poll_once(&mut recv).is_pending(), "delivered twice");
+}
