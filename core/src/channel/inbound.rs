@@ -314,13 +314,14 @@ impl Inbound {
     }
 
     /// The driver takes back the place of loan `number` before the message
-    /// was whole there: `written` is a copy of its first bytes, up to the
-    /// last byte written at least, which the message being built holds
-    /// again. `false` if they fall short (`None`: the place was lost): the
-    /// message being built is dropped, and the driver must end the stream
-    /// so that the sender sends it again from its start. A loan no longer
-    /// current (the message was dropped since) changes nothing.
-    pub fn give_back(&mut self, number: u64, written: Option<Vec<u8>>) -> bool {
+    /// was whole there: `read(len)` copies the place's first `len` bytes
+    /// (up to the last byte written there), which the message being built
+    /// holds again. `false` if the copy falls short (`None`: the place was
+    /// lost): the message being built is dropped, and the driver must end
+    /// the stream so that the sender sends it again from its start. A loan
+    /// no longer current (the message was dropped since) changes nothing,
+    /// and nothing is read.
+    pub fn give_back(&mut self, number: u64, read: impl FnOnce(u64) -> Option<Vec<u8>>) -> bool {
         let Some(Partial {
             bytes: Bytes::Lent { loan, have, ahead },
             ..
@@ -335,21 +336,24 @@ impl Inbound {
             .iter()
             .map(|(o, len)| o.saturating_add(*len))
             .fold(*have, u64::max);
-        let held = written.filter(|w| w.len() as u64 >= end).and_then(|mut w| {
-            let mut kept = BTreeMap::new();
-            let mut kept_bytes = 0u64;
-            for (offset, len) in ahead {
-                let range = usize::try_from(*offset).ok()?..usize::try_from(offset + len).ok()?;
-                kept.insert(*offset, w.get(range)?.to_vec());
-                kept_bytes += len;
-            }
-            w.truncate(usize::try_from(*have).ok()?);
-            Some(Bytes::Held {
-                data: w,
-                ahead: kept,
-                ahead_bytes: kept_bytes,
-            })
-        });
+        let held = read(end)
+            .filter(|w| w.len() as u64 >= end)
+            .and_then(|mut w| {
+                let mut kept = BTreeMap::new();
+                let mut kept_bytes = 0u64;
+                for (offset, len) in ahead {
+                    let range =
+                        usize::try_from(*offset).ok()?..usize::try_from(offset + len).ok()?;
+                    kept.insert(*offset, w.get(range)?.to_vec());
+                    kept_bytes += len;
+                }
+                w.truncate(usize::try_from(*have).ok()?);
+                Some(Bytes::Held {
+                    data: w,
+                    ahead: kept,
+                    ahead_bytes: kept_bytes,
+                })
+            });
         match (held, self.partial.as_mut()) {
             (Some(held), Some(partial)) => {
                 partial.bytes = held;

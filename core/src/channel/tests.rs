@@ -1215,11 +1215,21 @@ fn a_loan_given_back_leaves_the_message_to_be_built_here() {
         place.write(chunk.offset, chunk.bytes);
     }
     // Given back with its bytes up to the last written (chunk 3's end).
-    let written = place.0[..4 * CHUNK_BYTES].to_vec();
-    assert!(inb.give_back(number, Some(written)));
+    let mut asked = None;
+    let given = inb.give_back(number, |len| {
+        asked = Some(len);
+        Some(place.0[..len as usize].to_vec())
+    });
+    assert!(given);
+    assert_eq!(
+        asked,
+        Some(4 * CHUNK_BYTES as u64),
+        "not up to chunk 3's end"
+    );
     assert_eq!(inb.lent(), None);
     assert_eq!(inb.buffered_bytes(), 3 * CHUNK_BYTES as u64);
-    assert!(inb.give_back(number, None), "a loan no longer current");
+    let stale = inb.give_back(number, |_| panic!("a loan no longer current is read"));
+    assert!(stale);
     assert_eq!(
         inb.on_chunk(striped_chunk(0, &big, 2)),
         Ok(Received::Partial)
@@ -1237,7 +1247,7 @@ fn a_loan_given_back_leaves_the_message_to_be_built_here() {
     assert!(writes.len() == 1 && writes[0] == (0, big[..4 * CHUNK_BYTES].to_vec()));
     // Given back short of what was written: the message is dropped (the
     // driver ends the stream; the sender sends it again from its start).
-    assert!(!inb.give_back(loan, Some(big[..CHUNK_BYTES].to_vec())));
+    assert!(!inb.give_back(loan, |_| Some(big[..CHUNK_BYTES].to_vec())));
     assert_eq!(
         (inb.lent(), inb.building(), inb.buffered_bytes()),
         (None, None, 0)
@@ -1267,7 +1277,7 @@ fn a_loan_ends_with_its_message_on_a_stream_lost_or_an_ask() {
     let loan = inb.lend(|_, _| true).unwrap();
     inb.stream_lost();
     assert_eq!(inb.lent(), None);
-    assert!(inb.give_back(loan, None), "changes nothing");
+    assert!(inb.give_back(loan, |_| None), "changes nothing");
     assert_eq!(
         inb.on_chunk(striped_chunk(0, &big, 0)),
         Ok(Received::Partial)

@@ -78,8 +78,6 @@ struct Claim {
     channel: ChannelId,
     loan: u64,
     buffer: RecvBuffer,
-    /// The end of the furthest byte written.
-    end: usize,
 }
 
 impl Claim {
@@ -150,7 +148,6 @@ impl InboxState {
         if !claim.buffer.write_at(offset, bytes) {
             return false;
         }
-        claim.end = claim.end.max(offset + bytes.len());
         if last && let Some(claim) = self.claim.take() {
             self.written = Some(Written {
                 from: channel.from,
@@ -278,13 +275,8 @@ impl Inbox {
         let Some(buffer) = s.lendable().filter(|b| b.capacity() as u64 >= total) else {
             return;
         };
-        let mut end = 0;
         let loan = inbound.lend(|offset, bytes| {
-            let Ok(offset) = usize::try_from(offset) else {
-                return false;
-            };
-            end = end.max(offset + bytes.len());
-            buffer.write_at(offset, bytes)
+            usize::try_from(offset).is_ok_and(|offset| buffer.write_at(offset, bytes))
         });
         if let Some(loan) = loan {
             s.claim = Some(Claim {
@@ -292,7 +284,6 @@ impl Inbox {
                 channel,
                 loan,
                 buffer,
-                end,
             });
         }
     }
@@ -656,11 +647,11 @@ impl Drop for Posted<'_> {
 /// (the lender broke its contract), the message is dropped and the peer's
 /// stream ended, so that the sender sends it again from its start.
 fn give_back(p: &mut RecvState, claim: Claim) {
-    let written = claim.buffer.read(claim.end);
+    let read = |len| claim.buffer.read(usize::try_from(len).ok()?);
     let kept = p
         .channels
         .get_mut(&claim.channel)
-        .is_none_or(|c| c.inbound.give_back(claim.loan, written));
+        .is_none_or(|c| c.inbound.give_back(claim.loan, read));
     if !kept {
         p.stream = p.stream.wrapping_add(1);
         claim.peer.superseded.notify_waiters();

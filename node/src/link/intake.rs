@@ -162,28 +162,22 @@ fn take_chunk_for(
     // A message built in the worker's buffer: its claim there is looked
     // at and changed with the channel's state, under both locks.
     let loan = c.inbound.lent();
-    let mut lent = loan
-        .zip(inbox)
-        .map(|(loan, inbox)| (loan, inbox, lock(&inbox.state)));
+    let lent_to = loan.zip(inbox).map(|(_, inbox)| lock(&inbox.state));
     let received = c.inbound.on_chunk_in_place(chunk);
-    if let Some((loan, _, inbox_state)) = lent.as_mut() {
+    if let (Some(loan), Some(mut inbox_state)) = (loan, lent_to) {
         match received {
             Ok(Received::Lent { last })
-                if !inbox_state.write_lent(state, channel, *loan, (offset, bytes, total), last) =>
+                if !inbox_state.write_lent(state, channel, loan, (offset, bytes, total), last) =>
             {
                 // (Cannot happen: see `write_lent`.)
-                c.inbound.give_back(*loan, None);
+                c.inbound.give_back(loan, |_| None);
                 return Err(Fault::Lost);
             }
             Ok(Received::Lent { .. }) => {}
-            _ if c.inbound.lent() != Some(*loan) => inbox_state.end_loan(state, channel),
+            _ if c.inbound.lent() != Some(loan) => inbox_state.end_loan(state, channel),
             _ => {}
         }
     }
-    let claimed = lent.take().map(|(_, inbox, inbox_state)| {
-        drop(inbox_state);
-        inbox
-    });
     let wake = match received {
         Err(v) => return Err(Fault::Violation(v.to_string())),
         // Part of a larger message: an ack (unchanged) goes back within
@@ -204,7 +198,7 @@ fn take_chunk_for(
             // message that may have been striped).
             let wake = s.owe(channel, total >= STRIPE_BYTES);
             drop(s);
-            if let Some(inbox) = claimed {
+            if let Some(inbox) = inbox {
                 inbox.written();
             }
             if wake {

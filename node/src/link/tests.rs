@@ -1312,6 +1312,20 @@ impl Remote {
     }
 }
 
+/// The receive `recv` returns message `n` of `len` bytes from rank 4,
+/// written whole into `lend`'s buffer.
+fn assert_written<F>(recv: &mut F, lend: &zorilla_sandbox::Lend, n: u32, len: usize)
+where
+    F: std::future::Future<Output = Result<zorilla_sandbox::Received, TransportError>> + Unpin,
+{
+    let written = finish(recv).unwrap();
+    assert_eq!(written, zorilla_sandbox::Received::Written { from: 4, len });
+    assert!(
+        lend.buffer().read(len).unwrap() == tagged(4, n, len),
+        "message {n} not intact"
+    );
+}
+
 fn remote_to(inbox: &Arc<Inbox>) -> (Routes, Remote) {
     let peer = PeerId::random();
     let routes = Routes {
@@ -1343,9 +1357,7 @@ fn a_message_of_many_chunks_from_another_node_is_built_straight_in_the_waiting_w
         assert_eq!(remote.partial_bytes(), 0, "chunk {i} held on the way");
     }
     remote.take(&routes, 4, &chunks[1]);
-    let written = finish(&mut recv).unwrap();
-    assert_eq!(written, zorilla_sandbox::Received::Written { from: 4, len });
-    assert!(lend.buffer().read(len).unwrap() == tagged(4, 0, len));
+    assert_written(&mut recv, &lend, 0, len);
     // The worker waits only after two chunks of the next arrived: they
     // are copied into its buffer, and the rest written there.
     remote.pump(&routes);
@@ -1358,9 +1370,7 @@ fn a_message_of_many_chunks_from_another_node_is_built_straight_in_the_waiting_w
     remote.take(&routes, 4, &chunks[2]);
     assert_eq!(remote.partial_bytes(), 0, "not lent mid-way");
     remote.take(&routes, 4, &chunks[3]);
-    let written = finish(&mut recv).unwrap();
-    assert_eq!(written, zorilla_sandbox::Received::Written { from: 4, len });
-    assert!(lend.buffer().read(len).unwrap() == tagged(4, 1, len));
+    assert_written(&mut recv, &lend, 1, len);
     assert!(lock(&inbox.state).items.is_empty(), "delivered twice");
 }
 
@@ -1370,7 +1380,6 @@ fn a_message_half_built_in_a_buffer_whose_receive_ends_is_delivered_whole_once()
     let (routes, mut remote) = remote_to(&inbox);
     let lend = zorilla_sandbox::Lend::owned(4 * CHUNK_BYTES);
     let len = 3 * CHUNK_BYTES + 5;
-    let message = |n| tagged(4, n, len);
     // The receive times out half way: what was written goes back to the
     // channel, and the message arrives whole from the queue.
     let chunks = remote.chunks(&routes, 4, 0, len);
@@ -1389,7 +1398,7 @@ fn a_message_half_built_in_a_buffer_whose_receive_ends_is_delivered_whole_once()
     remote.take(&routes, 4, &chunks[3]);
     let mut recv = Box::pin(inbox.recv());
     match finish(&mut recv).unwrap() {
-        Delivery::Message { from, payload } => assert!(from == 4 && payload == message(0)),
+        Delivery::Message { from, payload } => assert!(from == 4 && payload == tagged(4, 0, len)),
         other => panic!("unexpected {other:?}"),
     }
     // A message from another sender comes while one is being built in the
@@ -1417,11 +1426,7 @@ fn a_message_half_built_in_a_buffer_whose_receive_ends_is_delivered_whole_once()
     for chunk in &chunks[1..] {
         remote.take(&routes, 4, chunk);
     }
-    assert_eq!(
-        finish(&mut recv).unwrap(),
-        zorilla_sandbox::Received::Written { from: 4, len }
-    );
-    assert!(lend.buffer().read(len).unwrap() == message(1));
+    assert_written(&mut recv, &lend, 1, len);
     drop(recv);
     // The stream is lost half way: the sender sends the message again
     // from its start, and it is built in the buffer anew.
@@ -1437,11 +1442,7 @@ fn a_message_half_built_in_a_buffer_whose_receive_ends_is_delivered_whole_once()
     for chunk in &chunks {
         remote.take(&routes, 4, chunk);
     }
-    assert_eq!(
-        finish(&mut recv).unwrap(),
-        zorilla_sandbox::Received::Written { from: 4, len }
-    );
-    assert!(lend.buffer().read(len).unwrap() == message(2));
+    assert_written(&mut recv, &lend, 2, len);
     drop(recv);
     let mut recv = Box::pin(inbox.recv());
     assert!(poll_once(&mut recv).is_pending(), "delivered twice");
